@@ -1,0 +1,32 @@
+// CpuDevice: the Device interface on the host CPU. Large operations are split
+// across a ThreadPool by output rows (matmul) or by (token, head) (attention);
+// each output element is computed by exactly one thread in a fixed order, so
+// results do not depend on the thread count.
+#pragma once
+
+#include "backend/device.h"
+#include "core/thread_pool.h"
+
+namespace tessera {
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(size_t threads) : pool_(threads) {}
+
+  std::string name() const override;
+  void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
+  void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
+  void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override;
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
+            std::span<const float> inv_freq) override;
+  void attention(const AttentionArgs& args) override;
+  void silu_mul(const float* gate, const float* up, int64_t n, float* out) override;
+  void add(const float* x, int64_t n, float* y) override;
+
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,28 @@
+// CPU kernels with run-time ISA dispatch (Highway: AVX2, AVX-512, NEON, ...; the
+// binary is built for the baseline ISA and picks the best target at first call).
+// Pure functions over caller-owned memory; thread-safe. Accumulation is f32.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cpu {
+
+// y[t * ldy + n] = sum_k x[t * k + kk] * w[n * k + kk], for t < tokens, n < rows.
+// x: f32 [tokens, k]; w: `rows` rows of length k in f32, bf16 or f16.
+void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
+                 int64_t ldy);
+
+float dot(const float* a, const float* b, int64_t n);
+// y += a * x
+void axpy(float a, const float* x, float* y, int64_t n);
+// dst[i] = float(src[i]) for a f32, bf16 or f16 source.
+void to_f32(const void* src, DType dtype, int64_t n, float* dst);
+// Sum of all bytes read as u64 words; used to measure memory read bandwidth.
+uint64_t read_sum(const uint64_t* data, int64_t n);
+
+// Name of the instruction set chosen at run time ("AVX2", "AVX3", ...).
+const char* isa_name();
+
+}  // namespace tessera::cpu

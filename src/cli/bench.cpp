@@ -1,0 +1,160 @@
+// `tessera bench`: prefill and decode speed of one process, as a fraction of the
+// memory read bandwidth this command measures on the same machine in the same
+// run (decode at batch 1 reads every weight once per token, so bandwidth is its
+// limit).
+//   tessera bench --model DIR
+//   tessera bench --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 [--dtype bf16]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/device.h"
+#include "cli/commands.h"
+#include "core/thread_pool.h"
+#include "model/forward.h"
+
+namespace tessera {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::string model_dir;
+  std::string config_path;
+  bool random_weights = false;
+  uint64_t seed = 1;
+  std::string dtype = "bf16";
+  size_t threads = 0;
+  int64_t prompt_tokens = 512;
+  int64_t decode_tokens = 128;
+  std::string device = "cpu";
+};
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Best of three passes of summing a 1 GiB buffer with `threads` threads, in bytes/s.
+double measure_read_bandwidth(size_t threads) {
+  const size_t words = (size_t{1} << 30) / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(words, 1);
+  ThreadPool pool(threads);
+  std::atomic<uint64_t> total{0};
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto start = Clock::now();
+    pool.parallel_for(words, 4096, [&](size_t begin, size_t end) {
+      total += cpu::read_sum(buffer.data() + begin, static_cast<int64_t>(end - begin));
+    });
+    best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds_since(start));
+  }
+  if (total.load() != 3 * words) std::fprintf(stderr, "[bench] bandwidth buffer sum is wrong\n");
+  return best;
+}
+
+// kB values of "RssAnon:" and "RssFile:" from /proc/self/status.
+std::pair<double, double> resident_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  double anon = 0, file = 0;
+  while (in >> key) {
+    double kb = 0;
+    if (key == "RssAnon:" && in >> kb) anon = kb / 1024;
+    if (key == "RssFile:" && in >> kb) file = kb / 1024;
+  }
+  return {anon, file};
+}
+
+Result<Model> load(const BenchOptions& o) {
+  if (!o.random_weights) return Model::load(o.model_dir);
+  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.config_path));
+  DType dtype = DType::kBF16;
+  if (o.dtype == "f32") dtype = DType::kF32;
+  else if (o.dtype == "f16") dtype = DType::kF16;
+  else if (o.dtype != "bf16") return Status::invalid_input("--dtype must be f32, bf16 or f16, not '" + o.dtype + "'");
+  return Model::random(config, dtype, o.seed);
+}
+
+Status bench(const BenchOptions& o) {
+  const bool from_checkpoint = !o.model_dir.empty() && !o.random_weights && o.config_path.empty();
+  const bool from_shape = o.model_dir.empty() && o.random_weights && !o.config_path.empty();
+  if (!from_checkpoint && !from_shape)
+    return Status::invalid_input("give either --model DIR, or --config FILE with --random-weights");
+  const double bandwidth = measure_read_bandwidth(o.threads);
+  const auto [anon_before, file_before] = resident_mib();
+
+  auto start = Clock::now();
+  TS_ASSIGN_OR_RETURN(const Model model, load(o));
+  const double load_s = seconds_since(start);
+  const ModelConfig& c = model.config();
+  TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
+  Forward forward(model, *device);
+  KvCache cache = forward.make_cache(o.prompt_tokens + o.decode_tokens);
+
+  std::mt19937 rng(static_cast<uint32_t>(o.seed));
+  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
+  for (auto& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(c.vocab_size));
+  start = Clock::now();
+  TS_ASSIGN_OR_RETURN(std::vector<float> logits, forward.run_ids(prompt, cache));
+  const double prefill_s = seconds_since(start);
+
+  start = Clock::now();
+  for (int64_t i = 0; i < o.decode_tokens; ++i) {
+    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&next, 1), cache));
+  }
+  const double decode_s = seconds_since(start);
+  const auto [anon_after, file_after] = resident_mib();
+
+  // A decode step reads every weight once, except the embedding table (one row) when it is not the LM head.
+  const TensorView& embed = model.weights().embed;
+  const bool tied = embed.data == model.weights().lm_head.data;
+  const double step_bytes = static_cast<double>(model.weight_bytes() - (tied ? 0 : embed.nbytes()));
+  const double decode_tps = static_cast<double>(o.decode_tokens) / decode_s;
+  const double weight_mib = static_cast<double>(model.weight_bytes()) / (1 << 20);
+  const double kv_mib = static_cast<double>(cache.bytes()) / (1 << 20);
+  const double owned_weights_mib = o.random_weights ? weight_mib : 0;
+
+  std::printf("device            %s\n", device->name().c_str());
+  std::printf("model             %s, %lld layers, hidden %lld, %.1f MiB of weights (%s)\n", c.model_type.c_str(),
+              static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size), weight_mib,
+              o.random_weights ? "random, seeded" : "mapped");
+  std::printf("load              %.2f s\n", load_s);
+  std::printf("read bandwidth    %.2f GB/s (1 GiB, best of 3, same threads)\n", bandwidth / 1e9);
+  std::printf("prefill           %.1f tok/s (%lld-token prompt)\n", static_cast<double>(o.prompt_tokens) / prefill_s,
+              static_cast<long long>(o.prompt_tokens));
+  std::printf("decode            %.2f tok/s (batch 1, %lld tokens)\n", decode_tps,
+              static_cast<long long>(o.decode_tokens));
+  std::printf("decode bytes/s    %.2f GB/s = %.1f%% of read bandwidth\n", step_bytes * decode_tps / 1e9,
+              100.0 * step_bytes * decode_tps / bandwidth);
+  std::printf("resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
+              anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);
+  return {};
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against memory bandwidth");
+  cmd->add_option("--model", o->model_dir, "Checkpoint directory");
+  cmd->add_option("--config", o->config_path, "config.json of a shape to fill with random weights");
+  cmd->add_flag("--random-weights", o->random_weights, "Use seeded random weights (needs --config)");
+  cmd->add_option("--seed", o->seed, "Seed for random weights and the prompt");
+  cmd->add_option("--dtype", o->dtype, "Random weight dtype: f32, bf16 or f16");
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--prompt", o->prompt_tokens, "Prompt tokens for prefill")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--decode", o->decode_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  cmd->callback([o, &exit_code] {
+    const Status status = bench(*o);
+    exit_code = status.ok() ? 0 : report_error(status);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,28 @@
+// tessera: one binary, one subcommand per file (generate.cpp, bench.cpp, ...).
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace tessera {
+
+int report_error(const Status& status) {
+  std::fprintf(stderr, "tessera: %s\n", status.to_string().c_str());
+  return 2;
+}
+
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera: run a transformer LLM on one host or split across hosts"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  tessera::register_generate(app, exit_code);
+  tessera::register_bench(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  return exit_code;
+}

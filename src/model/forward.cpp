@@ -1,0 +1,124 @@
+#include "model/forward.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "model/rope.h"
+
+namespace tessera {
+
+Forward::Forward(const Model& model, Device& device)
+    : model_(model), device_(device), inv_freq_(rope_inv_freq(model.config().rope, model.config().head_dim)) {}
+
+KvCache Forward::make_cache(int64_t capacity) const {
+  const LayerRange r = model_.range();
+  return KvCache(model_.config(), r.end - r.begin, capacity);
+}
+
+Status Forward::check_room(int64_t tokens, const KvCache& cache) const {
+  if (tokens <= 0) return Status::invalid_input("no tokens to run");
+  if (cache.length() + tokens > cache.capacity())
+    return Status::invalid_input("sequence of " + std::to_string(cache.length() + tokens) +
+                                 " tokens exceeds the KV cache capacity of " + std::to_string(cache.capacity()));
+  return {};
+}
+
+Result<std::vector<float>> Forward::run_ids(std::span<const int32_t> ids, KvCache& cache, Logits logits) {
+  TS_CHECK(model_.has_entry(), "run_ids on a range starting at layer ", model_.range().begin);
+  const auto tokens = static_cast<int64_t>(ids.size());
+  TS_RETURN_IF_ERROR(check_room(tokens, cache));
+  const int64_t vocab = model_.config().vocab_size;
+  for (const int32_t id : ids)
+    if (id < 0 || id >= vocab)
+      return Status::invalid_input("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                   std::to_string(vocab) + ")");
+  x_.resize(static_cast<size_t>(tokens * model_.config().hidden_size));
+  device_.embed(model_.weights().embed, ids, x_.data());
+  return run_layers(tokens, cache, logits);
+}
+
+Result<std::vector<float>> Forward::run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits) {
+  TS_CHECK(!model_.has_entry(), "run_hidden on a range starting at layer 0");
+  const int64_t h = model_.config().hidden_size;
+  if (hidden.size() % static_cast<size_t>(h) != 0)
+    return Status::invalid_input("hidden states of " + std::to_string(hidden.size()) +
+                                 " values are not a multiple of hidden_size " + std::to_string(h));
+  const auto tokens = static_cast<int64_t>(hidden.size()) / h;
+  TS_RETURN_IF_ERROR(check_room(tokens, cache));
+  x_.assign(hidden.begin(), hidden.end());
+  return run_layers(tokens, cache, logits);
+}
+
+std::vector<float> Forward::run_layers(int64_t tokens, KvCache& cache, Logits logits) {
+  const ModelConfig& c = model_.config();
+  for (size_t i = 0; i < model_.weights().layers.size(); ++i) run_layer(i, tokens, cache);
+  cache.set_length(cache.length() + tokens);
+  if (!model_.has_exit()) return x_;
+
+  const int64_t h = c.hidden_size;
+  const int64_t rows = logits == Logits::kAll ? tokens : 1;
+  const float* last = x_.data() + (tokens - rows) * h;
+  norm_.resize(static_cast<size_t>(rows * h));
+  device_.rms_norm(last, rows, h, model_.weights().final_norm, static_cast<float>(c.rms_norm_eps), norm_.data());
+  std::vector<float> out(static_cast<size_t>(rows * c.vocab_size));  // f32 [rows, vocab]
+  device_.matmul(norm_.data(), rows, model_.weights().lm_head, {}, out.data());
+  return out;
+}
+
+void Forward::run_layer(size_t index, int64_t tokens, KvCache& cache) {
+  const ModelConfig& c = model_.config();
+  const LayerWeights& w = model_.weights().layers[index];
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t h = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t pos0 = cache.length();
+  const auto n = [](int64_t count) { return static_cast<size_t>(count); };
+
+  // Attention block. Shapes: norm_ f32 [tokens, h], q_ [tokens, heads, hd], k_/v_ [tokens, kv_heads, hd].
+  norm_.resize(n(tokens * h));
+  q_.resize(n(tokens * heads * hd));
+  k_.resize(n(tokens * kv_heads * hd));
+  v_.resize(n(tokens * kv_heads * hd));
+  attn_.resize(n(tokens * heads * hd));
+  proj_.resize(n(tokens * h));
+  device_.rms_norm(x_.data(), tokens, h, w.attn_norm, eps, norm_.data());
+  device_.matmul(norm_.data(), tokens, w.wq, w.bq, q_.data());
+  device_.matmul(norm_.data(), tokens, w.wk, w.bk, k_.data());
+  device_.matmul(norm_.data(), tokens, w.wv, w.bv, v_.data());
+  if (model_.arch().qk_norm) {
+    device_.rms_norm(q_.data(), tokens * heads, hd, w.q_norm, eps, q_.data());
+    device_.rms_norm(k_.data(), tokens * kv_heads, hd, w.k_norm, eps, k_.data());
+  }
+  device_.rope(q_.data(), tokens, heads, hd, pos0, inv_freq_);
+  device_.rope(k_.data(), tokens, kv_heads, hd, pos0, inv_freq_);
+  const auto layer = static_cast<int64_t>(index);
+  const size_t kv_row = n(kv_heads * hd);
+  std::memcpy(cache.keys(layer) + n(pos0) * kv_row, k_.data(), k_.size() * sizeof(float));
+  std::memcpy(cache.values(layer) + n(pos0) * kv_row, v_.data(), v_.size() * sizeof(float));
+  device_.attention(AttentionArgs{.q = q_.data(),
+                                  .k_cache = cache.keys(layer),
+                                  .v_cache = cache.values(layer),
+                                  .out = attn_.data(),
+                                  .tokens = tokens,
+                                  .pos0 = pos0,
+                                  .n_heads = heads,
+                                  .n_kv_heads = kv_heads,
+                                  .head_dim = hd,
+                                  .sliding_window = model_.arch().sliding_window,
+                                  .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+  device_.matmul(attn_.data(), tokens, w.wo, w.bo, proj_.data());
+  device_.add(proj_.data(), tokens * h, x_.data());
+
+  // MLP block: gate_/up_ f32 [tokens, intermediate].
+  const int64_t inter = c.intermediate_size;
+  gate_.resize(n(tokens * inter));
+  up_.resize(n(tokens * inter));
+  device_.rms_norm(x_.data(), tokens, h, w.ffn_norm, eps, norm_.data());
+  device_.matmul(norm_.data(), tokens, w.w_gate, w.b_gate, gate_.data());
+  device_.matmul(norm_.data(), tokens, w.w_up, w.b_up, up_.data());
+  device_.silu_mul(gate_.data(), up_.data(), tokens * inter, gate_.data());
+  device_.matmul(gate_.data(), tokens, w.w_down, w.b_down, proj_.data());
+  device_.add(proj_.data(), tokens * h, x_.data());
+}
+
+}  // namespace tessera

@@ -1,0 +1,81 @@
+// Model: a config, its family's ArchSpec, and views of the weights of a layer
+// range, with whatever owns their bytes (the memory-mapped checkpoint, or
+// buffers of seeded random weights for benchmarks).
+//
+// A Model bound to layers [begin, end) holds the embedding only when begin == 0
+// and the final norm + LM head only when end == num_hidden_layers; tensors of
+// other layers are never touched, so a pipeline stage pages in only its own.
+// Immutable after construction; share it between threads freely.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "io/model_config.h"
+#include "model/arch/arch.h"
+
+namespace tessera {
+
+struct LayerRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+struct LayerWeights {
+  TensorView attn_norm;              // [hidden]
+  TensorView wq, wk, wv, wo;         // [heads*head_dim, hidden], [kv*head_dim, hidden] x2, [hidden, heads*head_dim]
+  TensorView bq, bk, bv, bo;         // biases; empty unless the ArchSpec has them
+  TensorView q_norm, k_norm;         // [head_dim]; empty unless ArchSpec::qk_norm
+  TensorView ffn_norm;               // [hidden]
+  TensorView w_gate, w_up, w_down;   // [inter, hidden] x2, [hidden, inter]
+  TensorView b_gate, b_up, b_down;   // empty unless ArchSpec::mlp_bias
+};
+
+struct ModelWeights {
+  TensorView embed;                  // [vocab, hidden]; only when the range starts at layer 0
+  std::vector<LayerWeights> layers;  // layers[i] is layer range.begin + i
+  TensorView final_norm;             // [hidden]; only when the range ends at the last layer
+  TensorView lm_head;                // [vocab, hidden]; the embedding when tied
+};
+
+class Model {
+ public:
+  // Loads DIR (config.json + safetensors), binding only `range` (all layers by default).
+  // Errors name the file and the tensor or field.
+  static Result<Model> load(const std::string& dir, std::optional<LayerRange> range = std::nullopt);
+  // Seeded random weights in a real shape (same seed, same weights), for benchmarks.
+  static Result<Model> random(const ModelConfig& config, DType dtype, uint64_t seed);
+
+  const ModelConfig& config() const { return config_; }
+  const ArchSpec& arch() const { return arch_; }
+  const ModelWeights& weights() const { return weights_; }
+  LayerRange range() const { return range_; }
+  bool has_entry() const { return range_.begin == 0; }
+  bool has_exit() const { return range_.end == config_.num_hidden_layers; }
+  // Bytes of distinct weight tensors bound (a tied LM head counts once).
+  uint64_t weight_bytes() const;
+
+ private:
+  ModelConfig config_;
+  ArchSpec arch_;
+  LayerRange range_;
+  ModelWeights weights_;
+  std::shared_ptr<const void> storage_;  // keeps the mapped files or random buffers alive
+};
+
+// The Hugging Face tensor names of one checkpoint layout ("model.layers.3.mlp.up_proj.weight").
+struct TensorNames {
+  std::string prefix;  // "model." (or "model.language_model." etc. for multimodal wrappers)
+  std::string lm_head = "lm_head.weight";
+  std::string layer(int64_t index, const char* suffix) const {
+    return prefix + "layers." + std::to_string(index) + "." + suffix;
+  }
+  std::string global(const char* suffix) const { return prefix + suffix; }
+};
+
+}  // namespace tessera

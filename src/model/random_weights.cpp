@@ -1,0 +1,124 @@
+// Model::random: seeded random weights in a real shape, so speed work on 1B and
+// 8B shapes needs no download. Values are uniform with standard deviation 0.02
+// (the usual initializer range); norm weights are 1. Each tensor is filled in
+// fixed-size chunks, each from its own generator seeded by (seed, tensor, chunk),
+// so the weights do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/model.h"
+
+namespace tessera {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+class RandomFiller {
+ public:
+  RandomFiller(DType dtype, uint64_t seed) : dtype_(dtype), seed_(seed) {}
+
+  // A tensor of `shape`, uniform in [-a, a] with a = 0.02 * sqrt(3); or all `constant` when set.
+  TensorView make(std::vector<int64_t> shape, std::optional<float> constant = std::nullopt) {
+    TensorView view{dtype_, std::move(shape), nullptr};
+    auto& buffer = buffers_.emplace_back(view.nbytes());
+    view.data = buffer.data();
+    const int64_t n = view.numel();
+    const uint64_t tensor_seed = seed_ ^ (0x51ed2701f3a5c7b9ull * ++tensors_);
+    constexpr int64_t kChunk = 1 << 16;
+    pool_.parallel_for(static_cast<size_t>((n + kChunk - 1) / kChunk), 1, [&](size_t begin, size_t end) {
+      for (size_t chunk = begin; chunk < end; ++chunk) {
+        uint64_t state = tensor_seed + chunk * 0x2545f4914f6cdd1dull;
+        const int64_t i0 = static_cast<int64_t>(chunk) * kChunk;
+        for (int64_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
+          float value = constant.value_or(0.0f);
+          if (!constant) {
+            const double unit = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
+            value = static_cast<float>((2.0 * unit - 1.0) * 0.02 * std::sqrt(3.0));
+          }
+          store(view.data, i, value);
+        }
+      }
+    });
+    return view;
+  }
+
+  std::shared_ptr<const void> take_storage() {
+    return std::make_shared<std::vector<std::vector<uint8_t>>>(std::move(buffers_));
+  }
+
+ private:
+  void store(const void* data, int64_t i, float value) const {
+    auto* bytes = static_cast<uint8_t*>(const_cast<void*>(data));
+    switch (dtype_) {
+      case DType::kF32: reinterpret_cast<float*>(bytes)[i] = value; break;
+      case DType::kBF16: reinterpret_cast<uint16_t*>(bytes)[i] = f32_to_bf16(value); break;
+      default: reinterpret_cast<uint16_t*>(bytes)[i] = f32_to_f16(value); break;
+    }
+  }
+
+  DType dtype_;
+  uint64_t seed_;
+  uint64_t tensors_ = 0;
+  ThreadPool pool_;
+  std::vector<std::vector<uint8_t>> buffers_;
+};
+
+}  // namespace
+
+Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t seed) {
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
+    return Status::invalid_input("random weights need dtype f32, bf16 or f16");
+  Model model;
+  model.config_ = config;
+  TS_ASSIGN_OR_RETURN(model.arch_, arch_for(config));
+  model.range_ = {0, config.num_hidden_layers};
+  const ModelConfig& c = config;
+  const ArchSpec& arch = model.arch_;
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t inter = c.intermediate_size;
+  RandomFiller fill(dtype, seed);
+  ModelWeights& w = model.weights_;
+  w.embed = fill.make({c.vocab_size, h});
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    LayerWeights& l = w.layers.emplace_back();
+    l.attn_norm = fill.make({h}, 1.0f);
+    l.wq = fill.make({q, h});
+    l.wk = fill.make({kv, h});
+    l.wv = fill.make({kv, h});
+    l.wo = fill.make({h, q});
+    if (arch.qkv_bias) {
+      l.bq = fill.make({q});
+      l.bk = fill.make({kv});
+      l.bv = fill.make({kv});
+    }
+    if (arch.o_bias) l.bo = fill.make({h});
+    if (arch.qk_norm) {
+      l.q_norm = fill.make({c.head_dim}, 1.0f);
+      l.k_norm = fill.make({c.head_dim}, 1.0f);
+    }
+    l.ffn_norm = fill.make({h}, 1.0f);
+    l.w_gate = fill.make({inter, h});
+    l.w_up = fill.make({inter, h});
+    l.w_down = fill.make({h, inter});
+    if (arch.mlp_bias) {
+      l.b_gate = fill.make({inter});
+      l.b_up = fill.make({inter});
+      l.b_down = fill.make({h});
+    }
+  }
+  w.final_norm = fill.make({h}, 1.0f);
+  w.lm_head = c.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});
+  model.storage_ = fill.take_storage();
+  return model;
+}
+
+}  // namespace tessera
