@@ -55,7 +55,10 @@ Status generate(const GenerateOptions& o) {
   const auto t2 = Clock::now();
 
   std::string line;
-  for (const int32_t id : generated) line += (line.empty() ? "" : ",") + std::to_string(id);
+  for (const int32_t id : generated) {
+    if (!line.empty()) line += ',';
+    line += std::to_string(id);
+  }
   std::printf("%s\n", line.c_str());
   if (!o.logits_out.empty())
     TS_RETURN_IF_ERROR(write_npy_f32(o.logits_out, all_logits, {o.tokens + 1, vocab}));

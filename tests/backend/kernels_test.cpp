@@ -1,0 +1,178 @@
+// CPU kernels and CpuDevice ops against plain double-precision loops, over
+// sizes that leave SIMD remainders, and the promise that results do not depend
+// on the thread count.
+#include "backend/cpu/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_device.h"
+
+namespace tessera {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Weights in `dtype` holding the (rounded) values of `w`, and `w` replaced by what they hold.
+std::vector<uint8_t> encode(std::vector<float>& w, DType dtype) {
+  std::vector<uint8_t> bytes(w.size() * dtype_size(dtype));
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(bytes.data() + 4 * i, &w[i], 4);
+      continue;
+    }
+    const uint16_t bits = dtype == DType::kBF16 ? f32_to_bf16(w[i]) : f32_to_f16(w[i]);
+    std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    w[i] = dtype == DType::kBF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+  }
+  return bytes;
+}
+
+class MatmulTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(MatmulTest, MatchesNaiveLoopOnRaggedSizes) {
+  for (const int64_t k : {1, 7, 16, 33, 64, 130}) {
+    for (const int64_t rows : {1, 3, 4, 9}) {
+      for (const int64_t tokens : {1, 2, 3, 5, 70}) {
+        auto x = random_values(static_cast<size_t>(tokens * k), 1);
+        auto w = random_values(static_cast<size_t>(rows * k), 2);
+        const auto bytes = encode(w, GetParam());
+        std::vector<float> y(static_cast<size_t>(tokens * rows));
+        cpu::matmul_rows(x.data(), tokens, k, bytes.data(), GetParam(), rows, y.data(), rows);
+        for (int64_t t = 0; t < tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double want = 0;
+            for (int64_t i = 0; i < k; ++i) want += double{x[t * k + i]} * w[r * k + i];
+            ASSERT_NEAR(y[t * rows + r], want, 1e-5 * k) << "k=" << k << " rows=" << rows << " t=" << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(KernelsTest, DotAxpyAndConversion) {
+  const auto a = random_values(37, 3), b = random_values(37, 4);
+  double want = 0;
+  for (size_t i = 0; i < a.size(); ++i) want += double{a[i]} * b[i];
+  EXPECT_NEAR(cpu::dot(a.data(), b.data(), 37), want, 1e-5);
+  auto y = b;
+  cpu::axpy(0.5f, a.data(), y.data(), 37);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(y[i], b[i] + 0.5f * a[i]);
+  auto w = random_values(19, 5);
+  const auto bytes = encode(w, DType::kBF16);
+  std::vector<float> out(19);
+  cpu::to_f32(bytes.data(), DType::kBF16, 19, out.data());
+  EXPECT_EQ(out, w);
+  std::vector<uint64_t> words(1001, 3);
+  EXPECT_EQ(cpu::read_sum(words.data(), 1001), 3003u);
+}
+
+// Naive causal attention with grouped heads and an optional window.
+std::vector<float> naive_attention(const AttentionArgs& a) {
+  std::vector<float> out(static_cast<size_t>(a.tokens * a.n_heads * a.head_dim));
+  const int64_t group = a.n_heads / a.n_kv_heads, stride = a.n_kv_heads * a.head_dim;
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    for (int64_t h = 0; h < a.n_heads; ++h) {
+      const int64_t pos = a.pos0 + t, kv = h / group;
+      std::vector<double> p;
+      for (int64_t j = 0; j <= pos; ++j) {
+        const bool visible = a.sliding_window == 0 || pos - j < a.sliding_window;
+        double s = 0;
+        for (int64_t d = 0; d < a.head_dim; ++d)
+          s += double{a.q[(t * a.n_heads + h) * a.head_dim + d]} * a.k_cache[j * stride + kv * a.head_dim + d];
+        p.push_back(visible ? std::exp(s * a.scale) : 0.0);
+      }
+      double sum = 0;
+      for (const double v : p) sum += v;
+      for (int64_t d = 0; d < a.head_dim; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= pos; ++j) acc += p[static_cast<size_t>(j)] * a.v_cache[j * stride + kv * a.head_dim + d];
+        out[static_cast<size_t>((t * a.n_heads + h) * a.head_dim + d)] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CpuDeviceTest, AttentionMatchesNaiveWithGroupsAndWindow) {
+  CpuDevice device(2);
+  const int64_t tokens = 5, pos0 = 3, heads = 4, kv_heads = 2, hd = 8, total = pos0 + tokens;
+  const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 6);
+  const auto k = random_values(static_cast<size_t>(total * kv_heads * hd), 7);
+  const auto v = random_values(static_cast<size_t>(total * kv_heads * hd), 8);
+  for (const int64_t window : {0, 1, 3}) {
+    std::vector<float> out(q.size());
+    const AttentionArgs args{.q = q.data(), .k_cache = k.data(), .v_cache = v.data(), .out = out.data(),
+                             .tokens = tokens, .pos0 = pos0, .n_heads = heads, .n_kv_heads = kv_heads,
+                             .head_dim = hd, .sliding_window = window, .scale = 0.35f};
+    device.attention(args);
+    const auto want = naive_attention(args);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << "window " << window;
+  }
+}
+
+TEST(CpuDeviceTest, RopeRotatesHalvesAtEachPosition) {
+  CpuDevice device(1);
+  const int64_t tokens = 3, heads = 2, hd = 4, pos0 = 5;
+  auto x = random_values(static_cast<size_t>(tokens * heads * hd), 9);
+  const auto original = x;
+  const std::vector<float> inv_freq = {1.0f, 0.01f};
+  device.rope(x.data(), tokens, heads, hd, pos0, inv_freq);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < 2; ++i) {
+        const double angle = double(pos0 + t) * inv_freq[static_cast<size_t>(i)];
+        const size_t base = static_cast<size_t>((t * heads + h) * hd);
+        const double a = original[base + i], b = original[base + i + 2];
+        EXPECT_NEAR(x[base + i], a * std::cos(angle) - b * std::sin(angle), 1e-5);
+        EXPECT_NEAR(x[base + i + 2], b * std::cos(angle) + a * std::sin(angle), 1e-5);
+      }
+}
+
+TEST(CpuDeviceTest, RmsNormMatchesFormula) {
+  CpuDevice device(1);
+  const auto x = random_values(10, 10);
+  auto w = random_values(5, 11);
+  const auto w_bytes = encode(w, DType::kF32);
+  const TensorView weight{DType::kF32, {5}, w_bytes.data()};
+  std::vector<float> y(10);
+  device.rms_norm(x.data(), 2, 5, weight, 1e-5f, y.data());
+  for (int r = 0; r < 2; ++r) {
+    double ms = 0;
+    for (int i = 0; i < 5; ++i) ms += double{x[r * 5 + i]} * x[r * 5 + i];
+    const double inv = 1 / std::sqrt(ms / 5 + 1e-5);
+    for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[r * 5 + i], w[i] * x[r * 5 + i] * inv, 1e-6);
+  }
+}
+
+TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
+  const int64_t tokens = 3, k = 96, n = 37;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 12);
+  auto w = random_values(static_cast<size_t>(n * k), 13);
+  const auto bytes = encode(w, DType::kBF16);
+  const TensorView weight{DType::kBF16, {n, k}, bytes.data()};
+  std::vector<float> reference;
+  for (const size_t threads : {1, 2, 3, 5}) {
+    CpuDevice device(threads);
+    std::vector<float> y(static_cast<size_t>(tokens * n));
+    device.matmul(x.data(), tokens, weight, {}, y.data());
+    if (reference.empty()) reference = y;
+    EXPECT_EQ(y, reference) << threads << " threads";
+  }
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,158 @@
+// `tessera generate` end to end, as a user runs it: ids on stdout, logits in a
+// .npy file, and for bad paths and corrupt checkpoints exit code 2 with one line
+// on stderr naming the file and the tensor or field (never a crash).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fixtures.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fixture_dir;
+using testing::load_reference;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+CommandResult run_tessera(const std::string& args) {
+  const fs::path dir = fs::path(::testing::TempDir());
+  const auto out = dir / "tessera_cli_out.txt", err = dir / "tessera_cli_err.txt";
+  const std::string command =
+      std::string(TESSERA_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(command.c_str());
+  CommandResult run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.out = slurp(out);
+  run.err = slurp(err);
+  return run;
+}
+
+std::string join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (const int32_t id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+TEST(CliTest, GenerateMatchesTransformersAndWritesLogits) {
+  const auto ref = load_reference("llama3_f32");
+  const auto npy = (fs::path(::testing::TempDir()) / "tessera_logits.npy").string();
+  const CommandResult run = run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids " +
+                              join(ref.prompt_ids) + " -n 8 --threads 2 --logits-out " + npy);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, join(ref.greedy_ids) + "\n");
+
+  const std::string bytes = slurp(npy);
+  ASSERT_GT(bytes.size(), 10u);
+  ASSERT_EQ(bytes.substr(0, 6), "\x93NUMPY");
+  const size_t header_len = static_cast<uint8_t>(bytes[8]) | static_cast<uint8_t>(bytes[9]) << 8;
+  const std::string header = bytes.substr(10, header_len);
+  EXPECT_NE(header.find("'descr': '<f4'"), std::string::npos) << header;
+  EXPECT_NE(header.find("'shape': (9, 512)"), std::string::npos) << header;
+  ASSERT_EQ(bytes.size(), 10 + header_len + ref.logits.size() * sizeof(float));
+  std::vector<float> logits(ref.logits.size());
+  std::memcpy(logits.data(), bytes.data() + 10 + header_len, logits.size() * sizeof(float));
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], ref.logits[i], 1e-3) << i;
+}
+
+// Asserts a clean refusal: exit code 2, exactly one line on stderr holding every `needle`.
+void expect_refused(const CommandResult& run, const std::vector<std::string>& needles) {
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  ASSERT_FALSE(run.err.empty());
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "more than one line: " << run.err;
+  for (const auto& needle : needles) EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
+}
+
+TEST(CliTest, MissingModelDirectoryIsRefused) {
+  expect_refused(run_tessera("generate --model /nonexistent/model --prompt-ids 1 -n 1"), {"/nonexistent/model"});
+}
+
+TEST(CliTest, TokenIdOutsideVocabularyIsRefused) {
+  expect_refused(run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids 1,99999 -n 1"),
+                 {"token id 99999"});
+}
+
+// Writes a copy of the llama3_f32 fixture whose model.safetensors went through `corrupt`.
+std::string corrupt_fixture(const std::string& tag, const std::function<void(std::string&)>& corrupt) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("tessera_corrupt_" + tag);
+  fs::remove_all(dir);
+  fs::copy(fixture_dir("llama3_f32"), dir);
+  std::string bytes = slurp(dir / "model.safetensors");
+  corrupt(bytes);
+  std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+  return dir.string();
+}
+
+// Rewrites the JSON header of a safetensors file (keeping the data section as it is).
+void edit_header(std::string& bytes, const std::function<void(nlohmann::json&)>& edit) {
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  edit(header);
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t m = text.size();
+  bytes = std::string(reinterpret_cast<const char*>(&m), 8) + text + bytes.substr(8 + n);
+}
+
+constexpr const char* kTensor = "model.layers.1.self_attn.k_proj.weight";
+
+TEST(CliTest, CorruptSafetensorsAreRefusedWithFileAndTensor) {
+  struct Case {
+    std::string tag;
+    std::function<void(std::string&)> corrupt;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"header_length", [](std::string& b) { const uint64_t n = 1ull << 40; std::memcpy(b.data(), &n, 8); },
+       {"model.safetensors", "header length"}},
+      {"truncated", [](std::string& b) { b.resize(b.size() - 1000); }, {"model.safetensors", "tensor 'model."}},
+      {"offsets_outside",
+       [](std::string& b) { edit_header(b, [](nlohmann::json& h) { h[kTensor]["data_offsets"][1] = 1u << 30; }); },
+       {"model.safetensors", kTensor}},
+      {"dtype_shape_mismatch",
+       [](std::string& b) { edit_header(b, [](nlohmann::json& h) { h[kTensor]["dtype"] = "BF16"; }); },
+       {"model.safetensors", kTensor}},
+      {"overlap",
+       [](std::string& b) {
+         edit_header(b, [](nlohmann::json& h) {
+           h[kTensor]["data_offsets"] = h["model.layers.1.self_attn.q_proj.weight"]["data_offsets"];
+           h[kTensor]["shape"] = h["model.layers.1.self_attn.q_proj.weight"]["shape"];
+         });
+       },
+       {"model.safetensors", "overlap"}},
+      {"missing_tensor", [](std::string& b) { edit_header(b, [](nlohmann::json& h) { h.erase(kTensor); }); },
+       {kTensor}},
+      {"wrong_shape",
+       [](std::string& b) {
+         edit_header(b, [](nlohmann::json& h) { h[kTensor]["shape"] = {16, 128}; });
+       },
+       {"model.safetensors", kTensor, "expected [32, 64]"}},
+      {"not_json", [](std::string& b) { b[8] = '!'; }, {"model.safetensors", "JSON"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.tag);
+    const auto dir = corrupt_fixture(c.tag, c.corrupt);
+    expect_refused(run_tessera("generate --model " + dir + " --prompt-ids 1,2 -n 2"), c.needles);
+  }
+}
+
+}  // namespace
+}  // namespace tessera

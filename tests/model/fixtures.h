@@ -1,0 +1,55 @@
+// Shared helpers for model tests: where the transformers fixtures live and how
+// to read their reference.safetensors (prompt_ids, greedy_ids, logits).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace tessera::testing {
+
+inline const std::vector<std::string>& fixture_names() {
+  static const std::vector<std::string> kNames = {"llama3_f32",  "llama3_bf16", "llama2_mqa_f32", "llama_f16",
+                                                   "mistral_f32", "qwen2_f32",   "qwen3_f32",      "qwen3_bf16"};
+  return kNames;
+}
+
+inline std::string fixture_dir(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
+
+struct Reference {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> greedy_ids;
+  std::vector<float> logits;  // [greedy_ids.size() + 1, vocab]
+  double tolerance = 0;       // relative to max |logit| of the row
+};
+
+inline std::vector<int32_t> read_ids(const SafetensorsFile& file, const std::string& name) {
+  const auto* entry = file.find(name);
+  EXPECT_NE(entry, nullptr) << name;
+  if (entry == nullptr) return {};
+  const TensorView view = file.view(*entry);
+  EXPECT_EQ(view.dtype, DType::kI64);
+  const auto* data = static_cast<const int64_t*>(view.data);
+  return std::vector<int32_t>(data, data + view.numel());
+}
+
+inline Reference load_reference(const std::string& name) {
+  auto file = SafetensorsFile::open(fixture_dir(name) + "/reference.safetensors");
+  EXPECT_TRUE(file.ok()) << file.status().to_string();
+  Reference ref;
+  if (!file.ok()) return ref;
+  ref.prompt_ids = read_ids(*file, "prompt_ids");
+  ref.greedy_ids = read_ids(*file, "greedy_ids");
+  const TensorView logits = file->view(*file->find("logits"));
+  const auto* data = static_cast<const float*>(logits.data);
+  ref.logits.assign(data, data + logits.numel());
+  ref.tolerance = std::stod(file->header().metadata.at("tolerance"));
+  return ref;
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,176 @@
+// The layer-range seam every pipeline stage uses: [0, k) then [k, L) with the
+// hidden states handed over gives bitwise the logits of [0, L); and the errors a
+// caller of Forward and Model::load can meet.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fixtures.h"
+#include "model/forward.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fixture_dir;
+using testing::load_reference;
+
+class SplitTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SplitTest, TwoRangesGiveBitwiseTheLogitsOfOne) {
+  const auto ref = load_reference(GetParam());
+  auto whole = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const int64_t layers = whole->config().num_hidden_layers;
+  auto device = make_cpu_device(2);
+  const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size());
+
+  for (int64_t k = 1; k < layers; ++k) {
+    auto head = Model::load(fixture_dir(GetParam()), LayerRange{0, k});
+    auto tail = Model::load(fixture_dir(GetParam()), LayerRange{k, layers});
+    ASSERT_TRUE(head.ok() && tail.ok());
+    EXPECT_TRUE(head->has_entry() && !head->has_exit());
+    EXPECT_TRUE(!tail->has_entry() && tail->has_exit());
+    Forward one(*whole, *device), first(*head, *device), second(*tail, *device);
+    KvCache one_cache = one.make_cache(capacity), first_cache = first.make_cache(capacity),
+            second_cache = second.make_cache(capacity);
+
+    // Prompt, then the reference's greedy tokens one at a time.
+    std::vector<std::span<const int32_t>> steps = {ref.prompt_ids};
+    for (const int32_t& id : ref.greedy_ids) steps.emplace_back(&id, 1);
+    for (const auto& ids : steps) {
+      auto expected = one.run_ids(ids, one_cache);
+      auto hidden = first.run_ids(ids, first_cache);
+      ASSERT_TRUE(expected.ok() && hidden.ok());
+      EXPECT_EQ(hidden->size(), ids.size() * static_cast<size_t>(whole->config().hidden_size));
+      auto logits = second.run_hidden(*hidden, second_cache);
+      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+      EXPECT_EQ(*logits, *expected) << "split at layer " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest, ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32"),
+                         [](const auto& info) { return info.param; });
+
+class ForwardErrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = Model::load(fixture_dir("llama3_f32"));
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    model_ = std::make_unique<Model>(std::move(model).value());
+    device_ = make_cpu_device(1);
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Device> device_;
+};
+
+TEST_F(ForwardErrorTest, RefusesTokenIdOutsideVocabulary) {
+  Forward forward(*model_, *device_);
+  KvCache cache = forward.make_cache(8);
+  const std::vector<int32_t> ids = {1, static_cast<int32_t>(model_->config().vocab_size)};
+  auto result = forward.run_ids(ids, cache);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(result.status().message().find("token id 512"), std::string::npos) << result.status().message();
+  EXPECT_EQ(cache.length(), 0);  // nothing was written
+}
+
+TEST_F(ForwardErrorTest, RefusesSequenceBeyondCacheCapacity) {
+  Forward forward(*model_, *device_);
+  KvCache cache = forward.make_cache(2);
+  const std::vector<int32_t> ids = {1, 2, 3};
+  auto result = forward.run_ids(ids, cache);
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("capacity of 2"), std::string::npos) << result.status().message();
+}
+
+TEST_F(ForwardErrorTest, RefusesHiddenStatesOfWrongWidth) {
+  auto tail = Model::load(fixture_dir("llama2_mqa_f32"), LayerRange{1, 3});
+  ASSERT_TRUE(tail.ok());
+  Forward forward(*tail, *device_);
+  KvCache cache = forward.make_cache(4);
+  const std::vector<float> hidden(65, 0.0f);
+  EXPECT_EQ(forward.run_hidden(hidden, cache).status().kind(), ErrorKind::kInvalidInput);
+}
+
+TEST(ModelLoadTest, RefusesLayerRangeOutsideModel) {
+  for (const LayerRange range : {LayerRange{0, 4}, LayerRange{2, 2}, LayerRange{-1, 1}}) {
+    auto model = Model::load(fixture_dir("llama3_f32"), range);
+    ASSERT_FALSE(model.ok());
+    EXPECT_NE(model.status().message().find("layer range"), std::string::npos);
+  }
+}
+
+TEST(ModelLoadTest, StageOnlyBindsItsOwnLayers) {
+  auto tail = Model::load(fixture_dir("llama2_mqa_f32"), LayerRange{2, 3});
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->weights().layers.size(), 1u);
+  EXPECT_TRUE(tail->weights().embed.empty());  // untied: the last stage needs no embedding
+  auto head = Model::load(fixture_dir("llama2_mqa_f32"), LayerRange{0, 1});
+  ASSERT_TRUE(head.ok());
+  EXPECT_TRUE(head->weights().lm_head.empty() && head->weights().final_norm.empty());
+}
+
+TEST(ModelLoadTest, TiedEmbeddingsServeAsLmHeadWhenFileHasNone) {
+  auto model = Model::load(fixture_dir("qwen2_f32"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_TRUE(model->config().tie_word_embeddings);
+  EXPECT_EQ(model->weights().lm_head.data, model->weights().embed.data);
+}
+
+// Copies a fixture into a temp dir, with config.json edited by `edit`.
+std::string copy_fixture(const std::string& name, const std::string& tag,
+                         const std::function<void(std::string&)>& edit = {}) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("tessera_" + tag);
+  fs::remove_all(dir);
+  fs::copy(fixture_dir(name), dir);
+  if (edit) {
+    std::ifstream in(dir / "config.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    edit(text);
+    std::ofstream(dir / "config.json") << text;
+  }
+  return dir.string();
+}
+
+void replace(std::string& text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+}
+
+TEST(ModelLoadTest, ConfigShapeDisagreeingWithTensorNamesTensorAndShapes) {
+  const auto dir = copy_fixture("llama3_f32", "wrong_shape",
+                                [](std::string& t) { replace(t, "\"intermediate_size\": 160", "\"intermediate_size\": 128"); });
+  auto model = Model::load(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kInvalidInput);
+  const auto& message = model.status().message();
+  EXPECT_NE(message.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << message;
+  EXPECT_NE(message.find("[160, 64]"), std::string::npos) << message;
+  EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
+}
+
+TEST(ModelLoadTest, MissingTensorIsNamed) {
+  // Qwen3 needs q_norm; claiming a llama config on it still loads, but claiming qwen3 on llama weights must fail.
+  const auto dir = copy_fixture("llama3_f32", "missing_tensor",
+                                [](std::string& t) { replace(t, "\"model_type\": \"llama\"", "\"model_type\": \"qwen3\""); });
+  auto model = Model::load(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kNotFound);
+  EXPECT_NE(model.status().message().find("q_norm"), std::string::npos) << model.status().message();
+}
+
+TEST(ModelLoadTest, UnsupportedModelTypeIsNamed) {
+  const auto dir = copy_fixture("llama3_f32", "bad_type",
+                                [](std::string& t) { replace(t, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\""); });
+  auto model = Model::load(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kUnsupported);
+  EXPECT_NE(model.status().message().find("'gpt2'"), std::string::npos) << model.status().message();
+}
+
+}  // namespace
+}  // namespace tessera
