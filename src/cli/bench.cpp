@@ -73,10 +73,7 @@ std::pair<double, double> resident_mib() {
 Result<Model> load(const BenchOptions& o) {
   if (!o.random_weights) return Model::load(o.model_dir);
   TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.config_path));
-  DType dtype = DType::kBF16;
-  if (o.dtype == "f32") dtype = DType::kF32;
-  else if (o.dtype == "f16") dtype = DType::kF16;
-  else if (o.dtype != "bf16") return Status::invalid_input("--dtype must be f32, bf16 or f16, not '" + o.dtype + "'");
+  TS_ASSIGN_OR_RETURN(const DType dtype, parse_weight_dtype(o.dtype));
   return Model::random(config, dtype, o.seed);
 }
 

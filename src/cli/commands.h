@@ -5,12 +5,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace tessera {
 
 void register_generate(CLI::App& app, int& exit_code);
 void register_bench(CLI::App& app, int& exit_code);
+void register_random_checkpoint(CLI::App& app, int& exit_code);
+
+// "f32", "bf16" or "f16" (the --dtype of commands that make weights).
+Result<DType> parse_weight_dtype(const std::string& name);
 
 // Prints "tessera: <message>" on stderr and returns exit code 2.
 int report_error(const Status& status);

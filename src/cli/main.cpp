@@ -10,6 +10,13 @@ int report_error(const Status& status) {
   return 2;
 }
 
+Result<DType> parse_weight_dtype(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  return Status::invalid_input("--dtype must be f32, bf16 or f16, not '" + name + "'");
+}
+
 }  // namespace tessera
 
 int main(int argc, char** argv) {
@@ -18,6 +25,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   tessera::register_generate(app, exit_code);
   tessera::register_bench(app, exit_code);
+  tessera::register_random_checkpoint(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -60,7 +60,7 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const json& value,
     }
     if (!dim.is_number_unsigned()) return tensor_error(name, field + " is not a non-negative integer");
     const uint64_t d = dim.get<uint64_t>();
-    if (false) return tensor_error(name, field + " = " + std::to_string(d) + " is above 2^40");
+    if (d > kMaxDim) return tensor_error(name, field + " = " + std::to_string(d) + " is above 2^40");
     entry.shape.push_back(static_cast<int64_t>(d));
   }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -77,5 +78,9 @@ struct TensorNames {
   }
   std::string global(const char* suffix) const { return prefix + suffix; }
 };
+
+// Every bound tensor under its Hugging Face name ("model.layers.0.self_attn.q_proj.weight"),
+// in checkpoint order; a tied LM head is listed once, as the embedding.
+std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model);
 
 }  // namespace tessera

@@ -122,17 +122,38 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
   return model;
 }
 
+std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model) {
+  const TensorNames names{"model."};
+  const ModelWeights& w = model.weights();
+  std::vector<std::pair<std::string, TensorView>> out;
+  auto add = [&](std::string name, const TensorView& t) {
+    if (!t.empty()) out.emplace_back(std::move(name), t);
+  };
+  add(names.global("embed_tokens.weight"), w.embed);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const int64_t layer = model.range().begin + static_cast<int64_t>(i);
+    const std::pair<const char*, const TensorView*> tensors[] = {
+        {"input_layernorm.weight", &l.attn_norm},    {"self_attn.q_proj.weight", &l.wq},
+        {"self_attn.k_proj.weight", &l.wk},          {"self_attn.v_proj.weight", &l.wv},
+        {"self_attn.o_proj.weight", &l.wo},          {"self_attn.q_proj.bias", &l.bq},
+        {"self_attn.k_proj.bias", &l.bk},            {"self_attn.v_proj.bias", &l.bv},
+        {"self_attn.o_proj.bias", &l.bo},            {"self_attn.q_norm.weight", &l.q_norm},
+        {"self_attn.k_norm.weight", &l.k_norm},      {"post_attention_layernorm.weight", &l.ffn_norm},
+        {"mlp.gate_proj.weight", &l.w_gate},         {"mlp.up_proj.weight", &l.w_up},
+        {"mlp.down_proj.weight", &l.w_down},         {"mlp.gate_proj.bias", &l.b_gate},
+        {"mlp.up_proj.bias", &l.b_up},               {"mlp.down_proj.bias", &l.b_down},
+    };
+    for (const auto& [suffix, tensor] : tensors) add(names.layer(layer, suffix), *tensor);
+  }
+  add(names.global("norm.weight"), w.final_norm);
+  if (w.lm_head.data != w.embed.data) add(names.lm_head, w.lm_head);
+  return out;
+}
+
 uint64_t Model::weight_bytes() const {
   uint64_t total = 0;
-  auto add = [&](const TensorView& t) { total += t.empty() ? 0 : t.nbytes(); };
-  add(weights_.embed);
-  add(weights_.final_norm);
-  if (weights_.lm_head.data != weights_.embed.data) add(weights_.lm_head);
-  for (const auto& l : weights_.layers) {
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.bo, &l.q_norm,
-                                &l.k_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.b_gate, &l.b_up, &l.b_down})
-      add(*t);
-  }
+  for (const auto& [name, tensor] : named_weights(*this)) total += tensor.nbytes();
   return total;
 }
 
