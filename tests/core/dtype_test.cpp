@@ -21,9 +21,9 @@ TEST(DTypeTest, NamesAndSizes) {
     const char* name;
     const char* safetensors;
   };
-  const Case cases[] = {{DType::kF32, 4, "f32", "F32"},  {DType::kF16, 2, "f16", "F16"},
+  const Case cases[] = {{DType::kF32, 4, "f32", "F32"},    {DType::kF16, 2, "f16", "F16"},
                         {DType::kBF16, 2, "bf16", "BF16"}, {DType::kI64, 8, "i64", "I64"},
-                        {DType::kI32, 4, "i32", "I32"},  {DType::kU8, 1, "u8", "U8"}};
+                        {DType::kI32, 4, "i32", "I32"},    {DType::kU8, 1, "u8", "U8"}};
   for (const Case& c : cases) {
     EXPECT_EQ(dtype_size(c.dtype), c.size) << c.name;
     EXPECT_EQ(dtype_name(c.dtype), c.name);
@@ -42,7 +42,7 @@ TEST(F16Test, EncodesKnownValues) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
   EXPECT_EQ(f32_to_f16(0.5f), 0x3800);
-  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);             // largest finite
+  EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);               // largest finite
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(f32_to_f16(std::ldexp(1023.0f, -24)), 0x03ff);
@@ -53,25 +53,25 @@ TEST(F16Test, EncodesKnownValues) {
 }
 
 TEST(F16Test, RoundsToNearestEven) {
-  const float ulp = std::ldexp(1.0f, -10);  // f16 spacing in [1, 2)
-  EXPECT_EQ(f32_to_f16(1.0f + ulp / 2), 0x3c00);                         // tie, down to even
-  EXPECT_EQ(f32_to_f16(1.0f + 3 * ulp / 2), 0x3c02);                     // tie, up to even
+  const float ulp = std::ldexp(1.0f, -10);                                // f16 spacing in [1, 2)
+  EXPECT_EQ(f32_to_f16(1.0f + ulp / 2), 0x3c00);                          // tie, down to even
+  EXPECT_EQ(f32_to_f16(1.0f + 3 * ulp / 2), 0x3c02);                      // tie, up to even
   EXPECT_EQ(f32_to_f16(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 0x3c01);  // just above the tie
   EXPECT_EQ(f32_to_f16(1.0f + ulp / 2 - std::ldexp(1.0f, -20)), 0x3c00);  // just below the tie
-  EXPECT_EQ(f32_to_f16(2.0f - ulp / 4), 0x4000);                         // carries into the exponent
-  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);                               // below the overflow tie
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                               // tie with 65536 -> infinity
+  EXPECT_EQ(f32_to_f16(2.0f - ulp / 4), 0x4000);                          // carries into the exponent
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);                                // below the overflow tie
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                                // tie with 65536 -> infinity
   EXPECT_EQ(f32_to_f16(1e10f), 0x7c00);
   EXPECT_EQ(f32_to_f16(-1e10f), 0xfc00);
 }
 
 TEST(F16Test, RoundsSubnormalsToNearestEven) {
   const float tiny = std::ldexp(1.0f, -24);
-  EXPECT_EQ(f32_to_f16(tiny / 2), 0x0000);          // tie, down to even (0)
+  EXPECT_EQ(f32_to_f16(tiny / 2), 0x0000);  // tie, down to even (0)
   EXPECT_EQ(f32_to_f16(-tiny / 2), 0x8000);
   EXPECT_EQ(f32_to_f16(tiny * 0.75f), 0x0001);
-  EXPECT_EQ(f32_to_f16(tiny * 1.5f), 0x0002);       // tie, up to even
-  EXPECT_EQ(f32_to_f16(tiny * 2.5f), 0x0002);       // tie, down to even
+  EXPECT_EQ(f32_to_f16(tiny * 1.5f), 0x0002);  // tie, up to even
+  EXPECT_EQ(f32_to_f16(tiny * 2.5f), 0x0002);  // tie, down to even
   EXPECT_EQ(f32_to_f16(tiny * 0.25f), 0x0000);
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14) - tiny / 4), 0x0400);  // rounds up into the normals
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -30)), 0x0000);

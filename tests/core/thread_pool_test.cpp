@@ -48,7 +48,9 @@ TEST(ThreadPoolTest, CoversRangeExactlyOnceWithAlignedChunks) {
         for (size_t c = 0; c < chunks.size(); ++c) {
           EXPECT_EQ(chunks[c].first % align, 0u) << chunks[c].first;
           EXPECT_TRUE(chunks[c].second % align == 0 || chunks[c].second == n) << chunks[c].second;
-          if (c > 0) EXPECT_EQ(chunks[c].first, chunks[c - 1].second);
+          if (c > 0) {
+            EXPECT_EQ(chunks[c].first, chunks[c - 1].second);
+          }
         }
       }
     }

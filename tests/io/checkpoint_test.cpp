@@ -42,8 +42,8 @@ class CheckpointTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(root_); }
 
   static void write(const std::filesystem::path& path, std::span<const uint8_t> bytes) {
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   }
   static void write_text(const std::filesystem::path& path, const std::string& text) {
     std::ofstream(path, std::ios::binary) << text;
@@ -51,11 +51,10 @@ class CheckpointTest : public ::testing::Test {
   // Two shards: a = {embed, layer0}, b = {layer1, norm}.
   void write_shards() {
     write(std::filesystem::path(dir_) / "model-00001-of-00002.safetensors",
-          encode_safetensors({{"embed", DType::kF32, {2, 2}, as_bytes(embed_)},
-                              {"layer0", DType::kBF16, {3}, as_bytes(layer0_)}}));
+          encode_safetensors(
+              {{"embed", DType::kF32, {2, 2}, as_bytes(embed_)}, {"layer0", DType::kBF16, {3}, as_bytes(layer0_)}}));
     write(std::filesystem::path(dir_) / "model-00002-of-00002.safetensors",
-          encode_safetensors({{"layer1", DType::kF16, {1, 2}, as_bytes(layer1_)},
-                              {"norm", DType::kF32, {0}, {}}}));
+          encode_safetensors({{"layer1", DType::kF16, {1, 2}, as_bytes(layer1_)}, {"norm", DType::kF32, {0}, {}}}));
   }
   void write_index(const std::string& weight_map) {
     write_text(std::filesystem::path(dir_) / "model.safetensors.index.json",
@@ -169,6 +168,7 @@ TEST_F(CheckpointTest, RejectsTensorInTwoShards) {
   write_shards();
   write(std::filesystem::path(dir_) / "model-00002-of-00002.safetensors",
         encode_safetensors({{"layer1", DType::kF16, {1, 2}, as_bytes(layer1_)},
+                            {"norm", DType::kF32, {0}, {}},
                             {"embed", DType::kF32, {2, 2}, as_bytes(embed_)}}));
   write_index(kGoodWeightMap);
   expect_error(Checkpoint::open(dir_).status(), ErrorKind::kInvalidInput,
@@ -178,7 +178,8 @@ TEST_F(CheckpointTest, RejectsTensorInTwoShards) {
 TEST_F(CheckpointTest, RejectsMalformedIndex) {
   write_shards();
   write_text(std::filesystem::path(dir_) / "model.safetensors.index.json", R"({"weight_map": {)");
-  expect_error(Checkpoint::open(dir_).status(), ErrorKind::kInvalidInput, {"model.safetensors.index.json", "JSON"});
+  expect_error(Checkpoint::open(dir_).status(), ErrorKind::kInvalidInput,
+               {"model.safetensors.index.json: not valid JSON"});
   write_text(std::filesystem::path(dir_) / "model.safetensors.index.json", R"({"metadata": {}})");
   expect_error(Checkpoint::open(dir_).status(), ErrorKind::kInvalidInput,
                {"model.safetensors.index.json", "'weight_map'"});

@@ -158,8 +158,14 @@ TEST(SafetensorsTest, RejectsEveryTruncation) {
 }
 
 TEST(SafetensorsTest, RejectsInvalidJson) {
-  expect_rejected(raw_file(R"({"w": {"dtype": "F32",)", 0), {"header", "JSON"});
-  expect_rejected(raw_file("\xff\xfe{}", 0), {"header", "JSON"});
+  expect_rejected(raw_file(R"({"w": {"dtype": "F32",)", 0), {"header is not valid JSON"});
+  expect_rejected(raw_file("\xff\xfe{}", 0), {"header is not valid JSON"});
+}
+
+TEST(SafetensorsTest, RejectsDeeplyNestedJsonWithoutOverflowingTheStack) {
+  const size_t depth = 1'000'000;
+  expect_entry_rejected(std::string(depth, '[') + std::string(depth, ']'), 0, {"tensor 'w'", "not a JSON object"});
+  expect_rejected(raw_file(std::string(depth, '['), 0), {"header is not valid JSON"});
 }
 
 TEST(SafetensorsTest, RejectsHeaderThatIsNotAnObject) {
@@ -173,8 +179,9 @@ TEST(SafetensorsTest, RejectsEntryThatIsNotAnObject) {
 }
 
 TEST(SafetensorsTest, RejectsMissingOrNonStringDtype) {
-  expect_entry_rejected(R"({"shape":[1],"data_offsets":[0,4]})", 4, {"tensor 'w'", "'dtype'"});
-  expect_entry_rejected(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})", 4, {"tensor 'w'", "'dtype'"});
+  expect_entry_rejected(R"({"shape":[1],"data_offsets":[0,4]})", 4, {"tensor 'w'", "missing field 'dtype'"});
+  expect_entry_rejected(R"({"dtype":4,"shape":[1],"data_offsets":[0,4]})", 4,
+                        {"tensor 'w'", "field 'dtype' is not a string"});
 }
 
 TEST(SafetensorsTest, RejectsUnknownDtype) {
@@ -184,13 +191,14 @@ TEST(SafetensorsTest, RejectsUnknownDtype) {
 }
 
 TEST(SafetensorsTest, RejectsMissingOrNonArrayShape) {
-  expect_entry_rejected(R"({"dtype":"F32","data_offsets":[0,4]})", 4, {"tensor 'w'", "'shape'"});
-  expect_entry_rejected(R"({"dtype":"F32","shape":1,"data_offsets":[0,4]})", 4, {"tensor 'w'", "'shape'"});
+  expect_entry_rejected(R"({"dtype":"F32","data_offsets":[0,4]})", 4, {"tensor 'w'", "missing field 'shape'"});
+  expect_entry_rejected(R"({"dtype":"F32","shape":1,"data_offsets":[0,4]})", 4,
+                        {"tensor 'w'", "field 'shape' is not an array"});
 }
 
 TEST(SafetensorsTest, RejectsNegativeDim) {
   expect_entry_rejected(R"({"dtype":"F32","shape":[2,-3],"data_offsets":[0,0]})", 0,
-                        {"tensor 'w'", "shape[1]", "negative"});
+                        {"tensor 'w'", "shape[1] is negative (-3)"});
 }
 
 TEST(SafetensorsTest, RejectsNonIntegerDim) {
@@ -214,16 +222,16 @@ TEST(SafetensorsTest, RejectsRankAbove8) {
 
 TEST(SafetensorsTest, RejectsMalformedDataOffsets) {
   const std::string prefix = R"({"dtype":"U8","shape":[4],)";
-  expect_entry_rejected(R"({"dtype":"U8","shape":[4]})", 4, {"tensor 'w'", "'data_offsets'"});
-  for (const std::string offsets : {"4", "[0]", "[0,2,4]", "[-1,3]", "[0,\"4\"]", "[0,4.0]", "[0,18446744073709551616]",
-                                    "{\"0\":4}"}) {
-    expect_entry_rejected(prefix + "\"data_offsets\":" + offsets + "}", 4, {"tensor 'w'", "'data_offsets'"});
+  expect_entry_rejected(R"({"dtype":"U8","shape":[4]})", 4, {"tensor 'w'", "missing field 'data_offsets'"});
+  for (const std::string offsets :
+       {"4", "[0]", "[0,2,4]", "[-1,3]", "[0,\"4\"]", "[0,4.0]", "[0,18446744073709551616]", "{\"0\":4}"}) {
+    expect_entry_rejected(prefix + "\"data_offsets\":" + offsets + "}", 4,
+                          {"tensor 'w'", "field 'data_offsets' is not two unsigned integers"});
   }
 }
 
 TEST(SafetensorsTest, RejectsDecreasingDataOffsets) {
-  expect_entry_rejected(R"({"dtype":"U8","shape":[0],"data_offsets":[4,2]})", 4,
-                        {"tensor 'w'", "data_offsets [4, 2]"});
+  expect_entry_rejected(R"({"dtype":"U8","shape":[0],"data_offsets":[4,2]})", 4, {"tensor 'w'", "data_offsets [4, 2]"});
 }
 
 TEST(SafetensorsTest, RejectsDataOffsetsOutsideDataSection) {
@@ -310,8 +318,8 @@ class SafetensorsFileTest : public ::testing::Test {
 
   std::string write(const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     return path;
   }
 
@@ -321,8 +329,9 @@ class SafetensorsFileTest : public ::testing::Test {
 TEST_F(SafetensorsFileTest, ViewPointsIntoTheMap) {
   const std::vector<float> w = {1.5f, -2.0f, 4.0f, 8.0f, 16.0f, 32.0f};
   const std::vector<uint16_t> b = {0x3f80, 0x4000};
-  const std::string path = write("t.safetensors", encode_safetensors({{"w", DType::kF32, {3, 2}, as_bytes(w)},
-                                                                     {"b", DType::kBF16, {2}, as_bytes(b)}}));
+  const std::string path =
+      write("t.safetensors",
+            encode_safetensors({{"w", DType::kF32, {3, 2}, as_bytes(w)}, {"b", DType::kBF16, {2}, as_bytes(b)}}));
   const Result<SafetensorsFile> file = SafetensorsFile::open(path);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   EXPECT_EQ(file->path(), path);
@@ -338,7 +347,8 @@ TEST_F(SafetensorsFileTest, ViewPointsIntoTheMap) {
 }
 
 TEST_F(SafetensorsFileTest, OpenPrefixesParseErrorsWithPath) {
-  const std::string path = write("bad.safetensors", raw_file(R"({"w":{"dtype":"X","shape":[],"data_offsets":[0,0]}})", 0));
+  const std::string path =
+      write("bad.safetensors", raw_file(R"({"w":{"dtype":"X","shape":[],"data_offsets":[0,0]}})", 0));
   const Result<SafetensorsFile> file = SafetensorsFile::open(path);
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().kind(), ErrorKind::kInvalidInput);
