@@ -37,7 +37,7 @@ HWY_INLINE float w_scalar(const WT* row, int64_t i) {
   }
 }
 
-// One tile: kRows weight rows x kTok tokens, 4*kTok... accumulators kept in registers.
+// One tile: kRows weight rows x kTok tokens, kRows * kTok accumulators kept in registers.
 template <int kRows, int kTok, typename WT>
 HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w, float* HWY_RESTRICT y,
                      int64_t ldy) {
@@ -67,15 +67,17 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTR
 template <typename WT>
 void matmul_typed(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
                   float* HWY_RESTRICT y, int64_t ldy) {
-  // Tokens are taken in blocks that stay in L2 while every row passes over them.
+  // Tokens are taken in blocks that stay in L2 while every row passes over them. A tile
+  // holds 4 x kTok accumulators: 16 of 32 registers with AVX-512, 12 of 16 with AVX2.
   constexpr int64_t kTokenBlock = 64;
+  constexpr int kTok = HWY_MAX_BYTES >= 64 ? 4 : 3;
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
     const int64_t t1 = std::min(tokens, t0 + kTokenBlock);
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
       const WT* wr = w + r * k;
       int64_t t = t0;
-      for (; t + 2 <= t1; t += 2) tile<4, 2>(x + t * k, k, wr, y + t * ldy + r, ldy);
+      for (; t + kTok <= t1; t += kTok) tile<4, kTok>(x + t * k, k, wr, y + t * ldy + r, ldy);
       for (; t < t1; ++t) tile<4, 1>(x + t * k, k, wr, y + t * ldy + r, ldy);
     }
     for (; r < rows; ++r)
