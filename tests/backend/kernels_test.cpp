@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_device.h"
+#include "hwy/targets.h"
 
 namespace tessera {
 namespace {
@@ -58,6 +59,32 @@ TEST_P(MatmulTest, MatchesNaiveLoopOnRaggedSizes) {
       }
     }
   }
+}
+
+// Every instruction set this CPU supports computes the same products (within rounding).
+TEST_P(MatmulTest, EveryCompiledTargetAgrees) {
+  const int64_t tokens = 5, k = 67, rows = 9;
+  auto x = random_values(static_cast<size_t>(tokens * k), 14);
+  auto w = random_values(static_cast<size_t>(rows * k), 15);
+  const auto bytes = encode(w, GetParam());
+  int targets_run = 0;
+  const int64_t supported = hwy::SupportedTargets();  // before SetSupportedTargetsForTest narrows it
+  for (const int64_t target : {HWY_AVX3, HWY_AVX2, HWY_SSE4, HWY_SSSE3, HWY_EMU128, HWY_SCALAR}) {
+    if ((supported & target) == 0 || (HWY_TARGETS & target) == 0) continue;
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<float> y(static_cast<size_t>(tokens * rows));
+    cpu::matmul_rows(x.data(), tokens, k, bytes.data(), GetParam(), rows, y.data(), rows);
+    EXPECT_EQ(std::string(cpu::isa_name()), hwy::TargetName(target));
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int64_t i = 0; i < k; ++i) want += double{x[t * k + i]} * w[r * k + i];
+        ASSERT_NEAR(y[t * rows + r], want, 1e-4) << hwy::TargetName(target);
+      }
+    ++targets_run;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(targets_run, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
