@@ -30,8 +30,10 @@ std::string slurp(const fs::path& path) {
 }
 
 CommandResult run_tessera(const std::string& args) {
+  // Per-test file names: ctest runs the tests of this file in parallel processes.
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   const fs::path dir = fs::path(::testing::TempDir());
-  const auto out = dir / "tessera_cli_out.txt", err = dir / "tessera_cli_err.txt";
+  const auto out = dir / ("tessera_" + test + "_out.txt"), err = dir / ("tessera_" + test + "_err.txt");
   const std::string command =
       std::string(TESSERA_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
   const int status = std::system(command.c_str());

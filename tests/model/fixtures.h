@@ -1,5 +1,7 @@
-// Shared helpers for model tests: where the transformers fixtures live and how
-// to read their reference.safetensors (prompt_ids, greedy_ids, logits).
+// Shared helpers for model tests: where the checkpoints and their transformers
+// references live, and how to read a reference.safetensors (prompt_ids,
+// greedy_ids, logits; made by tools/fixtures/make_fixtures.py or, for the
+// shipped model, tools/train_model/train.py).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,14 +13,33 @@
 
 namespace tessera::testing {
 
+// The random tiny checkpoints of tests/fixtures/models, and the project's own trained model.
+inline constexpr const char* kShippedModel = "tessera-tiny";
+
 inline const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> kNames = {"llama3_f32",  "llama3_bf16", "llama2_mqa_f32", "llama_f16",
-                                                   "mistral_f32", "qwen2_f32",   "qwen3_f32",      "qwen3_bf16"};
+                                                   "mistral_f32", "qwen2_f32",   "qwen3_f32",      "qwen3_bf16",
+                                                   kShippedModel};
   return kNames;
 }
 
+// The checkpoint directory: models/<name> for the shipped model, tests/fixtures/models/<name> otherwise.
 inline std::string fixture_dir(const std::string& name) {
+  if (name == kShippedModel) return std::string(TESSERA_SOURCE_DIR) + "/models/" + name;
   return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
+
+// A gtest parameter name for a fixture ("tessera-tiny" -> "tessera_tiny").
+inline std::string test_name(std::string name) {
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+}
+
+// transformers' logits: beside the checkpoint, or under tests/fixtures/<name> for the shipped model.
+inline std::string reference_path(const std::string& name) {
+  if (name == kShippedModel) return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/" + name + "/reference.safetensors";
+  return fixture_dir(name) + "/reference.safetensors";
 }
 
 struct Reference {
@@ -39,7 +60,7 @@ inline std::vector<int32_t> read_ids(const SafetensorsFile& file, const std::str
 }
 
 inline Reference load_reference(const std::string& name) {
-  auto file = SafetensorsFile::open(fixture_dir(name) + "/reference.safetensors");
+  auto file = SafetensorsFile::open(reference_path(name));
   EXPECT_TRUE(file.ok()) << file.status().to_string();
   Reference ref;
   if (!file.ok()) return ref;

@@ -51,8 +51,9 @@ TEST_P(SplitTest, TwoRangesGiveBitwiseTheLogitsOfOne) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest, ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
+                         ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
+                         [](const auto& info) { return testing::test_name(info.param); });
 
 class ForwardErrorTest : public ::testing::Test {
  protected:

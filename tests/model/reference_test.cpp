@@ -75,7 +75,7 @@ TEST_P(ReferenceTest, PrefillAllLogitsEqualStepwiseDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest, ::testing::ValuesIn(testing::fixture_names()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) { return testing::test_name(info.param); });
 
 }  // namespace
 }  // namespace tessera
