@@ -1,0 +1,73 @@
+# Thin wrapper over scripts/setup.sh, CMake and ctest. Every target can be run twice.
+#   make demo | build | test | bench | fuzz | sanitize | tsan | format | clean
+# CI=true (set by .ci/run) turns warnings into errors.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+# Sanitized binaries stop at the first UBSan report instead of printing and going on.
+export UBSAN_OPTIONS ?= halt_on_error=1:print_stacktrace=1
+
+# Every tessera_fuzzer(...) in fuzz/CMakeLists.txt, so the list cannot drift from ctest's.
+FUZZ_TARGETS := $(shell sed -n 's/^tessera_fuzzer.\([A-Za-z0-9_]*\).*/\1/p' fuzz/CMakeLists.txt)
+F := $(firstword $(FUZZ_TARGETS))
+FUZZ_SECONDS := 20
+WERROR := -DTESSERA_WERROR=$(if $(filter true,$(CI)),ON,OFF)
+CONFIGURE := cmake -S . -G Ninja $(WERROR)
+CTEST := ctest --output-on-failure --no-tests=error -L 'unit|model' -j2
+
+FUZZ_CONFIGURE := CC=clang CXX=clang++ $(CONFIGURE) -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTESSERA_FUZZ=ON -DTESSERA_TESTS=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ_SECONDS=$(FUZZ_SECONDS)
+FUZZ_BUILD := cmake --build build-fuzz --target $(FUZZ_TARGETS)
+# Recursive (=), so it is looked up when a recipe runs, after deps may have installed clang.
+HAVE_CLANG = $(shell command -v clang++)
+NO_CLANG := clang++ not found (scripts/setup.sh installs clang and libclang-rt-14-dev)
+
+DEMO_MODEL := tests/fixtures/models/llama3_f32
+
+.PHONY: all deps build test fuzz demo bench sanitize tsan format clean
+all: build
+
+deps:
+	@bash scripts/setup.sh
+
+build: deps
+	$(CONFIGURE) -B build -DCMAKE_BUILD_TYPE=Release
+	cmake --build build
+
+test: build
+	$(CTEST) --test-dir build
+	$(if $(HAVE_CLANG),$(FUZZ_CONFIGURE),@echo "make test: fuzz tests skipped: $(NO_CLANG)")
+	$(if $(HAVE_CLANG),$(FUZZ_BUILD))
+	$(if $(HAVE_CLANG),ctest --test-dir build-fuzz -L fuzz --output-on-failure --no-tests=error -j2)
+
+fuzz: deps
+	$(if $(HAVE_CLANG),,@echo "make fuzz: $(NO_CLANG)" >&2; exit 1)
+	$(FUZZ_CONFIGURE)
+	$(FUZZ_BUILD)
+	@echo "Fuzzers are in build-fuzz/bin: $(FUZZ_TARGETS). To run one for an hour (new inputs go to the first corpus dir):"
+	@echo "  build-fuzz/bin/$(F) -max_total_time=3600 -rss_limit_mb=1024 build-fuzz/fuzz/$(F)_corpus fuzz/corpus/$(F)"
+
+demo: build
+	@echo "demo: $(DEMO_MODEL) is a tiny random-weight fixture model, driven by token ids until generate reads text and the project's own model ships"
+	build/bin/tessera generate --model $(DEMO_MODEL) --prompt-ids 1,2,3,4,5 -n 16
+
+bench: build
+	build/bin/tessera bench --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 --threads 2
+
+sanitize: deps
+	$(CONFIGURE) -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE=address,undefined
+	cmake --build build-asan
+	$(CTEST) --test-dir build-asan
+
+tsan: deps
+	$(CONFIGURE) -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSERA_SANITIZE=thread
+	cmake --build build-tsan
+	$(CTEST) --test-dir build-tsan
+
+format:
+	find src tests fuzz \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
+
+clean:
+	rm -rf build build-fuzz build-asan build-tsan
