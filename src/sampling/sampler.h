@@ -1,0 +1,59 @@
+// Sampler: turns one row of logits into the next token id, with the controls
+// serving engines share (OpenAI, vLLM, transformers):
+//
+//   logit_bias -> repetition penalty -> presence/frequency penalties
+//   -> temperature (0: greedy) -> top-k -> top-p -> min-p -> draw
+//
+// Repetition penalty follows transformers (over prompt and output: a positive
+// logit is divided by it, a negative one multiplied); presence and frequency
+// penalties follow OpenAI (over output tokens: subtract presence once, and
+// frequency times the count). Draws come from a generator seeded by `seed`, so
+// the same seed, logits and history give the same tokens. One Sampler per
+// sequence; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy (argmax after biases and penalties)
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::map<int32_t, float> logit_bias;
+  uint64_t seed = 0;
+};
+
+// kInvalidInput naming the parameter when a value is out of range.
+Status validate(const SamplingParams& params, int64_t vocab_size);
+
+class Sampler {
+ public:
+  // `params` must have passed validate().
+  Sampler(SamplingParams params, int64_t vocab_size);
+
+  // Picks the next token. `logits` [vocab] is modified (biases, penalties, scaling).
+  // `prompt` and `output` are the tokens so far, for the penalties.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
+
+ private:
+  void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
+
+  SamplingParams params_;
+  int64_t vocab_size_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> counts_;  // scratch: output count per token
+  std::vector<std::pair<float, int32_t>> candidates_;  // scratch: (probability, id)
+};
+
+}  // namespace tessera
