@@ -24,7 +24,7 @@ FUZZ_BUILD := cmake --build build-fuzz --target $(FUZZ_TARGETS)
 HAVE_CLANG = $(shell command -v clang++)
 NO_CLANG := clang++ not found (scripts/setup.sh installs clang and libclang-rt-14-dev)
 
-DEMO_MODEL := tests/fixtures/models/llama3_f32
+DEMO_MODEL := models/tessera-tiny
 
 .PHONY: all deps build test fuzz demo bench sanitize tsan format clean
 all: build
@@ -50,8 +50,9 @@ fuzz: deps
 	@echo "  build-fuzz/bin/$(F) -max_total_time=3600 -rss_limit_mb=1024 build-fuzz/fuzz/$(F)_corpus fuzz/corpus/$(F)"
 
 demo: build
-	@echo "demo: $(DEMO_MODEL) is a tiny random-weight fixture model, driven by token ids until generate reads text and the project's own model ships"
-	build/bin/tessera generate --model $(DEMO_MODEL) --prompt-ids 1,2,3,4,5 -n 16
+	@echo "demo: tessera-tiny, the project's own 9.4M-parameter model (models/tessera-tiny/README.md)"
+	build/bin/tessera generate --model $(DEMO_MODEL) --prompt "It is a truth universally acknowledged" -n 60 \
+	  --temperature 0.8 --top-k 40 --seed 1
 
 bench: build
 	build/bin/tessera bench --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 --threads 2

@@ -11,8 +11,10 @@
 namespace tessera {
 
 void register_generate(CLI::App& app, int& exit_code);
+void register_chat(CLI::App& app, int& exit_code);
 void register_bench(CLI::App& app, int& exit_code);
 void register_random_checkpoint(CLI::App& app, int& exit_code);
+void register_tokenize(CLI::App& app, int& exit_code);
 
 // "f32", "bf16" or "f16" (the --dtype of commands that make weights).
 Result<DType> parse_weight_dtype(const std::string& name);

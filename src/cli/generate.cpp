@@ -1,17 +1,22 @@
-// `tessera generate`: greedy generation from token ids on one host.
-//   tessera generate --model DIR --prompt-ids 1,2,3 -n 16 [--logits-out FILE.npy]
-// Prints the generated ids, comma-separated, on stdout. --logits-out writes f32
-// [n + 1, vocab]: row 0 after the prompt, row i after the i-th generated token.
-#include <algorithm>
-#include <chrono>
+// `tessera generate`: one generation on one host.
+//   tessera generate --model DIR --prompt TEXT [--chat] [-n N] [--temperature T] [--top-p P] [--seed S] ...
+//     streams the generated text to stdout; prompt and generation tokens/s go to stderr.
+//   tessera generate --model DIR --prompt-ids 1,2,3 -n N [--logits-out FILE.npy]
+//     for checkpoints without a tokenizer: prints the generated ids, comma-separated;
+//     --logits-out writes f32 [n + 1, vocab]: row 0 after the prompt, row i after the
+//     i-th generated token.
+// Greedy unless a sampling option is given.
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/device.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
-#include "model/forward.h"
+#include "cli/sampling_options.h"
+#include "engine/generation.h"
 
 namespace tessera {
 
@@ -20,71 +25,125 @@ namespace {
 struct GenerateOptions {
   std::string model_dir;
   std::vector<int32_t> prompt_ids;
+  std::string prompt;
+  std::string prompt_file;
+  bool chat = false;
   int64_t tokens = 16;
+  std::vector<std::string> stop;
+  SamplingParams sampling;
   std::string logits_out;
   size_t threads = 0;
   std::string device = "cpu";
 };
 
-int32_t argmax(std::span<const float> row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
-Status generate(const GenerateOptions& o) {
-  using Clock = std::chrono::steady_clock;
+// Token ids in, token ids (and optionally every row of logits) out.
+Status generate_ids(const GenerateOptions& o) {
   TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
   TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
+  const int64_t vocab = model.config().vocab_size;
+  TS_RETURN_IF_ERROR(validate(o.sampling, vocab));
   Forward forward(model, *device);
   KvCache cache = forward.make_cache(static_cast<int64_t>(o.prompt_ids.size()) + o.tokens);
-  const int64_t vocab = model.config().vocab_size;
+  Sampler sampler(o.sampling, vocab);
   std::vector<float> all_logits;
   std::vector<int32_t> generated;
-
-  const auto t0 = Clock::now();
   TS_ASSIGN_OR_RETURN(std::vector<float> logits, forward.run_ids(o.prompt_ids, cache));
-  const auto t1 = Clock::now();
   for (int64_t i = 0;; ++i) {
     if (!o.logits_out.empty()) all_logits.insert(all_logits.end(), logits.begin(), logits.end());
     if (i == o.tokens) break;
-    const int32_t next = argmax(logits);
-    generated.push_back(next);
+    generated.push_back(sampler.sample(logits, o.prompt_ids, generated));
     // The last token is fed back only when its logits are asked for.
     if (i + 1 == o.tokens && o.logits_out.empty()) break;
     TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&generated.back(), 1), cache));
   }
-  const auto t2 = Clock::now();
-
   std::string line;
   for (const int32_t id : generated) {
     if (!line.empty()) line += ',';
     line += std::to_string(id);
   }
   std::printf("%s\n", line.c_str());
-  if (!o.logits_out.empty())
-    TS_RETURN_IF_ERROR(write_npy_f32(o.logits_out, all_logits, {o.tokens + 1, vocab}));
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::fprintf(stderr, "[generate] %s; prompt %zu tokens in %.3f s; %lld tokens in %.3f s (%.1f tok/s)\n",
-               device->name().c_str(), o.prompt_ids.size(), prefill_s, static_cast<long long>(generated.size()),
-               decode_s, decode_s > 0 ? static_cast<double>(generated.size()) / decode_s : 0.0);
+  if (!o.logits_out.empty()) TS_RETURN_IF_ERROR(write_npy_f32(o.logits_out, all_logits, {o.tokens + 1, vocab}));
+  return {};
+}
+
+Result<std::string> prompt_text(const GenerateOptions& o) {
+  if (o.prompt_file.empty()) return o.prompt;
+  std::ifstream in(o.prompt_file, std::ios::binary);
+  if (!in) return Status::not_found(o.prompt_file + ": cannot open");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Text in, streamed text out.
+Status generate_text(const GenerateOptions& o) {
+  TS_ASSIGN_OR_RETURN(const TextModel model, load_text_model(o.model_dir));
+  TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
+  TS_ASSIGN_OR_RETURN(const std::string text, prompt_text(o));
+  GenerationRequest request;
+  request.max_tokens = o.tokens;
+  request.sampling = o.sampling;
+  request.stop_strings = o.stop;
+  if (o.chat) {
+    TS_ASSIGN_OR_RETURN(const std::string rendered,
+                        model.render_chat(nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}),
+                                          /*add_generation_prompt=*/true));
+    TS_ASSIGN_OR_RETURN(request.prompt, model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
+  } else {
+    auto ids = model.tokenizer.encode(text);
+    if (!ids.ok()) return ids.status().with_context(o.prompt_file.empty() ? "--prompt" : o.prompt_file);
+    request.prompt = std::move(ids).value();
+  }
+  const int64_t context = model.model.config().max_position_embeddings;
+  const auto prompt_size = static_cast<int64_t>(request.prompt.size());
+  if (prompt_size >= context)
+    return Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
+                                 " tokens; the model's context is " + std::to_string(context));
+  Forward forward(model.model, *device);
+  KvCache cache = forward.make_cache(std::min(context, prompt_size + o.tokens));
+  TS_ASSIGN_OR_RETURN(const GenerationResult result,
+                      tessera::generate_text(model, forward, cache, request, [](std::string_view piece) {
+                        std::fwrite(piece.data(), 1, piece.size(), stdout);
+                        std::fflush(stdout);
+                      }));
+  std::printf("\n");
+  std::fprintf(stderr, "[generate] %s; prompt %lld tokens at %.1f tok/s; %zu tokens at %.1f tok/s (%s)\n",
+               device->name().c_str(), static_cast<long long>(prompt_size),
+               static_cast<double>(prompt_size) / result.prefill_seconds, result.tokens.size(),
+               result.decode_seconds > 0 ? static_cast<double>(result.tokens.size()) / result.decode_seconds : 0.0,
+               result.finish_reason.c_str());
   return {};
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app, int& exit_code) {
-  auto options = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate tokens greedily from prompt token ids");
-  cmd->add_option("--model", options->model_dir, "Checkpoint directory (config.json + safetensors)")->required();
-  cmd->add_option("--prompt-ids", options->prompt_ids, "Prompt token ids, comma-separated")
-      ->required()
-      ->delimiter(',');
-  cmd->add_option("-n,--tokens", options->tokens, "Number of tokens to generate")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--logits-out", options->logits_out, "Write f32 logits [n+1, vocab] to this .npy file");
-  cmd->add_option("--threads", options->threads, "CPU threads (default: all cores)");
-  cmd->add_option("--device", options->device, "cpu or cuda[:N]");
-  cmd->callback([options, &exit_code] {
-    const Status status = generate(*options);
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text (or token ids) from a prompt");
+  cmd->add_option("--model", o->model_dir, "Checkpoint directory (config.json, safetensors, tokenizer.json)")
+      ->required();
+  auto* text = cmd->add_option("--prompt", o->prompt, "Prompt text");
+  auto* file = cmd->add_option("--prompt-file", o->prompt_file, "Read the prompt text from this file");
+  auto* ids = cmd->add_option("--prompt-ids", o->prompt_ids, "Prompt token ids, comma-separated (no tokenizer needed)")
+                  ->delimiter(',');
+  text->excludes(file)->excludes(ids);
+  file->excludes(ids);
+  cmd->add_flag("--chat", o->chat, "Wrap the prompt as a user message in the model's chat template")->excludes(ids);
+  cmd->add_option("-n,--tokens", o->tokens, "Most tokens to generate")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable)")->excludes(ids);
+  add_sampling_options(*cmd, o->sampling);
+  cmd->add_option("--logits-out", o->logits_out, "With --prompt-ids: write f32 logits [n+1, vocab] to this .npy");
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  cmd->callback([o, &exit_code, text, file, ids] {
+    Status status;
+    if (ids->count() > 0) {
+      status = generate_ids(*o);
+    } else if (text->count() > 0 || file->count() > 0) {
+      status = generate_text(*o);
+    } else {
+      status = Status::invalid_input("give --prompt, --prompt-file or --prompt-ids");
+    }
     exit_code = status.ok() ? 0 : report_error(status);
   });
 }

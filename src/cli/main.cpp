@@ -24,8 +24,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   tessera::register_generate(app, exit_code);
+  tessera::register_chat(app, exit_code);
   tessera::register_bench(app, exit_code);
   tessera::register_random_checkpoint(app, exit_code);
+  tessera::register_tokenize(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera {
 namespace {
@@ -72,6 +74,60 @@ TEST(CliTest, GenerateMatchesTransformersAndWritesLogits) {
   std::vector<float> logits(ref.logits.size());
   std::memcpy(logits.data(), bytes.data() + 10 + header_len, logits.size() * sizeof(float));
   for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], ref.logits[i], 1e-3) << i;
+}
+
+void expect_refused(const CommandResult& run, const std::vector<std::string>& needles);
+
+// The shipped model with its own tokenizer: text in, the reference's greedy continuation out.
+TEST(CliTest, GenerateStreamsTheGreedyTextOfTheShippedModel) {
+  const auto ref = load_reference(testing::kShippedModel);
+  auto tokenizer = Tokenizer::from_file(fixture_dir(testing::kShippedModel) + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  auto prompt = tokenizer->encode("It is a truth universally acknowledged");
+  ASSERT_TRUE(prompt.ok());
+  ASSERT_EQ(*prompt, ref.prompt_ids);  // the tokenizer agrees with HF's on the prompt
+  const auto expected = tokenizer->decode(ref.greedy_ids, /*skip_special=*/true);
+  ASSERT_TRUE(expected.ok());
+  const CommandResult run = run_tessera("generate --model " + fixture_dir(testing::kShippedModel) +
+                                        " --prompt 'It is a truth universally acknowledged' -n 8 --threads 2");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, *expected + "\n");
+  EXPECT_NE(run.err.find("tok/s"), std::string::npos) << run.err;
+}
+
+TEST(CliTest, ChatTakesTurnsAndResets) {
+  const fs::path input = fs::path(::testing::TempDir()) / "tessera_chat_input.txt";
+  std::ofstream(input) << "Who are you?\n/reset\nTell me about the sea.\n";
+  const CommandResult run = run_tessera("chat --model " + fixture_dir(testing::kShippedModel) + " -n 8 < " +
+                                        input.string());
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 2) << run.out;  // one answer line per question
+}
+
+TEST(CliTest, InvalidUtf8PromptFileIsRefused) {
+  const fs::path file = fs::path(::testing::TempDir()) / "tessera_bad_utf8.txt";
+  std::ofstream(file, std::ios::binary) << "caf\xC3(";
+  expect_refused(run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " +
+                             file.string()),
+                 {file.string(), "UTF-8"});
+}
+
+TEST(CliTest, PromptLongerThanContextIsRefused) {
+  const fs::path file = fs::path(::testing::TempDir()) / "tessera_long_prompt.txt";
+  std::ofstream out(file);
+  for (int i = 0; i < 3000; ++i) out << "truth ";
+  out.close();
+  expect_refused(run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " +
+                             file.string()),
+                 {"context is 2048"});
+}
+
+TEST(CliTest, MalformedTokenizerJsonIsRefused) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "tessera_bad_tokenizer";
+  fs::remove_all(dir);
+  fs::copy(fixture_dir(testing::kShippedModel), dir);
+  std::ofstream(dir / "tokenizer.json", std::ios::trunc) << "{\"model\": {\"type\": \"Unigram\"}}";
+  expect_refused(run_tessera("generate --model " + dir.string() + " --prompt hello"), {"tokenizer.json"});
 }
 
 // Asserts a clean refusal: exit code 2, exactly one line on stderr holding every `needle`.

@@ -1,0 +1,116 @@
+// `tessera chat --model DIR`: an interactive multi-turn chat in the terminal,
+// through the model's chat template. Each turn re-renders the whole conversation
+// and reuses the KV cache for the tokens it shares with the previous turn.
+//   /reset   clears the history      /quit or Ctrl-D   leaves
+//   Ctrl-C   stops the current answer (not the program)
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "backend/device.h"
+#include "cli/commands.h"
+#include "cli/sampling_options.h"
+#include "engine/generation.h"
+
+namespace tessera {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+struct ChatOptions {
+  std::string model_dir;
+  std::string system;
+  int64_t tokens = 512;
+  SamplingParams sampling;
+  size_t threads = 0;
+  std::string device = "cpu";
+};
+
+Status chat(ChatOptions o) {
+  TS_ASSIGN_OR_RETURN(const TextModel model, load_text_model(o.model_dir));
+  if (!model.chat_template) return Status::invalid_input(o.model_dir + ": tokenizer_config.json has no chat_template");
+  TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
+  Forward forward(model.model, *device);
+  KvCache cache = forward.make_cache(model.model.config().max_position_embeddings);
+  std::vector<int32_t> cached;  // the tokens whose keys and values the cache holds
+  auto messages = nlohmann::ordered_json::array();
+  if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
+  const size_t base_messages = messages.size();
+
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;  // no SA_RESTART: Ctrl-C at the prompt ends the read
+  sigaction(SIGINT, &action, nullptr);
+  std::fprintf(stderr, "tessera chat: /reset clears the history, /quit or Ctrl-D leaves, Ctrl-C stops an answer\n");
+  for (std::string line;;) {
+    std::fprintf(stderr, "> ");
+    g_interrupted = false;
+    if (!std::getline(std::cin, line)) {
+      if (g_interrupted) {  // Ctrl-C at the prompt: a fresh prompt
+        std::cin.clear();
+        std::fprintf(stderr, "\n");
+        continue;
+      }
+      return {};
+    }
+    if (line == "/quit") return {};
+    if (line == "/reset") {
+      messages.erase(messages.begin() + static_cast<ptrdiff_t>(base_messages), messages.end());
+      cached.clear();
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({{"role", "user"}, {"content", line}});
+    TS_ASSIGN_OR_RETURN(const std::string rendered, model.render_chat(messages, /*add_generation_prompt=*/true));
+    GenerationRequest request;
+    request.max_tokens = o.tokens;
+    request.sampling = o.sampling;
+    request.cancel = &g_interrupted;
+    TS_ASSIGN_OR_RETURN(request.prompt, model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
+    size_t common = 0;
+    while (common < cached.size() && common < request.prompt.size() && cached[common] == request.prompt[common])
+      ++common;
+    cache.set_length(static_cast<int64_t>(common));
+    std::string answer;
+    auto result = generate_text(model, forward, cache, request, [&](std::string_view piece) {
+      answer += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::printf("\n");
+    if (!result.ok()) {  // e.g. the conversation outgrew the context: say so and carry on
+      report_error(result.status());
+      messages.erase(messages.end() - 1);
+      continue;
+    }
+    cached = request.prompt;
+    cached.insert(cached.end(), result->tokens.begin(), result->tokens.end());
+    cached.resize(static_cast<size_t>(cache.length()));  // the last sampled token never ran
+    messages.push_back({{"role", "assistant"}, {"content", answer}});
+    if (result->finish_reason == "cancelled") std::fprintf(stderr, "[stopped]\n");
+  }
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ChatOptions>();
+  CLI::App* cmd = app.add_subcommand("chat", "Chat with a model in the terminal, through its chat template");
+  cmd->add_option("--model", o->model_dir, "Checkpoint directory with tokenizer files")->required();
+  cmd->add_option("--system", o->system, "A system message opening the conversation");
+  cmd->add_option("-n,--tokens", o->tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
+  add_sampling_options(*cmd, o->sampling);
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  cmd->callback([o, &exit_code] {
+    const Status status = chat(*o);
+    exit_code = status.ok() ? 0 : report_error(status);
+  });
+}
+
+}  // namespace tessera
