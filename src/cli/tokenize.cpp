@@ -48,7 +48,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::strin
   } catch (const nlohmann::json::parse_error& e) {
     return Status::invalid_input(path + ": --decode wants a JSON array of token ids: " + e.what());
   }
-
+  if (!json.is_array()) return Status::invalid_input(path + ": --decode wants a JSON array of token ids");
   std::vector<int32_t> ids;
   ids.reserve(json.size());
   for (size_t i = 0; i < json.size(); ++i) {
@@ -94,9 +94,11 @@ void register_tokenize(CLI::App& app, int& exit_code) {
       "Encode a text file to token ids (one JSON array on stdout) or, with --decode, a JSON array of ids to text, "
       "with a Hugging Face tokenizer.json; the ids equal those of HF's tokenizers library");
   cmd->add_option("--tokenizer", options->tokenizer_path, "Path to tokenizer.json")->required();
-  cmd->add_option("--in", options->in_path, "Input file ('-' for stdin): UTF-8 text, or with --decode a JSON array of ids")
+  cmd->add_option("--in", options->in_path,
+                  "Input file ('-' for stdin): UTF-8 text, or with --decode a JSON array of ids")
       ->required();
-  cmd->add_flag("--decode", options->decode, "Decode: read a JSON array of ids and print their text (no newline added)");
+  cmd->add_flag("--decode", options->decode,
+                "Decode: read a JSON array of ids and print their text (no newline added)");
   cmd->add_option("--special", options->special,
                   "true (default): text of special tokens in the input (e.g. <|im_start|>) becomes those tokens, as "
                   "HF's default; false: it is encoded as plain text (HF split_special_tokens=True), so the input "
