@@ -37,6 +37,7 @@ build: deps
 	cmake --build build
 
 test: build
+	bash scripts/fetch_test_material.sh || echo "make test: test material could not be fetched; the tests that need it skip"
 	$(CTEST) --test-dir build
 	$(if $(HAVE_CLANG),$(FUZZ_CONFIGURE),@echo "make test: fuzz tests skipped: $(NO_CLANG)")
 	$(if $(HAVE_CLANG),$(FUZZ_BUILD))

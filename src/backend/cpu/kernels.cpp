@@ -74,6 +74,9 @@ void matmul_typed(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const 
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
     const int64_t t1 = std::min(tokens, t0 + kTokenBlock);
     int64_t r = 0;
+    if (t1 - t0 == 1) {  // decode: eight weight rows in flight per thread keep more memory reads outstanding
+      for (; r + 8 <= rows; r += 8) tile<8, 1>(x + t0 * k, k, w + r * k, y + t0 * ldy + r, ldy);
+    }
     for (; r + 4 <= rows; r += 4) {
       const WT* wr = w + r * k;
       int64_t t = t0;
@@ -139,17 +142,24 @@ void ToF32(const void* src, DType dtype, int64_t n, float* dst) {
 }
 
 uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n) {
+  // Four streams at once, as a matmul tile reads four weight rows: one stream per
+  // core leaves memory bandwidth unused.
   const hn::ScalableTag<uint64_t> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
-  auto acc0 = hn::Zero(du);
-  auto acc1 = hn::Zero(du);
-  int64_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    acc0 = hn::Add(acc0, hn::LoadU(du, data + i));
-    acc1 = hn::Add(acc1, hn::LoadU(du, data + i + lanes));
+  const int64_t quarter = n / 4 / lanes * lanes;
+  const uint64_t* s0 = data;
+  const uint64_t* s1 = data + quarter;
+  const uint64_t* s2 = data + 2 * quarter;
+  const uint64_t* s3 = data + 3 * quarter;
+  auto acc0 = hn::Zero(du), acc1 = hn::Zero(du), acc2 = hn::Zero(du), acc3 = hn::Zero(du);
+  for (int64_t i = 0; i < quarter; i += lanes) {
+    acc0 = hn::Add(acc0, hn::LoadU(du, s0 + i));
+    acc1 = hn::Add(acc1, hn::LoadU(du, s1 + i));
+    acc2 = hn::Add(acc2, hn::LoadU(du, s2 + i));
+    acc3 = hn::Add(acc3, hn::LoadU(du, s3 + i));
   }
-  uint64_t sum = hn::GetLane(hn::SumOfLanes(du, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += data[i];
+  uint64_t sum = hn::GetLane(hn::SumOfLanes(du, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
+  for (int64_t i = 4 * quarter; i < n; ++i) sum += data[i];
   return sum;
 }
 
