@@ -74,8 +74,8 @@ void matmul_typed(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const 
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
     const int64_t t1 = std::min(tokens, t0 + kTokenBlock);
     int64_t r = 0;
-    if (t1 - t0 == 1) {  // decode: eight weight rows in flight per thread keep more memory reads outstanding
-      for (; r + 8 <= rows; r += 8) tile<8, 1>(x + t0 * k, k, w + r * k, y + t0 * ldy + r, ldy);
+    if (t1 - t0 == 1) {  // decode: sixteen weight rows in flight per thread keep more memory reads outstanding
+      for (; r + 16 <= rows; r += 16) tile<16, 1>(x + t0 * k, k, w + r * k, y + t0 * ldy + r, ldy);
     }
     for (; r + 4 <= rows; r += 4) {
       const WT* wr = w + r * k;
