@@ -96,25 +96,10 @@ void CpuDevice::attention(const AttentionArgs& a) {
       const int64_t kv = h / group;
       const int64_t pos = a.pos0 + t;
       const int64_t first = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
-      const float* q = a.q + (t * a.n_heads + h) * a.head_dim;
       scores.resize(static_cast<size_t>(pos + 1 - first));
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = first; j <= pos; ++j) {
-        const float s = cpu::dot(q, a.k_cache + j * kv_stride + kv * a.head_dim, a.head_dim) * a.scale;
-        scores[static_cast<size_t>(j - first)] = s;
-        max_score = std::max(max_score, s);
-      }
-      float sum = 0.0f;
-      for (float& s : scores) {
-        s = std::exp(s - max_score);
-        sum += s;
-      }
-      float* out = a.out + (t * a.n_heads + h) * a.head_dim;
-      std::fill(out, out + a.head_dim, 0.0f);
-      const float inv_sum = 1.0f / sum;
-      for (int64_t j = first; j <= pos; ++j)
-        cpu::axpy(scores[static_cast<size_t>(j - first)] * inv_sum, a.v_cache + j * kv_stride + kv * a.head_dim, out,
-                  a.head_dim);
+      cpu::attend(a.q + (t * a.n_heads + h) * a.head_dim, a.k_cache + first * kv_stride + kv * a.head_dim,
+                  a.v_cache + first * kv_stride + kv * a.head_dim, kv_stride, pos + 1 - first, a.head_dim, a.scale,
+                  scores.data(), a.out + (t * a.n_heads + h) * a.head_dim);
     }
   });
 }

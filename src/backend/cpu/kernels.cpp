@@ -5,6 +5,10 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
 
@@ -123,6 +127,23 @@ void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+void Attend(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, int64_t stride,
+            int64_t n, int64_t head_dim, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+  float max_score = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = Dot(q, k + j * stride, head_dim) * scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  std::fill(out, out + head_dim, 0.0f);
+  const float inv_sum = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) Axpy(scores[j] * inv_sum, v + j * stride, out, head_dim);
+}
+
 template <typename WT>
 void to_f32_typed(const WT* HWY_RESTRICT src, int64_t n, float* HWY_RESTRICT dst) {
   const DF df;
@@ -175,6 +196,7 @@ namespace tessera::cpu {
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(Dot);
 HWY_EXPORT(Axpy);
+HWY_EXPORT(Attend);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(ReadSum);
 HWY_EXPORT(IsaName);
@@ -185,6 +207,10 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
 }
 float dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(Dot)(a, b, n); }
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
+void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t head_dim, float scale,
+            float* scores, float* out) {
+  HWY_DYNAMIC_DISPATCH(Attend)(q, k, v, stride, n, head_dim, scale, scores, out);
+}
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 uint64_t read_sum(const uint64_t* data, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n); }
 const char* isa_name() { return HWY_DYNAMIC_DISPATCH(IsaName)(); }
