@@ -2,7 +2,6 @@
 // .npy file, and for bad paths and corrupt checkpoints exit code 2 with one line
 // on stderr naming the file and the tensor or field (never a crash).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
+#include "support/run_tessera.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -18,33 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::fixture_dir;
+using testing::CommandResult;
+using testing::expect_refused;
 using testing::load_reference;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-CommandResult run_tessera(const std::string& args) {
-  // Per-test file names: ctest runs the tests of this file in parallel processes.
-  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const fs::path dir = fs::path(::testing::TempDir());
-  const auto out = dir / ("tessera_" + test + "_out.txt"), err = dir / ("tessera_" + test + "_err.txt");
-  const std::string command =
-      std::string(TESSERA_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(command.c_str());
-  CommandResult run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.out = slurp(out);
-  run.err = slurp(err);
-  return run;
-}
+using testing::run_tessera;
+using testing::slurp;
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
@@ -75,8 +53,6 @@ TEST(CliTest, GenerateMatchesTransformersAndWritesLogits) {
   std::memcpy(logits.data(), bytes.data() + 10 + header_len, logits.size() * sizeof(float));
   for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], ref.logits[i], 1e-3) << i;
 }
-
-void expect_refused(const CommandResult& run, const std::vector<std::string>& needles);
 
 // The shipped model with its own tokenizer: text in, the reference's greedy continuation out.
 TEST(CliTest, GenerateStreamsTheGreedyTextOfTheShippedModel) {
@@ -128,14 +104,6 @@ TEST(CliTest, MalformedTokenizerJsonIsRefused) {
   fs::copy(fixture_dir(testing::kShippedModel), dir);
   std::ofstream(dir / "tokenizer.json", std::ios::trunc) << "{\"model\": {\"type\": \"Unigram\"}}";
   expect_refused(run_tessera("generate --model " + dir.string() + " --prompt hello"), {"tokenizer.json"});
-}
-
-// Asserts a clean refusal: exit code 2, exactly one line on stderr holding every `needle`.
-void expect_refused(const CommandResult& run, const std::vector<std::string>& needles) {
-  EXPECT_EQ(run.exit_code, 2) << run.err;
-  ASSERT_FALSE(run.err.empty());
-  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "more than one line: " << run.err;
-  for (const auto& needle : needles) EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
 }
 
 TEST(CliTest, MissingModelDirectoryIsRefused) {

@@ -2,52 +2,28 @@
 // the text, --special/--add-special, and for bad input exit code 2 with one line
 // on stderr naming what was wrong.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/run_tessera.h"
+
 namespace tessera {
 namespace {
 
+using testing::CommandResult;
+using testing::expect_refused;
+using testing::run_tessera;
+
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 fs::path write_file(const std::string& name, const std::string& content) {
   const fs::path path = fs::path(::testing::TempDir()) / name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
-}
-
-CommandResult run_tessera(const std::string& args) {
-  const fs::path dir = fs::path(::testing::TempDir());
-  const auto out = dir / "tok_cli_out.txt", err = dir / "tok_cli_err.txt";
-  const std::string command = std::string(TESSERA_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
-  const int status = std::system(command.c_str());
-  CommandResult run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  run.out = slurp(out);
-  run.err = slurp(err);
-  return run;
-}
-
-void expect_refused(const CommandResult& run, const std::vector<std::string>& needles) {
-  EXPECT_EQ(run.exit_code, 2) << run.err;
-  ASSERT_FALSE(run.err.empty());
-  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "more than one line: " << run.err;
-  for (const auto& needle : needles) EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
 }
 
 // Byte-level: ids 0..255 are bytes; "<s>" (256) is a special BOS, "<|x|>" (257) special.
