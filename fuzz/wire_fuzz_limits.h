@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "core/check.h"
@@ -107,6 +109,31 @@ inline void check_accepted_header(const TensorHeader& h, const DecodeLimits& lim
 inline void check_refusal(const Status& status) {
   TS_CHECK(status.kind() == ErrorKind::kInvalidInput, status.to_string());
   TS_CHECK(!status.message().empty());
+}
+
+// A tensor frame that decoded under `limits`.
+struct DecodedFrame {
+  Frame frame;
+  DecodedTensor tensor;
+};
+
+// Decodes `bytes` as one frame and its tensor under `limits`, checking what every
+// tensor decoder must keep: a refusal is kInvalidInput and never grew `scratch`
+// past the limits; an accepted header keeps the limits' promises and its bytes are
+// exactly decoded_bytes. nullopt when refused (framing is wire_frame_fuzz's job).
+inline std::optional<DecodedFrame> decode_checked(std::span<const uint8_t> bytes, const DecodeLimits& limits,
+                                                  std::vector<uint8_t>& scratch) {
+  Result<Frame> frame = decode_frame(bytes, frame_limits());
+  if (!frame.ok()) return std::nullopt;
+  Result<DecodedTensor> tensor = decode_tensor(*frame, limits, scratch);
+  if (!tensor.ok()) {
+    check_refusal(tensor.status());
+    TS_CHECK_LE(scratch.capacity(), limits.max_decoded_bytes);
+    return std::nullopt;
+  }
+  check_accepted_header(tensor->header, limits);
+  TS_CHECK_EQ(tensor->bytes.size(), tensor->header.decoded_bytes);
+  return DecodedFrame{*frame, *tensor};
 }
 
 }  // namespace tessera::wire::fuzz

@@ -12,25 +12,18 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::wire;
   static const DecodeLimits limits = fuzz::lz4_limits();
-  const tessera::Result<Frame> frame = decode_frame({data, size}, fuzz::frame_limits());
-  if (!frame.ok()) return 0;  // wire_frame_fuzz covers framing
   std::vector<uint8_t> scratch;
-  const tessera::Result<DecodedTensor> tensor = decode_tensor(*frame, limits, scratch);
-  if (!tensor.ok()) {
-    fuzz::check_refusal(tensor.status());
-    TS_CHECK_LE(scratch.capacity(), limits.max_decoded_bytes);
-    return 0;
-  }
-  fuzz::check_accepted_header(tensor->header, limits);
-  TS_CHECK_EQ(tensor->bytes.size(), tensor->header.decoded_bytes);
-  if (tensor->header.encoding.flags == 0) {
-    TS_CHECK(tensor->bytes.data() == frame->payload.data(), "plain payload was copied");
+  const auto decoded = fuzz::decode_checked({data, size}, limits, scratch);
+  if (!decoded) return 0;
+  const auto& [frame, tensor] = *decoded;
+  if (tensor.header.encoding.flags == 0) {
+    TS_CHECK(tensor.bytes.data() == frame.payload.data(), "plain payload was copied");
   } else {
     // Recompressing the decoded bytes must give a frame that decodes to them again.
-    const std::vector<uint8_t> block = lz4_compress(tensor->bytes);
-    std::vector<uint8_t> out(tensor->bytes.size());
+    const std::vector<uint8_t> block = lz4_compress(tensor.bytes);
+    std::vector<uint8_t> out(tensor.bytes.size());
     TS_CHECK(lz4_decompress_exact("again", block, out).ok());
-    TS_CHECK(std::equal(out.begin(), out.end(), tensor->bytes.begin(), tensor->bytes.end()));
+    TS_CHECK(std::equal(out.begin(), out.end(), tensor.bytes.begin(), tensor.bytes.end()));
   }
   return 0;
 }
