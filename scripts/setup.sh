@@ -9,7 +9,8 @@ packages=(
   clang libclang-rt-14-dev  # libFuzzer and ASan/UBSan/TSan runtimes for clang 14
   clang-format
   libgtest-dev libbenchmark-dev
-  nlohmann-json3-dev libcli11-dev libhwy-dev liblz4-dev libpcre2-dev libicu-dev
+  nlohmann-json3-dev libcli11-dev libhwy-dev liblz4-dev libpcre2-dev libicu-dev libssl-dev
+  iproute2  # ip netns: multinode tests run each rank/stage in its own network namespace
   python3 python3-numpy  # tools/fixtures, reading --logits-out .npy files
   # Test material written by nobody here (docs: ../shared/docs/test-material.md):
   r-cran-janeaustenr bible-kjv bible-kjv-text  # English text for tokenizer tests and tools/train_model

@@ -33,6 +33,8 @@ class [[nodiscard]] Status {
   static Status invalid_input(std::string message) { return {ErrorKind::kInvalidInput, std::move(message)}; }
   static Status not_found(std::string message) { return {ErrorKind::kNotFound, std::move(message)}; }
   static Status unsupported(std::string message) { return {ErrorKind::kUnsupported, std::move(message)}; }
+  static Status overloaded(std::string message) { return {ErrorKind::kOverloaded, std::move(message)}; }
+  static Status disconnected(std::string message) { return {ErrorKind::kDisconnected, std::move(message)}; }
   static Status internal(std::string message) { return {ErrorKind::kInternal, std::move(message)}; }
 
   bool ok() const { return rep_ == nullptr; }

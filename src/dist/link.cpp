@@ -1,0 +1,259 @@
+#include "dist/link.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "dist/sum.h"
+
+namespace tessera::dist {
+
+namespace {
+
+constexpr std::string_view kSecretLabel = "EXPORTER-tessera-seal-v1";
+
+}  // namespace
+
+Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOptions& options)
+    : self_(self), peer_(peer), options_(options), control_(std::move(control)) {
+  TS_CHECK(options_.piece_bytes > 0 && options_.piece_bytes % 4 == 0, "piece_bytes=", options_.piece_bytes);
+  peer_name_ = control_.peer_name();
+  Result<std::array<uint8_t, 32>> secret = control_.export_secret(kSecretLabel, {});
+  TS_CHECK(secret.ok(), secret.status().to_string());
+  secret_ = *secret;
+  send_buf_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
+  recv_buf_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
+  plain_buf_.resize(options_.piece_bytes);
+  sender_ = std::thread([this] { sender_loop(); });
+}
+
+Link::~Link() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  data_.shutdown();
+  sender_.join();
+  control_.shutdown();
+}
+
+Status Link::write_control_locked(const ControlMessage& message, net::Deadline deadline) {
+  std::lock_guard lock(control_write_mutex_);
+  return write_control(control_, message, deadline);
+}
+
+void Link::start_generation(uint64_t generation, net::Socket data) {
+  std::lock_guard lock(mutex_);
+  TS_CHECK(!busy_ && jobs_.empty(), "start_generation with sends in flight");
+  generation_ = generation;
+  data_ = std::move(data);
+  send_counter_ = 0;
+  recv_counter_ = 0;
+  sealer_.reset();
+  opener_.reset();
+  tamper_.reset();
+  previous_piece_.clear();
+  for (const Tamper& tamper : options_.tampers) {
+    if (tamper.generation == generation && tamper.to_rank == peer_) tamper_ = tamper;
+  }
+  if (!options_.plain) {
+    sealer_.emplace(seal::derive_key(secret_, seal::KeyPurpose::kData, self_, peer_, generation));
+    opener_.emplace(seal::derive_key(secret_, seal::KeyPurpose::kData, peer_, self_, generation));
+  }
+}
+
+void Link::close_data() {
+  data_.shutdown();
+  wait_idle();
+  std::lock_guard lock(mutex_);
+  data_ = net::Socket();
+}
+
+void Link::wait_idle() {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [this] { return !busy_ && jobs_.empty(); });
+}
+
+std::future<Status> Link::post_send(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd) {
+  SendJob job{op, bytes, dtype, wake_fd, {}};
+  std::future<Status> done = job.done.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return done;
+}
+
+void Link::sender_loop() {
+  for (;;) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+    if (stop_) {
+      for (SendJob& job : jobs_) job.done.set_value(Status::disconnected("[dist] group closed"));
+      jobs_.clear();
+      return;
+    }
+    SendJob job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    job.done.set_value(send_message(job));
+    lock.lock();
+    busy_ = false;
+    lock.unlock();
+    cv_.notify_all();
+  }
+}
+
+seal::PieceContext Link::context(seal::Op op, uint64_t total_bytes, DType dtype, bool outgoing) const {
+  seal::PieceContext ctx;
+  ctx.op = op;
+  ctx.generation = generation_;
+  ctx.sender = outgoing ? self_ : peer_;
+  ctx.receiver = outgoing ? peer_ : self_;
+  ctx.piece_bytes = options_.piece_bytes;
+  ctx.dtype = dtype;
+  ctx.element_count = total_bytes / dtype_size(dtype);
+  ctx.piece_count = seal::piece_count(total_bytes, options_.piece_bytes);
+  return ctx;
+}
+
+Status Link::describe(Status status, const seal::PieceContext& ctx) const {
+  if (status.ok() || net::is_interrupted(status)) return status;
+  const bool outgoing = ctx.sender == self_;
+  return status.with_context("[dist] rank " + std::to_string(self_) + (outgoing ? " sending " : " receiving ") +
+                             std::string(seal::op_name(ctx.op)) + (outgoing ? " to" : " from") + " rank " +
+                             std::to_string(peer_) + " (generation " + std::to_string(ctx.generation) + ", counter " +
+                             std::to_string(ctx.counter) + ", piece " + std::to_string(ctx.piece_index) + " of " +
+                             std::to_string(ctx.piece_count) + ")");
+}
+
+bool Link::tampers(const seal::PieceContext& ctx) const {
+  return tamper_ && tamper_->counter == ctx.counter && std::min(tamper_->piece, ctx.piece_count - 1) == ctx.piece_index;
+}
+
+// Seals (or frames) one piece into send_buf_ and applies a test's byte-level
+// tamper; returns the bytes to write.
+Result<std::span<const uint8_t>> Link::frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload) {
+  const bool sealed = sealer_.has_value();
+  const size_t length = seal::piece_wire_bytes(payload.size(), sealed);
+  std::span<uint8_t> wire(send_buf_.data(), length);
+  const Tamper* tamper = tampers(ctx) ? &*tamper_ : nullptr;
+  seal::PieceContext sealed_ctx = ctx;
+  if (tamper && tamper->kind == TamperKind::kElementCount) ++sealed_ctx.element_count;
+  if (sealed) {
+    TS_RETURN_IF_ERROR(sealer_->seal(sealed_ctx, payload, wire));
+  } else {
+    seal::write_piece_header(ctx, wire);
+    if (!payload.empty()) std::memcpy(wire.data() + seal::kPieceHeaderBytes, payload.data(), payload.size());
+  }
+  if (!tamper) return std::span<const uint8_t>(wire);
+  seal::PieceContext forged = ctx;  // kWrongGeneration, kWrongSender: another header
+  switch (tamper->kind) {
+    case TamperKind::kCiphertext:
+      wire[payload.empty() ? length - 1 : seal::kPieceHeaderBytes] ^= 0x01;
+      break;
+    case TamperKind::kTag:
+      wire[length - 1] ^= 0x80;
+      break;
+    case TamperKind::kHeader:
+      wire[tamper->header_offset] ^= 0x01;
+      break;
+    case TamperKind::kTruncate:
+      return std::span<const uint8_t>(wire.first(length > 5 ? length - 5 : 0));
+    case TamperKind::kWrongGeneration:
+      ++forged.generation;
+      seal::write_piece_header(forged, wire);
+      break;
+    case TamperKind::kWrongSender:  // the receiver's own piece reflected back to it
+      std::swap(forged.sender, forged.receiver);
+      seal::write_piece_header(forged, wire);
+      break;
+    default:
+      break;  // the others move whole pieces (send_message)
+  }
+  return std::span<const uint8_t>(wire);
+}
+
+Status Link::write(std::span<const uint8_t> bytes, int wake_fd) {
+  return data_.write_all(bytes, net::deadline_after(options_.progress_timeout), wake_fd);
+}
+
+Status Link::send_message(SendJob& job) {
+  seal::PieceContext ctx = context(job.op, job.bytes.size(), job.dtype, true);
+  ctx.counter = send_counter_++;
+  for (uint32_t k = 0; k < ctx.piece_count; ++k) {
+    auto frame = [&](uint32_t index) -> Result<std::span<const uint8_t>> {
+      ctx.piece_index = index;
+      const size_t length = seal::piece_payload_bytes(job.bytes.size(), options_.piece_bytes, index);
+      return frame_piece(ctx, job.bytes.subspan(size_t{index} * options_.piece_bytes, length));
+    };
+    Result<std::span<const uint8_t>> piece = frame(k);
+    Status status = piece.status();
+    const TamperKind kind = tampers(ctx) ? tamper_->kind : TamperKind::kCiphertext;
+    if (status.ok() && tampers(ctx) && kind == TamperKind::kReorder && k + 1 < ctx.piece_count) {
+      const std::vector<uint8_t> held(piece->begin(), piece->end());
+      Result<std::span<const uint8_t>> next = frame(k + 1);
+      status = next.ok() ? write(*next, job.wake_fd) : next.status();
+      if (status.ok()) status = write(held, job.wake_fd);
+      ++k;
+    } else if (status.ok() && tampers(ctx) && kind == TamperKind::kReplay && !previous_piece_.empty()) {
+      status = write(previous_piece_, job.wake_fd);
+    } else if (status.ok() && !(tampers(ctx) && kind == TamperKind::kDrop)) {
+      status = write(*piece, job.wake_fd);
+      if (status.ok() && tampers(ctx) && kind == TamperKind::kDuplicate) status = write(*piece, job.wake_fd);
+    }
+    if (tamper_ && piece.ok()) previous_piece_.assign(piece->begin(), piece->end());
+    TS_RETURN_IF_ERROR(describe(status, ctx));
+  }
+  return {};
+}
+
+template <typename PieceFn>
+Status Link::recv_message(seal::PieceContext ctx, int wake_fd, PieceFn&& on_piece) {
+  ctx.counter = recv_counter_++;
+  const uint64_t total = seal::message_bytes(ctx);
+  for (uint32_t k = 0; k < ctx.piece_count; ++k) {
+    ctx.piece_index = k;
+    const size_t offset = size_t{k} * options_.piece_bytes;
+    const size_t length = seal::piece_payload_bytes(total, options_.piece_bytes, k);
+    const net::Deadline deadline = net::deadline_after(options_.progress_timeout);
+    Status status;
+    if (opener_) {
+      std::span<uint8_t> wire(recv_buf_.data(), seal::piece_wire_bytes(length, true));
+      status = data_.read_exact(wire, deadline, wake_fd);
+      if (status.ok()) status = on_piece(offset, length, [&](std::span<uint8_t> plain) {
+        return opener_->open(ctx, wire, plain);
+      });
+    } else {
+      std::span<uint8_t> header(recv_buf_.data(), seal::kPieceHeaderBytes);
+      status = data_.read_exact(header, deadline, wake_fd);
+      if (status.ok()) status = seal::check_piece_header(ctx, header);
+      if (status.ok()) status = on_piece(offset, length, [&](std::span<uint8_t> plain) {
+        return data_.read_exact(plain, deadline, wake_fd);
+      });
+    }
+    TS_RETURN_IF_ERROR(describe(status, ctx));
+  }
+  return {};
+}
+
+Status Link::recv_into(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd) {
+  return recv_message(context(op, out.size(), dtype, false), wake_fd,
+                      [&](size_t offset, size_t length, auto&& fill) { return fill(out.subspan(offset, length)); });
+}
+
+Status Link::recv_add(seal::Op op, std::span<float> acc, DType dtype, bool first, int wake_fd) {
+  const size_t element = dtype_size(dtype);
+  std::vector<uint8_t>& scratch = plain_buf_;
+  return recv_message(context(op, acc.size() * element, dtype, false), wake_fd,
+                      [&](size_t offset, size_t length, auto&& fill) {
+                        std::span<uint8_t> plain(scratch.data(), length);
+                        TS_RETURN_IF_ERROR(fill(plain));
+                        accumulate(acc.subspan(offset / element, length / element), plain, dtype, first);
+                        return Status();
+                      });
+}
+
+}  // namespace tessera::dist

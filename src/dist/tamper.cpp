@@ -1,0 +1,96 @@
+#include "dist/tamper.h"
+
+#include <array>
+#include <charconv>
+#include <utility>
+
+namespace tessera::dist {
+namespace {
+
+constexpr std::array<std::pair<std::string_view, TamperKind>, 11> kKinds = {{
+    {"ciphertext", TamperKind::kCiphertext},
+    {"tag", TamperKind::kTag},
+    {"header", TamperKind::kHeader},
+    {"element_count", TamperKind::kElementCount},
+    {"replay", TamperKind::kReplay},
+    {"reorder", TamperKind::kReorder},
+    {"drop", TamperKind::kDrop},
+    {"truncate", TamperKind::kTruncate},
+    {"duplicate", TamperKind::kDuplicate},
+    {"wrong_generation", TamperKind::kWrongGeneration},
+    {"wrong_sender", TamperKind::kWrongSender},
+}};
+
+// Offsets in the piece header (seal/piece.h).
+constexpr std::array<std::pair<std::string_view, size_t>, 10> kFields = {{
+    {"magic", 0},
+    {"layout", 3},
+    {"op", 4},
+    {"dtype", 5},
+    {"generation", 8},
+    {"sender", 16},
+    {"receiver", 20},
+    {"counter", 24},
+    {"piece_index", 32},
+    {"piece_count", 36},
+}};
+
+}  // namespace
+
+std::optional<size_t> header_field_offset(std::string_view field) {
+  for (const auto& [name, offset] : kFields) {
+    if (name == field) return offset;
+  }
+  return std::nullopt;
+}
+
+Result<Tamper> parse_tamper(std::string_view text) {
+  const size_t at = text.find('@');
+  if (at == std::string_view::npos) return Status::invalid_input("tamper '" + std::string(text) + "': expected kind@counter");
+  std::string_view kind = text.substr(0, at);
+  std::string_view field;
+  if (size_t colon = kind.find(':'); colon != std::string_view::npos) {
+    field = kind.substr(colon + 1);
+    kind = kind.substr(0, colon);
+  }
+  Tamper tamper;
+  bool known = false;
+  for (const auto& [name, value] : kKinds) {
+    if (name == kind) {
+      tamper.kind = value;
+      known = true;
+    }
+  }
+  if (!known) return Status::invalid_input("tamper '" + std::string(text) + "': unknown kind");
+  if (tamper.kind == TamperKind::kHeader) {
+    std::optional<size_t> offset = header_field_offset(field);
+    if (!offset) return Status::invalid_input("tamper '" + std::string(text) + "': unknown header field");
+    tamper.header_offset = *offset;
+  }
+  const std::string_view counter = text.substr(at + 1);
+  auto [end, ec] = std::from_chars(counter.data(), counter.data() + counter.size(), tamper.counter);
+  if (ec != std::errc() || end != counter.data() + counter.size()) {
+    return Status::invalid_input("tamper '" + std::string(text) + "': bad counter");
+  }
+  return tamper;
+}
+
+std::string tamper_name(const Tamper& tamper) {
+  std::string name;
+  for (const auto& [kind_name, value] : kKinds) {
+    if (value == tamper.kind) name = kind_name;
+  }
+  if (tamper.kind == TamperKind::kHeader) {
+    for (const auto& [field, offset] : kFields) {
+      if (offset == tamper.header_offset) {
+        name += ':';
+        name += field;
+      }
+    }
+  }
+  name += '@';
+  name += std::to_string(tamper.counter);
+  return name;
+}
+
+}  // namespace tessera::dist

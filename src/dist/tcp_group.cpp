@@ -1,0 +1,504 @@
+#include "dist/tcp_group.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/check.h"
+#include "dist/control.h"
+#include "dist/link.h"
+#include "dist/sum.h"
+#include "seal/hello.h"
+
+namespace tessera::dist {
+namespace {
+
+using seal::Op;
+using std::chrono::milliseconds;
+
+constexpr uint8_t kTlsHandshakeRecord = 0x16;  // first byte of a TLS ClientHello
+constexpr milliseconds kRetryInterval{20};
+constexpr milliseconds kAbortSendTimeout{1000};
+
+std::string rank_text(size_t rank) { return "rank " + std::to_string(rank); }
+
+class TcpGroup final : public GroupImpl {
+ public:
+  TcpGroup(const net::Identity& identity, const net::TrustFile& trust, const GroupOptions& options, uint32_t rank)
+      : identity_(identity), trust_(trust), options_(options), rank_(rank), size_(options.members.size()) {}
+  ~TcpGroup() override;
+
+  Status start();
+
+  int rank() const override { return static_cast<int>(rank_); }
+  int size() const override { return static_cast<int>(size_); }
+  uint64_t generation() const override {
+    std::lock_guard lock(mutex_);
+    return generation_;
+  }
+  Status failure() const override {
+    std::lock_guard lock(mutex_);
+    return failure_;
+  }
+
+  Status all_sum(std::span<uint8_t> data, DType dtype) override;
+  Status reduce_scatter(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override;
+  Status all_gather(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override;
+  Status broadcast(std::span<uint8_t> data, DType dtype, int root) override;
+  Status send(std::span<const uint8_t> data, DType dtype, int dst) override;
+  Status recv(std::span<uint8_t> data, DType dtype, int src) override;
+  Status rebuild() override;
+
+ private:
+  Result<net::Endpoint> address_of(uint32_t rank) const;
+  Result<net::Socket> connect_with_retry(uint32_t rank, net::Deadline deadline);
+  Status connect_control(net::Deadline deadline);
+  Status connect_data(uint64_t generation, net::Deadline deadline);
+  Status accept_data(net::Socket socket, uint64_t generation, std::vector<bool>& bound);
+  void control_loop(uint32_t peer);
+  void refuse(const std::string& why);
+
+  // Returns the latched failure, or the wake fd of the working generation.
+  Result<int> begin_op();
+  // Latches `status` (unless it is the wake-up caused by an earlier failure),
+  // tells every peer, and returns the group's failure.
+  Status fail(Status status);
+  void latch(Status status, bool tell_peers);
+  Status wait_sends(std::vector<std::future<Status>>& sends);
+  // Phase 1 of all_sum and reduce_scatter: acc = sum over ranks of their chunk
+  // rank_, where chunk(j) is what this rank contributes to rank j.
+  template <typename ChunkFn>
+  Status reduce_to_owner(Op op, DType dtype, size_t owned_elements, ChunkFn chunk, int wake_fd);
+  Link& link(uint32_t peer) { return *links_[peer]; }
+  LinkOptions link_options() const {
+    return {options_.plain, options_.piece_bytes, options_.progress_timeout, options_.tampers};
+  }
+
+  // Constant after construction.
+  const net::Identity identity_;
+  const net::TrustFile trust_;
+  const GroupOptions options_;
+  const uint32_t rank_;
+  const size_t size_;
+
+  net::Listener listener_;
+  std::vector<std::unique_ptr<Link>> links_;  // by rank; null for this rank
+  std::vector<std::thread> control_readers_;
+  net::WakeFd closing_;
+  std::vector<net::Socket> early_data_;  // data connections that arrived while control was being set up
+  std::vector<float> acc_;               // caller thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t generation_ = 0;                  // guarded by mutex_
+  Status failure_;                           // guarded by mutex_
+  std::unique_ptr<net::WakeFd> wake_;        // guarded by mutex_; signalled on failure
+  std::map<uint64_t, Status> future_aborts_;  // guarded by mutex_: aborts of a generation not yet entered
+  std::vector<uint64_t> rebuild_ready_;       // guarded by mutex_: per peer, highest generation announced
+  std::vector<bool> control_lost_;            // guarded by mutex_
+};
+
+TcpGroup::~TcpGroup() {
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mutex_);
+    generation = generation_;
+    if (failure_.ok()) failure_ = Status::disconnected("[dist] group closed");
+    if (wake_) wake_->signal();
+  }
+  for (auto& link : links_) {
+    if (link) (void)link->write_control_locked({ControlKind::kGoodbye, generation, ""}, net::deadline_after(milliseconds(200)));
+  }
+  closing_.signal();
+  for (std::thread& reader : control_readers_) reader.join();
+  links_.clear();
+}
+
+Result<net::Endpoint> TcpGroup::address_of(uint32_t rank) const {
+  const net::TrustedNode* node = trust_.find_name(options_.members[rank]);
+  if (!node) return Status::invalid_input("[dist] member '" + options_.members[rank] + "' is not in the trust file");
+  return net::parse_endpoint(node->address);
+}
+
+void TcpGroup::refuse(const std::string& why) { std::fprintf(stderr, "[dist] rank %u refused a connection: %s\n", rank_, why.c_str()); }
+
+Status TcpGroup::start() {
+  wake_ = std::make_unique<net::WakeFd>();
+  rebuild_ready_.assign(size_, 0);
+  control_lost_.assign(size_, false);
+  links_.resize(size_);
+  TS_ASSIGN_OR_RETURN(net::Endpoint self_address, address_of(rank_));
+  TS_ASSIGN_OR_RETURN(listener_, net::Listener::bind(self_address));
+  const net::Deadline deadline = net::deadline_after(options_.connect_timeout);
+  TS_RETURN_IF_ERROR(connect_control(deadline));
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) control_readers_.emplace_back([this, peer] { control_loop(peer); });
+  }
+  return connect_data(0, deadline);
+}
+
+Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline deadline) {
+  TS_ASSIGN_OR_RETURN(net::Endpoint endpoint, address_of(rank));
+  for (;;) {
+    Result<net::Socket> socket = net::Socket::connect(endpoint, deadline);
+    if (socket.ok() || net::Clock::now() + kRetryInterval >= deadline) {
+      if (!socket.ok()) return socket.status().with_context("[dist] " + rank_text(rank) + " (" + options_.members[rank] + ")");
+      return socket;
+    }
+    std::this_thread::sleep_for(kRetryInterval);  // the peer is not listening yet
+  }
+}
+
+// Mutual TLS with every peer: connect to lower ranks, accept higher ones. A
+// connection that fails the handshake (unknown certificate, not a member, a
+// duplicate) is refused and the wait goes on for the real peer.
+Status TcpGroup::connect_control(net::Deadline deadline) {
+  for (uint32_t peer = 0; peer < rank_; ++peer) {
+    TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
+    TS_ASSIGN_OR_RETURN(net::TlsChannel channel,
+                        net::TlsChannel::client(std::move(socket), identity_, trust_, options_.members[peer], deadline));
+    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(channel), link_options());
+  }
+  size_t missing = size_ - 1 - rank_;
+  while (missing > 0) {
+    Result<net::Socket> socket = listener_.accept(deadline);
+    if (!socket.ok()) {
+      return socket.status().with_context("[dist] " + rank_text(rank_) + " waiting for " + std::to_string(missing) +
+                                          " higher rank(s) to connect");
+    }
+    Result<uint8_t> first = socket->peek_byte(deadline);
+    if (!first.ok()) continue;
+    if (*first != kTlsHandshakeRecord) {
+      early_data_.push_back(std::move(*socket));
+      continue;
+    }
+    Result<net::TlsChannel> channel = net::TlsChannel::server(std::move(*socket), identity_, trust_, deadline);
+    if (!channel.ok()) {
+      refuse(channel.status().to_string());
+      continue;
+    }
+    auto member = std::find(options_.members.begin(), options_.members.end(), channel->peer_name());
+    const uint32_t peer = static_cast<uint32_t>(member - options_.members.begin());
+    if (member == options_.members.end() || peer <= rank_ || links_[peer]) {
+      refuse("node '" + channel->peer_name() + "' is not a higher rank of this group waiting to connect");
+      continue;
+    }
+    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(*channel), link_options());
+    --missing;
+  }
+  return {};
+}
+
+// Data connections of `generation`: connect to lower ranks and send a sealed
+// hello; accept higher ranks and open theirs with the secret of their TLS session.
+Status TcpGroup::connect_data(uint64_t generation, net::Deadline deadline) {
+  for (uint32_t peer = 0; peer < rank_; ++peer) {
+    TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
+    const auto hello = seal::seal_hello(link(peer).secret(), {rank_, peer, generation, options_.plain});
+    TS_RETURN_IF_ERROR(socket.write_all(hello, deadline));
+    link(peer).start_generation(generation, std::move(socket));
+  }
+  std::vector<bool> bound(size_, false);
+  size_t missing = size_ - 1 - rank_;
+  std::vector<net::Socket> early = std::move(early_data_);
+  early_data_.clear();
+  while (missing > 0) {
+    net::Socket socket;
+    if (!early.empty()) {
+      socket = std::move(early.back());
+      early.pop_back();
+    } else {
+      Result<net::Socket> accepted = listener_.accept(deadline);
+      if (!accepted.ok()) {
+        return accepted.status().with_context("[dist] " + rank_text(rank_) + " generation " + std::to_string(generation) +
+                                              ": waiting for " + std::to_string(missing) + " data connection(s)");
+      }
+      socket = std::move(*accepted);
+    }
+    Status status = accept_data(std::move(socket), generation, bound);
+    if (status.ok()) {
+      --missing;
+    } else {
+      refuse(status.to_string());
+    }
+  }
+  return {};
+}
+
+Status TcpGroup::accept_data(net::Socket socket, uint64_t generation, std::vector<bool>& bound) {
+  std::array<uint8_t, seal::kHelloBytes> bytes;
+  TS_RETURN_IF_ERROR(socket.read_exact(bytes, net::deadline_after(options_.progress_timeout)));
+  TS_ASSIGN_OR_RETURN(seal::Hello hello, seal::peek_hello(bytes));
+  if (hello.sender <= rank_ || hello.sender >= size_ || bound[hello.sender]) {
+    return Status::invalid_input("data hello from " + socket.peer_address() + " names sender rank " +
+                                 std::to_string(hello.sender) + ", which is not a higher rank still to connect");
+  }
+  const seal::Hello expected{hello.sender, rank_, generation, options_.plain};
+  TS_RETURN_IF_ERROR(seal::open_hello(link(hello.sender).secret(), expected, bytes));
+  link(hello.sender).start_generation(generation, std::move(socket));
+  bound[hello.sender] = true;
+  return {};
+}
+
+void TcpGroup::control_loop(uint32_t peer) {
+  for (;;) {
+    Result<ControlMessage> message =
+        read_control(link(peer).control(), net::Clock::now() + std::chrono::hours(24 * 365), closing_.fd());
+    if (!message.ok()) {
+      if (net::is_interrupted(message.status())) return;  // closing
+      std::lock_guard lock(mutex_);
+      control_lost_[peer] = true;
+      cv_.notify_all();
+      // The peer's process or its link is gone: nothing more can be sent.
+      if (failure_.ok()) {
+        failure_ = Status::disconnected("[dist] " + rank_text(peer) + " (" + options_.members[peer] +
+                                        "): control channel lost: " + message.status().message());
+        wake_->signal();
+      }
+      return;
+    }
+    switch (message->kind) {
+      case ControlKind::kAbort: {
+        Status abort = Status::disconnected("[dist] " + rank_text(peer) + " aborted generation " +
+                                            std::to_string(message->generation) + ": " + message->text);
+        std::lock_guard lock(mutex_);
+        if (message->generation == generation_ && failure_.ok()) {
+          failure_ = abort;
+          wake_->signal();
+        } else if (message->generation > generation_) {
+          future_aborts_.emplace(message->generation, abort);
+        }
+        break;
+      }
+      case ControlKind::kRebuild: {
+        std::lock_guard lock(mutex_);
+        rebuild_ready_[peer] = std::max(rebuild_ready_[peer], message->generation);
+        cv_.notify_all();
+        break;
+      }
+      case ControlKind::kGoodbye:
+        return;
+    }
+  }
+}
+
+Result<int> TcpGroup::begin_op() {
+  std::lock_guard lock(mutex_);
+  if (!failure_.ok()) return failure_;
+  return wake_->fd();
+}
+
+void TcpGroup::latch(Status status, bool tell_peers) {
+  uint64_t generation = 0;
+  {
+    std::lock_guard lock(mutex_);
+    if (!failure_.ok()) return;
+    failure_ = status;
+    generation = generation_;
+    wake_->signal();
+  }
+  if (!tell_peers) return;
+  for (auto& link : links_) {
+    if (link) {
+      (void)link->write_control_locked({ControlKind::kAbort, generation, status.message()},
+                                       net::deadline_after(kAbortSendTimeout));
+    }
+  }
+}
+
+Status TcpGroup::fail(Status status) {
+  if (!net::is_interrupted(status)) latch(std::move(status), true);
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+Status TcpGroup::wait_sends(std::vector<std::future<Status>>& sends) {
+  Status first;
+  for (auto& send : sends) {
+    Status status = send.get();
+    if (first.ok() && !status.ok()) first = status;
+  }
+  sends.clear();
+  return first;
+}
+
+template <typename ChunkFn>
+Status TcpGroup::reduce_to_owner(Op op, DType dtype, size_t owned_elements, ChunkFn chunk, int wake_fd) {
+  std::vector<std::future<Status>> sends;
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) sends.push_back(link(peer).post_send(op, chunk(peer), dtype, wake_fd));
+  }
+  acc_.resize(owned_elements);
+  Status status;
+  for (uint32_t source = 0; source < size_ && status.ok(); ++source) {  // rank order fixes the sum
+    if (source == rank_) {
+      accumulate(acc_, chunk(rank_), dtype, source == 0);
+    } else {
+      status = link(source).recv_add(op, acc_, dtype, source == 0, wake_fd);
+    }
+  }
+  if (!status.ok()) status = fail(status);  // wakes this rank's blocked sends before waiting for them
+  Status sent = wait_sends(sends);
+  if (status.ok() && !sent.ok()) status = fail(sent);
+  return status;
+}
+
+Status TcpGroup::all_sum(std::span<uint8_t> data, DType dtype) {
+  TS_RETURN_IF_ERROR(check_buffer(data, dtype, "all_sum"));
+  TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  const size_t element = dtype_size(dtype);
+  const uint64_t n = data.size() / element;
+  auto begin = [&](uint32_t j) { return static_cast<size_t>(n * j / size_) * element; };
+  auto chunk = [&](uint32_t j) { return data.subspan(begin(j), begin(j + 1) - begin(j)); };
+  TS_RETURN_IF_ERROR(reduce_to_owner(Op::kAllSum, dtype, chunk(rank_).size() / element,
+                                     [&](uint32_t j) { return std::span<const uint8_t>(chunk(j)); }, wake_fd));
+  store(acc_, chunk(rank_), dtype);
+  std::vector<std::future<Status>> sends;
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) sends.push_back(link(peer).post_send(Op::kAllSum, chunk(rank_), dtype, wake_fd));
+  }
+  Status status;
+  for (uint32_t peer = 0; peer < size_ && status.ok(); ++peer) {
+    if (peer != rank_) status = link(peer).recv_into(Op::kAllSum, chunk(peer), dtype, wake_fd);
+  }
+  if (!status.ok()) status = fail(status);
+  Status sent = wait_sends(sends);
+  if (status.ok() && !sent.ok()) status = fail(sent);
+  return status;
+}
+
+Status TcpGroup::reduce_scatter(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) {
+  TS_RETURN_IF_ERROR(check_buffer(in, dtype, "reduce_scatter"));
+  if (in.size() != out.size() * size_) {
+    return Status::invalid_input("[dist] reduce_scatter: input " + std::to_string(in.size()) + " bytes != " +
+                                 std::to_string(size_) + " ranks * output " + std::to_string(out.size()) + " bytes");
+  }
+  TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  auto chunk = [&](uint32_t j) { return in.subspan(j * out.size(), out.size()); };
+  TS_RETURN_IF_ERROR(reduce_to_owner(Op::kReduceScatter, dtype, out.size() / dtype_size(dtype), chunk, wake_fd));
+  store(acc_, out, dtype);
+  return {};
+}
+
+Status TcpGroup::all_gather(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) {
+  TS_RETURN_IF_ERROR(check_buffer(in, dtype, "all_gather"));
+  if (out.size() != in.size() * size_) {
+    return Status::invalid_input("[dist] all_gather: output " + std::to_string(out.size()) + " bytes != " +
+                                 std::to_string(size_) + " ranks * input " + std::to_string(in.size()) + " bytes");
+  }
+  TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  std::vector<std::future<Status>> sends;
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) sends.push_back(link(peer).post_send(Op::kAllGather, in, dtype, wake_fd));
+  }
+  if (!in.empty()) std::copy(in.begin(), in.end(), out.begin() + rank_ * in.size());
+  Status status;
+  for (uint32_t peer = 0; peer < size_ && status.ok(); ++peer) {
+    if (peer != rank_) status = link(peer).recv_into(Op::kAllGather, out.subspan(peer * in.size(), in.size()), dtype, wake_fd);
+  }
+  if (!status.ok()) status = fail(status);
+  Status sent = wait_sends(sends);
+  if (status.ok() && !sent.ok()) status = fail(sent);
+  return status;
+}
+
+Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root) {
+  TS_RETURN_IF_ERROR(check_buffer(data, dtype, "broadcast"));
+  if (root < 0 || static_cast<size_t>(root) >= size_) {
+    return Status::invalid_input("[dist] broadcast: root " + std::to_string(root) + " in a group of " + std::to_string(size_));
+  }
+  TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  if (static_cast<uint32_t>(root) != rank_) {
+    Status status = link(root).recv_into(Op::kBroadcast, data, dtype, wake_fd);
+    return status.ok() ? status : fail(status);
+  }
+  std::vector<std::future<Status>> sends;
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) sends.push_back(link(peer).post_send(Op::kBroadcast, data, dtype, wake_fd));
+  }
+  Status sent = wait_sends(sends);
+  return sent.ok() ? sent : fail(sent);
+}
+
+Status TcpGroup::send(std::span<const uint8_t> data, DType dtype, int dst) {
+  TS_RETURN_IF_ERROR(check_buffer(data, dtype, "send"));
+  TS_RETURN_IF_ERROR(check_peer(dst, static_cast<int>(size_), static_cast<int>(rank_), "send"));
+  TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  Status sent = link(dst).post_send(Op::kSend, data, dtype, wake_fd).get();
+  return sent.ok() ? sent : fail(sent);
+}
+
+Status TcpGroup::recv(std::span<uint8_t> data, DType dtype, int src) {
+  TS_RETURN_IF_ERROR(check_buffer(data, dtype, "recv"));
+  TS_RETURN_IF_ERROR(check_peer(src, static_cast<int>(size_), static_cast<int>(rank_), "recv"));
+  TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  Status status = link(src).recv_into(Op::kSend, data, dtype, wake_fd);
+  return status.ok() ? status : fail(status);
+}
+
+Status TcpGroup::rebuild() {
+  // Peers are not told: each finishes what it is doing and calls rebuild() too
+  // (a failure has told them already).
+  latch(Status::disconnected("[dist] " + rank_text(rank_) + " is rebuilding the group"), false);
+  for (auto& link : links_) {
+    if (link) link->close_data();
+  }
+  uint64_t next = 0;
+  {
+    std::lock_guard lock(mutex_);
+    next = generation_ + 1;
+  }
+  const net::Deadline deadline = net::deadline_after(options_.connect_timeout);
+  for (auto& link : links_) {
+    if (link) TS_RETURN_IF_ERROR(link->write_control_locked({ControlKind::kRebuild, next, ""}, deadline));
+  }
+  {
+    std::unique_lock lock(mutex_);
+    for (uint32_t peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (!cv_.wait_until(lock, deadline, [&] { return rebuild_ready_[peer] >= next || control_lost_[peer]; }) ||
+          control_lost_[peer]) {
+        return Status::disconnected("[dist] rebuild of generation " + std::to_string(next) + ": " + rank_text(peer) +
+                                    (control_lost_[peer] ? " is gone" : " did not join in time"));
+      }
+    }
+    // Every peer has left generation next-1 (its aborts came before its rebuild
+    // message on the same ordered channel); aborts of `next` may already be here.
+    generation_ = next;
+    wake_ = std::make_unique<net::WakeFd>();
+    auto early = future_aborts_.find(next);
+    failure_ = early == future_aborts_.end() ? Status() : early->second;
+    if (!failure_.ok()) wake_->signal();
+    future_aborts_.erase(future_aborts_.begin(), future_aborts_.upper_bound(next));
+  }
+  Status status = connect_data(next, deadline);
+  return status.ok() ? status : fail(status);
+}
+
+}  // namespace
+
+Result<Group> connect_group(const net::Identity& identity, const net::TrustFile& trust, const GroupOptions& options) {
+  auto self = std::find(options.members.begin(), options.members.end(), identity.name);
+  if (self == options.members.end()) {
+    return Status::invalid_input("[dist] this node '" + identity.name + "' is not one of the group's members");
+  }
+  if (options.piece_bytes == 0 || options.piece_bytes % 4 != 0) {
+    return Status::invalid_input("[dist] piece size " + std::to_string(options.piece_bytes) +
+                                 " bytes is not a positive multiple of 4");
+  }
+  for (size_t i = 0; i < options.members.size(); ++i) {
+    if (std::count(options.members.begin(), options.members.end(), options.members[i]) > 1) {
+      return Status::invalid_input("[dist] member '" + options.members[i] + "' is listed twice");
+    }
+  }
+  auto group = std::make_shared<TcpGroup>(identity, trust, options,
+                                          static_cast<uint32_t>(self - options.members.begin()));
+  if (options.members.size() == 1) return Group::local();
+  TS_RETURN_IF_ERROR(group->start());
+  return Group(group);
+}
+
+}  // namespace tessera::dist
