@@ -22,6 +22,7 @@ using std::chrono::milliseconds;
 constexpr uint8_t kTlsHandshakeRecord = 0x16;  // first byte of a TLS ClientHello
 constexpr milliseconds kRetryInterval{20};
 constexpr milliseconds kAbortSendTimeout{1000};
+constexpr milliseconds kAbortGrace{50};
 
 std::string rank_text(size_t rank) { return "rank " + std::to_string(rank); }
 
@@ -257,6 +258,7 @@ void TcpGroup::control_loop(uint32_t peer) {
         failure_ = Status::disconnected("[dist] " + rank_text(peer) + " (" + options_.members[peer] +
                                         "): control channel lost: " + message.status().message());
         wake_->signal();
+        cv_.notify_all();
       }
       return;
     }
@@ -268,6 +270,7 @@ void TcpGroup::control_loop(uint32_t peer) {
         if (message->generation == generation_ && failure_.ok()) {
           failure_ = abort;
           wake_->signal();
+          cv_.notify_all();
         } else if (message->generation > generation_) {
           future_aborts_.emplace(message->generation, abort);
         }
@@ -310,6 +313,13 @@ void TcpGroup::latch(Status status, bool tell_peers) {
 }
 
 Status TcpGroup::fail(Status status) {
+  if (status.kind() == ErrorKind::kDisconnected && !net::is_interrupted(status)) {
+    // A connection that broke is often the effect of a failure a peer found
+    // first (it closes its data connections to rebuild); its abort, on the
+    // control channel, is the better error, so give it a moment to arrive.
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, kAbortGrace, [this] { return !failure_.ok(); });
+  }
   if (!net::is_interrupted(status)) latch(std::move(status), true);
   std::lock_guard lock(mutex_);
   return failure_;
