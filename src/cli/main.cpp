@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   tessera::register_bench(app, exit_code);
   tessera::register_random_checkpoint(app, exit_code);
   tessera::register_tokenize(app, exit_code);
+  tessera::register_bench_collective(app, exit_code);
+  tessera::register_keygen(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,23 +7,15 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 
-#include "net/identity.h"
-#include "net/socket.h"
+#include "net/local_cluster.h"
 
 namespace tessera::test {
 namespace {
 
 bool sh(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
-
-uint16_t free_loopback_port() {
-  Result<net::Listener> listener = net::Listener::bind({"127.0.0.1", 0});
-  if (!listener.ok()) throw std::runtime_error(listener.status().to_string());
-  return listener->port();
-}
 
 }  // namespace
 
@@ -34,18 +26,18 @@ Cluster::Cluster(int nodes, int extra_unknown) : nodes_(nodes) {
   std::filesystem::remove_all(dir_);
   std::filesystem::create_directories(dir_);
   namespaces_ = geteuid() == 0 && std::getenv("TESSERA_NO_NETNS") == nullptr && make_namespaces();
-  nlohmann::json trust = {{"cluster", prefix_}, {"nodes", nlohmann::json::array()}};
+  std::vector<net::LocalNode> local;
   for (int node = 0; node < nodes + extra_unknown; ++node) {
-    Status written = net::write_identity(identity(node), name(node));
-    if (!written.ok()) throw std::runtime_error(written.to_string());
-    if (node >= nodes) continue;  // unknown to the cluster
-    Result<net::Identity> loaded = net::load_identity(identity(node));
-    if (!loaded.ok()) throw std::runtime_error(loaded.status().to_string());
-    const std::string address = namespaces_ ? "10.231.0." + std::to_string(node + 1) + ":7000"
-                                            : "127.0.0.1:" + std::to_string(free_loopback_port());
-    trust["nodes"].push_back({{"name", name(node)}, {"address", address}, {"fingerprint", loaded->fingerprint}});
+    std::string address;  // empty: unknown to the cluster
+    if (node < nodes) {
+      Result<uint16_t> port = net::free_loopback_port();
+      if (!port.ok()) throw std::runtime_error(port.status().to_string());
+      address = namespaces_ ? "10.231.0." + std::to_string(node + 1) + ":7000" : "127.0.0.1:" + std::to_string(*port);
+    }
+    local.push_back({name(node), address});
   }
-  std::ofstream(trust_file()) << trust.dump(2);
+  Status written = net::write_local_cluster(dir_, local);
+  if (!written.ok()) throw std::runtime_error(written.to_string());
 }
 
 Cluster::~Cluster() {
