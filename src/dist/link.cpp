@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "dist/sum.h"
 
 namespace tessera::dist {
 
@@ -13,8 +12,9 @@ constexpr std::string_view kSecretLabel = "EXPORTER-tessera-seal-v1";
 
 }  // namespace
 
-Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOptions& options)
-    : self_(self), peer_(peer), options_(options), control_(std::move(control)) {
+Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOptions& options,
+           std::function<void(Status)> on_failure)
+    : self_(self), peer_(peer), options_(options), on_failure_(std::move(on_failure)), control_(std::move(control)) {
   TS_CHECK(options_.piece_bytes > 0 && options_.piece_bytes % 4 == 0, "piece_bytes=", options_.piece_bytes);
   peer_name_ = control_.peer_name();
   Result<std::array<uint8_t, 32>> secret = control_.export_secret(kSecretLabel, {});
@@ -22,18 +22,10 @@ Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOpti
   secret_ = *secret;
   send_buf_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
   recv_buf_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
-  plain_buf_.resize(options_.piece_bytes);
-  sender_ = std::thread([this] { sender_loop(); });
 }
 
 Link::~Link() {
-  {
-    std::lock_guard lock(mutex_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  data_.shutdown();
-  sender_.join();
+  data_.shutdown();  // fails a transfer in flight at once
   control_.shutdown();
 }
 
@@ -43,8 +35,6 @@ Status Link::write_control_locked(const ControlMessage& message, net::Deadline d
 }
 
 void Link::start_generation(uint64_t generation, net::Socket data) {
-  std::lock_guard lock(mutex_);
-  TS_CHECK(!busy_ && jobs_.empty(), "start_generation with sends in flight");
   generation_ = generation;
   data_ = std::move(data);
   send_counter_ = 0;
@@ -64,46 +54,26 @@ void Link::start_generation(uint64_t generation, net::Socket data) {
 
 void Link::close_data() {
   data_.shutdown();
-  wait_idle();
-  std::lock_guard lock(mutex_);
+  sender_.wait_idle();
+  receiver_.wait_idle();
   data_ = net::Socket();
 }
 
-void Link::wait_idle() {
-  std::unique_lock lock(mutex_);
-  cv_.wait(lock, [this] { return !busy_ && jobs_.empty(); });
-}
-
 std::future<Status> Link::post_send(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd) {
-  SendJob job{op, bytes, dtype, wake_fd, {}};
-  std::future<Status> done = job.done.get_future();
-  {
-    std::lock_guard lock(mutex_);
-    jobs_.push_back(std::move(job));
-  }
-  cv_.notify_all();
-  return done;
+  return sender_.post([=, this] {
+    Status status = send_message(op, bytes, dtype, wake_fd);
+    if (!status.ok() && !net::is_interrupted(status)) on_failure_(status);
+    return status;
+  });
 }
 
-void Link::sender_loop() {
-  for (;;) {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-    if (stop_) {
-      for (SendJob& job : jobs_) job.done.set_value(Status::disconnected("[dist] group closed"));
-      jobs_.clear();
-      return;
-    }
-    SendJob job = std::move(jobs_.front());
-    jobs_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    job.done.set_value(send_message(job));
-    lock.lock();
-    busy_ = false;
-    lock.unlock();
-    cv_.notify_all();
-  }
+std::future<Status> Link::post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress) {
+  return receiver_.post([=, this] {
+    Status status = recv_message(op, out, dtype, wake_fd, progress);
+    if (!status.ok() && !net::is_interrupted(status)) on_failure_(status);
+    if (progress) progress->finish();
+    return status;
+  });
 }
 
 seal::PieceContext Link::context(seal::Op op, uint64_t total_bytes, DType dtype, bool outgoing) const {
@@ -180,14 +150,14 @@ Status Link::write(std::span<const uint8_t> bytes, int wake_fd) {
   return data_.write_all(bytes, net::deadline_after(options_.progress_timeout), wake_fd);
 }
 
-Status Link::send_message(SendJob& job) {
-  seal::PieceContext ctx = context(job.op, job.bytes.size(), job.dtype, true);
+Status Link::send_message(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd) {
+  seal::PieceContext ctx = context(op, bytes.size(), dtype, true);
   ctx.counter = send_counter_++;
   for (uint32_t k = 0; k < ctx.piece_count; ++k) {
     auto frame = [&](uint32_t index) -> Result<std::span<const uint8_t>> {
       ctx.piece_index = index;
-      const size_t length = seal::piece_payload_bytes(job.bytes.size(), options_.piece_bytes, index);
-      return frame_piece(ctx, job.bytes.subspan(size_t{index} * options_.piece_bytes, length));
+      const size_t length = seal::piece_payload_bytes(bytes.size(), options_.piece_bytes, index);
+      return frame_piece(ctx, bytes.subspan(size_t{index} * options_.piece_bytes, length));
     };
     Result<std::span<const uint8_t>> piece = frame(k);
     Status status = piece.status();
@@ -195,14 +165,14 @@ Status Link::send_message(SendJob& job) {
     if (status.ok() && tampers(ctx) && kind == TamperKind::kReorder && k + 1 < ctx.piece_count) {
       const std::vector<uint8_t> held(piece->begin(), piece->end());
       Result<std::span<const uint8_t>> next = frame(k + 1);
-      status = next.ok() ? write(*next, job.wake_fd) : next.status();
-      if (status.ok()) status = write(held, job.wake_fd);
+      status = next.ok() ? write(*next, wake_fd) : next.status();
+      if (status.ok()) status = write(held, wake_fd);
       ++k;
     } else if (status.ok() && tampers(ctx) && kind == TamperKind::kReplay && !previous_piece_.empty()) {
-      status = write(previous_piece_, job.wake_fd);
+      status = write(previous_piece_, wake_fd);
     } else if (status.ok() && !(tampers(ctx) && kind == TamperKind::kDrop)) {
-      status = write(*piece, job.wake_fd);
-      if (status.ok() && tampers(ctx) && kind == TamperKind::kDuplicate) status = write(*piece, job.wake_fd);
+      status = write(*piece, wake_fd);
+      if (status.ok() && tampers(ctx) && kind == TamperKind::kDuplicate) status = write(*piece, wake_fd);
     }
     if (tamper_ && piece.ok()) previous_piece_.assign(piece->begin(), piece->end());
     TS_RETURN_IF_ERROR(describe(status, ctx));
@@ -210,50 +180,29 @@ Status Link::send_message(SendJob& job) {
   return {};
 }
 
-template <typename PieceFn>
-Status Link::recv_message(seal::PieceContext ctx, int wake_fd, PieceFn&& on_piece) {
+Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress) {
+  seal::PieceContext ctx = context(op, out.size(), dtype, false);
   ctx.counter = recv_counter_++;
-  const uint64_t total = seal::message_bytes(ctx);
   for (uint32_t k = 0; k < ctx.piece_count; ++k) {
     ctx.piece_index = k;
-    const size_t offset = size_t{k} * options_.piece_bytes;
-    const size_t length = seal::piece_payload_bytes(total, options_.piece_bytes, k);
+    const size_t length = seal::piece_payload_bytes(out.size(), options_.piece_bytes, k);
+    std::span<uint8_t> plain = out.subspan(size_t{k} * options_.piece_bytes, length);
     const net::Deadline deadline = net::deadline_after(options_.progress_timeout);
     Status status;
     if (opener_) {
       std::span<uint8_t> wire(recv_buf_.data(), seal::piece_wire_bytes(length, true));
       status = data_.read_exact(wire, deadline, wake_fd);
-      if (status.ok()) status = on_piece(offset, length, [&](std::span<uint8_t> plain) {
-        return opener_->open(ctx, wire, plain);
-      });
-    } else {
+      if (status.ok()) status = opener_->open(ctx, wire, plain);
+    } else {  // plain: the header is still checked; the payload lands in place
       std::span<uint8_t> header(recv_buf_.data(), seal::kPieceHeaderBytes);
       status = data_.read_exact(header, deadline, wake_fd);
       if (status.ok()) status = seal::check_piece_header(ctx, header);
-      if (status.ok()) status = on_piece(offset, length, [&](std::span<uint8_t> plain) {
-        return data_.read_exact(plain, deadline, wake_fd);
-      });
+      if (status.ok()) status = data_.read_exact(plain, deadline, wake_fd);
     }
     TS_RETURN_IF_ERROR(describe(status, ctx));
+    if (progress) progress->advance(k + 1);
   }
   return {};
-}
-
-Status Link::recv_into(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd) {
-  return recv_message(context(op, out.size(), dtype, false), wake_fd,
-                      [&](size_t offset, size_t length, auto&& fill) { return fill(out.subspan(offset, length)); });
-}
-
-Status Link::recv_add(seal::Op op, std::span<float> acc, DType dtype, bool first, int wake_fd) {
-  const size_t element = dtype_size(dtype);
-  std::vector<uint8_t>& scratch = plain_buf_;
-  return recv_message(context(op, acc.size() * element, dtype, false), wake_fd,
-                      [&](size_t offset, size_t length, auto&& fill) {
-                        std::span<uint8_t> plain(scratch.data(), length);
-                        TS_RETURN_IF_ERROR(fill(plain));
-                        accumulate(acc.subspan(offset / element, length / element), plain, dtype, first);
-                        return Status();
-                      });
 }
 
 }  // namespace tessera::dist

@@ -2,21 +2,20 @@
 // secret exported from that TLS session, and the plain-TCP data connection of the
 // current generation with its sealer, opener and message counters.
 //
-// Sends run on the link's own sender thread, so a collective writes to every
-// peer at once while its caller thread receives: piece k+1 is sealed while piece
-// k is on the wire and the receiver opens and adds piece k-1. Receives run on
-// the caller's thread, one message at a time, in the order the collective
-// dictates (which fixes the summation order).
+// Sends run on the link's sender worker and receives on its receiver worker, so
+// a collective moves data to and from every peer at once: piece k+1 is sealed
+// while piece k is on the wire, and the receiver opens piece k-1 while its
+// caller adds the pieces that have arrived, in rank order (which fixes the sum).
 //
-// Thread safety: post_send() and recv_*() are called by the group's one caller
-// thread; the sender thread is internal; control() writes go through
-// write_control_locked() from any thread. start_generation()/close_data() only
-// while no send is in flight (wait_idle()).
+// Thread safety: post_send() and post_recv() are called by the group's one
+// caller thread; control() writes go through write_control_locked() from any
+// thread. start_generation() only after close_data() (no transfer in flight).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "core/status.h"
 #include "dist/control.h"
 #include "dist/tamper.h"
+#include "dist/worker.h"
 #include "net/socket.h"
 #include "net/tls.h"
 #include "seal/key_schedule.h"
@@ -44,7 +44,10 @@ struct LinkOptions {
 
 class Link {
  public:
-  Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOptions& options);
+  // on_failure is called (from a worker thread) when a transfer fails for any
+  // reason but the wake fd: the group latches it at once.
+  Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOptions& options,
+       std::function<void(Status)> on_failure);
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -59,42 +62,28 @@ class Link {
   void start_generation(uint64_t generation, net::Socket data);
   // Wakes and closes the data connection (the sender's job fails at once).
   void close_data();
-  void wait_idle();
 
-  // Queues one message (all its pieces) for the sender thread; `bytes` must stay
-  // alive until the future is ready. wake_fd interrupts its waits.
+  // Queue one message (all its pieces) on the sender / receiver worker; the
+  // buffer must stay alive until the future is ready. wake_fd interrupts their
+  // waits. A receive reports each finished piece to `progress` (optional).
   std::future<Status> post_send(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd);
-  // Receives one message of out.size() bytes straight into out.
-  Status recv_into(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd);
-  // Receives one message of acc.size() elements and adds it into acc (first:
-  // assigns), piece by piece, in f32.
-  Status recv_add(seal::Op op, std::span<float> acc, DType dtype, bool first, int wake_fd);
+  std::future<Status> post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress);
+  uint32_t piece_bytes() const { return options_.piece_bytes; }
 
  private:
-  struct SendJob {
-    seal::Op op;
-    std::span<const uint8_t> bytes;
-    DType dtype;
-    int wake_fd;
-    std::promise<Status> done;
-  };
-
   seal::PieceContext context(seal::Op op, uint64_t total_bytes, DType dtype, bool outgoing) const;
-  void sender_loop();
-  Status send_message(SendJob& job);
+  Status send_message(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd);
+  Status recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress);
   bool tampers(const seal::PieceContext& ctx) const;
   Result<std::span<const uint8_t>> frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload);
   Status write(std::span<const uint8_t> bytes, int wake_fd);
-  // Receives the pieces of the message `ctx` describes; on_piece(offset, length,
-  // fill) chooses where each piece's plaintext goes and calls fill(span) to put it there.
-  template <typename PieceFn>
-  Status recv_message(seal::PieceContext ctx, int wake_fd, PieceFn&& on_piece);
   Status describe(Status status, const seal::PieceContext& ctx) const;
 
   // Constant after construction.
   const uint32_t self_;
   const uint32_t peer_;
   const LinkOptions options_;
+  const std::function<void(Status)> on_failure_;
   net::TlsChannel control_;
   std::string peer_name_;
   seal::Secret secret_{};
@@ -105,20 +94,16 @@ class Link {
   net::Socket data_;
   std::optional<seal::Sealer> sealer_;
   std::optional<seal::Opener> opener_;
-  uint64_t send_counter_ = 0;  // sender thread only
-  uint64_t recv_counter_ = 0;  // caller thread only
+  uint64_t send_counter_ = 0;  // sender worker only
+  uint64_t recv_counter_ = 0;  // receiver worker only
   std::vector<uint8_t> send_buf_;
   std::vector<uint8_t> recv_buf_;
-  std::vector<uint8_t> plain_buf_;       // recv_add: an opened piece before it is added
   std::optional<Tamper> tamper_;         // tests only: of this generation and direction
   std::vector<uint8_t> previous_piece_;  // tamper kReplay only
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<SendJob> jobs_;  // guarded by mutex_
-  bool busy_ = false;         // guarded by mutex_
-  bool stop_ = false;         // guarded by mutex_
-  std::thread sender_;
+  // Last, so they stop (joining their threads) before the state above goes.
+  Worker sender_;
+  Worker receiver_;
 };
 
 }  // namespace tessera::dist

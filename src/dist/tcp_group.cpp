@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -68,12 +67,21 @@ class TcpGroup final : public GroupImpl {
   // tells every peer, and returns the group's failure.
   Status fail(Status status);
   void latch(Status status, bool tell_peers);
-  Status wait_sends(std::vector<std::future<Status>>& sends);
+  // Waits for every transfer; any failure (already latched by the link) makes
+  // the call return the group's failure.
+  Status finish(std::vector<std::future<Status>>& transfers);
+  // Receives into out(peer) from every peer and sends in(peer) to every peer.
+  template <typename InFn, typename OutFn>
+  void exchange(Op op, DType dtype, InFn in, OutFn out, int wake_fd, std::vector<std::future<Status>>& transfers,
+                bool with_progress);
   // Phase 1 of all_sum and reduce_scatter: acc = sum over ranks of their chunk
   // rank_, where chunk(j) is what this rank contributes to rank j.
   template <typename ChunkFn>
   Status reduce_to_owner(Op op, DType dtype, size_t owned_elements, ChunkFn chunk, int wake_fd);
   Link& link(uint32_t peer) { return *links_[peer]; }
+  std::function<void(Status)> on_failure() {
+    return [this](Status status) { (void)fail(std::move(status)); };
+  }
   LinkOptions link_options() const {
     return {options_.plain, options_.piece_bytes, options_.progress_timeout, options_.tampers};
   }
@@ -90,14 +98,16 @@ class TcpGroup final : public GroupImpl {
   std::vector<std::thread> control_readers_;
   net::WakeFd closing_;
   std::vector<net::Socket> early_data_;  // data connections that arrived while control was being set up
-  std::vector<float> acc_;               // caller thread only
+  std::vector<float> acc_;                          // caller thread only
+  std::vector<std::vector<uint8_t>> staging_;       // caller thread only: per peer, chunks to add
+  std::vector<std::unique_ptr<Progress>> progress_;  // per peer, pieces of staging_ received
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   uint64_t generation_ = 0;                  // guarded by mutex_
   Status failure_;                           // guarded by mutex_
   std::unique_ptr<net::WakeFd> wake_;        // guarded by mutex_; signalled on failure
-  std::map<uint64_t, Status> future_aborts_;  // guarded by mutex_: aborts of a generation not yet entered
+  Status next_abort_;  // guarded by mutex_: an abort of generation_ + 1, which this rank has not entered yet
   std::vector<uint64_t> rebuild_ready_;       // guarded by mutex_: per peer, highest generation announced
   std::vector<bool> control_lost_;            // guarded by mutex_
 };
@@ -131,6 +141,8 @@ Status TcpGroup::start() {
   rebuild_ready_.assign(size_, 0);
   control_lost_.assign(size_, false);
   links_.resize(size_);
+  staging_.resize(size_);
+  for (size_t peer = 0; peer < size_; ++peer) progress_.push_back(std::make_unique<Progress>());
   TS_ASSIGN_OR_RETURN(net::Endpoint self_address, address_of(rank_));
   TS_ASSIGN_OR_RETURN(listener_, net::Listener::bind(self_address));
   const net::Deadline deadline = net::deadline_after(options_.connect_timeout);
@@ -161,7 +173,7 @@ Status TcpGroup::connect_control(net::Deadline deadline) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
     TS_ASSIGN_OR_RETURN(net::TlsChannel channel,
                         net::TlsChannel::client(std::move(socket), identity_, trust_, options_.members[peer], deadline));
-    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(channel), link_options());
+    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(channel), link_options(), on_failure());
   }
   size_t missing = size_ - 1 - rank_;
   while (missing > 0) {
@@ -172,8 +184,8 @@ Status TcpGroup::connect_control(net::Deadline deadline) {
     }
     Result<uint8_t> first = socket->peek_byte(deadline);
     if (!first.ok()) continue;
-    if (*first != kTlsHandshakeRecord) {
-      early_data_.push_back(std::move(*socket));
+    if (*first != kTlsHandshakeRecord) {  // a higher rank already at its data connections
+      if (early_data_.size() < size_) early_data_.push_back(std::move(*socket));
       continue;
     }
     Result<net::TlsChannel> channel = net::TlsChannel::server(std::move(*socket), identity_, trust_, deadline);
@@ -187,7 +199,7 @@ Status TcpGroup::connect_control(net::Deadline deadline) {
       refuse("node '" + channel->peer_name() + "' is not a higher rank of this group waiting to connect");
       continue;
     }
-    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(*channel), link_options());
+    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(*channel), link_options(), on_failure());
     --missing;
   }
   return {};
@@ -271,8 +283,8 @@ void TcpGroup::control_loop(uint32_t peer) {
           failure_ = abort;
           wake_->signal();
           cv_.notify_all();
-        } else if (message->generation > generation_) {
-          future_aborts_.emplace(message->generation, abort);
+        } else if (message->generation == generation_ + 1) {  // a peer already in the next one
+          next_abort_ = abort;
         }
         break;
       }
@@ -325,35 +337,56 @@ Status TcpGroup::fail(Status status) {
   return failure_;
 }
 
-Status TcpGroup::wait_sends(std::vector<std::future<Status>>& sends) {
-  Status first;
-  for (auto& send : sends) {
-    Status status = send.get();
-    if (first.ok() && !status.ok()) first = status;
-  }
-  sends.clear();
-  return first;
+Status TcpGroup::finish(std::vector<std::future<Status>>& transfers) {
+  bool failed = false;
+  for (auto& transfer : transfers) failed |= !transfer.get().ok();
+  transfers.clear();
+  if (!failed) return {};
+  std::lock_guard lock(mutex_);
+  return failure_;
 }
 
+template <typename InFn, typename OutFn>
+void TcpGroup::exchange(Op op, DType dtype, InFn in, OutFn out, int wake_fd,
+                        std::vector<std::future<Status>>& transfers, bool with_progress) {
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (with_progress) progress_[peer]->reset();
+    transfers.push_back(link(peer).post_recv(op, out(peer), dtype, wake_fd, with_progress ? progress_[peer].get() : nullptr));
+  }
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) transfers.push_back(link(peer).post_send(op, in(peer), dtype, wake_fd));
+  }
+}
+
+// acc_ = the sum over ranks of their chunk(rank_), added piece by piece as the
+// pieces arrive: piece k of rank 0, then of rank 1, ... (the fixed order).
 template <typename ChunkFn>
 Status TcpGroup::reduce_to_owner(Op op, DType dtype, size_t owned_elements, ChunkFn chunk, int wake_fd) {
-  std::vector<std::future<Status>> sends;
+  const size_t element = dtype_size(dtype);
+  const size_t bytes = owned_elements * element;
+  std::vector<std::future<Status>> transfers;
   for (uint32_t peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) sends.push_back(link(peer).post_send(op, chunk(peer), dtype, wake_fd));
+    if (peer != rank_) staging_[peer].resize(bytes);
   }
+  exchange(op, dtype, chunk, [&](uint32_t peer) { return std::span<uint8_t>(staging_[peer]); }, wake_fd, transfers, true);
   acc_.resize(owned_elements);
-  Status status;
-  for (uint32_t source = 0; source < size_ && status.ok(); ++source) {  // rank order fixes the sum
-    if (source == rank_) {
-      accumulate(acc_, chunk(rank_), dtype, source == 0);
-    } else {
-      status = link(source).recv_add(op, acc_, dtype, source == 0, wake_fd);
+  const uint32_t piece_bytes = options_.piece_bytes;
+  const uint32_t pieces = seal::piece_count(bytes, piece_bytes);
+  bool arrived = true;
+  for (uint32_t k = 0; k < pieces && arrived; ++k) {
+    const size_t offset = size_t{k} * piece_bytes;
+    const size_t length = seal::piece_payload_bytes(bytes, piece_bytes, k);
+    std::span<float> acc = std::span(acc_).subspan(offset / element, length / element);
+    for (uint32_t source = 0; source < size_ && arrived; ++source) {
+      if (source == rank_) {
+        accumulate(acc, chunk(rank_).subspan(offset, length), dtype, source == 0);
+      } else if ((arrived = progress_[source]->wait_for(k))) {
+        accumulate(acc, std::span<const uint8_t>(staging_[source]).subspan(offset, length), dtype, source == 0);
+      }
     }
   }
-  if (!status.ok()) status = fail(status);  // wakes this rank's blocked sends before waiting for them
-  Status sent = wait_sends(sends);
-  if (status.ok() && !sent.ok()) status = fail(sent);
-  return status;
+  return finish(transfers);
 }
 
 Status TcpGroup::all_sum(std::span<uint8_t> data, DType dtype) {
@@ -366,18 +399,10 @@ Status TcpGroup::all_sum(std::span<uint8_t> data, DType dtype) {
   TS_RETURN_IF_ERROR(reduce_to_owner(Op::kAllSum, dtype, chunk(rank_).size() / element,
                                      [&](uint32_t j) { return std::span<const uint8_t>(chunk(j)); }, wake_fd));
   store(acc_, chunk(rank_), dtype);
-  std::vector<std::future<Status>> sends;
-  for (uint32_t peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) sends.push_back(link(peer).post_send(Op::kAllSum, chunk(rank_), dtype, wake_fd));
-  }
-  Status status;
-  for (uint32_t peer = 0; peer < size_ && status.ok(); ++peer) {
-    if (peer != rank_) status = link(peer).recv_into(Op::kAllSum, chunk(peer), dtype, wake_fd);
-  }
-  if (!status.ok()) status = fail(status);
-  Status sent = wait_sends(sends);
-  if (status.ok() && !sent.ok()) status = fail(sent);
-  return status;
+  std::vector<std::future<Status>> transfers;
+  exchange(Op::kAllSum, dtype, [&](uint32_t) { return std::span<const uint8_t>(chunk(rank_)); }, chunk, wake_fd,
+           transfers, false);
+  return finish(transfers);
 }
 
 Status TcpGroup::reduce_scatter(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) {
@@ -400,19 +425,11 @@ Status TcpGroup::all_gather(std::span<const uint8_t> in, std::span<uint8_t> out,
                                  std::to_string(size_) + " ranks * input " + std::to_string(in.size()) + " bytes");
   }
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
-  std::vector<std::future<Status>> sends;
-  for (uint32_t peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) sends.push_back(link(peer).post_send(Op::kAllGather, in, dtype, wake_fd));
-  }
   if (!in.empty()) std::copy(in.begin(), in.end(), out.begin() + rank_ * in.size());
-  Status status;
-  for (uint32_t peer = 0; peer < size_ && status.ok(); ++peer) {
-    if (peer != rank_) status = link(peer).recv_into(Op::kAllGather, out.subspan(peer * in.size(), in.size()), dtype, wake_fd);
-  }
-  if (!status.ok()) status = fail(status);
-  Status sent = wait_sends(sends);
-  if (status.ok() && !sent.ok()) status = fail(sent);
-  return status;
+  std::vector<std::future<Status>> transfers;
+  exchange(Op::kAllGather, dtype, [&](uint32_t) { return in; },
+           [&](uint32_t peer) { return out.subspan(peer * in.size(), in.size()); }, wake_fd, transfers, false);
+  return finish(transfers);
 }
 
 Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root) {
@@ -421,32 +438,33 @@ Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root) {
     return Status::invalid_input("[dist] broadcast: root " + std::to_string(root) + " in a group of " + std::to_string(size_));
   }
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
+  std::vector<std::future<Status>> transfers;
   if (static_cast<uint32_t>(root) != rank_) {
-    Status status = link(root).recv_into(Op::kBroadcast, data, dtype, wake_fd);
-    return status.ok() ? status : fail(status);
+    transfers.push_back(link(root).post_recv(Op::kBroadcast, data, dtype, wake_fd, nullptr));
+  } else {
+    for (uint32_t peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) transfers.push_back(link(peer).post_send(Op::kBroadcast, data, dtype, wake_fd));
+    }
   }
-  std::vector<std::future<Status>> sends;
-  for (uint32_t peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) sends.push_back(link(peer).post_send(Op::kBroadcast, data, dtype, wake_fd));
-  }
-  Status sent = wait_sends(sends);
-  return sent.ok() ? sent : fail(sent);
+  return finish(transfers);
 }
 
 Status TcpGroup::send(std::span<const uint8_t> data, DType dtype, int dst) {
   TS_RETURN_IF_ERROR(check_buffer(data, dtype, "send"));
   TS_RETURN_IF_ERROR(check_peer(dst, static_cast<int>(size_), static_cast<int>(rank_), "send"));
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
-  Status sent = link(dst).post_send(Op::kSend, data, dtype, wake_fd).get();
-  return sent.ok() ? sent : fail(sent);
+  std::vector<std::future<Status>> transfers;
+  transfers.push_back(link(dst).post_send(Op::kSend, data, dtype, wake_fd));
+  return finish(transfers);
 }
 
 Status TcpGroup::recv(std::span<uint8_t> data, DType dtype, int src) {
   TS_RETURN_IF_ERROR(check_buffer(data, dtype, "recv"));
   TS_RETURN_IF_ERROR(check_peer(src, static_cast<int>(size_), static_cast<int>(rank_), "recv"));
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
-  Status status = link(src).recv_into(Op::kSend, data, dtype, wake_fd);
-  return status.ok() ? status : fail(status);
+  std::vector<std::future<Status>> transfers;
+  transfers.push_back(link(src).post_recv(Op::kSend, data, dtype, wake_fd, nullptr));
+  return finish(transfers);
 }
 
 Status TcpGroup::rebuild() {
@@ -479,10 +497,9 @@ Status TcpGroup::rebuild() {
     // message on the same ordered channel); aborts of `next` may already be here.
     generation_ = next;
     wake_ = std::make_unique<net::WakeFd>();
-    auto early = future_aborts_.find(next);
-    failure_ = early == future_aborts_.end() ? Status() : early->second;
+    failure_ = next_abort_;
+    next_abort_ = Status();
     if (!failure_.ok()) wake_->signal();
-    future_aborts_.erase(future_aborts_.begin(), future_aborts_.upper_bound(next));
   }
   Status status = connect_data(next, deadline);
   return status.ok() ? status : fail(status);
