@@ -20,8 +20,8 @@ Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOpti
   Result<std::array<uint8_t, 32>> secret = control_.export_secret(kSecretLabel, {});
   TS_CHECK(secret.ok(), secret.status().to_string());
   secret_ = *secret;
-  send_buf_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
-  recv_buf_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
+  for (auto& buffer : send_ring_) buffer.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
+  for (auto& buffer : recv_ring_) buffer.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
 }
 
 Link::~Link() {
@@ -56,6 +56,8 @@ void Link::close_data() {
   data_.shutdown();
   sender_.wait_idle();
   receiver_.wait_idle();
+  writer_.wait_idle();
+  reader_.wait_idle();
   data_ = net::Socket();
 }
 
@@ -71,6 +73,7 @@ std::future<Status> Link::post_recv(seal::Op op, std::span<uint8_t> out, DType d
   return receiver_.post([=, this] {
     Status status = recv_message(op, out, dtype, wake_fd, progress);
     if (!status.ok() && !net::is_interrupted(status)) on_failure_(status);
+    if (pending_read_.valid()) pending_read_.wait();  // a read ahead of a failed piece; the failure wakes it
     if (progress) progress->finish();
     return status;
   });
@@ -103,12 +106,13 @@ bool Link::tampers(const seal::PieceContext& ctx) const {
   return tamper_ && tamper_->counter == ctx.counter && std::min(tamper_->piece, ctx.piece_count - 1) == ctx.piece_index;
 }
 
-// Seals (or frames) one piece into send_buf_ and applies a test's byte-level
+// Seals (or frames) one piece into `buffer` and applies a test's byte-level
 // tamper; returns the bytes to write.
-Result<std::span<const uint8_t>> Link::frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload) {
+Result<std::span<const uint8_t>> Link::frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload,
+                                                   std::vector<uint8_t>& buffer) {
   const bool sealed = sealer_.has_value();
   const size_t length = seal::piece_wire_bytes(payload.size(), sealed);
-  std::span<uint8_t> wire(send_buf_.data(), length);
+  std::span<uint8_t> wire(buffer.data(), length);
   const Tamper* tamper = tampers(ctx) ? &*tamper_ : nullptr;
   seal::PieceContext sealed_ctx = ctx;
   if (tamper && tamper->kind == TamperKind::kElementCount) ++sealed_ctx.element_count;
@@ -150,51 +154,88 @@ Status Link::write(std::span<const uint8_t> bytes, int wake_fd) {
   return data_.write_all(bytes, net::deadline_after(options_.progress_timeout), wake_fd);
 }
 
+// Piece k is sealed into ring slot k % kRing while the writer worker writes
+// piece k-1; a slot is reused only after its last write finished.
 Status Link::send_message(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd) {
   seal::PieceContext ctx = context(op, bytes.size(), dtype, true);
   ctx.counter = send_counter_++;
-  for (uint32_t k = 0; k < ctx.piece_count; ++k) {
-    auto frame = [&](uint32_t index) -> Result<std::span<const uint8_t>> {
-      ctx.piece_index = index;
-      const size_t length = seal::piece_payload_bytes(bytes.size(), options_.piece_bytes, index);
-      return frame_piece(ctx, bytes.subspan(size_t{index} * options_.piece_bytes, length));
-    };
+  std::array<std::shared_future<Status>, kRing> slot_written;
+  std::vector<std::shared_future<Status>> writes;
+  auto post_write = [&](std::span<const uint8_t> piece, std::shared_ptr<const std::vector<uint8_t>> owner) {
+    writes.push_back(writer_.post([this, piece, owner, wake_fd] { return write(piece, wake_fd); }).share());
+    return writes.back();
+  };
+  auto frame = [&](uint32_t index) -> Result<std::span<const uint8_t>> {
+    std::shared_future<Status>& previous = slot_written[index % kRing];
+    if (previous.valid()) TS_RETURN_IF_ERROR(previous.get());
+    ctx.piece_index = index;
+    const size_t length = seal::piece_payload_bytes(bytes.size(), options_.piece_bytes, index);
+    return frame_piece(ctx, bytes.subspan(size_t{index} * options_.piece_bytes, length), send_ring_[index % kRing]);
+  };
+  auto copy = [](std::span<const uint8_t> piece) { return std::make_shared<const std::vector<uint8_t>>(piece.begin(), piece.end()); };
+  Status status;
+  for (uint32_t k = 0; k < ctx.piece_count && status.ok(); ++k) {
     Result<std::span<const uint8_t>> piece = frame(k);
-    Status status = piece.status();
-    const TamperKind kind = tampers(ctx) ? tamper_->kind : TamperKind::kCiphertext;
-    if (status.ok() && tampers(ctx) && kind == TamperKind::kReorder && k + 1 < ctx.piece_count) {
-      const std::vector<uint8_t> held(piece->begin(), piece->end());
-      Result<std::span<const uint8_t>> next = frame(k + 1);
-      status = next.ok() ? write(*next, wake_fd) : next.status();
-      if (status.ok()) status = write(held, wake_fd);
-      ++k;
-    } else if (status.ok() && tampers(ctx) && kind == TamperKind::kReplay && !previous_piece_.empty()) {
-      status = write(previous_piece_, wake_fd);
-    } else if (status.ok() && !(tampers(ctx) && kind == TamperKind::kDrop)) {
-      status = write(*piece, wake_fd);
-      if (status.ok() && tampers(ctx) && kind == TamperKind::kDuplicate) status = write(*piece, wake_fd);
+    if (!piece.ok()) {
+      status = piece.status();
+      break;
     }
-    if (tamper_ && piece.ok()) previous_piece_.assign(piece->begin(), piece->end());
-    TS_RETURN_IF_ERROR(describe(status, ctx));
+    const TamperKind kind = tampers(ctx) ? tamper_->kind : TamperKind::kCiphertext;
+    const bool tampered = tampers(ctx);
+    if (tampered && kind == TamperKind::kReorder && k + 1 < ctx.piece_count) {
+      auto held = copy(*piece);
+      Result<std::span<const uint8_t>> next = frame(k + 1);
+      if (!next.ok()) {
+        status = next.status();
+        break;
+      }
+      slot_written[(k + 1) % kRing] = post_write(*next, nullptr);
+      post_write(*held, held);
+      ++k;
+    } else if (tampered && kind == TamperKind::kReplay && !previous_piece_.empty()) {
+      auto replayed = copy(previous_piece_);
+      post_write(*replayed, replayed);
+    } else if (!(tampered && kind == TamperKind::kDrop)) {
+      slot_written[k % kRing] = post_write(*piece, nullptr);
+      if (tampered && kind == TamperKind::kDuplicate) slot_written[k % kRing] = post_write(*piece, nullptr);
+    }
+    if (tamper_) previous_piece_.assign(piece->begin(), piece->end());
   }
-  return {};
+  for (auto& written : writes) {
+    Status result = written.get();
+    if (status.ok() && !result.ok()) status = result;
+  }
+  return describe(status, ctx);
 }
 
+// Sealed: the reader worker reads piece k+1 while this worker opens piece k.
+// Plain: header and payload are read here, the payload straight into place.
 Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress) {
   seal::PieceContext ctx = context(op, out.size(), dtype, false);
   ctx.counter = recv_counter_++;
+  auto wire_of = [&](uint32_t index) {
+    const size_t length = seal::piece_payload_bytes(out.size(), options_.piece_bytes, index);
+    return std::span<uint8_t>(recv_ring_[index % kRing].data(), seal::piece_wire_bytes(length, true));
+  };
+  auto post_read = [&](uint32_t index) {
+    std::span<uint8_t> wire = wire_of(index);
+    pending_read_ = reader_.post([this, wire, wake_fd] {
+      return data_.read_exact(wire, net::deadline_after(options_.progress_timeout), wake_fd);
+    });
+  };
+  if (opener_) post_read(0);
   for (uint32_t k = 0; k < ctx.piece_count; ++k) {
     ctx.piece_index = k;
     const size_t length = seal::piece_payload_bytes(out.size(), options_.piece_bytes, k);
     std::span<uint8_t> plain = out.subspan(size_t{k} * options_.piece_bytes, length);
-    const net::Deadline deadline = net::deadline_after(options_.progress_timeout);
     Status status;
     if (opener_) {
-      std::span<uint8_t> wire(recv_buf_.data(), seal::piece_wire_bytes(length, true));
-      status = data_.read_exact(wire, deadline, wake_fd);
-      if (status.ok()) status = opener_->open(ctx, wire, plain);
-    } else {  // plain: the header is still checked; the payload lands in place
-      std::span<uint8_t> header(recv_buf_.data(), seal::kPieceHeaderBytes);
+      status = pending_read_.get();
+      if (status.ok() && k + 1 < ctx.piece_count) post_read(k + 1);
+      if (status.ok()) status = opener_->open(ctx, wire_of(k), plain);
+    } else {  // plain: the header is still checked
+      const net::Deadline deadline = net::deadline_after(options_.progress_timeout);
+      std::span<uint8_t> header(recv_ring_[0].data(), seal::kPieceHeaderBytes);
       status = data_.read_exact(header, deadline, wake_fd);
       if (status.ok()) status = seal::check_piece_header(ctx, header);
       if (status.ok()) status = data_.read_exact(plain, deadline, wake_fd);

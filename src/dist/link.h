@@ -12,6 +12,7 @@
 // thread. start_generation() only after close_data() (no transfer in flight).
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -75,7 +76,8 @@ class Link {
   Status send_message(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd);
   Status recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress);
   bool tampers(const seal::PieceContext& ctx) const;
-  Result<std::span<const uint8_t>> frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload);
+  Result<std::span<const uint8_t>> frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload,
+                                               std::vector<uint8_t>& buffer);
   Status write(std::span<const uint8_t> bytes, int wake_fd);
   Status describe(Status status, const seal::PieceContext& ctx) const;
 
@@ -96,12 +98,17 @@ class Link {
   std::optional<seal::Opener> opener_;
   uint64_t send_counter_ = 0;  // sender worker only
   uint64_t recv_counter_ = 0;  // receiver worker only
-  std::vector<uint8_t> send_buf_;
-  std::vector<uint8_t> recv_buf_;
+  static constexpr int kRing = 2;                         // pieces in flight per direction
+  std::array<std::vector<uint8_t>, kRing> send_ring_;     // sender worker
+  std::array<std::vector<uint8_t>, kRing> recv_ring_;     // receiver and reader workers
+  std::future<Status> pending_read_;                      // receiver worker
   std::optional<Tamper> tamper_;         // tests only: of this generation and direction
   std::vector<uint8_t> previous_piece_;  // tamper kReplay only
 
   // Last, so they stop (joining their threads) before the state above goes.
+  // sender seals and hands pieces to writer; reader reads ahead for receiver.
+  Worker writer_;
+  Worker reader_;
   Worker sender_;
   Worker receiver_;
 };
