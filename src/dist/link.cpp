@@ -161,8 +161,16 @@ Status Link::send_message(seal::Op op, std::span<const uint8_t> bytes, DType dty
   ctx.counter = send_counter_++;
   std::array<std::shared_future<Status>, kRing> slot_written;
   std::vector<std::shared_future<Status>> writes;
+  // One piece has nothing to overlap with: write it here and save the hand-off.
+  const bool inline_write = ctx.piece_count == 1 && !tamper_;
   auto post_write = [&](std::span<const uint8_t> piece, std::shared_ptr<const std::vector<uint8_t>> owner) {
-    writes.push_back(writer_.post([this, piece, owner, wake_fd] { return write(piece, wake_fd); }).share());
+    if (inline_write) {
+      std::promise<Status> done;
+      done.set_value(write(piece, wake_fd));
+      writes.push_back(done.get_future().share());
+    } else {
+      writes.push_back(writer_.post([this, piece, owner, wake_fd] { return write(piece, wake_fd); }).share());
+    }
     return writes.back();
   };
   auto frame = [&](uint32_t index) -> Result<std::span<const uint8_t>> {
@@ -219,9 +227,16 @@ Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int 
   };
   auto post_read = [&](uint32_t index) {
     std::span<uint8_t> wire = wire_of(index);
-    pending_read_ = reader_.post([this, wire, wake_fd] {
+    auto read = [this, wire, wake_fd] {
       return data_.read_exact(wire, net::deadline_after(options_.progress_timeout), wake_fd);
-    });
+    };
+    if (ctx.piece_count == 1) {  // nothing to read ahead of: read here and save the hand-off
+      std::promise<Status> done;
+      done.set_value(read());
+      pending_read_ = done.get_future();
+    } else {
+      pending_read_ = reader_.post(read);
+    }
   };
   if (opener_) post_read(0);
   for (uint32_t k = 0; k < ctx.piece_count; ++k) {
