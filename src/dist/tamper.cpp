@@ -1,7 +1,6 @@
 #include "dist/tamper.h"
 
 #include <array>
-#include <charconv>
 #include <utility>
 
 namespace tessera::dist {
@@ -42,37 +41,6 @@ std::optional<size_t> header_field_offset(std::string_view field) {
     if (name == field) return offset;
   }
   return std::nullopt;
-}
-
-Result<Tamper> parse_tamper(std::string_view text) {
-  const size_t at = text.find('@');
-  if (at == std::string_view::npos) return Status::invalid_input("tamper '" + std::string(text) + "': expected kind@counter");
-  std::string_view kind = text.substr(0, at);
-  std::string_view field;
-  if (size_t colon = kind.find(':'); colon != std::string_view::npos) {
-    field = kind.substr(colon + 1);
-    kind = kind.substr(0, colon);
-  }
-  Tamper tamper;
-  bool known = false;
-  for (const auto& [name, value] : kKinds) {
-    if (name == kind) {
-      tamper.kind = value;
-      known = true;
-    }
-  }
-  if (!known) return Status::invalid_input("tamper '" + std::string(text) + "': unknown kind");
-  if (tamper.kind == TamperKind::kHeader) {
-    std::optional<size_t> offset = header_field_offset(field);
-    if (!offset) return Status::invalid_input("tamper '" + std::string(text) + "': unknown header field");
-    tamper.header_offset = *offset;
-  }
-  const std::string_view counter = text.substr(at + 1);
-  auto [end, ec] = std::from_chars(counter.data(), counter.data() + counter.size(), tamper.counter);
-  if (ec != std::errc() || end != counter.data() + counter.size()) {
-    return Status::invalid_input("tamper '" + std::string(text) + "': bad counter");
-  }
-  return tamper;
 }
 
 std::string tamper_name(const Tamper& tamper) {

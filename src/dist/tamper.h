@@ -38,7 +38,6 @@ struct Tamper {
 };
 
 // "kind[:field]@counter", e.g. "tag@200", "header:piece_index@1", "drop@0".
-Result<Tamper> parse_tamper(std::string_view text);
 std::string tamper_name(const Tamper& tamper);
 // The header fields a kHeader tamper can hit: magic, layout, op, dtype,
 // generation, sender, receiver, counter, piece_index, piece_count.
