@@ -77,7 +77,8 @@ Status chat(ChatOptions o) {
       ++common;
     cache.set_length(static_cast<int64_t>(common));
     std::string answer;
-    auto result = generate_text(model, forward, cache, request, [&](std::string_view piece) {
+    LocalRunner runner(forward, cache);
+    auto result = generate_text(model, runner, request, [&](std::string_view piece) {
       answer += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);

@@ -5,6 +5,9 @@
 //     for checkpoints without a tokenizer: prints the generated ids, comma-separated;
 //     --logits-out writes f32 [n + 1, vocab]: row 0 after the prompt, row i after the
 //     i-th generated token.
+//   tessera generate ... --pipeline stages.json --identity DIR --trust trust.json
+//     runs the layers on pipeline stages (tessera stage) instead of this process;
+//     stages.json: {"stages": [{"name": "stage0", "model": DIR, "layers": [0, 8]}, ...]}
 // Greedy unless a sampling option is given.
 #include <cstdio>
 #include <fstream>
@@ -16,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/npy.h"
 #include "cli/sampling_options.h"
+#include "dist/coordinator.h"
 #include "engine/generation.h"
 
 namespace tessera {
@@ -34,27 +38,61 @@ struct GenerateOptions {
   std::string logits_out;
   size_t threads = 0;
   std::string device = "cpu";
+  std::string pipeline;  // stages.json: run on pipeline stages
+  std::string identity;
+  std::string trust;
 };
+
+// Where the layers run: a Forward in this process, or a pipeline of stages.
+struct Runner {
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Forward> forward;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<dist::Pipeline> pipeline;
+  std::unique_ptr<SequenceRunner> sequence;
+  std::string name;  // for the stats line
+};
+
+Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t capacity) {
+  Runner runner;
+  if (o.pipeline.empty()) {
+    TS_ASSIGN_OR_RETURN(runner.device, make_device(o.device, o.threads));
+    runner.forward = std::make_unique<Forward>(model, *runner.device);
+    runner.cache = std::make_unique<KvCache>(runner.forward->make_cache(capacity));
+    runner.sequence = std::make_unique<LocalRunner>(*runner.forward, *runner.cache);
+    runner.name = runner.device->name();
+    return runner;
+  }
+  if (o.identity.empty() || o.trust.empty()) return Status::invalid_input("--pipeline needs --identity and --trust");
+  TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(o.identity));
+  TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(o.trust));
+  TS_ASSIGN_OR_RETURN(std::vector<dist::StagePlan> plan,
+                      dist::read_pipeline_plan(o.pipeline, model.config().num_hidden_layers));
+  TS_ASSIGN_OR_RETURN(runner.pipeline,
+                      dist::Pipeline::connect(identity, trust, model.config(), std::move(plan), {.context = capacity}));
+  std::fprintf(stderr, "[generate] pipeline of %s:\n%s", o.pipeline.c_str(), runner.pipeline->layout().c_str());
+  runner.sequence = std::make_unique<dist::PipelineRunner>(*runner.pipeline, capacity);
+  runner.name = "pipeline";
+  return runner;
+}
 
 // Token ids in, token ids (and optionally every row of logits) out.
 Status generate_ids(const GenerateOptions& o) {
   TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
-  TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
   const int64_t vocab = model.config().vocab_size;
   TS_RETURN_IF_ERROR(validate(o.sampling, vocab));
-  Forward forward(model, *device);
-  KvCache cache = forward.make_cache(static_cast<int64_t>(o.prompt_ids.size()) + o.tokens);
+  TS_ASSIGN_OR_RETURN(Runner runner, make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens));
   Sampler sampler(o.sampling, vocab);
   std::vector<float> all_logits;
   std::vector<int32_t> generated;
-  TS_ASSIGN_OR_RETURN(std::vector<float> logits, forward.run_ids(o.prompt_ids, cache));
+  TS_ASSIGN_OR_RETURN(std::vector<float> logits, runner.sequence->run(o.prompt_ids));
   for (int64_t i = 0;; ++i) {
     if (!o.logits_out.empty()) all_logits.insert(all_logits.end(), logits.begin(), logits.end());
     if (i == o.tokens) break;
     generated.push_back(sampler.sample(logits, o.prompt_ids, generated));
     // The last token is fed back only when its logits are asked for.
     if (i + 1 == o.tokens && o.logits_out.empty()) break;
-    TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&generated.back(), 1), cache));
+    TS_ASSIGN_OR_RETURN(logits, runner.sequence->run(std::span(&generated.back(), 1)));
   }
   std::string line;
   for (const int32_t id : generated) {
@@ -78,7 +116,6 @@ Result<std::string> prompt_text(const GenerateOptions& o) {
 // Text in, streamed text out.
 Status generate_text(const GenerateOptions& o) {
   TS_ASSIGN_OR_RETURN(const TextModel model, load_text_model(o.model_dir));
-  TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
   TS_ASSIGN_OR_RETURN(const std::string text, prompt_text(o));
   GenerationRequest request;
   request.max_tokens = o.tokens;
@@ -99,16 +136,15 @@ Status generate_text(const GenerateOptions& o) {
   if (prompt_size >= context)
     return Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
                                  " tokens; the model's context is " + std::to_string(context));
-  Forward forward(model.model, *device);
-  KvCache cache = forward.make_cache(std::min(context, prompt_size + o.tokens));
+  TS_ASSIGN_OR_RETURN(Runner runner, make_runner(o, model.model, std::min(context, prompt_size + o.tokens)));
   TS_ASSIGN_OR_RETURN(const GenerationResult result,
-                      tessera::generate_text(model, forward, cache, request, [](std::string_view piece) {
+                      tessera::generate_text(model, *runner.sequence, request, [](std::string_view piece) {
                         std::fwrite(piece.data(), 1, piece.size(), stdout);
                         std::fflush(stdout);
                       }));
   std::printf("\n");
   std::fprintf(stderr, "[generate] %s; prompt %lld tokens at %.1f tok/s; %zu tokens at %.1f tok/s (%s)\n",
-               device->name().c_str(), static_cast<long long>(prompt_size),
+               runner.name.c_str(), static_cast<long long>(prompt_size),
                static_cast<double>(prompt_size) / result.prefill_seconds, result.tokens.size(),
                result.decode_seconds > 0 ? static_cast<double>(result.tokens.size()) / result.decode_seconds : 0.0,
                result.finish_reason.c_str());
@@ -135,6 +171,9 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--logits-out", o->logits_out, "With --prompt-ids: write f32 logits [n+1, vocab] to this .npy");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  cmd->add_option("--pipeline", o->pipeline, "Run the layers on the pipeline stages this JSON file names");
+  cmd->add_option("--identity", o->identity, "With --pipeline: this node's identity directory (tessera keygen)");
+  cmd->add_option("--trust", o->trust, "With --pipeline: the cluster trust file");
   cmd->callback([o, &exit_code, text, file, ids] {
     Status status;
     if (ids->count() > 0) {

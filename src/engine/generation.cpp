@@ -7,7 +7,7 @@
 
 namespace tessera {
 
-Result<GenerationResult> generate_text(const TextModel& model, Forward& forward, KvCache& cache,
+Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner,
                                        const GenerationRequest& request,
                                        const std::function<void(std::string_view)>& on_text) {
   using Clock = std::chrono::steady_clock;
@@ -15,12 +15,12 @@ Result<GenerationResult> generate_text(const TextModel& model, Forward& forward,
   TS_RETURN_IF_ERROR(validate(request.sampling, vocab));
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
   if (prompt_size == 0) return Status::invalid_input("the prompt is empty");
-  if (prompt_size >= cache.capacity())
+  if (prompt_size >= runner.capacity())
     return Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
-                                 " tokens, more than the context of " + std::to_string(cache.capacity() - 1));
+                                 " tokens, more than the context of " + std::to_string(runner.capacity() - 1));
   // Reuse the cached prefix; at least the last prompt token runs, for its logits.
-  const int64_t reuse = std::min(cache.length(), prompt_size - 1);
-  cache.set_length(reuse);
+  const int64_t reuse = std::min(runner.length(), prompt_size - 1);
+  TS_RETURN_IF_ERROR(runner.truncate(reuse));
 
   GenerationResult result;
   Sampler sampler(request.sampling, vocab);
@@ -29,7 +29,7 @@ Result<GenerationResult> generate_text(const TextModel& model, Forward& forward,
       request.stop_strings);
   const auto start = Clock::now();
   TS_ASSIGN_OR_RETURN(std::vector<float> logits,
-                      forward.run_ids(std::span(request.prompt).subspan(static_cast<size_t>(reuse)), cache));
+                      runner.run(std::span(request.prompt).subspan(static_cast<size_t>(reuse))));
   const auto prefilled = Clock::now();
   result.finish_reason = "length";
   while (static_cast<int64_t>(result.tokens.size()) < request.max_tokens) {
@@ -48,8 +48,8 @@ Result<GenerationResult> generate_text(const TextModel& model, Forward& forward,
       result.finish_reason = "stop";
       break;
     }
-    if (cache.length() >= cache.capacity() || static_cast<int64_t>(result.tokens.size()) == request.max_tokens) break;
-    TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&result.tokens.back(), 1), cache));
+    if (runner.length() >= runner.capacity() || static_cast<int64_t>(result.tokens.size()) == request.max_tokens) break;
+    TS_ASSIGN_OR_RETURN(logits, runner.run(std::span(&result.tokens.back(), 1)));
   }
   if (const std::string rest = stream.finish(); !rest.empty()) on_text(rest);
   result.prefill_seconds = std::chrono::duration<double>(prefilled - start).count();

@@ -13,7 +13,7 @@
 
 #include "core/status.h"
 #include "engine/text_model.h"
-#include "model/forward.h"
+#include "model/sequence_runner.h"
 #include "sampling/sampler.h"
 
 namespace tessera {
@@ -33,8 +33,8 @@ struct GenerationResult {
   double decode_seconds = 0;
 };
 
-// `cache` may already hold a prefix of `request.prompt` (its length() tokens), which is reused.
-Result<GenerationResult> generate_text(const TextModel& model, Forward& forward, KvCache& cache,
+// `runner` may already hold a prefix of `request.prompt` (its length() tokens), which is reused.
+Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner,
                                        const GenerationRequest& request,
                                        const std::function<void(std::string_view)>& on_text);
 

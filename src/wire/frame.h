@@ -7,7 +7,7 @@
 //        0     4  magic          "TSWF" (0x54 0x53 0x57 0x46)
 //        4     2  major          protocol major version; must equal kProtocolMajor
 //        6     2  minor          protocol minor version; any value is accepted
-//        8     4  kind           MessageKind: 1 tensor, 2 layer chunk; others refused
+//        8     4  kind           MessageKind: 1 tensor, 2 layer chunk, 3 control; others refused
 //       12     4  header_bytes   length of the message header; <= FrameLimits::max_header_bytes
 //       16     8  request_id     opaque to the wire; replies echo it
 //       24     8  payload_bytes  length of the payload; <= FrameLimits::max_payload_bytes
@@ -37,16 +37,19 @@ namespace tessera::wire {
 
 inline constexpr uint8_t kFrameMagic[4] = {'T', 'S', 'W', 'F'};
 inline constexpr uint16_t kProtocolMajor = 1;
-inline constexpr uint16_t kProtocolMinor = 0;
+inline constexpr uint16_t kProtocolMinor = 1;  // 1: control messages
 inline constexpr size_t kFramePrefixBytes = 32;
 // The largest message header of this protocol: a tensor header of rank 8.
 inline constexpr uint32_t kMaxMessageHeaderBytes = 24 + 8 * 8;
 
-enum class MessageKind : uint32_t { kTensor = 1, kLayerChunk = 2 };
+// kControl: no message header; the payload is one JSON object (UTF-8) that the
+// receiver parses only after FrameLimits bounded its length (pipeline setup,
+// errors, cancels: src/dist/pipeline_messages.h).
+enum class MessageKind : uint32_t { kTensor = 1, kLayerChunk = 2, kControl = 3 };
 // Adding a kind changes what receivers accept: bump kProtocolMinor and document it
 // in docs/wire-protocol.md, then update this count.
-inline constexpr uint32_t kLastMessageKind = 2;
-static_assert(static_cast<uint32_t>(MessageKind::kLayerChunk) == kLastMessageKind);
+inline constexpr uint32_t kLastMessageKind = 3;
+static_assert(static_cast<uint32_t>(MessageKind::kControl) == kLastMessageKind);
 
 // What the receiver accepts, stated before it reads a frame.
 struct FrameLimits {

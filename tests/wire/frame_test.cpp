@@ -94,10 +94,10 @@ TEST(FrameTest, RefusesOtherMajorVersion) {
 }
 
 TEST(FrameTest, RefusesUnknownKinds) {
-  for (uint32_t kind : {0u, 3u, 0xffffffffu}) {
+  for (uint32_t kind : {0u, 4u, 0xffffffffu}) {
     std::vector<uint8_t> frame = sample_frame();
     poke<uint32_t>(frame, 8, kind);
-    expect_invalid(decode_frame(frame, kLimits), {"frame kind: " + std::to_string(kind) + " not in [1, 2]"});
+    expect_invalid(decode_frame(frame, kLimits), {"frame kind: " + std::to_string(kind) + " not in [1, 3]"});
   }
 }
 

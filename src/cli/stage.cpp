@@ -1,0 +1,48 @@
+// `tessera stage`: a pipeline stage worker. It serves coordinators of its trust
+// file until killed; each coordinator's setup says which layers of which
+// checkpoint (a path on this host) it runs.
+//   tessera stage --listen 10.0.0.2:7100 --identity keys/stage1 --trust trust.json
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "dist/stage_service.h"
+
+namespace tessera {
+namespace {
+
+struct StageCommandOptions {
+  std::string listen;
+  std::string identity;
+  std::string trust;
+  size_t threads = 0;
+};
+
+Status run_stage(const StageCommandOptions& o) {
+  dist::StageOptions options;
+  TS_ASSIGN_OR_RETURN(options.listen, net::parse_endpoint(o.listen));
+  TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(o.identity));
+  TS_ASSIGN_OR_RETURN(options.trust, net::read_trust_file(o.trust));
+  options.threads = o.threads;
+  dist::StageService service(std::move(options));
+  TS_RETURN_IF_ERROR(service.bind());
+  std::fprintf(stderr, "[stage] listening on %s\n", o.listen.c_str());
+  return service.run();
+}
+
+}  // namespace
+
+void register_stage(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<StageCommandOptions>();
+  CLI::App* cmd = app.add_subcommand("stage", "Run a pipeline stage worker");
+  cmd->add_option("--listen", o->listen, "Address to listen on, host:port")->required();
+  cmd->add_option("--identity", o->identity, "Directory with this node's key.pem and cert.pem (tessera keygen)")
+      ->required();
+  cmd->add_option("--trust", o->trust, "Cluster trust file (JSON)")->required();
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  cmd->callback([o, &exit_code] {
+    const Status status = run_stage(*o);
+    exit_code = status.ok() ? 0 : report_error(status);
+  });
+}
+
+}  // namespace tessera

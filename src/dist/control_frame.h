@@ -1,0 +1,50 @@
+// Control frames of the pipeline (wire MessageKind::kControl): one JSON object
+// per frame, {"type": ..., fields...}, with the request id in the frame prefix.
+// The JSON is parsed only after the frame passed the receiver's FrameLimits
+// (kMaxControlBytes), and every field is read through field(), whose errors name
+// the message type and the field.
+//
+// Messages (coordinator C, stages S0..Sn-1):
+//   C -> S    setup    {model, begin, end, next, session, context}: load layers
+//                      [begin, end) of the checkpoint at `model` (a path on the
+//                      stage's host), connect to stage `next` ("" for the last)
+//   S -> C    ready    {stage, begin, end}
+//   Si -> Si+1 upstream {session}: this connection carries hidden states
+//   C -> S    cancel   (request id): free the request's KV cache
+//   S -> C    error    {stage, message} (request id; 0: not about one request)
+//
+// Pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "wire/frame.h"
+
+namespace tessera::dist {
+
+inline constexpr uint64_t kMaxControlBytes = 64 << 10;
+
+std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& message);
+// The frame must be kControl; its payload must be a JSON object with a string "type".
+Result<nlohmann::json> decode_control(const wire::Frame& frame);
+
+// A field of a control message, of type T (string, bool, integer), present.
+template <typename T>
+Result<T> field(const nlohmann::json& message, const char* name) {
+  const std::string type = message.value("type", "?");
+  auto it = message.find(name);
+  if (it == message.end()) return Status::invalid_input("control message " + type + ": missing field " + name);
+  bool ok = false;
+  if constexpr (std::is_same_v<T, std::string>) ok = it->is_string();
+  else if constexpr (std::is_same_v<T, bool>) ok = it->is_boolean();
+  else if constexpr (std::is_unsigned_v<T>) ok = it->is_number_unsigned();
+  else ok = it->is_number_integer();
+  if (!ok) return Status::invalid_input("control message " + type + ": field " + name + " has the wrong type");
+  return it->get<T>();
+}
+
+}  // namespace tessera::dist

@@ -1,0 +1,283 @@
+#include "dist/coordinator.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "dist/control_frame.h"
+#include "dist/frame_channel.h"
+#include "wire/limits.h"
+#include "wire/tensor_codec.h"
+
+namespace tessera::dist {
+
+using json = nlohmann::json;
+
+Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& path, int64_t num_layers) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found(path.string() + ": cannot open");
+  json plan = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string where = path.string() + ": ";
+  if (plan.is_discarded() || !plan.is_object() || !plan.contains("stages") || !plan["stages"].is_array()) {
+    return Status::invalid_input(where + "expected {\"stages\": [...]}");
+  }
+  std::vector<StagePlan> stages;
+  int64_t next_layer = 0;
+  for (const json& stage : plan["stages"]) {
+    const std::string at = where + "stages[" + std::to_string(stages.size()) + "]: ";
+    if (!stage.is_object() || !stage.value("name", json()).is_string() || !stage.value("model", json()).is_string() ||
+        !stage.value("layers", json()).is_array() || stage["layers"].size() != 2 || !stage["layers"][0].is_number_integer() ||
+        !stage["layers"][1].is_number_integer()) {
+      return Status::invalid_input(at + "expected {\"name\": str, \"model\": str, \"layers\": [begin, end]}");
+    }
+    StagePlan s{stage["name"], stage["model"], stage["layers"][0], stage["layers"][1]};
+    if (s.begin != next_layer || s.end <= s.begin || s.end > num_layers) {
+      return Status::invalid_input(at + "layers [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                                   ") must start at " + std::to_string(next_layer) + " and end after it, by " +
+                                   std::to_string(num_layers));
+    }
+    next_layer = s.end;
+    stages.push_back(std::move(s));
+  }
+  if (next_layer != num_layers) {
+    return Status::invalid_input(where + "the stages cover layers [0, " + std::to_string(next_layer) + ") of " +
+                                 std::to_string(num_layers));
+  }
+  return stages;
+}
+
+struct Pipeline::State {
+  State(const net::Identity& i, const net::TrustFile& t, const ModelConfig& c, std::vector<StagePlan> p,
+        PipelineOptions o)
+      : identity(i), trust(t), config(c), plan(std::move(p)), options(o) {}
+  ~State() { teardown(); }
+
+  Status setup();
+  void teardown();
+  void read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id);
+  void deliver(uint64_t request, Result<std::vector<float>> result);
+  void fail_all(const Status& status, uint64_t session_id);
+
+  const net::Identity identity;
+  const net::TrustFile trust;
+  const ModelConfig config;
+  const std::vector<StagePlan> plan;
+  const PipelineOptions options;
+  wire::StageLimits limits;
+
+  std::mutex setup_mutex;  // one setup at a time
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::shared_ptr<FrameChannel>> channels;        // guarded by mutex
+  uint64_t session = 0;                                       // guarded by mutex; 0: not set up
+  std::map<uint64_t, std::optional<Result<std::vector<float>>>> pending;  // guarded by mutex
+  std::vector<std::thread> readers;                           // setup_mutex
+  std::atomic<uint64_t> next_request{1};
+};
+
+Status Pipeline::State::setup() {
+  teardown();
+  std::random_device random;
+  const uint64_t session_id = (uint64_t{random()} << 32 | random()) | 1;  // nonzero
+  std::vector<std::shared_ptr<FrameChannel>> opened(plan.size());
+  // Last stage first: each stage connects to its next one during its setup.
+  for (size_t i = plan.size(); i-- > 0;) {
+    const StagePlan& stage = plan[i];
+    const std::string what = "stage " + stage.name;
+    const net::TrustedNode* node = trust.find_name(stage.name);
+    if (!node) return Status::invalid_input(what + " is not in the trust file");
+    const net::Deadline deadline = net::deadline_after(options.timeout);
+    TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
+    Result<net::Socket> socket = net::Socket::connect(endpoint, deadline);
+    if (!socket.ok()) return socket.status().with_context(what);
+    Result<net::TlsChannel> tls = net::TlsChannel::client(std::move(*socket), identity, trust, stage.name, deadline);
+    if (!tls.ok()) return tls.status().with_context(what);
+    auto channel = std::make_shared<FrameChannel>(std::move(*tls));
+    const json setup = {{"type", "setup"},   {"model", stage.model},
+                        {"begin", stage.begin}, {"end", stage.end},
+                        {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
+                        {"session", session_id}, {"context", options.context}};
+    TS_RETURN_IF_ERROR(channel->write_frame(encode_control(0, setup), deadline).with_context(what));
+    Result<wire::Frame> frame = channel->read_frame({0, kMaxControlBytes}, net::Clock::now() + options.timeout * 10);
+    if (!frame.ok()) return frame.status().with_context(what + " during setup");
+    TS_ASSIGN_OR_RETURN(const json reply, decode_control(*frame));
+    if (reply["type"] == "error") {
+      return Status::invalid_input(what + " refused the setup: " + reply.value("message", std::string("?")));
+    }
+    if (reply["type"] != "ready") return Status::invalid_input(what + ": expected ready, got " + reply["type"].dump());
+    opened[i] = channel;
+  }
+  std::lock_guard lock(mutex);
+  channels = opened;
+  session = session_id;
+  for (size_t i = 0; i < channels.size(); ++i) {
+    readers.emplace_back([this, i, channel = channels[i], session_id] { read_loop(i, channel, session_id); });
+  }
+  return {};
+}
+
+void Pipeline::State::teardown() {
+  std::vector<std::shared_ptr<FrameChannel>> closing;
+  {
+    std::lock_guard lock(mutex);
+    closing.swap(channels);
+    session = 0;
+  }
+  for (auto& channel : closing) channel->shutdown();
+  for (std::thread& reader : readers) reader.join();
+  readers.clear();
+}
+
+void Pipeline::State::deliver(uint64_t request, Result<std::vector<float>> result) {
+  std::lock_guard lock(mutex);
+  auto it = pending.find(request);
+  if (it != pending.end() && !it->second) it->second = std::move(result);
+  cv.notify_all();
+}
+
+// Every request in flight fails with `status`, and the next step sets up again.
+void Pipeline::State::fail_all(const Status& status, uint64_t session_id) {
+  std::lock_guard lock(mutex);
+  if (session != session_id) return;
+  session = 0;
+  for (auto& [request, result] : pending) {
+    if (!result) result = status;
+  }
+  cv.notify_all();
+}
+
+void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id) {
+  const StagePlan& plan_stage = plan[stage];
+  const std::string who = "stage " + plan_stage.name + " (layers [" + std::to_string(plan_stage.begin) + ", " +
+                          std::to_string(plan_stage.end) + "))";
+  wire::FrameLimits frame_limits = limits.frame;
+  frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, kMaxControlBytes);
+  for (;;) {
+    Result<wire::Frame> frame = channel->read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365));
+    if (!frame.ok()) {
+      fail_all(Status::disconnected(who + " is gone: " + frame.status().message()), session_id);
+      return;
+    }
+    const uint64_t request = frame->prefix.request_id;
+    if (frame->prefix.kind == wire::MessageKind::kControl) {
+      Result<json> message = decode_control(*frame);
+      const std::string text = message.ok() ? message->value("message", std::string("?")) : message.status().to_string();
+      const Status error = Status::invalid_input(who + ": " + text);
+      if (request == 0) {
+        fail_all(error, session_id);
+      } else {
+        deliver(request, error);
+      }
+      continue;
+    }
+    std::vector<uint8_t> scratch;
+    Result<wire::DecodedTensor> logits = wire::decode_tensor(*frame, limits.logits, scratch);
+    if (!logits.ok()) {
+      deliver(request, logits.status().with_context(who));
+      continue;
+    }
+    std::vector<float> values(logits->header.numel);
+    std::memcpy(values.data(), logits->bytes.data(), logits->bytes.size());
+    deliver(request, std::move(values));
+  }
+}
+
+Pipeline::Pipeline(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Pipeline::~Pipeline() = default;
+
+Result<std::unique_ptr<Pipeline>> Pipeline::connect(const net::Identity& identity, const net::TrustFile& trust,
+                                                    const ModelConfig& config, std::vector<StagePlan> plan,
+                                                    PipelineOptions options) {
+  auto state = std::make_unique<State>(identity, trust, config, std::move(plan), options);
+  wire::StageLimitsOptions limit_options;
+  limit_options.activation_dtype = DType::kF32;
+  limit_options.max_tokens_per_frame = static_cast<uint64_t>(std::max<int64_t>(options.context, 1));
+  TS_ASSIGN_OR_RETURN(state->limits, wire::make_stage_limits(config, limit_options));
+  {
+    std::lock_guard lock(state->setup_mutex);
+    TS_RETURN_IF_ERROR(state->setup());
+  }
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(state)));
+}
+
+Result<std::vector<float>> Pipeline::step(uint64_t request, std::span<const int32_t> ids) {
+  State& s = *state_;
+  std::shared_ptr<FrameChannel> first;
+  {
+    std::unique_lock lock(s.mutex);
+    if (s.session == 0) {  // a stage failed: set the pipeline up again (a restarted stage rejoins)
+      lock.unlock();
+      std::lock_guard setup_lock(s.setup_mutex);
+      TS_RETURN_IF_ERROR(s.setup());
+      lock.lock();
+    }
+    first = s.channels.front();
+    s.pending[request].reset();
+  }
+  const uint64_t shape[] = {ids.size()};
+  Status sent = first->write_frame(
+      wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t)}),
+      net::deadline_after(s.options.timeout));
+  std::unique_lock lock(s.mutex);
+  if (!sent.ok() && !s.pending[request]) s.pending[request] = sent.with_context("sending to stage " + s.plan[0].name);
+  const bool answered = s.cv.wait_until(lock, net::Clock::now() + s.options.timeout,
+                                        [&] { return s.pending[request].has_value(); });
+  Result<std::vector<float>> result =
+      answered ? std::move(*s.pending[request])
+               : Result<std::vector<float>>(Status::disconnected(
+                     "no answer from the pipeline within " + std::to_string(s.options.timeout.count()) + " ms"));
+  s.pending.erase(request);
+  return result;
+}
+
+void Pipeline::cancel(uint64_t request) {
+  std::vector<std::shared_ptr<FrameChannel>> channels;
+  {
+    std::lock_guard lock(state_->mutex);
+    channels = state_->channels;
+  }
+  for (auto& channel : channels) {
+    (void)channel->write_frame(encode_control(request, {{"type", "cancel"}}),
+                               net::deadline_after(state_->options.timeout));
+  }
+}
+
+uint64_t Pipeline::new_request_id() { return state_->next_request++; }
+
+std::string Pipeline::layout() const {
+  std::string out;
+  for (const StagePlan& stage : state_->plan) {
+    const net::TrustedNode* node = state_->trust.find_name(stage.name);
+    out += "  " + stage.name + " at " + (node ? node->address : "?") + ": layers [" + std::to_string(stage.begin) +
+           ", " + std::to_string(stage.end) + ")\n";
+  }
+  return out;
+}
+
+PipelineRunner::PipelineRunner(Pipeline& pipeline, int64_t capacity)
+    : pipeline_(pipeline), request_(pipeline.new_request_id()), capacity_(capacity) {}
+
+PipelineRunner::~PipelineRunner() { pipeline_.cancel(request_); }
+
+Result<std::vector<float>> PipelineRunner::run(std::span<const int32_t> ids) {
+  Result<std::vector<float>> logits = pipeline_.step(request_, ids);
+  if (logits.ok()) length_ += static_cast<int64_t>(ids.size());
+  return logits;
+}
+
+Status PipelineRunner::truncate(int64_t n) {
+  if (n == length_) return {};
+  if (n != 0) return Status::unsupported("a pipeline sequence cannot drop part of its KV cache");
+  pipeline_.cancel(request_);
+  request_ = pipeline_.new_request_id();
+  length_ = 0;
+  return {};
+}
+
+}  // namespace tessera::dist

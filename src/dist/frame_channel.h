@@ -1,0 +1,46 @@
+// FrameChannel: wire frames (src/wire/frame.h) over an authenticated connection
+// between a pipeline coordinator and its stages, or between adjacent stages.
+// Each read is bounded by the receiver's FrameLimits before a byte of header or
+// payload is read: the 32-byte prefix is decoded and checked first, then exactly
+// header_bytes + payload_bytes more are read into the channel's own buffer.
+//
+// The connection is a TlsChannel (TLS 1.3, AES-256-GCM records: sealed) or, in
+// --plain mode, a TCP socket bound to an authenticated TLS session by a sealed
+// hello (seal/hello.h).
+//
+// Thread safety: one reader thread and any number of writers (write_frame
+// serializes them).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "net/socket.h"
+#include "net/tls.h"
+#include "wire/frame.h"
+
+namespace tessera::dist {
+
+class FrameChannel {
+ public:
+  explicit FrameChannel(net::TlsChannel tls) : tls_(std::make_unique<net::TlsChannel>(std::move(tls))) {}
+
+  const std::string& peer_name() const { return tls_->peer_name(); }
+  net::TlsChannel& tls() { return *tls_; }
+
+  Status write_frame(std::span<const uint8_t> frame, net::Deadline deadline);
+  // Reads one frame; the returned Frame borrows this channel's buffer until the
+  // next read. wake_fd interrupts the wait.
+  Result<wire::Frame> read_frame(const wire::FrameLimits& limits, net::Deadline deadline, int wake_fd = -1);
+  void shutdown() { tls_->shutdown(); }
+
+ private:
+  std::unique_ptr<net::TlsChannel> tls_;
+  std::mutex write_mutex_;
+  std::vector<uint8_t> buffer_;  // reader thread only
+};
+
+}  // namespace tessera::dist

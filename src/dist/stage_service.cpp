@@ -1,0 +1,387 @@
+#include "dist/stage_service.h"
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "backend/device.h"
+#include "dist/control_frame.h"
+#include "dist/frame_channel.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "wire/limits.h"
+#include "wire/tensor_codec.h"
+
+namespace tessera::dist {
+namespace {
+
+using json = nlohmann::json;
+
+// One unit of the inference thread's work, in arrival order.
+struct Work {
+  enum class Kind { kSetup, kTokens, kHidden, kCancel, kEndSession, kStop };
+  explicit Work(Kind k = Kind::kStop, uint64_t s = 0, uint64_t r = 0) : kind(k), session(s), request(r) {}
+  Kind kind;
+  uint64_t session;
+  uint64_t request;
+  std::vector<int32_t> ids;
+  std::vector<float> hidden;
+  json setup;
+  std::shared_ptr<FrameChannel> coordinator;  // kSetup
+  std::promise<Status>* done = nullptr;       // kSetup
+};
+
+wire::FrameLimits control_limits() { return {0, kMaxControlBytes}; }
+
+Result<std::vector<int32_t>> token_ids(const wire::DecodedTensor& tensor) {
+  std::vector<int32_t> ids(tensor.header.numel);
+  if (tensor.header.encoding.dtype == DType::kI32) {
+    std::memcpy(ids.data(), tensor.bytes.data(), ids.size() * 4);
+  } else {  // i64, refused unless it fits i32 (the vocabulary check is Forward's)
+    for (size_t i = 0; i < ids.size(); ++i) {
+      int64_t id;
+      std::memcpy(&id, tensor.bytes.data() + 8 * i, 8);
+      if (id < 0 || id > INT32_MAX) return Status::invalid_input("token_ids[" + std::to_string(i) + "]: " + std::to_string(id) + " out of range");
+      ids[i] = static_cast<int32_t>(id);
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+struct StageService::State {
+  explicit State(StageOptions o) : options(std::move(o)) {}
+
+  void push(Work work) {
+    {
+      std::lock_guard lock(mutex);
+      queue.push_back(std::move(work));
+    }
+    cv.notify_one();
+  }
+  std::shared_ptr<FrameChannel> coordinator_channel() {
+    std::lock_guard lock(mutex);
+    return coordinator;
+  }
+  // Reports a failure of `request` (0: of the session) to the coordinator.
+  void report(uint64_t request, const Status& status) {
+    std::fprintf(stderr, "[stage %s] request %llu: %s\n", options.identity.name.c_str(),
+                 static_cast<unsigned long long>(request), status.to_string().c_str());
+    if (auto channel = coordinator_channel()) {
+      (void)channel->write_frame(encode_control(request, {{"type", "error"}, {"stage", options.identity.name},
+                                                          {"message", status.to_string()}}),
+                                 net::deadline_after(options.timeout));
+    }
+  }
+
+  void serve_connection(net::Socket socket);
+  void serve_coordinator(std::shared_ptr<FrameChannel> channel, const json& setup);
+  void serve_upstream(FrameChannel& channel, const json& hello);
+  void inference_loop();
+  Status setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel);
+  void run_request(Work& work);
+
+  const StageOptions options;
+  net::Listener listener;
+  net::WakeFd stopping;
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<Work> queue;                          // guarded by mutex
+  std::shared_ptr<FrameChannel> coordinator;       // guarded by mutex
+  uint64_t session = 0;                            // guarded by mutex: the current session
+  std::vector<std::thread> connections;            // accept thread only
+
+  // Inference thread only.
+  std::string model_dir;
+  LayerRange range;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Forward> forward;
+  wire::StageLimits limits;
+  std::shared_ptr<FrameChannel> next;
+  bool last = false;
+  int64_t context = 0;
+  std::unordered_map<uint64_t, KvCache> caches;
+  std::thread inference;
+};
+
+StageService::StageService(StageOptions options) : state_(std::make_unique<State>(std::move(options))) {}
+
+StageService::~StageService() {
+  stop();
+  if (state_->inference.joinable()) state_->inference.join();
+  for (std::thread& thread : state_->connections) thread.join();
+}
+
+Status StageService::bind() {
+  TS_ASSIGN_OR_RETURN(state_->listener, net::Listener::bind(state_->options.listen));
+  return {};
+}
+
+uint16_t StageService::port() const { return state_->listener.port(); }
+
+void StageService::stop() {
+  state_->stopping.signal();
+  state_->push(Work(Work::Kind::kStop));
+}
+
+Status StageService::run() {
+  State& s = *state_;
+  s.inference = std::thread([&s] { s.inference_loop(); });
+  for (;;) {
+    Result<net::Socket> socket = s.listener.accept(net::Clock::now() + std::chrono::hours(24 * 365), s.stopping.fd());
+    if (!socket.ok()) {
+      if (net::is_interrupted(socket.status())) return {};
+      std::fprintf(stderr, "[stage %s] accept: %s\n", s.options.identity.name.c_str(), socket.status().to_string().c_str());
+      continue;
+    }
+    s.connections.emplace_back([&s, socket = std::move(*socket)]() mutable { s.serve_connection(std::move(socket)); });
+  }
+}
+
+// A connection opens with mutual TLS, then one control message says what it is.
+void StageService::State::serve_connection(net::Socket socket) {
+  const std::string address = socket.peer_address();
+  Result<net::TlsChannel> tls =
+      net::TlsChannel::server(std::move(socket), options.identity, options.trust, net::deadline_after(options.timeout));
+  if (!tls.ok()) {
+    std::fprintf(stderr, "[stage %s] refused %s: %s\n", options.identity.name.c_str(), address.c_str(),
+                 tls.status().to_string().c_str());
+    return;
+  }
+  auto channel = std::make_shared<FrameChannel>(std::move(*tls));
+  Result<wire::Frame> frame = channel->read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd());
+  Result<json> message = frame.ok() ? decode_control(*frame) : Result<json>(frame.status());
+  if (!message.ok()) {
+    std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
+                 message.status().to_string().c_str());
+    return;
+  }
+  const std::string type = (*message)["type"];
+  if (type == "setup") return serve_coordinator(channel, *message);
+  if (type == "upstream") return serve_upstream(*channel, *message);
+  std::fprintf(stderr, "[stage %s] %s opened with '%s', not setup or upstream\n", options.identity.name.c_str(),
+               channel->peer_name().c_str(), type.c_str());
+}
+
+void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channel, const json& setup_message) {
+  std::promise<Status> done;
+  std::future<Status> ready = done.get_future();
+  Result<uint64_t> session_id = field<uint64_t>(setup_message, "session");
+  if (!session_id.ok()) {
+    (void)channel->write_frame(encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
+                                                  {"message", session_id.status().to_string()}}),
+                               net::deadline_after(options.timeout));
+    return;
+  }
+  Work work{Work::Kind::kSetup};
+  work.session = *session_id;
+  work.setup = setup_message;
+  work.coordinator = channel;
+  work.done = &done;
+  push(std::move(work));
+  Status status = ready.get();
+  if (!status.ok()) {
+    (void)channel->write_frame(encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
+                                                  {"message", status.to_string()}}),
+                               net::deadline_after(options.timeout));
+    return;
+  }
+  // Frames from the coordinator: token ids (stage 0) and cancels, until it leaves.
+  wire::StageLimits session_limits;
+  {
+    std::lock_guard lock(mutex);
+    session_limits = limits;
+  }
+  wire::FrameLimits frame_limits = session_limits.frame;
+  frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, kMaxControlBytes);
+  for (;;) {
+    Result<wire::Frame> frame =
+        channel->read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365), stopping.fd());
+    if (!frame.ok()) break;  // the coordinator left (or stop)
+    const uint64_t request = frame->prefix.request_id;
+    if (frame->prefix.kind == wire::MessageKind::kControl) {
+      Result<json> message = decode_control(*frame);
+      if (message.ok() && (*message)["type"] == "cancel") push(Work(Work::Kind::kCancel, *session_id, request));
+      continue;
+    }
+    std::vector<uint8_t> scratch;
+    Result<wire::DecodedTensor> tensor = wire::decode_tensor(*frame, session_limits.token_ids, scratch);
+    Result<std::vector<int32_t>> ids = tensor.ok() ? token_ids(*tensor) : Result<std::vector<int32_t>>(tensor.status());
+    if (!ids.ok()) {
+      report(request, ids.status());
+      continue;
+    }
+    Work work{Work::Kind::kTokens, *session_id, request};
+    work.ids = std::move(*ids);
+    push(std::move(work));
+  }
+  push(Work(Work::Kind::kEndSession, *session_id));
+}
+
+// Hidden states from the previous stage. A frame that breaks the limits fails
+// its request; one whose prefix cannot be trusted ends this connection.
+void StageService::State::serve_upstream(FrameChannel& channel, const json& hello) {
+  Result<uint64_t> session_id = field<uint64_t>(hello, "session");
+  wire::StageLimits session_limits;
+  {
+    std::lock_guard lock(mutex);
+    session_limits = limits;
+    if (!session_id.ok() || *session_id != session) {
+      std::fprintf(stderr, "[stage %s] upstream %s: not of the current session\n", options.identity.name.c_str(),
+                   channel.peer_name().c_str());
+      return;
+    }
+  }
+  for (;;) {
+    Result<wire::Frame> frame = channel.read_frame(session_limits.frame, net::Clock::now() + std::chrono::hours(24 * 365),
+                                                   stopping.fd());
+    if (!frame.ok()) {
+      if (!net::is_interrupted(frame.status()) && frame.status().kind() != ErrorKind::kDisconnected) {
+        report(0, frame.status().with_context("from " + channel.peer_name()));
+      }
+      return;
+    }
+    std::vector<uint8_t> scratch;
+    Result<wire::DecodedTensor> tensor = wire::decode_tensor(*frame, session_limits.hidden_states, scratch);
+    if (!tensor.ok()) {
+      report(frame->prefix.request_id, tensor.status().with_context("from " + channel.peer_name()));
+      continue;
+    }
+    Work work{Work::Kind::kHidden, *session_id, frame->prefix.request_id};
+    work.hidden.resize(tensor->header.numel);
+    std::memcpy(work.hidden.data(), tensor->bytes.data(), tensor->bytes.size());
+    push(std::move(work));
+  }
+}
+
+Status StageService::State::setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel) {
+  TS_ASSIGN_OR_RETURN(const std::string dir, field<std::string>(message, "model"));
+  TS_ASSIGN_OR_RETURN(const int64_t begin, field<int64_t>(message, "begin"));
+  TS_ASSIGN_OR_RETURN(const int64_t end, field<int64_t>(message, "end"));
+  TS_ASSIGN_OR_RETURN(const std::string next_name, field<std::string>(message, "next"));
+  TS_ASSIGN_OR_RETURN(const uint64_t session_id, field<uint64_t>(message, "session"));
+  TS_ASSIGN_OR_RETURN(context, field<int64_t>(message, "context"));
+  if (!model || dir != model_dir || begin != range.begin || end != range.end) {
+    forward.reset();
+    model.reset();
+    std::fprintf(stderr, "[stage %s] loading layers [%lld, %lld) of %s\n", options.identity.name.c_str(),
+                 static_cast<long long>(begin), static_cast<long long>(end), dir.c_str());
+    TS_ASSIGN_OR_RETURN(Model loaded, Model::load(dir, LayerRange{begin, end}));
+    model = std::make_unique<Model>(std::move(loaded));
+    model_dir = dir;
+    range = {begin, end};
+    if (!device) {
+      TS_ASSIGN_OR_RETURN(device, make_device("cpu", options.threads));
+    }
+    forward = std::make_unique<Forward>(*model, *device);
+  }
+  if (context < 1 || context > model->config().max_position_embeddings) {
+    return Status::invalid_input("setup: context " + std::to_string(context) + " not in [1, " +
+                                 std::to_string(model->config().max_position_embeddings) + "]");
+  }
+  wire::StageLimitsOptions limit_options;
+  limit_options.activation_dtype = DType::kF32;  // bitwise the hidden states of one process
+  limit_options.max_tokens_per_frame = static_cast<uint64_t>(context);
+  TS_ASSIGN_OR_RETURN(wire::StageLimits stage_limits, wire::make_stage_limits(model->config(), limit_options));
+  caches.clear();
+  next.reset();
+  last = next_name.empty();
+  if (last != model->has_exit()) {
+    return Status::invalid_input("setup: layers [" + std::to_string(begin) + ", " + std::to_string(end) + ") " +
+                                 (last ? "do not end the model but no next stage is named"
+                                       : "end the model but a next stage is named"));
+  }
+  if (!last) {
+    const net::TrustedNode* node = options.trust.find_name(next_name);
+    if (!node) return Status::invalid_input("setup: next stage '" + next_name + "' is not in the trust file");
+    TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
+    const net::Deadline deadline = net::deadline_after(options.timeout);
+    TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect(endpoint, deadline));
+    TS_ASSIGN_OR_RETURN(net::TlsChannel tls,
+                        net::TlsChannel::client(std::move(socket), options.identity, options.trust, next_name, deadline));
+    next = std::make_shared<FrameChannel>(std::move(tls));
+    TS_RETURN_IF_ERROR(next->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
+  }
+  {
+    std::lock_guard lock(mutex);
+    limits = std::move(stage_limits);
+    session = session_id;
+    coordinator = coordinator_channel;
+  }
+  return coordinator_channel->write_frame(
+      encode_control(0, {{"type", "ready"}, {"stage", options.identity.name}, {"begin", begin}, {"end", end}}),
+      net::deadline_after(options.timeout));
+}
+
+void StageService::State::run_request(Work& work) {
+  auto cache = caches.find(work.request);
+  if (cache == caches.end()) cache = caches.emplace(work.request, forward->make_cache(context)).first;
+  Result<std::vector<float>> out = work.kind == Work::Kind::kTokens ? forward->run_ids(work.ids, cache->second)
+                                                                    : forward->run_hidden(work.hidden, cache->second);
+  Status status = out.status();
+  if (status.ok()) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(out->data());
+    const std::span<const uint8_t> data(bytes, out->size() * sizeof(float));
+    if (last) {
+      const uint64_t shape[] = {1, static_cast<uint64_t>(out->size())};
+      status = coordinator_channel()->write_frame(
+          wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
+          net::deadline_after(options.timeout));
+    } else {
+      const uint64_t hidden = static_cast<uint64_t>(model->config().hidden_size);
+      const uint64_t shape[] = {out->size() / hidden, hidden};
+      status = next->write_frame(wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
+                                 net::deadline_after(options.timeout));
+      if (!status.ok()) status = status.with_context("sending to the next stage " + next->peer_name());
+    }
+  }
+  if (!status.ok()) {
+    caches.erase(work.request);
+    report(work.request, status);
+  }
+}
+
+void StageService::State::inference_loop() {
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [this] { return !queue.empty(); });
+      work = std::move(queue.front());
+      queue.pop_front();
+      if (work.kind != Work::Kind::kSetup && work.kind != Work::Kind::kStop && work.session != session) continue;
+    }
+    switch (work.kind) {
+      case Work::Kind::kStop:
+        return;
+      case Work::Kind::kSetup:
+        work.done->set_value(setup(work.setup, work.coordinator));
+        break;
+      case Work::Kind::kCancel:
+        caches.erase(work.request);
+        break;
+      case Work::Kind::kEndSession: {
+        caches.clear();
+        next.reset();
+        std::lock_guard lock(mutex);
+        coordinator.reset();
+        session = 0;
+        break;
+      }
+      case Work::Kind::kTokens:
+      case Work::Kind::kHidden:
+        run_request(work);
+        break;
+    }
+  }
+}
+
+}  // namespace tessera::dist
