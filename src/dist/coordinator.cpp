@@ -93,7 +93,7 @@ Status Pipeline::State::setup() {
     if (!node) return Status::invalid_input(what + " is not in the trust file");
     const net::Deadline deadline = net::deadline_after(options.timeout);
     TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
-    Result<net::Socket> socket = net::Socket::connect(endpoint, deadline);
+    Result<net::Socket> socket = net::Socket::connect_retrying(endpoint, deadline);
     if (!socket.ok()) return socket.status().with_context(what);
     Result<net::TlsChannel> tls = net::TlsChannel::client(std::move(*socket), identity, trust, stage.name, deadline);
     if (!tls.ok()) return tls.status().with_context(what);

@@ -19,7 +19,6 @@ using seal::Op;
 using std::chrono::milliseconds;
 
 constexpr uint8_t kTlsHandshakeRecord = 0x16;  // first byte of a TLS ClientHello
-constexpr milliseconds kRetryInterval{20};
 constexpr milliseconds kAbortSendTimeout{1000};
 constexpr milliseconds kAbortGrace{50};
 
@@ -155,14 +154,9 @@ Status TcpGroup::start() {
 
 Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline deadline) {
   TS_ASSIGN_OR_RETURN(net::Endpoint endpoint, address_of(rank));
-  for (;;) {
-    Result<net::Socket> socket = net::Socket::connect(endpoint, deadline);
-    if (socket.ok() || net::Clock::now() + kRetryInterval >= deadline) {
-      if (!socket.ok()) return socket.status().with_context("[dist] " + rank_text(rank) + " (" + options_.members[rank] + ")");
-      return socket;
-    }
-    std::this_thread::sleep_for(kRetryInterval);  // the peer is not listening yet
-  }
+  Result<net::Socket> socket = net::Socket::connect_retrying(endpoint, deadline);
+  if (!socket.ok()) return socket.status().with_context("[dist] " + rank_text(rank) + " (" + options_.members[rank] + ")");
+  return socket;
 }
 
 // Mutual TLS with every peer: connect to lower ranks, accept higher ones. A

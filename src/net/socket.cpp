@@ -16,6 +16,7 @@
 #include <charconv>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 namespace tessera::net {
 namespace {
@@ -157,6 +158,15 @@ Result<Socket> Socket::connect(const Endpoint& endpoint, Deadline deadline) {
     last = Status::disconnected("connect to " + endpoint.to_string() + ": " + errno_text(err));
   }
   return last;
+}
+
+Result<Socket> Socket::connect_retrying(const Endpoint& endpoint, Deadline deadline) {
+  constexpr auto kRetryInterval = std::chrono::milliseconds(20);
+  for (;;) {
+    Result<Socket> socket = connect(endpoint, deadline);
+    if (socket.ok() || Clock::now() + kRetryInterval >= deadline) return socket;
+    std::this_thread::sleep_for(kRetryInterval);
+  }
 }
 
 Status Socket::write_all(std::span<const uint8_t> bytes, Deadline deadline, int wake_fd) {

@@ -49,6 +49,9 @@ class Socket {
   Socket& operator=(const Socket&) = delete;
 
   static Result<Socket> connect(const Endpoint& endpoint, Deadline deadline);
+  // The same, retrying every 20 ms until the deadline while nothing listens yet
+  // (a peer process that is still starting).
+  static Result<Socket> connect_retrying(const Endpoint& endpoint, Deadline deadline);
 
   // Writes all bytes or fails (peer closed, reset, deadline, wake fd).
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline, int wake_fd = -1);

@@ -35,6 +35,7 @@ Cluster::Cluster(int nodes, int extra_unknown) : nodes_(nodes) {
       address = namespaces_ ? "10.231.0." + std::to_string(node + 1) + ":7000" : "127.0.0.1:" + std::to_string(*port);
     }
     local.push_back({name(node), address});
+    if (node < nodes) addresses_.push_back(address);
   }
   Status written = net::write_local_cluster(dir_, local);
   if (!written.ok()) throw std::runtime_error(written.to_string());
@@ -75,7 +76,7 @@ void Cluster::delete_namespaces() {
   sh("ip netns del " + prefix_ + "h");
 }
 
-void Cluster::spawn(int node, const std::vector<std::string>& argv, const std::filesystem::path& log) {
+int Cluster::spawn(int node, const std::vector<std::string>& argv, const std::filesystem::path& log) {
   std::vector<std::string> full;
   if (namespaces_) full = {"/usr/sbin/ip", "netns", "exec", ns(node)};
   full.insert(full.end(), argv.begin(), argv.end());
@@ -91,6 +92,24 @@ void Cluster::spawn(int node, const std::vector<std::string>& argv, const std::f
     _exit(127);
   }
   pids_.push_back(pid);
+  return static_cast<int>(pids_.size()) - 1;
+}
+
+int Cluster::wait(int index, std::chrono::seconds timeout) {
+  const pid_t pid = pids_.at(index);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pids_[index] = -1;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  pids_[index] = -1;  // reaped
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 void Cluster::kill(int index, int signal) { ::kill(pids_.at(index), signal); }

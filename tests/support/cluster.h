@@ -33,8 +33,13 @@ class Cluster {
   std::filesystem::path trust_file() const { return dir_ / "trust.json"; }
   std::filesystem::path dir() const { return dir_; }
 
+  std::string address(int node) const { return addresses_.at(node); }  // "host:port" in the trust file
+
   // Starts argv as node `node` (in its namespace); stdout and stderr go to `log`.
-  void spawn(int node, const std::vector<std::string>& argv, const std::filesystem::path& log);
+  // Returns the process's index (spawn order).
+  int spawn(int node, const std::vector<std::string>& argv, const std::filesystem::path& log);
+  // Waits for one process up to `timeout` (then kills it); its exit code, -1 if killed.
+  int wait(int index, std::chrono::seconds timeout);
   // Waits for every spawned process; kills them all after `timeout`. Returns the
   // exit codes in spawn order (-1: killed or crashed).
   std::vector<int> wait_all(std::chrono::seconds timeout);
@@ -50,6 +55,7 @@ class Cluster {
   std::string prefix_;
   bool namespaces_ = false;
   std::vector<pid_t> pids_;
+  std::vector<std::string> addresses_;
 };
 
 }  // namespace tessera::test

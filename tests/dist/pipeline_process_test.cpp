@@ -1,0 +1,168 @@
+// The pipeline as separate processes: `tessera stage` workers and a `tessera
+// generate --pipeline` coordinator, each in its own network namespace when run
+// as root (loopback otherwise). The pipeline's logits and greedy tokens must be
+// bitwise those of one process, for every fixture model and the shipped model;
+// failures must reach the coordinator at once.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "model/fixtures.h"
+#include "support/cluster.h"
+#include "support/run_tessera.h"
+
+namespace {
+
+using tessera::test::Cluster;
+using tessera::testing::run_tessera;
+using tessera::testing::slurp;
+
+constexpr int kStages = 3;  // nodes 1..3; node 0 coordinates
+
+class PipelineCluster {
+ public:
+  PipelineCluster() : cluster_(1 + kStages) {
+    for (int node = 1; node <= kStages; ++node) start_stage(node);
+  }
+  void start_stage(int node) {
+    stage_process_[node] = cluster_.spawn(
+        node,
+        {TESSERA_BINARY, "stage", "--listen", cluster_.address(node), "--identity", cluster_.identity(node).string(),
+         "--trust", cluster_.trust_file().string(), "--threads", "1"},
+        cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
+  }
+  void kill_stage(int node) {
+    cluster_.kill(stage_process_[node], SIGKILL);
+    cluster_.wait(stage_process_[node], std::chrono::seconds(5));
+  }
+  // Writes a plan giving stage i the layers [cuts[i], cuts[i+1]) of `model`.
+  std::string plan(const std::string& model, const std::vector<int>& cuts) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      stages.push_back({{"name", cluster_.name(static_cast<int>(i) + 1)}, {"model", model},
+                        {"layers", {cuts[i], cuts[i + 1]}}});
+    }
+    const auto path = cluster_.dir() / ("plan" + std::to_string(plans_++) + ".json");
+    std::ofstream(path) << nlohmann::json{{"stages", stages}}.dump();
+    return path.string();
+  }
+  struct Run {
+    int exit_code;
+    std::string out, err;
+  };
+  // `tessera generate <args> --pipeline plan` as node 0.
+  Run coordinate(const std::vector<std::string>& args, const std::string& plan_path, int timeout_s = 120) {
+    std::vector<std::string> argv = {TESSERA_BINARY, "generate"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const std::string& a : {std::string("--pipeline"), plan_path, std::string("--identity"),
+                                 cluster_.identity(0).string(), std::string("--trust"), cluster_.trust_file().string()})
+      argv.push_back(a);
+    const auto log = cluster_.dir() / ("coordinator" + std::to_string(runs_++));
+    // stdout and stderr share the log; the id line is the last line of stdout.
+    const int index = cluster_.spawn(0, argv, log);
+    const int code = cluster_.wait(index, std::chrono::seconds(timeout_s));
+    return {code, slurp(log), slurp(log)};
+  }
+  Cluster& cluster() { return cluster_; }
+
+ private:
+  Cluster cluster_;
+  int stage_process_[kStages + 1] = {};
+  int plans_ = 0;
+  int runs_ = 0;
+};
+
+std::string ids_line(const std::string& text) {
+  // The generated ids: the one line of digits and commas.
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.find_first_not_of("0123456789,") == std::string::npos) return line;
+  }
+  return "";
+}
+
+TEST(PipelineProcesses, LogitsAndGreedyTokensAreBitwiseThoseOfOneProcess) {
+  PipelineCluster pipeline;
+  std::cout << (pipeline.cluster().in_namespaces() ? "stages in network namespaces\n" : "stages on loopback\n");
+  const std::string prompt = "--prompt-ids 1,5,9,2,7,3";
+  for (const std::string& name : tessera::testing::fixture_names()) {
+    const std::string dir = tessera::testing::fixture_dir(name);
+    std::ifstream config_file(dir + "/config.json");
+    const nlohmann::json config = nlohmann::json::parse(config_file);
+    const int layers = config.contains("num_hidden_layers") ? config["num_hidden_layers"].get<int>()
+                                                            : config["text_config"]["num_hidden_layers"].get<int>();
+    const auto reference_npy = std::filesystem::path(::testing::TempDir()) / ("pipeline_ref_" + name + ".npy");
+    const auto local = run_tessera("generate --model " + dir + " " + prompt + " -n 6 --threads 1 --logits-out " +
+                                   reference_npy.string());
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    std::vector<std::vector<int>> splits = {{0, layers / 2, layers}};
+    if (layers >= 3) splits.push_back({0, 1, layers - 1, layers});
+    for (const auto& cuts : splits) {
+      SCOPED_TRACE(name + " in " + std::to_string(cuts.size() - 1) + " stages");
+      const auto npy = pipeline.cluster().dir() / ("logits_" + name + std::to_string(cuts.size()) + ".npy");
+      const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9,2,7,3", "-n", "6",
+                                            "--logits-out", npy.string()},
+                                           pipeline.plan(dir, cuts));
+      ASSERT_EQ(run.exit_code, 0) << run.err;
+      EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+      EXPECT_FALSE(ids_line(local.out).empty());
+      const std::string expected = slurp(reference_npy), got = slurp(npy);
+      EXPECT_FALSE(expected.empty());
+      EXPECT_TRUE(got == expected) << "logits differ from one process";
+    }
+  }
+}
+
+// The shipped model's text through 3 stages equals one process's.
+TEST(PipelineProcesses, ShippedModelTextMatchesOneProcess) {
+  PipelineCluster pipeline;
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const auto local = run_tessera("generate --model " + dir + " --prompt \"It is a truth\" -n 20 --threads 1");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const auto run = pipeline.coordinate({"--model", dir, "--prompt", "It is a truth", "-n", "20"},
+                                       pipeline.plan(dir, {0, 1, 3, 4}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string text = local.out.substr(0, local.out.find('\n'));
+  ASSERT_FALSE(text.empty());
+  EXPECT_NE(run.out.find(text), std::string::npos) << run.out << "\nvs\n" << local.out;
+}
+
+// kill -9 of the middle stage while the coordinator streams text: the
+// coordinator fails within a second, naming the stage; a restarted stage rejoins
+// and the next generation works without restarting anything else.
+TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins) {
+  PipelineCluster pipeline;
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const std::string plan = pipeline.plan(dir, {0, 1, 3, 4});
+  std::atomic<bool> finished{false};
+  PipelineCluster::Run run{};
+  std::chrono::steady_clock::time_point killed, ended;
+  // EOS (id 1) is biased away, so the generation runs until the kill.
+  std::thread coordinator([&] {
+    run = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "2000", "--logit-bias", "1", "-100"}, plan, 60);
+    ended = std::chrono::steady_clock::now();
+    finished = true;
+  });
+  // Wait until text streams (the pipeline is set up and generating), then kill.
+  const auto log = pipeline.cluster().dir() / "coordinator0";
+  for (int i = 0; i < 3000 && slurp(log).find("layers [3, 4)") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_FALSE(finished.load()) << slurp(log);
+  killed = std::chrono::steady_clock::now();
+  pipeline.kill_stage(2);
+  coordinator.join();
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("stage " + pipeline.cluster().name(2)), std::string::npos) << run.err;
+  EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 1.0);
+  pipeline.start_stage(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto again = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8"}, plan);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+}  // namespace
