@@ -16,7 +16,8 @@ Result<wire::Frame> FrameChannel::read_frame(const wire::FrameLimits& limits, ne
   const size_t rest = size_t{prefix.header_bytes} + prefix.payload_bytes;
   buffer_.resize(wire::kFramePrefixBytes + rest);
   std::copy(prefix_bytes.begin(), prefix_bytes.end(), buffer_.begin());
-  TS_RETURN_IF_ERROR(tls_->read_exact(std::span(buffer_).subspan(wire::kFramePrefixBytes), deadline, wake_fd));
+  TS_RETURN_IF_ERROR(tls_->read_exact(std::span(buffer_).subspan(wire::kFramePrefixBytes),
+                                      std::min(deadline, net::deadline_after(body_timeout_)), wake_fd));
   return wire::decode_frame(buffer_, limits);
 }
 

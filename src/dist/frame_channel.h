@@ -26,19 +26,23 @@ namespace tessera::dist {
 
 class FrameChannel {
  public:
-  explicit FrameChannel(net::TlsChannel tls) : tls_(std::make_unique<net::TlsChannel>(std::move(tls))) {}
+  // A frame whose prefix arrived must be complete within body_timeout (a peer
+  // that stops mid-frame is cut off, however long the wait for a prefix may be).
+  explicit FrameChannel(net::TlsChannel tls, std::chrono::milliseconds body_timeout = std::chrono::seconds(30))
+      : tls_(std::make_unique<net::TlsChannel>(std::move(tls))), body_timeout_(body_timeout) {}
 
   const std::string& peer_name() const { return tls_->peer_name(); }
   net::TlsChannel& tls() { return *tls_; }
 
   Status write_frame(std::span<const uint8_t> frame, net::Deadline deadline);
   // Reads one frame; the returned Frame borrows this channel's buffer until the
-  // next read. wake_fd interrupts the wait.
+  // next read. `deadline` bounds the wait for its prefix; wake_fd interrupts.
   Result<wire::Frame> read_frame(const wire::FrameLimits& limits, net::Deadline deadline, int wake_fd = -1);
   void shutdown() { tls_->shutdown(); }
 
  private:
   std::unique_ptr<net::TlsChannel> tls_;
+  const std::chrono::milliseconds body_timeout_;
   std::mutex write_mutex_;
   std::vector<uint8_t> buffer_;  // reader thread only
 };

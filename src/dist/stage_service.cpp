@@ -156,7 +156,7 @@ void StageService::State::serve_connection(net::Socket socket) {
                  tls.status().to_string().c_str());
     return;
   }
-  auto channel = std::make_shared<FrameChannel>(std::move(*tls));
+  auto channel = std::make_shared<FrameChannel>(std::move(*tls), options.timeout);
   Result<wire::Frame> frame = channel->read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd());
   Result<json> message = frame.ok() ? decode_control(*frame) : Result<json>(frame.status());
   if (!message.ok()) {
@@ -244,7 +244,8 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
     Result<wire::Frame> frame = channel.read_frame(session_limits.frame, net::Clock::now() + std::chrono::hours(24 * 365),
                                                    stopping.fd());
     if (!frame.ok()) {
-      if (!net::is_interrupted(frame.status()) && frame.status().kind() != ErrorKind::kDisconnected) {
+      // A clean close is the end of the session; anything else is reported.
+      if (!net::is_interrupted(frame.status()) && frame.status().message().find("closed the connection after 0 of") == std::string::npos) {
         report(0, frame.status().with_context("from " + channel.peer_name()));
       }
       return;
@@ -307,7 +308,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect(endpoint, deadline));
     TS_ASSIGN_OR_RETURN(net::TlsChannel tls,
                         net::TlsChannel::client(std::move(socket), options.identity, options.trust, next_name, deadline));
-    next = std::make_shared<FrameChannel>(std::move(tls));
+    next = std::make_shared<FrameChannel>(std::move(tls), options.timeout);
     TS_RETURN_IF_ERROR(next->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
   }
   {

@@ -1,0 +1,174 @@
+// A StageService (the last stage of a fixture model) against peers that break
+// the rules. The test plays both the coordinator and a compromised previous
+// stage (a trusted node that knows the session): every bad frame is refused,
+// reported to the coordinator with its request id, and the stage goes on serving.
+// An unknown node is refused at the handshake.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "dist/control_frame.h"
+#include "dist/frame_channel.h"
+#include "dist/stage_service.h"
+#include "model/fixtures.h"
+#include "net/local_cluster.h"
+#include "wire/limits.h"
+#include "wire/tensor_codec.h"
+
+namespace tessera::dist {
+namespace {
+
+using std::chrono::milliseconds;
+using json = nlohmann::json;
+
+constexpr uint64_t kSession = 77;
+
+class StageHarness {
+ public:
+  StageHarness() {
+    dir_ = std::filesystem::path(::testing::TempDir()) / ("stage_test_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    port_ = *net::free_loopback_port();
+    EXPECT_TRUE(net::write_local_cluster(dir_, {{"stage", "127.0.0.1:" + std::to_string(port_)},
+                                                {"coordinator", "127.0.0.1:1"},
+                                                {"previous", "127.0.0.1:2"},
+                                                {"stranger", ""}})
+                    .ok());
+    trust_ = *net::read_trust_file(dir_ / "trust.json");
+    StageOptions options{*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)), identity("stage"), trust_, 1,
+                         milliseconds(2000)};
+    service_ = std::make_unique<StageService>(std::move(options));
+    EXPECT_TRUE(service_->bind().ok());
+    thread_ = std::thread([this] { (void)service_->run(); });
+  }
+  ~StageHarness() {
+    service_->stop();
+    thread_.join();
+    service_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  net::Identity identity(const std::string& name) { return *net::load_identity(dir_ / name); }
+  Result<std::unique_ptr<FrameChannel>> connect(const std::string& as) {
+    TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect_retrying(*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
+                                                                          net::deadline_after(milliseconds(5000))));
+    TS_ASSIGN_OR_RETURN(net::TlsChannel tls, net::TlsChannel::client(std::move(socket), identity(as), trust_, "stage",
+                                                                     net::deadline_after(milliseconds(5000))));
+    return std::make_unique<FrameChannel>(std::move(tls));
+  }
+
+ private:
+  std::filesystem::path dir_;
+  uint16_t port_ = 0;
+  net::TrustFile trust_;
+  std::unique_ptr<StageService> service_;
+  std::thread thread_;
+};
+
+Result<json> read_control(FrameChannel& channel) {
+  TS_ASSIGN_OR_RETURN(wire::Frame frame, channel.read_frame({0, kMaxControlBytes}, net::deadline_after(milliseconds(5000))));
+  return decode_control(frame);
+}
+
+std::vector<uint8_t> hidden_frame(uint64_t request, DType dtype, std::vector<uint64_t> shape) {
+  uint64_t numel = 1;
+  for (uint64_t d : shape) numel *= d;
+  std::vector<uint8_t> data(numel * dtype_size(dtype), 0);
+  return wire::encode_tensor_frame(request, wire::Encoding{dtype}, shape, data);
+}
+
+TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextRequest) {
+  StageHarness stage;
+  const std::string model = testing::fixture_dir("llama3_f32");
+  const ModelConfig config = *load_model_config_file(model + "/config.json");
+  const uint64_t hidden = static_cast<uint64_t>(config.hidden_size);
+  // The coordinator sets the stage up as the last stage, layers [1, L).
+  auto coordinator = std::move(stage.connect("coordinator")).value();
+  ASSERT_TRUE(coordinator
+                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 1},
+                                                   {"end", config.num_hidden_layers}, {"next", ""},
+                                                   {"session", kSession}, {"context", 64}}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  Result<json> ready = read_control(*coordinator);
+  ASSERT_TRUE(ready.ok()) << ready.status().to_string();
+  ASSERT_EQ((*ready)["type"], "ready") << ready->dump();
+
+  // A compromised previous stage: a trusted node that knows the session.
+  auto previous = std::move(stage.connect("previous")).value();
+  auto send = [&](const std::vector<uint8_t>& frame) {
+    ASSERT_TRUE(previous->write_frame(frame, net::deadline_after(milliseconds(5000))).ok());
+  };
+  send(encode_control(0, {{"type", "upstream"}, {"session", kSession}}));
+  struct Bad {
+    uint64_t request;
+    std::vector<uint8_t> frame;
+    std::string error;
+  };
+  const std::vector<Bad> bad = {
+      {1, hidden_frame(1, DType::kBF16, {2, hidden}), "dtype: bf16 not allowed"},
+      {2, hidden_frame(2, DType::kF32, {2, hidden + 1}), "axis 1"},
+      {3, hidden_frame(3, DType::kF32, {2, hidden, 1}), "rank: 3"},
+      {4, hidden_frame(4, DType::kF32, {65, hidden}), "axis 0: 65 > max 64"},
+  };
+  for (const Bad& b : bad) {
+    send(b.frame);
+    Result<wire::Frame> frame =
+        coordinator->read_frame({0, kMaxControlBytes}, net::deadline_after(milliseconds(5000)));
+    ASSERT_TRUE(frame.ok()) << frame.status().to_string();
+    EXPECT_EQ(frame->prefix.request_id, b.request);
+    Result<json> error = decode_control(*frame);
+    ASSERT_TRUE(error.ok());
+    EXPECT_EQ((*error)["type"], "error");
+    EXPECT_NE((*error)["message"].get<std::string>().find(b.error), std::string::npos) << error->dump();
+  }
+  // The stage still serves: a good frame gives logits [1, vocab] to the coordinator.
+  send(hidden_frame(5, DType::kF32, {3, hidden}));
+  wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  Result<wire::Frame> logits = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  EXPECT_EQ(logits->prefix.kind, wire::MessageKind::kTensor);
+  EXPECT_EQ(logits->prefix.request_id, 5u);
+
+  // An oversized frame (its prefix already breaks the limits) ends that
+  // connection: nothing of it is read. A truncated one ends it at the timeout.
+  std::vector<uint8_t> oversized = hidden_frame(6, DType::kF32, {1, hidden});
+  const uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(oversized.data() + 24, &huge, 8);
+  send(std::vector<uint8_t>(oversized.begin(), oversized.begin() + 32));
+  Result<json> refused = read_control(*coordinator);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE((*refused)["message"].get<std::string>().find("payload_bytes: 1099511627776 > max"), std::string::npos)
+      << refused->dump();
+  auto again = std::move(stage.connect("previous")).value();
+  std::vector<uint8_t> truncated = hidden_frame(7, DType::kF32, {2, hidden});
+  truncated.resize(truncated.size() - 10);
+  ASSERT_TRUE(again->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}),
+                                 net::deadline_after(milliseconds(5000)))
+                  .ok());
+  ASSERT_TRUE(again->write_frame(truncated, net::deadline_after(milliseconds(5000))).ok());
+  // ... and a new connection serves the next request.
+  auto fresh = std::move(stage.connect("previous")).value();
+  ASSERT_TRUE(fresh->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}),
+                                 net::deadline_after(milliseconds(5000)))
+                  .ok());
+  ASSERT_TRUE(fresh->write_frame(hidden_frame(8, DType::kF32, {1, hidden}), net::deadline_after(milliseconds(5000))).ok());
+  for (;;) {  // the truncated frame's timeout report may come first
+    Result<wire::Frame> frame = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
+    ASSERT_TRUE(frame.ok()) << frame.status().to_string();
+    if (frame->prefix.kind == wire::MessageKind::kTensor) {
+      EXPECT_EQ(frame->prefix.request_id, 8u);
+      break;
+    }
+  }
+}
+
+TEST(StageService, RefusesAnUnknownNodeAtTheHandshake) {
+  StageHarness stage;
+  Result<std::unique_ptr<FrameChannel>> stranger = stage.connect("stranger");
+  EXPECT_FALSE(stranger.ok());
+  EXPECT_TRUE(stage.connect("coordinator").ok());
+}
+
+}  // namespace
+}  // namespace tessera::dist
