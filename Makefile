@@ -52,8 +52,7 @@ fuzz: deps
 
 demo: build
 	@echo "demo: tessera-tiny, the project's own 9.4M-parameter model (models/tessera-tiny/README.md)"
-	build/bin/tessera generate --model $(DEMO_MODEL) --prompt "It is a truth universally acknowledged" -n 60 \
-	  --temperature 0.8 --top-k 40 --seed 1
+	DEMO_MODEL=$(DEMO_MODEL) scripts/demo.sh
 
 bench: build
 	build/bin/tessera bench --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 --threads 2

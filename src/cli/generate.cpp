@@ -143,6 +143,7 @@ Status generate_text(const GenerateOptions& o) {
                         std::fflush(stdout);
                       }));
   std::printf("\n");
+  std::fflush(stdout);
   std::fprintf(stderr, "[generate] %s; prompt %lld tokens at %.1f tok/s; %zu tokens at %.1f tok/s (%s)\n",
                runner.name.c_str(), static_cast<long long>(prompt_size),
                static_cast<double>(prompt_size) / result.prefill_seconds, result.tokens.size(),

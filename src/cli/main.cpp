@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   tessera::register_bench_collective(app, exit_code);
   tessera::register_keygen(app, exit_code);
   tessera::register_stage(app, exit_code);
+  tessera::register_local_cluster(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
