@@ -1,0 +1,175 @@
+// `tessera bench-pipeline`: a pipeline of N stages on this machine (StageService
+// threads of this process, each with its own identity, threads and mutual-TLS
+// loopback connections) against one process, in the same run:
+//   - the decode step of one request, one process vs the pipeline, and the
+//     latency each hop adds (hops = stages + 1: coordinator -> stage 0 -> ... ->
+//     coordinator);
+//   - decode tokens/s of R requests run one at a time vs all at once (the stages
+//     work on different requests concurrently).
+//   tessera bench-pipeline --model DIR --stages 2 --requests 4 --tokens 32 --threads 4
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <unistd.h>
+
+#include "backend/device.h"
+#include "cli/commands.h"
+#include "dist/coordinator.h"
+#include "dist/stage_service.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "net/local_cluster.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchPipelineOptions {
+  std::string model_dir;
+  int stages = 2;
+  int requests = 4;
+  int64_t tokens = 32;
+  int64_t prompt_tokens = 16;
+  size_t threads = 2;  // per stage, and for the one-process baseline
+};
+
+int32_t argmax(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+std::vector<int32_t> prompt(int64_t n, int seed) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>(1 + (i * 7 + seed * 13) % 200));
+  return ids;
+}
+
+// Greedy decode of one request; returns the seconds of its decode steps.
+Result<double> decode(SequenceRunner& runner, const std::vector<int32_t>& ids, int64_t tokens) {
+  TS_ASSIGN_OR_RETURN(std::vector<float> logits, runner.run(ids));
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int32_t next = argmax(logits);
+    TS_ASSIGN_OR_RETURN(logits, runner.run(std::span(&next, 1)));
+  }
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Status bench_pipeline(const BenchPipelineOptions& o) {
+  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.model_dir + "/config.json"));
+  const int64_t layers = config.num_hidden_layers;
+  if (o.stages < 1 || o.stages > layers) return Status::invalid_input("--stages must be in [1, layers]");
+  const int64_t context = o.prompt_tokens + o.tokens + 1;
+
+  // One process.
+  double local_step = 0;
+  {
+    TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
+    TS_ASSIGN_OR_RETURN(auto device, make_device("cpu", o.threads));
+    Forward forward(model, *device);
+    KvCache cache = forward.make_cache(context);
+    LocalRunner runner(forward, cache);
+    TS_ASSIGN_OR_RETURN(const double seconds, decode(runner, prompt(o.prompt_tokens, 0), o.tokens));
+    local_step = seconds / static_cast<double>(o.tokens);
+  }
+
+  // The pipeline: stages as threads of this process.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessera-bench-pipeline-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::vector<net::LocalNode> nodes = {{"coordinator", "127.0.0.1:1"}};
+  std::vector<dist::StagePlan> plan;
+  for (int s = 0; s < o.stages; ++s) {
+    TS_ASSIGN_OR_RETURN(const uint16_t port, net::free_loopback_port());
+    nodes.push_back({"stage" + std::to_string(s), "127.0.0.1:" + std::to_string(port)});
+    plan.push_back({nodes.back().name, o.model_dir, layers * s / o.stages, layers * (s + 1) / o.stages});
+  }
+  TS_RETURN_IF_ERROR(net::write_local_cluster(dir, nodes));
+  TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(dir / "trust.json"));
+  std::vector<std::unique_ptr<dist::StageService>> services;
+  std::vector<std::thread> threads;
+  for (int s = 0; s < o.stages; ++s) {
+    dist::StageOptions options;
+    TS_ASSIGN_OR_RETURN(options.listen, net::parse_endpoint(nodes[s + 1].address));
+    TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(dir / nodes[s + 1].name));
+    options.trust = trust;
+    options.threads = o.threads;
+    services.push_back(std::make_unique<dist::StageService>(std::move(options)));
+    TS_RETURN_IF_ERROR(services.back()->bind());
+    threads.emplace_back([service = services.back().get()] { (void)service->run(); });
+  }
+  auto stop = [&] {
+    for (auto& service : services) service->stop();
+    for (auto& thread : threads) thread.join();
+    std::filesystem::remove_all(dir);
+  };
+  TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(dir / "coordinator"));
+  Result<std::unique_ptr<dist::Pipeline>> pipeline =
+      dist::Pipeline::connect(identity, trust, config, plan, {.context = context});
+  if (!pipeline.ok()) {
+    stop();
+    return pipeline.status();
+  }
+  // One request at a time, then all at once (wall time of whole requests).
+  double sequential_decode = 0;
+  Status status;
+  const auto sequential_start = Clock::now();
+  for (int r = 0; r < o.requests && status.ok(); ++r) {
+    dist::PipelineRunner runner(**pipeline, context);
+    Result<double> seconds = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
+    status = seconds.status();
+    if (seconds.ok()) sequential_decode += *seconds;
+  }
+  const double sequential_wall = std::chrono::duration<double>(Clock::now() - sequential_start).count();
+  std::vector<Result<double>> concurrent(o.requests, Status::internal("not run"));
+  const auto start = Clock::now();
+  std::vector<std::thread> clients;
+  for (int r = 0; r < o.requests && status.ok(); ++r) {
+    clients.emplace_back([&, r] {
+      dist::PipelineRunner runner(**pipeline, context);
+      concurrent[r] = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
+    });
+  }
+  for (auto& client : clients) client.join();
+  const double concurrent_wall = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& c : concurrent) {
+    if (status.ok() && !c.ok()) status = c.status();
+  }
+  pipeline->reset();
+  stop();
+  TS_RETURN_IF_ERROR(status);
+
+  const double total_tokens = static_cast<double>(o.tokens) * o.requests;
+  const double pipeline_step = sequential_decode / total_tokens;
+  const int hops = o.stages + 1;
+  const double per_hop = (pipeline_step - local_step) / hops;
+  std::printf("%s: %lld layers in %d stages, %zu threads each, loopback, mutual TLS 1.3\n", o.model_dir.c_str(),
+              static_cast<long long>(layers), o.stages, o.threads);
+  std::printf("decode step, 1 request: one process %.3f ms, pipeline %.3f ms; each of %d hops adds %.3f ms (%.2f %% of the step)\n",
+              local_step * 1e3, pipeline_step * 1e3, hops, per_hop * 1e3, 100.0 * per_hop / local_step);
+  std::printf("%d requests x %lld tokens (wall time, prefill included): one at a time %.1f tok/s, all at once %.1f tok/s (%.2fx)\n",
+              o.requests, static_cast<long long>(o.tokens), total_tokens / sequential_wall,
+              total_tokens / concurrent_wall, sequential_wall / concurrent_wall);
+  return {};
+}
+
+}  // namespace
+
+void register_bench_pipeline(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<BenchPipelineOptions>();
+  CLI::App* cmd = app.add_subcommand("bench-pipeline", "A local pipeline vs one process: hop latency, concurrency");
+  cmd->add_option("--model", o->model_dir, "Checkpoint directory")->required();
+  cmd->add_option("--stages", o->stages, "Stages")->capture_default_str();
+  cmd->add_option("--requests", o->requests, "Concurrent requests")->capture_default_str();
+  cmd->add_option("-n,--tokens", o->tokens, "Decode steps per request")->capture_default_str();
+  cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads per stage and for the one-process run")->capture_default_str();
+  cmd->callback([o, &exit_code] {
+    const Status status = bench_pipeline(*o);
+    exit_code = status.ok() ? 0 : report_error(status);
+  });
+}
+
+}  // namespace tessera
