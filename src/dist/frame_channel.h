@@ -4,9 +4,8 @@
 // payload is read: the 32-byte prefix is decoded and checked first, then exactly
 // header_bytes + payload_bytes more are read into the channel's own buffer.
 //
-// The connection is a TlsChannel (TLS 1.3, AES-256-GCM records: sealed) or, in
-// --plain mode, a TCP socket bound to an authenticated TLS session by a sealed
-// hello (seal/hello.h).
+// The connection is a TlsChannel (TLS 1.3, AES-256-GCM records: sealed).
+// TODO(perf): a --plain mode for trusted links, as Group has.
 //
 // Thread safety: one reader thread and any number of writers (write_frame
 // serializes them).

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "backend/device.h"
 #include "dist/control_frame.h"
@@ -311,11 +312,18 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     next = std::make_shared<FrameChannel>(std::move(tls), options.timeout);
     TS_RETURN_IF_ERROR(next->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
   }
+  std::shared_ptr<FrameChannel> previous;
   {
     std::lock_guard lock(mutex);
     limits = std::move(stage_limits);
     session = session_id;
-    coordinator = coordinator_channel;
+    previous = std::exchange(coordinator, coordinator_channel);
+  }
+  if (previous && previous != coordinator_channel) {  // its requests would never be answered: say so now
+    (void)previous->write_frame(
+        encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
+                           {"message", "session taken over by " + coordinator_channel->peer_name()}}),
+        net::deadline_after(options.timeout));
   }
   return coordinator_channel->write_frame(
       encode_control(0, {{"type", "ready"}, {"stage", options.identity.name}, {"begin", begin}, {"end", end}}),

@@ -203,7 +203,9 @@ Result<std::unique_ptr<SSL_CTX, SslCtxFree>> make_context(Role role, const Ident
   if (!ctx) return Status::internal("SSL_CTX_new: " + openssl_errors());
   SSL_CTX* c = ctx.get();
   if (SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION) != 1 || SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION) != 1 ||
-      SSL_CTX_set_num_tickets(c, 0) != 1) {
+      SSL_CTX_set_num_tickets(c, 0) != 1 ||
+      // One suite: AES-256-GCM records, the AEAD the rest of tessera uses.
+      SSL_CTX_set_ciphersuites(c, "TLS_AES_256_GCM_SHA384") != 1) {
     return Status::internal("TLS context settings: " + openssl_errors());
   }
   SSL_CTX_set_options(c, SSL_OP_NO_TICKET);
