@@ -79,16 +79,22 @@ std::future<Status> Link::post_recv(seal::Op op, std::span<uint8_t> out, DType d
   });
 }
 
+uint32_t Link::piece_bytes_for(uint64_t total_bytes) const {
+  // An eighth of the message, in 4 KiB steps, between 16 KiB and the configured size.
+  const uint64_t eighth = (total_bytes / 8 + 4095) / 4096 * 4096;
+  return static_cast<uint32_t>(std::min<uint64_t>(options_.piece_bytes, std::max<uint64_t>(eighth, 16 << 10)));
+}
+
 seal::PieceContext Link::context(seal::Op op, uint64_t total_bytes, DType dtype, bool outgoing) const {
   seal::PieceContext ctx;
   ctx.op = op;
   ctx.generation = generation_;
   ctx.sender = outgoing ? self_ : peer_;
   ctx.receiver = outgoing ? peer_ : self_;
-  ctx.piece_bytes = options_.piece_bytes;
+  ctx.piece_bytes = piece_bytes_for(total_bytes);
   ctx.dtype = dtype;
   ctx.element_count = total_bytes / dtype_size(dtype);
-  ctx.piece_count = seal::piece_count(total_bytes, options_.piece_bytes);
+  ctx.piece_count = seal::piece_count(total_bytes, ctx.piece_bytes);
   return ctx;
 }
 
@@ -177,8 +183,8 @@ Status Link::send_message(seal::Op op, std::span<const uint8_t> bytes, DType dty
     std::shared_future<Status>& previous = slot_written[index % kRing];
     if (previous.valid()) TS_RETURN_IF_ERROR(previous.get());
     ctx.piece_index = index;
-    const size_t length = seal::piece_payload_bytes(bytes.size(), options_.piece_bytes, index);
-    return frame_piece(ctx, bytes.subspan(size_t{index} * options_.piece_bytes, length), send_ring_[index % kRing]);
+    const size_t length = seal::piece_payload_bytes(bytes.size(), ctx.piece_bytes, index);
+    return frame_piece(ctx, bytes.subspan(size_t{index} * ctx.piece_bytes, length), send_ring_[index % kRing]);
   };
   auto copy = [](std::span<const uint8_t> piece) { return std::make_shared<const std::vector<uint8_t>>(piece.begin(), piece.end()); };
   Status status;
@@ -222,7 +228,7 @@ Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int 
   seal::PieceContext ctx = context(op, out.size(), dtype, false);
   ctx.counter = recv_counter_++;
   auto wire_of = [&](uint32_t index) {
-    const size_t length = seal::piece_payload_bytes(out.size(), options_.piece_bytes, index);
+    const size_t length = seal::piece_payload_bytes(out.size(), ctx.piece_bytes, index);
     return std::span<uint8_t>(recv_ring_[index % kRing].data(), seal::piece_wire_bytes(length, true));
   };
   auto post_read = [&](uint32_t index) {
@@ -241,8 +247,8 @@ Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int 
   if (opener_) post_read(0);
   for (uint32_t k = 0; k < ctx.piece_count; ++k) {
     ctx.piece_index = k;
-    const size_t length = seal::piece_payload_bytes(out.size(), options_.piece_bytes, k);
-    std::span<uint8_t> plain = out.subspan(size_t{k} * options_.piece_bytes, length);
+    const size_t length = seal::piece_payload_bytes(out.size(), ctx.piece_bytes, k);
+    std::span<uint8_t> plain = out.subspan(size_t{k} * ctx.piece_bytes, length);
     Status status;
     if (opener_) {
       status = pending_read_.get();

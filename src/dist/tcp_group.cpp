@@ -365,7 +365,7 @@ Status TcpGroup::reduce_to_owner(Op op, DType dtype, size_t owned_elements, Chun
   }
   exchange(op, dtype, chunk, [&](uint32_t peer) { return std::span<uint8_t>(staging_[peer]); }, wake_fd, transfers, true);
   acc_.resize(owned_elements);
-  const uint32_t piece_bytes = options_.piece_bytes;
+  const uint32_t piece_bytes = links_[rank_ == 0 ? 1 : 0]->piece_bytes_for(bytes);
   const uint32_t pieces = seal::piece_count(bytes, piece_bytes);
   bool arrived = true;
   for (uint32_t k = 0; k < pieces && arrived; ++k) {
