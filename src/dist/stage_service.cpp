@@ -247,14 +247,14 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
     if (!frame.ok()) {
       // A clean close is the end of the session; anything else is reported.
       if (!net::is_interrupted(frame.status()) && frame.status().message().find("closed the connection after 0 of") == std::string::npos) {
-        report(0, frame.status().with_context("from " + channel.peer_name()));
+        report(0, frame.status().with_context("previous stage " + channel.peer_name()));
       }
       return;
     }
     std::vector<uint8_t> scratch;
     Result<wire::DecodedTensor> tensor = wire::decode_tensor(*frame, session_limits.hidden_states, scratch);
     if (!tensor.ok()) {
-      report(frame->prefix.request_id, tensor.status().with_context("from " + channel.peer_name()));
+      report(frame->prefix.request_id, tensor.status().with_context("from previous stage " + channel.peer_name()));
       continue;
     }
     Work work{Work::Kind::kHidden, *session_id, frame->prefix.request_id};

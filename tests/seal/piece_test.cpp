@@ -147,7 +147,7 @@ TEST(PieceTest, HeaderLayoutIsByteExact) {
 
 TEST(PieceTest, AssociatedDataLayoutIsByteExact) {
   const std::vector<uint8_t> expected = {
-      1,   0, 0, 0, 1, 2, 0, 0,  // protocol 1.0, layout 1, op all_sum, dtype f32, reserved
+      1,   0, 1, 0, 1, 2, 0, 0,  // protocol 1.1, layout 1, op all_sum, dtype f32, reserved
       3,   0, 0, 0, 0, 0, 0, 0,  // generation 3
       1,   0, 0, 0, 0, 0, 0, 0,  // sender 1, receiver 0
       200, 0, 0, 0, 0, 0, 0, 0,  // counter 200
@@ -165,7 +165,7 @@ TEST(PieceTest, SealMatchesIndependentAesGcm) {
   const std::vector<uint8_t> expected = from_hex(
       "545350010200000003000000000000000100000000000000c8000000000000000200000003000000"
       "715a3d8a9459a8f6429fca0171d286ae589e01afc6eea6958ca1dd547e71364b"
-      "42dc65dd3f7ca1d3672effd86b4f221c");
+      "50f019f0af2007f9271d0fde73463b2c");
   EXPECT_EQ(seal_piece(base_context(), data_key(1, 0)), expected);
   EXPECT_TRUE(open_piece(base_context(), expected, data_key(1, 0)).ok());
 }

@@ -37,7 +37,7 @@ void poke(std::vector<uint8_t>& frame, size_t offset, T value) {
 TEST(FrameTest, LayoutIsByteExact) {
   const std::vector<uint8_t> frame = encode_frame(MessageKind::kLayerChunk, 7, pattern(8), pattern(3));
   const std::vector<uint8_t> expected_prefix = {
-      'T', 'S', 'W', 'F', 1, 0, 0, 0,  // magic, major 1, minor 0
+      'T', 'S', 'W', 'F', 1, 0, 1, 0,  // magic, major 1, minor 1
       2,   0,   0,   0,   8, 0, 0, 0,  // kind 2, header_bytes 8
       7,   0,   0,   0,   0, 0, 0, 0,  // request_id 7
       3,   0,   0,   0,   0, 0, 0, 0,  // payload_bytes 3
