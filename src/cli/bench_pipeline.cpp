@@ -46,13 +46,18 @@ std::vector<int32_t> prompt(int64_t n, int seed) {
   return ids;
 }
 
-// Greedy decode of one request; returns the seconds of its decode steps.
+// Greedy decode of one request; returns the seconds of its decode steps. A
+// pipeline samples on its last stage, as `tessera generate` does.
 Result<double> decode(SequenceRunner& runner, const std::vector<int32_t>& ids, int64_t tokens) {
-  TS_ASSIGN_OR_RETURN(std::vector<float> logits, runner.run(ids));
+  auto next = [&](std::span<const int32_t> feed) -> Result<int32_t> {
+    if (runner.samples_remotely()) return runner.run_to_token(feed, ids);
+    TS_ASSIGN_OR_RETURN(const std::vector<float> logits, runner.run(feed));
+    return argmax(logits);
+  };
+  TS_ASSIGN_OR_RETURN(int32_t token, next(ids));
   const auto start = Clock::now();
   for (int64_t i = 0; i < tokens; ++i) {
-    const int32_t next = argmax(logits);
-    TS_ASSIGN_OR_RETURN(logits, runner.run(std::span(&next, 1)));
+    TS_ASSIGN_OR_RETURN(token, next(std::span(&token, 1)));
   }
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -117,7 +122,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   Status status;
   const auto sequential_start = Clock::now();
   for (int r = 0; r < o.requests && status.ok(); ++r) {
-    dist::PipelineRunner runner(**pipeline, context);
+    dist::PipelineRunner runner(**pipeline, context, SamplingParams{});
     Result<double> seconds = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
     status = seconds.status();
     if (seconds.ok()) sequential_decode += *seconds;
@@ -128,7 +133,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   std::vector<std::thread> clients;
   for (int r = 0; r < o.requests && status.ok(); ++r) {
     clients.emplace_back([&, r] {
-      dist::PipelineRunner runner(**pipeline, context);
+      dist::PipelineRunner runner(**pipeline, context, SamplingParams{});
       concurrent[r] = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
     });
   }

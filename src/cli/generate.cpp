@@ -53,7 +53,8 @@ struct Runner {
   std::string name;  // for the stats line
 };
 
-Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t capacity) {
+// A pipeline samples on its last stage unless the logits themselves are asked for.
+Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t capacity, bool want_logits) {
   Runner runner;
   if (o.pipeline.empty()) {
     TS_ASSIGN_OR_RETURN(runner.device, make_device(o.device, o.threads));
@@ -71,7 +72,9 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   TS_ASSIGN_OR_RETURN(runner.pipeline,
                       dist::Pipeline::connect(identity, trust, model.config(), std::move(plan), {.context = capacity}));
   std::fprintf(stderr, "[generate] pipeline of %s:\n%s", o.pipeline.c_str(), runner.pipeline->layout().c_str());
-  runner.sequence = std::make_unique<dist::PipelineRunner>(*runner.pipeline, capacity);
+  std::optional<SamplingParams> remote;
+  if (!want_logits) remote = o.sampling;
+  runner.sequence = std::make_unique<dist::PipelineRunner>(*runner.pipeline, capacity, remote);
   runner.name = "pipeline";
   return runner;
 }
@@ -81,18 +84,27 @@ Status generate_ids(const GenerateOptions& o) {
   TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
   const int64_t vocab = model.config().vocab_size;
   TS_RETURN_IF_ERROR(validate(o.sampling, vocab));
-  TS_ASSIGN_OR_RETURN(Runner runner, make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens));
+  const bool want_logits = !o.logits_out.empty();
+  TS_ASSIGN_OR_RETURN(Runner runner,
+                      make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens, want_logits));
+  SequenceRunner& sequence = *runner.sequence;
   Sampler sampler(o.sampling, vocab);
   std::vector<float> all_logits;
   std::vector<int32_t> generated;
-  TS_ASSIGN_OR_RETURN(std::vector<float> logits, runner.sequence->run(o.prompt_ids));
-  for (int64_t i = 0;; ++i) {
-    if (!o.logits_out.empty()) all_logits.insert(all_logits.end(), logits.begin(), logits.end());
-    if (i == o.tokens) break;
-    generated.push_back(sampler.sample(logits, o.prompt_ids, generated));
-    // The last token is fed back only when its logits are asked for.
-    if (i + 1 == o.tokens && o.logits_out.empty()) break;
-    TS_ASSIGN_OR_RETURN(logits, runner.sequence->run(std::span(&generated.back(), 1)));
+  // The next token after `feed`; with --logits-out every row of logits is kept,
+  // including the one after the last token.
+  auto step = [&](std::span<const int32_t> feed, bool sample) -> Result<int32_t> {
+    if (sequence.samples_remotely()) return sequence.run_to_token(feed, o.prompt_ids);
+    TS_ASSIGN_OR_RETURN(std::vector<float> logits, sequence.run(feed));
+    if (want_logits) all_logits.insert(all_logits.end(), logits.begin(), logits.end());
+    return sample ? sampler.sample(logits, o.prompt_ids, generated) : -1;
+  };
+  TS_ASSIGN_OR_RETURN(int32_t next, step(o.prompt_ids, true));
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    generated.push_back(next);
+    const bool last = i + 1 == o.tokens;
+    if (last && !want_logits) break;
+    TS_ASSIGN_OR_RETURN(next, step(std::span(&generated.back(), 1), !last));
   }
   std::string line;
   for (const int32_t id : generated) {
@@ -136,7 +148,8 @@ Status generate_text(const GenerateOptions& o) {
   if (prompt_size >= context)
     return Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
                                  " tokens; the model's context is " + std::to_string(context));
-  TS_ASSIGN_OR_RETURN(Runner runner, make_runner(o, model.model, std::min(context, prompt_size + o.tokens)));
+  TS_ASSIGN_OR_RETURN(Runner runner,
+                      make_runner(o, model.model, std::min(context, prompt_size + o.tokens), /*want_logits=*/false));
   TS_ASSIGN_OR_RETURN(const GenerationResult result,
                       tessera::generate_text(model, *runner.sequence, request, [](std::string_view piece) {
                         std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -10,6 +10,8 @@
 //                      stage's host), connect to stage `next` ("" for the last)
 //   S -> C    ready    {stage, begin, end}
 //   Si -> Si+1 upstream {session}: this connection carries hidden states
+//   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
+//                      (start_message.h); passed along ahead of the hidden states
 //   C -> S    cancel   (request id): free the request's KV cache
 //   S -> C    error    {stage, message} (request id; 0: not about one request)
 //
@@ -26,7 +28,7 @@
 
 namespace tessera::dist {
 
-inline constexpr uint64_t kMaxControlBytes = 64 << 10;
+inline constexpr uint64_t kMaxControlBytes = 1 << 20;  // a start message may carry a long prompt
 
 std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& message);
 // The frame must be kControl; its payload must be a JSON object with a string "type".

@@ -11,6 +11,8 @@
 
 #include "dist/control_frame.h"
 #include "dist/frame_channel.h"
+#include "dist/start_message.h"
+#include "wire/encoding.h"
 #include "wire/limits.h"
 #include "wire/tensor_codec.h"
 
@@ -60,7 +62,7 @@ struct Pipeline::State {
   Status setup();
   void teardown();
   void read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id);
-  void deliver(uint64_t request, Result<std::vector<float>> result);
+  void deliver(uint64_t request, Result<Pipeline::StepResult> result);
   void fail_all(const Status& status, uint64_t session_id);
 
   const net::Identity identity;
@@ -75,7 +77,7 @@ struct Pipeline::State {
   std::condition_variable cv;
   std::vector<std::shared_ptr<FrameChannel>> channels;        // guarded by mutex
   uint64_t session = 0;                                       // guarded by mutex; 0: not set up
-  std::map<uint64_t, std::optional<Result<std::vector<float>>>> pending;  // guarded by mutex
+  std::map<uint64_t, std::optional<Result<Pipeline::StepResult>>> pending;  // guarded by mutex
   std::vector<std::thread> readers;                           // setup_mutex
   std::atomic<uint64_t> next_request{1};
 };
@@ -133,7 +135,7 @@ void Pipeline::State::teardown() {
   readers.clear();
 }
 
-void Pipeline::State::deliver(uint64_t request, Result<std::vector<float>> result) {
+void Pipeline::State::deliver(uint64_t request, Result<Pipeline::StepResult> result) {
   std::lock_guard lock(mutex);
   auto it = pending.find(request);
   if (it != pending.end() && !it->second) it->second = std::move(result);
@@ -175,15 +177,25 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
       }
       continue;
     }
+    // A sampled token (i32 [1]) or logits (f32 [1, vocab]), by the header's dtype.
     std::vector<uint8_t> scratch;
-    Result<wire::DecodedTensor> logits = wire::decode_tensor(*frame, limits.logits, scratch);
-    if (!logits.ok()) {
-      deliver(request, logits.status().with_context(who));
+    const bool token = !frame->header.empty() && frame->header[0] == wire::dtype_code(DType::kI32);
+    Result<wire::DecodedTensor> tensor = wire::decode_tensor(*frame, token ? limits.token_ids : limits.logits, scratch);
+    if (tensor.ok() && token && tensor->header.numel != 1) {
+      tensor = Status::invalid_input("token_ids: " + std::to_string(tensor->header.numel) + " ids, expected 1");
+    }
+    if (!tensor.ok()) {
+      deliver(request, tensor.status().with_context(who));
       continue;
     }
-    std::vector<float> values(logits->header.numel);
-    std::memcpy(values.data(), logits->bytes.data(), logits->bytes.size());
-    deliver(request, std::move(values));
+    Pipeline::StepResult result;
+    if (token) {
+      std::memcpy(&result.token, tensor->bytes.data(), sizeof result.token);
+    } else {
+      result.logits.resize(tensor->header.numel);
+      std::memcpy(result.logits.data(), tensor->bytes.data(), tensor->bytes.size());
+    }
+    deliver(request, std::move(result));
   }
 }
 
@@ -205,7 +217,23 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const net::Identity& identit
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(state)));
 }
 
-Result<std::vector<float>> Pipeline::step(uint64_t request, std::span<const int32_t> ids) {
+Status Pipeline::start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt) {
+  std::shared_ptr<FrameChannel> first;
+  {
+    std::unique_lock lock(state_->mutex);
+    if (state_->session == 0) {
+      lock.unlock();
+      std::lock_guard setup_lock(state_->setup_mutex);
+      TS_RETURN_IF_ERROR(state_->setup());
+      lock.lock();
+    }
+    first = state_->channels.front();
+  }
+  return first->write_frame(encode_control(request, start_message(params, prompt)),
+                            net::deadline_after(state_->options.timeout));
+}
+
+Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const int32_t> ids) {
   State& s = *state_;
   std::shared_ptr<FrameChannel> first;
   {
@@ -228,9 +256,9 @@ Result<std::vector<float>> Pipeline::step(uint64_t request, std::span<const int3
   if (!sent.ok() && !s.pending[request]) s.pending[request] = sent.with_context("sending to stage " + s.plan[0].name);
   const bool answered = s.cv.wait_until(lock, net::Clock::now() + s.options.timeout,
                                         [&] { return s.pending[request].has_value(); });
-  Result<std::vector<float>> result =
+  Result<StepResult> result =
       answered ? std::move(*s.pending[request])
-               : Result<std::vector<float>>(Status::disconnected(
+               : Result<StepResult>(Status::disconnected(
                      "no answer from the pipeline within " + std::to_string(s.options.timeout.count()) + " ms"));
   s.pending.erase(request);
   return result;
@@ -260,15 +288,29 @@ std::string Pipeline::layout() const {
   return out;
 }
 
-PipelineRunner::PipelineRunner(Pipeline& pipeline, int64_t capacity)
-    : pipeline_(pipeline), request_(pipeline.new_request_id()), capacity_(capacity) {}
+PipelineRunner::PipelineRunner(Pipeline& pipeline, int64_t capacity, std::optional<SamplingParams> sampling)
+    : pipeline_(pipeline), sampling_(std::move(sampling)), request_(pipeline.new_request_id()), capacity_(capacity) {}
 
 PipelineRunner::~PipelineRunner() { pipeline_.cancel(request_); }
 
 Result<std::vector<float>> PipelineRunner::run(std::span<const int32_t> ids) {
-  Result<std::vector<float>> logits = pipeline_.step(request_, ids);
-  if (logits.ok()) length_ += static_cast<int64_t>(ids.size());
-  return logits;
+  if (sampling_) return Status::internal("this pipeline request samples on the last stage: use run_to_token");
+  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, pipeline_.step(request_, ids));
+  if (result.logits.empty()) return Status::internal("the last stage sent a token, not logits");
+  length_ += static_cast<int64_t>(ids.size());
+  return std::move(result.logits);
+}
+
+Result<int32_t> PipelineRunner::run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) {
+  if (!sampling_) return SequenceRunner::run_to_token(ids, prompt);
+  if (!started_) {
+    TS_RETURN_IF_ERROR(pipeline_.start(request_, *sampling_, prompt));
+    started_ = true;
+  }
+  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, pipeline_.step(request_, ids));
+  if (result.token < 0) return Status::internal("the last stage sent logits, not a token");
+  length_ += static_cast<int64_t>(ids.size());
+  return result.token;
 }
 
 Status PipelineRunner::truncate(int64_t n) {
@@ -276,6 +318,7 @@ Status PipelineRunner::truncate(int64_t n) {
   if (n != 0) return Status::unsupported("a pipeline sequence cannot drop part of its KV cache");
   pipeline_.cancel(request_);
   request_ = pipeline_.new_request_id();
+  started_ = false;
   length_ = 0;
   return {};
 }

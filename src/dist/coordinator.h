@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "model/sequence_runner.h"
 #include "net/identity.h"
 #include "net/trust.h"
+#include "sampling/sampler.h"
 
 namespace tessera::dist {
 
@@ -51,8 +53,16 @@ class Pipeline {
                                                    PipelineOptions options);
   ~Pipeline();
 
-  // Runs ids for `request` at its next positions; returns logits [vocab].
-  Result<std::vector<float>> step(uint64_t request, std::span<const int32_t> ids);
+  // Makes the last stage sample `request`'s tokens (start_message.h); without
+  // it, steps return logits.
+  Status start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt);
+  // Runs ids for `request` at its next positions; returns the sampled token, or
+  // logits [vocab] for a request that was not started.
+  struct StepResult {
+    std::vector<float> logits;
+    int32_t token = -1;
+  };
+  Result<StepResult> step(uint64_t request, std::span<const int32_t> ids);
   // Frees the request's KV cache on every stage.
   void cancel(uint64_t request);
   uint64_t new_request_id();
@@ -67,17 +77,23 @@ class Pipeline {
 };
 
 // One request's sequence through a Pipeline (the generation loop's runner).
+// With `sampling`, tokens are sampled on the last stage (run_to_token); without,
+// run() returns logits and the caller samples.
 class PipelineRunner final : public SequenceRunner {
  public:
-  PipelineRunner(Pipeline& pipeline, int64_t capacity);
+  PipelineRunner(Pipeline& pipeline, int64_t capacity, std::optional<SamplingParams> sampling = std::nullopt);
   ~PipelineRunner() override;
   Result<std::vector<float>> run(std::span<const int32_t> ids) override;
+  bool samples_remotely() const override { return sampling_.has_value(); }
+  Result<int32_t> run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) override;
   int64_t length() const override { return length_; }
   int64_t capacity() const override { return capacity_; }
   Status truncate(int64_t n) override;  // only to 0 (a new request) or length()
 
  private:
   Pipeline& pipeline_;
+  std::optional<SamplingParams> sampling_;
+  bool started_ = false;
   uint64_t request_;
   int64_t length_ = 0;
   int64_t capacity_;

@@ -13,8 +13,10 @@
 #include "backend/device.h"
 #include "dist/control_frame.h"
 #include "dist/frame_channel.h"
+#include "dist/start_message.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "wire/limits.h"
 #include "wire/tensor_codec.h"
 
@@ -25,14 +27,14 @@ using json = nlohmann::json;
 
 // One unit of the inference thread's work, in arrival order.
 struct Work {
-  enum class Kind { kSetup, kTokens, kHidden, kCancel, kEndSession, kStop };
+  enum class Kind { kSetup, kStart, kTokens, kHidden, kCancel, kEndSession, kStop };
   explicit Work(Kind k = Kind::kStop, uint64_t s = 0, uint64_t r = 0) : kind(k), session(s), request(r) {}
   Kind kind;
   uint64_t session;
   uint64_t request;
   std::vector<int32_t> ids;
   std::vector<float> hidden;
-  json setup;
+  json setup;                                  // kSetup; kStart: the start message
   std::shared_ptr<FrameChannel> coordinator;  // kSetup
   std::promise<Status>* done = nullptr;       // kSetup
 };
@@ -110,6 +112,14 @@ struct StageService::State {
   bool last = false;
   int64_t context = 0;
   std::unordered_map<uint64_t, KvCache> caches;
+  // Last stage: requests that sample here (the others get logits back).
+  struct Sampling {
+    Sampler sampler;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> output;
+  };
+  std::unordered_map<uint64_t, Sampling> sampling;
+  Status start(Work& work);
   std::thread inference;
 };
 
@@ -210,7 +220,15 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
     const uint64_t request = frame->prefix.request_id;
     if (frame->prefix.kind == wire::MessageKind::kControl) {
       Result<json> message = decode_control(*frame);
-      if (message.ok() && (*message)["type"] == "cancel") push(Work(Work::Kind::kCancel, *session_id, request));
+      if (!message.ok()) {
+        report(request, message.status());
+      } else if ((*message)["type"] == "cancel") {
+        push(Work(Work::Kind::kCancel, *session_id, request));
+      } else if ((*message)["type"] == "start") {
+        Work work(Work::Kind::kStart, *session_id, request);
+        work.setup = std::move(*message);
+        push(std::move(work));
+      }
       continue;
     }
     std::vector<uint8_t> scratch;
@@ -242,7 +260,9 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
     }
   }
   for (;;) {
-    Result<wire::Frame> frame = channel.read_frame(session_limits.frame, net::Clock::now() + std::chrono::hours(24 * 365),
+    wire::FrameLimits frame_limits = session_limits.frame;
+    frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, kMaxControlBytes);
+    Result<wire::Frame> frame = channel.read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365),
                                                    stopping.fd());
     if (!frame.ok()) {
       // A clean close is the end of the session; anything else is reported.
@@ -250,6 +270,18 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
         report(0, frame.status().with_context("previous stage " + channel.peer_name()));
       }
       return;
+    }
+    if (frame->prefix.kind == wire::MessageKind::kControl) {  // a request's start, passed along in order
+      Result<json> message = decode_control(*frame);
+      if (message.ok() && (*message)["type"] == "start") {
+        Work work(Work::Kind::kStart, *session_id, frame->prefix.request_id);
+        work.setup = std::move(*message);
+        push(std::move(work));
+      } else {
+        report(frame->prefix.request_id, (message.ok() ? Status::invalid_input("unexpected control message")
+                                                       : message.status()).with_context("from previous stage " + channel.peer_name()));
+      }
+      continue;
     }
     std::vector<uint8_t> scratch;
     Result<wire::DecodedTensor> tensor = wire::decode_tensor(*frame, session_limits.hidden_states, scratch);
@@ -294,6 +326,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   limit_options.max_tokens_per_frame = static_cast<uint64_t>(context);
   TS_ASSIGN_OR_RETURN(wire::StageLimits stage_limits, wire::make_stage_limits(model->config(), limit_options));
   caches.clear();
+  sampling.clear();
   next.reset();
   last = next_name.empty();
   if (last != model->has_exit()) {
@@ -339,7 +372,17 @@ void StageService::State::run_request(Work& work) {
   if (status.ok()) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(out->data());
     const std::span<const uint8_t> data(bytes, out->size() * sizeof(float));
-    if (last) {
+    auto sampled = sampling.find(work.request);
+    if (last && sampled != sampling.end()) {  // sample here: one token id goes back, not [vocab] logits
+      Sampling& s = sampled->second;
+      const int32_t token = s.sampler.sample(*out, s.prompt, s.output);
+      s.output.push_back(token);
+      const uint64_t shape[] = {1};
+      status = coordinator_channel()->write_frame(
+          wire::encode_tensor_frame(work.request, wire::Encoding{DType::kI32}, shape,
+                                    {reinterpret_cast<const uint8_t*>(&token), sizeof token}),
+          net::deadline_after(options.timeout));
+    } else if (last) {
       const uint64_t shape[] = {1, static_cast<uint64_t>(out->size())};
       status = coordinator_channel()->write_frame(
           wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
@@ -354,8 +397,20 @@ void StageService::State::run_request(Work& work) {
   }
   if (!status.ok()) {
     caches.erase(work.request);
+    sampling.erase(work.request);
     report(work.request, status);
   }
+}
+
+// A request's start: the last stage keeps its sampler; the others pass it on,
+// ahead of the request's hidden states on the same connection.
+Status StageService::State::start(Work& work) {
+  if (!last) return next->write_frame(encode_control(work.request, work.setup), net::deadline_after(options.timeout));
+  TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.setup, model->config().vocab_size));
+  std::vector<int32_t> prompt;
+  TS_ASSIGN_OR_RETURN(prompt, prompt_from_json(work.setup, model->config().vocab_size));
+  sampling.insert_or_assign(work.request, Sampling{Sampler(params, model->config().vocab_size), std::move(prompt), {}});
+  return {};
 }
 
 void StageService::State::inference_loop() {
@@ -374,11 +429,16 @@ void StageService::State::inference_loop() {
       case Work::Kind::kSetup:
         work.done->set_value(setup(work.setup, work.coordinator));
         break;
+      case Work::Kind::kStart:
+        if (Status status = start(work); !status.ok()) report(work.request, status);
+        break;
       case Work::Kind::kCancel:
         caches.erase(work.request);
+        sampling.erase(work.request);
         break;
       case Work::Kind::kEndSession: {
         caches.clear();
+        sampling.clear();
         next.reset();
         std::lock_guard lock(mutex);
         coordinator.reset();

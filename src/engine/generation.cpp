@@ -27,9 +27,16 @@ Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& r
   TextStream stream(
       [&](std::span<const int32_t> ids) { return model.tokenizer.decode(ids, /*skip_special=*/true).value_or(""); },
       request.stop_strings);
+  // Each step runs `feed` (the prompt's uncached part, then the last token) and
+  // yields the next token: sampled here from the logits, or where the logits
+  // are when the runner samples remotely (a pipeline's last stage).
+  auto next_token = [&](std::span<const int32_t> feed) -> Result<int32_t> {
+    if (runner.samples_remotely()) return runner.run_to_token(feed, request.prompt);
+    TS_ASSIGN_OR_RETURN(std::vector<float> logits, runner.run(feed));
+    return sampler.sample(logits, request.prompt, result.tokens);
+  };
   const auto start = Clock::now();
-  TS_ASSIGN_OR_RETURN(std::vector<float> logits,
-                      runner.run(std::span(request.prompt).subspan(static_cast<size_t>(reuse))));
+  TS_ASSIGN_OR_RETURN(int32_t next, next_token(std::span(request.prompt).subspan(static_cast<size_t>(reuse))));
   const auto prefilled = Clock::now();
   result.finish_reason = "length";
   while (static_cast<int64_t>(result.tokens.size()) < request.max_tokens) {
@@ -37,7 +44,6 @@ Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& r
       result.finish_reason = "cancelled";
       break;
     }
-    const int32_t next = sampler.sample(logits, request.prompt, result.tokens);
     if (std::binary_search(model.stop_ids.begin(), model.stop_ids.end(), next)) {
       result.finish_reason = "stop";
       break;
@@ -49,7 +55,7 @@ Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& r
       break;
     }
     if (runner.length() >= runner.capacity() || static_cast<int64_t>(result.tokens.size()) == request.max_tokens) break;
-    TS_ASSIGN_OR_RETURN(logits, runner.run(std::span(&result.tokens.back(), 1)));
+    TS_ASSIGN_OR_RETURN(next, next_token(std::span(&result.tokens.back(), 1)));
   }
   if (const std::string rest = stream.finish(); !rest.empty()) on_text(rest);
   result.prefill_seconds = std::chrono::duration<double>(prefilled - start).count();

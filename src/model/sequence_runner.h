@@ -25,6 +25,13 @@ class SequenceRunner {
   virtual int64_t capacity() const = 0;  // positions it can hold
   // Keeps the first n <= length() positions (a cached prompt prefix).
   virtual Status truncate(int64_t n) = 0;
+  // A runner that samples where the logits are (a pipeline's last stage) runs
+  // ids and returns the next token instead of logits; `prompt` is the request's
+  // prompt (for penalties, sent once). Others return false and kUnsupported.
+  virtual bool samples_remotely() const { return false; }
+  virtual Result<int32_t> run_to_token(std::span<const int32_t> /*ids*/, std::span<const int32_t> /*prompt*/) {
+    return Status::unsupported("this runner returns logits; sample them");
+  }
 };
 
 class LocalRunner final : public SequenceRunner {
