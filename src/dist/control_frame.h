@@ -9,6 +9,8 @@
 //                      [begin, end) of the checkpoint at `model` (a path on the
 //                      stage's host), connect to stage `next` ("" for the last)
 //   S -> C    ready    {stage, begin, end}
+//   C -> S    probe    {}: answered by memory {stage, free_bytes}, then the
+//                      connection ends (layers split by free memory)
 //   Si -> Si+1 upstream {session}: this connection carries hidden states
 //   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
 //                      (start_message.h); passed along ahead of the hidden states

@@ -32,26 +32,104 @@ Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& p
   int64_t next_layer = 0;
   for (const json& stage : plan["stages"]) {
     const std::string at = where + "stages[" + std::to_string(stages.size()) + "]: ";
-    if (!stage.is_object() || !stage.value("name", json()).is_string() || !stage.value("model", json()).is_string() ||
-        !stage.value("layers", json()).is_array() || stage["layers"].size() != 2 || !stage["layers"][0].is_number_integer() ||
-        !stage["layers"][1].is_number_integer()) {
+    if (!stage.is_object() || !stage.value("name", json()).is_string() || !stage.value("model", json()).is_string()) {
       return Status::invalid_input(at + "expected {\"name\": str, \"model\": str, \"layers\": [begin, end]}");
     }
-    StagePlan s{stage["name"], stage["model"], stage["layers"][0], stage["layers"][1]};
-    if (s.begin != next_layer || s.end <= s.begin || s.end > num_layers) {
-      return Status::invalid_input(at + "layers [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
-                                   ") must start at " + std::to_string(next_layer) + " and end after it, by " +
-                                   std::to_string(num_layers));
+    StagePlan s{stage["name"], stage["model"], 0, 0};
+    const bool has_layers = stage.contains("layers");
+    if (has_layers != plan["stages"][0].contains("layers")) {
+      return Status::invalid_input(at + "give \"layers\" on every stage or on none (split by free memory)");
     }
-    next_layer = s.end;
+    if (has_layers) {
+      const json& layers = stage["layers"];
+      if (!layers.is_array() || layers.size() != 2 || !layers[0].is_number_integer() || !layers[1].is_number_integer()) {
+        return Status::invalid_input(at + "\"layers\" must be [begin, end]");
+      }
+      s.begin = layers[0];
+      s.end = layers[1];
+      if (s.begin != next_layer || s.end <= s.begin || s.end > num_layers) {
+        return Status::invalid_input(at + "layers [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                                     ") must start at " + std::to_string(next_layer) + " and end after it, by " +
+                                     std::to_string(num_layers));
+      }
+      next_layer = s.end;
+    }
     stages.push_back(std::move(s));
   }
-  if (next_layer != num_layers) {
+  if (stages.empty()) return Status::invalid_input(where + "no stages");
+  if (stages.size() > static_cast<size_t>(num_layers)) {
+    return Status::invalid_input(where + std::to_string(stages.size()) + " stages for " + std::to_string(num_layers) +
+                                 " layers");
+  }
+  if (next_layer != 0 && next_layer != num_layers) {
     return Status::invalid_input(where + "the stages cover layers [0, " + std::to_string(next_layer) + ") of " +
                                  std::to_string(num_layers));
   }
   return stages;
 }
+
+std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& free_bytes) {
+  const size_t n = free_bytes.size();
+  long double total = 0;
+  for (uint64_t f : free_bytes) total += static_cast<long double>(f);
+  // In proportion, rounded by largest remainder ...
+  std::vector<int64_t> share(n);
+  std::vector<std::pair<long double, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const long double exact = total > 0 ? layers * static_cast<long double>(free_bytes[i]) / total
+                                        : static_cast<long double>(layers) / n;
+    share[i] = static_cast<int64_t>(exact);
+    given += share[i];
+    remainders.push_back({exact - share[i], i});
+  }
+  std::stable_sort(remainders.begin(), remainders.end(), [](auto a, auto b) { return a.first > b.first; });
+  for (int64_t k = 0; k < layers - given; ++k) ++share[remainders[static_cast<size_t>(k)].second];
+  // ... then every stage gets at least one layer, taken from the largest share.
+  for (int64_t& s : share) {
+    if (s > 0) continue;
+    --*std::max_element(share.begin(), share.end());
+    s = 1;
+  }
+  return share;
+}
+
+namespace {
+
+// Asks every stage of the plan for its free memory and gives each a share of
+// the layers in proportion.
+Status split_by_free_memory(std::vector<StagePlan>& plan, const net::Identity& identity, const net::TrustFile& trust,
+                            int64_t layers, std::chrono::milliseconds timeout) {
+  std::vector<uint64_t> free_bytes;
+  for (const StagePlan& stage : plan) {
+    const std::string what = "stage " + stage.name + " (free memory probe)";
+    const net::TrustedNode* node = trust.find_name(stage.name);
+    if (!node) return Status::invalid_input("stage " + stage.name + " is not in the trust file");
+    const net::Deadline deadline = net::deadline_after(timeout);
+    TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
+    Result<net::Socket> socket = net::Socket::connect_retrying(endpoint, deadline);
+    if (!socket.ok()) return socket.status().with_context(what);
+    Result<net::TlsChannel> tls = net::TlsChannel::client(std::move(*socket), identity, trust, stage.name, deadline);
+    if (!tls.ok()) return tls.status().with_context(what);
+    FrameChannel channel(std::move(*tls));
+    TS_RETURN_IF_ERROR(channel.write_frame(encode_control(0, {{"type", "probe"}}), deadline).with_context(what));
+    Result<wire::Frame> frame = channel.read_frame({0, kMaxControlBytes}, deadline);
+    if (!frame.ok()) return frame.status().with_context(what);
+    TS_ASSIGN_OR_RETURN(const json reply, decode_control(*frame));
+    TS_ASSIGN_OR_RETURN(const uint64_t bytes, field<uint64_t>(reply, "free_bytes"));
+    free_bytes.push_back(bytes);
+  }
+  const std::vector<int64_t> share = split_layers(layers, free_bytes);
+  int64_t next = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    plan[i].begin = next;
+    next += share[i];
+    plan[i].end = next;
+  }
+  return {};
+}
+
+}  // namespace
 
 struct Pipeline::State {
   State(const net::Identity& i, const net::TrustFile& t, const ModelConfig& c, std::vector<StagePlan> p,
@@ -205,6 +283,9 @@ Pipeline::~Pipeline() = default;
 Result<std::unique_ptr<Pipeline>> Pipeline::connect(const net::Identity& identity, const net::TrustFile& trust,
                                                     const ModelConfig& config, std::vector<StagePlan> plan,
                                                     PipelineOptions options) {
+  if (!plan.empty() && plan.front().end == 0) {
+    TS_RETURN_IF_ERROR(split_by_free_memory(plan, identity, trust, config.num_hidden_layers, options.timeout));
+  }
   auto state = std::make_unique<State>(identity, trust, config, std::move(plan), options);
   wire::StageLimitsOptions limit_options;
   limit_options.activation_dtype = DType::kF32;

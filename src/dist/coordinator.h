@@ -38,8 +38,14 @@ struct StagePlan {
 };
 
 // {"stages": [{"name": "stage0", "model": "/models/m", "layers": [0, 8]}, ...]}:
-// the ranges must cover [0, num_layers) in order, each non-empty.
+// the ranges must cover [0, num_layers) in order, each non-empty. Without
+// "layers" on any stage, Pipeline::connect splits the layers by each stage's
+// free memory (the plan's ranges are then all [0, 0)).
 Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& path, int64_t num_layers);
+
+// Layers per stage in proportion to `free_bytes` (largest remainder), each at
+// least 1; layers >= free_bytes.size() >= 1.
+std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& free_bytes);
 
 struct PipelineOptions {
   int64_t context = 0;  // positions per request on every stage

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -40,6 +41,18 @@ struct Work {
 };
 
 wire::FrameLimits control_limits() { return {0, kMaxControlBytes}; }
+
+// MemAvailable of /proc/meminfo in bytes (0 if unreadable).
+uint64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
 
 Result<std::vector<int32_t>> token_ids(const wire::DecodedTensor& tensor) {
   std::vector<int32_t> ids(tensor.header.numel);
@@ -177,6 +190,12 @@ void StageService::State::serve_connection(net::Socket socket) {
   }
   const std::string type = (*message)["type"];
   if (type == "setup") return serve_coordinator(channel, *message);
+  if (type == "probe") {  // a coordinator splitting layers by free memory asks first
+    (void)channel->write_frame(encode_control(0, {{"type", "memory"}, {"stage", options.identity.name},
+                                                  {"free_bytes", available_memory_bytes()}}),
+                               net::deadline_after(options.timeout));
+    return;
+  }
   if (type == "upstream") return serve_upstream(*channel, *message);
   std::fprintf(stderr, "[stage %s] %s opened with '%s', not setup or upstream\n", options.identity.name.c_str(),
                channel->peer_name().c_str(), type.c_str());

@@ -137,6 +137,22 @@ TEST(PipelineProcesses, ShippedModelSampledTextMatchesOneProcess) {
   EXPECT_NE(run.out.find(text), std::string::npos) << run.out << "\nvs\n" << local.out;
 }
 
+// A plan without layer ranges: the coordinator asks each stage for its free
+// memory and splits the layers in proportion (equal machines here: 2 and 2).
+TEST(PipelineProcesses, SplitsLayersByFreeMemoryWhenThePlanGivesNone) {
+  PipelineCluster pipeline;
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const auto path = pipeline.cluster().dir() / "auto.json";
+  std::ofstream(path) << nlohmann::json{{"stages", {{{"name", pipeline.cluster().name(1)}, {"model", dir}},
+                                                    {{"name", pipeline.cluster().name(2)}, {"model", dir}}}}}.dump();
+  const auto local = run_tessera("generate --model " + dir + " --prompt \"It is a truth\" -n 12 --threads 1");
+  const auto run = pipeline.coordinate({"--model", dir, "--prompt", "It is a truth", "-n", "12"}, path.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("layers [0, 2)"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("layers [2, 4)"), std::string::npos) << run.err;
+  EXPECT_NE(run.out.find(local.out.substr(0, local.out.find('\n'))), std::string::npos);
+}
+
 // kill -9 of the middle stage while the coordinator streams text: the
 // coordinator fails within a second, naming the stage; a restarted stage rejoins
 // and the next generation works without restarting anything else.
