@@ -8,6 +8,7 @@
 //   tessera generate ... --pipeline stages.json --identity DIR --trust trust.json
 //     runs the layers on pipeline stages (tessera stage) instead of this process;
 //     stages.json: {"stages": [{"name": "stage0", "model": DIR, "layers": [0, 8]}, ...]}
+//     (without "layers", split by the stages' free memory); --plain for trusted links
 // Greedy unless a sampling option is given.
 #include <cstdio>
 #include <fstream>
@@ -41,6 +42,7 @@ struct GenerateOptions {
   std::string pipeline;  // stages.json: run on pipeline stages
   std::string identity;
   std::string trust;
+  bool plain = false;
 };
 
 // Where the layers run: a Forward in this process, or a pipeline of stages.
@@ -70,7 +72,8 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   TS_ASSIGN_OR_RETURN(std::vector<dist::StagePlan> plan,
                       dist::read_pipeline_plan(o.pipeline, model.config().num_hidden_layers));
   TS_ASSIGN_OR_RETURN(runner.pipeline,
-                      dist::Pipeline::connect(identity, trust, model.config(), std::move(plan), {.context = capacity}));
+                      dist::Pipeline::connect(identity, trust, model.config(), std::move(plan),
+                                              {.context = capacity, .plain = o.plain}));
   std::fprintf(stderr, "[generate] pipeline of %s:\n%s", o.pipeline.c_str(), runner.pipeline->layout().c_str());
   std::optional<SamplingParams> remote;
   if (!want_logits) remote = o.sampling;
@@ -188,6 +191,8 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--pipeline", o->pipeline, "Run the layers on the pipeline stages this JSON file names");
   cmd->add_option("--identity", o->identity, "With --pipeline: this node's identity directory (tessera keygen)");
   cmd->add_option("--trust", o->trust, "With --pipeline: the cluster trust file");
+  cmd->add_flag("--plain", o->plain,
+                "With --pipeline, for trusted links: stages are still authenticated (mutual TLS), but frames travel unsealed");
   cmd->callback([o, &exit_code, text, file, ids] {
     Status status;
     if (ids->count() > 0) {

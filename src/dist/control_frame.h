@@ -36,6 +36,13 @@ std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& m
 // The frame must be kControl; its payload must be a JSON object with a string "type".
 Result<nlohmann::json> decode_control(const wire::Frame& frame);
 
+// A string field for messages to people ("message" of an error), or `fallback`
+// when it is absent or not a string; never throws on a peer's JSON.
+inline std::string text_or(const nlohmann::json& message, const char* name, const std::string& fallback) {
+  auto it = message.find(name);
+  return it != message.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 // A field of a control message, of type T (string, bool, integer), present.
 template <typename T>
 Result<T> field(const nlohmann::json& message, const char* name) {

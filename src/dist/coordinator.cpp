@@ -181,15 +181,16 @@ Status Pipeline::State::setup() {
     const json setup = {{"type", "setup"},   {"model", stage.model},
                         {"begin", stage.begin}, {"end", stage.end},
                         {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
-                        {"session", session_id}, {"context", options.context}};
+                        {"session", session_id}, {"context", options.context}, {"plain", options.plain}};
     TS_RETURN_IF_ERROR(channel->write_frame(encode_control(0, setup), deadline).with_context(what));
     Result<wire::Frame> frame = channel->read_frame({0, kMaxControlBytes}, net::Clock::now() + options.timeout * 10);
     if (!frame.ok()) return frame.status().with_context(what + " during setup");
     TS_ASSIGN_OR_RETURN(const json reply, decode_control(*frame));
     if (reply["type"] == "error") {
-      return Status::invalid_input(what + " refused the setup: " + reply.value("message", std::string("?")));
+      return Status::invalid_input(what + " refused the setup: " + text_or(reply, "message", "?"));
     }
     if (reply["type"] != "ready") return Status::invalid_input(what + ": expected ready, got " + reply["type"].dump());
+    if (options.plain) TS_RETURN_IF_ERROR(bind_plain(*channel, endpoint, deadline).with_context(what + " (--plain)"));
     opened[i] = channel;
   }
   std::lock_guard lock(mutex);
@@ -246,7 +247,7 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
     const uint64_t request = frame->prefix.request_id;
     if (frame->prefix.kind == wire::MessageKind::kControl) {
       Result<json> message = decode_control(*frame);
-      const std::string text = message.ok() ? message->value("message", std::string("?")) : message.status().to_string();
+      const std::string text = message.ok() ? text_or(*message, "message", "?") : message.status().to_string();
       const Status error = Status::invalid_input(who + ": " + text);
       if (request == 0) {
         fail_all(error, session_id);

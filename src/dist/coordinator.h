@@ -50,6 +50,9 @@ std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& f
 struct PipelineOptions {
   int64_t context = 0;  // positions per request on every stage
   std::chrono::milliseconds timeout{30000};  // a stage that says nothing for this long fails the step
+  // Trusted links: after the mutual-TLS setup, frames travel on plain TCP
+  // connections bound to the TLS sessions (frame_channel.h), unsealed.
+  bool plain = false;
 };
 
 class Pipeline {

@@ -4,13 +4,16 @@
 // payload is read: the 32-byte prefix is decoded and checked first, then exactly
 // header_bytes + payload_bytes more are read into the channel's own buffer.
 //
-// The connection is a TlsChannel (TLS 1.3, AES-256-GCM records: sealed).
-// TODO(perf): a --plain mode for trusted links, as Group has.
+// Frames travel inside the TlsChannel (TLS 1.3, AES-256-GCM records: sealed)
+// or, after use_plain() (--plain, for trusted links), on a plain TCP connection
+// that a sealed hello bound to this TLS session (bind_plain / accept_plain);
+// the TLS connection then stays open and idle, and the peer stays authenticated.
 //
 // Thread safety: one reader thread and any number of writers (write_frame
 // serializes them).
 #pragma once
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -33,17 +36,31 @@ class FrameChannel {
   const std::string& peer_name() const { return tls_->peer_name(); }
   net::TlsChannel& tls() { return *tls_; }
 
+  // 32 bytes bound to this TLS session, for the hello of a plain data connection.
+  Result<std::array<uint8_t, 32>> binding_secret() const;
+  // From now on, frames travel on `data` (called by the reader thread; writers
+  // are serialized with the switch).
+  void use_plain(net::Socket data);
+
   Status write_frame(std::span<const uint8_t> frame, net::Deadline deadline);
   // Reads one frame; the returned Frame borrows this channel's buffer until the
   // next read. `deadline` bounds the wait for its prefix; wake_fd interrupts.
   Result<wire::Frame> read_frame(const wire::FrameLimits& limits, net::Deadline deadline, int wake_fd = -1);
-  void shutdown() { tls_->shutdown(); }
+  void shutdown();
 
  private:
   std::unique_ptr<net::TlsChannel> tls_;
   const std::chrono::milliseconds body_timeout_;
   std::mutex write_mutex_;
+  net::Socket plain_;  // guarded by write_mutex_ for writers; valid after use_plain()
   std::vector<uint8_t> buffer_;  // reader thread only
 };
+
+// --plain, the connecting side: asks the peer (over TLS) to expect a data
+// connection for binding id `binding`, opens it to `endpoint`, sends the sealed
+// hello, and switches `channel` to it.
+Status bind_plain(FrameChannel& channel, const net::Endpoint& endpoint, net::Deadline deadline);
+// The control message that announces it: {"type": "plain", "binding": id}.
+inline constexpr const char* kPlainMessage = "plain";
 
 }  // namespace tessera::dist

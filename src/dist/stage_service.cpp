@@ -1,9 +1,11 @@
 #include "dist/stage_service.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "dist/control_frame.h"
 #include "dist/frame_channel.h"
 #include "dist/start_message.h"
+#include "seal/hello.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -97,6 +100,9 @@ struct StageService::State {
   }
 
   void serve_connection(net::Socket socket);
+  // --plain: the peer announced a data connection on `channel`; wait for it.
+  Status expect_plain(FrameChannel& channel);
+  void serve_plain_data(net::Socket socket);
   void serve_coordinator(std::shared_ptr<FrameChannel> channel, const json& setup);
   void serve_upstream(FrameChannel& channel, const json& hello);
   void inference_loop();
@@ -112,7 +118,18 @@ struct StageService::State {
   std::deque<Work> queue;                          // guarded by mutex
   std::shared_ptr<FrameChannel> coordinator;       // guarded by mutex
   uint64_t session = 0;                            // guarded by mutex: the current session
-  std::vector<std::thread> connections;            // accept thread only
+  bool plain = false;                              // guarded by mutex: the session's links are --plain
+  struct Binding {
+    std::array<uint8_t, 32> secret;
+    std::promise<net::Socket> socket;
+  };
+  std::map<uint64_t, Binding> bindings;            // guarded by mutex: plain data connections awaited
+  std::condition_variable bindings_cv;             // a binding was registered
+  struct Connection {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Connection> connections;             // accept thread only; finished ones are joined
 
   // Inference thread only.
   std::string model_dir;
@@ -141,7 +158,7 @@ StageService::StageService(StageOptions options) : state_(std::make_unique<State
 StageService::~StageService() {
   stop();
   if (state_->inference.joinable()) state_->inference.join();
-  for (std::thread& thread : state_->connections) thread.join();
+  for (auto& connection : state_->connections) connection.thread.join();
 }
 
 Status StageService::bind() {
@@ -166,13 +183,26 @@ Status StageService::run() {
       std::fprintf(stderr, "[stage %s] accept: %s\n", s.options.identity.name.c_str(), socket.status().to_string().c_str());
       continue;
     }
-    s.connections.emplace_back([&s, socket = std::move(*socket)]() mutable { s.serve_connection(std::move(socket)); });
+    std::erase_if(s.connections, [](State::Connection& c) {
+      if (!c.done->load()) return false;
+      c.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    s.connections.push_back({std::thread([&s, done, socket = std::move(*socket)]() mutable {
+                               s.serve_connection(std::move(socket));
+                               done->store(true);
+                             }),
+                             done});
   }
 }
 
 // A connection opens with mutual TLS, then one control message says what it is.
 void StageService::State::serve_connection(net::Socket socket) {
   const std::string address = socket.peer_address();
+  Result<uint8_t> first = socket.peek_byte(net::deadline_after(options.timeout), stopping.fd());
+  if (!first.ok()) return;
+  if (*first == seal::kHelloMagic[0]) return serve_plain_data(std::move(socket));
   Result<net::TlsChannel> tls =
       net::TlsChannel::server(std::move(socket), options.identity, options.trust, net::deadline_after(options.timeout));
   if (!tls.ok()) {
@@ -201,6 +231,52 @@ void StageService::State::serve_connection(net::Socket socket) {
                channel->peer_name().c_str(), type.c_str());
 }
 
+Status StageService::State::expect_plain(FrameChannel& channel) {
+  TS_ASSIGN_OR_RETURN(wire::Frame frame, channel.read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd()));
+  TS_ASSIGN_OR_RETURN(const json message, decode_control(frame));
+  if (message["type"] != kPlainMessage) return Status::invalid_input("--plain: expected the plain binding message");
+  TS_ASSIGN_OR_RETURN(const uint64_t binding, field<uint64_t>(message, "binding"));
+  TS_ASSIGN_OR_RETURN(const auto secret, channel.binding_secret());
+  std::future<net::Socket> socket;
+  {
+    std::lock_guard lock(mutex);
+    Binding& b = bindings[binding];
+    b.secret = secret;
+    socket = b.socket.get_future();
+  }
+  bindings_cv.notify_all();
+  const bool arrived = socket.wait_for(options.timeout) == std::future_status::ready;
+  {
+    std::lock_guard lock(mutex);
+    bindings.erase(binding);
+  }
+  if (!arrived) return Status::disconnected("--plain: the data connection of " + channel.peer_name() + " did not come");
+  channel.use_plain(socket.get());
+  return {};
+}
+
+// A plain data connection: its sealed hello must open with the secret of the
+// TLS session that announced it.
+void StageService::State::serve_plain_data(net::Socket socket) {
+  std::array<uint8_t, seal::kHelloBytes> hello;
+  if (!socket.read_exact(hello, net::deadline_after(options.timeout), stopping.fd()).ok()) return;
+  Result<seal::Hello> peeked = seal::peek_hello(hello);
+  if (!peeked.ok()) return;
+  // The hello may overtake the TLS message that announces it.
+  std::unique_lock lock(mutex);
+  bindings_cv.wait_for(lock, options.timeout, [&] { return bindings.count(peeked->generation) > 0; });
+  auto it = bindings.find(peeked->generation);
+  Status opened = it == bindings.end() ? Status::invalid_input("no such binding")
+                                       : seal::open_hello(it->second.secret, {0, 1, peeked->generation, true}, hello);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "[stage %s] refused a data connection from %s: %s\n", options.identity.name.c_str(),
+                 socket.peer_address().c_str(), opened.to_string().c_str());
+    return;
+  }
+  it->second.socket.set_value(std::move(socket));
+  bindings.erase(it);
+}
+
 void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channel, const json& setup_message) {
   std::promise<Status> done;
   std::future<Status> ready = done.get_future();
@@ -226,9 +302,18 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   }
   // Frames from the coordinator: token ids (stage 0) and cancels, until it leaves.
   wire::StageLimits session_limits;
+  bool session_plain = false;
   {
     std::lock_guard lock(mutex);
     session_limits = limits;
+    session_plain = plain;
+  }
+  if (session_plain) {
+    if (Status bound = expect_plain(*channel); !bound.ok()) {
+      report(0, bound);
+      push(Work(Work::Kind::kEndSession, *session_id));
+      return;
+    }
   }
   wire::FrameLimits frame_limits = session_limits.frame;
   frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, kMaxControlBytes);
@@ -269,14 +354,19 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
 void StageService::State::serve_upstream(FrameChannel& channel, const json& hello) {
   Result<uint64_t> session_id = field<uint64_t>(hello, "session");
   wire::StageLimits session_limits;
+  bool session_plain = false;
   {
     std::lock_guard lock(mutex);
     session_limits = limits;
+    session_plain = plain;
     if (!session_id.ok() || *session_id != session) {
       std::fprintf(stderr, "[stage %s] upstream %s: not of the current session\n", options.identity.name.c_str(),
                    channel.peer_name().c_str());
       return;
     }
+  }
+  if (session_plain) {
+    if (Status bound = expect_plain(channel); !bound.ok()) return report(0, bound.with_context("previous stage"));
   }
   for (;;) {
     wire::FrameLimits frame_limits = session_limits.frame;
@@ -322,6 +412,10 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   TS_ASSIGN_OR_RETURN(const std::string next_name, field<std::string>(message, "next"));
   TS_ASSIGN_OR_RETURN(const uint64_t session_id, field<uint64_t>(message, "session"));
   TS_ASSIGN_OR_RETURN(context, field<int64_t>(message, "context"));
+  bool session_plain = false;
+  if (message.contains("plain")) {
+    TS_ASSIGN_OR_RETURN(session_plain, field<bool>(message, "plain"));
+  }
   if (!model || dir != model_dir || begin != range.begin || end != range.end) {
     forward.reset();
     model.reset();
@@ -363,12 +457,14 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
                         net::TlsChannel::client(std::move(socket), options.identity, options.trust, next_name, deadline));
     next = std::make_shared<FrameChannel>(std::move(tls), options.timeout);
     TS_RETURN_IF_ERROR(next->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
+    if (session_plain) TS_RETURN_IF_ERROR(bind_plain(*next, endpoint, deadline).with_context("--plain link to " + next_name));
   }
   std::shared_ptr<FrameChannel> previous;
   {
     std::lock_guard lock(mutex);
     limits = std::move(stage_limits);
     session = session_id;
+    plain = session_plain;
     previous = std::exchange(coordinator, coordinator_channel);
   }
   if (previous && previous != coordinator_channel) {  // its requests would never be answered: say so now

@@ -137,6 +137,28 @@ TEST(PipelineProcesses, ShippedModelSampledTextMatchesOneProcess) {
   EXPECT_NE(run.out.find(text), std::string::npos) << run.out << "\nvs\n" << local.out;
 }
 
+// --plain (trusted links): still mutual TLS to set up, frames on plain TCP
+// connections bound by sealed hellos; the logits stay bitwise those of one process.
+TEST(PipelineProcesses, PlainLinksGiveTheSameLogits) {
+  PipelineCluster pipeline;
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const auto reference = std::filesystem::path(::testing::TempDir()) / "pipeline_plain_ref.npy";
+  const auto local = run_tessera("generate --model " + dir + " --prompt-ids 5,6,7 -n 5 --threads 1 --logits-out " +
+                                 reference.string());
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const auto npy = pipeline.cluster().dir() / "plain.npy";
+  const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "5,6,7", "-n", "5", "--logits-out",
+                                        npy.string(), "--plain"},
+                                       pipeline.plan(dir, {0, 1, 3, 4}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+  EXPECT_TRUE(slurp(npy) == slurp(reference));
+  // Text too, sampled on the last stage over plain links.
+  const auto text = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--plain"},
+                                        pipeline.plan(dir, {0, 2, 4}));
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+}
+
 // A plan without layer ranges: the coordinator asks each stage for its free
 // memory and splits the layers in proportion (equal machines here: 2 and 2).
 TEST(PipelineProcesses, SplitsLayersByFreeMemoryWhenThePlanGivesNone) {
