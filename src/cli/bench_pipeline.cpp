@@ -111,8 +111,9 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     std::filesystem::remove_all(dir);
   };
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(dir / "coordinator"));
-  Result<std::unique_ptr<dist::Pipeline>> pipeline =
-      dist::Pipeline::connect(identity, trust, config, plan, {.context = context});
+  dist::PipelineOptions pipeline_options;
+  pipeline_options.context = context;
+  Result<std::unique_ptr<dist::Pipeline>> pipeline = dist::Pipeline::connect(identity, trust, config, plan, pipeline_options);
   if (!pipeline.ok()) {
     stop();
     return pipeline.status();

@@ -43,6 +43,7 @@ struct GenerateOptions {
   std::string identity;
   std::string trust;
   bool plain = false;
+  std::string ship_weights;  // empty: each stage reads its own checkpoint copy
 };
 
 // Where the layers run: a Forward in this process, or a pipeline of stages.
@@ -71,9 +72,15 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(o.trust));
   TS_ASSIGN_OR_RETURN(std::vector<dist::StagePlan> plan,
                       dist::read_pipeline_plan(o.pipeline, model.config().num_hidden_layers));
+  dist::PipelineOptions options;
+  options.context = capacity;
+  options.plain = o.plain;
+  if (!o.ship_weights.empty()) {
+    TS_ASSIGN_OR_RETURN(options.ship, dist::parse_ship_encoding(o.ship_weights));
+    options.ship_from = o.model_dir;
+  }
   TS_ASSIGN_OR_RETURN(runner.pipeline,
-                      dist::Pipeline::connect(identity, trust, model.config(), std::move(plan),
-                                              {.context = capacity, .plain = o.plain}));
+                      dist::Pipeline::connect(identity, trust, model.config(), std::move(plan), options));
   std::fprintf(stderr, "[generate] pipeline of %s:\n%s", o.pipeline.c_str(), runner.pipeline->layout().c_str());
   std::optional<SamplingParams> remote;
   if (!want_logits) remote = o.sampling;
@@ -191,6 +198,8 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--pipeline", o->pipeline, "Run the layers on the pipeline stages this JSON file names");
   cmd->add_option("--identity", o->identity, "With --pipeline: this node's identity directory (tessera keygen)");
   cmd->add_option("--trust", o->trust, "With --pipeline: the cluster trust file");
+  cmd->add_option("--ship-weights", o->ship_weights,
+                  "With --pipeline: send each stage its layers from --model (none, lz4, int8, int8+lz4, int4, int4+lz4)");
   cmd->add_flag("--plain", o->plain,
                 "With --pipeline, for trusted links: stages are still authenticated (mutual TLS), but frames travel unsealed");
   cmd->callback([o, &exit_code, text, file, ids] {

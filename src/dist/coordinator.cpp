@@ -1,6 +1,7 @@
 #include "dist/coordinator.h"
 
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <cstring>
 #include <fstream>
@@ -178,11 +179,29 @@ Status Pipeline::State::setup() {
     Result<net::TlsChannel> tls = net::TlsChannel::client(std::move(*socket), identity, trust, stage.name, deadline);
     if (!tls.ok()) return tls.status().with_context(what);
     auto channel = std::make_shared<FrameChannel>(std::move(*tls));
-    const json setup = {{"type", "setup"},   {"model", stage.model},
+    json setup = {{"type", "setup"},   {"model", stage.model},
                         {"begin", stage.begin}, {"end", stage.end},
                         {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
                         {"session", session_id}, {"context", options.context}, {"plain", options.plain}};
-    TS_RETURN_IF_ERROR(channel->write_frame(encode_control(0, setup), deadline).with_context(what));
+    if (options.ship) {  // the stage's layers travel on this connection, right after the setup
+      Result<Model> model = Model::load(options.ship_from, LayerRange{stage.begin, stage.end});
+      if (!model.ok()) return model.status().with_context("--ship-weights");
+      TS_ASSIGN_OR_RETURN(setup["ship"],
+                          ship_manifest(*model, std::filesystem::path(options.ship_from) / "config.json"));
+      setup["model"] = "";
+      TS_RETURN_IF_ERROR(channel->write_frame(encode_control(0, setup), deadline).with_context(what));
+      std::fprintf(stderr, "[pipeline] shipping layers [%lld, %lld) to %s\n", static_cast<long long>(stage.begin),
+                   static_cast<long long>(stage.end), stage.name.c_str());
+      Status shipped = send_weights(*channel, *model, *options.ship, net::Clock::now() + options.timeout * 20);
+      if (!shipped.ok()) {  // the stage may have refused the shipment: its reason is the better error
+        Result<wire::Frame> reason = channel->read_frame({0, kMaxControlBytes}, net::deadline_after(std::chrono::seconds(1)));
+        Result<json> message = reason.ok() ? decode_control(*reason) : Result<json>(reason.status());
+        if (message.ok()) return Status::invalid_input(what + " refused the weights: " + text_or(*message, "message", "?"));
+        return shipped.with_context(what + " (--ship-weights)");
+      }
+    } else {
+      TS_RETURN_IF_ERROR(channel->write_frame(encode_control(0, setup), deadline).with_context(what));
+    }
     Result<wire::Frame> frame = channel->read_frame({0, kMaxControlBytes}, net::Clock::now() + options.timeout * 10);
     if (!frame.ok()) return frame.status().with_context(what + " during setup");
     TS_ASSIGN_OR_RETURN(const json reply, decode_control(*frame));

@@ -25,6 +25,7 @@
 #include "io/model_config.h"
 #include "model/sequence_runner.h"
 #include "net/identity.h"
+#include "dist/weight_shipping.h"
 #include "net/trust.h"
 #include "sampling/sampler.h"
 
@@ -53,6 +54,10 @@ struct PipelineOptions {
   // Trusted links: after the mutual-TLS setup, frames travel on plain TCP
   // connections bound to the TLS sessions (frame_channel.h), unsealed.
   bool plain = false;
+  // --ship-weights: the stages get their layers from this checkpoint directory
+  // (the plan's "model" paths are then unused), encoded as `ship` says.
+  std::string ship_from;
+  std::optional<ShipEncoding> ship;
 };
 
 class Pipeline {

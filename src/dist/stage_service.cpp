@@ -17,6 +17,7 @@
 #include "dist/control_frame.h"
 #include "dist/frame_channel.h"
 #include "dist/start_message.h"
+#include "dist/weight_shipping.h"
 #include "seal/hello.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -102,6 +103,7 @@ struct StageService::State {
   void serve_connection(net::Socket socket);
   // --plain: the peer announced a data connection on `channel`; wait for it.
   Status expect_plain(FrameChannel& channel);
+  Result<std::filesystem::path> receive_shipment(FrameChannel& channel, const json& manifest, uint64_t session_id);
   void serve_plain_data(net::Socket socket);
   void serve_coordinator(std::shared_ptr<FrameChannel> channel, const json& setup);
   void serve_upstream(FrameChannel& channel, const json& hello);
@@ -231,6 +233,30 @@ void StageService::State::serve_connection(net::Socket socket) {
                channel->peer_name().c_str(), type.c_str());
 }
 
+// Receives shipped weights into work_dir/tessera-<stage>-<session>, replacing
+// the previous shipment, with a progress line on stderr.
+Result<std::filesystem::path> StageService::State::receive_shipment(FrameChannel& channel, const json& manifest,
+                                                                    uint64_t session_id) {
+  const uint64_t bound = options.max_weight_bytes ? options.max_weight_bytes : available_memory_bytes() / 10 * 9;
+  const std::filesystem::path dir = options.work_dir / ("tessera-" + options.identity.name + "-" + std::to_string(session_id));
+  std::error_code ignored;
+  for (const auto& entry : std::filesystem::directory_iterator(options.work_dir, ignored)) {
+    if (entry.path().filename().string().starts_with("tessera-" + options.identity.name + "-")) {
+      std::filesystem::remove_all(entry.path(), ignored);
+    }
+  }
+  int last_percent = -1;
+  Status status = receive_weights(channel, manifest, bound, dir, options.timeout, [&](uint64_t done, uint64_t total) {
+    const int percent = total ? static_cast<int>(100 * done / total) : 100;
+    if (percent / 10 == last_percent / 10) return;
+    last_percent = percent;
+    std::fprintf(stderr, "[stage %s] receiving weights: %3d %% of %.1f MiB\n", options.identity.name.c_str(), percent,
+                 static_cast<double>(total) / (1 << 20));
+  });
+  if (!status.ok()) return status.with_context("--ship-weights");
+  return dir;
+}
+
 Status StageService::State::expect_plain(FrameChannel& channel) {
   TS_ASSIGN_OR_RETURN(wire::Frame frame, channel.read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd()));
   TS_ASSIGN_OR_RETURN(const json message, decode_control(frame));
@@ -290,6 +316,16 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   Work work{Work::Kind::kSetup};
   work.session = *session_id;
   work.setup = setup_message;
+  if (setup_message.contains("ship")) {  // --ship-weights: the layers come on this connection
+    Result<std::filesystem::path> shipped = receive_shipment(*channel, setup_message["ship"], *session_id);
+    if (!shipped.ok()) {
+      (void)channel->write_frame(encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
+                                                    {"message", shipped.status().to_string()}}),
+                                 net::deadline_after(options.timeout));
+      return;
+    }
+    work.setup["model"] = shipped->string();
+  }
   work.coordinator = channel;
   work.done = &done;
   push(std::move(work));

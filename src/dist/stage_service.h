@@ -23,6 +23,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,10 @@ struct StageOptions {
   net::TrustFile trust;
   size_t threads = 0;  // CPU threads for the forward pass (0: all cores)
   std::chrono::milliseconds timeout{30000};  // a silent peer mid-frame
+  // Weights a coordinator may ship here (--ship-weights), in bytes; 0: 90 % of
+  // the memory available when they are announced.
+  uint64_t max_weight_bytes = 0;
+  std::filesystem::path work_dir = std::filesystem::temp_directory_path();  // shipped checkpoints go here
 };
 
 class StageService {

@@ -37,8 +37,9 @@ class Binder {
   TensorNames names_;
 };
 
-// Multimodal wrappers nest the language model under another prefix.
-Result<TensorNames> detect_names(const Checkpoint& checkpoint) {
+// Multimodal wrappers nest the language model under another prefix. A stage's
+// own checkpoint (shipped weights) may hold only layers from `first_layer` on.
+Result<TensorNames> detect_names(const Checkpoint& checkpoint, int64_t first_layer) {
   static const std::pair<const char*, const char*> kLayouts[] = {
       {"model.", "lm_head.weight"},
       {"model.language_model.", "lm_head.weight"},
@@ -46,11 +47,11 @@ Result<TensorNames> detect_names(const Checkpoint& checkpoint) {
   };
   for (const auto& [prefix, lm_head] : kLayouts) {
     if (checkpoint.has(std::string(prefix) + "embed_tokens.weight") || checkpoint.has(std::string(prefix) + "norm.weight") ||
-        checkpoint.has(std::string(prefix) + "layers.0.input_layernorm.weight"))
+        checkpoint.has(std::string(prefix) + "layers." + std::to_string(first_layer) + ".input_layernorm.weight"))
       return TensorNames{prefix, lm_head};
   }
   return Status::invalid_input(checkpoint.dir() + ": no tensor named model.embed_tokens.weight, model.norm.weight "
-                               "or model.layers.0.* (not a Llama-family checkpoint?)");
+                               "or model.layers." + std::to_string(first_layer) + ".* (not a Llama-family checkpoint?)");
 }
 
 Status bind_layer(Binder& b, const ModelConfig& c, const ArchSpec& arch, int64_t i, LayerWeights& w) {
@@ -98,7 +99,7 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
 
   auto checkpoint = std::make_shared<Checkpoint>();
   TS_ASSIGN_OR_RETURN(*checkpoint, Checkpoint::open(dir));
-  TS_ASSIGN_OR_RETURN(const TensorNames names, detect_names(*checkpoint));
+  TS_ASSIGN_OR_RETURN(const TensorNames names, detect_names(*checkpoint, model.range_.begin));
   Binder b(*checkpoint, names);
   ModelWeights& w = model.weights_;
   const std::vector<int64_t> vocab_by_hidden = {c.vocab_size, c.hidden_size};

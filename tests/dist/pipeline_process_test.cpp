@@ -159,6 +159,29 @@ TEST(PipelineProcesses, PlainLinksGiveTheSameLogits) {
   EXPECT_EQ(text.exit_code, 0) << text.err;
 }
 
+// --ship-weights: stages read no checkpoint; the coordinator sends their layers.
+// Unquantized, the logits stay bitwise those of one process; int8 + LZ4 runs too.
+TEST(PipelineProcesses, ShippedWeightsGiveTheSameLogits) {
+  PipelineCluster pipeline;
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const auto reference = std::filesystem::path(::testing::TempDir()) / "pipeline_ship_ref.npy";
+  const auto local = run_tessera("generate --model " + dir + " --prompt-ids 5,6,7 -n 5 --threads 1 --logits-out " +
+                                 reference.string());
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  const std::string plan = pipeline.plan("/nonexistent", {0, 1, 3, 4});  // stage paths unused when shipping
+  const auto npy = pipeline.cluster().dir() / "ship.npy";
+  const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "5,6,7", "-n", "5", "--logits-out",
+                                        npy.string(), "--ship-weights", "none"},
+                                       plan);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+  EXPECT_TRUE(slurp(npy) == slurp(reference));
+  const auto quantized = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--ship-weights",
+                                              "int8+lz4"},
+                                             plan);
+  EXPECT_EQ(quantized.exit_code, 0) << quantized.err;
+}
+
 // A plan without layer ranges: the coordinator asks each stage for its free
 // memory and splits the layers in proportion (equal machines here: 2 and 2).
 TEST(PipelineProcesses, SplitsLayersByFreeMemoryWhenThePlanGivesNone) {

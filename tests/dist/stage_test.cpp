@@ -13,6 +13,7 @@
 #include "dist/stage_service.h"
 #include "model/fixtures.h"
 #include "net/local_cluster.h"
+#include "wire/layer_payload.h"
 #include "wire/limits.h"
 #include "wire/tensor_codec.h"
 
@@ -37,7 +38,7 @@ class StageHarness {
                     .ok());
     trust_ = *net::read_trust_file(dir_ / "trust.json");
     StageOptions options{*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)), identity("stage"), trust_, 1,
-                         milliseconds(2000)};
+                         milliseconds(2000), /*max_weight_bytes=*/1 << 20, std::filesystem::temp_directory_path()};
     service_ = std::make_unique<StageService>(std::move(options));
     EXPECT_TRUE(service_->bind().ok());
     thread_ = std::thread([this] { (void)service_->run(); });
@@ -161,6 +162,45 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
       break;
     }
   }
+}
+
+// --ship-weights: a manifest beyond the stage's bound (1 MiB here) is refused
+// before a byte of weights is read or reserved; so is a group that lies about
+// its size.
+TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
+  StageHarness stage;
+  auto setup = [&](const json& tensors) {
+    auto coordinator = std::move(stage.connect("coordinator")).value();
+    const json manifest = {{"config", {{"num_hidden_layers", 1}}}, {"tensors", tensors}};
+    EXPECT_TRUE(coordinator
+                    ->write_frame(encode_control(0, {{"type", "setup"}, {"model", ""}, {"begin", 0}, {"end", 1},
+                                                     {"next", ""}, {"session", 5}, {"context", 8}, {"ship", manifest}}),
+                                  net::deadline_after(milliseconds(5000)))
+                    .ok());
+    return coordinator;
+  };
+  auto big = setup(json::array({{"model.embed_tokens.weight", "BF16", {1024, 1024}, 0}}));  // 2 MiB
+  Result<json> refused = read_control(*big);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE((*refused)["message"].get<std::string>().find("larger than the stage's bound of 1048576"), std::string::npos)
+      << refused->dump();
+  auto many = setup(json::array({{"a", "BF16", {300, 1024}, 0}, {"b", "BF16", {300, 1024}, 1}}));  // 1.2 MiB in all
+  refused = read_control(*many);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE((*refused)["message"].get<std::string>().find("exceed the stage's bound"), std::string::npos)
+      << refused->dump();
+  // A group whose chunks declare more than the manifest does: refused at the first chunk.
+  auto liar = setup(json::array({{"a", "BF16", {16}, 0}}));
+  std::vector<uint8_t> data(64, 1);  // 32 elements, not 16
+  for (const auto& chunk : wire::encode_layer_chunks(0, wire::Encoding{DType::kBF16}, data, 1 << 20)) {
+    ASSERT_TRUE(liar->write_frame(wire::encode_frame(wire::MessageKind::kLayerChunk, 0, chunk.header, chunk.payload),
+                                  net::deadline_after(milliseconds(5000)))
+                    .ok());
+  }
+  refused = read_control(*liar);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE((*refused)["message"].get<std::string>().find("original_bytes: 64 > max_layer_bytes 32"), std::string::npos)
+      << refused->dump();
 }
 
 TEST(StageService, RefusesAnUnknownNodeAtTheHandshake) {
