@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   tessera::register_stage(app, exit_code);
   tessera::register_local_cluster(app, exit_code);
   tessera::register_bench_pipeline(app, exit_code);
+  tessera::register_probe(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -9,8 +9,9 @@
 //                      [begin, end) of the checkpoint at `model` (a path on the
 //                      stage's host), connect to stage `next` ("" for the last)
 //   S -> C    ready    {stage, begin, end}
-//   C -> S    probe    {}: answered by memory {stage, free_bytes}, then the
-//                      connection ends (layers split by free memory)
+//   C -> S    probe    {}: answered by status {stage, free_bytes, requests,
+//                      kv_bytes}, then the connection ends (layers split by
+//                      free memory; `tessera probe`)
 //   Si -> Si+1 upstream {session}: this connection carries hidden states
 //   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
 //                      (start_message.h); passed along ahead of the hidden states

@@ -95,6 +95,24 @@ std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& f
   return share;
 }
 
+Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustFile& trust, const std::string& stage,
+                                std::chrono::milliseconds timeout) {
+  const std::string what = "stage " + stage + " (probe)";
+  const net::Deadline deadline = net::deadline_after(timeout);
+  Result<ConnectedChannel> connected = connect_frame_channel(identity, trust, stage, deadline);
+  if (!connected.ok()) return connected.status().with_context(what);
+  FrameChannel& channel = *connected->channel;
+  TS_RETURN_IF_ERROR(channel.write_frame(encode_control(0, {{"type", "probe"}}), deadline).with_context(what));
+  Result<wire::Frame> frame = channel.read_frame({0, kMaxControlBytes}, deadline);
+  if (!frame.ok()) return frame.status().with_context(what);
+  TS_ASSIGN_OR_RETURN(const json reply, decode_control(*frame));
+  StageStatus status;
+  TS_ASSIGN_OR_RETURN(status.free_bytes, field<uint64_t>(reply, "free_bytes"));
+  TS_ASSIGN_OR_RETURN(status.requests, field<uint64_t>(reply, "requests"));
+  TS_ASSIGN_OR_RETURN(status.kv_bytes, field<uint64_t>(reply, "kv_bytes"));
+  return status;
+}
+
 namespace {
 
 // Asks every stage of the plan for its free memory and gives each a share of
@@ -103,21 +121,8 @@ Status split_by_free_memory(std::vector<StagePlan>& plan, const net::Identity& i
                             int64_t layers, std::chrono::milliseconds timeout) {
   std::vector<uint64_t> free_bytes;
   for (const StagePlan& stage : plan) {
-    const std::string what = "stage " + stage.name + " (free memory probe)";
-    const net::TrustedNode* node = trust.find_name(stage.name);
-    if (!node) return Status::invalid_input("stage " + stage.name + " is not in the trust file");
-    const net::Deadline deadline = net::deadline_after(timeout);
-    TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
-    Result<net::Socket> socket = net::Socket::connect_retrying(endpoint, deadline);
-    if (!socket.ok()) return socket.status().with_context(what);
-    Result<net::TlsChannel> tls = net::TlsChannel::client(std::move(*socket), identity, trust, stage.name, deadline);
-    if (!tls.ok()) return tls.status().with_context(what);
-    FrameChannel channel(std::move(*tls));
-    TS_RETURN_IF_ERROR(channel.write_frame(encode_control(0, {{"type", "probe"}}), deadline).with_context(what));
-    Result<wire::Frame> frame = channel.read_frame({0, kMaxControlBytes}, deadline);
-    if (!frame.ok()) return frame.status().with_context(what);
-    TS_ASSIGN_OR_RETURN(const json reply, decode_control(*frame));
-    TS_ASSIGN_OR_RETURN(const uint64_t bytes, field<uint64_t>(reply, "free_bytes"));
+    TS_ASSIGN_OR_RETURN(const StageStatus status, probe_stage(identity, trust, stage.name, timeout));
+    const uint64_t bytes = status.free_bytes;
     free_bytes.push_back(bytes);
   }
   const std::vector<int64_t> share = split_layers(layers, free_bytes);
@@ -170,15 +175,11 @@ Status Pipeline::State::setup() {
   for (size_t i = plan.size(); i-- > 0;) {
     const StagePlan& stage = plan[i];
     const std::string what = "stage " + stage.name;
-    const net::TrustedNode* node = trust.find_name(stage.name);
-    if (!node) return Status::invalid_input(what + " is not in the trust file");
     const net::Deadline deadline = net::deadline_after(options.timeout);
-    TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
-    Result<net::Socket> socket = net::Socket::connect_retrying(endpoint, deadline);
-    if (!socket.ok()) return socket.status().with_context(what);
-    Result<net::TlsChannel> tls = net::TlsChannel::client(std::move(*socket), identity, trust, stage.name, deadline);
-    if (!tls.ok()) return tls.status().with_context(what);
-    auto channel = std::make_shared<FrameChannel>(std::move(*tls));
+    Result<ConnectedChannel> connected = connect_frame_channel(identity, trust, stage.name, deadline);
+    if (!connected.ok()) return connected.status().with_context(what);
+    std::shared_ptr<FrameChannel> channel = std::move(connected->channel);
+    const net::Endpoint endpoint = connected->endpoint;
     json setup = {{"type", "setup"},   {"model", stage.model},
                         {"begin", stage.begin}, {"end", stage.end},
                         {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},

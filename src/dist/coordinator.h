@@ -48,6 +48,16 @@ Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& p
 // least 1; layers >= free_bytes.size() >= 1.
 std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& free_bytes);
 
+// What a stage reports when probed: memory available on its host, and the
+// requests it holds KV caches for (0 after every request ended or was cancelled).
+struct StageStatus {
+  uint64_t free_bytes = 0;
+  uint64_t requests = 0;
+  uint64_t kv_bytes = 0;
+};
+Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustFile& trust, const std::string& stage,
+                                std::chrono::milliseconds timeout);
+
 struct PipelineOptions {
   int64_t context = 0;  // positions per request on every stage
   std::chrono::milliseconds timeout{30000};  // a stage that says nothing for this long fails the step

@@ -28,6 +28,17 @@ Status FrameChannel::write_frame(std::span<const uint8_t> frame, net::Deadline d
   return plain_.valid() ? plain_.write_all(frame, deadline) : tls_->write_all(frame, deadline);
 }
 
+Result<ConnectedChannel> connect_frame_channel(const net::Identity& self, const net::TrustFile& trust,
+                                               const std::string& peer, net::Deadline deadline,
+                                               std::chrono::milliseconds body_timeout) {
+  const net::TrustedNode* node = trust.find_name(peer);
+  if (!node) return Status::invalid_input("node '" + peer + "' is not in the trust file");
+  TS_ASSIGN_OR_RETURN(net::Endpoint endpoint, net::parse_endpoint(node->address));
+  TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect_retrying(endpoint, deadline));
+  TS_ASSIGN_OR_RETURN(net::TlsChannel tls, net::TlsChannel::client(std::move(socket), self, trust, peer, deadline));
+  return ConnectedChannel{std::make_unique<FrameChannel>(std::move(tls), body_timeout), std::move(endpoint)};
+}
+
 Status bind_plain(FrameChannel& channel, const net::Endpoint& endpoint, net::Deadline deadline) {
   std::random_device random;
   const uint64_t binding = (uint64_t{random()} << 32 | random()) | 1;

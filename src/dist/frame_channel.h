@@ -21,7 +21,9 @@
 
 #include "core/status.h"
 #include "net/socket.h"
+#include "net/identity.h"
 #include "net/tls.h"
+#include "net/trust.h"
 #include "wire/frame.h"
 
 namespace tessera::dist {
@@ -55,6 +57,16 @@ class FrameChannel {
   net::Socket plain_;  // guarded by write_mutex_ for writers; valid after use_plain()
   std::vector<uint8_t> buffer_;  // reader thread only
 };
+
+// Connects to trust-file node `peer` (retrying while it is not listening yet)
+// and completes mutual TLS; also returns the endpoint, for bind_plain.
+struct ConnectedChannel {
+  std::unique_ptr<FrameChannel> channel;
+  net::Endpoint endpoint;
+};
+Result<ConnectedChannel> connect_frame_channel(const net::Identity& self, const net::TrustFile& trust,
+                                               const std::string& peer, net::Deadline deadline,
+                                               std::chrono::milliseconds body_timeout = std::chrono::seconds(30));
 
 // --plain, the connecting side: asks the peer (over TLS) to expect a data
 // connection for binding id `binding`, opens it to `endpoint`, sends the sealed

@@ -144,6 +144,15 @@ struct StageService::State {
   bool last = false;
   int64_t context = 0;
   std::unordered_map<uint64_t, KvCache> caches;
+  // What caches holds, for probes from other threads (updated after each change).
+  std::atomic<uint64_t> live_requests{0};
+  std::atomic<uint64_t> kv_bytes{0};
+  void count_caches() {
+    uint64_t bytes = 0;
+    for (const auto& [request, cache] : caches) bytes += cache.bytes();
+    live_requests = caches.size();
+    kv_bytes = bytes;
+  }
   // Last stage: requests that sample here (the others get logits back).
   struct Sampling {
     Sampler sampler;
@@ -222,9 +231,10 @@ void StageService::State::serve_connection(net::Socket socket) {
   }
   const std::string type = (*message)["type"];
   if (type == "setup") return serve_coordinator(channel, *message);
-  if (type == "probe") {  // a coordinator splitting layers by free memory asks first
-    (void)channel->write_frame(encode_control(0, {{"type", "memory"}, {"stage", options.identity.name},
-                                                  {"free_bytes", available_memory_bytes()}}),
+  if (type == "probe") {  // free memory (to split layers) and live requests (to check cancels)
+    (void)channel->write_frame(encode_control(0, {{"type", "status"}, {"stage", options.identity.name},
+                                                  {"free_bytes", available_memory_bytes()},
+                                                  {"requests", live_requests.load()}, {"kv_bytes", kv_bytes.load()}}),
                                net::deadline_after(options.timeout));
     return;
   }
@@ -484,14 +494,12 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
                                        : "end the model but a next stage is named"));
   }
   if (!last) {
-    const net::TrustedNode* node = options.trust.find_name(next_name);
-    if (!node) return Status::invalid_input("setup: next stage '" + next_name + "' is not in the trust file");
-    TS_ASSIGN_OR_RETURN(const net::Endpoint endpoint, net::parse_endpoint(node->address));
     const net::Deadline deadline = net::deadline_after(options.timeout);
-    TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect(endpoint, deadline));
-    TS_ASSIGN_OR_RETURN(net::TlsChannel tls,
-                        net::TlsChannel::client(std::move(socket), options.identity, options.trust, next_name, deadline));
-    next = std::make_shared<FrameChannel>(std::move(tls), options.timeout);
+    Result<ConnectedChannel> connected =
+        connect_frame_channel(options.identity, options.trust, next_name, deadline, options.timeout);
+    if (!connected.ok()) return connected.status().with_context("next stage " + next_name);
+    const net::Endpoint endpoint = connected->endpoint;
+    next = std::move(connected->channel);
     TS_RETURN_IF_ERROR(next->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
     if (session_plain) TS_RETURN_IF_ERROR(bind_plain(*next, endpoint, deadline).with_context("--plain link to " + next_name));
   }
@@ -601,6 +609,7 @@ void StageService::State::inference_loop() {
         run_request(work);
         break;
     }
+    count_caches();
   }
 }
 

@@ -54,6 +54,16 @@ class PipelineCluster {
     int exit_code;
     std::string out, err;
   };
+  // `tessera <args> --identity node0 --trust ...` as node 0 (in its namespace).
+  Run run_as_coordinator(std::vector<std::string> args) {
+    args.insert(args.begin(), TESSERA_BINARY);
+    for (const std::string& a : {std::string("--identity"), cluster_.identity(0).string(), std::string("--trust"),
+                                 cluster_.trust_file().string()})
+      args.push_back(a);
+    const auto log = cluster_.dir() / ("node0_" + std::to_string(runs_++));
+    const int code = cluster_.wait(cluster_.spawn(0, args, log), std::chrono::seconds(60));
+    return {code, slurp(log), slurp(log)};
+  }
   // `tessera generate <args> --pipeline plan` as node 0.
   Run coordinate(const std::vector<std::string>& args, const std::string& plan_path, int timeout_s = 120) {
     std::vector<std::string> argv = {TESSERA_BINARY, "generate"};
@@ -231,6 +241,17 @@ TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins
   // upstream, node2, vanished), whichever report comes first.
   EXPECT_NE(run.err.find(pipeline.cluster().name(2)), std::string::npos) << run.err;
   EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 1.0);
+  // The surviving stages released the request's KV cache (their session ended).
+  for (int node : {1, 3}) {
+    PipelineCluster::Run status{};
+    for (int attempt = 0; attempt < 20; ++attempt) {  // the session ends as the coordinator's connection closes
+      status = pipeline.run_as_coordinator({"probe", "--stage", pipeline.cluster().name(node)});
+      if (status.out.find("\"requests\":0") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(status.exit_code, 0) << status.out;
+    EXPECT_NE(status.out.find("\"requests\":0"), std::string::npos) << status.out;
+  }
   pipeline.start_stage(2);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto again = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8"}, plan);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "dist/control_frame.h"
+#include "dist/coordinator.h"
 #include "dist/frame_channel.h"
 #include "dist/stage_service.h"
 #include "model/fixtures.h"
@@ -50,6 +51,7 @@ class StageHarness {
     std::filesystem::remove_all(dir_);
   }
   net::Identity identity(const std::string& name) { return *net::load_identity(dir_ / name); }
+  const net::TrustFile& trust() const { return trust_; }
   Result<std::unique_ptr<FrameChannel>> connect(const std::string& as) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect_retrying(*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
                                                                           net::deadline_after(milliseconds(5000))));
@@ -201,6 +203,43 @@ TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
   ASSERT_TRUE(refused.ok());
   EXPECT_NE((*refused)["message"].get<std::string>().find("original_bytes: 64 > max_layer_bytes 32"), std::string::npos)
       << refused->dump();
+}
+
+// A cancel frees the request's KV cache; the stage's status says so.
+TEST(StageService, CancelFreesTheRequestsKvCache) {
+  StageHarness stage;
+  const std::string model = testing::fixture_dir("llama3_f32");
+  const ModelConfig config = *load_model_config_file(model + "/config.json");
+  auto coordinator = std::move(stage.connect("coordinator")).value();
+  ASSERT_TRUE(coordinator
+                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 0},
+                                                   {"end", config.num_hidden_layers}, {"next", ""},
+                                                   {"session", kSession}, {"context", 16}}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  ASSERT_TRUE(read_control(*coordinator).ok());
+  const int32_t ids[] = {1, 2, 3};
+  const uint64_t shape[] = {3};
+  for (uint64_t request : {11u, 12u}) {
+    ASSERT_TRUE(coordinator
+                    ->write_frame(wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                                            {reinterpret_cast<const uint8_t*>(ids), sizeof ids}),
+                                  net::deadline_after(milliseconds(5000)))
+                    .ok());
+    wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+    ASSERT_TRUE(coordinator->read_frame(limits, net::deadline_after(milliseconds(5000))).ok());
+  }
+  auto status = [&] { return probe_stage(stage.identity("coordinator"), stage.trust(), "stage", milliseconds(5000)); };
+  ASSERT_TRUE(status().ok()) << status().status().to_string();
+  EXPECT_EQ(status()->requests, 2u);
+  EXPECT_GT(status()->kv_bytes, 0u);
+  ASSERT_TRUE(coordinator->write_frame(encode_control(11, {{"type", "cancel"}}), net::deadline_after(milliseconds(5000))).ok());
+  for (int i = 0; i < 100 && status()->requests != 1; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(status()->requests, 1u);
+  coordinator.reset();  // the coordinator leaves: the session and its caches end
+  for (int i = 0; i < 100 && status()->requests != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(status()->requests, 0u);
+  EXPECT_EQ(status()->kv_bytes, 0u);
 }
 
 TEST(StageService, RefusesAnUnknownNodeAtTheHandshake) {
