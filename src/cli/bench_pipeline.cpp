@@ -62,6 +62,30 @@ Result<double> decode(SequenceRunner& runner, const std::vector<int32_t>& ids, i
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Layer cuts that balance the stages' decode work, which is their weight bytes:
+// every layer costs the same, and the last stage also runs the LM head (for a
+// 1B Llama the head is as large as 4 layers). Minimizes the largest stage.
+std::vector<int64_t> balanced_cuts(const ModelConfig& c, int stages) {
+  const int64_t layers = c.num_hidden_layers;
+  const double q = static_cast<double>(c.num_attention_heads * c.head_dim);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim);
+  const double h = static_cast<double>(c.hidden_size);
+  const double layer = h * (2 * q + 2 * kv) + 3 * h * static_cast<double>(c.intermediate_size);
+  const double head = static_cast<double>(c.vocab_size) * h;
+  std::vector<int64_t> cuts = {0};
+  double remaining = static_cast<double>(layers) * layer + head;
+  for (int s = 0; s < stages - 1; ++s) {
+    const double target = remaining / (stages - s);
+    const int64_t left = layers - (stages - s - 1);  // leave a layer for each later stage
+    int64_t end = cuts.back() + 1;
+    while (end < left && (end + 1 - cuts.back()) * layer <= target + layer / 2) ++end;
+    remaining -= static_cast<double>(end - cuts.back()) * layer;
+    cuts.push_back(end);
+  }
+  cuts.push_back(layers);
+  return cuts;
+}
+
 Status bench_pipeline(const BenchPipelineOptions& o) {
   TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.model_dir + "/config.json"));
   const int64_t layers = config.num_hidden_layers;
@@ -86,10 +110,11 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   std::filesystem::remove_all(dir);
   std::vector<net::LocalNode> nodes = {{"coordinator", "127.0.0.1:1"}};
   std::vector<dist::StagePlan> plan;
+  const std::vector<int64_t> cuts = balanced_cuts(config, o.stages);
   for (int s = 0; s < o.stages; ++s) {
     TS_ASSIGN_OR_RETURN(const uint16_t port, net::free_loopback_port());
     nodes.push_back({"stage" + std::to_string(s), "127.0.0.1:" + std::to_string(port)});
-    plan.push_back({nodes.back().name, o.model_dir, layers * s / o.stages, layers * (s + 1) / o.stages});
+    plan.push_back({nodes.back().name, o.model_dir, cuts[s], cuts[s + 1]});
   }
   TS_RETURN_IF_ERROR(net::write_local_cluster(dir, nodes));
   TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(dir / "trust.json"));
@@ -151,8 +176,13 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   const double pipeline_step = sequential_decode / total_tokens;
   const int hops = o.stages + 1;
   const double per_hop = (pipeline_step - local_step) / hops;
-  std::printf("%s: %lld layers in %d stages, %zu threads each, loopback, mutual TLS 1.3\n", o.model_dir.c_str(),
-              static_cast<long long>(layers), o.stages, o.threads);
+  std::string split;
+  for (const dist::StagePlan& stage : plan) {
+    split += (split.empty() ? "" : ", ") + std::string("[") + std::to_string(stage.begin) + ", " + std::to_string(stage.end) + ")";
+  }
+  std::printf("%s: %lld layers in %d stages (%s, balancing weight bytes with the LM head), %zu threads each, loopback, "
+              "mutual TLS 1.3\n",
+              o.model_dir.c_str(), static_cast<long long>(layers), o.stages, split.c_str(), o.threads);
   std::printf("decode step, 1 request: one process %.3f ms, pipeline %.3f ms; each of %d hops adds %.3f ms (%.2f %% of the step)\n",
               local_step * 1e3, pipeline_step * 1e3, hops, per_hop * 1e3, 100.0 * per_hop / local_step);
   std::printf("%d requests x %lld tokens (wall time, prefill included): one at a time %.1f tok/s, all at once %.1f tok/s (%.2fx)\n",
