@@ -583,8 +583,14 @@ void StageService::State::inference_loop() {
       if (work.kind != Work::Kind::kSetup && work.kind != Work::Kind::kStop && work.session != session) continue;
     }
     switch (work.kind) {
-      case Work::Kind::kStop:
+      case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
+        std::lock_guard lock(mutex);
+        for (Work& queued : queue) {
+          if (queued.kind == Work::Kind::kSetup) queued.done->set_value(Status::disconnected("the stage is stopping"));
+        }
+        queue.clear();
         return;
+      }
       case Work::Kind::kSetup:
         work.done->set_value(setup(work.setup, work.coordinator));
         break;
