@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include "net/openssl_errors.h"
 
 namespace tessera::net {
 namespace {
@@ -43,17 +44,6 @@ struct ExtFree {
   void operator()(X509_EXTENSION* ext) const { X509_EXTENSION_free(ext); }
 };
 
-// Drains OpenSSL's (thread-local) error queue into one line.
-std::string openssl_errors() {
-  std::string out;
-  while (unsigned long code = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(code, buf, sizeof buf);
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out.empty() ? "no OpenSSL error recorded" : out;
-}
 
 Status openssl_failure(std::string_view what) { return Status::internal(std::string(what) + ": " + openssl_errors()); }
 

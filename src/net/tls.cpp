@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "core/check.h"
+#include "net/openssl_errors.h"
 
 namespace tessera::net {
 namespace {
@@ -31,17 +32,6 @@ struct SslFree {
 
 enum class Role { kClient, kServer };
 
-// Drains OpenSSL's (thread-local) error queue into one line.
-std::string openssl_errors() {
-  std::string out;
-  while (unsigned long code = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(code, buf, sizeof buf);
-    if (!out.empty()) out += "; ";
-    out += buf;
-  }
-  return out;
-}
 
 // ---- A BIO over the socket's fd ----
 // OpenSSL's socket BIO writes with write(2), which raises SIGPIPE when the peer
