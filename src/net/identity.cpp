@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+
 #include "net/openssl_errors.h"
 
 namespace tessera::net {
