@@ -80,9 +80,10 @@ std::future<Status> Link::post_recv(seal::Op op, std::span<uint8_t> out, DType d
 }
 
 uint32_t Link::piece_bytes_for(uint64_t total_bytes) const {
-  // An eighth of the message, in 4 KiB steps, between 16 KiB and the configured size.
-  const uint64_t eighth = (total_bytes / 8 + 4095) / 4096 * 4096;
-  return static_cast<uint32_t>(std::min<uint64_t>(options_.piece_bytes, std::max<uint64_t>(eighth, 16 << 10)));
+  // A quarter of the message, in 4 KiB steps, between 16 KiB and the configured
+  // size (quarters beat eighths on the H200 host: fewer hand-offs per message).
+  const uint64_t quarter = (total_bytes / 4 + 4095) / 4096 * 4096;
+  return static_cast<uint32_t>(std::min<uint64_t>(options_.piece_bytes, std::max<uint64_t>(quarter, 16 << 10)));
 }
 
 seal::PieceContext Link::context(seal::Op op, uint64_t total_bytes, DType dtype, bool outgoing) const {

@@ -70,7 +70,7 @@ class Link {
   std::future<Status> post_send(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd);
   std::future<Status> post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress);
   // The piece size of a message of total_bytes: the configured size for large
-  // messages, smaller ones (down to 16 KiB) for messages under 8 pieces, so
+  // messages, smaller ones (down to 16 KiB) for messages under 4 pieces, so
   // that sealing and opening still overlap the wire. Both ends derive it from
   // the size they expect; the associated data binds it.
   uint32_t piece_bytes_for(uint64_t total_bytes) const;
