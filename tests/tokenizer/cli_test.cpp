@@ -20,8 +20,12 @@ using testing::run_tessera;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// Files are named after the running test: ctest runs the tests of this binary
+// in parallel processes, and rewriting a tokenizer file that another test's
+// tessera has memory-mapped kills that process with SIGBUS.
 fs::path write_file(const std::string& name, const std::string& content) {
-  const fs::path path = fs::path(::testing::TempDir()) / name;
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path path = fs::path(::testing::TempDir()) / (std::string(test->name()) + "_" + name);
   std::ofstream(path, std::ios::binary) << content;
   return path;
 }
