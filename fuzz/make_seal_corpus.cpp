@@ -5,12 +5,11 @@
 // A plain program (no gtest); built by fuzz/CMakeLists.txt. Deterministic, so
 // rerunning it rewrites the same files.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "corpus_writer.h"
 #include "seal_fuzz_fixture.h"
 #include "wire/byte_io.h"
 
@@ -18,17 +17,6 @@ namespace {
 
 using namespace tessera;
 using namespace tessera::seal;
-
-std::filesystem::path g_root;
-
-void write(const std::string& target, const std::string& name, const std::vector<uint8_t>& bytes) {
-  TS_CHECK(bytes.size() < 4096, target, "/", name, " is ", bytes.size(), " bytes");
-  const std::filesystem::path dir = g_root / target;
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  TS_CHECK(out.good(), (dir / name).string());
-}
 
 // Selector v, then the piece the receiver expects for v, sealed with the fixed key.
 std::vector<uint8_t> piece_seed(uint16_t v) {
@@ -57,24 +45,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s fuzz/corpus\n", argv[0]);
     return 2;
   }
-  g_root = argv[1];
+  const fuzzing::CorpusWriter corpus(argv[1]);
 
-  write("seal_piece_fuzz", "empty_message", piece_seed(0));
-  write("seal_piece_fuzz", "one_byte", piece_seed(1));
-  write("seal_piece_fuzz", "one_full_piece", piece_seed(512));
-  write("seal_piece_fuzz", "last_of_three", piece_seed(static_cast<uint16_t>((2u << 11) | 1100)));  // 76 bytes
-  write("seal_piece_fuzz", "middle_of_four", piece_seed(static_cast<uint16_t>((1u << 11) | 2047)));
+  corpus.write("seal_piece_fuzz", "empty_message", piece_seed(0));
+  corpus.write("seal_piece_fuzz", "one_byte", piece_seed(1));
+  corpus.write("seal_piece_fuzz", "one_full_piece", piece_seed(512));
+  corpus.write("seal_piece_fuzz", "last_of_three", piece_seed(static_cast<uint16_t>((2u << 11) | 1100)));  // 76 bytes
+  corpus.write("seal_piece_fuzz", "middle_of_four", piece_seed(static_cast<uint16_t>((1u << 11) | 2047)));
 
   Hello hello = fuzz::expected_hello();
-  write("seal_hello_fuzz", "sealed", hello_seed(hello));
+  corpus.write("seal_hello_fuzz", "sealed", hello_seed(hello));
   hello.plain = true;
-  write("seal_hello_fuzz", "plain_mode", hello_seed(hello));
+  corpus.write("seal_hello_fuzz", "plain_mode", hello_seed(hello));
   hello = fuzz::expected_hello();
   hello.generation = 6;
-  write("seal_hello_fuzz", "older_generation", hello_seed(hello));
+  corpus.write("seal_hello_fuzz", "older_generation", hello_seed(hello));
   hello = fuzz::expected_hello();
   hello.sender = 5;
   hello.receiver = 2;
-  write("seal_hello_fuzz", "other_direction", hello_seed(hello));
+  corpus.write("seal_hello_fuzz", "other_direction", hello_seed(hello));
   return 0;
 }

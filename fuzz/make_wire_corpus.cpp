@@ -4,28 +4,16 @@
 // A plain program (no gtest); built by fuzz/CMakeLists.txt. Deterministic, so
 // rerunning it rewrites the same files.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
+#include "corpus_writer.h"
 #include "wire_fuzz_limits.h"
 
 namespace {
 
 using namespace tessera;
 using namespace tessera::wire;
-
-std::filesystem::path g_root;
-
-void write(const std::string& target, const std::string& name, const std::vector<uint8_t>& bytes) {
-  TS_CHECK(bytes.size() < 4096, target, "/", name, " is ", bytes.size(), " bytes");
-  const std::filesystem::path dir = g_root / target;
-  std::filesystem::create_directories(dir);
-  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  TS_CHECK(out.good(), (dir / name).string());
-}
 
 // Decoded bytes of `numel` elements of `dtype`: small values, some repetition.
 std::vector<uint8_t> values(DType dtype, uint64_t numel) {
@@ -72,45 +60,45 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s fuzz/corpus\n", argv[0]);
     return 2;
   }
-  g_root = argv[1];
+  const fuzzing::CorpusWriter corpus(argv[1]);
 
-  write("wire_frame_fuzz", "tensor_plain", tensor_frame(Encoding{DType::kF32, 0, 0}, {2, 8}));
-  write("wire_frame_fuzz", "layer_chunk", layer_frames(Encoding{DType::kU8, 0, 0}, 40, 64));
-  write("wire_frame_fuzz", "empty", encode_frame(MessageKind::kTensor, 0, {}, {}));
+  corpus.write("wire_frame_fuzz", "tensor_plain", tensor_frame(Encoding{DType::kF32, 0, 0}, {2, 8}));
+  corpus.write("wire_frame_fuzz", "layer_chunk", layer_frames(Encoding{DType::kU8, 0, 0}, 40, 64));
+  corpus.write("wire_frame_fuzz", "empty", encode_frame(MessageKind::kTensor, 0, {}, {}));
 
   // Header-only seeds, one per limit set of fuzz::header_limit_sets() (selector = index).
   const auto header = [](const Encoding& e, std::vector<uint64_t> shape, uint64_t payload) {
     return encode_tensor_header(e, shape, payload);
   };
-  write("wire_tensor_header_fuzz", "hidden_f32", with_selector(0, header({DType::kF32, 0, 0}, {3, 64}, 3 * 64 * 4)));
-  write("wire_tensor_header_fuzz", "hidden_int8",
+  corpus.write("wire_tensor_header_fuzz", "hidden_f32", with_selector(0, header({DType::kF32, 0, 0}, {3, 64}, 3 * 64 * 4)));
+  corpus.write("wire_tensor_header_fuzz", "hidden_int8",
         with_selector(1, header({DType::kBF16, kFlagInt8, 32}, {2, 64}, 4 * 36)));
-  write("wire_tensor_header_fuzz", "hidden_int4_lz4",
+  corpus.write("wire_tensor_header_fuzz", "hidden_int4_lz4",
         with_selector(1, header({DType::kBF16, kFlagInt4 | kFlagLz4, 32}, {2, 64}, 50)));
-  write("wire_tensor_header_fuzz", "token_ids", with_selector(2, header({DType::kI64, 0, 0}, {5}, 40)));
-  write("wire_tensor_header_fuzz", "scalar", with_selector(3, header({DType::kF32, 0, 0}, {}, 4)));
-  write("wire_tensor_header_fuzz", "loose_zero_axis",
+  corpus.write("wire_tensor_header_fuzz", "token_ids", with_selector(2, header({DType::kI64, 0, 0}, {5}, 40)));
+  corpus.write("wire_tensor_header_fuzz", "scalar", with_selector(3, header({DType::kF32, 0, 0}, {}, 4)));
+  corpus.write("wire_tensor_header_fuzz", "loose_zero_axis",
         with_selector(4, header({DType::kU8, 0, 0}, {0, 1u << 30, 7}, 0)));
-  write("wire_tensor_header_fuzz", "rank8_lz4",
+  corpus.write("wire_tensor_header_fuzz", "rank8_lz4",
         with_selector(5, header({DType::kU8, kFlagLz4, 0}, {1, 2, 3, 4, 1, 2, 3, 4}, 30)));
 
-  write("wire_lz4_fuzz", "u8_lz4", tensor_frame(Encoding{DType::kU8, kFlagLz4, 0}, {4, 512}));
-  write("wire_lz4_fuzz", "f32_lz4", tensor_frame(Encoding{DType::kF32, kFlagLz4, 0}, {2, 100}));
-  write("wire_lz4_fuzz", "u8_plain", tensor_frame(Encoding{DType::kU8, 0, 0}, {1, 33}));
+  corpus.write("wire_lz4_fuzz", "u8_lz4", tensor_frame(Encoding{DType::kU8, kFlagLz4, 0}, {4, 512}));
+  corpus.write("wire_lz4_fuzz", "f32_lz4", tensor_frame(Encoding{DType::kF32, kFlagLz4, 0}, {2, 100}));
+  corpus.write("wire_lz4_fuzz", "u8_plain", tensor_frame(Encoding{DType::kU8, 0, 0}, {1, 33}));
 
-  write("wire_quant_fuzz", "f32_int8_g32", tensor_frame(Encoding{DType::kF32, kFlagInt8, 32}, {2, 64}));
-  write("wire_quant_fuzz", "bf16_int4_g64", tensor_frame(Encoding{DType::kBF16, kFlagInt4, 64}, {1, 128}));
-  write("wire_quant_fuzz", "f16_int8_lz4_g128",
+  corpus.write("wire_quant_fuzz", "f32_int8_g32", tensor_frame(Encoding{DType::kF32, kFlagInt8, 32}, {2, 64}));
+  corpus.write("wire_quant_fuzz", "bf16_int4_g64", tensor_frame(Encoding{DType::kBF16, kFlagInt4, 64}, {1, 128}));
+  corpus.write("wire_quant_fuzz", "f16_int8_lz4_g128",
         tensor_frame(Encoding{DType::kF16, kFlagInt8 | kFlagLz4, 128}, {3, 128}));
-  write("wire_quant_fuzz", "bf16_int4_lz4_g32",
+  corpus.write("wire_quant_fuzz", "bf16_int4_lz4_g32",
         tensor_frame(Encoding{DType::kBF16, kFlagInt4 | kFlagLz4, 32}, {2, 96}));
-  write("wire_quant_fuzz", "f32_plain", tensor_frame(Encoding{DType::kF32, 0, 0}, {1, 32}));
+  corpus.write("wire_quant_fuzz", "f32_plain", tensor_frame(Encoding{DType::kF32, 0, 0}, {1, 32}));
 
-  write("wire_layer_fuzz", "u8_plain_3_chunks", layer_frames(Encoding{DType::kU8, 0, 0}, 100, 40));
-  write("wire_layer_fuzz", "u8_lz4_2_chunks", layer_frames(Encoding{DType::kU8, kFlagLz4, 0}, 600, 20));
-  write("wire_layer_fuzz", "bf16_int8_3_chunks", layer_frames(Encoding{DType::kBF16, kFlagInt8, 32}, 96, 40));
-  write("wire_layer_fuzz", "f16_int4_lz4_2_chunks",
+  corpus.write("wire_layer_fuzz", "u8_plain_3_chunks", layer_frames(Encoding{DType::kU8, 0, 0}, 100, 40));
+  corpus.write("wire_layer_fuzz", "u8_lz4_2_chunks", layer_frames(Encoding{DType::kU8, kFlagLz4, 0}, 600, 20));
+  corpus.write("wire_layer_fuzz", "bf16_int8_3_chunks", layer_frames(Encoding{DType::kBF16, kFlagInt8, 32}, 96, 40));
+  corpus.write("wire_layer_fuzz", "f16_int4_lz4_2_chunks",
         layer_frames(Encoding{DType::kF16, kFlagInt4 | kFlagLz4, 64}, 256, 30));
-  write("wire_layer_fuzz", "empty_layer", layer_frames(Encoding{DType::kU8, 0, 0}, 0, 64));
+  corpus.write("wire_layer_fuzz", "empty_layer", layer_frames(Encoding{DType::kU8, 0, 0}, 0, 64));
   return 0;
 }

@@ -145,6 +145,7 @@ struct Pipeline::State {
 
   Status setup();
   void teardown();
+  Result<std::shared_ptr<FrameChannel>> first_channel();
   void read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id);
   void deliver(uint64_t request, Result<Pipeline::StepResult> result);
   void fail_all(const Status& status, uint64_t session_id);
@@ -319,34 +320,34 @@ Result<std::unique_ptr<Pipeline>> Pipeline::connect(const net::Identity& identit
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(state)));
 }
 
-Status Pipeline::start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt) {
-  std::shared_ptr<FrameChannel> first;
+// Stage 0's channel, setting the pipeline up first if a failure tore it down
+// (a restarted stage rejoins here). One thread sets up; the others wait for it.
+Result<std::shared_ptr<FrameChannel>> Pipeline::State::first_channel() {
   {
-    std::unique_lock lock(state_->mutex);
-    if (state_->session == 0) {
-      lock.unlock();
-      std::lock_guard setup_lock(state_->setup_mutex);
-      TS_RETURN_IF_ERROR(state_->setup());
-      lock.lock();
-    }
-    first = state_->channels.front();
+    std::lock_guard lock(mutex);
+    if (session != 0) return channels.front();
   }
+  std::lock_guard setup_lock(setup_mutex);
+  {
+    std::lock_guard lock(mutex);
+    if (session != 0) return channels.front();  // set up by another thread meanwhile
+  }
+  TS_RETURN_IF_ERROR(setup());
+  std::lock_guard lock(mutex);
+  return channels.front();
+}
+
+Status Pipeline::start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt) {
+  TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, state_->first_channel());
   return first->write_frame(encode_control(request, start_message(params, prompt)),
                             net::deadline_after(state_->options.timeout));
 }
 
 Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const int32_t> ids) {
   State& s = *state_;
-  std::shared_ptr<FrameChannel> first;
+  TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, s.first_channel());
   {
-    std::unique_lock lock(s.mutex);
-    if (s.session == 0) {  // a stage failed: set the pipeline up again (a restarted stage rejoins)
-      lock.unlock();
-      std::lock_guard setup_lock(s.setup_mutex);
-      TS_RETURN_IF_ERROR(s.setup());
-      lock.lock();
-    }
-    first = s.channels.front();
+    std::lock_guard lock(s.mutex);
     s.pending[request].reset();
   }
   const uint64_t shape[] = {ids.size()};

@@ -39,7 +39,7 @@ struct Work {
   uint64_t request;
   std::vector<int32_t> ids;
   std::vector<float> hidden;
-  json setup;                                  // kSetup; kStart: the start message
+  json message;                                // kSetup: the setup; kStart: the start message
   std::shared_ptr<FrameChannel> coordinator;  // kSetup
   std::promise<Status>* done = nullptr;       // kSetup
 };
@@ -89,15 +89,17 @@ struct StageService::State {
     std::lock_guard lock(mutex);
     return coordinator;
   }
+  // An `error` control message on `channel` (best effort: the peer may be gone).
+  void send_error(FrameChannel& channel, uint64_t request, const std::string& message) {
+    (void)channel.write_frame(
+        encode_control(request, {{"type", "error"}, {"stage", options.identity.name}, {"message", message}}),
+        net::deadline_after(options.timeout));
+  }
   // Reports a failure of `request` (0: of the session) to the coordinator.
   void report(uint64_t request, const Status& status) {
     std::fprintf(stderr, "[stage %s] request %llu: %s\n", options.identity.name.c_str(),
                  static_cast<unsigned long long>(request), status.to_string().c_str());
-    if (auto channel = coordinator_channel()) {
-      (void)channel->write_frame(encode_control(request, {{"type", "error"}, {"stage", options.identity.name},
-                                                          {"message", status.to_string()}}),
-                                 net::deadline_after(options.timeout));
-    }
+    if (auto channel = coordinator_channel()) send_error(*channel, request, status.to_string());
   }
 
   void serve_connection(net::Socket socket);
@@ -318,32 +320,26 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   std::future<Status> ready = done.get_future();
   Result<uint64_t> session_id = field<uint64_t>(setup_message, "session");
   if (!session_id.ok()) {
-    (void)channel->write_frame(encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
-                                                  {"message", session_id.status().to_string()}}),
-                               net::deadline_after(options.timeout));
+    send_error(*channel, 0, session_id.status().to_string());
     return;
   }
   Work work{Work::Kind::kSetup};
   work.session = *session_id;
-  work.setup = setup_message;
+  work.message = setup_message;
   if (setup_message.contains("ship")) {  // --ship-weights: the layers come on this connection
     Result<std::filesystem::path> shipped = receive_shipment(*channel, setup_message["ship"], *session_id);
     if (!shipped.ok()) {
-      (void)channel->write_frame(encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
-                                                    {"message", shipped.status().to_string()}}),
-                                 net::deadline_after(options.timeout));
+      send_error(*channel, 0, shipped.status().to_string());
       return;
     }
-    work.setup["model"] = shipped->string();
+    work.message["model"] = shipped->string();
   }
   work.coordinator = channel;
   work.done = &done;
   push(std::move(work));
   Status status = ready.get();
   if (!status.ok()) {
-    (void)channel->write_frame(encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
-                                                  {"message", status.to_string()}}),
-                               net::deadline_after(options.timeout));
+    send_error(*channel, 0, status.to_string());
     return;
   }
   // Frames from the coordinator: token ids (stage 0) and cancels, until it leaves.
@@ -376,7 +372,7 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
         push(Work(Work::Kind::kCancel, *session_id, request));
       } else if ((*message)["type"] == "start") {
         Work work(Work::Kind::kStart, *session_id, request);
-        work.setup = std::move(*message);
+        work.message = std::move(*message);
         push(std::move(work));
       }
       continue;
@@ -430,7 +426,7 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
       Result<json> message = decode_control(*frame);
       if (message.ok() && (*message)["type"] == "start") {
         Work work(Work::Kind::kStart, *session_id, frame->prefix.request_id);
-        work.setup = std::move(*message);
+        work.message = std::move(*message);
         push(std::move(work));
       } else {
         report(frame->prefix.request_id, (message.ok() ? Status::invalid_input("unexpected control message")
@@ -512,10 +508,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     previous = std::exchange(coordinator, coordinator_channel);
   }
   if (previous && previous != coordinator_channel) {  // its requests would never be answered: say so now
-    (void)previous->write_frame(
-        encode_control(0, {{"type", "error"}, {"stage", options.identity.name},
-                           {"message", "session taken over by " + coordinator_channel->peer_name()}}),
-        net::deadline_after(options.timeout));
+    send_error(*previous, 0, "session taken over by " + coordinator_channel->peer_name());
   }
   return coordinator_channel->write_frame(
       encode_control(0, {{"type", "ready"}, {"stage", options.identity.name}, {"begin", begin}, {"end", end}}),
@@ -564,10 +557,10 @@ void StageService::State::run_request(Work& work) {
 // A request's start: the last stage keeps its sampler; the others pass it on,
 // ahead of the request's hidden states on the same connection.
 Status StageService::State::start(Work& work) {
-  if (!last) return next->write_frame(encode_control(work.request, work.setup), net::deadline_after(options.timeout));
-  TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.setup, model->config().vocab_size));
+  if (!last) return next->write_frame(encode_control(work.request, work.message), net::deadline_after(options.timeout));
+  TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.message, model->config().vocab_size));
   std::vector<int32_t> prompt;
-  TS_ASSIGN_OR_RETURN(prompt, prompt_from_json(work.setup, model->config().vocab_size));
+  TS_ASSIGN_OR_RETURN(prompt, prompt_from_json(work.message, model->config().vocab_size));
   sampling.insert_or_assign(work.request, Sampling{Sampler(params, model->config().vocab_size), std::move(prompt), {}});
   return {};
 }
@@ -592,7 +585,7 @@ void StageService::State::inference_loop() {
         return;
       }
       case Work::Kind::kSetup:
-        work.done->set_value(setup(work.setup, work.coordinator));
+        work.done->set_value(setup(work.message, work.coordinator));
         break;
       case Work::Kind::kStart:
         if (Status status = start(work); !status.ok()) report(work.request, status);
