@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "core/status.h"
@@ -35,9 +36,17 @@ struct ControlMessage {
   std::string text;
 };
 
+struct ControlHeader {
+  ControlKind kind;
+  uint64_t generation;
+  uint32_t length;
+};
+// Refuses unknown kinds and lengths above kMaxControlText.
+Result<ControlHeader> decode_control_header(std::span<const uint8_t, kControlHeaderBytes> header);
+
 // Text longer than kMaxControlText is cut.
 Status write_control(net::TlsChannel& channel, const ControlMessage& message, net::Deadline deadline);
-// Refuses unknown kinds and lengths above kMaxControlText before reading the text.
+// Decodes the header (decode_control_header) before it reads the text.
 Result<ControlMessage> read_control(net::TlsChannel& channel, net::Deadline deadline, int wake_fd);
 
 }  // namespace tessera::dist

@@ -105,23 +105,12 @@ Status send_weights(FrameChannel& channel, const Model& model, const ShipEncodin
   return {};
 }
 
-namespace {
-
-struct ManifestTensor {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  uint64_t bytes = 0;
-};
-
-// Reads and checks the manifest: every field, sizes in checked arithmetic,
-// groups numbered from 0 in order, one dtype per group, unique names.
-Result<std::vector<std::vector<ManifestTensor>>> read_manifest(const json& manifest, uint64_t max_bytes) {
+Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest, uint64_t max_bytes) {
   if (!manifest.is_object() || !manifest.contains("tensors") || !manifest["tensors"].is_array() ||
       !manifest.contains("config") || !manifest["config"].is_object()) {
     return Status::invalid_input("ship manifest: expected {\"config\": {...}, \"tensors\": [...]}");
   }
-  std::vector<std::vector<ManifestTensor>> groups;
+  std::vector<std::vector<ShipTensor>> groups;
   std::set<std::string> names;
   for (const json& entry : manifest["tensors"]) {
     const std::string at = "ship manifest tensor " + std::to_string(names.size()) + ": ";
@@ -129,7 +118,7 @@ Result<std::vector<std::vector<ManifestTensor>>> read_manifest(const json& manif
         !entry[2].is_array() || !entry[3].is_number_unsigned()) {
       return Status::invalid_input(at + "expected [name, dtype, [dims], group]");
     }
-    ManifestTensor tensor;
+    ShipTensor tensor;
     tensor.name = entry[0];
     if (tensor.name.empty() || !names.insert(tensor.name).second) return Status::invalid_input(at + "empty or repeated name");
     std::optional<DType> dtype = dtype_from_safetensors(entry[1].get<std::string>());
@@ -156,28 +145,30 @@ Result<std::vector<std::vector<ManifestTensor>>> read_manifest(const json& manif
     groups[group].push_back(std::move(tensor));
   }
   if (groups.empty()) return Status::invalid_input("ship manifest: no tensors");
-  return groups;
-}
-
-}  // namespace
-
-Status receive_weights(FrameChannel& channel, const json& manifest, uint64_t max_bytes,
-                       const std::filesystem::path& dir, std::chrono::milliseconds timeout,
-                       const std::function<void(uint64_t, uint64_t)>& progress) {
-  TS_ASSIGN_OR_RETURN(const auto groups, read_manifest(manifest, max_bytes));
   uint64_t total = 0;  // all of it must fit the same bound: many small groups cannot add up past it
   for (const auto& group : groups) {
-    for (const ManifestTensor& t : group) {
+    for (const ShipTensor& t : group) {
       if (!wire::checked_add(total, t.bytes, &total) || total > max_bytes) {
         return Status::invalid_input("ship: the weights exceed the stage's bound of " + std::to_string(max_bytes) + " bytes");
       }
     }
   }
+  return groups;
+}
+
+Status receive_weights(FrameChannel& channel, const json& manifest, uint64_t max_bytes,
+                       const std::filesystem::path& dir, std::chrono::milliseconds timeout,
+                       const std::function<void(uint64_t, uint64_t)>& progress) {
+  TS_ASSIGN_OR_RETURN(const auto groups, check_manifest(manifest, max_bytes));
+  uint64_t total = 0;  // <= max_bytes (check_manifest)
+  for (const auto& group : groups) {
+    for (const ShipTensor& t : group) total += t.bytes;
+  }
   std::vector<std::vector<uint8_t>> payloads;
   uint64_t done = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     uint64_t expected = 0;
-    for (const ManifestTensor& t : groups[g]) {
+    for (const ShipTensor& t : groups[g]) {
       expected += t.bytes;  // <= total <= max_bytes
     }
     wire::LayerLimits limits;
@@ -209,7 +200,7 @@ Status receive_weights(FrameChannel& channel, const json& manifest, uint64_t max
   std::vector<NamedTensor> tensors;
   for (size_t g = 0; g < groups.size(); ++g) {
     uint64_t offset = 0;
-    for (const ManifestTensor& t : groups[g]) {
+    for (const ShipTensor& t : groups[g]) {
       tensors.push_back({t.name, t.dtype, t.shape, std::span(payloads[g]).subspan(offset, t.bytes)});
       offset += t.bytes;
     }

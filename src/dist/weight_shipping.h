@@ -37,6 +37,18 @@ Result<nlohmann::json> ship_manifest(const Model& model, const std::filesystem::
 // Sends every group of `model`'s weights as kLayerChunk frames.
 Status send_weights(FrameChannel& channel, const Model& model, const ShipEncoding& encoding, net::Deadline deadline);
 
+// Stage side. One tensor of the manifest, and the groups in stream order, after
+// every check: each field present and typed, a known dtype, dims whose byte
+// count does not overflow, unique names, groups numbered from 0 in order with
+// one dtype each, and all the bytes together within max_bytes.
+struct ShipTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+Result<std::vector<std::vector<ShipTensor>>> check_manifest(const nlohmann::json& manifest, uint64_t max_bytes);
+
 // Stage side: reads the groups the manifest announces from `channel`, all of
 // them together at most max_bytes decoded (checked on the manifest, then on
 // every chunk), and writes a loadable checkpoint into `dir`.
