@@ -20,13 +20,19 @@ std::string concat(const Args&... args) {
   return out.str();
 }
 
+// Out of line and cold, so a check costs its caller one compare and branch.
+template <typename... Args>
+[[noreturn, gnu::cold, gnu::noinline]] void fail(const char* file, int line, const char* condition,
+                                                 const Args&... args) {
+  check_failed(file, line, condition, concat(args...));
+}
+
 }  // namespace tessera::detail
 
 #define TS_CHECK(cond, ...)                                                                   \
   do {                                                                                        \
     if (!(cond)) [[unlikely]]                                                                 \
-      ::tessera::detail::check_failed(__FILE__, __LINE__, #cond,                              \
-                                      ::tessera::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+      ::tessera::detail::fail(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__);          \
   } while (0)
 
 #define TS_CHECK_EQ(a, b) TS_CHECK((a) == (b), #a "=", (a), " " #b "=", (b))

@@ -102,17 +102,12 @@ class Link {
   std::optional<seal::Opener> opener_;
   uint64_t send_counter_ = 0;  // sender worker only
   uint64_t recv_counter_ = 0;  // receiver worker only
-  static constexpr int kRing = 2;                         // pieces in flight per direction
-  std::array<std::vector<uint8_t>, kRing> send_ring_;     // sender worker
-  std::array<std::vector<uint8_t>, kRing> recv_ring_;     // receiver and reader workers
-  std::future<Status> pending_read_;                      // receiver worker
+  std::vector<uint8_t> send_buffer_;     // sender worker: one piece on the wire
+  std::vector<uint8_t> recv_buffer_;     // receiver worker
   std::optional<Tamper> tamper_;         // tests only: of this generation and direction
   std::vector<uint8_t> previous_piece_;  // tamper kReplay only
 
   // Last, so they stop (joining their threads) before the state above goes.
-  // sender seals and hands pieces to writer; reader reads ahead for receiver.
-  Worker writer_;
-  Worker reader_;
   Worker sender_;
   Worker receiver_;
 };
