@@ -6,7 +6,10 @@
 //     coordinator);
 //   - decode tokens/s of R requests run one at a time vs all at once (the stages
 //     work on different requests concurrently).
-//   tessera bench-pipeline --model DIR --stages 2 --requests 4 --tokens 32 --threads 4
+// Each round runs the three in turn (one process, the pipeline one request at a
+// time, the pipeline all at once), so a change in the host's load falls on all
+// of them alike; the figures are per round and their medians.
+//   tessera bench-pipeline --model DIR --stages 2 --requests 4 --tokens 32 --threads 4 --rounds 3
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,7 +37,13 @@ struct BenchPipelineOptions {
   int64_t tokens = 32;
   int64_t prompt_tokens = 16;
   size_t threads = 2;  // per stage, and for the one-process baseline
+  int rounds = 3;
 };
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
 
 int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -92,17 +101,10 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   if (o.stages < 1 || o.stages > layers) return Status::invalid_input("--stages must be in [1, layers]");
   const int64_t context = o.prompt_tokens + o.tokens + 1;
 
-  // One process.
-  double local_step = 0;
-  {
-    TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
-    TS_ASSIGN_OR_RETURN(auto device, make_device("cpu", o.threads));
-    Forward forward(model, *device);
-    KvCache cache = forward.make_cache(context);
-    LocalRunner runner(forward, cache);
-    TS_ASSIGN_OR_RETURN(const double seconds, decode(runner, prompt(o.prompt_tokens, 0), o.tokens));
-    local_step = seconds / static_cast<double>(o.tokens);
-  }
+  // One process, loaded once for every round.
+  TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
+  TS_ASSIGN_OR_RETURN(auto device, make_device("cpu", o.threads));
+  Forward forward(model, *device);
 
   // The pipeline: stages as threads of this process.
   const std::filesystem::path dir =
@@ -143,39 +145,64 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     stop();
     return pipeline.status();
   }
-  // One request at a time, then all at once (wall time of whole requests).
-  double sequential_decode = 0;
+  // R requests one at a time (decode seconds, wall seconds), on `make_runner`'s runners.
+  auto one_at_a_time = [&](auto make_runner, double& decode_s, double& wall_s) -> Status {
+    decode_s = 0;
+    const auto start = Clock::now();
+    for (int r = 0; r < o.requests; ++r) {
+      auto runner = make_runner();
+      TS_ASSIGN_OR_RETURN(const double seconds, decode(*runner, prompt(o.prompt_tokens, r), o.tokens));
+      decode_s += seconds;
+    }
+    wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+    return {};
+  };
+  auto all_at_once = [&](double& wall_s) -> Status {
+    std::vector<Result<double>> results(o.requests, Status::internal("not run"));
+    const auto start = Clock::now();
+    std::vector<std::thread> clients;
+    for (int r = 0; r < o.requests; ++r) {
+      clients.emplace_back([&, r] {
+        dist::PipelineRunner runner(**pipeline, context, SamplingParams{});
+        results[r] = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
+      });
+    }
+    for (auto& client : clients) client.join();
+    wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+    for (auto& result : results) TS_RETURN_IF_ERROR(result.status());
+    return {};
+  };
+  struct Round {
+    double local_step = 0, pipeline_step = 0, sequential_wall = 0, concurrent_wall = 0;
+  };
+  std::vector<Round> rounds;
   Status status;
-  const auto sequential_start = Clock::now();
-  for (int r = 0; r < o.requests && status.ok(); ++r) {
-    dist::PipelineRunner runner(**pipeline, context, SamplingParams{});
-    Result<double> seconds = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
-    status = seconds.status();
-    if (seconds.ok()) sequential_decode += *seconds;
-  }
-  const double sequential_wall = std::chrono::duration<double>(Clock::now() - sequential_start).count();
-  std::vector<Result<double>> concurrent(o.requests, Status::internal("not run"));
-  const auto start = Clock::now();
-  std::vector<std::thread> clients;
-  for (int r = 0; r < o.requests && status.ok(); ++r) {
-    clients.emplace_back([&, r] {
-      dist::PipelineRunner runner(**pipeline, context, SamplingParams{});
-      concurrent[r] = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
-    });
-  }
-  for (auto& client : clients) client.join();
-  const double concurrent_wall = std::chrono::duration<double>(Clock::now() - start).count();
-  for (auto& c : concurrent) {
-    if (status.ok() && !c.ok()) status = c.status();
+  const double total_tokens = static_cast<double>(o.tokens) * o.requests;
+  for (int i = 0; i < o.rounds && status.ok(); ++i) {
+    Round round;
+    double local_wall = 0;
+    KvCache cache = forward.make_cache(context);
+    status = one_at_a_time(
+        [&] {
+          cache.set_length(0);
+          return std::make_unique<LocalRunner>(forward, cache);
+        },
+        round.local_step, local_wall);
+    if (status.ok()) {
+      status = one_at_a_time(
+          [&] { return std::make_unique<dist::PipelineRunner>(**pipeline, context, SamplingParams{}); },
+          round.pipeline_step, round.sequential_wall);
+    }
+    if (status.ok()) status = all_at_once(round.concurrent_wall);
+    round.local_step /= total_tokens;
+    round.pipeline_step /= total_tokens;
+    rounds.push_back(round);
   }
   pipeline->reset();
   stop();
   TS_RETURN_IF_ERROR(status);
 
-  const double total_tokens = static_cast<double>(o.tokens) * o.requests;
-  const double pipeline_step = sequential_decode / total_tokens;
   const int hops = o.stages + 1;
-  const double per_hop = (pipeline_step - local_step) / hops;
   std::string split;
   for (const dist::StagePlan& stage : plan) {
     split += (split.empty() ? "" : ", ") + std::string("[") + std::to_string(stage.begin) + ", " + std::to_string(stage.end) + ")";
@@ -183,11 +210,24 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   std::printf("%s: %lld layers in %d stages (%s, balancing weight bytes with the LM head), %zu threads each, loopback, "
               "mutual TLS 1.3\n",
               o.model_dir.c_str(), static_cast<long long>(layers), o.stages, split.c_str(), o.threads);
-  std::printf("decode step, 1 request: one process %.3f ms, pipeline %.3f ms; each of %d hops adds %.3f ms (%.2f %% of the step)\n",
-              local_step * 1e3, pipeline_step * 1e3, hops, per_hop * 1e3, 100.0 * per_hop / local_step);
-  std::printf("%d requests x %lld tokens (wall time, prefill included): one at a time %.1f tok/s, all at once %.1f tok/s (%.2fx)\n",
-              o.requests, static_cast<long long>(o.tokens), total_tokens / sequential_wall,
-              total_tokens / concurrent_wall, sequential_wall / concurrent_wall);
+  std::printf("%d requests x %lld tokens per run; each round: one process, then the pipeline one request at a time, "
+              "then all at once\n",
+              o.requests, static_cast<long long>(o.tokens));
+  std::printf("%-6s %14s %15s %12s %10s %14s %14s %8s\n", "round", "local_step_ms", "pipeline_step_ms", "per_hop_ms",
+              "per_hop_%", "one_at_a_time", "all_at_once", "gain");
+  std::vector<double> hop_fractions, gains;
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const Round& r = rounds[i];
+    const double per_hop = (r.pipeline_step - r.local_step) / hops;
+    hop_fractions.push_back(per_hop / r.local_step);
+    gains.push_back(r.sequential_wall / r.concurrent_wall);
+    std::printf("%-6zu %14.3f %15.3f %12.3f %10.2f %10.1f tok/s %10.1f tok/s %7.2fx\n", i + 1, r.local_step * 1e3,
+                r.pipeline_step * 1e3, per_hop * 1e3, 100.0 * hop_fractions.back(), total_tokens / r.sequential_wall,
+                total_tokens / r.concurrent_wall, gains.back());
+  }
+  std::printf("median over %zu rounds: each of %d hops adds %.2f %% to the decode step; %d requests at once give "
+              "%.2fx the tokens/s of one at a time (wall time, prefill included)\n",
+              rounds.size(), hops, 100.0 * median(hop_fractions), o.requests, median(gains));
   return {};
 }
 
@@ -202,6 +242,9 @@ void register_bench_pipeline(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--tokens", o->tokens, "Decode steps per request")->capture_default_str();
   cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt length")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads per stage and for the one-process run")->capture_default_str();
+  cmd->add_option("--rounds", o->rounds, "Rounds (each: one process, one at a time, all at once)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([o, &exit_code] {
     const Status status = bench_pipeline(*o);
     exit_code = status.ok() ? 0 : report_error(status);
