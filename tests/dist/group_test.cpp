@@ -1,6 +1,7 @@
 // Group in one process: the size-1 group, argument checks, and a TcpGroup whose
 // ranks are threads on loopback: an unknown node is refused at the handshake
-// while the real members still form the group; a rank that disappears fails
+// while the real members still form the group, and so are data connections
+// whose hello names no higher rank; a rank that disappears fails
 // every other rank at once; a silent rank fails them after the progress timeout.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "net/local_cluster.h"
 #include "net/tls.h"
 #include "net/trust.h"
+#include "seal/hello.h"
 
 namespace tessera::dist {
 namespace {
@@ -102,6 +104,42 @@ TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
   sum.join();
   EXPECT_EQ(a, (std::vector<float>{11, 22}));
   EXPECT_EQ(b, a);
+}
+
+// Data connections whose hello names rank 0 itself or a rank outside the group
+// are refused before the sender indexes anything, and the members still connect.
+// (Fails with the sender check of TcpGroup::accept_data removed: rank 0 aborts,
+// indexing a link that does not exist.)
+TEST(TcpGroup, DataHellosNamingNoHigherRankAreRefusedAndTheMembersStillConnect) {
+  ThreadCluster cluster(2, 0);
+  std::optional<Result<Group>> rank0;
+  std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
+  const net::Endpoint rank0_address = *net::parse_endpoint(cluster.trust().find_name("rank0")->address);
+  std::vector<net::Socket> forged;
+  for (uint32_t sender : {0u, 5u}) {
+    Result<net::Socket> socket = Status::internal("not connected");
+    for (int attempt = 0; attempt < 200 && !socket.ok(); ++attempt) {
+      socket = net::Socket::connect(rank0_address, net::deadline_after(milliseconds(1000)));
+      if (!socket.ok()) std::this_thread::sleep_for(milliseconds(10));
+    }
+    ASSERT_TRUE(socket.ok());
+    const auto hello = seal::seal_hello(seal::Secret{}, {sender, 0, 0, false});
+    ASSERT_TRUE(socket->write_all(hello, net::deadline_after(milliseconds(1000))).ok());
+    forged.push_back(std::move(*socket));
+  }
+  Result<Group> rank1 = cluster.connect(1);
+  thread.join();
+  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
+  ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
+  for (net::Socket& socket : forged) {  // rank 0 closed them
+    std::array<uint8_t, 1> byte;
+    EXPECT_FALSE(socket.read_exact(byte, net::deadline_after(milliseconds(2000))).ok());
+  }
+  std::vector<float> a = {1, 2}, b = {10, 20};
+  std::thread sum([&] { EXPECT_TRUE((*rank0)->all_sum(bytes(a), DType::kF32).ok()); });
+  EXPECT_TRUE(rank1->all_sum(bytes(b), DType::kF32).ok());
+  sum.join();
+  EXPECT_EQ(a, (std::vector<float>{11, 22}));
 }
 
 // Rank 2 closes its group (as a process that exits would): ranks 0 and 1, waiting
