@@ -2,7 +2,7 @@
 // against a protocol constant or the receiver's FrameLimits before it is used.
 #include "wire/frame.h"
 
-#include <algorithm>
+#include <iterator>
 #include <string>
 
 #include "wire/byte_io.h"
@@ -11,7 +11,9 @@ namespace tessera::wire {
 
 namespace {
 
-std::string num(uint64_t value) { return std::to_string(value); }
+// The magic as get_u32 reads it at offset 0, so that checking it is one compare.
+constexpr uint32_t kFrameMagicWord = uint32_t{kFrameMagic[0]} | uint32_t{kFrameMagic[1]} << 8 |
+                                     uint32_t{kFrameMagic[2]} << 16 | uint32_t{kFrameMagic[3]} << 24;
 
 std::string hex4(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -23,57 +25,72 @@ std::string hex4(std::span<const uint8_t> bytes) {
   return out;
 }
 
-}  // namespace
+[[gnu::cold, gnu::noinline]] Status magic_error(std::span<const uint8_t> bytes) {
+  return decode_error("frame magic: ", hex4(bytes), " != ", hex4(kFrameMagic), " (\"TSWF\")");
+}
 
-Result<FramePrefix> decode_frame_prefix(std::span<const uint8_t> bytes, const FrameLimits& limits) {
+// decode_frame_prefix's checks, writing *prefix. Every failing branch returns
+// through a cold, out-of-line message builder (decode_error, byte_io.h), so the
+// success path is a handful of loads, compares and branches. Always inlined
+// (both decoders run it once per frame): its Status is then known OK on the
+// success path and costs nothing to return and test.
+[[gnu::always_inline]] inline Status read_prefix(std::span<const uint8_t> bytes, const FrameLimits& limits,
+                                                 FramePrefix* prefix) {
   if (bytes.size() < kFramePrefixBytes) {
-    return Status::invalid_input("frame prefix: " + num(bytes.size()) + " bytes < " + num(kFramePrefixBytes));
+    return decode_error("frame prefix: ", bytes.size(), " bytes < ", kFramePrefixBytes);
   }
-  if (!std::equal(bytes.begin(), bytes.begin() + 4, kFrameMagic)) {
-    return Status::invalid_input("frame magic: " + hex4(bytes) + " != " + hex4(kFrameMagic) + " (\"TSWF\")");
-  }
-  FramePrefix prefix;
-  prefix.major = get_u16(bytes, 4);
-  prefix.minor = get_u16(bytes, 6);
-  if (prefix.major != kProtocolMajor) {
-    return Status::invalid_input("frame major version: " + num(prefix.major) + " != " + num(kProtocolMajor));
+  if (get_u32(bytes, 0) != kFrameMagicWord) return magic_error(bytes);
+  prefix->major = get_u16(bytes, 4);
+  prefix->minor = get_u16(bytes, 6);
+  if (prefix->major != kProtocolMajor) {
+    return decode_error("frame major version: ", prefix->major, " != ", kProtocolMajor);
   }
   const uint32_t kind = get_u32(bytes, 8);
   if (kind < 1 || kind > kLastMessageKind) {
-    return Status::invalid_input("frame kind: " + num(kind) + " not in [1, " + num(kLastMessageKind) + "]");
+    return decode_error("frame kind: ", kind, " not in [1, ", kLastMessageKind, "]");
   }
-  prefix.kind = static_cast<MessageKind>(kind);
-  prefix.header_bytes = get_u32(bytes, 12);
-  prefix.request_id = get_u64(bytes, 16);
-  prefix.payload_bytes = get_u64(bytes, 24);
-  if (prefix.header_bytes > limits.max_header_bytes) {
-    return Status::invalid_input("frame header_bytes: " + num(prefix.header_bytes) + " > max " +
-                                 num(limits.max_header_bytes));
+  prefix->kind = static_cast<MessageKind>(kind);
+  prefix->header_bytes = get_u32(bytes, 12);
+  prefix->request_id = get_u64(bytes, 16);
+  prefix->payload_bytes = get_u64(bytes, 24);
+  if (prefix->header_bytes > limits.max_header_bytes) {
+    return decode_error("frame header_bytes: ", prefix->header_bytes, " > max ", limits.max_header_bytes);
   }
-  if (prefix.payload_bytes > limits.max_payload_bytes) {
-    return Status::invalid_input("frame payload_bytes: " + num(prefix.payload_bytes) + " > max " +
-                                 num(limits.max_payload_bytes));
+  if (prefix->payload_bytes > limits.max_payload_bytes) {
+    return decode_error("frame payload_bytes: ", prefix->payload_bytes, " > max ", limits.max_payload_bytes);
   }
+  return {};
+}
+
+Status read_frame(std::span<const uint8_t> bytes, const FrameLimits& limits, Frame* frame) {
+  TS_RETURN_IF_ERROR(read_prefix(bytes, limits, &frame->prefix));
+  const FramePrefix& prefix = frame->prefix;
+  uint64_t total = 0;
+  if (!checked_add(kFramePrefixBytes + uint64_t{prefix.header_bytes}, prefix.payload_bytes, &total)) {
+    return decode_error("frame length: 32 + ", prefix.header_bytes, " + ", prefix.payload_bytes, " overflows u64");
+  }
+  if (bytes.size() < total) return decode_error("frame truncated: ", bytes.size(), " bytes < ", total, " declared");
+  if (bytes.size() > total) {
+    return decode_error("frame trailing bytes: ", bytes.size(), " bytes > ", total, " declared");
+  }
+  frame->header = bytes.subspan(kFramePrefixBytes, prefix.header_bytes);
+  frame->payload = bytes.subspan(kFramePrefixBytes + prefix.header_bytes);
+  return {};
+}
+
+}  // namespace
+
+// A prefix and a frame are small enough to live in registers until they are
+// returned (unlike a tensor header, decode_in_place is no gain here).
+Result<FramePrefix> decode_frame_prefix(std::span<const uint8_t> bytes, const FrameLimits& limits) {
+  FramePrefix prefix;
+  TS_RETURN_IF_ERROR(read_prefix(bytes, limits, &prefix));
   return prefix;
 }
 
 Result<Frame> decode_frame(std::span<const uint8_t> bytes, const FrameLimits& limits) {
-  TS_ASSIGN_OR_RETURN(const FramePrefix prefix, decode_frame_prefix(bytes, limits));
-  uint64_t total = 0;
-  if (!checked_add(kFramePrefixBytes + uint64_t{prefix.header_bytes}, prefix.payload_bytes, &total)) {
-    return Status::invalid_input("frame length: 32 + " + num(prefix.header_bytes) + " + " + num(prefix.payload_bytes) +
-                                 " overflows u64");
-  }
-  if (bytes.size() < total) {
-    return Status::invalid_input("frame truncated: " + num(bytes.size()) + " bytes < " + num(total) + " declared");
-  }
-  if (bytes.size() > total) {
-    return Status::invalid_input("frame trailing bytes: " + num(bytes.size()) + " bytes > " + num(total) + " declared");
-  }
   Frame frame;
-  frame.prefix = prefix;
-  frame.header = bytes.subspan(kFramePrefixBytes, prefix.header_bytes);
-  frame.payload = bytes.subspan(kFramePrefixBytes + prefix.header_bytes);
+  TS_RETURN_IF_ERROR(read_frame(bytes, limits, &frame));
   return frame;
 }
 

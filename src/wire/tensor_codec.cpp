@@ -12,46 +12,98 @@ namespace tessera::wire {
 
 namespace {
 
-std::string num(uint64_t value) { return std::to_string(value); }
-
-Status error(const DecodeLimits& limits, const std::string& what) {
-  return Status::invalid_input(limits.name + " " + what);
-}
-
-Status check_axis(const DecodeLimits& limits, uint32_t axis, uint64_t n) {
+// The message for a dim that failed AxisBound::contains: which bound it broke.
+[[gnu::cold, gnu::noinline]] Status axis_error(const DecodeLimits& limits, uint32_t axis, uint64_t n) {
+  const std::string_view name = limits.name;
   const AxisBound& bound = limits.axes[axis];
-  if (bound.contains(n)) return {};
-  const std::string prefix = "axis " + num(axis) + ": " + num(n);
-  if (bound.min == bound.max) return error(limits, prefix + " != exact " + num(bound.min));
-  if (n < bound.min) return error(limits, prefix + " < min " + num(bound.min));
-  return error(limits, prefix + " > max " + num(bound.max));
+  if (bound.min == bound.max) return decode_error(name, " axis ", axis, ": ", n, " != exact ", bound.min);
+  if (n < bound.min) return decode_error(name, " axis ", axis, ": ", n, " < min ", bound.min);
+  return decode_error(name, " axis ", axis, ": ", n, " > max ", bound.max);
 }
 
-// The product of dims: 0 when any dim is 0 (whatever the others), else the
-// checked product, so the result does not depend on the order of the dims.
-// Returns false on overflow.
-bool element_count(std::span<const uint64_t> dims, uint64_t* numel) {
-  *numel = 1;
-  for (uint64_t d : dims) {
-    if (d == 0) {
-      *numel = 0;
-      return true;
-    }
+[[gnu::cold, gnu::noinline]] Status not_borrowable(const DecodeLimits& limits, uint8_t flags) {
+  return decode_error(std::string_view(limits.name), " flags: ", flags_string(flags),
+                      " payload cannot be borrowed, decode it");
+}
+
+// The element count of a shape, fed one dim at a time: 0 when any dim is 0
+// (whatever the others), else the checked product, so the result does not
+// depend on the order of the dims. An overflow is remembered, and counts only if
+// no dim is 0. Fed in the decoder's axis loop, so the dims are read once.
+class ElementCount {
+ public:
+  void multiply(uint64_t dim) {
+    zero_ |= dim == 0;
+    overflow_ |= !checked_mul(product_, dim, &product_);
   }
-  for (uint64_t d : dims) {
-    if (!checked_mul(*numel, d, numel)) return false;
+  bool overflowed() const { return overflow_ && !zero_; }
+  uint64_t value() const { return zero_ ? 0 : product_; }
+
+ private:
+  uint64_t product_ = 1;
+  bool zero_ = false;
+  bool overflow_ = false;
+};
+
+// decode_tensor_header's checks, writing the header in place (decode_in_place,
+// byte_io.h). Every failing branch returns through a cold, out-of-line message
+// builder (decode_error), so the success path is loads, compares and branches;
+// the encoding and size checks are inline from encoding.h. Always inlined (into
+// decode_tensor_header and decode_tensor, once per frame): its Status is then
+// known OK on the success path and costs nothing to return and test.
+[[gnu::always_inline]] inline Status read_tensor_header(std::span<const uint8_t> bytes, const DecodeLimits& limits,
+                                                        TensorHeader* header) {
+  const std::string_view name = limits.name;
+  if (bytes.size() < kTensorHeaderFixedBytes) {
+    return decode_error(name, " header: ", bytes.size(), " bytes < ", kTensorHeaderFixedBytes);
   }
-  return true;
+  const uint8_t code = get_u8(bytes, 0);
+  TS_RETURN_IF_ERROR(
+      check_encoding(name, code, get_u8(bytes, 1), get_u16(bytes, 2), limits.encoding(), &header->encoding));
+  const uint32_t rank = get_u32(bytes, 4);
+  if (rank > kMaxRank) return decode_error(name, " rank: ", rank, " > max ", kMaxRank);
+  const uint64_t expected_length = kTensorHeaderFixedBytes + 8 * uint64_t{rank};
+  if (bytes.size() != expected_length) {
+    return decode_error(name, " header: ", bytes.size(), " bytes != ", expected_length, " for rank ", rank);
+  }
+  if (rank != limits.axes.size()) return decode_error(name, " rank: ", rank, " != expected ", limits.axes.size());
+  header->shape.rank = rank;
+  ElementCount count;
+  for (uint32_t axis = 0; axis < rank; ++axis) {
+    const uint64_t n = get_u64(bytes, kTensorHeaderFixedBytes + 8 * axis);
+    if (!limits.axes[axis].contains(n)) return axis_error(limits, axis, n);
+    header->shape.dims[axis] = n;
+    count.multiply(n);
+  }
+  // Checked after the loop: every axis is checked before the element count.
+  if (count.overflowed()) return decode_error(name, " element count: product of dims overflows u64");
+  header->numel = count.value();
+  const uint64_t element_bytes = kWireDTypes[code].element_bytes;  // the code passed check_encoding
+  if (!checked_mul(header->numel, element_bytes, &header->decoded_bytes)) {
+    return decode_error(name, " decoded size: ", header->numel, " elements * ", element_bytes, " bytes overflows u64");
+  }
+  if (header->decoded_bytes > limits.max_decoded_bytes) {
+    return decode_error(name, " decoded size: ", header->decoded_bytes, " > max ", limits.max_decoded_bytes);
+  }
+  const uint64_t original_bytes = get_u64(bytes, 8);
+  if (original_bytes != header->decoded_bytes) {
+    return decode_error(name, " original_bytes: ", original_bytes, " != ", header->decoded_bytes,
+                        " from dtype and dims");
+  }
+  TS_RETURN_IF_ERROR(
+      check_stored_bytes(name, header->encoding, header->numel, header->decoded_bytes, &header->stored_bytes));
+  header->payload_bytes = get_u64(bytes, 16);
+  return check_payload_bytes(name, "payload_bytes", header->encoding, header->stored_bytes, header->payload_bytes);
 }
 
 Status check_payload_length(const TensorHeader& header, std::span<const uint8_t> payload, const DecodeLimits& limits) {
+  const std::string_view name = limits.name;
   if (payload.size() < header.payload_bytes) {
-    return error(limits,
-                 "payload truncated: " + num(payload.size()) + " bytes < payload_bytes " + num(header.payload_bytes));
+    return decode_error(name, " payload truncated: ", payload.size(), " bytes < payload_bytes ", header.payload_bytes);
   }
   if (payload.size() > header.payload_bytes) {
-    return error(limits, "payload trailing bytes: " + num(payload.size()) + " bytes > payload_bytes " +
-                             num(header.payload_bytes));
+    return decode_error(name, " payload trailing bytes: ", payload.size(), " bytes > payload_bytes ",
+                        header.payload_bytes);
   }
   return {};
 }
@@ -59,55 +111,12 @@ Status check_payload_length(const TensorHeader& header, std::span<const uint8_t>
 }  // namespace
 
 Result<TensorHeader> decode_tensor_header(std::span<const uint8_t> bytes, const DecodeLimits& limits) {
-  if (bytes.size() < kTensorHeaderFixedBytes) {
-    return error(limits, "header: " + num(bytes.size()) + " bytes < " + num(kTensorHeaderFixedBytes));
-  }
-  TensorHeader header;
-  TS_ASSIGN_OR_RETURN(header.encoding, decode_encoding(limits.name, get_u8(bytes, 0), get_u8(bytes, 1),
-                                                       get_u16(bytes, 2), limits.encoding()));
-  const uint32_t rank = get_u32(bytes, 4);
-  if (rank > kMaxRank) return error(limits, "rank: " + num(rank) + " > max " + num(kMaxRank));
-  const uint64_t expected_length = kTensorHeaderFixedBytes + 8 * uint64_t{rank};
-  if (bytes.size() != expected_length) {
-    return error(limits,
-                 "header: " + num(bytes.size()) + " bytes != " + num(expected_length) + " for rank " + num(rank));
-  }
-  if (rank != limits.axes.size())
-    return error(limits, "rank: " + num(rank) + " != expected " + num(limits.axes.size()));
-  header.shape.rank = rank;
-  for (uint32_t axis = 0; axis < rank; ++axis) {
-    header.shape.dims[axis] = get_u64(bytes, kTensorHeaderFixedBytes + 8 * axis);
-    TS_RETURN_IF_ERROR(check_axis(limits, axis, header.shape.dims[axis]));
-  }
-  if (!element_count(header.shape.view(), &header.numel)) {
-    return error(limits, "element count: product of dims overflows u64");
-  }
-  const uint64_t element_bytes = dtype_size(header.encoding.dtype);
-  if (!checked_mul(header.numel, element_bytes, &header.decoded_bytes)) {
-    return error(limits,
-                 "decoded size: " + num(header.numel) + " elements * " + num(element_bytes) + " bytes overflows u64");
-  }
-  if (header.decoded_bytes > limits.max_decoded_bytes) {
-    return error(limits, "decoded size: " + num(header.decoded_bytes) + " > max " + num(limits.max_decoded_bytes));
-  }
-  const uint64_t original_bytes = get_u64(bytes, 8);
-  if (original_bytes != header.decoded_bytes) {
-    return error(
-        limits, "original_bytes: " + num(original_bytes) + " != " + num(header.decoded_bytes) + " from dtype and dims");
-  }
-  TS_ASSIGN_OR_RETURN(header.stored_bytes,
-                      stored_bytes(limits.name, header.encoding, header.numel, header.decoded_bytes));
-  header.payload_bytes = get_u64(bytes, 16);
-  TS_RETURN_IF_ERROR(
-      check_payload_bytes(limits.name, "payload_bytes", header.encoding, header.stored_bytes, header.payload_bytes));
-  return header;
+  return decode_in_place<TensorHeader>([&](TensorHeader* header) { return read_tensor_header(bytes, limits, header); });
 }
 
 Result<std::span<const uint8_t>> borrow_tensor_payload(const TensorHeader& header, std::span<const uint8_t> payload,
                                                        const DecodeLimits& limits) {
-  if (header.encoding.flags != 0) {
-    return error(limits, "flags: " + flags_string(header.encoding.flags) + " payload cannot be borrowed, decode it");
-  }
+  if (header.encoding.flags != 0) return not_borrowable(limits, header.encoding.flags);
   TS_RETURN_IF_ERROR(check_payload_length(header, payload, limits));
   return payload;
 }
@@ -129,26 +138,29 @@ TensorView DecodedTensor::view() const {
 
 Result<DecodedTensor> decode_tensor(const Frame& frame, const DecodeLimits& limits, std::vector<uint8_t>& scratch) {
   if (frame.prefix.kind != MessageKind::kTensor) {
-    return error(limits, "frame kind: " + num(static_cast<uint32_t>(frame.prefix.kind)) + " != tensor (1)");
+    return decode_error(std::string_view(limits.name), " frame kind: ", static_cast<uint32_t>(frame.prefix.kind),
+                        " != tensor (1)");
   }
-  DecodedTensor tensor;
-  TS_ASSIGN_OR_RETURN(tensor.header, decode_tensor_header(frame.header, limits));
-  if (tensor.header.encoding.flags == 0) {
-    TS_ASSIGN_OR_RETURN(tensor.bytes, borrow_tensor_payload(tensor.header, frame.payload, limits));
-    return tensor;
-  }
-  scratch.resize(tensor.header.decoded_bytes);  // bounded by limits.max_decoded_bytes
-  TS_RETURN_IF_ERROR(decode_tensor_payload(tensor.header, frame.payload, scratch, limits));
-  tensor.bytes = scratch;
-  return tensor;
+  return decode_in_place<DecodedTensor>([&](DecodedTensor* tensor) -> Status {
+    TS_RETURN_IF_ERROR(read_tensor_header(frame.header, limits, &tensor->header));
+    if (tensor->header.encoding.flags == 0) {
+      TS_ASSIGN_OR_RETURN(tensor->bytes, borrow_tensor_payload(tensor->header, frame.payload, limits));
+      return {};
+    }
+    scratch.resize(tensor->header.decoded_bytes);  // bounded by limits.max_decoded_bytes
+    TS_RETURN_IF_ERROR(decode_tensor_payload(tensor->header, frame.payload, scratch, limits));
+    tensor->bytes = scratch;
+    return {};
+  });
 }
 
 std::vector<uint8_t> encode_tensor_header(const Encoding& encoding, std::span<const uint64_t> shape,
                                           uint64_t payload_bytes) {
   TS_CHECK_LE(shape.size(), size_t{kMaxRank});
-  uint64_t numel = 0;
+  ElementCount count;
+  for (uint64_t d : shape) count.multiply(d);
   uint64_t decoded = 0;
-  TS_CHECK(element_count(shape, &numel) && checked_mul(numel, dtype_size(encoding.dtype), &decoded),
+  TS_CHECK(!count.overflowed() && checked_mul(count.value(), dtype_size(encoding.dtype), &decoded),
            "shape overflows u64");
   std::vector<uint8_t> out;
   out.reserve(kTensorHeaderFixedBytes + 8 * shape.size());
