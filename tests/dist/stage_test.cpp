@@ -166,6 +166,40 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
   }
 }
 
+// An upstream that names another session is dropped before any of its frames is
+// read: a good frame sent over it reaches no one. Two checks guard this, each
+// enough alone: serve_upstream's session check, and the inference loop's, which
+// drops work of a session that is not current. (Fails with both removed: the
+// frame's logits reach the coordinator; checked.)
+TEST(StageService, DropsAnUpstreamOfAnotherSession) {
+  StageHarness stage;
+  const std::string model = testing::fixture_dir("llama3_f32");
+  const ModelConfig config = *load_model_config_file(model + "/config.json");
+  const uint64_t hidden = static_cast<uint64_t>(config.hidden_size);
+  auto coordinator = std::move(stage.connect("coordinator")).value();
+  ASSERT_TRUE(coordinator
+                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 1},
+                                                   {"end", config.num_hidden_layers}, {"next", ""},
+                                                   {"session", kSession}, {"context", 64}}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  ASSERT_TRUE(read_control(*coordinator).ok());
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  auto upstream = [&](uint64_t session, uint64_t request) {
+    auto previous = std::move(stage.connect("previous")).value();
+    const net::Deadline deadline = net::deadline_after(milliseconds(5000));
+    (void)previous->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session}}), deadline);
+    (void)previous->write_frame(hidden_frame(request, DType::kF32, {1, hidden}), deadline);
+    return previous;
+  };
+  auto stale = upstream(kSession + 1, 1);
+  EXPECT_FALSE(coordinator->read_frame(limits, net::deadline_after(milliseconds(1000))).ok());
+  auto current = upstream(kSession, 2);
+  Result<wire::Frame> logits = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  EXPECT_EQ(logits->prefix.request_id, 2u);
+}
+
 // --ship-weights: a manifest beyond the stage's bound (1 MiB here) is refused
 // before a byte of weights is read or reserved; so is a group that lies about
 // its size.
