@@ -80,22 +80,34 @@ std::vector<uint8_t> hidden_frame(uint64_t request, DType dtype, std::vector<uin
   return wire::encode_tensor_frame(request, wire::Encoding{dtype}, shape, data);
 }
 
+const std::string& last_stage_model() {
+  static const std::string model = testing::fixture_dir("llama3_f32");
+  return model;
+}
+ModelConfig last_stage_config() { return *load_model_config_file(last_stage_model() + "/config.json"); }
+
+// The coordinator sets the stage up as the last stage of llama3_f32, layers
+// [1, L), and reads its ready; null (with a test failure) otherwise.
+std::unique_ptr<FrameChannel> setup_last_stage(StageHarness& stage) {
+  auto coordinator = std::move(stage.connect("coordinator")).value();
+  const Status sent = coordinator->write_frame(
+      encode_control(0, {{"type", "setup"}, {"model", last_stage_model()}, {"begin", 1},
+                         {"end", last_stage_config().num_hidden_layers}, {"next", ""}, {"session", kSession},
+                         {"context", 64}}),
+      net::deadline_after(milliseconds(5000)));
+  Result<json> ready = sent.ok() ? read_control(*coordinator) : Result<json>(sent);
+  if (!ready.ok() || (*ready)["type"] != "ready") {
+    ADD_FAILURE() << "setup: " << (ready.ok() ? ready->dump() : ready.status().to_string());
+    return nullptr;
+  }
+  return coordinator;
+}
+
 TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextRequest) {
   StageHarness stage;
-  const std::string model = testing::fixture_dir("llama3_f32");
-  const ModelConfig config = *load_model_config_file(model + "/config.json");
-  const uint64_t hidden = static_cast<uint64_t>(config.hidden_size);
-  // The coordinator sets the stage up as the last stage, layers [1, L).
-  auto coordinator = std::move(stage.connect("coordinator")).value();
-  ASSERT_TRUE(coordinator
-                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 1},
-                                                   {"end", config.num_hidden_layers}, {"next", ""},
-                                                   {"session", kSession}, {"context", 64}}),
-                                net::deadline_after(milliseconds(5000)))
-                  .ok());
-  Result<json> ready = read_control(*coordinator);
-  ASSERT_TRUE(ready.ok()) << ready.status().to_string();
-  ASSERT_EQ((*ready)["type"], "ready") << ready->dump();
+  const uint64_t hidden = static_cast<uint64_t>(last_stage_config().hidden_size);
+  auto coordinator = setup_last_stage(stage);
+  ASSERT_TRUE(coordinator);
 
   // A compromised previous stage: a trusted node that knows the session.
   auto previous = std::move(stage.connect("previous")).value();
@@ -173,17 +185,9 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
 // frame's logits reach the coordinator; checked.)
 TEST(StageService, DropsAnUpstreamOfAnotherSession) {
   StageHarness stage;
-  const std::string model = testing::fixture_dir("llama3_f32");
-  const ModelConfig config = *load_model_config_file(model + "/config.json");
-  const uint64_t hidden = static_cast<uint64_t>(config.hidden_size);
-  auto coordinator = std::move(stage.connect("coordinator")).value();
-  ASSERT_TRUE(coordinator
-                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 1},
-                                                   {"end", config.num_hidden_layers}, {"next", ""},
-                                                   {"session", kSession}, {"context", 64}}),
-                                net::deadline_after(milliseconds(5000)))
-                  .ok());
-  ASSERT_TRUE(read_control(*coordinator).ok());
+  const uint64_t hidden = static_cast<uint64_t>(last_stage_config().hidden_size);
+  auto coordinator = setup_last_stage(stage);
+  ASSERT_TRUE(coordinator);
   const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
   auto upstream = [&](uint64_t session, uint64_t request) {
     auto previous = std::move(stage.connect("previous")).value();
