@@ -7,18 +7,16 @@ namespace tessera {
 namespace {
 struct DTypeInfo {
   DType dtype;
-  size_t size;
   std::string_view name;
   std::string_view safetensors_name;
 };
 constexpr DTypeInfo kInfos[] = {
-    {DType::kF32, 4, "f32", "F32"}, {DType::kF16, 2, "f16", "F16"}, {DType::kBF16, 2, "bf16", "BF16"},
-    {DType::kI64, 8, "i64", "I64"}, {DType::kI32, 4, "i32", "I32"}, {DType::kU8, 1, "u8", "U8"},
+    {DType::kF32, "f32", "F32"}, {DType::kF16, "f16", "F16"}, {DType::kBF16, "bf16", "BF16"},
+    {DType::kI64, "i64", "I64"}, {DType::kI32, "i32", "I32"}, {DType::kU8, "u8", "U8"},
 };
 const DTypeInfo& info(DType dtype) { return kInfos[static_cast<int>(dtype)]; }
 }  // namespace
 
-size_t dtype_size(DType dtype) { return info(dtype).size; }
 std::string_view dtype_name(DType dtype) { return info(dtype).name; }
 std::string_view dtype_safetensors_name(DType dtype) { return info(dtype).safetensors_name; }
 

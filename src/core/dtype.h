@@ -3,6 +3,7 @@
 #pragma once
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -12,7 +13,22 @@ namespace tessera {
 
 enum class DType : uint8_t { kF32, kF16, kBF16, kI64, kI32, kU8 };
 
-size_t dtype_size(DType dtype);
+// Inline: wire decoders need it on every frame.
+constexpr size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
+  }
+  return 0;
+}
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
 // Parses safetensors' names: "F32", "F16", "BF16", "I64", "I32", "U8".
 std::optional<DType> dtype_from_safetensors(std::string_view name);

@@ -34,22 +34,16 @@ namespace tessera::wire {
 
 // Dtype codes are fixed by the protocol, independent of DType's order:
 //   1 f32, 2 f16, 3 bf16, 4 i64, 5 i32, 6 u8; everything else is refused.
-// Indexed by code, so decoding a code is one load; entry 0 is never read. The
-// element size repeats dtype_size (dtype_code checks that they agree) because a
-// header decoder needs it on every frame, and dtype_size is a call into core/.
-struct WireDType {
-  DType dtype;
-  uint8_t element_bytes;
-};
-inline constexpr WireDType kWireDTypes[] = {{DType::kF32, 0}, {DType::kF32, 4}, {DType::kF16, 2}, {DType::kBF16, 2},
-                                            {DType::kI64, 8}, {DType::kI32, 4}, {DType::kU8, 1}};
+// Indexed by code, so decoding a code is one load; entry 0 is never read.
+inline constexpr DType kWireDTypes[] = {DType::kF32, DType::kF32, DType::kF16, DType::kBF16,
+                                        DType::kI64, DType::kI32, DType::kU8};
 // A new DType needs a wire code here and a line in docs/wire-protocol.md.
 static_assert(static_cast<size_t>(DType::kU8) + 2 == std::size(kWireDTypes));
 
 uint8_t dtype_code(DType dtype);
 inline std::optional<DType> dtype_from_code(uint8_t code) {
   if (code == 0 || code >= std::size(kWireDTypes)) return std::nullopt;
-  return kWireDTypes[code].dtype;
+  return kWireDTypes[code];
 }
 // f32, f16, bf16: the dtypes that may be quantized.
 inline bool is_float(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }

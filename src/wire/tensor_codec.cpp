@@ -57,9 +57,8 @@ class ElementCount {
   if (bytes.size() < kTensorHeaderFixedBytes) {
     return decode_error(name, " header: ", bytes.size(), " bytes < ", kTensorHeaderFixedBytes);
   }
-  const uint8_t code = get_u8(bytes, 0);
-  TS_RETURN_IF_ERROR(
-      check_encoding(name, code, get_u8(bytes, 1), get_u16(bytes, 2), limits.encoding(), &header->encoding));
+  TS_RETURN_IF_ERROR(check_encoding(name, get_u8(bytes, 0), get_u8(bytes, 1), get_u16(bytes, 2), limits.encoding(),
+                                    &header->encoding));
   const uint32_t rank = get_u32(bytes, 4);
   if (rank > kMaxRank) return decode_error(name, " rank: ", rank, " > max ", kMaxRank);
   const uint64_t expected_length = kTensorHeaderFixedBytes + 8 * uint64_t{rank};
@@ -78,7 +77,7 @@ class ElementCount {
   // Checked after the loop: every axis is checked before the element count.
   if (count.overflowed()) return decode_error(name, " element count: product of dims overflows u64");
   header->numel = count.value();
-  const uint64_t element_bytes = kWireDTypes[code].element_bytes;  // the code passed check_encoding
+  const uint64_t element_bytes = dtype_size(header->encoding.dtype);
   if (!checked_mul(header->numel, element_bytes, &header->decoded_bytes)) {
     return decode_error(name, " decoded size: ", header->numel, " elements * ", element_bytes, " bytes overflows u64");
   }
