@@ -178,18 +178,19 @@ Status Link::send_message(seal::Op op, std::span<const uint8_t> bytes, DType dty
       status = piece.status();
       break;
     }
-    const TamperKind kind = tampers(ctx) ? tamper_->kind : TamperKind::kCiphertext;
+    // Whether a test's tamper of this piece is of `kind`.
     const bool tampered = tampers(ctx);
-    if (tampered && kind == TamperKind::kReorder && k + 1 < ctx.piece_count) {
+    auto tamper = [&](TamperKind kind) { return tampered && tamper_->kind == kind; };
+    if (tamper(TamperKind::kReorder) && k + 1 < ctx.piece_count) {
       const std::vector<uint8_t> held(piece->begin(), piece->end());
       Result<std::span<const uint8_t>> next = frame(++k);
       status = next.ok() ? write(*next, wake_fd) : next.status();
       if (status.ok()) status = write(held, wake_fd);
-    } else if (tampered && kind == TamperKind::kReplay && !previous_piece_.empty()) {
+    } else if (tamper(TamperKind::kReplay) && !previous_piece_.empty()) {
       status = write(previous_piece_, wake_fd);
-    } else if (!(tampered && kind == TamperKind::kDrop)) {
+    } else if (!tamper(TamperKind::kDrop)) {
       status = write(*piece, wake_fd);
-      if (status.ok() && tampered && kind == TamperKind::kDuplicate) status = write(*piece, wake_fd);
+      if (status.ok() && tamper(TamperKind::kDuplicate)) status = write(*piece, wake_fd);
     }
     if (tamper_ && tamper_->kind == TamperKind::kReplay) previous_piece_.assign(piece->begin(), piece->end());
   }
