@@ -12,8 +12,8 @@
 // quantized frames unless the stage enables a quantized-activation mode, whose
 // own limits are its group size (and int8, int4 and lz4 flags).
 //
-// TODO(security): the ids in a token_ids frame are values, not shape; the
-// embedding lookup must check each id < vocab_size.
+// The ids in a token_ids frame are values, not shape: Forward::run_ids checks
+// each against [0, vocab_size) before the embedding lookup.
 //
 // Value types; immutable after construction, so safe to share between threads.
 #pragma once

@@ -243,6 +243,53 @@ TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
       << refused->dump();
 }
 
+// Token ids are values, not shape: ids outside [0, vocab) from the coordinator
+// fail that request, naming the id, and the stage serves the next one. (Fails
+// with the id check of Forward::run_ids removed: the embedding's invariant
+// check aborts the stage process; checked.)
+TEST(StageService, RefusesTokenIdsOutsideTheVocabularyAndServesTheNextRequest) {
+  StageHarness stage;
+  const std::string model = testing::fixture_dir("llama3_f32");
+  const ModelConfig config = *load_model_config_file(model + "/config.json");
+  auto coordinator = std::move(stage.connect("coordinator")).value();
+  ASSERT_TRUE(coordinator
+                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 0},
+                                                   {"end", config.num_hidden_layers}, {"next", ""},
+                                                   {"session", kSession}, {"context", 16}}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  ASSERT_TRUE(read_control(*coordinator).ok());
+  const int32_t vocab = static_cast<int32_t>(config.vocab_size);
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  auto send_ids = [&](uint64_t request, std::vector<int32_t> ids) {
+    const uint64_t shape[] = {ids.size()};
+    ASSERT_TRUE(coordinator
+                    ->write_frame(wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                                            {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4}),
+                                  net::deadline_after(milliseconds(5000)))
+                    .ok());
+  };
+  const std::vector<std::pair<int32_t, std::string>> bad = {
+      {vocab, "token id " + std::to_string(vocab) + " is outside the vocabulary"},
+      {-1, "token id -1 is outside the vocabulary"}};
+  uint64_t request = 20;
+  for (const auto& [id, error] : bad) {
+    send_ids(++request, {1, id, 2});
+    Result<wire::Frame> frame = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
+    ASSERT_TRUE(frame.ok()) << frame.status().to_string();
+    EXPECT_EQ(frame->prefix.request_id, request);
+    Result<json> reply = decode_control(*frame);
+    ASSERT_TRUE(reply.ok());
+    EXPECT_EQ((*reply)["type"], "error");
+    EXPECT_NE((*reply)["message"].get<std::string>().find(error), std::string::npos) << reply->dump();
+  }
+  send_ids(++request, {1, vocab - 1, 2});
+  Result<wire::Frame> logits = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  EXPECT_EQ(logits->prefix.kind, wire::MessageKind::kTensor);
+  EXPECT_EQ(logits->prefix.request_id, request);
+}
+
 // A cancel frees the request's KV cache; the stage's status says so.
 TEST(StageService, CancelFreesTheRequestsKvCache) {
   StageHarness stage;
