@@ -80,20 +80,21 @@ std::vector<uint8_t> hidden_frame(uint64_t request, DType dtype, std::vector<uin
   return wire::encode_tensor_frame(request, wire::Encoding{dtype}, shape, data);
 }
 
-const std::string& last_stage_model() {
+const std::string& fixture_model() {
   static const std::string model = testing::fixture_dir("llama3_f32");
   return model;
 }
-ModelConfig last_stage_config() { return *load_model_config_file(last_stage_model() + "/config.json"); }
+ModelConfig fixture_config() { return *load_model_config_file(fixture_model() + "/config.json"); }
 
-// The coordinator sets the stage up as the last stage of llama3_f32, layers
-// [1, L), and reads its ready; null (with a test failure) otherwise.
-std::unique_ptr<FrameChannel> setup_last_stage(StageHarness& stage) {
+// The coordinator sets the stage up over layers [begin, L) of llama3_f32 (so
+// it is the last stage) with a KV cache of `context` tokens, and reads its
+// ready; null (with a test failure) otherwise.
+std::unique_ptr<FrameChannel> setup_stage(StageHarness& stage, int64_t begin, int64_t context) {
   auto coordinator = std::move(stage.connect("coordinator")).value();
   const Status sent = coordinator->write_frame(
-      encode_control(0, {{"type", "setup"}, {"model", last_stage_model()}, {"begin", 1},
-                         {"end", last_stage_config().num_hidden_layers}, {"next", ""}, {"session", kSession},
-                         {"context", 64}}),
+      encode_control(0, {{"type", "setup"}, {"model", fixture_model()}, {"begin", begin},
+                         {"end", fixture_config().num_hidden_layers}, {"next", ""}, {"session", kSession},
+                         {"context", context}}),
       net::deadline_after(milliseconds(5000)));
   Result<json> ready = sent.ok() ? read_control(*coordinator) : Result<json>(sent);
   if (!ready.ok() || (*ready)["type"] != "ready") {
@@ -105,8 +106,8 @@ std::unique_ptr<FrameChannel> setup_last_stage(StageHarness& stage) {
 
 TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextRequest) {
   StageHarness stage;
-  const uint64_t hidden = static_cast<uint64_t>(last_stage_config().hidden_size);
-  auto coordinator = setup_last_stage(stage);
+  const uint64_t hidden = static_cast<uint64_t>(fixture_config().hidden_size);
+  auto coordinator = setup_stage(stage, 1, 64);
   ASSERT_TRUE(coordinator);
 
   // A compromised previous stage: a trusted node that knows the session.
@@ -185,8 +186,8 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
 // frame's logits reach the coordinator; checked.)
 TEST(StageService, DropsAnUpstreamOfAnotherSession) {
   StageHarness stage;
-  const uint64_t hidden = static_cast<uint64_t>(last_stage_config().hidden_size);
-  auto coordinator = setup_last_stage(stage);
+  const uint64_t hidden = static_cast<uint64_t>(fixture_config().hidden_size);
+  auto coordinator = setup_stage(stage, 1, 64);
   ASSERT_TRUE(coordinator);
   const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
   auto upstream = [&](uint64_t session, uint64_t request) {
@@ -249,16 +250,9 @@ TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
 // check aborts the stage process; checked.)
 TEST(StageService, RefusesTokenIdsOutsideTheVocabularyAndServesTheNextRequest) {
   StageHarness stage;
-  const std::string model = testing::fixture_dir("llama3_f32");
-  const ModelConfig config = *load_model_config_file(model + "/config.json");
-  auto coordinator = std::move(stage.connect("coordinator")).value();
-  ASSERT_TRUE(coordinator
-                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 0},
-                                                   {"end", config.num_hidden_layers}, {"next", ""},
-                                                   {"session", kSession}, {"context", 16}}),
-                                net::deadline_after(milliseconds(5000)))
-                  .ok());
-  ASSERT_TRUE(read_control(*coordinator).ok());
+  const ModelConfig config = fixture_config();
+  auto coordinator = setup_stage(stage, 0, 16);
+  ASSERT_TRUE(coordinator);
   const int32_t vocab = static_cast<int32_t>(config.vocab_size);
   const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
   auto send_ids = [&](uint64_t request, std::vector<int32_t> ids) {
@@ -293,16 +287,9 @@ TEST(StageService, RefusesTokenIdsOutsideTheVocabularyAndServesTheNextRequest) {
 // A cancel frees the request's KV cache; the stage's status says so.
 TEST(StageService, CancelFreesTheRequestsKvCache) {
   StageHarness stage;
-  const std::string model = testing::fixture_dir("llama3_f32");
-  const ModelConfig config = *load_model_config_file(model + "/config.json");
-  auto coordinator = std::move(stage.connect("coordinator")).value();
-  ASSERT_TRUE(coordinator
-                  ->write_frame(encode_control(0, {{"type", "setup"}, {"model", model}, {"begin", 0},
-                                                   {"end", config.num_hidden_layers}, {"next", ""},
-                                                   {"session", kSession}, {"context", 16}}),
-                                net::deadline_after(milliseconds(5000)))
-                  .ok());
-  ASSERT_TRUE(read_control(*coordinator).ok());
+  const ModelConfig config = fixture_config();
+  auto coordinator = setup_stage(stage, 0, 16);
+  ASSERT_TRUE(coordinator);
   const int32_t ids[] = {1, 2, 3};
   const uint64_t shape[] = {3};
   for (uint64_t request : {11u, 12u}) {
