@@ -54,8 +54,11 @@ class TcpGroup final : public GroupImpl {
  private:
   Result<net::Endpoint> address_of(uint32_t rank) const;
   Result<net::Socket> connect_with_retry(uint32_t rank, net::Deadline deadline);
-  Status connect_control(net::Deadline deadline);
-  Status connect_data(uint64_t generation, net::Deadline deadline);
+  // Fills `early`: data connections of generation 0 that arrived (and were
+  // authenticated) while control was being set up.
+  Status connect_control(net::Deadline deadline, std::vector<bool>& early);
+  // `bound`: higher ranks whose data connection of `generation` is already bound.
+  Status connect_data(uint64_t generation, net::Deadline deadline, std::vector<bool> bound);
   Status accept_data(net::Socket socket, uint64_t generation, std::vector<bool>& bound);
   void control_loop(uint32_t peer);
   void refuse(const std::string& why);
@@ -96,7 +99,6 @@ class TcpGroup final : public GroupImpl {
   std::vector<std::unique_ptr<Link>> links_;  // by rank; null for this rank
   std::vector<std::thread> control_readers_;
   net::WakeFd closing_;
-  std::vector<net::Socket> early_data_;  // data connections that arrived while control was being set up
   std::vector<float> acc_;                          // caller thread only
   std::vector<std::vector<uint8_t>> staging_;       // caller thread only: per peer, chunks to add
   std::vector<std::unique_ptr<Progress>> progress_;  // per peer, pieces of staging_ received
@@ -145,11 +147,12 @@ Status TcpGroup::start() {
   TS_ASSIGN_OR_RETURN(net::Endpoint self_address, address_of(rank_));
   TS_ASSIGN_OR_RETURN(listener_, net::Listener::bind(self_address));
   const net::Deadline deadline = net::deadline_after(options_.connect_timeout);
-  TS_RETURN_IF_ERROR(connect_control(deadline));
+  std::vector<bool> early(size_, false);
+  TS_RETURN_IF_ERROR(connect_control(deadline, early));
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer != rank_) control_readers_.emplace_back([this, peer] { control_loop(peer); });
   }
-  return connect_data(0, deadline);
+  return connect_data(0, deadline, std::move(early));
 }
 
 Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline deadline) {
@@ -161,8 +164,11 @@ Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline de
 
 // Mutual TLS with every peer: connect to lower ranks, accept higher ones. A
 // connection that fails the handshake (unknown certificate, not a member, a
-// duplicate) is refused and the wait goes on for the real peer.
-Status TcpGroup::connect_control(net::Deadline deadline) {
+// duplicate) is refused and the wait goes on for the real peer. A higher rank
+// may already send its data connection (it has its control link to this rank
+// by then): its hello is opened at once, so no connection is kept unless it
+// is authenticated.
+Status TcpGroup::connect_control(net::Deadline deadline, std::vector<bool>& early) {
   for (uint32_t peer = 0; peer < rank_; ++peer) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
     TS_ASSIGN_OR_RETURN(net::TlsChannel channel,
@@ -179,7 +185,7 @@ Status TcpGroup::connect_control(net::Deadline deadline) {
     Result<uint8_t> first = socket->peek_byte(deadline);
     if (!first.ok()) continue;
     if (*first != kTlsHandshakeRecord) {  // a higher rank already at its data connections
-      if (early_data_.size() < size_) early_data_.push_back(std::move(*socket));
+      if (Status bound = accept_data(std::move(*socket), 0, early); !bound.ok()) refuse(bound.to_string());
       continue;
     }
     Result<net::TlsChannel> channel = net::TlsChannel::server(std::move(*socket), identity_, trust_, deadline);
@@ -201,31 +207,21 @@ Status TcpGroup::connect_control(net::Deadline deadline) {
 
 // Data connections of `generation`: connect to lower ranks and send a sealed
 // hello; accept higher ranks and open theirs with the secret of their TLS session.
-Status TcpGroup::connect_data(uint64_t generation, net::Deadline deadline) {
+Status TcpGroup::connect_data(uint64_t generation, net::Deadline deadline, std::vector<bool> bound) {
   for (uint32_t peer = 0; peer < rank_; ++peer) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
     const auto hello = seal::seal_hello(link(peer).secret(), {rank_, peer, generation, options_.plain});
     TS_RETURN_IF_ERROR(socket.write_all(hello, deadline));
     link(peer).start_generation(generation, std::move(socket));
   }
-  std::vector<bool> bound(size_, false);
-  size_t missing = size_ - 1 - rank_;
-  std::vector<net::Socket> early = std::move(early_data_);
-  early_data_.clear();
+  size_t missing = size_ - 1 - rank_ - static_cast<size_t>(std::count(bound.begin(), bound.end(), true));
   while (missing > 0) {
-    net::Socket socket;
-    if (!early.empty()) {
-      socket = std::move(early.back());
-      early.pop_back();
-    } else {
-      Result<net::Socket> accepted = listener_.accept(deadline);
-      if (!accepted.ok()) {
-        return accepted.status().with_context("[dist] " + rank_text(rank_) + " generation " + std::to_string(generation) +
-                                              ": waiting for " + std::to_string(missing) + " data connection(s)");
-      }
-      socket = std::move(*accepted);
+    Result<net::Socket> socket = listener_.accept(deadline);
+    if (!socket.ok()) {
+      return socket.status().with_context("[dist] " + rank_text(rank_) + " generation " + std::to_string(generation) +
+                                          ": waiting for " + std::to_string(missing) + " data connection(s)");
     }
-    Status status = accept_data(std::move(socket), generation, bound);
+    Status status = accept_data(std::move(*socket), generation, bound);
     if (status.ok()) {
       --missing;
     } else {
@@ -239,9 +235,9 @@ Status TcpGroup::accept_data(net::Socket socket, uint64_t generation, std::vecto
   std::array<uint8_t, seal::kHelloBytes> bytes;
   TS_RETURN_IF_ERROR(socket.read_exact(bytes, net::deadline_after(options_.progress_timeout)));
   TS_ASSIGN_OR_RETURN(seal::Hello hello, seal::peek_hello(bytes));
-  if (hello.sender <= rank_ || hello.sender >= size_ || bound[hello.sender]) {
+  if (hello.sender <= rank_ || hello.sender >= size_ || !links_[hello.sender] || bound[hello.sender]) {
     return Status::invalid_input("data hello from " + socket.peer_address() + " names sender rank " +
-                                 std::to_string(hello.sender) + ", which is not a higher rank still to connect");
+                                 std::to_string(hello.sender) + ", which is not a connected higher rank still to bind");
   }
   const seal::Hello expected{hello.sender, rank_, generation, options_.plain};
   TS_RETURN_IF_ERROR(seal::open_hello(link(hello.sender).secret(), expected, bytes));
@@ -495,7 +491,7 @@ Status TcpGroup::rebuild() {
     next_abort_ = Status();
     if (!failure_.ok()) wake_->signal();
   }
-  Status status = connect_data(next, deadline);
+  Status status = connect_data(next, deadline, std::vector<bool>(size_, false));
   return status.ok() ? status : fail(status);
 }
 

@@ -106,17 +106,21 @@ TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
   EXPECT_EQ(b, a);
 }
 
-// Data connections whose hello names rank 0 itself or a rank outside the group
-// are refused before the sender indexes anything, and the members still connect.
-// (Fails with the sender check of TcpGroup::accept_data removed: rank 0 aborts,
-// indexing a link that does not exist.)
-TEST(TcpGroup, DataHellosNamingNoHigherRankAreRefusedAndTheMembersStillConnect) {
+// Data connections that arrive while the group is still forming are judged at
+// once: one whose hello names rank 0 itself or a rank outside the group is
+// refused before the sender indexes anything (fails with that check of
+// TcpGroup::accept_data removed: rank 0 aborts, indexing a link that does not
+// exist; checked), and one naming rank 1 before rank 1 has its control link
+// cannot be rank 1's, so it is refused at once instead of being kept (fails
+// with the link check removed: rank 0 crashes on rank 1's missing link;
+// checked). The members still connect.
+TEST(TcpGroup, DataHellosNamingNoConnectedHigherRankAreRefusedAtOnceAndTheMembersStillConnect) {
   ThreadCluster cluster(2, 0);
   std::optional<Result<Group>> rank0;
   std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
   const net::Endpoint rank0_address = *net::parse_endpoint(cluster.trust().find_name("rank0")->address);
   std::vector<net::Socket> forged;
-  for (uint32_t sender : {0u, 5u}) {
+  for (uint32_t sender : {0u, 5u, 1u}) {
     Result<net::Socket> socket = Status::internal("not connected");
     for (int attempt = 0; attempt < 200 && !socket.ok(); ++attempt) {
       socket = net::Socket::connect(rank0_address, net::deadline_after(milliseconds(1000)));
@@ -127,14 +131,15 @@ TEST(TcpGroup, DataHellosNamingNoHigherRankAreRefusedAndTheMembersStillConnect) 
     ASSERT_TRUE(socket->write_all(hello, net::deadline_after(milliseconds(1000))).ok());
     forged.push_back(std::move(*socket));
   }
+  for (net::Socket& socket : forged) {  // rank 0 closed each before rank 1 came
+    std::array<uint8_t, 1> byte;
+    const Status read = socket.read_exact(byte, net::deadline_after(milliseconds(3000)));
+    EXPECT_NE(read.message().find("closed the connection"), std::string::npos) << read.to_string();
+  }
   Result<Group> rank1 = cluster.connect(1);
   thread.join();
   ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
   ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
-  for (net::Socket& socket : forged) {  // rank 0 closed them
-    std::array<uint8_t, 1> byte;
-    EXPECT_FALSE(socket.read_exact(byte, net::deadline_after(milliseconds(2000))).ok());
-  }
   std::vector<float> a = {1, 2}, b = {10, 20};
   std::thread sum([&] { EXPECT_TRUE((*rank0)->all_sum(bytes(a), DType::kF32).ok()); });
   EXPECT_TRUE(rank1->all_sum(bytes(b), DType::kF32).ok());
