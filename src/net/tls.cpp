@@ -266,56 +266,54 @@ struct TlsChannel::Impl {
   }
 
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline, int wake_fd) {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      if (closed) return closed_status();
-      int error = SSL_ERROR_NONE;
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        ERR_clear_error();
-        size_t written = 0;
-        const int rc = SSL_write_ex(ssl.get(), bytes.data() + done, bytes.size() - done, &written);
-        if (rc == 1) {
-          done += written;
-          continue;
-        }
-        error = SSL_get_error(ssl.get(), rc);
-        if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-          fatal = true;
-          if (closed) return closed_status();
-          return Status::disconnected("TLS send to " + peer_address + " failed after " + std::to_string(done) + " of " +
-                                      std::to_string(bytes.size()) + " bytes: " + describe(error));
-        }
-      }
-      TS_RETURN_IF_ERROR(wait(error, deadline, wake_fd));
-    }
-    return {};
+    auto step = [&](size_t done, size_t* moved) {
+      return SSL_write_ex(ssl.get(), bytes.data() + done, bytes.size() - done, moved);
+    };
+    return transfer(bytes.size(), deadline, wake_fd, step, [&](int error, size_t done) {
+      fatal = true;
+      return Status::disconnected("TLS send to " + peer_address + " failed after " + std::to_string(done) + " of " +
+                                  std::to_string(bytes.size()) + " bytes: " + describe(error));
+    });
   }
 
   Status read_exact(std::span<uint8_t> bytes, Deadline deadline, int wake_fd) {
+    auto step = [&](size_t done, size_t* moved) {
+      return SSL_read_ex(ssl.get(), bytes.data() + done, bytes.size() - done, moved);
+    };
+    return transfer(bytes.size(), deadline, wake_fd, step, [&](int error, size_t done) {
+      fatal = fatal || error != SSL_ERROR_ZERO_RETURN;
+      const std::string counts = std::to_string(done) + " of " + std::to_string(bytes.size()) + " bytes";
+      if (error == SSL_ERROR_ZERO_RETURN) {
+        return Status::disconnected("TLS peer " + peer_address + " closed the connection after " + counts);
+      }
+      return Status::disconnected("TLS receive from " + peer_address + " failed after " + counts + ": " +
+                                  describe(error));
+    });
+  }
+
+  // Calls step(done, &moved) (one SSL_write_ex or SSL_read_ex, under the mutex)
+  // until `size` bytes have moved, waiting whenever OpenSSL wants the socket.
+  // A fatal error goes to failed(error, done), under the mutex, unless the
+  // channel was closed meanwhile.
+  template <typename Step, typename Failed>
+  Status transfer(size_t size, Deadline deadline, int wake_fd, Step step, Failed failed) {
     size_t done = 0;
-    while (done < bytes.size()) {
+    while (done < size) {
       if (closed) return closed_status();
       int error = SSL_ERROR_NONE;
       {
         std::lock_guard<std::mutex> lock(mutex);
         ERR_clear_error();
-        size_t read = 0;
-        const int rc = SSL_read_ex(ssl.get(), bytes.data() + done, bytes.size() - done, &read);
+        size_t moved = 0;
+        const int rc = step(done, &moved);
         if (rc == 1) {
-          done += read;
+          done += moved;
           continue;
         }
         error = SSL_get_error(ssl.get(), rc);
         if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
-          fatal = fatal || error != SSL_ERROR_ZERO_RETURN;
-          if (closed) return closed_status();
-          const std::string counts = std::to_string(done) + " of " + std::to_string(bytes.size()) + " bytes";
-          if (error == SSL_ERROR_ZERO_RETURN) {
-            return Status::disconnected("TLS peer " + peer_address + " closed the connection after " + counts);
-          }
-          return Status::disconnected("TLS receive from " + peer_address + " failed after " + counts + ": " +
-                                      describe(error));
+          Status status = failed(error, done);
+          return closed ? closed_status() : status;
         }
       }
       TS_RETURN_IF_ERROR(wait(error, deadline, wake_fd));
