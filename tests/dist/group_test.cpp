@@ -78,19 +78,30 @@ class ThreadCluster {
   GroupOptions options_;
 };
 
+// A plain TCP connection to rank 0's listener, retried while rank 0 binds it.
+Result<net::Socket> connect_to_rank0(const ThreadCluster& cluster) {
+  return net::Socket::connect_retrying(*net::parse_endpoint(cluster.trust().find_name("rank0")->address),
+                                       net::deadline_after(milliseconds(5000)));
+}
+
+// A two-rank group that formed sums correctly.
+void expect_sum_of_two(Group& rank0, Group& rank1) {
+  std::vector<float> a = {1, 2}, b = {10, 20};
+  std::thread sum([&] { EXPECT_TRUE(rank0.all_sum(bytes(a), DType::kF32).ok()); });
+  EXPECT_TRUE(rank1.all_sum(bytes(b), DType::kF32).ok());
+  sum.join();
+  EXPECT_EQ(a, (std::vector<float>{11, 22}));
+  EXPECT_EQ(b, a);
+}
+
 TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
   ThreadCluster cluster(2, 1);  // rank2's identity is not in the trust file
   std::optional<Result<Group>> rank0;
   std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
   // The intruder reaches rank 0's listener first and tries to pass as rank 1.
   const net::Identity intruder = cluster.identity(2);
-  Result<net::Socket> socket = Status::internal("not connected");
-  for (int attempt = 0; attempt < 200 && !socket.ok(); ++attempt) {
-    socket = net::Socket::connect(*net::parse_endpoint(cluster.trust().find_name("rank0")->address),
-                                  net::deadline_after(milliseconds(1000)));
-    if (!socket.ok()) std::this_thread::sleep_for(milliseconds(10));
-  }
-  ASSERT_TRUE(socket.ok());
+  Result<net::Socket> socket = connect_to_rank0(cluster);
+  ASSERT_TRUE(socket.ok()) << socket.status().to_string();
   Result<net::TlsChannel> channel = net::TlsChannel::client(std::move(*socket), intruder, cluster.trust(), "rank0",
                                                             net::deadline_after(milliseconds(5000)));
   EXPECT_FALSE(channel.ok());
@@ -98,12 +109,7 @@ TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
   thread.join();
   ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
   ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
-  std::vector<float> a = {1, 2}, b = {10, 20};
-  std::thread sum([&] { EXPECT_TRUE((*rank0)->all_sum(bytes(a), DType::kF32).ok()); });
-  EXPECT_TRUE(rank1->all_sum(bytes(b), DType::kF32).ok());
-  sum.join();
-  EXPECT_EQ(a, (std::vector<float>{11, 22}));
-  EXPECT_EQ(b, a);
+  expect_sum_of_two(**rank0, *rank1);
 }
 
 // Data connections that arrive while the group is still forming are judged at
@@ -118,15 +124,10 @@ TEST(TcpGroup, DataHellosNamingNoConnectedHigherRankAreRefusedAtOnceAndTheMember
   ThreadCluster cluster(2, 0);
   std::optional<Result<Group>> rank0;
   std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
-  const net::Endpoint rank0_address = *net::parse_endpoint(cluster.trust().find_name("rank0")->address);
   std::vector<net::Socket> forged;
   for (uint32_t sender : {0u, 5u, 1u}) {
-    Result<net::Socket> socket = Status::internal("not connected");
-    for (int attempt = 0; attempt < 200 && !socket.ok(); ++attempt) {
-      socket = net::Socket::connect(rank0_address, net::deadline_after(milliseconds(1000)));
-      if (!socket.ok()) std::this_thread::sleep_for(milliseconds(10));
-    }
-    ASSERT_TRUE(socket.ok());
+    Result<net::Socket> socket = connect_to_rank0(cluster);
+    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
     const auto hello = seal::seal_hello(seal::Secret{}, {sender, 0, 0, false});
     ASSERT_TRUE(socket->write_all(hello, net::deadline_after(milliseconds(1000))).ok());
     forged.push_back(std::move(*socket));
@@ -140,11 +141,7 @@ TEST(TcpGroup, DataHellosNamingNoConnectedHigherRankAreRefusedAtOnceAndTheMember
   thread.join();
   ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
   ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
-  std::vector<float> a = {1, 2}, b = {10, 20};
-  std::thread sum([&] { EXPECT_TRUE((*rank0)->all_sum(bytes(a), DType::kF32).ok()); });
-  EXPECT_TRUE(rank1->all_sum(bytes(b), DType::kF32).ok());
-  sum.join();
-  EXPECT_EQ(a, (std::vector<float>{11, 22}));
+  expect_sum_of_two(**rank0, *rank1);
 }
 
 // Rank 2 closes its group (as a process that exits would): ranks 0 and 1, waiting
