@@ -67,10 +67,6 @@ struct Timing {
   double sealed_s = 0;  // median of the sealed runs (0 with --plain)
 };
 
-double median(std::vector<double> times) {
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
-}
 
 // Every rank runs the same schedule: for each size and collective, runs of the
 // plain and the sealed group alternate, so a change in the host's load falls on

@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -24,6 +27,12 @@ void register_keygen(CLI::App& app, int& exit_code);
 
 // "f32", "bf16" or "f16" (the --dtype of commands that make weights).
 Result<DType> parse_weight_dtype(const std::string& name);
+
+// The median of the bench commands' timings (the upper one of an even count).
+inline double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
 
 // Prints "tessera: <message>" on stderr and returns exit code 2.
 int report_error(const Status& status);

@@ -108,6 +108,19 @@ uint64_t message_bytes(const PieceContext& ctx) {
   return total;
 }
 
+// The fields the header and the associated data share, in the same order:
+// generation, sender, receiver, counter, piece_index, piece_count.
+namespace {
+void put_route(std::vector<uint8_t>& out, const PieceContext& ctx) {
+  wire::put_u64(out, ctx.generation);
+  wire::put_u32(out, ctx.sender);
+  wire::put_u32(out, ctx.receiver);
+  wire::put_u64(out, ctx.counter);
+  wire::put_u32(out, ctx.piece_index);
+  wire::put_u32(out, ctx.piece_count);
+}
+}  // namespace
+
 void write_piece_header(const PieceContext& ctx, std::span<uint8_t> out) {
   TS_CHECK(out.size() >= kPieceHeaderBytes, "out.size()=", out.size());
   std::vector<uint8_t> h;
@@ -117,12 +130,7 @@ void write_piece_header(const PieceContext& ctx, std::span<uint8_t> out) {
   wire::put_u8(h, static_cast<uint8_t>(ctx.op));
   wire::put_u8(h, static_cast<uint8_t>(ctx.dtype));
   wire::put_u16(h, 0);
-  wire::put_u64(h, ctx.generation);
-  wire::put_u32(h, ctx.sender);
-  wire::put_u32(h, ctx.receiver);
-  wire::put_u64(h, ctx.counter);
-  wire::put_u32(h, ctx.piece_index);
-  wire::put_u32(h, ctx.piece_count);
+  put_route(h, ctx);
   TS_CHECK_EQ(h.size(), kPieceHeaderBytes);
   std::copy(h.begin(), h.end(), out.begin());
 }
@@ -166,12 +174,7 @@ std::vector<uint8_t> associated_data(const PieceContext& ctx) {
   wire::put_u8(ad, static_cast<uint8_t>(ctx.op));
   wire::put_u8(ad, static_cast<uint8_t>(ctx.dtype));
   wire::put_u8(ad, 0);
-  wire::put_u64(ad, ctx.generation);
-  wire::put_u32(ad, ctx.sender);
-  wire::put_u32(ad, ctx.receiver);
-  wire::put_u64(ad, ctx.counter);
-  wire::put_u32(ad, ctx.piece_index);
-  wire::put_u32(ad, ctx.piece_count);
+  put_route(ad, ctx);
   wire::put_u32(ad, ctx.piece_bytes);
   wire::put_u64(ad, ctx.element_count);
   TS_CHECK_EQ(ad.size(), kAssociatedDataBytes);

@@ -269,6 +269,42 @@ TEST(TlsTest, ServerRefusesAnUnknownClientCertificate) {
       << refused.message();
 }
 
+// A TLS 1.3 client outside tessera (plain OpenSSL, no check of the server),
+// presenting `identity`'s certificate, or none when null.
+struct RawClient {
+  RawClient(uint16_t port, const Identity* identity)
+      : socket(Socket::connect({"127.0.0.1", port}, deadline_after(milliseconds(2000)))) {
+    EXPECT_TRUE(socket.ok()) << socket.status().to_string();
+    SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION);
+    if (identity) {
+      EXPECT_EQ(SSL_CTX_use_certificate(ctx.get(), identity->cert.get()), 1);
+      EXPECT_EQ(SSL_CTX_use_PrivateKey(ctx.get(), identity->key.get()), 1);
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+    ssl.reset(SSL_new(ctx.get()));
+    if (socket.ok()) SSL_set_fd(ssl.get(), socket->fd());
+  }
+  // Drives the client handshake over the non-blocking socket: true when this
+  // side is done, false on an error (in `error`) or after 3 s.
+  bool handshake() {
+    if (!socket.ok()) return false;
+    const Deadline deadline = deadline_after(milliseconds(3000));
+    int rc = 0;
+    while ((rc = SSL_connect(ssl.get())) != 1) {
+      error = SSL_get_error(ssl.get(), rc);
+      if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) return false;
+      if (!(error == SSL_ERROR_WANT_READ ? socket->wait_readable(deadline) : socket->wait_writable(deadline)).ok())
+        return false;
+    }
+    return true;
+  }
+
+  Result<Socket> socket;
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx{SSL_CTX_new(TLS_client_method()), SSL_CTX_free};
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl{nullptr, SSL_free};
+  int error = SSL_ERROR_NONE;
+};
+
 // A client outside tessera that finishes its side of the handshake and writes at
 // once: the server refuses it inside the handshake and returns no channel, so
 // none of those bytes is ever handed to the application.
@@ -281,28 +317,12 @@ TEST(TlsTest, RefusedClientsFirstBytesAreNeverRead) {
   TrustFile trust = fingerprint_trust({&server_id, &client_id});
   TestServer server(server_id, trust);
 
-  Result<Socket> socket = Socket::connect({"127.0.0.1", server.port()}, deadline_after(milliseconds(2000)));
-  ASSERT_TRUE(socket.ok());
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
-  ASSERT_TRUE(ctx);
-  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION);
-  ASSERT_EQ(SSL_CTX_use_certificate(ctx.get(), stranger.cert.get()), 1);
-  ASSERT_EQ(SSL_CTX_use_PrivateKey(ctx.get(), stranger.key.get()), 1);
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
-  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
-  SSL_set_fd(ssl.get(), socket->fd());
-  // The socket is non-blocking: drive the client handshake by polling.
-  const Deadline deadline = deadline_after(milliseconds(3000));
-  int rc = 0;
-  while ((rc = SSL_connect(ssl.get())) != 1) {
-    const int error = SSL_get_error(ssl.get(), rc);
-    ASSERT_TRUE(error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) << "client handshake error " << error;
-    ASSERT_TRUE((error == SSL_ERROR_WANT_READ ? socket->wait_readable(deadline) : socket->wait_writable(deadline)).ok());
-  }
+  RawClient client(server.port(), &stranger);
   // TLS 1.3: the client is done before the server has judged its certificate.
+  ASSERT_TRUE(client.handshake()) << "client handshake error " << client.error;
   const char secret[] = "application bytes";
   size_t written = 0;
-  SSL_write_ex(ssl.get(), secret, sizeof secret, &written);
+  SSL_write_ex(client.ssl.get(), secret, sizeof secret, &written);
 
   ASSERT_FALSE(server.result().ok());
   EXPECT_EQ(server.result().status().kind(), ErrorKind::kInvalidInput);
@@ -314,19 +334,8 @@ TEST(TlsTest, ServerRefusesAClientWithoutACertificate) {
   Identity server_id = make_identity(dir.path(), "server-node");
   TrustFile trust = fingerprint_trust({&server_id});
   TestServer server(server_id, trust);
-  Result<Socket> socket = Socket::connect({"127.0.0.1", server.port()}, deadline_after(milliseconds(2000)));
-  ASSERT_TRUE(socket.ok());
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
-  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
-  SSL_set_fd(ssl.get(), socket->fd());
-  const Deadline deadline = deadline_after(milliseconds(3000));
-  int rc = 0;
-  while ((rc = SSL_connect(ssl.get())) != 1) {
-    const int error = SSL_get_error(ssl.get(), rc);
-    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) break;
-    if (!(error == SSL_ERROR_WANT_READ ? socket->wait_readable(deadline) : socket->wait_writable(deadline)).ok()) break;
-  }
+  RawClient client(server.port(), nullptr);
+  (void)client.handshake();  // the server refuses it: the outcome on this side does not matter
   ASSERT_FALSE(server.result().ok());
   EXPECT_EQ(server.result().status().kind(), ErrorKind::kDisconnected) << server.result().status().to_string();
   EXPECT_TRUE(contains(server.result().status(), "certificate")) << server.result().status().message();

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "seal/key_schedule.h"
+#include "wire/wire_test_util.h"
 
 namespace tessera::seal::testing {
 
@@ -26,13 +27,6 @@ inline std::vector<uint8_t> from_hex(std::string_view hex) {
   return out;
 }
 
-// Bytes 0, 1, 2, ... (mod 251).
-inline std::vector<uint8_t> pattern(size_t n) {
-  std::vector<uint8_t> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(i % 251);
-  return out;
-}
-
 // Secret bytes first, first+1, ...
 inline Secret test_secret(uint8_t first = 0) {
   Secret secret;
@@ -40,14 +34,8 @@ inline Secret test_secret(uint8_t first = 0) {
   return secret;
 }
 
-// Expects kInvalidInput and every part in the message.
-inline void expect_invalid(const Status& status, std::initializer_list<std::string> parts) {
-  ASSERT_FALSE(status.ok()) << "accepted; expected an error containing \"" << *parts.begin() << "\"";
-  EXPECT_EQ(status.kind(), ErrorKind::kInvalidInput) << status.to_string();
-  for (const std::string& part : parts) {
-    EXPECT_NE(status.message().find(part), std::string::npos)
-        << "message \"" << status.message() << "\" lacks \"" << part << "\"";
-  }
-}
+// Shared with the wire tests: pattern(n), expect_invalid(status, parts).
+using wire::testing::expect_invalid;
+using wire::testing::pattern;
 
 }  // namespace tessera::seal::testing
