@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "dist/acceptor.h"
 #include "dist/control.h"
 #include "dist/link.h"
 #include "dist/sum.h"
@@ -18,7 +19,6 @@ namespace {
 using seal::Op;
 using std::chrono::milliseconds;
 
-constexpr uint8_t kTlsHandshakeRecord = 0x16;  // first byte of a TLS ClientHello
 constexpr milliseconds kAbortSendTimeout{1000};
 constexpr milliseconds kAbortGrace{50};
 
@@ -56,10 +56,10 @@ class TcpGroup final : public GroupImpl {
   Result<net::Socket> connect_with_retry(uint32_t rank, net::Deadline deadline);
   // Fills `early`: data connections of generation 0 that arrived (and were
   // authenticated) while control was being set up.
-  Status connect_control(net::Deadline deadline, std::vector<bool>& early);
+  Status connect_control(Acceptor& acceptor, net::Deadline deadline, std::vector<bool>& early);
   // `bound`: higher ranks whose data connection of `generation` is already bound.
-  Status connect_data(uint64_t generation, net::Deadline deadline, std::vector<bool> bound);
-  Status accept_data(net::Socket socket, uint64_t generation, std::vector<bool>& bound);
+  Status connect_data(Acceptor& acceptor, uint64_t generation, net::Deadline deadline, std::vector<bool> bound);
+  Status accept_data(Acceptor::Opened& opened, uint64_t generation, std::vector<bool>& bound);
   void control_loop(uint32_t peer);
   void refuse(const std::string& why);
 
@@ -147,12 +147,13 @@ Status TcpGroup::start() {
   TS_ASSIGN_OR_RETURN(net::Endpoint self_address, address_of(rank_));
   TS_ASSIGN_OR_RETURN(listener_, net::Listener::bind(self_address));
   const net::Deadline deadline = net::deadline_after(options_.connect_timeout);
+  Acceptor acceptor(listener_, identity_, trust_, options_.progress_timeout);
   std::vector<bool> early(size_, false);
-  TS_RETURN_IF_ERROR(connect_control(deadline, early));
+  TS_RETURN_IF_ERROR(connect_control(acceptor, deadline, early));
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer != rank_) control_readers_.emplace_back([this, peer] { control_loop(peer); });
   }
-  return connect_data(0, deadline, std::move(early));
+  return connect_data(acceptor, 0, deadline, std::move(early));
 }
 
 Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline deadline) {
@@ -162,13 +163,14 @@ Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline de
   return socket;
 }
 
-// Mutual TLS with every peer: connect to lower ranks, accept higher ones. A
-// connection that fails the handshake (unknown certificate, not a member, a
-// duplicate) is refused and the wait goes on for the real peer. A higher rank
-// may already send its data connection (it has its control link to this rank
-// by then): its hello is opened at once, so no connection is kept unless it
-// is authenticated.
-Status TcpGroup::connect_control(net::Deadline deadline, std::vector<bool>& early) {
+// Mutual TLS with every peer: connect to lower ranks, accept higher ones (each
+// connection opens on its own thread, acceptor.h). A connection that fails the
+// handshake (unknown certificate, not a member, a duplicate) is refused and the
+// wait goes on for the real peer. A higher rank may already send its data
+// connection: it does so only after this rank confirmed its TLS channel, which
+// happens after its link is in links_, so its hello can be opened at once and
+// no connection is kept unless it is authenticated.
+Status TcpGroup::connect_control(Acceptor& acceptor, net::Deadline deadline, std::vector<bool>& early) {
   for (uint32_t peer = 0; peer < rank_; ++peer) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
     TS_ASSIGN_OR_RETURN(net::TlsChannel channel,
@@ -177,29 +179,27 @@ Status TcpGroup::connect_control(net::Deadline deadline, std::vector<bool>& earl
   }
   size_t missing = size_ - 1 - rank_;
   while (missing > 0) {
-    Result<net::Socket> socket = listener_.accept(deadline);
-    if (!socket.ok()) {
-      return socket.status().with_context("[dist] " + rank_text(rank_) + " waiting for " + std::to_string(missing) +
+    Result<Acceptor::Opened> opened = acceptor.next(deadline);
+    if (!opened.ok()) {
+      return opened.status().with_context("[dist] " + rank_text(rank_) + " waiting for " + std::to_string(missing) +
                                           " higher rank(s) to connect");
     }
-    Result<uint8_t> first = socket->peek_byte(deadline);
-    if (!first.ok()) continue;
-    if (*first != kTlsHandshakeRecord) {  // a higher rank already at its data connections
-      if (Status bound = accept_data(std::move(*socket), 0, early); !bound.ok()) refuse(bound.to_string());
+    if (!opened->control) {  // a higher rank already at its data connections
+      if (Status bound = accept_data(*opened, 0, early); !bound.ok()) refuse(bound.to_string());
       continue;
     }
-    Result<net::TlsChannel> channel = net::TlsChannel::server(std::move(*socket), identity_, trust_, deadline);
-    if (!channel.ok()) {
-      refuse(channel.status().to_string());
-      continue;
-    }
-    auto member = std::find(options_.members.begin(), options_.members.end(), channel->peer_name());
+    net::TlsChannel& channel = *opened->control;
+    auto member = std::find(options_.members.begin(), options_.members.end(), channel.peer_name());
     const uint32_t peer = static_cast<uint32_t>(member - options_.members.begin());
     if (member == options_.members.end() || peer <= rank_ || links_[peer]) {
-      refuse("node '" + channel->peer_name() + "' is not a higher rank of this group waiting to connect");
+      refuse("node '" + channel.peer_name() + "' is not a higher rank of this group waiting to connect");
       continue;
     }
-    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(*channel), link_options(), on_failure());
+    if (Status confirmed = channel.confirm(deadline); !confirmed.ok()) {
+      refuse(confirmed.to_string());
+      continue;
+    }
+    links_[peer] = std::make_unique<Link>(rank_, peer, std::move(channel), link_options(), on_failure());
     --missing;
   }
   return {};
@@ -207,7 +207,7 @@ Status TcpGroup::connect_control(net::Deadline deadline, std::vector<bool>& earl
 
 // Data connections of `generation`: connect to lower ranks and send a sealed
 // hello; accept higher ranks and open theirs with the secret of their TLS session.
-Status TcpGroup::connect_data(uint64_t generation, net::Deadline deadline, std::vector<bool> bound) {
+Status TcpGroup::connect_data(Acceptor& acceptor, uint64_t generation, net::Deadline deadline, std::vector<bool> bound) {
   for (uint32_t peer = 0; peer < rank_; ++peer) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
     const auto hello = seal::seal_hello(link(peer).secret(), {rank_, peer, generation, options_.plain});
@@ -216,12 +216,14 @@ Status TcpGroup::connect_data(uint64_t generation, net::Deadline deadline, std::
   }
   size_t missing = size_ - 1 - rank_ - static_cast<size_t>(std::count(bound.begin(), bound.end(), true));
   while (missing > 0) {
-    Result<net::Socket> socket = listener_.accept(deadline);
-    if (!socket.ok()) {
-      return socket.status().with_context("[dist] " + rank_text(rank_) + " generation " + std::to_string(generation) +
+    Result<Acceptor::Opened> opened = acceptor.next(deadline);
+    if (!opened.ok()) {
+      return opened.status().with_context("[dist] " + rank_text(rank_) + " generation " + std::to_string(generation) +
                                           ": waiting for " + std::to_string(missing) + " data connection(s)");
     }
-    Status status = accept_data(std::move(*socket), generation, bound);
+    Status status = opened->control ? Status::invalid_input("TLS client '" + opened->control->peer_name() +
+                                                            "' while every control channel is up")
+                                    : accept_data(*opened, generation, bound);
     if (status.ok()) {
       --missing;
     } else {
@@ -231,17 +233,15 @@ Status TcpGroup::connect_data(uint64_t generation, net::Deadline deadline, std::
   return {};
 }
 
-Status TcpGroup::accept_data(net::Socket socket, uint64_t generation, std::vector<bool>& bound) {
-  std::array<uint8_t, seal::kHelloBytes> bytes;
-  TS_RETURN_IF_ERROR(socket.read_exact(bytes, net::deadline_after(options_.progress_timeout)));
-  TS_ASSIGN_OR_RETURN(seal::Hello hello, seal::peek_hello(bytes));
+Status TcpGroup::accept_data(Acceptor::Opened& opened, uint64_t generation, std::vector<bool>& bound) {
+  TS_ASSIGN_OR_RETURN(seal::Hello hello, seal::peek_hello(opened.hello));
   if (hello.sender <= rank_ || hello.sender >= size_ || !links_[hello.sender] || bound[hello.sender]) {
-    return Status::invalid_input("data hello from " + socket.peer_address() + " names sender rank " +
+    return Status::invalid_input("data hello from " + opened.data.peer_address() + " names sender rank " +
                                  std::to_string(hello.sender) + ", which is not a connected higher rank still to bind");
   }
   const seal::Hello expected{hello.sender, rank_, generation, options_.plain};
-  TS_RETURN_IF_ERROR(seal::open_hello(link(hello.sender).secret(), expected, bytes));
-  link(hello.sender).start_generation(generation, std::move(socket));
+  TS_RETURN_IF_ERROR(seal::open_hello(link(hello.sender).secret(), expected, opened.hello));
+  link(hello.sender).start_generation(generation, std::move(opened.data));
   bound[hello.sender] = true;
   return {};
 }
@@ -491,7 +491,8 @@ Status TcpGroup::rebuild() {
     next_abort_ = Status();
     if (!failure_.ok()) wake_->signal();
   }
-  Status status = connect_data(next, deadline, std::vector<bool>(size_, false));
+  Acceptor acceptor(listener_, identity_, trust_, options_.progress_timeout);
+  Status status = connect_data(acceptor, next, deadline, std::vector<bool>(size_, false));
   return status.ok() ? status : fail(status);
 }
 

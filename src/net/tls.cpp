@@ -249,14 +249,14 @@ struct TlsChannel::Impl {
 
   Status closed_status() const { return Status::disconnected("TLS channel to " + peer_address + " was shut down"); }
 
-  Status handshake(Deadline deadline) {
+  Status handshake(Deadline deadline, int wake_fd) {
     for (;;) {
       ERR_clear_error();
       const int rc = SSL_do_handshake(ssl.get());
       if (rc == 1) return {};
       const int error = SSL_get_error(ssl.get(), rc);
       if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
-        Status waited = wait(error, deadline, -1);
+        Status waited = wait(error, deadline, wake_fd);
         if (!waited.ok()) return waited.with_context("TLS handshake");
         continue;
       }
@@ -384,7 +384,7 @@ Result<TlsChannel> TlsChannel::client(Socket socket, const Identity& self, const
   }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl,
                       Impl::start(Role::kClient, std::move(socket), self, trust, expected_peer));
-  TS_RETURN_IF_ERROR(impl->handshake(deadline));
+  TS_RETURN_IF_ERROR(impl->handshake(deadline, -1));
   TS_RETURN_IF_ERROR(impl->finish());
   uint8_t accepted = 0;
   Status confirmed = impl->read_exact({&accepted, 1}, deadline, -1);
@@ -399,13 +399,17 @@ Result<TlsChannel> TlsChannel::client(Socket socket, const Identity& self, const
   return TlsChannel(std::move(impl));
 }
 
-Result<TlsChannel> TlsChannel::server(Socket socket, const Identity& self, const TrustFile& trust, Deadline deadline) {
+Result<TlsChannel> TlsChannel::server(Socket socket, const Identity& self, const TrustFile& trust, Deadline deadline,
+                                      int wake_fd) {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::start(Role::kServer, std::move(socket), self, trust, ""));
-  TS_RETURN_IF_ERROR(impl->handshake(deadline));
+  TS_RETURN_IF_ERROR(impl->handshake(deadline, wake_fd));
   TS_RETURN_IF_ERROR(impl->finish());
-  const uint8_t accepted = kAccepted;
-  TS_RETURN_IF_ERROR(impl->write_all({&accepted, 1}, deadline, -1));
   return TlsChannel(std::move(impl));
+}
+
+Status TlsChannel::confirm(Deadline deadline) {
+  const uint8_t accepted = kAccepted;
+  return write_all({&accepted, 1}, deadline);
 }
 
 TlsChannel::TlsChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

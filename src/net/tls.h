@@ -8,8 +8,11 @@
 // from it is ever read. A client learns that the server accepted it before
 // client() returns: in TLS 1.3 the client finishes its handshake before the
 // server has judged its certificate, so the server confirms with one byte of
-// its own right after its handshake (kAccepted below) and the client waits for
-// it. A refused client therefore fails in client(), not at its first read.
+// its own (confirm(), kAccepted below) and the client waits for it. A refused
+// client therefore fails in client(), not at its first read. The server may
+// record the peer between server() and confirm(), so that nothing the client
+// does after client() can overtake that record (a group binds a rank's link
+// before the rank may open its data connection).
 //
 // TLS 1.3 only, no session tickets, no resumption: every connection proves both
 // identities afresh. export_secret() gives keys bound to this one session (RFC
@@ -44,8 +47,12 @@ class TlsChannel {
   static Result<TlsChannel> client(Socket socket, const Identity& self, const TrustFile& trust,
                                    const std::string& expected_peer, Deadline deadline);
   // Accepts a TLS client over an accepted socket. Requires a certificate of any
-  // node of the trust file; peer_name() says which.
-  static Result<TlsChannel> server(Socket socket, const Identity& self, const TrustFile& trust, Deadline deadline);
+  // node of the trust file; peer_name() says which. The client waits until the
+  // server calls confirm(); a server that refuses the peer drops the channel.
+  static Result<TlsChannel> server(Socket socket, const Identity& self, const TrustFile& trust, Deadline deadline,
+                                   int wake_fd = -1);
+  // Server side, once, after server(): lets the client's client() return.
+  Status confirm(Deadline deadline);
 
   TlsChannel(TlsChannel&& other) noexcept;
   TlsChannel& operator=(TlsChannel&& other) noexcept;

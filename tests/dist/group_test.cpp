@@ -1,8 +1,9 @@
 // Group in one process: the size-1 group, argument checks, and a TcpGroup whose
 // ranks are threads on loopback: an unknown node is refused at the handshake
 // while the real members still form the group, and so are data connections
-// whose hello names no higher rank; a rank that disappears fails
-// every other rank at once; a silent rank fails them after the progress timeout.
+// whose hello names no higher rank, and connections that stay silent; a rank
+// that disappears fails every other rank at once; a silent rank fails them after
+// the progress timeout.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -141,6 +142,34 @@ TEST(TcpGroup, DataHellosNamingNoConnectedHigherRankAreRefusedAtOnceAndTheMember
   thread.join();
   ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
   ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
+  expect_sum_of_two(**rank0, *rank1);
+}
+
+// Connections that open nothing (silent, a TLS record cut short, half a data
+// hello) reach rank 0's listener before rank 1. Each holds only its own opening
+// (dist/acceptor.h), so rank 1 is taken at once and the group forms long before
+// those openings time out (1.5 s each). Fails when connections are opened one
+// at a time: rank 0 then waits out all three first (checked).
+TEST(TcpGroup, SilentConnectionsHoldOnlyThemselvesAndTheMembersStillConnect) {
+  ThreadCluster cluster(2, 0);
+  std::optional<Result<Group>> rank0;
+  std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
+  const std::vector<std::vector<uint8_t>> openings = {{}, {0x16, 0x03}, {'T', 'S', 'H', 0, 1}};
+  std::vector<net::Socket> stalled;
+  for (const std::vector<uint8_t>& bytes : openings) {
+    Result<net::Socket> socket = connect_to_rank0(cluster);
+    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
+    ASSERT_TRUE(socket->write_all(bytes, net::deadline_after(milliseconds(1000))).ok());
+    stalled.push_back(std::move(*socket));
+  }
+  std::this_thread::sleep_for(milliseconds(100));  // rank 0 has accepted them
+  const auto start = std::chrono::steady_clock::now();
+  Result<Group> rank1 = cluster.connect(1);
+  thread.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
+  ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
+  EXPECT_LT(seconds, 3.0);  // one at a time: at least 3 x 1.5 s
   expect_sum_of_two(**rank0, *rank1);
 }
 

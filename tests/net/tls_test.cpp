@@ -79,7 +79,11 @@ class TestServer {
         result_.emplace(socket.status());
         return;
       }
-      result_.emplace(TlsChannel::server(std::move(socket).value(), self, trust, deadline));
+      Result<TlsChannel> channel = TlsChannel::server(std::move(socket).value(), self, trust, deadline);
+      if (channel.ok()) {
+        if (Status confirmed = channel->confirm(deadline); !confirmed.ok()) channel = confirmed;
+      }
+      result_.emplace(std::move(channel));
     });
   }
   ~TestServer() {
@@ -397,6 +401,66 @@ TEST(TlsTest, HandshakeWithASilentClientHitsItsDeadline) {
   ASSERT_FALSE(server.result().ok());
   EXPECT_EQ(server.result().status().kind(), ErrorKind::kDisconnected);
   EXPECT_TRUE(contains(server.result().status(), "timed out")) << server.result().status().message();
+}
+
+// What the server records between server() and confirm() is there before the
+// client's client() returns: the client waits for the confirmation, and a server
+// that drops the channel instead refuses the client (fails if server() confirms
+// by itself: the client returns before the record; checked).
+TEST(TlsTest, ClientReturnsOnlyAfterTheServerConfirms) {
+  TempDir dir;
+  Identity server_id = make_identity(dir.path(), "server-node");
+  Identity client_id = make_identity(dir.path(), "client-node");
+  TrustFile trust = fingerprint_trust({&server_id, &client_id});
+  Result<Listener> listener = Listener::bind({"127.0.0.1", 0});
+  ASSERT_TRUE(listener.ok());
+  std::atomic<bool> recorded{false};
+  std::thread server([&] {
+    for (bool confirm : {true, false}) {
+      const Deadline deadline = deadline_after(milliseconds(5000));
+      Result<Socket> socket = listener->accept(deadline);
+      ASSERT_TRUE(socket.ok());
+      Result<TlsChannel> channel = TlsChannel::server(std::move(*socket), server_id, trust, deadline);
+      ASSERT_TRUE(channel.ok()) << channel.status().to_string();
+      std::this_thread::sleep_for(milliseconds(200));
+      recorded = true;
+      if (confirm) {
+        EXPECT_TRUE(channel->confirm(deadline).ok());
+      }
+    }
+  });
+  Result<TlsChannel> accepted = connect_client(listener->port(), client_id, trust, "server-node");
+  ASSERT_TRUE(accepted.ok()) << accepted.status().to_string();
+  EXPECT_TRUE(recorded);
+  recorded = false;
+  Result<TlsChannel> dropped = connect_client(listener->port(), client_id, trust, "server-node");
+  server.join();
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_TRUE(contains(dropped.status(), "did not accept this node")) << dropped.status().message();
+}
+
+TEST(TlsTest, WakeFdInterruptsAServerHandshake) {
+  TempDir dir;
+  Identity server_id = make_identity(dir.path(), "server-node");
+  TrustFile trust = fingerprint_trust({&server_id});
+  Result<Listener> listener = Listener::bind({"127.0.0.1", 0});
+  ASSERT_TRUE(listener.ok());
+  Result<Socket> silent = Socket::connect({"127.0.0.1", listener->port()}, deadline_after(milliseconds(2000)));
+  ASSERT_TRUE(silent.ok());
+  Result<Socket> accepted = listener->accept(deadline_after(milliseconds(2000)));
+  ASSERT_TRUE(accepted.ok());
+  WakeFd wake;
+  std::thread waker([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    wake.signal();
+  });
+  const auto start = Clock::now();
+  Result<TlsChannel> server =
+      TlsChannel::server(std::move(*accepted), server_id, trust, deadline_after(milliseconds(5000)), wake.fd());
+  waker.join();
+  ASSERT_FALSE(server.ok());
+  EXPECT_TRUE(contains(server.status(), "interrupted")) << server.status().message();
+  EXPECT_LT(Clock::now() - start, milliseconds(3000));
 }
 
 struct ChannelPair {
