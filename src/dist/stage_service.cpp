@@ -201,6 +201,11 @@ Status StageService::run() {
       c.thread.join();
       return true;
     });
+    if (s.connections.size() >= s.options.max_connections) {
+      std::fprintf(stderr, "[stage %s] refused %s: %zu connections open (max_connections)\n",
+                   s.options.identity.name.c_str(), socket->peer_address().c_str(), s.connections.size());
+      continue;  // closes it
+    }
     auto done = std::make_shared<std::atomic<bool>>(false);
     s.connections.push_back({std::thread([&s, done, socket = std::move(*socket)]() mutable {
                                s.serve_connection(std::move(socket));
@@ -216,11 +221,13 @@ void StageService::State::serve_connection(net::Socket socket) {
   Result<uint8_t> first = socket.peek_byte(net::deadline_after(options.timeout), stopping.fd());
   if (!first.ok()) return;
   if (*first == seal::kHelloMagic[0]) return serve_plain_data(std::move(socket));
+  const net::Deadline deadline = net::deadline_after(options.timeout);
   Result<net::TlsChannel> tls =
-      net::TlsChannel::server(std::move(socket), options.identity, options.trust, net::deadline_after(options.timeout));
-  if (!tls.ok()) {
+      net::TlsChannel::server(std::move(socket), options.identity, options.trust, deadline, stopping.fd());
+  const Status accepted = tls.ok() ? tls->confirm(deadline) : tls.status();
+  if (!accepted.ok()) {
     std::fprintf(stderr, "[stage %s] refused %s: %s\n", options.identity.name.c_str(), address.c_str(),
-                 tls.status().to_string().c_str());
+                 accepted.to_string().c_str());
     return;
   }
   auto channel = std::make_shared<FrameChannel>(std::move(*tls), options.timeout);

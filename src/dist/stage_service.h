@@ -44,6 +44,9 @@ struct StageOptions {
   // the memory available when they are announced.
   uint64_t max_weight_bytes = 0;
   std::filesystem::path work_dir = std::filesystem::temp_directory_path();  // shipped checkpoints go here
+  // Connections served at once (each has a thread, authenticated or not yet);
+  // a connection beyond it is closed at once, so a flood cannot exhaust threads.
+  size_t max_connections = 256;
 };
 
 class StageService {

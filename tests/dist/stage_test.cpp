@@ -28,7 +28,7 @@ constexpr uint64_t kSession = 77;
 
 class StageHarness {
  public:
-  StageHarness() {
+  explicit StageHarness(size_t max_connections = 256) {
     dir_ = std::filesystem::path(::testing::TempDir()) / ("stage_test_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     port_ = *net::free_loopback_port();
@@ -39,7 +39,8 @@ class StageHarness {
                     .ok());
     trust_ = *net::read_trust_file(dir_ / "trust.json");
     StageOptions options{*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)), identity("stage"), trust_, 1,
-                         milliseconds(2000), /*max_weight_bytes=*/1 << 20, std::filesystem::temp_directory_path()};
+                         milliseconds(2000), /*max_weight_bytes=*/1 << 20, std::filesystem::temp_directory_path(),
+                         max_connections};
     service_ = std::make_unique<StageService>(std::move(options));
     EXPECT_TRUE(service_->bind().ok());
     thread_ = std::thread([this] { (void)service_->run(); });
@@ -52,9 +53,12 @@ class StageHarness {
   }
   net::Identity identity(const std::string& name) { return *net::load_identity(dir_ / name); }
   const net::TrustFile& trust() const { return trust_; }
+  Result<net::Socket> connect_tcp() {
+    return net::Socket::connect_retrying(*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
+                                         net::deadline_after(milliseconds(5000)));
+  }
   Result<std::unique_ptr<FrameChannel>> connect(const std::string& as) {
-    TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect_retrying(*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
-                                                                          net::deadline_after(milliseconds(5000))));
+    TS_ASSIGN_OR_RETURN(net::Socket socket, connect_tcp());
     TS_ASSIGN_OR_RETURN(net::TlsChannel tls, net::TlsChannel::client(std::move(socket), identity(as), trust_, "stage",
                                                                      net::deadline_after(milliseconds(5000))));
     return std::make_unique<FrameChannel>(std::move(tls));
@@ -312,6 +316,30 @@ TEST(StageService, CancelFreesTheRequestsKvCache) {
   for (int i = 0; i < 100 && status()->requests != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(status()->requests, 0u);
   EXPECT_EQ(status()->kv_bytes, 0u);
+}
+
+// Connections that say nothing hold their threads until the stage's timeout
+// (2 s here); beyond max_connections (3 here) a connection is closed at once,
+// and once the silent ones are gone the stage serves again (fails without the
+// max_connections check: the fourth connection is held, its read times out;
+// checked).
+TEST(StageService, ClosesConnectionsBeyondItsMaximumAndServesAgainWhenTheyEnd) {
+  StageHarness stage(3);
+  std::vector<net::Socket> silent;
+  for (int i = 0; i < 3; ++i) {
+    Result<net::Socket> socket = stage.connect_tcp();
+    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
+    silent.push_back(std::move(*socket));
+  }
+  std::this_thread::sleep_for(milliseconds(100));  // the stage has accepted them
+  Result<net::Socket> extra = stage.connect_tcp();
+  ASSERT_TRUE(extra.ok()) << extra.status().to_string();
+  std::array<uint8_t, 1> byte;
+  const Status read = extra->read_exact(byte, net::deadline_after(milliseconds(1000)));
+  EXPECT_NE(read.message().find("closed the connection"), std::string::npos) << read.to_string();
+  silent.clear();
+  std::this_thread::sleep_for(milliseconds(100));  // their threads see the close and end
+  EXPECT_TRUE(probe_stage(stage.identity("coordinator"), stage.trust(), "stage", milliseconds(5000)).ok());
 }
 
 TEST(StageService, RefusesAnUnknownNodeAtTheHandshake) {
