@@ -7,6 +7,10 @@
 //                          with memcpy of the same bytes into the same buffer;
 //                          (one iteration = one batch of about 4 MiB); counters:
 //                          decode_GBps, memcpy_GBps, ratio = decode / memcpy speed
+//   BM_FloorVsMemcpy       the same, with the decoder replaced by the least any
+//                          complete check can do: a straight-line comparison of
+//                          every field of this one frame layout against constants,
+//                          no error reporting (not a decoder: a floor, docs/benchmarks.md)
 // Run: build/bin/wire_bench  (single-threaded)
 #include <benchmark/benchmark.h>
 
@@ -19,6 +23,7 @@
 #include "core/check.h"
 #include "wire/frame.h"
 #include "wire/limits.h"
+#include "wire/byte_io.h"
 #include "wire/tensor_codec.h"
 
 namespace {
@@ -84,7 +89,30 @@ void BM_CheckFrame(benchmark::State& state) {
   state.counters["frame_bytes"] = static_cast<double>(state.range(0));
 }
 
-void BM_DecodeCopyVsMemcpy(benchmark::State& state) {
+// The floor: every prefix and header field of an unflagged f32 [tokens, 1024]
+// frame compared with what the receiver expects, then the copy. Nothing else.
+[[gnu::noinline]] bool floor_check_copy(Fixture& f) {
+  const std::span<const uint8_t> b = f.frame;
+  constexpr size_t kHeader = kTensorHeaderFixedBytes + 2 * 8;
+  if (b.size() < kFramePrefixBytes + kHeader) return false;
+  const uint64_t payload = get_u64(b, 24);
+  const uint64_t tokens = get_u64(b, 56);
+  uint64_t decoded = 0;
+  if (get_u32(b, 0) != 0x46575354 /* "TSWF" */ || get_u16(b, 4) != kProtocolMajor || get_u32(b, 8) != 1 ||
+      get_u32(b, 12) != kHeader || payload > f.limits.frame.max_payload_bytes ||
+      b.size() != kFramePrefixBytes + kHeader + payload || get_u8(b, 32) != 1 || get_u8(b, 33) != 0 ||
+      get_u16(b, 34) != 0 || get_u32(b, 36) != 2 || tokens < 1 || tokens > kMaxTokensPerFrame ||
+      get_u64(b, 64) != kHidden || !checked_mul(tokens * kHidden, 4, &decoded) || get_u64(b, 40) != decoded ||
+      get_u64(b, 48) != decoded || payload != decoded || decoded != f.out.size()) {
+    return false;
+  }
+  std::memcpy(f.out.data(), b.data() + kFramePrefixBytes + kHeader, decoded);
+  return true;
+}
+
+// Times `decode(f)` against memcpy of the frame's payload into the same buffer.
+template <typename Decode>
+void time_against_memcpy(benchmark::State& state, Decode decode) {
   Fixture& f = fixture(state.range(0));
   const std::span<const uint8_t> payload = check(f);
   const size_t n = payload.size();
@@ -106,7 +134,7 @@ void BM_DecodeCopyVsMemcpy(benchmark::State& state) {
     auto run_decode = [&] {
       const auto t0 = Clock::now();
       for (size_t r = 0; r < reps; ++r) {
-        decode_copy(f);
+        decode(f);
         benchmark::ClobberMemory();
       }
       return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -133,12 +161,19 @@ void BM_DecodeCopyVsMemcpy(benchmark::State& state) {
   state.counters["ratio"] = memcpy_s / decode_s;
 }
 
+void BM_DecodeCopyVsMemcpy(benchmark::State& state) { time_against_memcpy(state, decode_copy); }
+
+void BM_FloorVsMemcpy(benchmark::State& state) {
+  time_against_memcpy(state, [](Fixture& f) { TS_CHECK(floor_check_copy(f)); });
+}
+
 constexpr int64_t k4K = 4 << 10;
 constexpr int64_t k1M = 1 << 20;
 constexpr int64_t k64M = 64 << 20;
 
 BENCHMARK(BM_CheckFrame)->Arg(k4K)->Arg(k1M)->Arg(k64M);
 BENCHMARK(BM_DecodeCopyVsMemcpy)->Arg(k4K)->Arg(k1M)->Arg(k64M)->UseManualTime()->MinTime(1.0);
+BENCHMARK(BM_FloorVsMemcpy)->Arg(k4K)->UseManualTime()->MinTime(1.0);
 
 }  // namespace
 
