@@ -24,54 +24,107 @@ Status Forward::check_room(int64_t tokens, const KvCache& cache) const {
   return {};
 }
 
-Result<std::vector<float>> Forward::run_ids(std::span<const int32_t> ids, KvCache& cache, Logits logits) {
-  TS_CHECK(model_.has_entry(), "run_ids on a range starting at layer ", model_.range().begin);
-  const auto tokens = static_cast<int64_t>(ids.size());
-  TS_RETURN_IF_ERROR(check_room(tokens, cache));
+Status Forward::check_ids(std::span<const int32_t> ids) const {
+  TS_CHECK(model_.has_entry(), "token ids on a range starting at layer ", model_.range().begin);
   const int64_t vocab = model_.config().vocab_size;
   for (const int32_t id : ids)
     if (id < 0 || id >= vocab)
       return Status::invalid_input("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                    std::to_string(vocab) + ")");
-  x_.resize(static_cast<size_t>(tokens * model_.config().hidden_size));
-  device_.embed(model_.weights().embed, ids, x_.data());
-  return run_layers(tokens, cache, logits);
+  return {};
 }
 
-Result<std::vector<float>> Forward::run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits) {
-  TS_CHECK(!model_.has_entry(), "run_hidden on a range starting at layer 0");
+Result<int64_t> Forward::hidden_rows(std::span<const float> hidden) const {
+  TS_CHECK(!model_.has_entry(), "hidden states on a range starting at layer 0");
   const int64_t h = model_.config().hidden_size;
   if (hidden.size() % static_cast<size_t>(h) != 0)
     return Status::invalid_input("hidden states of " + std::to_string(hidden.size()) +
                                  " values are not a multiple of hidden_size " + std::to_string(h));
-  const auto tokens = static_cast<int64_t>(hidden.size()) / h;
-  TS_RETURN_IF_ERROR(check_room(tokens, cache));
-  x_.assign(hidden.begin(), hidden.end());
-  return run_layers(tokens, cache, logits);
+  return static_cast<int64_t>(hidden.size()) / h;
 }
 
-std::vector<float> Forward::run_layers(int64_t tokens, KvCache& cache, Logits logits) {
+Status Forward::check_step(std::span<KvCache* const> caches, size_t rows) const {
+  if (rows == 0) return Status::invalid_input("no tokens to run");
+  if (caches.size() != rows)
+    return Status::invalid_input(std::to_string(rows) + " tokens for " + std::to_string(caches.size()) + " sequences");
+  for (size_t i = 0; i < caches.size(); ++i) {
+    TS_RETURN_IF_ERROR(check_room(1, *caches[i]));
+    for (size_t j = 0; j < i; ++j)
+      if (caches[j] == caches[i]) return Status::invalid_input("one sequence twice in a step");
+  }
+  return {};
+}
+
+Result<std::vector<float>> Forward::run_ids(std::span<const int32_t> ids, KvCache& cache, Logits logits) {
+  const auto tokens = static_cast<int64_t>(ids.size());
+  TS_RETURN_IF_ERROR(check_ids(ids));
+  TS_RETURN_IF_ERROR(check_room(tokens, cache));
+  x_.resize(static_cast<size_t>(tokens * model_.config().hidden_size));
+  device_.embed(model_.weights().embed, ids, x_.data());
+  const Segment segment{&cache, tokens};
+  return run_layers({&segment, 1}, logits);
+}
+
+Result<std::vector<float>> Forward::run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits) {
+  TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
+  TS_RETURN_IF_ERROR(check_room(tokens, cache));
+  x_.assign(hidden.begin(), hidden.end());
+  const Segment segment{&cache, tokens};
+  return run_layers({&segment, 1}, logits);
+}
+
+Result<std::vector<float>> Forward::step_ids(std::span<const int32_t> ids, std::span<KvCache* const> caches) {
+  TS_RETURN_IF_ERROR(check_ids(ids));
+  TS_RETURN_IF_ERROR(check_step(caches, ids.size()));
+  x_.resize(ids.size() * static_cast<size_t>(model_.config().hidden_size));
+  device_.embed(model_.weights().embed, ids, x_.data());
+  std::vector<Segment> segments;
+  for (KvCache* cache : caches) segments.push_back({cache, 1});
+  return run_layers(segments, Logits::kLast);
+}
+
+Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, std::span<KvCache* const> caches) {
+  TS_ASSIGN_OR_RETURN(const int64_t rows, hidden_rows(hidden));
+  TS_RETURN_IF_ERROR(check_step(caches, static_cast<size_t>(rows)));
+  x_.assign(hidden.begin(), hidden.end());
+  std::vector<Segment> segments;
+  for (KvCache* cache : caches) segments.push_back({cache, 1});
+  return run_layers(segments, Logits::kLast);
+}
+
+std::vector<float> Forward::run_layers(std::span<const Segment> segments, Logits logits) {
   const ModelConfig& c = model_.config();
-  for (size_t i = 0; i < model_.weights().layers.size(); ++i) run_layer(i, tokens, cache);
-  cache.set_length(cache.length() + tokens);
+  const int64_t h = c.hidden_size;
+  int64_t rows = 0;
+  for (const Segment& segment : segments) rows += segment.tokens;
+  for (size_t i = 0; i < model_.weights().layers.size(); ++i) run_layer(i, segments, rows);
+  for (const Segment& segment : segments) segment.cache->set_length(segment.cache->length() + segment.tokens);
   if (!model_.has_exit()) return x_;
 
-  const int64_t h = c.hidden_size;
-  const int64_t rows = logits == Logits::kAll ? tokens : 1;
-  const float* last = x_.data() + (tokens - rows) * h;
+  // The rows that get logits: all of them, or the last of each segment.
+  std::vector<float> picked;
+  const float* in = x_.data();
+  if (logits == Logits::kLast) {
+    int64_t end = 0;
+    for (const Segment& segment : segments) {
+      end += segment.tokens;
+      picked.insert(picked.end(), x_.begin() + (end - 1) * h, x_.begin() + end * h);
+    }
+    rows = static_cast<int64_t>(segments.size());
+    in = picked.data();
+  }
   norm_.resize(static_cast<size_t>(rows * h));
-  device_.rms_norm(last, rows, h, model_.weights().final_norm, static_cast<float>(c.rms_norm_eps), norm_.data());
+  device_.rms_norm(in, rows, h, model_.weights().final_norm, static_cast<float>(c.rms_norm_eps), norm_.data());
   std::vector<float> out(static_cast<size_t>(rows * c.vocab_size));  // f32 [rows, vocab]
   device_.matmul(norm_.data(), rows, model_.weights().lm_head, {}, out.data());
   return out;
 }
 
-void Forward::run_layer(size_t index, int64_t tokens, KvCache& cache) {
+void Forward::run_layer(size_t index, std::span<const Segment> segments, int64_t tokens) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[index];
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int64_t h = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-  const int64_t pos0 = cache.length();
   const auto n = [](int64_t count) { return static_cast<size_t>(count); };
 
   // Attention block. Shapes: norm_ f32 [tokens, h], q_ [tokens, heads, hd], k_/v_ [tokens, kv_heads, hd].
@@ -89,23 +142,33 @@ void Forward::run_layer(size_t index, int64_t tokens, KvCache& cache) {
     device_.rms_norm(q_.data(), tokens * heads, hd, w.q_norm, eps, q_.data());
     device_.rms_norm(k_.data(), tokens * kv_heads, hd, w.k_norm, eps, k_.data());
   }
-  device_.rope(q_.data(), tokens, heads, hd, pos0, inv_freq_);
-  device_.rope(k_.data(), tokens, kv_heads, hd, pos0, inv_freq_);
+  // Positions, the KV cache and attention belong to each sequence.
   const auto layer = static_cast<int64_t>(index);
-  const size_t kv_row = n(kv_heads * hd);
-  std::memcpy(cache.keys(layer) + n(pos0) * kv_row, k_.data(), k_.size() * sizeof(float));
-  std::memcpy(cache.values(layer) + n(pos0) * kv_row, v_.data(), v_.size() * sizeof(float));
-  device_.attention(AttentionArgs{.q = q_.data(),
-                                  .k_cache = cache.keys(layer),
-                                  .v_cache = cache.values(layer),
-                                  .out = attn_.data(),
-                                  .tokens = tokens,
-                                  .pos0 = pos0,
-                                  .n_heads = heads,
-                                  .n_kv_heads = kv_heads,
-                                  .head_dim = hd,
-                                  .sliding_window = model_.arch().sliding_window,
-                                  .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+  const size_t q_row = n(heads * hd), kv_row = n(kv_heads * hd);
+  size_t row = 0;
+  for (const Segment& segment : segments) {
+    KvCache& cache = *segment.cache;
+    const int64_t pos0 = cache.length();
+    float* q = q_.data() + row * q_row;
+    float* k = k_.data() + row * kv_row;
+    float* v = v_.data() + row * kv_row;
+    device_.rope(q, segment.tokens, heads, hd, pos0, inv_freq_);
+    device_.rope(k, segment.tokens, kv_heads, hd, pos0, inv_freq_);
+    std::memcpy(cache.keys(layer) + n(pos0) * kv_row, k, n(segment.tokens) * kv_row * sizeof(float));
+    std::memcpy(cache.values(layer) + n(pos0) * kv_row, v, n(segment.tokens) * kv_row * sizeof(float));
+    device_.attention(AttentionArgs{.q = q,
+                                    .k_cache = cache.keys(layer),
+                                    .v_cache = cache.values(layer),
+                                    .out = attn_.data() + row * q_row,
+                                    .tokens = segment.tokens,
+                                    .pos0 = pos0,
+                                    .n_heads = heads,
+                                    .n_kv_heads = kv_heads,
+                                    .head_dim = hd,
+                                    .sliding_window = model_.arch().sliding_window,
+                                    .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
+    row += n(segment.tokens);
+  }
   device_.matmul(attn_.data(), tokens, w.wo, w.bo, proj_.data());
   device_.add(proj_.data(), tokens * h, x_.data());
 

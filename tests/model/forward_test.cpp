@@ -1,6 +1,7 @@
 // The layer-range seam every pipeline stage uses: [0, k) then [k, L) with the
-// hidden states handed over gives bitwise the logits of [0, L); and the errors a
-// caller of Forward and Model::load can meet.
+// hidden states handed over gives bitwise the logits of [0, L); sequences stepped
+// together get bitwise what each gets alone; and the errors a caller of Forward
+// and Model::load can meet.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -55,6 +56,69 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
                          ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
+// Three sequences of different lengths stepped together (step_ids, and
+// step_hidden on the second half of a split) get bitwise the logits each gets
+// stepped alone, token after token.
+class BatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
+  const auto ref = load_reference(GetParam());
+  auto whole = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const int64_t layers = whole->config().num_hidden_layers;
+  auto head = Model::load(fixture_dir(GetParam()), LayerRange{0, layers / 2});
+  auto tail = Model::load(fixture_dir(GetParam()), LayerRange{layers / 2, layers});
+  ASSERT_TRUE(head.ok() && tail.ok());
+  auto device = make_cpu_device(2);
+  Forward alone(*whole, *device), together(*whole, *device), first(*head, *device), second(*tail, *device);
+  const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size());
+  constexpr size_t kSequences = 3;
+  std::vector<KvCache> alone_caches, together_caches, first_caches, second_caches;
+  for (size_t s = 0; s < kSequences; ++s) {
+    // Sequence s: the prompt without its last s tokens, prefilled in one call.
+    const std::span<const int32_t> prompt(ref.prompt_ids.data(), ref.prompt_ids.size() - s);
+    alone_caches.push_back(alone.make_cache(capacity));
+    together_caches.push_back(together.make_cache(capacity));
+    first_caches.push_back(first.make_cache(capacity));
+    second_caches.push_back(second.make_cache(capacity));
+    ASSERT_TRUE(alone.run_ids(prompt, alone_caches[s]).ok());
+    ASSERT_TRUE(together.run_ids(prompt, together_caches[s]).ok());
+    auto hidden = first.run_ids(prompt, first_caches[s]);
+    ASSERT_TRUE(hidden.ok());
+    ASSERT_TRUE(second.run_hidden(*hidden, second_caches[s]).ok());
+  }
+  std::vector<KvCache*> together_ptrs, first_ptrs, second_ptrs;
+  for (size_t s = 0; s < kSequences; ++s) {
+    together_ptrs.push_back(&together_caches[s]);
+    first_ptrs.push_back(&first_caches[s]);
+    second_ptrs.push_back(&second_caches[s]);
+  }
+  const size_t vocab = static_cast<size_t>(whole->config().vocab_size);
+  for (size_t step = 0; step < std::min<size_t>(ref.greedy_ids.size(), 4); ++step) {
+    std::vector<int32_t> ids;  // each sequence gets a different token
+    for (size_t s = 0; s < kSequences; ++s) ids.push_back(ref.greedy_ids[(step + s) % ref.greedy_ids.size()]);
+    auto batched = together.step_ids(ids, together_ptrs);
+    ASSERT_TRUE(batched.ok()) << batched.status().to_string();
+    auto hidden = first.step_ids(ids, first_ptrs);
+    ASSERT_TRUE(hidden.ok()) << hidden.status().to_string();
+    auto split = second.step_hidden(*hidden, second_ptrs);
+    ASSERT_TRUE(split.ok()) << split.status().to_string();
+    ASSERT_EQ(batched->size(), kSequences * vocab);
+    for (size_t s = 0; s < kSequences; ++s) {
+      auto expected = alone.run_ids({&ids[s], 1}, alone_caches[s]);
+      ASSERT_TRUE(expected.ok());
+      const std::vector<float> row(batched->begin() + s * vocab, batched->begin() + (s + 1) * vocab);
+      const std::vector<float> split_row(split->begin() + s * vocab, split->begin() + (s + 1) * vocab);
+      EXPECT_EQ(row, *expected) << "sequence " << s << " step " << step;
+      EXPECT_EQ(split_row, *expected) << "split, sequence " << s << " step " << step;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest,
+                         ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
+                         [](const auto& info) { return testing::test_name(info.param); });
+
 class ForwardErrorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -94,6 +158,35 @@ TEST_F(ForwardErrorTest, RefusesHiddenStatesOfWrongWidth) {
   KvCache cache = forward.make_cache(4);
   const std::vector<float> hidden(65, 0.0f);
   EXPECT_EQ(forward.run_hidden(hidden, cache).status().kind(), ErrorKind::kInvalidInput);
+}
+
+// A step that any one sequence cannot take is refused whole, before any cache
+// changes: a token outside the vocabulary, a full cache, the same sequence
+// twice, a count that does not match.
+TEST_F(ForwardErrorTest, RefusedStepLeavesEveryCacheAsItWas) {
+  Forward forward(*model_, *device_);
+  KvCache a = forward.make_cache(4), b = forward.make_cache(1), full = forward.make_cache(1);
+  ASSERT_TRUE(forward.run_ids(std::vector<int32_t>{3}, full).ok());
+  const auto vocab = static_cast<int32_t>(model_->config().vocab_size);
+  const std::vector<KvCache*> ab = {&a, &b}, a_full = {&a, &full}, aa = {&a, &a};
+  const struct {
+    std::vector<int32_t> ids;
+    std::vector<KvCache*> caches;
+    std::string error;
+  } cases[] = {{{1, vocab}, ab, "token id 512"},
+               {{1, 2}, a_full, "capacity of 1"},
+               {{1, 2}, aa, "one sequence twice"},
+               {{1}, ab, "1 tokens for 2 sequences"},
+               {{}, {}, "no tokens"}};
+  for (const auto& c : cases) {
+    auto result = forward.step_ids(c.ids, c.caches);
+    ASSERT_FALSE(result.ok()) << c.error;
+    EXPECT_EQ(result.status().kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(result.status().message().find(c.error), std::string::npos) << result.status().message();
+    EXPECT_EQ(a.length(), 0);
+    EXPECT_EQ(b.length(), 0);
+    EXPECT_EQ(full.length(), 1);
+  }
 }
 
 TEST(ModelLoadTest, RefusesLayerRangeOutsideModel) {
