@@ -25,7 +25,8 @@ Status probe(const ProbeOptions& o) {
   const nlohmann::json out = {{"stage", o.stage},
                               {"free_bytes", status.free_bytes},
                               {"requests", status.requests},
-                              {"kv_bytes", status.kv_bytes}};
+                              {"kv_bytes", status.kv_bytes},
+                              {"largest_step", status.largest_step}};
   std::printf("%s\n", out.dump().c_str());
   return {};
 }

@@ -110,6 +110,7 @@ Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustF
   TS_ASSIGN_OR_RETURN(status.free_bytes, field<uint64_t>(reply, "free_bytes"));
   TS_ASSIGN_OR_RETURN(status.requests, field<uint64_t>(reply, "requests"));
   TS_ASSIGN_OR_RETURN(status.kv_bytes, field<uint64_t>(reply, "kv_bytes"));
+  TS_ASSIGN_OR_RETURN(status.largest_step, field<uint64_t>(reply, "largest_step"));
   return status;
 }
 

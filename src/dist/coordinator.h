@@ -54,6 +54,7 @@ struct StageStatus {
   uint64_t free_bytes = 0;
   uint64_t requests = 0;
   uint64_t kv_bytes = 0;
+  uint64_t largest_step = 0;  // most requests the stage stepped in one forward pass this session
 };
 Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustFile& trust, const std::string& stage,
                                 std::chrono::milliseconds timeout);

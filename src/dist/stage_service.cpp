@@ -46,6 +46,9 @@ struct Work {
 
 wire::FrameLimits control_limits() { return {0, kMaxControlBytes}; }
 
+// The most requests one forward pass steps together (State::take_step).
+constexpr size_t kMaxStep = 64;
+
 // MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 uint64_t available_memory_bytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -111,7 +114,21 @@ struct StageService::State {
   void serve_upstream(FrameChannel& channel, const json& hello);
   void inference_loop();
   Status setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel);
+  // `first` and the one-token steps of other requests queued right behind it
+  // (same session and kind), taken off the queue; stops at the first that cannot
+  // join, so nothing is reordered. Under mutex.
+  std::vector<Work> take_step(Work first);
+  // Runs the works of take_step in one forward pass: the weights are read once
+  // for all of them, and each request gets bitwise what it gets alone. A step
+  // refused as a whole (which changes nothing) runs request by request, so each
+  // gets its own error.
+  void run_step(std::vector<Work>& step);
   void run_request(Work& work);
+  KvCache& cache_for(uint64_t request);
+  // Sends a request's output on: a sampled token or logits to the coordinator
+  // (last stage), else hidden states to the next stage.
+  void deliver(Work& work, std::span<float> out);
+  void fail_request(uint64_t request, const Status& status);
 
   const StageOptions options;
   net::Listener listener;
@@ -149,6 +166,7 @@ struct StageService::State {
   // What caches holds, for probes from other threads (updated after each change).
   std::atomic<uint64_t> live_requests{0};
   std::atomic<uint64_t> kv_bytes{0};
+  std::atomic<uint64_t> largest_step{0};  // most requests stepped at once this session
   void count_caches() {
     uint64_t bytes = 0;
     for (const auto& [request, cache] : caches) bytes += cache.bytes();
@@ -243,7 +261,8 @@ void StageService::State::serve_connection(net::Socket socket) {
   if (type == "probe") {  // free memory (to split layers) and live requests (to check cancels)
     (void)channel->write_frame(encode_control(0, {{"type", "status"}, {"stage", options.identity.name},
                                                   {"free_bytes", available_memory_bytes()},
-                                                  {"requests", live_requests.load()}, {"kv_bytes", kv_bytes.load()}}),
+                                                  {"requests", live_requests.load()}, {"kv_bytes", kv_bytes.load()},
+                                                  {"largest_step", largest_step.load()}}),
                                net::deadline_after(options.timeout));
     return;
   }
@@ -522,47 +541,96 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
       net::deadline_after(options.timeout));
 }
 
-void StageService::State::run_request(Work& work) {
-  auto cache = caches.find(work.request);
-  if (cache == caches.end()) cache = caches.emplace(work.request, forward->make_cache(context)).first;
-  Result<std::vector<float>> out = work.kind == Work::Kind::kTokens ? forward->run_ids(work.ids, cache->second)
-                                                                    : forward->run_hidden(work.hidden, cache->second);
-  Status status = out.status();
-  if (status.ok()) {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(out->data());
-    const std::span<const uint8_t> data(bytes, out->size() * sizeof(float));
-    auto sampled = sampling.find(work.request);
-    if (last && sampled != sampling.end()) {  // sample here: one token id goes back, not [vocab] logits
-      Sampling& s = sampled->second;
-      const int32_t token = s.sampler.sample(*out, s.prompt, s.output);
-      s.output.push_back(token);
-      const uint64_t shape[] = {1};
-      status = coordinator_channel()->write_frame(
-          wire::encode_tensor_frame(work.request, wire::Encoding{DType::kI32}, shape,
-                                    {reinterpret_cast<const uint8_t*>(&token), sizeof token}),
-          net::deadline_after(options.timeout));
-    } else if (last) {
-      const uint64_t shape[] = {1, static_cast<uint64_t>(out->size())};
-      status = coordinator_channel()->write_frame(
-          wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
-          net::deadline_after(options.timeout));
-    } else {
-      const uint64_t hidden = static_cast<uint64_t>(model->config().hidden_size);
-      const uint64_t shape[] = {out->size() / hidden, hidden};
-      status = next->write_frame(wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
-                                 net::deadline_after(options.timeout));
-      if (!status.ok()) status = status.with_context("sending to the next stage " + next->peer_name());
-    }
-  }
-  if (!status.ok()) {
-    caches.erase(work.request);
-    sampling.erase(work.request);
-    report(work.request, status);
-  }
+KvCache& StageService::State::cache_for(uint64_t request) {
+  auto cache = caches.find(request);
+  if (cache == caches.end()) cache = caches.emplace(request, forward->make_cache(context)).first;
+  return cache->second;  // a node of caches: stays put while other requests are added
 }
 
-// A request's start: the last stage keeps its sampler; the others pass it on,
-// ahead of the request's hidden states on the same connection.
+std::vector<Work> StageService::State::take_step(Work first) {
+  const auto one_token = [this](const Work& work) {
+    return work.kind == Work::Kind::kTokens ? work.ids.size() == 1
+                                            : work.hidden.size() == static_cast<size_t>(model->config().hidden_size);
+  };
+  std::vector<Work> step;
+  const bool joinable = one_token(first);
+  step.push_back(std::move(first));
+  while (joinable && step.size() < kMaxStep && !queue.empty()) {
+    const Work& next_work = queue.front();
+    const bool joins = next_work.kind == step[0].kind && next_work.session == step[0].session && one_token(next_work) &&
+                       std::none_of(step.begin(), step.end(), [&](const Work& w) { return w.request == next_work.request; });
+    if (!joins) break;
+    step.push_back(std::move(queue.front()));
+    queue.pop_front();
+  }
+  return step;
+}
+
+void StageService::State::run_step(std::vector<Work>& step) {
+  if (step.size() == 1) return run_request(step[0]);
+  std::vector<KvCache*> step_caches;
+  std::vector<int32_t> ids;
+  std::vector<float> hidden;
+  for (Work& work : step) {
+    step_caches.push_back(&cache_for(work.request));
+    ids.insert(ids.end(), work.ids.begin(), work.ids.end());
+    hidden.insert(hidden.end(), work.hidden.begin(), work.hidden.end());
+  }
+  Result<std::vector<float>> out = step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, step_caches)
+                                                                       : forward->step_hidden(hidden, step_caches);
+  if (!out.ok()) {
+    for (Work& work : step) run_request(work);
+    return;
+  }
+  largest_step = std::max<uint64_t>(largest_step, step.size());
+  const size_t width = out->size() / step.size();
+  for (size_t i = 0; i < step.size(); ++i) deliver(step[i], std::span<float>(*out).subspan(i * width, width));
+}
+
+void StageService::State::run_request(Work& work) {
+  KvCache& cache = cache_for(work.request);
+  Result<std::vector<float>> out = work.kind == Work::Kind::kTokens ? forward->run_ids(work.ids, cache)
+                                                                    : forward->run_hidden(work.hidden, cache);
+  if (!out.ok()) return fail_request(work.request, out.status());
+  largest_step = std::max<uint64_t>(largest_step, 1);
+  deliver(work, *out);
+}
+
+void StageService::State::deliver(Work& work, std::span<float> out) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(out.data());
+  const std::span<const uint8_t> data(bytes, out.size() * sizeof(float));
+  Status status;
+  auto sampled = sampling.find(work.request);
+  if (last && sampled != sampling.end()) {  // sample here: one token id goes back, not [vocab] logits
+    Sampling& s = sampled->second;
+    const int32_t token = s.sampler.sample(out, s.prompt, s.output);
+    s.output.push_back(token);
+    const uint64_t shape[] = {1};
+    status = coordinator_channel()->write_frame(
+        wire::encode_tensor_frame(work.request, wire::Encoding{DType::kI32}, shape,
+                                  {reinterpret_cast<const uint8_t*>(&token), sizeof token}),
+        net::deadline_after(options.timeout));
+  } else if (last) {
+    const uint64_t shape[] = {1, static_cast<uint64_t>(out.size())};
+    status = coordinator_channel()->write_frame(
+        wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
+        net::deadline_after(options.timeout));
+  } else {
+    const uint64_t hidden = static_cast<uint64_t>(model->config().hidden_size);
+    const uint64_t shape[] = {out.size() / hidden, hidden};
+    status = next->write_frame(wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
+                               net::deadline_after(options.timeout));
+    if (!status.ok()) status = status.with_context("sending to the next stage " + next->peer_name());
+  }
+  if (!status.ok()) fail_request(work.request, status);
+}
+
+void StageService::State::fail_request(uint64_t request, const Status& status) {
+  caches.erase(request);
+  sampling.erase(request);
+  report(request, status);
+}
+
 Status StageService::State::start(Work& work) {
   if (!last) return next->write_frame(encode_control(work.request, work.message), net::deadline_after(options.timeout));
   TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.message, model->config().vocab_size));
@@ -575,6 +643,7 @@ Status StageService::State::start(Work& work) {
 void StageService::State::inference_loop() {
   for (;;) {
     Work work;
+    std::vector<Work> step;
     {
       std::unique_lock lock(mutex);
       cv.wait(lock, [this] { return !queue.empty(); });
@@ -582,7 +651,12 @@ void StageService::State::inference_loop() {
       queue.pop_front();
       if (work.kind != Work::Kind::kSetup && work.kind != Work::Kind::kStop && work.session != session) continue;
     }
-    switch (work.kind) {
+    const Work::Kind kind = work.kind;
+    if (kind == Work::Kind::kTokens || kind == Work::Kind::kHidden) {
+      std::lock_guard lock(mutex);
+      step = take_step(std::move(work));
+    }
+    switch (kind) {
       case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
         std::lock_guard lock(mutex);
         for (Work& queued : queue) {
@@ -604,6 +678,7 @@ void StageService::State::inference_loop() {
       case Work::Kind::kEndSession: {
         caches.clear();
         sampling.clear();
+        largest_step = 0;
         next.reset();
         std::lock_guard lock(mutex);
         coordinator.reset();
@@ -612,7 +687,7 @@ void StageService::State::inference_loop() {
       }
       case Work::Kind::kTokens:
       case Work::Kind::kHidden:
-        run_request(work);
+        run_step(step);
         break;
     }
     count_caches();

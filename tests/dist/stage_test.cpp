@@ -13,6 +13,7 @@
 #include "dist/frame_channel.h"
 #include "dist/stage_service.h"
 #include "model/fixtures.h"
+#include "model/forward.h"
 #include "net/local_cluster.h"
 #include "wire/layer_payload.h"
 #include "wire/limits.h"
@@ -316,6 +317,67 @@ TEST(StageService, CancelFreesTheRequestsKvCache) {
   for (int i = 0; i < 100 && status()->requests != 0; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(status()->requests, 0u);
   EXPECT_EQ(status()->kv_bytes, 0u);
+}
+
+// Requests whose one-token steps wait for the stage together are stepped in one
+// forward pass (the probe's largest_step says so), and each gets bitwise the
+// logits a Forward of the same layers gives it alone. A long prefill of another
+// request keeps the stage busy while the steps queue up behind it.
+TEST(StageService, StepsWaitingRequestsTogetherAndEachGetsItsLogitsAlone) {
+  StageHarness stage;
+  const ModelConfig config = fixture_config();
+  const auto hidden = static_cast<size_t>(config.hidden_size);
+  auto coordinator = setup_stage(stage, 1, 64);
+  ASSERT_TRUE(coordinator);
+  auto previous = std::move(stage.connect("previous")).value();
+  const net::Deadline deadline = net::deadline_after(milliseconds(20000));
+  ASSERT_TRUE(previous->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}), deadline).ok());
+
+  // The same layers, run here one request at a time.
+  auto model = Model::load(fixture_model(), LayerRange{1, config.num_hidden_layers});
+  ASSERT_TRUE(model.ok());
+  auto device = make_cpu_device(1);
+  Forward alone(*model, *device);
+  std::map<uint64_t, KvCache> caches;
+  std::map<uint64_t, std::vector<float>> expected;
+  // Request r's next `tokens` hidden rows: values no other request has.
+  auto send = [&](uint64_t request, size_t tokens) {
+    std::vector<float> rows(tokens * hidden);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>((request * 7 + i) % 13) / 13.0f - 0.5f;
+    if (!caches.count(request)) caches.emplace(request, alone.make_cache(64));
+    expected[request] = *alone.run_hidden(rows, caches.at(request));
+    const uint64_t shape[] = {tokens, hidden};
+    ASSERT_TRUE(previous
+                    ->write_frame(wire::encode_tensor_frame(request, wire::Encoding{DType::kF32}, shape,
+                                                            {reinterpret_cast<const uint8_t*>(rows.data()), rows.size() * 4}),
+                                  deadline)
+                    .ok());
+  };
+  const wire::StageLimits limits = *wire::make_stage_limits(config, {DType::kF32});
+  auto receive = [&](size_t frames) {
+    for (size_t i = 0; i < frames; ++i) {
+      Result<wire::Frame> frame = coordinator->read_frame(limits.frame, deadline);
+      ASSERT_TRUE(frame.ok()) << frame.status().to_string();
+      std::vector<uint8_t> scratch;
+      Result<wire::DecodedTensor> logits = wire::decode_tensor(*frame, limits.logits, scratch);
+      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+      std::vector<float> got(logits->bytes.size() / 4);
+      std::memcpy(got.data(), logits->bytes.data(), logits->bytes.size());
+      EXPECT_EQ(got, expected.at(frame->prefix.request_id)) << "request " << frame->prefix.request_id;
+    }
+  };
+  for (uint64_t request = 1; request <= 4; ++request) send(request, 3);  // prefill
+  receive(4);
+  uint64_t largest = 0;
+  for (uint64_t busy = 10; busy < 15 && largest < 2; ++busy) {  // a few tries: the host may be slow
+    send(busy, 60);
+    for (uint64_t request = 1; request <= 4; ++request) send(request, 1);
+    receive(5);
+    Result<StageStatus> status = probe_stage(stage.identity("coordinator"), stage.trust(), "stage", milliseconds(5000));
+    ASSERT_TRUE(status.ok()) << status.status().to_string();
+    largest = status->largest_step;
+  }
+  EXPECT_GE(largest, 2u);
 }
 
 // Connections that say nothing hold their threads until the stage's timeout
