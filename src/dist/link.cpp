@@ -1,5 +1,7 @@
 #include "dist/link.h"
 
+#include <openssl/crypto.h>
+
 #include <cstring>
 
 #include "core/check.h"
@@ -20,6 +22,7 @@ Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOpti
   Result<std::array<uint8_t, 32>> secret = control_.export_secret(kSecretLabel, {});
   TS_CHECK(secret.ok(), secret.status().to_string());
   secret_ = *secret;
+  OPENSSL_cleanse(secret->data(), secret->size());
   send_buffer_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
   recv_buffer_.resize(seal::piece_wire_bytes(options_.piece_bytes, true));
 }
@@ -27,6 +30,7 @@ Link::Link(uint32_t self, uint32_t peer, net::TlsChannel control, const LinkOpti
 Link::~Link() {
   data_.shutdown();  // fails a transfer in flight at once
   control_.shutdown();
+  OPENSSL_cleanse(secret_.data(), secret_.size());
 }
 
 Status Link::write_control_locked(const ControlMessage& message, net::Deadline deadline) {

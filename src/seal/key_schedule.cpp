@@ -53,6 +53,11 @@ void hkdf_sha256(std::span<const uint8_t> ikm, std::span<const uint8_t> salt, st
   TS_CHECK(EVP_KDF_derive(ctx.get(), out.data(), out.size(), params.data()) == 1, "HKDF-SHA256 failed");
 }
 
+DirectionKey::~DirectionKey() {
+  OPENSSL_cleanse(key.data(), key.size());
+  OPENSSL_cleanse(salt.data(), salt.size());
+}
+
 DirectionKey derive_key(const Secret& secret, KeyPurpose purpose, uint32_t from_rank, uint32_t to_rank,
                         uint64_t generation) {
   std::vector<uint8_t> info;

@@ -21,8 +21,9 @@
 // own key, so a nonce repeats only if one sealer seals the same (counter,
 // piece) twice, which Sealer refuses (piece.h).
 //
-// Pure functions; safe from any thread. Derived keys are plain values: the
-// caller owns them and should not keep them longer than the generation.
+// Pure functions; safe from any thread. Derived keys are values that zero
+// themselves when destroyed: the caller owns them and should not keep them
+// longer than the generation.
 #pragma once
 
 #include <array>
@@ -41,9 +42,11 @@ inline constexpr size_t kTagBytes = 16;
 using Secret = std::array<uint8_t, kSecretBytes>;
 
 // The AES-256-GCM key and nonce salt of one direction (from_rank -> to_rank).
+// Zeroed when destroyed (OPENSSL_cleanse), so no copy outlives its use in memory.
 struct DirectionKey {
   std::array<uint8_t, kKeyBytes> key;
   std::array<uint8_t, kSaltBytes> salt;
+  ~DirectionKey();
 };
 
 // Separates the keys of piece data from those of connection hellos (hello.h).

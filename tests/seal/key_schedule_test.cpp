@@ -1,11 +1,14 @@
 // Tests of the key schedule (src/seal/key_schedule.h): HKDF-SHA256 against RFC
 // 5869, derive_key against an independent HKDF (Python hmac/hashlib), the
-// separation of keys by direction, purpose, generation and secret, and the
-// nonce layout.
+// separation of keys by direction, purpose, generation and secret, the zeroing
+// of a destroyed key, and the nonce layout.
 #include "seal/key_schedule.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <new>
 #include <vector>
 
 #include "seal_test_util.h"
@@ -65,6 +68,16 @@ TEST(KeyScheduleTest, DeriveKeySeparatesDirectionPurposeGenerationAndSecret) {
   // Fields must not run into each other: a high generation byte is not a rank.
   EXPECT_TRUE(disjoint(derive_key(test_secret(), KeyPurpose::kData, 0, 0, uint64_t{1} << 56),
                        derive_key(test_secret(), KeyPurpose::kData, 0, 1, 0)));
+}
+
+// A key leaves nothing behind: its storage is all zeros once it is destroyed
+// (fails without ~DirectionKey's cleanse; checked).
+TEST(KeyScheduleTest, DirectionKeyIsZeroedWhenDestroyed) {
+  alignas(DirectionKey) std::array<unsigned char, sizeof(DirectionKey)> storage{};
+  auto* key = new (storage.data()) DirectionKey(derive_key(test_secret(), KeyPurpose::kData, 1, 0, 3));
+  EXPECT_NE(std::count(storage.begin(), storage.end(), 0), static_cast<std::ptrdiff_t>(storage.size()));
+  key->~DirectionKey();
+  EXPECT_EQ(std::count(storage.begin(), storage.end(), 0), static_cast<std::ptrdiff_t>(storage.size()));
 }
 
 TEST(KeyScheduleTest, NonceIsSaltXorCounterAndPiece) {
