@@ -46,8 +46,10 @@ struct Work {
 
 wire::FrameLimits control_limits() { return {0, kMaxControlBytes}; }
 
-// The most requests one forward pass steps together (State::take_step).
+// The most requests, and tokens, that one forward pass steps together
+// (State::take_step); a first request with more tokens still runs.
 constexpr size_t kMaxStep = 64;
+constexpr size_t kMaxStepTokens = 512;
 
 // MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 uint64_t available_memory_bytes() {
@@ -114,15 +116,16 @@ struct StageService::State {
   void serve_upstream(FrameChannel& channel, const json& hello);
   void inference_loop();
   Status setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel);
-  // `first` and the one-token steps of other requests queued right behind it
-  // (same session and kind), taken off the queue; stops at the first that cannot
-  // join, so nothing is reordered. Under mutex.
+  // `first` and the work of other requests queued right behind it (same session
+  // and kind: decode steps and prompts alike), taken off the queue; stops at the
+  // first that cannot join, so nothing is reordered. Under mutex.
   std::vector<Work> take_step(Work first);
   // Runs the works of take_step in one forward pass: the weights are read once
   // for all of them, and each request gets bitwise what it gets alone. A step
   // refused as a whole (which changes nothing) runs request by request, so each
   // gets its own error.
   void run_step(std::vector<Work>& step);
+  size_t tokens_of(const Work& work) const;
   void run_request(Work& work);
   KvCache& cache_for(uint64_t request);
   // Sends a request's output on: a sampled token or logits to the coordinator
@@ -547,19 +550,22 @@ KvCache& StageService::State::cache_for(uint64_t request) {
   return cache->second;  // a node of caches: stays put while other requests are added
 }
 
+size_t StageService::State::tokens_of(const Work& work) const {
+  return work.kind == Work::Kind::kTokens ? work.ids.size()
+                                          : work.hidden.size() / static_cast<size_t>(model->config().hidden_size);
+}
+
 std::vector<Work> StageService::State::take_step(Work first) {
-  const auto one_token = [this](const Work& work) {
-    return work.kind == Work::Kind::kTokens ? work.ids.size() == 1
-                                            : work.hidden.size() == static_cast<size_t>(model->config().hidden_size);
-  };
   std::vector<Work> step;
-  const bool joinable = one_token(first);
+  size_t tokens = tokens_of(first);
   step.push_back(std::move(first));
-  while (joinable && step.size() < kMaxStep && !queue.empty()) {
+  while (step.size() < kMaxStep && !queue.empty()) {
     const Work& next_work = queue.front();
-    const bool joins = next_work.kind == step[0].kind && next_work.session == step[0].session && one_token(next_work) &&
+    const bool joins = next_work.kind == step[0].kind && next_work.session == step[0].session &&
+                       tokens + tokens_of(next_work) <= kMaxStepTokens &&
                        std::none_of(step.begin(), step.end(), [&](const Work& w) { return w.request == next_work.request; });
     if (!joins) break;
+    tokens += tokens_of(next_work);
     step.push_back(std::move(queue.front()));
     queue.pop_front();
   }
@@ -568,23 +574,29 @@ std::vector<Work> StageService::State::take_step(Work first) {
 
 void StageService::State::run_step(std::vector<Work>& step) {
   if (step.size() == 1) return run_request(step[0]);
-  std::vector<KvCache*> step_caches;
+  std::vector<Forward::Part> parts;
   std::vector<int32_t> ids;
   std::vector<float> hidden;
   for (Work& work : step) {
-    step_caches.push_back(&cache_for(work.request));
+    parts.push_back({&cache_for(work.request), static_cast<int64_t>(tokens_of(work))});
     ids.insert(ids.end(), work.ids.begin(), work.ids.end());
     hidden.insert(hidden.end(), work.hidden.begin(), work.hidden.end());
   }
-  Result<std::vector<float>> out = step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, step_caches)
-                                                                       : forward->step_hidden(hidden, step_caches);
+  Result<std::vector<float>> out = step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, parts)
+                                                                       : forward->step_hidden(hidden, parts);
   if (!out.ok()) {
     for (Work& work : step) run_request(work);
     return;
   }
   largest_step = std::max<uint64_t>(largest_step, step.size());
-  const size_t width = out->size() / step.size();
-  for (size_t i = 0; i < step.size(); ++i) deliver(step[i], std::span<float>(*out).subspan(i * width, width));
+  // The last stage gets one row of logits per request, the others every token's hidden states.
+  const size_t row = last ? out->size() / step.size() : static_cast<size_t>(model->config().hidden_size);
+  size_t offset = 0;
+  for (size_t i = 0; i < step.size(); ++i) {
+    const size_t width = row * (last ? 1 : tokens_of(step[i]));
+    deliver(step[i], std::span<float>(*out).subspan(offset, width));
+    offset += width;
+  }
 }
 
 void StageService::State::run_request(Work& work) {

@@ -43,74 +43,72 @@ Result<int64_t> Forward::hidden_rows(std::span<const float> hidden) const {
   return static_cast<int64_t>(hidden.size()) / h;
 }
 
-Status Forward::check_step(std::span<KvCache* const> caches, size_t rows) const {
-  if (rows == 0) return Status::invalid_input("no tokens to run");
-  if (caches.size() != rows)
-    return Status::invalid_input(std::to_string(rows) + " tokens for " + std::to_string(caches.size()) + " sequences");
-  for (size_t i = 0; i < caches.size(); ++i) {
-    TS_RETURN_IF_ERROR(check_room(1, *caches[i]));
+Status Forward::check_parts(std::span<const Part> parts, int64_t tokens) const {
+  if (tokens == 0) return Status::invalid_input("no tokens to run");
+  int64_t total = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    TS_CHECK(parts[i].cache != nullptr, "part ", i, " has no cache");
+    TS_RETURN_IF_ERROR(check_room(parts[i].tokens, *parts[i].cache));
+    total += parts[i].tokens;
     for (size_t j = 0; j < i; ++j)
-      if (caches[j] == caches[i]) return Status::invalid_input("one sequence twice in a step");
+      if (parts[j].cache == parts[i].cache) return Status::invalid_input("one sequence twice in a step");
   }
+  if (total != tokens)
+    return Status::invalid_input(std::to_string(tokens) + " tokens for parts of " + std::to_string(total));
   return {};
 }
 
 Result<std::vector<float>> Forward::run_ids(std::span<const int32_t> ids, KvCache& cache, Logits logits) {
-  const auto tokens = static_cast<int64_t>(ids.size());
+  const Part part{&cache, static_cast<int64_t>(ids.size())};
   TS_RETURN_IF_ERROR(check_ids(ids));
-  TS_RETURN_IF_ERROR(check_room(tokens, cache));
-  x_.resize(static_cast<size_t>(tokens * model_.config().hidden_size));
+  TS_RETURN_IF_ERROR(check_room(part.tokens, cache));
+  x_.resize(ids.size() * static_cast<size_t>(model_.config().hidden_size));
   device_.embed(model_.weights().embed, ids, x_.data());
-  const Segment segment{&cache, tokens};
-  return run_layers({&segment, 1}, logits);
+  return run_layers({&part, 1}, logits);
 }
 
 Result<std::vector<float>> Forward::run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits) {
   TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
   TS_RETURN_IF_ERROR(check_room(tokens, cache));
   x_.assign(hidden.begin(), hidden.end());
-  const Segment segment{&cache, tokens};
-  return run_layers({&segment, 1}, logits);
+  const Part part{&cache, tokens};
+  return run_layers({&part, 1}, logits);
 }
 
-Result<std::vector<float>> Forward::step_ids(std::span<const int32_t> ids, std::span<KvCache* const> caches) {
+Result<std::vector<float>> Forward::step_ids(std::span<const int32_t> ids, std::span<const Part> parts) {
   TS_RETURN_IF_ERROR(check_ids(ids));
-  TS_RETURN_IF_ERROR(check_step(caches, ids.size()));
+  TS_RETURN_IF_ERROR(check_parts(parts, static_cast<int64_t>(ids.size())));
   x_.resize(ids.size() * static_cast<size_t>(model_.config().hidden_size));
   device_.embed(model_.weights().embed, ids, x_.data());
-  std::vector<Segment> segments;
-  for (KvCache* cache : caches) segments.push_back({cache, 1});
-  return run_layers(segments, Logits::kLast);
+  return run_layers(parts, Logits::kLast);
 }
 
-Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, std::span<KvCache* const> caches) {
-  TS_ASSIGN_OR_RETURN(const int64_t rows, hidden_rows(hidden));
-  TS_RETURN_IF_ERROR(check_step(caches, static_cast<size_t>(rows)));
+Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, std::span<const Part> parts) {
+  TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
+  TS_RETURN_IF_ERROR(check_parts(parts, tokens));
   x_.assign(hidden.begin(), hidden.end());
-  std::vector<Segment> segments;
-  for (KvCache* cache : caches) segments.push_back({cache, 1});
-  return run_layers(segments, Logits::kLast);
+  return run_layers(parts, Logits::kLast);
 }
 
-std::vector<float> Forward::run_layers(std::span<const Segment> segments, Logits logits) {
+std::vector<float> Forward::run_layers(std::span<const Part> parts, Logits logits) {
   const ModelConfig& c = model_.config();
   const int64_t h = c.hidden_size;
   int64_t rows = 0;
-  for (const Segment& segment : segments) rows += segment.tokens;
-  for (size_t i = 0; i < model_.weights().layers.size(); ++i) run_layer(i, segments, rows);
-  for (const Segment& segment : segments) segment.cache->set_length(segment.cache->length() + segment.tokens);
+  for (const Part& part : parts) rows += part.tokens;
+  for (size_t i = 0; i < model_.weights().layers.size(); ++i) run_layer(i, parts, rows);
+  for (const Part& part : parts) part.cache->set_length(part.cache->length() + part.tokens);
   if (!model_.has_exit()) return x_;
 
-  // The rows that get logits: all of them, or the last of each segment.
+  // The rows that get logits: all of them, or the last of each part.
   std::vector<float> picked;
   const float* in = x_.data();
   if (logits == Logits::kLast) {
     int64_t end = 0;
-    for (const Segment& segment : segments) {
-      end += segment.tokens;
+    for (const Part& part : parts) {
+      end += part.tokens;
       picked.insert(picked.end(), x_.begin() + (end - 1) * h, x_.begin() + end * h);
     }
-    rows = static_cast<int64_t>(segments.size());
+    rows = static_cast<int64_t>(parts.size());
     in = picked.data();
   }
   norm_.resize(static_cast<size_t>(rows * h));
@@ -120,7 +118,7 @@ std::vector<float> Forward::run_layers(std::span<const Segment> segments, Logits
   return out;
 }
 
-void Forward::run_layer(size_t index, std::span<const Segment> segments, int64_t tokens) {
+void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t tokens) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = model_.weights().layers[index];
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -146,28 +144,28 @@ void Forward::run_layer(size_t index, std::span<const Segment> segments, int64_t
   const auto layer = static_cast<int64_t>(index);
   const size_t q_row = n(heads * hd), kv_row = n(kv_heads * hd);
   size_t row = 0;
-  for (const Segment& segment : segments) {
-    KvCache& cache = *segment.cache;
+  for (const Part& part : parts) {
+    KvCache& cache = *part.cache;
     const int64_t pos0 = cache.length();
     float* q = q_.data() + row * q_row;
     float* k = k_.data() + row * kv_row;
     float* v = v_.data() + row * kv_row;
-    device_.rope(q, segment.tokens, heads, hd, pos0, inv_freq_);
-    device_.rope(k, segment.tokens, kv_heads, hd, pos0, inv_freq_);
-    std::memcpy(cache.keys(layer) + n(pos0) * kv_row, k, n(segment.tokens) * kv_row * sizeof(float));
-    std::memcpy(cache.values(layer) + n(pos0) * kv_row, v, n(segment.tokens) * kv_row * sizeof(float));
+    device_.rope(q, part.tokens, heads, hd, pos0, inv_freq_);
+    device_.rope(k, part.tokens, kv_heads, hd, pos0, inv_freq_);
+    std::memcpy(cache.keys(layer) + n(pos0) * kv_row, k, n(part.tokens) * kv_row * sizeof(float));
+    std::memcpy(cache.values(layer) + n(pos0) * kv_row, v, n(part.tokens) * kv_row * sizeof(float));
     device_.attention(AttentionArgs{.q = q,
                                     .k_cache = cache.keys(layer),
                                     .v_cache = cache.values(layer),
                                     .out = attn_.data() + row * q_row,
-                                    .tokens = segment.tokens,
+                                    .tokens = part.tokens,
                                     .pos0 = pos0,
                                     .n_heads = heads,
                                     .n_kv_heads = kv_heads,
                                     .head_dim = hd,
                                     .sliding_window = model_.arch().sliding_window,
                                     .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
-    row += n(segment.tokens);
+    row += n(part.tokens);
   }
   device_.matmul(attn_.data(), tokens, w.wo, w.bo, proj_.data());
   device_.add(proj_.data(), tokens * h, x_.data());

@@ -38,27 +38,29 @@ class Forward {
   // The same for a range that starts after layer 0: hidden states [tokens, hidden] in.
   Result<std::vector<float>> run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits = Logits::kLast);
 
-  // One step of several sequences at once (a decode step of a batch): ids[i], or
-  // row i of hidden [n, hidden], is the next token of the sequence whose cache is
-  // caches[i] (all distinct). Every weight is read once for all of them. Returns
-  // logits [n, vocab] for an exit range, else hidden states [n, hidden]. Checks
-  // everything before any cache changes, so a refused step leaves them as they were.
-  Result<std::vector<float>> step_ids(std::span<const int32_t> ids, std::span<KvCache* const> caches);
-  Result<std::vector<float>> step_hidden(std::span<const float> hidden, std::span<KvCache* const> caches);
+  // One sequence's part of a step: its next `tokens` tokens, run in `cache`.
+  struct Part {
+    KvCache* cache = nullptr;
+    int64_t tokens = 1;
+  };
+  // One pass over several sequences (continuous batching: decode steps, prompts,
+  // or both): the ids, or rows of hidden, are the parts' tokens, part after part,
+  // each part's at positions [cache.length(), + tokens) of its own cache (all
+  // distinct). Every weight is read once for all of them. Returns, for an exit
+  // range, the logits of each part's last token [parts, vocab]; else the hidden
+  // states of every token [tokens, hidden]. Checks everything before any cache
+  // changes, so a refused step leaves them as they were.
+  Result<std::vector<float>> step_ids(std::span<const int32_t> ids, std::span<const Part> parts);
+  Result<std::vector<float>> step_hidden(std::span<const float> hidden, std::span<const Part> parts);
 
  private:
-  // The rows of the residual stream that belong to one sequence, in order.
-  struct Segment {
-    KvCache* cache;
-    int64_t tokens;
-  };
   Status check_room(int64_t tokens, const KvCache& cache) const;
   Status check_ids(std::span<const int32_t> ids) const;
   Result<int64_t> hidden_rows(std::span<const float> hidden) const;
-  Status check_step(std::span<KvCache* const> caches, size_t rows) const;
-  // Logits::kLast: the last row of each segment.
-  std::vector<float> run_layers(std::span<const Segment> segments, Logits logits);
-  void run_layer(size_t index, std::span<const Segment> segments, int64_t tokens);
+  Status check_parts(std::span<const Part> parts, int64_t tokens) const;
+  // Logits::kLast: the last token of each part.
+  std::vector<float> run_layers(std::span<const Part> parts, Logits logits);
+  void run_layer(size_t index, std::span<const Part> parts, int64_t tokens);
 
   const Model& model_;
   Device& device_;

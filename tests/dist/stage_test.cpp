@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "dist/control_frame.h"
@@ -33,9 +35,11 @@ class StageHarness {
     dir_ = std::filesystem::path(::testing::TempDir()) / ("stage_test_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     port_ = *net::free_loopback_port();
+    following_port_ = *net::free_loopback_port();
     EXPECT_TRUE(net::write_local_cluster(dir_, {{"stage", "127.0.0.1:" + std::to_string(port_)},
                                                 {"coordinator", "127.0.0.1:1"},
                                                 {"previous", "127.0.0.1:2"},
+                                                {"following", "127.0.0.1:" + std::to_string(following_port_)},
                                                 {"stranger", ""}})
                     .ok());
     trust_ = *net::read_trust_file(dir_ / "trust.json");
@@ -53,6 +57,7 @@ class StageHarness {
     std::filesystem::remove_all(dir_);
   }
   net::Identity identity(const std::string& name) { return *net::load_identity(dir_ / name); }
+  uint16_t following_port() const { return following_port_; }
   const net::TrustFile& trust() const { return trust_; }
   Result<net::Socket> connect_tcp() {
     return net::Socket::connect_retrying(*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
@@ -68,6 +73,7 @@ class StageHarness {
  private:
   std::filesystem::path dir_;
   uint16_t port_ = 0;
+  uint16_t following_port_ = 0;  // the trust file's "following" node: a next stage the test plays
   net::TrustFile trust_;
   std::unique_ptr<StageService> service_;
   std::thread thread_;
@@ -92,14 +98,15 @@ const std::string& fixture_model() {
 ModelConfig fixture_config() { return *load_model_config_file(fixture_model() + "/config.json"); }
 
 // The coordinator sets the stage up over layers [begin, L) of llama3_f32 (so
-// it is the last stage) with a KV cache of `context` tokens, and reads its
-// ready; null (with a test failure) otherwise.
-std::unique_ptr<FrameChannel> setup_stage(StageHarness& stage, int64_t begin, int64_t context) {
+// it is the last stage), or [begin, end) before the node `next`, with a KV cache
+// of `context` tokens, and reads its ready; null (with a test failure) otherwise.
+std::unique_ptr<FrameChannel> setup_stage(StageHarness& stage, int64_t begin, int64_t context, int64_t end = 0,
+                                          const std::string& next = "") {
   auto coordinator = std::move(stage.connect("coordinator")).value();
   const Status sent = coordinator->write_frame(
       encode_control(0, {{"type", "setup"}, {"model", fixture_model()}, {"begin", begin},
-                         {"end", fixture_config().num_hidden_layers}, {"next", ""}, {"session", kSession},
-                         {"context", context}}),
+                         {"end", next.empty() ? fixture_config().num_hidden_layers : end}, {"next", next},
+                         {"session", kSession}, {"context", context}}),
       net::deadline_after(milliseconds(5000)));
   Result<json> ready = sent.ok() ? read_control(*coordinator) : Result<json>(sent);
   if (!ready.ok() || (*ready)["type"] != "ready") {
@@ -319,10 +326,43 @@ TEST(StageService, CancelFreesTheRequestsKvCache) {
   EXPECT_EQ(status()->kv_bytes, 0u);
 }
 
-// Requests whose one-token steps wait for the stage together are stepped in one
-// forward pass (the probe's largest_step says so), and each gets bitwise the
-// logits a Forward of the same layers gives it alone. A long prefill of another
-// request keeps the stage busy while the steps queue up behind it.
+// Drives a stage's batching: 3-token prompts for requests 1..4, then rounds of a
+// 60-token prompt of another request (which keeps the stage busy) followed by
+// one token for each of 1..4, until the probe's largest_step is 2 or more (a few
+// tries: the host may be slow). send(request, tokens) sends a request's next
+// tokens and keeps what a local Forward gives it alone; receive(n) checks the
+// next n results against that. Returns largest_step.
+uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send,
+                        const std::function<void(size_t)>& receive) {
+  for (uint64_t request = 1; request <= 4; ++request) send(request, 3);
+  receive(4);
+  uint64_t largest = 0;
+  for (uint64_t busy = 10; busy < 15 && largest < 2; ++busy) {
+    send(busy, 60);
+    for (uint64_t request = 1; request <= 4; ++request) send(request, 1);
+    receive(5);
+    Result<StageStatus> status = probe_stage(stage.identity("coordinator"), stage.trust(), "stage", milliseconds(5000));
+    EXPECT_TRUE(status.ok()) << status.status().to_string();
+    largest = status.ok() ? status->largest_step : 0;
+  }
+  return largest;
+}
+
+// The f32 values of a decoded tensor frame.
+std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits& limits) {
+  std::vector<uint8_t> scratch;
+  Result<wire::DecodedTensor> tensor = wire::decode_tensor(frame, limits, scratch);
+  EXPECT_TRUE(tensor.ok()) << tensor.status().to_string();
+  if (!tensor.ok()) return {};
+  std::vector<float> values(tensor->bytes.size() / 4);
+  std::memcpy(values.data(), tensor->bytes.data(), tensor->bytes.size());
+  return values;
+}
+
+// The last stage: requests whose hidden states wait for it together run in one
+// forward pass, and each gets bitwise the logits a Forward of the same layers
+// gives it alone (fails without batching: largest_step stays 1; and with the
+// requests' rows swapped; checked).
 TEST(StageService, StepsWaitingRequestsTogetherAndEachGetsItsLogitsAlone) {
   StageHarness stage;
   const ModelConfig config = fixture_config();
@@ -332,52 +372,82 @@ TEST(StageService, StepsWaitingRequestsTogetherAndEachGetsItsLogitsAlone) {
   auto previous = std::move(stage.connect("previous")).value();
   const net::Deadline deadline = net::deadline_after(milliseconds(20000));
   ASSERT_TRUE(previous->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}), deadline).ok());
-
-  // The same layers, run here one request at a time.
   auto model = Model::load(fixture_model(), LayerRange{1, config.num_hidden_layers});
   ASSERT_TRUE(model.ok());
   auto device = make_cpu_device(1);
   Forward alone(*model, *device);
   std::map<uint64_t, KvCache> caches;
   std::map<uint64_t, std::vector<float>> expected;
-  // Request r's next `tokens` hidden rows: values no other request has.
-  auto send = [&](uint64_t request, size_t tokens) {
+  auto send = [&](uint64_t request, size_t tokens) {  // hidden rows no other request has
     std::vector<float> rows(tokens * hidden);
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>((request * 7 + i) % 13) / 13.0f - 0.5f;
-    if (!caches.count(request)) caches.emplace(request, alone.make_cache(64));
+    caches.try_emplace(request, alone.make_cache(64));
     expected[request] = *alone.run_hidden(rows, caches.at(request));
     const uint64_t shape[] = {tokens, hidden};
-    ASSERT_TRUE(previous
-                    ->write_frame(wire::encode_tensor_frame(request, wire::Encoding{DType::kF32}, shape,
-                                                            {reinterpret_cast<const uint8_t*>(rows.data()), rows.size() * 4}),
-                                  deadline)
-                    .ok());
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(rows.data()), rows.size() * 4);
+    EXPECT_TRUE(previous->write_frame(wire::encode_tensor_frame(request, {DType::kF32}, shape, bytes), deadline).ok());
   };
   const wire::StageLimits limits = *wire::make_stage_limits(config, {DType::kF32});
   auto receive = [&](size_t frames) {
     for (size_t i = 0; i < frames; ++i) {
       Result<wire::Frame> frame = coordinator->read_frame(limits.frame, deadline);
       ASSERT_TRUE(frame.ok()) << frame.status().to_string();
-      std::vector<uint8_t> scratch;
-      Result<wire::DecodedTensor> logits = wire::decode_tensor(*frame, limits.logits, scratch);
-      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
-      std::vector<float> got(logits->bytes.size() / 4);
-      std::memcpy(got.data(), logits->bytes.data(), logits->bytes.size());
-      EXPECT_EQ(got, expected.at(frame->prefix.request_id)) << "request " << frame->prefix.request_id;
+      EXPECT_EQ(floats_of(*frame, limits.logits), expected.at(frame->prefix.request_id))
+          << "request " << frame->prefix.request_id;
     }
   };
-  for (uint64_t request = 1; request <= 4; ++request) send(request, 3);  // prefill
-  receive(4);
-  uint64_t largest = 0;
-  for (uint64_t busy = 10; busy < 15 && largest < 2; ++busy) {  // a few tries: the host may be slow
-    send(busy, 60);
-    for (uint64_t request = 1; request <= 4; ++request) send(request, 1);
-    receive(5);
-    Result<StageStatus> status = probe_stage(stage.identity("coordinator"), stage.trust(), "stage", milliseconds(5000));
-    ASSERT_TRUE(status.ok()) << status.status().to_string();
-    largest = status->largest_step;
-  }
-  EXPECT_GE(largest, 2u);
+  EXPECT_GE(drive_batching(stage, send, receive), 2u);
+}
+
+// A first stage (token ids in, hidden states out to the next stage, which the
+// test plays as the trust file's "following" node): requests run together, and
+// each request's hidden states, every token of them, are bitwise what it gets
+// alone (fails with the requests' rows swapped; checked).
+TEST(StageService, FirstStageStepsRequestsTogetherAndSendsEachItsHiddenStatesAlone) {
+  StageHarness stage;
+  const ModelConfig config = fixture_config();
+  Result<net::Listener> listener = net::Listener::bind(*net::parse_endpoint("127.0.0.1:" + std::to_string(stage.following_port())));
+  ASSERT_TRUE(listener.ok()) << listener.status().to_string();
+  std::unique_ptr<FrameChannel> following;
+  std::thread accept([&] {  // the stage connects to its next stage during the setup
+    const net::Deadline deadline = net::deadline_after(milliseconds(10000));
+    Result<net::Socket> socket = listener->accept(deadline);
+    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
+    Result<net::TlsChannel> tls = net::TlsChannel::server(std::move(*socket), stage.identity("following"), stage.trust(), deadline);
+    ASSERT_TRUE(tls.ok()) << tls.status().to_string();
+    ASSERT_TRUE(tls->confirm(deadline).ok());
+    following = std::make_unique<FrameChannel>(std::move(*tls));
+    ASSERT_TRUE(read_control(*following).ok());  // its upstream hello
+  });
+  auto coordinator = setup_stage(stage, 0, 128, 1, "following");
+  accept.join();
+  ASSERT_TRUE(coordinator && following);
+  const net::Deadline deadline = net::deadline_after(milliseconds(20000));
+  auto model = Model::load(fixture_model(), LayerRange{0, 1});
+  ASSERT_TRUE(model.ok());
+  auto device = make_cpu_device(1);
+  Forward alone(*model, *device);
+  std::map<uint64_t, KvCache> caches;
+  std::map<uint64_t, std::vector<float>> expected;
+  auto send = [&](uint64_t request, size_t tokens) {  // ids no other request has
+    std::vector<int32_t> ids(tokens);
+    for (size_t i = 0; i < tokens; ++i) ids[i] = static_cast<int32_t>((request * 31 + i * 7) % config.vocab_size);
+    caches.try_emplace(request, alone.make_cache(128));
+    expected[request] = *alone.run_ids(ids, caches.at(request));
+    const uint64_t shape[] = {tokens};
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4);
+    EXPECT_TRUE(coordinator->write_frame(wire::encode_tensor_frame(request, {DType::kI32}, shape, bytes), deadline).ok());
+  };
+  const wire::StageLimits limits = *wire::make_stage_limits(config, {DType::kF32});
+  auto receive = [&](size_t frames) {
+    for (size_t i = 0; i < frames; ++i) {
+      Result<wire::Frame> frame = following->read_frame(limits.frame, deadline);
+      ASSERT_TRUE(frame.ok()) << frame.status().to_string();
+      EXPECT_EQ(floats_of(*frame, limits.hidden_states), expected.at(frame->prefix.request_id))
+          << "request " << frame->prefix.request_id;
+    }
+  };
+  EXPECT_GE(drive_batching(stage, send, receive), 2u);
 }
 
 // Connections that say nothing hold their threads until the stage's timeout

@@ -58,7 +58,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
 
 // Three sequences of different lengths stepped together (step_ids, and
 // step_hidden on the second half of a split) get bitwise the logits each gets
-// stepped alone, token after token.
+// stepped alone, step after step; the first sequence takes two tokens a step
+// (a prompt's chunk beside the others' decode steps).
 class BatchTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
@@ -71,10 +72,10 @@ TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
   ASSERT_TRUE(head.ok() && tail.ok());
   auto device = make_cpu_device(2);
   Forward alone(*whole, *device), together(*whole, *device), first(*head, *device), second(*tail, *device);
-  const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size());
-  constexpr size_t kSequences = 3;
+  const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + 2 * ref.greedy_ids.size());
+  const std::vector<int64_t> tokens = {2, 1, 1};  // per sequence and step
   std::vector<KvCache> alone_caches, together_caches, first_caches, second_caches;
-  for (size_t s = 0; s < kSequences; ++s) {
+  for (size_t s = 0; s < tokens.size(); ++s) {
     // Sequence s: the prompt without its last s tokens, prefilled in one call.
     const std::span<const int32_t> prompt(ref.prompt_ids.data(), ref.prompt_ids.size() - s);
     alone_caches.push_back(alone.make_cache(capacity));
@@ -87,25 +88,30 @@ TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
     ASSERT_TRUE(hidden.ok());
     ASSERT_TRUE(second.run_hidden(*hidden, second_caches[s]).ok());
   }
-  std::vector<KvCache*> together_ptrs, first_ptrs, second_ptrs;
-  for (size_t s = 0; s < kSequences; ++s) {
-    together_ptrs.push_back(&together_caches[s]);
-    first_ptrs.push_back(&first_caches[s]);
-    second_ptrs.push_back(&second_caches[s]);
+  std::vector<Forward::Part> together_parts, first_parts, second_parts;
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    together_parts.push_back({&together_caches[s], tokens[s]});
+    first_parts.push_back({&first_caches[s], tokens[s]});
+    second_parts.push_back({&second_caches[s], tokens[s]});
   }
   const size_t vocab = static_cast<size_t>(whole->config().vocab_size);
-  for (size_t step = 0; step < std::min<size_t>(ref.greedy_ids.size(), 4); ++step) {
-    std::vector<int32_t> ids;  // each sequence gets a different token
-    for (size_t s = 0; s < kSequences; ++s) ids.push_back(ref.greedy_ids[(step + s) % ref.greedy_ids.size()]);
-    auto batched = together.step_ids(ids, together_ptrs);
+  size_t next = 0;  // each token of a step is another of the reference's greedy ids
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<int32_t>> ids(tokens.size());
+    std::vector<int32_t> all;
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      for (int64_t t = 0; t < tokens[s]; ++t) ids[s].push_back(ref.greedy_ids[next++ % ref.greedy_ids.size()]);
+      all.insert(all.end(), ids[s].begin(), ids[s].end());
+    }
+    auto batched = together.step_ids(all, together_parts);
     ASSERT_TRUE(batched.ok()) << batched.status().to_string();
-    auto hidden = first.step_ids(ids, first_ptrs);
+    auto hidden = first.step_ids(all, first_parts);
     ASSERT_TRUE(hidden.ok()) << hidden.status().to_string();
-    auto split = second.step_hidden(*hidden, second_ptrs);
+    auto split = second.step_hidden(*hidden, second_parts);
     ASSERT_TRUE(split.ok()) << split.status().to_string();
-    ASSERT_EQ(batched->size(), kSequences * vocab);
-    for (size_t s = 0; s < kSequences; ++s) {
-      auto expected = alone.run_ids({&ids[s], 1}, alone_caches[s]);
+    ASSERT_EQ(batched->size(), tokens.size() * vocab);
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      auto expected = alone.run_ids(ids[s], alone_caches[s]);
       ASSERT_TRUE(expected.ok());
       const std::vector<float> row(batched->begin() + s * vocab, batched->begin() + (s + 1) * vocab);
       const std::vector<float> split_row(split->begin() + s * vocab, split->begin() + (s + 1) * vocab);
@@ -162,24 +168,26 @@ TEST_F(ForwardErrorTest, RefusesHiddenStatesOfWrongWidth) {
 
 // A step that any one sequence cannot take is refused whole, before any cache
 // changes: a token outside the vocabulary, a full cache, the same sequence
-// twice, a count that does not match.
+// twice, token counts that do not add up, no tokens.
 TEST_F(ForwardErrorTest, RefusedStepLeavesEveryCacheAsItWas) {
   Forward forward(*model_, *device_);
   KvCache a = forward.make_cache(4), b = forward.make_cache(1), full = forward.make_cache(1);
   ASSERT_TRUE(forward.run_ids(std::vector<int32_t>{3}, full).ok());
   const auto vocab = static_cast<int32_t>(model_->config().vocab_size);
-  const std::vector<KvCache*> ab = {&a, &b}, a_full = {&a, &full}, aa = {&a, &a};
+  using Parts = std::vector<Forward::Part>;
   const struct {
     std::vector<int32_t> ids;
-    std::vector<KvCache*> caches;
+    Parts parts;
     std::string error;
-  } cases[] = {{{1, vocab}, ab, "token id 512"},
-               {{1, 2}, a_full, "capacity of 1"},
-               {{1, 2}, aa, "one sequence twice"},
-               {{1}, ab, "1 tokens for 2 sequences"},
-               {{}, {}, "no tokens"}};
+  } cases[] = {{{1, vocab}, Parts{{&a}, {&b}}, "token id 512"},
+               {{1, 2}, Parts{{&a}, {&full}}, "capacity of 1"},
+               {{1, 2, 3}, Parts{{&a}, {&b, 2}}, "capacity of 1"},
+               {{1, 2}, Parts{{&a}, {&a}}, "one sequence twice"},
+               {{1}, Parts{{&a}, {&b}}, "1 tokens for parts of 2"},
+               {{1, 2}, Parts{{&a, 2}, {&b, 0}}, "no tokens"},
+               {{}, Parts{}, "no tokens"}};
   for (const auto& c : cases) {
-    auto result = forward.step_ids(c.ids, c.caches);
+    auto result = forward.step_ids(c.ids, c.parts);
     ASSERT_FALSE(result.ok()) << c.error;
     EXPECT_EQ(result.status().kind(), ErrorKind::kInvalidInput);
     EXPECT_NE(result.status().message().find(c.error), std::string::npos) << result.status().message();
