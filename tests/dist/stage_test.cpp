@@ -326,14 +326,35 @@ TEST(StageService, CancelFreesTheRequestsKvCache) {
   EXPECT_EQ(status()->kv_bytes, 0u);
 }
 
+// The f32 values of a decoded tensor frame.
+std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits& limits) {
+  std::vector<uint8_t> scratch;
+  Result<wire::DecodedTensor> tensor = wire::decode_tensor(frame, limits, scratch);
+  EXPECT_TRUE(tensor.ok()) << tensor.status().to_string();
+  if (!tensor.ok()) return {};
+  std::vector<float> values(tensor->bytes.size() / 4);
+  std::memcpy(values.data(), tensor->bytes.data(), tensor->bytes.size());
+  return values;
+}
+
 // Drives a stage's batching: 3-token prompts for requests 1..4, then rounds of a
 // 60-token prompt of another request (which keeps the stage busy) followed by
 // one token for each of 1..4, until the probe's largest_step is 2 or more (a few
 // tries: the host may be slow). send(request, tokens) sends a request's next
-// tokens and keeps what a local Forward gives it alone; receive(n) checks the
-// next n results against that. Returns largest_step.
+// tokens and puts what a local Forward gives it alone in `expected`; each result
+// read from `results` (decoded with `limits`) must equal it. Returns largest_step.
 uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send,
-                        const std::function<void(size_t)>& receive) {
+                        FrameChannel& results, const wire::DecodeLimits& limits,
+                        const std::map<uint64_t, std::vector<float>>& expected) {
+  const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits)};
+  auto receive = [&](size_t frames) {
+    for (size_t i = 0; i < frames; ++i) {
+      Result<wire::Frame> frame = results.read_frame(frame_limits, net::deadline_after(milliseconds(20000)));
+      ASSERT_TRUE(frame.ok()) << frame.status().to_string();
+      EXPECT_EQ(floats_of(*frame, limits), expected.at(frame->prefix.request_id))
+          << "request " << frame->prefix.request_id;
+    }
+  };
   for (uint64_t request = 1; request <= 4; ++request) send(request, 3);
   receive(4);
   uint64_t largest = 0;
@@ -346,17 +367,6 @@ uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, 
     largest = status.ok() ? status->largest_step : 0;
   }
   return largest;
-}
-
-// The f32 values of a decoded tensor frame.
-std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits& limits) {
-  std::vector<uint8_t> scratch;
-  Result<wire::DecodedTensor> tensor = wire::decode_tensor(frame, limits, scratch);
-  EXPECT_TRUE(tensor.ok()) << tensor.status().to_string();
-  if (!tensor.ok()) return {};
-  std::vector<float> values(tensor->bytes.size() / 4);
-  std::memcpy(values.data(), tensor->bytes.data(), tensor->bytes.size());
-  return values;
 }
 
 // The last stage: requests whose hidden states wait for it together run in one
@@ -388,15 +398,7 @@ TEST(StageService, StepsWaitingRequestsTogetherAndEachGetsItsLogitsAlone) {
     EXPECT_TRUE(previous->write_frame(wire::encode_tensor_frame(request, {DType::kF32}, shape, bytes), deadline).ok());
   };
   const wire::StageLimits limits = *wire::make_stage_limits(config, {DType::kF32});
-  auto receive = [&](size_t frames) {
-    for (size_t i = 0; i < frames; ++i) {
-      Result<wire::Frame> frame = coordinator->read_frame(limits.frame, deadline);
-      ASSERT_TRUE(frame.ok()) << frame.status().to_string();
-      EXPECT_EQ(floats_of(*frame, limits.logits), expected.at(frame->prefix.request_id))
-          << "request " << frame->prefix.request_id;
-    }
-  };
-  EXPECT_GE(drive_batching(stage, send, receive), 2u);
+  EXPECT_GE(drive_batching(stage, send, *coordinator, limits.logits, expected), 2u);
 }
 
 // A first stage (token ids in, hidden states out to the next stage, which the
@@ -439,15 +441,7 @@ TEST(StageService, FirstStageStepsRequestsTogetherAndSendsEachItsHiddenStatesAlo
     EXPECT_TRUE(coordinator->write_frame(wire::encode_tensor_frame(request, {DType::kI32}, shape, bytes), deadline).ok());
   };
   const wire::StageLimits limits = *wire::make_stage_limits(config, {DType::kF32});
-  auto receive = [&](size_t frames) {
-    for (size_t i = 0; i < frames; ++i) {
-      Result<wire::Frame> frame = following->read_frame(limits.frame, deadline);
-      ASSERT_TRUE(frame.ok()) << frame.status().to_string();
-      EXPECT_EQ(floats_of(*frame, limits.hidden_states), expected.at(frame->prefix.request_id))
-          << "request " << frame->prefix.request_id;
-    }
-  };
-  EXPECT_GE(drive_batching(stage, send, receive), 2u);
+  EXPECT_GE(drive_batching(stage, send, *following, limits.hidden_states, expected), 2u);
 }
 
 // Connections that say nothing hold their threads until the stage's timeout
