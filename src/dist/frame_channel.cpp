@@ -1,5 +1,7 @@
 #include "dist/frame_channel.h"
 
+#include <openssl/crypto.h>
+
 #include <random>
 
 #include "dist/control_frame.h"
@@ -43,9 +45,11 @@ Status bind_plain(FrameChannel& channel, const net::Endpoint& endpoint, net::Dea
   std::random_device random;
   const uint64_t binding = (uint64_t{random()} << 32 | random()) | 1;
   TS_RETURN_IF_ERROR(channel.write_frame(encode_control(0, {{"type", kPlainMessage}, {"binding", binding}}), deadline));
-  TS_ASSIGN_OR_RETURN(const seal::Secret secret, channel.binding_secret());
+  TS_ASSIGN_OR_RETURN(seal::Secret secret, channel.binding_secret());
+  const auto hello = seal::seal_hello(secret, {0, 1, binding, true});
+  OPENSSL_cleanse(secret.data(), secret.size());
   TS_ASSIGN_OR_RETURN(net::Socket socket, net::Socket::connect(endpoint, deadline));
-  TS_RETURN_IF_ERROR(socket.write_all(seal::seal_hello(secret, {0, 1, binding, true}), deadline));
+  TS_RETURN_IF_ERROR(socket.write_all(hello, deadline));
   channel.use_plain(std::move(socket));
   return {};
 }

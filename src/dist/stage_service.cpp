@@ -1,5 +1,7 @@
 #include "dist/stage_service.h"
 
+#include <openssl/crypto.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -146,6 +148,7 @@ struct StageService::State {
   struct Binding {
     std::array<uint8_t, 32> secret;
     std::promise<net::Socket> socket;
+    ~Binding() { OPENSSL_cleanse(secret.data(), secret.size()); }
   };
   std::map<uint64_t, Binding> bindings;            // guarded by mutex: plain data connections awaited
   std::condition_variable bindings_cv;             // a binding was registered
@@ -303,7 +306,7 @@ Status StageService::State::expect_plain(FrameChannel& channel) {
   TS_ASSIGN_OR_RETURN(const json message, decode_control(frame));
   if (message["type"] != kPlainMessage) return Status::invalid_input("--plain: expected the plain binding message");
   TS_ASSIGN_OR_RETURN(const uint64_t binding, field<uint64_t>(message, "binding"));
-  TS_ASSIGN_OR_RETURN(const auto secret, channel.binding_secret());
+  TS_ASSIGN_OR_RETURN(auto secret, channel.binding_secret());
   std::future<net::Socket> socket;
   {
     std::lock_guard lock(mutex);
@@ -311,6 +314,7 @@ Status StageService::State::expect_plain(FrameChannel& channel) {
     b.secret = secret;
     socket = b.socket.get_future();
   }
+  OPENSSL_cleanse(secret.data(), secret.size());
   bindings_cv.notify_all();
   const bool arrived = socket.wait_for(options.timeout) == std::future_status::ready;
   {
