@@ -123,12 +123,11 @@ struct StageService::State {
   // first that cannot join, so nothing is reordered. Under mutex.
   std::vector<Work> take_step(Work first);
   // Runs the works of take_step in one forward pass: the weights are read once
-  // for all of them, and each request gets bitwise what it gets alone. A step
-  // refused as a whole (which changes nothing) runs request by request, so each
-  // gets its own error.
+  // for all of them, and each request gets bitwise what it gets alone. A step of
+  // several refused as a whole (which changes nothing) runs request by request,
+  // so each gets its own error.
   void run_step(std::vector<Work>& step);
   size_t tokens_of(const Work& work) const;
-  void run_request(Work& work);
   KvCache& cache_for(uint64_t request);
   // Sends a request's output on: a sampled token or logits to the coordinator
   // (last stage), else hidden states to the next stage.
@@ -577,7 +576,6 @@ std::vector<Work> StageService::State::take_step(Work first) {
 }
 
 void StageService::State::run_step(std::vector<Work>& step) {
-  if (step.size() == 1) return run_request(step[0]);
   std::vector<Forward::Part> parts;
   std::vector<int32_t> ids;
   std::vector<float> hidden;
@@ -589,7 +587,12 @@ void StageService::State::run_step(std::vector<Work>& step) {
   Result<std::vector<float>> out = step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, parts)
                                                                        : forward->step_hidden(hidden, parts);
   if (!out.ok()) {
-    for (Work& work : step) run_request(work);
+    if (step.size() == 1) return fail_request(step[0].request, out.status());
+    for (Work& work : step) {
+      std::vector<Work> alone;
+      alone.push_back(std::move(work));
+      run_step(alone);
+    }
     return;
   }
   largest_step = std::max<uint64_t>(largest_step, step.size());
@@ -601,15 +604,6 @@ void StageService::State::run_step(std::vector<Work>& step) {
     deliver(step[i], std::span<float>(*out).subspan(offset, width));
     offset += width;
   }
-}
-
-void StageService::State::run_request(Work& work) {
-  KvCache& cache = cache_for(work.request);
-  Result<std::vector<float>> out = work.kind == Work::Kind::kTokens ? forward->run_ids(work.ids, cache)
-                                                                    : forward->run_hidden(work.hidden, cache);
-  if (!out.ok()) return fail_request(work.request, out.status());
-  largest_step = std::max<uint64_t>(largest_step, 1);
-  deliver(work, *out);
 }
 
 void StageService::State::deliver(Work& work, std::span<float> out) {

@@ -60,34 +60,38 @@ Status Forward::check_parts(std::span<const Part> parts, int64_t tokens) const {
 
 Result<std::vector<float>> Forward::run_ids(std::span<const int32_t> ids, KvCache& cache, Logits logits) {
   const Part part{&cache, static_cast<int64_t>(ids.size())};
-  TS_RETURN_IF_ERROR(check_ids(ids));
-  TS_RETURN_IF_ERROR(check_room(part.tokens, cache));
-  x_.resize(ids.size() * static_cast<size_t>(model_.config().hidden_size));
-  device_.embed(model_.weights().embed, ids, x_.data());
-  return run_layers({&part, 1}, logits);
+  return embed_and_run(ids, {&part, 1}, logits);
 }
 
 Result<std::vector<float>> Forward::run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits) {
-  TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
-  TS_RETURN_IF_ERROR(check_room(tokens, cache));
-  x_.assign(hidden.begin(), hidden.end());
-  const Part part{&cache, tokens};
-  return run_layers({&part, 1}, logits);
+  // take_and_run refuses hidden states that are not whole rows before the part is used.
+  const Part part{&cache, static_cast<int64_t>(hidden.size()) / model_.config().hidden_size};
+  return take_and_run(hidden, {&part, 1}, logits);
 }
 
 Result<std::vector<float>> Forward::step_ids(std::span<const int32_t> ids, std::span<const Part> parts) {
+  return embed_and_run(ids, parts, Logits::kLast);
+}
+
+Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, std::span<const Part> parts) {
+  return take_and_run(hidden, parts, Logits::kLast);
+}
+
+Result<std::vector<float>> Forward::embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts,
+                                                  Logits logits) {
   TS_RETURN_IF_ERROR(check_ids(ids));
   TS_RETURN_IF_ERROR(check_parts(parts, static_cast<int64_t>(ids.size())));
   x_.resize(ids.size() * static_cast<size_t>(model_.config().hidden_size));
   device_.embed(model_.weights().embed, ids, x_.data());
-  return run_layers(parts, Logits::kLast);
+  return run_layers(parts, logits);
 }
 
-Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, std::span<const Part> parts) {
+Result<std::vector<float>> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
+                                                 Logits logits) {
   TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
   TS_RETURN_IF_ERROR(check_parts(parts, tokens));
   x_.assign(hidden.begin(), hidden.end());
-  return run_layers(parts, Logits::kLast);
+  return run_layers(parts, logits);
 }
 
 std::vector<float> Forward::run_layers(std::span<const Part> parts, Logits logits) {

@@ -58,6 +58,10 @@ class Forward {
   Status check_ids(std::span<const int32_t> ids) const;
   Result<int64_t> hidden_rows(std::span<const float> hidden) const;
   Status check_parts(std::span<const Part> parts, int64_t tokens) const;
+  // What run_* and step_* share: the checks, then the ids' embeddings or the
+  // hidden states into the residual stream, then the layers.
+  Result<std::vector<float>> embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts, Logits logits);
+  Result<std::vector<float>> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
   // Logits::kLast: the last token of each part.
   std::vector<float> run_layers(std::span<const Part> parts, Logits logits);
   void run_layer(size_t index, std::span<const Part> parts, int64_t tokens);

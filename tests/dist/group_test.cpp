@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "dist/group.h"
@@ -95,22 +96,48 @@ void expect_sum_of_two(Group& rank0, Group& rank1) {
   EXPECT_EQ(b, a);
 }
 
-TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
-  ThreadCluster cluster(2, 1);  // rank2's identity is not in the trust file
+// Rank 0 starts forming a two-rank group; `meanwhile` runs while it waits (an
+// intruder at its listener); then rank 1 connects, and the two must form the
+// group and sum correctly. Returns the seconds from rank 1's start until both
+// were up.
+double expect_group_forms(ThreadCluster& cluster, const std::function<void()>& meanwhile) {
   std::optional<Result<Group>> rank0;
   std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
-  // The intruder reaches rank 0's listener first and tries to pass as rank 1.
-  const net::Identity intruder = cluster.identity(2);
-  Result<net::Socket> socket = connect_to_rank0(cluster);
-  ASSERT_TRUE(socket.ok()) << socket.status().to_string();
-  Result<net::TlsChannel> channel = net::TlsChannel::client(std::move(*socket), intruder, cluster.trust(), "rank0",
-                                                            net::deadline_after(milliseconds(5000)));
-  EXPECT_FALSE(channel.ok());
+  meanwhile();
+  const auto start = std::chrono::steady_clock::now();
   Result<Group> rank1 = cluster.connect(1);
   thread.join();
-  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
-  ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
-  expect_sum_of_two(**rank0, *rank1);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(rank1.ok()) << rank1.status().to_string();
+  EXPECT_TRUE(rank0->ok()) << rank0->status().to_string();
+  if (rank1.ok() && rank0->ok()) expect_sum_of_two(**rank0, *rank1);
+  return seconds;
+}
+
+// Plain TCP connections to rank 0's listener, each sending its bytes.
+std::vector<net::Socket> send_to_rank0(const ThreadCluster& cluster, const std::vector<std::vector<uint8_t>>& sends) {
+  std::vector<net::Socket> sockets;
+  for (const std::vector<uint8_t>& bytes : sends) {
+    Result<net::Socket> socket = connect_to_rank0(cluster);
+    EXPECT_TRUE(socket.ok()) << socket.status().to_string();
+    if (!socket.ok()) continue;
+    EXPECT_TRUE(socket->write_all(bytes, net::deadline_after(milliseconds(1000))).ok());
+    sockets.push_back(std::move(*socket));
+  }
+  return sockets;
+}
+
+TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
+  ThreadCluster cluster(2, 1);  // rank2's identity is not in the trust file
+  expect_group_forms(cluster, [&] {
+    // The intruder reaches rank 0's listener first and tries to pass as rank 1.
+    const net::Identity intruder = cluster.identity(2);
+    Result<net::Socket> socket = connect_to_rank0(cluster);
+    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
+    Result<net::TlsChannel> channel = net::TlsChannel::client(std::move(*socket), intruder, cluster.trust(), "rank0",
+                                                              net::deadline_after(milliseconds(5000)));
+    EXPECT_FALSE(channel.ok());
+  });
 }
 
 // Data connections that arrive while the group is still forming are judged at
@@ -123,26 +150,18 @@ TEST(TcpGroup, UnknownNodeIsRefusedAtTheHandshakeAndTheMembersStillConnect) {
 // checked). The members still connect.
 TEST(TcpGroup, DataHellosNamingNoConnectedHigherRankAreRefusedAtOnceAndTheMembersStillConnect) {
   ThreadCluster cluster(2, 0);
-  std::optional<Result<Group>> rank0;
-  std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
-  std::vector<net::Socket> forged;
-  for (uint32_t sender : {0u, 5u, 1u}) {
-    Result<net::Socket> socket = connect_to_rank0(cluster);
-    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
-    const auto hello = seal::seal_hello(seal::Secret{}, {sender, 0, 0, false});
-    ASSERT_TRUE(socket->write_all(hello, net::deadline_after(milliseconds(1000))).ok());
-    forged.push_back(std::move(*socket));
-  }
-  for (net::Socket& socket : forged) {  // rank 0 closed each before rank 1 came
-    std::array<uint8_t, 1> byte;
-    const Status read = socket.read_exact(byte, net::deadline_after(milliseconds(3000)));
-    EXPECT_NE(read.message().find("closed the connection"), std::string::npos) << read.to_string();
-  }
-  Result<Group> rank1 = cluster.connect(1);
-  thread.join();
-  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
-  ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
-  expect_sum_of_two(**rank0, *rank1);
+  expect_group_forms(cluster, [&] {
+    std::vector<std::vector<uint8_t>> hellos;
+    for (uint32_t sender : {0u, 5u, 1u}) {
+      const auto hello = seal::seal_hello(seal::Secret{}, {sender, 0, 0, false});
+      hellos.emplace_back(hello.begin(), hello.end());
+    }
+    for (net::Socket& socket : send_to_rank0(cluster, hellos)) {  // rank 0 closed each before rank 1 came
+      std::array<uint8_t, 1> byte;
+      const Status read = socket.read_exact(byte, net::deadline_after(milliseconds(3000)));
+      EXPECT_NE(read.message().find("closed the connection"), std::string::npos) << read.to_string();
+    }
+  });
 }
 
 // Connections that open nothing (silent, a TLS record cut short, half a data
@@ -152,25 +171,12 @@ TEST(TcpGroup, DataHellosNamingNoConnectedHigherRankAreRefusedAtOnceAndTheMember
 // at a time: rank 0 then waits out all three first (checked).
 TEST(TcpGroup, SilentConnectionsHoldOnlyThemselvesAndTheMembersStillConnect) {
   ThreadCluster cluster(2, 0);
-  std::optional<Result<Group>> rank0;
-  std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
-  const std::vector<std::vector<uint8_t>> openings = {{}, {0x16, 0x03}, {'T', 'S', 'H', 0, 1}};
-  std::vector<net::Socket> stalled;
-  for (const std::vector<uint8_t>& bytes : openings) {
-    Result<net::Socket> socket = connect_to_rank0(cluster);
-    ASSERT_TRUE(socket.ok()) << socket.status().to_string();
-    ASSERT_TRUE(socket->write_all(bytes, net::deadline_after(milliseconds(1000))).ok());
-    stalled.push_back(std::move(*socket));
-  }
-  std::this_thread::sleep_for(milliseconds(100));  // rank 0 has accepted them
-  const auto start = std::chrono::steady_clock::now();
-  Result<Group> rank1 = cluster.connect(1);
-  thread.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_TRUE(rank1.ok()) << rank1.status().to_string();
-  ASSERT_TRUE(rank0->ok()) << rank0->status().to_string();
+  std::vector<net::Socket> stalled;  // held open until the group has formed
+  const double seconds = expect_group_forms(cluster, [&] {
+    stalled = send_to_rank0(cluster, {{}, {0x16, 0x03}, {'T', 'S', 'H', 0, 1}});
+    std::this_thread::sleep_for(milliseconds(100));  // rank 0 has accepted them
+  });
   EXPECT_LT(seconds, 3.0);  // one at a time: at least 3 x 1.5 s
-  expect_sum_of_two(**rank0, *rank1);
 }
 
 // Rank 2 closes its group (as a process that exits would): ranks 0 and 1, waiting
