@@ -12,7 +12,8 @@
 //   last:          logits f32 [1, vocab] to the coordinator
 // One inference thread runs the frames of every request in arrival order, each
 // with its own KV cache, so while the next stage works on request A this one
-// works on request B. Any failure of a request (a refused frame, an execution
+// works on request B; the frames of different requests that wait together run
+// in one forward pass (Forward::step_*), which reads the weights once for all. Any failure of a request (a refused frame, an execution
 // error, a send to the next stage that fails) goes to the coordinator at once as
 // an `error` with the request id, and the stage serves the next request. When the
 // coordinator's connection ends, the session's state (caches, next connection)
