@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "core/check.h"
+#include "wire/byte_io.h"
 #include "wire/frame.h"
 #include "wire/limits.h"
-#include "wire/byte_io.h"
 #include "wire/tensor_codec.h"
 
 namespace {

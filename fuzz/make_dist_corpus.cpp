@@ -19,13 +19,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fuzzing::CorpusWriter corpus(argv[1]);
-  const json manifest = json::parse(json{{"config", {{"num_hidden_layers", 2}}},
-                                         {"tensors", {{"model.embed_tokens.weight", "BF16", {16, 8}, 0},
-                                                      {"model.layers.0.input_layernorm.weight", "BF16", {8}, 1}}}}
+  const json manifest = json::parse(json{
+      {"config", {{"num_hidden_layers", 2}}},
+      {"tensors",
+       {{"model.embed_tokens.weight", "BF16", {16, 8}, 0}, {"model.layers.0.input_layernorm.weight", "BF16", {8}, 1}}}}
                                         .dump());
   corpus.write("dist_control_fuzz", "setup_ship",
-               encode_control(0, {{"type", "setup"}, {"model", ""}, {"begin", 0}, {"end", 1}, {"next", "stage1"},
-                                  {"session", 77}, {"context", 64}, {"plain", false}, {"ship", manifest}}));
+               encode_control(0, {{"type", "setup"},
+                                  {"model", ""},
+                                  {"begin", 0},
+                                  {"end", 1},
+                                  {"next", "stage1"},
+                                  {"session", 77},
+                                  {"context", 64},
+                                  {"plain", false},
+                                  {"ship", manifest}}));
   SamplingParams params;
   params.temperature = 0.8f;
   params.top_k = 40;

@@ -70,17 +70,18 @@ int main(int argc, char** argv) {
   const auto header = [](const Encoding& e, std::vector<uint64_t> shape, uint64_t payload) {
     return encode_tensor_header(e, shape, payload);
   };
-  corpus.write("wire_tensor_header_fuzz", "hidden_f32", with_selector(0, header({DType::kF32, 0, 0}, {3, 64}, 3 * 64 * 4)));
+  corpus.write("wire_tensor_header_fuzz", "hidden_f32",
+               with_selector(0, header({DType::kF32, 0, 0}, {3, 64}, 3 * 64 * 4)));
   corpus.write("wire_tensor_header_fuzz", "hidden_int8",
-        with_selector(1, header({DType::kBF16, kFlagInt8, 32}, {2, 64}, 4 * 36)));
+               with_selector(1, header({DType::kBF16, kFlagInt8, 32}, {2, 64}, 4 * 36)));
   corpus.write("wire_tensor_header_fuzz", "hidden_int4_lz4",
-        with_selector(1, header({DType::kBF16, kFlagInt4 | kFlagLz4, 32}, {2, 64}, 50)));
+               with_selector(1, header({DType::kBF16, kFlagInt4 | kFlagLz4, 32}, {2, 64}, 50)));
   corpus.write("wire_tensor_header_fuzz", "token_ids", with_selector(2, header({DType::kI64, 0, 0}, {5}, 40)));
   corpus.write("wire_tensor_header_fuzz", "scalar", with_selector(3, header({DType::kF32, 0, 0}, {}, 4)));
   corpus.write("wire_tensor_header_fuzz", "loose_zero_axis",
-        with_selector(4, header({DType::kU8, 0, 0}, {0, 1u << 30, 7}, 0)));
+               with_selector(4, header({DType::kU8, 0, 0}, {0, 1u << 30, 7}, 0)));
   corpus.write("wire_tensor_header_fuzz", "rank8_lz4",
-        with_selector(5, header({DType::kU8, kFlagLz4, 0}, {1, 2, 3, 4, 1, 2, 3, 4}, 30)));
+               with_selector(5, header({DType::kU8, kFlagLz4, 0}, {1, 2, 3, 4, 1, 2, 3, 4}, 30)));
 
   corpus.write("wire_lz4_fuzz", "u8_lz4", tensor_frame(Encoding{DType::kU8, kFlagLz4, 0}, {4, 512}));
   corpus.write("wire_lz4_fuzz", "f32_lz4", tensor_frame(Encoding{DType::kF32, kFlagLz4, 0}, {2, 100}));
@@ -89,16 +90,16 @@ int main(int argc, char** argv) {
   corpus.write("wire_quant_fuzz", "f32_int8_g32", tensor_frame(Encoding{DType::kF32, kFlagInt8, 32}, {2, 64}));
   corpus.write("wire_quant_fuzz", "bf16_int4_g64", tensor_frame(Encoding{DType::kBF16, kFlagInt4, 64}, {1, 128}));
   corpus.write("wire_quant_fuzz", "f16_int8_lz4_g128",
-        tensor_frame(Encoding{DType::kF16, kFlagInt8 | kFlagLz4, 128}, {3, 128}));
+               tensor_frame(Encoding{DType::kF16, kFlagInt8 | kFlagLz4, 128}, {3, 128}));
   corpus.write("wire_quant_fuzz", "bf16_int4_lz4_g32",
-        tensor_frame(Encoding{DType::kBF16, kFlagInt4 | kFlagLz4, 32}, {2, 96}));
+               tensor_frame(Encoding{DType::kBF16, kFlagInt4 | kFlagLz4, 32}, {2, 96}));
   corpus.write("wire_quant_fuzz", "f32_plain", tensor_frame(Encoding{DType::kF32, 0, 0}, {1, 32}));
 
   corpus.write("wire_layer_fuzz", "u8_plain_3_chunks", layer_frames(Encoding{DType::kU8, 0, 0}, 100, 40));
   corpus.write("wire_layer_fuzz", "u8_lz4_2_chunks", layer_frames(Encoding{DType::kU8, kFlagLz4, 0}, 600, 20));
   corpus.write("wire_layer_fuzz", "bf16_int8_3_chunks", layer_frames(Encoding{DType::kBF16, kFlagInt8, 32}, 96, 40));
   corpus.write("wire_layer_fuzz", "f16_int4_lz4_2_chunks",
-        layer_frames(Encoding{DType::kF16, kFlagInt4 | kFlagLz4, 64}, 256, 30));
+               layer_frames(Encoding{DType::kF16, kFlagInt4 | kFlagLz4, 64}, 256, 30));
   corpus.write("wire_layer_fuzz", "empty_layer", layer_frames(Encoding{DType::kU8, 0, 0}, 0, 64));
   return 0;
 }

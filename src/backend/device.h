@@ -28,11 +28,11 @@ struct AttentionArgs {
   const float* v_cache = nullptr;  // same layout as k_cache
   float* out = nullptr;            // f32 [tokens, n_heads, head_dim]
   int64_t tokens = 0;
-  int64_t pos0 = 0;                // position of the first query token
+  int64_t pos0 = 0;  // position of the first query token
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
-  int64_t sliding_window = 0;      // 0: full causal; else a query sees the last `sliding_window` positions
+  int64_t sliding_window = 0;  // 0: full causal; else a query sees the last `sliding_window` positions
   float scale = 1.0f;
 };
 

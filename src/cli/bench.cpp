@@ -133,8 +133,9 @@ Status bench(const BenchOptions& o) {
               static_cast<long long>(o.decode_tokens));
   std::printf("decode bytes/s    %.2f GB/s = %.1f%% of read bandwidth\n", step_bytes * decode_tps / 1e9,
               100.0 * step_bytes * decode_tps / bandwidth);
-  std::printf("resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
-              anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);
+  std::printf(
+      "resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
+      anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);
   return {};
 }
 

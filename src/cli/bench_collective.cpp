@@ -5,13 +5,13 @@
 //   tessera bench-collective --ranks 2 --bytes 16K,1M,64M [--plain]
 // Bandwidth is the per-rank buffer size over the median time of one collective;
 // plain and sealed runs alternate (bench_rank).
+#include <unistd.h>
 #include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "dist/tcp_group.h"
@@ -67,7 +67,6 @@ struct Timing {
   double sealed_s = 0;  // median of the sealed runs (0 with --plain)
 };
 
-
 // Every rank runs the same schedule: for each size and collective, runs of the
 // plain and the sealed group alternate, so a change in the host's load falls on
 // both alike. Ranks line up with a 1-element all_sum before each run. Rank 0's
@@ -83,7 +82,8 @@ Status bench_rank(Group& plain, Group* sealed, const BenchCollectiveOptions& o, 
   for (uint64_t bytes : o.bytes) {
     const uint64_t rounded = bytes / (4 * o.ranks) * (4 * o.ranks);  // whole f32 elements per rank chunk
     std::vector<uint8_t> a(rounded, 1), b(rounded, 1);
-    const int runs = static_cast<int>(std::clamp<uint64_t>((uint64_t{512} << 20) / std::max<uint64_t>(rounded, 1), 5, 200));
+    const int runs =
+        static_cast<int>(std::clamp<uint64_t>((uint64_t{512} << 20) / std::max<uint64_t>(rounded, 1), 5, 200));
     for (Op op : kOps) {
       std::vector<double> plain_times, sealed_times;
       for (int run = -2; run < runs; ++run) {  // two warm-up runs

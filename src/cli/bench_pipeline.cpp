@@ -10,12 +10,12 @@
 // time, the pipeline all at once), so a change in the host's load falls on all
 // of them alike; the figures are per round and their medians.
 //   tessera bench-pipeline --model DIR --stages 2 --requests 4 --tokens 32 --threads 4 --rounds 3
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
-#include <unistd.h>
 
 #include "backend/device.h"
 #include "cli/commands.h"
@@ -39,7 +39,6 @@ struct BenchPipelineOptions {
   size_t threads = 2;  // per stage, and for the one-process baseline
   int rounds = 3;
 };
-
 
 int32_t argmax(const std::vector<float>& logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -143,7 +142,8 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(dir / "coordinator"));
   dist::PipelineOptions pipeline_options;
   pipeline_options.context = context;
-  Result<std::unique_ptr<dist::Pipeline>> pipeline = dist::Pipeline::connect(identity, trust, config, plan, pipeline_options);
+  Result<std::unique_ptr<dist::Pipeline>> pipeline =
+      dist::Pipeline::connect(identity, trust, config, plan, pipeline_options);
   if (!pipeline.ok()) {
     stop();
     return pipeline.status();
@@ -215,9 +215,9 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
         },
         round.local_step, local_wall);
     if (status.ok()) {
-      status = one_at_a_time(
-          [&] { return std::make_unique<dist::PipelineRunner>(**pipeline, context, SamplingParams{}); },
-          round.pipeline_step, round.sequential_wall);
+      status =
+          one_at_a_time([&] { return std::make_unique<dist::PipelineRunner>(**pipeline, context, SamplingParams{}); },
+                        round.pipeline_step, round.sequential_wall);
     }
     if (status.ok()) status = all_at_once(round.concurrent_wall);
     if (status.ok()) status = side_by_side(round.side_by_side_step);
@@ -232,14 +232,17 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   const int hops = o.stages + 1;
   std::string split;
   for (const dist::StagePlan& stage : plan) {
-    split += (split.empty() ? "" : ", ") + std::string("[") + std::to_string(stage.begin) + ", " + std::to_string(stage.end) + ")";
+    split += (split.empty() ? "" : ", ") + std::string("[") + std::to_string(stage.begin) + ", " +
+             std::to_string(stage.end) + ")";
   }
-  std::printf("%s: %lld layers in %d stages (%s, balancing weight bytes with the LM head), %zu threads each, loopback, "
-              "mutual TLS 1.3\n",
-              o.model_dir.c_str(), static_cast<long long>(layers), o.stages, split.c_str(), o.threads);
-  std::printf("%d requests x %lld tokens per run; each round: one process, then the pipeline one request at a time, "
-              "then all at once, then %d one-process decodes side by side (the gain this host allows without batching)\n",
-              o.requests, static_cast<long long>(o.tokens), o.stages);
+  std::printf(
+      "%s: %lld layers in %d stages (%s, balancing weight bytes with the LM head), %zu threads each, loopback, "
+      "mutual TLS 1.3\n",
+      o.model_dir.c_str(), static_cast<long long>(layers), o.stages, split.c_str(), o.threads);
+  std::printf(
+      "%d requests x %lld tokens per run; each round: one process, then the pipeline one request at a time, "
+      "then all at once, then %d one-process decodes side by side (the gain this host allows without batching)\n",
+      o.requests, static_cast<long long>(o.tokens), o.stages);
   std::printf("%-6s %14s %15s %12s %10s %14s %14s %8s %8s\n", "round", "local_step_ms", "pipeline_step_ms",
               "per_hop_ms", "per_hop_%", "one_at_a_time", "all_at_once", "gain", "unbatched");
   std::vector<double> hop_fractions, gains, ceilings;
@@ -253,9 +256,10 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
                 r.local_step * 1e3, r.pipeline_step * 1e3, per_hop * 1e3, 100.0 * hop_fractions.back(),
                 total_tokens / r.sequential_wall, total_tokens / r.concurrent_wall, gains.back(), ceilings.back());
   }
-  std::printf("median over %zu rounds: each of %d hops adds %.2f %% to the decode step; %d requests at once give "
-              "%.2fx the tokens/s of one at a time (wall time, prefill included); without batching this host allows %.2fx\n",
-              rounds.size(), hops, 100.0 * median(hop_fractions), o.requests, median(gains), median(ceilings));
+  std::printf(
+      "median over %zu rounds: each of %d hops adds %.2f %% to the decode step; %d requests at once give "
+      "%.2fx the tokens/s of one at a time (wall time, prefill included); without batching this host allows %.2fx\n",
+      rounds.size(), hops, 100.0 * median(hop_fractions), o.requests, median(gains), median(ceilings));
   return {};
 }
 

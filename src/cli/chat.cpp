@@ -71,7 +71,8 @@ Status chat(ChatOptions o) {
     request.max_tokens = o.tokens;
     request.sampling = o.sampling;
     request.cancel = &g_interrupted;
-    TS_ASSIGN_OR_RETURN(request.prompt, model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
+    TS_ASSIGN_OR_RETURN(request.prompt,
+                        model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
     size_t common = 0;
     while (common < cached.size() && common < request.prompt.size() && cached[common] == request.prompt[common])
       ++common;

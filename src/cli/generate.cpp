@@ -147,7 +147,8 @@ Status generate_text(const GenerateOptions& o) {
     TS_ASSIGN_OR_RETURN(const std::string rendered,
                         model.render_chat(nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}),
                                           /*add_generation_prompt=*/true));
-    TS_ASSIGN_OR_RETURN(request.prompt, model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
+    TS_ASSIGN_OR_RETURN(request.prompt,
+                        model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
   } else {
     auto ids = model.tokenizer.encode(text);
     if (!ids.ok()) return ids.status().with_context(o.prompt_file.empty() ? "--prompt" : o.prompt_file);
@@ -156,8 +157,8 @@ Status generate_text(const GenerateOptions& o) {
   const int64_t context = model.model.config().max_position_embeddings;
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
   if (prompt_size >= context)
-    return Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
-                                 " tokens; the model's context is " + std::to_string(context));
+    return Status::invalid_input("the prompt has " + std::to_string(prompt_size) + " tokens; the model's context is " +
+                                 std::to_string(context));
   TS_ASSIGN_OR_RETURN(Runner runner,
                       make_runner(o, model.model, std::min(context, prompt_size + o.tokens), /*want_logits=*/false));
   TS_ASSIGN_OR_RETURN(const GenerationResult result,
@@ -198,10 +199,12 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--pipeline", o->pipeline, "Run the layers on the pipeline stages this JSON file names");
   cmd->add_option("--identity", o->identity, "With --pipeline: this node's identity directory (tessera keygen)");
   cmd->add_option("--trust", o->trust, "With --pipeline: the cluster trust file");
-  cmd->add_option("--ship-weights", o->ship_weights,
-                  "With --pipeline: send each stage its layers from --model (none, lz4, int8, int8+lz4, int4, int4+lz4)");
-  cmd->add_flag("--plain", o->plain,
-                "With --pipeline, for trusted links: stages are still authenticated (mutual TLS), but frames travel unsealed");
+  cmd->add_option(
+      "--ship-weights", o->ship_weights,
+      "With --pipeline: send each stage its layers from --model (none, lz4, int8, int8+lz4, int4, int4+lz4)");
+  cmd->add_flag(
+      "--plain", o->plain,
+      "With --pipeline, for trusted links: stages are still authenticated (mutual TLS), but frames travel unsealed");
   cmd->callback([o, &exit_code, text, file, ids] {
     Status status;
     if (ids->count() > 0) {

@@ -46,7 +46,8 @@ Status keygen(const KeygenOptions& o) {
 
 void register_keygen(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<KeygenOptions>();
-  CLI::App* cmd = app.add_subcommand("keygen", "Make a node's TLS identity (key.pem, cert.pem) and print its fingerprint");
+  CLI::App* cmd =
+      app.add_subcommand("keygen", "Make a node's TLS identity (key.pem, cert.pem) and print its fingerprint");
   cmd->add_option("--out", o->out_dir, "Directory to write key.pem and cert.pem into (key.pem must not exist)")
       ->required();
   cmd->add_option("--name", o->name, "Node name, the certificate CN (default: the host name)");

@@ -17,8 +17,8 @@ Status write_npy_f32(const std::string& path, std::span<const float> values, con
   std::ofstream out(path, std::ios::binary);
   if (!out) return Status::invalid_input(path + ": cannot write: " + std::strerror(errno));
   const auto header_len = static_cast<uint16_t>(header.size());
-  const char preamble[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header_len & 0xff),
-                             static_cast<char>(header_len >> 8)};
+  const char preamble[10] = {
+      '\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header_len & 0xff), static_cast<char>(header_len >> 8)};
   out.write(preamble, sizeof preamble);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size_bytes()));

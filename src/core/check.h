@@ -29,10 +29,10 @@ template <typename... Args>
 
 }  // namespace tessera::detail
 
-#define TS_CHECK(cond, ...)                                                                   \
-  do {                                                                                        \
-    if (!(cond)) [[unlikely]]                                                                 \
-      ::tessera::detail::fail(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__);          \
+#define TS_CHECK(cond, ...)                                                          \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]]                                                        \
+      ::tessera::detail::fail(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__); \
   } while (0)
 
 #define TS_CHECK_EQ(a, b) TS_CHECK((a) == (b), #a "=", (a), " " #b "=", (b))

@@ -17,15 +17,11 @@ enum class DType : uint8_t { kF32, kF16, kBF16, kI64, kI32, kU8 };
 constexpr size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF32:
-    case DType::kI32:
-      return 4;
+    case DType::kI32: return 4;
     case DType::kF16:
-    case DType::kBF16:
-      return 2;
-    case DType::kI64:
-      return 8;
-    case DType::kU8:
-      return 1;
+    case DType::kBF16: return 2;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
   }
   return 0;
 }

@@ -57,7 +57,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (std::get<Status>(v_).ok()) v_ = Status::internal("Result built from an OK Status");
   }
@@ -80,10 +80,10 @@ class [[nodiscard]] Result {
 }  // namespace tessera
 
 // Returns early from a function returning Status or Result<U> when expr fails.
-#define TS_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::tessera::Status ts_status_ = (expr);        \
-    if (!ts_status_.ok()) return ts_status_;      \
+#define TS_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::tessera::Status ts_status_ = (expr);   \
+    if (!ts_status_.ok()) return ts_status_; \
   } while (0)
 
 #define TS_CONCAT_INNER_(a, b) a##b

@@ -1,8 +1,8 @@
 #include "dist/coordinator.h"
 
 #include <atomic>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -43,7 +43,8 @@ Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& p
     }
     if (has_layers) {
       const json& layers = stage["layers"];
-      if (!layers.is_array() || layers.size() != 2 || !layers[0].is_number_integer() || !layers[1].is_number_integer()) {
+      if (!layers.is_array() || layers.size() != 2 || !layers[0].is_number_integer() ||
+          !layers[1].is_number_integer()) {
         return Status::invalid_input(at + "\"layers\" must be [begin, end]");
       }
       s.begin = layers[0];
@@ -78,8 +79,8 @@ std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& f
   std::vector<std::pair<long double, size_t>> remainders;
   int64_t given = 0;
   for (size_t i = 0; i < n; ++i) {
-    const long double exact = total > 0 ? layers * static_cast<long double>(free_bytes[i]) / total
-                                        : static_cast<long double>(layers) / n;
+    const long double exact =
+        total > 0 ? layers * static_cast<long double>(free_bytes[i]) / total : static_cast<long double>(layers) / n;
     share[i] = static_cast<int64_t>(exact);
     given += share[i];
     remainders.push_back({exact - share[i], i});
@@ -161,10 +162,10 @@ struct Pipeline::State {
   std::mutex setup_mutex;  // one setup at a time
   std::mutex mutex;
   std::condition_variable cv;
-  std::vector<std::shared_ptr<FrameChannel>> channels;        // guarded by mutex
-  uint64_t session = 0;                                       // guarded by mutex; 0: not set up
+  std::vector<std::shared_ptr<FrameChannel>> channels;                      // guarded by mutex
+  uint64_t session = 0;                                                     // guarded by mutex; 0: not set up
   std::map<uint64_t, std::optional<Result<Pipeline::StepResult>>> pending;  // guarded by mutex
-  std::vector<std::thread> readers;                           // setup_mutex
+  std::vector<std::thread> readers;                                         // setup_mutex
   std::atomic<uint64_t> next_request{1};
 };
 
@@ -182,10 +183,14 @@ Status Pipeline::State::setup() {
     if (!connected.ok()) return connected.status().with_context(what);
     std::shared_ptr<FrameChannel> channel = std::move(connected->channel);
     const net::Endpoint endpoint = connected->endpoint;
-    json setup = {{"type", "setup"},   {"model", stage.model},
-                        {"begin", stage.begin}, {"end", stage.end},
-                        {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
-                        {"session", session_id}, {"context", options.context}, {"plain", options.plain}};
+    json setup = {{"type", "setup"},
+                  {"model", stage.model},
+                  {"begin", stage.begin},
+                  {"end", stage.end},
+                  {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
+                  {"session", session_id},
+                  {"context", options.context},
+                  {"plain", options.plain}};
     if (options.ship) {  // the stage's layers travel on this connection, right after the setup
       Result<Model> model = Model::load(options.ship_from, LayerRange{stage.begin, stage.end});
       if (!model.ok()) return model.status().with_context("--ship-weights");
@@ -197,9 +202,11 @@ Status Pipeline::State::setup() {
                    static_cast<long long>(stage.end), stage.name.c_str());
       Status shipped = send_weights(*channel, *model, *options.ship, net::Clock::now() + options.timeout * 20);
       if (!shipped.ok()) {  // the stage may have refused the shipment: its reason is the better error
-        Result<wire::Frame> reason = channel->read_frame({0, kMaxControlBytes}, net::deadline_after(std::chrono::seconds(1)));
+        Result<wire::Frame> reason =
+            channel->read_frame({0, kMaxControlBytes}, net::deadline_after(std::chrono::seconds(1)));
         Result<json> message = reason.ok() ? decode_control(*reason) : Result<json>(reason.status());
-        if (message.ok()) return Status::invalid_input(what + " refused the weights: " + text_or(*message, "message", "?"));
+        if (message.ok())
+          return Status::invalid_input(what + " refused the weights: " + text_or(*message, "message", "?"));
         return shipped.with_context(what + " (--ship-weights)");
       }
     } else {
@@ -358,12 +365,12 @@ Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const in
       net::deadline_after(s.options.timeout));
   std::unique_lock lock(s.mutex);
   if (!sent.ok() && !s.pending[request]) s.pending[request] = sent.with_context("sending to stage " + s.plan[0].name);
-  const bool answered = s.cv.wait_until(lock, net::Clock::now() + s.options.timeout,
-                                        [&] { return s.pending[request].has_value(); });
+  const bool answered =
+      s.cv.wait_until(lock, net::Clock::now() + s.options.timeout, [&] { return s.pending[request].has_value(); });
   Result<StepResult> result =
       answered ? std::move(*s.pending[request])
-               : Result<StepResult>(Status::disconnected(
-                     "no answer from the pipeline within " + std::to_string(s.options.timeout.count()) + " ms"));
+               : Result<StepResult>(Status::disconnected("no answer from the pipeline within " +
+                                                         std::to_string(s.options.timeout.count()) + " ms"));
   s.pending.erase(request);
   return result;
 }

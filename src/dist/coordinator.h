@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "dist/weight_shipping.h"
 #include "io/model_config.h"
 #include "model/sequence_runner.h"
 #include "net/identity.h"
-#include "dist/weight_shipping.h"
 #include "net/trust.h"
 #include "sampling/sampler.h"
 
@@ -60,7 +60,7 @@ Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustF
                                 std::chrono::milliseconds timeout);
 
 struct PipelineOptions {
-  int64_t context = 0;  // positions per request on every stage
+  int64_t context = 0;                       // positions per request on every stage
   std::chrono::milliseconds timeout{30000};  // a stage that says nothing for this long fails the step
   // Trusted links: after the mutual-TLS setup, frames travel on plain TCP
   // connections bound to the TLS sessions (frame_channel.h), unsealed.

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "net/socket.h"
 #include "net/identity.h"
+#include "net/socket.h"
 #include "net/tls.h"
 #include "net/trust.h"
 #include "wire/frame.h"
@@ -54,7 +54,7 @@ class FrameChannel {
   std::unique_ptr<net::TlsChannel> tls_;
   const std::chrono::milliseconds body_timeout_;
   std::mutex write_mutex_;
-  net::Socket plain_;  // guarded by write_mutex_ for writers; valid after use_plain()
+  net::Socket plain_;            // guarded by write_mutex_ for writers; valid after use_plain()
   std::vector<uint8_t> buffer_;  // reader thread only
 };
 

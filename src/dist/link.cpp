@@ -133,17 +133,10 @@ Result<std::span<const uint8_t>> Link::frame_piece(const seal::PieceContext& ctx
   if (!tamper) return std::span<const uint8_t>(wire);
   seal::PieceContext forged = ctx;  // kWrongGeneration, kWrongSender: another header
   switch (tamper->kind) {
-    case TamperKind::kCiphertext:
-      wire[payload.empty() ? length - 1 : seal::kPieceHeaderBytes] ^= 0x01;
-      break;
-    case TamperKind::kTag:
-      wire[length - 1] ^= 0x80;
-      break;
-    case TamperKind::kHeader:
-      wire[tamper->header_offset] ^= 0x01;
-      break;
-    case TamperKind::kTruncate:
-      return std::span<const uint8_t>(wire.first(length > 5 ? length - 5 : 0));
+    case TamperKind::kCiphertext: wire[payload.empty() ? length - 1 : seal::kPieceHeaderBytes] ^= 0x01; break;
+    case TamperKind::kTag: wire[length - 1] ^= 0x80; break;
+    case TamperKind::kHeader: wire[tamper->header_offset] ^= 0x01; break;
+    case TamperKind::kTruncate: return std::span<const uint8_t>(wire.first(length > 5 ? length - 5 : 0));
     case TamperKind::kWrongGeneration:
       ++forged.generation;
       seal::write_piece_header(forged, wire);
@@ -152,8 +145,7 @@ Result<std::span<const uint8_t>> Link::frame_piece(const seal::PieceContext& ctx
       std::swap(forged.sender, forged.receiver);
       seal::write_piece_header(forged, wire);
       break;
-    default:
-      break;  // the others move whole pieces (send_message)
+    default: break;  // the others move whole pieces (send_message)
   }
   return std::span<const uint8_t>(wire);
 }

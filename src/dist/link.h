@@ -37,10 +37,10 @@
 namespace tessera::dist {
 
 struct LinkOptions {
-  bool plain = false;             // pieces unsealed (headers still checked)
+  bool plain = false;  // pieces unsealed (headers still checked)
   uint32_t piece_bytes = 256 << 10;
   std::chrono::milliseconds progress_timeout{10000};
-  std::vector<Tamper> tampers;    // tests only: applied to this rank's sends, by generation
+  std::vector<Tamper> tampers;  // tests only: applied to this rank's sends, by generation
 };
 
 class Link {
@@ -100,8 +100,8 @@ class Link {
   net::Socket data_;
   std::optional<seal::Sealer> sealer_;
   std::optional<seal::Opener> opener_;
-  uint64_t send_counter_ = 0;  // sender worker only
-  uint64_t recv_counter_ = 0;  // receiver worker only
+  uint64_t send_counter_ = 0;            // sender worker only
+  uint64_t recv_counter_ = 0;            // receiver worker only
   std::vector<uint8_t> send_buffer_;     // sender worker: one piece on the wire
   std::vector<uint8_t> recv_buffer_;     // receiver worker
   std::optional<Tamper> tamper_;         // tests only: of this generation and direction

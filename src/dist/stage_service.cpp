@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -20,10 +20,10 @@
 #include "dist/frame_channel.h"
 #include "dist/start_message.h"
 #include "dist/weight_shipping.h"
-#include "seal/hello.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "seal/hello.h"
 #include "wire/limits.h"
 #include "wire/tensor_codec.h"
 
@@ -41,7 +41,7 @@ struct Work {
   uint64_t request;
   std::vector<int32_t> ids;
   std::vector<float> hidden;
-  json message;                                // kSetup: the setup; kStart: the start message
+  json message;                               // kSetup: the setup; kStart: the start message
   std::shared_ptr<FrameChannel> coordinator;  // kSetup
   std::promise<Status>* done = nullptr;       // kSetup
 };
@@ -73,7 +73,8 @@ Result<std::vector<int32_t>> token_ids(const wire::DecodedTensor& tensor) {
     for (size_t i = 0; i < ids.size(); ++i) {
       int64_t id;
       std::memcpy(&id, tensor.bytes.data() + 8 * i, 8);
-      if (id < 0 || id > INT32_MAX) return Status::invalid_input("token_ids[" + std::to_string(i) + "]: " + std::to_string(id) + " out of range");
+      if (id < 0 || id > INT32_MAX)
+        return Status::invalid_input("token_ids[" + std::to_string(i) + "]: " + std::to_string(id) + " out of range");
       ids[i] = static_cast<int32_t>(id);
     }
   }
@@ -140,22 +141,22 @@ struct StageService::State {
 
   std::mutex mutex;
   std::condition_variable cv;
-  std::deque<Work> queue;                          // guarded by mutex
-  std::shared_ptr<FrameChannel> coordinator;       // guarded by mutex
-  uint64_t session = 0;                            // guarded by mutex: the current session
-  bool plain = false;                              // guarded by mutex: the session's links are --plain
+  std::deque<Work> queue;                     // guarded by mutex
+  std::shared_ptr<FrameChannel> coordinator;  // guarded by mutex
+  uint64_t session = 0;                       // guarded by mutex: the current session
+  bool plain = false;                         // guarded by mutex: the session's links are --plain
   struct Binding {
     std::array<uint8_t, 32> secret;
     std::promise<net::Socket> socket;
     ~Binding() { OPENSSL_cleanse(secret.data(), secret.size()); }
   };
-  std::map<uint64_t, Binding> bindings;            // guarded by mutex: plain data connections awaited
-  std::condition_variable bindings_cv;             // a binding was registered
+  std::map<uint64_t, Binding> bindings;  // guarded by mutex: plain data connections awaited
+  std::condition_variable bindings_cv;   // a binding was registered
   struct Connection {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<Connection> connections;             // accept thread only; finished ones are joined
+  std::vector<Connection> connections;  // accept thread only; finished ones are joined
 
   // Inference thread only.
   std::string model_dir;
@@ -216,7 +217,8 @@ Status StageService::run() {
     Result<net::Socket> socket = s.listener.accept(net::Clock::now() + std::chrono::hours(24 * 365), s.stopping.fd());
     if (!socket.ok()) {
       if (net::is_interrupted(socket.status())) return {};
-      std::fprintf(stderr, "[stage %s] accept: %s\n", s.options.identity.name.c_str(), socket.status().to_string().c_str());
+      std::fprintf(stderr, "[stage %s] accept: %s\n", s.options.identity.name.c_str(),
+                   socket.status().to_string().c_str());
       continue;
     }
     std::erase_if(s.connections, [](State::Connection& c) {
@@ -254,7 +256,8 @@ void StageService::State::serve_connection(net::Socket socket) {
     return;
   }
   auto channel = std::make_shared<FrameChannel>(std::move(*tls), options.timeout);
-  Result<wire::Frame> frame = channel->read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd());
+  Result<wire::Frame> frame =
+      channel->read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd());
   Result<json> message = frame.ok() ? decode_control(*frame) : Result<json>(frame.status());
   if (!message.ok()) {
     std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
@@ -264,9 +267,11 @@ void StageService::State::serve_connection(net::Socket socket) {
   const std::string type = (*message)["type"];
   if (type == "setup") return serve_coordinator(channel, *message);
   if (type == "probe") {  // free memory (to split layers) and live requests (to check cancels)
-    (void)channel->write_frame(encode_control(0, {{"type", "status"}, {"stage", options.identity.name},
+    (void)channel->write_frame(encode_control(0, {{"type", "status"},
+                                                  {"stage", options.identity.name},
                                                   {"free_bytes", available_memory_bytes()},
-                                                  {"requests", live_requests.load()}, {"kv_bytes", kv_bytes.load()},
+                                                  {"requests", live_requests.load()},
+                                                  {"kv_bytes", kv_bytes.load()},
                                                   {"largest_step", largest_step.load()}}),
                                net::deadline_after(options.timeout));
     return;
@@ -281,7 +286,8 @@ void StageService::State::serve_connection(net::Socket socket) {
 Result<std::filesystem::path> StageService::State::receive_shipment(FrameChannel& channel, const json& manifest,
                                                                     uint64_t session_id) {
   const uint64_t bound = options.max_weight_bytes ? options.max_weight_bytes : available_memory_bytes() / 10 * 9;
-  const std::filesystem::path dir = options.work_dir / ("tessera-" + options.identity.name + "-" + std::to_string(session_id));
+  const std::filesystem::path dir =
+      options.work_dir / ("tessera-" + options.identity.name + "-" + std::to_string(session_id));
   std::error_code ignored;
   for (const auto& entry : std::filesystem::directory_iterator(options.work_dir, ignored)) {
     if (entry.path().filename().string().starts_with("tessera-" + options.identity.name + "-")) {
@@ -301,7 +307,8 @@ Result<std::filesystem::path> StageService::State::receive_shipment(FrameChannel
 }
 
 Status StageService::State::expect_plain(FrameChannel& channel) {
-  TS_ASSIGN_OR_RETURN(wire::Frame frame, channel.read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd()));
+  TS_ASSIGN_OR_RETURN(wire::Frame frame,
+                      channel.read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd()));
   TS_ASSIGN_OR_RETURN(const json message, decode_control(frame));
   if (message["type"] != kPlainMessage) return Status::invalid_input("--plain: expected the plain binding message");
   TS_ASSIGN_OR_RETURN(const uint64_t binding, field<uint64_t>(message, "binding"));
@@ -445,11 +452,12 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
   for (;;) {
     wire::FrameLimits frame_limits = session_limits.frame;
     frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, kMaxControlBytes);
-    Result<wire::Frame> frame = channel.read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365),
-                                                   stopping.fd());
+    Result<wire::Frame> frame =
+        channel.read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365), stopping.fd());
     if (!frame.ok()) {
       // A clean close is the end of the session; anything else is reported.
-      if (!net::is_interrupted(frame.status()) && frame.status().message().find("closed the connection after 0 of") == std::string::npos) {
+      if (!net::is_interrupted(frame.status()) &&
+          frame.status().message().find("closed the connection after 0 of") == std::string::npos) {
         report(0, frame.status().with_context("previous stage " + channel.peer_name()));
       }
       return;
@@ -461,8 +469,9 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
         work.message = std::move(*message);
         push(std::move(work));
       } else {
-        report(frame->prefix.request_id, (message.ok() ? Status::invalid_input("unexpected control message")
-                                                       : message.status()).with_context("from previous stage " + channel.peer_name()));
+        report(frame->prefix.request_id,
+               (message.ok() ? Status::invalid_input("unexpected control message") : message.status())
+                   .with_context("from previous stage " + channel.peer_name()));
       }
       continue;
     }
@@ -517,9 +526,9 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   next.reset();
   last = next_name.empty();
   if (last != model->has_exit()) {
-    return Status::invalid_input("setup: layers [" + std::to_string(begin) + ", " + std::to_string(end) + ") " +
-                                 (last ? "do not end the model but no next stage is named"
-                                       : "end the model but a next stage is named"));
+    return Status::invalid_input(
+        "setup: layers [" + std::to_string(begin) + ", " + std::to_string(end) + ") " +
+        (last ? "do not end the model but no next stage is named" : "end the model but a next stage is named"));
   }
   if (!last) {
     const net::Deadline deadline = net::deadline_after(options.timeout);
@@ -529,7 +538,8 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     const net::Endpoint endpoint = connected->endpoint;
     next = std::move(connected->channel);
     TS_RETURN_IF_ERROR(next->write_frame(encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
-    if (session_plain) TS_RETURN_IF_ERROR(bind_plain(*next, endpoint, deadline).with_context("--plain link to " + next_name));
+    if (session_plain)
+      TS_RETURN_IF_ERROR(bind_plain(*next, endpoint, deadline).with_context("--plain link to " + next_name));
   }
   std::shared_ptr<FrameChannel> previous;
   {
@@ -564,9 +574,10 @@ std::vector<Work> StageService::State::take_step(Work first) {
   step.push_back(std::move(first));
   while (step.size() < kMaxStep && !queue.empty()) {
     const Work& next_work = queue.front();
-    const bool joins = next_work.kind == step[0].kind && next_work.session == step[0].session &&
-                       tokens + tokens_of(next_work) <= kMaxStepTokens &&
-                       std::none_of(step.begin(), step.end(), [&](const Work& w) { return w.request == next_work.request; });
+    const bool joins =
+        next_work.kind == step[0].kind && next_work.session == step[0].session &&
+        tokens + tokens_of(next_work) <= kMaxStepTokens &&
+        std::none_of(step.begin(), step.end(), [&](const Work& w) { return w.request == next_work.request; });
     if (!joins) break;
     tokens += tokens_of(next_work);
     step.push_back(std::move(queue.front()));
@@ -584,8 +595,8 @@ void StageService::State::run_step(std::vector<Work>& step) {
     ids.insert(ids.end(), work.ids.begin(), work.ids.end());
     hidden.insert(hidden.end(), work.hidden.begin(), work.hidden.end());
   }
-  Result<std::vector<float>> out = step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, parts)
-                                                                       : forward->step_hidden(hidden, parts);
+  Result<std::vector<float>> out =
+      step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, parts) : forward->step_hidden(hidden, parts);
   if (!out.ok()) {
     if (step.size() == 1) return fail_request(step[0].request, out.status());
     for (Work& work : step) {
@@ -675,9 +686,7 @@ void StageService::State::inference_loop() {
         queue.clear();
         return;
       }
-      case Work::Kind::kSetup:
-        work.done->set_value(setup(work.message, work.coordinator));
-        break;
+      case Work::Kind::kSetup: work.done->set_value(setup(work.message, work.coordinator)); break;
       case Work::Kind::kStart:
         if (Status status = start(work); !status.ok()) report(work.request, status);
         break;
@@ -696,9 +705,7 @@ void StageService::State::inference_loop() {
         break;
       }
       case Work::Kind::kTokens:
-      case Work::Kind::kHidden:
-        run_step(step);
-        break;
+      case Work::Kind::kHidden: run_step(step); break;
     }
     count_caches();
   }

@@ -13,12 +13,11 @@
 // One inference thread runs the frames of every request in arrival order, each
 // with its own KV cache, so while the next stage works on request A this one
 // works on request B; the frames of different requests that wait together run
-// in one forward pass (Forward::step_*), which reads the weights once for all. Any failure of a request (a refused frame, an execution
-// error, a send to the next stage that fails) goes to the coordinator at once as
-// an `error` with the request id, and the stage serves the next request. When the
-// coordinator's connection ends, the session's state (caches, next connection)
-// is dropped and the stage waits for a new setup; the loaded layers are kept for
-// a setup that asks for the same ones.
+// in one forward pass (Forward::step_*), which reads the weights once for all. Any failure of a request (a refused
+// frame, an execution error, a send to the next stage that fails) goes to the coordinator at once as an `error` with
+// the request id, and the stage serves the next request. When the coordinator's connection ends, the session's state
+// (caches, next connection) is dropped and the stage waits for a new setup; the loaded layers are kept for a setup that
+// asks for the same ones.
 //
 // Thread safety: run() blocks the calling thread; stop() may be called from any.
 #pragma once
@@ -39,7 +38,7 @@ struct StageOptions {
   net::Endpoint listen;
   net::Identity identity;
   net::TrustFile trust;
-  size_t threads = 0;  // CPU threads for the forward pass (0: all cores)
+  size_t threads = 0;                        // CPU threads for the forward pass (0: all cores)
   std::chrono::milliseconds timeout{30000};  // a silent peer mid-frame
   // Weights a coordinator may ship here (--ship-weights), in bytes; 0: 90 % of
   // the memory available when they are announced.

@@ -29,7 +29,8 @@ namespace {
 
 Result<float> number(const json& start, const char* name) {
   auto it = start.find(name);
-  if (it == start.end() || !it->is_number()) return Status::invalid_input(std::string("start: ") + name + " must be a number");
+  if (it == start.end() || !it->is_number())
+    return Status::invalid_input(std::string("start: ") + name + " must be a number");
   return it->get<float>();
 }
 

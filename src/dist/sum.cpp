@@ -32,12 +32,9 @@ void accumulate(std::span<float> acc, std::span<const uint8_t> x, DType dtype, b
         acc[i] += v;
       }
       return;
-    case DType::kBF16:
-      return accumulate_16(acc, x, first, bf16_to_f32);
-    case DType::kF16:
-      return accumulate_16(acc, x, first, f16_to_f32);
-    default:
-      TS_CHECK(false, "dtype ", dtype_name(dtype), " cannot be summed");
+    case DType::kBF16: return accumulate_16(acc, x, first, bf16_to_f32);
+    case DType::kF16: return accumulate_16(acc, x, first, f16_to_f32);
+    default: TS_CHECK(false, "dtype ", dtype_name(dtype), " cannot be summed");
   }
 }
 
@@ -54,8 +51,7 @@ void store(std::span<const float> acc, std::span<uint8_t> out, DType dtype) {
         std::memcpy(out.data() + 2 * i, &bits, 2);
       }
       return;
-    default:
-      TS_CHECK(false, "dtype ", dtype_name(dtype), " cannot be stored from f32");
+    default: TS_CHECK(false, "dtype ", dtype_name(dtype), " cannot be stored from f32");
   }
 }
 

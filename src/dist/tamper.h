@@ -31,9 +31,9 @@ enum class TamperKind {
 struct Tamper {
   uint64_t generation = 0;  // the group generation it applies in (a test runs one case per generation)
   TamperKind kind = TamperKind::kCiphertext;
-  uint32_t to_rank = 1;   // the direction this rank -> to_rank
-  uint64_t counter = 0;   // the message
-  uint32_t piece = 1;     // the piece of that message
+  uint32_t to_rank = 1;      // the direction this rank -> to_rank
+  uint64_t counter = 0;      // the message
+  uint32_t piece = 1;        // the piece of that message
   size_t header_offset = 0;  // kHeader: byte offset of the field in the piece header
 };
 

@@ -99,18 +99,18 @@ class TcpGroup final : public GroupImpl {
   std::vector<std::unique_ptr<Link>> links_;  // by rank; null for this rank
   std::vector<std::thread> control_readers_;
   net::WakeFd closing_;
-  std::vector<float> acc_;                          // caller thread only
-  std::vector<std::vector<uint8_t>> staging_;       // caller thread only: per peer, chunks to add
+  std::vector<float> acc_;                           // caller thread only
+  std::vector<std::vector<uint8_t>> staging_;        // caller thread only: per peer, chunks to add
   std::vector<std::unique_ptr<Progress>> progress_;  // per peer, pieces of staging_ received
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  uint64_t generation_ = 0;                  // guarded by mutex_
-  Status failure_;                           // guarded by mutex_
-  std::unique_ptr<net::WakeFd> wake_;        // guarded by mutex_; signalled on failure
+  uint64_t generation_ = 0;            // guarded by mutex_
+  Status failure_;                     // guarded by mutex_
+  std::unique_ptr<net::WakeFd> wake_;  // guarded by mutex_; signalled on failure
   Status next_abort_;  // guarded by mutex_: an abort of generation_ + 1, which this rank has not entered yet
-  std::vector<uint64_t> rebuild_ready_;       // guarded by mutex_: per peer, highest generation announced
-  std::vector<bool> control_lost_;            // guarded by mutex_
+  std::vector<uint64_t> rebuild_ready_;  // guarded by mutex_: per peer, highest generation announced
+  std::vector<bool> control_lost_;       // guarded by mutex_
 };
 
 TcpGroup::~TcpGroup() {
@@ -122,7 +122,8 @@ TcpGroup::~TcpGroup() {
     if (wake_) wake_->signal();
   }
   for (auto& link : links_) {
-    if (link) (void)link->write_control_locked({ControlKind::kGoodbye, generation, ""}, net::deadline_after(milliseconds(200)));
+    if (link)
+      (void)link->write_control_locked({ControlKind::kGoodbye, generation, ""}, net::deadline_after(milliseconds(200)));
   }
   closing_.signal();
   for (std::thread& reader : control_readers_) reader.join();
@@ -135,7 +136,9 @@ Result<net::Endpoint> TcpGroup::address_of(uint32_t rank) const {
   return net::parse_endpoint(node->address);
 }
 
-void TcpGroup::refuse(const std::string& why) { std::fprintf(stderr, "[dist] rank %u refused a connection: %s\n", rank_, why.c_str()); }
+void TcpGroup::refuse(const std::string& why) {
+  std::fprintf(stderr, "[dist] rank %u refused a connection: %s\n", rank_, why.c_str());
+}
 
 Status TcpGroup::start() {
   wake_ = std::make_unique<net::WakeFd>();
@@ -159,7 +162,8 @@ Status TcpGroup::start() {
 Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline deadline) {
   TS_ASSIGN_OR_RETURN(net::Endpoint endpoint, address_of(rank));
   Result<net::Socket> socket = net::Socket::connect_retrying(endpoint, deadline);
-  if (!socket.ok()) return socket.status().with_context("[dist] " + rank_text(rank) + " (" + options_.members[rank] + ")");
+  if (!socket.ok())
+    return socket.status().with_context("[dist] " + rank_text(rank) + " (" + options_.members[rank] + ")");
   return socket;
 }
 
@@ -173,8 +177,8 @@ Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline de
 Status TcpGroup::connect_control(Acceptor& acceptor, net::Deadline deadline, std::vector<bool>& early) {
   for (uint32_t peer = 0; peer < rank_; ++peer) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
-    TS_ASSIGN_OR_RETURN(net::TlsChannel channel,
-                        net::TlsChannel::client(std::move(socket), identity_, trust_, options_.members[peer], deadline));
+    TS_ASSIGN_OR_RETURN(net::TlsChannel channel, net::TlsChannel::client(std::move(socket), identity_, trust_,
+                                                                         options_.members[peer], deadline));
     links_[peer] = std::make_unique<Link>(rank_, peer, std::move(channel), link_options(), on_failure());
   }
   size_t missing = size_ - 1 - rank_;
@@ -207,7 +211,8 @@ Status TcpGroup::connect_control(Acceptor& acceptor, net::Deadline deadline, std
 
 // Data connections of `generation`: connect to lower ranks and send a sealed
 // hello; accept higher ranks and open theirs with the secret of their TLS session.
-Status TcpGroup::connect_data(Acceptor& acceptor, uint64_t generation, net::Deadline deadline, std::vector<bool> bound) {
+Status TcpGroup::connect_data(Acceptor& acceptor, uint64_t generation, net::Deadline deadline,
+                              std::vector<bool> bound) {
   for (uint32_t peer = 0; peer < rank_; ++peer) {
     TS_ASSIGN_OR_RETURN(net::Socket socket, connect_with_retry(peer, deadline));
     const auto hello = seal::seal_hello(link(peer).secret(), {rank_, peer, generation, options_.plain});
@@ -284,8 +289,7 @@ void TcpGroup::control_loop(uint32_t peer) {
         cv_.notify_all();
         break;
       }
-      case ControlKind::kGoodbye:
-        return;
+      case ControlKind::kGoodbye: return;
     }
   }
 }
@@ -342,7 +346,8 @@ void TcpGroup::exchange(Op op, DType dtype, InFn in, OutFn out, int wake_fd,
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     if (with_progress) progress_[peer]->reset();
-    transfers.push_back(link(peer).post_recv(op, out(peer), dtype, wake_fd, with_progress ? progress_[peer].get() : nullptr));
+    transfers.push_back(
+        link(peer).post_recv(op, out(peer), dtype, wake_fd, with_progress ? progress_[peer].get() : nullptr));
   }
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer != rank_) transfers.push_back(link(peer).post_send(op, in(peer), dtype, wake_fd));
@@ -359,7 +364,8 @@ Status TcpGroup::reduce_to_owner(Op op, DType dtype, size_t owned_elements, Chun
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer != rank_) staging_[peer].resize(bytes);
   }
-  exchange(op, dtype, chunk, [&](uint32_t peer) { return std::span<uint8_t>(staging_[peer]); }, wake_fd, transfers, true);
+  exchange(
+      op, dtype, chunk, [&](uint32_t peer) { return std::span<uint8_t>(staging_[peer]); }, wake_fd, transfers, true);
   acc_.resize(owned_elements);
   const uint32_t piece_bytes = links_[rank_ == 0 ? 1 : 0]->piece_bytes_for(bytes);
   const uint32_t pieces = seal::piece_count(bytes, piece_bytes);
@@ -386,12 +392,14 @@ Status TcpGroup::all_sum(std::span<uint8_t> data, DType dtype) {
   const uint64_t n = data.size() / element;
   auto begin = [&](uint32_t j) { return static_cast<size_t>(n * j / size_) * element; };
   auto chunk = [&](uint32_t j) { return data.subspan(begin(j), begin(j + 1) - begin(j)); };
-  TS_RETURN_IF_ERROR(reduce_to_owner(Op::kAllSum, dtype, chunk(rank_).size() / element,
-                                     [&](uint32_t j) { return std::span<const uint8_t>(chunk(j)); }, wake_fd));
+  TS_RETURN_IF_ERROR(reduce_to_owner(
+      Op::kAllSum, dtype, chunk(rank_).size() / element, [&](uint32_t j) { return std::span<const uint8_t>(chunk(j)); },
+      wake_fd));
   store(acc_, chunk(rank_), dtype);
   std::vector<std::future<Status>> transfers;
-  exchange(Op::kAllSum, dtype, [&](uint32_t) { return std::span<const uint8_t>(chunk(rank_)); }, chunk, wake_fd,
-           transfers, false);
+  exchange(
+      Op::kAllSum, dtype, [&](uint32_t) { return std::span<const uint8_t>(chunk(rank_)); }, chunk, wake_fd, transfers,
+      false);
   return finish(transfers);
 }
 
@@ -417,15 +425,17 @@ Status TcpGroup::all_gather(std::span<const uint8_t> in, std::span<uint8_t> out,
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
   if (!in.empty()) std::copy(in.begin(), in.end(), out.begin() + rank_ * in.size());
   std::vector<std::future<Status>> transfers;
-  exchange(Op::kAllGather, dtype, [&](uint32_t) { return in; },
-           [&](uint32_t peer) { return out.subspan(peer * in.size(), in.size()); }, wake_fd, transfers, false);
+  exchange(
+      Op::kAllGather, dtype, [&](uint32_t) { return in; },
+      [&](uint32_t peer) { return out.subspan(peer * in.size(), in.size()); }, wake_fd, transfers, false);
   return finish(transfers);
 }
 
 Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root) {
   TS_RETURN_IF_ERROR(check_buffer(data, dtype, "broadcast"));
   if (root < 0 || static_cast<size_t>(root) >= size_) {
-    return Status::invalid_input("[dist] broadcast: root " + std::to_string(root) + " in a group of " + std::to_string(size_));
+    return Status::invalid_input("[dist] broadcast: root " + std::to_string(root) + " in a group of " +
+                                 std::to_string(size_));
   }
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
   std::vector<std::future<Status>> transfers;
@@ -512,8 +522,8 @@ Result<Group> connect_group(const net::Identity& identity, const net::TrustFile&
       return Status::invalid_input("[dist] member '" + options.members[i] + "' is listed twice");
     }
   }
-  auto group = std::make_shared<TcpGroup>(identity, trust, options,
-                                          static_cast<uint32_t>(self - options.members.begin()));
+  auto group =
+      std::make_shared<TcpGroup>(identity, trust, options, static_cast<uint32_t>(self - options.members.begin()));
   if (options.members.size() == 1) return Group::local();
   TS_RETURN_IF_ERROR(group->start());
   return Group(group);

@@ -36,12 +36,12 @@
 namespace tessera::dist {
 
 struct GroupOptions {
-  std::vector<std::string> members;  // trust-file node names in rank order; includes this node
-  bool plain = false;                // --plain: authenticated, but pieces are not sealed
-  uint32_t piece_bytes = 256 << 10;  // multiple of 4; the largest piece (Link::piece_bytes_for)
+  std::vector<std::string> members;                   // trust-file node names in rank order; includes this node
+  bool plain = false;                                 // --plain: authenticated, but pieces are not sealed
+  uint32_t piece_bytes = 256 << 10;                   // multiple of 4; the largest piece (Link::piece_bytes_for)
   std::chrono::milliseconds connect_timeout{30000};   // setup and rebuild
   std::chrono::milliseconds progress_timeout{10000};  // any one wait for a peer
-  std::vector<Tamper> tampers;       // tests only (tests/dist/rank_main.cpp)
+  std::vector<Tamper> tampers;                        // tests only (tests/dist/rank_main.cpp)
 };
 
 Result<Group> connect_group(const net::Identity& identity, const net::TrustFile& trust, const GroupOptions& options);

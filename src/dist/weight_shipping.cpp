@@ -62,7 +62,8 @@ Result<ShipEncoding> parse_ship_encoding(const std::string& text) {
   };
   auto it = kFlags.find(text);
   if (it == kFlags.end()) {
-    return Status::invalid_input("--ship-weights must be none, lz4, int8, int8+lz4, int4 or int4+lz4, not '" + text + "'");
+    return Status::invalid_input("--ship-weights must be none, lz4, int8, int8+lz4, int4 or int4+lz4, not '" + text +
+                                 "'");
   }
   const bool quantized = (it->second & (wire::kFlagInt8 | wire::kFlagInt4)) != 0;
   return ShipEncoding{it->second, static_cast<uint16_t>(quantized ? 64 : 0)};
@@ -97,9 +98,10 @@ Status send_weights(FrameChannel& channel, const Model& model, const ShipEncodin
                                  std::to_string(elements) + " elements, not a multiple of the quantization group " +
                                  std::to_string(ship.group_size));
     }
-    for (const wire::LayerChunk& chunk : wire::encode_layer_chunks(static_cast<uint32_t>(g), encoding, bytes, kChunkBytes)) {
-      TS_RETURN_IF_ERROR(
-          channel.write_frame(wire::encode_frame(wire::MessageKind::kLayerChunk, 0, chunk.header, chunk.payload), deadline));
+    for (const wire::LayerChunk& chunk :
+         wire::encode_layer_chunks(static_cast<uint32_t>(g), encoding, bytes, kChunkBytes)) {
+      TS_RETURN_IF_ERROR(channel.write_frame(
+          wire::encode_frame(wire::MessageKind::kLayerChunk, 0, chunk.header, chunk.payload), deadline));
     }
   }
   return {};
@@ -120,7 +122,8 @@ Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest
     }
     ShipTensor tensor;
     tensor.name = entry[0];
-    if (tensor.name.empty() || !names.insert(tensor.name).second) return Status::invalid_input(at + "empty or repeated name");
+    if (tensor.name.empty() || !names.insert(tensor.name).second)
+      return Status::invalid_input(at + "empty or repeated name");
     std::optional<DType> dtype = dtype_from_safetensors(entry[1].get<std::string>());
     if (!dtype) return Status::invalid_input(at + "unknown dtype");
     tensor.dtype = *dtype;
@@ -149,7 +152,8 @@ Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest
   for (const auto& group : groups) {
     for (const ShipTensor& t : group) {
       if (!wire::checked_add(total, t.bytes, &total) || total > max_bytes) {
-        return Status::invalid_input("ship: the weights exceed the stage's bound of " + std::to_string(max_bytes) + " bytes");
+        return Status::invalid_input("ship: the weights exceed the stage's bound of " + std::to_string(max_bytes) +
+                                     " bytes");
       }
     }
   }

@@ -8,9 +8,9 @@
 // (wire/layer_payload.h: kLayerChunk frames, optionally int8/int4 and LZ4) whose
 // bytes are the group's tensors back to back, in one dtype. The stage assembles
 // each group within the bytes the manifest declares for it, and the manifest
-// within the stage's own bound (refused before anything is reserved), checks that the manifest accounts for exactly those bytes, then
-// writes config.json and model.safetensors into a directory and loads it with
-// the ordinary checkpoint loader, which checks every tensor against the config.
+// within the stage's own bound (refused before anything is reserved), checks that the manifest accounts for exactly
+// those bytes, then writes config.json and model.safetensors into a directory and loads it with the ordinary checkpoint
+// loader, which checks every tensor against the config.
 //
 // Thread safety: functions of one connection's thread.
 #pragma once

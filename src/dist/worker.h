@@ -56,7 +56,7 @@ class Progress {
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
-  uint32_t done_ = 0;     // guarded by mutex_
+  uint32_t done_ = 0;      // guarded by mutex_
   bool finished_ = false;  // guarded by mutex_
 };
 

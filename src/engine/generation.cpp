@@ -7,8 +7,7 @@
 
 namespace tessera {
 
-Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner,
-                                       const GenerationRequest& request,
+Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner, const GenerationRequest& request,
                                        const std::function<void(std::string_view)>& on_text) {
   using Clock = std::chrono::steady_clock;
   const int64_t vocab = model.model.config().vocab_size;

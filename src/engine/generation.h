@@ -34,8 +34,7 @@ struct GenerationResult {
 };
 
 // `runner` may already hold a prefix of `request.prompt` (its length() tokens), which is reused.
-Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner,
-                                       const GenerationRequest& request,
+Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner, const GenerationRequest& request,
                                        const std::function<void(std::string_view)>& on_text);
 
 }  // namespace tessera

@@ -65,7 +65,8 @@ std::string TextStream::finish() {
   const std::span<const int32_t> all(ids_);
   const std::string context = decode_(all.subspan(prefix_, read_ - prefix_));
   const std::string text = decode_(all.subspan(prefix_));
-  if (text.size() > context.size() && text.compare(0, context.size(), context) == 0) pending_ += text.substr(context.size());
+  if (text.size() > context.size() && text.compare(0, context.size(), context) == 0)
+    pending_ += text.substr(context.size());
   prefix_ = read_ = ids_.size();
   std::string out = std::move(pending_);
   pending_.clear();

@@ -80,8 +80,8 @@ Status read_rope_scaling(const json& params, RopeConfig& rope) {
   if (rope.type == RopeType::kLlama3) {
     TS_RETURN_IF_ERROR(read_double(params, "low_freq_factor", 1.0, rope.low_freq_factor));
     TS_RETURN_IF_ERROR(read_double(params, "high_freq_factor", 4.0, rope.high_freq_factor));
-    TS_RETURN_IF_ERROR(read_int(params, "original_max_position_embeddings", 1, kMaxDim, 8192,
-                                rope.original_max_position_embeddings));
+    TS_RETURN_IF_ERROR(
+        read_int(params, "original_max_position_embeddings", 1, kMaxDim, 8192, rope.original_max_position_embeddings));
     if (!(rope.high_freq_factor > rope.low_freq_factor))
       return Status::invalid_input("rope 'high_freq_factor' must exceed 'low_freq_factor'");
   }

@@ -25,7 +25,7 @@ class KvCache {
  private:
   int64_t capacity_;
   int64_t length_ = 0;
-  std::vector<std::vector<float>> keys_;    // [layer][capacity * n_kv_heads * head_dim]
+  std::vector<std::vector<float>> keys_;  // [layer][capacity * n_kv_heads * head_dim]
   std::vector<std::vector<float>> values_;
 };
 

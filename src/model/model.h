@@ -28,13 +28,13 @@ struct LayerRange {
 };
 
 struct LayerWeights {
-  TensorView attn_norm;              // [hidden]
-  TensorView wq, wk, wv, wo;         // [heads*head_dim, hidden], [kv*head_dim, hidden] x2, [hidden, heads*head_dim]
-  TensorView bq, bk, bv, bo;         // biases; empty unless the ArchSpec has them
-  TensorView q_norm, k_norm;         // [head_dim]; empty unless ArchSpec::qk_norm
-  TensorView ffn_norm;               // [hidden]
-  TensorView w_gate, w_up, w_down;   // [inter, hidden] x2, [hidden, inter]
-  TensorView b_gate, b_up, b_down;   // empty unless ArchSpec::mlp_bias
+  TensorView attn_norm;             // [hidden]
+  TensorView wq, wk, wv, wo;        // [heads*head_dim, hidden], [kv*head_dim, hidden] x2, [hidden, heads*head_dim]
+  TensorView bq, bk, bv, bo;        // biases; empty unless the ArchSpec has them
+  TensorView q_norm, k_norm;        // [head_dim]; empty unless ArchSpec::qk_norm
+  TensorView ffn_norm;              // [hidden]
+  TensorView w_gate, w_up, w_down;  // [inter, hidden] x2, [hidden, inter]
+  TensorView b_gate, b_up, b_down;  // empty unless ArchSpec::mlp_bias
 };
 
 struct ModelWeights {

@@ -46,12 +46,15 @@ Result<TensorNames> detect_names(const Checkpoint& checkpoint, int64_t first_lay
       {"language_model.model.", "language_model.lm_head.weight"},
   };
   for (const auto& [prefix, lm_head] : kLayouts) {
-    if (checkpoint.has(std::string(prefix) + "embed_tokens.weight") || checkpoint.has(std::string(prefix) + "norm.weight") ||
+    if (checkpoint.has(std::string(prefix) + "embed_tokens.weight") ||
+        checkpoint.has(std::string(prefix) + "norm.weight") ||
         checkpoint.has(std::string(prefix) + "layers." + std::to_string(first_layer) + ".input_layernorm.weight"))
       return TensorNames{prefix, lm_head};
   }
-  return Status::invalid_input(checkpoint.dir() + ": no tensor named model.embed_tokens.weight, model.norm.weight "
-                               "or model.layers." + std::to_string(first_layer) + ".* (not a Llama-family checkpoint?)");
+  return Status::invalid_input(checkpoint.dir() +
+                               ": no tensor named model.embed_tokens.weight, model.norm.weight "
+                               "or model.layers." +
+                               std::to_string(first_layer) + ".* (not a Llama-family checkpoint?)");
 }
 
 Status bind_layer(Binder& b, const ModelConfig& c, const ArchSpec& arch, int64_t i, LayerWeights& w) {
@@ -135,15 +138,24 @@ std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model
     const LayerWeights& l = w.layers[i];
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
     const std::pair<const char*, const TensorView*> tensors[] = {
-        {"input_layernorm.weight", &l.attn_norm},    {"self_attn.q_proj.weight", &l.wq},
-        {"self_attn.k_proj.weight", &l.wk},          {"self_attn.v_proj.weight", &l.wv},
-        {"self_attn.o_proj.weight", &l.wo},          {"self_attn.q_proj.bias", &l.bq},
-        {"self_attn.k_proj.bias", &l.bk},            {"self_attn.v_proj.bias", &l.bv},
-        {"self_attn.o_proj.bias", &l.bo},            {"self_attn.q_norm.weight", &l.q_norm},
-        {"self_attn.k_norm.weight", &l.k_norm},      {"post_attention_layernorm.weight", &l.ffn_norm},
-        {"mlp.gate_proj.weight", &l.w_gate},         {"mlp.up_proj.weight", &l.w_up},
-        {"mlp.down_proj.weight", &l.w_down},         {"mlp.gate_proj.bias", &l.b_gate},
-        {"mlp.up_proj.bias", &l.b_up},               {"mlp.down_proj.bias", &l.b_down},
+        {"input_layernorm.weight", &l.attn_norm},
+        {"self_attn.q_proj.weight", &l.wq},
+        {"self_attn.k_proj.weight", &l.wk},
+        {"self_attn.v_proj.weight", &l.wv},
+        {"self_attn.o_proj.weight", &l.wo},
+        {"self_attn.q_proj.bias", &l.bq},
+        {"self_attn.k_proj.bias", &l.bk},
+        {"self_attn.v_proj.bias", &l.bv},
+        {"self_attn.o_proj.bias", &l.bo},
+        {"self_attn.q_norm.weight", &l.q_norm},
+        {"self_attn.k_norm.weight", &l.k_norm},
+        {"post_attention_layernorm.weight", &l.ffn_norm},
+        {"mlp.gate_proj.weight", &l.w_gate},
+        {"mlp.up_proj.weight", &l.w_up},
+        {"mlp.down_proj.weight", &l.w_down},
+        {"mlp.gate_proj.bias", &l.b_gate},
+        {"mlp.up_proj.bias", &l.b_up},
+        {"mlp.down_proj.bias", &l.b_down},
     };
     for (const auto& [suffix, tensor] : tensors) add(names.layer(layer, suffix), *tensor);
   }

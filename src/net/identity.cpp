@@ -45,7 +45,6 @@ struct ExtFree {
   void operator()(X509_EXTENSION* ext) const { X509_EXTENSION_free(ext); }
 };
 
-
 Status openssl_failure(std::string_view what) { return Status::internal(std::string(what) + ": " + openssl_errors()); }
 
 Status add_extension(X509* cert, int nid, const char* value) {
@@ -53,7 +52,8 @@ Status add_extension(X509* cert, int nid, const char* value) {
   X509V3_set_ctx_nodb(&ctx);
   X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
   std::unique_ptr<X509_EXTENSION, ExtFree> ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value));
-  if (!ext || X509_add_ext(cert, ext.get(), -1) != 1) return openssl_failure(std::string("certificate extension ") + value);
+  if (!ext || X509_add_ext(cert, ext.get(), -1) != 1)
+    return openssl_failure(std::string("certificate extension ") + value);
   return {};
 }
 

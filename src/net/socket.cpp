@@ -99,7 +99,8 @@ std::string Endpoint::to_string() const {
 
 Result<Endpoint> parse_endpoint(std::string_view text) {
   size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos) return Status::invalid_input("address '" + std::string(text) + "': expected host:port");
+  if (colon == std::string_view::npos)
+    return Status::invalid_input("address '" + std::string(text) + "': expected host:port");
   std::string_view host = text.substr(0, colon);
   std::string_view port_text = text.substr(colon + 1);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -290,7 +291,8 @@ Result<Socket> Listener::accept(Deadline deadline, int wake_fd) {
     if (fd >= 0) return Socket(fd);
     if (errno == EINTR || errno == ECONNABORTED) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Status::internal("accept: " + errno_text(errno));
-    TS_RETURN_IF_ERROR(wait_for(fd_, POLLIN, deadline, wake_fd, "accept a connection on port " + std::to_string(port_)));
+    TS_RETURN_IF_ERROR(
+        wait_for(fd_, POLLIN, deadline, wake_fd, "accept a connection on port " + std::to_string(port_)));
   }
 }
 

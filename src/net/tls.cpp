@@ -32,7 +32,6 @@ struct SslFree {
 
 enum class Role { kClient, kServer };
 
-
 // ---- A BIO over the socket's fd ----
 // OpenSSL's socket BIO writes with write(2), which raises SIGPIPE when the peer
 // has gone; a library must not kill its process for that, so this BIO sends with
@@ -145,8 +144,9 @@ Result<std::string> judge_peer(const PeerCheck& check, int preverify_ok, X509_ST
 
   if (!preverify_ok) {
     const int error = X509_STORE_CTX_get_error(store);
-    return Status::invalid_input(who + " presented certificate " + fingerprint + " which does not verify against the CA " +
-                                 trust.ca_file.string() + ": " + X509_verify_cert_error_string(error) + " (depth " +
+    return Status::invalid_input(who + " presented certificate " + fingerprint +
+                                 " which does not verify against the CA " + trust.ca_file.string() + ": " +
+                                 X509_verify_cert_error_string(error) + " (depth " +
                                  std::to_string(X509_STORE_CTX_get_error_depth(store)) + ")");
   }
   const std::string cn = certificate_common_name(leaf);
@@ -189,7 +189,8 @@ int verify_peer(int preverify_ok, X509_STORE_CTX* store) {
 Result<std::unique_ptr<SSL_CTX, SslCtxFree>> make_context(Role role, const Identity& self, const TrustFile& trust) {
   if (!self.key || !self.cert) return Status::invalid_input("TLS: the node identity has no key or certificate");
   ERR_clear_error();
-  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(role == Role::kClient ? TLS_client_method() : TLS_server_method()));
+  std::unique_ptr<SSL_CTX, SslCtxFree> ctx(
+      SSL_CTX_new(role == Role::kClient ? TLS_client_method() : TLS_server_method()));
   if (!ctx) return Status::internal("SSL_CTX_new: " + openssl_errors());
   SSL_CTX* c = ctx.get();
   if (SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION) != 1 || SSL_CTX_set_max_proto_version(c, TLS1_3_VERSION) != 1 ||
@@ -224,8 +225,8 @@ struct TlsChannel::Impl {
   PeerCheck check;
   std::string peer_name;  // immutable after the handshake
 
-  std::mutex mutex;             // serializes every SSL_* call on ssl after the handshake
-  bool fatal = false;           // guarded by mutex: OpenSSL saw a fatal error; no SSL_shutdown
+  std::mutex mutex;                 // serializes every SSL_* call on ssl after the handshake
+  bool fatal = false;               // guarded by mutex: OpenSSL saw a fatal error; no SSL_shutdown
   std::atomic<bool> closed{false};  // shutdown() was called
 
   // Why an SSL call failed, for messages; call right after it, in its thread.

@@ -37,7 +37,8 @@ Status check_keys(const json& object, const std::string& where, std::initializer
 Result<std::string> string_member(const json& object, const std::string& key, const std::string& field) {
   auto it = object.find(key);
   if (it == object.end()) return refuse(field, "missing");
-  if (!it->is_string() || it->get_ref<const std::string&>().empty()) return refuse(field, "expected a non-empty string");
+  if (!it->is_string() || it->get_ref<const std::string&>().empty())
+    return refuse(field, "expected a non-empty string");
   return it->get<std::string>();
 }
 

@@ -51,7 +51,9 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output) {
   for (const auto& [id, bias] : params_.logit_bias) logits[static_cast<size_t>(id)] += bias;
   apply_penalties(logits, prompt, output);
-  const auto argmax = [&] { return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
+  const auto argmax = [&] {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
   if (params_.temperature == 0.0f) return argmax();
 
   // Softmax of logits / temperature over every token, then the filters on the sorted probabilities.
@@ -62,7 +64,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     if (p > 0.0f) candidates_.emplace_back(p, static_cast<int32_t>(id));
   }
   if (candidates_.empty()) return argmax();  // every logit is -inf: nothing to draw from
-  auto by_probability = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_probability = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = candidates_.size();
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
     keep = static_cast<size_t>(params_.top_k);

@@ -52,7 +52,7 @@ class Sampler {
   SamplingParams params_;
   int64_t vocab_size_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> counts_;  // scratch: output count per token
+  std::vector<int32_t> counts_;                        // scratch: output count per token
   std::vector<std::pair<float, int32_t>> candidates_;  // scratch: (probability, id)
 };
 

@@ -126,7 +126,8 @@ std::vector<float> naive_attention(const AttentionArgs& a) {
       for (const double v : p) sum += v;
       for (int64_t d = 0; d < a.head_dim; ++d) {
         double acc = 0;
-        for (int64_t j = 0; j <= pos; ++j) acc += p[static_cast<size_t>(j)] * a.v_cache[j * stride + kv * a.head_dim + d];
+        for (int64_t j = 0; j <= pos; ++j)
+          acc += p[static_cast<size_t>(j)] * a.v_cache[j * stride + kv * a.head_dim + d];
         out[static_cast<size_t>((t * a.n_heads + h) * a.head_dim + d)] = static_cast<float>(acc / sum);
       }
     }
@@ -142,9 +143,17 @@ TEST(CpuDeviceTest, AttentionMatchesNaiveWithGroupsAndWindow) {
   const auto v = random_values(static_cast<size_t>(total * kv_heads * hd), 8);
   for (const int64_t window : {0, 1, 3}) {
     std::vector<float> out(q.size());
-    const AttentionArgs args{.q = q.data(), .k_cache = k.data(), .v_cache = v.data(), .out = out.data(),
-                             .tokens = tokens, .pos0 = pos0, .n_heads = heads, .n_kv_heads = kv_heads,
-                             .head_dim = hd, .sliding_window = window, .scale = 0.35f};
+    const AttentionArgs args{.q = q.data(),
+                             .k_cache = k.data(),
+                             .v_cache = v.data(),
+                             .out = out.data(),
+                             .tokens = tokens,
+                             .pos0 = pos0,
+                             .n_heads = heads,
+                             .n_kv_heads = kv_heads,
+                             .head_dim = hd,
+                             .sliding_window = window,
+                             .scale = 0.35f};
     device.attention(args);
     const auto want = naive_attention(args);
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << "window " << window;

@@ -48,16 +48,18 @@ Result<json> decode(const std::vector<uint8_t>& frame_bytes) {
 }
 
 std::vector<uint8_t> control_frame(const std::string& payload, std::vector<uint8_t> header = {}) {
-  return wire::encode_frame(wire::MessageKind::kControl, 3,
-                            header, {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()});
+  return wire::encode_frame(wire::MessageKind::kControl, 3, header,
+                            {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()});
 }
 
 TEST(ControlFrame, RoundTripsAndRefusesWhatIsNotAControlObject) {
   Result<json> ok = decode(encode_control(3, {{"type", "cancel"}}));
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ((*ok)["type"], "cancel");
-  expect_refused(decode(wire::encode_frame(wire::MessageKind::kTensor, 3, {}, {})).status(), "expected a control message");
-  expect_refused(decode(control_frame("{\"type\": \"x\"}", std::vector<uint8_t>(8, 0))).status(), "unexpected message header");
+  expect_refused(decode(wire::encode_frame(wire::MessageKind::kTensor, 3, {}, {})).status(),
+                 "expected a control message");
+  expect_refused(decode(control_frame("{\"type\": \"x\"}", std::vector<uint8_t>(8, 0))).status(),
+                 "unexpected message header");
   for (const std::string bad : {"{\"type\": ", "[1, 2]", "{\"kind\": \"x\"}", "{\"type\": 5}", "\"text\""}) {
     expect_refused(decode(control_frame(bad)).status(), "not a JSON object with a string \"type\"");
   }
@@ -141,7 +143,7 @@ TEST(ShipManifest, RefusesEveryMalformedEntry) {
       {manifest({{"a", "BF16", {4}, 0}, {"a", "BF16", {4}, 0}}), "empty or repeated name"},
       {manifest({{"a", "Q4", {4}, 0}}), "unknown dtype"},
       {manifest({{"a", "BF16", {-4}, 0}}), "bad dims"},
-      {manifest({{"a", "BF16", {uint64_t{1} << 62, 8}, 0}}), "bad dims"},              // element count overflows
+      {manifest({{"a", "BF16", {uint64_t{1} << 62, 8}, 0}}), "bad dims"},                   // element count overflows
       {manifest({{"a", "F32", {uint64_t{1} << 62}, 0}}), "larger than the stage's bound"},  // byte count overflows
       {manifest({{"a", "BF16", {1 << 20}, 0}}), "larger than the stage's bound"},
       {manifest({{"a", "BF16", {4}, 1}}), "group 1 out of order"},

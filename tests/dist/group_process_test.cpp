@@ -21,9 +21,16 @@ bool quick() { return std::getenv("TESSERA_DIST_QUICK") != nullptr; }
 // Runs one rank process per node and returns each rank's JSON lines.
 std::vector<std::vector<json>> run_ranks(Cluster& cluster, const std::string& scenario, bool plain) {
   for (int rank = 0; rank < cluster.size(); ++rank) {
-    std::vector<std::string> argv = {TESSERA_DIST_RANK, "--identity", cluster.identity(rank).string(),
-                                     "--trust", cluster.trust_file().string(), "--members", cluster.members(),
-                                     "--scenario", scenario, "--out",
+    std::vector<std::string> argv = {TESSERA_DIST_RANK,
+                                     "--identity",
+                                     cluster.identity(rank).string(),
+                                     "--trust",
+                                     cluster.trust_file().string(),
+                                     "--members",
+                                     cluster.members(),
+                                     "--scenario",
+                                     scenario,
+                                     "--out",
                                      (cluster.dir() / ("out" + std::to_string(rank))).string()};
     if (plain) argv.push_back("--plain");
     if (quick()) argv.push_back("--quick");
@@ -97,8 +104,8 @@ TEST_P(GroupProcessTest, TamperMatrixEveryRankRefusesNamingTheCheckAndRecovers) 
     EXPECT_LT(last - first, 100'000'000) << out[0][i].dump();
     worst_spread = std::max(worst_spread, last - first);
   }
-  std::cout << out[0].size() - 2 << " cases; worst spread between the first and last rank to raise: "
-            << worst_spread / 1000 << " us\n";
+  std::cout << out[0].size() - 2
+            << " cases; worst spread between the first and last rank to raise: " << worst_spread / 1000 << " us\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GroupProcessTest, ::testing::Values(2, 3, 4),

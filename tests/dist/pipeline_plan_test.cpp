@@ -17,7 +17,8 @@ Result<std::vector<StagePlan>> plan_of(const std::string& json, int64_t layers) 
 
 TEST(PipelinePlan, ReadsRangesThatCoverTheModelInOrder) {
   auto plan = plan_of(R"({"stages": [{"name": "a", "model": "/m", "layers": [0, 3]},
-                                     {"name": "b", "model": "/m", "layers": [3, 4]}]})", 4);
+                                     {"name": "b", "model": "/m", "layers": [3, 4]}]})",
+                      4);
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
   EXPECT_EQ((*plan)[1].name, "b");
   EXPECT_EQ((*plan)[1].begin, 3);
@@ -35,7 +36,8 @@ TEST(PipelinePlan, RefusesGapsOverlapsAndMixedRanges) {
        "on every stage or on none"},
       {R"({"stages": []})", "no stages"},
       {R"({"stages": [{"name": "a", "model": "/m"}, {"name": "b", "model": "/m"}, {"name": "c", "model": "/m"},
-                      {"name": "d", "model": "/m"}, {"name": "e", "model": "/m"}]})", "5 stages for 4 layers"},
+                      {"name": "d", "model": "/m"}, {"name": "e", "model": "/m"}]})",
+       "5 stages for 4 layers"},
       {R"({"stages": [{"name": 1, "model": "/m"}]})", "expected {\"name\": str"},
       {R"([1, 2])", "expected {\"stages\": [...]}"},
   };

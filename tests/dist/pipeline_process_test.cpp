@@ -29,11 +29,11 @@ class PipelineCluster {
     for (int node = 1; node <= kStages; ++node) start_stage(node);
   }
   void start_stage(int node) {
-    stage_process_[node] = cluster_.spawn(
-        node,
-        {TESSERA_BINARY, "stage", "--listen", cluster_.address(node), "--identity", cluster_.identity(node).string(),
-         "--trust", cluster_.trust_file().string(), "--threads", "1"},
-        cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
+    stage_process_[node] =
+        cluster_.spawn(node,
+                       {TESSERA_BINARY, "stage", "--listen", cluster_.address(node), "--identity",
+                        cluster_.identity(node).string(), "--trust", cluster_.trust_file().string(), "--threads", "1"},
+                       cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
   }
   void kill_stage(int node) {
     cluster_.kill(stage_process_[node], SIGKILL);
@@ -43,8 +43,8 @@ class PipelineCluster {
   std::string plan(const std::string& model, const std::vector<int>& cuts) {
     nlohmann::json stages = nlohmann::json::array();
     for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      stages.push_back({{"name", cluster_.name(static_cast<int>(i) + 1)}, {"model", model},
-                        {"layers", {cuts[i], cuts[i + 1]}}});
+      stages.push_back(
+          {{"name", cluster_.name(static_cast<int>(i) + 1)}, {"model", model}, {"layers", {cuts[i], cuts[i + 1]}}});
     }
     const auto path = cluster_.dir() / ("plan" + std::to_string(plans_++) + ".json");
     std::ofstream(path) << nlohmann::json{{"stages", stages}}.dump();
@@ -114,9 +114,9 @@ TEST(PipelineProcesses, LogitsAndGreedyTokensAreBitwiseThoseOfOneProcess) {
     for (const auto& cuts : splits) {
       SCOPED_TRACE(name + " in " + std::to_string(cuts.size() - 1) + " stages");
       const auto npy = pipeline.cluster().dir() / ("logits_" + name + std::to_string(cuts.size()) + ".npy");
-      const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9,2,7,3", "-n", "6",
-                                            "--logits-out", npy.string()},
-                                           pipeline.plan(dir, cuts));
+      const auto run =
+          pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9,2,7,3", "-n", "6", "--logits-out", npy.string()},
+                              pipeline.plan(dir, cuts));
       ASSERT_EQ(run.exit_code, 0) << run.err;
       EXPECT_EQ(ids_line(run.out), ids_line(local.out));
       EXPECT_FALSE(ids_line(local.out).empty());
@@ -137,10 +137,10 @@ TEST(PipelineProcesses, ShippedModelSampledTextMatchesOneProcess) {
   const auto local =
       run_tessera("generate --model " + dir + " --prompt \"It is a truth\" -n 40 --threads 1 " + sampling);
   ASSERT_EQ(local.exit_code, 0) << local.err;
-  const auto run = pipeline.coordinate({"--model", dir, "--prompt", "It is a truth", "-n", "40", "--temperature", "0.8",
-                                        "--top-k", "40", "--seed", "7", "--repetition-penalty", "1.2",
-                                        "--frequency-penalty", "0.3"},
-                                       pipeline.plan(dir, {0, 1, 3, 4}));
+  const auto run =
+      pipeline.coordinate({"--model", dir, "--prompt", "It is a truth", "-n", "40", "--temperature", "0.8", "--top-k",
+                           "40", "--seed", "7", "--repetition-penalty", "1.2", "--frequency-penalty", "0.3"},
+                          pipeline.plan(dir, {0, 1, 3, 4}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string text = local.out.substr(0, local.out.find('\n'));
   ASSERT_FALSE(text.empty());
@@ -157,15 +157,15 @@ TEST(PipelineProcesses, PlainLinksGiveTheSameLogits) {
                                  reference.string());
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const auto npy = pipeline.cluster().dir() / "plain.npy";
-  const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "5,6,7", "-n", "5", "--logits-out",
-                                        npy.string(), "--plain"},
-                                       pipeline.plan(dir, {0, 1, 3, 4}));
+  const auto run =
+      pipeline.coordinate({"--model", dir, "--prompt-ids", "5,6,7", "-n", "5", "--logits-out", npy.string(), "--plain"},
+                          pipeline.plan(dir, {0, 1, 3, 4}));
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(ids_line(run.out), ids_line(local.out));
   EXPECT_TRUE(slurp(npy) == slurp(reference));
   // Text too, sampled on the last stage over plain links.
-  const auto text = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--plain"},
-                                        pipeline.plan(dir, {0, 2, 4}));
+  const auto text =
+      pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--plain"}, pipeline.plan(dir, {0, 2, 4}));
   EXPECT_EQ(text.exit_code, 0) << text.err;
 }
 
@@ -180,15 +180,14 @@ TEST(PipelineProcesses, ShippedWeightsGiveTheSameLogits) {
   ASSERT_EQ(local.exit_code, 0) << local.err;
   const std::string plan = pipeline.plan("/nonexistent", {0, 1, 3, 4});  // stage paths unused when shipping
   const auto npy = pipeline.cluster().dir() / "ship.npy";
-  const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "5,6,7", "-n", "5", "--logits-out",
-                                        npy.string(), "--ship-weights", "none"},
-                                       plan);
+  const auto run = pipeline.coordinate(
+      {"--model", dir, "--prompt-ids", "5,6,7", "-n", "5", "--logits-out", npy.string(), "--ship-weights", "none"},
+      plan);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(ids_line(run.out), ids_line(local.out));
   EXPECT_TRUE(slurp(npy) == slurp(reference));
-  const auto quantized = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--ship-weights",
-                                              "int8+lz4"},
-                                             plan);
+  const auto quantized =
+      pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--ship-weights", "int8+lz4"}, plan);
   EXPECT_EQ(quantized.exit_code, 0) << quantized.err;
 }
 
@@ -198,8 +197,10 @@ TEST(PipelineProcesses, SplitsLayersByFreeMemoryWhenThePlanGivesNone) {
   PipelineCluster pipeline;
   const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
   const auto path = pipeline.cluster().dir() / "auto.json";
-  std::ofstream(path) << nlohmann::json{{"stages", {{{"name", pipeline.cluster().name(1)}, {"model", dir}},
-                                                    {{"name", pipeline.cluster().name(2)}, {"model", dir}}}}}.dump();
+  std::ofstream(path) << nlohmann::json{{"stages",
+                                         {{{"name", pipeline.cluster().name(1)}, {"model", dir}},
+                                          {{"name", pipeline.cluster().name(2)}, {"model", dir}}}}}
+                             .dump();
   const auto local = run_tessera("generate --model " + dir + " --prompt \"It is a truth\" -n 12 --threads 1");
   const auto run = pipeline.coordinate({"--model", dir, "--prompt", "It is a truth", "-n", "12"}, path.string());
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -220,7 +221,8 @@ TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins
   std::chrono::steady_clock::time_point killed, ended;
   // EOS (id 1) is biased away, so the generation runs until the kill.
   std::thread coordinator([&] {
-    run = pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "2000", "--logit-bias", "1", "-100"}, plan, 60);
+    run =
+        pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "2000", "--logit-bias", "1", "-100"}, plan, 60);
     ended = std::chrono::steady_clock::now();
     finished = true;
   });

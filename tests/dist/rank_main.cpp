@@ -41,7 +41,8 @@ std::string sha256(std::span<const uint8_t> bytes) {
 }
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 void collectives(Group& group, bool quick, std::ostream& out) {

@@ -22,8 +22,9 @@ std::vector<uint8_t> input(int rank, uint64_t elements, DType dtype) {
   for (uint64_t i = 0; i < elements; ++i) {
     // Values whose sums round differently in different orders, so a change of
     // summation order shows in the bits.
-    values[i] = static_cast<float>(static_cast<int64_t>((i * 7919 + static_cast<uint64_t>(rank) * 104729) % 2001) - 1000) *
-                (0.001f + 0.37f * static_cast<float>(rank + 1));
+    values[i] =
+        static_cast<float>(static_cast<int64_t>((i * 7919 + static_cast<uint64_t>(rank) * 104729) % 2001) - 1000) *
+        (0.001f + 0.37f * static_cast<float>(rank + 1));
   }
   std::vector<uint8_t> bytes(elements * dtype_size(dtype));
   store(values, bytes, dtype);
@@ -86,10 +87,8 @@ Result<std::vector<uint8_t>> run(Group& group, Collective collective, uint64_t e
 
 std::vector<uint8_t> expected(int rank, int size, Collective collective, uint64_t elements, DType dtype) {
   switch (collective) {
-    case Collective::kAllSum:
-      return sum_slice(size, elements, 0, elements, dtype);
-    case Collective::kReduceScatter:
-      return sum_slice(size, elements * size, elements * rank, elements, dtype);
+    case Collective::kAllSum: return sum_slice(size, elements, 0, elements, dtype);
+    case Collective::kReduceScatter: return sum_slice(size, elements * size, elements * rank, elements, dtype);
     case Collective::kAllGather: {
       std::vector<uint8_t> out;
       for (int r = 0; r < size; ++r) {
@@ -98,10 +97,8 @@ std::vector<uint8_t> expected(int rank, int size, Collective collective, uint64_
       }
       return out;
     }
-    case Collective::kBroadcast:
-      return input(0, elements, dtype);
-    case Collective::kSendRecv:
-      return input(rank == 1 ? 0 : rank, elements, dtype);
+    case Collective::kBroadcast: return input(0, elements, dtype);
+    case Collective::kSendRecv: return input(rank == 1 ? 0 : rank, elements, dtype);
   }
   return {};
 }

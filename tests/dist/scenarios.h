@@ -30,9 +30,9 @@ std::vector<uint8_t> expected(int rank, int size, Collective collective, uint64_
 
 // Tamper cases: one per generation 1, 2, ... (generation 0 is the clean start).
 struct TamperCase {
-  Tamper tamper;            // rank 0 -> rank 1
+  Tamper tamper;  // rank 0 -> rank 1
   Collective collective;
-  std::string expect;       // the check the receiving rank must name
+  std::string expect;  // the check the receiving rank must name
 };
 std::vector<TamperCase> tamper_cases(bool quick);
 // Message size of the tamper runs: every message of link 0 -> 1 is 3 pieces of

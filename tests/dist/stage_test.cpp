@@ -43,8 +43,13 @@ class StageHarness {
                                                 {"stranger", ""}})
                     .ok());
     trust_ = *net::read_trust_file(dir_ / "trust.json");
-    StageOptions options{*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)), identity("stage"), trust_, 1,
-                         milliseconds(2000), /*max_weight_bytes=*/1 << 20, std::filesystem::temp_directory_path(),
+    StageOptions options{*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
+                         identity("stage"),
+                         trust_,
+                         1,
+                         milliseconds(2000),
+                         /*max_weight_bytes=*/1 << 20,
+                         std::filesystem::temp_directory_path(),
                          max_connections};
     service_ = std::make_unique<StageService>(std::move(options));
     EXPECT_TRUE(service_->bind().ok());
@@ -80,7 +85,8 @@ class StageHarness {
 };
 
 Result<json> read_control(FrameChannel& channel) {
-  TS_ASSIGN_OR_RETURN(wire::Frame frame, channel.read_frame({0, kMaxControlBytes}, net::deadline_after(milliseconds(5000))));
+  TS_ASSIGN_OR_RETURN(wire::Frame frame,
+                      channel.read_frame({0, kMaxControlBytes}, net::deadline_after(milliseconds(5000))));
   return decode_control(frame);
 }
 
@@ -103,11 +109,15 @@ ModelConfig fixture_config() { return *load_model_config_file(fixture_model() + 
 std::unique_ptr<FrameChannel> setup_stage(StageHarness& stage, int64_t begin, int64_t context, int64_t end = 0,
                                           const std::string& next = "") {
   auto coordinator = std::move(stage.connect("coordinator")).value();
-  const Status sent = coordinator->write_frame(
-      encode_control(0, {{"type", "setup"}, {"model", fixture_model()}, {"begin", begin},
-                         {"end", next.empty() ? fixture_config().num_hidden_layers : end}, {"next", next},
-                         {"session", kSession}, {"context", context}}),
-      net::deadline_after(milliseconds(5000)));
+  const Status sent =
+      coordinator->write_frame(encode_control(0, {{"type", "setup"},
+                                                  {"model", fixture_model()},
+                                                  {"begin", begin},
+                                                  {"end", next.empty() ? fixture_config().num_hidden_layers : end},
+                                                  {"next", next},
+                                                  {"session", kSession},
+                                                  {"context", context}}),
+                               net::deadline_after(milliseconds(5000)));
   Result<json> ready = sent.ok() ? read_control(*coordinator) : Result<json>(sent);
   if (!ready.ok() || (*ready)["type"] != "ready") {
     ADD_FAILURE() << "setup: " << (ready.ok() ? ready->dump() : ready.status().to_string());
@@ -141,8 +151,7 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
   };
   for (const Bad& b : bad) {
     send(b.frame);
-    Result<wire::Frame> frame =
-        coordinator->read_frame({0, kMaxControlBytes}, net::deadline_after(milliseconds(5000)));
+    Result<wire::Frame> frame = coordinator->read_frame({0, kMaxControlBytes}, net::deadline_after(milliseconds(5000)));
     ASSERT_TRUE(frame.ok()) << frame.status().to_string();
     EXPECT_EQ(frame->prefix.request_id, b.request);
     Result<json> error = decode_control(*frame);
@@ -171,16 +180,19 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
   auto again = std::move(stage.connect("previous")).value();
   std::vector<uint8_t> truncated = hidden_frame(7, DType::kF32, {2, hidden});
   truncated.resize(truncated.size() - 10);
-  ASSERT_TRUE(again->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}),
-                                 net::deadline_after(milliseconds(5000)))
+  ASSERT_TRUE(again
+                  ->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}),
+                                net::deadline_after(milliseconds(5000)))
                   .ok());
   ASSERT_TRUE(again->write_frame(truncated, net::deadline_after(milliseconds(5000))).ok());
   // ... and a new connection serves the next request.
   auto fresh = std::move(stage.connect("previous")).value();
-  ASSERT_TRUE(fresh->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}),
-                                 net::deadline_after(milliseconds(5000)))
+  ASSERT_TRUE(fresh
+                  ->write_frame(encode_control(0, {{"type", "upstream"}, {"session", kSession}}),
+                                net::deadline_after(milliseconds(5000)))
                   .ok());
-  ASSERT_TRUE(fresh->write_frame(hidden_frame(8, DType::kF32, {1, hidden}), net::deadline_after(milliseconds(5000))).ok());
+  ASSERT_TRUE(
+      fresh->write_frame(hidden_frame(8, DType::kF32, {1, hidden}), net::deadline_after(milliseconds(5000))).ok());
   for (;;) {  // the truncated frame's timeout report may come first
     Result<wire::Frame> frame = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
     ASSERT_TRUE(frame.ok()) << frame.status().to_string();
@@ -226,8 +238,14 @@ TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
     auto coordinator = std::move(stage.connect("coordinator")).value();
     const json manifest = {{"config", {{"num_hidden_layers", 1}}}, {"tensors", tensors}};
     EXPECT_TRUE(coordinator
-                    ->write_frame(encode_control(0, {{"type", "setup"}, {"model", ""}, {"begin", 0}, {"end", 1},
-                                                     {"next", ""}, {"session", 5}, {"context", 8}, {"ship", manifest}}),
+                    ->write_frame(encode_control(0, {{"type", "setup"},
+                                                     {"model", ""},
+                                                     {"begin", 0},
+                                                     {"end", 1},
+                                                     {"next", ""},
+                                                     {"session", 5},
+                                                     {"context", 8},
+                                                     {"ship", manifest}}),
                                   net::deadline_after(milliseconds(5000)))
                     .ok());
     return coordinator;
@@ -235,7 +253,8 @@ TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
   auto big = setup(json::array({{"model.embed_tokens.weight", "BF16", {1024, 1024}, 0}}));  // 2 MiB
   Result<json> refused = read_control(*big);
   ASSERT_TRUE(refused.ok());
-  EXPECT_NE((*refused)["message"].get<std::string>().find("larger than the stage's bound of 1048576"), std::string::npos)
+  EXPECT_NE((*refused)["message"].get<std::string>().find("larger than the stage's bound of 1048576"),
+            std::string::npos)
       << refused->dump();
   auto many = setup(json::array({{"a", "BF16", {300, 1024}, 0}, {"b", "BF16", {300, 1024}, 1}}));  // 1.2 MiB in all
   refused = read_control(*many);
@@ -269,11 +288,12 @@ TEST(StageService, RefusesTokenIdsOutsideTheVocabularyAndServesTheNextRequest) {
   const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
   auto send_ids = [&](uint64_t request, std::vector<int32_t> ids) {
     const uint64_t shape[] = {ids.size()};
-    ASSERT_TRUE(coordinator
-                    ->write_frame(wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
-                                                            {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4}),
-                                  net::deadline_after(milliseconds(5000)))
-                    .ok());
+    ASSERT_TRUE(
+        coordinator
+            ->write_frame(wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                                    {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4}),
+                          net::deadline_after(milliseconds(5000)))
+            .ok());
   };
   const std::vector<std::pair<int32_t, std::string>> bad = {
       {vocab, "token id " + std::to_string(vocab) + " is outside the vocabulary"},
@@ -317,7 +337,8 @@ TEST(StageService, CancelFreesTheRequestsKvCache) {
   ASSERT_TRUE(status().ok()) << status().status().to_string();
   EXPECT_EQ(status()->requests, 2u);
   EXPECT_GT(status()->kv_bytes, 0u);
-  ASSERT_TRUE(coordinator->write_frame(encode_control(11, {{"type", "cancel"}}), net::deadline_after(milliseconds(5000))).ok());
+  ASSERT_TRUE(
+      coordinator->write_frame(encode_control(11, {{"type", "cancel"}}), net::deadline_after(milliseconds(5000))).ok());
   for (int i = 0; i < 100 && status()->requests != 1; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(status()->requests, 1u);
   coordinator.reset();  // the coordinator leaves: the session and its caches end
@@ -343,9 +364,8 @@ std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits&
 // tries: the host may be slow). send(request, tokens) sends a request's next
 // tokens and puts what a local Forward gives it alone in `expected`; each result
 // read from `results` (decoded with `limits`) must equal it. Returns largest_step.
-uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send,
-                        FrameChannel& results, const wire::DecodeLimits& limits,
-                        const std::map<uint64_t, std::vector<float>>& expected) {
+uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send, FrameChannel& results,
+                        const wire::DecodeLimits& limits, const std::map<uint64_t, std::vector<float>>& expected) {
   const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits)};
   auto receive = [&](size_t frames) {
     for (size_t i = 0; i < frames; ++i) {
@@ -408,14 +428,16 @@ TEST(StageService, StepsWaitingRequestsTogetherAndEachGetsItsLogitsAlone) {
 TEST(StageService, FirstStageStepsRequestsTogetherAndSendsEachItsHiddenStatesAlone) {
   StageHarness stage;
   const ModelConfig config = fixture_config();
-  Result<net::Listener> listener = net::Listener::bind(*net::parse_endpoint("127.0.0.1:" + std::to_string(stage.following_port())));
+  Result<net::Listener> listener =
+      net::Listener::bind(*net::parse_endpoint("127.0.0.1:" + std::to_string(stage.following_port())));
   ASSERT_TRUE(listener.ok()) << listener.status().to_string();
   std::unique_ptr<FrameChannel> following;
   std::thread accept([&] {  // the stage connects to its next stage during the setup
     const net::Deadline deadline = net::deadline_after(milliseconds(10000));
     Result<net::Socket> socket = listener->accept(deadline);
     ASSERT_TRUE(socket.ok()) << socket.status().to_string();
-    Result<net::TlsChannel> tls = net::TlsChannel::server(std::move(*socket), stage.identity("following"), stage.trust(), deadline);
+    Result<net::TlsChannel> tls =
+        net::TlsChannel::server(std::move(*socket), stage.identity("following"), stage.trust(), deadline);
     ASSERT_TRUE(tls.ok()) << tls.status().to_string();
     ASSERT_TRUE(tls->confirm(deadline).ok());
     following = std::make_unique<FrameChannel>(std::move(*tls));
@@ -438,7 +460,8 @@ TEST(StageService, FirstStageStepsRequestsTogetherAndSendsEachItsHiddenStatesAlo
     expected[request] = *alone.run_ids(ids, caches.at(request));
     const uint64_t shape[] = {tokens};
     const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4);
-    EXPECT_TRUE(coordinator->write_frame(wire::encode_tensor_frame(request, {DType::kI32}, shape, bytes), deadline).ok());
+    EXPECT_TRUE(
+        coordinator->write_frame(wire::encode_tensor_frame(request, {DType::kI32}, shape, bytes), deadline).ok());
   };
   const wire::StageLimits limits = *wire::make_stage_limits(config, {DType::kF32});
   EXPECT_GE(drive_batching(stage, send, *following, limits.hidden_states, expected), 2u);

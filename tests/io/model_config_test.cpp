@@ -12,10 +12,11 @@ namespace {
 using nlohmann::json;
 
 json base_config() {
-  return json{{"model_type", "llama"},       {"vocab_size", 512},          {"hidden_size", 64},
-              {"intermediate_size", 160},    {"num_hidden_layers", 2},     {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},    {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-5},
-              {"hidden_act", "silu"}};
+  return json{{"model_type", "llama"},    {"vocab_size", 512},
+              {"hidden_size", 64},        {"intermediate_size", 160},
+              {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"max_position_embeddings", 256},
+              {"rms_norm_eps", 1e-5},     {"hidden_act", "silu"}};
 }
 
 ModelConfig parse_ok(const json& j) {
@@ -44,8 +45,11 @@ TEST(ModelConfigTest, ReadsDefaults) {
 TEST(ModelConfigTest, ReadsTransformers4RopeStyle) {
   json j = base_config();
   j["rope_theta"] = 500000.0;
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
-                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
   const ModelConfig c = parse_ok(j);
   EXPECT_EQ(c.rope.type, RopeType::kLlama3);
   EXPECT_DOUBLE_EQ(c.rope.theta, 500000.0);

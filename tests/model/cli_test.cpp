@@ -17,9 +17,9 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::fixture_dir;
 using testing::CommandResult;
 using testing::expect_refused;
+using testing::fixture_dir;
 using testing::load_reference;
 using testing::run_tessera;
 using testing::slurp;
@@ -37,7 +37,7 @@ TEST(CliTest, GenerateMatchesTransformersAndWritesLogits) {
   const auto ref = load_reference("llama3_f32");
   const auto npy = (fs::path(::testing::TempDir()) / "tessera_logits.npy").string();
   const CommandResult run = run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids " +
-                              join(ref.prompt_ids) + " -n 8 --threads 2 --logits-out " + npy);
+                                        join(ref.prompt_ids) + " -n 8 --threads 2 --logits-out " + npy);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, join(ref.greedy_ids) + "\n");
 
@@ -74,8 +74,8 @@ TEST(CliTest, GenerateStreamsTheGreedyTextOfTheShippedModel) {
 TEST(CliTest, ChatTakesTurnsAndResets) {
   const fs::path input = fs::path(::testing::TempDir()) / "tessera_chat_input.txt";
   std::ofstream(input) << "Who are you?\n/reset\nTell me about the sea.\n";
-  const CommandResult run = run_tessera("chat --model " + fixture_dir(testing::kShippedModel) + " -n 8 < " +
-                                        input.string());
+  const CommandResult run =
+      run_tessera("chat --model " + fixture_dir(testing::kShippedModel) + " -n 8 < " + input.string());
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 2) << run.out;  // one answer line per question
 }
@@ -83,9 +83,9 @@ TEST(CliTest, ChatTakesTurnsAndResets) {
 TEST(CliTest, InvalidUtf8PromptFileIsRefused) {
   const fs::path file = fs::path(::testing::TempDir()) / "tessera_bad_utf8.txt";
   std::ofstream(file, std::ios::binary) << "caf\xC3(";
-  expect_refused(run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " +
-                             file.string()),
-                 {file.string(), "UTF-8"});
+  expect_refused(
+      run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " + file.string()),
+      {file.string(), "UTF-8"});
 }
 
 TEST(CliTest, PromptLongerThanContextIsRefused) {
@@ -93,9 +93,9 @@ TEST(CliTest, PromptLongerThanContextIsRefused) {
   std::ofstream out(file);
   for (int i = 0; i < 3000; ++i) out << "truth ";
   out.close();
-  expect_refused(run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " +
-                             file.string()),
-                 {"context is 2048"});
+  expect_refused(
+      run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " + file.string()),
+      {"context is 2048"});
 }
 
 TEST(CliTest, MalformedTokenizerJsonIsRefused) {
@@ -147,7 +147,11 @@ TEST(CliTest, CorruptSafetensorsAreRefusedWithFileAndTensor) {
     std::vector<std::string> needles;
   };
   const std::vector<Case> cases = {
-      {"header_length", [](std::string& b) { const uint64_t n = 1ull << 40; std::memcpy(b.data(), &n, 8); },
+      {"header_length",
+       [](std::string& b) {
+         const uint64_t n = 1ull << 40;
+         std::memcpy(b.data(), &n, 8);
+       },
        {"model.safetensors", "header length"}},
       {"truncated", [](std::string& b) { b.resize(b.size() - 1000); }, {"model.safetensors", "tensor 'model."}},
       {"offsets_outside",
@@ -164,12 +168,13 @@ TEST(CliTest, CorruptSafetensorsAreRefusedWithFileAndTensor) {
          });
        },
        {"model.safetensors", "overlap"}},
-      {"missing_tensor", [](std::string& b) { edit_header(b, [](nlohmann::json& h) { h.erase(kTensor); }); },
+      {"missing_tensor",
+       [](std::string& b) { edit_header(b, [](nlohmann::json& h) { h.erase(kTensor); }); },
        {kTensor}},
       {"wrong_shape",
-       [](std::string& b) {
-         edit_header(b, [](nlohmann::json& h) { h[kTensor]["shape"] = {16, 128}; });
-       },
+       [](std::string& b) { edit_header(b, [](nlohmann::json& h) {
+                              h[kTensor]["shape"] = {16, 128};
+                            }); },
        {"model.safetensors", kTensor, "expected [32, 64]"}},
       {"not_json", [](std::string& b) { b[8] = '!'; }, {"model.safetensors", "JSON"}},
   };

@@ -17,9 +17,9 @@ namespace tessera::testing {
 inline constexpr const char* kShippedModel = "tessera-tiny";
 
 inline const std::vector<std::string>& fixture_names() {
-  static const std::vector<std::string> kNames = {"llama3_f32",  "llama3_bf16", "llama2_mqa_f32", "llama_f16",
-                                                   "mistral_f32", "qwen2_f32",   "qwen3_f32",      "qwen3_bf16",
-                                                   kShippedModel};
+  static const std::vector<std::string> kNames = {"llama3_f32", "llama3_bf16", "llama2_mqa_f32",
+                                                  "llama_f16",  "mistral_f32", "qwen2_f32",
+                                                  "qwen3_f32",  "qwen3_bf16",  kShippedModel};
   return kNames;
 }
 
@@ -38,7 +38,8 @@ inline std::string test_name(std::string name) {
 
 // transformers' logits: beside the checkpoint, or under tests/fixtures/<name> for the shipped model.
 inline std::string reference_path(const std::string& name) {
-  if (name == kShippedModel) return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/" + name + "/reference.safetensors";
+  if (name == kShippedModel)
+    return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/" + name + "/reference.safetensors";
   return fixture_dir(name) + "/reference.safetensors";
 }
 

@@ -244,8 +244,9 @@ void replace(std::string& text, const std::string& from, const std::string& to) 
 }
 
 TEST(ModelLoadTest, ConfigShapeDisagreeingWithTensorNamesTensorAndShapes) {
-  const auto dir = copy_fixture("llama3_f32", "wrong_shape",
-                                [](std::string& t) { replace(t, "\"intermediate_size\": 160", "\"intermediate_size\": 128"); });
+  const auto dir = copy_fixture("llama3_f32", "wrong_shape", [](std::string& t) {
+    replace(t, "\"intermediate_size\": 160", "\"intermediate_size\": 128");
+  });
   auto model = Model::load(dir);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().kind(), ErrorKind::kInvalidInput);
@@ -257,8 +258,9 @@ TEST(ModelLoadTest, ConfigShapeDisagreeingWithTensorNamesTensorAndShapes) {
 
 TEST(ModelLoadTest, MissingTensorIsNamed) {
   // Qwen3 needs q_norm; claiming a llama config on it still loads, but claiming qwen3 on llama weights must fail.
-  const auto dir = copy_fixture("llama3_f32", "missing_tensor",
-                                [](std::string& t) { replace(t, "\"model_type\": \"llama\"", "\"model_type\": \"qwen3\""); });
+  const auto dir = copy_fixture("llama3_f32", "missing_tensor", [](std::string& t) {
+    replace(t, "\"model_type\": \"llama\"", "\"model_type\": \"qwen3\"");
+  });
   auto model = Model::load(dir);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().kind(), ErrorKind::kNotFound);
@@ -266,8 +268,9 @@ TEST(ModelLoadTest, MissingTensorIsNamed) {
 }
 
 TEST(ModelLoadTest, UnsupportedModelTypeIsNamed) {
-  const auto dir = copy_fixture("llama3_f32", "bad_type",
-                                [](std::string& t) { replace(t, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\""); });
+  const auto dir = copy_fixture("llama3_f32", "bad_type", [](std::string& t) {
+    replace(t, "\"model_type\": \"llama\"", "\"model_type\": \"gpt2\"");
+  });
   auto model = Model::load(dir);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().kind(), ErrorKind::kUnsupported);

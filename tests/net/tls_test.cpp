@@ -37,9 +37,9 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::path(::testing::TempDir()) /
-            ("tls_test_" + std::string(test->name()) + "_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter++));
+    path_ =
+        std::filesystem::path(::testing::TempDir()) /
+        ("tls_test_" + std::string(test->name()) + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
@@ -140,7 +140,8 @@ TEST(IdentityTest, WritesAndLoadsAnEd25519Identity) {
   // Two keys, two random serials and fingerprints.
   Identity other = make_identity(dir.path(), "stage0b");
   EXPECT_NE(other.fingerprint, identity->fingerprint);
-  EXPECT_NE(ASN1_INTEGER_cmp(X509_get0_serialNumber(other.cert.get()), X509_get0_serialNumber(identity->cert.get())), 0);
+  EXPECT_NE(ASN1_INTEGER_cmp(X509_get0_serialNumber(other.cert.get()), X509_get0_serialNumber(identity->cert.get())),
+            0);
 }
 
 TEST(IdentityTest, RefusesToOverwriteAKey) {

@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace tessera::net {
 namespace {
@@ -49,17 +49,16 @@ TEST(TrustFileTest, AllowsComments) {
 
 TEST(TrustFileTest, NormalizesUppercaseFingerprints) {
   const std::string upper = "sha256:" + std::string(64, 'A');
-  Result<TrustFile> trust =
-      parse_trust_file(R"({"cluster": "demo", "nodes": [)" + node("a", "h:1", upper) + "]}", "");
+  Result<TrustFile> trust = parse_trust_file(R"({"cluster": "demo", "nodes": [)" + node("a", "h:1", upper) + "]}", "");
   ASSERT_TRUE(trust.ok()) << trust.status().to_string();
   EXPECT_EQ(trust->nodes[0].fingerprint, kFp0);
 }
 
 TEST(TrustFileTest, CaModeResolvesTheCaAndMakesFingerprintsOptional) {
-  Result<TrustFile> trust = parse_trust_file(
-      R"({"cluster": "demo", "ca": "ca.pem", "nodes": [{"name": "a", "address": "h:1"},)" + node("b", "h:2", kFp1) +
-          "]}",
-      "/etc/tessera");
+  Result<TrustFile> trust =
+      parse_trust_file(R"({"cluster": "demo", "ca": "ca.pem", "nodes": [{"name": "a", "address": "h:1"},)" +
+                           node("b", "h:2", kFp1) + "]}",
+                       "/etc/tessera");
   ASSERT_TRUE(trust.ok()) << trust.status().to_string();
   EXPECT_TRUE(trust->ca_mode());
   EXPECT_EQ(trust->ca_file, std::filesystem::path("/etc/tessera/ca.pem"));
@@ -101,8 +100,7 @@ std::vector<BadCase> bad_cases() {
        "nodes[2].adress: unknown key (allowed: name, address, fingerprint)"},
       {head + R"({"address": "h:1", "fingerprint": ")" + kFp2 + R"("}]})", "nodes[2].name: missing"},
       {head + node("", "h:1", kFp2) + "]}", "nodes[2].name: expected a non-empty string"},
-      {head + node(std::string(65, 'n'), "h:1", kFp2) + "]}",
-       "nodes[2].name: longer than 64 bytes (a certificate CN)"},
+      {head + node(std::string(65, 'n'), "h:1", kFp2) + "]}", "nodes[2].name: longer than 64 bytes (a certificate CN)"},
       {head + node("stage0", "h:1", kFp2) + "]}", "nodes[2].name: 'stage0' is also nodes[0].name"},
       {head + R"({"name": "s2", "fingerprint": ")" + kFp2 + R"("}]})", "nodes[2].address: missing"},
       {head + node("s2", "no-port", kFp2) + "]}", "nodes[2].address: address 'no-port': expected host:port"},

@@ -18,9 +18,7 @@ int32_t sample_once(SamplingParams params, std::vector<float> logits, std::vecto
   return sampler.sample(logits, prompt, output);
 }
 
-TEST(SamplerTest, GreedyPicksArgmax) {
-  EXPECT_EQ(sample_once({}, logits_of({0.1f, 3.0f, 2.0f})), 1);
-}
+TEST(SamplerTest, GreedyPicksArgmax) { EXPECT_EQ(sample_once({}, logits_of({0.1f, 3.0f, 2.0f})), 1); }
 
 TEST(SamplerTest, LogitBiasCanBanOrForce) {
   SamplingParams p;

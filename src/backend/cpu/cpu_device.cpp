@@ -23,8 +23,7 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
   const auto* base = static_cast<const uint8_t*>(w.data);
   pool_.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
-    cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin),
-                     y + begin, n);
+    cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin, n);
   });
   if (!bias.empty()) {
     TS_CHECK(bias.numel() == n, "bias ", shape_string(bias.shape), " for ", n, " rows");
@@ -52,8 +51,8 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
   const size_t row_bytes = static_cast<size_t>(hidden) * dtype_size(table.dtype);
   for (size_t t = 0; t < ids.size(); ++t) {
     TS_CHECK(ids[t] >= 0 && ids[t] < table.dim(0), "token id ", ids[t]);
-    cpu::to_f32(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes, table.dtype,
-                hidden, y + static_cast<int64_t>(t) * hidden);
+    cpu::to_f32(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes, table.dtype, hidden,
+                y + static_cast<int64_t>(t) * hidden);
   }
 }
 

@@ -14,11 +14,11 @@ namespace tessera {
 
 struct ArchSpec {
   std::string family;
-  bool qkv_bias = false;        // q, k, v projections have biases
-  bool o_bias = false;          // the output projection has a bias
-  bool mlp_bias = false;        // gate, up and down projections have biases
-  bool qk_norm = false;         // RMSNorm over each head of q and k before rotary (Qwen3)
-  int64_t sliding_window = 0;   // 0: full causal attention
+  bool qkv_bias = false;       // q, k, v projections have biases
+  bool o_bias = false;         // the output projection has a bias
+  bool mlp_bias = false;       // gate, up and down projections have biases
+  bool qk_norm = false;        // RMSNorm over each head of q and k before rotary (Qwen3)
+  int64_t sliding_window = 0;  // 0: full causal attention
 };
 
 ArchSpec llama_arch(const ModelConfig& config);

@@ -6,8 +6,8 @@
 namespace tessera {
 
 ArchSpec qwen3_arch(const ModelConfig& config) {
-  return ArchSpec{.family = "qwen3", .qkv_bias = config.attention_bias, .o_bias = config.attention_bias,
-                  .qk_norm = true};
+  return ArchSpec{
+      .family = "qwen3", .qkv_bias = config.attention_bias, .o_bias = config.attention_bias, .qk_norm = true};
 }
 
 }  // namespace tessera
