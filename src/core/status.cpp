@@ -15,8 +15,8 @@ std::string_view error_kind_name(ErrorKind kind) {
   return "unknown";
 }
 
-Status::Status(ErrorKind kind, std::string message) {
-  if (kind != ErrorKind::kOk) rep_ = std::make_shared<const Rep>(Rep{kind, std::move(message)});
+Status::Status(ErrorKind kind, std::string message, Cause cause) {
+  if (kind != ErrorKind::kOk) rep_ = std::make_shared<const Rep>(Rep{kind, std::move(message), cause});
 }
 
 const std::string& Status::message() const {
@@ -31,7 +31,7 @@ std::string Status::to_string() const {
 
 Status Status::with_context(std::string_view context) const {
   if (ok()) return *this;
-  return Status(kind(), std::string(context) + ": " + rep_->message);
+  return Status(kind(), std::string(context) + ": " + rep_->message, rep_->cause);
 }
 
 }  // namespace tessera

@@ -9,6 +9,14 @@
 //   kDisconnected  the peer is gone: fail the request now, reconnect
 //   kInternal      a bug or an OS failure
 //
+// A Cause names a sub-condition that a caller acts on, set where the status is
+// made, so that nobody reads it back out of the message text:
+//   kInterrupted    kDisconnected: a wait was interrupted by the caller's wake fd
+//                   (net/socket.h); the caller's own failure latch says why
+//   kClosedCleanly  kDisconnected: the peer closed the connection in order
+//                   (EOF, or TLS close_notify) before a read got its first byte
+// with_context keeps the cause: more words, the same condition.
+//
 // An OK Status holds no allocation. Value types; safe to copy between threads.
 #pragma once
 
@@ -25,20 +33,25 @@ enum class ErrorKind { kOk, kInvalidInput, kNotFound, kUnsupported, kOverloaded,
 
 std::string_view error_kind_name(ErrorKind kind);
 
+enum class Cause { kNone, kInterrupted, kClosedCleanly };
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
-  Status(ErrorKind kind, std::string message);
+  Status(ErrorKind kind, std::string message, Cause cause = Cause::kNone);
 
   static Status invalid_input(std::string message) { return {ErrorKind::kInvalidInput, std::move(message)}; }
   static Status not_found(std::string message) { return {ErrorKind::kNotFound, std::move(message)}; }
   static Status unsupported(std::string message) { return {ErrorKind::kUnsupported, std::move(message)}; }
   static Status overloaded(std::string message) { return {ErrorKind::kOverloaded, std::move(message)}; }
-  static Status disconnected(std::string message) { return {ErrorKind::kDisconnected, std::move(message)}; }
+  static Status disconnected(std::string message, Cause cause = Cause::kNone) {
+    return {ErrorKind::kDisconnected, std::move(message), cause};
+  }
   static Status internal(std::string message) { return {ErrorKind::kInternal, std::move(message)}; }
 
   bool ok() const { return rep_ == nullptr; }
   ErrorKind kind() const { return rep_ ? rep_->kind : ErrorKind::kOk; }
+  Cause cause() const { return rep_ ? rep_->cause : Cause::kNone; }
   const std::string& message() const;
   // "invalid input: <message>", or "OK".
   std::string to_string() const;
@@ -49,6 +62,7 @@ class [[nodiscard]] Status {
   struct Rep {
     ErrorKind kind;
     std::string message;
+    Cause cause;
   };
   std::shared_ptr<const Rep> rep_;
 };

@@ -21,8 +21,6 @@
 namespace tessera::net {
 namespace {
 
-constexpr std::string_view kInterrupted = "interrupted";
-
 std::string errno_text(int err) { return std::strerror(err); }
 
 void make_non_blocking(int fd) {
@@ -46,7 +44,7 @@ Status wait_for(int fd, short events, Deadline deadline, int wake_fd, std::strin
       if (errno == EINTR) continue;
       return Status::internal("poll: " + errno_text(errno));
     }
-    if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return Status::disconnected(std::string(kInterrupted));
+    if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return Status::disconnected("interrupted", Cause::kInterrupted);
     if (n > 0) return {};  // ready, or an error the following syscall reports
     if (Clock::now() >= deadline) return Status::disconnected("timed out waiting to " + std::string(what));
   }
@@ -111,10 +109,6 @@ Result<Endpoint> parse_endpoint(std::string_view text) {
   }
   if (host.empty()) return Status::invalid_input("address '" + std::string(text) + "': empty host");
   return Endpoint{std::string(host), static_cast<uint16_t>(port)};
-}
-
-bool is_interrupted(const Status& status) {
-  return status.kind() == ErrorKind::kDisconnected && status.message() == kInterrupted;
 }
 
 Socket::Socket(int fd) : fd_(fd) {
@@ -198,7 +192,8 @@ Status Socket::read_exact(std::span<uint8_t> bytes, Deadline deadline, int wake_
     }
     if (n == 0) {
       return Status::disconnected("peer " + peer_address() + " closed the connection after " + std::to_string(done) +
-                                  " of " + std::to_string(bytes.size()) + " bytes");
+                                      " of " + std::to_string(bytes.size()) + " bytes",
+                                  done == 0 ? Cause::kClosedCleanly : Cause::kNone);
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {

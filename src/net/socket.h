@@ -35,8 +35,11 @@ struct Endpoint {
 Result<Endpoint> parse_endpoint(std::string_view text);
 
 // Raised by waits that were interrupted by the wake fd (ErrorKind::kDisconnected,
-// message "interrupted"): the caller looks at its own failure latch for the cause.
-bool is_interrupted(const Status& status);
+// Cause::kInterrupted): the caller looks at its own failure latch for the reason.
+inline bool is_interrupted(const Status& status) { return status.cause() == Cause::kInterrupted; }
+// A read that found the connection closed in order before its first byte
+// (Cause::kClosedCleanly): EOF on a Socket, close_notify on a TlsChannel.
+inline bool is_closed_cleanly(const Status& status) { return status.cause() == Cause::kClosedCleanly; }
 
 class Socket {
  public:
@@ -56,7 +59,7 @@ class Socket {
   // Writes all bytes or fails (peer closed, reset, deadline, wake fd).
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline, int wake_fd = -1);
   // Reads exactly bytes.size() bytes or fails; EOF before that is kDisconnected
-  // naming how many bytes arrived.
+  // naming how many bytes arrived (Cause::kClosedCleanly when none did).
   Status read_exact(std::span<uint8_t> bytes, Deadline deadline, int wake_fd = -1);
   // The next byte without consuming it (MSG_PEEK): tells a TLS ClientHello from
   // a data-connection hello on a shared listener.

@@ -285,7 +285,8 @@ struct TlsChannel::Impl {
       fatal = fatal || error != SSL_ERROR_ZERO_RETURN;
       const std::string counts = std::to_string(done) + " of " + std::to_string(bytes.size()) + " bytes";
       if (error == SSL_ERROR_ZERO_RETURN) {
-        return Status::disconnected("TLS peer " + peer_address + " closed the connection after " + counts);
+        return Status::disconnected("TLS peer " + peer_address + " closed the connection after " + counts,
+                                    done == 0 ? Cause::kClosedCleanly : Cause::kNone);
       }
       return Status::disconnected("TLS receive from " + peer_address + " failed after " + counts + ": " +
                                   describe(error));

@@ -68,7 +68,8 @@ class TlsChannel {
   // Writes all bytes or fails (peer gone, deadline, wake fd): kDisconnected.
   Status write_all(std::span<const uint8_t> bytes, Deadline deadline, int wake_fd = -1);
   // Reads exactly bytes.size() bytes or fails: kDisconnected, naming how many
-  // bytes arrived when the peer closed early.
+  // bytes arrived when the peer closed early (Cause::kClosedCleanly when it sent
+  // close_notify before the first byte).
   Status read_exact(std::span<uint8_t> bytes, Deadline deadline, int wake_fd = -1);
   // Sends close_notify if it can without waiting, then shuts the socket down,
   // which wakes a blocked reader and writer with an error. Idempotent.

@@ -54,6 +54,22 @@ TEST(StatusTest, WithContextPrefixesAndKeepsKind) {
   EXPECT_TRUE(Status().with_context("anything").ok());
 }
 
+TEST(StatusTest, CauseIsTypedAndSurvivesContext) {
+  EXPECT_EQ(Status().cause(), Cause::kNone);
+  EXPECT_EQ(Status::disconnected("peer gone").cause(), Cause::kNone);
+  const Status interrupted = Status::disconnected("interrupted", Cause::kInterrupted);
+  EXPECT_EQ(interrupted.kind(), ErrorKind::kDisconnected);
+  EXPECT_EQ(interrupted.cause(), Cause::kInterrupted);
+  EXPECT_EQ(interrupted.to_string(), "disconnected: interrupted");  // the cause adds no words
+  const Status closed = Status::disconnected("peer closed the connection after 0 of 4 bytes", Cause::kClosedCleanly);
+  EXPECT_EQ(closed.with_context("previous stage").cause(), Cause::kClosedCleanly);
+  EXPECT_EQ(closed.with_context("previous stage").message(),
+            "previous stage: peer closed the connection after 0 of 4 bytes");
+  // The same words without the cause are not the condition: nothing reads it from text.
+  EXPECT_EQ(Status::disconnected("interrupted").cause(), Cause::kNone);
+  EXPECT_EQ(Status(ErrorKind::kOk, "", Cause::kInterrupted).cause(), Cause::kNone);  // OK has no cause
+}
+
 TEST(StatusTest, CopiesAreEqualAndIndependentOfTheOriginal) {
   Status original = Status::internal("x");
   const Status copy = original;

@@ -57,6 +57,7 @@ TEST(SocketTest, ReadFromSilentPeerHitsItsDeadline) {
   EXPECT_EQ(status.kind(), ErrorKind::kDisconnected);
   EXPECT_NE(status.message().find("timed out"), std::string::npos) << status.message();
   EXPECT_FALSE(is_interrupted(status));
+  EXPECT_FALSE(is_closed_cleanly(status));
   EXPECT_GE(elapsed, milliseconds(50));
   EXPECT_LT(elapsed, milliseconds(2000));
 }
@@ -82,6 +83,8 @@ TEST(SocketTest, WakeFdInterruptsABlockedRead) {
   Status status = pair.client.read_exact({&byte, 1}, deadline_after(milliseconds(10000)), wake.fd());
   signaller.join();
   EXPECT_TRUE(is_interrupted(status)) << status.to_string();
+  EXPECT_EQ(status.cause(), Cause::kInterrupted);
+  EXPECT_FALSE(is_closed_cleanly(status));
   EXPECT_LT(Clock::now() - start, milliseconds(5000));
 }
 
@@ -106,6 +109,20 @@ TEST(SocketTest, EarlyEofNamesTheByteCounts) {
   Status status = pair.client.read_exact(eight, deadline_after(milliseconds(2000)));
   EXPECT_EQ(status.kind(), ErrorKind::kDisconnected);
   EXPECT_NE(status.message().find("after 3 of 8 bytes"), std::string::npos) << status.message();
+  EXPECT_FALSE(is_closed_cleanly(status));  // mid-read: not a clean end
+}
+
+// A close before the first byte of a read is the peer ending in order; the cause
+// says so by type, whatever the message.
+TEST(SocketTest, EofBeforeTheFirstByteIsAnOrderlyClose) {
+  Pair pair = connected_pair();
+  pair.server = Socket();  // closes
+  std::vector<uint8_t> four(4);
+  Status status = pair.client.read_exact(four, deadline_after(milliseconds(2000)));
+  EXPECT_EQ(status.kind(), ErrorKind::kDisconnected);
+  EXPECT_EQ(status.cause(), Cause::kClosedCleanly) << status.to_string();
+  EXPECT_TRUE(is_closed_cleanly(status.with_context("previous stage")));
+  EXPECT_FALSE(is_interrupted(status));
 }
 
 TEST(SocketTest, ParsesEndpoints) {

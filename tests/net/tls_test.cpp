@@ -223,6 +223,7 @@ TEST(TlsTest, MutualHandshakeNamesBothPeersAndCarriesData) {
   Status eof = client->read_exact(four, deadline_after(milliseconds(2000)));
   EXPECT_EQ(eof.kind(), ErrorKind::kDisconnected);
   EXPECT_TRUE(contains(eof, "after 0 of 4 bytes")) << eof.message();
+  EXPECT_TRUE(is_closed_cleanly(eof)) << eof.to_string();  // close_notify before the first byte
 }
 
 TEST(TlsTest, ExportedSecretsMatchPerSessionAndLabel) {
@@ -461,6 +462,7 @@ TEST(TlsTest, WakeFdInterruptsAServerHandshake) {
   waker.join();
   ASSERT_FALSE(server.ok());
   EXPECT_TRUE(contains(server.status(), "interrupted")) << server.status().message();
+  EXPECT_TRUE(is_interrupted(server.status())) << server.status().to_string();  // through with_context
   EXPECT_LT(Clock::now() - start, milliseconds(3000));
 }
 
@@ -497,6 +499,7 @@ TEST(TlsTest, ShutdownAndWakeFdInterruptABlockedRead) {
   Status interrupted = pair.client->read_exact({&byte, 1}, deadline_after(milliseconds(10000)), wake.fd());
   signaller.join();
   EXPECT_TRUE(is_interrupted(interrupted)) << interrupted.to_string();
+  EXPECT_FALSE(is_closed_cleanly(interrupted));
 
   Status timed_out = pair.client->read_exact({&byte, 1}, deadline_after(milliseconds(50)));
   EXPECT_EQ(timed_out.kind(), ErrorKind::kDisconnected);
@@ -511,6 +514,7 @@ TEST(TlsTest, ShutdownAndWakeFdInterruptABlockedRead) {
   closer.join();
   EXPECT_EQ(closed.kind(), ErrorKind::kDisconnected);
   EXPECT_TRUE(contains(closed, "shut down")) << closed.message();
+  EXPECT_FALSE(is_closed_cleanly(closed));  // this end's own shutdown is no peer's close
   EXPECT_LT(Clock::now() - start, milliseconds(5000));
 }
 
