@@ -43,13 +43,10 @@ Fixture& fixture(int64_t bytes) {
   static std::map<int64_t, Fixture> cache;
   auto it = cache.find(bytes);
   if (it != cache.end()) return it->second;
-  ModelConfig config;
-  config.hidden_size = kHidden;
-  config.vocab_size = 32000;
   StageLimitsOptions options;
   options.activation_dtype = DType::kF32;
   Fixture f;
-  f.limits = *make_stage_limits(config, options);
+  f.limits = *make_stage_limits(kHidden, 32000, options);
   const uint64_t tokens = static_cast<uint64_t>(bytes) / (kHidden * 4);
   std::vector<uint8_t> data(static_cast<size_t>(bytes));
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 131);

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "dist/tcp_group.h"
+#include "collective/tcp/tcp_group.h"
 #include "net/identity.h"
 #include "net/local_cluster.h"
 #include "net/trust.h"
@@ -22,7 +22,6 @@
 namespace tessera {
 namespace {
 
-using dist::Group;
 using Clock = std::chrono::steady_clock;
 
 struct BenchCollectiveOptions {
@@ -111,12 +110,12 @@ Status write_cluster(const BenchCollectiveOptions& o, const std::filesystem::pat
 
 Result<Group> connect(const BenchCollectiveOptions& o, const std::filesystem::path& dir, int rank, bool plain) {
   TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(dir / "trust.json"));
-  dist::GroupOptions options;
+  collective::GroupOptions options;
   for (int r = 0; r < o.ranks; ++r) options.members.push_back("rank" + std::to_string(r));
   options.plain = plain;
   options.piece_bytes = o.piece_bytes;
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(dir / options.members[rank]));
-  return dist::connect_group(identity, trust, options);
+  return collective::connect_group(identity, trust, options);
 }
 
 // Each rank (a thread) joins a plain group and, unless --plain, a sealed one.

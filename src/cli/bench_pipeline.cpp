@@ -19,11 +19,11 @@
 
 #include "backend/device.h"
 #include "cli/commands.h"
-#include "dist/coordinator.h"
-#include "dist/stage_service.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "net/local_cluster.h"
+#include "pipeline/coordinator.h"
+#include "pipeline/stage_service.h"
 
 namespace tessera {
 namespace {
@@ -113,7 +113,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
       std::filesystem::temp_directory_path() / ("tessera-bench-pipeline-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
   std::vector<net::LocalNode> nodes = {{"coordinator", "127.0.0.1:1"}};
-  std::vector<dist::StagePlan> plan;
+  std::vector<pipeline::StagePlan> plan;
   const std::vector<int64_t> cuts = balanced_cuts(config, o.stages);
   for (int s = 0; s < o.stages; ++s) {
     TS_ASSIGN_OR_RETURN(const uint16_t port, net::free_loopback_port());
@@ -122,15 +122,15 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   }
   TS_RETURN_IF_ERROR(net::write_local_cluster(dir, nodes));
   TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(dir / "trust.json"));
-  std::vector<std::unique_ptr<dist::StageService>> services;
+  std::vector<std::unique_ptr<pipeline::StageService>> services;
   std::vector<std::thread> threads;
   for (int s = 0; s < o.stages; ++s) {
-    dist::StageOptions options;
+    pipeline::StageOptions options;
     TS_ASSIGN_OR_RETURN(options.listen, net::parse_endpoint(nodes[s + 1].address));
     TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(dir / nodes[s + 1].name));
     options.trust = trust;
     options.threads = o.threads;
-    services.push_back(std::make_unique<dist::StageService>(std::move(options)));
+    services.push_back(std::make_unique<pipeline::StageService>(std::move(options)));
     TS_RETURN_IF_ERROR(services.back()->bind());
     threads.emplace_back([service = services.back().get()] { (void)service->run(); });
   }
@@ -140,10 +140,10 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     std::filesystem::remove_all(dir);
   };
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(dir / "coordinator"));
-  dist::PipelineOptions pipeline_options;
+  pipeline::PipelineOptions pipeline_options;
   pipeline_options.context = context;
-  Result<std::unique_ptr<dist::Pipeline>> pipeline =
-      dist::Pipeline::connect(identity, trust, config, plan, pipeline_options);
+  Result<std::unique_ptr<pipeline::Pipeline>> pipeline =
+      pipeline::Pipeline::connect(identity, trust, config, plan, pipeline_options);
   if (!pipeline.ok()) {
     stop();
     return pipeline.status();
@@ -166,7 +166,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     std::vector<std::thread> clients;
     for (int r = 0; r < o.requests; ++r) {
       clients.emplace_back([&, r] {
-        dist::PipelineRunner runner(**pipeline, context, SamplingParams{});
+        pipeline::PipelineRunner runner(**pipeline, context, SamplingParams{});
         results[r] = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
       });
     }
@@ -215,9 +215,9 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
         },
         round.local_step, local_wall);
     if (status.ok()) {
-      status =
-          one_at_a_time([&] { return std::make_unique<dist::PipelineRunner>(**pipeline, context, SamplingParams{}); },
-                        round.pipeline_step, round.sequential_wall);
+      status = one_at_a_time(
+          [&] { return std::make_unique<pipeline::PipelineRunner>(**pipeline, context, SamplingParams{}); },
+          round.pipeline_step, round.sequential_wall);
     }
     if (status.ok()) status = all_at_once(round.concurrent_wall);
     if (status.ok()) status = side_by_side(round.side_by_side_step);
@@ -231,7 +231,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
 
   const int hops = o.stages + 1;
   std::string split;
-  for (const dist::StagePlan& stage : plan) {
+  for (const pipeline::StagePlan& stage : plan) {
     split += (split.empty() ? "" : ", ") + std::string("[") + std::to_string(stage.begin) + ", " +
              std::to_string(stage.end) + ")";
   }

@@ -20,8 +20,8 @@
 #include "cli/commands.h"
 #include "cli/npy.h"
 #include "cli/sampling_options.h"
-#include "dist/coordinator.h"
 #include "engine/generation.h"
+#include "pipeline/coordinator.h"
 
 namespace tessera {
 
@@ -51,7 +51,7 @@ struct Runner {
   std::unique_ptr<Device> device;
   std::unique_ptr<Forward> forward;
   std::unique_ptr<KvCache> cache;
-  std::unique_ptr<dist::Pipeline> pipeline;
+  std::unique_ptr<pipeline::Pipeline> pipeline;
   std::unique_ptr<SequenceRunner> sequence;
   std::string name;  // for the stats line
 };
@@ -70,21 +70,21 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   if (o.identity.empty() || o.trust.empty()) return Status::invalid_input("--pipeline needs --identity and --trust");
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(o.identity));
   TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(o.trust));
-  TS_ASSIGN_OR_RETURN(std::vector<dist::StagePlan> plan,
-                      dist::read_pipeline_plan(o.pipeline, model.config().num_hidden_layers));
-  dist::PipelineOptions options;
+  TS_ASSIGN_OR_RETURN(std::vector<pipeline::StagePlan> plan,
+                      pipeline::read_pipeline_plan(o.pipeline, model.config().num_hidden_layers));
+  pipeline::PipelineOptions options;
   options.context = capacity;
   options.plain = o.plain;
   if (!o.ship_weights.empty()) {
-    TS_ASSIGN_OR_RETURN(options.ship, dist::parse_ship_encoding(o.ship_weights));
+    TS_ASSIGN_OR_RETURN(options.ship, pipeline::parse_ship_encoding(o.ship_weights));
     options.ship_from = o.model_dir;
   }
   TS_ASSIGN_OR_RETURN(runner.pipeline,
-                      dist::Pipeline::connect(identity, trust, model.config(), std::move(plan), options));
+                      pipeline::Pipeline::connect(identity, trust, model.config(), std::move(plan), options));
   std::fprintf(stderr, "[generate] pipeline of %s:\n%s", o.pipeline.c_str(), runner.pipeline->layout().c_str());
   std::optional<SamplingParams> remote;
   if (!want_logits) remote = o.sampling;
-  runner.sequence = std::make_unique<dist::PipelineRunner>(*runner.pipeline, capacity, remote);
+  runner.sequence = std::make_unique<pipeline::PipelineRunner>(*runner.pipeline, capacity, remote);
   runner.name = "pipeline";
   return runner;
 }

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "dist/coordinator.h"
+#include "pipeline/coordinator.h"
 
 namespace tessera {
 namespace {
@@ -20,8 +20,8 @@ struct ProbeOptions {
 Status probe(const ProbeOptions& o) {
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(o.identity));
   TS_ASSIGN_OR_RETURN(const net::TrustFile trust, net::read_trust_file(o.trust));
-  TS_ASSIGN_OR_RETURN(const dist::StageStatus status,
-                      dist::probe_stage(identity, trust, o.stage, std::chrono::milliseconds(10000)));
+  TS_ASSIGN_OR_RETURN(const pipeline::StageStatus status,
+                      pipeline::probe_stage(identity, trust, o.stage, std::chrono::milliseconds(10000)));
   const nlohmann::json out = {{"stage", o.stage},
                               {"free_bytes", status.free_bytes},
                               {"requests", status.requests},

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "dist/stage_service.h"
+#include "pipeline/stage_service.h"
 
 namespace tessera {
 namespace {
@@ -18,12 +18,12 @@ struct StageCommandOptions {
 };
 
 Status run_stage(const StageCommandOptions& o) {
-  dist::StageOptions options;
+  pipeline::StageOptions options;
   TS_ASSIGN_OR_RETURN(options.listen, net::parse_endpoint(o.listen));
   TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(o.identity));
   TS_ASSIGN_OR_RETURN(options.trust, net::read_trust_file(o.trust));
   options.threads = o.threads;
-  dist::StageService service(std::move(options));
+  pipeline::StageService service(std::move(options));
   TS_RETURN_IF_ERROR(service.bind());
   std::fprintf(stderr, "[stage] listening on %s\n", o.listen.c_str());
   return service.run();

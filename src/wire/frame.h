@@ -44,7 +44,7 @@ inline constexpr uint32_t kMaxMessageHeaderBytes = 24 + 8 * 8;
 
 // kControl: no message header; the payload is one JSON object (UTF-8) that the
 // receiver parses only after FrameLimits bounded its length (pipeline setup,
-// errors, cancels: src/dist/pipeline_messages.h).
+// errors, cancels: control_frame.h).
 enum class MessageKind : uint32_t { kTensor = 1, kLayerChunk = 2, kControl = 3 };
 // Adding a kind changes what receivers accept: bump kProtocolMinor and document it
 // in docs/wire-protocol.md, then update this count.

@@ -58,12 +58,12 @@ uint64_t max_payload_bytes(const DecodeLimits& limits) {
   return std::max(plain, lz4_compress_bound(block));
 }
 
-Result<StageLimits> make_stage_limits(const ModelConfig& config, const StageLimitsOptions& options) {
-  if (config.hidden_size <= 0) {
-    return Status::invalid_input("hidden_size: " + std::to_string(config.hidden_size) + " < min 1");
+Result<StageLimits> make_stage_limits(int64_t hidden_size, int64_t vocab_size, const StageLimitsOptions& options) {
+  if (hidden_size <= 0) {
+    return Status::invalid_input("hidden_size: " + std::to_string(hidden_size) + " < min 1");
   }
-  if (config.vocab_size <= 0) {
-    return Status::invalid_input("vocab_size: " + std::to_string(config.vocab_size) + " < min 1");
+  if (vocab_size <= 0) {
+    return Status::invalid_input("vocab_size: " + std::to_string(vocab_size) + " < min 1");
   }
   const uint64_t max_tokens = options.max_tokens_per_frame;
   if (max_tokens < 1 || max_tokens > kMaxTokensPerFrame) {
@@ -74,7 +74,7 @@ Result<StageLimits> make_stage_limits(const ModelConfig& config, const StageLimi
     return Status::invalid_input("activation_dtype: " + std::string(dtype_name(options.activation_dtype)) +
                                  " not f32, f16 or bf16");
   }
-  const uint64_t hidden = static_cast<uint64_t>(config.hidden_size);
+  const uint64_t hidden = static_cast<uint64_t>(hidden_size);
   const uint16_t group = options.quantized_activation_group;
   if (group != 0 && (!is_valid_group_size(group) || hidden % group != 0)) {
     return Status::invalid_input("quantized_activation_group: " + std::to_string(group) +
@@ -90,7 +90,7 @@ Result<StageLimits> make_stage_limits(const ModelConfig& config, const StageLimi
     stage.hidden_states.group_size = group;
   }
   TS_ASSIGN_OR_RETURN(stage.logits,
-                      token_limits("logits", {DType::kF32}, max_tokens, static_cast<uint64_t>(config.vocab_size)));
+                      token_limits("logits", {DType::kF32}, max_tokens, static_cast<uint64_t>(vocab_size)));
   TS_ASSIGN_OR_RETURN(stage.mask, token_limits("mask", {DType::kU8}, max_tokens, 0));
   for (const DecodeLimits* l : {&stage.token_ids, &stage.hidden_states, &stage.logits, &stage.mask}) {
     stage.frame.max_payload_bytes = std::max(stage.frame.max_payload_bytes, max_payload_bytes(*l));

@@ -2,8 +2,9 @@
 // before the frame arrives. decode_tensor_header (tensor_codec.h) checks a header
 // against them before the payload is sliced, copied, decompressed or allocated.
 //
-// make_stage_limits builds, once per stage from the ModelConfig, the limits a
-// pipeline stage needs:
+// make_stage_limits builds, once per stage from the model's hidden_size and
+// vocab_size (numbers: wire knows no ModelConfig), the limits a pipeline stage
+// needs:
 //   token_ids      i32 or i64  [1..max_tokens]
 //   hidden_states  activation  [1..max_tokens, hidden_size]
 //   logits         f32         [1..max_tokens, vocab_size]
@@ -24,7 +25,6 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "io/model_config.h"
 #include "wire/encoding.h"
 #include "wire/frame.h"
 
@@ -82,7 +82,8 @@ struct StageLimits {
   FrameLimits frame;  // admits the largest payload of the four
 };
 
-// kInvalidInput naming the config field or option that is out of range.
-Result<StageLimits> make_stage_limits(const ModelConfig& config, const StageLimitsOptions& options = {});
+// kInvalidInput naming the argument (hidden_size, vocab_size) or option that is
+// out of range.
+Result<StageLimits> make_stage_limits(int64_t hidden_size, int64_t vocab_size, const StageLimitsOptions& options = {});
 
 }  // namespace tessera::wire

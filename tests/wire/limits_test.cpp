@@ -20,13 +20,9 @@ namespace {
 
 using testing::expect_invalid;
 
-ModelConfig toy_config() {
-  ModelConfig config;
-  config.model_type = "llama";
-  config.hidden_size = 4096;
-  config.vocab_size = 128256;
-  return config;
-}
+// A Llama-sized stage: hidden_size and vocab_size.
+constexpr int64_t kHidden = 4096;
+constexpr int64_t kVocab = 128256;
 
 std::vector<uint8_t> header_for(DType dtype, std::vector<uint64_t> shape, uint8_t flags = 0, uint16_t group = 0,
                                 uint64_t payload_bytes = 0) {
@@ -51,7 +47,7 @@ TEST(LimitsDeathTest, RangeFromZeroMustBeAskedFor) {
 }
 
 TEST(LimitsTest, StageLimitsFollowTheConfig) {
-  const Result<StageLimits> stage = make_stage_limits(toy_config());
+  const Result<StageLimits> stage = make_stage_limits(kHidden, kVocab);
   ASSERT_TRUE(stage.ok()) << stage.status().to_string();
   const DecodeLimits& h = stage->hidden_states;
   EXPECT_EQ(h.name, "hidden_states");
@@ -71,7 +67,7 @@ TEST(LimitsTest, StageLimitsFollowTheConfig) {
 }
 
 TEST(LimitsTest, HiddenStatesRefuseOneTokenOverTheCap) {
-  const Result<StageLimits> stage = make_stage_limits(toy_config());
+  const Result<StageLimits> stage = make_stage_limits(kHidden, kVocab);
   ASSERT_TRUE(stage.ok());
   EXPECT_TRUE(decode_tensor_header(header_for(DType::kBF16, {kMaxTokensPerFrame, 4096}), stage->hidden_states).ok());
   expect_invalid(decode_tensor_header(header_for(DType::kBF16, {kMaxTokensPerFrame + 1, 4096}), stage->hidden_states),
@@ -87,7 +83,7 @@ TEST(LimitsTest, HiddenStatesRefuseOneTokenOverTheCap) {
 }
 
 TEST(LimitsTest, HiddenStatesRefuseCompressionAndQuantizationByDefault) {
-  const Result<StageLimits> stage = make_stage_limits(toy_config());
+  const Result<StageLimits> stage = make_stage_limits(kHidden, kVocab);
   ASSERT_TRUE(stage.ok());
   expect_invalid(decode_tensor_header(header_for(DType::kBF16, {2, 4096}, kFlagLz4, 0, 100), stage->hidden_states),
                  {"hidden_states flags: lz4 not allowed (allowed: none)"});
@@ -99,7 +95,7 @@ TEST(LimitsTest, HiddenStatesRefuseCompressionAndQuantizationByDefault) {
 TEST(LimitsTest, QuantizedActivationModeHasItsOwnLimits) {
   StageLimitsOptions options;
   options.quantized_activation_group = 64;
-  const Result<StageLimits> stage = make_stage_limits(toy_config(), options);
+  const Result<StageLimits> stage = make_stage_limits(kHidden, kVocab, options);
   ASSERT_TRUE(stage.ok()) << stage.status().to_string();
   EXPECT_TRUE(
       decode_tensor_header(header_for(DType::kBF16, {2, 4096}, kFlagInt8, 64, 128 * 68), stage->hidden_states).ok());
@@ -117,7 +113,7 @@ TEST(LimitsTest, SmallerTokenCap) {
   StageLimitsOptions options;
   options.max_tokens_per_frame = 512;
   options.activation_dtype = DType::kF32;
-  const Result<StageLimits> stage = make_stage_limits(toy_config(), options);
+  const Result<StageLimits> stage = make_stage_limits(kHidden, kVocab, options);
   ASSERT_TRUE(stage.ok());
   expect_invalid(decode_tensor_header(header_for(DType::kF32, {513, 4096}), stage->hidden_states),
                  {"hidden_states axis 0: 513 > max 512"});
@@ -136,30 +132,24 @@ TEST(LimitsTest, MaxPayloadBytes) {
 }
 
 TEST(LimitsTest, RefusesBadConfigAndOptions) {
-  ModelConfig config = toy_config();
-  config.hidden_size = 0;
-  expect_invalid(make_stage_limits(config), {"hidden_size: 0 < min 1"});
-  config = toy_config();
-  config.vocab_size = -1;
-  expect_invalid(make_stage_limits(config), {"vocab_size: -1 < min 1"});
+  expect_invalid(make_stage_limits(0, kVocab), {"hidden_size: 0 < min 1"});
+  expect_invalid(make_stage_limits(kHidden, -1), {"vocab_size: -1 < min 1"});
 
   StageLimitsOptions options;
   options.max_tokens_per_frame = kMaxTokensPerFrame + 1;
-  expect_invalid(make_stage_limits(toy_config(), options), {"max_tokens_per_frame: 1048577 not in [1, 1048576]"});
+  expect_invalid(make_stage_limits(kHidden, kVocab, options), {"max_tokens_per_frame: 1048577 not in [1, 1048576]"});
   options.max_tokens_per_frame = 0;
-  expect_invalid(make_stage_limits(toy_config(), options), {"max_tokens_per_frame: 0 not in [1, 1048576]"});
+  expect_invalid(make_stage_limits(kHidden, kVocab, options), {"max_tokens_per_frame: 0 not in [1, 1048576]"});
 
   options = {};
   options.activation_dtype = DType::kI32;
-  expect_invalid(make_stage_limits(toy_config(), options), {"activation_dtype: i32 not f32, f16 or bf16"});
+  expect_invalid(make_stage_limits(kHidden, kVocab, options), {"activation_dtype: i32 not f32, f16 or bf16"});
 
   options = {};
   options.quantized_activation_group = 16;  // divides hidden_size, but is no group size
-  expect_invalid(make_stage_limits(toy_config(), options), {"quantized_activation_group: 16 not 32, 64 or 128"});
-  config = toy_config();
-  config.hidden_size = 96;
+  expect_invalid(make_stage_limits(kHidden, kVocab, options), {"quantized_activation_group: 16 not 32, 64 or 128"});
   options.quantized_activation_group = 64;
-  expect_invalid(make_stage_limits(config, options), {"quantized_activation_group: 64", "dividing hidden_size 96"});
+  expect_invalid(make_stage_limits(96, kVocab, options), {"quantized_activation_group: 64", "dividing hidden_size 96"});
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// Writes the seed corpus of wire_control_fuzz with the project's own encoders:
+// control frames as a coordinator and stages send them (setup with a shipping
+// manifest, start, cancel, error), each small (< 4 KiB).
+//   make_control_corpus DIR   (DIR is fuzz/corpus; one subfolder per target)
+// A plain program (no gtest); built by fuzz/CMakeLists.txt. Deterministic.
+#include <cstdio>
+#include <vector>
+
+#include "corpus_writer.h"
+#include "wire/control_frame.h"
+#include "wire/start_message.h"
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  using namespace tessera::wire;
+  using json = nlohmann::json;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s fuzz/corpus\n", argv[0]);
+    return 2;
+  }
+  const fuzzing::CorpusWriter corpus(argv[1]);
+  const json manifest = json::parse(json{
+      {"config", {{"num_hidden_layers", 2}}},
+      {"tensors",
+       {{"model.embed_tokens.weight", "BF16", {16, 8}, 0}, {"model.layers.0.input_layernorm.weight", "BF16", {8}, 1}}}}
+                                        .dump());
+  corpus.write("wire_control_fuzz", "setup_ship",
+               encode_control(0, {{"type", "setup"},
+                                  {"model", ""},
+                                  {"begin", 0},
+                                  {"end", 1},
+                                  {"next", "stage1"},
+                                  {"session", 77},
+                                  {"context", 64},
+                                  {"plain", false},
+                                  {"ship", manifest}}));
+  StartParams params;
+  params.temperature = 0.8f;
+  params.top_k = 40;
+  params.repetition_penalty = 1.2f;
+  params.logit_bias = {{3, -100.0f}};
+  const std::vector<int32_t> prompt = {1, 5, 9, 2};
+  corpus.write("wire_control_fuzz", "start", encode_control(5, start_message(params, prompt)));
+  corpus.write("wire_control_fuzz", "cancel", encode_control(5, {{"type", "cancel"}}));
+  corpus.write("wire_control_fuzz", "error",
+               encode_control(5, {{"type", "error"}, {"stage", "stage1"}, {"message", "token_ids axis 0: 0 < min 1"}}));
+  return 0;
+}

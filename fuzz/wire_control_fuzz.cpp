@@ -1,0 +1,48 @@
+// libFuzzer target for what peers say on control channels (the control codecs
+// of src/wire): a group's 16-byte rank control header (rank_control.h), then
+// the input as a wire frame holding a pipeline control message
+// (control_frame.h), read as each message type a receiver reads: fields, a
+// start message (start_message.h: sampling parameters, prompt) and a
+// weight-shipping manifest (ship_manifest.h). Any input is either accepted or
+// refused with kInvalidInput; none may crash, throw or allocate beyond the
+// receiver's bounds. Seeds: fuzz/corpus/wire_control_fuzz
+// (fuzz/make_control_corpus.cpp).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/check.h"
+#include "wire/control_frame.h"
+#include "wire/rank_control.h"
+#include "wire/ship_manifest.h"
+#include "wire/start_message.h"
+
+namespace {
+
+void expect_refusal_or_ok(const tessera::Status& status) {
+  TS_CHECK(status.ok() || status.kind() == tessera::ErrorKind::kInvalidInput, status.to_string());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tessera;
+  using namespace tessera::wire;
+  const std::span<const uint8_t> input(data, size);
+  if (size >= kControlHeaderBytes) {
+    expect_refusal_or_ok(decode_control_header(input.first<kControlHeaderBytes>()).status());
+  }
+  const Result<Frame> frame = decode_frame(input, {0, kMaxControlBytes});
+  if (!frame.ok()) return 0;
+  const Result<nlohmann::json> message = decode_control(*frame);
+  expect_refusal_or_ok(message.status());
+  if (!message.ok()) return 0;
+  expect_refusal_or_ok(field<uint64_t>(*message, "session").status());
+  expect_refusal_or_ok(field<std::string>(*message, "model").status());
+  expect_refusal_or_ok(field<bool>(*message, "plain").status());
+  (void)text_or(*message, "message", "?");
+  expect_refusal_or_ok(start_params_from_json(*message).status());
+  expect_refusal_or_ok(prompt_from_json(*message, 1000).status());
+  if (message->contains("ship")) expect_refusal_or_ok(check_manifest((*message)["ship"], 1 << 20).status());
+  return 0;
+}

@@ -1,0 +1,438 @@
+#include "pipeline/coordinator.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "pipeline/frame_channel.h"
+#include "pipeline/start_message.h"
+#include "wire/control_frame.h"
+#include "wire/encoding.h"
+#include "wire/limits.h"
+#include "wire/tensor_codec.h"
+
+namespace tessera::pipeline {
+
+using json = nlohmann::json;
+
+Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& path, int64_t num_layers) {
+  std::ifstream in(path);
+  if (!in) return Status::not_found(path.string() + ": cannot open");
+  json plan = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const std::string where = path.string() + ": ";
+  if (plan.is_discarded() || !plan.is_object() || !plan.contains("stages") || !plan["stages"].is_array()) {
+    return Status::invalid_input(where + "expected {\"stages\": [...]}");
+  }
+  std::vector<StagePlan> stages;
+  int64_t next_layer = 0;
+  for (const json& stage : plan["stages"]) {
+    const std::string at = where + "stages[" + std::to_string(stages.size()) + "]: ";
+    if (!stage.is_object() || !stage.value("name", json()).is_string() || !stage.value("model", json()).is_string()) {
+      return Status::invalid_input(at + "expected {\"name\": str, \"model\": str, \"layers\": [begin, end]}");
+    }
+    StagePlan s{stage["name"], stage["model"], 0, 0};
+    const bool has_layers = stage.contains("layers");
+    if (has_layers != plan["stages"][0].contains("layers")) {
+      return Status::invalid_input(at + "give \"layers\" on every stage or on none (split by free memory)");
+    }
+    if (has_layers) {
+      const json& layers = stage["layers"];
+      if (!layers.is_array() || layers.size() != 2 || !layers[0].is_number_integer() ||
+          !layers[1].is_number_integer()) {
+        return Status::invalid_input(at + "\"layers\" must be [begin, end]");
+      }
+      s.begin = layers[0];
+      s.end = layers[1];
+      if (s.begin != next_layer || s.end <= s.begin || s.end > num_layers) {
+        return Status::invalid_input(at + "layers [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                                     ") must start at " + std::to_string(next_layer) + " and end after it, by " +
+                                     std::to_string(num_layers));
+      }
+      next_layer = s.end;
+    }
+    stages.push_back(std::move(s));
+  }
+  if (stages.empty()) return Status::invalid_input(where + "no stages");
+  if (stages.size() > static_cast<size_t>(num_layers)) {
+    return Status::invalid_input(where + std::to_string(stages.size()) + " stages for " + std::to_string(num_layers) +
+                                 " layers");
+  }
+  if (next_layer != 0 && next_layer != num_layers) {
+    return Status::invalid_input(where + "the stages cover layers [0, " + std::to_string(next_layer) + ") of " +
+                                 std::to_string(num_layers));
+  }
+  return stages;
+}
+
+std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& free_bytes) {
+  const size_t n = free_bytes.size();
+  long double total = 0;
+  for (uint64_t f : free_bytes) total += static_cast<long double>(f);
+  // In proportion, rounded by largest remainder ...
+  std::vector<int64_t> share(n);
+  std::vector<std::pair<long double, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const long double exact =
+        total > 0 ? layers * static_cast<long double>(free_bytes[i]) / total : static_cast<long double>(layers) / n;
+    share[i] = static_cast<int64_t>(exact);
+    given += share[i];
+    remainders.push_back({exact - share[i], i});
+  }
+  std::stable_sort(remainders.begin(), remainders.end(), [](auto a, auto b) { return a.first > b.first; });
+  for (int64_t k = 0; k < layers - given; ++k) ++share[remainders[static_cast<size_t>(k)].second];
+  // ... then every stage gets at least one layer, taken from the largest share.
+  for (int64_t& s : share) {
+    if (s > 0) continue;
+    --*std::max_element(share.begin(), share.end());
+    s = 1;
+  }
+  return share;
+}
+
+Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustFile& trust, const std::string& stage,
+                                std::chrono::milliseconds timeout) {
+  const std::string what = "stage " + stage + " (probe)";
+  const net::Deadline deadline = net::deadline_after(timeout);
+  Result<ConnectedChannel> connected = connect_frame_channel(identity, trust, stage, deadline);
+  if (!connected.ok()) return connected.status().with_context(what);
+  FrameChannel& channel = *connected->channel;
+  TS_RETURN_IF_ERROR(channel.write_frame(wire::encode_control(0, {{"type", "probe"}}), deadline).with_context(what));
+  Result<wire::Frame> frame = channel.read_frame({0, wire::kMaxControlBytes}, deadline);
+  if (!frame.ok()) return frame.status().with_context(what);
+  TS_ASSIGN_OR_RETURN(const json reply, wire::decode_control(*frame));
+  StageStatus status;
+  TS_ASSIGN_OR_RETURN(status.free_bytes, wire::field<uint64_t>(reply, "free_bytes"));
+  TS_ASSIGN_OR_RETURN(status.requests, wire::field<uint64_t>(reply, "requests"));
+  TS_ASSIGN_OR_RETURN(status.kv_bytes, wire::field<uint64_t>(reply, "kv_bytes"));
+  TS_ASSIGN_OR_RETURN(status.largest_step, wire::field<uint64_t>(reply, "largest_step"));
+  return status;
+}
+
+namespace {
+
+// Asks every stage of the plan for its free memory and gives each a share of
+// the layers in proportion.
+Status split_by_free_memory(std::vector<StagePlan>& plan, const net::Identity& identity, const net::TrustFile& trust,
+                            int64_t layers, std::chrono::milliseconds timeout) {
+  std::vector<uint64_t> free_bytes;
+  for (const StagePlan& stage : plan) {
+    TS_ASSIGN_OR_RETURN(const StageStatus status, probe_stage(identity, trust, stage.name, timeout));
+    const uint64_t bytes = status.free_bytes;
+    free_bytes.push_back(bytes);
+  }
+  const std::vector<int64_t> share = split_layers(layers, free_bytes);
+  int64_t next = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    plan[i].begin = next;
+    next += share[i];
+    plan[i].end = next;
+  }
+  return {};
+}
+
+}  // namespace
+
+struct Pipeline::State {
+  State(const net::Identity& i, const net::TrustFile& t, const ModelConfig& c, std::vector<StagePlan> p,
+        PipelineOptions o)
+      : identity(i), trust(t), config(c), plan(std::move(p)), options(o) {}
+  ~State() { teardown(); }
+
+  Status setup();
+  void teardown();
+  Result<std::shared_ptr<FrameChannel>> first_channel();
+  void read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id);
+  void deliver(uint64_t request, Result<Pipeline::StepResult> result);
+  void fail_all(const Status& status, uint64_t session_id);
+
+  const net::Identity identity;
+  const net::TrustFile trust;
+  const ModelConfig config;
+  const std::vector<StagePlan> plan;
+  const PipelineOptions options;
+  wire::StageLimits limits;
+
+  std::mutex setup_mutex;  // one setup at a time
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::shared_ptr<FrameChannel>> channels;                      // guarded by mutex
+  uint64_t session = 0;                                                     // guarded by mutex; 0: not set up
+  std::map<uint64_t, std::optional<Result<Pipeline::StepResult>>> pending;  // guarded by mutex
+  std::vector<std::thread> readers;                                         // setup_mutex
+  std::atomic<uint64_t> next_request{1};
+};
+
+Status Pipeline::State::setup() {
+  teardown();
+  std::random_device random;
+  const uint64_t session_id = (uint64_t{random()} << 32 | random()) | 1;  // nonzero
+  std::vector<std::shared_ptr<FrameChannel>> opened(plan.size());
+  // Last stage first: each stage connects to its next one during its setup.
+  for (size_t i = plan.size(); i-- > 0;) {
+    const StagePlan& stage = plan[i];
+    const std::string what = "stage " + stage.name;
+    const net::Deadline deadline = net::deadline_after(options.timeout);
+    Result<ConnectedChannel> connected = connect_frame_channel(identity, trust, stage.name, deadline);
+    if (!connected.ok()) return connected.status().with_context(what);
+    std::shared_ptr<FrameChannel> channel = std::move(connected->channel);
+    const net::Endpoint endpoint = connected->endpoint;
+    json setup = {{"type", "setup"},
+                  {"model", stage.model},
+                  {"begin", stage.begin},
+                  {"end", stage.end},
+                  {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
+                  {"session", session_id},
+                  {"context", options.context},
+                  {"plain", options.plain}};
+    if (options.ship) {  // the stage's layers travel on this connection, right after the setup
+      Result<Model> model = Model::load(options.ship_from, LayerRange{stage.begin, stage.end});
+      if (!model.ok()) return model.status().with_context("--ship-weights");
+      TS_ASSIGN_OR_RETURN(setup["ship"],
+                          ship_manifest(*model, std::filesystem::path(options.ship_from) / "config.json"));
+      setup["model"] = "";
+      TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
+      std::fprintf(stderr, "[pipeline] shipping layers [%lld, %lld) to %s\n", static_cast<long long>(stage.begin),
+                   static_cast<long long>(stage.end), stage.name.c_str());
+      Status shipped = send_weights(*channel, *model, *options.ship, net::Clock::now() + options.timeout * 20);
+      if (!shipped.ok()) {  // the stage may have refused the shipment: its reason is the better error
+        Result<wire::Frame> reason =
+            channel->read_frame({0, wire::kMaxControlBytes}, net::deadline_after(std::chrono::seconds(1)));
+        Result<json> message = reason.ok() ? wire::decode_control(*reason) : Result<json>(reason.status());
+        if (message.ok())
+          return Status::invalid_input(what + " refused the weights: " + wire::text_or(*message, "message", "?"));
+        return shipped.with_context(what + " (--ship-weights)");
+      }
+    } else {
+      TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
+    }
+    Result<wire::Frame> frame =
+        channel->read_frame({0, wire::kMaxControlBytes}, net::Clock::now() + options.timeout * 10);
+    if (!frame.ok()) return frame.status().with_context(what + " during setup");
+    TS_ASSIGN_OR_RETURN(const json reply, wire::decode_control(*frame));
+    if (reply["type"] == "error") {
+      return Status::invalid_input(what + " refused the setup: " + wire::text_or(reply, "message", "?"));
+    }
+    if (reply["type"] != "ready") return Status::invalid_input(what + ": expected ready, got " + reply["type"].dump());
+    if (options.plain) TS_RETURN_IF_ERROR(bind_plain(*channel, endpoint, deadline).with_context(what + " (--plain)"));
+    opened[i] = channel;
+  }
+  std::lock_guard lock(mutex);
+  channels = opened;
+  session = session_id;
+  for (size_t i = 0; i < channels.size(); ++i) {
+    readers.emplace_back([this, i, channel = channels[i], session_id] { read_loop(i, channel, session_id); });
+  }
+  return {};
+}
+
+void Pipeline::State::teardown() {
+  std::vector<std::shared_ptr<FrameChannel>> closing;
+  {
+    std::lock_guard lock(mutex);
+    closing.swap(channels);
+    session = 0;
+  }
+  for (auto& channel : closing) channel->shutdown();
+  for (std::thread& reader : readers) reader.join();
+  readers.clear();
+}
+
+void Pipeline::State::deliver(uint64_t request, Result<Pipeline::StepResult> result) {
+  std::lock_guard lock(mutex);
+  auto it = pending.find(request);
+  if (it != pending.end() && !it->second) it->second = std::move(result);
+  cv.notify_all();
+}
+
+// Every request in flight fails with `status`, and the next step sets up again.
+void Pipeline::State::fail_all(const Status& status, uint64_t session_id) {
+  std::lock_guard lock(mutex);
+  if (session != session_id) return;
+  session = 0;
+  for (auto& [request, result] : pending) {
+    if (!result) result = status;
+  }
+  cv.notify_all();
+}
+
+void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id) {
+  const StagePlan& plan_stage = plan[stage];
+  const std::string who = "stage " + plan_stage.name + " (layers [" + std::to_string(plan_stage.begin) + ", " +
+                          std::to_string(plan_stage.end) + "))";
+  wire::FrameLimits frame_limits = limits.frame;
+  frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, wire::kMaxControlBytes);
+  for (;;) {
+    Result<wire::Frame> frame = channel->read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365));
+    if (!frame.ok()) {
+      fail_all(Status::disconnected(who + " is gone: " + frame.status().message()), session_id);
+      return;
+    }
+    const uint64_t request = frame->prefix.request_id;
+    if (frame->prefix.kind == wire::MessageKind::kControl) {
+      Result<json> message = wire::decode_control(*frame);
+      const std::string text = message.ok() ? wire::text_or(*message, "message", "?") : message.status().to_string();
+      const Status error = Status::invalid_input(who + ": " + text);
+      if (request == 0) {
+        fail_all(error, session_id);
+      } else {
+        deliver(request, error);
+      }
+      continue;
+    }
+    // A sampled token (i32 [1]) or logits (f32 [1, vocab]), by the header's dtype.
+    std::vector<uint8_t> scratch;
+    const bool token = !frame->header.empty() && frame->header[0] == wire::dtype_code(DType::kI32);
+    Result<wire::DecodedTensor> tensor = wire::decode_tensor(*frame, token ? limits.token_ids : limits.logits, scratch);
+    if (tensor.ok() && token && tensor->header.numel != 1) {
+      tensor = Status::invalid_input("token_ids: " + std::to_string(tensor->header.numel) + " ids, expected 1");
+    }
+    if (!tensor.ok()) {
+      deliver(request, tensor.status().with_context(who));
+      continue;
+    }
+    Pipeline::StepResult result;
+    if (token) {
+      std::memcpy(&result.token, tensor->bytes.data(), sizeof result.token);
+    } else {
+      result.logits.resize(tensor->header.numel);
+      std::memcpy(result.logits.data(), tensor->bytes.data(), tensor->bytes.size());
+    }
+    deliver(request, std::move(result));
+  }
+}
+
+Pipeline::Pipeline(std::unique_ptr<State> state) : state_(std::move(state)) {}
+Pipeline::~Pipeline() = default;
+
+Result<std::unique_ptr<Pipeline>> Pipeline::connect(const net::Identity& identity, const net::TrustFile& trust,
+                                                    const ModelConfig& config, std::vector<StagePlan> plan,
+                                                    PipelineOptions options) {
+  if (!plan.empty() && plan.front().end == 0) {
+    TS_RETURN_IF_ERROR(split_by_free_memory(plan, identity, trust, config.num_hidden_layers, options.timeout));
+  }
+  auto state = std::make_unique<State>(identity, trust, config, std::move(plan), options);
+  wire::StageLimitsOptions limit_options;
+  limit_options.activation_dtype = DType::kF32;
+  limit_options.max_tokens_per_frame = static_cast<uint64_t>(std::max<int64_t>(options.context, 1));
+  TS_ASSIGN_OR_RETURN(state->limits, wire::make_stage_limits(config.hidden_size, config.vocab_size, limit_options));
+  {
+    std::lock_guard lock(state->setup_mutex);
+    TS_RETURN_IF_ERROR(state->setup());
+  }
+  return std::unique_ptr<Pipeline>(new Pipeline(std::move(state)));
+}
+
+// Stage 0's channel, setting the pipeline up first if a failure tore it down
+// (a restarted stage rejoins here). One thread sets up; the others wait for it.
+Result<std::shared_ptr<FrameChannel>> Pipeline::State::first_channel() {
+  {
+    std::lock_guard lock(mutex);
+    if (session != 0) return channels.front();
+  }
+  std::lock_guard setup_lock(setup_mutex);
+  {
+    std::lock_guard lock(mutex);
+    if (session != 0) return channels.front();  // set up by another thread meanwhile
+  }
+  TS_RETURN_IF_ERROR(setup());
+  std::lock_guard lock(mutex);
+  return channels.front();
+}
+
+Status Pipeline::start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt) {
+  TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, state_->first_channel());
+  return first->write_frame(wire::encode_control(request, start_message(params, prompt)),
+                            net::deadline_after(state_->options.timeout));
+}
+
+Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const int32_t> ids) {
+  State& s = *state_;
+  TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, s.first_channel());
+  {
+    std::lock_guard lock(s.mutex);
+    s.pending[request].reset();
+  }
+  const uint64_t shape[] = {ids.size()};
+  Status sent = first->write_frame(
+      wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t)}),
+      net::deadline_after(s.options.timeout));
+  std::unique_lock lock(s.mutex);
+  if (!sent.ok() && !s.pending[request]) s.pending[request] = sent.with_context("sending to stage " + s.plan[0].name);
+  const bool answered =
+      s.cv.wait_until(lock, net::Clock::now() + s.options.timeout, [&] { return s.pending[request].has_value(); });
+  Result<StepResult> result =
+      answered ? std::move(*s.pending[request])
+               : Result<StepResult>(Status::disconnected("no answer from the pipeline within " +
+                                                         std::to_string(s.options.timeout.count()) + " ms"));
+  s.pending.erase(request);
+  return result;
+}
+
+void Pipeline::cancel(uint64_t request) {
+  std::vector<std::shared_ptr<FrameChannel>> channels;
+  {
+    std::lock_guard lock(state_->mutex);
+    channels = state_->channels;
+  }
+  for (auto& channel : channels) {
+    (void)channel->write_frame(wire::encode_control(request, {{"type", "cancel"}}),
+                               net::deadline_after(state_->options.timeout));
+  }
+}
+
+uint64_t Pipeline::new_request_id() { return state_->next_request++; }
+
+std::string Pipeline::layout() const {
+  std::string out;
+  for (const StagePlan& stage : state_->plan) {
+    const net::TrustedNode* node = state_->trust.find_name(stage.name);
+    out += "  " + stage.name + " at " + (node ? node->address : "?") + ": layers [" + std::to_string(stage.begin) +
+           ", " + std::to_string(stage.end) + ")\n";
+  }
+  return out;
+}
+
+PipelineRunner::PipelineRunner(Pipeline& pipeline, int64_t capacity, std::optional<SamplingParams> sampling)
+    : pipeline_(pipeline), sampling_(std::move(sampling)), request_(pipeline.new_request_id()), capacity_(capacity) {}
+
+PipelineRunner::~PipelineRunner() { pipeline_.cancel(request_); }
+
+Result<std::vector<float>> PipelineRunner::run(std::span<const int32_t> ids) {
+  if (sampling_) return Status::internal("this pipeline request samples on the last stage: use run_to_token");
+  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, pipeline_.step(request_, ids));
+  if (result.logits.empty()) return Status::internal("the last stage sent a token, not logits");
+  length_ += static_cast<int64_t>(ids.size());
+  return std::move(result.logits);
+}
+
+Result<int32_t> PipelineRunner::run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) {
+  if (!sampling_) return SequenceRunner::run_to_token(ids, prompt);
+  if (!started_) {
+    TS_RETURN_IF_ERROR(pipeline_.start(request_, *sampling_, prompt));
+    started_ = true;
+  }
+  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, pipeline_.step(request_, ids));
+  if (result.token < 0) return Status::internal("the last stage sent logits, not a token");
+  length_ += static_cast<int64_t>(ids.size());
+  return result.token;
+}
+
+Status PipelineRunner::truncate(int64_t n) {
+  if (n == length_) return {};
+  if (n != 0) return Status::unsupported("a pipeline sequence cannot drop part of its KV cache");
+  pipeline_.cancel(request_);
+  request_ = pipeline_.new_request_id();
+  started_ = false;
+  length_ = 0;
+  return {};
+}
+
+}  // namespace tessera::pipeline

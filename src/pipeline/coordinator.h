@@ -1,0 +1,127 @@
+// The pipeline coordinator: connects (mutual TLS) to every stage of a plan, sets
+// each up with its layer range, last stage first so that every stage finds its
+// next one ready, then runs requests through them: token ids to stage 0, logits
+// back from the last stage.
+//
+// Every stage reports failures to the coordinator on its own connection, with the
+// request id, so a caller waiting in step() gets the error as soon as any stage
+// has it; a stage whose connection drops (a crash, kill -9) fails every request
+// in flight at once, naming the stage. The next step() sets the pipeline up
+// again, so a restarted stage rejoins without restarting the coordinator.
+//
+// Thread safety: step() and cancel() may be called from several threads for
+// different requests at once (that is how several requests fill the pipeline).
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/model_config.h"
+#include "model/sequence_runner.h"
+#include "net/identity.h"
+#include "net/trust.h"
+#include "pipeline/weight_shipping.h"
+#include "sampling/sampler.h"
+
+namespace tessera::pipeline {
+
+struct StagePlan {
+  std::string name;   // trust-file node name
+  std::string model;  // checkpoint directory on the stage's host
+  int64_t begin = 0;  // layers [begin, end)
+  int64_t end = 0;
+};
+
+// {"stages": [{"name": "stage0", "model": "/models/m", "layers": [0, 8]}, ...]}:
+// the ranges must cover [0, num_layers) in order, each non-empty. Without
+// "layers" on any stage, Pipeline::connect splits the layers by each stage's
+// free memory (the plan's ranges are then all [0, 0)).
+Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& path, int64_t num_layers);
+
+// Layers per stage in proportion to `free_bytes` (largest remainder), each at
+// least 1; layers >= free_bytes.size() >= 1.
+std::vector<int64_t> split_layers(int64_t layers, const std::vector<uint64_t>& free_bytes);
+
+// What a stage reports when probed: memory available on its host, and the
+// requests it holds KV caches for (0 after every request ended or was cancelled).
+struct StageStatus {
+  uint64_t free_bytes = 0;
+  uint64_t requests = 0;
+  uint64_t kv_bytes = 0;
+  uint64_t largest_step = 0;  // most requests the stage stepped in one forward pass this session
+};
+Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustFile& trust, const std::string& stage,
+                                std::chrono::milliseconds timeout);
+
+struct PipelineOptions {
+  int64_t context = 0;                       // positions per request on every stage
+  std::chrono::milliseconds timeout{30000};  // a stage that says nothing for this long fails the step
+  // Trusted links: after the mutual-TLS setup, frames travel on plain TCP
+  // connections bound to the TLS sessions (frame_channel.h), unsealed.
+  bool plain = false;
+  // --ship-weights: the stages get their layers from this checkpoint directory
+  // (the plan's "model" paths are then unused), encoded as `ship` says.
+  std::string ship_from;
+  std::optional<ShipEncoding> ship;
+};
+
+class Pipeline {
+ public:
+  static Result<std::unique_ptr<Pipeline>> connect(const net::Identity& identity, const net::TrustFile& trust,
+                                                   const ModelConfig& config, std::vector<StagePlan> plan,
+                                                   PipelineOptions options);
+  ~Pipeline();
+
+  // Makes the last stage sample `request`'s tokens (start_message.h); without
+  // it, steps return logits.
+  Status start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt);
+  // Runs ids for `request` at its next positions; returns the sampled token, or
+  // logits [vocab] for a request that was not started.
+  struct StepResult {
+    std::vector<float> logits;
+    int32_t token = -1;
+  };
+  Result<StepResult> step(uint64_t request, std::span<const int32_t> ids);
+  // Frees the request's KV cache on every stage.
+  void cancel(uint64_t request);
+  uint64_t new_request_id();
+  // "stage0 10.0.0.1:7100 layers [0, 2)\n..."
+  std::string layout() const;
+
+  struct State;
+
+ private:
+  explicit Pipeline(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// One request's sequence through a Pipeline (the generation loop's runner).
+// With `sampling`, tokens are sampled on the last stage (run_to_token); without,
+// run() returns logits and the caller samples.
+class PipelineRunner final : public SequenceRunner {
+ public:
+  PipelineRunner(Pipeline& pipeline, int64_t capacity, std::optional<SamplingParams> sampling = std::nullopt);
+  ~PipelineRunner() override;
+  Result<std::vector<float>> run(std::span<const int32_t> ids) override;
+  bool samples_remotely() const override { return sampling_.has_value(); }
+  Result<int32_t> run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) override;
+  int64_t length() const override { return length_; }
+  int64_t capacity() const override { return capacity_; }
+  Status truncate(int64_t n) override;  // only to 0 (a new request) or length()
+
+ private:
+  Pipeline& pipeline_;
+  std::optional<SamplingParams> sampling_;
+  bool started_ = false;
+  uint64_t request_;
+  int64_t length_ = 0;
+  int64_t capacity_;
+};
+
+}  // namespace tessera::pipeline

@@ -1,0 +1,68 @@
+// StageService: one pipeline stage (`tessera stage`). It listens for mutual-TLS
+// connections from nodes of its trust file; a coordinator's connection opens with
+// a `setup` (wire/control_frame.h) naming the checkpoint and this stage's layer range
+// [begin, end), and the stage loads only those layers (memory-mapped: tensors of
+// other layers are never read), connects to the next stage, and answers `ready`.
+//
+// Requests flow as tensor frames, each decoded against limits precomputed from
+// the model config (wire/limits.h) before any allocation:
+//   stage 0:       token ids i32 [tokens]           from the coordinator
+//   other stages:  hidden states f32 [tokens, hidden] from the previous stage
+//   not last:      hidden states f32 to the next stage
+//   last:          logits f32 [1, vocab] to the coordinator
+// One inference thread runs the frames of every request in arrival order, each
+// with its own KV cache, so while the next stage works on request A this one
+// works on request B; the frames of different requests that wait together run
+// in one forward pass (Forward::step_*), which reads the weights once for all. Any failure of a request (a refused
+// frame, an execution error, a send to the next stage that fails) goes to the coordinator at once as an `error` with
+// the request id, and the stage serves the next request. When the coordinator's connection ends, the session's state
+// (caches, next connection) is dropped and the stage waits for a new setup; the loaded layers are kept for a setup that
+// asks for the same ones.
+//
+// Thread safety: run() blocks the calling thread; stop() may be called from any.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "net/identity.h"
+#include "net/socket.h"
+#include "net/trust.h"
+
+namespace tessera::pipeline {
+
+struct StageOptions {
+  net::Endpoint listen;
+  net::Identity identity;
+  net::TrustFile trust;
+  size_t threads = 0;                        // CPU threads for the forward pass (0: all cores)
+  std::chrono::milliseconds timeout{30000};  // a silent peer mid-frame
+  // Weights a coordinator may ship here (--ship-weights), in bytes; 0: 90 % of
+  // the memory available when they are announced.
+  uint64_t max_weight_bytes = 0;
+  std::filesystem::path work_dir = std::filesystem::temp_directory_path();  // shipped checkpoints go here
+  // Connections served at once (each has a thread, authenticated or not yet);
+  // a connection beyond it is closed at once, so a flood cannot exhaust threads.
+  size_t max_connections = 256;
+};
+
+class StageService {
+ public:
+  explicit StageService(StageOptions options);
+  ~StageService();
+  // Binds the listener (port 0 picks one; see port()).
+  Status bind();
+  uint16_t port() const;
+  // Serves until stop().
+  Status run();
+  void stop();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tessera::pipeline

@@ -1,0 +1,25 @@
+#include "wire/control_frame.h"
+
+namespace tessera::wire {
+
+std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& message) {
+  const std::string text = message.dump();
+  return wire::encode_frame(wire::MessageKind::kControl, request_id, {},
+                            {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+Result<nlohmann::json> decode_control(const wire::Frame& frame) {
+  if (frame.prefix.kind != wire::MessageKind::kControl) {
+    return Status::invalid_input("frame kind " + std::to_string(static_cast<uint32_t>(frame.prefix.kind)) +
+                                 ": expected a control message");
+  }
+  if (!frame.header.empty()) return Status::invalid_input("control message: unexpected message header");
+  nlohmann::json message = nlohmann::json::parse(frame.payload.begin(), frame.payload.end(), nullptr,
+                                                 /*allow_exceptions=*/false);
+  if (message.is_discarded() || !message.is_object() || !message.contains("type") || !message["type"].is_string()) {
+    return Status::invalid_input("control message: not a JSON object with a string \"type\"");
+  }
+  return message;
+}
+
+}  // namespace tessera::wire

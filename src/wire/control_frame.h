@@ -1,0 +1,63 @@
+// Control frames of the pipeline (wire MessageKind::kControl): one JSON object
+// per frame, {"type": ..., fields...}, with the request id in the frame prefix.
+// The JSON is parsed only after the frame passed the receiver's FrameLimits
+// (kMaxControlBytes), and every field is read through field(), whose errors name
+// the message type and the field.
+//
+// Messages (coordinator C, stages S0..Sn-1):
+//   C -> S    setup    {model, begin, end, next, session, context}: load layers
+//                      [begin, end) of the checkpoint at `model` (a path on the
+//                      stage's host), connect to stage `next` ("" for the last);
+//                      with --ship-weights, "ship": a manifest (ship_manifest.h)
+//   S -> C    ready    {stage, begin, end}
+//   C -> S    probe    {}: answered by status {stage, free_bytes, requests,
+//                      kv_bytes}, then the connection ends (layers split by
+//                      free memory; `tessera probe`)
+//   Si -> Si+1 upstream {session}: this connection carries hidden states
+//   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
+//                      (start_message.h); passed along ahead of the hidden states
+//   C -> S    cancel   (request id): free the request's KV cache
+//   S -> C    error    {stage, message} (request id; 0: not about one request)
+//
+// Pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "wire/frame.h"
+
+namespace tessera::wire {
+
+inline constexpr uint64_t kMaxControlBytes = 1 << 20;  // a start message may carry a long prompt
+
+std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& message);
+// The frame must be kControl; its payload must be a JSON object with a string "type".
+Result<nlohmann::json> decode_control(const wire::Frame& frame);
+
+// A string field for messages to people ("message" of an error), or `fallback`
+// when it is absent or not a string; never throws on a peer's JSON.
+inline std::string text_or(const nlohmann::json& message, const char* name, const std::string& fallback) {
+  auto it = message.find(name);
+  return it != message.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+// A field of a control message, of type T (string, bool, integer), present.
+template <typename T>
+Result<T> field(const nlohmann::json& message, const char* name) {
+  const std::string type = message.value("type", "?");
+  auto it = message.find(name);
+  if (it == message.end()) return Status::invalid_input("control message " + type + ": missing field " + name);
+  bool ok = false;
+  if constexpr (std::is_same_v<T, std::string>) ok = it->is_string();
+  else if constexpr (std::is_same_v<T, bool>) ok = it->is_boolean();
+  else if constexpr (std::is_unsigned_v<T>) ok = it->is_number_unsigned();
+  else ok = it->is_number_integer();
+  if (!ok) return Status::invalid_input("control message " + type + ": field " + name + " has the wrong type");
+  return it->get<T>();
+}
+
+}  // namespace tessera::wire

@@ -1,0 +1,65 @@
+#include "wire/ship_manifest.h"
+
+#include <optional>
+#include <set>
+
+#include "wire/byte_io.h"
+
+namespace tessera::wire {
+
+using json = nlohmann::json;
+
+Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest, uint64_t max_bytes) {
+  if (!manifest.is_object() || !manifest.contains("tensors") || !manifest["tensors"].is_array() ||
+      !manifest.contains("config") || !manifest["config"].is_object()) {
+    return Status::invalid_input("ship manifest: expected {\"config\": {...}, \"tensors\": [...]}");
+  }
+  std::vector<std::vector<ShipTensor>> groups;
+  std::set<std::string> names;
+  for (const json& entry : manifest["tensors"]) {
+    const std::string at = "ship manifest tensor " + std::to_string(names.size()) + ": ";
+    if (!entry.is_array() || entry.size() != 4 || !entry[0].is_string() || !entry[1].is_string() ||
+        !entry[2].is_array() || !entry[3].is_number_unsigned()) {
+      return Status::invalid_input(at + "expected [name, dtype, [dims], group]");
+    }
+    ShipTensor tensor;
+    tensor.name = entry[0];
+    if (tensor.name.empty() || !names.insert(tensor.name).second)
+      return Status::invalid_input(at + "empty or repeated name");
+    std::optional<DType> dtype = dtype_from_safetensors(entry[1].get<std::string>());
+    if (!dtype) return Status::invalid_input(at + "unknown dtype");
+    tensor.dtype = *dtype;
+    uint64_t elements = 1;
+    for (const json& dim : entry[2]) {
+      if (!dim.is_number_unsigned() || !wire::checked_mul(elements, dim.get<uint64_t>(), &elements)) {
+        return Status::invalid_input(at + "bad dims");
+      }
+      tensor.shape.push_back(dim.get<int64_t>());
+    }
+    if (!wire::checked_mul(elements, dtype_size(tensor.dtype), &tensor.bytes) || tensor.bytes > max_bytes) {
+      return Status::invalid_input(at + "larger than the stage's bound of " + std::to_string(max_bytes) + " bytes");
+    }
+    const uint64_t group = entry[3];
+    if (group > groups.size() || (group + 1 < groups.size())) {
+      return Status::invalid_input(at + "group " + std::to_string(group) + " out of order");
+    }
+    if (group == groups.size()) groups.emplace_back();
+    if (!groups[group].empty() && groups[group].front().dtype != tensor.dtype) {
+      return Status::invalid_input(at + "a group holds one dtype");
+    }
+    groups[group].push_back(std::move(tensor));
+  }
+  if (groups.empty()) return Status::invalid_input("ship manifest: no tensors");
+  uint64_t total = 0;  // all of it must fit the same bound: many small groups cannot add up past it
+  for (const auto& group : groups) {
+    for (const ShipTensor& t : group) {
+      if (!wire::checked_add(total, t.bytes, &total) || total > max_bytes) {
+        return Status::invalid_input("ship: the weights exceed the stage's bound of " + std::to_string(max_bytes) +
+                                     " bytes");
+      }
+    }
+  }
+  return groups;
+}
+
+}  // namespace tessera::wire

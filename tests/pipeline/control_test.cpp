@@ -1,0 +1,173 @@
+// The decoders of what a peer says on control channels, each guard on its own:
+// the Group's control header (wire/rank_control.h), pipeline control frames and
+// their fields (wire/control_frame.h), the start message of last-stage sampling
+// (wire/start_message.h, through pipeline/start_message.h's SamplingParams), and
+// the weight-shipping manifest (wire/ship_manifest.h).
+// Every case here was checked to fail with its guard removed (the check
+// deleted, the test run, the check restored).
+#include <gtest/gtest.h>
+
+#include "pipeline/start_message.h"
+#include "wire/byte_io.h"
+#include "wire/control_frame.h"
+#include "wire/rank_control.h"
+#include "wire/ship_manifest.h"
+
+namespace tessera::pipeline {
+namespace {
+
+using json = nlohmann::json;
+using wire::check_manifest;
+using wire::ControlHeader;
+using wire::ControlKind;
+using wire::decode_control;
+using wire::decode_control_header;
+using wire::encode_control;
+using wire::field;
+using wire::kControlHeaderBytes;
+using wire::kMaxControlText;
+using wire::text_or;
+
+void expect_refused(const Status& status, const std::string& needle) {
+  EXPECT_EQ(status.kind(), ErrorKind::kInvalidInput) << status.to_string();
+  EXPECT_NE(status.message().find(needle), std::string::npos) << status.to_string();
+}
+
+std::array<uint8_t, kControlHeaderBytes> control_header(uint32_t kind, uint64_t generation, uint32_t length) {
+  std::vector<uint8_t> bytes;
+  wire::put_u32(bytes, kind);
+  wire::put_u64(bytes, generation);
+  wire::put_u32(bytes, length);
+  std::array<uint8_t, kControlHeaderBytes> out;
+  std::copy(bytes.begin(), bytes.end(), out.begin());
+  return out;
+}
+
+TEST(ControlHeader, DecodesAndRefusesUnknownKindsAndLongText) {
+  Result<ControlHeader> ok = decode_control_header(control_header(1, 7, 12));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->kind, ControlKind::kAbort);
+  EXPECT_EQ(ok->generation, 7u);
+  EXPECT_EQ(ok->length, 12u);
+  expect_refused(decode_control_header(control_header(0, 7, 0)).status(), "kind: 0 unknown");
+  expect_refused(decode_control_header(control_header(4, 7, 0)).status(), "kind: 4 unknown");
+  expect_refused(decode_control_header(control_header(1, 7, kMaxControlText + 1)).status(), "length: 4097 > max 4096");
+}
+
+Result<json> decode(const std::vector<uint8_t>& frame_bytes) {
+  TS_ASSIGN_OR_RETURN(wire::Frame frame, wire::decode_frame(frame_bytes, {wire::kMaxMessageHeaderBytes, 1 << 20}));
+  return decode_control(frame);
+}
+
+std::vector<uint8_t> control_frame(const std::string& payload, std::vector<uint8_t> header = {}) {
+  return wire::encode_frame(wire::MessageKind::kControl, 3, header,
+                            {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()});
+}
+
+TEST(ControlFrame, RoundTripsAndRefusesWhatIsNotAControlObject) {
+  Result<json> ok = decode(encode_control(3, {{"type", "cancel"}}));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)["type"], "cancel");
+  expect_refused(decode(wire::encode_frame(wire::MessageKind::kTensor, 3, {}, {})).status(),
+                 "expected a control message");
+  expect_refused(decode(control_frame("{\"type\": \"x\"}", std::vector<uint8_t>(8, 0))).status(),
+                 "unexpected message header");
+  for (const std::string bad : {"{\"type\": ", "[1, 2]", "{\"kind\": \"x\"}", "{\"type\": 5}", "\"text\""}) {
+    expect_refused(decode(control_frame(bad)).status(), "not a JSON object with a string \"type\"");
+  }
+}
+
+TEST(ControlFrame, FieldsMustBePresentAndTyped) {
+  const json message = {{"type", "setup"}, {"begin", 3}, {"model", "m"}, {"plain", true}, {"session", 5}};
+  EXPECT_EQ(*field<int64_t>(message, "begin"), 3);
+  EXPECT_EQ(*field<std::string>(message, "model"), "m");
+  expect_refused(field<int64_t>(message, "end").status(), "setup: missing field end");
+  expect_refused(field<std::string>(message, "begin").status(), "field begin has the wrong type");
+  expect_refused(field<bool>(message, "model").status(), "field model has the wrong type");
+  expect_refused(field<uint64_t>(json{{"type", "x"}, {"session", -5}}, "session").status(), "wrong type");
+  EXPECT_EQ(text_or(json{{"type", "error"}, {"message", 5}}, "message", "?"), "?");
+}
+
+TEST(StartMessage, RoundTripsTheSamplingParameters) {
+  SamplingParams params;
+  params.temperature = 0.7f;
+  params.top_k = 40;
+  params.top_p = 0.9f;
+  params.min_p = 0.05f;
+  params.repetition_penalty = 1.3f;
+  params.presence_penalty = 0.2f;
+  params.frequency_penalty = 0.1f;
+  params.seed = 12345678901234ull;
+  params.logit_bias = {{2, -3.5f}, {9, 1.0f}};
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  const json start = start_message(params, prompt);
+  Result<SamplingParams> back = sampling_from_json(start, 100);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->temperature, params.temperature);
+  EXPECT_EQ(back->top_k, params.top_k);
+  EXPECT_EQ(back->seed, params.seed);
+  EXPECT_EQ(back->logit_bias, params.logit_bias);
+  EXPECT_EQ(*prompt_from_json(start, 100), prompt);
+  params.repetition_penalty = 1.0f;  // the prompt travels only when the penalty needs it
+  EXPECT_TRUE(start_message(params, prompt)["prompt"].empty());
+}
+
+TEST(StartMessage, RefusesMalformedOrInvalidFields) {
+  const json good = start_message(SamplingParams{}, std::vector<int32_t>{1});
+  auto with = [&](const char* key, json value) {
+    json start = good;
+    start[key] = std::move(value);
+    return start;
+  };
+  expect_refused(sampling_from_json(with("temperature", "hot"), 100).status(), "temperature must be a number");
+  expect_refused(sampling_from_json(with("top_k", 1.5), 100).status(), "top_k has the wrong type");
+  expect_refused(sampling_from_json(with("seed", -1), 100).status(), "seed has the wrong type");
+  expect_refused(sampling_from_json(with("logit_bias", json::object()), 100).status(), "logit_bias must be an array");
+  expect_refused(sampling_from_json(with("logit_bias", json::array({json::array({1})})), 100).status(),
+                 "entries must be [token id, bias]");
+  expect_refused(sampling_from_json(with("temperature", -1.0), 100).status(), "start");  // validate()
+  expect_refused(prompt_from_json(with("prompt", "1,2"), 100).status(), "prompt must be an array");
+  expect_refused(prompt_from_json(with("prompt", json::array({1, 100})), 100).status(),
+                 "prompt[1] is not a token id below 100");
+  expect_refused(prompt_from_json(with("prompt", json::array({-1})), 100).status(), "prompt[0]");
+}
+
+// Through text, as on the wire (where non-negative numbers parse as unsigned).
+json manifest(json tensors) { return json::parse(json{{"config", json::object()}, {"tensors", tensors}}.dump()); }
+
+TEST(ShipManifest, AcceptsGroupsInOrder) {
+  auto groups = check_manifest(
+      manifest({{"e", "BF16", {4, 8}, 0}, {"l0.a", "F32", {8}, 1}, {"l0.b", "F32", {2, 2}, 1}}), 1 << 20);
+  ASSERT_TRUE(groups.ok()) << groups.status().to_string();
+  ASSERT_EQ(groups->size(), 2u);
+  EXPECT_EQ((*groups)[0][0].bytes, 64u);
+  EXPECT_EQ((*groups)[1][1].bytes, 16u);
+}
+
+TEST(ShipManifest, RefusesEveryMalformedEntry) {
+  const uint64_t bound = 1 << 20;
+  const std::vector<std::pair<json, std::string>> cases = {
+      {json::array(), "expected {\"config\""},
+      {json{{"tensors", json::array()}}, "expected {\"config\""},
+      {manifest(json::array()), "no tensors"},
+      {manifest({{"a", "BF16", {4}}}), "expected [name, dtype, [dims], group]"},
+      {manifest({{"", "BF16", {4}, 0}}), "empty or repeated name"},
+      {manifest({{"a", "BF16", {4}, 0}, {"a", "BF16", {4}, 0}}), "empty or repeated name"},
+      {manifest({{"a", "Q4", {4}, 0}}), "unknown dtype"},
+      {manifest({{"a", "BF16", {-4}, 0}}), "bad dims"},
+      {manifest({{"a", "BF16", {uint64_t{1} << 62, 8}, 0}}), "bad dims"},                   // element count overflows
+      {manifest({{"a", "F32", {uint64_t{1} << 62}, 0}}), "larger than the stage's bound"},  // byte count overflows
+      {manifest({{"a", "BF16", {1 << 20}, 0}}), "larger than the stage's bound"},
+      {manifest({{"a", "BF16", {4}, 1}}), "group 1 out of order"},
+      {manifest({{"a", "BF16", {4}, 0}, {"b", "BF16", {4}, 1}, {"c", "BF16", {4}, 0}}), "group 0 out of order"},
+      {manifest({{"a", "BF16", {4}, 0}, {"b", "F32", {4}, 0}}), "a group holds one dtype"},
+      {manifest({{"a", "BF16", {300 << 10}, 0}, {"b", "BF16", {300 << 10}, 1}}), "exceed the stage's bound"},
+  };
+  for (const auto& [bad, needle] : cases) {
+    SCOPED_TRACE(bad.dump());
+    expect_refused(check_manifest(bad, bound).status(), needle);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::pipeline
