@@ -1,14 +1,23 @@
-// Device: the operations a forward pass needs, implemented once per backend
-// (cpu/ now; cuda/ slots in through make_cuda_device, which no_cuda.cpp stubs
-// out in builds without CUDA). The model code calls only this interface.
+// Device: the memory and the operations a forward pass needs, implemented once
+// per backend (cpu/ now; cuda/ slots in through make_cuda_device, which
+// no_cuda.cpp stubs out in builds without CUDA). The model code calls only this
+// interface.
 //
-// Activations are f32 and row-major; weights are TensorViews in f32, bf16 or
-// f16, shaped as in the checkpoint (a Linear is [out, in]). Pointers refer to
-// memory the device can address (host memory for the CPU).
+// Memory belongs to the device. Activations, scratch and KV pages are Buffers the
+// device allocates (alloc); weights are placed where it computes (place). Every
+// pointer a kernel takes is device memory; bytes cross to the host only through
+// upload and download, at the edges of a forward pass (token ids in, logits or
+// hidden states out). Token ids and block tables are small host spans that a
+// device copies in itself.
 //
-// Threading: a Device belongs to one inference thread; calls are not
-// concurrent. Results are deterministic: the same inputs give bitwise the same
-// outputs whatever the thread count's timing.
+// Activations are f32 and row-major; weights are TensorViews in f32, bf16 or f16,
+// shaped as in the checkpoint (a Linear is [out, in]). KV pages hold f32, bf16 or
+// f16 in the KvPages layout below.
+//
+// Threading: a Device belongs to one inference thread; calls are not concurrent.
+// Results are deterministic: the same inputs give bitwise the same outputs
+// whatever the thread count's timing, and each output row depends only on its own
+// inputs, never on how many other rows share the call (batch invariance).
 #pragma once
 
 #include <cstdint>
@@ -17,21 +26,45 @@
 #include <string>
 #include <string_view>
 
+#include "backend/buffer.h"
+#include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
 namespace tessera {
 
+// The KV pages of one pool, as kernels see them: `blocks` fixed-size blocks of
+// `block_size` positions, each holding every layer's keys and values:
+//   dtype [blocks, layers, 2 (k, v), n_kv_heads, block_size, head_dim]
+// so one head's positions within a block are contiguous rows.
+struct KvPages {
+  void* base = nullptr;  // device memory
+  DType dtype = DType::kF32;
+  int64_t blocks = 0;
+  int64_t block_size = 0;
+  int64_t layers = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+
+  int64_t head_elements() const { return block_size * head_dim; }
+  int64_t block_elements() const { return layers * 2 * n_kv_heads * head_elements(); }
+  size_t block_bytes() const { return static_cast<size_t>(block_elements()) * dtype_size(dtype); }
+  // Element offset of head `head`'s keys (kv 0) or values (kv 1) of `layer` in `block`.
+  int64_t offset(int64_t block, int64_t layer, int kv, int64_t head) const {
+    return (((block * layers + layer) * 2 + kv) * n_kv_heads + head) * head_elements();
+  }
+};
+
+// One sequence's part of an attention call: its queries and where its keys and values are.
 struct AttentionArgs {
-  const float* q = nullptr;        // f32 [tokens, n_heads, head_dim], already rotated
-  const float* k_cache = nullptr;  // f32 [capacity, n_kv_heads, head_dim], positions [0, pos0 + tokens) valid
-  const float* v_cache = nullptr;  // same layout as k_cache
-  float* out = nullptr;            // f32 [tokens, n_heads, head_dim]
+  const float* q = nullptr;  // f32 [tokens, n_heads, head_dim], already rotated
+  float* out = nullptr;      // f32 [tokens, n_heads, head_dim]
+  const KvPages* pages = nullptr;
+  int64_t layer = 0;                    // layer index within the pages
+  std::span<const int32_t> blocks;      // host: the sequence's block table; positions [0, pos0 + tokens) written
   int64_t tokens = 0;
   int64_t pos0 = 0;  // position of the first query token
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;
-  int64_t head_dim = 0;
   int64_t sliding_window = 0;  // 0: full causal; else a query sees the last `sliding_window` positions
   float scale = 1.0f;
 };
@@ -42,17 +75,32 @@ class Device {
 
   virtual std::string name() const = 0;
 
+  // Memory. alloc fails with kOverloaded naming the size when it does not fit.
+  virtual Result<Buffer> alloc(size_t bytes) = 0;
+  virtual void upload(const void* host, size_t bytes, void* dst) = 0;
+  virtual void download(const void* src, size_t bytes, void* host) = 0;
+  virtual void copy(const void* src, size_t bytes, void* dst) = 0;
+  // A view of a weight in memory this device computes on: the CPU computes on the
+  // mapped file itself; a GPU copies it into memory it owns and keeps it until the
+  // device is destroyed.
+  virtual Result<TensorView> place(const TensorView& host) = 0;
+
   // y [tokens, N] = x [tokens, K] * w [N, K]^T (+ bias [N] when bias is non-empty).
   virtual void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) = 0;
   // y [rows, dim] = x / sqrt(mean(x^2) + eps) * weight, per row (y may equal x).
   virtual void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) = 0;
   // y [ids, hidden] = table[id] for each id (ids already checked < vocab).
   virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* y) = 0;
-  // Rotates x [tokens, heads, head_dim] in place (rotate-half layout) at positions pos0.., using
-  // inv_freq [head_dim / 2].
+  // Rotates x [tokens, heads, head_dim] in place (rotate-half layout) at positions
+  // pos0.., using inv_freq f32 [head_dim / 2] (device memory).
   virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
-                    std::span<const float> inv_freq) = 0;
-  // Causal (optionally sliding-window) softmax attention with grouped KV heads.
+                    const float* inv_freq) = 0;
+  // Writes k and v f32 [tokens, n_kv_heads, head_dim] into `layer` of the pages at
+  // positions [pos0, pos0 + tokens) of the sequence whose block table is `blocks`,
+  // rounded to the pages' dtype.
+  virtual void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0,
+                        int64_t tokens, const float* k, const float* v) = 0;
+  // Causal (optionally sliding-window) softmax attention with grouped KV heads over paged keys and values.
   virtual void attention(const AttentionArgs& args) = 0;
   // out[i] = silu(gate[i]) * up[i]
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;

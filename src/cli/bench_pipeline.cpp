@@ -19,7 +19,8 @@
 
 #include "backend/device.h"
 #include "cli/commands.h"
-#include "model/forward.h"
+#include "engine/local_engine.h"
+#include "engine/sequence_runner.h"
 #include "model/model.h"
 #include "net/local_cluster.h"
 #include "pipeline/coordinator.h"
@@ -54,7 +55,7 @@ std::vector<int32_t> prompt(int64_t n, int seed) {
 // pipeline samples on its last stage, as `tessera generate` does.
 Result<double> decode(SequenceRunner& runner, const std::vector<int32_t>& ids, int64_t tokens) {
   auto next = [&](std::span<const int32_t> feed) -> Result<int32_t> {
-    if (runner.samples_remotely()) return runner.run_to_token(feed, ids);
+    if (runner.samples_itself()) return runner.run_to_token(feed, ids);
     TS_ASSIGN_OR_RETURN(const std::vector<float> logits, runner.run(feed));
     return argmax(logits);
   };
@@ -96,17 +97,14 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   if (o.stages < 1 || o.stages > layers) return Status::invalid_input("--stages must be in [1, layers]");
   const int64_t context = o.prompt_tokens + o.tokens + 1;
 
-  // One process, loaded once for every round; one Forward (own threads) per
+  // One process, loaded once for every round; one engine (own threads) per
   // stage, for the side-by-side run below.
   TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
-  std::vector<std::unique_ptr<Device>> devices;
-  std::vector<std::unique_ptr<Forward>> forwards;
+  std::vector<LocalEngine> engines;
   for (int s = 0; s < o.stages; ++s) {
-    TS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, make_device("cpu", o.threads));
-    devices.push_back(std::move(device));
-    forwards.push_back(std::make_unique<Forward>(model, *devices.back()));
+    TS_ASSIGN_OR_RETURN(LocalEngine engine, LocalEngine::create(model, {.threads = o.threads}));
+    engines.push_back(std::move(engine));
   }
-  Forward& forward = *forwards[0];
 
   // The pipeline: stages as threads of this process.
   const std::filesystem::path dir =
@@ -185,8 +183,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     std::vector<std::thread> threads;
     for (int s = 0; s < o.stages; ++s) {
       threads.emplace_back([&, s] {
-        KvCache cache = forwards[s]->make_cache(context);
-        LocalRunner runner(*forwards[s], cache);
+        LocalRunner runner(*engines[s].scheduler, context);
         seconds[s] = decode(runner, prompt(o.prompt_tokens, s), o.tokens);
       });
     }
@@ -207,13 +204,8 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   for (int i = 0; i < o.rounds && status.ok(); ++i) {
     Round round;
     double local_wall = 0;
-    KvCache cache = forward.make_cache(context);
-    status = one_at_a_time(
-        [&] {
-          cache.set_length(0);
-          return std::make_unique<LocalRunner>(forward, cache);
-        },
-        round.local_step, local_wall);
+    status = one_at_a_time([&] { return std::make_unique<LocalRunner>(*engines[0].scheduler, context); },
+                           round.local_step, local_wall);
     if (status.ok()) {
       status = one_at_a_time(
           [&] { return std::make_unique<pipeline::PipelineRunner>(**pipeline, context, SamplingParams{}); },

@@ -12,6 +12,7 @@
 
 #include "backend/device.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/sampling_options.h"
 #include "engine/generation.h"
 
@@ -28,17 +29,16 @@ struct ChatOptions {
   std::string system;
   int64_t tokens = 512;
   SamplingParams sampling;
-  size_t threads = 0;
-  std::string device = "cpu";
+  EngineOptions engine;
 };
 
 Status chat(ChatOptions o) {
   TS_ASSIGN_OR_RETURN(const TextModel model, load_text_model(o.model_dir));
   if (!model.chat_template) return Status::invalid_input(o.model_dir + ": tokenizer_config.json has no chat_template");
-  TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
-  Forward forward(model.model, *device);
-  KvCache cache = forward.make_cache(model.model.config().max_position_embeddings);
-  std::vector<int32_t> cached;  // the tokens whose keys and values the cache holds
+  TS_ASSIGN_OR_RETURN(LocalEngine engine, LocalEngine::create(model.model, o.engine));
+  // One sequence for the whole conversation: each answer reuses the keys and values of the turns before it.
+  LocalRunner runner(*engine.scheduler, model.model.config().max_position_embeddings, o.sampling);
+  std::vector<int32_t> cached;  // the tokens whose keys and values the runner holds
   auto messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
   const size_t base_messages = messages.size();
@@ -76,9 +76,8 @@ Status chat(ChatOptions o) {
     size_t common = 0;
     while (common < cached.size() && common < request.prompt.size() && cached[common] == request.prompt[common])
       ++common;
-    cache.set_length(static_cast<int64_t>(common));
+    TS_RETURN_IF_ERROR(runner.truncate(static_cast<int64_t>(common)));
     std::string answer;
-    LocalRunner runner(forward, cache);
     auto result = generate_text(model, runner, request, [&](std::string_view piece) {
       answer += piece;
       std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -88,11 +87,13 @@ Status chat(ChatOptions o) {
     if (!result.ok()) {  // e.g. the conversation outgrew the context: say so and carry on
       report_error(result.status());
       messages.erase(messages.end() - 1);
+      cached.clear();  // what the runner holds is no longer known: start the next answer afresh
+      TS_RETURN_IF_ERROR(runner.truncate(0));
       continue;
     }
     cached = request.prompt;
     cached.insert(cached.end(), result->tokens.begin(), result->tokens.end());
-    cached.resize(static_cast<size_t>(cache.length()));  // the last sampled token never ran
+    cached.resize(static_cast<size_t>(runner.length()));  // the last sampled token never ran
     messages.push_back({{"role", "assistant"}, {"content", answer}});
     if (result->finish_reason == "cancelled") std::fprintf(stderr, "[stopped]\n");
   }
@@ -107,8 +108,7 @@ void register_chat(CLI::App& app, int& exit_code) {
   cmd->add_option("--system", o->system, "A system message opening the conversation");
   cmd->add_option("-n,--tokens", o->tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
   add_sampling_options(*cmd, o->sampling);
-  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
-  cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  add_engine_options(*cmd, o->engine);
   cmd->callback([o, &exit_code] {
     const Status status = chat(*o);
     exit_code = status.ok() ? 0 : report_error(status);

@@ -18,6 +18,7 @@
 
 #include "backend/device.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/npy.h"
 #include "cli/sampling_options.h"
 #include "engine/generation.h"
@@ -37,8 +38,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;
   SamplingParams sampling;
   std::string logits_out;
-  size_t threads = 0;
-  std::string device = "cpu";
+  EngineOptions engine;
   std::string pipeline;  // stages.json: run on pipeline stages
   std::string identity;
   std::string trust;
@@ -46,25 +46,24 @@ struct GenerateOptions {
   std::string ship_weights;  // empty: each stage reads its own checkpoint copy
 };
 
-// Where the layers run: a Forward in this process, or a pipeline of stages.
+// Where the layers run: this process's engine, or a pipeline of stages.
 struct Runner {
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Forward> forward;
-  std::unique_ptr<KvCache> cache;
+  LocalEngine engine;
   std::unique_ptr<pipeline::Pipeline> pipeline;
   std::unique_ptr<SequenceRunner> sequence;
   std::string name;  // for the stats line
 };
 
-// A pipeline samples on its last stage unless the logits themselves are asked for.
+// The runner samples (in this process's scheduler, or on a pipeline's last
+// stage) unless the logits themselves are asked for.
 Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t capacity, bool want_logits) {
   Runner runner;
+  std::optional<SamplingParams> sampling;
+  if (!want_logits) sampling = o.sampling;
   if (o.pipeline.empty()) {
-    TS_ASSIGN_OR_RETURN(runner.device, make_device(o.device, o.threads));
-    runner.forward = std::make_unique<Forward>(model, *runner.device);
-    runner.cache = std::make_unique<KvCache>(runner.forward->make_cache(capacity));
-    runner.sequence = std::make_unique<LocalRunner>(*runner.forward, *runner.cache);
-    runner.name = runner.device->name();
+    TS_ASSIGN_OR_RETURN(runner.engine, LocalEngine::create(model, o.engine));
+    runner.sequence = std::make_unique<LocalRunner>(*runner.engine.scheduler, capacity, sampling);
+    runner.name = runner.engine.device->name();
     return runner;
   }
   if (o.identity.empty() || o.trust.empty()) return Status::invalid_input("--pipeline needs --identity and --trust");
@@ -82,47 +81,34 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   TS_ASSIGN_OR_RETURN(runner.pipeline,
                       pipeline::Pipeline::connect(identity, trust, model.config(), std::move(plan), options));
   std::fprintf(stderr, "[generate] pipeline of %s:\n%s", o.pipeline.c_str(), runner.pipeline->layout().c_str());
-  std::optional<SamplingParams> remote;
-  if (!want_logits) remote = o.sampling;
-  runner.sequence = std::make_unique<pipeline::PipelineRunner>(*runner.pipeline, capacity, remote);
+  runner.sequence = std::make_unique<pipeline::PipelineRunner>(*runner.pipeline, capacity, sampling);
   runner.name = "pipeline";
   return runner;
 }
 
-// Token ids in, token ids (and optionally every row of logits) out.
+// Token ids in, token ids (and with --logits-out every row of logits) out.
 Status generate_ids(const GenerateOptions& o) {
   TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
   const int64_t vocab = model.config().vocab_size;
   TS_RETURN_IF_ERROR(validate(o.sampling, vocab));
-  const bool want_logits = !o.logits_out.empty();
-  TS_ASSIGN_OR_RETURN(Runner runner,
-                      make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens, want_logits));
-  SequenceRunner& sequence = *runner.sequence;
-  Sampler sampler(o.sampling, vocab);
-  std::vector<float> all_logits;
-  std::vector<int32_t> generated;
-  // The next token after `feed`; with --logits-out every row of logits is kept,
-  // including the one after the last token.
-  auto step = [&](std::span<const int32_t> feed, bool sample) -> Result<int32_t> {
-    if (sequence.samples_remotely()) return sequence.run_to_token(feed, o.prompt_ids);
-    TS_ASSIGN_OR_RETURN(std::vector<float> logits, sequence.run(feed));
-    if (want_logits) all_logits.insert(all_logits.end(), logits.begin(), logits.end());
-    return sample ? sampler.sample(logits, o.prompt_ids, generated) : -1;
-  };
-  TS_ASSIGN_OR_RETURN(int32_t next, step(o.prompt_ids, true));
-  for (int64_t i = 0; i < o.tokens; ++i) {
-    generated.push_back(next);
-    const bool last = i + 1 == o.tokens;
-    if (last && !want_logits) break;
-    TS_ASSIGN_OR_RETURN(next, step(std::span(&generated.back(), 1), !last));
-  }
+  GenerationRequest request;
+  request.prompt = o.prompt_ids;
+  request.max_tokens = o.tokens;
+  request.sampling = o.sampling;
+  request.keep_logits = !o.logits_out.empty();
+  TS_ASSIGN_OR_RETURN(Runner runner, make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens,
+                                                 request.keep_logits));
+  TS_ASSIGN_OR_RETURN(const GenerationResult result,
+                      generate(*runner.sequence, vocab, request, [](int32_t) { return true; }));
   std::string line;
-  for (const int32_t id : generated) {
+  for (const int32_t id : result.tokens) {
     if (!line.empty()) line += ',';
     line += std::to_string(id);
   }
   std::printf("%s\n", line.c_str());
-  if (!o.logits_out.empty()) TS_RETURN_IF_ERROR(write_npy_f32(o.logits_out, all_logits, {o.tokens + 1, vocab}));
+  if (request.keep_logits)
+    TS_RETURN_IF_ERROR(write_npy_f32(o.logits_out, result.logits,
+                                     {static_cast<int64_t>(result.logits.size()) / vocab, vocab}));
   return {};
 }
 
@@ -194,8 +180,7 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable)")->excludes(ids);
   add_sampling_options(*cmd, o->sampling);
   cmd->add_option("--logits-out", o->logits_out, "With --prompt-ids: write f32 logits [n+1, vocab] to this .npy");
-  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
-  cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  add_engine_options(*cmd, o->engine);
   cmd->add_option("--pipeline", o->pipeline, "Run the layers on the pipeline stages this JSON file names");
   cmd->add_option("--identity", o->identity, "With --pipeline: this node's identity directory (tessera keygen)");
   cmd->add_option("--trust", o->trust, "With --pipeline: the cluster trust file");

@@ -7,11 +7,10 @@
 
 namespace tessera {
 
-Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner, const GenerationRequest& request,
-                                       const std::function<void(std::string_view)>& on_text) {
+Result<GenerationResult> generate(SequenceRunner& runner, int64_t vocab_size, const GenerationRequest& request,
+                                  const std::function<bool(int32_t)>& on_token) {
   using Clock = std::chrono::steady_clock;
-  const int64_t vocab = model.model.config().vocab_size;
-  TS_RETURN_IF_ERROR(validate(request.sampling, vocab));
+  TS_RETURN_IF_ERROR(validate(request.sampling, vocab_size));
   const auto prompt_size = static_cast<int64_t>(request.prompt.size());
   if (prompt_size == 0) return Status::invalid_input("the prompt is empty");
   if (prompt_size >= runner.capacity())
@@ -22,20 +21,18 @@ Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& r
   TS_RETURN_IF_ERROR(runner.truncate(reuse));
 
   GenerationResult result;
-  Sampler sampler(request.sampling, vocab);
-  TextStream stream(
-      [&](std::span<const int32_t> ids) { return model.tokenizer.decode(ids, /*skip_special=*/true).value_or(""); },
-      request.stop_strings);
-  // Each step runs `feed` (the prompt's uncached part, then the last token) and
-  // yields the next token: sampled here from the logits, or where the logits
-  // are when the runner samples remotely (a pipeline's last stage).
-  auto next_token = [&](std::span<const int32_t> feed) -> Result<int32_t> {
-    if (runner.samples_remotely()) return runner.run_to_token(feed, request.prompt);
+  Sampler sampler(request.sampling, vocab_size);
+  const bool sample_here = request.keep_logits || !runner.samples_itself();
+  // Runs `feed` (the prompt's uncached part, then the last token); with `sample`
+  // yields the next token, sampled here from the logits or by the runner.
+  auto run = [&](std::span<const int32_t> feed, bool sample) -> Result<int32_t> {
+    if (!sample_here) return runner.run_to_token(feed, request.prompt);
     TS_ASSIGN_OR_RETURN(std::vector<float> logits, runner.run(feed));
-    return sampler.sample(logits, request.prompt, result.tokens);
+    if (request.keep_logits) result.logits.insert(result.logits.end(), logits.begin(), logits.end());
+    return sample ? sampler.sample(logits, request.prompt, result.tokens) : -1;
   };
   const auto start = Clock::now();
-  TS_ASSIGN_OR_RETURN(int32_t next, next_token(std::span(request.prompt).subspan(static_cast<size_t>(reuse))));
+  TS_ASSIGN_OR_RETURN(int32_t next, run(std::span(request.prompt).subspan(static_cast<size_t>(reuse)), true));
   const auto prefilled = Clock::now();
   result.finish_reason = "length";
   while (static_cast<int64_t>(result.tokens.size()) < request.max_tokens) {
@@ -43,22 +40,36 @@ Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& r
       result.finish_reason = "cancelled";
       break;
     }
-    if (std::binary_search(model.stop_ids.begin(), model.stop_ids.end(), next)) {
+    if (std::find(request.stop_ids.begin(), request.stop_ids.end(), next) != request.stop_ids.end()) {
       result.finish_reason = "stop";
       break;
     }
     result.tokens.push_back(next);
-    if (const std::string piece = stream.push(next); !piece.empty()) on_text(piece);
-    if (stream.stopped()) {
+    if (!on_token(next)) {
       result.finish_reason = "stop";
       break;
     }
-    if (runner.length() >= runner.capacity() || static_cast<int64_t>(result.tokens.size()) == request.max_tokens) break;
-    TS_ASSIGN_OR_RETURN(next, next_token(std::span(&result.tokens.back(), 1)));
+    if (runner.length() >= runner.capacity()) break;
+    const bool last = static_cast<int64_t>(result.tokens.size()) == request.max_tokens;
+    if (last && !request.keep_logits) break;
+    TS_ASSIGN_OR_RETURN(next, run(std::span(&result.tokens.back(), 1), !last));  // the last run only scores
   }
-  if (const std::string rest = stream.finish(); !rest.empty()) on_text(rest);
   result.prefill_seconds = std::chrono::duration<double>(prefilled - start).count();
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - prefilled).count();
+  return result;
+}
+
+Result<GenerationResult> generate_text(const TextModel& model, SequenceRunner& runner, GenerationRequest request,
+                                       const std::function<void(std::string_view)>& on_text) {
+  request.stop_ids = model.stop_ids;
+  TextStream stream(
+      [&](std::span<const int32_t> ids) { return model.tokenizer.decode(ids, /*skip_special=*/true).value_or(""); },
+      request.stop_strings);
+  auto result = generate(runner, model.model.config().vocab_size, request, [&](int32_t token) {
+    if (const std::string piece = stream.push(token); !piece.empty()) on_text(piece);
+    return !stream.stopped();
+  });
+  if (const std::string rest = stream.finish(); !rest.empty()) on_text(rest);
   return result;
 }
 

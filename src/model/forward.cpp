@@ -1,27 +1,68 @@
 #include "model/forward.h"
 
 #include <cmath>
-#include <cstring>
+#include <utility>
 
 #include "core/check.h"
 #include "model/rope.h"
 
 namespace tessera {
 
-Forward::Forward(const Model& model, Device& device)
-    : model_(model), device_(device), inv_freq_(rope_inv_freq(model.config().rope, model.config().head_dim)) {}
+namespace {
 
-KvCache Forward::make_cache(int64_t capacity) const {
-  const LayerRange r = model_.range();
-  return KvCache(model_.config(), r.end - r.begin, capacity);
+size_t floats(int64_t count) { return static_cast<size_t>(count) * sizeof(float); }
+
+// Grows `buffer` on `device` to at least `count` floats.
+Status reserve(Device& device, Buffer& buffer, int64_t count) {
+  if (buffer.bytes() >= floats(count)) return {};
+  buffer = Buffer();  // free first: the old contents are not needed
+  TS_ASSIGN_OR_RETURN(buffer, device.alloc(floats(count)));
+  return {};
 }
 
-Status Forward::check_room(int64_t tokens, const KvCache& cache) const {
-  if (tokens <= 0) return Status::invalid_input("no tokens to run");
-  if (cache.length() + tokens > cache.capacity())
-    return Status::invalid_input("sequence of " + std::to_string(cache.length() + tokens) +
-                                 " tokens exceeds the KV cache capacity of " + std::to_string(cache.capacity()));
-  return {};
+// The model's weights as `device` places them (views of the mapped files on the CPU).
+Result<ModelWeights> place_weights(Device& device, const ModelWeights& host) {
+  ModelWeights placed = host;
+  auto place = [&](TensorView& view) -> Status {
+    if (view.empty()) return {};
+    TS_ASSIGN_OR_RETURN(view, device.place(view));
+    return {};
+  };
+  TS_RETURN_IF_ERROR(place(placed.embed));
+  for (LayerWeights& l : placed.layers)
+    for (TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.bo, &l.q_norm, &l.k_norm,
+                          &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.b_gate, &l.b_up, &l.b_down})
+      TS_RETURN_IF_ERROR(place(*t));
+  TS_RETURN_IF_ERROR(place(placed.final_norm));
+  if (host.lm_head.data == host.embed.data) {
+    placed.lm_head = placed.embed;
+  } else {
+    TS_RETURN_IF_ERROR(place(placed.lm_head));
+  }
+  return placed;
+}
+
+}  // namespace
+
+Forward::Forward(const Model& model, Device& device, ForwardOptions options) : model_(model), device_(device) {
+  const ModelConfig& c = model.config();
+  status_ = [&]() -> Status {
+    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model.weights()));
+    const std::vector<float> inv_freq = rope_inv_freq(c.rope, c.head_dim);
+    TS_ASSIGN_OR_RETURN(inv_freq_, device.alloc(floats(static_cast<int64_t>(inv_freq.size()))));
+    device.upload(inv_freq.data(), floats(static_cast<int64_t>(inv_freq.size())), inv_freq_.data());
+    const LayerRange r = model.range();
+    TS_ASSIGN_OR_RETURN(kv_pool_, KvPool::create(device, {r.end - r.begin, c.num_key_value_heads, c.head_dim},
+                                                 {.budget_bytes = options.kv_memory,
+                                                  .dtype = options.kv_dtype,
+                                                  .block_size = options.kv_block_size}));
+    return {};
+  }();
+}
+
+KvPool& Forward::kv_pool() const {
+  TS_CHECK(kv_pool_ != nullptr, "Forward has no KV pool: ", status_.to_string());
+  return *kv_pool_;
 }
 
 Status Forward::check_ids(std::span<const int32_t> ids) const {
@@ -43,18 +84,39 @@ Result<int64_t> Forward::hidden_rows(std::span<const float> hidden) const {
   return static_cast<int64_t>(hidden.size()) / h;
 }
 
-Status Forward::check_parts(std::span<const Part> parts, int64_t tokens) const {
+Status Forward::prepare_parts(std::span<const Part> parts, int64_t tokens) {
+  TS_RETURN_IF_ERROR(status_);
   if (tokens == 0) return Status::invalid_input("no tokens to run");
-  int64_t total = 0;
+  int64_t total = 0, blocks = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
-    TS_CHECK(parts[i].cache != nullptr, "part ", i, " has no cache");
-    TS_RETURN_IF_ERROR(check_room(parts[i].tokens, *parts[i].cache));
+    const KvCache* cache = parts[i].cache;
+    TS_CHECK(cache != nullptr, "part ", i, " has no cache");
+    TS_CHECK(&cache->pool() == kv_pool_.get(), "part ", i, "'s cache is not in this Forward's KV pool");
+    if (parts[i].tokens <= 0) return Status::invalid_input("no tokens to run");
+    if (cache->length() + parts[i].tokens > cache->capacity())
+      return Status::invalid_input("sequence of " + std::to_string(cache->length() + parts[i].tokens) +
+                                   " tokens exceeds the KV cache capacity of " + std::to_string(cache->capacity()));
     total += parts[i].tokens;
+    blocks += cache->blocks_needed(parts[i].tokens);
     for (size_t j = 0; j < i; ++j)
-      if (parts[j].cache == parts[i].cache) return Status::invalid_input("one sequence twice in a step");
+      if (parts[j].cache == cache) return Status::invalid_input("one sequence twice in a step");
   }
   if (total != tokens)
     return Status::invalid_input(std::to_string(tokens) + " tokens for parts of " + std::to_string(total));
+  TS_RETURN_IF_ERROR(kv_pool_->check_free(blocks));
+  TS_RETURN_IF_ERROR(prepare_scratch(tokens));
+  for (const Part& part : parts) part.cache->prepare(part.tokens);
+  return {};
+}
+
+Status Forward::prepare_scratch(int64_t tokens) {
+  const ModelConfig& c = model_.config();
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  for (auto [buffer, width] : {std::pair{&x_, c.hidden_size}, {&norm_, c.hidden_size}, {&q_, q}, {&k_, kv}, {&v_, kv},
+                               {&attn_, q}, {&proj_, c.hidden_size}, {&gate_, c.intermediate_size},
+                               {&up_, c.intermediate_size}})
+    TS_RETURN_IF_ERROR(reserve(device_, *buffer, tokens * width));
+  if (model_.has_exit()) TS_RETURN_IF_ERROR(reserve(device_, logits_, tokens * c.vocab_size));
   return {};
 }
 
@@ -80,110 +142,100 @@ Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, s
 Result<std::vector<float>> Forward::embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts,
                                                   Logits logits) {
   TS_RETURN_IF_ERROR(check_ids(ids));
-  TS_RETURN_IF_ERROR(check_parts(parts, static_cast<int64_t>(ids.size())));
-  x_.resize(ids.size() * static_cast<size_t>(model_.config().hidden_size));
-  device_.embed(model_.weights().embed, ids, x_.data());
-  return run_layers(parts, logits);
+  const auto tokens = static_cast<int64_t>(ids.size());
+  TS_RETURN_IF_ERROR(prepare_parts(parts, tokens));
+  device_.embed(weights_.embed, ids, x_.f32());
+  return run_layers(parts, tokens, logits);
 }
 
 Result<std::vector<float>> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
                                                  Logits logits) {
   TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
-  TS_RETURN_IF_ERROR(check_parts(parts, tokens));
-  x_.assign(hidden.begin(), hidden.end());
-  return run_layers(parts, logits);
+  TS_RETURN_IF_ERROR(prepare_parts(parts, tokens));
+  device_.upload(hidden.data(), hidden.size_bytes(), x_.data());
+  return run_layers(parts, tokens, logits);
 }
 
-std::vector<float> Forward::run_layers(std::span<const Part> parts, Logits logits) {
+Result<std::vector<float>> Forward::run_layers(std::span<const Part> parts, int64_t tokens, Logits logits) {
   const ModelConfig& c = model_.config();
   const int64_t h = c.hidden_size;
-  int64_t rows = 0;
-  for (const Part& part : parts) rows += part.tokens;
-  for (size_t i = 0; i < model_.weights().layers.size(); ++i) run_layer(i, parts, rows);
-  for (const Part& part : parts) part.cache->set_length(part.cache->length() + part.tokens);
-  if (!model_.has_exit()) return x_;
-
-  // The rows that get logits: all of them, or the last of each part.
-  std::vector<float> picked;
-  const float* in = x_.data();
+  for (size_t i = 0; i < weights_.layers.size(); ++i) run_layer(i, parts, tokens);
+  for (const Part& part : parts) part.cache->advance(part.tokens);
+  if (!model_.has_exit()) {
+    std::vector<float> hidden(static_cast<size_t>(tokens * h));  // f32 [tokens, hidden]
+    device_.download(x_.data(), hidden.size() * sizeof(float), hidden.data());
+    return hidden;
+  }
+  // The rows that get logits: all of them, or the last of each part (gathered to the front of norm_).
+  int64_t rows = tokens;
+  const float* in = x_.f32();
   if (logits == Logits::kLast) {
     int64_t end = 0;
-    for (const Part& part : parts) {
-      end += part.tokens;
-      picked.insert(picked.end(), x_.begin() + (end - 1) * h, x_.begin() + end * h);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      end += parts[i].tokens;
+      device_.copy(x_.f32() + (end - 1) * h, floats(h), norm_.f32() + static_cast<int64_t>(i) * h);
     }
     rows = static_cast<int64_t>(parts.size());
-    in = picked.data();
+    in = norm_.f32();
   }
-  norm_.resize(static_cast<size_t>(rows * h));
-  device_.rms_norm(in, rows, h, model_.weights().final_norm, static_cast<float>(c.rms_norm_eps), norm_.data());
+  device_.rms_norm(in, rows, h, weights_.final_norm, static_cast<float>(c.rms_norm_eps), norm_.f32());
+  device_.matmul(norm_.f32(), rows, weights_.lm_head, {}, logits_.f32());
   std::vector<float> out(static_cast<size_t>(rows * c.vocab_size));  // f32 [rows, vocab]
-  device_.matmul(norm_.data(), rows, model_.weights().lm_head, {}, out.data());
+  device_.download(logits_.data(), out.size() * sizeof(float), out.data());
   return out;
 }
 
 void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t tokens) {
   const ModelConfig& c = model_.config();
-  const LayerWeights& w = model_.weights().layers[index];
+  const LayerWeights& w = weights_.layers[index];
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int64_t h = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-  const auto n = [](int64_t count) { return static_cast<size_t>(count); };
+  float *x = x_.f32(), *norm = norm_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
+  float *attn = attn_.f32(), *proj = proj_.f32(), *gate = gate_.f32(), *up = up_.f32();
 
-  // Attention block. Shapes: norm_ f32 [tokens, h], q_ [tokens, heads, hd], k_/v_ [tokens, kv_heads, hd].
-  norm_.resize(n(tokens * h));
-  q_.resize(n(tokens * heads * hd));
-  k_.resize(n(tokens * kv_heads * hd));
-  v_.resize(n(tokens * kv_heads * hd));
-  attn_.resize(n(tokens * heads * hd));
-  proj_.resize(n(tokens * h));
-  device_.rms_norm(x_.data(), tokens, h, w.attn_norm, eps, norm_.data());
-  device_.matmul(norm_.data(), tokens, w.wq, w.bq, q_.data());
-  device_.matmul(norm_.data(), tokens, w.wk, w.bk, k_.data());
-  device_.matmul(norm_.data(), tokens, w.wv, w.bv, v_.data());
+  // Attention block. Shapes: norm f32 [tokens, h], q [tokens, heads, hd], k/v [tokens, kv_heads, hd].
+  device_.rms_norm(x, tokens, h, w.attn_norm, eps, norm);
+  device_.matmul(norm, tokens, w.wq, w.bq, q);
+  device_.matmul(norm, tokens, w.wk, w.bk, k);
+  device_.matmul(norm, tokens, w.wv, w.bv, v);
   if (model_.arch().qk_norm) {
-    device_.rms_norm(q_.data(), tokens * heads, hd, w.q_norm, eps, q_.data());
-    device_.rms_norm(k_.data(), tokens * kv_heads, hd, w.k_norm, eps, k_.data());
+    device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
+    device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
   }
   // Positions, the KV cache and attention belong to each sequence.
   const auto layer = static_cast<int64_t>(index);
-  const size_t q_row = n(heads * hd), kv_row = n(kv_heads * hd);
-  size_t row = 0;
+  int64_t row = 0;
   for (const Part& part : parts) {
-    KvCache& cache = *part.cache;
+    const KvCache& cache = *part.cache;
     const int64_t pos0 = cache.length();
-    float* q = q_.data() + row * q_row;
-    float* k = k_.data() + row * kv_row;
-    float* v = v_.data() + row * kv_row;
-    device_.rope(q, part.tokens, heads, hd, pos0, inv_freq_);
-    device_.rope(k, part.tokens, kv_heads, hd, pos0, inv_freq_);
-    std::memcpy(cache.keys(layer) + n(pos0) * kv_row, k, n(part.tokens) * kv_row * sizeof(float));
-    std::memcpy(cache.values(layer) + n(pos0) * kv_row, v, n(part.tokens) * kv_row * sizeof(float));
-    device_.attention(AttentionArgs{.q = q,
-                                    .k_cache = cache.keys(layer),
-                                    .v_cache = cache.values(layer),
-                                    .out = attn_.data() + row * q_row,
+    float* part_q = q + row * heads * hd;
+    float* part_k = k + row * kv_heads * hd;
+    device_.rope(part_q, part.tokens, heads, hd, pos0, inv_freq_.f32());
+    device_.rope(part_k, part.tokens, kv_heads, hd, pos0, inv_freq_.f32());
+    device_.kv_store(kv_pool_->pages(), layer, cache.blocks(), pos0, part.tokens, part_k, v + row * kv_heads * hd);
+    device_.attention(AttentionArgs{.q = part_q,
+                                    .out = attn + row * heads * hd,
+                                    .pages = &kv_pool_->pages(),
+                                    .layer = layer,
+                                    .blocks = cache.blocks(),
                                     .tokens = part.tokens,
                                     .pos0 = pos0,
                                     .n_heads = heads,
-                                    .n_kv_heads = kv_heads,
-                                    .head_dim = hd,
                                     .sliding_window = model_.arch().sliding_window,
                                     .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
-    row += n(part.tokens);
+    row += part.tokens;
   }
-  device_.matmul(attn_.data(), tokens, w.wo, w.bo, proj_.data());
-  device_.add(proj_.data(), tokens * h, x_.data());
+  device_.matmul(attn, tokens, w.wo, w.bo, proj);
+  device_.add(proj, tokens * h, x);
 
-  // MLP block: gate_/up_ f32 [tokens, intermediate].
+  // MLP block: gate/up f32 [tokens, intermediate].
   const int64_t inter = c.intermediate_size;
-  gate_.resize(n(tokens * inter));
-  up_.resize(n(tokens * inter));
-  device_.rms_norm(x_.data(), tokens, h, w.ffn_norm, eps, norm_.data());
-  device_.matmul(norm_.data(), tokens, w.w_gate, w.b_gate, gate_.data());
-  device_.matmul(norm_.data(), tokens, w.w_up, w.b_up, up_.data());
-  device_.silu_mul(gate_.data(), up_.data(), tokens * inter, gate_.data());
-  device_.matmul(gate_.data(), tokens, w.w_down, w.b_down, proj_.data());
-  device_.add(proj_.data(), tokens * h, x_.data());
+  device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
+  device_.matmul(norm, tokens, w.w_gate, w.b_gate, gate);
+  device_.matmul(norm, tokens, w.w_up, w.b_up, up);
+  device_.silu_mul(gate, up, tokens * inter, gate);
+  device_.matmul(gate, tokens, w.w_down, w.b_down, proj);
+  device_.add(proj, tokens * h, x);
 }
 
 }  // namespace tessera

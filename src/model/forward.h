@@ -6,12 +6,20 @@
 //   middle:              hidden states [tokens, hidden] -> layers -> hidden states
 //   exit (end == L):     ... -> final norm -> LM head -> f32 logits
 //
+// Memory belongs to the device: the weights are placed on it, and the
+// activations, scratch and this range's paged KV pool (kv_cache.h) are device
+// buffers. Bytes cross to the host only at the edges: ids or hidden states in,
+// logits or hidden states out.
+//
 // Handing the hidden states of [0, k) to [k, L) gives bitwise the same logits as
-// running [0, L) at once, and a sequence stepped in a batch gets bitwise what it
-// gets alone (every row of a matmul is summed in the same order whatever the
-// number of rows). Not thread-safe: one Forward per inference thread.
+// running [0, L) at once; a sequence stepped in a batch gets bitwise what it gets
+// alone (every row of a matmul is summed in the same order whatever the number of
+// rows); a prompt run in chunks gets bitwise what it gets in one pass (each
+// position's attention reads the same keys in the same order). Not thread-safe:
+// one Forward per inference thread.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -24,12 +32,26 @@ namespace tessera {
 
 enum class Logits { kLast, kAll };
 
+struct ForwardOptions {
+  uint64_t kv_memory = 0;          // the KV pool's budget in bytes; 0: kv_memory_default()
+  // f32, bf16 or f16. f32 by default: the shipped model's greedy continuation
+  // (tests/model/cli_test) flips at its first token with 16-bit keys, so a
+  // 16-bit KV cache is a choice (--kv-dtype) that changes outputs.
+  DType kv_dtype = DType::kF32;
+  int64_t kv_block_size = 32;
+};
+
 class Forward {
  public:
-  Forward(const Model& model, Device& device);
+  Forward(const Model& model, Device& device, ForwardOptions options = {});
 
-  // A KV cache for this range's layers, able to hold `capacity` positions.
-  KvCache make_cache(int64_t capacity) const;
+  // OK unless the weights or the KV pool did not fit on the device; then every
+  // run returns this error.
+  const Status& status() const { return status_; }
+  const Model& model() const { return model_; }
+  KvPool& kv_pool() const;
+  // A sequence of at most `capacity` positions in this range's KV pool.
+  KvCache make_cache(int64_t capacity) const { return KvCache(kv_pool(), capacity); }
 
   // Runs `ids` at positions [cache.length(), + ids.size()) and advances the cache.
   // Needs an entry range. Returns logits ([1 or tokens, vocab], per `logits`) for an
@@ -48,29 +70,34 @@ class Forward {
   // each part's at positions [cache.length(), + tokens) of its own cache (all
   // distinct). Every weight is read once for all of them. Returns, for an exit
   // range, the logits of each part's last token [parts, vocab]; else the hidden
-  // states of every token [tokens, hidden]. Checks everything before any cache
+  // states of every token [tokens, hidden]. Checks everything (including that the
+  // KV pool has the blocks every part needs: kOverloaded if not) before any cache
   // changes, so a refused step leaves them as they were.
   Result<std::vector<float>> step_ids(std::span<const int32_t> ids, std::span<const Part> parts);
   Result<std::vector<float>> step_hidden(std::span<const float> hidden, std::span<const Part> parts);
 
  private:
-  Status check_room(int64_t tokens, const KvCache& cache) const;
   Status check_ids(std::span<const int32_t> ids) const;
   Result<int64_t> hidden_rows(std::span<const float> hidden) const;
-  Status check_parts(std::span<const Part> parts, int64_t tokens) const;
+  // Room in each cache and in the pool, then the blocks every part needs.
+  Status prepare_parts(std::span<const Part> parts, int64_t tokens);
+  Status prepare_scratch(int64_t tokens);
   // What run_* and step_* share: the checks, then the ids' embeddings or the
   // hidden states into the residual stream, then the layers.
   Result<std::vector<float>> embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts, Logits logits);
   Result<std::vector<float>> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
   // Logits::kLast: the last token of each part.
-  std::vector<float> run_layers(std::span<const Part> parts, Logits logits);
+  Result<std::vector<float>> run_layers(std::span<const Part> parts, int64_t tokens, Logits logits);
   void run_layer(size_t index, std::span<const Part> parts, int64_t tokens);
 
   const Model& model_;
   Device& device_;
-  std::vector<float> inv_freq_;
-  // Scratch, resized per call: x is the residual stream [tokens, hidden].
-  std::vector<float> x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_;
+  Status status_;
+  ModelWeights weights_;  // the model's weights as placed on the device
+  Buffer inv_freq_;       // f32 [head_dim / 2]
+  std::unique_ptr<KvPool> kv_pool_;
+  // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
+  Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
 };
 
 }  // namespace tessera

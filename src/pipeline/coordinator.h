@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/sequence_runner.h"
 #include "io/model_config.h"
-#include "model/sequence_runner.h"
 #include "net/identity.h"
 #include "net/trust.h"
 #include "pipeline/weight_shipping.h"
@@ -109,7 +109,7 @@ class PipelineRunner final : public SequenceRunner {
   PipelineRunner(Pipeline& pipeline, int64_t capacity, std::optional<SamplingParams> sampling = std::nullopt);
   ~PipelineRunner() override;
   Result<std::vector<float>> run(std::span<const int32_t> ids) override;
-  bool samples_remotely() const override { return sampling_.has_value(); }
+  bool samples_itself() const override { return sampling_.has_value(); }
   Result<int32_t> run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) override;
   int64_t length() const override { return length_; }
   int64_t capacity() const override { return capacity_; }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -107,58 +108,81 @@ TEST(KernelsTest, DotAxpyAndConversion) {
   EXPECT_EQ(cpu::read_sum(words.data(), 1001), 3003u);
 }
 
-// Naive causal attention with grouped heads and an optional window.
-std::vector<float> naive_attention(const AttentionArgs& a) {
-  std::vector<float> out(static_cast<size_t>(a.tokens * a.n_heads * a.head_dim));
-  const int64_t group = a.n_heads / a.n_kv_heads, stride = a.n_kv_heads * a.head_dim;
+struct NaiveAttention {
+  const float* q;  // [tokens, heads, hd]
+  const float* k;  // [positions, kv_heads, hd]
+  const float* v;
+  int64_t tokens, pos0, heads, kv_heads, hd, window;
+  float scale;
+};
+
+// Naive causal attention with grouped heads and an optional window, over contiguous keys and values.
+std::vector<float> naive_attention(const NaiveAttention& a) {
+  std::vector<float> out(static_cast<size_t>(a.tokens * a.heads * a.hd));
+  const int64_t group = a.heads / a.kv_heads, stride = a.kv_heads * a.hd;
   for (int64_t t = 0; t < a.tokens; ++t) {
-    for (int64_t h = 0; h < a.n_heads; ++h) {
+    for (int64_t h = 0; h < a.heads; ++h) {
       const int64_t pos = a.pos0 + t, kv = h / group;
       std::vector<double> p;
       for (int64_t j = 0; j <= pos; ++j) {
-        const bool visible = a.sliding_window == 0 || pos - j < a.sliding_window;
+        const bool visible = a.window == 0 || pos - j < a.window;
         double s = 0;
-        for (int64_t d = 0; d < a.head_dim; ++d)
-          s += double{a.q[(t * a.n_heads + h) * a.head_dim + d]} * a.k_cache[j * stride + kv * a.head_dim + d];
+        for (int64_t d = 0; d < a.hd; ++d) s += double{a.q[(t * a.heads + h) * a.hd + d]} * a.k[j * stride + kv * a.hd + d];
         p.push_back(visible ? std::exp(s * a.scale) : 0.0);
       }
       double sum = 0;
-      for (const double v : p) sum += v;
-      for (int64_t d = 0; d < a.head_dim; ++d) {
+      for (const double x : p) sum += x;
+      for (int64_t d = 0; d < a.hd; ++d) {
         double acc = 0;
-        for (int64_t j = 0; j <= pos; ++j)
-          acc += p[static_cast<size_t>(j)] * a.v_cache[j * stride + kv * a.head_dim + d];
-        out[static_cast<size_t>((t * a.n_heads + h) * a.head_dim + d)] = static_cast<float>(acc / sum);
+        for (int64_t j = 0; j <= pos; ++j) acc += p[static_cast<size_t>(j)] * a.v[j * stride + kv * a.hd + d];
+        out[static_cast<size_t>((t * a.heads + h) * a.hd + d)] = static_cast<float>(acc / sum);
       }
     }
   }
   return out;
 }
 
-TEST(CpuDeviceTest, AttentionMatchesNaiveWithGroupsAndWindow) {
+// Keys and values stored through kv_store into pages whose block table is out of
+// order (blocks of 3 positions), in each KV dtype, then attended over: the same
+// as the naive loop over the values the dtype holds.
+class PagedAttentionTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PagedAttentionTest, MatchesNaiveWithGroupsWindowAndScatteredBlocks) {
+  const DType dtype = GetParam();
   CpuDevice device(2);
-  const int64_t tokens = 5, pos0 = 3, heads = 4, kv_heads = 2, hd = 8, total = pos0 + tokens;
+  const int64_t tokens = 5, pos0 = 3, heads = 4, kv_heads = 2, hd = 8, total = pos0 + tokens, layers = 2;
   const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 6);
-  const auto k = random_values(static_cast<size_t>(total * kv_heads * hd), 7);
-  const auto v = random_values(static_cast<size_t>(total * kv_heads * hd), 8);
+  auto k = random_values(static_cast<size_t>(total * kv_heads * hd), 7);
+  auto v = random_values(static_cast<size_t>(total * kv_heads * hd), 8);
+  KvPages pages{.dtype = dtype, .blocks = 6, .block_size = 3, .layers = layers, .n_kv_heads = kv_heads, .head_dim = hd};
+  auto memory = device.alloc(static_cast<size_t>(pages.blocks) * pages.block_bytes());
+  ASSERT_TRUE(memory.ok());
+  pages.base = memory->data();
+  const std::vector<int32_t> blocks = {4, 0, 5};
+  // Written in two calls (a prompt, then a chunk), into layer 1.
+  device.kv_store(pages, 1, blocks, 0, 4, k.data(), v.data());
+  device.kv_store(pages, 1, blocks, 4, total - 4, k.data() + 4 * kv_heads * hd, v.data() + 4 * kv_heads * hd);
+  encode(k, dtype);  // what the pages hold
+  encode(v, dtype);
   for (const int64_t window : {0, 1, 3}) {
     std::vector<float> out(q.size());
-    const AttentionArgs args{.q = q.data(),
-                             .k_cache = k.data(),
-                             .v_cache = v.data(),
-                             .out = out.data(),
-                             .tokens = tokens,
-                             .pos0 = pos0,
-                             .n_heads = heads,
-                             .n_kv_heads = kv_heads,
-                             .head_dim = hd,
-                             .sliding_window = window,
-                             .scale = 0.35f};
-    device.attention(args);
-    const auto want = naive_attention(args);
+    device.attention(AttentionArgs{.q = q.data(),
+                                   .out = out.data(),
+                                   .pages = &pages,
+                                   .layer = 1,
+                                   .blocks = blocks,
+                                   .tokens = tokens,
+                                   .pos0 = pos0,
+                                   .n_heads = heads,
+                                   .sliding_window = window,
+                                   .scale = 0.35f});
+    const auto want = naive_attention({q.data(), k.data(), v.data(), tokens, pos0, heads, kv_heads, hd, window, 0.35f});
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << "window " << window;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(DTypes, PagedAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(CpuDeviceTest, RopeRotatesHalvesAtEachPosition) {
   CpuDevice device(1);
@@ -166,7 +190,7 @@ TEST(CpuDeviceTest, RopeRotatesHalvesAtEachPosition) {
   auto x = random_values(static_cast<size_t>(tokens * heads * hd), 9);
   const auto original = x;
   const std::vector<float> inv_freq = {1.0f, 0.01f};
-  device.rope(x.data(), tokens, heads, hd, pos0, inv_freq);
+  device.rope(x.data(), tokens, heads, hd, pos0, inv_freq.data());
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < 2; ++i) {

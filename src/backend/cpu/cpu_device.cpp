@@ -1,7 +1,11 @@
 #include "backend/cpu/cpu_device.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -12,9 +16,42 @@ namespace tessera {
 
 std::unique_ptr<Device> make_cpu_device(size_t threads) { return std::make_unique<CpuDevice>(threads); }
 
+namespace {
+
+// Buffers of at least this size are anonymous mappings (pages cost nothing until touched).
+constexpr size_t kMapBytes = size_t{1} << 20;
+constexpr size_t kAlign = 64;
+
+void free_host(void* data, size_t bytes) {
+  if (bytes >= kMapBytes) {
+    ::munmap(data, bytes);
+  } else {
+    std::free(data);
+  }
+}
+
+}  // namespace
+
 std::string CpuDevice::name() const {
   return std::string("cpu (") + cpu::isa_name() + ", " + std::to_string(pool_.size()) + " threads)";
 }
+
+Result<Buffer> CpuDevice::alloc(size_t bytes) {
+  const size_t rounded = std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  void* data = nullptr;
+  if (rounded >= kMapBytes) {
+    data = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) data = nullptr;
+  } else {
+    data = std::aligned_alloc(kAlign, rounded);
+  }
+  if (data == nullptr) return Status::overloaded("[cpu] cannot allocate " + std::to_string(bytes) + " bytes");
+  return Buffer(data, rounded, free_host);
+}
+
+void CpuDevice::upload(const void* host, size_t bytes, void* dst) { std::memcpy(dst, host, bytes); }
+void CpuDevice::download(const void* src, size_t bytes, void* host) { std::memcpy(host, src, bytes); }
+void CpuDevice::copy(const void* src, size_t bytes, void* dst) { std::memcpy(dst, src, bytes); }
 
 void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) {
   TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
@@ -57,9 +94,8 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
 }
 
 void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
-                     std::span<const float> inv_freq) {
+                     const float* inv_freq) {
   const int64_t half = head_dim / 2;
-  TS_CHECK_EQ(static_cast<int64_t>(inv_freq.size()), half);
   std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
   for (int64_t t = 0; t < tokens; ++t) {
     const auto position = static_cast<float>(pos0 + t);
@@ -82,10 +118,40 @@ void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, 
   }
 }
 
+void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0,
+                         int64_t tokens, const float* k, const float* v) {
+  const int64_t hd = pages.head_dim, bs = pages.block_size;
+  TS_CHECK(pos0 + tokens <= static_cast<int64_t>(blocks.size()) * bs, "positions up to ", pos0 + tokens, " in ",
+           blocks.size(), " blocks");
+  const size_t elem = dtype_size(pages.dtype);
+  auto* base = static_cast<uint8_t*>(pages.base);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t pos = pos0 + t;
+    const int64_t block = blocks[static_cast<size_t>(pos / bs)];
+    TS_CHECK(block >= 0 && block < pages.blocks, "block ", block, " of ", pages.blocks);
+    for (int64_t h = 0; h < pages.n_kv_heads; ++h) {
+      const int64_t row = (pos % bs) * hd;
+      const float* src_k = k + (t * pages.n_kv_heads + h) * hd;
+      const float* src_v = v + (t * pages.n_kv_heads + h) * hd;
+      cpu::from_f32(src_k, hd, pages.dtype, base + (pages.offset(block, layer, 0, h) + row) * elem);
+      cpu::from_f32(src_v, hd, pages.dtype, base + (pages.offset(block, layer, 1, h) + row) * elem);
+    }
+  }
+}
+
+// One (token, head) per unit: scores against each visible position block by
+// block (a matmul of one query row over the block's key rows, read in the
+// pages' dtype), a softmax in position order, then the values summed in the same
+// order. A unit reads only its own query and the pages, so a token's output does
+// not depend on what else is in the call.
 void CpuDevice::attention(const AttentionArgs& a) {
-  TS_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", a.n_kv_heads);
-  const int64_t group = a.n_heads / a.n_kv_heads;
-  const int64_t kv_stride = a.n_kv_heads * a.head_dim;
+  const KvPages& p = *a.pages;
+  TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
+  TS_CHECK(a.pos0 + a.tokens <= static_cast<int64_t>(a.blocks.size()) * p.block_size, "positions up to ",
+           a.pos0 + a.tokens, " in ", a.blocks.size(), " blocks");
+  const int64_t group = a.n_heads / p.n_kv_heads, hd = p.head_dim, bs = p.block_size;
+  const size_t elem = dtype_size(p.dtype);
+  const auto* base = static_cast<const uint8_t*>(p.base);
   const int64_t units = a.tokens * a.n_heads;
   pool_.parallel_for(static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
@@ -95,10 +161,40 @@ void CpuDevice::attention(const AttentionArgs& a) {
       const int64_t kv = h / group;
       const int64_t pos = a.pos0 + t;
       const int64_t first = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
-      scores.resize(static_cast<size_t>(pos + 1 - first));
-      cpu::attend(a.q + (t * a.n_heads + h) * a.head_dim, a.k_cache + first * kv_stride + kv * a.head_dim,
-                  a.v_cache + first * kv_stride + kv * a.head_dim, kv_stride, pos + 1 - first, a.head_dim, a.scale,
-                  scores.data(), a.out + (t * a.n_heads + h) * a.head_dim);
+      const int64_t n = pos + 1 - first;
+      const float* q = a.q + (t * a.n_heads + h) * hd;
+      float* out = a.out + (t * a.n_heads + h) * hd;
+      scores.resize(static_cast<size_t>(n));
+      // Visits the visible positions block by block: fn(block, first row in it, rows, index of the first in scores).
+      const auto for_each_block = [&](auto&& fn) {
+        for (int64_t j = first; j <= pos;) {
+          const int64_t block = a.blocks[static_cast<size_t>(j / bs)];
+          const int64_t rows = std::min(pos + 1, (j / bs + 1) * bs) - j;
+          fn(block, j % bs, rows, j - first);
+          j += rows;
+        }
+      };
+      for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
+        const uint8_t* keys = base + (p.offset(block, a.layer, 0, kv) + row * hd) * elem;
+        cpu::matmul_rows(q, 1, hd, keys, p.dtype, rows, scores.data() + at, rows);
+      });
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (float& s : scores) {
+        s *= a.scale;
+        max_score = std::max(max_score, s);
+      }
+      float sum = 0.0f;
+      for (float& s : scores) {
+        s = std::exp(s - max_score);
+        sum += s;
+      }
+      const float inv_sum = 1.0f / sum;
+      std::fill(out, out + hd, 0.0f);
+      for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
+        const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row * hd) * elem;
+        for (int64_t r = 0; r < rows; ++r)
+          cpu::axpy(scores[static_cast<size_t>(at + r)] * inv_sum, values + r * hd * elem, p.dtype, out, hd);
+      });
     }
   });
 }

@@ -1,4 +1,6 @@
-// CpuDevice: the Device interface on the host CPU. Large operations are split
+// CpuDevice: the Device interface on the host CPU. Its memory is host memory:
+// buffers of 1 MiB and more are anonymous mappings, so a KV pool sized by a
+// budget costs only the pages its sequences touch. Large operations are split
 // across a ThreadPool by output rows (matmul) or by (token, head) (attention);
 // each output element is computed by exactly one thread in a fixed order, so
 // results do not depend on the thread count.
@@ -14,11 +16,18 @@ class CpuDevice final : public Device {
   explicit CpuDevice(size_t threads) : pool_(threads) {}
 
   std::string name() const override;
+  Result<Buffer> alloc(size_t bytes) override;
+  void upload(const void* host, size_t bytes, void* dst) override;
+  void download(const void* src, size_t bytes, void* host) override;
+  void copy(const void* src, size_t bytes, void* dst) override;
+  Result<TensorView> place(const TensorView& host) override { return host; }
+
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override;
-  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
-            std::span<const float> inv_freq) override;
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override;
+  void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
+                const float* k, const float* v) override;
   void attention(const AttentionArgs& args) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;

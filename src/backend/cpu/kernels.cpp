@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backend/cpu/kernels.h"
@@ -127,21 +128,23 @@ void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-void Attend(const float* HWY_RESTRICT q, const float* HWY_RESTRICT k, const float* HWY_RESTRICT v, int64_t stride,
-            int64_t n, int64_t head_dim, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
-  float max_score = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = Dot(q, k + j * stride, head_dim) * scale;
-    max_score = std::max(max_score, scores[j]);
+template <typename XT>
+void axpy_typed(float a, const XT* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const auto av = hn::Set(df, a);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(av, load_w(df, x, i), hn::LoadU(df, y + i)), df, y + i);
+  for (; i < n; ++i) y[i] += a * w_scalar(x, i);
+}
+
+void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
+  switch (dtype) {
+    case DType::kF32: return axpy_typed(a, static_cast<const float*>(x), y, n);
+    case DType::kBF16: return axpy_typed(a, static_cast<const hwy::bfloat16_t*>(x), y, n);
+    case DType::kF16: return axpy_typed(a, static_cast<const hwy::float16_t*>(x), y, n);
+    default: TS_CHECK(false, "axpy dtype ", dtype_name(dtype));
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < n; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    sum += scores[j];
-  }
-  std::fill(out, out + head_dim, 0.0f);
-  const float inv_sum = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) Axpy(scores[j] * inv_sum, v + j * stride, out, head_dim);
 }
 
 template <typename WT>
@@ -196,7 +199,7 @@ namespace tessera::cpu {
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(Dot);
 HWY_EXPORT(Axpy);
-HWY_EXPORT(Attend);
+HWY_EXPORT(AxpyAs);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(ReadSum);
 HWY_EXPORT(IsaName);
@@ -207,13 +210,25 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
 }
 float dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(Dot)(a, b, n); }
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
-void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t head_dim, float scale,
-            float* scores, float* out) {
-  HWY_DYNAMIC_DISPATCH(Attend)(q, k, v, stride, n, head_dim, scale, scores, out);
+void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyAs)(a, x, x_dtype, y, n);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 uint64_t read_sum(const uint64_t* data, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n); }
 const char* isa_name() { return HWY_DYNAMIC_DISPATCH(IsaName)(); }
+
+void from_f32(const float* src, int64_t n, DType dtype, void* dst) {
+  switch (dtype) {
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+      return;
+    default: TS_CHECK(false, "from_f32 dtype ", dtype_name(dtype));
+  }
+}
 
 }  // namespace tessera::cpu
 #endif  // HWY_ONCE

@@ -17,13 +17,12 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
 float dot(const float* a, const float* b, int64_t n);
 // y += a * x
 void axpy(float a, const float* x, float* y, int64_t n);
-// One query head over key/value positions [0, n): out[d] = sum_j softmax(scale * q.k_j)_j * v_j[d].
-// k and v point at position 0 of this head; consecutive positions are `stride` floats apart.
-// `scores` is scratch of at least n floats.
-void attend(const float* q, const float* k, const float* v, int64_t stride, int64_t n, int64_t head_dim, float scale,
-            float* scores, float* out);
+// y += a * x, x in f32, bf16 or f16.
+void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n);
 // dst[i] = float(src[i]) for a f32, bf16 or f16 source.
 void to_f32(const void* src, DType dtype, int64_t n, float* dst);
+// dst[i] = src[i] rounded to nearest even in f32, bf16 or f16.
+void from_f32(const float* src, int64_t n, DType dtype, void* dst);
 // Sum of all bytes read as u64 words; used to measure memory read bandwidth.
 uint64_t read_sum(const uint64_t* data, int64_t n);
 

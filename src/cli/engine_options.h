@@ -1,0 +1,38 @@
+// The flags of a process that runs layers itself (`generate`, `chat`, `stage`):
+// the device, its threads, the paged KV pool and the step scheduler.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "core/dtype.h"
+#include "engine/local_engine.h"
+
+namespace tessera {
+
+inline void add_engine_options(CLI::App& cmd, EngineOptions& o) {
+  cmd.add_option("--device", o.device, "cpu or cuda[:N]");
+  cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)");
+  cmd.add_option("--kv-memory", o.forward.kv_memory,
+                 "Memory for the paged KV cache, e.g. 2GiB (default: a quarter of the available memory)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd.add_option_function<std::string>(
+      "--kv-dtype",
+      [&o](const std::string& name) {
+        if (name == "f32") {
+          o.forward.kv_dtype = DType::kF32;
+        } else if (name == "bf16") {
+          o.forward.kv_dtype = DType::kBF16;
+        } else if (name == "f16") {
+          o.forward.kv_dtype = DType::kF16;
+        } else {
+          throw CLI::ValidationError("--kv-dtype", "'" + name + "' is not f32, bf16 or f16");
+        }
+      },
+      "KV cache dtype: f32 (default), bf16 or f16 (half the memory; changes the numbers)");
+  cmd.add_option("--max-step-tokens", o.scheduler.max_step_tokens,
+                 "Most tokens in one forward pass; longer prompts run in chunks (chunked prefill)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+}
+
+}  // namespace tessera

@@ -1,0 +1,195 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "core/check.h"
+
+namespace tessera {
+
+Scheduler::Scheduler(Forward& forward, SchedulerOptions options)
+    : forward_(forward),
+      options_(options),
+      hidden_size_(forward.model().config().hidden_size),
+      vocab_size_(forward.model().config().vocab_size) {}
+
+Status Scheduler::open(uint64_t id, int64_t capacity) {
+  if (sequences_.contains(id)) return Status::invalid_input("sequence " + std::to_string(id) + " is already open");
+  if (sequences_.size() >= options_.max_sequences)
+    return Status::overloaded(std::to_string(sequences_.size()) + " sequences are open, the most this engine runs");
+  TS_RETURN_IF_ERROR(forward_.status());
+  sequences_.emplace(id, Sequence{.cache = forward_.make_cache(capacity)});
+  return {};
+}
+
+Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
+  TS_CHECK(forward_.model().has_exit(), "a sampler on a range that does not end the model");
+  TS_RETURN_IF_ERROR(validate(params, vocab_size_));
+  for (const int32_t token : prompt)
+    if (token < 0 || token >= vocab_size_)
+      return Status::invalid_input("prompt token id " + std::to_string(token) + " is outside the vocabulary");
+  Sequence& sequence = it->second;
+  sequence.sampler.emplace(params, vocab_size_);
+  sequence.prompt = std::move(prompt);
+  sequence.output.clear();
+  return {};
+}
+
+Status Scheduler::feed_ids(uint64_t id, std::vector<int32_t> ids) {
+  TS_CHECK(forward_.model().has_entry(), "token ids on a range starting at layer ", forward_.model().range().begin);
+  for (const int32_t token : ids)
+    if (token < 0 || token >= vocab_size_)
+      return Status::invalid_input("token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                                   std::to_string(vocab_size_) + ")");
+  const auto tokens = static_cast<int64_t>(ids.size());
+  return queue(id, Feed{.ids = std::move(ids), .tokens = tokens});
+}
+
+Status Scheduler::feed_hidden(uint64_t id, std::vector<float> hidden) {
+  TS_CHECK(!forward_.model().has_entry(), "hidden states on a range starting at layer 0");
+  if (hidden.size() % static_cast<size_t>(hidden_size_) != 0)
+    return Status::invalid_input("hidden states of " + std::to_string(hidden.size()) +
+                                 " values are not a multiple of hidden_size " + std::to_string(hidden_size_));
+  const auto tokens = static_cast<int64_t>(hidden.size()) / hidden_size_;
+  return queue(id, Feed{.hidden = std::move(hidden), .tokens = tokens});
+}
+
+Status Scheduler::queue(uint64_t id, Feed feed) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
+  if (feed.tokens == 0) return Status::invalid_input("no tokens to run");
+  if (queued_ >= options_.max_queued_feeds)
+    return Status::overloaded(std::to_string(queued_) + " inputs are waiting, the most this engine queues");
+  feed.order = next_order_++;
+  it->second.feeds.push_back(std::move(feed));
+  ++queued_;
+  return {};
+}
+
+void Scheduler::close(uint64_t id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  queued_ -= it->second.feeds.size();
+  sequences_.erase(it);  // the cache gives its blocks back
+}
+
+void Scheduler::cancel(uint64_t id) { close(id); }
+
+void Scheduler::cancel_all() {
+  sequences_.clear();
+  queued_ = 0;
+}
+
+int64_t Scheduler::length(uint64_t id) const { return sequences_.at(id).cache.length(); }
+
+void Scheduler::truncate(uint64_t id, int64_t n) { sequences_.at(id).cache.truncate(n); }
+
+uint64_t Scheduler::kv_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [id, sequence] : sequences_) bytes += sequence.cache.bytes();
+  return bytes;
+}
+
+// Decode steps (one token left in the head feed) first, then the rest, each
+// group oldest first; a feed runs as far as the step's token budget allows.
+std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed) {
+  std::vector<std::pair<uint64_t, uint64_t>> waiting;  // (order, id)
+  for (const auto& [id, sequence] : sequences_)
+    if (!sequence.feeds.empty()) waiting.emplace_back(sequence.feeds.front().order, id);
+  std::sort(waiting.begin(), waiting.end());
+  std::stable_partition(waiting.begin(), waiting.end(), [&](const auto& w) {
+    const Feed& feed = sequences_.at(w.second).feeds.front();
+    return feed.tokens - feed.done == 1;
+  });
+
+  std::vector<Chosen> chosen;
+  int64_t budget = options_.max_step_tokens;
+  int64_t free_blocks = forward_.kv_pool().free_blocks();
+  for (const auto& [order, id] : waiting) {
+    if (chosen.size() >= options_.max_step_sequences || budget == 0) break;
+    Sequence& sequence = sequences_.at(id);
+    const Feed& feed = sequence.feeds.front();
+    const KvCache& cache = sequence.cache;
+    if (cache.length() + feed.tokens - feed.done > cache.capacity()) {
+      failed.push_back({id, Status::invalid_input("sequence of " + std::to_string(cache.length() + feed.tokens - feed.done) +
+                                                  " tokens exceeds the KV cache capacity of " +
+                                                  std::to_string(cache.capacity()))});
+      continue;
+    }
+    const int64_t tokens = std::min(feed.tokens - feed.done, budget);
+    const int64_t blocks = cache.blocks_needed(tokens);
+    if (blocks > free_blocks) {
+      // Alone it cannot run: the pool is full of other sequences' blocks.
+      if (chosen.empty()) failed.push_back({id, forward_.kv_pool().check_free(blocks)});
+      continue;  // else it waits for the next step
+    }
+    free_blocks -= blocks;
+    budget -= tokens;
+    chosen.push_back({id, tokens});
+  }
+  for (const StepOutput& f : failed) close(f.id);
+  return chosen;
+}
+
+std::vector<StepOutput> Scheduler::step() {
+  std::vector<StepOutput> outputs;
+  const std::vector<Chosen> chosen = choose(outputs);
+  if (chosen.empty()) return outputs;
+
+  std::vector<Forward::Part> parts;
+  std::vector<int32_t> ids;
+  std::vector<float> hidden;
+  for (const Chosen& c : chosen) {
+    Sequence& sequence = sequences_.at(c.id);
+    const Feed& feed = sequence.feeds.front();
+    parts.push_back({&sequence.cache, c.tokens});
+    if (forward_.model().has_entry()) {
+      ids.insert(ids.end(), feed.ids.begin() + feed.done, feed.ids.begin() + feed.done + c.tokens);
+    } else {
+      const auto row = static_cast<std::ptrdiff_t>(hidden_size_);
+      hidden.insert(hidden.end(), feed.hidden.begin() + feed.done * row, feed.hidden.begin() + (feed.done + c.tokens) * row);
+    }
+  }
+  Result<std::vector<float>> out =
+      forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
+  if (!out.ok()) {  // checked inputs make this rare; every sequence of the step gets the error
+    for (const Chosen& c : chosen) {
+      outputs.push_back({c.id, out.status()});
+      close(c.id);
+    }
+    return outputs;
+  }
+  largest_step_ = std::max(largest_step_, chosen.size());
+
+  const bool exit = forward_.model().has_exit();
+  size_t offset = 0;
+  for (const Chosen& c : chosen) {
+    Sequence& sequence = sequences_.at(c.id);
+    Feed& feed = sequence.feeds.front();
+    const size_t width = exit ? static_cast<size_t>(vocab_size_) : static_cast<size_t>(c.tokens * hidden_size_);
+    const auto rows = std::span<float>(*out).subspan(offset, width);
+    offset += width;
+    if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
+    feed.done += c.tokens;
+    if (feed.done < feed.tokens) continue;  // more chunks to come
+
+    StepOutput result{.id = c.id};
+    if (!exit) {
+      result.values = std::exchange(sequence.hidden_out, {});
+    } else if (sequence.sampler) {
+      result.token = sequence.sampler->sample(rows, sequence.prompt, sequence.output);
+      sequence.output.push_back(result.token);
+    } else {
+      result.values.assign(rows.begin(), rows.end());
+    }
+    sequence.feeds.pop_front();
+    --queued_;
+    outputs.push_back(std::move(result));
+  }
+  return outputs;
+}
+
+}  // namespace tessera
