@@ -1,3 +1,5 @@
+// Reads the fields every family shares from a Hugging Face config.json; the
+// family's own fields are read by its file in model/arch/ from ModelConfig::raw.
 #include "io/model_config.h"
 
 #include <fstream>
@@ -7,15 +9,10 @@
 
 namespace tessera {
 
-namespace {
-
 using nlohmann::json;
 
-constexpr int64_t kMaxDim = int64_t{1} << 24;
-
-// Reads an integer field in [min, max]; `fallback` when absent or null (nullopt: required).
-Status read_int(const json& j, const char* key, int64_t min, int64_t max, std::optional<int64_t> fallback,
-                int64_t& out) {
+Status read_config_int(const json& j, const char* key, int64_t min, int64_t max, std::optional<int64_t> fallback,
+                       int64_t& out) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     if (!fallback) return Status::invalid_input(std::string("field '") + key + "' is missing");
@@ -31,7 +28,7 @@ Status read_int(const json& j, const char* key, int64_t min, int64_t max, std::o
   return {};
 }
 
-Status read_double(const json& j, const char* key, double fallback, double& out) {
+Status read_config_double(const json& j, const char* key, double fallback, double& out) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     out = fallback;
@@ -42,7 +39,7 @@ Status read_double(const json& j, const char* key, double fallback, double& out)
   return {};
 }
 
-Status read_bool(const json& j, const char* key, bool fallback, bool& out) {
+Status read_config_bool(const json& j, const char* key, bool fallback, bool& out) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     out = fallback;
@@ -52,6 +49,10 @@ Status read_bool(const json& j, const char* key, bool fallback, bool& out) {
   out = it->get<bool>();
   return {};
 }
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 24;
 
 // `params` is rope_parameters (5.x) or rope_scaling (4.x); theta is read by the caller.
 Status read_rope_scaling(const json& params, RopeConfig& rope) {
@@ -75,13 +76,13 @@ Status read_rope_scaling(const json& params, RopeConfig& rope) {
     return Status::unsupported("rope type '" + type + "' is not supported (supported: default, linear, llama3)");
   }
   if (rope.type == RopeType::kDefault) return {};
-  TS_RETURN_IF_ERROR(read_double(params, "factor", 1.0, rope.factor));
+  TS_RETURN_IF_ERROR(read_config_double(params, "factor", 1.0, rope.factor));
   if (!(rope.factor >= 1.0)) return Status::invalid_input("rope 'factor' must be >= 1");
   if (rope.type == RopeType::kLlama3) {
-    TS_RETURN_IF_ERROR(read_double(params, "low_freq_factor", 1.0, rope.low_freq_factor));
-    TS_RETURN_IF_ERROR(read_double(params, "high_freq_factor", 4.0, rope.high_freq_factor));
-    TS_RETURN_IF_ERROR(
-        read_int(params, "original_max_position_embeddings", 1, kMaxDim, 8192, rope.original_max_position_embeddings));
+    TS_RETURN_IF_ERROR(read_config_double(params, "low_freq_factor", 1.0, rope.low_freq_factor));
+    TS_RETURN_IF_ERROR(read_config_double(params, "high_freq_factor", 4.0, rope.high_freq_factor));
+    TS_RETURN_IF_ERROR(read_config_int(params, "original_max_position_embeddings", 1, kMaxDim, 8192,
+                                       rope.original_max_position_embeddings));
     if (!(rope.high_freq_factor > rope.low_freq_factor))
       return Status::invalid_input("rope 'high_freq_factor' must exceed 'low_freq_factor'");
   }
@@ -92,10 +93,10 @@ Status read_rope(const json& j, RopeConfig& rope) {
   const auto params = j.find("rope_parameters");
   if (params != j.end() && !params->is_null()) {  // transformers 5.x
     if (!params->is_object()) return Status::invalid_input("field 'rope_parameters' is not an object");
-    TS_RETURN_IF_ERROR(read_double(*params, "rope_theta", 10000.0, rope.theta));
+    TS_RETURN_IF_ERROR(read_config_double(*params, "rope_theta", 10000.0, rope.theta));
     TS_RETURN_IF_ERROR(read_rope_scaling(*params, rope));
   } else {  // transformers 4.x
-    TS_RETURN_IF_ERROR(read_double(j, "rope_theta", 10000.0, rope.theta));
+    TS_RETURN_IF_ERROR(read_config_double(j, "rope_theta", 10000.0, rope.theta));
     const auto scaling = j.find("rope_scaling");
     if (scaling != j.end()) TS_RETURN_IF_ERROR(read_rope_scaling(*scaling, rope));
   }
@@ -105,7 +106,12 @@ Status read_rope(const json& j, RopeConfig& rope) {
 
 }  // namespace
 
-Result<ModelConfig> parse_model_config(const json& root) {
+const json& ModelConfig::fields() const {
+  static const json kEmpty = json::object();
+  return raw ? *raw : kEmpty;
+}
+
+Result<ModelConfig> parse_model_config(const json& root, ModelTypeCheck check) {
   if (!root.is_object()) return Status::invalid_input("config is not a JSON object");
   const auto text = root.find("text_config");
   const json& j = (text != root.end() && text->is_object()) ? *text : root;
@@ -114,57 +120,41 @@ Result<ModelConfig> parse_model_config(const json& root) {
   const auto type = j.find("model_type");
   if (type == j.end() || !type->is_string()) return Status::invalid_input("field 'model_type' is missing");
   c.model_type = type->get<std::string>();
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2" && c.model_type != "qwen3")
-    return Status::unsupported("model_type '" + c.model_type +
-                               "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+  if (check) TS_RETURN_IF_ERROR(check(c.model_type));
 
-  const auto act = j.find("hidden_act");
-  if (act != j.end() && !(act->is_string() && act->get<std::string>() == "silu"))
-    return Status::unsupported("hidden_act '" + act->dump() + "' is not supported (supported: silu)");
-
-  TS_RETURN_IF_ERROR(read_int(j, "vocab_size", 1, int64_t{1} << 31, std::nullopt, c.vocab_size));
-  TS_RETURN_IF_ERROR(read_int(j, "hidden_size", 1, kMaxDim, std::nullopt, c.hidden_size));
-  TS_RETURN_IF_ERROR(read_int(j, "intermediate_size", 1, kMaxDim, std::nullopt, c.intermediate_size));
-  TS_RETURN_IF_ERROR(read_int(j, "num_hidden_layers", 1, 4096, std::nullopt, c.num_hidden_layers));
-  TS_RETURN_IF_ERROR(read_int(j, "num_attention_heads", 1, 4096, std::nullopt, c.num_attention_heads));
-  TS_RETURN_IF_ERROR(read_int(j, "num_key_value_heads", 1, 4096, c.num_attention_heads, c.num_key_value_heads));
+  TS_RETURN_IF_ERROR(read_config_int(j, "vocab_size", 1, int64_t{1} << 31, std::nullopt, c.vocab_size));
+  TS_RETURN_IF_ERROR(read_config_int(j, "hidden_size", 1, kMaxDim, std::nullopt, c.hidden_size));
+  TS_RETURN_IF_ERROR(read_config_int(j, "intermediate_size", 1, kMaxDim, std::nullopt, c.intermediate_size));
+  TS_RETURN_IF_ERROR(read_config_int(j, "num_hidden_layers", 1, 4096, std::nullopt, c.num_hidden_layers));
+  TS_RETURN_IF_ERROR(read_config_int(j, "num_attention_heads", 1, 4096, std::nullopt, c.num_attention_heads));
+  TS_RETURN_IF_ERROR(read_config_int(j, "num_key_value_heads", 1, 4096, c.num_attention_heads, c.num_key_value_heads));
   if (c.hidden_size % c.num_attention_heads != 0 && j.find("head_dim") == j.end())
     return Status::invalid_input("'hidden_size' is not a multiple of 'num_attention_heads' and 'head_dim' is absent");
-  TS_RETURN_IF_ERROR(read_int(j, "head_dim", 2, 4096, c.hidden_size / c.num_attention_heads, c.head_dim));
+  TS_RETURN_IF_ERROR(read_config_int(j, "head_dim", 2, 4096, c.hidden_size / c.num_attention_heads, c.head_dim));
   if (c.head_dim % 2 != 0) return Status::invalid_input("'head_dim' must be even for rotary embeddings");
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     return Status::invalid_input("'num_attention_heads' (" + std::to_string(c.num_attention_heads) +
                                  ") is not a multiple of 'num_key_value_heads' (" +
                                  std::to_string(c.num_key_value_heads) + ")");
-  TS_RETURN_IF_ERROR(read_int(j, "max_position_embeddings", 1, int64_t{1} << 30, 2048, c.max_position_embeddings));
-  TS_RETURN_IF_ERROR(read_double(j, "rms_norm_eps", 1e-6, c.rms_norm_eps));
+  TS_RETURN_IF_ERROR(
+      read_config_int(j, "max_position_embeddings", 1, int64_t{1} << 30, 2048, c.max_position_embeddings));
+  TS_RETURN_IF_ERROR(read_config_double(j, "rms_norm_eps", 1e-6, c.rms_norm_eps));
   if (!(c.rms_norm_eps > 0)) return Status::invalid_input("field 'rms_norm_eps' must be > 0");
   TS_RETURN_IF_ERROR(read_rope(j, c.rope));
 
   // Multimodal wrappers often keep tie_word_embeddings at the top level only.
   const json& tie_source = j.contains("tie_word_embeddings") ? j : root;
-  TS_RETURN_IF_ERROR(read_bool(tie_source, "tie_word_embeddings", false, c.tie_word_embeddings));
+  TS_RETURN_IF_ERROR(read_config_bool(tie_source, "tie_word_embeddings", false, c.tie_word_embeddings));
 
-  if (c.model_type == "llama") {
-    TS_RETURN_IF_ERROR(read_bool(j, "attention_bias", false, c.attention_bias));
-    TS_RETURN_IF_ERROR(read_bool(j, "mlp_bias", false, c.mlp_bias));
-  } else if (c.model_type == "qwen3") {
-    TS_RETURN_IF_ERROR(read_bool(j, "attention_bias", false, c.attention_bias));
-  }
-  if (c.model_type == "mistral") {
-    TS_RETURN_IF_ERROR(read_int(j, "sliding_window", 1, int64_t{1} << 30, 0, c.sliding_window));
-  } else if (c.model_type == "qwen2" || c.model_type == "qwen3") {
-    bool use_sliding_window = false;
-    TS_RETURN_IF_ERROR(read_bool(j, "use_sliding_window", false, use_sliding_window));
-    if (use_sliding_window)
-      return Status::unsupported("'use_sliding_window: true' is not supported for " + c.model_type);
-  }
+  c.raw = std::make_shared<const json>(j);
   return c;
 }
 
-Result<ModelConfig> load_model_config(const std::string& dir) { return load_model_config_file(dir + "/config.json"); }
+Result<ModelConfig> load_model_config(const std::string& dir, ModelTypeCheck check) {
+  return load_model_config_file(dir + "/config.json", check);
+}
 
-Result<ModelConfig> load_model_config_file(const std::string& path) {
+Result<ModelConfig> load_model_config_file(const std::string& path, ModelTypeCheck check) {
   std::ifstream in(path);
   if (!in) return Status::not_found(path + ": cannot open");
   std::stringstream buffer;
@@ -172,7 +162,7 @@ Result<ModelConfig> load_model_config_file(const std::string& path) {
   const std::string text = buffer.str();
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::invalid_input(path + ": not valid JSON");
-  auto config = parse_model_config(j);
+  auto config = parse_model_config(j, check);
   if (!config.ok()) return config.status().with_context(path);
   return config;
 }

@@ -1,16 +1,20 @@
-// ModelConfig: what the engine needs from a Hugging Face `config.json`.
+// ModelConfig: the fields of a Hugging Face `config.json` that every supported
+// family shares (sizes, heads, rotary, norm epsilon, tied embeddings), and the
+// JSON object they came from, so that a family (model/arch/<family>.cpp) reads
+// its own fields there. This file knows no family by name.
 //
 // Both config styles in the wild are read:
 //   transformers 4.x: top-level "rope_theta" and "rope_scaling" ({"rope_type" or
 //                     legacy "type", "factor", ...} or null)
 //   transformers 5.x: "rope_parameters": {"rope_type", "rope_theta", ...}
 // A multimodal config that nests the language model under "text_config" is read
-// from there. An unsupported model_type, rope type or activation is refused with
-// kUnsupported naming it; a missing or out-of-range field with kInvalidInput
-// naming the field. Value type.
+// from there. An unsupported rope type is refused with kUnsupported naming it; a
+// missing or out-of-range field with kInvalidInput naming the field. Value type.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -32,7 +36,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
-  std::string model_type;  // "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;  // as written; the model layer's registry says whether it is supported
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -44,14 +48,31 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // llama: bias on q, k, v and o projections
-  bool mlp_bias = false;        // llama: bias on gate, up and down projections
-  int64_t sliding_window = 0;   // mistral; 0 means full attention
+  // The language model's JSON object (text_config when nested); null for a config
+  // built in code. Read it through fields().
+  std::shared_ptr<const nlohmann::json> raw;
+
+  // The language model's JSON object, or an empty object when there is none.
+  const nlohmann::json& fields() const;
 };
 
-Result<ModelConfig> parse_model_config(const nlohmann::json& json);
+// Called with model_type before any other field is read, so that an unknown family
+// is refused by its name rather than by whichever shared field it happens to lack.
+// io knows no family: the model layer passes its registry (check_model_type in
+// model/arch/arch.h). Null: any model_type is accepted here.
+using ModelTypeCheck = Status (*)(const std::string& model_type);
+
+Result<ModelConfig> parse_model_config(const nlohmann::json& json, ModelTypeCheck check = nullptr);
 // Reads DIR/config.json; errors are prefixed with the file's path.
-Result<ModelConfig> load_model_config(const std::string& dir);
-Result<ModelConfig> load_model_config_file(const std::string& path);
+Result<ModelConfig> load_model_config(const std::string& dir, ModelTypeCheck check = nullptr);
+Result<ModelConfig> load_model_config_file(const std::string& path, ModelTypeCheck check = nullptr);
+
+// Readers of one field of a config object, shared with the families' own fields.
+// Absent or null: `fallback` (for read_int, nullopt makes the field required).
+// A value of the wrong type or outside [min, max] is kInvalidInput naming the field.
+Status read_config_int(const nlohmann::json& object, const char* key, int64_t min, int64_t max,
+                       std::optional<int64_t> fallback, int64_t& out);
+Status read_config_double(const nlohmann::json& object, const char* key, double fallback, double& out);
+Status read_config_bool(const nlohmann::json& object, const char* key, bool fallback, bool& out);
 
 }  // namespace tessera

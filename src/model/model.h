@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,20 @@ struct LayerWeights {
   TensorView w_gate, w_up, w_down;  // [inter, hidden] x2, [hidden, inter]
   TensorView b_gate, b_up, b_down;  // empty unless ArchSpec::mlp_bias
 };
+
+// One tensor of a decoder layer as an ArchSpec has it: its name after
+// "<prefix>layers.<i>.", its shape, its slot in LayerWeights, and whether it is
+// a norm weight (random weights set those to 1).
+struct LayerTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorView LayerWeights::*slot;
+  bool norm = false;
+};
+
+// The tensors a layer of `arch` has, in checkpoint order; slots it lacks stay empty.
+// The loader, the random weights and named_weights all walk this one list.
+std::vector<LayerTensor> layer_tensors(const ModelConfig& config, const ArchSpec& arch);
 
 struct ModelWeights {
   TensorView embed;                  // [vocab, hidden]; only when the range starts at layer 0
@@ -73,8 +88,8 @@ class Model {
 struct TensorNames {
   std::string prefix;  // "model." (or "model.language_model." etc. for multimodal wrappers)
   std::string lm_head = "lm_head.weight";
-  std::string layer(int64_t index, const char* suffix) const {
-    return prefix + "layers." + std::to_string(index) + "." + suffix;
+  std::string layer(int64_t index, std::string_view suffix) const {
+    return prefix + "layers." + std::to_string(index) + "." + std::string(suffix);
   }
   std::string global(const char* suffix) const { return prefix + suffix; }
 };

@@ -2,7 +2,8 @@
 // 8B shapes needs no download. Values are uniform with standard deviation 0.02
 // (the usual initializer range); norm weights are 1. Each tensor is filled in
 // fixed-size chunks, each from its own generator seeded by (seed, tensor, chunk),
-// so the weights do not depend on the thread count.
+// so the weights do not depend on the thread count. A layer has the tensors its
+// family's ArchSpec lists (layer_tensors), filled in that order.
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -82,38 +83,14 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
   TS_ASSIGN_OR_RETURN(model.arch_, arch_for(config));
   model.range_ = {0, config.num_hidden_layers};
   const ModelConfig& c = config;
-  const ArchSpec& arch = model.arch_;
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  const int64_t inter = c.intermediate_size;
+  const int64_t h = c.hidden_size;
   RandomFiller fill(dtype, seed);
   ModelWeights& w = model.weights_;
   w.embed = fill.make({c.vocab_size, h});
+  const std::vector<LayerTensor> tensors = layer_tensors(c, model.arch_);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& l = w.layers.emplace_back();
-    l.attn_norm = fill.make({h}, 1.0f);
-    l.wq = fill.make({q, h});
-    l.wk = fill.make({kv, h});
-    l.wv = fill.make({kv, h});
-    l.wo = fill.make({h, q});
-    if (arch.qkv_bias) {
-      l.bq = fill.make({q});
-      l.bk = fill.make({kv});
-      l.bv = fill.make({kv});
-    }
-    if (arch.o_bias) l.bo = fill.make({h});
-    if (arch.qk_norm) {
-      l.q_norm = fill.make({c.head_dim}, 1.0f);
-      l.k_norm = fill.make({c.head_dim}, 1.0f);
-    }
-    l.ffn_norm = fill.make({h}, 1.0f);
-    l.w_gate = fill.make({inter, h});
-    l.w_up = fill.make({inter, h});
-    l.w_down = fill.make({h, inter});
-    if (arch.mlp_bias) {
-      l.b_gate = fill.make({inter});
-      l.b_up = fill.make({inter});
-      l.b_down = fill.make({h});
-    }
+    for (const LayerTensor& t : tensors) l.*t.slot = fill.make(t.shape, t.norm ? std::optional(1.0f) : std::nullopt);
   }
   w.final_norm = fill.make({h}, 1.0f);
   w.lm_head = c.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});

@@ -1,5 +1,6 @@
-// Binds a checkpoint's tensors to ModelWeights, checking every tensor's
-// presence, dtype and shape against the config before anything runs.
+// Binds a checkpoint's tensors to ModelWeights as the family's ArchSpec lists
+// them (layer_tensors), checking every tensor's presence, dtype and shape
+// against the config before anything runs.
 #include <utility>
 
 #include "io/checkpoint.h"
@@ -13,9 +14,9 @@ bool is_float(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF1
 
 class Binder {
  public:
-  Binder(const Checkpoint& checkpoint, TensorNames names) : checkpoint_(checkpoint), names_(std::move(names)) {}
+  explicit Binder(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
 
-  Status bind(const std::string& name, std::vector<int64_t> shape, TensorView& out) {
+  Status bind(const std::string& name, const std::vector<int64_t>& shape, TensorView& out) {
     auto view = checkpoint_.get(name);
     if (!view.ok()) return view.status();
     const std::string where = checkpoint_.file_of(name) + ": tensor '" + name + "'";
@@ -28,18 +29,14 @@ class Binder {
     out = std::move(view).value();
     return {};
   }
-  Status bind_layer(int64_t layer, const char* suffix, std::vector<int64_t> shape, TensorView& out) {
-    return bind(names_.layer(layer, suffix), std::move(shape), out);
-  }
 
  private:
   const Checkpoint& checkpoint_;
-  TensorNames names_;
 };
 
 // Multimodal wrappers nest the language model under another prefix. A stage's
 // own checkpoint (shipped weights) may hold only layers from `first_layer` on.
-Result<TensorNames> detect_names(const Checkpoint& checkpoint, int64_t first_layer) {
+Result<TensorNames> detect_names(const Checkpoint& checkpoint, const ArchSpec& arch, int64_t first_layer) {
   static const std::pair<const char*, const char*> kLayouts[] = {
       {"model.", "lm_head.weight"},
       {"model.language_model.", "lm_head.weight"},
@@ -48,7 +45,7 @@ Result<TensorNames> detect_names(const Checkpoint& checkpoint, int64_t first_lay
   for (const auto& [prefix, lm_head] : kLayouts) {
     if (checkpoint.has(std::string(prefix) + "embed_tokens.weight") ||
         checkpoint.has(std::string(prefix) + "norm.weight") ||
-        checkpoint.has(std::string(prefix) + "layers." + std::to_string(first_layer) + ".input_layernorm.weight"))
+        checkpoint.has(std::string(prefix) + "layers." + std::to_string(first_layer) + "." + arch.names.attn_norm))
       return TensorNames{prefix, lm_head};
   }
   return Status::invalid_input(checkpoint.dir() +
@@ -57,43 +54,50 @@ Result<TensorNames> detect_names(const Checkpoint& checkpoint, int64_t first_lay
                                std::to_string(first_layer) + ".* (not a Llama-family checkpoint?)");
 }
 
-Status bind_layer(Binder& b, const ModelConfig& c, const ArchSpec& arch, int64_t i, LayerWeights& w) {
+}  // namespace
+
+std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arch) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size;
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "input_layernorm.weight", {h}, w.attn_norm));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.q_proj.weight", {q, h}, w.wq));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.k_proj.weight", {kv, h}, w.wk));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.v_proj.weight", {kv, h}, w.wv));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.o_proj.weight", {h, q}, w.wo));
+  const LayerTensorNames& n = arch.names;
+  std::vector<LayerTensor> out;
+  auto add = [&](std::string name, std::vector<int64_t> shape, TensorView LayerWeights::*slot, bool norm = false) {
+    out.push_back({std::move(name), std::move(shape), slot, norm});
+  };
+  add(n.attn_norm, {h}, &LayerWeights::attn_norm, true);
+  add(n.q_proj + ".weight", {q, h}, &LayerWeights::wq);
+  add(n.k_proj + ".weight", {kv, h}, &LayerWeights::wk);
+  add(n.v_proj + ".weight", {kv, h}, &LayerWeights::wv);
+  add(n.o_proj + ".weight", {h, q}, &LayerWeights::wo);
   if (arch.qkv_bias) {
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.q_proj.bias", {q}, w.bq));
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.k_proj.bias", {kv}, w.bk));
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.v_proj.bias", {kv}, w.bv));
+    add(n.q_proj + ".bias", {q}, &LayerWeights::bq);
+    add(n.k_proj + ".bias", {kv}, &LayerWeights::bk);
+    add(n.v_proj + ".bias", {kv}, &LayerWeights::bv);
   }
-  if (arch.o_bias) TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.o_proj.bias", {h}, w.bo));
+  if (arch.o_bias) add(n.o_proj + ".bias", {h}, &LayerWeights::bo);
   if (arch.qk_norm) {
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.q_norm.weight", {c.head_dim}, w.q_norm));
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "self_attn.k_norm.weight", {c.head_dim}, w.k_norm));
+    add(n.q_norm, {c.head_dim}, &LayerWeights::q_norm, true);
+    add(n.k_norm, {c.head_dim}, &LayerWeights::k_norm, true);
   }
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "post_attention_layernorm.weight", {h}, w.ffn_norm));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "mlp.gate_proj.weight", {inter, h}, w.w_gate));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "mlp.up_proj.weight", {inter, h}, w.w_up));
-  TS_RETURN_IF_ERROR(b.bind_layer(i, "mlp.down_proj.weight", {h, inter}, w.w_down));
+  add(n.ffn_norm, {h}, &LayerWeights::ffn_norm, true);
+  add(n.gate_proj + ".weight", {inter, h}, &LayerWeights::w_gate);
+  add(n.up_proj + ".weight", {inter, h}, &LayerWeights::w_up);
+  add(n.down_proj + ".weight", {h, inter}, &LayerWeights::w_down);
   if (arch.mlp_bias) {
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "mlp.gate_proj.bias", {inter}, w.b_gate));
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "mlp.up_proj.bias", {inter}, w.b_up));
-    TS_RETURN_IF_ERROR(b.bind_layer(i, "mlp.down_proj.bias", {h}, w.b_down));
+    add(n.gate_proj + ".bias", {inter}, &LayerWeights::b_gate);
+    add(n.up_proj + ".bias", {inter}, &LayerWeights::b_up);
+    add(n.down_proj + ".bias", {h}, &LayerWeights::b_down);
   }
-  return {};
+  return out;
 }
-
-}  // namespace
 
 Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> range) {
   Model model;
-  TS_ASSIGN_OR_RETURN(model.config_, load_model_config(dir));
+  TS_ASSIGN_OR_RETURN(model.config_, load_model_config(dir, check_model_type));
   const ModelConfig& c = model.config_;
-  TS_ASSIGN_OR_RETURN(model.arch_, arch_for(c));
+  auto arch = arch_for(c);
+  if (!arch.ok()) return arch.status().with_context(dir + "/config.json");
+  model.arch_ = std::move(arch).value();
   model.range_ = range.value_or(LayerRange{0, c.num_hidden_layers});
   if (model.range_.begin < 0 || model.range_.begin >= model.range_.end || model.range_.end > c.num_hidden_layers)
     return Status::invalid_input("layer range [" + std::to_string(model.range_.begin) + ", " +
@@ -102,15 +106,18 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
 
   auto checkpoint = std::make_shared<Checkpoint>();
   TS_ASSIGN_OR_RETURN(*checkpoint, Checkpoint::open(dir));
-  TS_ASSIGN_OR_RETURN(const TensorNames names, detect_names(*checkpoint, model.range_.begin));
-  Binder b(*checkpoint, names);
+  TS_ASSIGN_OR_RETURN(const TensorNames names, detect_names(*checkpoint, model.arch_, model.range_.begin));
+  Binder b(*checkpoint);
   ModelWeights& w = model.weights_;
   const std::vector<int64_t> vocab_by_hidden = {c.vocab_size, c.hidden_size};
   if (model.has_entry() || (model.has_exit() && c.tie_word_embeddings))
     TS_RETURN_IF_ERROR(b.bind(names.global("embed_tokens.weight"), vocab_by_hidden, w.embed));
   w.layers.resize(static_cast<size_t>(model.range_.end - model.range_.begin));
-  for (int64_t i = model.range_.begin; i < model.range_.end; ++i)
-    TS_RETURN_IF_ERROR(bind_layer(b, c, model.arch_, i, w.layers[static_cast<size_t>(i - model.range_.begin)]));
+  const std::vector<LayerTensor> tensors = layer_tensors(c, model.arch_);
+  for (int64_t i = model.range_.begin; i < model.range_.end; ++i) {
+    LayerWeights& layer = w.layers[static_cast<size_t>(i - model.range_.begin)];
+    for (const LayerTensor& t : tensors) TS_RETURN_IF_ERROR(b.bind(names.layer(i, t.name), t.shape, layer.*t.slot));
+  }
   if (model.has_exit()) {
     TS_RETURN_IF_ERROR(b.bind(names.global("norm.weight"), {c.hidden_size}, w.final_norm));
     if (c.tie_word_embeddings) {
@@ -134,30 +141,11 @@ std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model
     if (!t.empty()) out.emplace_back(std::move(name), t);
   };
   add(names.global("embed_tokens.weight"), w.embed);
+  const std::vector<LayerTensor> tensors = layer_tensors(model.config(), model.arch());
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
-    const std::pair<const char*, const TensorView*> tensors[] = {
-        {"input_layernorm.weight", &l.attn_norm},
-        {"self_attn.q_proj.weight", &l.wq},
-        {"self_attn.k_proj.weight", &l.wk},
-        {"self_attn.v_proj.weight", &l.wv},
-        {"self_attn.o_proj.weight", &l.wo},
-        {"self_attn.q_proj.bias", &l.bq},
-        {"self_attn.k_proj.bias", &l.bk},
-        {"self_attn.v_proj.bias", &l.bv},
-        {"self_attn.o_proj.bias", &l.bo},
-        {"self_attn.q_norm.weight", &l.q_norm},
-        {"self_attn.k_norm.weight", &l.k_norm},
-        {"post_attention_layernorm.weight", &l.ffn_norm},
-        {"mlp.gate_proj.weight", &l.w_gate},
-        {"mlp.up_proj.weight", &l.w_up},
-        {"mlp.down_proj.weight", &l.w_down},
-        {"mlp.gate_proj.bias", &l.b_gate},
-        {"mlp.up_proj.bias", &l.b_up},
-        {"mlp.down_proj.bias", &l.b_down},
-    };
-    for (const auto& [suffix, tensor] : tensors) add(names.layer(layer, suffix), *tensor);
+    for (const LayerTensor& t : tensors) add(names.layer(layer, t.name), l.*t.slot);
   }
   add(names.global("norm.weight"), w.final_norm);
   if (w.lm_head.data != w.embed.data) add(names.lm_head, w.lm_head);

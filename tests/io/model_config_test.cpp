@@ -1,5 +1,7 @@
-// config.json reading: both rope styles (transformers 4.x and 5.x), nested
-// text_config, family defaults, and refusals that name the field or feature.
+// config.json reading of the fields every family shares: both rope styles
+// (transformers 4.x and 5.x), nested text_config, the model_type check hook, and
+// refusals that name the field or feature. Each family's own fields are tested in
+// tests/model/arch_test.cpp.
 #include "io/model_config.h"
 
 #include <gtest/gtest.h>
@@ -39,7 +41,6 @@ TEST(ModelConfigTest, ReadsDefaults) {
   EXPECT_EQ(c.rope.type, RopeType::kDefault);
   EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
   EXPECT_FALSE(c.tie_word_embeddings);
-  EXPECT_EQ(c.sliding_window, 0);
 }
 
 TEST(ModelConfigTest, ReadsTransformers4RopeStyle) {
@@ -79,8 +80,17 @@ TEST(ModelConfigTest, ReadsNestedTextConfig) {
   j["text_config"]["sliding_window"] = 4096;
   const ModelConfig c = parse_ok(j);
   EXPECT_EQ(c.model_type, "mistral");
-  EXPECT_EQ(c.sliding_window, 4096);
-  EXPECT_TRUE(c.tie_word_embeddings);  // taken from the top level when text_config lacks it
+  EXPECT_EQ(c.fields().at("sliding_window"), 4096);  // the family reads its fields from text_config
+  EXPECT_TRUE(c.tie_word_embeddings);                // taken from the top level when text_config lacks it
+}
+
+TEST(ModelConfigTest, KeepsTheJsonObjectForTheFamily) {
+  json j = base_config();
+  j["attention_bias"] = true;
+  const ModelConfig c = parse_ok(j);
+  EXPECT_EQ(c.fields().at("attention_bias"), true);
+  EXPECT_TRUE(ModelConfig{}.fields().is_object());  // a config built in code has an empty object
+  EXPECT_TRUE(ModelConfig{}.fields().empty());
 }
 
 TEST(ModelConfigTest, ExplicitHeadDimOverridesHiddenOverHeads) {
@@ -90,17 +100,20 @@ TEST(ModelConfigTest, ExplicitHeadDimOverridesHiddenOverHeads) {
   EXPECT_EQ(parse_ok(j).head_dim, 32);
 }
 
-TEST(ModelConfigTest, NullSlidingWindowMeansFullAttention) {
+TEST(ModelConfigTest, ChecksModelTypeBeforeTheSharedFields) {
+  // io knows no family: the caller's check refuses an unknown one before a missing shared field.
   json j = base_config();
-  j["model_type"] = "mistral";
-  j["sliding_window"] = nullptr;
-  EXPECT_EQ(parse_ok(j).sliding_window, 0);
-}
-
-TEST(ModelConfigTest, RefusesUnsupportedModelTypeByName) {
-  json j = base_config();
-  j["model_type"] = "gemma3";
-  expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
+  j["model_type"] = "gpt2";
+  j.erase("hidden_size");
+  const ModelTypeCheck refuse_gpt2 = [](const std::string& type) {
+    return type == "gpt2" ? Status::unsupported("model_type '" + type + "'") : Status();
+  };
+  auto config = parse_model_config(j, refuse_gpt2);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().kind(), ErrorKind::kUnsupported) << config.status().to_string();
+  expect_error(j, ErrorKind::kInvalidInput, "'hidden_size' is missing");  // without a check
+  j["hidden_size"] = 64;
+  EXPECT_EQ(parse_ok(j).model_type, "gpt2");  // any model_type passes io alone
 }
 
 TEST(ModelConfigTest, RefusesUnsupportedRopeTypeByName) {
@@ -110,19 +123,6 @@ TEST(ModelConfigTest, RefusesUnsupportedRopeTypeByName) {
   json k = base_config();
   k["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}};
   expect_error(k, ErrorKind::kUnsupported, "'dynamic'");
-}
-
-TEST(ModelConfigTest, RefusesUnsupportedActivation) {
-  json j = base_config();
-  j["hidden_act"] = "gelu";
-  expect_error(j, ErrorKind::kUnsupported, "gelu");
-}
-
-TEST(ModelConfigTest, RefusesQwenSlidingWindow) {
-  json j = base_config();
-  j["model_type"] = "qwen2";
-  j["use_sliding_window"] = true;
-  expect_error(j, ErrorKind::kUnsupported, "use_sliding_window");
 }
 
 TEST(ModelConfigTest, NamesMissingOrInvalidFields) {

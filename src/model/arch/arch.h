@@ -1,32 +1,91 @@
-// ArchSpec: what distinguishes one model family's decoder layer from another's.
-// All supported families share the Llama layer (RMSNorm, rotary attention with
-// grouped KV heads, SwiGLU MLP); each family's file (llama.cpp, mistral.cpp,
-// qwen2.cpp, qwen3.cpp) states its differences here, and Forward reads them.
+// ArchSpec: one model family's decoder layer, stated as data. Forward asks it
+// what each layer does (norm placement, activation, rope style, attention
+// window, biases, q/k norm); the weight binder (weights.cpp, random_weights.cpp)
+// asks it which tensors a layer has and under which names. Nothing outside
+// arch/ names a family.
+//
+// Adding a family:
+//   1. Write arch/<family>.cpp. Open it with a comment naming the transformers
+//      class and what differs from Llama. Its `<family>_arch(config)` reads the
+//      family's own config.json fields from config.fields() with the
+//      read_config_* helpers of io/model_config.h (so errors name the field),
+//      reads hidden_act with read_activation, and fills an ArchSpec.
+//   2. Declare it below, add one line to kFamilies in arch/registry.cpp and the
+//      file to tessera_model in src/CMakeLists.txt.
+//   3. Only for an operation nobody has yet (a new activation, norm placement or
+//      rope style): add the enumerator here, the kernel to every Device
+//      (backend/), and the branch to Forward.
+//   Prove it with a fixture made by transformers (tests/fixtures/models).
+//
+// A value type; immutable once made. Share it between threads freely.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/status.h"
 #include "io/model_config.h"
 
 namespace tessera {
 
-struct ArchSpec {
-  std::string family;
-  bool qkv_bias = false;       // q, k, v projections have biases
-  bool o_bias = false;         // the output projection has a bias
-  bool mlp_bias = false;       // gate, up and down projections have biases
-  bool qk_norm = false;        // RMSNorm over each head of q and k before rotary (Qwen3)
-  int64_t sliding_window = 0;  // 0: full causal attention
+// Where RMSNorm sits around each block: kPre is x + block(norm(x)) (Llama).
+enum class NormPlacement { kPre };
+// The MLP's gate: down(act(gate(x)) * up(x)); kSilu is SwiGLU.
+enum class Activation { kSilu };
+// Which dimensions rotary embeddings rotate together: kRotateHalf pairs i with
+// i + head_dim / 2 (transformers' rotate_half), not adjacent pairs (GPT-J style).
+enum class RopeStyle { kRotateHalf };
+
+// Names of a layer's tensors after "<prefix>layers.<i>." (Hugging Face's Llama
+// names by default). Projections are module names: ".weight" and ".bias" follow.
+struct LayerTensorNames {
+  std::string attn_norm = "input_layernorm.weight";
+  std::string q_proj = "self_attn.q_proj";
+  std::string k_proj = "self_attn.k_proj";
+  std::string v_proj = "self_attn.v_proj";
+  std::string o_proj = "self_attn.o_proj";
+  std::string q_norm = "self_attn.q_norm.weight";
+  std::string k_norm = "self_attn.k_norm.weight";
+  std::string ffn_norm = "post_attention_layernorm.weight";
+  std::string gate_proj = "mlp.gate_proj";
+  std::string up_proj = "mlp.up_proj";
+  std::string down_proj = "mlp.down_proj";
 };
 
-ArchSpec llama_arch(const ModelConfig& config);
-ArchSpec mistral_arch(const ModelConfig& config);
-ArchSpec qwen2_arch(const ModelConfig& config);
-ArchSpec qwen3_arch(const ModelConfig& config);
+struct ArchSpec {
+  std::string family;  // the model_type it was made for
+  NormPlacement norm = NormPlacement::kPre;
+  Activation activation = Activation::kSilu;
+  RopeStyle rope = RopeStyle::kRotateHalf;
+  bool qkv_bias = false;  // q, k, v projections have biases
+  bool o_bias = false;    // the output projection has a bias
+  bool mlp_bias = false;  // gate, up and down projections have biases
+  bool qk_norm = false;   // RMSNorm over each head of q and k before rotary (Qwen3)
+  // The window of windowed layers; 0: none. Read it through window(layer): a
+  // family that alternates local and global layers states its pattern there.
+  int64_t sliding_window = 0;
+  LayerTensorNames names = {};
 
-// The spec for config.model_type, or kUnsupported naming it.
+  // Positions a query of `layer` sees: the last window(layer), or all when 0.
+  int64_t window(int64_t /*layer*/) const { return sliding_window; }
+};
+
+Result<ArchSpec> llama_arch(const ModelConfig& config);
+Result<ArchSpec> mistral_arch(const ModelConfig& config);
+Result<ArchSpec> qwen2_arch(const ModelConfig& config);
+Result<ArchSpec> qwen3_arch(const ModelConfig& config);
+
+// OK when model_type is a supported family, else kUnsupported naming it and the
+// supported ones. Pass it to load_model_config so an unknown family is refused
+// before the shared fields are read.
+Status check_model_type(const std::string& model_type);
+// The spec for config.model_type, made by its family from config.fields(), or
+// kUnsupported (as check_model_type) or the family's own field errors.
 Result<ArchSpec> arch_for(const ModelConfig& config);
+
+// config.json's "hidden_act" (absent: silu), or kUnsupported naming it.
+Result<Activation> read_activation(const nlohmann::json& fields);
 
 }  // namespace tessera

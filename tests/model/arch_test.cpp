@@ -1,0 +1,172 @@
+// The families' own config.json fields and layer variants (model/arch/): each
+// family reads its fields from the JSON io keeps, the registry refuses an
+// unknown model_type by name, and the spec lists the tensors a layer has.
+#include "model/arch/arch.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+
+namespace tessera {
+namespace {
+
+using nlohmann::json;
+
+json base_config() {
+  return json{{"model_type", "llama"},    {"vocab_size", 512},
+              {"hidden_size", 64},        {"intermediate_size", 160},
+              {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"max_position_embeddings", 256},
+              {"rms_norm_eps", 1e-5},     {"hidden_act", "silu"}};
+}
+
+// The config as Model::load reads it: the registry checks model_type first, then the family reads its fields.
+Result<ArchSpec> spec_of(const json& j) {
+  TS_ASSIGN_OR_RETURN(const ModelConfig config, parse_model_config(j, check_model_type));
+  return arch_for(config);
+}
+
+ArchSpec spec_ok(const json& j) {
+  auto spec = spec_of(j);
+  EXPECT_TRUE(spec.ok()) << spec.status().to_string();
+  return spec.ok() ? spec.value() : ArchSpec{};
+}
+
+void expect_error(const json& j, ErrorKind kind, const std::string& needle) {
+  auto spec = spec_of(j);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().kind(), kind) << spec.status().to_string();
+  EXPECT_NE(spec.status().message().find(needle), std::string::npos) << spec.status().message();
+}
+
+json with_type(const std::string& type) {
+  json j = base_config();
+  j["model_type"] = type;
+  return j;
+}
+
+TEST(ArchTest, LlamaDefaults) {
+  const ArchSpec a = spec_ok(base_config());
+  EXPECT_EQ(a.family, "llama");
+  EXPECT_EQ(a.norm, NormPlacement::kPre);
+  EXPECT_EQ(a.activation, Activation::kSilu);
+  EXPECT_EQ(a.rope, RopeStyle::kRotateHalf);
+  EXPECT_FALSE(a.qkv_bias || a.o_bias || a.mlp_bias || a.qk_norm);
+  EXPECT_EQ(a.window(0), 0);
+  EXPECT_EQ(a.window(1), 0);
+}
+
+TEST(ArchTest, LlamaReadsItsBiases) {
+  json j = base_config();
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  const ArchSpec a = spec_ok(j);
+  EXPECT_TRUE(a.qkv_bias && a.o_bias && a.mlp_bias);
+  j["mlp_bias"] = "yes";
+  expect_error(j, ErrorKind::kInvalidInput, "'mlp_bias' is not a boolean");
+}
+
+TEST(ArchTest, Qwen2HasQkvBiasOnly) {
+  const ArchSpec a = spec_ok(with_type("qwen2"));
+  EXPECT_TRUE(a.qkv_bias);
+  EXPECT_FALSE(a.o_bias || a.mlp_bias || a.qk_norm);
+}
+
+TEST(ArchTest, Qwen3HasQkNormAndOptionalBias) {
+  json j = with_type("qwen3");
+  EXPECT_TRUE(spec_ok(j).qk_norm);
+  EXPECT_FALSE(spec_ok(j).qkv_bias);
+  j["attention_bias"] = true;
+  const ArchSpec a = spec_ok(j);
+  EXPECT_TRUE(a.qkv_bias && a.o_bias);
+  EXPECT_FALSE(a.mlp_bias);
+}
+
+TEST(ArchTest, MistralSlidingWindowOnEveryLayer) {
+  json j = with_type("mistral");
+  j["sliding_window"] = 4096;
+  const ArchSpec a = spec_ok(j);
+  EXPECT_EQ(a.window(0), 4096);
+  EXPECT_EQ(a.window(1), 4096);
+  j["sliding_window"] = 0;
+  expect_error(j, ErrorKind::kInvalidInput, "'sliding_window'");
+}
+
+TEST(ArchTest, ReadsFamilyFieldsFromNestedTextConfig) {
+  json j = {{"model_type", "mistral3"}, {"text_config", base_config()}, {"tie_word_embeddings", true}};
+  j["text_config"]["model_type"] = "mistral";
+  j["text_config"]["sliding_window"] = 4096;
+  const ArchSpec a = spec_ok(j);
+  EXPECT_EQ(a.family, "mistral");
+  EXPECT_EQ(a.window(0), 4096);
+}
+
+TEST(ArchTest, NullSlidingWindowMeansFullAttention) {
+  json j = base_config();
+  j["model_type"] = "mistral";
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(spec_ok(j).window(0), 0);
+}
+
+TEST(ArchTest, RefusesUnsupportedModelTypeByName) {
+  json j = base_config();
+  j["model_type"] = "gemma3";
+  expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
+  expect_error(j, ErrorKind::kUnsupported,
+               "model_type 'gemma3' is not supported (supported: llama, mistral, qwen2, qwen3)");
+  j.erase("hidden_size");  // an unknown family is named before any shared field it lacks
+  expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
+  ModelConfig built;  // a config made in code goes through the same registry
+  built.model_type = "gemma3";
+  EXPECT_EQ(arch_for(built).status().kind(), ErrorKind::kUnsupported);
+}
+
+TEST(ArchTest, RefusesUnsupportedActivation) {
+  for (const char* type : {"llama", "mistral", "qwen2", "qwen3"}) {
+    json j = with_type(type);
+    j["hidden_act"] = "gelu";
+    expect_error(j, ErrorKind::kUnsupported, "gelu");
+  }
+}
+
+TEST(ArchTest, RefusesQwenSlidingWindow) {
+  json j = base_config();
+  j["model_type"] = "qwen2";
+  j["use_sliding_window"] = true;
+  expect_error(j, ErrorKind::kUnsupported, "use_sliding_window");
+  j["model_type"] = "qwen3";
+  expect_error(j, ErrorKind::kUnsupported, "use_sliding_window");
+}
+
+TEST(ArchTest, LayerTensorsFollowTheSpec) {
+  json j = with_type("qwen3");
+  j["head_dim"] = 32;
+  const ModelConfig config = *parse_model_config(j);
+  const auto names = [&](const ArchSpec& spec) {
+    std::vector<std::string> out;
+    for (const LayerTensor& t : layer_tensors(config, spec)) out.push_back(t.name);
+    return out;
+  };
+  const ArchSpec qwen3 = *arch_for(config);
+  const auto tensors = layer_tensors(config, qwen3);
+  ASSERT_EQ(tensors.size(), 11u);  // 2 norms, 4 attention, 2 q/k norms, 3 MLP
+  EXPECT_EQ(tensors[1].name, "self_attn.q_proj.weight");
+  EXPECT_EQ(tensors[1].shape, (std::vector<int64_t>{4 * 32, 64}));
+  const auto q_norm = std::find_if(tensors.begin(), tensors.end(),
+                                   [](const LayerTensor& t) { return t.name == "self_attn.q_norm.weight"; });
+  ASSERT_NE(q_norm, tensors.end());
+  EXPECT_TRUE(q_norm->norm);
+  EXPECT_EQ(q_norm->shape, std::vector<int64_t>{32});
+  ArchSpec biased = qwen3;
+  biased.qkv_bias = biased.o_bias = biased.mlp_bias = true;
+  EXPECT_EQ(names(biased).size(), 18u);
+  ArchSpec renamed = qwen3;
+  renamed.names.q_proj = "attn.wq";
+  EXPECT_EQ(names(renamed)[1], "attn.wq.weight");
+}
+
+}  // namespace
+}  // namespace tessera
