@@ -127,7 +127,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     TS_ASSIGN_OR_RETURN(options.listen, net::parse_endpoint(nodes[s + 1].address));
     TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(dir / nodes[s + 1].name));
     options.trust = trust;
-    options.threads = o.threads;
+    options.engine.threads = o.threads;
     services.push_back(std::make_unique<pipeline::StageService>(std::move(options)));
     TS_RETURN_IF_ERROR(services.back()->bind());
     threads.emplace_back([service = services.back().get()] { (void)service->run(); });

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "pipeline/stage_service.h"
 
 namespace tessera {
@@ -14,7 +15,7 @@ struct StageCommandOptions {
   std::string listen;
   std::string identity;
   std::string trust;
-  size_t threads = 0;
+  EngineOptions engine;
 };
 
 Status run_stage(const StageCommandOptions& o) {
@@ -22,7 +23,7 @@ Status run_stage(const StageCommandOptions& o) {
   TS_ASSIGN_OR_RETURN(options.listen, net::parse_endpoint(o.listen));
   TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(o.identity));
   TS_ASSIGN_OR_RETURN(options.trust, net::read_trust_file(o.trust));
-  options.threads = o.threads;
+  options.engine = o.engine;
   pipeline::StageService service(std::move(options));
   TS_RETURN_IF_ERROR(service.bind());
   std::fprintf(stderr, "[stage] listening on %s\n", o.listen.c_str());
@@ -38,7 +39,7 @@ void register_stage(CLI::App& app, int& exit_code) {
   cmd->add_option("--identity", o->identity, "Directory with this node's key.pem and cert.pem (tessera keygen)")
       ->required();
   cmd->add_option("--trust", o->trust, "Cluster trust file (JSON)")->required();
-  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
+  add_engine_options(*cmd, o->engine);
   cmd->callback([o, &exit_code] {
     const Status status = run_stage(*o);
     exit_code = status.ok() ? 0 : report_error(status);

@@ -31,6 +31,13 @@ struct LocalEngine {
 
   // Errors name what did not fit (weights or the KV pool) or the bad option.
   static Result<LocalEngine> create(const Model& model, const EngineOptions& options);
+  // Frees it all, the scheduler's sequences first (they hold the Forward's KV
+  // blocks); call before assigning a new engine over a used one.
+  void reset() {
+    scheduler.reset();
+    forward.reset();
+    device.reset();
+  }
 };
 
 }  // namespace tessera

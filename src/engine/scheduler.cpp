@@ -162,6 +162,7 @@ std::vector<StepOutput> Scheduler::step() {
     }
     return outputs;
   }
+  last_step_size_ = chosen.size();
   largest_step_ = std::max(largest_step_, chosen.size());
 
   const bool exit = forward_.model().has_exit();

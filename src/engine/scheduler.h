@@ -79,7 +79,8 @@ class Scheduler {
 
   size_t open_sequences() const { return sequences_.size(); }
   uint64_t kv_bytes() const;
-  size_t largest_step() const { return largest_step_; }
+  size_t largest_step() const { return largest_step_; }      // most sequences one step has run
+  size_t last_step_size() const { return last_step_size_; }  // sequences the last step ran
   const Forward& forward() const { return forward_; }
 
  private:
@@ -112,6 +113,7 @@ class Scheduler {
   size_t queued_ = 0;  // feeds waiting, over all sequences
   uint64_t next_order_ = 0;
   size_t largest_step_ = 0;
+  size_t last_step_size_ = 0;
 };
 
 }  // namespace tessera

@@ -44,9 +44,13 @@ Result<ModelWeights> place_weights(Device& device, const ModelWeights& host) {
 
 }  // namespace
 
-Forward::Forward(const Model& model, Device& device, ForwardOptions options) : model_(model), device_(device) {
+Forward::Forward(const Model& model, Device& device, ForwardOptions options)
+    : model_(model), device_(device), group_(std::move(options.group)) {
   const ModelConfig& c = model.config();
   status_ = [&]() -> Status {
+    if (group_.size() != 1)
+      return Status::unsupported("[forward] tensor parallelism (a group of " + std::to_string(group_.size()) +
+                                 " ranks) is not implemented yet");
     TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model.weights()));
     const std::vector<float> inv_freq = rope_inv_freq(c.rope, c.head_dim);
     TS_ASSIGN_OR_RETURN(inv_freq_, device.alloc(floats(static_cast<int64_t>(inv_freq.size()))));

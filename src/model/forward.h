@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/device.h"
+#include "collective/group.h"
 #include "core/status.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -39,6 +40,10 @@ struct ForwardOptions {
   // 16-bit KV cache is a choice (--kv-dtype) that changes outputs.
   DType kv_dtype = DType::kF32;
   int64_t kv_block_size = 32;
+  // The tensor-parallel group this Forward's shard belongs to. Size 1 for now:
+  // weights are whole and no collective runs (issue 20 shards them and sums the
+  // o and down projections with group.all_sum).
+  Group group = Group::local();
 };
 
 class Forward {
@@ -92,6 +97,7 @@ class Forward {
 
   const Model& model_;
   Device& device_;
+  Group group_;
   Status status_;
   ModelWeights weights_;  // the model's weights as placed on the device
   Buffer inv_freq_;       // f32 [head_dim / 2]

@@ -10,13 +10,13 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
-#include "backend/device.h"
-#include "model/forward.h"
+#include "engine/local_engine.h"
 #include "model/model.h"
 #include "pipeline/frame_channel.h"
 #include "pipeline/start_message.h"
@@ -47,11 +47,6 @@ struct Work {
 };
 
 wire::FrameLimits control_limits() { return {0, wire::kMaxControlBytes}; }
-
-// The most requests, and tokens, that one forward pass steps together
-// (State::take_step); a first request with more tokens still runs.
-constexpr size_t kMaxStep = 64;
-constexpr size_t kMaxStepTokens = 512;
 
 // MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 uint64_t available_memory_bytes() {
@@ -119,22 +114,14 @@ struct StageService::State {
   void serve_upstream(FrameChannel& channel, const json& hello);
   void inference_loop();
   Status setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel);
-  // `first` and the work of other requests queued right behind it (same session
-  // and kind: decode steps and prompts alike), taken off the queue; stops at the
-  // first that cannot join, so nothing is reordered. Under mutex.
-  std::vector<Work> take_step(Work first);
-  // Runs the works of take_step in one forward pass: the weights are read once
-  // for all of them, and each request gets bitwise what it gets alone. A step of
-  // several refused as a whole (which changes nothing) runs request by request,
-  // so each gets its own error.
-  void run_step(std::vector<Work>& step);
-  size_t tokens_of(const Work& work) const;
-  KvCache& cache_for(uint64_t request);
+  // Hands one queued work to the scheduler (or acts on it); false on kStop.
+  bool handle(Work& work);
+  // Feeds a request's input to the scheduler, opening its sequence on first use.
+  Status feed(Work& work);
   // Sends a request's output on: a sampled token or logits to the coordinator
   // (last stage), else hidden states to the next stage.
-  void deliver(Work& work, std::span<float> out);
+  void deliver(StepOutput& out);
   void fail_request(uint64_t request, const Status& status);
-
   const StageOptions options;
   net::Listener listener;
   net::WakeFd stopping;
@@ -162,30 +149,19 @@ struct StageService::State {
   std::string model_dir;
   LayerRange range;
   std::unique_ptr<Model> model;
-  std::unique_ptr<Device> device;
-  std::unique_ptr<Forward> forward;
+  LocalEngine engine;  // its scheduler holds every request's sequence, sampler and queued input
   wire::StageLimits limits;
   std::shared_ptr<FrameChannel> next;
   bool last = false;
   int64_t context = 0;
-  std::unordered_map<uint64_t, KvCache> caches;
-  // What caches holds, for probes from other threads (updated after each change).
+  // What the scheduler holds, for probes from other threads (updated after each change).
   std::atomic<uint64_t> live_requests{0};
   std::atomic<uint64_t> kv_bytes{0};
   std::atomic<uint64_t> largest_step{0};  // most requests stepped at once this session
-  void count_caches() {
-    uint64_t bytes = 0;
-    for (const auto& [request, cache] : caches) bytes += cache.bytes();
-    live_requests = caches.size();
-    kv_bytes = bytes;
+  void count() {
+    live_requests = engine.scheduler ? engine.scheduler->open_sequences() : 0;
+    kv_bytes = engine.scheduler ? engine.scheduler->kv_bytes() : 0;
   }
-  // Last stage: requests that sample here (the others get logits back).
-  struct Sampling {
-    Sampler sampler;
-    std::vector<int32_t> prompt;
-    std::vector<int32_t> output;
-  };
-  std::unordered_map<uint64_t, Sampling> sampling;
   Status start(Work& work);
   std::thread inference;
 };
@@ -498,8 +474,8 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   if (message.contains("plain")) {
     TS_ASSIGN_OR_RETURN(session_plain, wire::field<bool>(message, "plain"));
   }
-  if (!model || dir != model_dir || begin != range.begin || end != range.end) {
-    forward.reset();
+  if (!model || !engine.scheduler || dir != model_dir || begin != range.begin || end != range.end) {
+    engine.reset();
     model.reset();
     std::fprintf(stderr, "[stage %s] loading layers [%lld, %lld) of %s\n", options.identity.name.c_str(),
                  static_cast<long long>(begin), static_cast<long long>(end), dir.c_str());
@@ -507,10 +483,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     model = std::make_unique<Model>(std::move(loaded));
     model_dir = dir;
     range = {begin, end};
-    if (!device) {
-      TS_ASSIGN_OR_RETURN(device, make_device("cpu", options.threads));
-    }
-    forward = std::make_unique<Forward>(*model, *device);
+    TS_ASSIGN_OR_RETURN(engine, LocalEngine::create(*model, options.engine));
   }
   if (context < 1 || context > model->config().max_position_embeddings) {
     return Status::invalid_input("setup: context " + std::to_string(context) + " not in [1, " +
@@ -521,8 +494,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   limit_options.max_tokens_per_frame = static_cast<uint64_t>(context);
   TS_ASSIGN_OR_RETURN(wire::StageLimits stage_limits,
                       wire::make_stage_limits(model->config().hidden_size, model->config().vocab_size, limit_options));
-  caches.clear();
-  sampling.clear();
+  engine.scheduler->cancel_all();
   next.reset();
   last = next_name.empty();
   if (last != model->has_exit()) {
@@ -558,159 +530,103 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
       net::deadline_after(options.timeout));
 }
 
-KvCache& StageService::State::cache_for(uint64_t request) {
-  auto cache = caches.find(request);
-  if (cache == caches.end()) cache = caches.emplace(request, forward->make_cache(context)).first;
-  return cache->second;  // a node of caches: stays put while other requests are added
+Status StageService::State::feed(Work& work) {
+  Scheduler& scheduler = *engine.scheduler;
+  if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
+  return work.kind == Work::Kind::kTokens ? scheduler.feed_ids(work.request, std::move(work.ids))
+                                          : scheduler.feed_hidden(work.request, std::move(work.hidden));
 }
 
-size_t StageService::State::tokens_of(const Work& work) const {
-  return work.kind == Work::Kind::kTokens ? work.ids.size()
-                                          : work.hidden.size() / static_cast<size_t>(model->config().hidden_size);
-}
-
-std::vector<Work> StageService::State::take_step(Work first) {
-  std::vector<Work> step;
-  size_t tokens = tokens_of(first);
-  step.push_back(std::move(first));
-  while (step.size() < kMaxStep && !queue.empty()) {
-    const Work& next_work = queue.front();
-    const bool joins =
-        next_work.kind == step[0].kind && next_work.session == step[0].session &&
-        tokens + tokens_of(next_work) <= kMaxStepTokens &&
-        std::none_of(step.begin(), step.end(), [&](const Work& w) { return w.request == next_work.request; });
-    if (!joins) break;
-    tokens += tokens_of(next_work);
-    step.push_back(std::move(queue.front()));
-    queue.pop_front();
-  }
-  return step;
-}
-
-void StageService::State::run_step(std::vector<Work>& step) {
-  std::vector<Forward::Part> parts;
-  std::vector<int32_t> ids;
-  std::vector<float> hidden;
-  for (Work& work : step) {
-    parts.push_back({&cache_for(work.request), static_cast<int64_t>(tokens_of(work))});
-    ids.insert(ids.end(), work.ids.begin(), work.ids.end());
-    hidden.insert(hidden.end(), work.hidden.begin(), work.hidden.end());
-  }
-  Result<std::vector<float>> out =
-      step[0].kind == Work::Kind::kTokens ? forward->step_ids(ids, parts) : forward->step_hidden(hidden, parts);
-  if (!out.ok()) {
-    if (step.size() == 1) return fail_request(step[0].request, out.status());
-    for (Work& work : step) {
-      std::vector<Work> alone;
-      alone.push_back(std::move(work));
-      run_step(alone);
-    }
-    return;
-  }
-  largest_step = std::max<uint64_t>(largest_step, step.size());
-  // The last stage gets one row of logits per request, the others every token's hidden states.
-  const size_t row = last ? out->size() / step.size() : static_cast<size_t>(model->config().hidden_size);
-  size_t offset = 0;
-  for (size_t i = 0; i < step.size(); ++i) {
-    const size_t width = row * (last ? 1 : tokens_of(step[i]));
-    deliver(step[i], std::span<float>(*out).subspan(offset, width));
-    offset += width;
-  }
-}
-
-void StageService::State::deliver(Work& work, std::span<float> out) {
-  const auto* bytes = reinterpret_cast<const uint8_t*>(out.data());
-  const std::span<const uint8_t> data(bytes, out.size() * sizeof(float));
+void StageService::State::deliver(StepOutput& out) {
+  if (!out.status.ok()) return report(out.id, out.status);  // the scheduler has closed the sequence
   Status status;
-  auto sampled = sampling.find(work.request);
-  if (last && sampled != sampling.end()) {  // sample here: one token id goes back, not [vocab] logits
-    Sampling& s = sampled->second;
-    const int32_t token = s.sampler.sample(out, s.prompt, s.output);
-    s.output.push_back(token);
+  if (last && out.token >= 0) {  // sampled here: one token id goes back, not [vocab] logits
     const uint64_t shape[] = {1};
     status = coordinator_channel()->write_frame(
-        wire::encode_tensor_frame(work.request, wire::Encoding{DType::kI32}, shape,
-                                  {reinterpret_cast<const uint8_t*>(&token), sizeof token}),
-        net::deadline_after(options.timeout));
-  } else if (last) {
-    const uint64_t shape[] = {1, static_cast<uint64_t>(out.size())};
-    status = coordinator_channel()->write_frame(
-        wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
+        wire::encode_tensor_frame(out.id, wire::Encoding{DType::kI32}, shape,
+                                  {reinterpret_cast<const uint8_t*>(&out.token), sizeof out.token}),
         net::deadline_after(options.timeout));
   } else {
-    const uint64_t hidden = static_cast<uint64_t>(model->config().hidden_size);
-    const uint64_t shape[] = {out.size() / hidden, hidden};
-    status = next->write_frame(wire::encode_tensor_frame(work.request, wire::Encoding{DType::kF32}, shape, data),
-                               net::deadline_after(options.timeout));
-    if (!status.ok()) status = status.with_context("sending to the next stage " + next->peer_name());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(out.values.data());
+    const std::span<const uint8_t> data(bytes, out.values.size() * sizeof(float));
+    const uint64_t width = last ? out.values.size() : static_cast<uint64_t>(model->config().hidden_size);
+    const uint64_t shape[] = {out.values.size() / width, width};
+    FrameChannel& to = last ? *coordinator_channel() : *next;
+    status = to.write_frame(wire::encode_tensor_frame(out.id, wire::Encoding{DType::kF32}, shape, data),
+                            net::deadline_after(options.timeout));
+    if (!status.ok() && !last) status = status.with_context("sending to the next stage " + next->peer_name());
   }
-  if (!status.ok()) fail_request(work.request, status);
+  if (!status.ok()) fail_request(out.id, status);
 }
 
 void StageService::State::fail_request(uint64_t request, const Status& status) {
-  caches.erase(request);
-  sampling.erase(request);
+  engine.scheduler->cancel(request);
   report(request, status);
 }
 
 Status StageService::State::start(Work& work) {
-  if (!last)
-    return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
+  if (!last) return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
   TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.message, model->config().vocab_size));
-  std::vector<int32_t> prompt;
-  TS_ASSIGN_OR_RETURN(prompt, prompt_from_json(work.message, model->config().vocab_size));
-  sampling.insert_or_assign(work.request, Sampling{Sampler(params, model->config().vocab_size), std::move(prompt), {}});
-  return {};
+  TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_from_json(work.message, model->config().vocab_size));
+  Scheduler& scheduler = *engine.scheduler;
+  if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
+  return scheduler.start(work.request, params, std::move(prompt));
 }
 
+bool StageService::State::handle(Work& work) {
+  switch (work.kind) {
+    case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
+      std::lock_guard lock(mutex);
+      for (Work& queued : queue) {
+        if (queued.kind == Work::Kind::kSetup) queued.done->set_value(Status::disconnected("the stage is stopping"));
+      }
+      queue.clear();
+      return false;
+    }
+    case Work::Kind::kSetup: work.done->set_value(setup(work.message, work.coordinator)); break;
+    case Work::Kind::kStart:
+      if (Status status = start(work); !status.ok()) fail_request(work.request, status);
+      break;
+    case Work::Kind::kCancel: engine.scheduler->cancel(work.request); break;
+    case Work::Kind::kEndSession: {
+      if (engine.scheduler) engine.scheduler->cancel_all();
+      largest_step = 0;
+      next.reset();
+      std::lock_guard lock(mutex);
+      coordinator.reset();
+      session = 0;
+      break;
+    }
+    case Work::Kind::kTokens:
+    case Work::Kind::kHidden:
+      if (Status status = feed(work); !status.ok()) fail_request(work.request, status);
+      break;
+  }
+  return true;
+}
+
+// Everything queued goes to the scheduler before the next step, so requests that
+// arrive together run in one forward pass (up to its step limits).
 void StageService::State::inference_loop() {
   for (;;) {
-    Work work;
-    std::vector<Work> step;
+    std::optional<Work> work;
     {
       std::unique_lock lock(mutex);
-      cv.wait(lock, [this] { return !queue.empty(); });
-      work = std::move(queue.front());
-      queue.pop_front();
-      if (work.kind != Work::Kind::kSetup && work.kind != Work::Kind::kStop && work.session != session) continue;
-    }
-    const Work::Kind kind = work.kind;
-    if (kind == Work::Kind::kTokens || kind == Work::Kind::kHidden) {
-      std::lock_guard lock(mutex);
-      step = take_step(std::move(work));
-    }
-    switch (kind) {
-      case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
-        std::lock_guard lock(mutex);
-        for (Work& queued : queue) {
-          if (queued.kind == Work::Kind::kSetup) queued.done->set_value(Status::disconnected("the stage is stopping"));
-        }
-        queue.clear();
-        return;
+      const auto stepping = [this] { return engine.scheduler && engine.scheduler->has_work(); };
+      cv.wait(lock, [&] { return !queue.empty() || stepping(); });
+      if (!queue.empty()) {
+        work = std::move(queue.front());
+        queue.pop_front();
+        if (work->kind != Work::Kind::kSetup && work->kind != Work::Kind::kStop && work->session != session) continue;
       }
-      case Work::Kind::kSetup: work.done->set_value(setup(work.message, work.coordinator)); break;
-      case Work::Kind::kStart:
-        if (Status status = start(work); !status.ok()) report(work.request, status);
-        break;
-      case Work::Kind::kCancel:
-        caches.erase(work.request);
-        sampling.erase(work.request);
-        break;
-      case Work::Kind::kEndSession: {
-        caches.clear();
-        sampling.clear();
-        largest_step = 0;
-        next.reset();
-        std::lock_guard lock(mutex);
-        coordinator.reset();
-        session = 0;
-        break;
-      }
-      case Work::Kind::kTokens:
-      case Work::Kind::kHidden: run_step(step); break;
     }
-    count_caches();
+    if (work) {
+      if (!handle(*work)) return;
+    } else {
+      for (StepOutput& out : engine.scheduler->step()) deliver(out);
+      largest_step = std::max<uint64_t>(largest_step, engine.scheduler->last_step_size());
+    }
+    count();
   }
 }
-
 }  // namespace tessera::pipeline

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/local_engine.h"
 #include "net/identity.h"
 #include "net/socket.h"
 #include "net/trust.h"
@@ -38,7 +39,8 @@ struct StageOptions {
   net::Endpoint listen;
   net::Identity identity;
   net::TrustFile trust;
-  size_t threads = 0;                        // CPU threads for the forward pass (0: all cores)
+  // The device, its threads, the KV pool's budget and the step scheduler's limits.
+  EngineOptions engine;
   std::chrono::milliseconds timeout{30000};  // a silent peer mid-frame
   // Weights a coordinator may ship here (--ship-weights), in bytes; 0: 90 % of
   // the memory available when they are announced.

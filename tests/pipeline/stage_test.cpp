@@ -46,7 +46,7 @@ class StageHarness {
     StageOptions options{*net::parse_endpoint("127.0.0.1:" + std::to_string(port_)),
                          identity("stage"),
                          trust_,
-                         1,
+                         EngineOptions{.threads = 1},
                          milliseconds(2000),
                          /*max_weight_bytes=*/1 << 20,
                          std::filesystem::temp_directory_path(),
