@@ -1,0 +1,441 @@
+// The step scheduler on real checkpoints: a prompt run in chunks, or a sequence
+// stepped beside others, gets bitwise the output it gets in one pass alone;
+// cancelling a sequence in any state frees its blocks; the queue and the number
+// of open sequences are bounded; a feed that cannot run fails only its own
+// sequence; each sequence samples with its own sampler.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+
+#include "engine/scheduler.h"
+#include "engine/sequence_runner.h"
+#include "model/fixtures.h"
+#include "model/forward.h"
+
+namespace tessera {
+namespace {
+
+using testing::fixture_dir;
+
+// Enough for every test here; the default (a quarter of the host's memory) is slow to map.
+constexpr uint64_t kKvMemory = uint64_t{16} << 20;
+
+std::vector<int32_t> make_prompt(int64_t n, int32_t first, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((first + 53 * i) % (vocab - 3) + 3));
+  return ids;
+}
+
+SamplingParams sampling(float temperature, uint64_t seed) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.seed = seed;
+  return params;
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// More steps than any test needs: a scheduler that stops making progress fails, not hangs.
+constexpr int kMaxSteps = 1000;
+
+// Every output until the scheduler has no work (or kMaxSteps), by sequence.
+std::map<uint64_t, StepOutput> drain(Scheduler& scheduler) {
+  std::map<uint64_t, StepOutput> outputs;
+  for (int step = 0; step < kMaxSteps && scheduler.has_work(); ++step)
+    for (StepOutput& out : scheduler.step()) outputs[out.id] = std::move(out);
+  EXPECT_FALSE(scheduler.has_work());
+  return outputs;
+}
+
+// Steps until `id` has an output; fails the test on another sequence's error.
+// `steps` counts the steps taken.
+StepOutput step_until(Scheduler& scheduler, uint64_t id, int* steps = nullptr) {
+  for (int step = 0; step < kMaxSteps && scheduler.has_work(); ++step) {
+    if (steps) ++*steps;
+    for (StepOutput& out : scheduler.step())
+      if (out.id == id) return std::move(out);
+  }
+  ADD_FAILURE() << "no output for sequence " << id;
+  StepOutput none;
+  none.id = id;
+  none.status = Status::internal("no output");
+  return none;
+}
+
+// The logits of a prompt's last token, then of `decode` greedy steps, with
+// prompts chunked by `max_step_tokens`; `prompt_steps` gets the steps the prompt took.
+std::vector<std::vector<float>> run_alone(Forward& forward, std::span<const int32_t> prompt, int decode,
+                                          int64_t max_step_tokens, int* prompt_steps = nullptr) {
+  Scheduler scheduler(forward, {.max_step_tokens = max_step_tokens});
+  EXPECT_TRUE(scheduler.open(1, 128).ok());
+  EXPECT_TRUE(scheduler.feed_ids(1, std::vector<int32_t>(prompt.begin(), prompt.end())).ok());
+  std::vector<std::vector<float>> logits;
+  for (int i = 0; i <= decode; ++i) {
+    StepOutput out = step_until(scheduler, 1, i == 0 ? prompt_steps : nullptr);
+    EXPECT_TRUE(out.status.ok()) << out.status.to_string();
+    if (!out.status.ok()) break;
+    logits.push_back(std::move(out.values));
+    if (i < decode) {
+      EXPECT_TRUE(scheduler.feed_ids(1, {argmax(logits.back())}).ok());
+    }
+  }
+  return logits;
+}
+
+class ChunkedPrefillTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChunkedPrefillTest, PromptInChunksGivesBitwiseTheLogitsOfOnePass) {
+  auto model = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto device = make_cpu_device(2);
+  Forward forward(*model, *device, {.kv_memory = kKvMemory, .kv_block_size = 4});
+  const std::vector<int32_t> prompt = make_prompt(20, 7, model->config().vocab_size);
+  int one_pass_steps = 0;
+  const auto expected = run_alone(forward, prompt, 5, 512, &one_pass_steps);
+  ASSERT_EQ(expected.size(), 6u);
+  EXPECT_EQ(one_pass_steps, 1);
+  for (const int64_t chunk : {3, 7}) {
+    int steps = 0;
+    const auto chunked = run_alone(forward, prompt, 5, chunk, &steps);
+    EXPECT_EQ(steps, (20 + chunk - 1) / chunk) << "chunks of " << chunk;
+    ASSERT_EQ(chunked.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_EQ(chunked[i], expected[i]) << "chunks of " << chunk << ", output " << i;
+  }
+  EXPECT_EQ(forward.kv_pool().free_blocks(), forward.kv_pool().total_blocks());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ChunkedPrefillTest,
+                         ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
+                         [](const auto& info) { return testing::test_name(info.param); });
+
+// Eight sequences of prompts 3..17 tokens, fed at different steps so that
+// prompt chunks and decode steps share steps, each get bitwise the logits they
+// get alone.
+TEST(SchedulerBatchTest, SequenceSteppedWithSevenOthersGetsBitwiseItsLogitsAlone) {
+  auto model = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto device = make_cpu_device(2);
+  Forward forward(*model, *device, {.kv_memory = kKvMemory, .kv_block_size = 4});
+  const int64_t vocab = model->config().vocab_size;
+  constexpr int kSequences = 8, kDecode = 6;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<std::vector<float>>> alone;
+  for (int s = 0; s < kSequences; ++s) {
+    prompts.push_back(make_prompt(3 + 2 * s, 11 * s + 1, vocab));
+    alone.push_back(run_alone(forward, prompts[s], kDecode, 512));
+  }
+
+  Scheduler scheduler(forward, {.max_step_tokens = 10});
+  std::vector<std::vector<std::vector<float>>> together(kSequences);
+  for (int s = 0; s < kSequences; ++s) ASSERT_TRUE(scheduler.open(s, 128).ok());
+  for (int step = 0; step < 200; ++step) {
+    if (step < kSequences) {
+      ASSERT_TRUE(scheduler.feed_ids(step, prompts[step]).ok());  // one joins per step
+    }
+    if (!scheduler.has_work()) break;
+    for (StepOutput& out : scheduler.step()) {
+      ASSERT_TRUE(out.status.ok()) << out.status.to_string();
+      auto& outputs = together[out.id];
+      outputs.push_back(std::move(out.values));
+      if (outputs.size() <= kDecode) {
+        ASSERT_TRUE(scheduler.feed_ids(out.id, {argmax(outputs.back())}).ok());
+      }
+    }
+  }
+  EXPECT_GE(scheduler.largest_step(), 2u);
+  for (int s = 0; s < kSequences; ++s) {
+    ASSERT_EQ(together[s].size(), static_cast<size_t>(kDecode + 1)) << "sequence " << s;
+    for (size_t i = 0; i < together[s].size(); ++i)
+      EXPECT_EQ(together[s][i], alone[s][i]) << "sequence " << s << ", output " << i;
+  }
+}
+
+// llama2_mqa_f32 split in three: the middle range returns the hidden states of
+// every token, and the last range the logits, the same whether a feed runs in
+// one step or in chunks (and the same as Forward run directly).
+TEST(SchedulerHiddenTest, HiddenStateRangeGivesTheSameOutputChunkedAndUnchunked) {
+  const std::string dir = fixture_dir("llama2_mqa_f32");
+  auto whole = Model::load(dir);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const int64_t layers = whole->config().num_hidden_layers;
+  ASSERT_GE(layers, 3);
+  auto head = Model::load(dir, LayerRange{0, 1});
+  auto middle = Model::load(dir, LayerRange{1, 2});
+  auto tail = Model::load(dir, LayerRange{1, layers});
+  ASSERT_TRUE(head.ok() && middle.ok() && tail.ok());
+  auto device = make_cpu_device(2);
+  Forward head_forward(*head, *device, {.kv_memory = kKvMemory}),
+      whole_forward(*whole, *device, {.kv_memory = kKvMemory});
+  Forward middle_forward(*middle, *device, {.kv_memory = kKvMemory, .kv_block_size = 4}),
+      tail_forward(*tail, *device, {.kv_memory = kKvMemory, .kv_block_size = 4});
+
+  const std::vector<int32_t> prompt = make_prompt(17, 5, whole->config().vocab_size);
+  KvCache head_cache = head_forward.make_cache(64), whole_cache = whole_forward.make_cache(64);
+  auto hidden = head_forward.run_ids(prompt, head_cache);
+  auto logits = whole_forward.run_ids(prompt, whole_cache);
+  ASSERT_TRUE(hidden.ok() && logits.ok());
+  const auto hidden_size = static_cast<size_t>(whole->config().hidden_size);
+  ASSERT_EQ(hidden->size(), prompt.size() * hidden_size);
+
+  KvCache direct_cache = middle_forward.make_cache(64);
+  auto middle_direct = middle_forward.run_hidden(*hidden, direct_cache);
+  ASSERT_TRUE(middle_direct.ok());
+
+  for (const int64_t chunk : {512, 3, 5}) {
+    for (Forward* forward : {&middle_forward, &tail_forward}) {
+      Scheduler scheduler(*forward, {.max_step_tokens = chunk});
+      ASSERT_TRUE(scheduler.open(1, 64).ok());
+      ASSERT_TRUE(scheduler.feed_hidden(1, *hidden).ok());
+      int steps = 0;
+      StepOutput out = step_until(scheduler, 1, &steps);
+      ASSERT_TRUE(out.status.ok()) << out.status.to_string();
+      EXPECT_EQ(steps, (17 + chunk - 1) / chunk);
+      if (forward == &middle_forward) {
+        EXPECT_EQ(out.values, *middle_direct) << "middle range, chunks of " << chunk;
+      } else {
+        EXPECT_EQ(out.values, *logits) << "last range, chunks of " << chunk;
+      }
+    }
+  }
+  EXPECT_EQ(tail_forward.kv_pool().free_blocks(), tail_forward.kv_pool().total_blocks());
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = Model::load(fixture_dir("llama3_f32"));
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    model_ = std::make_unique<Model>(std::move(model).value());
+    device_ = make_cpu_device(1);
+    vocab_ = model_->config().vocab_size;
+  }
+  // A Forward with a pool of `blocks` blocks of 4 positions.
+  std::unique_ptr<Forward> make_forward(int64_t blocks) {
+    const ModelConfig& c = model_->config();
+    const auto block_bytes =
+        static_cast<uint64_t>(c.num_hidden_layers * 2 * c.num_key_value_heads * c.head_dim * 4) * sizeof(float);
+    auto forward = std::make_unique<Forward>(*model_, *device_,
+                                             ForwardOptions{.kv_memory = blocks * block_bytes, .kv_block_size = 4});
+    EXPECT_EQ(forward->kv_pool().total_blocks(), blocks);
+    return forward;
+  }
+  std::vector<int32_t> prompt(int64_t n, int32_t first = 1) const { return make_prompt(n, first, vocab_); }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Device> device_;
+  int64_t vocab_ = 0;
+};
+
+// Sequence 1 is cancelled in each state, beside sequence 2 which holds blocks
+// throughout; after each cancel the pool has what it had before sequence 1 was
+// opened, nothing is left queued, and sequence 2 still runs.
+TEST_F(SchedulerTest, CancelInEveryStateFreesTheSequencesBlocks) {
+  auto forward = make_forward(64);
+  KvPool& pool = forward->kv_pool();
+  Scheduler scheduler(*forward, {.max_step_tokens = 4});
+  ASSERT_TRUE(scheduler.open(2, 128).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(6, 9)).ok());
+  ASSERT_TRUE(step_until(scheduler, 2).status.ok());
+
+  enum State { kOpened, kQueued, kMidPrefill, kDecoding, kFinished, kSampling };
+  for (const State state : {kOpened, kQueued, kMidPrefill, kDecoding, kFinished, kSampling}) {
+    SCOPED_TRACE(state);
+    const int64_t before = pool.free_blocks();
+    ASSERT_LT(before, pool.total_blocks());
+    ASSERT_TRUE(scheduler.open(1, 128).ok());
+    if (state == kSampling) {
+      ASSERT_TRUE(scheduler.start(1, sampling(0.7f, 3), prompt(10)).ok());
+    }
+    if (state != kOpened) {
+      ASSERT_TRUE(scheduler.feed_ids(1, prompt(10)).ok());
+    }
+    if (state == kMidPrefill) {
+      EXPECT_TRUE(scheduler.step().empty());  // 4 of the 10 tokens
+      EXPECT_EQ(scheduler.length(1), 4);
+      EXPECT_EQ(pool.free_blocks(), before - 1);
+    }
+    if (state == kDecoding || state == kFinished || state == kSampling) {
+      StepOutput out = step_until(scheduler, 1);
+      ASSERT_TRUE(out.status.ok()) << out.status.to_string();
+      ASSERT_TRUE(scheduler.feed_ids(1, {state == kSampling ? out.token : argmax(out.values)}).ok());
+      ASSERT_TRUE(step_until(scheduler, 1).status.ok());
+      EXPECT_EQ(scheduler.length(1), 11);
+      EXPECT_EQ(pool.free_blocks(), before - 3);
+      if (state != kFinished) {
+        ASSERT_TRUE(scheduler.feed_ids(1, {5}).ok());  // the next decode step, queued
+      }
+    }
+    scheduler.cancel(1);
+    EXPECT_FALSE(scheduler.is_open(1));
+    EXPECT_EQ(pool.free_blocks(), before);
+    EXPECT_FALSE(scheduler.has_work());
+    EXPECT_TRUE(scheduler.step().empty());
+
+    const int64_t length = scheduler.length(2);
+    ASSERT_TRUE(scheduler.feed_ids(2, {4}).ok());
+    EXPECT_TRUE(step_until(scheduler, 2).status.ok());
+    EXPECT_EQ(scheduler.length(2), length + 1);
+  }
+  scheduler.cancel_all();
+  EXPECT_EQ(pool.free_blocks(), pool.total_blocks());
+  EXPECT_EQ(scheduler.open_sequences(), 0u);
+}
+
+TEST_F(SchedulerTest, ThirdQueuedFeedIsOverloadedAndOthersGoOn) {
+  auto forward = make_forward(64);
+  Scheduler scheduler(*forward, {.max_queued_feeds = 2});
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.open(2, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(3)).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(4)).ok());
+  const Status third = scheduler.feed_ids(1, {7});
+  EXPECT_EQ(third.kind(), ErrorKind::kOverloaded) << third.to_string();
+  EXPECT_EQ(scheduler.feed_ids(2, {7}).kind(), ErrorKind::kOverloaded);
+  EXPECT_TRUE(scheduler.is_open(1) && scheduler.is_open(2));  // refused, not failed
+
+  std::map<uint64_t, StepOutput> outputs = drain(scheduler);
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_TRUE(outputs[1].status.ok() && outputs[2].status.ok());
+  EXPECT_EQ(scheduler.length(1), 3);  // the refused feed was not queued
+  EXPECT_EQ(scheduler.length(2), 4);
+  EXPECT_TRUE(scheduler.feed_ids(1, {7}).ok());  // room again
+  EXPECT_TRUE(scheduler.feed_ids(2, {7}).ok());
+}
+
+TEST_F(SchedulerTest, OpenBeyondMaxSequencesIsOverloadedAndOthersGoOn) {
+  auto forward = make_forward(64);
+  Scheduler scheduler(*forward, {.max_sequences = 1});
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  const Status second = scheduler.open(2, 64);
+  EXPECT_EQ(second.kind(), ErrorKind::kOverloaded) << second.to_string();
+  EXPECT_FALSE(scheduler.is_open(2));
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(3)).ok());
+  EXPECT_TRUE(step_until(scheduler, 1).status.ok());
+  scheduler.cancel(1);
+  EXPECT_TRUE(scheduler.open(2, 64).ok());
+}
+
+// A 20-token feed needs 5 blocks of a 4-block pool: it fails alone, with
+// kOverloaded naming the budget; the small sequence beside it goes on.
+TEST_F(SchedulerTest, FeedThatCannotGetBlocksEvenAloneFailsOnlyItsSequence) {
+  auto forward = make_forward(4);
+  KvPool& pool = forward->kv_pool();
+  Scheduler scheduler(*forward);
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.open(2, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(3)).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(20)).ok());
+  std::map<uint64_t, StepOutput> outputs = drain(scheduler);
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_TRUE(outputs[1].status.ok()) << outputs[1].status.to_string();
+  EXPECT_EQ(outputs[2].status.kind(), ErrorKind::kOverloaded) << outputs[2].status.to_string();
+  EXPECT_NE(outputs[2].status.message().find("--kv-memory"), std::string::npos) << outputs[2].status.message();
+  EXPECT_FALSE(scheduler.is_open(2));
+  EXPECT_TRUE(scheduler.is_open(1));
+  EXPECT_EQ(pool.free_blocks(), 3);  // only sequence 1's block is held
+  ASSERT_TRUE(scheduler.feed_ids(1, {9}).ok());
+  EXPECT_TRUE(step_until(scheduler, 1).status.ok());
+  EXPECT_EQ(scheduler.length(1), 4);
+}
+
+TEST_F(SchedulerTest, FeedBeyondCapacityFailsOnlyItsSequenceNamingCapacity) {
+  auto forward = make_forward(64);
+  Scheduler scheduler(*forward);
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.open(2, 5).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(3)).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(6)).ok());
+  std::map<uint64_t, StepOutput> outputs;
+  for (StepOutput& out : scheduler.step()) outputs[out.id] = std::move(out);  // one step: both
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_TRUE(outputs[1].status.ok()) << outputs[1].status.to_string();
+  EXPECT_EQ(outputs[2].status.kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(outputs[2].status.message().find("capacity of 5"), std::string::npos) << outputs[2].status.message();
+  EXPECT_FALSE(scheduler.is_open(2));
+  EXPECT_FALSE(scheduler.has_work());
+  EXPECT_EQ(forward->kv_pool().free_blocks(), 63);
+}
+
+TEST_F(SchedulerTest, BadTokenIdFailsAtFeedNamingTheId) {
+  auto forward = make_forward(64);
+  Scheduler scheduler(*forward);
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.open(2, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(3)).ok());
+  for (const int32_t bad : {static_cast<int32_t>(vocab_), -1}) {
+    const Status status = scheduler.feed_ids(1, {1, 2, bad});
+    EXPECT_EQ(status.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(status.message().find("token id " + std::to_string(bad)), std::string::npos) << status.message();
+  }
+  EXPECT_TRUE(scheduler.is_open(1));  // nothing was queued for it
+  StepOutput out = step_until(scheduler, 2);
+  EXPECT_TRUE(out.status.ok());
+  EXPECT_FALSE(scheduler.has_work());
+  EXPECT_EQ(scheduler.length(1), 0);
+  EXPECT_TRUE(scheduler.feed_ids(1, {1, 2}).ok());
+}
+
+// A seeded temperature sampler started on a sequence gives the tokens LocalRunner
+// gives alone with the same parameters, also when three other sequences with
+// their own samplers (one with the same seed) are stepped beside it.
+TEST_F(SchedulerTest, PerSequenceSamplerGivesTheTokensOfLocalRunnerAlone) {
+  auto forward = make_forward(256);
+  SamplingParams params = sampling(1.3f, 77);
+  params.top_k = 50;
+  const std::vector<int32_t> request = prompt(9, 4);
+  constexpr int kTokens = 12;
+
+  std::vector<int32_t> expected;
+  {
+    Scheduler scheduler(*forward);
+    LocalRunner runner(scheduler, 128, params);
+    std::vector<int32_t> ids = request;
+    for (int i = 0; i < kTokens; ++i) {
+      auto token = runner.run_to_token(ids, request);
+      ASSERT_TRUE(token.ok()) << token.status().to_string();
+      expected.push_back(*token);
+      ids = {*token};
+    }
+  }
+
+  Scheduler scheduler(*forward, {.max_step_tokens = 6});
+  const std::map<uint64_t, std::pair<uint64_t, std::vector<int32_t>>> requests = {
+      {1, {77, request}}, {2, {5, prompt(4, 8)}}, {3, {77, request}}, {4, {6, prompt(13, 2)}}};
+  for (const auto& [id, r] : requests) {
+    SamplingParams p = params;
+    p.seed = r.first;
+    ASSERT_TRUE(scheduler.open(id, 128).ok());
+    ASSERT_TRUE(scheduler.start(id, p, r.second).ok());
+  }
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  for (int step = 0; step < 200 && (step < 4 || scheduler.has_work()); ++step) {
+    if (step < 4) {
+      ASSERT_TRUE(scheduler.feed_ids(step + 1, requests.at(step + 1).second).ok());  // staggered
+    }
+    for (const StepOutput& out : scheduler.step()) {
+      ASSERT_TRUE(out.status.ok()) << out.status.to_string();
+      EXPECT_TRUE(out.values.empty());  // a sampling sequence yields tokens
+      tokens[out.id].push_back(out.token);
+      if (tokens[out.id].size() < kTokens) {
+        ASSERT_TRUE(scheduler.feed_ids(out.id, {out.token}).ok());
+      }
+    }
+  }
+  EXPECT_GE(scheduler.largest_step(), 2u);
+  EXPECT_EQ(tokens[1], expected);
+  EXPECT_EQ(tokens[3], expected);  // the same seed, its own generator
+  EXPECT_NE(tokens[2], expected);
+  // The draws are not greedy: greedy from the same prompt differs.
+  const auto greedy = run_alone(*forward, request, kTokens - 1, 512);
+  std::vector<int32_t> greedy_tokens;
+  for (const auto& logits : greedy) greedy_tokens.push_back(argmax(logits));
+  EXPECT_NE(greedy_tokens, expected);
+}
+
+}  // namespace
+}  // namespace tessera
