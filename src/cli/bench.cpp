@@ -74,7 +74,7 @@ std::pair<double, double> resident_mib() {
 
 Result<Model> load(const BenchOptions& o) {
   if (!o.random_weights) return Model::load(o.model_dir);
-  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.config_path));
+  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.config_path, check_model_type));
   TS_ASSIGN_OR_RETURN(const DType dtype, parse_weight_dtype(o.dtype));
   return Model::random(config, dtype, o.seed);
 }

@@ -92,7 +92,7 @@ std::vector<int64_t> balanced_cuts(const ModelConfig& c, int stages) {
 }
 
 Status bench_pipeline(const BenchPipelineOptions& o) {
-  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.model_dir + "/config.json"));
+  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.model_dir + "/config.json", check_model_type));
   const int64_t layers = config.num_hidden_layers;
   if (o.stages < 1 || o.stages > layers) return Status::invalid_input("--stages must be in [1, layers]");
   const int64_t context = o.prompt_tokens + o.tokens + 1;

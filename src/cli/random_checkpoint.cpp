@@ -24,7 +24,7 @@ struct RandomCheckpointOptions {
 };
 
 Status write_random_checkpoint(const RandomCheckpointOptions& o) {
-  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.config_path));
+  TS_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config_file(o.config_path, check_model_type));
   TS_ASSIGN_OR_RETURN(const DType dtype, parse_weight_dtype(o.dtype));
   TS_ASSIGN_OR_RETURN(const Model model, Model::random(config, dtype, o.seed));
   std::error_code error;

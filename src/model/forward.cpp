@@ -116,8 +116,14 @@ Status Forward::prepare_parts(std::span<const Part> parts, int64_t tokens) {
 Status Forward::prepare_scratch(int64_t tokens) {
   const ModelConfig& c = model_.config();
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  for (auto [buffer, width] : {std::pair{&x_, c.hidden_size}, {&norm_, c.hidden_size}, {&q_, q}, {&k_, kv}, {&v_, kv},
-                               {&attn_, q}, {&proj_, c.hidden_size}, {&gate_, c.intermediate_size},
+  for (auto [buffer, width] : {std::pair{&x_, c.hidden_size},
+                               {&norm_, c.hidden_size},
+                               {&q_, q},
+                               {&k_, kv},
+                               {&v_, kv},
+                               {&attn_, q},
+                               {&proj_, c.hidden_size},
+                               {&gate_, c.intermediate_size},
                                {&up_, c.intermediate_size}})
     TS_RETURN_IF_ERROR(reserve(device_, *buffer, tokens * width));
   if (model_.has_exit()) TS_RETURN_IF_ERROR(reserve(device_, logits_, tokens * c.vocab_size));
@@ -225,7 +231,7 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
                                     .tokens = part.tokens,
                                     .pos0 = pos0,
                                     .n_heads = heads,
-                                    .sliding_window = model_.arch().sliding_window,
+                                    .sliding_window = model_.arch().window(layer),
                                     .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
     row += part.tokens;
   }
