@@ -60,8 +60,8 @@ struct AttentionArgs {
   const float* q = nullptr;  // f32 [tokens, n_heads, head_dim], already rotated
   float* out = nullptr;      // f32 [tokens, n_heads, head_dim]
   const KvPages* pages = nullptr;
-  int64_t layer = 0;                    // layer index within the pages
-  std::span<const int32_t> blocks;      // host: the sequence's block table; positions [0, pos0 + tokens) written
+  int64_t layer = 0;                // layer index within the pages
+  std::span<const int32_t> blocks;  // host: the sequence's block table; positions [0, pos0 + tokens) written
   int64_t tokens = 0;
   int64_t pos0 = 0;  // position of the first query token
   int64_t n_heads = 0;
@@ -93,8 +93,7 @@ class Device {
   virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* y) = 0;
   // Rotates x [tokens, heads, head_dim] in place (rotate-half layout) at positions
   // pos0.., using inv_freq f32 [head_dim / 2] (device memory).
-  virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
-                    const float* inv_freq) = 0;
+  virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) = 0;
   // Writes k and v f32 [tokens, n_kv_heads, head_dim] into `layer` of the pages at
   // positions [pos0, pos0 + tokens) of the sequence whose block table is `blocks`,
   // rounded to the pages' dtype.

@@ -96,8 +96,8 @@ Status generate_ids(const GenerateOptions& o) {
   request.max_tokens = o.tokens;
   request.sampling = o.sampling;
   request.keep_logits = !o.logits_out.empty();
-  TS_ASSIGN_OR_RETURN(Runner runner, make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens,
-                                                 request.keep_logits));
+  TS_ASSIGN_OR_RETURN(Runner runner,
+                      make_runner(o, model, static_cast<int64_t>(o.prompt_ids.size()) + o.tokens, request.keep_logits));
   TS_ASSIGN_OR_RETURN(const GenerationResult result,
                       generate(*runner.sequence, vocab, request, [](int32_t) { return true; }));
   std::string line;
@@ -107,8 +107,8 @@ Status generate_ids(const GenerateOptions& o) {
   }
   std::printf("%s\n", line.c_str());
   if (request.keep_logits)
-    TS_RETURN_IF_ERROR(write_npy_f32(o.logits_out, result.logits,
-                                     {static_cast<int64_t>(result.logits.size()) / vocab, vocab}));
+    TS_RETURN_IF_ERROR(
+        write_npy_f32(o.logits_out, result.logits, {static_cast<int64_t>(result.logits.size()) / vocab, vocab}));
   return {};
 }
 

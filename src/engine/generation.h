@@ -25,8 +25,8 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 256;
   SamplingParams sampling;
-  std::vector<int32_t> stop_ids;           // generation ends before one of these (it is not returned)
-  std::vector<std::string> stop_strings;   // generate_text only
+  std::vector<int32_t> stop_ids;              // generation ends before one of these (it is not returned)
+  std::vector<std::string> stop_strings;      // generate_text only
   const std::atomic<bool>* cancel = nullptr;  // set by another thread (Ctrl-C) to stop early
   // Score as well: keep the logits [vocab] after the prompt and after each
   // generated token, including the last (max_tokens + 1 rows when nothing stops

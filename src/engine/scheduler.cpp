@@ -114,9 +114,9 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     const Feed& feed = sequence.feeds.front();
     const KvCache& cache = sequence.cache;
     if (cache.length() + feed.tokens - feed.done > cache.capacity()) {
-      failed.push_back({id, Status::invalid_input("sequence of " + std::to_string(cache.length() + feed.tokens - feed.done) +
-                                                  " tokens exceeds the KV cache capacity of " +
-                                                  std::to_string(cache.capacity()))});
+      failed.push_back(
+          {id, Status::invalid_input("sequence of " + std::to_string(cache.length() + feed.tokens - feed.done) +
+                                     " tokens exceeds the KV cache capacity of " + std::to_string(cache.capacity()))});
       continue;
     }
     const int64_t tokens = std::min(feed.tokens - feed.done, budget);
@@ -150,7 +150,8 @@ std::vector<StepOutput> Scheduler::step() {
       ids.insert(ids.end(), feed.ids.begin() + feed.done, feed.ids.begin() + feed.done + c.tokens);
     } else {
       const auto row = static_cast<std::ptrdiff_t>(hidden_size_);
-      hidden.insert(hidden.end(), feed.hidden.begin() + feed.done * row, feed.hidden.begin() + (feed.done + c.tokens) * row);
+      hidden.insert(hidden.end(), feed.hidden.begin() + feed.done * row,
+                    feed.hidden.begin() + (feed.done + c.tokens) * row);
     }
   }
   Result<std::vector<float>> out =

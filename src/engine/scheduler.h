@@ -38,10 +38,10 @@
 namespace tessera {
 
 struct SchedulerOptions {
-  int64_t max_step_tokens = 512;    // tokens in one forward pass (--max-step-tokens)
-  size_t max_step_sequences = 64;   // sequences in one forward pass
-  size_t max_sequences = 1024;      // open at once
-  size_t max_queued_feeds = 4096;   // inputs waiting, over all sequences
+  int64_t max_step_tokens = 512;   // tokens in one forward pass (--max-step-tokens)
+  size_t max_step_sequences = 64;  // sequences in one forward pass
+  size_t max_sequences = 1024;     // open at once
+  size_t max_queued_feeds = 4096;  // inputs waiting, over all sequences
 };
 
 struct StepOutput {

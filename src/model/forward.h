@@ -34,7 +34,7 @@ namespace tessera {
 enum class Logits { kLast, kAll };
 
 struct ForwardOptions {
-  uint64_t kv_memory = 0;          // the KV pool's budget in bytes; 0: kv_memory_default()
+  uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default()
   // f32, bf16 or f16. f32 by default: the shipped model's greedy continuation
   // (tests/model/cli_test) flips at its first token with 16-bit keys, so a
   // 16-bit KV cache is a choice (--kv-dtype) that changes outputs.

@@ -137,8 +137,7 @@ void KvCache::prepare(int64_t tokens) {
     const KvPages& pages = pool_->pages();
     auto* base = static_cast<uint8_t*>(pages.base);
     const size_t bytes = pages.block_bytes();
-    pool_->device_.copy(base + static_cast<size_t>(shared) * bytes, bytes,
-                        base + static_cast<size_t>(own) * bytes);
+    pool_->device_.copy(base + static_cast<size_t>(shared) * bytes, bytes, base + static_cast<size_t>(own) * bytes);
     pool_->release(shared);
     blocks_.back() = own;
   }

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <future>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -565,7 +565,8 @@ void StageService::State::fail_request(uint64_t request, const Status& status) {
 }
 
 Status StageService::State::start(Work& work) {
-  if (!last) return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
+  if (!last)
+    return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
   TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.message, model->config().vocab_size));
   TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_from_json(work.message, model->config().vocab_size));
   Scheduler& scheduler = *engine.scheduler;

@@ -127,7 +127,8 @@ std::vector<float> naive_attention(const NaiveAttention& a) {
       for (int64_t j = 0; j <= pos; ++j) {
         const bool visible = a.window == 0 || pos - j < a.window;
         double s = 0;
-        for (int64_t d = 0; d < a.hd; ++d) s += double{a.q[(t * a.heads + h) * a.hd + d]} * a.k[j * stride + kv * a.hd + d];
+        for (int64_t d = 0; d < a.hd; ++d)
+          s += double{a.q[(t * a.heads + h) * a.hd + d]} * a.k[j * stride + kv * a.hd + d];
         p.push_back(visible ? std::exp(s * a.scale) : 0.0);
       }
       double sum = 0;

@@ -93,8 +93,7 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
   }
 }
 
-void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
-                     const float* inv_freq) {
+void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) {
   const int64_t half = head_dim / 2;
   std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
   for (int64_t t = 0; t < tokens; ++t) {
