@@ -1,5 +1,5 @@
 # Thin wrapper over scripts/setup.sh, CMake and ctest. Every target can be run twice.
-#   make demo | build | test | bench | fuzz | sanitize | tsan | format | clean
+#   make demo | build | test | bench | fuzz | sanitize | tsan | format | format-check | clean
 # CI=true (set by .ci/run) turns warnings into errors.
 
 SHELL := /bin/bash
@@ -26,7 +26,10 @@ NO_CLANG := clang++ not found (scripts/setup.sh installs clang and libclang-rt-1
 
 DEMO_MODEL := models/tessera-tiny
 
-.PHONY: all deps build test fuzz demo bench sanitize tsan format clean
+# Every C++ source that clang-format checks (CI fails on a file it would change).
+FORMAT_FILES = find src tests fuzz bench \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) -print0
+
+.PHONY: all deps build build-demo test fuzz demo bench sanitize tsan format format-check clean
 all: build
 
 deps:
@@ -36,7 +39,12 @@ build: deps
 	$(CONFIGURE) -B build -DCMAKE_BUILD_TYPE=Release
 	cmake --build build
 
-test: build
+# Only the tessera binary: what `make demo` runs.
+build-demo: deps
+	$(CONFIGURE) -B build -DCMAKE_BUILD_TYPE=Release
+	cmake --build build --target tessera
+
+test: format-check build
 	bash scripts/fetch_test_material.sh || echo "make test: test material could not be fetched; the tests that need it skip"
 	$(CTEST) --test-dir build
 	$(if $(HAVE_CLANG),$(FUZZ_CONFIGURE),@echo "make test: fuzz tests skipped: $(NO_CLANG)")
@@ -50,7 +58,7 @@ fuzz: deps
 	@echo "Fuzzers are in build-fuzz/bin: $(FUZZ_TARGETS). To run one for an hour (new inputs go to the first corpus dir):"
 	@echo "  build-fuzz/bin/$(F) -max_total_time=3600 -rss_limit_mb=1024 build-fuzz/fuzz/$(F)_corpus fuzz/corpus/$(F)"
 
-demo: build
+demo: build-demo
 	@echo "demo: tessera-tiny, the project's own 9.4M-parameter model (models/tessera-tiny/README.md)"
 	DEMO_MODEL=$(DEMO_MODEL) scripts/demo.sh
 
@@ -68,7 +76,11 @@ tsan: deps
 	TESSERA_DIST_QUICK=1 $(CTEST) --test-dir build-tsan
 
 format:
-	find src tests fuzz \( -name '*.h' -o -name '*.cpp' \) -print0 | xargs -0 clang-format -i
+	$(FORMAT_FILES) | xargs -0 clang-format -i
+
+format-check: deps
+	$(FORMAT_FILES) | xargs -0 clang-format --dry-run -Werror
+	@echo "format-check: every source is as clang-format writes it"
 
 clean:
 	rm -rf build build-fuzz build-asan build-tsan
