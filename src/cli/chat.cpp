@@ -38,7 +38,6 @@ Status chat(ChatOptions o) {
   TS_ASSIGN_OR_RETURN(LocalEngine engine, LocalEngine::create(model.model, o.engine));
   // One sequence for the whole conversation: each answer reuses the keys and values of the turns before it.
   LocalRunner runner(*engine.scheduler, model.model.config().max_position_embeddings, o.sampling);
-  std::vector<int32_t> cached;  // the tokens whose keys and values the runner holds
   auto messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
   const size_t base_messages = messages.size();
@@ -61,7 +60,6 @@ Status chat(ChatOptions o) {
     if (line == "/quit") return {};
     if (line == "/reset") {
       messages.erase(messages.begin() + static_cast<ptrdiff_t>(base_messages), messages.end());
-      cached.clear();
       continue;
     }
     if (line.empty()) continue;
@@ -73,10 +71,6 @@ Status chat(ChatOptions o) {
     request.cancel = &g_interrupted;
     TS_ASSIGN_OR_RETURN(request.prompt,
                         model.tokenizer.encode(rendered, {.parse_special = true, .add_special = false}));
-    size_t common = 0;
-    while (common < cached.size() && common < request.prompt.size() && cached[common] == request.prompt[common])
-      ++common;
-    TS_RETURN_IF_ERROR(runner.truncate(static_cast<int64_t>(common)));
     std::string answer;
     auto result = generate_text(model, runner, request, [&](std::string_view piece) {
       answer += piece;
@@ -87,13 +81,8 @@ Status chat(ChatOptions o) {
     if (!result.ok()) {  // e.g. the conversation outgrew the context: say so and carry on
       report_error(result.status());
       messages.erase(messages.end() - 1);
-      cached.clear();  // what the runner holds is no longer known: start the next answer afresh
-      TS_RETURN_IF_ERROR(runner.truncate(0));
       continue;
     }
-    cached = request.prompt;
-    cached.insert(cached.end(), result->tokens.begin(), result->tokens.end());
-    cached.resize(static_cast<size_t>(runner.length()));  // the last sampled token never ran
     messages.push_back({{"role", "assistant"}, {"content", answer}});
     if (result->finish_reason == "cancelled") std::fprintf(stderr, "[stopped]\n");
   }

@@ -16,8 +16,10 @@ Result<GenerationResult> generate(SequenceRunner& runner, int64_t vocab_size, co
   if (prompt_size >= runner.capacity())
     return Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
                                  " tokens, more than the context of " + std::to_string(runner.capacity() - 1));
-  // Reuse the cached prefix; at least the last prompt token runs, for its logits.
-  const int64_t reuse = std::min(runner.length(), prompt_size - 1);
+  // Reuse what the runner holds of the prompt; at least the last prompt token runs, for its logits.
+  const std::span<const int32_t> held = runner.tokens();
+  const auto common = std::mismatch(held.begin(), held.end(), request.prompt.begin(), request.prompt.end()).first;
+  const int64_t reuse = std::min<int64_t>(common - held.begin(), prompt_size - 1);
   TS_RETURN_IF_ERROR(runner.truncate(reuse));
 
   GenerationResult result;

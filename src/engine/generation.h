@@ -43,8 +43,9 @@ struct GenerationResult {
 };
 
 // Token ids in, token ids out. `on_token` sees each token as it is taken and
-// returns false to stop there (finish "stop"). `runner` may already hold a
-// prefix of `request.prompt` (its length() tokens), which is reused.
+// returns false to stop there (finish "stop"). What `runner` already holds of
+// `request.prompt` (the common prefix of its tokens()) is reused; the rest of
+// what it holds is dropped.
 Result<GenerationResult> generate(SequenceRunner& runner, int64_t vocab_size, const GenerationRequest& request,
                                   const std::function<bool(int32_t)>& on_token);
 

@@ -21,15 +21,27 @@ LocalRunner::LocalRunner(Scheduler& scheduler, int64_t capacity, std::optional<S
 
 LocalRunner::~LocalRunner() { scheduler_.cancel(id_); }
 
-int64_t LocalRunner::length() const { return scheduler_.is_open(id_) ? scheduler_.length(id_) : 0; }
-
 Status LocalRunner::truncate(int64_t n) {
   started_ = false;
-  if (scheduler_.is_open(id_)) scheduler_.truncate(id_, std::min(n, scheduler_.length(id_)));
+  n = std::min(n, length());
+  if (scheduler_.is_open(id_)) scheduler_.truncate(id_, n);
+  held_.resize(static_cast<size_t>(n));
   return {};
 }
 
 Result<StepOutput> LocalRunner::run_feed(std::span<const int32_t> ids) {
+  Result<StepOutput> out = step_until_done(ids);
+  if (out.ok()) {
+    held_.insert(held_.end(), ids.begin(), ids.end());
+  } else {  // whatever the sequence held is gone or unknown: start afresh
+    scheduler_.cancel(id_);
+    held_.clear();
+    started_ = false;
+  }
+  return out;
+}
+
+Result<StepOutput> LocalRunner::step_until_done(std::span<const int32_t> ids) {
   if (!scheduler_.is_open(id_)) TS_RETURN_IF_ERROR(scheduler_.open(id_, capacity_));
   TS_RETURN_IF_ERROR(scheduler_.feed_ids(id_, std::vector<int32_t>(ids.begin(), ids.end())));
   while (scheduler_.has_work()) {

@@ -21,9 +21,12 @@ class SequenceRunner {
  public:
   virtual ~SequenceRunner() = default;
   // Runs ids at positions [length(), + ids.size()); returns f32 logits [vocab]
-  // of the last one.
+  // of the last one. On an error the runner holds nothing.
   virtual Result<std::vector<float>> run(std::span<const int32_t> ids) = 0;
-  virtual int64_t length() const = 0;    // positions held
+  // The ids whose keys and values the runner holds, in order (what a next
+  // request with the same prefix reuses).
+  std::span<const int32_t> tokens() const { return held_; }
+  int64_t length() const { return static_cast<int64_t>(held_.size()); }
   virtual int64_t capacity() const = 0;  // positions it can hold
   // Keeps the first n <= length() positions (a cached prompt prefix) and starts
   // a new request: the next run_to_token starts a fresh sampler.
@@ -36,6 +39,9 @@ class SequenceRunner {
   virtual Result<int32_t> run_to_token(std::span<const int32_t> /*ids*/, std::span<const int32_t> /*prompt*/) {
     return Status::unsupported("this runner returns logits; sample them");
   }
+
+ protected:
+  std::vector<int32_t> held_;  // see tokens(); kept by each kind of runner
 };
 
 // One sequence of a Scheduler that this thread drives: each run feeds the ids
@@ -48,14 +54,15 @@ class LocalRunner final : public SequenceRunner {
   LocalRunner& operator=(const LocalRunner&) = delete;
 
   Result<std::vector<float>> run(std::span<const int32_t> ids) override;
-  int64_t length() const override;
   int64_t capacity() const override { return capacity_; }
   Status truncate(int64_t n) override;
   bool samples_itself() const override { return sampling_.has_value(); }
   Result<int32_t> run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) override;
 
  private:
+  // Feeds ids and steps the scheduler until they are done; keeps held_ in step.
   Result<StepOutput> run_feed(std::span<const int32_t> ids);
+  Result<StepOutput> step_until_done(std::span<const int32_t> ids);
 
   Scheduler& scheduler_;
   const int64_t capacity_;

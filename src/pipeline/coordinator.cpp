@@ -407,9 +407,8 @@ PipelineRunner::~PipelineRunner() { pipeline_.cancel(request_); }
 
 Result<std::vector<float>> PipelineRunner::run(std::span<const int32_t> ids) {
   if (sampling_) return Status::internal("this pipeline request samples on the last stage: use run_to_token");
-  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, pipeline_.step(request_, ids));
+  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, step(ids));
   if (result.logits.empty()) return Status::internal("the last stage sent a token, not logits");
-  length_ += static_cast<int64_t>(ids.size());
   return std::move(result.logits);
 }
 
@@ -419,19 +418,28 @@ Result<int32_t> PipelineRunner::run_to_token(std::span<const int32_t> ids, std::
     TS_RETURN_IF_ERROR(pipeline_.start(request_, *sampling_, prompt));
     started_ = true;
   }
-  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, pipeline_.step(request_, ids));
+  TS_ASSIGN_OR_RETURN(Pipeline::StepResult result, step(ids));
   if (result.token < 0) return Status::internal("the last stage sent logits, not a token");
-  length_ += static_cast<int64_t>(ids.size());
   return result.token;
 }
 
+Result<Pipeline::StepResult> PipelineRunner::step(std::span<const int32_t> ids) {
+  Result<Pipeline::StepResult> result = pipeline_.step(request_, ids);
+  if (result.ok()) {
+    held_.insert(held_.end(), ids.begin(), ids.end());
+  } else {  // what the stages hold is unknown: the next run starts a new request
+    (void)truncate(0);
+  }
+  return result;
+}
+
 Status PipelineRunner::truncate(int64_t n) {
-  if (n == length_) return {};
+  if (n == length()) return {};
   if (n != 0) return Status::unsupported("a pipeline sequence cannot drop part of its KV cache");
   pipeline_.cancel(request_);
   request_ = pipeline_.new_request_id();
   started_ = false;
-  length_ = 0;
+  held_.clear();
   return {};
 }
 

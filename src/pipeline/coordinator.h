@@ -111,7 +111,6 @@ class PipelineRunner final : public SequenceRunner {
   Result<std::vector<float>> run(std::span<const int32_t> ids) override;
   bool samples_itself() const override { return sampling_.has_value(); }
   Result<int32_t> run_to_token(std::span<const int32_t> ids, std::span<const int32_t> prompt) override;
-  int64_t length() const override { return length_; }
   int64_t capacity() const override { return capacity_; }
   Status truncate(int64_t n) override;  // only to 0 (a new request) or length()
 
@@ -119,8 +118,9 @@ class PipelineRunner final : public SequenceRunner {
   Pipeline& pipeline_;
   std::optional<SamplingParams> sampling_;
   bool started_ = false;
+  Result<Pipeline::StepResult> step(std::span<const int32_t> ids);  // keeps held_ in step
+
   uint64_t request_;
-  int64_t length_ = 0;
   int64_t capacity_;
 };
 
