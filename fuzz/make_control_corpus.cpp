@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
                                   {"context", 64},
                                   {"plain", false},
                                   {"ship", manifest}}));
-  StartParams params;
+  SamplingParams params;
   params.temperature = 0.8f;
   params.top_k = 40;
   params.repetition_penalty = 1.2f;

@@ -41,7 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_refusal_or_ok(field<std::string>(*message, "model").status());
   expect_refusal_or_ok(field<bool>(*message, "plain").status());
   (void)text_or(*message, "message", "?");
-  expect_refusal_or_ok(start_params_from_json(*message).status());
+  expect_refusal_or_ok(sampling_from_json(*message).status());
   expect_refusal_or_ok(prompt_from_json(*message, 1000).status());
   if (message->contains("ship")) expect_refusal_or_ok(check_manifest((*message)["ship"], 1 << 20).status());
   return 0;

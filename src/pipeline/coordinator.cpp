@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "pipeline/frame_channel.h"
-#include "pipeline/start_message.h"
 #include "wire/control_frame.h"
 #include "wire/encoding.h"
 #include "wire/limits.h"
+#include "wire/start_message.h"
 #include "wire/tensor_codec.h"
 
 namespace tessera::pipeline {
@@ -348,7 +348,7 @@ Result<std::shared_ptr<FrameChannel>> Pipeline::State::first_channel() {
 
 Status Pipeline::start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt) {
   TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, state_->first_channel());
-  return first->write_frame(wire::encode_control(request, start_message(params, prompt)),
+  return first->write_frame(wire::encode_control(request, wire::start_message(params, prompt)),
                             net::deadline_after(state_->options.timeout));
 }
 

@@ -19,12 +19,12 @@
 #include "engine/local_engine.h"
 #include "model/model.h"
 #include "pipeline/frame_channel.h"
-#include "pipeline/start_message.h"
 #include "pipeline/weight_shipping.h"
 #include "sampling/sampler.h"
 #include "seal/hello.h"
 #include "wire/control_frame.h"
 #include "wire/limits.h"
+#include "wire/start_message.h"
 #include "wire/tensor_codec.h"
 
 namespace tessera::pipeline {
@@ -567,11 +567,11 @@ void StageService::State::fail_request(uint64_t request, const Status& status) {
 Status StageService::State::start(Work& work) {
   if (!last)
     return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
-  TS_ASSIGN_OR_RETURN(SamplingParams params, sampling_from_json(work.message, model->config().vocab_size));
-  TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, prompt_from_json(work.message, model->config().vocab_size));
+  TS_ASSIGN_OR_RETURN(SamplingParams params, wire::sampling_from_json(work.message));
+  TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, wire::prompt_from_json(work.message, model->config().vocab_size));
   Scheduler& scheduler = *engine.scheduler;
   if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
-  return scheduler.start(work.request, params, std::move(prompt));
+  return scheduler.start(work.request, params, std::move(prompt)).with_context("start");
 }
 
 bool StageService::State::handle(Work& work) {

@@ -19,20 +19,9 @@
 #include <vector>
 
 #include "core/status.h"
+#include "sampling/sampling_params.h"
 
 namespace tessera {
-
-struct SamplingParams {
-  float temperature = 0.0f;  // 0: greedy (argmax after biases and penalties)
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  std::map<int32_t, float> logit_bias;
-  uint64_t seed = 0;
-};
 
 // kInvalidInput naming the parameter when a value is out of range.
 Status validate(const SamplingParams& params, int64_t vocab_size);

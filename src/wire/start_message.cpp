@@ -6,7 +6,7 @@ namespace tessera::wire {
 
 using json = nlohmann::json;
 
-json start_message(const StartParams& params, std::span<const int32_t> prompt) {
+json start_message(const SamplingParams& params, std::span<const int32_t> prompt) {
   json bias = json::array();
   for (const auto& [id, value] : params.logit_bias) bias.push_back({id, value});
   json message = {{"type", "start"},
@@ -36,8 +36,8 @@ Result<float> number(const json& start, const char* name) {
 
 }  // namespace
 
-Result<StartParams> start_params_from_json(const json& start) {
-  StartParams params;
+Result<SamplingParams> sampling_from_json(const json& start) {
+  SamplingParams params;
   TS_ASSIGN_OR_RETURN(params.temperature, number(start, "temperature"));
   TS_ASSIGN_OR_RETURN(params.top_k, field<int32_t>(start, "top_k"));
   TS_ASSIGN_OR_RETURN(params.top_p, number(start, "top_p"));

@@ -8,41 +8,28 @@
 //    "repetition_penalty": f, "presence_penalty": f, "frequency_penalty": f,
 //    "seed": u, "logit_bias": [[id, bias], ...], "prompt": [ids]}
 //
-// wire knows no Sampler: StartParams holds the sampling parameters as plain
-// numbers, checked here for presence and type only. The pipeline converts them
-// to SamplingParams and validates their ranges (pipeline/start_message.h).
+// wire knows no Sampler: the SamplingParams (plain numbers) are checked here for
+// presence and type only; their ranges are the receiver's (sampling's validate(),
+// which Scheduler::start runs).
 //
 // Pure functions; safe from any thread.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <vector>
 
 #include "core/status.h"
+#include "sampling/sampling_params.h"
 
 namespace tessera::wire {
 
-// The fields of sampling/sampler.h's SamplingParams, with the same defaults.
-struct StartParams {
-  float temperature = 0.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  std::map<int32_t, float> logit_bias;
-  uint64_t seed = 0;
-};
-
 // The prompt travels only when the repetition penalty (!= 1) looks at it.
-nlohmann::json start_message(const StartParams& params, std::span<const int32_t> prompt);
+nlohmann::json start_message(const SamplingParams& params, std::span<const int32_t> prompt);
 // Each refusal names the field: present, of its type; logit_bias entries are
-// [integer id, number]. Ranges are the caller's (SamplingParams' validate).
-Result<StartParams> start_params_from_json(const nlohmann::json& start);
+// [integer id, number]. Ranges are the caller's (validate()).
+Result<SamplingParams> sampling_from_json(const nlohmann::json& start);
 // Every id in [0, vocab_size).
 Result<std::vector<int32_t>> prompt_from_json(const nlohmann::json& start, int64_t vocab_size);
 

@@ -1,17 +1,18 @@
 // The decoders of what a peer says on control channels, each guard on its own:
 // the Group's control header (wire/rank_control.h), pipeline control frames and
 // their fields (wire/control_frame.h), the start message of last-stage sampling
-// (wire/start_message.h, through pipeline/start_message.h's SamplingParams), and
+// (wire/start_message.h), and
 // the weight-shipping manifest (wire/ship_manifest.h).
 // Every case here was checked to fail with its guard removed (the check
 // deleted, the test run, the check restored).
 #include <gtest/gtest.h>
 
-#include "pipeline/start_message.h"
+#include "sampling/sampler.h"
 #include "wire/byte_io.h"
 #include "wire/control_frame.h"
 #include "wire/rank_control.h"
 #include "wire/ship_manifest.h"
+#include "wire/start_message.h"
 
 namespace tessera::pipeline {
 namespace {
@@ -26,6 +27,9 @@ using wire::encode_control;
 using wire::field;
 using wire::kControlHeaderBytes;
 using wire::kMaxControlText;
+using wire::prompt_from_json;
+using wire::sampling_from_json;
+using wire::start_message;
 using wire::text_or;
 
 void expect_refused(const Status& status, const std::string& needle) {
@@ -101,7 +105,7 @@ TEST(StartMessage, RoundTripsTheSamplingParameters) {
   params.logit_bias = {{2, -3.5f}, {9, 1.0f}};
   const std::vector<int32_t> prompt = {5, 6, 7};
   const json start = start_message(params, prompt);
-  Result<SamplingParams> back = sampling_from_json(start, 100);
+  Result<SamplingParams> back = sampling_from_json(start);
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->temperature, params.temperature);
   EXPECT_EQ(back->top_k, params.top_k);
@@ -119,13 +123,14 @@ TEST(StartMessage, RefusesMalformedOrInvalidFields) {
     start[key] = std::move(value);
     return start;
   };
-  expect_refused(sampling_from_json(with("temperature", "hot"), 100).status(), "temperature must be a number");
-  expect_refused(sampling_from_json(with("top_k", 1.5), 100).status(), "top_k has the wrong type");
-  expect_refused(sampling_from_json(with("seed", -1), 100).status(), "seed has the wrong type");
-  expect_refused(sampling_from_json(with("logit_bias", json::object()), 100).status(), "logit_bias must be an array");
-  expect_refused(sampling_from_json(with("logit_bias", json::array({json::array({1})})), 100).status(),
+  expect_refused(sampling_from_json(with("temperature", "hot")).status(), "temperature must be a number");
+  expect_refused(sampling_from_json(with("top_k", 1.5)).status(), "top_k has the wrong type");
+  expect_refused(sampling_from_json(with("seed", -1)).status(), "seed has the wrong type");
+  expect_refused(sampling_from_json(with("logit_bias", json::object())).status(), "logit_bias must be an array");
+  expect_refused(sampling_from_json(with("logit_bias", json::array({json::array({1})}))).status(),
                  "entries must be [token id, bias]");
-  expect_refused(sampling_from_json(with("temperature", -1.0), 100).status(), "start");  // validate()
+  expect_refused(validate(*sampling_from_json(with("temperature", -1.0)), 100),
+                 "temperature");  // the ranges: validate()
   expect_refused(prompt_from_json(with("prompt", "1,2"), 100).status(), "prompt must be an array");
   expect_refused(prompt_from_json(with("prompt", json::array({1, 100})), 100).status(),
                  "prompt[1] is not a token id below 100");
