@@ -606,16 +606,19 @@ bool StageService::State::handle(Work& work) {
   return true;
 }
 
-// Everything queued goes to the scheduler before the next step, so requests that
-// arrive together run in one forward pass (up to its step limits).
+// What is queued goes to the scheduler before the next step, so requests that
+// arrive together run in one forward pass (up to its step limits); at most
+// kWorkBetweenSteps items, so a flood of input cannot hold up the steps.
 void StageService::State::inference_loop() {
+  constexpr size_t kWorkBetweenSteps = 256;
+  size_t handled = 0;
   for (;;) {
     std::optional<Work> work;
     {
       std::unique_lock lock(mutex);
       const auto stepping = [this] { return engine.scheduler && engine.scheduler->has_work(); };
       cv.wait(lock, [&] { return !queue.empty() || stepping(); });
-      if (!queue.empty()) {
+      if (!queue.empty() && !(stepping() && handled >= kWorkBetweenSteps)) {
         work = std::move(queue.front());
         queue.pop_front();
         if (work->kind != Work::Kind::kSetup && work->kind != Work::Kind::kStop && work->session != session) continue;
@@ -623,7 +626,9 @@ void StageService::State::inference_loop() {
     }
     if (work) {
       if (!handle(*work)) return;
+      ++handled;
     } else {
+      handled = 0;
       for (StepOutput& out : engine.scheduler->step()) deliver(out);
       largest_step = std::max<uint64_t>(largest_step, engine.scheduler->last_step_size());
     }
