@@ -60,8 +60,8 @@ struct AttentionArgs {
   const float* q = nullptr;  // f32 [tokens, n_heads, head_dim], already rotated
   float* out = nullptr;      // f32 [tokens, n_heads, head_dim]
   const KvPages* pages = nullptr;
-  int64_t layer = 0;                // layer index within the pages
-  std::span<const int32_t> blocks;  // host: the sequence's block table; positions [0, pos0 + tokens) written
+  int64_t layer = 0;                  // layer index within the pages
+  std::span<const int32_t> blocks{};  // host: the sequence's block table; positions [0, pos0 + tokens) written
   int64_t tokens = 0;
   int64_t pos0 = 0;  // position of the first query token
   int64_t n_heads = 0;

@@ -18,10 +18,10 @@
 namespace tessera {
 
 struct EngineOptions {
-  std::string device = "cpu";  // cpu or cuda[:N]
-  size_t threads = 0;          // CPU threads (0: all cores)
-  ForwardOptions forward;      // the KV pool's budget, dtype and block size
-  SchedulerOptions scheduler;  // step size and queue bounds
+  std::string device = "cpu";    // cpu or cuda[:N]
+  size_t threads = 0;            // CPU threads (0: all cores)
+  ForwardOptions forward{};      // the KV pool's budget, dtype and block size
+  SchedulerOptions scheduler{};  // step size and queue bounds
 };
 
 struct LocalEngine {

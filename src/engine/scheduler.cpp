@@ -85,7 +85,11 @@ void Scheduler::cancel_all() {
 
 int64_t Scheduler::length(uint64_t id) const { return sequences_.at(id).cache.length(); }
 
-void Scheduler::truncate(uint64_t id, int64_t n) { sequences_.at(id).cache.truncate(n); }
+void Scheduler::truncate(uint64_t id, int64_t n) {
+  Sequence& sequence = sequences_.at(id);
+  TS_CHECK(sequence.feeds.empty(), "truncating sequence ", id, " with ", sequence.feeds.size(), " inputs queued");
+  sequence.cache.truncate(n);
+}
 
 uint64_t Scheduler::kv_bytes() const {
   uint64_t bytes = 0;

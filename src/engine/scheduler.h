@@ -46,9 +46,9 @@ struct SchedulerOptions {
 
 struct StepOutput {
   uint64_t id = 0;
-  Status status;              // not OK: the sequence failed and is closed
-  std::vector<float> values;  // logits [vocab] of the feed's last token, or hidden states [tokens, hidden]
-  int32_t token = -1;         // the sampled token, for a sequence that samples here
+  Status status{};              // not OK: the sequence failed and is closed
+  std::vector<float> values{};  // logits [vocab] of the feed's last token, or hidden states [tokens, hidden]
+  int32_t token = -1;           // the sampled token, for a sequence that samples here
 };
 
 class Scheduler {
@@ -73,7 +73,8 @@ class Scheduler {
   bool has_work() const { return queued_ > 0; }
   std::vector<StepOutput> step();
 
-  // Positions a sequence holds; keeps only the first n (a reused prompt prefix).
+  // Positions a sequence holds; keeps only the first n (a reused prompt prefix),
+  // with no input queued.
   int64_t length(uint64_t id) const;
   void truncate(uint64_t id, int64_t n);
 
@@ -85,18 +86,18 @@ class Scheduler {
 
  private:
   struct Feed {
-    std::vector<int32_t> ids;
-    std::vector<float> hidden;
+    std::vector<int32_t> ids{};
+    std::vector<float> hidden{};
     int64_t tokens = 0;
     int64_t done = 0;  // tokens already run
     uint64_t order = 0;
   };
   struct Sequence {
     KvCache cache;
-    std::optional<Sampler> sampler;
-    std::vector<int32_t> prompt, output;
-    std::deque<Feed> feeds;
-    std::vector<float> hidden_out;  // the current feed's hidden states so far
+    std::optional<Sampler> sampler{};
+    std::vector<int32_t> prompt{}, output{};
+    std::deque<Feed> feeds{};
+    std::vector<float> hidden_out{};  // the current feed's hidden states so far
   };
   struct Chosen {
     uint64_t id;

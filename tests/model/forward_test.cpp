@@ -250,7 +250,7 @@ TEST(ModelLoadTest, ConfigShapeDisagreeingWithTensorNamesTensorAndShapes) {
   auto model = Model::load(dir);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().kind(), ErrorKind::kInvalidInput);
-  const auto& message = model.status().message();
+  const std::string message = model.status().message();
   EXPECT_NE(message.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << message;
   EXPECT_NE(message.find("[160, 64]"), std::string::npos) << message;
   EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
