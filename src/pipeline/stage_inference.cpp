@@ -1,0 +1,187 @@
+// The stage's inference thread (stage_state.h): setup of the layers and the
+// session, the Work queue handed to the engine's Scheduler, its steps, and the
+// delivery of each request's output to the next stage or the coordinator.
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "pipeline/stage_state.h"
+#include "wire/start_message.h"
+#include "wire/tensor_codec.h"
+
+namespace tessera::pipeline {
+
+Status StageService::State::setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel) {
+  TS_ASSIGN_OR_RETURN(const std::string dir, wire::field<std::string>(message, "model"));
+  TS_ASSIGN_OR_RETURN(const int64_t begin, wire::field<int64_t>(message, "begin"));
+  TS_ASSIGN_OR_RETURN(const int64_t end, wire::field<int64_t>(message, "end"));
+  TS_ASSIGN_OR_RETURN(const std::string next_name, wire::field<std::string>(message, "next"));
+  TS_ASSIGN_OR_RETURN(const uint64_t session_id, wire::field<uint64_t>(message, "session"));
+  TS_ASSIGN_OR_RETURN(context, wire::field<int64_t>(message, "context"));
+  bool session_plain = false;
+  if (message.contains("plain")) {
+    TS_ASSIGN_OR_RETURN(session_plain, wire::field<bool>(message, "plain"));
+  }
+  if (!model || !engine.scheduler || dir != model_dir || begin != range.begin || end != range.end) {
+    engine.reset();
+    model.reset();
+    std::fprintf(stderr, "[stage %s] loading layers [%lld, %lld) of %s\n", options.identity.name.c_str(),
+                 static_cast<long long>(begin), static_cast<long long>(end), dir.c_str());
+    TS_ASSIGN_OR_RETURN(Model loaded, Model::load(dir, LayerRange{begin, end}));
+    model = std::make_unique<Model>(std::move(loaded));
+    model_dir = dir;
+    range = {begin, end};
+    TS_ASSIGN_OR_RETURN(engine, LocalEngine::create(*model, options.engine));
+  }
+  if (context < 1 || context > model->config().max_position_embeddings) {
+    return Status::invalid_input("setup: context " + std::to_string(context) + " not in [1, " +
+                                 std::to_string(model->config().max_position_embeddings) + "]");
+  }
+  wire::StageLimitsOptions limit_options;
+  limit_options.activation_dtype = DType::kF32;  // bitwise the hidden states of one process
+  limit_options.max_tokens_per_frame = static_cast<uint64_t>(context);
+  TS_ASSIGN_OR_RETURN(wire::StageLimits stage_limits,
+                      wire::make_stage_limits(model->config().hidden_size, model->config().vocab_size, limit_options));
+  engine.scheduler->cancel_all();
+  next.reset();
+  last = next_name.empty();
+  if (last != model->has_exit()) {
+    return Status::invalid_input(
+        "setup: layers [" + std::to_string(begin) + ", " + std::to_string(end) + ") " +
+        (last ? "do not end the model but no next stage is named" : "end the model but a next stage is named"));
+  }
+  if (!last) {
+    const net::Deadline deadline = net::deadline_after(options.timeout);
+    Result<ConnectedChannel> connected =
+        connect_frame_channel(options.identity, options.trust, next_name, deadline, options.timeout);
+    if (!connected.ok()) return connected.status().with_context("next stage " + next_name);
+    const net::Endpoint endpoint = connected->endpoint;
+    next = std::move(connected->channel);
+    TS_RETURN_IF_ERROR(
+        next->write_frame(wire::encode_control(0, {{"type", "upstream"}, {"session", session_id}}), deadline));
+    if (session_plain)
+      TS_RETURN_IF_ERROR(bind_plain(*next, endpoint, deadline).with_context("--plain link to " + next_name));
+  }
+  std::shared_ptr<FrameChannel> previous;
+  {
+    std::lock_guard lock(mutex);
+    limits = std::move(stage_limits);
+    session = session_id;
+    plain = session_plain;
+    previous = std::exchange(coordinator, coordinator_channel);
+  }
+  if (previous && previous != coordinator_channel) {  // its requests would never be answered: say so now
+    send_error(*previous, 0, "session taken over by " + coordinator_channel->peer_name());
+  }
+  return coordinator_channel->write_frame(
+      wire::encode_control(0, {{"type", "ready"}, {"stage", options.identity.name}, {"begin", begin}, {"end", end}}),
+      net::deadline_after(options.timeout));
+}
+
+Status StageService::State::feed(Work& work) {
+  Scheduler& scheduler = *engine.scheduler;
+  if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
+  return work.kind == Work::Kind::kTokens ? scheduler.feed_ids(work.request, std::move(work.ids))
+                                          : scheduler.feed_hidden(work.request, std::move(work.hidden));
+}
+
+void StageService::State::deliver(StepOutput& out) {
+  if (!out.status.ok()) return report(out.id, out.status);  // the scheduler has closed the sequence
+  Status status;
+  if (last && out.token >= 0) {  // sampled here: one token id goes back, not [vocab] logits
+    const uint64_t shape[] = {1};
+    status = coordinator_channel()->write_frame(
+        wire::encode_tensor_frame(out.id, wire::Encoding{DType::kI32}, shape,
+                                  {reinterpret_cast<const uint8_t*>(&out.token), sizeof out.token}),
+        net::deadline_after(options.timeout));
+  } else {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(out.values.data());
+    const std::span<const uint8_t> data(bytes, out.values.size() * sizeof(float));
+    const uint64_t width = last ? out.values.size() : static_cast<uint64_t>(model->config().hidden_size);
+    const uint64_t shape[] = {out.values.size() / width, width};
+    FrameChannel& to = last ? *coordinator_channel() : *next;
+    status = to.write_frame(wire::encode_tensor_frame(out.id, wire::Encoding{DType::kF32}, shape, data),
+                            net::deadline_after(options.timeout));
+    if (!status.ok() && !last) status = status.with_context("sending to the next stage " + next->peer_name());
+  }
+  if (!status.ok()) fail_request(out.id, status);
+}
+
+void StageService::State::fail_request(uint64_t request, const Status& status) {
+  engine.scheduler->cancel(request);
+  report(request, status);
+}
+
+Status StageService::State::start(Work& work) {
+  if (!last)
+    return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
+  TS_ASSIGN_OR_RETURN(SamplingParams params, wire::sampling_from_json(work.message));
+  TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, wire::prompt_from_json(work.message, model->config().vocab_size));
+  Scheduler& scheduler = *engine.scheduler;
+  if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
+  return scheduler.start(work.request, params, std::move(prompt)).with_context("start");
+}
+
+bool StageService::State::handle(Work& work) {
+  switch (work.kind) {
+    case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
+      std::lock_guard lock(mutex);
+      for (Work& queued : queue) {
+        if (queued.kind == Work::Kind::kSetup) queued.done->set_value(Status::disconnected("the stage is stopping"));
+      }
+      queue.clear();
+      return false;
+    }
+    case Work::Kind::kSetup: work.done->set_value(setup(work.message, work.coordinator)); break;
+    case Work::Kind::kStart:
+      if (Status status = start(work); !status.ok()) fail_request(work.request, status);
+      break;
+    case Work::Kind::kCancel: engine.scheduler->cancel(work.request); break;
+    case Work::Kind::kEndSession: {
+      if (engine.scheduler) engine.scheduler->cancel_all();
+      largest_step = 0;
+      next.reset();
+      std::lock_guard lock(mutex);
+      coordinator.reset();
+      session = 0;
+      break;
+    }
+    case Work::Kind::kTokens:
+    case Work::Kind::kHidden:
+      if (Status status = feed(work); !status.ok()) fail_request(work.request, status);
+      break;
+  }
+  return true;
+}
+
+// What is queued goes to the scheduler before the next step, so requests that
+// arrive together run in one forward pass (up to its step limits); at most
+// kWorkBetweenSteps items, so a flood of input cannot hold up the steps.
+void StageService::State::inference_loop() {
+  constexpr size_t kWorkBetweenSteps = 256;
+  size_t handled = 0;
+  for (;;) {
+    std::optional<Work> work;
+    {
+      std::unique_lock lock(mutex);
+      const auto stepping = [this] { return engine.scheduler && engine.scheduler->has_work(); };
+      cv.wait(lock, [&] { return !queue.empty() || stepping(); });
+      if (!queue.empty() && !(stepping() && handled >= kWorkBetweenSteps)) {
+        work = std::move(queue.front());
+        queue.pop_front();
+        if (work->kind != Work::Kind::kSetup && work->kind != Work::Kind::kStop && work->session != session) continue;
+      }
+    }
+    if (work) {
+      if (!handle(*work)) return;
+      ++handled;
+    } else {
+      handled = 0;
+      for (StepOutput& out : engine.scheduler->step()) deliver(out);
+      largest_step = std::max<uint64_t>(largest_step, engine.scheduler->last_step_size());
+    }
+    count();
+  }
+}
+}  // namespace tessera::pipeline
