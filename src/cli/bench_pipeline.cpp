@@ -19,6 +19,7 @@
 
 #include "backend/device.h"
 #include "cli/commands.h"
+#include "engine/generation.h"
 #include "engine/local_engine.h"
 #include "engine/sequence_runner.h"
 #include "model/model.h"
@@ -41,30 +42,21 @@ struct BenchPipelineOptions {
   int rounds = 3;
 };
 
-int32_t argmax(const std::vector<float>& logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 std::vector<int32_t> prompt(int64_t n, int seed) {
   std::vector<int32_t> ids;
   for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>(1 + (i * 7 + seed * 13) % 200));
   return ids;
 }
 
-// Greedy decode of one request; returns the seconds of its decode steps. A
-// pipeline samples on its last stage, as `tessera generate` does.
-Result<double> decode(SequenceRunner& runner, const std::vector<int32_t>& ids, int64_t tokens) {
-  auto next = [&](std::span<const int32_t> feed) -> Result<int32_t> {
-    if (runner.samples_itself()) return runner.run_to_token(feed, ids);
-    TS_ASSIGN_OR_RETURN(const std::vector<float> logits, runner.run(feed));
-    return argmax(logits);
-  };
-  TS_ASSIGN_OR_RETURN(int32_t token, next(ids));
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < tokens; ++i) {
-    TS_ASSIGN_OR_RETURN(token, next(std::span(&token, 1)));
-  }
-  return std::chrono::duration<double>(Clock::now() - start).count();
+// Greedy decode of `tokens` steps after the prompt, through the one generation
+// loop (a pipeline samples on its last stage, as `tessera generate` does);
+// returns the seconds of the decode steps.
+Result<double> decode(SequenceRunner& runner, int64_t vocab, const std::vector<int32_t>& ids, int64_t tokens) {
+  GenerationRequest request;
+  request.prompt = ids;
+  request.max_tokens = tokens + 1;  // the prompt's token, then one per decode step
+  TS_ASSIGN_OR_RETURN(const GenerationResult result, generate(runner, vocab, request, [](int32_t) { return true; }));
+  return result.decode_seconds;
 }
 
 // Layer cuts that balance the stages' decode work, which is their weight bytes:
@@ -152,7 +144,8 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     const auto start = Clock::now();
     for (int r = 0; r < o.requests; ++r) {
       auto runner = make_runner();
-      TS_ASSIGN_OR_RETURN(const double seconds, decode(*runner, prompt(o.prompt_tokens, r), o.tokens));
+      TS_ASSIGN_OR_RETURN(const double seconds,
+                          decode(*runner, config.vocab_size, prompt(o.prompt_tokens, r), o.tokens));
       decode_s += seconds;
     }
     wall_s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -165,7 +158,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     for (int r = 0; r < o.requests; ++r) {
       clients.emplace_back([&, r] {
         pipeline::PipelineRunner runner(**pipeline, context, SamplingParams{});
-        results[r] = decode(runner, prompt(o.prompt_tokens, r), o.tokens);
+        results[r] = decode(runner, config.vocab_size, prompt(o.prompt_tokens, r), o.tokens);
       });
     }
     for (auto& client : clients) client.join();
@@ -184,7 +177,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
     for (int s = 0; s < o.stages; ++s) {
       threads.emplace_back([&, s] {
         LocalRunner runner(*engines[s].scheduler, context);
-        seconds[s] = decode(runner, prompt(o.prompt_tokens, s), o.tokens);
+        seconds[s] = decode(runner, config.vocab_size, prompt(o.prompt_tokens, s), o.tokens);
       });
     }
     for (auto& thread : threads) thread.join();
