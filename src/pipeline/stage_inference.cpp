@@ -124,6 +124,12 @@ Status StageService::State::start(Work& work) {
 }
 
 bool StageService::State::handle(Work& work) {
+  const bool for_request = work.kind == Work::Kind::kStart || work.kind == Work::Kind::kTokens ||
+                           work.kind == Work::Kind::kHidden || work.kind == Work::Kind::kCancel;
+  if (for_request && !engine.scheduler) {  // a later setup of this session failed while loading
+    report(work.request, Status::invalid_input("the stage has no layers loaded (its last setup failed)"));
+    return true;
+  }
   switch (work.kind) {
     case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
       std::lock_guard lock(mutex);

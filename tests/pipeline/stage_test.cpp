@@ -317,6 +317,54 @@ TEST(StageService, RefusesTokenIdsOutsideTheVocabularyAndServesTheNextRequest) {
   EXPECT_EQ(logits->prefix.request_id, request);
 }
 
+// A setup that fails while loading (here: a checkpoint that does not exist)
+// leaves the stage with no layers; the frames of the session it had fail with
+// an error naming that, and a good setup serves again. (Without the check in
+// State::handle the stage process dereferences its absent scheduler and dies;
+// checked.)
+TEST(StageService, AFailedSetupFailsTheOldSessionsRequestsWithoutCrashingAndAGoodSetupServesAgain) {
+  StageHarness stage;
+  auto coordinator = setup_stage(stage, 0, 16);
+  ASSERT_TRUE(coordinator);
+  auto second = std::move(stage.connect("coordinator")).value();
+  ASSERT_TRUE(second
+                  ->write_frame(wire::encode_control(0, {{"type", "setup"},
+                                                         {"model", "/nonexistent-tessera-checkpoint"},
+                                                         {"begin", 0},
+                                                         {"end", fixture_config().num_hidden_layers},
+                                                         {"next", ""},
+                                                         {"session", kSession},
+                                                         {"context", 16}}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  Result<json> refused = read_control(*second);
+  ASSERT_TRUE(refused.ok()) << refused.status().to_string();
+  EXPECT_EQ((*refused)["type"], "error") << refused->dump();
+
+  const std::vector<int32_t> ids = {1, 2, 3};
+  const uint64_t shape[] = {ids.size()};
+  auto send = [&](FrameChannel& channel, uint64_t request) {
+    return channel.write_frame(
+        wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                  {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 4}),
+        net::deadline_after(milliseconds(5000)));
+  };
+  ASSERT_TRUE(send(*coordinator, 7).ok());
+  Result<json> error = read_control(*coordinator);
+  ASSERT_TRUE(error.ok()) << error.status().to_string();
+  EXPECT_EQ((*error)["type"], "error");
+  EXPECT_NE((*error)["message"].get<std::string>().find("no layers loaded"), std::string::npos) << error->dump();
+
+  auto again = setup_stage(stage, 0, 16);
+  ASSERT_TRUE(again);
+  ASSERT_TRUE(send(*again, 8).ok());
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  Result<wire::Frame> logits = again->read_frame(limits, net::deadline_after(milliseconds(5000)));
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  EXPECT_EQ(logits->prefix.kind, wire::MessageKind::kTensor);
+  EXPECT_EQ(logits->prefix.request_id, 8u);
+}
+
 // A cancel frees the request's KV cache; the stage's status says so.
 TEST(StageService, CancelFreesTheRequestsKvCache) {
   StageHarness stage;
