@@ -272,6 +272,9 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
         Work work(Work::Kind::kStart, *session_id, request);
         work.message = std::move(*message);
         push(std::move(work));
+      } else {  // never dropped silently: the coordinator hears what was refused
+        report(request, Status::invalid_input("unexpected control message '" + (*message)["type"].dump() +
+                                              "' from the coordinator (expected start or cancel)"));
       }
       continue;
     }

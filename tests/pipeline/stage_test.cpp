@@ -365,6 +365,37 @@ TEST(StageService, AFailedSetupFailsTheOldSessionsRequestsWithoutCrashingAndAGoo
   EXPECT_EQ(logits->prefix.request_id, 8u);
 }
 
+// A control message the stage does not expect from its coordinator gets an
+// error reply naming it, and the session goes on. (Without the reply the
+// message was dropped and the read times out: checked.)
+TEST(StageService, AnswersAnUnexpectedControlMessageWithAnErrorNamingIt) {
+  StageHarness stage;
+  auto coordinator = setup_stage(stage, 0, 16);
+  ASSERT_TRUE(coordinator);
+  ASSERT_TRUE(
+      coordinator->write_frame(wire::encode_control(9, {{"type", "reboot"}}), net::deadline_after(milliseconds(5000)))
+          .ok());
+  Result<json> reply = read_control(*coordinator);
+  ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+  EXPECT_EQ((*reply)["type"], "error");
+  EXPECT_NE((*reply)["message"].get<std::string>().find("'\"reboot\"'"), std::string::npos) << reply->dump();
+  // The session still serves.
+  ASSERT_TRUE(
+      coordinator->write_frame(wire::encode_control(10, {{"type", "cancel"}}), net::deadline_after(milliseconds(5000)))
+          .ok());
+  const std::vector<int32_t> ids = {1, 2};
+  const uint64_t shape[] = {ids.size()};
+  ASSERT_TRUE(coordinator
+                  ->write_frame(wire::encode_tensor_frame(11, wire::Encoding{DType::kI32}, shape,
+                                                          {reinterpret_cast<const uint8_t*>(ids.data()), 8}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  Result<wire::Frame> logits = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  EXPECT_EQ(logits->prefix.request_id, 11u);
+}
+
 // A cancel frees the request's KV cache; the stage's status says so.
 TEST(StageService, CancelFreesTheRequestsKvCache) {
   StageHarness stage;
