@@ -10,9 +10,12 @@
 
 namespace tessera {
 
+// More CPU threads than this is a mistake, not a machine (--threads 100000 once aborted).
+inline constexpr size_t kMaxThreads = 1024;
+
 inline void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--device", o.device, "cpu or cuda[:N]");
-  cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)");
+  cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(size_t{0}, kMaxThreads));
   cmd.add_option("--kv-memory", o.forward.kv_memory,
                  "Memory for the paged KV cache, e.g. 2GiB (default: a quarter of the available memory)")
       ->transform(CLI::AsSizeValue(false));

@@ -11,6 +11,7 @@
 //     (without "layers", split by the stages' free memory); --plain for trusted links
 // Greedy unless a sampling option is given.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -112,8 +113,20 @@ Status generate_ids(const GenerateOptions& o) {
   return {};
 }
 
+// A prompt file is a regular file of at most kMaxPromptFileBytes: a directory,
+// FIFO or device is refused before it is opened, so nothing hangs or reads forever.
+constexpr uintmax_t kMaxPromptFileBytes = uintmax_t{64} << 20;
+
 Result<std::string> prompt_text(const GenerateOptions& o) {
   if (o.prompt_file.empty()) return o.prompt;
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(o.prompt_file, error))
+    return Status::invalid_input(o.prompt_file + ": not a regular file");
+  const uintmax_t size = std::filesystem::file_size(o.prompt_file, error);
+  if (error) return Status::not_found(o.prompt_file + ": " + error.message());
+  if (size > kMaxPromptFileBytes)
+    return Status::invalid_input(o.prompt_file + ": " + std::to_string(size) + " bytes, more than the " +
+                                 std::to_string(kMaxPromptFileBytes >> 20) + " MiB a prompt file may hold");
   std::ifstream in(o.prompt_file, std::ios::binary);
   if (!in) return Status::not_found(o.prompt_file + ": cannot open");
   std::stringstream text;

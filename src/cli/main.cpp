@@ -37,8 +37,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line, as every other refusal (CLI11's own adds a second line pointing at --help).
+    return tessera::report_error(tessera::Status::invalid_input(e.what()));
   }
   return exit_code;
 }

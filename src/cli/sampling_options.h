@@ -2,6 +2,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <climits>
+#include <cmath>
 
 #include "sampling/sampler.h"
 
@@ -19,8 +21,14 @@ inline void add_sampling_options(CLI::App& cmd, SamplingParams& p) {
          "--logit-bias",
          [&p](const std::vector<double>& pairs) {
            if (pairs.size() % 2 != 0) throw CLI::ValidationError("--logit-bias", "takes pairs: token id, bias");
-           for (size_t i = 0; i < pairs.size(); i += 2)
-             p.logit_bias[static_cast<int32_t>(pairs[i])] = static_cast<float>(pairs[i + 1]);
+           for (size_t i = 0; i < pairs.size(); i += 2) {
+             // A token id is a whole number in int32's range: 5.7 or 2^32 + 5 is refused, never cut to 5.
+             const double id = pairs[i];
+             if (!(id >= 0 && id <= INT32_MAX && id == std::floor(id)))
+               throw CLI::ValidationError("--logit-bias",
+                                          "token id " + std::to_string(id) + " is not a whole number in [0, 2^31)");
+             p.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(pairs[i + 1]);
+           }
          },
          "Pairs of token id and bias added to its logit, e.g. --logit-bias 42 -100")
       ->expected(2, -1);

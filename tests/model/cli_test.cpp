@@ -2,6 +2,7 @@
 // .npy file, and for bad paths and corrupt checkpoints exit code 2 with one line
 // on stderr naming the file and the tensor or field (never a crash).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -113,6 +114,37 @@ TEST(CliTest, MissingModelDirectoryIsRefused) {
 TEST(CliTest, TokenIdOutsideVocabularyIsRefused) {
   expect_refused(run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids 1,99999 -n 1"),
                  {"token id 99999"});
+}
+
+// A logit-bias token id is a whole number in int32's range; 5.7 and 2^32 + 5
+// are refused, not cut to token 5. (Without the check 5.7 acts on token 5 and exits 0: checked.)
+TEST(CliTest, LogitBiasIdThatIsNotAWholeInt32IsRefused) {
+  for (const std::string id : {"5.7", "4294967301", "-1"}) {
+    expect_refused(run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids 1 -n 1 --logit-bias " +
+                               id + " 10"),
+                   {"--logit-bias", "whole number"});
+  }
+}
+
+// --threads within a stated maximum (100000 once aborted the process).
+// (Without the range check the run aborts: checked.)
+TEST(CliTest, ThreadsBeyondTheMaximumAreRefused) {
+  expect_refused(run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids 1 -n 1 --threads 100000"),
+                 {"--threads"});
+}
+
+// A prompt file must be a regular file: a directory (which once ran an empty
+// prompt with exit code 0) and a FIFO (which once hung) are refused at once.
+// (Without the check the directory runs and exits 0: checked.)
+TEST(CliTest, PromptFileThatIsNotARegularFileIsRefused) {
+  const fs::path fifo = fs::path(::testing::TempDir()) / "tessera_prompt_fifo";
+  fs::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string file : {::testing::TempDir(), fifo.string(), std::string("/dev/zero")}) {
+    expect_refused(run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " + file),
+                   {file, "not a regular file"});
+  }
+  fs::remove(fifo);
 }
 
 // Writes a copy of the llama3_f32 fixture whose model.safetensors went through `corrupt`.
