@@ -22,6 +22,7 @@
 #include "cli/engine_options.h"
 #include "cli/npy.h"
 #include "cli/sampling_options.h"
+#include "core/text_file.h"
 #include "engine/generation.h"
 #include "pipeline/coordinator.h"
 
@@ -113,25 +114,11 @@ Status generate_ids(const GenerateOptions& o) {
   return {};
 }
 
-// A prompt file is a regular file of at most kMaxPromptFileBytes: a directory,
-// FIFO or device is refused before it is opened, so nothing hangs or reads forever.
-constexpr uintmax_t kMaxPromptFileBytes = uintmax_t{64} << 20;
-
+// A prompt file is a regular file of at most 64 MiB (core/text_file.h): a
+// directory, FIFO or device is refused at once, so nothing hangs or reads forever.
 Result<std::string> prompt_text(const GenerateOptions& o) {
   if (o.prompt_file.empty()) return o.prompt;
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(o.prompt_file, error))
-    return Status::invalid_input(o.prompt_file + ": not a regular file");
-  const uintmax_t size = std::filesystem::file_size(o.prompt_file, error);
-  if (error) return Status::not_found(o.prompt_file + ": " + error.message());
-  if (size > kMaxPromptFileBytes)
-    return Status::invalid_input(o.prompt_file + ": " + std::to_string(size) + " bytes, more than the " +
-                                 std::to_string(kMaxPromptFileBytes >> 20) + " MiB a prompt file may hold");
-  std::ifstream in(o.prompt_file, std::ios::binary);
-  if (!in) return Status::not_found(o.prompt_file + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_text_file(o.prompt_file, uint64_t{64} << 20);
 }
 
 // Text in, streamed text out.

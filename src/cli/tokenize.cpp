@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/text_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -29,25 +30,16 @@ struct TokenizeOptions {
 };
 
 Result<std::string> read_input(const std::string& path) {
-  std::ifstream in;
-  std::istream* stream = &std::cin;
-  if (path != "-") {
-    in.open(path, std::ios::binary);
-    if (!in) return Status::not_found(path + ": cannot open");
-    stream = &in;
-  }
-  std::string text((std::istreambuf_iterator<char>(*stream)), std::istreambuf_iterator<char>());
-  if (stream->bad()) return Status::invalid_input(path + ": read failed");
+  if (path != "-") return read_text_file(path);
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (std::cin.bad()) return Status::invalid_input("standard input: read failed");
   return text;
 }
 
 Result<std::vector<int32_t>> parse_ids(const std::string& text, const std::string& path) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid_input(path + ": --decode wants a JSON array of token ids: " + e.what());
-  }
+  Result<nlohmann::json> parsed = parse_json(text, path);
+  if (!parsed.ok()) return parsed.status().with_context("--decode wants a JSON array of token ids");
+  const nlohmann::json& json = *parsed;
   if (!json.is_array()) return Status::invalid_input(path + ": --decode wants a JSON array of token ids");
   std::vector<int32_t> ids;
   ids.reserve(json.size());

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/text_file.h"
+
 namespace tessera {
 
 namespace {
@@ -12,12 +14,7 @@ namespace {
 // Parses an optional JSON file: null when it does not exist.
 Result<nlohmann::ordered_json> read_optional_json(const std::string& path) {
   if (!std::filesystem::exists(path)) return nlohmann::ordered_json();
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto json = nlohmann::ordered_json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return Status::invalid_input(path + ": not valid JSON");
-  return json;
+  return read_json_file<nlohmann::ordered_json>(path);
 }
 
 void add_eos_ids(const nlohmann::ordered_json& config, std::vector<int32_t>& ids) {

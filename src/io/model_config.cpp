@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/text_file.h"
+
 namespace tessera {
 
 using nlohmann::json;
@@ -155,13 +157,7 @@ Result<ModelConfig> load_model_config(const std::string& dir, ModelTypeCheck che
 }
 
 Result<ModelConfig> load_model_config_file(const std::string& path, ModelTypeCheck check) {
-  std::ifstream in(path);
-  if (!in) return Status::not_found(path + ": cannot open");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::invalid_input(path + ": not valid JSON");
+  TS_ASSIGN_OR_RETURN(const json j, read_json_file(path));
   auto config = parse_model_config(j, check);
   if (!config.ok()) return config.status().with_context(path);
   return config;

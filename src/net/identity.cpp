@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/text_file.h"
 #include "net/openssl_errors.h"
 
 namespace tessera::net {
@@ -122,11 +123,7 @@ Status write_new_file(const std::filesystem::path& path, const std::string& byte
 Result<std::string> read_file(const std::filesystem::path& path) {
   std::error_code error;
   if (!std::filesystem::exists(path, error)) return Status::not_found(path.string() + ": does not exist");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::invalid_input(path.string() + ": cannot open: " + std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::invalid_input(path.string() + ": read failed");
-  return text;
+  return read_text_file(path.string(), uint64_t{1} << 20);  // a PEM key or certificate
 }
 
 std::unique_ptr<BIO, BioFree> memory_bio(const std::string& text) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/text_file.h"
 #include "net/socket.h"
 
 namespace tessera::net {
@@ -160,14 +161,9 @@ Result<TrustFile> parse_trust_file(std::string_view json_text, const std::filesy
 }
 
 Result<TrustFile> read_trust_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    std::error_code error;
-    if (!std::filesystem::exists(path, error)) return Status::not_found(path.string() + ": does not exist");
-    return Status::invalid_input(path.string() + ": cannot open: " + std::strerror(errno));
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::invalid_input(path.string() + ": read failed");
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return Status::not_found(path.string() + ": does not exist");
+  TS_ASSIGN_OR_RETURN(const std::string text, read_text_file(path.string(), uint64_t{16} << 20));
   Result<TrustFile> trust = parse_trust_file(text, path.parent_path());
   if (!trust.ok()) return trust.status().with_context(path.string());
   return trust;

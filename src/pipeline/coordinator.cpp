@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "core/text_file.h"
 #include "pipeline/frame_channel.h"
 #include "wire/control_frame.h"
 #include "wire/encoding.h"
@@ -22,11 +23,9 @@ namespace tessera::pipeline {
 using json = nlohmann::json;
 
 Result<std::vector<StagePlan>> read_pipeline_plan(const std::filesystem::path& path, int64_t num_layers) {
-  std::ifstream in(path);
-  if (!in) return Status::not_found(path.string() + ": cannot open");
-  json plan = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  TS_ASSIGN_OR_RETURN(json plan, read_json_file(path.string()));
   const std::string where = path.string() + ": ";
-  if (plan.is_discarded() || !plan.is_object() || !plan.contains("stages") || !plan["stages"].is_array()) {
+  if (!plan.is_object() || !plan.contains("stages") || !plan["stages"].is_array()) {
     return Status::invalid_input(where + "expected {\"stages\": [...]}");
   }
   std::vector<StagePlan> stages;

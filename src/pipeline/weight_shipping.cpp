@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 
+#include "core/text_file.h"
 #include "io/safetensors.h"
 #include "wire/byte_io.h"
 #include "wire/frame.h"
@@ -69,9 +70,7 @@ Result<ShipEncoding> parse_ship_encoding(const std::string& text) {
 }
 
 Result<json> ship_manifest(const Model& model, const std::filesystem::path& config_path) {
-  std::ifstream in(config_path);
-  json config = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (config.is_discarded()) return Status::invalid_input(config_path.string() + ": not JSON");
+  TS_ASSIGN_OR_RETURN(json config, read_json_file(config_path.string()));
   TS_ASSIGN_OR_RETURN(const std::vector<WeightGroup> groups, groups_of(model));
   json tensors = json::array();
   for (size_t g = 0; g < groups.size(); ++g) {

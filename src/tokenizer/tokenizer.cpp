@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/mapped_file.h"
+#include "core/text_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/decoder.h"
@@ -41,19 +42,13 @@ struct Tokenizer::Impl {
 };
 
 Result<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  TS_ASSIGN_OR_RETURN(const MappedFile file, MappedFile::open(path));
-  const auto bytes = file.bytes();
-  return from_json(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
+  TS_ASSIGN_OR_RETURN(const std::string text, read_text_file(path));
+  return from_json(text, path);
 }
 
 Result<Tokenizer> Tokenizer::from_json(std::string_view json_text, std::string_view name) {
   const std::string prefix = std::string(name) + ": ";
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(json_text.begin(), json_text.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid_input(prefix + "not valid JSON: " + e.what());
-  }
+  TS_ASSIGN_OR_RETURN(const nlohmann::json root, parse_json(json_text, name));
   if (!root.is_object()) return Status::invalid_input(prefix + "the top level must be a JSON object");
   auto field = [&](const char* key) -> const nlohmann::json& {
     static const nlohmann::json null_json;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "fixtures.h"
@@ -140,11 +141,57 @@ TEST(CliTest, PromptFileThatIsNotARegularFileIsRefused) {
   const fs::path fifo = fs::path(::testing::TempDir()) / "tessera_prompt_fifo";
   fs::remove(fifo);
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  for (const std::string file : {::testing::TempDir(), fifo.string(), std::string("/dev/zero")}) {
+  for (const std::string& file : {::testing::TempDir(), fifo.string(), std::string("/dev/zero")}) {
     expect_refused(run_tessera("generate --model " + fixture_dir(testing::kShippedModel) + " --prompt-file " + file),
                    {file, "not a regular file"});
   }
   fs::remove(fifo);
+}
+
+// Every file the CLI reads is bounded (core/text_file.h). A directory, a FIFO,
+// /dev/zero, a 1 GiB sparse file and (for JSON) 100,000-deep nesting, in place
+// of each file that `generate` and `tokenize` read, each end in one line naming
+// the file and exit code 2, without blocking or reading the file whole. (With
+// the readers before core/text_file.h a FIFO hung, /dev/zero was read until
+// memory ran out and a directory ran an empty prompt: checked.)
+TEST(CliTest, EveryFileTheCliReadsRefusesDirectoriesFifosDevicesHugeFilesAndDeepJson) {
+  const fs::path root = fs::path(::testing::TempDir()) / "tessera_file_bounds";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string model = fixture_dir(testing::kShippedModel);
+  const std::vector<std::pair<std::string, std::function<void(const fs::path&)>>> kinds = {
+      {"a directory", [](const fs::path& p) { fs::create_directory(p); }},
+      {"a FIFO", [](const fs::path& p) { ASSERT_EQ(mkfifo(p.c_str(), 0600), 0); }},
+      {"/dev/zero", [](const fs::path& p) { fs::create_symlink("/dev/zero", p); }},
+      {"a 1 GiB sparse file",
+       [](const fs::path& p) {
+         std::ofstream(p).close();
+         fs::resize_file(p, uintmax_t{1} << 30);
+       }},
+      {"100,000-deep JSON", [](const fs::path& p) { std::ofstream(p) << std::string(100000, '['); }},
+  };
+  int n = 0;
+  for (const std::string file : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    for (const auto& [kind, make] : kinds) {
+      SCOPED_TRACE(file + " as " + kind);
+      const fs::path dir = root / ("model" + std::to_string(n++));
+      fs::create_directory(dir);
+      for (const auto& entry : fs::directory_iterator(model))
+        if (entry.path().filename() != file) fs::create_symlink(entry.path(), dir / entry.path().filename());
+      make(dir / file);
+      expect_refused(run_tessera("generate --model " + dir.string() + " --prompt hello -n 1"), {file});
+    }
+  }
+  for (const auto& [kind, make] : kinds) {
+    SCOPED_TRACE("input as " + kind);
+    const fs::path input = root / ("input" + std::to_string(n++));
+    make(input);
+    expect_refused(run_tessera("tokenize --tokenizer " + model + "/tokenizer.json --decode --in " + input.string()),
+                   {input.string()});
+    if (kind == "100,000-deep JSON") continue;  // as a prompt it is only text
+    expect_refused(run_tessera("generate --model " + model + " --prompt-file " + input.string()), {input.string()});
+  }
+  fs::remove_all(root);
 }
 
 // Writes a copy of the llama3_f32 fixture whose model.safetensors went through `corrupt`.
