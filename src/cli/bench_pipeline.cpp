@@ -132,6 +132,7 @@ Status bench_pipeline(const BenchPipelineOptions& o) {
   TS_ASSIGN_OR_RETURN(const net::Identity identity, net::load_identity(dir / "coordinator"));
   pipeline::PipelineOptions pipeline_options;
   pipeline_options.context = context;
+  pipeline_options.model_dir = o.model_dir;
   Result<std::unique_ptr<pipeline::Pipeline>> pipeline =
       pipeline::Pipeline::connect(identity, trust, config, plan, pipeline_options);
   if (!pipeline.ok()) {

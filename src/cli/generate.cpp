@@ -75,10 +75,10 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
                       pipeline::read_pipeline_plan(o.pipeline, model.config().num_hidden_layers));
   pipeline::PipelineOptions options;
   options.context = capacity;
+  options.model_dir = o.model_dir;
   options.plain = o.plain;
   if (!o.ship_weights.empty()) {
     TS_ASSIGN_OR_RETURN(options.ship, pipeline::parse_ship_encoding(o.ship_weights));
-    options.ship_from = o.model_dir;
   }
   TS_ASSIGN_OR_RETURN(runner.pipeline,
                       pipeline::Pipeline::connect(identity, trust, model.config(), std::move(plan), options));

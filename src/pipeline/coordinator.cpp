@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/text_file.h"
+#include "model/digest.h"
 #include "pipeline/frame_channel.h"
 #include "wire/control_frame.h"
 #include "wire/encoding.h"
@@ -190,11 +191,16 @@ Status Pipeline::State::setup() {
                   {"session", session_id},
                   {"context", options.context},
                   {"plain", options.plain}};
+    if (!options.ship && !options.model_dir.empty()) {  // the stage proves it holds the same layers
+      Result<Model> model = Model::load(options.model_dir, LayerRange{stage.begin, stage.end});
+      if (!model.ok()) return model.status().with_context("--model");
+      setup["digest"] = weights_digest(*model);
+    }
     if (options.ship) {  // the stage's layers travel on this connection, right after the setup
-      Result<Model> model = Model::load(options.ship_from, LayerRange{stage.begin, stage.end});
+      Result<Model> model = Model::load(options.model_dir, LayerRange{stage.begin, stage.end});
       if (!model.ok()) return model.status().with_context("--ship-weights");
       TS_ASSIGN_OR_RETURN(setup["ship"],
-                          ship_manifest(*model, std::filesystem::path(options.ship_from) / "config.json"));
+                          ship_manifest(*model, std::filesystem::path(options.model_dir) / "config.json"));
       setup["model"] = "";
       TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
       std::fprintf(stderr, "[pipeline] shipping layers [%lld, %lld) to %s\n", static_cast<long long>(stage.begin),

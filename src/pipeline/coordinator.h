@@ -65,9 +65,12 @@ struct PipelineOptions {
   // Trusted links: after the mutual-TLS setup, frames travel on plain TCP
   // connections bound to the TLS sessions (frame_channel.h), unsealed.
   bool plain = false;
-  // --ship-weights: the stages get their layers from this checkpoint directory
-  // (the plan's "model" paths are then unused), encoded as `ship` says.
-  std::string ship_from;
+  // The coordinator's copy of the checkpoint. With `ship` (--ship-weights) the
+  // stages get their layers from it (the plan's "model" paths are then unused),
+  // encoded as `ship` says; without, each stage's setup carries the digest of
+  // its layers here (model/digest.h) and a stage holding another checkpoint
+  // refuses. Empty: no check.
+  std::string model_dir;
   std::optional<ShipEncoding> ship;
 };
 

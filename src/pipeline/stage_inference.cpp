@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "model/digest.h"
 #include "pipeline/stage_state.h"
 #include "wire/start_message.h"
 #include "wire/tensor_codec.h"
@@ -32,7 +33,16 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     model = std::make_unique<Model>(std::move(loaded));
     model_dir = dir;
     range = {begin, end};
+    model_digest = weights_digest(*model);
     TS_ASSIGN_OR_RETURN(engine, LocalEngine::create(*model, options.engine));
+  }
+  if (message.contains("digest")) {
+    TS_ASSIGN_OR_RETURN(const std::string expected, wire::field<std::string>(message, "digest"));
+    if (expected != model_digest)
+      return Status::invalid_input("setup: layers [" + std::to_string(begin) + ", " + std::to_string(end) + ") of " +
+                                   dir + " are not the coordinator's checkpoint (weights digest " +
+                                   model_digest.substr(0, 16) + "..., the coordinator's " + expected.substr(0, 16) +
+                                   "...)");
   }
   if (context < 1 || context > model->config().max_position_embeddings) {
     return Status::invalid_input("setup: context " + std::to_string(context) + " not in [1, " +

@@ -120,7 +120,8 @@ struct StageService::State {
   std::string model_dir;
   LayerRange range;
   std::unique_ptr<Model> model;
-  LocalEngine engine;  // its scheduler holds every request's sequence, sampler and queued input
+  std::string model_digest;  // weights_digest(*model), for setups that carry the coordinator's
+  LocalEngine engine;        // its scheduler holds every request's sequence, sampler and queued input
   wire::StageLimits limits;
   std::shared_ptr<FrameChannel> next;
   bool last = false;

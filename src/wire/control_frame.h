@@ -8,6 +8,8 @@
 //   C -> S    setup    {model, begin, end, next, session, context}: load layers
 //                      [begin, end) of the checkpoint at `model` (a path on the
 //                      stage's host), connect to stage `next` ("" for the last);
+//                      "digest": the coordinator's weights digest of those layers
+//                      (model/digest.h), which the stage's own must equal;
 //                      with --ship-weights, "ship": a manifest (ship_manifest.h)
 //   S -> C    ready    {stage, begin, end}
 //   C -> S    probe    {}: answered by status {stage, free_bytes, requests,

@@ -212,6 +212,36 @@ TEST(PipelineProcesses, SplitsLayersByFreeMemoryWhenThePlanGivesNone) {
 // kill -9 of the middle stage while the coordinator streams text: the
 // coordinator fails within a second, naming the stage; a restarted stage rejoins
 // and the next generation works without restarting anything else.
+// A stage whose copy of the checkpoint differs from the coordinator's (same
+// shape and dtype, other weights) refuses the setup, naming the digests, and
+// the coordinator exits 2 naming the stage instead of printing garbage. (With
+// the digest check removed the run exits 0: checked.)
+TEST(PipelineProcesses, AStageOnAnotherCheckpointOfTheSameShapeIsRefused) {
+  PipelineCluster pipeline;
+  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
+  const std::string other = (pipeline.cluster().dir() / "other_weights").string();
+  const auto made =
+      run_tessera("random-checkpoint --config " + dir + "/config.json --seed 7 --dtype f32 --out " + other);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  nlohmann::json stages = nlohmann::json::array();
+  const int cuts[] = {0, 1, 2};
+  for (int i = 0; i < 2; ++i)
+    stages.push_back({{"name", pipeline.cluster().name(i + 1)},
+                      {"model", i == 1 ? other : dir},
+                      {"layers", {cuts[i], cuts[i + 1]}}});
+  const auto plan = pipeline.cluster().dir() / "mixed_plan.json";
+  std::ofstream(plan) << nlohmann::json{{"stages", stages}}.dump();
+  const auto run = pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9", "-n", "2"}, plan.string());
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("not the coordinator's checkpoint"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(pipeline.cluster().name(2)), std::string::npos) << run.err;
+  // The same plan over the coordinator's own checkpoint runs.
+  stages[1]["model"] = dir;
+  std::ofstream(plan) << nlohmann::json{{"stages", stages}}.dump();
+  const auto good = pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9", "-n", "2"}, plan.string());
+  EXPECT_EQ(good.exit_code, 0) << good.err;
+}
+
 TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins) {
   PipelineCluster pipeline;
   const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
@@ -228,7 +258,7 @@ TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins
   });
   // Wait until text streams (the pipeline is set up and generating), then kill.
   const auto log = pipeline.cluster().dir() / "coordinator0";
-  for (int i = 0; i < 3000 && slurp(log).find("layers [3, 4)") == std::string::npos; ++i)
+  for (int i = 0; i < 3000 && !finished.load() && slurp(log).find("layers [3, 4)") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   if (finished.load()) {
