@@ -11,9 +11,6 @@
 //     (without "layers", split by the stages' free memory); --plain for trusted links
 // Greedy unless a sampling option is given.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 

@@ -5,7 +5,6 @@
 // invalid UTF-8, a bad id list, an id outside the vocabulary) print one line and
 // exit with code 2.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>

@@ -2,10 +2,8 @@
 // family's own fields are read by its file in model/arch/ from ModelConfig::raw.
 #include "io/model_config.h"
 
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/text_file.h"
 

@@ -12,8 +12,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "core/text_file.h"
 #include "net/openssl_errors.h"

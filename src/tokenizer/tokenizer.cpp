@@ -5,7 +5,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "core/mapped_file.h"
 #include "core/text_file.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
