@@ -205,14 +205,11 @@ TEST(SchedulerHiddenTest, HiddenStateRangeGivesTheSameOutputChunkedAndUnchunked)
   EXPECT_EQ(tail_forward.kv_pool().free_blocks(), tail_forward.kv_pool().total_blocks());
 }
 
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public testing::Llama3Test {
  protected:
   void SetUp() override {
-    auto model = Model::load(fixture_dir("llama3_f32"));
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
-    model_ = std::make_unique<Model>(std::move(model).value());
-    device_ = make_cpu_device(1);
-    vocab_ = model_->config().vocab_size;
+    Llama3Test::SetUp();
+    if (model_) vocab_ = model_->config().vocab_size;
   }
   // A Forward with a pool of `blocks` blocks of 4 positions.
   std::unique_ptr<Forward> make_forward(int64_t blocks) {
@@ -226,8 +223,6 @@ class SchedulerTest : public ::testing::Test {
   }
   std::vector<int32_t> prompt(int64_t n, int32_t first = 1) const { return make_prompt(n, first, vocab_); }
 
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Device> device_;
   int64_t vocab_ = 0;
 };
 

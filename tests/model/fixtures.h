@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/device.h"
 #include "io/safetensors.h"
+#include "model/model.h"
 
 namespace tessera::testing {
 
@@ -73,5 +76,18 @@ inline Reference load_reference(const std::string& name) {
   ref.tolerance = std::stod(file->header().metadata.at("tolerance"));
   return ref;
 }
+
+// A test with the llama3_f32 fixture loaded and a one-thread CPU device.
+class Llama3Test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = Model::load(fixture_dir("llama3_f32"));
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    model_ = std::make_unique<Model>(std::move(model).value());
+    device_ = make_cpu_device(1);
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Device> device_;
+};
 
 }  // namespace tessera::testing

@@ -125,17 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest,
                          ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
-class ForwardErrorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto model = Model::load(fixture_dir("llama3_f32"));
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
-    model_ = std::make_unique<Model>(std::move(model).value());
-    device_ = make_cpu_device(1);
-  }
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Device> device_;
-};
+class ForwardErrorTest : public testing::Llama3Test {};
 
 TEST_F(ForwardErrorTest, RefusesTokenIdOutsideVocabulary) {
   Forward forward(*model_, *device_);

@@ -22,14 +22,8 @@ using testing::fixture_dir;
 
 constexpr int64_t kBlockSize = 4;
 
-class KvCacheTest : public ::testing::Test {
+class KvCacheTest : public testing::Llama3Test {
  protected:
-  void SetUp() override {
-    auto model = Model::load(fixture_dir("llama3_f32"));
-    ASSERT_TRUE(model.ok()) << model.status().to_string();
-    model_ = std::make_unique<Model>(std::move(model).value());
-    device_ = make_cpu_device(1);
-  }
   // Bytes of one block of llama3_f32's whole range at kBlockSize positions.
   size_t block_bytes() const {
     const ModelConfig& c = model_->config();
@@ -49,9 +43,6 @@ class KvCacheTest : public ::testing::Test {
     for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((first + 37 * i) % 500 + 3));
     return ids;
   }
-
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Device> device_;
 };
 
 TEST_F(KvCacheTest, PoolTakesBlocksAsPrepareGrowsAndGivesThemBackOnTruncateAndDestruction) {
