@@ -8,18 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/base_config.h"
+
 namespace tessera {
 namespace {
 
 using nlohmann::json;
 
-json base_config() {
-  return json{{"model_type", "llama"},    {"vocab_size", 512},
-              {"hidden_size", 64},        {"intermediate_size", 160},
-              {"num_hidden_layers", 2},   {"num_attention_heads", 4},
-              {"num_key_value_heads", 2}, {"max_position_embeddings", 256},
-              {"rms_norm_eps", 1e-5},     {"hidden_act", "silu"}};
-}
+using testing::base_config;
 
 ModelConfig parse_ok(const json& j) {
   auto config = parse_model_config(j);

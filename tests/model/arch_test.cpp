@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "io/base_config.h"
 #include "model/model.h"
 
 namespace tessera {
@@ -15,13 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-json base_config() {
-  return json{{"model_type", "llama"},    {"vocab_size", 512},
-              {"hidden_size", 64},        {"intermediate_size", 160},
-              {"num_hidden_layers", 2},   {"num_attention_heads", 4},
-              {"num_key_value_heads", 2}, {"max_position_embeddings", 256},
-              {"rms_norm_eps", 1e-5},     {"hidden_act", "silu"}};
-}
+using testing::base_config;
 
 // The config as Model::load reads it: the registry checks model_type first, then the family reads its fields.
 Result<ArchSpec> spec_of(const json& j) {
