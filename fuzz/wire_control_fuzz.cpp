@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size >= kControlHeaderBytes) {
     expect_refusal_or_ok(decode_control_header(input.first<kControlHeaderBytes>()).status());
   }
-  const Result<Frame> frame = decode_frame(input, {0, kMaxControlBytes});
+  const Result<Frame> frame = decode_frame(input, kControlOnly);
   if (!frame.ok()) return 0;
   const Result<nlohmann::json> message = decode_control(*frame);
   expect_refusal_or_ok(message.status());

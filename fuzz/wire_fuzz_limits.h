@@ -19,7 +19,7 @@
 
 namespace tessera::wire::fuzz {
 
-inline FrameLimits frame_limits() { return {kMaxMessageHeaderBytes, uint64_t{1} << 17}; }
+inline FrameLimits frame_limits() { return {kMaxMessageHeaderBytes, uint64_t{1} << 17, uint64_t{1} << 17}; }
 
 inline DecodeLimits make_limits(const char* name, std::vector<DType> dtypes, uint8_t flags, std::vector<AxisBound> axes,
                                 uint64_t max_decoded_bytes) {

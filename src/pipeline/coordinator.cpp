@@ -103,7 +103,7 @@ Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustF
   if (!connected.ok()) return connected.status().with_context(what);
   FrameChannel& channel = *connected->channel;
   TS_RETURN_IF_ERROR(channel.write_frame(wire::encode_control(0, {{"type", "probe"}}), deadline).with_context(what));
-  Result<wire::Frame> frame = channel.read_frame({0, wire::kMaxControlBytes}, deadline);
+  Result<wire::Frame> frame = channel.read_frame(wire::kControlOnly, deadline);
   if (!frame.ok()) return frame.status().with_context(what);
   TS_ASSIGN_OR_RETURN(const json reply, wire::decode_control(*frame));
   StageStatus status;
@@ -207,7 +207,7 @@ Status Pipeline::State::setup() {
       Status shipped = send_weights(*channel, *model, *options.ship, net::Clock::now() + options.timeout * 20);
       if (!shipped.ok()) {  // the stage may have refused the shipment: its reason is the better error
         Result<wire::Frame> reason =
-            channel->read_frame({0, wire::kMaxControlBytes}, net::deadline_after(std::chrono::seconds(1)));
+            channel->read_frame(wire::kControlOnly, net::deadline_after(std::chrono::seconds(1)));
         Result<json> message = reason.ok() ? wire::decode_control(*reason) : Result<json>(reason.status());
         if (message.ok())
           return Status::invalid_input(what + " refused the weights: " + wire::text_or(*message, "message", "?"));
@@ -216,8 +216,7 @@ Status Pipeline::State::setup() {
     } else {
       TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
     }
-    Result<wire::Frame> frame =
-        channel->read_frame({0, wire::kMaxControlBytes}, net::Clock::now() + options.timeout * 10);
+    Result<wire::Frame> frame = channel->read_frame(wire::kControlOnly, net::Clock::now() + options.timeout * 10);
     if (!frame.ok()) return frame.status().with_context(what + " during setup");
     TS_ASSIGN_OR_RETURN(const json reply, wire::decode_control(*frame));
     if (reply["type"] == "error") {
@@ -270,10 +269,8 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
   const StagePlan& plan_stage = plan[stage];
   const std::string who = "stage " + plan_stage.name + " (layers [" + std::to_string(plan_stage.begin) + ", " +
                           std::to_string(plan_stage.end) + "))";
-  wire::FrameLimits frame_limits = limits.frame;
-  frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, wire::kMaxControlBytes);
   for (;;) {
-    Result<wire::Frame> frame = channel->read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365));
+    Result<wire::Frame> frame = channel->read_frame(limits.frame, net::Clock::now() + std::chrono::hours(24 * 365));
     if (!frame.ok()) {
       fail_all(Status::disconnected(who + " is gone: " + frame.status().message()), session_id);
       return;

@@ -17,8 +17,6 @@
 namespace tessera::pipeline {
 namespace {
 
-wire::FrameLimits control_limits() { return {0, wire::kMaxControlBytes}; }
-
 // MemAvailable of /proc/meminfo in bytes (0 if unreadable).
 uint64_t available_memory_bytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -116,7 +114,7 @@ void StageService::State::serve_connection(net::Socket socket) {
   }
   auto channel = std::make_shared<FrameChannel>(std::move(*tls), options.timeout);
   Result<wire::Frame> frame =
-      channel->read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd());
+      channel->read_frame(wire::kControlOnly, net::deadline_after(options.timeout), stopping.fd());
   Result<json> message = frame.ok() ? wire::decode_control(*frame) : Result<json>(frame.status());
   if (!message.ok()) {
     std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
@@ -167,7 +165,7 @@ Result<std::filesystem::path> StageService::State::receive_shipment(FrameChannel
 
 Status StageService::State::expect_plain(FrameChannel& channel) {
   TS_ASSIGN_OR_RETURN(wire::Frame frame,
-                      channel.read_frame(control_limits(), net::deadline_after(options.timeout), stopping.fd()));
+                      channel.read_frame(wire::kControlOnly, net::deadline_after(options.timeout), stopping.fd()));
   TS_ASSIGN_OR_RETURN(const json message, wire::decode_control(frame));
   if (message["type"] != kPlainMessage) return Status::invalid_input("--plain: expected the plain binding message");
   TS_ASSIGN_OR_RETURN(const uint64_t binding, wire::field<uint64_t>(message, "binding"));
@@ -255,8 +253,7 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
       return;
     }
   }
-  wire::FrameLimits frame_limits = session_limits.frame;
-  frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, wire::kMaxControlBytes);
+  const wire::FrameLimits frame_limits = session_limits.frame;
   for (;;) {
     Result<wire::Frame> frame =
         channel->read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365), stopping.fd());
@@ -312,10 +309,8 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
     if (Status bound = expect_plain(channel); !bound.ok()) return report(0, bound.with_context("previous stage"));
   }
   for (;;) {
-    wire::FrameLimits frame_limits = session_limits.frame;
-    frame_limits.max_payload_bytes = std::max(frame_limits.max_payload_bytes, wire::kMaxControlBytes);
     Result<wire::Frame> frame =
-        channel.read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365), stopping.fd());
+        channel.read_frame(session_limits.frame, net::Clock::now() + std::chrono::hours(24 * 365), stopping.fd());
     if (!frame.ok()) {
       // A clean close is the end of the session; anything else is reported.
       if (!net::is_interrupted(frame.status()) && !net::is_closed_cleanly(frame.status())) {

@@ -1,5 +1,7 @@
 #include "wire/control_frame.h"
 
+#include "core/text_file.h"
+
 namespace tessera::wire {
 
 std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& message) {
@@ -14,9 +16,9 @@ Result<nlohmann::json> decode_control(const wire::Frame& frame) {
                                  ": expected a control message");
   }
   if (!frame.header.empty()) return Status::invalid_input("control message: unexpected message header");
-  nlohmann::json message = nlohmann::json::parse(frame.payload.begin(), frame.payload.end(), nullptr,
-                                                 /*allow_exceptions=*/false);
-  if (message.is_discarded() || !message.is_object() || !message.contains("type") || !message["type"].is_string()) {
+  const std::string_view text(reinterpret_cast<const char*>(frame.payload.data()), frame.payload.size());
+  TS_ASSIGN_OR_RETURN(nlohmann::json message, parse_json(text, "control message"));
+  if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {
     return Status::invalid_input("control message: not a JSON object with a string \"type\"");
   }
   return message;

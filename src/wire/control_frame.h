@@ -1,8 +1,9 @@
 // Control frames of the pipeline (wire MessageKind::kControl): one JSON object
 // per frame, {"type": ..., fields...}, with the request id in the frame prefix.
 // The JSON is parsed only after the frame passed the receiver's FrameLimits
-// (kMaxControlBytes), and every field is read through field(), whose errors name
-// the message type and the field.
+// (kMaxControlBytes, whatever the tensor bound), with the depth limit of every
+// JSON document tessera reads (core/text_file.h), and every field is read
+// through field(), whose errors name the message type and the field.
 //
 // Messages (coordinator C, stages S0..Sn-1):
 //   C -> S    setup    {model, begin, end, next, session, context}: load layers
@@ -36,8 +37,13 @@ namespace tessera::wire {
 
 inline constexpr uint64_t kMaxControlBytes = 1 << 20;  // a start message may carry a long prompt
 
+// Where only control messages are expected (a connection's first message, a
+// setup's reply): tensor frames are refused.
+inline constexpr FrameLimits kControlOnly{0, 0, kMaxControlBytes};
+
 std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& message);
-// The frame must be kControl; its payload must be a JSON object with a string "type".
+// The frame must be kControl; its payload must be a JSON object with a string
+// "type", nested at most kMaxJsonDepth levels.
 Result<nlohmann::json> decode_control(const wire::Frame& frame);
 
 // A string field for messages to people ("message" of an error), or `fallback`

@@ -53,11 +53,16 @@ std::string hex4(std::span<const uint8_t> bytes) {
   prefix->header_bytes = get_u32(bytes, 12);
   prefix->request_id = get_u64(bytes, 16);
   prefix->payload_bytes = get_u64(bytes, 24);
-  if (prefix->header_bytes > limits.max_header_bytes) {
-    return decode_error("frame header_bytes: ", prefix->header_bytes, " > max ", limits.max_header_bytes);
+  const bool control = prefix->kind == MessageKind::kControl;
+  const uint32_t max_header = control ? 0 : limits.max_header_bytes;
+  const uint64_t max_payload = control ? limits.max_control_bytes : limits.max_payload_bytes;
+  if (prefix->header_bytes > max_header) {
+    return decode_error(control ? "control frame header_bytes: " : "frame header_bytes: ", prefix->header_bytes,
+                        " > max ", max_header);
   }
-  if (prefix->payload_bytes > limits.max_payload_bytes) {
-    return decode_error("frame payload_bytes: ", prefix->payload_bytes, " > max ", limits.max_payload_bytes);
+  if (prefix->payload_bytes > max_payload) {
+    return decode_error(control ? "control frame payload_bytes: " : "frame payload_bytes: ", prefix->payload_bytes,
+                        " > max ", max_payload);
   }
   return {};
 }

@@ -20,7 +20,7 @@
 //   - Message headers are multiples of 8 bytes, so a payload starts 8-byte
 //     aligned relative to the start of its frame.
 //   - Checks, in order (docs/wire-protocol.md): prefix length, magic, major,
-//     kind, header_bytes, payload_bytes; decode_frame then refuses a buffer
+//     kind, header_bytes, payload_bytes (against the kind's own bound); decode_frame then refuses a buffer
 //     shorter (truncated) or longer (trailing bytes) than the frame.
 //
 // Pure functions over byte spans; safe from any thread. A decoded Frame borrows
@@ -51,10 +51,13 @@ enum class MessageKind : uint32_t { kTensor = 1, kLayerChunk = 2, kControl = 3 }
 inline constexpr uint32_t kLastMessageKind = 3;
 static_assert(static_cast<uint32_t>(MessageKind::kControl) == kLastMessageKind);
 
-// What the receiver accepts, stated before it reads a frame.
+// What the receiver accepts, stated before it reads a frame. Control frames have
+// their own bound (control_frame.h: 1 MiB), whatever a tensor may carry, and no
+// message header.
 struct FrameLimits {
   uint32_t max_header_bytes = kMaxMessageHeaderBytes;
-  uint64_t max_payload_bytes = 0;  // the caller sets it (limits.h derives it from DecodeLimits)
+  uint64_t max_payload_bytes = 0;  // tensor and layer-chunk frames (limits.h derives it from DecodeLimits)
+  uint64_t max_control_bytes = 0;  // control frames; 0: none accepted
 };
 
 struct FramePrefix {

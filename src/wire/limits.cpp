@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "wire/byte_io.h"
+#include "wire/control_frame.h"
 #include "wire/lz4_codec.h"
 #include "wire/quant.h"
 
@@ -95,6 +96,7 @@ Result<StageLimits> make_stage_limits(int64_t hidden_size, int64_t vocab_size, c
   for (const DecodeLimits* l : {&stage.token_ids, &stage.hidden_states, &stage.logits, &stage.mask}) {
     stage.frame.max_payload_bytes = std::max(stage.frame.max_payload_bytes, max_payload_bytes(*l));
   }
+  stage.frame.max_control_bytes = kMaxControlBytes;  // start and cancel travel between the tensors
   return stage;
 }
 

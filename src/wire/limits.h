@@ -79,7 +79,7 @@ struct StageLimits {
   DecodeLimits hidden_states;
   DecodeLimits logits;
   DecodeLimits mask;
-  FrameLimits frame;  // admits the largest payload of the four
+  FrameLimits frame;  // admits the largest payload of the four, and control messages
 };
 
 // kInvalidInput naming the argument (hidden_size, vocab_size) or option that is

@@ -86,7 +86,7 @@ class StageHarness {
 
 Result<json> read_control(FrameChannel& channel) {
   TS_ASSIGN_OR_RETURN(wire::Frame frame,
-                      channel.read_frame({0, wire::kMaxControlBytes}, net::deadline_after(milliseconds(5000))));
+                      channel.read_frame(wire::kControlOnly, net::deadline_after(milliseconds(5000))));
   return wire::decode_control(frame);
 }
 
@@ -152,7 +152,7 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
   for (const Bad& b : bad) {
     send(b.frame);
     Result<wire::Frame> frame =
-        coordinator->read_frame({0, wire::kMaxControlBytes}, net::deadline_after(milliseconds(5000)));
+        coordinator->read_frame(wire::kControlOnly, net::deadline_after(milliseconds(5000)));
     ASSERT_TRUE(frame.ok()) << frame.status().to_string();
     EXPECT_EQ(frame->prefix.request_id, b.request);
     Result<json> error = wire::decode_control(*frame);
@@ -162,7 +162,7 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
   }
   // The stage still serves: a good frame gives logits [1, vocab] to the coordinator.
   send(hidden_frame(5, DType::kF32, {3, hidden}));
-  wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24, wire::kMaxControlBytes};
   Result<wire::Frame> logits = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
   ASSERT_TRUE(logits.ok()) << logits.status().to_string();
   EXPECT_EQ(logits->prefix.kind, wire::MessageKind::kTensor);
@@ -214,7 +214,7 @@ TEST(StageService, DropsAnUpstreamOfAnotherSession) {
   const uint64_t hidden = static_cast<uint64_t>(fixture_config().hidden_size);
   auto coordinator = setup_stage(stage, 1, 64);
   ASSERT_TRUE(coordinator);
-  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24, wire::kMaxControlBytes};
   auto upstream = [&](uint64_t session, uint64_t request) {
     auto previous = std::move(stage.connect("previous")).value();
     const net::Deadline deadline = net::deadline_after(milliseconds(5000));
@@ -286,7 +286,7 @@ TEST(StageService, RefusesTokenIdsOutsideTheVocabularyAndServesTheNextRequest) {
   auto coordinator = setup_stage(stage, 0, 16);
   ASSERT_TRUE(coordinator);
   const int32_t vocab = static_cast<int32_t>(config.vocab_size);
-  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24, wire::kMaxControlBytes};
   auto send_ids = [&](uint64_t request, std::vector<int32_t> ids) {
     const uint64_t shape[] = {ids.size()};
     ASSERT_TRUE(
@@ -358,7 +358,7 @@ TEST(StageService, AFailedSetupFailsTheOldSessionsRequestsWithoutCrashingAndAGoo
   auto again = setup_stage(stage, 0, 16);
   ASSERT_TRUE(again);
   ASSERT_TRUE(send(*again, 8).ok());
-  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24, wire::kMaxControlBytes};
   Result<wire::Frame> logits = again->read_frame(limits, net::deadline_after(milliseconds(5000)));
   ASSERT_TRUE(logits.ok()) << logits.status().to_string();
   EXPECT_EQ(logits->prefix.kind, wire::MessageKind::kTensor);
@@ -390,7 +390,7 @@ TEST(StageService, AnswersAnUnexpectedControlMessageWithAnErrorNamingIt) {
                                                           {reinterpret_cast<const uint8_t*>(ids.data()), 8}),
                                 net::deadline_after(milliseconds(5000)))
                   .ok());
-  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24, wire::kMaxControlBytes};
   Result<wire::Frame> logits = coordinator->read_frame(limits, net::deadline_after(milliseconds(5000)));
   ASSERT_TRUE(logits.ok()) << logits.status().to_string();
   EXPECT_EQ(logits->prefix.request_id, 11u);
@@ -410,7 +410,7 @@ TEST(StageService, CancelFreesTheRequestsKvCache) {
                                                             {reinterpret_cast<const uint8_t*>(ids), sizeof ids}),
                                   net::deadline_after(milliseconds(5000)))
                     .ok());
-    wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24};
+    wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, uint64_t{1} << 24, wire::kMaxControlBytes};
     ASSERT_TRUE(coordinator->read_frame(limits, net::deadline_after(milliseconds(5000))).ok());
   }
   auto status = [&] { return probe_stage(stage.identity("coordinator"), stage.trust(), "stage", milliseconds(5000)); };
@@ -447,7 +447,7 @@ std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits&
 // read from `results` (decoded with `limits`) must equal it. Returns largest_step.
 uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send, FrameChannel& results,
                         const wire::DecodeLimits& limits, const std::map<uint64_t, std::vector<float>>& expected) {
-  const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits)};
+  const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits), wire::kMaxControlBytes};
   auto receive = [&](size_t frames) {
     for (size_t i = 0; i < frames; ++i) {
       Result<wire::Frame> frame = results.read_frame(frame_limits, net::deadline_after(milliseconds(20000)));

@@ -4,7 +4,9 @@
 // Verified by reverting (each check removed in turn, this file's tests fail,
 // check restored): prefix shorter than 32 bytes, magic, major version, kind
 // (below 1 and above the last), header_bytes > max, payload_bytes > max, frame
-// length overflow, truncated frame, trailing bytes.
+// length overflow, truncated frame, trailing bytes. Control frames: checked
+// against max_control_bytes, not the tensor bound (with the tensor bound in its
+// place, ControlFrameHasItsOwnBound fails), and carry no message header.
 #include "wire/frame.h"
 
 #include <gtest/gtest.h>
@@ -18,7 +20,7 @@ namespace {
 using testing::expect_invalid;
 using testing::pattern;
 
-constexpr FrameLimits kLimits{kMaxMessageHeaderBytes, 1 << 20};
+constexpr FrameLimits kLimits{kMaxMessageHeaderBytes, 1 << 20, 1 << 10};
 
 std::vector<uint8_t> sample_frame() {
   const std::vector<uint8_t> header = pattern(24);
@@ -111,6 +113,21 @@ TEST(FrameTest, RefusesPayloadAboveMax) {
   expect_invalid(decode_frame(frame, FrameLimits{88, 99}), {"frame payload_bytes: 100 > max 99"});
   // A stream reader learns it from the prefix alone, before reading the payload.
   expect_invalid(decode_frame_prefix(std::span(frame).first(32), FrameLimits{88, 99}), {"payload_bytes: 100 > max 99"});
+}
+
+TEST(FrameTest, ControlFrameHasItsOwnBound) {
+  // Within the tensor bound (1 MiB), beyond the control bound (1 KiB).
+  const std::vector<uint8_t> big = encode_frame(MessageKind::kControl, 1, {}, pattern(1025));
+  expect_invalid(decode_frame(big, kLimits), {"control frame payload_bytes: 1025 > max 1024"});
+  const std::vector<uint8_t> fits = encode_frame(MessageKind::kControl, 1, {}, pattern(1024));
+  EXPECT_TRUE(decode_frame(fits, kLimits).ok());
+  // Where no control message is expected, none is accepted.
+  expect_invalid(decode_frame(fits, FrameLimits{88, 1 << 20}), {"control frame payload_bytes: 1024 > max 0"});
+}
+
+TEST(FrameTest, ControlFrameWithAMessageHeaderIsRefused) {
+  const std::vector<uint8_t> frame = encode_frame(MessageKind::kControl, 1, pattern(8), pattern(10));
+  expect_invalid(decode_frame(frame, kLimits), {"control frame header_bytes: 8 > max 0"});
 }
 
 TEST(FrameTest, RefusesLengthOverflow) {
