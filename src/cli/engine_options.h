@@ -36,6 +36,10 @@ inline void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option("--max-step-tokens", o.scheduler.max_step_tokens,
                  "Most tokens in one forward pass; longer prompts run in chunks (chunked prefill)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd.add_option("--max-requests", o.scheduler.max_sequences,
+                 "Most requests open at once (each holds its KV blocks); past it a request is refused as "
+                 "overloaded (default: 1024)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
 }
 
 }  // namespace tessera

@@ -64,6 +64,7 @@ Status Scheduler::queue(uint64_t id, Feed feed) {
   if (queued_ >= options_.max_queued_feeds)
     return Status::overloaded(std::to_string(queued_) + " inputs are waiting, the most this engine queues");
   feed.order = next_order_++;
+  queued_bytes_ += feed.bytes();
   it->second.feeds.push_back(std::move(feed));
   ++queued_;
   return {};
@@ -73,6 +74,7 @@ void Scheduler::close(uint64_t id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
   queued_ -= it->second.feeds.size();
+  for (const Feed& feed : it->second.feeds) queued_bytes_ -= feed.bytes();
   sequences_.erase(it);  // the cache gives its blocks back
 }
 
@@ -81,6 +83,7 @@ void Scheduler::cancel(uint64_t id) { close(id); }
 void Scheduler::cancel_all() {
   sequences_.clear();
   queued_ = 0;
+  queued_bytes_ = 0;
 }
 
 int64_t Scheduler::length(uint64_t id) const { return sequences_.at(id).cache.length(); }
@@ -191,6 +194,7 @@ std::vector<StepOutput> Scheduler::step() {
     } else {
       result.values.assign(rows.begin(), rows.end());
     }
+    queued_bytes_ -= feed.bytes();
     sequence.feeds.pop_front();
     --queued_;
     outputs.push_back(std::move(result));

@@ -71,6 +71,10 @@ class Scheduler {
   void cancel_all();
 
   bool has_work() const { return queued_ > 0; }
+  // Inputs waiting (fed, not yet fully run) and the bytes their ids and hidden
+  // states hold: what a caller that bounds its own queue counts as still pending.
+  size_t queued_feeds() const { return queued_; }
+  uint64_t queued_bytes() const { return queued_bytes_; }
   std::vector<StepOutput> step();
 
   // Positions a sequence holds; keeps only the first n (a reused prompt prefix),
@@ -91,6 +95,7 @@ class Scheduler {
     int64_t tokens = 0;
     int64_t done = 0;  // tokens already run
     uint64_t order = 0;
+    uint64_t bytes() const { return ids.size() * sizeof(int32_t) + hidden.size() * sizeof(float); }
   };
   struct Sequence {
     KvCache cache;
@@ -111,7 +116,8 @@ class Scheduler {
   const SchedulerOptions options_;
   const int64_t hidden_size_, vocab_size_;
   std::map<uint64_t, Sequence> sequences_;
-  size_t queued_ = 0;  // feeds waiting, over all sequences
+  size_t queued_ = 0;          // feeds waiting, over all sequences
+  uint64_t queued_bytes_ = 0;  // their ids' and hidden states' bytes
   uint64_t next_order_ = 0;
   size_t largest_step_ = 0;
   size_t last_step_size_ = 0;

@@ -89,11 +89,31 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
       net::deadline_after(options.timeout));
 }
 
-Status StageService::State::feed(Work& work) {
+// The cap on live requests is the scheduler's max_sequences (--max-requests):
+// each open request holds its sequence and KV blocks until it is cancelled or
+// its session ends, so past the cap a new request is refused, the open ones go on.
+Status StageService::State::open(uint64_t request) {
   Scheduler& scheduler = *engine.scheduler;
-  if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
-  return work.kind == Work::Kind::kTokens ? scheduler.feed_ids(work.request, std::move(work.ids))
-                                          : scheduler.feed_hidden(work.request, std::move(work.hidden));
+  if (scheduler.is_open(request)) return {};
+  const size_t cap = options.engine.scheduler.max_sequences;
+  if (scheduler.open_sequences() >= cap)
+    return Status::overloaded(std::to_string(scheduler.open_sequences()) +
+                              " requests open (the stage's limit, --max-requests " + std::to_string(cap) +
+                              "): request " + std::to_string(request) + " refused until one is cancelled or ends");
+  return scheduler.open(request, context);
+}
+
+Status StageService::State::feed(Work& work) {
+  const bool ids = work.kind == Work::Kind::kTokens;
+  if (ids != model->has_entry()) {  // the scheduler checks this as an invariant: refuse it here
+    return Status::invalid_input(std::string(ids ? "token ids" : "hidden states") + " for layers [" +
+                                 std::to_string(range.begin) + ", " + std::to_string(range.end) + "), which take " +
+                                 (ids ? "hidden states" : "token ids"));
+  }
+  TS_RETURN_IF_ERROR(open(work.request));
+  Scheduler& scheduler = *engine.scheduler;
+  return ids ? scheduler.feed_ids(work.request, std::move(work.ids))
+             : scheduler.feed_hidden(work.request, std::move(work.hidden));
 }
 
 void StageService::State::deliver(StepOutput& out) {
@@ -128,9 +148,8 @@ Status StageService::State::start(Work& work) {
     return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
   TS_ASSIGN_OR_RETURN(SamplingParams params, wire::sampling_from_json(work.message));
   TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, wire::prompt_from_json(work.message, model->config().vocab_size));
-  Scheduler& scheduler = *engine.scheduler;
-  if (!scheduler.is_open(work.request)) TS_RETURN_IF_ERROR(scheduler.open(work.request, context));
-  return scheduler.start(work.request, params, std::move(prompt)).with_context("start");
+  TS_RETURN_IF_ERROR(open(work.request));
+  return engine.scheduler->start(work.request, params, std::move(prompt)).with_context("start");
 }
 
 bool StageService::State::handle(Work& work) {
@@ -186,18 +205,26 @@ void StageService::State::inference_loop() {
       if (!queue.empty() && !(stepping() && handled >= kWorkBetweenSteps)) {
         work = std::move(queue.front());
         queue.pop_front();
-        if (work->kind != Work::Kind::kSetup && work->kind != Work::Kind::kStop && work->session != session) continue;
+        if (work->kind != Work::Kind::kSetup && work->kind != Work::Kind::kStop && work->session != session) {
+          if (work->bounded()) {  // of a session that ended: dropped, and its room freed
+            --pending_work;
+            pending_bytes -= work->bytes;
+            room.notify_all();
+          }
+          continue;
+        }
       }
     }
     if (work) {
       if (!handle(*work)) return;
       ++handled;
+      count(&*work);
     } else {
       handled = 0;
       for (StepOutput& out : engine.scheduler->step()) deliver(out);
       largest_step = std::max<uint64_t>(largest_step, engine.scheduler->last_step_size());
+      count();
     }
-    count();
   }
 }
 }  // namespace tessera::pipeline

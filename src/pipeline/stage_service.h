@@ -49,6 +49,15 @@ struct StageOptions {
   // Connections served at once (each has a thread, authenticated or not yet);
   // a connection beyond it is closed at once, so a flood cannot exhaust threads.
   size_t max_connections = 256;
+  // Input waiting for the inference thread (queued requests' work and the inputs
+  // fed to its scheduler, not yet run), over all connections: a connection's
+  // reader waits while either bound is reached, so TCP pushes back on the peer
+  // (stage_state.h, State::push). Items stay below the scheduler's
+  // max_queued_feeds. A frame larger than the bytes bound (a full context of a
+  // wide model) is still taken when nothing else waits, so the bound holds
+  // whatever the model at the cost of one frame more.
+  size_t max_queued_work = 1024;
+  uint64_t max_queued_bytes = uint64_t{64} << 20;
 };
 
 class StageService {

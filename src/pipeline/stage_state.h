@@ -47,17 +47,87 @@ struct Work {
   json message;                               // kSetup: the setup; kStart: the start message
   std::shared_ptr<FrameChannel> coordinator;  // kSetup
   std::promise<Status>* done = nullptr;       // kSetup
+  uint64_t bytes = 0;                         // what it holds, counted against max_queued_bytes (set by push)
+
+  // A request's work, which a peer can send without end, is bounded; setup,
+  // session end and stop come at most once per connection (or service) and never wait.
+  bool bounded() const {
+    return kind == Kind::kStart || kind == Kind::kTokens || kind == Kind::kHidden || kind == Kind::kCancel;
+  }
+  uint64_t footprint() const;
 };
+
+// Roughly what a parsed control message holds in memory: a node per value, plus
+// its strings and keys. Iterative: a message may nest deeply.
+inline uint64_t json_bytes(const json& message) {
+  uint64_t bytes = 0;
+  std::vector<const json*> pending = {&message};
+  while (!pending.empty()) {
+    const json* value = pending.back();
+    pending.pop_back();
+    bytes += sizeof(json);
+    if (value->is_string()) {
+      bytes += value->get_ref<const std::string&>().capacity();
+    } else if (value->is_array()) {
+      for (const json& element : *value) pending.push_back(&element);
+    } else if (value->is_object()) {
+      for (auto it = value->begin(); it != value->end(); ++it) {
+        bytes += it.key().capacity() + 4 * sizeof(void*);  // the map node
+        pending.push_back(&it.value());
+      }
+    }
+  }
+  return bytes;
+}
+
+inline uint64_t Work::footprint() const {
+  return sizeof(Work) + ids.capacity() * sizeof(int32_t) + hidden.capacity() * sizeof(float) +
+         (message.is_null() ? 0 : json_bytes(message));
+}
 
 struct StageService::State {
   explicit State(StageOptions o) : options(std::move(o)) {}
 
+  // Queues work for the inference thread. A request's work waits, on the
+  // connection's reader thread, while the input already waiting at this stage
+  // (in the queue or fed to the scheduler, not yet run) is at
+  // options.max_queued_work items or options.max_queued_bytes bytes; an item
+  // arriving when nothing waits is taken whatever its size.
+  //
+  // Why back-pressure, not an `overloaded` refusal: the reader that waits stops
+  // reading its socket, so TCP slows exactly the peer that sends faster than
+  // this stage computes, and no request is lost. A refusal would fail requests
+  // whose hidden states the previous stage has already computed and cannot send
+  // again, and a legitimate coordinator that pipelines hard would see errors
+  // instead of a slower stream. Nothing can deadlock on the wait: the inference
+  // thread never waits for a reader (it takes from the queue and writes with
+  // deadlines); setup, session end and stop are never bounded, so another
+  // session's setup queues at once behind at most the bound; a waiting push
+  // gives up (dropping its work, which the inference thread would drop anyway)
+  // when its session is no longer current or the stage stops.
   void push(Work work) {
+    const bool stop = work.kind == Work::Kind::kStop;
     {
-      std::lock_guard lock(mutex);
+      std::unique_lock lock(mutex);
+      if (work.bounded()) {
+        work.bytes = work.footprint();
+        const auto dropped = [&] { return stopped || work.session != session; };
+        room.wait(lock, [&] {
+          return dropped() || pending_work == 0 ||
+                 (pending_work < options.max_queued_work && pending_bytes + work.bytes <= options.max_queued_bytes);
+        });
+        if (dropped()) return;
+        ++pending_work;
+        pending_bytes += work.bytes;
+      } else if (stopped && work.kind == Work::Kind::kSetup) {
+        work.done->set_value(Status::disconnected("the stage is stopping"));
+        return;
+      }
+      stopped = stopped || stop;
       queue.push_back(std::move(work));
     }
     cv.notify_one();
+    if (stop) room.notify_all();
   }
   std::shared_ptr<FrameChannel> coordinator_channel() {
     std::lock_guard lock(mutex);
@@ -87,6 +157,9 @@ struct StageService::State {
   Status setup(const json& message, std::shared_ptr<FrameChannel> coordinator_channel);
   // Hands one queued work to the scheduler (or acts on it); false on kStop.
   bool handle(Work& work);
+  // Opens a request's sequence on its first work: kOverloaded, naming the cap,
+  // past the scheduler's max_sequences.
+  Status open(uint64_t request);
   // Feeds a request's input to the scheduler, opening its sequence on first use.
   Status feed(Work& work);
   // Sends a request's output on: a sampled token or logits to the coordinator
@@ -99,7 +172,13 @@ struct StageService::State {
 
   std::mutex mutex;
   std::condition_variable cv;
-  std::deque<Work> queue;                     // guarded by mutex
+  std::deque<Work> queue;        // guarded by mutex
+  std::condition_variable room;  // pending_work or pending_bytes fell, the session changed, or stop
+  // Guarded by mutex: the bounded work in the queue or in the inference thread's
+  // hands, plus the inputs its scheduler holds (push's bound).
+  size_t pending_work = 0;
+  uint64_t pending_bytes = 0;
+  bool stopped = false;                       // guarded by mutex: a kStop is queued; push drops what comes after
   std::shared_ptr<FrameChannel> coordinator;  // guarded by mutex
   uint64_t session = 0;                       // guarded by mutex: the current session
   bool plain = false;                         // guarded by mutex: the session's links are --plain
@@ -130,9 +209,27 @@ struct StageService::State {
   std::atomic<uint64_t> live_requests{0};
   std::atomic<uint64_t> kv_bytes{0};
   std::atomic<uint64_t> largest_step{0};  // most requests stepped at once this session
-  void count() {
+  size_t counted_feeds = 0;               // the scheduler's queued inputs, as last counted in pending_*
+  uint64_t counted_bytes = 0;
+  // After each change: the probe's figures, and push's bound, less `done` (the
+  // bounded work just handled, now in the scheduler or gone).
+  void count(const Work* done = nullptr) {
+    const size_t feeds = engine.scheduler ? engine.scheduler->queued_feeds() : 0;
+    const uint64_t bytes = engine.scheduler ? engine.scheduler->queued_bytes() : 0;
     live_requests = engine.scheduler ? engine.scheduler->open_sequences() : 0;
     kv_bytes = engine.scheduler ? engine.scheduler->kv_bytes() : 0;
+    {
+      std::lock_guard lock(mutex);
+      if (done && done->bounded()) {
+        --pending_work;
+        pending_bytes -= done->bytes;
+      }
+      pending_work = pending_work - counted_feeds + feeds;
+      pending_bytes = pending_bytes - counted_bytes + bytes;
+    }
+    counted_feeds = feeds;
+    counted_bytes = bytes;
+    room.notify_all();
   }
   Status start(Work& work);
   std::thread inference;
