@@ -2,6 +2,7 @@
 // file until killed; each coordinator's setup says which layers of which
 // checkpoint (a path on this host) it runs.
 //   tessera stage --listen 10.0.0.2:7100 --identity keys/stage1 --trust trust.json
+#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -16,6 +17,11 @@ struct StageCommandOptions {
   std::string identity;
   std::string trust;
   EngineOptions engine;
+  // Admission of strangers (StageOptions says what each does).
+  double handshake_timeout_s = 5;
+  size_t max_unauthenticated_per_host = pipeline::StageOptions{}.max_unauthenticated_per_host;
+  size_t max_unauthenticated = pipeline::StageOptions{}.max_unauthenticated;
+  size_t max_connections = pipeline::StageOptions{}.max_connections;
 };
 
 Status run_stage(const StageCommandOptions& o) {
@@ -24,6 +30,10 @@ Status run_stage(const StageCommandOptions& o) {
   TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(o.identity));
   TS_ASSIGN_OR_RETURN(options.trust, net::read_trust_file(o.trust));
   options.engine = o.engine;
+  options.handshake_timeout = std::chrono::milliseconds(std::llround(o.handshake_timeout_s * 1000));
+  options.max_unauthenticated_per_host = o.max_unauthenticated_per_host;
+  options.max_unauthenticated = o.max_unauthenticated;
+  options.max_connections = o.max_connections;
   pipeline::StageService service(std::move(options));
   TS_RETURN_IF_ERROR(service.bind());
   std::fprintf(stderr, "[stage] listening on %s\n", o.listen.c_str());
@@ -40,6 +50,22 @@ void register_stage(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--trust", o->trust, "Cluster trust file (JSON)")->required();
   add_engine_options(*cmd, o->engine);
+  cmd->add_option("--handshake-timeout", o->handshake_timeout_s,
+                  "Seconds a new connection has to complete its mutual-TLS handshake before it is dropped")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--max-unauthenticated-per-host", o->max_unauthenticated_per_host,
+                  "Connections from one host that have not completed their handshake; more are closed at once")
+      ->check(CLI::Range(size_t{1}, size_t{65536}))
+      ->capture_default_str();
+  cmd->add_option("--max-unauthenticated", o->max_unauthenticated,
+                  "Connections from all hosts that have not completed their handshake; more are closed at once")
+      ->check(CLI::Range(size_t{1}, size_t{65536}))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->max_connections,
+                  "Authenticated connections served at once (strangers never count against it)")
+      ->check(CLI::Range(size_t{1}, size_t{65536}))
+      ->capture_default_str();
   cmd->callback([o, &exit_code] {
     const Status status = run_stage(*o);
     exit_code = status.ok() ? 0 : report_error(status);

@@ -136,6 +136,34 @@ Status split_by_free_memory(std::vector<StagePlan>& plan, const net::Identity& i
   return {};
 }
 
+// Connects to a stage and completes the mutual-TLS handshake, retrying with
+// backoff (100 ms, doubling to 2 s) until `deadline` while the failure may be
+// transient: nothing listens yet, or the connection was refused, closed, reset
+// or timed out during the handshake (a stage whose places are all taken drops
+// new connections until one frees, which its --handshake-timeout bounds). A
+// failure the stage or this node states (an unknown certificate, a name not in
+// the trust file) is not retried.
+Result<ConnectedChannel> connect_with_backoff(const net::Identity& identity, const net::TrustFile& trust,
+                                              const std::string& stage, net::Deadline deadline) {
+  constexpr std::chrono::milliseconds kFirstBackoff{100}, kMaxBackoff{2000};
+  constexpr std::chrono::seconds kAttempt{5};  // one handshake; a stage's default --handshake-timeout
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  for (int attempt = 1;; ++attempt) {
+    Result<ConnectedChannel> connected =
+        connect_frame_channel(identity, trust, stage, std::min(deadline, net::deadline_after(kAttempt)));
+    if (connected.ok() || connected.status().kind() != ErrorKind::kDisconnected) return connected;
+    if (net::Clock::now() + backoff >= deadline) {
+      return connected.status().with_context(std::to_string(attempt) + " attempts");
+    }
+    if (attempt == 1) {
+      std::fprintf(stderr, "[pipeline] stage %s: %s; retrying until the deadline\n", stage.c_str(),
+                   connected.status().to_string().c_str());
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+}
+
 }  // namespace
 
 struct Pipeline::State {
@@ -178,7 +206,7 @@ Status Pipeline::State::setup() {
     const StagePlan& stage = plan[i];
     const std::string what = "stage " + stage.name;
     const net::Deadline deadline = net::deadline_after(options.timeout);
-    Result<ConnectedChannel> connected = connect_frame_channel(identity, trust, stage.name, deadline);
+    Result<ConnectedChannel> connected = connect_with_backoff(identity, trust, stage.name, deadline);
     if (!connected.ok()) return connected.status().with_context(what);
     std::shared_ptr<FrameChannel> channel = std::move(connected->channel);
     const net::Endpoint endpoint = connected->endpoint;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <utility>
 
 #include "pipeline/stage_state.h"
@@ -69,13 +70,14 @@ void StageService::stop() {
 
 Status StageService::run() {
   State& s = *state_;
+  const std::string& name = s.options.identity.name;
   s.inference = std::thread([&s] { s.inference_loop(); });
   for (;;) {
     Result<net::Socket> socket = s.listener.accept(net::Clock::now() + std::chrono::hours(24 * 365), s.stopping.fd());
     if (!socket.ok()) {
       if (net::is_interrupted(socket.status())) return {};
-      std::fprintf(stderr, "[stage %s] accept: %s\n", s.options.identity.name.c_str(),
-                   socket.status().to_string().c_str());
+      s.log_limiter.log("accept", "[stage " + name + "] accept: " + socket.status().to_string());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // out of descriptors: let connections end
       continue;
     }
     std::erase_if(s.connections, [](State::Connection& c) {
@@ -83,14 +85,21 @@ Status StageService::run() {
       c.thread.join();
       return true;
     });
-    if (s.connections.size() >= s.options.max_connections) {
-      std::fprintf(stderr, "[stage %s] refused %s: %zu connections open (max_connections)\n",
-                   s.options.identity.name.c_str(), socket->peer_address().c_str(), s.connections.size());
+    // Every connection starts as a stranger; beyond the strangers' limits it is
+    // closed here, before it costs a thread.
+    const std::string address = socket->peer_address();
+    net::Admission::Slot slot = s.admission.admit(net::host_of(address));
+    if (!slot.admitted()) {
+      const size_t limit = slot.refusal() == net::Refusal::kPerHost ? s.options.max_unauthenticated_per_host
+                                                                    : s.options.max_unauthenticated;
+      s.log_limiter.log(net::refusal_name(slot.refusal()),
+                        "[stage " + name + "] refused " + address + ": " + std::to_string(limit) + " " +
+                            std::string(net::refusal_name(slot.refusal())) + " open");
       continue;  // closes it
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
-    s.connections.push_back({std::thread([&s, done, socket = std::move(*socket)]() mutable {
-                               s.serve_connection(std::move(socket));
+    s.connections.push_back({std::thread([&s, done, socket = std::move(*socket), slot = std::move(slot)]() mutable {
+                               s.serve_connection(std::move(socket), std::move(slot));
                                done->store(true);
                              }),
                              done});
@@ -98,18 +107,33 @@ Status StageService::run() {
 }
 
 // A connection opens with mutual TLS, then one control message says what it is.
-void StageService::State::serve_connection(net::Socket socket) {
+// Until its handshake completes the connection is a stranger (`slot` holds its
+// place among them), with handshake_timeout from now to finish it.
+void StageService::State::serve_connection(net::Socket socket, net::Admission::Slot slot) {
   const std::string address = socket.peer_address();
-  Result<uint8_t> first = socket.peek_byte(net::deadline_after(options.timeout), stopping.fd());
-  if (!first.ok()) return;
-  if (*first == seal::kHelloMagic[0]) return serve_plain_data(std::move(socket));
-  const net::Deadline deadline = net::deadline_after(options.timeout);
+  const net::Deadline handshake = net::deadline_after(options.handshake_timeout);
+  Result<uint8_t> first = socket.peek_byte(handshake, stopping.fd());
+  if (!first.ok()) {
+    if (!net::is_interrupted(first.status()) && net::Clock::now() >= handshake) {
+      log_limiter.log("handshake timeout", "[stage " + options.identity.name + "] dropped " + address +
+                                               ": no handshake within --handshake-timeout");
+    }
+    return;  // a port scan or a stranger that never spoke
+  }
+  if (*first == seal::kHelloMagic[0]) return serve_plain_data(std::move(socket), handshake);
   Result<net::TlsChannel> tls =
-      net::TlsChannel::server(std::move(socket), options.identity, options.trust, deadline, stopping.fd());
-  const Status accepted = tls.ok() ? tls->confirm(deadline) : tls.status();
+      net::TlsChannel::server(std::move(socket), options.identity, options.trust, handshake, stopping.fd());
+  Status accepted = tls.status();
+  if (tls.ok()) {  // a node of the trust file: it leaves the strangers' pool for the authenticated one
+    accepted = slot.authenticate() == net::Refusal::kNone
+                   ? tls->confirm(handshake)
+                   : Status::overloaded(std::to_string(options.max_connections) + " " +
+                                        std::string(net::refusal_name(net::Refusal::kAuthenticated)) + " open");
+  }
   if (!accepted.ok()) {
-    std::fprintf(stderr, "[stage %s] refused %s: %s\n", options.identity.name.c_str(), address.c_str(),
-                 accepted.to_string().c_str());
+    if (net::is_interrupted(accepted)) return;
+    log_limiter.log(accepted.kind() == ErrorKind::kOverloaded ? "authenticated limit" : "handshake",
+                    "[stage " + options.identity.name + "] refused " + address + ": " + accepted.to_string());
     return;
   }
   auto channel = std::make_shared<FrameChannel>(std::move(*tls), options.timeout);
@@ -191,20 +215,23 @@ Status StageService::State::expect_plain(FrameChannel& channel) {
 
 // A plain data connection: its sealed hello must open with the secret of the
 // TLS session that announced it.
-void StageService::State::serve_plain_data(net::Socket socket) {
+// Until its hello opens, this is a stranger's connection: it has until
+// `handshake`. Once handed over, the socket belongs to the TLS session's
+// connection, which holds an authenticated place already.
+void StageService::State::serve_plain_data(net::Socket socket, net::Deadline handshake) {
   std::array<uint8_t, seal::kHelloBytes> hello;
-  if (!socket.read_exact(hello, net::deadline_after(options.timeout), stopping.fd()).ok()) return;
+  if (!socket.read_exact(hello, handshake, stopping.fd()).ok()) return;
   Result<seal::Hello> peeked = seal::peek_hello(hello);
   if (!peeked.ok()) return;
   // The hello may overtake the TLS message that announces it.
   std::unique_lock lock(mutex);
-  bindings_cv.wait_for(lock, options.timeout, [&] { return bindings.count(peeked->generation) > 0; });
+  bindings_cv.wait_until(lock, handshake, [&] { return bindings.count(peeked->generation) > 0; });
   auto it = bindings.find(peeked->generation);
   Status opened = it == bindings.end() ? Status::invalid_input("no such binding")
                                        : seal::open_hello(it->second.secret, {0, 1, peeked->generation, true}, hello);
   if (!opened.ok()) {
-    std::fprintf(stderr, "[stage %s] refused a data connection from %s: %s\n", options.identity.name.c_str(),
-                 socket.peer_address().c_str(), opened.to_string().c_str());
+    log_limiter.log("data connection", "[stage " + options.identity.name + "] refused a data connection from " +
+                                           socket.peer_address() + ": " + opened.to_string());
     return;
   }
   it->second.socket.set_value(std::move(socket));

@@ -46,9 +46,17 @@ struct StageOptions {
   // the memory available when they are announced.
   uint64_t max_weight_bytes = 0;
   std::filesystem::path work_dir = std::filesystem::temp_directory_path();  // shipped checkpoints go here
-  // Connections served at once (each has a thread, authenticated or not yet);
-  // a connection beyond it is closed at once, so a flood cannot exhaust threads.
-  size_t max_connections = 256;
+  // Admission (net/admission.h). A connection is a stranger until its mutual-TLS
+  // handshake (or a plain data connection's sealed hello) completes, which it
+  // must do within handshake_timeout of being accepted. Strangers are limited
+  // per peer host and in total; a connection beyond either is closed at once,
+  // without a thread. Authenticated connections have their own limit,
+  // max_connections, which strangers never count against, so a flood of idle
+  // connections cannot take a coordinator's place.
+  std::chrono::milliseconds handshake_timeout{5000};
+  size_t max_unauthenticated_per_host = 8;
+  size_t max_unauthenticated = 128;
+  size_t max_connections = 256;  // authenticated connections served at once (each has a thread)
   // Input waiting for the inference thread (queued requests' work and the inputs
   // fed to its scheduler, not yet run), over all connections: a connection's
   // reader waits while either bound is reached, so TCP pushes back on the peer

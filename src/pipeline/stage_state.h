@@ -24,8 +24,10 @@
 #include <thread>
 #include <vector>
 
+#include "core/log_limiter.h"
 #include "engine/local_engine.h"
 #include "model/model.h"
+#include "net/admission.h"
 #include "pipeline/frame_channel.h"
 #include "pipeline/stage_service.h"
 #include "wire/control_frame.h"
@@ -146,11 +148,12 @@ struct StageService::State {
     if (auto channel = coordinator_channel()) send_error(*channel, request, status.to_string());
   }
 
-  void serve_connection(net::Socket socket);
+  // `slot`: the connection's place among strangers (authenticated by the handshake).
+  void serve_connection(net::Socket socket, net::Admission::Slot slot);
   // --plain: the peer announced a data connection on `channel`; wait for it.
   Status expect_plain(FrameChannel& channel);
   Result<std::filesystem::path> receive_shipment(FrameChannel& channel, const json& manifest, uint64_t session_id);
-  void serve_plain_data(net::Socket socket);
+  void serve_plain_data(net::Socket socket, net::Deadline handshake);
   void serve_coordinator(std::shared_ptr<FrameChannel> channel, const json& setup);
   void serve_upstream(FrameChannel& channel, const json& hello);
   void inference_loop();
@@ -169,6 +172,9 @@ struct StageService::State {
   const StageOptions options;
   net::Listener listener;
   net::WakeFd stopping;
+  net::Admission admission{
+      {options.max_unauthenticated_per_host, options.max_unauthenticated, options.max_connections}};
+  LogLimiter log_limiter;  // refusals and failed handshakes: a stranger cannot flood the log
 
   std::mutex mutex;
   std::condition_variable cv;
