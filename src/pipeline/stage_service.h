@@ -53,10 +53,10 @@ struct StageOptions {
   // without a thread. Authenticated connections have their own limit,
   // max_connections, which strangers never count against, so a flood of idle
   // connections cannot take a coordinator's place.
+  size_t max_connections = 256;  // authenticated connections served at once (each has a thread)
   std::chrono::milliseconds handshake_timeout{5000};
   size_t max_unauthenticated_per_host = 8;
   size_t max_unauthenticated = 128;
-  size_t max_connections = 256;  // authenticated connections served at once (each has a thread)
   // Input waiting for the inference thread (queued requests' work and the inputs
   // fed to its scheduler, not yet run), over all connections: a connection's
   // reader waits while either bound is reached, so TCP pushes back on the peer

@@ -31,7 +31,8 @@ constexpr uint64_t kSession = 77;
 
 class StageHarness {
  public:
-  explicit StageHarness(size_t max_connections = 256) {
+  // `max_strangers`: connections from 127.0.0.1 that have not completed their handshake.
+  explicit StageHarness(size_t max_strangers = StageOptions{}.max_unauthenticated_per_host) {
     dir_ = std::filesystem::path(::testing::TempDir()) / ("stage_test_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     port_ = *net::free_loopback_port();
@@ -49,8 +50,8 @@ class StageHarness {
                          EngineOptions{.threads = 1},
                          milliseconds(2000),
                          /*max_weight_bytes=*/1 << 20,
-                         std::filesystem::temp_directory_path(),
-                         max_connections};
+                         std::filesystem::temp_directory_path()};
+    options.max_unauthenticated_per_host = max_strangers;
     service_ = std::make_unique<StageService>(std::move(options));
     EXPECT_TRUE(service_->bind().ok());
     thread_ = std::thread([this] { (void)service_->run(); });
@@ -549,12 +550,12 @@ TEST(StageService, FirstStageStepsRequestsTogetherAndSendsEachItsHiddenStatesAlo
   EXPECT_GE(drive_batching(stage, send, *following, limits.hidden_states, expected), 2u);
 }
 
-// Connections that say nothing hold their threads until the stage's timeout
-// (2 s here); beyond max_connections (3 here) a connection is closed at once,
-// and once the silent ones are gone the stage serves again (fails without the
-// max_connections check: the fourth connection is held, its read times out;
-// checked).
-TEST(StageService, ClosesConnectionsBeyondItsMaximumAndServesAgainWhenTheyEnd) {
+// Connections that say nothing are strangers (net/admission.h): they hold their
+// threads until the handshake timeout; beyond the strangers' limit of a host (3
+// here) a connection is closed at once, and once the silent ones are gone the
+// stage serves again (fails without the limit: the fourth connection is held,
+// its read times out; checked).
+TEST(StageService, ClosesStrangersBeyondTheirLimitAndServesAgainWhenTheyEnd) {
   StageHarness stage(3);
   std::vector<net::Socket> silent;
   for (int i = 0; i < 3; ++i) {
