@@ -10,6 +10,8 @@
 //   - the stage is never killed, its peak RSS (VmHWM) stays within the budget,
 //     and a second, legitimate session (`tessera generate --pipeline`) is then
 //     served with the output of one process.
+// Also: input of the wrong kind for the stage's layers (token ids for a later
+// stage, hidden states for the first) fails its request instead of the stage.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -199,8 +201,9 @@ class StageProcess {
     }
     fs::remove_all(dir_);
   }
-  // Starts `tessera stage` with `flags`, in `cgroup` (joined before exec, so every
-  // allocation of the process counts), and waits until it answers a probe.
+  // Starts `tessera stage` with `flags`, in `cgroup` if one is given (joined
+  // before exec, so every allocation of the process counts), and waits until it
+  // answers a probe.
   void start(const std::vector<std::string>& flags, const fs::path& cgroup) {
     std::vector<std::string> argv = {TESSERA_BINARY, "stage",
                                      "--listen",     address_,
@@ -210,7 +213,7 @@ class StageProcess {
     const std::string log = log_path().string();
     pid_ = ::fork();
     if (pid_ == 0) {
-      if (!write_file(cgroup / "cgroup.procs", std::to_string(::getpid()))) _exit(126);
+      if (!cgroup.empty() && !write_file(cgroup / "cgroup.procs", std::to_string(::getpid()))) _exit(126);
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -274,10 +277,10 @@ std::string ids_line(const std::string& text) {  // the generated ids: the one l
 }
 
 // Fails against the unbounded code (checked): with the cap raised
-// (--max-requests 100000) the requests past 1024 are refused only when the KV
-// pool is full, not naming the cap; with push's wait removed (the queue
-// unbounded) the hidden-state flood grows the stage past the budget: the cgroup
-// kills it, or its VmHWM is over the bound.
+// (--max-requests 100000) 1536 requests are served and the rest are refused only
+// when the KV pool is full, not naming the cap; with push's bound removed (the
+// queue unbounded) the hidden-state flood grows the stage past the budget and
+// the cgroup kills it at about the 200th frame (300 MiB of anonymous memory).
 TEST(StageMemory, TenThousandRequestsAndAFloodFromOnePeerStayWithinTheStagesBudgetAndASecondSessionIsServed) {
   const std::string tiny = testing::fixture_dir(testing::kShippedModel);
   const std::string small = testing::fixture_dir("llama3_f32");
@@ -379,6 +382,59 @@ TEST(StageMemory, TenThousandRequestsAndAFloodFromOnePeerStayWithinTheStagesBudg
       requests_s, flood_s);
   EXPECT_GT(hwm, 0u);
   EXPECT_LT(hwm, bound);
+}
+
+// Token ids for a stage that takes hidden states, or hidden states for the first
+// stage, fail that request as invalid input; the stage serves the next one.
+// (Without the check in State::feed the scheduler's invariant check aborts the
+// stage at the first such frame: checked.)
+TEST(StageMemory, InputOfTheWrongKindForTheStagesLayersFailsItsRequestOnly) {
+  StageProcess stage;
+  stage.start({"--threads", "1", "--kv-memory", "8MiB"}, {});
+  const std::string small = testing::fixture_dir("llama3_f32");
+  const int32_t ids[] = {1, 2, 3};
+  const uint64_t id_shape[] = {3};
+  const auto id_frame = [&](uint64_t request) {
+    return wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, id_shape,
+                                     {reinterpret_cast<const uint8_t*>(ids), sizeof ids});
+  };
+  const std::vector<float> rows(2 * 64, 0.25f);
+  const uint64_t hidden_shape[] = {2, 64};
+  const auto hidden_frame = [&](uint64_t request) {
+    return wire::encode_tensor_frame(request, wire::Encoding{DType::kF32}, hidden_shape,
+                                     {reinterpret_cast<const uint8_t*>(rows.data()), rows.size() * sizeof(float)});
+  };
+  const auto deadline = [] { return net::deadline_after(milliseconds(10000)); };
+  const wire::FrameLimits limits{wire::kMaxMessageHeaderBytes, 16 * kMiB, wire::kMaxControlBytes};
+  struct Case {
+    int64_t begin;
+    bool ids_from_coordinator;  // else hidden states from a previous stage
+    std::string refusal;
+  };
+  uint64_t session = 2000;
+  for (const Case& c : {Case{1, true, "token ids for layers [1, 2), which take hidden states"},
+                        Case{0, false, "hidden states for layers [0, 2), which take token ids"}}) {
+    auto coordinator = stage.setup(small, c.begin, 2, ++session, 16);
+    ASSERT_TRUE(coordinator);
+    auto previous = stage.connect("previous");  // a trusted previous stage of the session
+    ASSERT_TRUE(previous);
+    ASSERT_TRUE(
+        previous->write_frame(wire::encode_control(0, {{"type", "upstream"}, {"session", session}}), deadline()).ok());
+    FrameChannel& wrong = c.ids_from_coordinator ? *coordinator : *previous;
+    ASSERT_TRUE(wrong.write_frame(c.ids_from_coordinator ? id_frame(1) : hidden_frame(1), deadline()).ok());
+    Result<json> refused = read_control(*coordinator);
+    ASSERT_TRUE(refused.ok()) << refused.status().to_string() << "\n" << testing::slurp(stage.log_path());
+    EXPECT_EQ((*refused)["type"], "error");
+    EXPECT_NE((*refused)["message"].get<std::string>().find(c.refusal), std::string::npos) << refused->dump();
+    // The stage serves the right kind of input next.
+    FrameChannel& right = c.ids_from_coordinator ? *previous : *coordinator;
+    ASSERT_TRUE(right.write_frame(c.ids_from_coordinator ? hidden_frame(2) : id_frame(2), deadline()).ok());
+    Result<wire::Frame> logits = coordinator->read_frame(limits, deadline());
+    ASSERT_TRUE(logits.ok()) << logits.status().to_string() << "\n" << testing::slurp(stage.log_path());
+    EXPECT_EQ(logits->prefix.kind, wire::MessageKind::kTensor);
+    EXPECT_EQ(logits->prefix.request_id, 2u);
+  }
+  EXPECT_TRUE(alive(stage.pid()));
 }
 
 }  // namespace
