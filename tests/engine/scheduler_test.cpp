@@ -302,6 +302,32 @@ TEST_F(SchedulerTest, ThirdQueuedFeedIsOverloadedAndOthersGoOn) {
   EXPECT_TRUE(scheduler.feed_ids(2, {7}).ok());
 }
 
+// What a stage's bound on waiting input counts (StageOptions::max_queued_bytes):
+// the bytes of the inputs queued and not yet fully run, released as each feed
+// finishes, is cancelled or all are (fails with the accounting left out of
+// step or close: the count stays above zero; checked).
+TEST_F(SchedulerTest, QueuedBytesCountEveryWaitingInputUntilItRunsOrIsCancelled) {
+  auto forward = make_forward(64);
+  Scheduler scheduler(*forward, {.max_step_tokens = 4});
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.open(2, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(6)).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, {7}).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(3)).ok());
+  EXPECT_EQ(scheduler.queued_feeds(), 3u);
+  EXPECT_EQ(scheduler.queued_bytes(), 10 * sizeof(int32_t));
+  (void)scheduler.step();  // 4 of sequence 1's first 6 tokens: nothing finished
+  EXPECT_EQ(scheduler.queued_bytes(), 10 * sizeof(int32_t));
+  scheduler.cancel(2);
+  EXPECT_EQ(scheduler.queued_bytes(), 7 * sizeof(int32_t));
+  drain(scheduler);
+  EXPECT_EQ(scheduler.queued_feeds(), 0u);
+  EXPECT_EQ(scheduler.queued_bytes(), 0u);
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(2)).ok());
+  scheduler.cancel_all();
+  EXPECT_EQ(scheduler.queued_bytes(), 0u);
+}
+
 TEST_F(SchedulerTest, OpenBeyondMaxSequencesIsOverloadedAndOthersGoOn) {
   auto forward = make_forward(64);
   Scheduler scheduler(*forward, {.max_sequences = 1});
