@@ -10,6 +10,7 @@
 //     stages.json: {"stages": [{"name": "stage0", "model": DIR, "layers": [0, 8]}, ...]}
 //     (without "layers", split by the stages' free memory); --plain for trusted links
 // Greedy unless a sampling option is given.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -42,7 +43,9 @@ struct GenerateOptions {
   std::string identity;
   std::string trust;
   bool plain = false;
-  std::string ship_weights;  // empty: each stage reads its own checkpoint copy
+  std::string ship_weights;        // empty: each stage reads its own checkpoint copy
+  double timeout_s = 30;           // connecting to a stage, each write to one
+  double heartbeat_timeout_s = 3;  // a stage silent this long is frozen or cut off
 };
 
 // Where the layers run: this process's engine, or a pipeline of stages.
@@ -74,6 +77,8 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   options.context = capacity;
   options.model_dir = o.model_dir;
   options.plain = o.plain;
+  options.timeout = std::chrono::milliseconds(std::llround(o.timeout_s * 1000));
+  options.heartbeat_timeout = std::chrono::milliseconds(std::llround(o.heartbeat_timeout_s * 1000));
   if (!o.ship_weights.empty()) {
     TS_ASSIGN_OR_RETURN(options.ship, pipeline::parse_ship_encoding(o.ship_weights));
   }
@@ -187,6 +192,14 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_flag(
       "--plain", o->plain,
       "With --pipeline, for trusted links: stages are still authenticated (mutual TLS), but frames travel unsealed");
+  cmd->add_option("--timeout", o->timeout_s, "With --pipeline: seconds to connect to a stage and for each write to one")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout", o->heartbeat_timeout_s,
+                  "With --pipeline: seconds a stage may stay silent (it heartbeats every third of this) before its "
+                  "requests fail as frozen; a busy stage still heartbeats")
+      ->check(CLI::Range(0.05, 180.0))
+      ->capture_default_str();
   cmd->callback([o, &exit_code, text, file, ids] {
     Status status;
     if (ids->count() > 0) {

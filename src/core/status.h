@@ -15,6 +15,7 @@
 //                   (net/socket.h); the caller's own failure latch says why
 //   kClosedCleanly  kDisconnected: the peer closed the connection in order
 //                   (EOF, or TLS close_notify) before a read got its first byte
+//   kTimedOut       kDisconnected: a wait passed its deadline (net/socket.h)
 // with_context keeps the cause: more words, the same condition.
 //
 // An OK Status holds no allocation. Value types; safe to copy between threads.
@@ -33,7 +34,7 @@ enum class ErrorKind { kOk, kInvalidInput, kNotFound, kUnsupported, kOverloaded,
 
 std::string_view error_kind_name(ErrorKind kind);
 
-enum class Cause { kNone, kInterrupted, kClosedCleanly };
+enum class Cause { kNone, kInterrupted, kClosedCleanly, kTimedOut };
 
 class [[nodiscard]] Status {
  public:

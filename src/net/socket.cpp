@@ -46,7 +46,8 @@ Status wait_for(int fd, short events, Deadline deadline, int wake_fd, std::strin
     }
     if (wake_fd >= 0 && (fds[1].revents & POLLIN)) return Status::disconnected("interrupted", Cause::kInterrupted);
     if (n > 0) return {};  // ready, or an error the following syscall reports
-    if (Clock::now() >= deadline) return Status::disconnected("timed out waiting to " + std::string(what));
+    if (Clock::now() >= deadline)
+      return Status::disconnected("timed out waiting to " + std::string(what), Cause::kTimedOut);
   }
 }
 

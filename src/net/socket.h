@@ -40,6 +40,8 @@ inline bool is_interrupted(const Status& status) { return status.cause() == Caus
 // A read that found the connection closed in order before its first byte
 // (Cause::kClosedCleanly): EOF on a Socket, close_notify on a TlsChannel.
 inline bool is_closed_cleanly(const Status& status) { return status.cause() == Cause::kClosedCleanly; }
+// A wait that passed its deadline (Cause::kTimedOut).
+inline bool is_timed_out(const Status& status) { return status.cause() == Cause::kTimedOut; }
 
 class Socket {
  public:

@@ -173,6 +173,8 @@ struct Pipeline::State {
   ~State() { teardown(); }
 
   Status setup();
+  Result<json> read_control(FrameChannel& channel, const std::string& what);
+  Status silent_or(const Status& status) const;
   void teardown();
   Result<std::shared_ptr<FrameChannel>> first_channel();
   void read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id);
@@ -196,6 +198,31 @@ struct Pipeline::State {
   std::atomic<uint64_t> next_request{1};
 };
 
+// A stage beats every third of the timeout, so two beats may be late before it
+// counts as frozen.
+std::chrono::milliseconds heartbeat_interval(const PipelineOptions& options) {
+  return std::clamp(options.heartbeat_timeout / 3, std::chrono::milliseconds(wire::kMinHeartbeatMs),
+                    std::chrono::milliseconds(wire::kMaxHeartbeatMs));
+}
+
+// The next control message from a stage that is not a heartbeat. A stage that
+// stays silent for heartbeat_timeout is frozen or cut off; one that keeps
+// beating may take as long as it needs (loading a large checkpoint, say).
+Result<json> Pipeline::State::read_control(FrameChannel& channel, const std::string& what) {
+  for (;;) {
+    Result<wire::Frame> frame = channel.read_frame(wire::kControlOnly, net::deadline_after(options.heartbeat_timeout));
+    if (!frame.ok()) return silent_or(frame.status()).with_context(what);
+    TS_ASSIGN_OR_RETURN(json message, wire::decode_control(*frame));
+    if (message["type"] != "heartbeat") return message;
+  }
+}
+
+Status Pipeline::State::silent_or(const Status& status) const {
+  if (!net::is_timed_out(status)) return status;
+  return Status::disconnected("silent for " + std::to_string(options.heartbeat_timeout.count()) +
+                              " ms (--heartbeat-timeout): frozen, or its host or the network is down");
+}
+
 Status Pipeline::State::setup() {
   teardown();
   std::random_device random;
@@ -217,7 +244,8 @@ Status Pipeline::State::setup() {
                   {"next", i + 1 < plan.size() ? plan[i + 1].name : ""},
                   {"session", session_id},
                   {"context", options.context},
-                  {"plain", options.plain}};
+                  {"plain", options.plain},
+                  {"heartbeat_ms", heartbeat_interval(options).count()}};
     if (!options.ship && !options.model_dir.empty()) {  // the stage proves it holds the same layers
       Result<Model> model = Model::load(options.model_dir, LayerRange{stage.begin, stage.end});
       if (!model.ok()) return model.status().with_context("--model");
@@ -234,9 +262,7 @@ Status Pipeline::State::setup() {
                    static_cast<long long>(stage.end), stage.name.c_str());
       Status shipped = send_weights(*channel, *model, *options.ship, net::Clock::now() + options.timeout * 20);
       if (!shipped.ok()) {  // the stage may have refused the shipment: its reason is the better error
-        Result<wire::Frame> reason =
-            channel->read_frame(wire::kControlOnly, net::deadline_after(std::chrono::seconds(1)));
-        Result<json> message = reason.ok() ? wire::decode_control(*reason) : Result<json>(reason.status());
+        Result<json> message = read_control(*channel, what);
         if (message.ok())
           return Status::invalid_input(what + " refused the weights: " + wire::text_or(*message, "message", "?"));
         return shipped.with_context(what + " (--ship-weights)");
@@ -244,9 +270,7 @@ Status Pipeline::State::setup() {
     } else {
       TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
     }
-    Result<wire::Frame> frame = channel->read_frame(wire::kControlOnly, net::Clock::now() + options.timeout * 10);
-    if (!frame.ok()) return frame.status().with_context(what + " during setup");
-    TS_ASSIGN_OR_RETURN(const json reply, wire::decode_control(*frame));
+    TS_ASSIGN_OR_RETURN(const json reply, read_control(*channel, what + " during setup"));
     if (reply["type"] == "error") {
       return Status::invalid_input(what + " refused the setup: " + wire::text_or(reply, "message", "?"));
     }
@@ -269,6 +293,10 @@ void Pipeline::State::teardown() {
     std::lock_guard lock(mutex);
     closing.swap(channels);
     session = 0;
+    for (auto& [request, result] : pending) {
+      if (!result) result = Status::disconnected("the pipeline was torn down");
+    }
+    cv.notify_all();
   }
   for (auto& channel : closing) channel->shutdown();
   for (std::thread& reader : readers) reader.join();
@@ -298,16 +326,24 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
   const std::string who = "stage " + plan_stage.name + " (layers [" + std::to_string(plan_stage.begin) + ", " +
                           std::to_string(plan_stage.end) + "))";
   for (;;) {
-    Result<wire::Frame> frame = channel->read_frame(limits.frame, net::Clock::now() + std::chrono::hours(24 * 365));
+    // Heartbeats keep a session alive while nothing else comes (heartbeat.h).
+    Result<wire::Frame> frame = channel->read_frame(limits.frame, net::deadline_after(options.heartbeat_timeout));
     if (!frame.ok()) {
-      fail_all(Status::disconnected(who + " is gone: " + frame.status().message()), session_id);
+      fail_all(Status::disconnected(who + " is gone: " + silent_or(frame.status()).message()), session_id);
       return;
     }
     const uint64_t request = frame->prefix.request_id;
     if (frame->prefix.kind == wire::MessageKind::kControl) {
       Result<json> message = wire::decode_control(*frame);
-      const std::string text = message.ok() ? wire::text_or(*message, "message", "?") : message.status().to_string();
+      if (message.ok() && (*message)["type"] == "heartbeat") continue;
+      // Anything else a stage says is an error; an unknown message is one too, never dropped.
+      const std::string text = !message.ok() ? message.status().to_string()
+                               : (*message)["type"] == "error"
+                                   ? wire::text_or(*message, "message", "?")
+                                   : "unexpected control message " + (*message)["type"].dump() + " from the stage";
       const Status error = Status::invalid_input(who + ": " + text);
+      if (message.ok() && (*message)["type"] != "error")
+        std::fprintf(stderr, "[pipeline] %s\n", error.message().c_str());
       if (request == 0) {
         fail_all(error, session_id);
       } else {
@@ -386,6 +422,9 @@ Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const in
   TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, s.first_channel());
   {
     std::lock_guard lock(s.mutex);
+    // A session that failed since cannot answer (fail_all has run): say so now.
+    if (s.session == 0 || s.channels.front() != first)
+      return Status::disconnected("the pipeline failed while sending request " + std::to_string(request));
     s.pending[request].reset();
   }
   const uint64_t shape[] = {ids.size()};
@@ -395,12 +434,10 @@ Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const in
       net::deadline_after(s.options.timeout));
   std::unique_lock lock(s.mutex);
   if (!sent.ok() && !s.pending[request]) s.pending[request] = sent.with_context("sending to stage " + s.plan[0].name);
-  const bool answered =
-      s.cv.wait_until(lock, net::Clock::now() + s.options.timeout, [&] { return s.pending[request].has_value(); });
-  Result<StepResult> result =
-      answered ? std::move(*s.pending[request])
-               : Result<StepResult>(Status::disconnected("no answer from the pipeline within " +
-                                                         std::to_string(s.options.timeout.count()) + " ms"));
+  // No time limit: a stage that stays alive (heartbeats) may compute as long as
+  // it must; one that dies or freezes fails the session, and with it this wait.
+  s.cv.wait(lock, [&] { return s.pending[request].has_value(); });
+  Result<StepResult> result = std::move(*s.pending[request]);
   s.pending.erase(request);
   return result;
 }

@@ -60,8 +60,13 @@ Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustF
                                 std::chrono::milliseconds timeout);
 
 struct PipelineOptions {
-  int64_t context = 0;                       // positions per request on every stage
-  std::chrono::milliseconds timeout{30000};  // a stage that says nothing for this long fails the step
+  int64_t context = 0;  // positions per request on every stage
+  // Connecting to a stage (its TLS handshake) and each write to one.
+  std::chrono::milliseconds timeout{30000};
+  // A stage that sends nothing for this long (it heartbeats every third of it,
+  // heartbeat.h) is frozen or cut off: every request in flight fails. A stage
+  // that is alive may compute as long as it needs.
+  std::chrono::milliseconds heartbeat_timeout{3000};
   // Trusted links: after the mutual-TLS setup, frames travel on plain TCP
   // connections bound to the TLS sessions (frame_channel.h), unsealed.
   bool plain = false;

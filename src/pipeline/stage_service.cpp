@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <utility>
 
+#include "pipeline/heartbeat.h"
 #include "pipeline/stage_state.h"
 #include "pipeline/weight_shipping.h"
 #include "seal/hello.h"
@@ -246,6 +248,21 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
     send_error(*channel, 0, session_id.status().to_string());
     return;
   }
+  // Heartbeats from now until the coordinator leaves, through loading and shipping too.
+  std::optional<Heartbeat> heartbeat;
+  if (setup_message.contains("heartbeat_ms")) {
+    Result<int64_t> interval = wire::field<int64_t>(setup_message, "heartbeat_ms");
+    if (interval.ok() && (*interval < wire::kMinHeartbeatMs || *interval > wire::kMaxHeartbeatMs)) {
+      interval = Status::invalid_input("setup: heartbeat_ms " + std::to_string(*interval) + " not in [" +
+                                       std::to_string(wire::kMinHeartbeatMs) + ", " +
+                                       std::to_string(wire::kMaxHeartbeatMs) + "]");
+    }
+    if (!interval.ok()) {
+      send_error(*channel, 0, interval.status().to_string());
+      return;
+    }
+    heartbeat.emplace(channel, std::chrono::milliseconds(*interval), options.timeout);
+  }
   Work work{Work::Kind::kSetup};
   work.session = *session_id;
   work.message = setup_message;
@@ -284,7 +301,11 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   for (;;) {
     Result<wire::Frame> frame =
         channel->read_frame(frame_limits, net::Clock::now() + std::chrono::hours(24 * 365), stopping.fd());
-    if (!frame.ok()) break;  // the coordinator left (or stop)
+    if (!frame.ok()) {  // the coordinator left (or stop), or broke the framing: the stream cannot be trusted on
+      if (!net::is_interrupted(frame.status()) && !net::is_closed_cleanly(frame.status()))
+        report(0, frame.status().with_context("from the coordinator; ending its session"));
+      break;
+    }
     const uint64_t request = frame->prefix.request_id;
     if (frame->prefix.kind == wire::MessageKind::kControl) {
       Result<json> message = wire::decode_control(*frame);

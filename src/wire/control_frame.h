@@ -9,6 +9,7 @@
 //   C -> S    setup    {model, begin, end, next, session, context}: load layers
 //                      [begin, end) of the checkpoint at `model` (a path on the
 //                      stage's host), connect to stage `next` ("" for the last);
+//                      "heartbeat_ms": send heartbeats this often, from now on;
 //                      "digest": the coordinator's weights digest of those layers
 //                      (model/digest.h), which the stage's own must equal;
 //                      with --ship-weights, "ship": a manifest (ship_manifest.h)
@@ -21,6 +22,7 @@
 //                      (start_message.h); passed along ahead of the hidden states
 //   C -> S    cancel   (request id): free the request's KV cache
 //   S -> C    error    {stage, message} (request id; 0: not about one request)
+//   S -> C    heartbeat {} (request id 0): alive, when the setup asked for it
 //
 // Pure functions; safe from any thread.
 #pragma once
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -36,6 +39,9 @@
 namespace tessera::wire {
 
 inline constexpr uint64_t kMaxControlBytes = 1 << 20;  // a start message may carry a long prompt
+// A setup's "heartbeat_ms": how often the stage says it is alive.
+inline constexpr int64_t kMinHeartbeatMs = 10;
+inline constexpr int64_t kMaxHeartbeatMs = 60000;
 
 // Where only control messages are expected (a connection's first message, a
 // setup's reply): tensor frames are refused.
@@ -53,7 +59,8 @@ inline std::string text_or(const nlohmann::json& message, const char* name, cons
   return it != message.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
-// A field of a control message, of type T (string, bool, integer), present.
+// A field of a control message, of type T (string, bool, integer), present; an
+// integer must be a JSON integer within T's range.
 template <typename T>
 Result<T> field(const nlohmann::json& message, const char* name) {
   const std::string type = message.value("type", "?");
@@ -65,6 +72,13 @@ Result<T> field(const nlohmann::json& message, const char* name) {
   else if constexpr (std::is_unsigned_v<T>) ok = it->is_number_unsigned();
   else ok = it->is_number_integer();
   if (!ok) return Status::invalid_input("control message " + type + ": field " + name + " has the wrong type");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // never truncated to fit
+    const bool fits =
+        it->is_number_unsigned() ? std::in_range<T>(it->get<uint64_t>()) : std::in_range<T>(it->get<int64_t>());
+    if (!fits)
+      return Status::invalid_input("control message " + type + ": field " + name + " " + it->dump() +
+                                   " is out of range");
+  }
   return it->get<T>();
 }
 

@@ -1,5 +1,8 @@
 #include "wire/start_message.h"
 
+#include <cstdint>
+#include <utility>
+
 #include "wire/control_frame.h"
 
 namespace tessera::wire {
@@ -52,6 +55,9 @@ Result<SamplingParams> sampling_from_json(const json& start) {
     if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !pair[1].is_number()) {
       return Status::invalid_input("start: logit_bias entries must be [token id, bias]");
     }
+    if (pair[0].is_number_unsigned() ? !std::in_range<int32_t>(pair[0].get<uint64_t>())
+                                     : !std::in_range<int32_t>(pair[0].get<int64_t>()))
+      return Status::invalid_input("start: logit_bias token id " + pair[0].dump() + " is out of range");
     params.logit_bias[pair[0].get<int32_t>()] = pair[1].get<float>();
   }
   return params;
@@ -63,7 +69,8 @@ Result<std::vector<int32_t>> prompt_from_json(const json& start, int64_t vocab_s
   std::vector<int32_t> ids;
   ids.reserve(prompt->size());
   for (const json& id : *prompt) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
+    if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX) ||
+        id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
       return Status::invalid_input("start: prompt[" + std::to_string(ids.size()) + "] is not a token id below " +
                                    std::to_string(vocab_size));
     }

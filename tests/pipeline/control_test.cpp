@@ -102,6 +102,11 @@ TEST(ControlFrame, FieldsMustBePresentAndTyped) {
   expect_refused(field<std::string>(message, "begin").status(), "field begin has the wrong type");
   expect_refused(field<bool>(message, "model").status(), "field model has the wrong type");
   expect_refused(field<uint64_t>(json{{"type", "x"}, {"session", -5}}, "session").status(), "wrong type");
+  expect_refused(field<int32_t>(json{{"type", "x"}, {"n", int64_t{1} << 31}}, "n").status(),
+                 "field n 2147483648 is out of range");
+  expect_refused(field<int64_t>(json{{"type", "x"}, {"n", UINT64_MAX}}, "n").status(),
+                 "field n 18446744073709551615 is out of range");
+  EXPECT_EQ(*field<int32_t>(json{{"type", "x"}, {"n", -(int64_t{1} << 31)}}, "n"), INT32_MIN);
   EXPECT_EQ(text_or(json{{"type", "error"}, {"message", 5}}, "message", "?"), "?");
 }
 
@@ -142,6 +147,15 @@ TEST(StartMessage, RefusesMalformedOrInvalidFields) {
   expect_refused(sampling_from_json(with("logit_bias", json::object())).status(), "logit_bias must be an array");
   expect_refused(sampling_from_json(with("logit_bias", json::array({json::array({1})}))).status(),
                  "entries must be [token id, bias]");
+  // Integers are never truncated to fit (without the range checks, 2^32 + 5 acts
+  // on token 5 and top_k 2^32 + 1 becomes 1: checked).
+  const int64_t wraps_to_5 = (int64_t{1} << 32) + 5;
+  expect_refused(sampling_from_json(with("logit_bias", json::array({json::array({wraps_to_5, 1.0})}))).status(),
+                 "logit_bias token id 4294967301 is out of range");
+  expect_refused(sampling_from_json(with("top_k", (int64_t{1} << 32) + 1)).status(),
+                 "top_k 4294967297 is out of range");
+  expect_refused(prompt_from_json(with("prompt", json::array({uint64_t{1} << 63})), 100).status(),
+                 "prompt[0] is not a token id below 100");
   expect_refused(validate(*sampling_from_json(with("temperature", -1.0)), 100),
                  "temperature");  // the ranges: validate()
   expect_refused(prompt_from_json(with("prompt", "1,2"), 100).status(), "prompt must be an array");

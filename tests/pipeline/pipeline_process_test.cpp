@@ -12,88 +12,17 @@
 #include <thread>
 
 #include "model/fixtures.h"
-#include "support/cluster.h"
+#include "support/pipeline_cluster.h"
 #include "support/run_tessera.h"
 
 namespace {
 
 using tessera::test::Cluster;
+using tessera::test::ids_line;
+using tessera::test::kStages;
+using tessera::test::PipelineCluster;
 using tessera::testing::run_tessera;
 using tessera::testing::slurp;
-
-constexpr int kStages = 3;  // nodes 1..3; node 0 coordinates
-
-class PipelineCluster {
- public:
-  PipelineCluster() : cluster_(1 + kStages) {
-    for (int node = 1; node <= kStages; ++node) start_stage(node);
-  }
-  void start_stage(int node) {
-    stage_process_[node] =
-        cluster_.spawn(node,
-                       {TESSERA_BINARY, "stage", "--listen", cluster_.address(node), "--identity",
-                        cluster_.identity(node).string(), "--trust", cluster_.trust_file().string(), "--threads", "1"},
-                       cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
-  }
-  void kill_stage(int node) {
-    cluster_.kill(stage_process_[node], SIGKILL);
-    cluster_.wait(stage_process_[node], std::chrono::seconds(5));
-  }
-  // Writes a plan giving stage i the layers [cuts[i], cuts[i+1]) of `model`.
-  std::string plan(const std::string& model, const std::vector<int>& cuts) {
-    nlohmann::json stages = nlohmann::json::array();
-    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
-      stages.push_back(
-          {{"name", cluster_.name(static_cast<int>(i) + 1)}, {"model", model}, {"layers", {cuts[i], cuts[i + 1]}}});
-    }
-    const auto path = cluster_.dir() / ("plan" + std::to_string(plans_++) + ".json");
-    std::ofstream(path) << nlohmann::json{{"stages", stages}}.dump();
-    return path.string();
-  }
-  struct Run {
-    int exit_code;
-    std::string out, err;
-  };
-  // `tessera <args> --identity node0 --trust ...` as node 0 (in its namespace).
-  Run run_as_coordinator(std::vector<std::string> args) {
-    args.insert(args.begin(), TESSERA_BINARY);
-    for (const std::string& a : {std::string("--identity"), cluster_.identity(0).string(), std::string("--trust"),
-                                 cluster_.trust_file().string()})
-      args.push_back(a);
-    const auto log = cluster_.dir() / ("node0_" + std::to_string(runs_++));
-    const int code = cluster_.wait(cluster_.spawn(0, args, log), std::chrono::seconds(60));
-    return {code, slurp(log), slurp(log)};
-  }
-  // `tessera generate <args> --pipeline plan` as node 0.
-  Run coordinate(const std::vector<std::string>& args, const std::string& plan_path, int timeout_s = 120) {
-    std::vector<std::string> argv = {TESSERA_BINARY, "generate"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    for (const std::string& a : {std::string("--pipeline"), plan_path, std::string("--identity"),
-                                 cluster_.identity(0).string(), std::string("--trust"), cluster_.trust_file().string()})
-      argv.push_back(a);
-    const auto log = cluster_.dir() / ("coordinator" + std::to_string(runs_++));
-    // stdout and stderr share the log; the id line is the last line of stdout.
-    const int index = cluster_.spawn(0, argv, log);
-    const int code = cluster_.wait(index, std::chrono::seconds(timeout_s));
-    return {code, slurp(log), slurp(log)};
-  }
-  Cluster& cluster() { return cluster_; }
-
- private:
-  Cluster cluster_;
-  int stage_process_[kStages + 1] = {};
-  int plans_ = 0;
-  int runs_ = 0;
-};
-
-std::string ids_line(const std::string& text) {
-  // The generated ids: the one line of digits and commas.
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.find_first_not_of("0123456789,") == std::string::npos) return line;
-  }
-  return "";
-}
 
 TEST(PipelineProcesses, LogitsAndGreedyTokensAreBitwiseThoseOfOneProcess) {
   PipelineCluster pipeline;
@@ -291,3 +220,44 @@ TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins
 }
 
 }  // namespace
+
+// Liveness without false alarms: a prefill that takes several times every
+// timeout (a 3-layer model of width 512, a 2,000-token prompt, one thread per
+// stage) completes, because the stages heartbeat while they compute, and gives
+// the ids of one process. With the coordinator's old fixed wait for an answer
+// (--timeout) the run failed after 1 s: checked.
+TEST(PipelineProcesses, APrefillLongerThanEveryTimeoutCompletesWhileTheStagesHeartbeat) {
+  PipelineCluster pipeline;
+  const auto dir = pipeline.cluster().dir() / "wide";
+  const auto config = pipeline.cluster().dir() / "wide_config.json";
+  std::ofstream(config) << nlohmann::json{
+      {"model_type", "llama"},
+      {"architectures", {"LlamaForCausalLM"}},
+      {"hidden_size", 512},
+      {"intermediate_size", 2048},
+      {"num_hidden_layers", 3},
+      {"num_attention_heads", 8},
+      {"num_key_value_heads", 8},
+      {"vocab_size", 1000},
+      {"max_position_embeddings", 4096},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", 10000.0},
+      {"tie_word_embeddings",
+       false}}.dump();
+  const auto made =
+      run_tessera("random-checkpoint --config " + config.string() + " --seed 3 --dtype f32 --out " + dir.string());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  std::string prompt;
+  for (int i = 0; i < 2000; ++i) prompt += (i ? "," : "") + std::to_string(1 + i * 7 % 997);
+  const std::vector<std::string> args = {"--model", dir.string(), "--prompt-ids", prompt, "-n", "2", "--threads", "1"};
+  const auto local = run_tessera("generate --model " + dir.string() + " --prompt-ids " + prompt + " -n 2 --threads 1");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  std::vector<std::string> pipelined = args;
+  for (const char* flag : {"--timeout", "1", "--heartbeat-timeout", "1"}) pipelined.push_back(flag);
+  const auto started = std::chrono::steady_clock::now();
+  const auto run = pipeline.coordinate(pipelined, pipeline.plan(dir.string(), {0, 1, 2, 3}));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "the pipelined run took " << seconds << " s\n";
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+}

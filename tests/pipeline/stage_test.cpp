@@ -152,8 +152,7 @@ TEST(StageService, RefusesBadFramesFromAnAuthenticatedPeerAndServesTheNextReques
   };
   for (const Bad& b : bad) {
     send(b.frame);
-    Result<wire::Frame> frame =
-        coordinator->read_frame(wire::kControlOnly, net::deadline_after(milliseconds(5000)));
+    Result<wire::Frame> frame = coordinator->read_frame(wire::kControlOnly, net::deadline_after(milliseconds(5000)));
     ASSERT_TRUE(frame.ok()) << frame.status().to_string();
     EXPECT_EQ(frame->prefix.request_id, b.request);
     Result<json> error = wire::decode_control(*frame);
@@ -448,7 +447,8 @@ std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits&
 // read from `results` (decoded with `limits`) must equal it. Returns largest_step.
 uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send, FrameChannel& results,
                         const wire::DecodeLimits& limits, const std::map<uint64_t, std::vector<float>>& expected) {
-  const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits), wire::kMaxControlBytes};
+  const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits),
+                                       wire::kMaxControlBytes};
   auto receive = [&](size_t frames) {
     for (size_t i = 0; i < frames; ++i) {
       Result<wire::Frame> frame = results.read_frame(frame_limits, net::deadline_after(milliseconds(20000)));
