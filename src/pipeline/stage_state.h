@@ -126,7 +126,11 @@ struct StageService::State {
         return;
       }
       stopped = stopped || stop;
-      queue.push_back(std::move(work));
+      if (stop) {
+        queue.push_front(std::move(work));  // ends the loop after at most one more step
+      } else {
+        queue.push_back(std::move(work));
+      }
     }
     cv.notify_one();
     if (stop) room.notify_all();

@@ -30,6 +30,7 @@
 #include "net/local_cluster.h"
 #include "pipeline/coordinator.h"
 #include "pipeline/frame_channel.h"
+#include "pipeline/stage_service.h"
 #include "support/run_tessera.h"
 #include "wire/control_frame.h"
 #include "wire/tensor_codec.h"
@@ -395,6 +396,74 @@ TEST(StageMemory, TenThousandRequestsAndAFloodFromOnePeerStayWithinTheStagesBudg
       flood.taken_over ? " took it over" : " came after it");
   EXPECT_GT(hwm, 0u);
   EXPECT_LT(hwm, bound);
+}
+
+// stop() while a connection's reader waits for room (the bound is 2 items here)
+// behind long prefills: the waiting reader gives up, the inference thread ends
+// after its current step, and the service is gone at once. (Without push's stop
+// check the reader waits for room forever and the service's destructor never
+// returns: checked.)
+TEST(StageMemory, StopEndsAReaderWaitingForRoom) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("stage_memory_stop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const uint16_t port = *net::free_loopback_port();
+  ASSERT_TRUE(
+      net::write_local_cluster(dir, {{"stage", "127.0.0.1:" + std::to_string(port)}, {"coordinator", "127.0.0.1:1"}})
+          .ok());
+  const net::TrustFile trust = *net::read_trust_file(dir / "trust.json");
+  StageOptions options;
+  options.listen = *net::parse_endpoint("127.0.0.1:" + std::to_string(port));
+  options.identity = *net::load_identity(dir / "stage");
+  options.trust = trust;
+  options.engine.threads = 1;
+  options.engine.forward.kv_memory = 32 * kMiB;
+  options.max_queued_work = 2;
+  auto service = std::make_unique<StageService>(std::move(options));
+  ASSERT_TRUE(service->bind().ok());
+  std::thread run([&] { (void)service->run(); });
+
+  const std::string tiny = testing::fixture_dir(testing::kShippedModel);
+  auto connected = connect_frame_channel(*net::load_identity(dir / "coordinator"), trust, "stage",
+                                         net::deadline_after(milliseconds(10000)));
+  ASSERT_TRUE(connected.ok()) << connected.status().to_string();
+  FrameChannel& coordinator = *connected->channel;
+  ASSERT_TRUE(coordinator
+                  .write_frame(wire::encode_control(0, {{"type", "setup"},
+                                                        {"model", tiny},
+                                                        {"begin", 0},
+                                                        {"end", 4},
+                                                        {"next", ""},
+                                                        {"session", 3001},
+                                                        {"context", 2048}}),
+                               net::deadline_after(milliseconds(10000)))
+                  .ok());
+  Result<json> ready = read_control(coordinator);
+  ASSERT_TRUE(ready.ok() && (*ready)["type"] == "ready") << (ready.ok() ? ready->dump() : ready.status().to_string());
+  // Prompts of 2048 tokens, each four steps of 512: the reader soon waits for room.
+  std::atomic<bool> sending{true};
+  std::thread writer([&] {
+    std::vector<int32_t> ids(2048);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(1 + i * 7 % 8000);
+    const uint64_t shape[] = {ids.size()};
+    for (uint64_t request = 1; request <= 20 && sending; ++request) {
+      const Status sent = coordinator.write_frame(
+          wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                    {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t)}),
+          net::deadline_after(milliseconds(500)));
+      if (!sent.ok()) return;
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(1500));
+  const auto stopping = std::chrono::steady_clock::now();
+  service->stop();
+  run.join();
+  service.reset();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopping).count();
+  sending = false;
+  writer.join();
+  std::printf("stopped in %.2f s\n", seconds);
+  EXPECT_LT(seconds, 10.0);
+  fs::remove_all(dir);
 }
 
 // Token ids for a stage that takes hidden states, or hidden states for the first
