@@ -17,6 +17,7 @@ struct StageCommandOptions {
   std::string identity;
   std::string trust;
   EngineOptions engine;
+  double timeout_s = 30;  // a peer silent mid-frame, each write, connecting to the next stage
   // Admission of strangers (StageOptions says what each does).
   double handshake_timeout_s = 5;
   size_t max_unauthenticated_per_host = pipeline::StageOptions{}.max_unauthenticated_per_host;
@@ -30,6 +31,7 @@ Status run_stage(const StageCommandOptions& o) {
   TS_ASSIGN_OR_RETURN(options.identity, net::load_identity(o.identity));
   TS_ASSIGN_OR_RETURN(options.trust, net::read_trust_file(o.trust));
   options.engine = o.engine;
+  options.timeout = std::chrono::milliseconds(std::llround(o.timeout_s * 1000));
   options.handshake_timeout = std::chrono::milliseconds(std::llround(o.handshake_timeout_s * 1000));
   options.max_unauthenticated_per_host = o.max_unauthenticated_per_host;
   options.max_unauthenticated = o.max_unauthenticated;
@@ -50,6 +52,10 @@ void register_stage(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--trust", o->trust, "Cluster trust file (JSON)")->required();
   add_engine_options(*cmd, o->engine);
+  cmd->add_option("--timeout", o->timeout_s,
+                  "Seconds a peer may stall in the middle of a frame, for each write, and to connect to the next stage")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--handshake-timeout", o->handshake_timeout_s,
                   "Seconds a new connection has to complete its mutual-TLS handshake before it is dropped")
       ->check(CLI::Range(0.001, 3600.0))

@@ -94,4 +94,25 @@ TEST(PipelineChaos, EachStageKilledOrFrozenAtARandomPointFailsTheRunInTimeAndThe
   }
 }
 
+// KV exhaustion: with a 1 MiB KV budget per stage (16 blocks of 32 positions on
+// the stage of two layers), a 600-token prompt cannot get its blocks: that run
+// fails at once with `overloaded` naming --kv-memory, every stage stays up, and
+// the next run is served with the ids of one process.
+TEST(PipelineChaos, KvExhaustionFailsTheRequestThatDoesNotFitAndTheNextRunIsServed) {
+  PipelineCluster pipeline({"--kv-memory", "1MiB"});
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const std::string plan = pipeline.plan(dir, {0, 1, 3, 4});
+  std::string long_prompt;
+  for (int i = 0; i < 600; ++i) long_prompt += (i ? "," : "") + std::to_string(2 + i % 5000);
+  const auto too_long = pipeline.coordinate({"--model", dir, "--prompt-ids", long_prompt, "-n", "2"}, plan);
+  EXPECT_EQ(too_long.exit_code, 2) << too_long.err;
+  EXPECT_NE(too_long.err.find("KV cache is full"), std::string::npos) << too_long.err;
+  EXPECT_NE(too_long.err.find("--kv-memory"), std::string::npos) << too_long.err;
+  const auto local = tessera::testing::run_tessera("generate --model " + dir + " --prompt-ids 1,5,9 -n 8 --threads 1");
+  const auto fits = pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9", "-n", "8"}, plan);
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_EQ(ids_line(fits.out), ids_line(local.out));
+  EXPECT_FALSE(ids_line(local.out).empty());
+}
+
 }  // namespace

@@ -15,11 +15,13 @@
 
 #include "model/fixtures.h"
 #include "support/cluster.h"
+#include "support/pipeline_cluster.h"
 #include "support/run_tessera.h"
 
 namespace {
 
 using tessera::test::Cluster;
+using tessera::test::ids_line;
 using tessera::testing::run_tessera;
 using tessera::testing::slurp;
 
@@ -27,14 +29,6 @@ constexpr int kStages = 3;          // nodes 1..3; node 0 coordinates
 constexpr int kFloodNode = 4;       // a host of its own, never in the plan
 constexpr int kRuns = 50;           // legitimate generations under the flood
 constexpr int kConnections = 1000;  // the flood's connections, all open at once where the stages allow
-
-std::string ids_line(const std::string& text) {
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.find_first_not_of("0123456789,") == std::string::npos) return line;
-  }
-  return "";
-}
 
 std::string last_line_with(const std::string& text, const std::string& prefix) {
   std::istringstream in(text);

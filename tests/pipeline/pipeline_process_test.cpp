@@ -17,9 +17,7 @@
 
 namespace {
 
-using tessera::test::Cluster;
 using tessera::test::ids_line;
-using tessera::test::kStages;
 using tessera::test::PipelineCluster;
 using tessera::testing::run_tessera;
 using tessera::testing::slurp;

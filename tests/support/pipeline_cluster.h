@@ -25,15 +25,19 @@ constexpr int kStages = 3;  // nodes 1..3; node 0 coordinates
 
 class PipelineCluster {
  public:
-  PipelineCluster() : cluster_(1 + kStages) {
+  // `stage_args`: more flags for every `tessera stage`.
+  explicit PipelineCluster(std::vector<std::string> stage_args = {})
+      : cluster_(1 + kStages), stage_args_(std::move(stage_args)) {
     for (int node = 1; node <= kStages; ++node) start_stage(node);
   }
   void start_stage(int node) {
-    stage_process_[node] =
-        cluster_.spawn(node,
-                       {TESSERA_BINARY, "stage", "--listen", cluster_.address(node), "--identity",
-                        cluster_.identity(node).string(), "--trust", cluster_.trust_file().string(), "--threads", "1"},
-                       cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
+    std::vector<std::string> argv = {TESSERA_BINARY, "stage",
+                                     "--listen",     cluster_.address(node),
+                                     "--identity",   cluster_.identity(node).string(),
+                                     "--trust",      cluster_.trust_file().string(),
+                                     "--threads",    "1"};
+    argv.insert(argv.end(), stage_args_.begin(), stage_args_.end());
+    stage_process_[node] = cluster_.spawn(node, argv, cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
   }
   void signal_stage(int node, int signal) { cluster_.kill(stage_process_[node], signal); }
   void kill_stage(int node) {
@@ -87,6 +91,7 @@ class PipelineCluster {
 
  private:
   Cluster cluster_;
+  std::vector<std::string> stage_args_;
   int stage_process_[kStages + 1] = {};
   int plans_ = 0;
   int runs_ = 0;
