@@ -22,20 +22,38 @@ inline constexpr int kMaxJsonDepth = 64;                            // real conf
 
 Result<std::string> read_text_file(const std::string& path, uint64_t max_bytes = kMaxTextFileBytes);
 
-// `what` names the document in errors ("config.json: not valid JSON").
+// Options of parse_json beyond the depth limit, which always holds.
+template <class Json>
+struct JsonReadOptions {
+  // Sees every parse event after the depth check (to find duplicate keys, to
+  // record keys in file order); returning false skips the value.
+  typename Json::parser_callback_t observe = nullptr;
+  bool allow_comments = false;  // operators annotate their trust files
+};
+
+// The one JSON reader of tessera: every document from a file or a peer goes
+// through it. `what` names the document in errors ("config.json: not valid
+// JSON: ...", with the parser's position).
 template <class Json = nlohmann::json>
-Result<Json> parse_json(std::string_view text, std::string_view what) {
+Result<Json> parse_json(std::string_view text, std::string_view what, const JsonReadOptions<Json>& options = {}) {
   bool too_deep = false;
-  const typename Json::parser_callback_t limit_depth = [&too_deep](int depth, typename Json::parse_event_t, Json&) {
-    if (depth <= kMaxJsonDepth) return true;
-    too_deep = true;
-    return false;  // the value is skipped, not built
-  };
-  Json json = Json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/false);
+  const typename Json::parser_callback_t limit_depth =
+      [&too_deep, &options](int depth, typename Json::parse_event_t event, Json& parsed) {
+        if (depth > kMaxJsonDepth) {
+          too_deep = true;
+          return false;  // the value is skipped, not built
+        }
+        return !options.observe || options.observe(depth, event, parsed);
+      };
+  Json json;
+  try {
+    json = Json::parse(text.begin(), text.end(), limit_depth, /*allow_exceptions=*/true, options.allow_comments);
+  } catch (const typename Json::exception& e) {
+    if (!too_deep) return Status::invalid_input(std::string(what) + ": not valid JSON: " + e.what());
+  }
   if (too_deep)
     return Status::invalid_input(std::string(what) + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                                  " levels");
-  if (json.is_discarded()) return Status::invalid_input(std::string(what) + ": not valid JSON");
   return json;
 }
 

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "core/text_file.h"
+
 namespace tessera {
 
 namespace {
@@ -39,9 +41,10 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
     return Status::not_found(dir + ": no model.safetensors or model.safetensors.index.json");
   }
   const std::span<const uint8_t> index_bytes = index_file->bytes();
-  const json index = json::parse(index_bytes.begin(), index_bytes.end(), nullptr, /*allow_exceptions=*/false);
+  TS_ASSIGN_OR_RETURN(
+      const json index,
+      parse_json(std::string_view(reinterpret_cast<const char*>(index_bytes.data()), index_bytes.size()), index_path));
   const auto index_error = [&](const std::string& what) { return Status::invalid_input(index_path + ": " + what); };
-  if (index.is_discarded()) return index_error("not valid JSON");
   if (!index.is_object()) return index_error("not a JSON object");
   const auto weight_map = index.find("weight_map");
   if (weight_map == index.end() || !weight_map->is_object()) return index_error("'weight_map' is not a JSON object");

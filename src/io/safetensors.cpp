@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/text_file.h"
 
 namespace tessera {
 
@@ -144,9 +145,8 @@ Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> file) {
     if (depth == 1 && event == json::parse_event_t::key) names.push_back(parsed.get<std::string>());
     return true;
   };
-  const uint8_t* json_begin = file.data() + 8;
-  const json root = json::parse(json_begin, json_begin + header_len, record_keys, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return Status::invalid_input("header is not valid JSON");
+  const std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, header_len);
+  TS_ASSIGN_OR_RETURN(const json root, parse_json(text, "header", {.observe = record_keys}));
   if (!root.is_object()) return Status::invalid_input("header is not a JSON object");
 
   std::vector<std::string> sorted_names = names;

@@ -119,13 +119,9 @@ const TrustedNode* TrustFile::find_fingerprint(std::string_view fingerprint) con
 
 Result<TrustFile> parse_trust_file(std::string_view json_text, const std::filesystem::path& base_dir) {
   DuplicateKeyFinder duplicates;
-  json root;
-  try {
-    // Comments are allowed: operators annotate their trust files.
-    root = json::parse(json_text, std::ref(duplicates), /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    return Status::invalid_input(std::string("not valid JSON: ") + e.what());
-  }
+  // Comments are allowed: operators annotate their trust files.
+  TS_ASSIGN_OR_RETURN(const json root,
+                      parse_json(json_text, "trust file", {.observe = std::ref(duplicates), .allow_comments = true}));
   if (!duplicates.duplicate.empty()) return refuse(duplicates.duplicate, "key appears twice in one object");
   if (!root.is_object()) return Status::invalid_input("expected a JSON object at the top level");
   TS_RETURN_IF_ERROR(check_keys(root, "", {"cluster", "ca", "nodes"}));

@@ -145,6 +145,7 @@ void StageService::State::serve_connection(net::Socket socket, net::Admission::S
   if (!message.ok()) {
     std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
                  message.status().to_string().c_str());
+    if (frame.ok()) send_error(*channel, 0, message.status().to_string());  // a frame that broke no limit is answered
     return;
   }
   const std::string type = (*message)["type"];
@@ -160,8 +161,10 @@ void StageService::State::serve_connection(net::Socket socket, net::Admission::S
     return;
   }
   if (type == "upstream") return serve_upstream(*channel, *message);
-  std::fprintf(stderr, "[stage %s] %s opened with '%s', not setup or upstream\n", options.identity.name.c_str(),
-               channel->peer_name().c_str(), type.c_str());
+  const std::string refusal = "a connection opens with setup, probe or upstream, not '" + type + "'";
+  std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
+               refusal.c_str());
+  send_error(*channel, 0, refusal);
 }
 
 // Receives shipped weights into work_dir/tessera-<stage>-<session>, replacing

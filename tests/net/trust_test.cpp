@@ -131,7 +131,7 @@ TEST(TrustFileTest, RefusesEachInvalidFieldAndNamesIt) {
     ASSERT_FALSE(trust.ok()) << "accepted: " << bad.json;
     EXPECT_EQ(trust.status().kind(), ErrorKind::kInvalidInput) << bad.json;
     if (bad.error.empty()) {
-      EXPECT_EQ(trust.status().message().rfind("not valid JSON: ", 0), 0u) << trust.status().message();
+      EXPECT_EQ(trust.status().message().rfind("trust file: not valid JSON: ", 0), 0u) << trust.status().message();
     } else {
       EXPECT_EQ(trust.status().message(), bad.error) << bad.json;
     }

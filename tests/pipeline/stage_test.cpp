@@ -396,6 +396,26 @@ TEST(StageService, AnswersAnUnexpectedControlMessageWithAnErrorNamingIt) {
   EXPECT_EQ(logits->prefix.request_id, 11u);
 }
 
+// A connection that opens with anything but setup, probe or upstream hears why
+// it is refused (before, it was only logged and closed: checked); so does one
+// whose first message is too deep to read.
+TEST(StageService, AnswersAConnectionThatOpensWithAnUnknownMessage) {
+  StageHarness stage;
+  for (const std::string& payload :
+       {std::string(R"({"type": "hello"})"), R"({"type": "setup", "x": )" + std::string(100, '[')}) {
+    auto peer = std::move(stage.connect("coordinator")).value();
+    const std::vector<uint8_t> frame = wire::encode_frame(
+        wire::MessageKind::kControl, 0, {}, {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()});
+    ASSERT_TRUE(peer->write_frame(frame, net::deadline_after(milliseconds(5000))).ok());
+    Result<json> reply = read_control(*peer);
+    ASSERT_TRUE(reply.ok()) << reply.status().to_string();
+    EXPECT_EQ((*reply)["type"], "error");
+    const std::string message = (*reply)["message"];
+    EXPECT_TRUE(message.find("'hello'") != std::string::npos || message.find("nested deeper") != std::string::npos)
+        << message;
+  }
+}
+
 // A cancel frees the request's KV cache; the stage's status says so.
 TEST(StageService, CancelFreesTheRequestsKvCache) {
   StageHarness stage;
