@@ -15,11 +15,22 @@ Result<nlohmann::ordered_json> read_optional_json(const std::string& path) {
   return read_json_file<nlohmann::ordered_json>(path);
 }
 
-void add_eos_ids(const nlohmann::ordered_json& config, std::vector<int32_t>& ids) {
-  if (!config.is_object() || !config.contains("eos_token_id")) return;
+// The eos_token_id of `file` (one id or a list): each must be a token id of the
+// vocabulary, never truncated to fit (2^32 + 1 is not token 1).
+Status add_eos_ids(const nlohmann::ordered_json& config, const std::string& file, int64_t vocab_size,
+                   std::vector<int32_t>& ids) {
+  if (!config.is_object() || !config.contains("eos_token_id") || config["eos_token_id"].is_null()) return {};
   const auto& eos = config["eos_token_id"];
-  for (const auto& id : eos.is_array() ? eos : nlohmann::ordered_json::array({eos}))
-    if (id.is_number_integer()) ids.push_back(id.get<int32_t>());
+  for (const auto& id : eos.is_array() ? eos : nlohmann::ordered_json::array({eos})) {
+    const bool in_vocabulary = id.is_number_unsigned()  ? id.get<uint64_t>() < static_cast<uint64_t>(vocab_size)
+                               : id.is_number_integer() ? id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size
+                                                        : false;
+    if (!in_vocabulary)
+      return Status::invalid_input(file + ": eos_token_id " + id.dump() + " is not a token id below " +
+                                   std::to_string(vocab_size));
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return {};
 }
 
 }  // namespace
@@ -54,7 +65,7 @@ Result<TextModel> load_text_model(const std::string& dir) {
   }
   for (const char* name : {"generation_config.json", "config.json"}) {
     TS_ASSIGN_OR_RETURN(const auto config, read_optional_json(dir + "/" + name));
-    add_eos_ids(config, text.stop_ids);
+    TS_RETURN_IF_ERROR(add_eos_ids(config, dir + "/" + name, text.model.config().vocab_size, text.stop_ids));
   }
   std::sort(text.stop_ids.begin(), text.stop_ids.end());
   text.stop_ids.erase(std::unique(text.stop_ids.begin(), text.stop_ids.end()), text.stop_ids.end());

@@ -130,6 +130,25 @@ TEST(CliTest, LogitBiasIdThatIsNotAWholeInt32IsRefused) {
   }
 }
 
+// An eos_token_id that is not a token id is refused, never truncated (2^32 + 1
+// once stopped generation at token 1; without the check the run exits 0: checked).
+TEST(CliTest, EosTokenIdOutsideTheVocabularyIsRefused) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "tessera_bad_eos";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = fixture_dir(testing::kShippedModel);
+  for (const auto& entry : fs::directory_iterator(model))
+    if (entry.path().filename() != "generation_config.json")
+      fs::create_symlink(entry.path(), dir / entry.path().filename());
+  for (const std::string eos : {"4294967297", "[1, -3]", "8192", "2.5"}) {
+    SCOPED_TRACE(eos);
+    std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"eos_token_id": )" << eos << "}";
+    expect_refused(run_tessera("generate --model " + dir.string() + " --prompt hello -n 1"),
+                   {"generation_config.json", "eos_token_id", "below 8192"});
+  }
+  fs::remove_all(dir);
+}
+
 // --threads within a stated maximum (100000 once aborted the process).
 // (Without the range check the run aborts: checked.)
 TEST(CliTest, ThreadsBeyondTheMaximumAreRefused) {
