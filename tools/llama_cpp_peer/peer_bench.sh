@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Runs tessera and llama.cpp's llama-bench (CPU) alternately on one machine, on the same
+# random weight bytes, and prints a markdown table of every round and the ratios
+# tessera / llama.cpp (issue 15, point 1). See README.md beside this file.
+#
+#   tools/llama_cpp_peer/peer_bench.sh [--config bench/shapes/llama-3.2-1b.json] [--threads 2]
+#       [--rounds 3] [--dtypes bf16,f16] [--seed 1] [--prompt 512] [--decode 128]
+#       [--tessera build-peer/bin/tessera] [--llama-reps 1] [--remove-after]
+#
+# Per dtype: `tessera random-checkpoint` writes the weights once, tessera_to_gguf.py
+# writes the same bytes as a GGUF (both reused by a later run with the same shape, seed
+# and dtype), then each round runs
+#   tessera bench --model CKPT --threads T --prompt P --decode D
+#       (prefill of a P-token prompt, then D decode steps at context P..P+D)
+#   llama-bench -m GGUF -t T -p P -n 0            (prefill of P tokens)
+#   llama-bench -m GGUF -t T -p 0 -n D -d P       (D decode steps after a P-token context)
+# tessera first in odd rounds, llama.cpp first in even ones. Before each run the engine's
+# weight file is read once, so neither reads the disk while timed. Each row notes the 1-minute
+# load average when its run started (the machine's own threads count in it). Progress
+# goes to stderr; stdout is only the markdown.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+export LLAMA_PEER_DIR=${LLAMA_PEER_DIR:-$repo/.cache/llama-peer}
+work=$LLAMA_PEER_DIR
+
+config=$repo/bench/shapes/llama-3.2-1b.json
+threads=2
+rounds=3
+dtypes=bf16,f16
+seed=1
+prompt=512
+decode=128
+reps=1
+remove_after=0
+tessera=${TESSERA:-}
+
+usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --config) config=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --dtypes) dtypes=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --prompt) prompt=$2; shift 2 ;;
+    --decode) decode=$2; shift 2 ;;
+    --tessera) tessera=$2; shift 2 ;;
+    --llama-reps) reps=$2; shift 2 ;;
+    --remove-after) remove_after=1; shift ;;
+    -h|--help) usage 0 ;;
+    *) echo "[peer] unknown option $1" >&2; usage ;;
+  esac
+done
+
+log() { echo "[peer] $*" >&2; }
+
+if [[ -z $tessera ]]; then
+  for candidate in "$repo/build-peer/bin/tessera" "$repo/build/bin/tessera"; do
+    [[ -x $candidate ]] && { tessera=$candidate; break; }
+  done
+fi
+[[ -x ${tessera:-} ]] || { log "no tessera binary: build one (see README.md) or pass --tessera"; exit 1; }
+[[ -f $config ]] || { log "no shape config $config"; exit 1; }
+
+# A Python with numpy for the converter (Debian's python3-numpy lives under /usr/bin/python3).
+python=${PYTHON:-}
+if [[ -z $python ]]; then
+  for candidate in python3 /usr/bin/python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import numpy' 2>/dev/null; then
+      python=$candidate
+      break
+    fi
+  done
+fi
+[[ -n $python ]] || { log "no python3 with numpy (Debian: apt-get install python3-numpy; or set PYTHON)"; exit 1; }
+
+llama_bench=$("$here/build_llama_bench.sh")
+src=${LLAMA_CPP_SRC:-$work/llama.cpp}
+source_note=$(cat "$src/PEER_SOURCE" 2>/dev/null || git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo "$src")
+
+shape=$(basename "$config" .json)
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+
+# Appends "round<TAB>engine<TAB>dtype<TAB>test<TAB>tok/s<TAB>note" rows to $results.
+run_tessera() {
+  local round=$1 dtype=$2 ckpt=$3 out load
+  cat "$ckpt/model.safetensors" >/dev/null  # in the page cache, as llama-bench's warm-up leaves its file
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  log "round $round: tessera $dtype"
+  out=$("$tessera" bench --model "$ckpt" --threads "$threads" --prompt "$prompt" --decode "$decode")
+  local pp tg bandwidth share
+  pp=$(awk '$1 == "prefill" && $3 == "tok/s" { print $2 }' <<<"$out")
+  tg=$(awk '$1 == "decode" && $3 == "tok/s" { print $2 }' <<<"$out")
+  bandwidth=$(awk '$1 == "read" && $2 == "bandwidth" { print $3 " " $4 }' <<<"$out")
+  share=$(awk '$1 == "decode" && $2 == "bytes/s" { print $3 " " $4 " = " $6 }' <<<"$out")
+  [[ -n $pp && -n $tg ]] || { log "cannot read tessera bench's output:"; echo "$out" >&2; exit 1; }
+  printf '%s\ttessera\t%s\tpp%s\t%s\tload %s\n' "$round" "$dtype" "$prompt" "$pp" "$load" >>"$results"
+  printf '%s\ttessera\t%s\ttg%s @ d%s\t%s\tweights at %s of %s read bandwidth\n' \
+    "$round" "$dtype" "$decode" "$prompt" "$tg" "$share" "$bandwidth" >>"$results"
+}
+
+llama_log=$work/llama-bench.log
+run_llama_bench() {  # prints avg tokens/s of one llama-bench run; its log goes to $llama_log
+  local json
+  if ! json=$("$llama_bench" "$@" -t "$threads" -r "$reps" -o json 2>>"$llama_log"); then
+    log "llama-bench $* failed; the end of $llama_log:"
+    tail -n 20 "$llama_log" >&2
+    exit 1
+  fi
+  "$python" -c 'import json, sys; print("%.2f" % json.loads(sys.argv[1])[0]["avg_ts"])' "$json"
+}
+
+run_llama() {
+  local round=$1 dtype=$2 gguf=$3 pp tg pp_load tg_load
+  log "round $round: llama.cpp $dtype"
+  cat "$gguf" >/dev/null
+  pp_load=$(cut -d' ' -f1 /proc/loadavg)
+  pp=$(run_llama_bench -m "$gguf" -p "$prompt" -n 0)
+  tg_load=$(cut -d' ' -f1 /proc/loadavg)
+  tg=$(run_llama_bench -m "$gguf" -p 0 -n "$decode" -d "$prompt")
+  printf '%s\tllama.cpp\t%s\tpp%s\t%s\tload %s\n' "$round" "$dtype" "$prompt" "$pp" "$pp_load" >>"$results"
+  printf '%s\tllama.cpp\t%s\ttg%s @ d%s\t%s\tload %s\n' "$round" "$dtype" "$decode" "$prompt" "$tg" "$tg_load" >>"$results"
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+IFS=, read -r -a dtype_list <<<"$dtypes"
+for dtype in "${dtype_list[@]}"; do
+  ckpt=$work/ckpt-$shape-$dtype-seed$seed
+  gguf=$work/$shape-$dtype-seed$seed.gguf
+  if [[ ! -f $ckpt/model.safetensors ]]; then
+    log "writing $ckpt"
+    rm -rf "$ckpt.tmp"
+    "$tessera" random-checkpoint --config "$config" --seed "$seed" --dtype "$dtype" --out "$ckpt.tmp" >&2
+    mv "$ckpt.tmp" "$ckpt"
+  fi
+  if [[ ! -f $gguf || $gguf -ot $ckpt/model.safetensors ]]; then
+    log "writing $gguf"
+    PYTHONPATH=$src/gguf-py${PYTHONPATH:+:$PYTHONPATH} "$python" "$here/tessera_to_gguf.py" "$ckpt" "$gguf.tmp"
+    mv "$gguf.tmp" "$gguf"
+  fi
+  for ((round = 1; round <= rounds; ++round)); do
+    if ((round % 2 == 1)); then
+      run_tessera "$round" "$dtype" "$ckpt"
+      run_llama "$round" "$dtype" "$gguf"
+    else
+      run_llama "$round" "$dtype" "$gguf"
+      run_tessera "$round" "$dtype" "$ckpt"
+    fi
+  done
+  if ((remove_after)); then
+    rm -rf "$ckpt" "$gguf"
+  fi
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+isa=AVX2
+grep -qw avx512f /proc/cpuinfo && isa=AVX-512
+tessera_commit=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -n $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null) ]] && tessera_commit+=" (modified)"
+
+"$python" "$here/report.py" "$results" <<EOF
+date: $(date -u +%Y-%m-%d)
+machine: $cpu ($isa), $(nproc) cores; load average before $load_before, after $load_after
+shape: $shape, $threads threads, $rounds rounds, llama-bench -r $reps
+tessera: ${tessera#"$repo"/}, checkout at $tessera_commit (the binary may be older: rebuild it first)
+llama.cpp: $source_note, CPU backend, GGML_NATIVE
+command: tools/llama_cpp_peer/peer_bench.sh --config ${config#"$repo"/} --threads $threads --rounds $rounds --dtypes $dtypes --seed $seed --prompt $prompt --decode $decode
+EOF
