@@ -198,12 +198,16 @@ struct Pipeline::State {
   std::atomic<uint64_t> next_request{1};
 };
 
+namespace {
+
 // A stage beats every third of the timeout, so two beats may be late before it
 // counts as frozen.
 std::chrono::milliseconds heartbeat_interval(const PipelineOptions& options) {
   return std::clamp(options.heartbeat_timeout / 3, std::chrono::milliseconds(wire::kMinHeartbeatMs),
                     std::chrono::milliseconds(wire::kMaxHeartbeatMs));
 }
+
+}  // namespace
 
 // The next control message from a stage that is not a heartbeat. A stage that
 // stays silent for heartbeat_timeout is frozen or cut off; one that keeps

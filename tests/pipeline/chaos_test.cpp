@@ -1,4 +1,5 @@
-// Chaos, with every node a process (tests/support/pipeline_cluster.h): each
+// The abuse and chaos suite (docs/security.md, section 3.6), every node a
+// process (tests/support/pipeline_cluster.h). Chaos: each
 // stage of a 3-stage pipeline is killed (SIGKILL) or frozen (SIGSTOP) at a
 // random point of a running generation's decode. Expected, for every stage and
 // both signals, with the default timeouts:
@@ -8,26 +9,37 @@
 //   - the stage restarted (or continued) serves the next run with the ids of a
 //     run that nothing disturbed.
 // The random delays come from a seed printed in the output; TESSERA_CHAOS_SEED
-// replays one.
+// replays one. Abuse: KV exhaustion at the stages, and every local file kind
+// the CLI reads made hostile (a FIFO, a device, a huge file, deep JSON).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
 #include "model/fixtures.h"
 #include "support/pipeline_cluster.h"
+#include "support/run_tessera.h"
+#include "support/sanitizers.h"
 
 namespace {
 
 using tessera::test::ids_line;
 using tessera::test::kStages;
 using tessera::test::PipelineCluster;
+using tessera::testing::expect_refused;
+using tessera::testing::run_tessera;
 using tessera::testing::slurp;
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 constexpr double kHeartbeatTimeoutS = 3;  // the default --heartbeat-timeout
 constexpr double kSlackS = 2;             // process exit and a loaded CI machine
@@ -113,6 +125,85 @@ TEST(PipelineChaos, KvExhaustionFailsTheRequestThatDoesNotFitAndTheNextRunIsServ
   EXPECT_EQ(fits.exit_code, 0) << fits.err;
   EXPECT_EQ(ids_line(fits.out), ids_line(local.out));
   EXPECT_FALSE(ids_line(local.out).empty());
+}
+
+// Local files are input too: every file kind the CLI reads, made hostile.
+// A clean refusal (exit 2, one line naming `needles`), within a second.
+void refused_at_once(const std::string& args, const std::vector<std::string>& needles) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto run = run_tessera(args);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 1.0) << args;
+  expect_refused(run, needles);
+}
+
+TEST(CliTest, EveryFileTheCliReadsRefusesDirectoriesFifosDevicesHugeFilesAndDeepJson) {
+  const fs::path root = fs::path(::testing::TempDir()) / "tessera_file_bounds";
+  fs::remove_all(root);
+  fs::create_directories(root);
+  const std::string model = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const std::vector<std::pair<std::string, std::function<void(const fs::path&)>>> kinds = {
+      {"a directory", [](const fs::path& p) { fs::create_directory(p); }},
+      {"a FIFO", [](const fs::path& p) { ASSERT_EQ(mkfifo(p.c_str(), 0600), 0); }},
+      {"/dev/zero", [](const fs::path& p) { fs::create_symlink("/dev/zero", p); }},
+      {"a 1 GiB sparse file",
+       [](const fs::path& p) {
+         std::ofstream(p).close();
+         fs::resize_file(p, uintmax_t{1} << 30);
+       }},
+      {"100,000-deep JSON", [](const fs::path& p) { std::ofstream(p) << std::string(100000, '['); }},
+  };
+  int n = 0;
+  for (const std::string file : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    for (const auto& [kind, make] : kinds) {
+      SCOPED_TRACE(file + " as " + kind);
+      const fs::path dir = root / ("model" + std::to_string(n++));
+      fs::create_directory(dir);
+      for (const auto& entry : fs::directory_iterator(model))
+        if (entry.path().filename() != file) fs::create_symlink(entry.path(), dir / entry.path().filename());
+      make(dir / file);
+      refused_at_once("generate --model " + dir.string() + " --prompt hello -n 1", {file});
+    }
+  }
+  for (const auto& [kind, make] : kinds) {
+    SCOPED_TRACE("input as " + kind);
+    const fs::path input = root / ("input" + std::to_string(n++));
+    make(input);
+    refused_at_once("tokenize --tokenizer " + model + "/tokenizer.json --decode --in " + input.string(),
+                    {input.string()});
+    if (kind == "100,000-deep JSON") continue;  // as a prompt it is only text
+    refused_at_once("generate --model " + model + " --prompt-file " + input.string(), {input.string()});
+  }
+  // The files of a pipeline run: the plan, the trust file, and the identity's key and certificate.
+  const fs::path cluster = root / "cluster";
+  ASSERT_EQ(run_tessera("local-cluster --out " + cluster.string() + " --nodes coordinator,stage0").exit_code, 0);
+  const fs::path plan = root / "plan.json";
+  std::ofstream(plan) << R"({"stages": [{"name": "stage0", "model": ")" << model << R"("}]})";
+  for (const std::string file : {"stages.json", "trust.json", "key.pem", "cert.pem"}) {
+    for (const auto& [kind, make] : kinds) {
+      SCOPED_TRACE(file + " as " + kind);
+      const fs::path at = root / ("pipeline" + std::to_string(n++));
+      fs::create_directory(at);
+      fs::path stages = plan, trust = cluster / "trust.json", identity = at / "identity";
+      fs::create_directory(identity);
+      for (const char* pem : {"key.pem", "cert.pem"}) {
+        if (file != pem) fs::create_symlink(cluster / "coordinator" / pem, identity / pem);
+      }
+      const fs::path bad = file == "stages.json"  ? (stages = at / file)
+                           : file == "trust.json" ? (trust = at / file)
+                                                  : identity / file;
+      make(bad);
+      refused_at_once("generate --model " + model + " --prompt hello -n 1 --pipeline " + stages.string() +
+                          " --identity " + identity.string() + " --trust " + trust.string(),
+                      {file});
+    }
+  }
+  // Every refusal came at once, without reading the huge files: no child process
+  // (this test's own) ever held 128 MiB (expect_refused checks the one line and exit 2).
+  rusage children{};
+  ASSERT_EQ(getrusage(RUSAGE_CHILDREN, &children), 0);
+  EXPECT_LT(static_cast<uint64_t>(children.ru_maxrss), (128 + (tessera::testing::kSanitizerMemory >> 20)) * 1024)
+      << "KiB: a refusal read a whole file";
+  fs::remove_all(root);
 }
 
 }  // namespace
