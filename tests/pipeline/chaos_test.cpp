@@ -32,10 +32,10 @@
 
 namespace {
 
-using tessera::test::ids_line;
 using tessera::test::kStages;
 using tessera::test::PipelineCluster;
 using tessera::testing::expect_refused;
+using tessera::testing::ids_line;
 using tessera::testing::run_tessera;
 using tessera::testing::slurp;
 using Clock = std::chrono::steady_clock;

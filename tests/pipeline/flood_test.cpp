@@ -21,7 +21,7 @@
 namespace {
 
 using tessera::test::Cluster;
-using tessera::test::ids_line;
+using tessera::testing::ids_line;
 using tessera::testing::run_tessera;
 using tessera::testing::slurp;
 

@@ -17,8 +17,8 @@
 
 namespace {
 
-using tessera::test::ids_line;
 using tessera::test::PipelineCluster;
+using tessera::testing::ids_line;
 using tessera::testing::run_tessera;
 using tessera::testing::slurp;
 

@@ -41,6 +41,7 @@ namespace {
 
 using json = nlohmann::json;
 using std::chrono::milliseconds;
+using testing::ids_line;
 namespace fs = std::filesystem;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
@@ -271,13 +272,6 @@ class StageProcess {
   net::TrustFile trust_;
   pid_t pid_ = -1;
 };
-
-std::string ids_line(const std::string& text) {  // the generated ids: the one line of digits and commas
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line.find_first_not_of("0123456789,") == std::string::npos) return line;
-  return "";
-}
 
 // Fails against the unbounded code (checked): with the cap raised
 // (--max-requests 100000) 1536 requests are served and the rest are refused only

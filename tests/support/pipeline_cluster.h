@@ -10,7 +10,6 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -96,14 +95,5 @@ class PipelineCluster {
   int plans_ = 0;
   int runs_ = 0;
 };
-
-inline std::string ids_line(const std::string& text) {
-  // The generated ids: the one line of digits and commas.
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty() && line.find_first_not_of("0123456789,") == std::string::npos) return line;
-  }
-  return "";
-}
 
 }  // namespace tessera::test

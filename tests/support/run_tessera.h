@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,15 @@ inline CommandResult run_tessera(const std::string& args) {
   run.out = slurp(out);
   run.err = slurp(err);
   return run;
+}
+
+// The ids `tessera generate --prompt-ids` printed: the one line of digits and commas.
+inline std::string ids_line(const std::string& text) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.find_first_not_of("0123456789,") == std::string::npos) return line;
+  }
+  return "";
 }
 
 // Asserts a clean refusal: exit code 2, exactly one line on stderr holding every `needle`.
