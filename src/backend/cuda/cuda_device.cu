@@ -1,0 +1,244 @@
+// CudaDevice: the Device interface on one NVIDIA GPU. Its memory is device
+// memory (cudaMalloc); weights are copied there once by place() and kept until
+// the device is destroyed. All work runs in order on one stream; download()
+// waits for it. Token ids and block tables arrive as host spans and are copied
+// into a small device buffer just before the kernel that reads them (the stream
+// keeps the copies and kernels in order).
+//
+// A GPU fault is a bug, not an input error: a failed launch or copy stops the
+// process with the CUDA error. Running out of memory is an input the caller
+// handles: alloc() and place() return kOverloaded naming what did not fit.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/cuda/kernels.cuh"
+#include "backend/device.h"
+#include "core/check.h"
+
+namespace tessera {
+
+namespace {
+
+void check(cudaError_t error, const char* what) {
+  TS_CHECK(error == cudaSuccess, "[cuda] ", what, ": ", cudaGetErrorString(error));
+}
+
+void free_device(void* data, size_t /*bytes*/) { cudaFree(data); }
+
+std::string gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1u << 30));
+  return text;
+}
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int ordinal, std::string name, cudaStream_t stream)
+      : ordinal_(ordinal), name_(std::move(name)), stream_(stream) {}
+  ~CudaDevice() override {
+    cudaSetDevice(ordinal_);
+    cudaStreamSynchronize(stream_);
+    placed_.clear();
+    arena_ = Buffer();
+    if (arena_host_ != nullptr) cudaFreeHost(arena_host_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+
+  Result<Buffer> alloc(size_t bytes) override {
+    select();
+    void* data = nullptr;
+    const cudaError_t error = cudaMalloc(&data, std::max<size_t>(bytes, 1));
+    if (error != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky out-of-memory error
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      return Status::overloaded("[" + name_ + "] cannot allocate " + gib(bytes) + " (" + gib(free) + " free of " +
+                                gib(total) + "): " + cudaGetErrorString(error));
+    }
+    return Buffer(data, bytes, free_device);
+  }
+
+  void upload(const void* host, size_t bytes, void* dst) override {
+    select();
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+  }
+
+  void download(const void* src, size_t bytes, void* host) override {
+    select();
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+    check(cudaStreamSynchronize(stream_), "the work before a download");
+  }
+
+  void copy(const void* src, size_t bytes, void* dst) override {
+    select();
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+  }
+
+  Result<TensorView> place(const TensorView& host) override {
+    auto buffer = alloc(host.nbytes());
+    if (!buffer.ok())
+      return Status::overloaded("a " + std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape) +
+                                " weight does not fit: " + buffer.status().message());
+    check(cudaMemcpy(buffer->data(), host.data, host.nbytes(), cudaMemcpyHostToDevice), "copying a weight");
+    TensorView placed = host;
+    placed.data = buffer->data();
+    placed_.push_back(std::move(*buffer));
+    return placed;
+  }
+
+  void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override {
+    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
+    TS_CHECK(bias.empty() || bias.numel() == w.dim(0), "bias ", shape_string(bias.shape), " for ", w.dim(0), " rows");
+    select();
+    cuda::matmul(stream_, x, tokens, w.dim(1), w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y);
+    launched("matmul");
+  }
+
+  void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override {
+    TS_CHECK(weight.numel() == dim, "norm weight ", shape_string(weight.shape), " for dim ", dim);
+    select();
+    cuda::rms_norm(stream_, x, rows, dim, weight.data, weight.dtype, eps, y);
+    launched("rms_norm");
+  }
+
+  void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override {
+    for (const int32_t id : ids) TS_CHECK(id >= 0 && id < table.dim(0), "token id ", id);
+    const int32_t* device_ids = stage(ids);
+    cuda::embed(stream_, table.data, table.dtype, table.dim(1), device_ids, static_cast<int64_t>(ids.size()), y);
+    launched("embed");
+  }
+
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override {
+    select();
+    cuda::rope(stream_, x, tokens, heads, head_dim, pos0, inv_freq);
+    launched("rope");
+  }
+
+  void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
+                const float* k, const float* v) override {
+    check_blocks(pages, blocks, pos0 + tokens);
+    cuda::kv_store(stream_, pages, layer, stage(blocks), pos0, tokens, k, v);
+    launched("kv_store");
+  }
+
+  void attention(const AttentionArgs& args) override {
+    const KvPages& p = *args.pages;
+    TS_CHECK(p.n_kv_heads > 0 && args.n_heads % p.n_kv_heads == 0, "heads ", args.n_heads, " kv heads ",
+             p.n_kv_heads);
+    check_blocks(p, args.blocks, args.pos0 + args.tokens);
+    cuda::attention(stream_, args, stage(args.blocks));
+    launched("attention");
+  }
+
+  void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
+    select();
+    cuda::silu_mul(stream_, gate, up, n, out);
+    launched("silu_mul");
+  }
+
+  void add(const float* x, int64_t n, float* y) override {
+    select();
+    cuda::add(stream_, x, n, y);
+    launched("add");
+  }
+
+ private:
+  // CUDA keeps the current device per host thread; every entry point selects ours.
+  void select() const { check(cudaSetDevice(ordinal_), "selecting the device"); }
+  static void launched(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+  static void check_blocks(const KvPages& pages, std::span<const int32_t> blocks, int64_t positions) {
+    TS_CHECK(positions <= static_cast<int64_t>(blocks.size()) * pages.block_size, "positions up to ", positions,
+             " in ", blocks.size(), " blocks");
+    for (const int32_t block : blocks) TS_CHECK(block >= 0 && block < pages.blocks, "block ", block, " of ", pages.blocks);
+  }
+
+  // Returns a device copy of a small host span (token ids, a block table). Copies
+  // go into an arena, pinned on the host and mirrored on the device, through
+  // queued async copies, so the host never waits for the GPU here. A span staged
+  // before and unchanged (a sequence's block table, once per layer) is found by
+  // its contents and not copied again. A full arena is reused once the stream has
+  // drained, which is the only wait.
+  const int32_t* stage(std::span<const int32_t> host) {
+    select();
+    if (host.empty()) return nullptr;
+    const std::vector<int32_t> key(host.begin(), host.end());
+    if (const auto it = staged_.find(key); it != staged_.end()) return arena_device() + it->second;
+    if (arena_used_ + host.size() > arena_capacity_ || staged_.size() >= kMaxStaged) {
+      check(cudaStreamSynchronize(stream_), "the work before reusing the staging arena");
+      staged_.clear();
+      arena_used_ = 0;
+      if (host.size() > arena_capacity_) grow_arena(host.size());
+    }
+    const size_t at = arena_used_;
+    std::copy(host.begin(), host.end(), arena_host_ + at);
+    check(cudaMemcpyAsync(arena_device() + at, arena_host_ + at, host.size_bytes(), cudaMemcpyHostToDevice, stream_),
+          "staging ids or a block table");
+    arena_used_ += host.size();
+    staged_.emplace(key, at);
+    return arena_device() + at;
+  }
+
+  void grow_arena(size_t elements) {
+    arena_capacity_ = std::max<size_t>(elements, kArenaElements);
+    if (arena_host_ != nullptr) cudaFreeHost(arena_host_);
+    check(cudaMallocHost(&arena_host_, arena_capacity_ * sizeof(int32_t)), "allocating the pinned staging arena");
+    auto buffer = alloc(arena_capacity_ * sizeof(int32_t));
+    TS_CHECK(buffer.ok(), buffer.status().to_string());
+    arena_ = std::move(*buffer);
+  }
+
+  int32_t* arena_device() const { return static_cast<int32_t*>(arena_.data()); }
+
+  struct SpanHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      size_t h = v.size();
+      for (const int32_t x : v) h = h * 1000003u ^ static_cast<uint32_t>(x);
+      return h;
+    }
+  };
+  static constexpr size_t kArenaElements = size_t{1} << 20;  // 4 MiB
+  static constexpr size_t kMaxStaged = 4096;
+
+  int ordinal_;
+  std::string name_;
+  cudaStream_t stream_;
+  std::vector<Buffer> placed_;  // the weights place() copied here
+  // The staging arena (see stage()).
+  Buffer arena_;
+  int32_t* arena_host_ = nullptr;
+  size_t arena_capacity_ = 0, arena_used_ = 0;
+  std::unordered_map<std::vector<int32_t>, size_t, SpanHash> staged_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Device>> make_cuda_device(int ordinal) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Status::unsupported(std::string("[cuda] no CUDA device: ") +
+                               (error != cudaSuccess ? cudaGetErrorString(error) : "none found"));
+  }
+  if (ordinal < 0 || ordinal >= count)
+    return Status::invalid_input("[cuda] no device cuda:" + std::to_string(ordinal) + " (this machine has " +
+                                 std::to_string(count) + ")");
+  check(cudaSetDevice(ordinal), "selecting the device");
+  cudaDeviceProp props{};
+  check(cudaGetDeviceProperties(&props, ordinal), "reading the device's properties");
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+  return std::unique_ptr<Device>(std::make_unique<CudaDevice>(
+      ordinal, "cuda:" + std::to_string(ordinal) + " (" + props.name + ", " + gib(props.totalGlobalMem) + ")",
+      stream));
+}
+
+}  // namespace tessera
