@@ -125,6 +125,7 @@ Status bench(const BenchOptions& o) {
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size), weight_mib,
               o.random_weights ? "random, seeded" : "mapped");
   std::printf("load              %.2f s\n", load_s);
+  std::printf("kv cache          %s (the weights' dtype)\n", forward.kv_pool().describe().c_str());
   std::printf("read bandwidth    %.2f GB/s (1 GiB, 4 streams a thread, best of 3 before and 3 after, same threads)\n",
               bandwidth / 1e9);
   std::printf("prefill           %.1f tok/s (%lld-token prompt)\n", static_cast<double>(o.prompt_tokens) / prefill_s,

@@ -65,7 +65,7 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   if (o.pipeline.empty()) {
     TS_ASSIGN_OR_RETURN(runner.engine, LocalEngine::create(model, o.engine));
     runner.sequence = std::make_unique<LocalRunner>(*runner.engine.scheduler, capacity, sampling);
-    runner.name = runner.engine.device->name();
+    runner.name = runner.engine.device->name() + "; KV cache " + runner.engine.forward->kv_pool().describe();
     return runner;
   }
   if (o.identity.empty() || o.trust.empty()) return Status::invalid_input("--pipeline needs --identity and --trust");

@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -51,6 +52,13 @@ KvPool::KvPool(Device& device, Buffer memory, KvPages pages, uint64_t budget_byt
 KvPool::~KvPool() {
   TS_CHECK(free_blocks() == total_blocks(), total_blocks() - free_blocks(),
            " KV blocks are still held by sequences when their pool is destroyed");
+}
+
+std::string KvPool::describe() const {
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.1f", static_cast<double>(pages_.blocks) * pages_.block_bytes() / (1 << 20));
+  return std::string(dtype_name(pages_.dtype)) + ", " + std::to_string(pages_.blocks * pages_.block_size) +
+         " positions in " + mib + " MiB";
 }
 
 Status KvPool::check_free(int64_t needed) const {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/device.h"
@@ -55,6 +56,8 @@ class KvPool {
   int64_t total_blocks() const { return pages_.blocks; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
   uint64_t budget_bytes() const { return budget_bytes_; }
+  // Its dtype and capacity, for the setup a command prints: "bf16, 16384 positions in 64.0 MiB".
+  std::string describe() const;
   // How many holders a block has (0: free).
   int32_t holders(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
   // kOverloaded: needed blocks are more than the free ones.

@@ -35,6 +35,8 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     range = {begin, end};
     model_digest = weights_digest(*model);
     TS_ASSIGN_OR_RETURN(engine, LocalEngine::create(*model, options.engine));
+    std::fprintf(stderr, "[stage %s] KV cache %s\n", options.identity.name.c_str(),
+                 engine.forward->kv_pool().describe().c_str());
   }
   if (message.contains("digest")) {
     TS_ASSIGN_OR_RETURN(const std::string expected, wire::field<std::string>(message, "digest"));
