@@ -15,7 +15,7 @@ F := $(firstword $(FUZZ_TARGETS))
 FUZZ_SECONDS := 20
 WERROR := -DTESSERA_WERROR=$(if $(filter true,$(CI)),ON,OFF)
 CONFIGURE := cmake -S . -G Ninja $(WERROR)
-CTEST := ctest --output-on-failure --no-tests=error -L 'unit|model|multinode' -j2
+CTEST := ctest --output-on-failure --no-tests=error -L 'unit|model|multinode|gpu' -j2
 
 FUZZ_CONFIGURE := CC=clang CXX=clang++ $(CONFIGURE) -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTESSERA_FUZZ=ON -DTESSERA_TESTS=OFF -DTESSERA_SANITIZE=address,undefined -DTESSERA_FUZZ_SECONDS=$(FUZZ_SECONDS)

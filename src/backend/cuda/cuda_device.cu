@@ -130,8 +130,7 @@ class CudaDevice final : public Device {
 
   void attention(const AttentionArgs& args) override {
     const KvPages& p = *args.pages;
-    TS_CHECK(p.n_kv_heads > 0 && args.n_heads % p.n_kv_heads == 0, "heads ", args.n_heads, " kv heads ",
-             p.n_kv_heads);
+    TS_CHECK(p.n_kv_heads > 0 && args.n_heads % p.n_kv_heads == 0, "heads ", args.n_heads, " kv heads ", p.n_kv_heads);
     check_blocks(p, args.blocks, args.pos0 + args.tokens);
     cuda::attention(stream_, args, stage(args.blocks));
     launched("attention");
@@ -155,9 +154,10 @@ class CudaDevice final : public Device {
   static void launched(const char* kernel) { check(cudaGetLastError(), kernel); }
 
   static void check_blocks(const KvPages& pages, std::span<const int32_t> blocks, int64_t positions) {
-    TS_CHECK(positions <= static_cast<int64_t>(blocks.size()) * pages.block_size, "positions up to ", positions,
-             " in ", blocks.size(), " blocks");
-    for (const int32_t block : blocks) TS_CHECK(block >= 0 && block < pages.blocks, "block ", block, " of ", pages.blocks);
+    TS_CHECK(positions <= static_cast<int64_t>(blocks.size()) * pages.block_size, "positions up to ", positions, " in ",
+             blocks.size(), " blocks");
+    for (const int32_t block : blocks)
+      TS_CHECK(block >= 0 && block < pages.blocks, "block ", block, " of ", pages.blocks);
   }
 
   // Returns a device copy of a small host span (token ids, a block table). Copies
@@ -237,8 +237,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal) {
   cudaStream_t stream = nullptr;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
   return std::unique_ptr<Device>(std::make_unique<CudaDevice>(
-      ordinal, "cuda:" + std::to_string(ordinal) + " (" + props.name + ", " + gib(props.totalGlobalMem) + ")",
-      stream));
+      ordinal, "cuda:" + std::to_string(ordinal) + " (" + props.name + ", " + gib(props.totalGlobalMem) + ")", stream));
 }
 
 }  // namespace tessera

@@ -107,9 +107,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 4;
 
 template <DType D, int kTok, bool kVec>
-__global__ void __launch_bounds__(kThreads) matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k,
-                                                          const Storage<D>* __restrict__ w, int64_t n,
-                                                          const Storage<D>* __restrict__ bias, float* __restrict__ y) {
+__global__ void __launch_bounds__(kThreads)
+    matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const Storage<D>* __restrict__ w, int64_t n,
+                  const Storage<D>* __restrict__ bias, float* __restrict__ y) {
   __shared__ float partial[kWarps][kRows][kTok];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
@@ -193,7 +193,8 @@ __global__ void embed_kernel(const Storage<D>* __restrict__ table, int64_t hidde
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) y[blockIdx.x * hidden + i] = widen<D>(row[i]);
 }
 
-__global__ void rope_kernel(float* x, int64_t heads, int64_t head_dim, int64_t pos0, const float* __restrict__ inv_freq) {
+__global__ void rope_kernel(float* x, int64_t heads, int64_t head_dim, int64_t pos0,
+                            const float* __restrict__ inv_freq) {
   const int64_t t = blockIdx.x / heads;
   float* v = x + static_cast<int64_t>(blockIdx.x) * head_dim;
   const int64_t half = head_dim / 2;
@@ -236,7 +237,8 @@ constexpr int kChunk = 128;
 constexpr int kMaxDimsPerThread = 4;  // head_dim <= 512
 
 template <DType D>
-__global__ void __launch_bounds__(kChunk) attention_kernel(AttentionArgs a, KvPages p, const int32_t* __restrict__ blocks) {
+__global__ void __launch_bounds__(kChunk)
+    attention_kernel(AttentionArgs a, KvPages p, const int32_t* __restrict__ blocks) {
   extern __shared__ float shared[];  // q [head_dim], weights [kChunk], reduction [32]
   float* q = shared;
   float* weights = shared + p.head_dim;
@@ -329,16 +331,16 @@ void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, cons
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y) {
   with_dtype(weight_dtype, [&]<DType D>() {
-    rms_norm_kernel<D><<<static_cast<unsigned>(rows), 256, 0, stream>>>(
-        x, dim, static_cast<const Storage<D>*>(weight), eps, y);
+    rms_norm_kernel<D>
+        <<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, dim, static_cast<const Storage<D>*>(weight), eps, y);
   });
 }
 
 void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
            float* y) {
   with_dtype(dtype, [&]<DType D>() {
-    embed_kernel<D><<<static_cast<unsigned>(count), 256, 0, stream>>>(static_cast<const Storage<D>*>(table), hidden,
-                                                                       ids, y);
+    embed_kernel<D>
+        <<<static_cast<unsigned>(count), 256, 0, stream>>>(static_cast<const Storage<D>*>(table), hidden, ids, y);
   });
 }
 
@@ -361,8 +363,7 @@ void attention(cudaStream_t stream, const AttentionArgs& args, const int32_t* bl
   TS_CHECK(p.head_dim <= kChunk * kMaxDimsPerThread, "head_dim ", p.head_dim, " above ", kChunk * kMaxDimsPerThread);
   const size_t shared = static_cast<size_t>(p.head_dim + kChunk + 32) * sizeof(float);
   const auto units = static_cast<unsigned>(args.tokens * args.n_heads);
-  with_dtype(p.dtype,
-             [&]<DType D>() { attention_kernel<D><<<units, kChunk, shared, stream>>>(args, p, blocks); });
+  with_dtype(p.dtype, [&]<DType D>() { attention_kernel<D><<<units, kChunk, shared, stream>>>(args, p, blocks); });
 }
 
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {

@@ -1,0 +1,244 @@
+// The CUDA device's operations against the CPU device's on the same inputs
+// (ragged shapes, every weight and KV dtype, grouped heads, a sliding window,
+// scattered blocks, more positions than one attention chunk), and the bitwise
+// guarantees: a row of a matmul or a token of attention is the same alone as in
+// a larger call. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "backend/device.h"
+#include "core/dtype.h"
+#include "support/gpu.h"
+
+namespace tessera {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// The values in `dtype`'s bytes, and the values those bytes hold.
+std::vector<uint8_t> encode(const std::vector<float>& v, DType dtype) {
+  std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(bytes.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t bits = dtype == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(bytes.data() + 2 * i, &bits, 2);
+    }
+  }
+  return bytes;
+}
+
+Buffer put(Device& device, const void* data, size_t bytes) {
+  auto buffer = device.alloc(bytes);
+  EXPECT_TRUE(buffer.ok()) << buffer.status().to_string();
+  device.upload(data, bytes, buffer->data());
+  return std::move(buffer).value();
+}
+
+Buffer put(Device& device, const std::vector<float>& v) { return put(device, v.data(), v.size() * sizeof(float)); }
+
+Buffer zeros(Device& device, size_t floats) { return put(device, std::vector<float>(floats, 0.0f)); }
+
+std::vector<float> get(Device& device, const Buffer& buffer, size_t floats) {
+  std::vector<float> out(floats);
+  device.download(buffer.data(), floats * sizeof(float), out.data());
+  return out;
+}
+
+TensorView view(DType dtype, std::vector<int64_t> shape, const void* data) { return {dtype, std::move(shape), data}; }
+
+// |got - want| within `relative` of `scale` at every element.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, double relative, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 1e-30;
+  for (float w : want) scale = std::max(scale, double{std::fabs(w)});
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::fabs(double{got[i]} - want[i]), relative * scale) << what << " element " << i;
+}
+
+class CudaMatmulTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaMatmulTest, MatchesTheCpuOnRaggedShapesWithBias) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto cpu = make_cpu_device(2);
+  const DType dtype = GetParam();
+  for (const auto& [tokens, k, n] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 64, 9}, {37, 67, 130}, {5, 4096, 33}, {300, 256, 7}, {2, 13, 3}}) {
+    const auto x = random_values(static_cast<size_t>(tokens * k), 1);
+    const auto w = encode(random_values(static_cast<size_t>(n * k), 2), dtype);
+    const auto b = encode(random_values(static_cast<size_t>(n), 3), dtype);
+    std::vector<float> want(static_cast<size_t>(tokens * n));
+    cpu->matmul(x.data(), tokens, view(dtype, {n, k}, w.data()), view(dtype, {n}, b.data()), want.data());
+
+    auto gw = gpu->place(view(dtype, {n, k}, w.data()));
+    auto gb = gpu->place(view(dtype, {n}, b.data()));
+    ASSERT_TRUE(gw.ok() && gb.ok());
+    const Buffer gx = put(*gpu, x), gy = zeros(*gpu, want.size());
+    gpu->matmul(gx.f32(), tokens, *gw, *gb, gy.f32());
+    expect_close(get(*gpu, gy, want.size()), want, 1e-5, "matmul");
+  }
+}
+
+// Rows of a 300-token call are bitwise the rows computed alone or in another
+// group of tokens: the sum's order depends only on k (batch invariance).
+TEST_P(CudaMatmulTest, RowsAreBitwiseTheSameAloneAndInAnyBatch) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const DType dtype = GetParam();
+  const int64_t tokens = 300, k = 1000, n = 70;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 4);
+  const auto w = encode(random_values(static_cast<size_t>(n * k), 5), dtype);
+  auto gw = gpu->place(view(dtype, {n, k}, w.data()));
+  ASSERT_TRUE(gw.ok());
+  const Buffer gx = put(*gpu, x), gy = zeros(*gpu, static_cast<size_t>(tokens * n));
+  gpu->matmul(gx.f32(), tokens, *gw, {}, gy.f32());
+  const auto all = get(*gpu, gy, static_cast<size_t>(tokens * n));
+  for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {299, 1}, {145, 9}, {3, 8}}) {
+    const Buffer part = zeros(*gpu, static_cast<size_t>(count * n));
+    gpu->matmul(gx.f32() + first * k, count, *gw, {}, part.f32());
+    const auto got = get(*gpu, part, static_cast<size_t>(count * n));
+    for (int64_t i = 0; i < count * n; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(i)], all[static_cast<size_t>(first * n + i)])
+          << "rows " << first << "+" << count << " element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaMatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(CudaDeviceTest, NormEmbedRopeSiluAndAddMatchTheCpu) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto cpu = make_cpu_device(1);
+  const int64_t rows = 5, dim = 200, heads = 3, head_dim = 40;
+  const auto x = random_values(static_cast<size_t>(rows * dim), 6);
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const auto weight = encode(random_values(static_cast<size_t>(dim), 7), dtype);
+    std::vector<float> want(x.size());
+    cpu->rms_norm(x.data(), rows, dim, view(dtype, {dim}, weight.data()), 1e-5f, want.data());
+    auto gw = gpu->place(view(dtype, {dim}, weight.data()));
+    ASSERT_TRUE(gw.ok());
+    const Buffer gx = put(*gpu, x), gy = zeros(*gpu, x.size());
+    gpu->rms_norm(gx.f32(), rows, dim, *gw, 1e-5f, gy.f32());
+    expect_close(get(*gpu, gy, x.size()), want, 1e-6, "rms_norm");
+
+    const std::vector<int32_t> ids = {4, 0, 4, 2};
+    const auto table = encode(random_values(static_cast<size_t>(5 * dim), 8), dtype);
+    std::vector<float> embedded(ids.size() * dim);
+    cpu->embed(view(dtype, {5, dim}, table.data()), ids, embedded.data());
+    auto gt = gpu->place(view(dtype, {5, dim}, table.data()));
+    ASSERT_TRUE(gt.ok());
+    const Buffer ge = zeros(*gpu, embedded.size());
+    gpu->embed(*gt, ids, ge.f32());
+    EXPECT_EQ(get(*gpu, ge, embedded.size()), embedded) << "embed " << dtype_name(dtype);
+  }
+
+  const auto inv_freq = random_values(static_cast<size_t>(head_dim / 2), 9);
+  const auto q = random_values(static_cast<size_t>(rows * heads * head_dim), 10);
+  std::vector<float> rotated = q;
+  cpu->rope(rotated.data(), rows, heads, head_dim, 1000, inv_freq.data());
+  const Buffer gq = put(*gpu, q), gf = put(*gpu, inv_freq);
+  gpu->rope(gq.f32(), rows, heads, head_dim, 1000, gf.f32());
+  expect_close(get(*gpu, gq, q.size()), rotated, 1e-5, "rope");
+
+  const auto up = random_values(x.size(), 11);
+  std::vector<float> gated(x.size()), summed = up;
+  cpu->silu_mul(x.data(), up.data(), static_cast<int64_t>(x.size()), gated.data());
+  cpu->add(x.data(), static_cast<int64_t>(x.size()), summed.data());
+  const Buffer gx = put(*gpu, x), gu = put(*gpu, up), gg = zeros(*gpu, x.size());
+  gpu->silu_mul(gx.f32(), gu.f32(), static_cast<int64_t>(x.size()), gg.f32());
+  gpu->add(gx.f32(), static_cast<int64_t>(x.size()), gu.f32());
+  expect_close(get(*gpu, gg, x.size()), gated, 1e-6, "silu_mul");
+  EXPECT_EQ(get(*gpu, gu, x.size()), summed) << "add";
+}
+
+// Keys and values of `positions` positions stored through kv_store into
+// scattered blocks of layer 1, then attention for the last `tokens` of them.
+struct AttentionCase {
+  DType dtype;
+  int64_t head_dim, positions, tokens, window;
+};
+
+std::vector<float> run_attention(Device& device, const AttentionCase& c, int64_t first_query, int64_t tokens) {
+  const int64_t n_heads = 4, n_kv = 2, block_size = 16;
+  const int64_t needed = (c.positions + block_size - 1) / block_size;
+  std::vector<int32_t> blocks;
+  for (int64_t i = 0; i < needed; ++i) blocks.push_back(static_cast<int32_t>((7 * i + 3) % (needed + 5)));
+  KvPages pages{.dtype = c.dtype,
+                .blocks = needed + 5,
+                .block_size = block_size,
+                .layers = 2,
+                .n_kv_heads = n_kv,
+                .head_dim = c.head_dim};
+  auto memory = device.alloc(static_cast<size_t>(pages.blocks) * pages.block_bytes());
+  EXPECT_TRUE(memory.ok());
+  pages.base = memory->data();
+  const auto k = random_values(static_cast<size_t>(c.positions * n_kv * c.head_dim), 12);
+  const auto v = random_values(k.size(), 13);
+  const Buffer gk = put(device, k), gv = put(device, v);
+  device.kv_store(pages, 1, blocks, 0, c.positions, gk.f32(), gv.f32());
+  const auto q = random_values(static_cast<size_t>(c.tokens * n_heads * c.head_dim), 14);
+  const Buffer gq = put(device, q), out = zeros(device, q.size());
+  const int64_t skip = first_query - (c.positions - c.tokens);  // queries before first_query are not asked for
+  device.attention(AttentionArgs{.q = gq.f32() + skip * n_heads * c.head_dim,
+                                 .out = out.f32(),
+                                 .pages = &pages,
+                                 .layer = 1,
+                                 .blocks = blocks,
+                                 .tokens = tokens,
+                                 .pos0 = first_query,
+                                 .n_heads = n_heads,
+                                 .sliding_window = c.window,
+                                 .scale = 0.125f});
+  return get(device, out, static_cast<size_t>(tokens * n_heads * c.head_dim));
+}
+
+class CudaAttentionTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaAttentionTest, MatchesTheCpuWithGroupsWindowScatteredBlocksAndLongContexts) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto cpu = make_cpu_device(2);
+  for (const AttentionCase c : {AttentionCase{GetParam(), 64, 23, 3, 0}, AttentionCase{GetParam(), 80, 300, 4, 0},
+                                AttentionCase{GetParam(), 128, 290, 5, 133}, AttentionCase{GetParam(), 8, 9, 9, 4}}) {
+    const int64_t first = c.positions - c.tokens;
+    expect_close(run_attention(*gpu, c, first, c.tokens), run_attention(*cpu, c, first, c.tokens), 1e-5, "attention");
+  }
+}
+
+// The last token's output is bitwise the same asked alone or with the tokens before it.
+TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const AttentionCase c{GetParam(), 64, 300, 4, 0};
+  const auto together = run_attention(*gpu, c, c.positions - 4, 4);
+  const auto alone = run_attention(*gpu, c, c.positions - 1, 1);
+  const std::vector<float> last(together.end() - static_cast<std::ptrdiff_t>(alone.size()), together.end());
+  EXPECT_EQ(alone, last);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(CudaDeviceTest, AllocationThatDoesNotFitIsRefusedNamingItsSizeAndTheDeviceGoesOn) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto huge = gpu->alloc(size_t{1} << 52);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().kind(), ErrorKind::kOverloaded);
+  EXPECT_NE(huge.status().message().find("cannot allocate 4194304.00 GiB"), std::string::npos)
+      << huge.status().to_string();
+  const std::vector<float> values = {1, 2, 3};
+  const Buffer small = put(*gpu, values);
+  gpu->add(small.f32(), 3, small.f32());
+  EXPECT_EQ(get(*gpu, small, 3), (std::vector<float>{2, 4, 6}));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,133 @@
+// Every fixture on the GPU against transformers (the tolerances of the CPU:
+// 1e-4 for f32, 2e-2 for 16-bit, and the same greedy tokens), and batch
+// invariance on the GPU: a sequence's logits are bitwise the same alone, stepped
+// with 31 others of different lengths, with its prompt in other chunks, and on
+// every run. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/fixtures.h"
+#include "model/forward.h"
+#include "support/gpu.h"
+
+namespace tessera {
+namespace {
+
+using testing::fixture_dir;
+
+constexpr uint64_t kKvMemory = uint64_t{64} << 20;
+
+int32_t argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+class CudaReferenceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaReferenceTest, LogitsAndGreedyTokensMatchTransformers) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const auto ref = testing::load_reference(GetParam());
+  auto model = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Forward forward(*model, *gpu, {.kv_memory = kKvMemory});
+  ASSERT_TRUE(forward.status().ok()) << forward.status().to_string();
+  const auto vocab = static_cast<size_t>(model->config().vocab_size);
+  const auto steps = ref.greedy_ids.size();
+  KvCache cache = forward.make_cache(static_cast<int64_t>(ref.prompt_ids.size() + steps));
+  auto logits = forward.run_ids(ref.prompt_ids, cache);
+  for (size_t step = 0;; ++step) {
+    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+    const std::span<const float> want(ref.logits.data() + step * vocab, vocab);
+    float scale = 0, error = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      scale = std::max(scale, std::fabs(want[i]));
+      error = std::max(error, std::fabs((*logits)[i] - want[i]));
+    }
+    EXPECT_LE(error / scale, ref.tolerance) << "row " << step;
+    if (step == steps) break;
+    const int32_t next = argmax(*logits);
+    ASSERT_EQ(next, ref.greedy_ids[step]) << "greedy token " << step;
+    logits = forward.run_ids(std::span(&next, 1), cache);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaReferenceTest, ::testing::ValuesIn(testing::fixture_names()),
+                         [](const auto& info) { return testing::test_name(info.param); });
+
+std::vector<int32_t> make_prompt(int64_t n, int32_t first, int64_t vocab) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((first + 53 * i) % (vocab - 3) + 3));
+  return ids;
+}
+
+// The logits after the prompt (fed in chunks of `chunk`) and after each of
+// `decode` greedy tokens, for a sequence run alone.
+std::vector<std::vector<float>> run_alone(Forward& forward, const std::vector<int32_t>& prompt, int decode,
+                                          size_t chunk) {
+  KvCache cache = forward.make_cache(static_cast<int64_t>(prompt.size()) + decode);
+  std::vector<std::vector<float>> out;
+  Result<std::vector<float>> logits = Status::internal("no prompt");
+  for (size_t at = 0; at < prompt.size(); at += chunk)
+    logits = forward.run_ids(std::span(prompt).subspan(at, std::min(chunk, prompt.size() - at)), cache);
+  for (int i = 0;; ++i) {
+    EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+    if (!logits.ok()) return out;
+    out.push_back(*logits);
+    if (i == decode) return out;
+    const int32_t next = argmax(*logits);
+    logits = forward.run_ids(std::span(&next, 1), cache);
+  }
+}
+
+class CudaBatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOneOthers) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto model = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Forward forward(*model, *gpu, {.kv_memory = kKvMemory, .kv_block_size = 4});
+  ASSERT_TRUE(forward.status().ok()) << forward.status().to_string();
+  const int64_t vocab = model->config().vocab_size;
+  constexpr int kSequences = 32, kDecode = 4;
+  const auto vocab_rows = static_cast<size_t>(vocab);
+
+  std::vector<std::vector<int32_t>> prompts;
+  for (int s = 0; s < kSequences; ++s) prompts.push_back(make_prompt(2 + 3 * s, 17 * s + 5, vocab));
+  const auto alone = run_alone(forward, prompts[0], kDecode, prompts[0].size());
+  EXPECT_EQ(run_alone(forward, prompts[0], kDecode, prompts[0].size()), alone) << "a second run";
+  EXPECT_EQ(run_alone(forward, prompts[0], kDecode, 1), alone) << "the prompt a token at a time";
+  const auto longest = run_alone(forward, prompts[kSequences - 1], kDecode, 7);
+  EXPECT_EQ(run_alone(forward, prompts[kSequences - 1], kDecode, 1000), longest) << "prompt in chunks of 7";
+
+  // All 32 prompts in one step, then every sequence's greedy token in each of the next steps.
+  std::vector<KvCache> caches;
+  for (int s = 0; s < kSequences; ++s)
+    caches.push_back(forward.make_cache(static_cast<int64_t>(prompts[s].size()) + kDecode));
+  std::vector<Forward::Part> parts;
+  std::vector<int32_t> ids;
+  for (int s = 0; s < kSequences; ++s) {
+    parts.push_back({&caches[static_cast<size_t>(s)], static_cast<int64_t>(prompts[s].size())});
+    ids.insert(ids.end(), prompts[s].begin(), prompts[s].end());
+  }
+  for (int step = 0; step <= kDecode; ++step) {
+    auto logits = forward.step_ids(ids, parts);
+    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+    ASSERT_EQ(logits->size(), kSequences * vocab_rows);
+    const std::vector<float> first(logits->begin(), logits->begin() + static_cast<std::ptrdiff_t>(vocab_rows));
+    EXPECT_EQ(first, alone[static_cast<size_t>(step)]) << "step " << step;
+    const std::vector<float> last(logits->end() - static_cast<std::ptrdiff_t>(vocab_rows), logits->end());
+    EXPECT_EQ(last, longest[static_cast<size_t>(step)]) << "step " << step;
+    ids.clear();
+    for (int s = 0; s < kSequences; ++s) {
+      ids.push_back(argmax(std::span(*logits).subspan(static_cast<size_t>(s) * vocab_rows, vocab_rows)));
+      parts[static_cast<size_t>(s)].tokens = 1;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatchTest, ::testing::Values("llama3_bf16", "qwen3_f32", "mistral_f32"),
+                         [](const auto& info) { return testing::test_name(info.param); });
+
+}  // namespace
+}  // namespace tessera
