@@ -22,17 +22,20 @@ inline void add_engine_options(CLI::App& cmd, EngineOptions& o) {
   cmd.add_option_function<std::string>(
       "--kv-dtype",
       [&o](const std::string& name) {
-        if (name == "f32") {
+        if (name == "auto") {
+          o.forward.kv_dtype.reset();
+        } else if (name == "f32") {
           o.forward.kv_dtype = DType::kF32;
         } else if (name == "bf16") {
           o.forward.kv_dtype = DType::kBF16;
         } else if (name == "f16") {
           o.forward.kv_dtype = DType::kF16;
         } else {
-          throw CLI::ValidationError("--kv-dtype", "'" + name + "' is not f32, bf16 or f16");
+          throw CLI::ValidationError("--kv-dtype", "'" + name + "' is not auto, f32, bf16 or f16");
         }
       },
-      "KV cache dtype: f32 (default), bf16 or f16 (half the memory; changes the numbers)");
+      "KV cache dtype: auto (default: the model's weight dtype), f32, bf16 or f16; 16 bits hold twice the "
+      "positions in --kv-memory, f32 keeps the keys and values exactly as computed");
   cmd.add_option("--max-step-tokens", o.scheduler.max_step_tokens,
                  "Most tokens in one forward pass; longer prompts run in chunks (chunked prefill)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -44,6 +44,11 @@ Result<ModelWeights> place_weights(Device& device, const ModelWeights& host) {
 
 }  // namespace
 
+DType default_kv_dtype(const Model& model) {
+  TS_CHECK(!model.weights().layers.empty(), "a model range without layers has no KV cache");
+  return model.weights().layers.front().wk.dtype;
+}
+
 Forward::Forward(const Model& model, Device& device, ForwardOptions options)
     : model_(model), device_(device), group_(std::move(options.group)) {
   const ModelConfig& c = model.config();
@@ -58,7 +63,7 @@ Forward::Forward(const Model& model, Device& device, ForwardOptions options)
     const LayerRange r = model.range();
     TS_ASSIGN_OR_RETURN(kv_pool_, KvPool::create(device, {r.end - r.begin, c.num_key_value_heads, c.head_dim},
                                                  {.budget_bytes = options.kv_memory,
-                                                  .dtype = options.kv_dtype,
+                                                  .dtype = options.kv_dtype.value_or(default_kv_dtype(model)),
                                                   .block_size = options.kv_block_size}));
     return {};
   }();

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -35,16 +36,22 @@ enum class Logits { kLast, kAll };
 
 struct ForwardOptions {
   uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default()
-  // f32, bf16 or f16. f32 by default: the shipped model's greedy continuation
-  // (tests/model/cli_test) flips at its first token with 16-bit keys, so a
-  // 16-bit KV cache is a choice (--kv-dtype) that changes outputs.
-  DType kv_dtype = DType::kF32;
+  // f32, bf16 or f16; unset: default_kv_dtype(model), the weights' own dtype.
+  std::optional<DType> kv_dtype;
   int64_t kv_block_size = 32;
   // The tensor-parallel group this Forward's shard belongs to. Size 1 for now:
   // weights are whole and no collective runs (issue 20 shards them and sums the
   // o and down projections with group.all_sum).
   Group group = Group::local();
 };
+
+// The KV cache dtype of a Forward over `model` unless ForwardOptions says
+// otherwise: the dtype its key projections are stored in. A bf16 or f16
+// checkpoint keeps its keys and values in its own 16 bits, as transformers does
+// (half the bytes a position, twice the positions a --kv-memory budget holds,
+// half the bytes attention reads); an f32 checkpoint keeps f32. Every layer
+// range of one checkpoint gets the same, so a pipeline stage and one process agree.
+DType default_kv_dtype(const Model& model);
 
 class Forward {
  public:

@@ -56,21 +56,46 @@ TEST(CliTest, GenerateMatchesTransformersAndWritesLogits) {
   for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], ref.logits[i], 1e-3) << i;
 }
 
-// The shipped model with its own tokenizer: text in, the reference's greedy continuation out.
+// The shipped model with its own tokenizer: text in, the reference's greedy
+// continuation out, with its default (bf16) KV cache. The reference's first
+// greedy token is a tie (',' and ' to' both at 9.25 in its bf16 logits; its own
+// GPU run in eval.json goes on with ' to'), so the prompt ends with the
+// reference's ',' and the 7 tokens after it are compared.
 TEST(CliTest, GenerateStreamsTheGreedyTextOfTheShippedModel) {
   const auto ref = load_reference(testing::kShippedModel);
   auto tokenizer = Tokenizer::from_file(fixture_dir(testing::kShippedModel) + "/tokenizer.json");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
-  auto prompt = tokenizer->encode("It is a truth universally acknowledged");
+  auto prompt = tokenizer->encode("It is a truth universally acknowledged,");
   ASSERT_TRUE(prompt.ok());
-  ASSERT_EQ(*prompt, ref.prompt_ids);  // the tokenizer agrees with HF's on the prompt
-  const auto expected = tokenizer->decode(ref.greedy_ids, /*skip_special=*/true);
+  std::vector<int32_t> want_prompt = ref.prompt_ids;
+  want_prompt.push_back(ref.greedy_ids[0]);
+  ASSERT_EQ(*prompt, want_prompt);  // the tokenizer agrees with HF's on the prompt and the reference's ','
+  const auto expected =
+      tokenizer->decode(std::vector<int32_t>(ref.greedy_ids.begin() + 1, ref.greedy_ids.end()), /*skip_special=*/true);
   ASSERT_TRUE(expected.ok());
   const CommandResult run = run_tessera("generate --model " + fixture_dir(testing::kShippedModel) +
-                                        " --prompt 'It is a truth universally acknowledged' -n 8 --threads 2");
+                                        " --prompt 'It is a truth universally acknowledged,' -n 7 --threads 2");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, *expected + "\n");
   EXPECT_NE(run.err.find("tok/s"), std::string::npos) << run.err;
+}
+
+// The KV cache is the model's dtype unless --kv-dtype says otherwise, and the
+// stats line says which and how many positions --kv-memory holds: the shipped
+// bf16 model gets bf16 (512 positions of 4 layers x 2 heads x 64 in 1 MiB), and
+// --kv-dtype f32 half the positions.
+TEST(CliTest, KvCacheIsTheModelsDtypeUnlessKvDtypeSaysOtherwise) {
+  const std::string generate = "generate --model " + fixture_dir(testing::kShippedModel) +
+                               " --prompt 'It is a truth' -n 2 --threads 1 --kv-memory 1MiB";
+  for (const auto& [flag, kv] : {std::pair<std::string, std::string>{"", "KV cache bf16, 512 positions in 1.0 MiB"},
+                                 {"--kv-dtype auto", "KV cache bf16, 512 positions in 1.0 MiB"},
+                                 {"--kv-dtype f32", "KV cache f32, 256 positions in 1.0 MiB"},
+                                 {"--kv-dtype f16", "KV cache f16, 512 positions in 1.0 MiB"}}) {
+    const CommandResult run = run_tessera(generate + " " + flag);
+    ASSERT_EQ(run.exit_code, 0) << flag << ": " << run.err;
+    EXPECT_NE(run.err.find(kv), std::string::npos) << flag << ": " << run.err;
+  }
+  expect_refused(run_tessera(generate + " --kv-dtype q8"), {"--kv-dtype", "auto, f32, bf16 or f16"});
 }
 
 TEST(CliTest, ChatTakesTurnsAndResets) {

@@ -52,6 +52,38 @@ TEST_P(SplitTest, TwoRangesGiveBitwiseTheLogitsOfOne) {
   }
 }
 
+// The KV cache keeps a checkpoint's own dtype unless told otherwise: an f32
+// checkpoint f32, a bf16 or f16 one 16 bits, on every layer range (what a
+// pipeline stage binds) as on the whole; so one --kv-memory budget holds twice
+// the positions of f32. ForwardOptions::kv_dtype (--kv-dtype f32) still gives f32.
+TEST(KvDtypeTest, DefaultIsTheCheckpointsDtypeOnEveryRangeAndF32WhenAsked) {
+  const std::vector<std::pair<std::string, DType>> checkpoints = {{"llama3_f32", DType::kF32},
+                                                                  {"llama3_bf16", DType::kBF16},
+                                                                  {"llama_f16", DType::kF16},
+                                                                  {testing::kShippedModel, DType::kBF16}};
+  constexpr uint64_t kBudget = uint64_t{1} << 20;
+  auto device = make_cpu_device(1);
+  for (const auto& [name, dtype] : checkpoints) {
+    SCOPED_TRACE(name);
+    auto whole = Model::load(fixture_dir(name));
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    const int64_t layers = whole->config().num_hidden_layers;
+    auto tail = Model::load(fixture_dir(name), LayerRange{layers - 1, layers});
+    ASSERT_TRUE(tail.ok()) << tail.status().to_string();
+    EXPECT_EQ(default_kv_dtype(*whole), dtype);
+
+    const Forward by_default(*whole, *device, {.kv_memory = kBudget});
+    const Forward stage(*tail, *device, {.kv_memory = kBudget});
+    const Forward f32(*whole, *device, {.kv_memory = kBudget, .kv_dtype = DType::kF32});
+    ASSERT_TRUE(by_default.status().ok() && stage.status().ok() && f32.status().ok());
+    EXPECT_EQ(by_default.kv_pool().pages().dtype, dtype);
+    EXPECT_EQ(stage.kv_pool().pages().dtype, dtype);
+    EXPECT_EQ(f32.kv_pool().pages().dtype, DType::kF32);
+    EXPECT_EQ(by_default.kv_pool().total_blocks(),
+              f32.kv_pool().total_blocks() * 4 / static_cast<int64_t>(dtype_size(dtype)));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
                          ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });

@@ -106,12 +106,13 @@ TEST(PipelineChaos, EachStageKilledOrFrozenAtARandomPointFailsTheRunInTimeAndThe
   }
 }
 
-// KV exhaustion: with a 1 MiB KV budget per stage (16 blocks of 32 positions on
-// the stage of two layers), a 600-token prompt cannot get its blocks: that run
-// fails at once with `overloaded` naming --kv-memory, every stage stays up, and
-// the next run is served with the ids of one process.
+// KV exhaustion: with a 512 KiB KV budget per stage (16 blocks of 32 positions
+// on the stage of two layers, in the shipped model's bf16), a 600-token prompt
+// cannot get its blocks: that run fails at once with `overloaded` naming
+// --kv-memory, every stage stays up, and the next run is served with the ids of
+// one process.
 TEST(PipelineChaos, KvExhaustionFailsTheRequestThatDoesNotFitAndTheNextRunIsServed) {
-  PipelineCluster pipeline({"--kv-memory", "1MiB"});
+  PipelineCluster pipeline({"--kv-memory", "512KiB"});
   const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
   const std::string plan = pipeline.plan(dir, {0, 1, 3, 4});
   std::string long_prompt;
