@@ -5,7 +5,10 @@
 // a larger call. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -171,8 +174,10 @@ struct AttentionCase {
 std::vector<float> run_attention(Device& device, const AttentionCase& c, int64_t first_query, int64_t tokens) {
   const int64_t n_heads = 4, n_kv = 2, block_size = 16;
   const int64_t needed = (c.positions + block_size - 1) / block_size;
-  std::vector<int32_t> blocks;
-  for (int64_t i = 0; i < needed; ++i) blocks.push_back(static_cast<int32_t>((7 * i + 3) % (needed + 5)));
+  std::vector<int32_t> blocks(static_cast<size_t>(needed + 5));  // distinct blocks in a scattered order
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(15));
+  blocks.resize(static_cast<size_t>(needed));
   KvPages pages{.dtype = c.dtype,
                 .blocks = needed + 5,
                 .block_size = block_size,

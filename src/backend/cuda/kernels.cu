@@ -96,30 +96,34 @@ __device__ __forceinline__ int64_t kv_offset(const KvPages& p, int64_t block, in
 
 // ---- matmul ----------------------------------------------------------------
 //
-// A block of kWarps warps computes kRows weight rows for kTok tokens at a time.
-// Thread i of the block owns the 8-element chunks i, i + 128, ... of k and sums
-// them in order with FMAs; the warps reduce by shuffles and then add up in warp
-// order. That order depends only on k, so a row of y is bitwise the same for
-// any number of tokens, rows or blocks in the launch (batch invariance), and one
-// kernel serves decode (streaming the weights once) and prefill.
+// Each warp computes kRows weight rows for kTok tokens at a time. Lane l owns the
+// 8-element chunks l, l + 32, ... of k and sums them in order with FMAs, then the
+// warp adds its lanes up by shuffles. That order depends only on k, so a row of y
+// is bitwise the same for any number of tokens, rows or warps in the launch
+// (batch invariance), and one kernel serves decode (streaming each weight once)
+// and prefill. No warp waits for another: the block is only a group of warps.
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 4;
+constexpr int kRows = 2;
 
 template <DType D, int kTok, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const Storage<D>* __restrict__ w, int64_t n,
                   const Storage<D>* __restrict__ bias, float* __restrict__ y) {
-  __shared__ float partial[kWarps][kRows][kTok];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int lane = threadIdx.x % 32;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kRows;
+  if (row0 >= n) return;
   const int64_t chunks = (k + 7) / 8;
+  const Storage<D>* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rows[r] = w + min(row0 + r, n - 1) * k;
   for (int64_t t0 = 0; t0 < tokens; t0 += kTok) {
     float acc[kRows][kTok] = {};
-    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+#pragma unroll 4
+    for (int64_t c = lane; c < chunks; c += 32) {
       float wv[kRows][8];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) load8<D, kVec>(w + min(row0 + r, n - 1) * k, c, k, wv[r]);
+      for (int r = 0; r < kRows; ++r) load8<D, kVec>(rows[r], c, k, wv[r]);
 #pragma unroll
       for (int t = 0; t < kTok; ++t) {
         if (t0 + t >= tokens) break;
@@ -135,19 +139,11 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
       for (int t = 0; t < kTok; ++t) {
-        const float s = warp_sum(acc[r][t]);
-        if (lane == 0) partial[warp][r][t] = s;
+        const float sum = warp_sum(acc[r][t]);
+        const int64_t row = row0 + r;
+        if (lane == 0 && row < n && t0 + t < tokens)
+          y[(t0 + t) * n + row] = bias != nullptr ? sum + widen<D>(bias[row]) : sum;
       }
-    __syncthreads();
-    if (threadIdx.x < kRows * kTok) {
-      const int r = threadIdx.x / kTok, t = threadIdx.x % kTok;
-      float s = partial[0][r][t];
-#pragma unroll
-      for (int i = 1; i < kWarps; ++i) s += partial[i][r][t];
-      const int64_t row = row0 + r;
-      if (row < n && t0 + t < tokens) y[(t0 + t) * n + row] = bias != nullptr ? s + widen<D>(bias[row]) : s;
-    }
-    __syncthreads();
   }
 }
 
@@ -156,7 +152,7 @@ void launch_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t 
                    const void* bias, float* y) {
   const auto* ws = static_cast<const Storage<D>*>(w);
   const auto* bs = static_cast<const Storage<D>*>(bias);
-  const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows));
+  const dim3 grid(static_cast<unsigned>((n + kRows * kWarps - 1) / (kRows * kWarps)));
   if (k % 8 == 0) {
     matmul_kernel<D, kTok, true><<<grid, kThreads, 0, stream>>>(x, tokens, k, ws, n, bs, y);
   } else {
@@ -229,8 +225,8 @@ __global__ void kv_store_kernel(KvPages pages, int64_t layer, const int32_t* __r
 //
 // One block per (token, head). The visible positions are taken in chunks of
 // kChunk counted from the first visible one, so the chunks depend only on the
-// token's position (not on how the prompt was split or what else runs). Thread i
-// scores position chunk + i; the chunk's max and sum come from fixed-tree block
+// token's position (not on how the prompt was split or what else runs). A warp
+// scores a position; the chunk's max and sum come from fixed-tree block
 // reductions, and an online softmax rescales the running output, which thread d
 // keeps for dimensions d, d + kChunk, ...
 constexpr int kChunk = 128;
@@ -256,14 +252,22 @@ __global__ void __launch_bounds__(kChunk)
   float running_max = -INFINITY, running_sum = 0.0f;
   float acc[kMaxDimsPerThread] = {};
   for (int64_t j0 = first; j0 <= pos; j0 += kChunk) {
-    const int64_t j = j0 + threadIdx.x;
-    float score = -INFINITY;
-    if (j <= pos) {
-      const Storage<D>* key = base + kv_offset(p, blocks[j / bs], a.layer, 0, kv) + (j % bs) * hd;
-      float dot = 0.0f;
-      for (int64_t d = 0; d < hd; ++d) dot = fmaf(q[d], widen<D>(key[d]), dot);
-      score = dot * a.scale;
+    // Scores: warp w takes positions j0 + w, j0 + w + 4, ...; lane l sums the
+    // dimensions l, l + 32, ... in order, then the warp's shuffles add the lanes.
+    for (int r = threadIdx.x / 32; r < kChunk; r += kChunk / 32) {
+      const int64_t jr = j0 + r;
+      float s = -INFINITY;
+      if (jr <= pos) {
+        const Storage<D>* key = base + kv_offset(p, blocks[jr / bs], a.layer, 0, kv) + (jr % bs) * hd;
+        float dot = 0.0f;
+        for (int64_t d = threadIdx.x % 32; d < hd; d += 32) dot = fmaf(q[d], widen<D>(key[d]), dot);
+        s = warp_sum(dot) * a.scale;
+      }
+      if (threadIdx.x % 32 == 0) weights[r] = s;
     }
+    __syncthreads();
+    const int64_t j = j0 + threadIdx.x;
+    const float score = weights[threadIdx.x];
     const float new_max = fmaxf(running_max, block_reduce<true>(score, reduction));
     const float weight = j <= pos ? expf(score - new_max) : 0.0f;
     weights[threadIdx.x] = weight;
@@ -276,6 +280,7 @@ __global__ void __launch_bounds__(kChunk)
       const int64_t d = threadIdx.x + static_cast<int64_t>(i) * kChunk;
       if (d >= hd) break;
       float o = acc[i] * rescale;
+#pragma unroll 8
       for (int64_t r = 0; r < count; ++r) {
         const int64_t jr = j0 + r;
         const Storage<D>* value = base + kv_offset(p, blocks[jr / bs], a.layer, 1, kv) + (jr % bs) * hd;
