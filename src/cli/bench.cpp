@@ -1,7 +1,9 @@
-// `tessera bench`: prefill and decode speed of one process, as a fraction of the
-// memory read bandwidth this command measures on the same machine in the same
-// run (decode at batch 1 reads every weight once per token, so bandwidth is its
-// limit).
+// `tessera bench`: prefill and decode speed of one process, each as a fraction of
+// the limit this command measures on the same machine, same threads, in the same
+// run: decode at batch 1 reads every weight once per token, so the memory read
+// bandwidth is its limit; prefill is matmuls, so the f32 FMA peak (a register-only
+// FMA loop on every thread) is its limit. It also times the matmul alone, on the
+// model's MLP shapes at the prompt's token count.
 //   tessera bench --model DIR
 //   tessera bench --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 [--dtype bf16]
 #include <algorithm>
@@ -59,6 +61,53 @@ double measure_read_bandwidth(size_t threads) {
   return best;
 }
 
+// Best of three runs of a register-only FMA loop on every thread at once, in FLOP/s:
+// the most the matmul's instruction can do on these threads.
+double measure_fma_peak(size_t threads) {
+  ThreadPool pool(threads);
+  constexpr int64_t kIterations = 20'000'000;
+  std::atomic<uint64_t> sink{0};
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto start = Clock::now();
+    pool.parallel_for(pool.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) sink += cpu::fma_loop(kIterations) > 0;
+    });
+    const double flops = static_cast<double>(pool.size()) * static_cast<double>(cpu::fma_loop_flops(kIterations));
+    best = std::max(best, flops / seconds_since(start));
+  }
+  if (sink.load() != 3 * pool.size()) std::fprintf(stderr, "[bench] FMA loop result is wrong\n");
+  return best;
+}
+
+// Multiply-adds of the weight matmuls in one prefill of `tokens` tokens (the LM head
+// runs for the last token only), times two: the FLOPs prefill cannot avoid.
+double prefill_matmul_flops(const Model& model, int64_t tokens) {
+  double per_token = 0;
+  for (const LayerWeights& l : model.weights().layers)
+    for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      per_token += static_cast<double>(w->numel());
+  const double head = model.has_exit() ? static_cast<double>(model.weights().lm_head.numel()) : 0;
+  return 2 * (per_token * static_cast<double>(tokens) + head);
+}
+
+// Best of three matmuls of `tokens` random rows by w, in FLOP/s.
+double measure_matmul(Device& device, const TensorView& w, int64_t tokens) {
+  const int64_t n = w.dim(0), k = w.dim(1);
+  std::vector<float> x(static_cast<size_t>(tokens * k));
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto start = Clock::now();
+    device.matmul(x.data(), tokens, w, {}, y.data());
+    best = std::max(best, 2.0 * static_cast<double>(tokens * n * k) / seconds_since(start));
+  }
+  return best;
+}
+
 // kB values of "RssAnon:" and "RssFile:" from /proc/self/status.
 std::pair<double, double> resident_mib() {
   std::ifstream in("/proc/self/status");
@@ -85,6 +134,7 @@ Status bench(const BenchOptions& o) {
   if (!from_checkpoint && !from_shape)
     return Status::invalid_input("give either --model DIR, or --config FILE with --random-weights");
   const double bandwidth_before = measure_read_bandwidth(o.threads);
+  const double fma_before = measure_fma_peak(o.threads);
   const auto [anon_before, file_before] = resident_mib();
 
   auto start = Clock::now();
@@ -108,7 +158,14 @@ Status bench(const BenchOptions& o) {
     TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&next, 1), cache));
   }
   const double decode_s = seconds_since(start);
+  double gemm_up = 0, gemm_down = 0;
+  const bool on_cpu = o.device == "cpu";
+  if (on_cpu && !model.weights().layers.empty()) {
+    gemm_up = measure_matmul(*device, model.weights().layers[0].w_up, o.prompt_tokens);
+    gemm_down = measure_matmul(*device, model.weights().layers[0].w_down, o.prompt_tokens);
+  }
   const double bandwidth = std::max(bandwidth_before, measure_read_bandwidth(o.threads));
+  const double fma_peak = std::max(fma_before, measure_fma_peak(o.threads));
   const auto [anon_after, file_after] = resident_mib();
 
   // A decode step reads every weight once, except the embedding table (one row) when it is not the LM head.
@@ -128,8 +185,19 @@ Status bench(const BenchOptions& o) {
   std::printf("kv cache          %s (the weights' dtype)\n", forward.kv_pool().describe().c_str());
   std::printf("read bandwidth    %.2f GB/s (1 GiB, 4 streams a thread, best of 3 before and 3 after, same threads)\n",
               bandwidth / 1e9);
-  std::printf("prefill           %.1f tok/s (%lld-token prompt)\n", static_cast<double>(o.prompt_tokens) / prefill_s,
-              static_cast<long long>(o.prompt_tokens));
+  std::printf("f32 FMA peak      %.1f GFLOP/s (%s registers only, every thread, best of 3 before and 3 after)\n",
+              fma_peak / 1e9, cpu::isa_name());
+  const double prefill_flops = prefill_matmul_flops(model, o.prompt_tokens) / prefill_s;
+  std::printf("prefill           %.1f tok/s (%lld-token prompt) = %.1f GFLOP/s of weight matmuls = %.1f%% of FMA peak\n",
+              static_cast<double>(o.prompt_tokens) / prefill_s, static_cast<long long>(o.prompt_tokens),
+              prefill_flops / 1e9, 100.0 * prefill_flops / fma_peak);
+  if (gemm_up > 0) {
+    const TensorView& up = model.weights().layers[0].w_up;
+    std::printf("matmul alone      [%lld x %lld] x [%lld x %lld]^T: %.1f GFLOP/s = %.1f%% of FMA peak; transposed: %.1f = %.1f%%\n",
+                static_cast<long long>(o.prompt_tokens), static_cast<long long>(up.dim(1)),
+                static_cast<long long>(up.dim(0)), static_cast<long long>(up.dim(1)), gemm_up / 1e9,
+                100.0 * gemm_up / fma_peak, gemm_down / 1e9, 100.0 * gemm_down / fma_peak);
+  }
   std::printf("decode            %.2f tok/s (batch 1, %lld tokens)\n", decode_tps,
               static_cast<long long>(o.decode_tokens));
   std::printf("decode bytes/s    %.2f GB/s = %.1f%% of read bandwidth\n", step_bytes * decode_tps / 1e9,

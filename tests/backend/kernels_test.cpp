@@ -88,6 +88,39 @@ TEST_P(MatmulTest, EveryCompiledTargetAgrees) {
   EXPECT_GE(targets_run, 2);
 }
 
+// A token's row is bitwise the same alone (decode tiles) as among 300 tokens (the
+// blocked GEMM) or 20, at 1, 2 and 3 threads: both paths sum every output in the one
+// order kernels.h promises. k crosses two GEMM k blocks and leaves a tail; the rows
+// leave a partial panel and an uneven split over threads.
+TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
+  const int64_t tokens = 300, k = 2 * 256 + 37, n = 53;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 16);
+  auto w = random_values(static_cast<size_t>(n * k), 17);
+  const auto bytes = encode(w, GetParam());
+  const TensorView weight{GetParam(), {n, k}, bytes.data()};
+  const auto bits = [](const float* y, int64_t count) {
+    std::vector<uint32_t> out(static_cast<size_t>(count));
+    std::memcpy(out.data(), y, out.size() * sizeof(float));
+    return out;
+  };
+  std::vector<uint32_t> reference;
+  for (const size_t threads : {1, 2, 3}) {
+    CpuDevice device(threads);
+    std::vector<float> all(static_cast<size_t>(tokens * n));
+    device.matmul(x.data(), tokens, weight, {}, all.data());
+    if (reference.empty()) reference = bits(all.data(), tokens * n);
+    EXPECT_EQ(bits(all.data(), tokens * n), reference) << threads << " threads";
+    for (const int64_t t : {0, 1, 150, 299}) {
+      std::vector<float> alone(static_cast<size_t>(n));
+      device.matmul(x.data() + t * k, 1, weight, {}, alone.data());
+      EXPECT_EQ(bits(alone.data(), n), bits(all.data() + t * n, n)) << "token " << t << ", " << threads << " threads";
+    }
+    std::vector<float> some(static_cast<size_t>(20 * n));
+    device.matmul(x.data() + 100 * k, 20, weight, {}, some.data());
+    EXPECT_EQ(bits(some.data(), 20 * n), bits(all.data() + 100 * n, 20 * n)) << threads << " threads";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

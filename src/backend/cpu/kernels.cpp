@@ -12,96 +12,12 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
+#include "backend/cpu/widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-
-// Loads Lanes(DF) weights starting at element i of a row, as f32.
-template <typename WT>
-HWY_INLINE hn::Vec<DF> load_w(DF df, const WT* HWY_RESTRICT row, int64_t i) {
-  if constexpr (std::is_same_v<WT, float>) {
-    return hn::LoadU(df, row + i);
-  } else {
-    const hn::Rebind<WT, DF> dw;
-    return hn::PromoteTo(df, hn::LoadU(dw, row + i));
-  }
-}
-
-template <typename WT>
-HWY_INLINE float w_scalar(const WT* row, int64_t i) {
-  if constexpr (std::is_same_v<WT, float>) {
-    return row[i];
-  } else if constexpr (std::is_same_v<WT, hwy::bfloat16_t>) {
-    return bf16_to_f32(row[i].bits);
-  } else {
-    return f16_to_f32(row[i].bits);
-  }
-}
-
-// One tile: kRows weight rows x kTok tokens, kRows * kTok accumulators kept in registers.
-template <int kRows, int kTok, typename WT>
-HWY_INLINE void tile(const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w, float* HWY_RESTRICT y,
-                     int64_t ldy) {
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  hn::Vec<DF> acc[kRows][kTok];
-  for (int r = 0; r < kRows; ++r)
-    for (int t = 0; t < kTok; ++t) acc[r][t] = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + lanes <= k; i += lanes) {
-    hn::Vec<DF> xv[kTok];
-    for (int t = 0; t < kTok; ++t) xv[t] = hn::LoadU(df, x + t * k + i);
-    for (int r = 0; r < kRows; ++r) {
-      const auto wv = load_w(df, w + r * k, i);
-      for (int t = 0; t < kTok; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    for (int t = 0; t < kTok; ++t) {
-      float sum = hn::GetLane(hn::SumOfLanes(df, acc[r][t]));
-      for (int64_t j = i; j < k; ++j) sum += w_scalar(w + r * k, j) * x[t * k + j];
-      y[t * ldy + r] = sum;
-    }
-  }
-}
-
-template <typename WT>
-void matmul_typed(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-                  float* HWY_RESTRICT y, int64_t ldy) {
-  // Tokens are taken in blocks that stay in L2 while every row passes over them. A tile
-  // holds 4 x kTok accumulators: 16 of 32 registers with AVX-512, 12 of 16 with AVX2.
-  constexpr int64_t kTokenBlock = 64;
-  constexpr int kTok = HWY_MAX_BYTES >= 64 ? 4 : 3;
-  for (int64_t t0 = 0; t0 < tokens; t0 += kTokenBlock) {
-    const int64_t t1 = std::min(tokens, t0 + kTokenBlock);
-    int64_t r = 0;
-    if (t1 - t0 == 1) {  // decode: sixteen weight rows in flight per thread keep more memory reads outstanding
-      for (; r + 16 <= rows; r += 16) tile<16, 1>(x + t0 * k, k, w + r * k, y + t0 * ldy + r, ldy);
-    }
-    for (; r + 4 <= rows; r += 4) {
-      const WT* wr = w + r * k;
-      int64_t t = t0;
-      for (; t + kTok <= t1; t += kTok) tile<4, kTok>(x + t * k, k, wr, y + t * ldy + r, ldy);
-      for (; t < t1; ++t) tile<4, 1>(x + t * k, k, wr, y + t * ldy + r, ldy);
-    }
-    for (; r < rows; ++r)
-      for (int64_t t = t0; t < t1; ++t) tile<1, 1>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
-  }
-}
-
-void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-                int64_t ldy) {
-  switch (w_dtype) {
-    case DType::kF32: return matmul_typed(x, tokens, k, static_cast<const float*>(w), rows, y, ldy);
-    case DType::kBF16: return matmul_typed(x, tokens, k, static_cast<const hwy::bfloat16_t*>(w), rows, y, ldy);
-    case DType::kF16: return matmul_typed(x, tokens, k, static_cast<const hwy::float16_t*>(w), rows, y, ldy);
-    default: TS_CHECK(false, "matmul weight dtype ", dtype_name(w_dtype));
-  }
-}
 
 float Dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int64_t n) {
   const DF df;
@@ -187,6 +103,28 @@ uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n) {
   return sum;
 }
 
+// kFmaChains independent chains of fused multiply-adds on registers only: enough
+// chains to cover the FMA latency on every unit (4 cycles x 2 units on Zen 3 and
+// Sapphire Rapids), few enough to stay in the 16 registers of AVX2.
+constexpr int kFmaChains = 12;
+
+float FmaLoop(int64_t iterations) {
+  const DF df;
+  VF acc[kFmaChains];
+  for (int c = 0; c < kFmaChains; ++c) acc[c] = hn::Set(df, 1.0f + 0.001f * static_cast<float>(c));
+  const VF m = hn::Set(df, 0.9999f);
+  const VF a = hn::Set(df, 0.0001f);
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kFmaChains; ++c) acc[c] = hn::MulAdd(acc[c], m, a);
+  VF sum = acc[0];
+  for (int c = 1; c < kFmaChains; ++c) sum = hn::Add(sum, acc[c]);
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
+
+int64_t FmaLoopFlops(int64_t iterations) {
+  return iterations * kFmaChains * static_cast<int64_t>(hn::Lanes(DF())) * 2;
+}
+
 const char* IsaName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -196,18 +134,15 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tessera::cpu {
 
-HWY_EXPORT(MatmulRows);
 HWY_EXPORT(Dot);
 HWY_EXPORT(Axpy);
 HWY_EXPORT(AxpyAs);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(ReadSum);
+HWY_EXPORT(FmaLoop);
+HWY_EXPORT(FmaLoopFlops);
 HWY_EXPORT(IsaName);
 
-void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-                 int64_t ldy) {
-  HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
-}
 float dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPATCH(Dot)(a, b, n); }
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
 void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
@@ -215,6 +150,8 @@ void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 uint64_t read_sum(const uint64_t* data, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n); }
+float fma_loop(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoop)(iterations); }
+int64_t fma_loop_flops(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoopFlops)(iterations); }
 const char* isa_name() { return HWY_DYNAMIC_DISPATCH(IsaName)(); }
 
 void from_f32(const float* src, int64_t n, DType dtype, void* dst) {

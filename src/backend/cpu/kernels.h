@@ -10,7 +10,9 @@
 namespace tessera::cpu {
 
 // y[t * ldy + n] = sum_k x[t * k + kk] * w[n * k + kk], for t < tokens, n < rows.
-// x: f32 [tokens, k]; w: `rows` rows of length k in f32, bf16 or f16.
+// x: f32 [tokens, k]; w: `rows` rows of length k in f32, bf16 or f16. Each output is
+// summed in one fixed order whatever `tokens` is (matmul.cpp states it), so a token's
+// row is bitwise the same alone or in a call of any size.
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                  int64_t ldy);
 
@@ -25,6 +27,12 @@ void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 void from_f32(const float* src, int64_t n, DType dtype, void* dst);
 // Sum of all bytes read as u64 words; used to measure memory read bandwidth.
 uint64_t read_sum(const uint64_t* data, int64_t n);
+
+// fma_loop_flops(n) floating-point operations of fused multiply-adds on registers
+// only (no memory), in the widest f32 vectors of the chosen target: the peak the
+// matmul is measured against. Returns a value that depends on every operation.
+float fma_loop(int64_t iterations);
+int64_t fma_loop_flops(int64_t iterations);
 
 // Name of the instruction set chosen at run time ("AVX2", "AVX3", ...).
 const char* isa_name();

@@ -1,0 +1,242 @@
+// The CPU matmul, y[t, n] = sum_i x[t, i] * w[n, i], compiled once per target ISA
+// (Highway's foreach_target.h re-includes this file) and dispatched at run time.
+//
+// The order of every output's sum is fixed, and it is what makes a token's row bitwise
+// the same alone (decode) or among any number of tokens (prefill), at any thread count:
+//   acc = 0, an f32 vector of L = Lanes(f32) lanes;
+//   for each whole chunk of L elements along k, in order: acc = w[chunk] * x[chunk] + acc
+//     (one fused multiply-add; 16-bit weights are widened to f32 exactly);
+//   sum = SumOfLanes(acc); then the k % L remaining elements, one by one, in order.
+// Two paths compute exactly that sequence:
+//   - a few tokens (decode): tiles of weight rows read straight from their 16-bit rows,
+//     so decode streams the weights once with nothing packed;
+//   - many tokens (prefill): a cache-blocked GEMM. A block of kNc weight rows x kKc
+//     elements along k is widened into a packed f32 panel (kPanelRows rows interleaved
+//     chunk by chunk, so a micro-kernel reads one stream that stays in L1); a block of
+//     kMc tokens x kKc elements of x stays in L2; the partial vectors of the kMc x kNc
+//     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
+//     lives, never the order in which it is summed.
+// Pure functions over caller-owned memory; thread-safe.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "core/check.h"
+#include "hwy/aligned_allocator.h"
+#include "backend/cpu/widen-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tessera::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Calls at or above this many tokens take the GEMM; fewer take the decode tiles.
+constexpr int64_t kGemmTokens = 16;
+// GEMM blocking (elements along k, weight rows, tokens). kKc is a multiple of every
+// Lanes(f32); kNc of kPanelRows; kMc of every kPanelTokens. At these sizes the L2
+// holds the x block (kMc * kKc * 4 = 192 KiB) and the partial sums (kMc * kNc * L * 4 =
+// 96 KiB with AVX2, 192 KiB with AVX-512), and L1 the panel a micro-kernel reads.
+constexpr int64_t kKc = 512;
+constexpr int64_t kNc = 16;
+constexpr int64_t kMc = 192;
+// A micro-kernel keeps kPanelRows x kPanelTokens accumulators in registers: 12 of the
+// 16 registers of AVX2, 24 of the 32 of AVX-512.
+constexpr int kPanelRows = 4;
+constexpr int kPanelTokens = HWY_MAX_BYTES >= 64 ? 6 : 3;
+// Decode tiles: weight rows in flight per thread (more reads outstanding), as many as
+// the registers hold without spilling.
+constexpr int kDecodeRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
+static_assert(kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kKc % 16 == 0);
+
+// The end of every output's sum, the same for both paths: the lanes, then the tail
+// elements [from, k) in order.
+template <typename WT>
+HWY_INLINE float finish(DF df, VF acc, const float* HWY_RESTRICT x, const WT* HWY_RESTRICT w, int64_t from,
+                        int64_t k) {
+  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (int64_t j = from; j < k; ++j) sum += w_scalar(w, j) * x[j];
+  return sum;
+}
+
+// ------------------------------------------------------------------ decode tiles
+
+// kRows weight rows x kTok tokens, over the whole of k, accumulators in registers.
+template <int kRows, int kTok, typename WT>
+HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w, float* HWY_RESTRICT y,
+                         int64_t ldy) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[kRows][kTok];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kTok; ++t) acc[r][t] = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + lanes <= k; i += lanes) {
+    VF xv[kTok];
+    for (int t = 0; t < kTok; ++t) xv[t] = hn::LoadU(df, x + t * k + i);
+    for (int r = 0; r < kRows; ++r) {
+      const VF wv = load_w(df, w + r * k, i);
+      for (int t = 0; t < kTok; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kTok; ++t) y[t * ldy + r] = finish(df, acc[r][t], x + t * k, w + r * k, i, k);
+}
+
+template <typename WT>
+void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
+               float* HWY_RESTRICT y, int64_t ldy) {
+  int64_t r = 0;
+  if (tokens == 1) {
+    for (; r + kDecodeRows <= rows; r += kDecodeRows) dot_tile<kDecodeRows, 1>(x, k, w + r * k, y + r, ldy);
+  }
+  for (; r + 4 <= rows; r += 4) {
+    int64_t t = 0;
+    for (; t + 3 <= tokens; t += 3) dot_tile<4, 3>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+    for (; t < tokens; ++t) dot_tile<4, 1>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+  }
+  for (; r < rows; ++r)
+    for (int64_t t = 0; t < tokens; ++t) dot_tile<1, 1>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+}
+
+// ------------------------------------------------------------------ GEMM
+
+// Widens rows [0, rows) x elements [k0, k0 + kc) of w into panel, in groups of
+// kPanelRows rows: group g holds panel[g * kc + (s * kPanelRows + r) * L + lane] for
+// chunk s. Rows past `rows` in the last group are zeros (their sums are never read).
+template <typename WT>
+void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t rows, int64_t k0, int64_t kc,
+                float* HWY_RESTRICT panel) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t g = 0; g < rows; g += kPanelRows) {
+    float* group = panel + g * kc;
+    for (int64_t s = 0; s < kc / lanes; ++s) {
+      for (int r = 0; r < kPanelRows; ++r) {
+        float* dst = group + (s * kPanelRows + r) * lanes;
+        if (g + r < rows) {
+          hn::Store(load_w(df, w + (g + r) * k, k0 + s * lanes), df, dst);
+        } else {
+          hn::Store(hn::Zero(df), df, dst);
+        }
+      }
+    }
+  }
+}
+
+// Copies tokens [0, tokens) x elements [0, k_vec) of x into xp, block by block along
+// k: the block at k0 (kc elements) starts at xp + k0 * padded and holds, for each
+// panel of kPanelTokens tokens, xp[... + p * kPanelTokens * kc + (s * kPanelTokens + t) * L + lane]
+// for chunk s. Tokens past `tokens` up to `padded` are zeros (their sums are never read).
+void pack_x(DF df, const float* HWY_RESTRICT x, int64_t k, int64_t tokens, int64_t padded, int64_t k_vec,
+            float* HWY_RESTRICT xp) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
+    const int64_t kc = std::min(kKc, k_vec - k0);
+    float* block = xp + k0 * padded;
+    for (int64_t p = 0; p < padded; p += kPanelTokens) {
+      float* panel = block + p * kc;
+      for (int64_t s = 0; s < kc / lanes; ++s) {
+        for (int t = 0; t < kPanelTokens; ++t) {
+          float* dst = panel + (s * kPanelTokens + t) * lanes;
+          if (p + t < tokens) {
+            hn::Store(hn::LoadU(df, x + (p + t) * k + k0 + s * lanes), df, dst);
+          } else {
+            hn::Store(hn::Zero(df), df, dst);
+          }
+        }
+      }
+    }
+  }
+}
+
+// One panel group of kPanelRows weight rows x one panel of kPanelTokens tokens, `steps`
+// chunks. The partial vectors live in acc, one of L floats per (token, row),
+// token-major with a stride of kNc rows.
+HWY_INLINE void micro_kernel(DF df, const float* HWY_RESTRICT wp, const float* HWY_RESTRICT xp, int64_t steps,
+                             float* HWY_RESTRICT acc) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF a[kPanelRows][kPanelTokens];
+  for (int r = 0; r < kPanelRows; ++r)
+    for (int t = 0; t < kPanelTokens; ++t) a[r][t] = hn::Load(df, acc + (t * kNc + r) * lanes);
+  for (int64_t s = 0; s < steps; ++s) {
+    const float* ws = wp + s * kPanelRows * lanes;
+    const float* xs = xp + s * kPanelTokens * lanes;
+    for (int r = 0; r < kPanelRows; ++r) {
+      const VF wv = hn::Load(df, ws + r * lanes);
+      for (int t = 0; t < kPanelTokens; ++t) a[r][t] = hn::MulAdd(wv, hn::Load(df, xs + t * lanes), a[r][t]);
+    }
+  }
+  for (int r = 0; r < kPanelRows; ++r)
+    for (int t = 0; t < kPanelTokens; ++t) hn::Store(a[r][t], df, acc + (t * kNc + r) * lanes);
+}
+
+template <typename WT>
+void gemm(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
+          float* HWY_RESTRICT y, int64_t ldy) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t k_vec = k / lanes * lanes;  // the chunks; [k_vec, k) is each sum's tail
+  auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kMc * kNc * lanes));
+  auto wp = hwy::AllocateAligned<float>(static_cast<size_t>(kNc * kKc));
+  auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(1, kMc * k_vec)));
+  TS_CHECK(acc && wp && xp, "[cpu] matmul scratch");
+  for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
+    const int64_t mt = std::min(kMc, tokens - t0);
+    const int64_t padded = (mt + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
+    const float* xb = x + t0 * k;
+    pack_x(df, xb, k, mt, padded, k_vec, xp.get());
+    for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
+      const int64_t nr = std::min(kNc, rows - r0);
+      std::memset(acc.get(), 0, static_cast<size_t>(padded * kNc * lanes) * sizeof(float));
+      for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
+        const int64_t kc = std::min(kKc, k_vec - k0);
+        pack_panel(df, w + r0 * k, k, nr, k0, kc, wp.get());
+        const float* xblock = xp.get() + k0 * padded;
+        for (int64_t g = 0; g < nr; g += kPanelRows)
+          for (int64_t p = 0; p < padded; p += kPanelTokens)
+            micro_kernel(df, wp.get() + g * kc, xblock + p * kc, kc / lanes, acc.get() + (p * kNc + g) * lanes);
+      }
+      for (int64_t t = 0; t < mt; ++t)
+        for (int64_t r = 0; r < nr; ++r)
+          y[(t0 + t) * ldy + r0 + r] =
+              finish(df, hn::Load(df, acc.get() + (t * kNc + r) * lanes), xb + t * k, w + (r0 + r) * k, k_vec, k);
+    }
+  }
+}
+
+template <typename WT>
+void matmul_typed(const float* x, int64_t tokens, int64_t k, const WT* w, int64_t rows, float* y, int64_t ldy) {
+  if (tokens >= kGemmTokens) return gemm(x, tokens, k, w, rows, y, ldy);
+  dot_tiles(x, tokens, k, w, rows, y, ldy);
+}
+
+void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
+                int64_t ldy) {
+  switch (w_dtype) {
+    case DType::kF32: return matmul_typed(x, tokens, k, static_cast<const float*>(w), rows, y, ldy);
+    case DType::kBF16: return matmul_typed(x, tokens, k, static_cast<const hwy::bfloat16_t*>(w), rows, y, ldy);
+    case DType::kF16: return matmul_typed(x, tokens, k, static_cast<const hwy::float16_t*>(w), rows, y, ldy);
+    default: TS_CHECK(false, "matmul weight dtype ", dtype_name(w_dtype));
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tessera::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tessera::cpu {
+
+HWY_EXPORT(MatmulRows);
+
+void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
+                 int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
+}
+
+}  // namespace tessera::cpu
+#endif  // HWY_ONCE
