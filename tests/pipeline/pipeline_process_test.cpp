@@ -56,7 +56,7 @@ TEST(PipelineProcesses, LogitsAndGreedyTokensAreBitwiseThoseOfOneProcess) {
 
 // The shipped model's sampled text through 3 stages equals one process's: the
 // last stage samples with the parameters and seed the coordinator sent it (and
-// the prompt, for the repetition penalty).
+// the prompt, for the repetition penalty), and each stage's KV cache is bf16.
 TEST(PipelineProcesses, ShippedModelSampledTextMatchesOneProcess) {
   PipelineCluster pipeline;
   const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
@@ -72,6 +72,12 @@ TEST(PipelineProcesses, ShippedModelSampledTextMatchesOneProcess) {
   const std::string text = local.out.substr(0, local.out.find('\n'));
   ASSERT_FALSE(text.empty());
   EXPECT_NE(run.out.find(text), std::string::npos) << run.out << "\nvs\n" << local.out;
+  // Every stage keeps the checkpoint's own (bf16) KV cache by default, as one process does.
+  EXPECT_NE(local.err.find("KV cache bf16"), std::string::npos) << local.err;
+  for (int node = 1; node <= tessera::test::kStages; ++node) {
+    const std::string log = slurp(pipeline.cluster().dir() / ("stage" + std::to_string(node) + ".log"));
+    EXPECT_NE(log.find("KV cache bf16"), std::string::npos) << log;
+  }
 }
 
 // --plain (trusted links): still mutual TLS to set up, frames on plain TCP
