@@ -17,7 +17,7 @@ if [ -d .deps ]; then
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON "${PREFIX[@]}" >"$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; exit 1; }
-ninja -C build-gpu tessera gpu_test >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+ninja -C build-gpu tessera gpu_test cuda_bench >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 for step in $STEPS; do
@@ -31,6 +31,8 @@ for step in $STEPS; do
       compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 build-gpu/bin/gpu_test \
         >"$OUT/memcheck.log" 2>&1
       echo "memcheck rc $?"; grep -E "tests? ran|PASSED|FAILED|ERROR SUMMARY" "$OUT/memcheck.log" | tail -5 ;;
+    kernels)
+      build-gpu/bin/cuda_bench | tee "$OUT/cuda_bench.log" ;;
     profile)
       # Time per kernel over a short decode of the 1B shape (Nsight Compute; clocks left alone).
       ncu --clock-control none --print-summary per-kernel build-gpu/bin/tessera bench --device cuda \

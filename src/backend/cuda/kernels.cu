@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/check.h"
 
@@ -147,11 +149,70 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// EXPERIMENT: the block splits k over its 128 threads (4 rows a block), warps summed in order.
+constexpr int kSplitRows = 4;
+
+template <DType D, int kTok, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    matmul_split_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const Storage<D>* __restrict__ w,
+                        int64_t n, const Storage<D>* __restrict__ bias, float* __restrict__ y) {
+  __shared__ float partial[kWarps][kSplitRows][kTok];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kSplitRows;
+  const int64_t chunks = (k + 7) / 8;
+  for (int64_t t0 = 0; t0 < tokens; t0 += kTok) {
+    float acc[kSplitRows][kTok] = {};
+    for (int64_t c = threadIdx.x; c < chunks; c += kThreads) {
+      float wv[kSplitRows][8];
+#pragma unroll
+      for (int r = 0; r < kSplitRows; ++r) load8<D, kVec>(w + min(row0 + r, n - 1) * k, c, k, wv[r]);
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t0 + t >= tokens) break;
+        float xv[8];
+        load8<DType::kF32, kVec>(x + (t0 + t) * k, c, k, xv);
+#pragma unroll
+        for (int r = 0; r < kSplitRows; ++r)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[r][t] = fmaf(wv[r][j], xv[j], acc[r][t]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSplitRows; ++r)
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        const float s = warp_sum(acc[r][t]);
+        if (lane == 0) partial[warp][r][t] = s;
+      }
+    __syncthreads();
+    if (threadIdx.x < kSplitRows * kTok) {
+      const int r = threadIdx.x / kTok, t = threadIdx.x % kTok;
+      float s = partial[0][r][t];
+#pragma unroll
+      for (int i = 1; i < kWarps; ++i) s += partial[i][r][t];
+      const int64_t row = row0 + r;
+      if (row < n && t0 + t < tokens) y[(t0 + t) * n + row] = bias != nullptr ? s + widen<D>(bias[row]) : s;
+    }
+    __syncthreads();
+  }
+}
+
 template <DType D, int kTok>
 void launch_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
                    const void* bias, float* y) {
   const auto* ws = static_cast<const Storage<D>*>(w);
   const auto* bs = static_cast<const Storage<D>*>(bias);
+  static const bool split = std::getenv("TESSERA_CUDA_MATMUL") != nullptr &&
+                            std::string_view(std::getenv("TESSERA_CUDA_MATMUL")) == "split";  // EXPERIMENT
+  if (split) {
+    const dim3 g(static_cast<unsigned>((n + kSplitRows - 1) / kSplitRows));
+    if (k % 8 == 0) {
+      matmul_split_kernel<D, kTok, true><<<g, kThreads, 0, stream>>>(x, tokens, k, ws, n, bs, y);
+    } else {
+      matmul_split_kernel<D, kTok, false><<<g, kThreads, 0, stream>>>(x, tokens, k, ws, n, bs, y);
+    }
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((n + kRows * kWarps - 1) / (kRows * kWarps)));
   if (k % 8 == 0) {
     matmul_kernel<D, kTok, true><<<grid, kThreads, 0, stream>>>(x, tokens, k, ws, n, bs, y);
@@ -225,78 +286,90 @@ __global__ void kv_store_kernel(KvPages pages, int64_t layer, const int32_t* __r
 //
 // One block per (token, head). The visible positions are taken in chunks of
 // kChunk counted from the first visible one, so the chunks depend only on the
-// token's position (not on how the prompt was split or what else runs). A warp
-// scores a position; the chunk's max and sum come from fixed-tree block
-// reductions, and an online softmax rescales the running output, which thread d
-// keeps for dimensions d, d + kChunk, ...
+// token's position (not on how the prompt was split or what else runs).
+// Thread i scores position chunk + i (its key read as 16-byte pieces, summed in
+// order); the chunk's max and sum come from fixed-tree block reductions, and an
+// online softmax rescales the running output. For the values, the threads form
+// kChunk / G lanes of G = head_dim / 8 groups: lane p, group g sums dimensions
+// [8g, 8g + 8) over positions p, p + lanes, ... in order, and the lanes' partial
+// sums are added in lane order. Every order is fixed by head_dim alone.
 constexpr int kChunk = 128;
-constexpr int kMaxDimsPerThread = 4;  // head_dim <= 512
+constexpr int kMaxHeadDim = 512;
 
-template <DType D>
+template <DType D, bool kVec>
 __global__ void __launch_bounds__(kChunk)
     attention_kernel(AttentionArgs a, KvPages p, const int32_t* __restrict__ blocks) {
-  extern __shared__ float shared[];  // q [head_dim], weights [kChunk], reduction [32]
-  float* q = shared;
-  float* weights = shared + p.head_dim;
-  float* reduction = weights + kChunk;
+  // q [head_dim], weights [kChunk], partial [kChunk / groups][groups * 8], out [head_dim], reduction [32]
+  extern __shared__ float shared[];
   const int64_t hd = p.head_dim, bs = p.block_size;
+  const int64_t groups = (hd + 7) / 8, lanes = kChunk / groups;
+  float* q = shared;
+  float* weights = q + hd;
+  float* partial = weights + kChunk;
+  float* out = partial + lanes * groups * 8;
+  float* reduction = out + hd;
   const int64_t t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int64_t kv = h / (a.n_heads / p.n_kv_heads);
   const int64_t pos = a.pos0 + t;
   const int64_t first = a.sliding_window > 0 ? max(int64_t{0}, pos - a.sliding_window + 1) : 0;
   const auto* base = static_cast<const Storage<D>*>(p.base);
   const float* q_in = a.q + (t * a.n_heads + h) * hd;
-  for (int64_t d = threadIdx.x; d < hd; d += kChunk) q[d] = q_in[d];
+  for (int64_t d = threadIdx.x; d < hd; d += kChunk) {
+    q[d] = q_in[d];
+    out[d] = 0.0f;
+  }
   __syncthreads();
+  const auto row = [&](int64_t j, int kind) {
+    return base + kv_offset(p, blocks[j / bs], a.layer, kind, kv) + (j % bs) * hd;
+  };
 
   float running_max = -INFINITY, running_sum = 0.0f;
-  float acc[kMaxDimsPerThread] = {};
+  const int64_t lane = threadIdx.x / groups, group = threadIdx.x % groups;
   for (int64_t j0 = first; j0 <= pos; j0 += kChunk) {
-    // Scores: warp w takes positions j0 + w, j0 + w + 4, ...; lane l sums the
-    // dimensions l, l + 32, ... in order, then the warp's shuffles add the lanes.
-    for (int r = threadIdx.x / 32; r < kChunk; r += kChunk / 32) {
-      const int64_t jr = j0 + r;
-      float s = -INFINITY;
-      if (jr <= pos) {
-        const Storage<D>* key = base + kv_offset(p, blocks[jr / bs], a.layer, 0, kv) + (jr % bs) * hd;
-        float dot = 0.0f;
-        for (int64_t d = threadIdx.x % 32; d < hd; d += 32) dot = fmaf(q[d], widen<D>(key[d]), dot);
-        s = warp_sum(dot) * a.scale;
-      }
-      if (threadIdx.x % 32 == 0) weights[r] = s;
-    }
-    __syncthreads();
     const int64_t j = j0 + threadIdx.x;
-    const float score = weights[threadIdx.x];
+    float score = -INFINITY;
+    if (j <= pos) {
+      const Storage<D>* key = row(j, 0);
+      float dot = 0.0f;
+      for (int64_t c = 0; c < groups; ++c) {
+        float k8[8];
+        load8<D, kVec>(key, c, hd, k8);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (8 * c + e < hd) dot = fmaf(q[8 * c + e], k8[e], dot);
+      }
+      score = dot * a.scale;
+    }
     const float new_max = fmaxf(running_max, block_reduce<true>(score, reduction));
     const float weight = j <= pos ? expf(score - new_max) : 0.0f;
     weights[threadIdx.x] = weight;
     const float chunk_sum = block_reduce<false>(weight, reduction);  // its barrier also publishes `weights`
     const float rescale = expf(running_max - new_max);
     running_sum = running_sum * rescale + chunk_sum;
-    const int64_t count = min(static_cast<int64_t>(kChunk), pos - j0 + 1);
-#pragma unroll
-    for (int i = 0; i < kMaxDimsPerThread; ++i) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * kChunk;
-      if (d >= hd) break;
-      float o = acc[i] * rescale;
-#pragma unroll 8
-      for (int64_t r = 0; r < count; ++r) {
-        const int64_t jr = j0 + r;
-        const Storage<D>* value = base + kv_offset(p, blocks[jr / bs], a.layer, 1, kv) + (jr % bs) * hd;
-        o = fmaf(weights[r], widen<D>(value[d]), o);
-      }
-      acc[i] = o;
-    }
     running_max = new_max;
-    __syncthreads();  // `weights` is rewritten by the next chunk
-  }
-  float* out = a.out + (t * a.n_heads + h) * hd;
+
+    const int64_t count = min(static_cast<int64_t>(kChunk), pos - j0 + 1);
+    if (lane < lanes) {
+      float sum8[8] = {};
+      for (int64_t r = lane; r < count; r += lanes) {
+        float v8[8];
+        load8<D, kVec>(row(j0 + r, 1), group, hd, v8);
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerThread; ++i) {
-    const int64_t d = threadIdx.x + static_cast<int64_t>(i) * kChunk;
-    if (d < hd) out[d] = acc[i] / running_sum;
+        for (int e = 0; e < 8; ++e) sum8[e] = fmaf(weights[r], v8[e], sum8[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) partial[lane * groups * 8 + group * 8 + e] = sum8[e];
+    }
+    __syncthreads();
+    for (int64_t d = threadIdx.x; d < hd; d += kChunk) {
+      float chunk_out = partial[d];
+      for (int64_t l = 1; l < lanes; ++l) chunk_out += partial[l * groups * 8 + d];
+      out[d] = out[d] * rescale + chunk_out;
+    }
+    __syncthreads();  // `weights` and `partial` are rewritten by the next chunk
   }
+  float* result = a.out + (t * a.n_heads + h) * hd;
+  for (int64_t d = threadIdx.x; d < hd; d += kChunk) result[d] = out[d] / running_sum;
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
@@ -365,10 +438,17 @@ void kv_store(cudaStream_t stream, const KvPages& pages, int64_t layer, const in
 
 void attention(cudaStream_t stream, const AttentionArgs& args, const int32_t* blocks) {
   const KvPages& p = *args.pages;
-  TS_CHECK(p.head_dim <= kChunk * kMaxDimsPerThread, "head_dim ", p.head_dim, " above ", kChunk * kMaxDimsPerThread);
-  const size_t shared = static_cast<size_t>(p.head_dim + kChunk + 32) * sizeof(float);
+  TS_CHECK(p.head_dim <= kMaxHeadDim, "head_dim ", p.head_dim, " above ", kMaxHeadDim);
+  const int64_t groups = (p.head_dim + 7) / 8, lanes = kChunk / groups;
+  const size_t shared = static_cast<size_t>(2 * p.head_dim + kChunk + lanes * groups * 8 + 32) * sizeof(float);
   const auto units = static_cast<unsigned>(args.tokens * args.n_heads);
-  with_dtype(p.dtype, [&]<DType D>() { attention_kernel<D><<<units, kChunk, shared, stream>>>(args, p, blocks); });
+  with_dtype(p.dtype, [&]<DType D>() {
+    if (p.head_dim % 8 == 0) {
+      attention_kernel<D, true><<<units, kChunk, shared, stream>>>(args, p, blocks);
+    } else {
+      attention_kernel<D, false><<<units, kChunk, shared, stream>>>(args, p, blocks);
+    }
+  });
 }
 
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {
