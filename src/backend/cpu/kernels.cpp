@@ -81,26 +81,35 @@ void ToF32(const void* src, DType dtype, int64_t n, float* dst) {
   }
 }
 
-uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n) {
-  // Four streams at once, as a matmul tile reads four weight rows: one stream per
-  // core leaves memory bandwidth unused.
+// Reads n words as a decode tile reads weight rows: blocks of kStreams consecutive rows
+// of kRowWords words, the rows of a block side by side (one stream per core leaves
+// memory bandwidth unused, and how many it takes differs between CPUs).
+constexpr int64_t kRowWords = 512;  // 4 KiB: a bf16 row of 2048
+
+template <int kStreams>
+uint64_t read_sum_streams(const uint64_t* HWY_RESTRICT data, int64_t n) {
   const hn::ScalableTag<uint64_t> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
-  const int64_t quarter = n / 4 / lanes * lanes;
-  const uint64_t* s0 = data;
-  const uint64_t* s1 = data + quarter;
-  const uint64_t* s2 = data + 2 * quarter;
-  const uint64_t* s3 = data + 3 * quarter;
-  auto acc0 = hn::Zero(du), acc1 = hn::Zero(du), acc2 = hn::Zero(du), acc3 = hn::Zero(du);
-  for (int64_t i = 0; i < quarter; i += lanes) {
-    acc0 = hn::Add(acc0, hn::LoadU(du, s0 + i));
-    acc1 = hn::Add(acc1, hn::LoadU(du, s1 + i));
-    acc2 = hn::Add(acc2, hn::LoadU(du, s2 + i));
-    acc3 = hn::Add(acc3, hn::LoadU(du, s3 + i));
-  }
-  uint64_t sum = hn::GetLane(hn::SumOfLanes(du, hn::Add(hn::Add(acc0, acc1), hn::Add(acc2, acc3))));
-  for (int64_t i = 4 * quarter; i < n; ++i) sum += data[i];
+  hn::Vec<decltype(du)> acc[kStreams];
+  for (int s = 0; s < kStreams; ++s) acc[s] = hn::Zero(du);
+  constexpr int64_t kBlock = kStreams * kRowWords;
+  int64_t b = 0;
+  for (; b + kBlock <= n; b += kBlock)
+    for (int64_t i = 0; i < kRowWords; i += lanes)
+      for (int s = 0; s < kStreams; ++s) acc[s] = hn::Add(acc[s], hn::LoadU(du, data + b + s * kRowWords + i));
+  for (int s = 1; s < kStreams; ++s) acc[0] = hn::Add(acc[0], acc[s]);
+  uint64_t sum = hn::GetLane(hn::SumOfLanes(du, acc[0]));
+  for (int64_t i = b; i < n; ++i) sum += data[i];
   return sum;
+}
+
+uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n, int streams) {
+  switch (streams) {
+    case 4: return read_sum_streams<4>(data, n);
+    case 8: return read_sum_streams<8>(data, n);
+    case 16: return read_sum_streams<16>(data, n);
+    default: TS_CHECK(false, "read_sum streams ", streams);
+  }
 }
 
 // kFmaChains independent chains of fused multiply-adds on registers only: enough
@@ -149,7 +158,9 @@ void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyAs)(a, x, x_dtype, y, n);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
-uint64_t read_sum(const uint64_t* data, int64_t n) { return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n); }
+uint64_t read_sum(const uint64_t* data, int64_t n, int streams) {
+  return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, streams);
+}
 float fma_loop(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoop)(iterations); }
 int64_t fma_loop_flops(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoopFlops)(iterations); }
 const char* isa_name() { return HWY_DYNAMIC_DISPATCH(IsaName)(); }

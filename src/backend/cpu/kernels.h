@@ -25,8 +25,9 @@ void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n);
 void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 // dst[i] = src[i] rounded to nearest even in f32, bf16 or f16.
 void from_f32(const float* src, int64_t n, DType dtype, void* dst);
-// Sum of all bytes read as u64 words; used to measure memory read bandwidth.
-uint64_t read_sum(const uint64_t* data, int64_t n);
+// Sum of n u64 words, read as `streams` (4, 8 or 16) sequential streams at once; used
+// to measure memory read bandwidth.
+uint64_t read_sum(const uint64_t* data, int64_t n, int streams);
 
 // fma_loop_flops(n) floating-point operations of fused multiply-adds on registers
 // only (no memory), in the widest f32 vectors of the chosen target: the peak the

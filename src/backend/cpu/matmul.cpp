@@ -4,18 +4,22 @@
 // The order of every output's sum is fixed, and it is what makes a token's row bitwise
 // the same alone (decode) or among any number of tokens (prefill), at any thread count:
 //   acc = 0, an f32 vector of L = Lanes(f32) lanes;
-//   for each whole chunk of L elements along k, in order: acc = w[chunk] * x[chunk] + acc
-//     (one fused multiply-add; 16-bit weights are widened to f32 exactly);
-//   sum = SumOfLanes(acc); then the k % L remaining elements, one by one, in order.
+//   for each whole chunk along k, in order, for each vector v of the chunk in turn:
+//     acc = w[v] * x[v] + acc (one fused multiply-add; weights widened to f32 exactly);
+//   sum = SumOfLanes(acc); then the elements after the last whole chunk, one by one.
+// A chunk is L consecutive elements, one vector, for f32 and f16 weights; for bf16 it is
+// 2L consecutive elements, two vectors: the even-indexed ones, then the odd-indexed
+// ones (a pair of bf16 read as one u32 widens with a shift and a mask; a contiguous
+// vector would need a shuffle, and decode ran slower in bf16 than in f16 with it).
 // Two paths compute exactly that sequence:
 //   - a few tokens (decode): tiles of weight rows read straight from their 16-bit rows,
 //     so decode streams the weights once with nothing packed;
 //   - many tokens (prefill): a cache-blocked GEMM. A block of kNc weight rows x kKc
 //     elements along k is widened into a packed f32 panel (kPanelRows rows interleaved
-//     chunk by chunk, so a micro-kernel reads one stream that stays in L1); a block of
-//     kMc tokens x kKc elements of x stays in L2; the partial vectors of the kMc x kNc
-//     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
-//     lives, never the order in which it is summed.
+//     vector by vector, so a micro-kernel reads one stream that stays in L1); x is
+//     packed likewise, kMc tokens at a time, in panels of kPanelTokens tokens; the
+//     partial vectors of kMc x kNc outputs wait in a buffer between k blocks. Blocking
+//     moves where a partial sum lives, never the order in which it is summed.
 // Pure functions over caller-owned memory; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
@@ -24,6 +28,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
@@ -38,9 +43,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Calls at or above this many tokens take the GEMM; fewer take the decode tiles.
 constexpr int64_t kGemmTokens = 16;
 // GEMM blocking (elements along k, weight rows, tokens). kKc is a multiple of every
-// Lanes(f32); kNc of kPanelRows; kMc of every kPanelTokens. At these sizes the L2
-// holds the x block (kMc * kKc * 4 = 192 KiB) and the partial sums (kMc * kNc * L * 4 =
-// 96 KiB with AVX2, 192 KiB with AVX-512), and L1 the panel a micro-kernel reads.
+// chunk; kNc of kPanelRows; kMc of every kPanelTokens. The x of one k block (kMc * kKc
+// * 4 = 384 KiB) and the partial sums (kMc * kNc * L * 4 = 96 KiB with AVX2, 192 KiB
+// with AVX-512) stay in L2 (512 KiB on Zen 3, 2 MiB on Sapphire Rapids), the panel a
+// micro-kernel reads in L1. The best on Zen 3 of kKc 256-1024 and kMc 96-384 (within
+// the noise of a shared VM); weights are read tokens / kMc times per call.
 constexpr int64_t kKc = 512;
 constexpr int64_t kNc = 16;
 constexpr int64_t kMc = 192;
@@ -51,7 +58,50 @@ constexpr int kPanelTokens = HWY_MAX_BYTES >= 64 ? 6 : 3;
 // Decode tiles: weight rows in flight per thread (more reads outstanding), as many as
 // the registers hold without spilling.
 constexpr int kDecodeRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
-static_assert(kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kKc % 16 == 0);
+static_assert(kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kKc % 32 == 0);  // 32: a bf16 chunk of AVX-512
+
+// Vectors per chunk (see the top of this file).
+template <typename WT>
+constexpr int64_t kChunkVectors = std::is_same_v<WT, hwy::bfloat16_t> ? 2 : 1;
+
+// Chunk of a weight row starting at element i, as kChunkVectors<WT> f32 vectors.
+template <typename WT>
+HWY_INLINE void load_chunk(DF df, const WT* HWY_RESTRICT row, int64_t i, VF* out) {
+  if constexpr (kChunkVectors<WT> == 2) {
+    // Little-endian: element 2j is the low half of u32 lane j, element 2j + 1 the high.
+    const hn::RebindToUnsigned<DF> du;
+    const auto pairs = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row + i));
+    out[0] = hn::BitCast(df, hn::ShiftLeft<16>(pairs));
+    out[1] = hn::BitCast(df, hn::And(pairs, hn::Set(du, 0xFFFF0000u)));
+  } else {
+    out[0] = load_w(df, row, i);
+  }
+}
+
+// x[0, k_vec) of one token in chunk order (for bf16 weights: each chunk's even-indexed
+// elements, then its odd-indexed ones), so that vector v of the chunk at i is
+// out[i + v * L, ...).
+template <typename WT>
+void order_x(DF df, const float* HWY_RESTRICT x, int64_t k_vec, float* HWY_RESTRICT out) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  if constexpr (kChunkVectors<WT> == 1) {
+    std::memcpy(out, x, static_cast<size_t>(k_vec) * sizeof(float));
+  } else {
+    for (int64_t c = 0; c < k_vec; c += 2 * lanes) {
+      for (int64_t j = 0; j < lanes; ++j) {
+        out[c + j] = x[c + 2 * j];
+        out[c + lanes + j] = x[c + 2 * j + 1];
+      }
+    }
+  }
+}
+
+// The elements the chunks cover: [0, k_vec); [k_vec, k) is each sum's tail.
+template <typename WT>
+HWY_INLINE int64_t chunked(DF df, int64_t k) {
+  const int64_t chunk = kChunkVectors<WT> * static_cast<int64_t>(hn::Lanes(df));
+  return k / chunk * chunk;
+}
 
 // The end of every output's sum, the same for both paths: the lanes, then the tail
 // elements [from, k) in order.
@@ -66,95 +116,109 @@ HWY_INLINE float finish(DF df, VF acc, const float* HWY_RESTRICT x, const WT* HW
 // ------------------------------------------------------------------ decode tiles
 
 // kRows weight rows x kTok tokens, over the whole of k, accumulators in registers.
+// xo: the tokens' x in chunk order (order_x), x: as given (for the tails); both with a
+// stride of k.
 template <int kRows, int kTok, typename WT>
-HWY_INLINE void dot_tile(const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w, float* HWY_RESTRICT y,
-                         int64_t ldy) {
+HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k,
+                         const WT* HWY_RESTRICT w, float* HWY_RESTRICT y, int64_t ldy) {
+  constexpr int64_t kV = kChunkVectors<WT>;
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t k_vec = chunked<WT>(df, k);
   VF acc[kRows][kTok];
   for (int r = 0; r < kRows; ++r)
     for (int t = 0; t < kTok; ++t) acc[r][t] = hn::Zero(df);
-  int64_t i = 0;
-  for (; i + lanes <= k; i += lanes) {
-    VF xv[kTok];
-    for (int t = 0; t < kTok; ++t) xv[t] = hn::LoadU(df, x + t * k + i);
+  for (int64_t i = 0; i < k_vec; i += kV * lanes) {
+    VF xv[kTok][kV];
+    for (int t = 0; t < kTok; ++t)
+      for (int64_t v = 0; v < kV; ++v) xv[t][v] = hn::LoadU(df, xo + t * k + i + v * lanes);
     for (int r = 0; r < kRows; ++r) {
-      const VF wv = load_w(df, w + r * k, i);
-      for (int t = 0; t < kTok; ++t) acc[r][t] = hn::MulAdd(wv, xv[t], acc[r][t]);
+      VF wv[kV];
+      load_chunk(df, w + r * k, i, wv);
+      for (int64_t v = 0; v < kV; ++v)
+        for (int t = 0; t < kTok; ++t) acc[r][t] = hn::MulAdd(wv[v], xv[t][v], acc[r][t]);
     }
   }
   for (int r = 0; r < kRows; ++r)
-    for (int t = 0; t < kTok; ++t) y[t * ldy + r] = finish(df, acc[r][t], x + t * k, w + r * k, i, k);
+    for (int t = 0; t < kTok; ++t) y[t * ldy + r] = finish(df, acc[r][t], x + t * k, w + r * k, k_vec, k);
 }
 
 template <typename WT>
 void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
                float* HWY_RESTRICT y, int64_t ldy) {
+  const DF df;
+  const float* xo = x;
+  if constexpr (kChunkVectors<WT> != 1) {
+    thread_local std::vector<float> ordered;
+    ordered.resize(static_cast<size_t>(tokens * k));
+    for (int64_t t = 0; t < tokens; ++t) order_x<WT>(df, x + t * k, chunked<WT>(df, k), ordered.data() + t * k);
+    xo = ordered.data();
+  }
   int64_t r = 0;
   if (tokens == 1) {
-    for (; r + kDecodeRows <= rows; r += kDecodeRows) dot_tile<kDecodeRows, 1>(x, k, w + r * k, y + r, ldy);
+    for (; r + kDecodeRows <= rows; r += kDecodeRows) dot_tile<kDecodeRows, 1>(xo, x, k, w + r * k, y + r, ldy);
   }
   for (; r + 4 <= rows; r += 4) {
     int64_t t = 0;
-    for (; t + 3 <= tokens; t += 3) dot_tile<4, 3>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
-    for (; t < tokens; ++t) dot_tile<4, 1>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+    for (; t + 3 <= tokens; t += 3) dot_tile<4, 3>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+    for (; t < tokens; ++t) dot_tile<4, 1>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
   }
   for (; r < rows; ++r)
-    for (int64_t t = 0; t < tokens; ++t) dot_tile<1, 1>(x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+    for (int64_t t = 0; t < tokens; ++t) dot_tile<1, 1>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
 }
 
 // ------------------------------------------------------------------ GEMM
 
 // Widens rows [0, rows) x elements [k0, k0 + kc) of w into panel, in groups of
 // kPanelRows rows: group g holds panel[g * kc + (s * kPanelRows + r) * L + lane] for
-// chunk s. Rows past `rows` in the last group are zeros (their sums are never read).
+// vector s (in chunk order). Rows past `rows` in the last group are zeros (their sums
+// are never read).
 template <typename WT>
 void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t rows, int64_t k0, int64_t kc,
                 float* HWY_RESTRICT panel) {
+  constexpr int64_t kV = kChunkVectors<WT>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t g = 0; g < rows; g += kPanelRows) {
     float* group = panel + g * kc;
-    for (int64_t s = 0; s < kc / lanes; ++s) {
+    for (int64_t s = 0; s < kc / lanes; s += kV) {
       for (int r = 0; r < kPanelRows; ++r) {
-        float* dst = group + (s * kPanelRows + r) * lanes;
+        VF wv[kV];
         if (g + r < rows) {
-          hn::Store(load_w(df, w + (g + r) * k, k0 + s * lanes), df, dst);
+          load_chunk(df, w + (g + r) * k, k0 + s * lanes, wv);
         } else {
-          hn::Store(hn::Zero(df), df, dst);
+          for (int64_t v = 0; v < kV; ++v) wv[v] = hn::Zero(df);
         }
+        for (int64_t v = 0; v < kV; ++v) hn::Store(wv[v], df, group + ((s + v) * kPanelRows + r) * lanes);
       }
     }
   }
 }
 
-// Copies tokens [0, tokens) x elements [0, k_vec) of x into xp, block by block along
-// k: the block at k0 (kc elements) starts at xp + k0 * padded and holds, for each
-// panel of kPanelTokens tokens, xp[... + p * kPanelTokens * kc + (s * kPanelTokens + t) * L + lane]
-// for chunk s. Tokens past `tokens` up to `padded` are zeros (their sums are never read).
+// Copies tokens [0, tokens) x elements [0, k_vec) of x, in chunk order, into xp, block
+// by block along k: the block at k0 (kc elements) starts at xp + k0 * padded and holds,
+// for the panel of kPanelTokens tokens from p, xp[... + p * kc + (s * kPanelTokens + t) * L + lane]
+// for vector s. Tokens from `tokens` up to `padded` are zeros (their sums are never
+// read). row: scratch of k_vec floats.
+template <typename WT>
 void pack_x(DF df, const float* HWY_RESTRICT x, int64_t k, int64_t tokens, int64_t padded, int64_t k_vec,
-            float* HWY_RESTRICT xp) {
+            float* HWY_RESTRICT xp, float* HWY_RESTRICT row) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
-    const int64_t kc = std::min(kKc, k_vec - k0);
-    float* block = xp + k0 * padded;
-    for (int64_t p = 0; p < padded; p += kPanelTokens) {
-      float* panel = block + p * kc;
+  for (int64_t t = 0; t < padded; ++t) {
+    if (t < tokens) order_x<WT>(df, x + t * k, k_vec, row);
+    const int64_t p = t / kPanelTokens * kPanelTokens;
+    for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
+      const int64_t kc = std::min(kKc, k_vec - k0);
+      float* panel = xp + k0 * padded + p * kc;
       for (int64_t s = 0; s < kc / lanes; ++s) {
-        for (int t = 0; t < kPanelTokens; ++t) {
-          float* dst = panel + (s * kPanelTokens + t) * lanes;
-          if (p + t < tokens) {
-            hn::Store(hn::LoadU(df, x + (p + t) * k + k0 + s * lanes), df, dst);
-          } else {
-            hn::Store(hn::Zero(df), df, dst);
-          }
-        }
+        float* dst = panel + (s * kPanelTokens + t - p) * lanes;
+        hn::Store(t < tokens ? hn::LoadU(df, row + k0 + s * lanes) : hn::Zero(df), df, dst);
       }
     }
   }
 }
 
 // One panel group of kPanelRows weight rows x one panel of kPanelTokens tokens, `steps`
-// chunks. The partial vectors live in acc, one of L floats per (token, row),
+// vectors. The partial vectors live in acc, one of L floats per (token, row),
 // token-major with a stride of kNc rows.
 HWY_INLINE void micro_kernel(DF df, const float* HWY_RESTRICT wp, const float* HWY_RESTRICT xp, int64_t steps,
                              float* HWY_RESTRICT acc) {
@@ -179,16 +243,17 @@ void gemm(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_
           float* HWY_RESTRICT y, int64_t ldy) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  const int64_t k_vec = k / lanes * lanes;  // the chunks; [k_vec, k) is each sum's tail
+  const int64_t k_vec = chunked<WT>(df, k);
   auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kMc * kNc * lanes));
   auto wp = hwy::AllocateAligned<float>(static_cast<size_t>(kNc * kKc));
-  auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(std::max<int64_t>(1, kMc * k_vec)));
-  TS_CHECK(acc && wp && xp, "[cpu] matmul scratch");
+  auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(kMc * k_vec + 1));
+  auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k_vec + 1));
+  TS_CHECK(acc && wp && xp && row, "[cpu] matmul scratch");
   for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
     const int64_t mt = std::min(kMc, tokens - t0);
     const int64_t padded = (mt + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
     const float* xb = x + t0 * k;
-    pack_x(df, xb, k, mt, padded, k_vec, xp.get());
+    pack_x<WT>(df, xb, k, mt, padded, k_vec, xp.get(), row.get());
     for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
       const int64_t nr = std::min(kNc, rows - r0);
       std::memset(acc.get(), 0, static_cast<size_t>(padded * kNc * lanes) * sizeof(float));
