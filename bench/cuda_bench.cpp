@@ -61,13 +61,6 @@ double time_calls(Device& device, int reps, const std::function<void(int)>& fn) 
   return std::chrono::duration<double>(Clock::now() - start).count() / reps;
 }
 
-double copy_bandwidth(Device& device) {
-  const size_t bytes = size_t{1} << 30;
-  Buffer a = must(device.alloc(bytes)), b = must(device.alloc(bytes));
-  const double s = time_calls(device, 20, [&](int) { device.copy(a.data(), bytes, b.data()); });
-  return 2.0 * static_cast<double>(bytes) / s;  // bytes read plus bytes written
-}
-
 void bench_matmuls(Device& device, double bandwidth) {
   struct Shape {
     const char* name;
@@ -160,7 +153,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", device.status().to_string().c_str());
     return 1;
   }
-  const double bandwidth = copy_bandwidth(**device);
+  const auto bandwidth_or = measure_copy_bandwidth(**device);
+  if (!bandwidth_or.ok()) {
+    std::fprintf(stderr, "%s\n", bandwidth_or.status().to_string().c_str());
+    return 1;
+  }
+  const double bandwidth = *bandwidth_or;
   std::printf("device %s\ncopy bandwidth %.0f GB/s (1 GiB device to device, bytes read plus written)\n\n",
               (*device)->name().c_str(), bandwidth / 1e9);
   bench_matmuls(**device, bandwidth);

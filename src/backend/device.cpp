@@ -1,8 +1,27 @@
 #include "backend/device.h"
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 
 namespace tessera {
+
+Result<double> measure_copy_bandwidth(Device& device) {
+  const size_t bytes = size_t{1} << 30;
+  TS_ASSIGN_OR_RETURN(Buffer from, device.alloc(bytes));
+  TS_ASSIGN_OR_RETURN(Buffer to, device.alloc(bytes));
+  float sink = 0;
+  double best = 0;
+  for (int round = 0; round < 4; ++round) {  // the first round warms up
+    device.download(to.data(), sizeof sink, &sink);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i) device.copy(from.data(), bytes, to.data());
+    device.download(to.data(), sizeof sink, &sink);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (round > 0) best = std::max(best, 2.0 * 10 * static_cast<double>(bytes) / seconds);
+  }
+  return best;
+}
 
 Result<std::unique_ptr<Device>> make_device(std::string_view name, size_t cpu_threads) {
   if (name == "cpu") return make_cpu_device(cpu_threads);

@@ -111,6 +111,9 @@ class Device {
 std::unique_ptr<Device> make_cpu_device(size_t threads);
 // The CUDA backend, or kUnsupported in a build without CUDA (no_cuda.cpp).
 Result<std::unique_ptr<Device>> make_cuda_device(int ordinal);
+// Bytes read plus bytes written per second by copy() of 1 GiB within the device
+// (best of 3 rounds of 10 copies): a GPU's memory limit. Needs 2 GiB free.
+Result<double> measure_copy_bandwidth(Device& device);
 // "cpu" or "cuda[:N]".
 Result<std::unique_ptr<Device>> make_device(std::string_view name, size_t cpu_threads);
 

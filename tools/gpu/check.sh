@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench]...   (default: all three)
+#   tools/gpu/check.sh [tests|memcheck|bench|peer|kernels|profile]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -31,6 +31,21 @@ for step in $STEPS; do
       compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 build-gpu/bin/gpu_test \
         >"$OUT/memcheck.log" 2>&1
       echo "memcheck rc $?"; grep -E "tests? ran|PASSED|FAILED|ERROR SUMMARY" "$OUT/memcheck.log" | tail -5 ;;
+    peer)
+      # tessera and Hugging Face transformers on one checkpoint of each shape, alternately.
+      for shape in llama-3.2-1b llama-3-8b; do
+        ckpt=/tmp/ckpt-$shape
+        [ -d $ckpt ] || build-gpu/bin/tessera random-checkpoint --config bench/shapes/$shape.json --seed 1 \
+          --dtype bf16 --out $ckpt >"$OUT/ckpt-$shape.log" 2>&1
+        for round in ${ROUNDS:-1}; do
+          echo "== $shape round $round: tessera"
+          build-gpu/bin/tessera bench --device cuda --model $ckpt 2>&1 | tee "$OUT/tessera-$shape-$round.log" |
+            grep -E "^(device|prefill|decode|copy)"
+          build-gpu/bin/tessera bench --device cuda --model $ckpt --prompt 2048 --decode 1 2>&1 | grep -E "^prefill"
+          echo "== $shape round $round: transformers"
+          python3 tools/gpu/hf_peer.py --model $ckpt 2>&1 | tee "$OUT/hf-$shape-$round.log" | grep -E "^(transformers|prefill|decode)"
+        done
+      done ;;
     kernels)
       build-gpu/bin/cuda_bench | tee "$OUT/cuda_bench.log" ;;
     profile)
