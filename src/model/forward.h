@@ -37,7 +37,7 @@ enum class Logits { kLast, kAll };
 struct ForwardOptions {
   uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default()
   // f32, bf16 or f16; unset: default_kv_dtype(model), the weights' own dtype.
-  std::optional<DType> kv_dtype;
+  std::optional<DType> kv_dtype{};
   int64_t kv_block_size = 32;
   // The tensor-parallel group this Forward's shard belongs to. Size 1 for now:
   // weights are whole and no collective runs (issue 20 shards them and sums the

@@ -110,8 +110,8 @@ constexpr int kRows = 4;
 
 template <DType D, int kTok, bool kVec>
 __global__ void __launch_bounds__(kThreads)
-    matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const Storage<D>* __restrict__ w,
-                        int64_t n, const Storage<D>* __restrict__ bias, float* __restrict__ y) {
+    matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const Storage<D>* __restrict__ w, int64_t n,
+                  const Storage<D>* __restrict__ bias, float* __restrict__ y) {
   __shared__ float partial[kWarps][kRows][kTok];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
