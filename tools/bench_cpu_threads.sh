@@ -2,26 +2,30 @@
 # CPU speed at several thread counts, an older build against the working tree (issue 15,
 # point 5). Builds tessera at OLD (a commit) and from the working tree, then runs
 # `tessera bench` with each, taking turns within every round so load drift on a shared
-# host falls on both alike: the 1B shape for every dtype and thread count, then the 8B
-# shape at the --big-threads counts. Runs that would start after --deadline seconds
+# host falls on both alike: the 8B shape at the --big-threads counts, then the 1B shape
+# for every dtype and thread count, in the order given. Runs that would start after --deadline seconds
 # (counted from the start, builds included) are skipped and listed, so a run on a
 # time-limited machine always comes back with what it measured.
 #   tools/bench_cpu_threads.sh --old COMMIT [--threads "1 2 4 8 16"] [--dtypes "bf16 f16"]
 #     [--rounds 1] [--decode 32] [--big-threads "16"] [--big-dtypes "bf16"] [--deadline 0]
-#     [--out DIR] [--jobs N]
-# OLD_BIN / NEW_BIN (paths to tessera binaries) skip the builds. On the GPU host the
+#     [--out DIR] [--jobs N] [--test]
+# --test also builds backend_test from the working tree and runs it before the benches
+# (the kernels' tests on this machine's instruction set).
+# OLD_BIN / NEW_BIN (paths to tessera binaries) skip the builds; OLD_TAR (an .tar.xz of
+# `git archive OLD CMakeLists.txt src bench`) stands in for git where the tree has none. On the GPU host the
 # libraries it lacks come from .prev/deps.tar.xz (unpacked into .deps/ once).
 # Writes DIR/runs.log (every bench line) and DIR/summary.tsv (one row a run).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
-old="" threads="1 2 4 8 16" dtypes="bf16 f16" rounds=1 decode=32 big_threads="16" big_dtypes="bf16" deadline=0
+old="" threads="1 2 4 8 16" dtypes="bf16 f16" rounds=1 decode=32 big_threads="16" big_dtypes="bf16" deadline=0 test=0
 out=${OUT:-/tmp/bench-cpu-threads} jobs=$(nproc)
 while (($#)); do
   case $1 in
     --old) old=$2 ;; --threads) threads=$2 ;; --dtypes) dtypes=$2 ;; --rounds) rounds=$2 ;;
     --decode) decode=$2 ;; --big-threads) big_threads=$2 ;; --big-dtypes) big_dtypes=$2 ;;
     --deadline) deadline=$2 ;; --out) out=$2 ;; --jobs) jobs=$2 ;;
+    --test) test=1; shift; continue ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -42,16 +46,25 @@ if [[ -z ${OLD_BIN:-} || -z ${NEW_BIN:-} ]]; then
     cmake_args+=(-DCMAKE_PREFIX_PATH=$PWD/.deps/usr)
   fi
   work=${WORK:-/tmp/bench-cpu-threads-build}
-  mkdir -p "$work/old-src"
-  git archive "$old" | tar -x -C "$work/old-src" || exit 1
-  half=$(((jobs + 1) / 2))
+  if [[ ! -d $work/old-src ]]; then
+    mkdir -p "$work/old-src"
+    # OLD_TAR: the same files as an archive, for a copy of the tree without git history.
+    git archive "$old" CMakeLists.txt src bench | tar -x -C "$work/old-src" ||
+      { [[ -n ${OLD_TAR:-} ]] && tar -xJf "$OLD_TAR" -C "$work/old-src"; } || exit 1
+  fi
+  half=$(((jobs + 1) / 2)) new_targets=(tessera) new_args=()
+  ((test)) && new_targets+=(backend_test) new_args=(-DTESSERA_TESTS=ON)
   (cmake -S "$work/old-src" -B "$work/old" "${cmake_args[@]}" && ninja -C "$work/old" -j"$half" tessera) \
     >"$out/build-old.log" 2>&1 &
-  (cmake -S . -B "$work/new" "${cmake_args[@]}" && ninja -C "$work/new" -j"$half" tessera) \
+  (cmake -S . -B "$work/new" "${cmake_args[@]}" "${new_args[@]}" && ninja -C "$work/new" -j"$half" "${new_targets[@]}") \
     >"$out/build-new.log" 2>&1 &
   wait
-  tail -2 "$out/build-old.log" "$out/build-new.log"
+  tail -n 2 "$out/build-old.log" "$out/build-new.log"
   OLD_BIN=$work/old/bin/tessera NEW_BIN=$work/new/bin/tessera
+  if ((test)); then
+    "$work/new/bin/backend_test" >"$out/backend_test.log" 2>&1
+    echo "backend_test rc $?: $(grep -E "PASSED|FAILED" "$out/backend_test.log" | tr '\n' ' ')"
+  fi
 fi
 [[ -x $OLD_BIN && -x $NEW_BIN ]] || { echo "missing binaries: $OLD_BIN $NEW_BIN" >&2; exit 1; }
 
@@ -89,6 +102,12 @@ run() {
           (fma == "" ? "-" : fma), (pf == "" ? "-" : pf), (mm == "" ? "-" : mm) }' <<<"$text" >>"$summary"
 }
 
+# The 8B shape first: it is the one a deadline must not drop.
+for t in $big_threads; do
+  for dtype in $big_dtypes; do
+    for b in old new; do run llama-3-8b "$t" "$dtype" 1 "$b"; done
+  done
+done
 for t in $threads; do
   for dtype in $dtypes; do
     for ((r = 1; r <= rounds; ++r)); do
@@ -96,11 +115,6 @@ for t in $threads; do
       if ((r % 2)); then order="old new"; else order="new old"; fi
       for b in $order; do run llama-3.2-1b "$t" "$dtype" "$r" "$b"; done
     done
-  done
-done
-for t in $big_threads; do
-  for dtype in $big_dtypes; do
-    for b in old new; do run llama-3-8b "$t" "$dtype" 1 "$b"; done
   done
 done
 
