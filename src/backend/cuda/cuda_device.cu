@@ -44,7 +44,6 @@ class CudaDevice final : public Device {
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(stream_);
     placed_.clear();
-    scratch_ = Buffer();
     arena_ = Buffer();
     if (arena_host_ != nullptr) cudaFreeHost(arena_host_);
     cudaStreamDestroy(stream_);
@@ -101,7 +100,7 @@ class CudaDevice final : public Device {
     const int64_t k = w.dim(1);
     if (cuda::mma_matmul_fits(w.dtype, k)) {
       TS_CHECK(bias.empty() || bias.dtype == w.dtype, "bias dtype ", dtype_name(bias.dtype));
-      cuda::mma_matmul(stream_, x, tokens, k, w.data, w.dim(0), bias.data, y, scratch(tokens * k * sizeof(uint16_t)));
+      cuda::mma_matmul(stream_, x, tokens, k, w.data, w.dim(0), bias.data, y);
     } else {
       cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y);
     }
@@ -202,18 +201,6 @@ class CudaDevice final : public Device {
     arena_ = std::move(*buffer);
   }
 
-  // Device scratch of at least `bytes` (x rounded to bf16 for mma_matmul). Growing
-  // frees the old buffer, which cudaFree does only once queued work is done.
-  uint16_t* scratch(size_t bytes) {
-    if (scratch_.bytes() < bytes) {
-      scratch_ = Buffer();
-      auto grown = alloc(bytes);
-      TS_CHECK(grown.ok(), grown.status().to_string());
-      scratch_ = std::move(*grown);
-    }
-    return static_cast<uint16_t*>(scratch_.data());
-  }
-
   int32_t* arena_device() const { return static_cast<int32_t*>(arena_.data()); }
 
   struct SpanHash {
@@ -230,7 +217,6 @@ class CudaDevice final : public Device {
   std::string name_;
   cudaStream_t stream_;
   std::vector<Buffer> placed_;  // the weights place() copied here
-  Buffer scratch_;
   // The staging arena (see stage()).
   Buffer arena_;
   int32_t* arena_host_ = nullptr;

@@ -18,12 +18,12 @@ namespace tessera::cuda {
 // y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n] when bias is not null).
 void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t n,
             const void* bias, DType bias_dtype, float* y);
-// Whether mma_matmul takes this weight (bf16 with k a multiple of 32; the choice
+// Whether mma_matmul takes this weight (bf16 with k a multiple of 64; the choice
 // depends on the weight alone, never on the tokens).
 bool mma_matmul_fits(DType w_dtype, int64_t k);
-// matmul on tensor cores (mma_matmul.cu); x_bf16 is scratch for tokens * k bf16 values.
+// matmul on tensor cores (mma_matmul.cu).
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
-                const void* bias, float* y, uint16_t* x_bf16);
+                const void* bias, float* y);
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y);

@@ -2,15 +2,16 @@
 // every token count: decode streams the weights through it as prefill does, so
 // a row's sum has one order whatever the batch.
 //
-// x is first rounded to bf16 (as transformers computes a bf16 model). A block of
-// four warps owns 16 weight rows and 8 * kTiles tokens. k is cut into chunks of
-// 32; warp w takes the chunks w, w + 4, ... in order. In a chunk, lane (g, t)
-// (g = lane / 4, t = lane % 4) loads 8 consecutive weights of rows g and g + 8
-// and the same 8 positions of x for token g, and feeds them to two mma
-// instructions: the 16 k-slots of an mma hold the chunk's positions in a fixed
-// permutation, the same for the weights and x, so the product is the chunk's
-// dot product. The four warps' sums are then added in warp order. Every order
-// depends on k alone: kTiles, the number of tokens and the grid do not touch it.
+// x is rounded to bf16 as it is loaded (as transformers computes a bf16 model).
+// A block of eight warps owns 16 weight rows and 8 * kTiles tokens. k is cut
+// into chunks of 64; warp w takes the chunks w, w + 8, ... in order. In a chunk,
+// lane (g, t) (g = lane / 4, t = lane % 4) loads the weights at 8t..8t+7 and
+// 32+8t..32+8t+7 of rows g and g + 8, and the same positions of x for token g,
+// and feeds them to four mma instructions: the 16 k-slots of an mma hold
+// positions in a fixed permutation, the same for the weights and x, so the
+// products add up to the chunk's dot product. The eight warps' sums are then
+// added in warp order. Every order depends on k alone: kTiles, the number of
+// tokens and the grid do not touch it.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -21,8 +22,8 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr int kSplit = 4;  // warps of a block, each a fixed quarter of k's chunks
-constexpr int kChunk = 32;
+constexpr int kSplit = 8;  // warps of a block, each a fixed eighth of k's chunks
+constexpr int kChunk = 64;
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -33,17 +34,22 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__global__ void round_to_bf16(const float* __restrict__ x, int64_t n, __nv_bfloat16* __restrict__ out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = __float2bfloat16_rn(x[i]);
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// x[at, at + 8) of one token as four bf16 pairs.
+__device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
 
 template <int kTiles>
 __global__ void __launch_bounds__(kSplit * 32)
-    mma_matmul_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k,
-                      const __nv_bfloat16* __restrict__ w, int64_t n, const __nv_bfloat16* __restrict__ bias,
-                      float* __restrict__ y) {
+    mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const __nv_bfloat16* __restrict__ w,
+                      int64_t n, const __nv_bfloat16* __restrict__ bias, float* __restrict__ y) {
   __shared__ float partial[kSplit][kTiles][32][4];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -55,17 +61,23 @@ __global__ void __launch_bounds__(kSplit * 32)
 
   float c[kTiles][4] = {};
   const int64_t chunks = k / kChunk;
-#pragma unroll 4
+#pragma unroll 2
   for (int64_t chunk = warp; chunk < chunks; chunk += kSplit) {
     const int64_t at = chunk * kChunk;
-    const uint4 wa = __ldg(reinterpret_cast<const uint4*>(row_a + at));
-    const uint4 wb = __ldg(reinterpret_cast<const uint4*>(row_b + at));
+    const uint4 wa0 = __ldg(reinterpret_cast<const uint4*>(row_a + at));
+    const uint4 wb0 = __ldg(reinterpret_cast<const uint4*>(row_b + at));
+    const uint4 wa1 = __ldg(reinterpret_cast<const uint4*>(row_a + at + 32));
+    const uint4 wb1 = __ldg(reinterpret_cast<const uint4*>(row_b + at + 32));
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
       const int64_t token = token0 + 8 * j + g;
-      const uint4 xv = token < tokens ? __ldg(reinterpret_cast<const uint4*>(x + token * k + at + 8 * t)) : zero;
-      mma_bf16(c[j], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
-      mma_bf16(c[j], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+      const float* xr = x + token * k + at + 8 * t;
+      const uint4 x0 = token < tokens ? load_x(xr) : zero;
+      const uint4 x1 = token < tokens ? load_x(xr + 32) : zero;
+      mma_bf16(c[j], wa0.x, wb0.x, wa0.y, wb0.y, x0.x, x0.y);
+      mma_bf16(c[j], wa0.z, wb0.z, wa0.w, wb0.w, x0.z, x0.w);
+      mma_bf16(c[j], wa1.x, wb1.x, wa1.y, wb1.y, x1.x, x1.y);
+      mma_bf16(c[j], wa1.z, wb1.z, wa1.w, wb1.w, x1.z, x1.w);
     }
   }
 #pragma unroll
@@ -89,7 +101,7 @@ __global__ void __launch_bounds__(kSplit * 32)
 }
 
 template <int kTiles>
-void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, const __nv_bfloat16* w, int64_t n,
+void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const __nv_bfloat16* w, int64_t n,
             const __nv_bfloat16* bias, float* y) {
   const dim3 grid(static_cast<unsigned>((n + 15) / 16),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
@@ -101,17 +113,13 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
 bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 && k % kChunk == 0; }
 
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
-                const void* bias, float* y, uint16_t* x_bf16) {
-  auto* xb = reinterpret_cast<__nv_bfloat16*>(x_bf16);
-  const int64_t count = tokens * k;
-  round_to_bf16<<<static_cast<unsigned>(std::clamp<int64_t>((count + 255) / 256, 1, 65535)), 256, 0, stream>>>(x, count,
-                                                                                                               xb);
+                const void* bias, float* y) {
   const auto* ws = static_cast<const __nv_bfloat16*>(w);
   const auto* bs = static_cast<const __nv_bfloat16*>(bias);
   // The token tile only sets how many tokens share a weight load, never a sum's order.
-  if (tokens <= 8) return launch<1>(stream, xb, tokens, k, ws, n, bs, y);
-  if (tokens <= 32) return launch<4>(stream, xb, tokens, k, ws, n, bs, y);
-  return launch<8>(stream, xb, tokens, k, ws, n, bs, y);
+  if (tokens <= 8) return launch<1>(stream, x, tokens, k, ws, n, bs, y);
+  if (tokens <= 32) return launch<4>(stream, x, tokens, k, ws, n, bs, y);
+  return launch<8>(stream, x, tokens, k, ws, n, bs, y);
 }
 
 }  // namespace tessera::cuda
