@@ -3,8 +3,18 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <fstream>
 
 namespace tessera {
+
+uint64_t Device::available_memory() const {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return uint64_t{4} << 30;
+}
 
 Result<double> measure_copy_bandwidth(Device& device) {
   const size_t bytes = size_t{1} << 30;

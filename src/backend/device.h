@@ -74,6 +74,9 @@ class Device {
   virtual ~Device() = default;
 
   virtual std::string name() const = 0;
+  // Bytes this device could still allocate: the host's available memory (the
+  // default), or a GPU's free memory.
+  virtual uint64_t available_memory() const;
 
   // Memory. alloc fails with kOverloaded naming the size when it does not fit.
   virtual Result<Buffer> alloc(size_t bytes) = 0;

@@ -35,7 +35,7 @@ namespace tessera {
 enum class Logits { kLast, kAll };
 
 struct ForwardOptions {
-  uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default()
+  uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default(device)
   // f32, bf16 or f16; unset: default_kv_dtype(model), the weights' own dtype.
   std::optional<DType> kv_dtype{};
   int64_t kv_block_size = 32;

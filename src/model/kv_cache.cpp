@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <utility>
 
@@ -10,14 +9,7 @@
 
 namespace tessera {
 
-uint64_t kv_memory_default() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  uint64_t kib = 0;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024 / 4;
-  return uint64_t{1} << 30;
-}
+uint64_t kv_memory_default(const Device& device) { return device.available_memory() / 4; }
 
 Result<std::unique_ptr<KvPool>> KvPool::create(Device& device, Geometry geometry, KvPoolOptions options) {
   TS_CHECK(geometry.layers > 0 && geometry.n_kv_heads > 0 && geometry.head_dim > 0, "KV geometry ", geometry.layers,
@@ -31,7 +23,7 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Device& device, Geometry geometry
                 .layers = geometry.layers,
                 .n_kv_heads = geometry.n_kv_heads,
                 .head_dim = geometry.head_dim};
-  const uint64_t budget = options.budget_bytes ? options.budget_bytes : kv_memory_default();
+  const uint64_t budget = options.budget_bytes ? options.budget_bytes : kv_memory_default(device);
   pages.blocks = static_cast<int64_t>(std::min<uint64_t>(budget / pages.block_bytes(), INT32_MAX));
   if (pages.blocks < 1)
     return Status::invalid_input("the KV memory budget of " + std::to_string(budget) +

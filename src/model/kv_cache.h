@@ -26,15 +26,15 @@
 namespace tessera {
 
 struct KvPoolOptions {
-  uint64_t budget_bytes = 0;  // 0: kv_memory_default()
+  uint64_t budget_bytes = 0;  // 0: kv_memory_default(device)
   DType dtype = DType::kF32;  // f32, bf16 or f16
   int64_t block_size = 32;    // positions per block
 };
 
-// The default budget when none is given: a quarter of the host's available
-// memory (MemAvailable) for the CPU, whose pool pages cost nothing until a
-// sequence writes them.
-uint64_t kv_memory_default();
+// The default budget when none is given: a quarter of what the device can still
+// allocate (the host's MemAvailable for the CPU, whose pool pages cost nothing
+// until a sequence writes them; a GPU's free memory once the weights are placed).
+uint64_t kv_memory_default(const Device& device);
 
 class KvPool {
  public:

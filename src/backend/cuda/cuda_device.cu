@@ -51,6 +51,13 @@ class CudaDevice final : public Device {
 
   std::string name() const override { return name_; }
 
+  uint64_t available_memory() const override {
+    select();
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "reading free memory");
+    return free;
+  }
+
   Result<Buffer> alloc(size_t bytes) override {
     select();
     void* data = nullptr;
