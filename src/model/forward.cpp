@@ -1,6 +1,11 @@
 #include "model/forward.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <string>
 #include <utility>
 
 #include "core/check.h"
@@ -20,25 +25,45 @@ Status reserve(Device& device, Buffer& buffer, int64_t count) {
   return {};
 }
 
-// The model's weights as `device` places them (views of the mapped files on the CPU).
-Result<ModelWeights> place_weights(Device& device, const ModelWeights& host) {
+// The model's weights as `device` places them (views of the mapped files on the
+// CPU; copies in its own memory on a GPU, with a progress line on a terminal).
+// A weight that does not fit is named in the error.
+Result<ModelWeights> place_weights(Device& device, const Model& model) {
+  const ModelWeights& host = model.weights();
   ModelWeights placed = host;
-  auto place = [&](TensorView& view) -> Status {
+  const bool show = device.name().rfind("cpu", 0) != 0 && ::isatty(STDERR_FILENO);
+  const double total_gib = static_cast<double>(model.weight_bytes()) / (1 << 30);
+  size_t done = 0;
+  auto place = [&](TensorView& view, const std::string& what) -> Status {
     if (view.empty()) return {};
-    TS_ASSIGN_OR_RETURN(view, device.place(view));
+    auto moved = device.place(view);
+    if (!moved.ok()) return moved.status().with_context("loading " + what + " onto " + device.name());
+    done += view.nbytes();
+    view = *moved;
+    if (show)
+      std::fprintf(stderr, "\r[load] %s: %.2f of %.2f GiB", device.name().c_str(),
+                   static_cast<double>(done) / (1 << 30), total_gib);
     return {};
   };
-  TS_RETURN_IF_ERROR(place(placed.embed));
-  for (LayerWeights& l : placed.layers)
-    for (TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.bo, &l.q_norm, &l.k_norm,
-                          &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down, &l.b_gate, &l.b_up, &l.b_down})
-      TS_RETURN_IF_ERROR(place(*t));
-  TS_RETURN_IF_ERROR(place(placed.final_norm));
+  TS_RETURN_IF_ERROR(place(placed.embed, "the embedding"));
+  const char* names[] = {"attn_norm", "wq",     "wk",       "wv",     "wo",   "bq",     "bk",     "bv",   "bo",
+                         "q_norm",    "k_norm", "ffn_norm", "w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
+  for (size_t i = 0; i < placed.layers.size(); ++i) {
+    LayerWeights& l = placed.layers[i];
+    TensorView* tensors[] = {&l.attn_norm, &l.wq,   &l.wk,     &l.wv,     &l.wo,     &l.bq,
+                             &l.bk,        &l.bv,   &l.bo,     &l.q_norm, &l.k_norm, &l.ffn_norm,
+                             &l.w_gate,    &l.w_up, &l.w_down, &l.b_gate, &l.b_up,   &l.b_down};
+    static_assert(std::size(names) == std::size(tensors));
+    const std::string layer = "layer " + std::to_string(model.range().begin + static_cast<int64_t>(i)) + "'s ";
+    for (size_t j = 0; j < std::size(tensors); ++j) TS_RETURN_IF_ERROR(place(*tensors[j], layer + names[j]));
+  }
+  TS_RETURN_IF_ERROR(place(placed.final_norm, "the final norm"));
   if (host.lm_head.data == host.embed.data) {
     placed.lm_head = placed.embed;
   } else {
-    TS_RETURN_IF_ERROR(place(placed.lm_head));
+    TS_RETURN_IF_ERROR(place(placed.lm_head, "the LM head"));
   }
+  if (show) std::fprintf(stderr, "\n");
   return placed;
 }
 
@@ -56,7 +81,7 @@ Forward::Forward(const Model& model, Device& device, ForwardOptions options)
     if (group_.size() != 1)
       return Status::unsupported("[forward] tensor parallelism (a group of " + std::to_string(group_.size()) +
                                  " ranks) is not implemented yet");
-    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model.weights()));
+    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model));
     const std::vector<float> inv_freq = rope_inv_freq(c.rope, c.head_dim);
     TS_ASSIGN_OR_RETURN(inv_freq_, device.alloc(floats(static_cast<int64_t>(inv_freq.size()))));
     device.upload(inv_freq.data(), floats(static_cast<int64_t>(inv_freq.size())), inv_freq_.data());

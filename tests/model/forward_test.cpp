@@ -219,6 +219,61 @@ TEST_F(ForwardErrorTest, RefusedStepLeavesEveryCacheAsItWas) {
   }
 }
 
+// A device that runs out of memory at its `fail_at`-th place() (as a GPU does
+// when the weights do not fit); everything else goes to a CPU device.
+class FullDevice final : public Device {
+ public:
+  explicit FullDevice(int fail_at) : fail_at_(fail_at) {}
+  std::string name() const override { return "full"; }
+  Result<Buffer> alloc(size_t bytes) override { return cpu_->alloc(bytes); }
+  void upload(const void* host, size_t bytes, void* dst) override { cpu_->upload(host, bytes, dst); }
+  void download(const void* src, size_t bytes, void* host) override { cpu_->download(src, bytes, host); }
+  void copy(const void* src, size_t bytes, void* dst) override { cpu_->copy(src, bytes, dst); }
+  Result<TensorView> place(const TensorView& host) override {
+    if (++placed_ == fail_at_) return Status::overloaded("out of memory");
+    return host;
+  }
+  void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override {
+    cpu_->matmul(x, tokens, w, bias, y);
+  }
+  void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& w, float eps, float* y) override {
+    cpu_->rms_norm(x, rows, dim, w, eps, y);
+  }
+  void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override { cpu_->embed(table, ids, y); }
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override {
+    cpu_->rope(x, tokens, heads, head_dim, pos0, inv_freq);
+  }
+  void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
+                const float* k, const float* v) override {
+    cpu_->kv_store(pages, layer, blocks, pos0, tokens, k, v);
+  }
+  void attention(const AttentionArgs& args) override { cpu_->attention(args); }
+  void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
+    cpu_->silu_mul(gate, up, n, out);
+  }
+  void add(const float* x, int64_t n, float* y) override { cpu_->add(x, n, y); }
+
+ private:
+  std::unique_ptr<Device> cpu_ = make_cpu_device(1);
+  int fail_at_, placed_ = 0;
+};
+
+// The first weight is the embedding; then each layer's attn_norm, wq, wk, ...
+TEST(ForwardLoadTest, WeightThatDoesNotFitIsNamedAndEveryRunReturnsTheError) {
+  auto model = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  FullDevice device(4);
+  Forward forward(*model, device, {.kv_memory = 1 << 20});
+  ASSERT_FALSE(forward.status().ok());
+  EXPECT_EQ(forward.status().kind(), ErrorKind::kOverloaded);
+  EXPECT_NE(forward.status().message().find("loading layer 0's wk onto full"), std::string::npos)
+      << forward.status().to_string();
+  KvCache* no_cache = nullptr;
+  const int32_t id = 1;
+  const Forward::Part part{no_cache, 1};
+  EXPECT_EQ(forward.step_ids(std::span(&id, 1), std::span(&part, 1)).status().kind(), ErrorKind::kOverloaded);
+}
+
 TEST(ModelLoadTest, RefusesLayerRangeOutsideModel) {
   for (const LayerRange range : {LayerRange{0, 4}, LayerRange{2, 2}, LayerRange{-1, 1}}) {
     auto model = Model::load(fixture_dir("llama3_f32"), range);
