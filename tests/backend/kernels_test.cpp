@@ -88,12 +88,13 @@ TEST_P(MatmulTest, EveryCompiledTargetAgrees) {
   EXPECT_GE(targets_run, 2);
 }
 
-// A token's row is bitwise the same alone (decode tiles) as among 300 tokens (the
+// A token's row is bitwise the same alone (decode tiles) as among 301 tokens (the
 // blocked GEMM) or 20, at 1, 2 and 3 threads: both paths sum every output in the one
-// order kernels.h promises. k crosses two GEMM k blocks and leaves a tail; the rows
-// leave a partial panel and an uneven split over threads.
+// order matmul.cpp states. 301 tokens make two GEMM token blocks, the second not a
+// whole number of token panels; k = 1061 makes three k blocks and a tail past the last
+// chunk; 53 rows leave a partial panel and an uneven split over threads.
 TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
-  const int64_t tokens = 300, k = 2 * 256 + 37, n = 53;
+  const int64_t tokens = 301, k = 2 * 512 + 37, n = 53;
   const auto x = random_values(static_cast<size_t>(tokens * k), 16);
   auto w = random_values(static_cast<size_t>(n * k), 17);
   const auto bytes = encode(w, GetParam());
@@ -110,7 +111,7 @@ TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
     device.matmul(x.data(), tokens, weight, {}, all.data());
     if (reference.empty()) reference = bits(all.data(), tokens * n);
     EXPECT_EQ(bits(all.data(), tokens * n), reference) << threads << " threads";
-    for (const int64_t t : {0, 1, 150, 299}) {
+    for (const int64_t t : {0, 1, 150, 300}) {
       std::vector<float> alone(static_cast<size_t>(n));
       device.matmul(x.data() + t * k, 1, weight, {}, alone.data());
       EXPECT_EQ(bits(alone.data(), n), bits(all.data() + t * n, n)) << "token " << t << ", " << threads << " threads";
