@@ -1,9 +1,9 @@
 // CudaDevice: the Device interface on one NVIDIA GPU. Its memory is device
 // memory (cudaMalloc); weights are copied there once by place() and kept until
 // the device is destroyed. All work runs in order on one stream; download()
-// waits for it. Token ids and block tables arrive as host spans and are copied
-// into a small device buffer just before the kernel that reads them (the stream
-// keeps the copies and kernels in order).
+// waits for it. Token ids and block tables arrive as host spans and go to the
+// device through a staging arena (stage()) just before the kernel that reads
+// them; the stream keeps the copies and kernels in order.
 //
 // A GPU fault is a bug, not an input error: a failed launch or copy stops the
 // process with the CUDA error. Running out of memory is an input the caller
