@@ -190,16 +190,26 @@ Status bench(const BenchOptions& o) {
               o.random_weights ? "random, seeded" : "mapped");
   std::printf("load              %.2f s\n", load_s);
   std::printf("kv cache          %s (the weights' dtype)\n", forward.kv_pool().describe().c_str());
-  std::printf(
-      "read bandwidth    %.2f GB/s (1 GiB, 4, 8 or 16 streams a thread, best of 9 before and 9 after, same threads)\n",
-      bandwidth / 1e9);
-  std::printf("f32 FMA peak      %.1f GFLOP/s (%s registers only, every thread, best of 3 before and 3 after)\n",
-              fma_peak / 1e9, cpu::isa_name());
   const double prefill_flops = prefill_matmul_flops(model, o.prompt_tokens) / prefill_s;
-  std::printf(
-      "prefill           %.1f tok/s (%lld-token prompt) = %.1f GFLOP/s of weight matmuls = %.1f%% of FMA peak\n",
-      static_cast<double>(o.prompt_tokens) / prefill_s, static_cast<long long>(o.prompt_tokens), prefill_flops / 1e9,
-      100.0 * prefill_flops / fma_peak);
+  const double decode_bytes = step_bytes * decode_tps;
+  if (on_cpu) {
+    std::printf(
+        "read bandwidth    %.2f GB/s (1 GiB, 4, 8 or 16 streams a thread, best of 9 before and 9 after, same "
+        "threads)\n",
+        bandwidth / 1e9);
+    std::printf("f32 FMA peak      %.1f GFLOP/s (%s registers only, every thread, best of 3 before and 3 after)\n",
+                fma_peak / 1e9, cpu::isa_name());
+    std::printf(
+        "prefill           %.1f tok/s (%lld-token prompt) = %.1f GFLOP/s of weight matmuls = %.1f%% of FMA peak\n",
+        static_cast<double>(o.prompt_tokens) / prefill_s, static_cast<long long>(o.prompt_tokens), prefill_flops / 1e9,
+        100.0 * prefill_flops / fma_peak);
+  } else {
+    std::printf("copy bandwidth    %.0f GB/s on the device (1 GiB copies, bytes read plus written, best of 3)\n",
+                copy_bandwidth / 1e9);
+    std::printf("prefill           %.1f tok/s (%lld-token prompt) = %.1f TFLOP/s of weight matmuls\n",
+                static_cast<double>(o.prompt_tokens) / prefill_s, static_cast<long long>(o.prompt_tokens),
+                prefill_flops / 1e12);
+  }
   if (gemm_up > 0) {
     const TensorView& up = model.weights().layers[0].w_up;
     std::printf(
@@ -211,13 +221,8 @@ Status bench(const BenchOptions& o) {
   }
   std::printf("decode            %.2f tok/s (batch 1, %lld tokens)\n", decode_tps,
               static_cast<long long>(o.decode_tokens));
-  std::printf("decode bytes/s    %.2f GB/s = %.1f%% of read bandwidth\n", step_bytes * decode_tps / 1e9,
-              100.0 * step_bytes * decode_tps / bandwidth);
-  if (copy_bandwidth > 0)
-    std::printf(
-        "copy bandwidth    %.0f GB/s on the device (1 GiB copies, bytes read plus written); decode reads %.1f%% "
-        "of it\n",
-        copy_bandwidth / 1e9, 100.0 * step_bytes * decode_tps / copy_bandwidth);
+  std::printf("decode bytes/s    %.2f GB/s = %.1f%% of %s bandwidth\n", decode_bytes / 1e9,
+              100.0 * decode_bytes / (on_cpu ? bandwidth : copy_bandwidth), on_cpu ? "read" : "copy");
   std::printf(
       "resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
       anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);
