@@ -16,31 +16,12 @@
 #include "backend/device.h"
 #include "core/dtype.h"
 #include "support/gpu.h"
+#include "support/random_tensors.h"
 
 namespace tessera {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// The values in `dtype`'s bytes, and the values those bytes hold.
-std::vector<uint8_t> encode(const std::vector<float>& v, DType dtype) {
-  std::vector<uint8_t> bytes(v.size() * dtype_size(dtype));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::kF32) {
-      std::memcpy(bytes.data() + 4 * i, &v[i], 4);
-    } else {
-      const uint16_t bits = dtype == DType::kBF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-      std::memcpy(bytes.data() + 2 * i, &bits, 2);
-    }
-  }
-  return bytes;
-}
+using testing::random_values;
 
 Buffer put(Device& device, const void* data, size_t bytes) {
   auto buffer = device.alloc(bytes);
@@ -83,8 +64,8 @@ TEST_P(CudaMatmulTest, MatchesTheCpuOnRaggedShapesWithBias) {
                                      {2, 13, 3},
                                      {20, 128, 50}}) {
     const auto x = random_values(static_cast<size_t>(tokens * k), 1);
-    const auto w = encode(random_values(static_cast<size_t>(n * k), 2), dtype);
-    const auto b = encode(random_values(static_cast<size_t>(n), 3), dtype);
+    const auto w = testing::random_weights(static_cast<size_t>(n * k), dtype, 2);
+    const auto b = testing::random_weights(static_cast<size_t>(n), dtype, 3);
     std::vector<float> want(static_cast<size_t>(tokens * n));
     cpu->matmul(x.data(), tokens, view(dtype, {n, k}, w.data()), view(dtype, {n}, b.data()), want.data());
 
@@ -109,7 +90,7 @@ TEST_P(CudaMatmulTest, RowsAreBitwiseTheSameAloneAndInAnyBatch) {
   for (const int64_t k : {1000, 1024}) {
     const int64_t tokens = 300, n = 70;
     const auto x = random_values(static_cast<size_t>(tokens * k), 4);
-    const auto w = encode(random_values(static_cast<size_t>(n * k), 5), dtype);
+    const auto w = testing::random_weights(static_cast<size_t>(n * k), dtype, 5);
     auto gw = gpu->place(view(dtype, {n, k}, w.data()));
     ASSERT_TRUE(gw.ok());
     const Buffer gx = put(*gpu, x), gy = zeros(*gpu, static_cast<size_t>(tokens * n));
@@ -136,7 +117,7 @@ TEST(CudaDeviceTest, NormEmbedRopeSiluAndAddMatchTheCpu) {
   const int64_t rows = 5, dim = 200, heads = 3, head_dim = 40;
   const auto x = random_values(static_cast<size_t>(rows * dim), 6);
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    const auto weight = encode(random_values(static_cast<size_t>(dim), 7), dtype);
+    const auto weight = testing::random_weights(static_cast<size_t>(dim), dtype, 7);
     std::vector<float> want(x.size());
     cpu->rms_norm(x.data(), rows, dim, view(dtype, {dim}, weight.data()), 1e-5f, want.data());
     auto gw = gpu->place(view(dtype, {dim}, weight.data()));
@@ -146,7 +127,7 @@ TEST(CudaDeviceTest, NormEmbedRopeSiluAndAddMatchTheCpu) {
     expect_close(get(*gpu, gy, x.size()), want, 1e-6, "rms_norm");
 
     const std::vector<int32_t> ids = {4, 0, 4, 2};
-    const auto table = encode(random_values(static_cast<size_t>(5 * dim), 8), dtype);
+    const auto table = testing::random_weights(static_cast<size_t>(5 * dim), dtype, 8);
     std::vector<float> embedded(ids.size() * dim);
     cpu->embed(view(dtype, {5, dim}, table.data()), ids, embedded.data());
     auto gt = gpu->place(view(dtype, {5, dim}, table.data()));
