@@ -25,6 +25,8 @@ constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;
 constexpr uint64_t kMinStringBytes = 8;
 constexpr uint64_t kMinArrayBytes = 4 + 8;
+// A string with no limit of its own is still bounded by the bytes that remain.
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
 
 std::string hex32(uint32_t v) {
   static constexpr char kDigits[] = "0123456789abcdef";
@@ -144,8 +146,7 @@ Result<GgufValue> read_array(Cursor& cursor, const std::string& what, uint64_t d
   if (value.element_type == GgufType::kString) {
     value.strings.reserve(value.count);
     for (uint64_t i = 0; i < value.count; ++i) {
-      TS_ASSIGN_OR_RETURN(const std::string_view s,
-                          cursor.string(cursor.remaining(), what + "[" + std::to_string(i) + "]"));
+      TS_ASSIGN_OR_RETURN(const std::string_view s, cursor.string(kNoLimit, what + "[" + std::to_string(i) + "]"));
       value.strings.push_back(s);
     }
     return value;
@@ -164,7 +165,7 @@ Result<GgufValue> read_value(Cursor& cursor, GgufType type, const std::string& w
   GgufValue value;
   value.type = type;
   if (type == GgufType::kString) {
-    TS_ASSIGN_OR_RETURN(value.string, cursor.string(cursor.remaining(), what));
+    TS_ASSIGN_OR_RETURN(value.string, cursor.string(kNoLimit, what));
     return value;
   }
   const uint64_t size = scalar_size(type);
