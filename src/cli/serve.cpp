@@ -1,0 +1,70 @@
+// `tessera serve`: the OpenAI API on one host (src/serve/server.h).
+//   tessera serve --model DIR [--device cpu|cuda[:N]] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+// Listens at once (/health answers 503 while the model loads), then serves until
+// SIGTERM or SIGINT, lets requests in flight finish (--shutdown-timeout) and
+// exits 0. A model that fails to load ends it with exit code 2 and the reason.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "serve/server.h"
+
+namespace tessera {
+
+namespace {
+
+struct ServeOptions {
+  serve::ServerOptions server;
+  double shutdown_timeout_s = 30;
+};
+
+Status serve_main(ServeOptions& o) {
+  serve::ServerOptions& s = o.server;
+  if (s.routes.model_name.empty())
+    s.routes.model_name = std::filesystem::path(s.loop.model_dir).lexically_normal().filename().string();
+  if (s.routes.model_name.empty()) s.routes.model_name = std::filesystem::path(s.loop.model_dir).parent_path().filename();
+  s.shutdown_timeout = std::chrono::milliseconds(std::llround(o.shutdown_timeout_s * 1000));
+  serve::Server server(s);
+  TS_RETURN_IF_ERROR(server.listen());
+  std::fprintf(stderr, "[serve] listening on http://%s:%u, loading %s as '%s'\n", s.host.c_str(), server.port(),
+               s.loop.model_dir.c_str(), s.routes.model_name.c_str());
+  server.start();
+  return server.run_until_signal();
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<ServeOptions>();
+  serve::ServerOptions& s = o->server;
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI API (completions, chat) over HTTP");
+  cmd->add_option("--model", s.loop.model_dir, "Checkpoint directory (config.json, safetensors, tokenizer.json)")
+      ->required();
+  add_engine_options(*cmd, s.loop.engine);
+  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", s.port, "Port to listen on")->capture_default_str();
+  cmd->add_option("--api-key", s.routes.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize")
+      ->envname("TESSERA_API_KEY");
+  cmd->add_option("--served-model-name", s.routes.model_name, "The model's name in the API (default: the directory's)");
+  cmd->add_option("--max-waiting", s.loop.max_waiting,
+                  "Requests queued before the scheduler takes them; past it a request gets 429")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--body-limit", s.body_limit, "Largest request body, e.g. 1MiB (413 past it)")
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
+  cmd->add_option("--io-threads", s.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "On SIGTERM, seconds requests in flight may take to finish")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  cmd->callback([o, &exit_code] {
+    const Status status = serve_main(*o);
+    exit_code = status.ok() ? 0 : report_error(status);
+  });
+}
+
+}  // namespace tessera

@@ -1,0 +1,235 @@
+#include "serve/http_session.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <chrono>
+
+namespace tessera::serve {
+
+namespace beast = boost::beast;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+constexpr auto kIdleTimeout = std::chrono::seconds(300);  // a keep-alive connection with no request
+constexpr auto kWriteTimeout = std::chrono::seconds(60);  // a client that stops reading
+}  // namespace
+
+struct HttpSession::Stream {
+  Generation g;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  unsigned version = 11;
+  bool keep_alive = true;
+  std::string text;       // not streaming: the whole answer so far
+  bool started = false;   // streaming: the SSE response has begun
+  bool broken = false;    // a write failed: drop the rest, wait for the loop's last event
+  bool head_pending = false;
+  bool writing = false;
+  bool finished = false;  // the last event is queued in `out`
+  bool last_sent = false;
+  std::optional<http::response<http::empty_body>> head;
+  std::optional<http::response_serializer<http::empty_body>> serializer;
+  std::deque<std::string> out;  // SSE events not yet written; the front one is being written
+  std::optional<http::chunk_body<net::const_buffer>> chunk;
+  std::optional<http::chunk_last<http::chunk_crlf>> last;
+};
+
+HttpSession::HttpSession(tcp::socket&& socket, SessionContext context)
+    : stream_(std::move(socket)), context_(context) {}
+
+HttpSession::~HttpSession() = default;
+
+void HttpSession::start() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
+}
+
+void HttpSession::read() {
+  parser_.emplace();
+  parser_->body_limit(context_.body_limit);
+  stream_.expires_after(kIdleTimeout);
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+}
+
+void HttpSession::close() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
+}
+
+void HttpSession::on_read(beast::error_code ec) {
+  const Routes& routes = context_.routes;
+  if (ec == http::error::body_limit) {
+    respond(routes.error({413,
+                          "the request body is over the limit of " + std::to_string(context_.body_limit) + " bytes",
+                          "invalid_request_error", "", "body_too_large"},
+                         parser_->get().version(), /*keep_alive=*/false));
+    return;
+  }
+  if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof) return close();
+  if (ec.category() == http::make_error_code(http::error::bad_target).category()) {  // not HTTP: say so, then close
+    respond(routes.error(ApiError::invalid("malformed HTTP request: " + ec.message()), 11, false));
+    return;
+  }
+  if (ec) return close();
+  HttpRequest request = parser_->release();
+  const bool keep_alive = request.keep_alive() && !context_.draining.load();
+  auto reply = routes.handle(request);
+  if (auto* response = std::get_if<HttpResponse>(&reply)) {
+    response->keep_alive(keep_alive);
+    return respond(std::move(*response));
+  }
+  generate(std::move(std::get<Generation>(reply)), request.version(), keep_alive);
+}
+
+void HttpSession::respond(HttpResponse response) {
+  stream_.expires_after(kWriteTimeout);
+  auto shared = std::make_shared<HttpResponse>(std::move(response));
+  http::async_write(stream_, *shared, [self = shared_from_this(), shared](beast::error_code ec, size_t) {
+    self->after_write(ec, shared->need_eof());
+  });
+}
+
+void HttpSession::after_write(beast::error_code ec, bool close_after) {
+  if (ec || close_after) return close();
+  read();
+}
+
+void HttpSession::generate(Generation generation, unsigned version, bool keep_alive) {
+  gen_ = std::make_unique<Stream>();
+  gen_->g = std::move(generation);
+  gen_->version = version;
+  gen_->keep_alive = keep_alive;
+  Submission& s = gen_->g.submission;
+  gen_->cancelled = s.cancelled;
+  Submission submission = s;
+  submission.sink = [self = shared_from_this()](GenerationEvent event) {
+    net::post(self->stream_.get_executor(),
+              [self, event = std::move(event)]() mutable { self->on_event(std::move(event)); });
+  };
+  if (Status queued = context_.loop.submit(std::move(submission)); !queued.ok()) {
+    gen_.reset();
+    // The waiting queue is full (or the server is loading or stopping): come back later.
+    const bool full = context_.loop.ready();
+    if (full) ++context_.counters.rejected;
+    return respond(context_.routes.error(
+        {full ? 429 : 503, queued.message(), full ? "rate_limit_error" : "service_unavailable_error", "", "overloaded"},
+        version, keep_alive));
+  }
+  stream_.expires_never();  // a generation may take long; the watch below sees a client leave
+  watch_disconnect();
+}
+
+void HttpSession::watch_disconnect() {
+  stream_.socket().async_wait(tcp::socket::wait_read,
+                              [self = shared_from_this(), cancelled = gen_->cancelled](beast::error_code ec) {
+                                if (ec) return;  // our own close
+                                char byte;
+                                beast::error_code peek;
+                                const size_t n =
+                                    self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek);
+                                if (peek || n == 0) cancelled->store(true);  // closed or reset; bytes: a next request
+                              });
+}
+
+void HttpSession::on_event(GenerationEvent event) {
+  Stream& s = *gen_;
+  const Routes& routes = context_.routes;
+  const ResponseHeader& h = s.g.header;
+  if (s.broken) {
+    if (event.done) gen_.reset();
+    return;
+  }
+  const bool failed = event.done && !event.error.ok();
+  if (failed && event.error.kind() == ErrorKind::kDisconnected) {  // the client left: nobody to tell
+    gen_.reset();
+    return close();
+  }
+  if (!s.g.request.stream || !s.started) {
+    if (failed) {
+      HttpResponse response = routes.error(ApiError::from_status(event.error), s.version, s.keep_alive);
+      gen_.reset();
+      return respond(std::move(response));
+    }
+  }
+  if (!s.g.request.stream) {
+    s.text += event.text;
+    if (!event.done) return;
+    HttpResponse response =
+        routes.json(200, dump(full_response(h, s.text, event.finish_reason, event.prompt_tokens, event.completion_tokens)),
+                    s.version, s.keep_alive);
+    gen_.reset();
+    return respond(std::move(response));
+  }
+  if (!s.started) {
+    s.started = true;
+    s.head.emplace(http::status::ok, s.version);
+    s.head->set(http::field::content_type, "text/event-stream");
+    s.head->set(http::field::cache_control, "no-cache");
+    s.head->keep_alive(s.keep_alive);
+    s.head->chunked(true);
+    s.serializer.emplace(*s.head);
+    s.head_pending = true;
+    context_.counters.count(200);
+    if (h.endpoint == Endpoint::kChat) s.out.push_back(sse_event(stream_chunk(h, "", std::nullopt, /*role=*/true)));
+  }
+  if (!event.done) {
+    if (!event.text.empty()) s.out.push_back(sse_event(stream_chunk(h, event.text, std::nullopt)));
+  } else {
+    if (failed) {
+      s.out.push_back(sse_event(ApiError::from_status(event.error).to_json()));
+    } else {
+      s.out.push_back(sse_event(stream_chunk(h, event.text, event.finish_reason)));
+      if (s.g.request.include_usage)
+        s.out.push_back(sse_event(usage_chunk(h, event.prompt_tokens, event.completion_tokens)));
+    }
+    s.out.push_back("data: [DONE]\n\n");
+    s.finished = true;
+  }
+  pump();
+}
+
+// Writes the SSE response in order: the head, each event as a chunk, the last chunk.
+void HttpSession::pump() {
+  Stream& s = *gen_;
+  if (s.writing || s.broken) return;
+  auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
+    Stream& s = *self->gen_;
+    s.writing = false;
+    if (ec) {  // the client is gone or stopped reading: cancel, and wait for the loop's last event
+      s.cancelled->store(true);
+      s.broken = true;
+      if (s.finished) self->gen_.reset();  // the loop's last event has come
+      return self->close();
+    }
+    if (s.last_sent) {
+      const bool keep_alive = s.keep_alive;
+      self->gen_.reset();
+      return keep_alive ? self->read() : self->close();
+    }
+    self->pump();
+  };
+  stream_.expires_after(kWriteTimeout);
+  if (s.head_pending) {
+    s.head_pending = false;
+    s.writing = true;
+    return http::async_write_header(stream_, *s.serializer, std::move(done));
+  }
+  if (!s.out.empty()) {
+    s.writing = true;
+    std::string event = std::move(s.out.front());
+    s.out.pop_front();
+    auto text = std::make_shared<std::string>(std::move(event));
+    s.chunk.emplace(net::buffer(*text));
+    return net::async_write(stream_, *s.chunk, [done, text](beast::error_code ec, size_t n) { done(ec, n); });
+  }
+  if (s.finished && !s.last_sent) {
+    s.last_sent = true;
+    s.writing = true;
+    s.last.emplace(http::make_chunk_last());
+    return net::async_write(stream_, *s.last, std::move(done));
+  }
+  stream_.expires_never();
+}
+
+}  // namespace tessera::serve

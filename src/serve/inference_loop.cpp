@@ -1,0 +1,196 @@
+#include "serve/inference_loop.h"
+
+#include <algorithm>
+
+#include "engine/text_stream.h"
+
+namespace tessera::serve {
+
+struct InferenceLoop::Live {
+  Submission submission;
+  TextStream stream;
+  int64_t capacity = 0;
+  std::vector<int32_t> output;
+};
+
+InferenceLoop::InferenceLoop(LoopOptions options) : options_(std::move(options)) {}
+
+InferenceLoop::~InferenceLoop() { stop(); }
+
+void InferenceLoop::start() { thread_ = std::thread([this] { run(); }); }
+
+Status InferenceLoop::load_status() const {
+  std::lock_guard lock(mutex_);
+  return load_status_;
+}
+
+int64_t InferenceLoop::context() const { return model_->model.config().max_position_embeddings; }
+
+Status InferenceLoop::submit(Submission submission) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return Status::overloaded("the server is shutting down");
+    if (!ready_) return Status::overloaded("the model is still loading");
+    if (waiting_.size() >= options_.max_waiting)
+      return Status::overloaded(std::to_string(waiting_.size()) + " requests are waiting, the most this server queues");
+    waiting_.push_back(std::move(submission));
+    stats_.waiting = static_cast<int64_t>(waiting_.size());
+  }
+  wake_.notify_one();
+  return {};
+}
+
+void InferenceLoop::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+Status InferenceLoop::load() {
+  TS_ASSIGN_OR_RETURN(TextModel model, load_text_model(options_.model_dir));
+  model_ = std::make_unique<TextModel>(std::move(model));
+  TS_ASSIGN_OR_RETURN(engine_, LocalEngine::create(model_->model, options_.engine));
+  update_pool_stats();
+  return {};
+}
+
+void InferenceLoop::run() {
+  if (Status loaded = load(); !loaded.ok()) {
+    std::lock_guard lock(mutex_);
+    load_status_ = loaded;
+    return;
+  }
+  ready_ = true;
+  const size_t max_live = options_.engine.scheduler.max_sequences;
+  for (;;) {
+    std::vector<Submission> admitted;
+    {
+      std::unique_lock lock(mutex_);
+      if (live_.empty()) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      if (stopping_) break;
+      while (!waiting_.empty() && live_.size() + admitted.size() < max_live) {
+        admitted.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+      }
+      stats_.waiting = static_cast<int64_t>(waiting_.size());
+      stats_.running = static_cast<int64_t>(live_.size() + admitted.size());  // in flight throughout
+    }
+    admit(admitted);
+    // A client that went away: its sequence leaves the scheduler now, and its blocks with it.
+    std::vector<uint64_t> gone;
+    for (const auto& [id, live] : live_)
+      if (live->submission.cancelled->load()) gone.push_back(id);
+    for (const uint64_t id : gone) {
+      ++stats_.cancelled;
+      fail(id, Status::disconnected("the client cancelled the request"));
+    }
+    if (engine_.scheduler->has_work()) {
+      ++stats_.steps;
+      for (StepOutput& out : engine_.scheduler->step()) {
+        const auto it = live_.find(out.id);
+        if (it == live_.end()) continue;
+        if (!out.status.ok()) {
+          fail(out.id, out.status);
+        } else {
+          on_token(out.id, *it->second, out.token);
+        }
+      }
+    }
+    stats_.running = static_cast<int64_t>(live_.size());
+    update_pool_stats();
+  }
+  // Shutting down: whatever is still live or waiting hears so.
+  std::deque<Submission> left;
+  {
+    std::lock_guard lock(mutex_);
+    left.swap(waiting_);
+  }
+  const Status down = Status::overloaded("the server is shutting down");
+  while (!live_.empty()) fail(live_.begin()->first, down);
+  for (Submission& s : left) s.sink({.done = true, .error = down});
+  stats_.waiting = 0;
+  stats_.running = 0;
+  engine_.reset();
+}
+
+void InferenceLoop::admit(std::vector<Submission>& admitted) {
+  Scheduler& scheduler = *engine_.scheduler;
+  for (Submission& s : admitted) {
+    if (s.cancelled->load()) {
+      ++stats_.cancelled;
+      s.sink({.done = true, .error = Status::disconnected("the client cancelled the request")});
+      continue;
+    }
+    const auto prompt_size = static_cast<int64_t>(s.prompt.size());
+    Status status;
+    if (prompt_size == 0) status = Status::invalid_input("the prompt is empty");
+    if (status.ok() && prompt_size >= context())
+      status = Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
+                                     " tokens; the model's context is " + std::to_string(context()));
+    const uint64_t id = next_id_++;
+    const int64_t capacity = std::min(context(), prompt_size + s.max_tokens);
+    if (status.ok()) status = scheduler.open(id, capacity);
+    if (status.ok()) status = scheduler.start(id, s.sampling, s.prompt);
+    if (status.ok()) status = scheduler.feed_ids(id, s.prompt);
+    if (!status.ok()) {
+      scheduler.cancel(id);
+      ++stats_.failed;
+      s.sink({.done = true, .error = status});
+      continue;
+    }
+    stats_.prompt_tokens += static_cast<uint64_t>(prompt_size);
+    const TextModel& model = *model_;
+    TextStream stream(
+        [&model](std::span<const int32_t> ids) { return model.tokenizer.decode(ids, /*skip_special=*/true).value_or(""); },
+        s.stop);
+    live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}}));
+  }
+}
+
+void InferenceLoop::on_token(uint64_t id, Live& live, int32_t token) {
+  const std::vector<int32_t>& stop_ids = model_->stop_ids;
+  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) return finish(id, "stop");
+  live.output.push_back(token);
+  ++stats_.generation_tokens;
+  if (std::string text = live.stream.push(token); !text.empty()) live.submission.sink({.text = std::move(text)});
+  if (live.stream.stopped()) return finish(id, "stop");
+  const auto produced = static_cast<int64_t>(live.output.size());
+  if (produced >= live.submission.max_tokens) return finish(id, "length");
+  // Positions held: the prompt and every output token but this one, which is not yet run.
+  if (static_cast<int64_t>(live.submission.prompt.size()) + produced - 1 >= live.capacity)
+    return finish(id, "length");
+  if (Status fed = engine_.scheduler->feed_ids(id, {token}); !fed.ok()) fail(id, fed);
+}
+
+void InferenceLoop::finish(uint64_t id, const std::string& reason) {
+  const auto it = live_.find(id);
+  Live& live = *it->second;
+  engine_.scheduler->cancel(id);
+  ++(reason == "stop" ? stats_.finished_stop : stats_.finished_length);
+  live.submission.sink({.text = live.stream.finish(),
+                        .done = true,
+                        .finish_reason = reason,
+                        .prompt_tokens = static_cast<int64_t>(live.submission.prompt.size()),
+                        .completion_tokens = static_cast<int64_t>(live.output.size())});
+  live_.erase(it);
+}
+
+void InferenceLoop::fail(uint64_t id, Status error) {
+  const auto it = live_.find(id);
+  if (it == live_.end()) return;
+  engine_.scheduler->cancel(id);
+  if (error.kind() != ErrorKind::kDisconnected) ++stats_.failed;
+  it->second->submission.sink({.done = true, .error = std::move(error)});
+  live_.erase(it);
+}
+
+void InferenceLoop::update_pool_stats() {
+  const KvPool& pool = engine_.forward->kv_pool();
+  stats_.kv_blocks_total = pool.total_blocks();
+  stats_.kv_blocks_free = pool.free_blocks();
+}
+
+}  // namespace tessera::serve

@@ -1,0 +1,131 @@
+// InferenceLoop: the server's one inference thread. It loads the model, owns
+// the LocalEngine (device, Forward, Scheduler) and steps every live request
+// together: each iteration admits waiting requests (open + start + feed the
+// prompt), runs one Scheduler::step() (the decode steps of running requests
+// plus chunks of new prompts: continuous batching with chunked prefill), and
+// turns each sampled token into text through the request's own TextStream.
+// A finished or cancelled request leaves the scheduler at once, so its KV
+// blocks return to the pool before the next step.
+//
+// Each request's sampler lives in the scheduler's sequence, seeded by the
+// request alone: nothing per batch is shared, so a request's tokens do not
+// depend on what runs beside it (Scheduler's batch invariance).
+//
+// The stop rules are generate()'s (engine/generation.h), step by step: the
+// model's stop ids end a request before the id (finish "stop"), a stop string
+// ends it with the text before it ("stop"), max_tokens or the sequence's
+// capacity ends it ("length").
+//
+// Thread safety: submit(), cancel flags, ready(), model(), stats() and stop()
+// may be called from any thread. Sinks are called on the inference thread and
+// must not block (HTTP sessions post to their own strand).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/local_engine.h"
+#include "engine/text_model.h"
+#include "sampling/sampling_params.h"
+
+namespace tessera::serve {
+
+// What a request hears from the inference thread: text as it becomes safe to
+// show, then one final event (done) with the finish reason or the error.
+struct GenerationEvent {
+  std::string text{};
+  bool done = false;
+  Status error{};             // done with an error: the request failed (no finish reason)
+  std::string finish_reason{};  // done and OK: "stop" or "length"
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+struct Submission {
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::function<void(GenerationEvent)> sink;
+};
+
+struct LoopOptions {
+  std::string model_dir;
+  EngineOptions engine;
+  size_t max_waiting = 256;  // submissions queued before admission; past it submit() refuses
+};
+
+// Counters for /metrics; read from any thread.
+struct LoopStats {
+  std::atomic<int64_t> waiting{0}, running{0};
+  std::atomic<int64_t> kv_blocks_total{0}, kv_blocks_free{0};
+  std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
+  std::atomic<uint64_t> finished_stop{0}, finished_length{0}, failed{0}, cancelled{0};
+  std::atomic<uint64_t> steps{0};
+};
+
+class InferenceLoop {
+ public:
+  explicit InferenceLoop(LoopOptions options);
+  ~InferenceLoop();  // stop()s
+  InferenceLoop(const InferenceLoop&) = delete;
+  InferenceLoop& operator=(const InferenceLoop&) = delete;
+
+  // Starts the thread, which loads the model; ready() once it can take requests.
+  void start();
+  bool ready() const { return ready_.load(); }
+  // Set when loading failed (then the thread has ended).
+  Status load_status() const;
+  // The model, once ready(); immutable (tokenizer and chat template are thread-safe).
+  const TextModel& model() const { return *model_; }
+  int64_t context() const;
+
+  // Queues a request; kOverloaded when max_waiting are already waiting,
+  // kUnsupported while not ready. The sink hears of it from then on.
+  Status submit(Submission submission);
+  // Requests waiting or running: what a graceful shutdown waits for.
+  int64_t in_flight() const { return stats_.waiting.load() + stats_.running.load(); }
+  const LoopStats& stats() const { return stats_; }
+  // Ends the thread; requests still live fail with kOverloaded ("shutting down").
+  void stop();
+
+ private:
+  struct Live;
+  void run();
+  Status load();
+  void admit(std::vector<Submission>& admitted);
+  void on_token(uint64_t id, Live& live, int32_t token);
+  void finish(uint64_t id, const std::string& reason);
+  void fail(uint64_t id, Status error);
+  void update_pool_stats();
+
+  const LoopOptions options_;
+  LoopStats stats_;
+  std::atomic<bool> ready_{false};
+  std::thread thread_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Submission> waiting_;  // guarded by mutex_
+  bool stopping_ = false;           // guarded by mutex_
+  Status load_status_{};            // guarded by mutex_
+
+  // Owned by the inference thread (model_ is read-only for others once ready_).
+  std::unique_ptr<TextModel> model_;
+  LocalEngine engine_;
+  std::map<uint64_t, std::unique_ptr<Live>> live_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace tessera::serve

@@ -1,0 +1,55 @@
+#include "serve/metrics.h"
+
+#include <cstdio>
+
+namespace tessera::serve {
+
+void HttpCounters::count(int code) {
+  for (size_t i = 0; i < kCodes.size(); ++i)
+    if (kCodes[i] == code) ++responses[i];
+}
+
+namespace {
+
+void metric(std::string& out, const char* name, const char* type, const char* help) {
+  out += std::string("# HELP tessera:") + name + " " + help + "\n# TYPE tessera:" + name + " " + type + "\n";
+}
+
+void sample(std::string& out, const std::string& name_and_labels, double value) {
+  char number[64];
+  std::snprintf(number, sizeof number, "%.17g", value);
+  out += "tessera:" + name_and_labels + " " + number + "\n";
+}
+
+}  // namespace
+
+std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
+  std::string out;
+  metric(out, "num_requests_running", "gauge", "Requests in the scheduler.");
+  sample(out, "num_requests_running", static_cast<double>(loop.running.load()));
+  metric(out, "num_requests_waiting", "gauge", "Requests queued for admission.");
+  sample(out, "num_requests_waiting", static_cast<double>(loop.waiting.load()));
+  metric(out, "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
+  const double total = static_cast<double>(loop.kv_blocks_total.load());
+  sample(out, "kv_cache_usage_perc", total > 0 ? 1.0 - static_cast<double>(loop.kv_blocks_free.load()) / total : 0.0);
+  metric(out, "prompt_tokens_total", "counter", "Prompt tokens admitted.");
+  sample(out, "prompt_tokens_total", static_cast<double>(loop.prompt_tokens.load()));
+  metric(out, "generation_tokens_total", "counter", "Tokens generated.");
+  sample(out, "generation_tokens_total", static_cast<double>(loop.generation_tokens.load()));
+  metric(out, "request_success_total", "counter", "Requests finished, by finish reason.");
+  sample(out, "request_success_total{finished_reason=\"stop\"}", static_cast<double>(loop.finished_stop.load()));
+  sample(out, "request_success_total{finished_reason=\"length\"}", static_cast<double>(loop.finished_length.load()));
+  metric(out, "request_failure_total", "counter", "Requests that failed in the engine.");
+  sample(out, "request_failure_total", static_cast<double>(loop.failed.load()));
+  metric(out, "request_cancelled_total", "counter", "Requests cancelled because the client went away.");
+  sample(out, "request_cancelled_total", static_cast<double>(loop.cancelled.load()));
+  metric(out, "request_rejected_total", "counter", "Requests refused because the queue was full.");
+  sample(out, "request_rejected_total", static_cast<double>(http.rejected.load()));
+  metric(out, "http_requests_total", "counter", "HTTP responses by status code.");
+  for (size_t i = 0; i < HttpCounters::kCodes.size(); ++i)
+    sample(out, "http_requests_total{code=\"" + std::to_string(HttpCounters::kCodes[i]) + "\"}",
+           static_cast<double>(http.responses[i].load()));
+  return out;
+}
+
+}  // namespace tessera::serve

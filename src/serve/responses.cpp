@@ -1,0 +1,84 @@
+#include "serve/responses.h"
+
+#include <chrono>
+#include <random>
+
+namespace tessera::serve {
+
+ResponseHeader new_response_header(Endpoint endpoint, std::string model) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  for (int i = 0; i < 24; ++i) id += kHex[rng() % 16];
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  return {endpoint, std::move(id), std::chrono::duration_cast<std::chrono::seconds>(now).count(), std::move(model)};
+}
+
+namespace {
+
+nlohmann::json base(const ResponseHeader& h, const char* object) {
+  return {{"id", h.id}, {"object", object}, {"created", h.created}, {"model", h.model}};
+}
+
+nlohmann::json finish_json(const std::optional<std::string>& reason) {
+  return reason ? nlohmann::json(*reason) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+nlohmann::json full_response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
+                             int64_t prompt_tokens, int64_t completion_tokens) {
+  const bool chat = h.endpoint == Endpoint::kChat;
+  nlohmann::json json = base(h, chat ? "chat.completion" : "text_completion");
+  nlohmann::json choice = {{"index", 0}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  json["choices"] = nlohmann::json::array({choice});
+  json["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return json;
+}
+
+nlohmann::json stream_chunk(const ResponseHeader& h, const std::string& text,
+                            const std::optional<std::string>& finish_reason, bool role) {
+  const bool chat = h.endpoint == Endpoint::kChat;
+  nlohmann::json json = base(h, chat ? "chat.completion.chunk" : "text_completion");
+  nlohmann::json choice = {{"index", 0}};
+  if (chat) {
+    nlohmann::json delta = nlohmann::json::object();
+    if (role) delta["role"] = "assistant";
+    if (!text.empty() || role) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_json(finish_reason);
+  json["choices"] = nlohmann::json::array({choice});
+  return json;
+}
+
+nlohmann::json usage_chunk(const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens) {
+  nlohmann::json json = base(h, h.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+  json["choices"] = nlohmann::json::array();
+  json["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return json;
+}
+
+std::string dump(const nlohmann::json& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string sse_event(const nlohmann::json& json) { return "data: " + dump(json) + "\n\n"; }
+
+}  // namespace tessera::serve
