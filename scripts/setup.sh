@@ -10,6 +10,7 @@ packages=(
   clang-format
   libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libhwy-dev liblz4-dev libpcre2-dev libicu-dev libssl-dev
+  libboost-dev  # Boost.Asio + Beast (header-only): tessera serve
   iproute2  # ip netns: multinode tests run each rank/stage in its own network namespace
   python3 python3-numpy  # tools/fixtures, reading --logits-out .npy files
   # Test material written by nobody here (docs: ../shared/docs/test-material.md):

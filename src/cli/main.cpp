@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   tessera::register_local_cluster(app, exit_code);
   tessera::register_bench_pipeline(app, exit_code);
   tessera::register_probe(app, exit_code);
+  tessera::register_serve(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
