@@ -142,7 +142,11 @@ void HttpSession::on_event(GenerationEvent event) {
   }
   const bool failed = event.done && !event.error.ok();
   if (failed && event.error.kind() == ErrorKind::kDisconnected) {  // the client left: nobody to tell
-    gen_.reset();
+    if (s.writing) {  // the write's handler sees the closed socket and ends the stream
+      s.broken = s.finished = true;
+    } else {
+      gen_.reset();
+    }
     return close();
   }
   if (!s.g.request.stream || !s.started) {
@@ -194,6 +198,7 @@ void HttpSession::pump() {
   Stream& s = *gen_;
   if (s.writing || s.broken) return;
   auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (!self->gen_) return;
     Stream& s = *self->gen_;
     s.writing = false;
     if (ec) {  // the client is gone or stopped reading: cancel, and wait for the loop's last event
