@@ -70,6 +70,7 @@ uint64_t load_le(const uint8_t* p, uint64_t n) {
 }
 
 // Reads forward through the file; every read checks what remains first.
+// Names are built only for errors: a vocabulary of 150k strings makes none.
 class Cursor {
  public:
   explicit Cursor(std::span<const uint8_t> file) : file_(file) {}
@@ -77,26 +78,30 @@ class Cursor {
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return file_.size() - pos_; }
 
-  Result<std::span<const uint8_t>> take(uint64_t n, const std::string& what) {
+  // `name()` names what is read; it is called only to build an error.
+  template <typename Name>
+  Result<std::span<const uint8_t>> take(uint64_t n, const Name& name) {
     if (n > remaining()) {
-      return Status::invalid_input(what + " needs " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) +
+      return Status::invalid_input(name() + " needs " + std::to_string(n) + " bytes at offset " + std::to_string(pos_) +
                                    " but the file has " + std::to_string(remaining()) + " left");
     }
     const std::span<const uint8_t> out = file_.subspan(pos_, n);
     pos_ += n;
     return out;
   }
-  Result<uint64_t> uint(uint64_t n, const std::string& what) {
-    TS_ASSIGN_OR_RETURN(const std::span<const uint8_t> bytes, take(n, what));
+  template <typename Name>
+  Result<uint64_t> uint(uint64_t n, const Name& name) {
+    TS_ASSIGN_OR_RETURN(const std::span<const uint8_t> bytes, take(n, name));
     return load_le(bytes.data(), n);
   }
-  Result<std::string_view> string(uint64_t max_len, const std::string& what) {
-    TS_ASSIGN_OR_RETURN(const uint64_t len, uint(8, what + " length"));
+  template <typename Name>
+  Result<std::string_view> string(uint64_t max_len, const Name& name) {
+    TS_ASSIGN_OR_RETURN(const uint64_t len, uint(8, [&] { return name() + " length"; }));
     if (len > max_len) {
-      return Status::invalid_input(what + " is " + std::to_string(len) + " bytes, more than the limit of " +
+      return Status::invalid_input(name() + " is " + std::to_string(len) + " bytes, more than the limit of " +
                                    std::to_string(max_len));
     }
-    TS_ASSIGN_OR_RETURN(const std::span<const uint8_t> bytes, take(len, what));
+    TS_ASSIGN_OR_RETURN(const std::span<const uint8_t> bytes, take(len, name));
     return std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
 
@@ -105,9 +110,10 @@ class Cursor {
   uint64_t pos_ = 0;
 };
 
-Result<GgufType> read_type(Cursor& cursor, const std::string& what) {
-  TS_ASSIGN_OR_RETURN(const uint64_t type, cursor.uint(4, what));
-  if (type >= kGgufTypeCount) return Status::invalid_input(what + " " + std::to_string(type) + " is not a GGUF type");
+template <typename Name>
+Result<GgufType> read_type(Cursor& cursor, const Name& name) {
+  TS_ASSIGN_OR_RETURN(const uint64_t type, cursor.uint(4, name));
+  if (type >= kGgufTypeCount) return Status::invalid_input(name() + " " + std::to_string(type) + " is not a GGUF type");
   return static_cast<GgufType>(type);
 }
 
@@ -119,8 +125,8 @@ Result<GgufValue> read_array(Cursor& cursor, const std::string& what, uint64_t d
   }
   GgufValue value;
   value.type = GgufType::kArray;
-  TS_ASSIGN_OR_RETURN(value.element_type, read_type(cursor, what + " element type"));
-  TS_ASSIGN_OR_RETURN(value.count, cursor.uint(8, what + " count"));
+  TS_ASSIGN_OR_RETURN(value.element_type, read_type(cursor, [&] { return what + " element type"; }));
+  TS_ASSIGN_OR_RETURN(value.count, cursor.uint(8, [&] { return what + " count"; }));
   const uint64_t size = scalar_size(value.element_type);
   const uint64_t min_size = value.element_type == GgufType::kString  ? kMinStringBytes
                             : value.element_type == GgufType::kArray ? kMinArrayBytes
@@ -132,7 +138,7 @@ Result<GgufValue> read_array(Cursor& cursor, const std::string& what, uint64_t d
                                  std::to_string(cursor.remaining()) + " left");
   }
   if (size != 0) {
-    TS_ASSIGN_OR_RETURN(value.raw, cursor.take(value.count * size, what));
+    TS_ASSIGN_OR_RETURN(value.raw, cursor.take(value.count * size, [&] { return what; }));
     if (value.element_type == GgufType::kBool) {
       for (uint64_t i = 0; i < value.count; ++i) {
         if (value.raw[i] > 1) {
@@ -146,7 +152,8 @@ Result<GgufValue> read_array(Cursor& cursor, const std::string& what, uint64_t d
   if (value.element_type == GgufType::kString) {
     value.strings.reserve(value.count);
     for (uint64_t i = 0; i < value.count; ++i) {
-      TS_ASSIGN_OR_RETURN(const std::string_view s, cursor.string(kNoLimit, what + "[" + std::to_string(i) + "]"));
+      TS_ASSIGN_OR_RETURN(const std::string_view s,
+                          cursor.string(kNoLimit, [&] { return what + "[" + std::to_string(i) + "]"; }));
       value.strings.push_back(s);
     }
     return value;
@@ -165,11 +172,11 @@ Result<GgufValue> read_value(Cursor& cursor, GgufType type, const std::string& w
   GgufValue value;
   value.type = type;
   if (type == GgufType::kString) {
-    TS_ASSIGN_OR_RETURN(value.string, cursor.string(kNoLimit, what));
+    TS_ASSIGN_OR_RETURN(value.string, cursor.string(kNoLimit, [&] { return what; }));
     return value;
   }
   const uint64_t size = scalar_size(type);
-  TS_ASSIGN_OR_RETURN(value.bits, cursor.uint(size, what));
+  TS_ASSIGN_OR_RETURN(value.bits, cursor.uint(size, [&] { return what; }));
   if (type == GgufType::kBool && value.bits > 1) {
     return Status::invalid_input(what + ": bool is " + std::to_string(value.bits));
   }
@@ -212,10 +219,10 @@ std::string dims_string(const std::vector<uint64_t>& dims) {
 
 Result<GgufTensorInfo> read_tensor_info(Cursor& cursor, uint64_t index) {
   GgufTensorInfo info;
-  const std::string where = "tensor " + std::to_string(index);
-  TS_ASSIGN_OR_RETURN(info.name, cursor.string(kMaxGgufNameBytes, where + " name"));
+  TS_ASSIGN_OR_RETURN(info.name,
+                      cursor.string(kMaxGgufNameBytes, [&] { return "tensor " + std::to_string(index) + " name"; }));
   const std::string what = "tensor '" + std::string(info.name) + "'";
-  TS_ASSIGN_OR_RETURN(const uint64_t n_dims, cursor.uint(4, what + " n_dims"));
+  TS_ASSIGN_OR_RETURN(const uint64_t n_dims, cursor.uint(4, [&] { return what + " n_dims"; }));
   if (n_dims > kMaxGgufDims) {
     return Status::invalid_input(what + ": n_dims " + std::to_string(n_dims) + " is more than " +
                                  std::to_string(kMaxGgufDims));
@@ -223,14 +230,14 @@ Result<GgufTensorInfo> read_tensor_info(Cursor& cursor, uint64_t index) {
   uint64_t numel = 1;
   bool overflow = false;
   for (uint64_t i = 0; i < n_dims; ++i) {
-    TS_ASSIGN_OR_RETURN(const uint64_t dim, cursor.uint(8, what + " dims[" + std::to_string(i) + "]"));
+    TS_ASSIGN_OR_RETURN(const uint64_t dim, cursor.uint(8, [&] { return what + " dims[" + std::to_string(i) + "]"; }));
     info.dims.push_back(dim);
     overflow |= __builtin_mul_overflow(numel, dim, &numel);
   }
   if (overflow || numel > kMaxI64) {
     return Status::invalid_input(what + ": dims " + dims_string(info.dims) + " hold more than 2^63-1 elements");
   }
-  TS_ASSIGN_OR_RETURN(const uint64_t type_id, cursor.uint(4, what + " type"));
+  TS_ASSIGN_OR_RETURN(const uint64_t type_id, cursor.uint(4, [&] { return what + " type"; }));
   const GgmlTypeInfo* type = find_ggml_type(type_id);
   if (type == nullptr) return Status::invalid_input(what + ": ggml type " + std::to_string(type_id) + " is unknown");
   if (type->block_size == 0) {
@@ -247,7 +254,7 @@ Result<GgufTensorInfo> read_tensor_info(Cursor& cursor, uint64_t index) {
     return Status::invalid_input(what + ": dims " + dims_string(info.dims) + " of " + std::string(type->name) +
                                  " overflow a 64-bit byte count");
   }
-  TS_ASSIGN_OR_RETURN(info.offset, cursor.uint(8, what + " offset"));
+  TS_ASSIGN_OR_RETURN(info.offset, cursor.uint(8, [&] { return what + " offset"; }));
   return info;
 }
 
@@ -413,31 +420,31 @@ Result<std::vector<int32_t>> GgufMetadata::get_i32_array(std::string_view key) c
 Result<GgufHeader> parse_gguf(std::span<const uint8_t> file) {
   Cursor cursor(file);
   GgufHeader header;
-  TS_ASSIGN_OR_RETURN(const uint64_t magic, cursor.uint(4, "magic"));
+  TS_ASSIGN_OR_RETURN(const uint64_t magic, cursor.uint(4, [] { return std::string("magic"); }));
   if (magic != kGgufMagic) {
     return Status::invalid_input("magic " + hex32(static_cast<uint32_t>(magic)) + " is not \"GGUF\"");
   }
-  TS_ASSIGN_OR_RETURN(const uint64_t version, cursor.uint(4, "version"));
+  TS_ASSIGN_OR_RETURN(const uint64_t version, cursor.uint(4, [] { return std::string("version"); }));
   if (version != 2 && version != 3) {
     const bool big_endian = version == 0x02000000 || version == 0x03000000;
     return Status::unsupported("GGUF version " + std::to_string(version) + (big_endian ? " (a big-endian file)" : "") +
                                " is not supported (2 and 3 are)");
   }
   header.version = static_cast<uint32_t>(version);
-  TS_ASSIGN_OR_RETURN(const uint64_t tensor_count, cursor.uint(8, "tensor count"));
-  TS_ASSIGN_OR_RETURN(const uint64_t kv_count, cursor.uint(8, "key-value count"));
+  TS_ASSIGN_OR_RETURN(const uint64_t tensor_count, cursor.uint(8, [] { return std::string("tensor count"); }));
+  TS_ASSIGN_OR_RETURN(const uint64_t kv_count, cursor.uint(8, [] { return std::string("key-value count"); }));
   if (kv_count > cursor.remaining() / kMinKvBytes) {
     return Status::invalid_input("key-value count " + std::to_string(kv_count) + " needs at least " +
                                  std::to_string(kMinKvBytes) + " bytes each but the file has " +
                                  std::to_string(cursor.remaining()) + " left");
   }
   for (uint64_t i = 0; i < kv_count; ++i) {
-    TS_ASSIGN_OR_RETURN(
-        const std::string_view key,
-        cursor.string(kMaxGgufKeyBytes, "key " + std::to_string(i) + " of " + std::to_string(kv_count)));
+    TS_ASSIGN_OR_RETURN(const std::string_view key, cursor.string(kMaxGgufKeyBytes, [&] {
+      return "key " + std::to_string(i) + " of " + std::to_string(kv_count);
+    }));
     const std::string what = "key '" + std::string(key) + "'";
     if (key.empty()) return Status::invalid_input("key " + std::to_string(i) + " is empty");
-    TS_ASSIGN_OR_RETURN(const GgufType type, read_type(cursor, what + " value type"));
+    TS_ASSIGN_OR_RETURN(const GgufType type, read_type(cursor, [&] { return what + " value type"; }));
     TS_ASSIGN_OR_RETURN(GgufValue value, read_value(cursor, type, what, 0));
     TS_RETURN_IF_ERROR(header.metadata.add({key, std::move(value)}));
   }
