@@ -59,9 +59,29 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   const int64_t k = w.dim(1);
   const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
   const auto* base = static_cast<const uint8_t*>(w.data);
-  pool_.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
-    cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin, n);
-  });
+  const int64_t packed_floats = cpu::matmul_packed_floats(tokens, k, w.dtype);
+  if (packed_floats == 0) {
+    pool_.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
+      cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin,
+                       n);
+    });
+  } else {
+    // Prefill: the threads pack x once between them, then split the rows.
+    const size_t bytes = static_cast<size_t>(packed_floats) * sizeof(float);
+    if (packed_x_.bytes() < bytes) {
+      auto buffer = alloc(bytes);
+      TS_CHECK(buffer.ok(), buffer.status().message());
+      packed_x_ = std::move(*buffer);
+    }
+    float* packed = packed_x_.f32();
+    pool_.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
+      cpu::matmul_pack_x(x, tokens, k, w.dtype, static_cast<int64_t>(begin), static_cast<int64_t>(end), packed);
+    });
+    pool_.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
+      cpu::matmul_rows_packed(packed, x, tokens, k, base + begin * row_bytes, w.dtype,
+                              static_cast<int64_t>(end - begin), y + begin, n);
+    });
+  }
   if (!bias.empty()) {
     TS_CHECK(bias.numel() == n, "bias ", shape_string(bias.shape), " for ", n, " rows");
     std::vector<float> b(static_cast<size_t>(n));

@@ -1,7 +1,8 @@
 // CpuDevice: the Device interface on the host CPU. Its memory is host memory:
 // buffers of 1 MiB and more are anonymous mappings, so a KV pool sized by a
 // budget costs only the pages its sequences touch. Large operations are split
-// across a ThreadPool by output rows (matmul) or by (token, head) (attention);
+// across a ThreadPool by output rows (matmul; prefill first packs x once, split by
+// tokens) or by (token, head) (attention);
 // each output element is computed by exactly one thread in a fixed order, so
 // results do not depend on the thread count.
 #pragma once
@@ -36,6 +37,9 @@ class CpuDevice final : public Device {
 
  private:
   ThreadPool pool_;
+  // x of the last prefill matmul, packed for the GEMM and shared by the threads; grows
+  // to the largest call's size and is kept (one inference thread calls matmul).
+  Buffer packed_x_;
 };
 
 }  // namespace tessera

@@ -16,6 +16,20 @@ namespace tessera::cpu {
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                  int64_t ldy);
 
+// The same matmul in two steps, so that the threads splitting one call's rows share one
+// packed copy of x instead of each packing all of it. matmul_packed_floats: the floats
+// the packed x of a call takes, 0 when the call is small enough to need none (then use
+// matmul_rows). matmul_pack_x packs tokens [begin, end), so disjoint ranges of one call
+// may be packed by different threads. matmul_rows_packed then computes `rows` rows from
+// the packed x (x itself is still read, for the sums' tails). packed: 64-byte aligned.
+// All three must run on the same instruction set, which dispatch keeps unless a test
+// changes it.
+int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype);
+void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end,
+                   float* packed);
+void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
+                        int64_t rows, float* y, int64_t ldy);
+
 float dot(const float* a, const float* b, int64_t n);
 // y += a * x
 void axpy(float a, const float* x, float* y, int64_t n);

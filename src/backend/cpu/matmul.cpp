@@ -194,23 +194,36 @@ void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t rows, int64_
   }
 }
 
-// Copies tokens [0, tokens) x elements [0, k_vec) of x, in chunk order, into xp, block
-// by block along k: the block at k0 (kc elements) starts at xp + k0 * padded and holds,
-// for the panel of kPanelTokens tokens from p, xp[... + p * kc + (s * kPanelTokens + t) * L + lane]
-// for vector s. Tokens from `tokens` up to `padded` are zeros (their sums are never
-// read). row: scratch of k_vec floats.
+// x packed for the GEMM, for all the call's tokens: token blocks of kMc, block b at
+// xp + b * kMc * k_vec. Within a block of `padded` tokens (kMc, or the last block's
+// tokens rounded up to whole panels), the k block at k0 (kc elements) starts at
+// k0 * padded and holds, for the panel of kPanelTokens tokens from p,
+// [p * kc + (s * kPanelTokens + t) * L + lane] for vector s, in chunk order. Tokens
+// past the call's last, up to the end of its panel, are zeros (their sums are never read).
+HWY_INLINE int64_t padded_tokens(int64_t tokens) {
+  return (tokens + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
+}
+
+// Packs tokens [begin, end) (and, when end == tokens, the zeros after them); a token
+// writes only its own lanes, so threads may pack disjoint ranges of one call. row:
+// scratch of k_vec floats.
 template <typename WT>
-void pack_x(DF df, const float* HWY_RESTRICT x, int64_t k, int64_t tokens, int64_t padded, int64_t k_vec,
+void pack_x(DF df, const float* HWY_RESTRICT x, int64_t tokens, int64_t k, int64_t begin, int64_t end,
             float* HWY_RESTRICT xp, float* HWY_RESTRICT row) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  for (int64_t t = 0; t < padded; ++t) {
+  const int64_t k_vec = chunked<WT>(df, k);
+  const int64_t last = end == tokens ? padded_tokens(tokens) : end;
+  for (int64_t t = begin; t < last; ++t) {
     if (t < tokens) order_x<WT>(df, x + t * k, k_vec, row);
-    const int64_t p = t / kPanelTokens * kPanelTokens;
+    const int64_t t0 = t / kMc * kMc;
+    const int64_t padded = std::min(kMc, padded_tokens(tokens) - t0);
+    const int64_t p = (t - t0) / kPanelTokens * kPanelTokens;
+    float* block = xp + t0 * k_vec;
     for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
       const int64_t kc = std::min(kKc, k_vec - k0);
-      float* panel = xp + k0 * padded + p * kc;
+      float* panel = block + k0 * padded + p * kc;
       for (int64_t s = 0; s < kc / lanes; ++s) {
-        float* dst = panel + (s * kPanelTokens + t - p) * lanes;
+        float* dst = panel + (s * kPanelTokens + t - t0 - p) * lanes;
         hn::Store(t < tokens ? hn::LoadU(df, row + k0 + s * lanes) : hn::Zero(df), df, dst);
       }
     }
@@ -238,29 +251,27 @@ HWY_INLINE void micro_kernel(DF df, const float* HWY_RESTRICT wp, const float* H
     for (int t = 0; t < kPanelTokens; ++t) hn::Store(a[r][t], df, acc + (t * kNc + r) * lanes);
 }
 
+// The GEMM over x packed by pack_x (xp); x itself is read only for the sums' tails.
 template <typename WT>
-void gemm(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-          float* HWY_RESTRICT y, int64_t ldy) {
+void gemm(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT x, int64_t tokens, int64_t k,
+          const WT* HWY_RESTRICT w, int64_t rows, float* HWY_RESTRICT y, int64_t ldy) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t k_vec = chunked<WT>(df, k);
   auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kMc * kNc * lanes));
   auto wp = hwy::AllocateAligned<float>(static_cast<size_t>(kNc * kKc));
-  auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(kMc * k_vec + 1));
-  auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k_vec + 1));
-  TS_CHECK(acc && wp && xp && row, "[cpu] matmul scratch");
+  TS_CHECK(acc && wp, "[cpu] matmul scratch");
   for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
     const int64_t mt = std::min(kMc, tokens - t0);
-    const int64_t padded = (mt + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
+    const int64_t padded = padded_tokens(mt);
     const float* xb = x + t0 * k;
-    pack_x<WT>(df, xb, k, mt, padded, k_vec, xp.get(), row.get());
     for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
       const int64_t nr = std::min(kNc, rows - r0);
       std::memset(acc.get(), 0, static_cast<size_t>(padded * kNc * lanes) * sizeof(float));
       for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
         const int64_t kc = std::min(kKc, k_vec - k0);
         pack_panel(df, w + r0 * k, k, nr, k0, kc, wp.get());
-        const float* xblock = xp.get() + k0 * padded;
+        const float* xblock = xp + t0 * k_vec + k0 * padded;
         for (int64_t g = 0; g < nr; g += kPanelRows)
           for (int64_t p = 0; p < padded; p += kPanelTokens)
             micro_kernel(df, wp.get() + g * kc, xblock + p * kc, kc / lanes, acc.get() + (p * kNc + g) * lanes);
@@ -274,19 +285,63 @@ void gemm(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_
 }
 
 template <typename WT>
+int64_t packed_floats(int64_t tokens, int64_t k) {
+  return tokens < kGemmTokens ? 0 : padded_tokens(tokens) * chunked<WT>(DF(), k);
+}
+
+template <typename WT>
 void matmul_typed(const float* x, int64_t tokens, int64_t k, const WT* w, int64_t rows, float* y, int64_t ldy) {
-  if (tokens >= kGemmTokens) return gemm(x, tokens, k, w, rows, y, ldy);
-  dot_tiles(x, tokens, k, w, rows, y, ldy);
+  const int64_t packed = packed_floats<WT>(tokens, k);
+  if (packed == 0) return dot_tiles(x, tokens, k, w, rows, y, ldy);
+  auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(packed));
+  auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
+  TS_CHECK(xp && row, "[cpu] matmul scratch");
+  pack_x<WT>(DF(), x, tokens, k, 0, tokens, xp.get(), row.get());
+  gemm(xp.get(), x, tokens, k, w, rows, y, ldy);
+}
+
+// Calls fn with w cast to its element type (hwy's bf16 and f16 types for 16-bit weights).
+template <typename Fn>
+HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn(static_cast<const float*>(nullptr));
+    case DType::kBF16: return fn(static_cast<const hwy::bfloat16_t*>(nullptr));
+    case DType::kF16: return fn(static_cast<const hwy::float16_t*>(nullptr));
+    default: TS_CHECK(false, "matmul weight dtype ", dtype_name(dtype));
+  }
+  return fn(static_cast<const float*>(nullptr));
 }
 
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy) {
-  switch (w_dtype) {
-    case DType::kF32: return matmul_typed(x, tokens, k, static_cast<const float*>(w), rows, y, ldy);
-    case DType::kBF16: return matmul_typed(x, tokens, k, static_cast<const hwy::bfloat16_t*>(w), rows, y, ldy);
-    case DType::kF16: return matmul_typed(x, tokens, k, static_cast<const hwy::float16_t*>(w), rows, y, ldy);
-    default: TS_CHECK(false, "matmul weight dtype ", dtype_name(w_dtype));
-  }
+  with_weight_type(w_dtype, [&](auto tag) {
+    using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    matmul_typed(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
+  });
+}
+
+int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
+  return with_weight_type(w_dtype, [&](auto tag) {
+    using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    return packed_floats<WT>(tokens, k);
+  });
+}
+
+void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* xp) {
+  auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
+  TS_CHECK(row, "[cpu] matmul scratch");
+  with_weight_type(w_dtype, [&](auto tag) {
+    using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    pack_x<WT>(DF(), x, tokens, k, begin, end, xp, row.get());
+  });
+}
+
+void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
+                      int64_t rows, float* y, int64_t ldy) {
+  with_weight_type(w_dtype, [&](auto tag) {
+    using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    gemm(xp, x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
+  });
 }
 
 }  // namespace HWY_NAMESPACE
@@ -297,10 +352,24 @@ HWY_AFTER_NAMESPACE();
 namespace tessera::cpu {
 
 HWY_EXPORT(MatmulRows);
+HWY_EXPORT(MatmulPackedFloats);
+HWY_EXPORT(MatmulPackX);
+HWY_EXPORT(MatmulRowsPacked);
 
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                  int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
+}
+int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype) {
+  return HWY_DYNAMIC_DISPATCH(MatmulPackedFloats)(tokens, k, w_dtype);
+}
+void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end,
+                   float* packed) {
+  HWY_DYNAMIC_DISPATCH(MatmulPackX)(x, tokens, k, w_dtype, begin, end, packed);
+}
+void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
+                        int64_t rows, float* y, int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsPacked)(packed, x, tokens, k, w, w_dtype, rows, y, ldy);
 }
 
 }  // namespace tessera::cpu
