@@ -17,9 +17,10 @@
 //   - many tokens (prefill): a cache-blocked GEMM. A block of kNc weight rows x kKc
 //     elements along k is widened into a packed f32 panel (kPanelRows rows interleaved
 //     vector by vector, so a micro-kernel reads one stream that stays in L1); x is
-//     packed likewise, kMc tokens at a time, in panels of kPanelTokens tokens; the
-//     partial vectors of kMc x kNc outputs wait in a buffer between k blocks. Blocking
-//     moves where a partial sum lives, never the order in which it is summed.
+//     packed likewise once per call (shared by the threads that split the rows), in
+//     blocks of kMc tokens and panels of kPanelTokens; the partial vectors of kMc x kNc
+//     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
+//     lives, never the order in which it is summed.
 // Pure functions over caller-owned memory; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
