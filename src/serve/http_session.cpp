@@ -2,6 +2,7 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <array>
 #include <chrono>
 
 namespace tessera::serve {
@@ -13,6 +14,7 @@ using tcp = net::ip::tcp;
 namespace {
 constexpr auto kIdleTimeout = std::chrono::seconds(300);  // a keep-alive connection with no request
 constexpr auto kWriteTimeout = std::chrono::seconds(60);  // a client that stops reading
+constexpr auto kLingerTimeout = std::chrono::seconds(5);  // reading what a refused client still sends
 }  // namespace
 
 struct HttpSession::Stream {
@@ -91,8 +93,23 @@ void HttpSession::respond(HttpResponse response) {
 }
 
 void HttpSession::after_write(beast::error_code ec, bool close_after) {
-  if (ec || close_after) return close();
+  if (ec) return close();
+  if (close_after) return linger();
   read();
+}
+
+// After the last response: no more sending, and what the client still sends (the rest of
+// a body over the limit) is read and dropped for a while, so that closing does not reset
+// the connection before the client has read the response.
+void HttpSession::linger() {
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  stream_.expires_after(kLingerTimeout);
+  auto discard = std::make_shared<std::array<char, 16384>>();
+  stream_.async_read_some(net::buffer(*discard), [self = shared_from_this(), discard](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    self->linger();
+  });
 }
 
 void HttpSession::generate(Generation generation, unsigned version, bool keep_alive) {

@@ -46,6 +46,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_event(GenerationEvent event);
   void watch_disconnect();
   void pump();
+  void linger();
   void close();
 
   boost::beast::tcp_stream stream_;

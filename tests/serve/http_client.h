@@ -42,11 +42,11 @@ inline HttpReply http_request(uint16_t port, http::verb verb, const std::string&
   for (const auto& [name, value] : headers) request.set(name, value);
   request.body() = body;
   request.prepare_payload();
-  http::write(socket, request);
+  beast::error_code ec;
+  http::write(socket, request, ec);  // a server that refuses the body may stop reading it: read its answer anyway
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(uint64_t{1} << 30);
-  beast::error_code ec;
   http::read(socket, buffer, parser, ec);
   HttpReply reply;
   if (ec && ec != http::error::end_of_stream) {

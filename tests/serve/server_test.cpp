@@ -1,0 +1,406 @@
+// tessera serve end to end over loopback, on the shipped model
+// (models/tessera-tiny), with a Beast client: greedy answers equal to what
+// `tessera generate` prints for the same prompt (the reference is the CLI's
+// own generation path, run as a separate process), SSE framing, stop strings,
+// errors with their codes, a client that leaves (its KV blocks return to the
+// pool), a full queue (429) and a full KV pool (503), the API key, and
+// SIGTERM on the real binary.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <regex>
+#include <thread>
+
+#include "serve/http_client.h"
+#include "serve/server.h"
+#include "support/run_tessera.h"
+
+extern char** environ;
+
+namespace tessera::serve {
+namespace {
+
+using namespace tessera::testing;
+using Json = nlohmann::json;
+
+const std::string kModel = std::string(TESSERA_SOURCE_DIR) + "/models/tessera-tiny";
+
+// Waits, bounded, for something the server does on its own threads.
+template <class F>
+bool eventually(F condition, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+ServerOptions test_options() {
+  ServerOptions o;
+  o.port = 0;
+  o.routes.model_name = "tessera-tiny";
+  o.loop.model_dir = kModel;
+  o.loop.engine.threads = 2;
+  o.loop.engine.forward.kv_memory = uint64_t{16} << 20;
+  o.shutdown_timeout = std::chrono::milliseconds(5000);
+  return o;
+}
+
+std::unique_ptr<Server> start_server(const ServerOptions& options) {
+  auto server = std::make_unique<Server>(options);
+  const Status listening = server->listen();
+  EXPECT_TRUE(listening.ok()) << listening.to_string();
+  server->start();
+  EXPECT_TRUE(eventually([&] { return server->loop().ready() || !server->loop().load_status().ok(); }));
+  return server;
+}
+
+// What `tessera generate` prints for this prompt, greedy (its trailing newline removed).
+std::string generate_text(const std::string& prompt, int tokens, const std::string& extra = "") {
+  const CommandResult run = run_tessera("generate --model " + kModel + " --kv-memory 16MiB --prompt '" + prompt +
+                                        "' -n " + std::to_string(tokens) + " " + extra);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_FALSE(run.out.empty());
+  return run.out.substr(0, run.out.size() - 1);
+}
+
+// The text of a streamed answer, checking the framing on the way: every event a chunk of `object`
+// with one choice until the one with a finish_reason, then (with usage) a chunk with choices: [],
+// then [DONE] last.
+struct Streamed {
+  std::string text;
+  std::string finish_reason;
+  Json usage;
+};
+Streamed read_stream(const HttpReply& reply, bool chat, bool with_usage) {
+  Streamed s;
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.headers.at("Content-Type"), "text/event-stream");
+  const std::vector<std::string> events = sse_data(reply.body);
+  EXPECT_GE(events.size(), with_usage ? 3u : 2u);
+  if (events.empty()) return s;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string id;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const Json chunk = Json::parse(events[i]);
+    EXPECT_EQ(chunk["object"], chat ? "chat.completion.chunk" : "text_completion");
+    if (id.empty()) id = chunk["id"];
+    EXPECT_EQ(chunk["id"], id) << "every chunk carries the same id";
+    EXPECT_EQ(chunk["model"], "tessera-tiny");
+    if (chunk["choices"].empty()) {
+      EXPECT_TRUE(with_usage);
+      EXPECT_EQ(i + 2, events.size()) << "the usage chunk comes last, before [DONE]";
+      s.usage = chunk["usage"];
+      continue;
+    }
+    EXPECT_TRUE(s.finish_reason.empty()) << "a chunk after the one with finish_reason";
+    const Json& choice = chunk["choices"][0];
+    if (chat) {
+      if (i == 0) EXPECT_EQ(choice["delta"]["role"], "assistant");
+      if (choice["delta"].contains("content")) s.text += choice["delta"]["content"].get<std::string>();
+    } else {
+      s.text += choice["text"].get<std::string>();
+    }
+    if (!choice["finish_reason"].is_null()) s.finish_reason = choice["finish_reason"];
+  }
+  EXPECT_FALSE(s.finish_reason.empty()) << "no chunk had a finish_reason";
+  EXPECT_EQ(with_usage, !s.usage.is_null());
+  return s;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = start_server(test_options()).release(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static uint16_t port() { return server_->port(); }
+  static Server* server_;
+};
+Server* ServeTest::server_ = nullptr;
+
+TEST_F(ServeTest, HealthModelsAndMetrics) {
+  const HttpReply health = get(port(), "/health");
+  EXPECT_EQ(health.status, 200);
+  const HttpReply models = get(port(), "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.json()["data"][0]["id"], "tessera-tiny");
+  EXPECT_EQ(models.json()["data"][0]["max_model_len"], 2048);
+  const HttpReply metrics = get(port(), "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("\ntessera:num_requests_waiting 0\n"), std::string::npos) << metrics.body;
+  EXPECT_NE(metrics.body.find("# TYPE tessera:generation_tokens_total counter"), std::string::npos);
+}
+
+TEST_F(ServeTest, GreedyCompletionEqualsGenerate) {
+  const std::string want = generate_text("Once upon a time", 24);
+  const HttpReply reply = post(port(), "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 24})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const Json body = reply.json();
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "tessera-tiny");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(body["choices"][0]["text"], want);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(body["usage"]["total_tokens"],
+            body["usage"]["prompt_tokens"].get<int>() + body["usage"]["completion_tokens"].get<int>());
+}
+
+TEST_F(ServeTest, GreedyChatEqualsGenerateChat) {
+  const std::string want = generate_text("Tell me about the sea.", 20, "--chat");
+  const HttpReply reply = post(port(), "/v1/chat/completions",
+                               R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "Tell me "},
+                                   {"type": "text", "text": "about the sea."}]}], "max_tokens": 20})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const Json body = reply.json();
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], want);
+}
+
+TEST_F(ServeTest, StreamedCompletionEqualsWholeWithUsage) {
+  const HttpReply whole = post(port(), "/v1/completions", R"({"prompt": "The river", "max_tokens": 30})");
+  ASSERT_EQ(whole.status, 200);
+  const HttpReply streamed =
+      post(port(), "/v1/completions",
+           R"({"prompt": "The river", "max_tokens": 30, "stream": true, "stream_options": {"include_usage": true}})");
+  const Streamed s = read_stream(streamed, /*chat=*/false, /*with_usage=*/true);
+  EXPECT_EQ(s.text, whole.json()["choices"][0]["text"]);
+  EXPECT_EQ(s.finish_reason, whole.json()["choices"][0]["finish_reason"]);
+  EXPECT_EQ(s.usage, whole.json()["usage"]);
+}
+
+TEST_F(ServeTest, StreamedChatEqualsGenerateChat) {
+  const std::string want = generate_text("Hello", 24, "--chat");
+  const HttpReply streamed = post(port(), "/v1/chat/completions",
+                                  R"({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 24,
+                                      "stream": true})");
+  const Streamed s = read_stream(streamed, /*chat=*/true, /*with_usage=*/false);
+  EXPECT_EQ(s.text, want);
+  EXPECT_EQ(s.finish_reason, "length");
+}
+
+TEST_F(ServeTest, StopStringEndsTheTextAndNeverLeaks) {
+  const std::string full = generate_text("Once upon a time", 24);
+  const std::string stop = " century";  // in the greedy text, after its start
+  const size_t at = full.find(stop);
+  ASSERT_NE(at, std::string::npos) << full;
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 24, "stop": [")" + stop + R"("]})";
+  const HttpReply whole = post(port(), "/v1/completions", body);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(whole.json()["choices"][0]["text"], full.substr(0, at));
+  EXPECT_EQ(whole.json()["choices"][0]["finish_reason"], "stop");
+  const HttpReply streamed =
+      post(port(), "/v1/completions", body.substr(0, body.size() - 1) + R"(, "stream": true})");
+  const Streamed s = read_stream(streamed, false, false);
+  EXPECT_EQ(s.text, full.substr(0, at));
+  EXPECT_EQ(s.finish_reason, "stop");
+}
+
+TEST_F(ServeTest, SeededSamplingIsTheSameAloneAndAmongOthers) {
+  auto body = [](int seed) {
+    return R"({"prompt": "In the morning", "max_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": )" +
+           std::to_string(seed) + "}";
+  };
+  std::vector<std::string> alone;
+  for (int seed = 1; seed <= 4; ++seed) alone.push_back(post(port(), "/v1/completions", body(seed)).body);
+  std::vector<std::future<HttpReply>> together;
+  for (int seed = 1; seed <= 4; ++seed)
+    together.push_back(std::async(std::launch::async, [&, seed] { return post(port(), "/v1/completions", body(seed)); }));
+  for (int i = 0; i < 4; ++i) {
+    const HttpReply r = together[i].get();
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json()["choices"][0]["text"], Json::parse(alone[i])["choices"][0]["text"]) << "seed " << i + 1;
+  }
+  EXPECT_NE(Json::parse(alone[0])["choices"][0]["text"], Json::parse(alone[1])["choices"][0]["text"]);
+}
+
+TEST_F(ServeTest, TokenizeAndDetokenizeRoundTrip) {
+  const HttpReply t = post(port(), "/tokenize", R"({"prompt": "Hello world", "add_special_tokens": false})");
+  ASSERT_EQ(t.status, 200) << t.body;
+  const Json ids = t.json()["tokens"];
+  EXPECT_EQ(t.json()["count"], ids.size());
+  const HttpReply d = post(port(), "/detokenize", Json{{"tokens", ids}}.dump());
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.json()["prompt"], "Hello world");
+}
+
+// An error in the OpenAI shape, with this status and param.
+void expect_error(const HttpReply& reply, int status, const std::string& param, const std::string& needle) {
+  EXPECT_EQ(reply.status, status) << reply.body;
+  const Json body = Json::parse(reply.body);
+  ASSERT_TRUE(body.contains("error")) << reply.body;
+  const Json& e = body["error"];
+  for (const char* key : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(key)) << key;
+  if (param.empty()) {
+    EXPECT_TRUE(e["param"].is_null()) << reply.body;
+  } else {
+    EXPECT_EQ(e["param"], param) << reply.body;
+  }
+  EXPECT_NE(e["message"].get<std::string>().find(needle), std::string::npos) << reply.body;
+}
+
+TEST_F(ServeTest, ErrorsHaveTheirCodes) {
+  expect_error(post(port(), "/v1/completions", "{\"prompt\": "), 400, "", "not valid JSON");
+  expect_error(post(port(), "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}],
+      "temperature": "warm"})"),
+               400, "temperature", "must be a number");
+  std::string long_prompt;
+  for (int i = 0; i < 2100; ++i) long_prompt += " hello";
+  const HttpReply too_long = post(port(), "/v1/completions", Json{{"prompt", long_prompt}}.dump());
+  expect_error(too_long, 400, "prompt", "the model's context is 2048");
+  EXPECT_EQ(Json::parse(too_long.body)["error"]["code"], "context_length_exceeded");
+  expect_error(get(port(), "/v1/nothing"), 404, "", "no route /v1/nothing");
+  const HttpReply wrong_method = get(port(), "/v1/completions");
+  expect_error(wrong_method, 405, "", "GET is not allowed");
+  EXPECT_EQ(wrong_method.headers.at("Allow"), "POST");
+  expect_error(post(port(), "/v1/completions", std::string(2 << 20, ' ')), 413, "", "over the limit of 1048576");
+  // The server is still up, and answers.
+  EXPECT_EQ(post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 2})").status, 200);
+}
+
+// A client that closes its connection mid-request; `stream` picks SSE (the session may see
+// the close as a failed write) or one JSON answer (only the socket watch sees it).
+void leave_mid_request(Server& server, bool stream) {
+  const LoopStats& stats = server.loop().stats();
+  const uint64_t cancelled = stats.cancelled.load();
+  const int64_t total = stats.kv_blocks_total.load();
+  {
+    net::io_context io;
+    tcp::socket socket = connect_to(io, server.port());
+    const std::string body = std::string(R"({"prompt": "Once", "max_tokens": 2000, "logit_bias": {"1": -100}, )") +
+                             R"("stream": )" + (stream ? "true}" : "false}");
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    net::write(socket, net::buffer(request));
+    if (stream) {
+      std::string seen;
+      char buffer[4096];
+      while (seen.find("data: ") == std::string::npos) seen.append(buffer, socket.read_some(net::buffer(buffer)));
+    }
+    ASSERT_TRUE(eventually([&] { return stats.running.load() == 1 && stats.kv_blocks_free.load() < total; }))
+        << "the request runs and holds blocks";
+  }  // the socket closes mid-request
+  EXPECT_TRUE(eventually([&] { return stats.cancelled.load() == cancelled + 1; }));
+  EXPECT_TRUE(eventually([&] { return stats.kv_blocks_free.load() == total && stats.running.load() == 0; }));
+}
+
+TEST_F(ServeTest, AStreamingClientThatLeavesIsCancelledAndItsBlocksReturn) { leave_mid_request(*server_, true); }
+
+TEST_F(ServeTest, AWaitingClientThatLeavesIsCancelledAndItsBlocksReturn) { leave_mid_request(*server_, false); }
+
+TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
+  ServerOptions options = test_options();
+  options.loop.engine.scheduler.max_sequences = 1;  // one running
+  options.loop.max_waiting = 1;                      // one waiting
+  options.loop.engine.forward.kv_memory = uint64_t{256} << 10;
+  const auto server = start_server(options);
+  ASSERT_TRUE(server->loop().ready());
+  const LoopStats& stats = server->loop().stats();
+
+  // A prompt that needs more KV blocks than the whole pool holds: 503 with Retry-After.
+  std::string long_prompt;
+  for (int i = 0; i < 400; ++i) long_prompt += " hello";
+  const HttpReply too_big = post(server->port(), "/v1/completions", Json{{"prompt", long_prompt}}.dump());
+  expect_error(too_big, 503, "", "");
+  EXPECT_EQ(too_big.headers.at("Retry-After"), "1");
+
+  net::io_context io;
+  const std::string body = R"({"prompt": "Once", "max_tokens": 100, "stream": true, "logit_bias": {"1": -100}})";
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  tcp::socket running = connect_to(io, server->port());
+  net::write(running, net::buffer(request));
+  ASSERT_TRUE(eventually([&] { return stats.running.load() == 1; }));
+  tcp::socket waiting = connect_to(io, server->port());
+  net::write(waiting, net::buffer(request));
+  ASSERT_TRUE(eventually([&] { return stats.waiting.load() == 1; }));
+  const HttpReply refused = post(server->port(), "/v1/completions", R"({"prompt": "x"})");
+  expect_error(refused, 429, "", "requests are waiting");
+  EXPECT_EQ(refused.headers.at("Retry-After"), "1");
+  const HttpReply metrics = get(server->port(), "/metrics");
+  EXPECT_NE(metrics.body.find("\ntessera:request_rejected_total 1\n"), std::string::npos) << metrics.body;
+  running.close();
+  waiting.close();
+  EXPECT_TRUE(eventually([&] {
+    return stats.running.load() == 0 && stats.waiting.load() == 0 &&
+           stats.kv_blocks_free.load() == stats.kv_blocks_total.load();
+  }));
+}
+
+TEST(ServeAuthTest, ApiKeyIsRequiredOnTheApiRoutes) {
+  ServerOptions options = test_options();
+  options.routes.api_key = "sekrit-key";
+  const auto server = start_server(options);
+  const std::string body = R"({"prompt": "x", "max_tokens": 2})";
+  expect_error(post(server->port(), "/v1/completions", body), 401, "", "API key");
+  expect_error(post(server->port(), "/v1/completions", body, {{"Authorization", "Bearer sekrit-kez"}}), 401, "",
+               "API key");
+  expect_error(post(server->port(), "/v1/completions", body, {{"Authorization", "sekrit-key"}}), 401, "", "API key");
+  expect_error(post(server->port(), "/tokenize", R"({"prompt": "x"})"), 401, "", "API key");
+  EXPECT_EQ(post(server->port(), "/v1/completions", body, {{"Authorization", "Bearer sekrit-key"}}).status, 200);
+  EXPECT_EQ(get(server->port(), "/health").status, 200);
+}
+
+TEST(ServeLoadTest, AModelThatFailsToLoadKeepsHealthAt503) {
+  ServerOptions options = test_options();
+  options.loop.model_dir = std::string(TESSERA_SOURCE_DIR) + "/no/such/model";
+  const auto server = start_server(options);
+  ASSERT_FALSE(server->loop().ready());
+  const HttpReply health = get(server->port(), "/health");
+  expect_error(health, 503, "", "the model failed to load");
+  expect_error(post(server->port(), "/v1/completions", R"({"prompt": "x"})"), 503, "", "loading");
+}
+
+// The real binary: SIGTERM lets the request in flight finish, then exits 0.
+TEST(ServeSignalTest, SigtermFinishesTheRequestInFlightAndExitsZero) {
+  const std::string log = ::testing::TempDir() + "/serve_sigterm.log";
+  std::vector<std::string> args = {TESSERA_BINARY, "serve", "--model", kModel, "--port", "0", "--kv-memory", "16MiB",
+                                   "--threads", "2"};
+  // --port 0: the log's first line names the port.
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  uint16_t port = 0;
+  ASSERT_TRUE(eventually([&] {
+    std::smatch m;
+    const std::string text = slurp(log);
+    if (!std::regex_search(text, m, std::regex(R"(listening on http://127\.0\.0\.1:(\d+))"))) return false;
+    port = static_cast<uint16_t>(std::stoi(m[1]));
+    return true;
+  })) << slurp(log);
+  ASSERT_TRUE(eventually([&] { return get(port, "/health").status == 200; }));
+  auto reply = std::async(std::launch::async, [port] {
+    return post(port, "/v1/completions",
+                R"({"prompt": "Once", "max_tokens": 300, "logit_bias": {"1": -100}, "stream": true})");
+  });
+  ASSERT_TRUE(eventually([&] {
+    const std::string m = get(port, "/metrics").body;
+    return m.find("\ntessera:num_requests_running 1\n") != std::string::npos;
+  }));
+  kill(pid, SIGTERM);
+  const HttpReply r = reply.get();
+  const Streamed s = read_stream(r, false, false);
+  EXPECT_EQ(s.finish_reason, "length") << "the request in flight ran to its end";
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(log);
+}
+
+}  // namespace
+}  // namespace tessera::serve
