@@ -6,6 +6,8 @@
 // input then errs elsewhere, crashes, or is accepted).
 #include "io/gguf.h"
 
+#include "io/gguf_quant.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -406,6 +409,29 @@ TEST(GgufTest, TypesOutsideTheSupportedSetNameTheTensorAndType) {
   expect_error(one_tensor({256}, 10, 0, 128), ErrorKind::kUnsupported, {"ggml type Q2_K"});
   expect_rejected(one_tensor({4}, 4, 0, 64), {"tensor 'w'", "ggml type 4 is unknown"});
   expect_rejected(one_tensor({4}, 0xffffffff, 0, 64), {"ggml type 4294967295 is unknown"});
+}
+
+// Every tensor of gguf-py's file, dequantized, equals gguf-py's NumPy
+// dequantizer bit for bit: quantizer output (Q8_0, Q4_0) and random blocks with
+// finite scales (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), plus F32, F16 and BF16.
+TEST(GgufQuantTest, DequantizationIsBitwiseGgufPys) {
+  const nlohmann::json ref = nlohmann::json::parse(read_file(kFixtureDir + "valid.json"));
+  const Result<GgufFile> file = GgufFile::open(kFixtureDir + "valid.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  std::set<GgmlType> covered;
+  for (const auto& want : ref["tensors"]) {
+    const GgufTensorInfo* t = file->find(want["name"].get<std::string>());
+    ASSERT_NE(t, nullptr);
+    SCOPED_TRACE(std::string(t->name));
+    uint64_t numel = 1;
+    for (uint64_t d : t->dims) numel *= d;
+    std::vector<float> out(numel);
+    dequantize_gguf(t->type, file->bytes(*t), out);
+    EXPECT_EQ(hex({reinterpret_cast<const uint8_t*>(out.data()), out.size() * sizeof(float)}),
+              want["f32_hex"].get<std::string>());
+    covered.insert(t->type);
+  }
+  EXPECT_EQ(covered.size(), 8u) << "the fixture lacks a supported type";
 }
 
 }  // namespace
