@@ -21,6 +21,9 @@
 //     blocks of kMc tokens and panels of kPanelTokens; the partial vectors of kMc x kNc
 //     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
 //     lives, never the order in which it is summed.
+// Every target multiplies in f32 FMAs. TODO(perf): AVX-512 BF16 (vdpbf16ps) and AMX
+// once the packaged Highway (1.0.3 in Debian 12) has an AVX3_SPR target; they round x
+// to bf16, so decode would have to do the same on that target to keep the order.
 // Pure functions over caller-owned memory; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
