@@ -183,14 +183,11 @@ void parse_stop(const Json& v, CompletionRequest& r, Fields& f) {
 void parse_logit_bias(const Json& v, CompletionRequest& r, int64_t vocab_size, Fields& f) {
   if (!v.is_object()) return f.fail_type("logit_bias", "an object of token id to bias", v);
   for (const auto& [key, bias] : v.items()) {
-    size_t used = 0;
-    long long id = -1;
-    try {
-      id = std::stoll(key, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != key.size() || id < 0 || id >= vocab_size)
+    // Digits only (no sign, no spaces), few enough that the number cannot overflow.
+    const bool digits = !key.empty() && key.size() <= 12 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    const long long id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab_size)
       return f.fail("logit_bias key '" + key + "' is not a token id in [0, " + std::to_string(vocab_size) + ")",
                     "logit_bias");
     if (!bias.is_number()) return f.fail_type("logit_bias[" + key + "]", "a number", bias);

@@ -168,6 +168,9 @@ TEST(ServeRequestTest, OutOfRangeValuesNameTheField) {
   expect_refused(R"({"prompt": "x", "logit_bias": {"1000": 1}})", "logit_bias", "not a token id in [0, 1000)");
   expect_refused(R"({"prompt": "x", "logit_bias": {"-1": 1}})", "logit_bias", "not a token id");
   expect_refused(R"({"prompt": "x", "logit_bias": {"5x": 1}})", "logit_bias", "not a token id");
+  expect_refused(R"({"prompt": "x", "logit_bias": {" 5": 1}})", "logit_bias", "not a token id");
+  expect_refused(R"({"prompt": "x", "logit_bias": {"+5": 1}})", "logit_bias", "not a token id");
+  expect_refused(R"({"prompt": "x", "logit_bias": {"99999999999999999999": 1}})", "logit_bias", "not a token id");
   expect_refused(R"({"prompt": "x", "logit_bias": {"5": 101}})", "logit_bias", "[-100, 100]");
   expect_refused(R"({"prompt": "x", "stop": ""})", "stop", "must not be empty");
   expect_refused(R"({"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
