@@ -46,6 +46,7 @@ void HttpSession::start() {
 }
 
 void HttpSession::read() {
+  busy_.reset();
   parser_.emplace();
   parser_->body_limit(context_.body_limit);
   stream_.expires_after(kIdleTimeout);
@@ -54,6 +55,7 @@ void HttpSession::read() {
 }
 
 void HttpSession::close() {
+  busy_.reset();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.socket().close(ignored);
@@ -74,6 +76,7 @@ void HttpSession::on_read(beast::error_code ec) {
     return;
   }
   if (ec) return close();
+  busy_.emplace(context_.busy);
   HttpRequest request = parser_->release();
   const bool keep_alive = request.keep_alive() && !context_.draining.load();
   auto reply = routes.handle(request);
@@ -102,6 +105,7 @@ void HttpSession::after_write(beast::error_code ec, bool close_after) {
 // a body over the limit) is read and dropped for a while, so that closing does not reset
 // the connection before the client has read the response.
 void HttpSession::linger() {
+  busy_.reset();  // the answer is written
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
   stream_.expires_after(kLingerTimeout);
@@ -113,6 +117,9 @@ void HttpSession::linger() {
 }
 
 void HttpSession::generate(Generation generation, unsigned version, bool keep_alive) {
+  if (context_.draining.load())
+    return respond(context_.routes.error(
+        {503, "the server is shutting down", "service_unavailable_error", "", "shutting_down"}, version, false));
   gen_ = std::make_unique<Stream>();
   gen_->g = std::move(generation);
   gen_->version = version;

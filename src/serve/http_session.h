@@ -28,6 +28,7 @@ struct SessionContext {
   HttpCounters& counters;
   uint64_t body_limit;
   const std::atomic<bool>& draining;  // shutting down: answer, then close
+  std::atomic<int64_t>& busy;         // sessions between reading a request and writing its answer's end
 };
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
@@ -54,6 +55,14 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<http::request_parser<http::string_body>> parser_;
   SessionContext context_;
   std::unique_ptr<Stream> gen_;
+  // Held from a request's arrival to the end of its answer (or the session's end):
+  // what a graceful shutdown waits for.
+  struct Busy {
+    std::atomic<int64_t>& count;
+    explicit Busy(std::atomic<int64_t>& c) : count(c) { ++count; }
+    ~Busy() { --count; }
+  };
+  std::optional<Busy> busy_;
 };
 
 }  // namespace tessera::serve

@@ -41,7 +41,7 @@ void Server::accept() {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
     if (!ec)
       std::make_shared<HttpSession>(std::move(socket),
-                                    SessionContext{routes_, loop_, counters_, options_.body_limit, draining_})
+                                    SessionContext{routes_, loop_, counters_, options_.body_limit, draining_, busy_sessions_})
           ->start();
     accept();
   });
@@ -81,13 +81,14 @@ void Server::shutdown() {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
   });
-  // Requests in flight finish, up to the timeout.
-  const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
-  while (loop_.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  loop_.stop();
-  // Let the sessions write what the loop's last events posted, briefly.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Requests in flight finish and their answers are written, up to the timeout.
+  auto settle = [this](std::chrono::steady_clock::time_point deadline) {
+    while ((loop_.in_flight() > 0 || busy_sessions_.load() > 0) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  settle(std::chrono::steady_clock::now() + options_.shutdown_timeout);
+  loop_.stop();  // what is left fails ("shutting down"); its sessions write that, briefly
+  settle(std::chrono::steady_clock::now() + std::chrono::seconds(1));
   io_.stop();
   for (std::thread& t : threads_) t.join();
   threads_.clear();

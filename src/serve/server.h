@@ -66,6 +66,7 @@ class Server {
   HttpCounters counters_;
   Routes routes_;
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> busy_sessions_{0};
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   uint16_t port_ = 0;
