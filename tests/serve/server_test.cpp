@@ -102,7 +102,9 @@ Streamed read_stream(const HttpReply& reply, bool chat, bool with_usage) {
     EXPECT_TRUE(s.finish_reason.empty()) << "a chunk after the one with finish_reason";
     const Json& choice = chunk["choices"][0];
     if (chat) {
-      if (i == 0) EXPECT_EQ(choice["delta"]["role"], "assistant");
+      if (i == 0) {
+        EXPECT_EQ(choice["delta"]["role"], "assistant");
+      }
       if (choice["delta"].contains("content")) s.text += choice["delta"]["content"].get<std::string>();
     } else {
       s.text += choice["text"].get<std::string>();
