@@ -11,8 +11,8 @@
 #include <limits>
 
 #include "backend/cpu/kernels.h"
-#include "core/check.h"
 #include "backend/cpu/widen-inl.h"
+#include "core/check.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
@@ -130,9 +130,7 @@ float FmaLoop(int64_t iterations) {
   return hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
-int64_t FmaLoopFlops(int64_t iterations) {
-  return iterations * kFmaChains * static_cast<int64_t>(hn::Lanes(DF())) * 2;
-}
+int64_t FmaLoopFlops(int64_t iterations) { return iterations * kFmaChains * static_cast<int64_t>(hn::Lanes(DF())) * 2; }
 
 const char* IsaName() { return hwy::TargetName(HWY_TARGET); }
 

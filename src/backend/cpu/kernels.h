@@ -25,8 +25,7 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
 // All three must run on the same instruction set, which dispatch keeps unless a test
 // changes it.
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype);
-void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end,
-                   float* packed);
+void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* packed);
 void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
                         int64_t rows, float* y, int64_t ldy);
 

@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/widen-inl.h"
 #include "core/check.h"
 #include "hwy/aligned_allocator.h"
-#include "backend/cpu/widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
@@ -110,8 +110,7 @@ HWY_INLINE int64_t chunked(DF df, int64_t k) {
 // The end of every output's sum, the same for both paths: the lanes, then the tail
 // elements [from, k) in order.
 template <typename WT>
-HWY_INLINE float finish(DF df, VF acc, const float* HWY_RESTRICT x, const WT* HWY_RESTRICT w, int64_t from,
-                        int64_t k) {
+HWY_INLINE float finish(DF df, VF acc, const float* HWY_RESTRICT x, const WT* HWY_RESTRICT w, int64_t from, int64_t k) {
   float sum = hn::GetLane(hn::SumOfLanes(df, acc));
   for (int64_t j = from; j < k; ++j) sum += w_scalar(w, j) * x[j];
   return sum;
@@ -123,8 +122,8 @@ HWY_INLINE float finish(DF df, VF acc, const float* HWY_RESTRICT x, const WT* HW
 // xo: the tokens' x in chunk order (order_x), x: as given (for the tails); both with a
 // stride of k.
 template <int kRows, int kTok, typename WT>
-HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k,
-                         const WT* HWY_RESTRICT w, float* HWY_RESTRICT y, int64_t ldy) {
+HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
+                         float* HWY_RESTRICT y, int64_t ldy) {
   constexpr int64_t kV = kChunkVectors<WT>;
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
@@ -204,9 +203,7 @@ void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t rows, int64_
 // k0 * padded and holds, for the panel of kPanelTokens tokens from p,
 // [p * kc + (s * kPanelTokens + t) * L + lane] for vector s, in chunk order. Tokens
 // past the call's last, up to the end of its panel, are zeros (their sums are never read).
-HWY_INLINE int64_t padded_tokens(int64_t tokens) {
-  return (tokens + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
-}
+HWY_INLINE int64_t padded_tokens(int64_t tokens) { return (tokens + kPanelTokens - 1) / kPanelTokens * kPanelTokens; }
 
 // Packs tokens [begin, end) (and, when end == tokens, the zeros after them); a token
 // writes only its own lanes, so threads may pack disjoint ranges of one call. row:
