@@ -46,6 +46,7 @@ void check_completion(const CompletionRequest& r) {
   TS_CHECK_LE(r.stop.size(), kMaxStopStrings);
   for (const std::string& stop : r.stop) TS_CHECK(!stop.empty());
   TS_CHECK(!r.include_usage || r.stream);
+  TS_CHECK(r.n >= 1 && r.n <= kMaxChoices, r.n);
 }
 
 }  // namespace

@@ -19,19 +19,22 @@ constexpr auto kLingerTimeout = std::chrono::seconds(5);  // reading what a refu
 
 struct HttpSession::Stream {
   Generation g;
-  std::shared_ptr<std::atomic<bool>> cancelled;
+  std::shared_ptr<std::atomic<bool>> cancelled;  // shared by the request's choices
   unsigned version = 11;
   bool keep_alive = true;
-  std::string text;       // not streaming: the whole answer so far
-  bool started = false;   // streaming: the SSE response has begun
-  bool broken = false;    // a write failed: drop the rest, wait for the loop's last event
+  std::vector<Choice> choices;
+  size_t pending = 0;             // choices whose last event has not come
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  Status error{};                 // the first failure of a choice; the others are cancelled
+  bool client_left = false;       // the socket closed or a write failed: nothing more is written
+  bool started = false;           // streaming: the SSE response has begun
   bool head_pending = false;
   bool writing = false;
   bool finished = false;  // the last event is queued in `out`
   bool last_sent = false;
   std::optional<http::response<http::empty_body>> head;
   std::optional<http::response_serializer<http::empty_body>> serializer;
-  std::deque<std::string> out;  // SSE events not yet written; the front one is being written
+  std::deque<std::string> out;  // SSE events not yet written
   std::optional<http::chunk_body<net::const_buffer>> chunk;
   std::optional<http::chunk_last<http::chunk_crlf>> last;
 };
@@ -121,17 +124,20 @@ void HttpSession::generate(Generation generation, unsigned version, bool keep_al
     return respond(context_.routes.error(
         {503, "the server is shutting down", "service_unavailable_error", "", "shutting_down"}, version, false));
   gen_ = std::make_unique<Stream>();
-  gen_->g = std::move(generation);
-  gen_->version = version;
-  gen_->keep_alive = keep_alive;
-  Submission& s = gen_->g.submission;
-  gen_->cancelled = s.cancelled;
-  Submission submission = s;
-  submission.sink = [self = shared_from_this()](GenerationEvent event) {
-    net::post(self->stream_.get_executor(),
-              [self, event = std::move(event)]() mutable { self->on_event(std::move(event)); });
-  };
-  if (Status queued = context_.loop.submit(std::move(submission)); !queued.ok()) {
+  Stream& s = *gen_;
+  s.g = std::move(generation);
+  s.version = version;
+  s.keep_alive = keep_alive;
+  s.cancelled = s.g.submissions.front().cancelled;
+  s.choices.resize(s.g.submissions.size());
+  s.pending = s.choices.size();
+  std::vector<Submission> submissions = s.g.submissions;
+  for (size_t i = 0; i < submissions.size(); ++i)
+    submissions[i].sink = [self = shared_from_this(), i](GenerationEvent event) {
+      net::post(self->stream_.get_executor(),
+                [self, i, event = std::move(event)]() mutable { self->on_event(i, std::move(event)); });
+    };
+  if (Status queued = context_.loop.submit(std::move(submissions)); !queued.ok()) {
     gen_.reset();
     // The waiting queue is full (or the server is loading or stopping): come back later.
     const bool full = context_.loop.ready();
@@ -156,36 +162,41 @@ void HttpSession::watch_disconnect() {
                               });
 }
 
-void HttpSession::on_event(GenerationEvent event) {
+void HttpSession::on_event(size_t index, GenerationEvent event) {
   Stream& s = *gen_;
   const Routes& routes = context_.routes;
   const ResponseHeader& h = s.g.header;
-  if (s.broken) {
-    if (event.done) gen_.reset();
-    return;
-  }
-  const bool failed = event.done && !event.error.ok();
-  if (failed && event.error.kind() == ErrorKind::kDisconnected) {  // the client left: nobody to tell
-    if (s.writing) {  // the write's handler sees the closed socket and ends the stream
-      s.broken = s.finished = true;
-    } else {
-      gen_.reset();
+  Choice& choice = s.choices[index];
+  if (event.done) {
+    --s.pending;
+    if (event.error.ok()) {
+      choice.finish_reason = event.finish_reason;
+      s.prompt_tokens = event.prompt_tokens;
+      s.completion_tokens += event.completion_tokens;
+    } else if (event.error.kind() == ErrorKind::kDisconnected && s.error.ok()) {
+      s.client_left = true;  // cancelled, and not by a sibling's failure: the client is gone
+    } else if (s.error.ok()) {
+      s.error = event.error;
+      s.cancelled->store(true);  // the other choices stop too
     }
+  }
+  if (s.client_left) {  // nobody to tell; end once every choice has ended and no write is under way
+    if (s.pending == 0 && !s.writing) gen_.reset();
     return close();
   }
   if (!s.g.request.stream || !s.started) {
-    if (failed) {
-      HttpResponse response = routes.error(ApiError::from_status(event.error), s.version, s.keep_alive);
+    if (!s.error.ok()) {  // nothing sent yet: a plain error response, once every choice has ended
+      if (s.pending > 0) return;
+      HttpResponse response = routes.error(ApiError::from_status(s.error), s.version, s.keep_alive);
       gen_.reset();
       return respond(std::move(response));
     }
   }
   if (!s.g.request.stream) {
-    s.text += event.text;
-    if (!event.done) return;
-    HttpResponse response =
-        routes.json(200, dump(full_response(h, s.text, event.finish_reason, event.prompt_tokens, event.completion_tokens)),
-                    s.version, s.keep_alive);
+    choice.text += event.text;
+    if (s.pending > 0) return;
+    HttpResponse response = routes.json(
+        200, dump(full_response(h, s.choices, s.prompt_tokens, s.completion_tokens)), s.version, s.keep_alive);
     gen_.reset();
     return respond(std::move(response));
   }
@@ -199,17 +210,17 @@ void HttpSession::on_event(GenerationEvent event) {
     s.serializer.emplace(*s.head);
     s.head_pending = true;
     context_.counters.count(200);
-    if (h.endpoint == Endpoint::kChat) s.out.push_back(sse_event(stream_chunk(h, "", std::nullopt, /*role=*/true)));
+    if (h.endpoint == Endpoint::kChat)
+      for (size_t i = 0; i < s.choices.size(); ++i)
+        s.out.push_back(sse_event(stream_chunk(h, i, "", std::nullopt, /*role=*/true)));
   }
-  if (!event.done) {
-    if (!event.text.empty()) s.out.push_back(sse_event(stream_chunk(h, event.text, std::nullopt)));
-  } else {
-    if (failed) {
-      s.out.push_back(sse_event(ApiError::from_status(event.error).to_json()));
-    } else {
-      s.out.push_back(sse_event(stream_chunk(h, event.text, event.finish_reason)));
-      if (s.g.request.include_usage)
-        s.out.push_back(sse_event(usage_chunk(h, event.prompt_tokens, event.completion_tokens)));
+  if (!event.done && !event.text.empty()) s.out.push_back(sse_event(stream_chunk(h, index, event.text, std::nullopt)));
+  if (event.done && event.error.ok()) s.out.push_back(sse_event(stream_chunk(h, index, event.text, event.finish_reason)));
+  if (event.done && s.pending == 0) {
+    if (!s.error.ok()) {
+      s.out.push_back(sse_event(ApiError::from_status(s.error).to_json()));
+    } else if (s.g.request.include_usage) {
+      s.out.push_back(sse_event(usage_chunk(h, s.prompt_tokens, s.completion_tokens)));
     }
     s.out.push_back("data: [DONE]\n\n");
     s.finished = true;
@@ -220,15 +231,15 @@ void HttpSession::on_event(GenerationEvent event) {
 // Writes the SSE response in order: the head, each event as a chunk, the last chunk.
 void HttpSession::pump() {
   Stream& s = *gen_;
-  if (s.writing || s.broken) return;
+  if (s.writing || s.client_left) return;
   auto done = [self = shared_from_this()](beast::error_code ec, size_t) {
     if (!self->gen_) return;
     Stream& s = *self->gen_;
     s.writing = false;
-    if (ec) {  // the client is gone or stopped reading: cancel, and wait for the loop's last event
+    if (ec) {  // the client is gone or stopped reading: cancel, and wait for the loop's last events
       s.cancelled->store(true);
-      s.broken = true;
-      if (s.finished) self->gen_.reset();  // the loop's last event has come
+      s.client_left = true;
+      if (s.pending == 0) self->gen_.reset();
       return self->close();
     }
     if (s.last_sent) {

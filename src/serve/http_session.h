@@ -44,7 +44,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void respond(HttpResponse response);
   void after_write(boost::beast::error_code ec, bool close);
   void generate(Generation generation, unsigned version, bool keep_alive);
-  void on_event(GenerationEvent event);
+  void on_event(size_t choice, GenerationEvent event);
   void watch_disconnect();
   void pump();
   void linger();

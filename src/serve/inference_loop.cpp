@@ -26,14 +26,14 @@ Status InferenceLoop::load_status() const {
 
 int64_t InferenceLoop::context() const { return model_->model.config().max_position_embeddings; }
 
-Status InferenceLoop::submit(Submission submission) {
+Status InferenceLoop::submit(std::vector<Submission> submissions) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return Status::overloaded("the server is shutting down");
     if (!ready_) return Status::overloaded("the model is still loading");
-    if (waiting_.size() >= options_.max_waiting)
+    if (waiting_.size() + submissions.size() > options_.max_waiting)
       return Status::overloaded(std::to_string(waiting_.size()) + " requests are waiting, the most this server queues");
-    waiting_.push_back(std::move(submission));
+    for (Submission& s : submissions) waiting_.push_back(std::move(s));
     stats_.waiting = static_cast<int64_t>(waiting_.size());
   }
   wake_.notify_one();

@@ -91,9 +91,10 @@ class InferenceLoop {
   const TextModel& model() const { return *model_; }
   int64_t context() const;
 
-  // Queues a request; kOverloaded when max_waiting are already waiting,
-  // kUnsupported while not ready. The sink hears of it from then on.
-  Status submit(Submission submission);
+  // Queues the sequences of one request (its n choices), all or none: kOverloaded
+  // when they would pass max_waiting, while loading, or while stopping. Each sink
+  // hears of its sequence from then on.
+  Status submit(std::vector<Submission> submissions);
   // Requests waiting or running: what a graceful shutdown waits for.
   int64_t in_flight() const { return stats_.waiting.load() + stats_.running.load(); }
   const LoopStats& stats() const { return stats_; }

@@ -258,8 +258,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     r.seed_given = true;
   }
   if (const Json* stop = f.find("stop")) parse_stop(*stop, r, f);
-  if (auto n = f.integer("n", 1, 128); n && *n != 1)
-    f.fail("n > 1 is not supported yet; send n requests (with different seeds)", "n");
+  if (auto n = f.integer("n", 1, kMaxChoices)) r.n = static_cast<int>(*n);
   if (auto stream = f.boolean("stream")) r.stream = *stream;
   if (const Json* options = f.find("stream_options")) {
     if (!options->is_object()) {

@@ -13,9 +13,9 @@
 //   presence_penalty, frequency_penalty [-2, 2], repetition_penalty > 0,
 //   logit_bias {"token id": bias in [-100, 100]}, seed (integer)
 //   stop                     a string or an array of at most 16 non-empty strings
-//   n                        1 only, for now
+//   n                        integer in [1, kMaxChoices]: choices, each its own sequence
 //   stream, stream_options.include_usage, user
-// Refused with a clear 400 rather than silently ignored: n > 1, logprobs,
+// Refused with a clear 400 rather than silently ignored: logprobs,
 // top_logprobs, echo, best_of > 1, suffix, tools, response_format.
 //
 // Pure functions; safe from any thread. fuzz/serve_request_fuzz.cpp fuzzes them.
@@ -37,6 +37,7 @@ namespace tessera::serve {
 enum class Endpoint { kCompletions, kChat };
 
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr int kMaxChoices = 16;
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -48,6 +49,7 @@ struct CompletionRequest {
   SamplingParams sampling;
   bool seed_given = false;                 // without one, the server draws a seed per request
   std::vector<std::string> stop;
+  int n = 1;                               // choices, each its own sequence
   bool stream = false;
   bool include_usage = false;
   std::string user;

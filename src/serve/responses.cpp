@@ -32,28 +32,31 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-nlohmann::json full_response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                             int64_t prompt_tokens, int64_t completion_tokens) {
+nlohmann::json full_response(const ResponseHeader& h, const std::vector<Choice>& choices, int64_t prompt_tokens,
+                             int64_t completion_tokens) {
   const bool chat = h.endpoint == Endpoint::kChat;
   nlohmann::json json = base(h, chat ? "chat.completion" : "text_completion");
-  nlohmann::json choice = {{"index", 0}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+  json["choices"] = nlohmann::json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    nlohmann::json choice = {{"index", i}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    } else {
+      choice["text"] = choices[i].text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = choices[i].finish_reason;
+    json["choices"].push_back(std::move(choice));
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason;
-  json["choices"] = nlohmann::json::array({choice});
   json["usage"] = usage_json(prompt_tokens, completion_tokens);
   return json;
 }
 
-nlohmann::json stream_chunk(const ResponseHeader& h, const std::string& text,
+nlohmann::json stream_chunk(const ResponseHeader& h, size_t index, const std::string& text,
                             const std::optional<std::string>& finish_reason, bool role) {
   const bool chat = h.endpoint == Endpoint::kChat;
   nlohmann::json json = base(h, chat ? "chat.completion.chunk" : "text_completion");
-  nlohmann::json choice = {{"index", 0}};
+  nlohmann::json choice = {{"index", index}};
   if (chat) {
     nlohmann::json delta = nlohmann::json::object();
     if (role) delta["role"] = "assistant";

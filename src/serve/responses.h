@@ -8,6 +8,7 @@
 //                              "logprobs": null, "finish_reason"}], "usage"}
 //   chat chunks  "object": "chat.completion.chunk", choices[0].delta: {"role"} first,
 //                then {"content"}; completion chunks are "text_completion" objects.
+//   n > 1        one choice per sequence, "index" 0..n-1; a chunk carries one choice.
 //   usage        {"prompt_tokens", "completion_tokens", "total_tokens"}; streamed as a
 //                last chunk with "choices": [] when stream_options.include_usage.
 //
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "serve/request.h"
 
@@ -34,10 +36,14 @@ struct ResponseHeader {
 ResponseHeader new_response_header(Endpoint endpoint, std::string model);
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
-nlohmann::json full_response(const ResponseHeader& h, const std::string& text, const std::string& finish_reason,
-                             int64_t prompt_tokens, int64_t completion_tokens);
-// One streamed chunk; `role` adds the chat delta's role (the first chunk).
-nlohmann::json stream_chunk(const ResponseHeader& h, const std::string& text,
+struct Choice {
+  std::string text;
+  std::string finish_reason;
+};
+nlohmann::json full_response(const ResponseHeader& h, const std::vector<Choice>& choices, int64_t prompt_tokens,
+                             int64_t completion_tokens);
+// One streamed chunk of choice `index`; `role` adds the chat delta's role (a choice's first chunk).
+nlohmann::json stream_chunk(const ResponseHeader& h, size_t index, const std::string& text,
                             const std::optional<std::string>& finish_reason, bool role = false);
 nlohmann::json usage_chunk(const ResponseHeader& h, int64_t prompt_tokens, int64_t completion_tokens);
 

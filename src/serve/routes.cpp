@@ -156,7 +156,7 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
     return error(e, version, keep_alive);
   }
 
-  Submission& s = g.submission;
+  Submission s;
   s.prompt = std::move(ids).value();
   s.max_tokens = r.max_tokens.value_or(endpoint == Endpoint::kChat ? context - prompt_size
                                                                    : options_.default_max_tokens);
@@ -168,6 +168,11 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
   if (Status valid = validate(s.sampling, model.model.config().vocab_size); !valid.ok())
     return error(ApiError::from_status(valid), version, keep_alive);
   s.stop = r.stop;
+  for (int i = 0; i < r.n; ++i) {
+    g.submissions.push_back(s);
+    g.submissions.back().sampling.seed = s.sampling.seed + static_cast<uint64_t>(i);
+    g.submissions.back().cancelled = s.cancelled;
+  }
   g.header = new_response_header(endpoint, options_.model_name);
   return g;
 }

@@ -39,10 +39,11 @@ struct RouteOptions {
   int64_t default_max_tokens = 16;   // completions without max_tokens (OpenAI's default)
 };
 
-// A completion request ready for the inference loop.
+// A completion request ready for the inference loop: one submission per choice
+// (choice i samples with seed + i), sharing one cancel flag; the session adds the sinks.
 struct Generation {
   CompletionRequest request;
-  Submission submission;  // prompt, limits, sampling; the session adds the sink
+  std::vector<Submission> submissions;
   ResponseHeader header;
 };
 

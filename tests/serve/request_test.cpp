@@ -40,7 +40,7 @@ TEST(ServeRequestTest, ReadsEveryCompletionField) {
   const CompletionRequest r = parse_ok(R"({
     "model": "m", "prompt": "Hello", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
     "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
-    "logit_bias": {"5": -100, "7": 2.5}, "seed": 42, "stop": ["\n", "END"], "n": 1, "stream": true,
+    "logit_bias": {"5": -100, "7": 2.5}, "seed": 42, "stop": ["\n", "END"], "n": 3, "stream": true,
     "stream_options": {"include_usage": true}, "user": "u1", "logprobs": false, "echo": false, "best_of": 1,
     "unknown_field": {"ignored": true}})");
   EXPECT_EQ(r.endpoint, Endpoint::kCompletions);
@@ -58,6 +58,7 @@ TEST(ServeRequestTest, ReadsEveryCompletionField) {
   EXPECT_EQ(r.sampling.seed, 42u);
   EXPECT_TRUE(r.seed_given);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_EQ(r.n, 3);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.user, "u1");
@@ -69,6 +70,7 @@ TEST(ServeRequestTest, DefaultsWhenFieldsAreAbsentOrNull) {
   EXPECT_FALSE(r.seed_given);
   EXPECT_TRUE(r.stop.empty());
   EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.n, 1);
   EXPECT_EQ(r.sampling.temperature, 0.0f);
   EXPECT_EQ(r.sampling.top_p, 1.0f);
 }
@@ -175,11 +177,11 @@ TEST(ServeRequestTest, OutOfRangeValuesNameTheField) {
   expect_refused(R"({"prompt": "x", "stop": ""})", "stop", "must not be empty");
   expect_refused(R"({"prompt": "x", "stop": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
                  "stop", "at most 16");
-  expect_refused(R"({"prompt": "x", "n": 0})", "n", "[1, 128]");
+  expect_refused(R"({"prompt": "x", "n": 0})", "n", "[1, 16]");
+  expect_refused(R"({"prompt": "x", "n": 17})", "n", "[1, 16]");
 }
 
 TEST(ServeRequestTest, UnsupportedFieldsAreRefusedNotIgnored) {
-  expect_refused(R"({"prompt": "x", "n": 2})", "n", "n > 1 is not supported yet");
   expect_refused(R"({"prompt": "x", "logprobs": 3})", "logprobs", "not supported");
   expect_refused(R"({"prompt": "x", "logprobs": true})", "logprobs", "not supported");
   expect_refused(R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs", "not supported");

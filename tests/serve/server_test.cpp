@@ -225,6 +225,47 @@ TEST_F(ServeTest, SeededSamplingIsTheSameAloneAndAmongOthers) {
   EXPECT_NE(Json::parse(alone[0])["choices"][0]["text"], Json::parse(alone[1])["choices"][0]["text"]);
 }
 
+TEST_F(ServeTest, EachOfNChoicesIsTheRequestWithItsSeedAlone) {
+  auto body = [](int seed, int n, bool stream) {
+    return R"({"prompt": "The king", "max_tokens": 16, "temperature": 0.8, "seed": )" + std::to_string(seed) +
+           R"(, "n": )" + std::to_string(n) + R"(, "stream": )" + (stream ? "true" : "false") + "}";
+  };
+  const HttpReply three = post(port(), "/v1/completions", body(7, 3, false));
+  ASSERT_EQ(three.status, 200) << three.body;
+  const Json choices = three.json()["choices"];
+  ASSERT_EQ(choices.size(), 3u);
+  int64_t completion_tokens = 0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(choices[i]["index"], i);
+    const Json alone = post(port(), "/v1/completions", body(7 + i, 1, false)).json();
+    EXPECT_EQ(choices[i]["text"], alone["choices"][0]["text"]) << "choice " << i;
+    EXPECT_EQ(choices[i]["finish_reason"], alone["choices"][0]["finish_reason"]);
+    completion_tokens += alone["usage"]["completion_tokens"].get<int64_t>();
+  }
+  EXPECT_EQ(three.json()["usage"]["completion_tokens"], completion_tokens);
+  EXPECT_NE(choices[0]["text"], choices[1]["text"]) << "the choices sample with different seeds";
+
+  // Streamed: each index's pieces join to that choice's text, and each index finishes once.
+  const HttpReply streamed = post(port(), "/v1/completions", body(7, 3, true));
+  ASSERT_EQ(streamed.status, 200);
+  std::vector<std::string> texts(3);
+  std::vector<int> finishes(3);
+  for (const std::string& data : sse_data(streamed.body)) {
+    if (data == "[DONE]") continue;
+    const Json chunk = Json::parse(data);
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    const size_t i = chunk["choices"][0]["index"];
+    ASSERT_LT(i, 3u);
+    EXPECT_EQ(finishes[i], 0) << "a chunk of choice " << i << " after its finish";
+    texts[i] += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) ++finishes[i];
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(texts[i], choices[i]["text"]) << "choice " << i;
+    EXPECT_EQ(finishes[i], 1);
+  }
+}
+
 TEST_F(ServeTest, TokenizeAndDetokenizeRoundTrip) {
   const HttpReply t = post(port(), "/tokenize", R"({"prompt": "Hello world", "add_special_tokens": false})");
   ASSERT_EQ(t.status, 200) << t.body;
