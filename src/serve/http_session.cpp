@@ -53,8 +53,25 @@ void HttpSession::read() {
   parser_.emplace();
   parser_->body_limit(context_.body_limit);
   stream_.expires_after(kIdleTimeout);
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+// The header is in (and a Content-Length over the body limit already refused). A client
+// that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for a 100
+// before sending the body.
+void HttpSession::on_header(beast::error_code ec) {
+  if (ec) return on_read(ec);
+  auto read_body = [self = shared_from_this()] {
+    http::async_read(self->stream_, self->buffer_, *self->parser_,
+                     [self](beast::error_code ec, size_t) { self->on_read(ec); });
+  };
+  if (!beast::iequals(parser_->get()[http::field::expect], "100-continue")) return read_body();
+  auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, parser_->get().version());
+  http::async_write(stream_, *interim, [self = shared_from_this(), interim, read_body](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    read_body();
+  });
 }
 
 void HttpSession::close() {

@@ -40,6 +40,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  private:
   struct Stream;  // a generation in flight
   void read();
+  void on_header(boost::beast::error_code ec);
   void on_read(boost::beast::error_code ec);
   void respond(HttpResponse response);
   void after_write(boost::beast::error_code ec, bool close);
