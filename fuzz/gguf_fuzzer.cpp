@@ -4,7 +4,8 @@
 // counts that match the bytes, a power-of-two alignment, aligned and
 // non-overlapping tensors inside the data section, unique names, byte counts
 // that match dims and type. Every typed getter is asked for every key; each
-// must answer without reading outside the input.
+// must answer without reading outside the input. Every accepted tensor is
+// dequantized (src/io/gguf_quant.h) from whatever bytes its blocks hold.
 // Seeds: fuzz/corpus/gguf_fuzzer (valid GGUF files: tests/fixtures/gguf/valid.gguf
 // and files written by gguf-py).
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "core/check.h"
 #include "io/gguf.h"
+#include "io/gguf_quant.h"
 
 namespace {
 
@@ -85,6 +87,9 @@ void check_header(const tessera::GgufHeader& h, std::span<const uint8_t> file) {
     TS_CHECK_EQ(t.offset % h.alignment, uint64_t{0});
     TS_CHECK(t.offset <= data_size && t.nbytes <= data_size - t.offset, t.name);
     in.check_inside(file.data() + h.data_offset + t.offset, t.nbytes);
+    // Dequantization reads exactly the tensor's bytes (ASan checks) for any block contents.
+    std::vector<float> values(numel);
+    tessera::dequantize_gguf(t.type, file.subspan(h.data_offset + t.offset, t.nbytes), values);
     sorted.push_back(&t);
   }
   std::sort(sorted.begin(), sorted.end(), [](const auto* a, const auto* b) { return a->name < b->name; });
