@@ -105,9 +105,24 @@ class Cursor {
     return std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }
 
+  // Takes count x each bytes from the metadata's allocation budget: string and
+  // nested arrays are the only metadata that allocates, and a file of zeros
+  // parses as empty strings, so the file's size alone does not bound them.
+  template <typename Name>
+  Status charge(uint64_t count, uint64_t each, const Name& name) {
+    if (count > allocation_left_ / each) {
+      return Status::invalid_input(name() + ": " + std::to_string(count) + " elements of " + std::to_string(each) +
+                                   " bytes exceed what is left of the " +
+                                   std::to_string(kMaxGgufMetadataAllocation >> 20) + " MiB metadata budget");
+    }
+    allocation_left_ -= count * each;
+    return {};
+  }
+
  private:
   std::span<const uint8_t> file_;
   uint64_t pos_ = 0;
+  uint64_t allocation_left_ = kMaxGgufMetadataAllocation;
 };
 
 template <typename Name>
@@ -128,6 +143,10 @@ Result<GgufValue> read_array(Cursor& cursor, const std::string& what, uint64_t d
   TS_ASSIGN_OR_RETURN(value.element_type, read_type(cursor, [&] { return what + " element type"; }));
   TS_ASSIGN_OR_RETURN(value.count, cursor.uint(8, [&] { return what + " count"; }));
   const uint64_t size = scalar_size(value.element_type);
+  if (size == 0) {
+    const uint64_t each = value.element_type == GgufType::kString ? sizeof(std::string_view) : sizeof(GgufValue);
+    TS_RETURN_IF_ERROR(cursor.charge(value.count, each, [&] { return what; }));
+  }
   const uint64_t min_size = value.element_type == GgufType::kString  ? kMinStringBytes
                             : value.element_type == GgufType::kArray ? kMinArrayBytes
                                                                      : size;
@@ -148,7 +167,7 @@ Result<GgufValue> read_array(Cursor& cursor, const std::string& what, uint64_t d
     }
     return value;
   }
-  // count <= remaining / min_size, so these reserves are bounded by the file.
+  // The budget and count <= remaining / min_size bound these reserves.
   if (value.element_type == GgufType::kString) {
     value.strings.reserve(value.count);
     for (uint64_t i = 0; i < value.count; ++i) {

@@ -15,7 +15,8 @@
 // Before anything is used or allocated it checks, in u64 arithmetic against the
 // bytes that remain: the magic and version, both counts (each entry needs a
 // minimum number of bytes), every string and array length, the array nesting
-// depth (kMaxGgufArrayDepth), bool values, unique keys and tensor names, the rank
+// depth (kMaxGgufArrayDepth), what string and nested arrays may allocate
+// (kMaxGgufMetadataAllocation, checked before reserving), bool values, unique keys and tensor names, the rank
 // (at most 4, as ggml), each dimension and their product, that dims[0] is a
 // whole number of blocks of the ggml type, the type's byte size, that
 // `general.alignment` is a u32 power of two at most kMaxGgufAlignment, that the
@@ -147,6 +148,9 @@ inline constexpr uint64_t kMaxGgufAlignment = uint64_t{1} << 16;
 inline constexpr uint64_t kMaxGgufKeyBytes = 65535;  // the spec's bound
 inline constexpr uint64_t kMaxGgufNameBytes = 63;    // ggml's GGML_MAX_NAME - 1
 inline constexpr uint32_t kMaxGgufDims = 4;          // ggml's GGML_MAX_DIMS
+// What parsed metadata may allocate: 16 bytes a string of an array, sizeof(GgufValue)
+// a nested array. The largest vocabularies (262k tokens, 500k merges) use ~12 MiB.
+inline constexpr uint64_t kMaxGgufMetadataAllocation = uint64_t{256} << 20;
 
 Result<GgufHeader> parse_gguf(std::span<const uint8_t> file);
 

@@ -274,8 +274,15 @@ TEST(GgufTest, Cve2025_49847_VocabularyArrayLengthsAreBounded) {
         .type(GgufType::kString)
         .u64(count);
   };
-  expect_rejected(tokens(kU64Max).str("a").b,
-                  {"key 'tokenizer.ggml.tokens'", "array of 18446744073709551615 string", "needs at least 8 bytes"});
+  // A count the budget allows but the file cannot hold.
+  expect_rejected(tokens(uint64_t{1} << 20).str("a").b,
+                  {"key 'tokenizer.ggml.tokens'", "array of 1048576 string", "needs at least 8 bytes"});
+  // A count whose views alone would take more than the metadata budget (a file of
+  // zeros that large would parse as that many empty strings).
+  for (const uint64_t count : {kU64Max, (kMaxGgufMetadataAllocation / 16) + 1}) {
+    expect_rejected(tokens(count).str("a").b, {"key 'tokenizer.ggml.tokens'",
+                                               std::to_string(count) + " elements of 16 bytes", "MiB metadata budget"});
+  }
   // A token whose length runs past the file, or wraps a 64-bit offset.
   for (const uint64_t len : {uint64_t{100}, kU64Max, kU64Max - 7}) {
     expect_rejected(tokens(2).str("ok").u64(len).u64(0).b,
@@ -381,6 +388,9 @@ TEST(GgufTest, DeeplyNestedArraysAreRefused) {
   const Result<GgufHeader> deepest = parse_gguf(nested(kMaxGgufArrayDepth));
   ASSERT_TRUE(deepest.ok()) << deepest.status().to_string();
   expect_rejected(nested(kMaxGgufArrayDepth + 1), {"key 'nested'[0][0][0][0]", "nested deeper than 4"});
+  // Arrays of arrays draw on the same budget, at sizeof(GgufValue) each.
+  expect_rejected(GgufBytes().header(0, 1).str("n").type(GgufType::kArray).type(GgufType::kArray).u64(kU64Max / 2).b,
+                  {"key 'n'", "elements of " + std::to_string(sizeof(GgufValue)) + " bytes", "metadata budget"});
   // Deep enough to overflow the stack of a parser that recursed without a bound.
   expect_rejected(nested(1'000'000), {"nested deeper than 4"});
 }
