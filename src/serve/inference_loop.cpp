@@ -6,11 +6,17 @@
 
 namespace tessera::serve {
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
 struct InferenceLoop::Live {
   Submission submission;
   TextStream stream;
   int64_t capacity = 0;
   std::vector<int32_t> output;
+  std::optional<Clock::time_point> last_token;
 };
 
 InferenceLoop::InferenceLoop(LoopOptions options) : options_(std::move(options)) {}
@@ -33,7 +39,11 @@ Status InferenceLoop::submit(std::vector<Submission> submissions) {
     if (!ready_) return Status::overloaded("the model is still loading");
     if (waiting_.size() + submissions.size() > options_.max_waiting)
       return Status::overloaded(std::to_string(waiting_.size()) + " requests are waiting, the most this server queues");
-    for (Submission& s : submissions) waiting_.push_back(std::move(s));
+    const auto now = Clock::now();
+    for (Submission& s : submissions) {
+      s.arrived = now;
+      waiting_.push_back(std::move(s));
+    }
     stats_.waiting = static_cast<int64_t>(waiting_.size());
   }
   wake_.notify_one();
@@ -142,15 +152,22 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
       continue;
     }
     stats_.prompt_tokens += static_cast<uint64_t>(prompt_size);
+    stats_.queue_time.observe(seconds_since(s.arrived));
     const TextModel& model = *model_;
     TextStream stream(
         [&model](std::span<const int32_t> ids) { return model.tokenizer.decode(ids, /*skip_special=*/true).value_or(""); },
         s.stop);
-    live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}}));
+    live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}, std::nullopt}));
   }
 }
 
 void InferenceLoop::on_token(uint64_t id, Live& live, int32_t token) {
+  if (live.last_token) {
+    stats_.inter_token_latency.observe(seconds_since(*live.last_token));
+  } else {
+    stats_.time_to_first_token.observe(seconds_since(live.submission.arrived));
+  }
+  live.last_token = Clock::now();
   const std::vector<int32_t>& stop_ids = model_->stop_ids;
   if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) return finish(id, "stop");
   live.output.push_back(token);
@@ -170,6 +187,7 @@ void InferenceLoop::finish(uint64_t id, const std::string& reason) {
   Live& live = *it->second;
   engine_.scheduler->cancel(id);
   ++(reason == "stop" ? stats_.finished_stop : stats_.finished_length);
+  stats_.e2e_latency.observe(seconds_since(live.submission.arrived));
   live.submission.sink({.text = live.stream.finish(),
                         .done = true,
                         .finish_reason = reason,

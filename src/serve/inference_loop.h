@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -29,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,7 @@
 #include "engine/local_engine.h"
 #include "engine/text_model.h"
 #include "sampling/sampling_params.h"
+#include "serve/histogram.h"
 
 namespace tessera::serve {
 
@@ -58,6 +61,7 @@ struct Submission {
   std::vector<std::string> stop;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::function<void(GenerationEvent)> sink;
+  std::chrono::steady_clock::time_point arrived{};  // set by submit()
 };
 
 struct LoopOptions {
@@ -73,6 +77,8 @@ struct LoopStats {
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, failed{0}, cancelled{0};
   std::atomic<uint64_t> steps{0};
+  // Seconds: arrival to admission; arrival to the first token; between tokens; arrival to a finish.
+  Histogram queue_time, time_to_first_token, inter_token_latency, e2e_latency;
 };
 
 class InferenceLoop {

@@ -49,6 +49,10 @@ std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
   for (size_t i = 0; i < HttpCounters::kCodes.size(); ++i)
     sample(out, "http_requests_total{code=\"" + std::to_string(HttpCounters::kCodes[i]) + "\"}",
            static_cast<double>(http.responses[i].load()));
+  loop.queue_time.write(out, "request_queue_time_seconds", "Seconds from arrival to admission into the scheduler.");
+  loop.time_to_first_token.write(out, "time_to_first_token_seconds", "Seconds from arrival to the first token.");
+  loop.inter_token_latency.write(out, "inter_token_latency_seconds", "Seconds between two tokens of a request.");
+  loop.e2e_latency.write(out, "e2e_request_latency_seconds", "Seconds from arrival to finish, of finished requests.");
   return out;
 }
 

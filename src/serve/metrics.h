@@ -12,6 +12,8 @@
 //   tessera:request_cancelled_total    counter  the client went away
 //   tessera:request_rejected_total     counter  refused at the door: queue full (429)
 //   tessera:http_requests_total{code}  counter  every HTTP response by status code
+//   tessera:request_queue_time_seconds, time_to_first_token_seconds, inter_token_latency_seconds,
+//   e2e_request_latency_seconds        histograms (histogram.h)
 //
 // Counters are atomics; any thread may bump or read them.
 #pragma once

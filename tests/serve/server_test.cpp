@@ -381,7 +381,11 @@ TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   tcp::socket running = connect_to(io, server->port());
   net::write(running, net::buffer(request));
-  ASSERT_TRUE(eventually([&] { return stats.running.load() == 1; }));
+  {  // its first event: it runs (and the queue is empty again)
+    std::string seen;
+    char buffer[4096];
+    while (seen.find("data: ") == std::string::npos) seen.append(buffer, running.read_some(net::buffer(buffer)));
+  }
   tcp::socket waiting = connect_to(io, server->port());
   net::write(waiting, net::buffer(request));
   ASSERT_TRUE(eventually([&] { return stats.waiting.load() == 1; }));
@@ -396,6 +400,44 @@ TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
     return stats.running.load() == 0 && stats.waiting.load() == 0 &&
            stats.kv_blocks_free.load() == stats.kv_blocks_total.load();
   }));
+}
+
+// The value of one sample line of /metrics ("tessera:<name> <value>"); -1 when absent.
+double metric_value(const std::string& metrics, const std::string& name) {
+  const std::string key = "\ntessera:" + name + " ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + key.size()));
+}
+
+TEST(ServeMetricsTest, LatencyHistogramsCountEveryRequestAndToken) {
+  const auto server = start_server(test_options());
+  ASSERT_TRUE(server->loop().ready());
+  for (int i = 0; i < 3; ++i)  // 5 tokens each, none an end of text
+    ASSERT_EQ(post(server->port(), "/v1/completions",
+                   R"({"prompt": "Once", "max_tokens": 5, "logit_bias": {"1": -100}})")
+                  .status,
+              200);
+  const std::string m = get(server->port(), "/metrics").body;
+  EXPECT_EQ(metric_value(m, "request_success_total{finished_reason=\"length\"}"), 3) << m;
+  EXPECT_EQ(metric_value(m, "generation_tokens_total"), 15);
+  EXPECT_EQ(metric_value(m, "e2e_request_latency_seconds_count"), 3);
+  EXPECT_EQ(metric_value(m, "request_queue_time_seconds_count"), 3);
+  EXPECT_EQ(metric_value(m, "time_to_first_token_seconds_count"), 3);
+  EXPECT_EQ(metric_value(m, "inter_token_latency_seconds_count"), 12);  // 4 gaps each
+  for (const char* name : {"e2e_request_latency_seconds", "request_queue_time_seconds", "time_to_first_token_seconds",
+                           "inter_token_latency_seconds"}) {
+    const std::string n(name);
+    EXPECT_EQ(metric_value(m, n + "_bucket{le=\"+Inf\"}"), metric_value(m, n + "_count")) << n;
+    double previous = 0;
+    for (const double bound : Histogram::kBounds) {
+      char le[32];
+      std::snprintf(le, sizeof le, "%g", bound);
+      const double cumulative = metric_value(m, n + "_bucket{le=\"" + le + "\"}");
+      EXPECT_GE(cumulative, previous) << n << " le=" << le;
+      previous = cumulative;
+    }
+    EXPECT_GT(metric_value(m, n + "_sum"), 0) << n;
+  }
 }
 
 TEST(ServeAuthTest, ApiKeyIsRequiredOnTheApiRoutes) {
