@@ -24,7 +24,8 @@ Status serve_main(ServeOptions& o) {
   serve::ServerOptions& s = o.server;
   if (s.routes.model_name.empty())
     s.routes.model_name = std::filesystem::path(s.loop.model_dir).lexically_normal().filename().string();
-  if (s.routes.model_name.empty()) s.routes.model_name = std::filesystem::path(s.loop.model_dir).parent_path().filename();
+  if (s.routes.model_name.empty())
+    s.routes.model_name = std::filesystem::path(s.loop.model_dir).parent_path().filename();
   s.shutdown_timeout = std::chrono::milliseconds(std::llround(o.shutdown_timeout_s * 1000));
   serve::Server server(s);
   TS_RETURN_IF_ERROR(server.listen());

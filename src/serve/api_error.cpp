@@ -4,16 +4,12 @@ namespace tessera::serve {
 
 ApiError ApiError::from_status(const Status& status, std::string param) {
   switch (status.kind()) {
-    case ErrorKind::kInvalidInput:
-      return {400, status.message(), "invalid_request_error", std::move(param), ""};
+    case ErrorKind::kInvalidInput: return {400, status.message(), "invalid_request_error", std::move(param), ""};
     case ErrorKind::kUnsupported:
       return {400, status.message(), "invalid_request_error", std::move(param), "unsupported"};
-    case ErrorKind::kNotFound:
-      return {404, status.message(), "not_found_error", std::move(param), ""};
-    case ErrorKind::kOverloaded:
-      return {503, status.message(), "overloaded_error", "", "overloaded"};
-    default:
-      return {500, status.to_string(), "internal_error", "", ""};
+    case ErrorKind::kNotFound: return {404, status.message(), "not_found_error", std::move(param), ""};
+    case ErrorKind::kOverloaded: return {503, status.message(), "overloaded_error", "", "overloaded"};
+    default: return {500, status.to_string(), "internal_error", "", ""};
   }
 }
 

@@ -12,7 +12,7 @@ namespace tessera::serve {
 
 class Histogram {
  public:
-  static constexpr std::array<double, 14> kBounds{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+  static constexpr std::array<double, 14> kBounds{0.001, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
                                                   0.5,   1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
   void observe(double seconds);
   uint64_t count() const { return count_.load(); }

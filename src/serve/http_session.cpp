@@ -1,8 +1,8 @@
 #include "serve/http_session.h"
 
+#include <array>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <array>
 #include <chrono>
 
 namespace tessera::serve {
@@ -23,11 +23,11 @@ struct HttpSession::Stream {
   unsigned version = 11;
   bool keep_alive = true;
   std::vector<Choice> choices;
-  size_t pending = 0;             // choices whose last event has not come
+  size_t pending = 0;  // choices whose last event has not come
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  Status error{};                 // the first failure of a choice; the others are cancelled
-  bool client_left = false;       // the socket closed or a write failed: nothing more is written
-  bool started = false;           // streaming: the SSE response has begun
+  Status error{};            // the first failure of a choice; the others are cancelled
+  bool client_left = false;  // the socket closed or a write failed: nothing more is written
+  bool started = false;      // streaming: the SSE response has begun
   bool head_pending = false;
   bool writing = false;
   bool finished = false;  // the last event is queued in `out`
@@ -84,10 +84,10 @@ void HttpSession::close() {
 void HttpSession::on_read(beast::error_code ec) {
   const Routes& routes = context_.routes;
   if (ec == http::error::body_limit) {
-    respond(routes.error({413,
-                          "the request body is over the limit of " + std::to_string(context_.body_limit) + " bytes",
-                          "invalid_request_error", "", "body_too_large"},
-                         parser_->get().version(), /*keep_alive=*/false));
+    respond(
+        routes.error({413, "the request body is over the limit of " + std::to_string(context_.body_limit) + " bytes",
+                      "invalid_request_error", "", "body_too_large"},
+                     parser_->get().version(), /*keep_alive=*/false));
     return;
   }
   if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof) return close();
@@ -168,15 +168,14 @@ void HttpSession::generate(Generation generation, unsigned version, bool keep_al
 }
 
 void HttpSession::watch_disconnect() {
-  stream_.socket().async_wait(tcp::socket::wait_read,
-                              [self = shared_from_this(), cancelled = gen_->cancelled](beast::error_code ec) {
-                                if (ec) return;  // our own close
-                                char byte;
-                                beast::error_code peek;
-                                const size_t n =
-                                    self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek);
-                                if (peek || n == 0) cancelled->store(true);  // closed or reset; bytes: a next request
-                              });
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this(), cancelled = gen_->cancelled](beast::error_code ec) {
+        if (ec) return;  // our own close
+        char byte;
+        beast::error_code peek;
+        const size_t n = self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek);
+        if (peek || n == 0) cancelled->store(true);  // closed or reset; bytes: a next request
+      });
 }
 
 void HttpSession::on_event(size_t index, GenerationEvent event) {
@@ -212,8 +211,8 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
   if (!s.g.request.stream) {
     choice.text += event.text;
     if (s.pending > 0) return;
-    HttpResponse response = routes.json(
-        200, dump(full_response(h, s.choices, s.prompt_tokens, s.completion_tokens)), s.version, s.keep_alive);
+    HttpResponse response = routes.json(200, dump(full_response(h, s.choices, s.prompt_tokens, s.completion_tokens)),
+                                        s.version, s.keep_alive);
     gen_.reset();
     return respond(std::move(response));
   }
@@ -232,7 +231,8 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
         s.out.push_back(sse_event(stream_chunk(h, i, "", std::nullopt, /*role=*/true)));
   }
   if (!event.done && !event.text.empty()) s.out.push_back(sse_event(stream_chunk(h, index, event.text, std::nullopt)));
-  if (event.done && event.error.ok()) s.out.push_back(sse_event(stream_chunk(h, index, event.text, event.finish_reason)));
+  if (event.done && event.error.ok())
+    s.out.push_back(sse_event(stream_chunk(h, index, event.text, event.finish_reason)));
   if (event.done && s.pending == 0) {
     if (!s.error.ok()) {
       s.out.push_back(sse_event(ApiError::from_status(s.error).to_json()));

@@ -23,7 +23,9 @@ InferenceLoop::InferenceLoop(LoopOptions options) : options_(std::move(options))
 
 InferenceLoop::~InferenceLoop() { stop(); }
 
-void InferenceLoop::start() { thread_ = std::thread([this] { run(); }); }
+void InferenceLoop::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 Status InferenceLoop::load_status() const {
   std::lock_guard lock(mutex_);
@@ -155,7 +157,9 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
     stats_.queue_time.observe(seconds_since(s.arrived));
     const TextModel& model = *model_;
     TextStream stream(
-        [&model](std::span<const int32_t> ids) { return model.tokenizer.decode(ids, /*skip_special=*/true).value_or(""); },
+        [&model](std::span<const int32_t> ids) {
+          return model.tokenizer.decode(ids, /*skip_special=*/true).value_or("");
+        },
         s.stop);
     live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}, std::nullopt}));
   }
@@ -177,8 +181,7 @@ void InferenceLoop::on_token(uint64_t id, Live& live, int32_t token) {
   const auto produced = static_cast<int64_t>(live.output.size());
   if (produced >= live.submission.max_tokens) return finish(id, "length");
   // Positions held: the prompt and every output token but this one, which is not yet run.
-  if (static_cast<int64_t>(live.submission.prompt.size()) + produced - 1 >= live.capacity)
-    return finish(id, "length");
+  if (static_cast<int64_t>(live.submission.prompt.size()) + produced - 1 >= live.capacity) return finish(id, "length");
   if (Status fed = engine_.scheduler->feed_ids(id, {token}); !fed.ok()) fail(id, fed);
 }
 

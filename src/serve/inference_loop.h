@@ -48,7 +48,7 @@ namespace tessera::serve {
 struct GenerationEvent {
   std::string text{};
   bool done = false;
-  Status error{};             // done with an error: the request failed (no finish reason)
+  Status error{};               // done with an error: the request failed (no finish reason)
   std::string finish_reason{};  // done and OK: "stop" or "length"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;

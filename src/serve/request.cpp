@@ -113,7 +113,8 @@ std::optional<std::string> message_content(const Json& content, const std::strin
     if (type == part.end() || !type->is_string())
       return f.fail(at + ".type must be a string", at + ".type"), std::nullopt;
     if (*type != "text")
-      return f.fail(at + ".type '" + type->get<std::string>() + "' is not supported; only text parts are", at + ".type"),
+      return f.fail(at + ".type '" + type->get<std::string>() + "' is not supported; only text parts are",
+                    at + ".type"),
              std::nullopt;
     const auto t = part.find("text");
     if (t == part.end() || !t->is_string()) return f.fail(at + ".text must be a string", at + ".text"), std::nullopt;
@@ -131,8 +132,7 @@ std::optional<Json> parse_messages(const Json& v, Fields& f) {
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) return f.fail_type(at, "an object", m), std::nullopt;
     const auto role = m.find("role");
-    if (role == m.end() || !role->is_string())
-      return f.fail(at + ".role must be a string", at + ".role"), std::nullopt;
+    if (role == m.end() || !role->is_string()) return f.fail(at + ".role must be a string", at + ".role"), std::nullopt;
     const auto content = m.find("content");
     std::optional<std::string> text =
         content == m.end() ? std::string() : message_content(*content, at + ".content", f);
@@ -166,9 +166,9 @@ void parse_stop(const Json& v, CompletionRequest& r, Fields& f) {
     r.stop.push_back(v.get<std::string>());
   } else if (v.is_array()) {
     if (v.size() > kMaxStopStrings)
-      return f.fail("stop takes at most " + std::to_string(kMaxStopStrings) + " strings, not " +
-                        std::to_string(v.size()),
-                    "stop");
+      return f.fail(
+          "stop takes at most " + std::to_string(kMaxStopStrings) + " strings, not " + std::to_string(v.size()),
+          "stop");
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_string()) return f.fail_type("stop[" + std::to_string(i) + "]", "a string", v[i]);
       r.stop.push_back(v[i].get<std::string>());
@@ -184,8 +184,7 @@ void parse_logit_bias(const Json& v, CompletionRequest& r, int64_t vocab_size, F
   if (!v.is_object()) return f.fail_type("logit_bias", "an object of token id to bias", v);
   for (const auto& [key, bias] : v.items()) {
     // Digits only (no sign, no spaces), few enough that the number cannot overflow.
-    const bool digits = !key.empty() && key.size() <= 12 &&
-                        key.find_first_not_of("0123456789") == std::string::npos;
+    const bool digits = !key.empty() && key.size() <= 12 && key.find_first_not_of("0123456789") == std::string::npos;
     const long long id = digits ? std::stoll(key) : -1;
     if (id < 0 || id >= vocab_size)
       return f.fail("logit_bias key '" + key + "' is not a token id in [0, " + std::to_string(vocab_size) + ")",

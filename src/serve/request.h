@@ -42,14 +42,14 @@ inline constexpr int kMaxChoices = 16;
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
-  std::string prompt;                      // completions: the text (when prompt_ids is empty)
-  std::vector<int32_t> prompt_ids;         // completions: token ids given as such
-  nlohmann::ordered_json messages;         // chat: [{role, content: string}], normalized
-  std::optional<int64_t> max_tokens;       // absent: the server's default
+  std::string prompt;                 // completions: the text (when prompt_ids is empty)
+  std::vector<int32_t> prompt_ids;    // completions: token ids given as such
+  nlohmann::ordered_json messages;    // chat: [{role, content: string}], normalized
+  std::optional<int64_t> max_tokens;  // absent: the server's default
   SamplingParams sampling;
-  bool seed_given = false;                 // without one, the server draws a seed per request
+  bool seed_given = false;  // without one, the server draws a seed per request
   std::vector<std::string> stop;
-  int n = 1;                               // choices, each its own sequence
+  int n = 1;  // choices, each its own sequence
   bool stream = false;
   bool include_usage = false;
   std::string user;

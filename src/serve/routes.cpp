@@ -84,10 +84,11 @@ std::variant<HttpResponse, Generation> Routes::handle(const HttpRequest& request
     return error({404, "no route " + std::string(request.target()), "not_found_error", "", ""}, version, keep_alive);
   if (request.method() != route->verb) {
     const std::string allowed(http::to_string(route->verb));
-    HttpResponse response = error({405, std::string(request.method_string()) + " is not allowed on " +
-                                            std::string(route->path) + "; use " + allowed,
-                                   "invalid_request_error", "", ""},
-                                  version, keep_alive);
+    HttpResponse response = error(
+        {405,
+         std::string(request.method_string()) + " is not allowed on " + std::string(route->path) + "; use " + allowed,
+         "invalid_request_error", "", ""},
+        version, keep_alive);
     response.set(http::field::allow, allowed);
     return response;
   }
@@ -149,17 +150,18 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
   const int64_t context = loop_.context();
   if (prompt_size == 0) return error(ApiError::invalid("the prompt has no tokens", param), version, keep_alive);
   if (prompt_size >= context) {
-    ApiError e = ApiError::invalid("the prompt has " + std::to_string(prompt_size) + " tokens; the model's context is " +
-                                       std::to_string(context) + " (the prompt must leave room for one token)",
-                                   param);
+    ApiError e =
+        ApiError::invalid("the prompt has " + std::to_string(prompt_size) + " tokens; the model's context is " +
+                              std::to_string(context) + " (the prompt must leave room for one token)",
+                          param);
     e.code = "context_length_exceeded";
     return error(e, version, keep_alive);
   }
 
   Submission s;
   s.prompt = std::move(ids).value();
-  s.max_tokens = r.max_tokens.value_or(endpoint == Endpoint::kChat ? context - prompt_size
-                                                                   : options_.default_max_tokens);
+  s.max_tokens =
+      r.max_tokens.value_or(endpoint == Endpoint::kChat ? context - prompt_size : options_.default_max_tokens);
   s.sampling = r.sampling;
   if (!r.seed_given) {  // each request draws its own seed: nothing is shared between requests
     thread_local std::mt19937_64 rng{std::random_device{}()};

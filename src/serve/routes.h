@@ -34,9 +34,9 @@ using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
 
 struct RouteOptions {
-  std::string api_key;               // empty: no key needed
-  std::string model_name;            // what /v1/models lists and responses carry
-  int64_t default_max_tokens = 16;   // completions without max_tokens (OpenAI's default)
+  std::string api_key;              // empty: no key needed
+  std::string model_name;           // what /v1/models lists and responses carry
+  int64_t default_max_tokens = 16;  // completions without max_tokens (OpenAI's default)
 };
 
 // A completion request ready for the inference loop: one submission per choice

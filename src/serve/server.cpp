@@ -27,7 +27,8 @@ Status Server::listen() {
   if (ec) return Status::invalid_input("--host '" + options_.host + "' is not an IP address: " + ec.message());
   const tcp::endpoint endpoint(address, options_.port);
   const std::string where = options_.host + ":" + std::to_string(options_.port);
-  if (acceptor_.open(endpoint.protocol(), ec); ec) return Status::invalid_input("opening " + where + ": " + ec.message());
+  if (acceptor_.open(endpoint.protocol(), ec); ec)
+    return Status::invalid_input("opening " + where + ": " + ec.message());
   acceptor_.set_option(net::socket_base::reuse_address(true), ec);
   if (acceptor_.bind(endpoint, ec); ec) return Status::invalid_input("binding " + where + ": " + ec.message());
   if (acceptor_.listen(net::socket_base::max_listen_connections, ec); ec)
@@ -40,8 +41,8 @@ void Server::accept() {
   acceptor_.async_accept(net::make_strand(io_), [this](boost::system::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
     if (!ec)
-      std::make_shared<HttpSession>(std::move(socket),
-                                    SessionContext{routes_, loop_, counters_, options_.body_limit, draining_, busy_sessions_})
+      std::make_shared<HttpSession>(
+          std::move(socket), SessionContext{routes_, loop_, counters_, options_.body_limit, draining_, busy_sessions_})
           ->start();
     accept();
   });

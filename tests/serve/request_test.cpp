@@ -247,9 +247,11 @@ TEST(ServeRequestTest, TokenizeAndDetokenize) {
   auto ids = parse_detokenize_request(R"({"tokens": [1, 2, 999]})", kVocab);
   ASSERT_TRUE(std::holds_alternative<std::vector<int32_t>>(ids));
   EXPECT_EQ(std::get<std::vector<int32_t>>(ids), (std::vector<int32_t>{1, 2, 999}));
-  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
-           {R"({})", "tokens"}, {R"({"tokens": "1"})", "tokens"}, {R"({"tokens": [1, 1000]})", "tokens[1]"},
-           {R"({"tokens": [1, "2"]})", "tokens[1]"}}) {
+  for (const auto& [body, param] :
+       std::vector<std::pair<std::string, std::string>>{{R"({})", "tokens"},
+                                                        {R"({"tokens": "1"})", "tokens"},
+                                                        {R"({"tokens": [1, 1000]})", "tokens[1]"},
+                                                        {R"({"tokens": [1, "2"]})", "tokens[1]"}}) {
     auto e = parse_detokenize_request(body, kVocab);
     ASSERT_TRUE(std::holds_alternative<ApiError>(e)) << body;
     EXPECT_EQ(std::get<ApiError>(e).param, param) << body;

@@ -200,8 +200,7 @@ TEST_F(ServeTest, StopStringEndsTheTextAndNeverLeaks) {
   ASSERT_EQ(whole.status, 200) << whole.body;
   EXPECT_EQ(whole.json()["choices"][0]["text"], full.substr(0, at));
   EXPECT_EQ(whole.json()["choices"][0]["finish_reason"], "stop");
-  const HttpReply streamed =
-      post(port(), "/v1/completions", body.substr(0, body.size() - 1) + R"(, "stream": true})");
+  const HttpReply streamed = post(port(), "/v1/completions", body.substr(0, body.size() - 1) + R"(, "stream": true})");
   const Streamed s = read_stream(streamed, false, false);
   EXPECT_EQ(s.text, full.substr(0, at));
   EXPECT_EQ(s.finish_reason, "stop");
@@ -216,7 +215,8 @@ TEST_F(ServeTest, SeededSamplingIsTheSameAloneAndAmongOthers) {
   for (int seed = 1; seed <= 4; ++seed) alone.push_back(post(port(), "/v1/completions", body(seed)).body);
   std::vector<std::future<HttpReply>> together;
   for (int seed = 1; seed <= 4; ++seed)
-    together.push_back(std::async(std::launch::async, [&, seed] { return post(port(), "/v1/completions", body(seed)); }));
+    together.push_back(
+        std::async(std::launch::async, [&, seed] { return post(port(), "/v1/completions", body(seed)); }));
   for (int i = 0; i < 4; ++i) {
     const HttpReply r = together[i].get();
     ASSERT_EQ(r.status, 200) << r.body;
@@ -271,7 +271,8 @@ TEST_F(ServeTest, ExpectContinueGetsA100BeforeTheBody) {
   tcp::socket socket = connect_to(io, port());
   const std::string body = R"({"prompt": "Once", "max_tokens": 3})";
   net::write(socket, net::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n"));
+                                 "Content-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n"));
   beast::flat_buffer buffer;
   http::response<http::empty_body> interim;
   bool answered = false;
@@ -340,8 +341,10 @@ void leave_mid_request(Server& server, bool stream) {
     tcp::socket socket = connect_to(io, server.port());
     const std::string body = std::string(R"({"prompt": "Once", "max_tokens": 2000, "logit_bias": {"1": -100}, )") +
                              R"("stream": )" + (stream ? "true}" : "false}");
-    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     net::write(socket, net::buffer(request));
     if (stream) {
       std::string seen;
@@ -362,7 +365,7 @@ TEST_F(ServeTest, AWaitingClientThatLeavesIsCancelledAndItsBlocksReturn) { leave
 TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
   ServerOptions options = test_options();
   options.loop.engine.scheduler.max_sequences = 1;  // one running
-  options.loop.max_waiting = 1;                      // one waiting
+  options.loop.max_waiting = 1;                     // one waiting
   options.loop.engine.forward.kv_memory = uint64_t{256} << 10;
   const auto server = start_server(options);
   ASSERT_TRUE(server->loop().ready());
@@ -377,8 +380,10 @@ TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
 
   net::io_context io;
   const std::string body = R"({"prompt": "Once", "max_tokens": 100, "stream": true, "logit_bias": {"1": -100}})";
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   tcp::socket running = connect_to(io, server->port());
   net::write(running, net::buffer(request));
   {  // its first event: it runs (and the queue is empty again)
@@ -413,10 +418,10 @@ TEST(ServeMetricsTest, LatencyHistogramsCountEveryRequestAndToken) {
   const auto server = start_server(test_options());
   ASSERT_TRUE(server->loop().ready());
   for (int i = 0; i < 3; ++i)  // 5 tokens each, none an end of text
-    ASSERT_EQ(post(server->port(), "/v1/completions",
-                   R"({"prompt": "Once", "max_tokens": 5, "logit_bias": {"1": -100}})")
-                  .status,
-              200);
+    ASSERT_EQ(
+        post(server->port(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 5, "logit_bias": {"1": -100}})")
+            .status,
+        200);
   const std::string m = get(server->port(), "/metrics").body;
   EXPECT_EQ(metric_value(m, "request_success_total{finished_reason=\"length\"}"), 3) << m;
   EXPECT_EQ(metric_value(m, "generation_tokens_total"), 15);
@@ -467,8 +472,8 @@ TEST(ServeLoadTest, AModelThatFailsToLoadKeepsHealthAt503) {
 // The real binary: SIGTERM lets the request in flight finish, then exits 0.
 TEST(ServeSignalTest, SigtermFinishesTheRequestInFlightAndExitsZero) {
   const std::string log = ::testing::TempDir() + "/serve_sigterm.log";
-  std::vector<std::string> args = {TESSERA_BINARY, "serve", "--model", kModel, "--port", "0", "--kv-memory", "16MiB",
-                                   "--threads", "2"};
+  std::vector<std::string> args = {TESSERA_BINARY, "serve", "--model",   kModel, "--port", "0",
+                                   "--kv-memory",  "16MiB", "--threads", "2"};
   // --port 0: the log's first line names the port.
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
