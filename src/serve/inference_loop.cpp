@@ -112,6 +112,7 @@ void InferenceLoop::run() {
       }
     }
     stats_.running = static_cast<int64_t>(live_.size());
+    stats_.largest_step = engine_.scheduler->largest_step();
     update_pool_stats();
   }
   // Shutting down: whatever is still live or waiting hears so.

@@ -77,6 +77,7 @@ struct LoopStats {
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, failed{0}, cancelled{0};
   std::atomic<uint64_t> steps{0};
+  std::atomic<uint64_t> largest_step{0};  // most sequences one forward pass has run (continuous batching)
   // Seconds: arrival to admission; arrival to the first token; between tokens; arrival to a finish.
   Histogram queue_time, time_to_first_token, inter_token_latency, e2e_latency;
 };

@@ -211,18 +211,20 @@ TEST_F(ServeTest, SeededSamplingIsTheSameAloneAndAmongOthers) {
     return R"({"prompt": "In the morning", "max_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": )" +
            std::to_string(seed) + "}";
   };
+  constexpr int kRequests = 16;
   std::vector<std::string> alone;
-  for (int seed = 1; seed <= 4; ++seed) alone.push_back(post(port(), "/v1/completions", body(seed)).body);
+  for (int seed = 1; seed <= kRequests; ++seed) alone.push_back(post(port(), "/v1/completions", body(seed)).body);
   std::vector<std::future<HttpReply>> together;
-  for (int seed = 1; seed <= 4; ++seed)
+  for (int seed = 1; seed <= kRequests; ++seed)
     together.push_back(
         std::async(std::launch::async, [&, seed] { return post(port(), "/v1/completions", body(seed)); }));
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kRequests; ++i) {
     const HttpReply r = together[i].get();
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.json()["choices"][0]["text"], Json::parse(alone[i])["choices"][0]["text"]) << "seed " << i + 1;
   }
   EXPECT_NE(Json::parse(alone[0])["choices"][0]["text"], Json::parse(alone[1])["choices"][0]["text"]);
+  EXPECT_GE(server_->loop().stats().largest_step.load(), 2u) << "the requests never shared a forward pass";
 }
 
 TEST_F(ServeTest, EachOfNChoicesIsTheRequestWithItsSeedAlone) {
