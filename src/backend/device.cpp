@@ -16,6 +16,35 @@ uint64_t Device::available_memory() const {
   return uint64_t{4} << 30;
 }
 
+void Device::attend(const AttendArgs& a) {
+  const int64_t hd = a.pages->head_dim, kv_heads = a.pages->n_kv_heads;
+  int64_t row = 0;
+  for (const SeqSlice& part : a.parts) {
+    float* q = a.q + row * a.n_heads * hd;
+    float* k = a.k + row * kv_heads * hd;
+    rope(q, part.tokens, a.n_heads, hd, part.pos0, a.inv_freq);
+    rope(k, part.tokens, kv_heads, hd, part.pos0, a.inv_freq);
+    kv_store(*a.pages, a.layer, part.blocks, part.pos0, part.tokens, k, a.v + row * kv_heads * hd);
+    attention(AttentionArgs{.q = q,
+                            .out = a.out + row * a.n_heads * hd,
+                            .pages = a.pages,
+                            .layer = a.layer,
+                            .blocks = part.blocks,
+                            .tokens = part.tokens,
+                            .pos0 = part.pos0,
+                            .n_heads = a.n_heads,
+                            .sliding_window = a.sliding_window,
+                            .scale = a.scale});
+    row += part.tokens;
+  }
+}
+
+void Device::matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* scratch,
+                        float* y) {
+  matmul(x, tokens, w, bias, scratch);
+  add(scratch, tokens * w.dim(0), y);
+}
+
 Result<double> measure_copy_bandwidth(Device& device) {
   const size_t bytes = size_t{1} << 30;
   TS_ASSIGN_OR_RETURN(Buffer from, device.alloc(bytes));

@@ -69,6 +69,30 @@ struct AttentionArgs {
   float scale = 1.0f;
 };
 
+// One sequence's share of a step, for Device::attend: its next `tokens` tokens at
+// positions [pos0, pos0 + tokens).
+struct SeqSlice {
+  int64_t tokens = 0;
+  int64_t pos0 = 0;
+  std::span<const int32_t> blocks{};  // host: its block table, covering positions [0, pos0 + tokens)
+};
+
+// The attention of one layer for every sequence of a step (the parts' tokens
+// follow each other in q, k, v and out, in the order of `parts`).
+struct AttendArgs {
+  float* q = nullptr;        // f32 [tokens, n_heads, head_dim]: rotated in place
+  float* k = nullptr;        // f32 [tokens, n_kv_heads, head_dim]: rotated in place, then stored
+  const float* v = nullptr;  // f32 [tokens, n_kv_heads, head_dim]
+  float* out = nullptr;      // f32 [tokens, n_heads, head_dim]
+  const KvPages* pages = nullptr;
+  int64_t layer = 0;
+  std::span<const SeqSlice> parts{};
+  int64_t n_heads = 0;
+  int64_t sliding_window = 0;
+  float scale = 1.0f;
+  const float* inv_freq = nullptr;  // f32 [head_dim / 2] (device memory)
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -104,6 +128,14 @@ class Device {
                         int64_t tokens, const float* k, const float* v) = 0;
   // Causal (optionally sliding-window) softmax attention with grouped KV heads over paged keys and values.
   virtual void attention(const AttentionArgs& args) = 0;
+  // For each part: rope of its q and k at its positions, k and v stored into the
+  // pages (kv_store), then attention. The default makes those calls part by part;
+  // a GPU runs the whole step in a few launches.
+  virtual void attend(const AttendArgs& args);
+  // y += x [tokens, K] * w [N, K]^T (+ bias), bitwise what matmul into `scratch`
+  // [tokens, N] then add gives (the default does exactly that; a GPU fuses them).
+  virtual void matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* scratch,
+                          float* y);
   // out[i] = silu(gate[i]) * up[i]
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i]

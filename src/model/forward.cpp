@@ -243,30 +243,22 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
     device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
   }
   // Positions, the KV cache and attention belong to each sequence.
+  std::vector<SeqSlice> slices;
+  slices.reserve(parts.size());
+  for (const Part& part : parts) slices.push_back({part.tokens, part.cache->length(), part.cache->blocks()});
   const auto layer = static_cast<int64_t>(index);
-  int64_t row = 0;
-  for (const Part& part : parts) {
-    const KvCache& cache = *part.cache;
-    const int64_t pos0 = cache.length();
-    float* part_q = q + row * heads * hd;
-    float* part_k = k + row * kv_heads * hd;
-    device_.rope(part_q, part.tokens, heads, hd, pos0, inv_freq_.f32());
-    device_.rope(part_k, part.tokens, kv_heads, hd, pos0, inv_freq_.f32());
-    device_.kv_store(kv_pool_->pages(), layer, cache.blocks(), pos0, part.tokens, part_k, v + row * kv_heads * hd);
-    device_.attention(AttentionArgs{.q = part_q,
-                                    .out = attn + row * heads * hd,
-                                    .pages = &kv_pool_->pages(),
-                                    .layer = layer,
-                                    .blocks = cache.blocks(),
-                                    .tokens = part.tokens,
-                                    .pos0 = pos0,
-                                    .n_heads = heads,
-                                    .sliding_window = model_.arch().window(layer),
-                                    .scale = 1.0f / std::sqrt(static_cast<float>(hd))});
-    row += part.tokens;
-  }
-  device_.matmul(attn, tokens, w.wo, w.bo, proj);
-  device_.add(proj, tokens * h, x);
+  device_.attend(AttendArgs{.q = q,
+                            .k = k,
+                            .v = v,
+                            .out = attn,
+                            .pages = &kv_pool_->pages(),
+                            .layer = layer,
+                            .parts = slices,
+                            .n_heads = heads,
+                            .sliding_window = model_.arch().window(layer),
+                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                            .inv_freq = inv_freq_.f32()});
+  device_.matmul_add(attn, tokens, w.wo, w.bo, proj, x);
 
   // MLP block: gate/up f32 [tokens, intermediate].
   const int64_t inter = c.intermediate_size;
@@ -274,8 +266,7 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
   device_.matmul(norm, tokens, w.w_gate, w.b_gate, gate);
   device_.matmul(norm, tokens, w.w_up, w.b_up, up);
   device_.silu_mul(gate, up, tokens * inter, gate);
-  device_.matmul(gate, tokens, w.w_down, w.b_down, proj);
-  device_.add(proj, tokens * h, x);
+  device_.matmul_add(gate, tokens, w.w_down, w.b_down, proj, x);
 }
 
 }  // namespace tessera
