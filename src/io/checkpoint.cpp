@@ -25,6 +25,10 @@ bool is_plain_file_name(const std::string& name) {
 Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
+  if (is_gguf_file(dir)) {
+    TS_ASSIGN_OR_RETURN(checkpoint.gguf_, GgufWeights::open(dir));
+    return checkpoint;
+  }
 
   Result<SafetensorsFile> single = SafetensorsFile::open(dir + "/model.safetensors");
   if (single.ok()) {
@@ -80,20 +84,23 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   return checkpoint;
 }
 
-bool Checkpoint::has(const std::string& name) const { return where_.count(name) != 0; }
+bool Checkpoint::has(const std::string& name) const { return gguf_ ? gguf_->has(name) : where_.count(name) != 0; }
 
 Result<TensorView> Checkpoint::get(const std::string& name) const {
+  if (gguf_) return gguf_->get(name);
   const auto it = where_.find(name);
   if (it == where_.end()) return Status::not_found("tensor '" + name + "' is not in checkpoint " + dir_);
   return it->second->view(*it->second->find(name));
 }
 
 std::string Checkpoint::file_of(const std::string& name) const {
+  if (gguf_) return gguf_->has(name) ? dir_ : std::string();
   const auto it = where_.find(name);
   return it == where_.end() ? std::string() : it->second->path();
 }
 
 std::vector<std::string> Checkpoint::names() const {
+  if (gguf_) return gguf_->names();
   std::vector<std::string> out;
   out.reserve(where_.size());
   for (const auto& [name, file] : where_) out.push_back(name);

@@ -3,7 +3,8 @@
 // `model.safetensors.index.json` ({"weight_map": {tensor: shard file}}). Shards
 // are opened when the checkpoint is opened; tensor bytes are touched only when a
 // caller reads them, so a pipeline stage pages in only its own layers.
-// Immutable after open; readable from any thread.
+// A GGUF file (io/gguf_model.h) opens as a checkpoint too: its tensors under
+// Hugging Face names. Immutable after open; readable from any thread.
 #pragma once
 
 #include <map>
@@ -13,13 +14,14 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "io/gguf_model.h"
 #include "io/safetensors.h"
 
 namespace tessera {
 
 class Checkpoint {
  public:
-  // dir: a directory holding model.safetensors or model.safetensors.index.json.
+  // dir: a directory holding model.safetensors or model.safetensors.index.json, or a GGUF file.
   static Result<Checkpoint> open(const std::string& dir);
 
   bool has(const std::string& name) const;
@@ -34,6 +36,7 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsFile*> where_;  // tensor name -> file
+  std::shared_ptr<const GgufWeights> gguf_;               // set for a GGUF file (then files_ is empty)
 };
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text_file.h"
+#include "io/gguf_model.h"
 
 namespace tessera {
 
@@ -151,6 +152,13 @@ Result<ModelConfig> parse_model_config(const json& root, ModelTypeCheck check) {
 }
 
 Result<ModelConfig> load_model_config(const std::string& dir, ModelTypeCheck check) {
+  if (is_gguf_file(dir)) {
+    TS_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(dir));
+    auto json = gguf_hf_config(file);
+    auto config = json.ok() ? parse_model_config(*json, check) : Result<ModelConfig>(json.status());
+    if (!config.ok()) return config.status().with_context(dir);
+    return config;
+  }
   return load_model_config_file(dir + "/config.json", check);
 }
 

@@ -63,7 +63,8 @@ struct ModelConfig {
 using ModelTypeCheck = Status (*)(const std::string& model_type);
 
 Result<ModelConfig> parse_model_config(const nlohmann::json& json, ModelTypeCheck check = nullptr);
-// Reads DIR/config.json; errors are prefixed with the file's path.
+// Reads DIR/config.json, or the metadata of DIR when it is a GGUF file (io/gguf_model.h);
+// errors are prefixed with the file's path.
 Result<ModelConfig> load_model_config(const std::string& dir, ModelTypeCheck check = nullptr);
 Result<ModelConfig> load_model_config_file(const std::string& path, ModelTypeCheck check = nullptr);
 

@@ -1,0 +1,151 @@
+// Models from GGUF files (io/gguf_model.h): the files of tests/fixtures/gguf/models
+// are the fixture checkpoints written by llama.cpp's gguf-py as its converter
+// lays them out (make_model_ggufs.py). Loaded from the GGUF, each runs bitwise as
+// the checkpoint it came from: same config, and logits equal to the last bit on
+// the transformers reference's prompt and greedy tokens (the llama files prove
+// the q/k un-permutation and the llama3 rope factors). Architectures and tensors
+// tessera does not run are refused by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/gguf_model.h"
+#include "model/fixtures.h"
+#include "model/forward.h"
+
+namespace tessera {
+namespace {
+
+std::string gguf_fixture(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/" + name + ".gguf";
+}
+
+std::vector<float> run_all(const Model& model, const std::vector<int32_t>& ids) {
+  auto device = make_cpu_device(2);
+  Forward forward(model, *device);
+  KvCache cache = forward.make_cache(static_cast<int64_t>(ids.size()));
+  auto logits = forward.run_ids(ids, cache, Logits::kAll);
+  EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+  return logits.ok() ? *logits : std::vector<float>();
+}
+
+class GgufModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufModelTest, RunsBitwiseAsTheCheckpointItCameFrom) {
+  const std::string name = GetParam();
+  auto from_gguf = Model::load(gguf_fixture(name));
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().to_string();
+  auto from_dir = Model::load(testing::fixture_dir(name));
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status().to_string();
+
+  const ModelConfig& a = from_gguf->config();
+  const ModelConfig& b = from_dir->config();
+  EXPECT_EQ(a.model_type, b.model_type);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.num_hidden_layers, b.num_hidden_layers);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.num_key_value_heads, b.num_key_value_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_FLOAT_EQ(static_cast<float>(a.rms_norm_eps), static_cast<float>(b.rms_norm_eps));
+  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_EQ(a.rope.type, b.rope.type);
+  EXPECT_FLOAT_EQ(static_cast<float>(a.rope.theta), static_cast<float>(b.rope.theta));
+  EXPECT_EQ(a.rope.factor, b.rope.factor);
+  if (b.rope.type == RopeType::kLlama3) {
+    // llama.cpp keeps only the factors; they fix the ratios, and these are Meta's values.
+    EXPECT_EQ(a.rope.original_max_position_embeddings, b.rope.original_max_position_embeddings);
+    EXPECT_EQ(a.rope.low_freq_factor, b.rope.low_freq_factor);
+    EXPECT_EQ(a.rope.high_freq_factor, b.rope.high_freq_factor);
+  }
+
+  const auto ref = testing::load_reference(name);
+  std::vector<int32_t> ids = ref.prompt_ids;
+  ids.insert(ids.end(), ref.greedy_ids.begin(), ref.greedy_ids.end());
+  const std::vector<float> got = run_all(*from_gguf, ids);
+  const std::vector<float> want = run_all(*from_dir, ids);
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufModelTest,
+                         ::testing::Values("llama3_f32", "llama_f16", "qwen2_f32", "qwen3_bf16"));
+
+// A copy of `name`'s GGUF with the first occurrence of `from` replaced by `to` (same length).
+std::string patched_copy(const std::string& name, const std::string& from, const std::string& to) {
+  std::ifstream in(gguf_fixture(name), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(from.size(), to.size());
+  if (at != std::string::npos) bytes.replace(at, from.size(), to);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("tessera_gguf_model_test_" + std::to_string(::getpid()) + "_" + to + ".gguf");
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return path.string();
+}
+
+TEST(GgufModelGuards, AnArchitectureTesseraDoesNotRunIsRefusedByName) {
+  // The value of general.architecture, "llama" (a u64 length, then the bytes), becomes "gemma".
+  const std::string path = patched_copy("llama_f16", std::string("\x05\0\0\0\0\0\0\0llama", 13),
+                                        std::string("\x05\0\0\0\0\0\0\0gemma", 13));
+  auto model = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kUnsupported);
+  EXPECT_NE(model.status().message().find("GGUF architecture 'gemma' is not supported"), std::string::npos)
+      << model.status().to_string();
+}
+
+TEST(GgufModelGuards, ATensorNoSupportedLayoutHasIsRefusedByName) {
+  const std::string path = patched_copy("qwen3_bf16", "blk.1.ffn_up.weight", "blk.1.ffn_uX.weight");
+  auto model = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kUnsupported);
+  EXPECT_NE(model.status().message().find("tensor 'blk.1.ffn_uX.weight'"), std::string::npos)
+      << model.status().to_string();
+}
+
+TEST(GgufModelGuards, ALayerBeyondBlockCountIsRefused) {
+  const std::string path = patched_copy("qwen2_f32", "blk.1.ffn_up.weight", "blk.7.ffn_up.weight");
+  auto model = Model::load(path);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("tensor 'blk.7.ffn_up.weight'"), std::string::npos)
+      << model.status().to_string();
+}
+
+TEST(GgufModelGuards, RopeFactorsThatLlama3ScalingDoesNotMakeAreRefused) {
+  auto file = GgufFile::open(gguf_fixture("llama3_f32"));
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto config = gguf_hf_config(*file);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  EXPECT_EQ((*config)["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ((*config)["rope_scaling"]["original_max_position_embeddings"], 64);
+  // Swap two factors in a copy: 1.0f (0x3f800000) first, then the largest.
+  std::ifstream in(gguf_fixture("llama3_f32"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const GgufTensorInfo* freqs = file->find("rope_freqs.weight");
+  ASSERT_NE(freqs, nullptr);
+  const size_t at = file->header().data_offset + freqs->offset;
+  std::swap_ranges(bytes.begin() + static_cast<std::ptrdiff_t>(at), bytes.begin() + static_cast<std::ptrdiff_t>(at + 4),
+                   bytes.begin() + static_cast<std::ptrdiff_t>(at + 4 * (freqs->dims[0] - 1)));
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("tessera_gguf_model_test_" + std::to_string(::getpid()) + "_freqs.gguf");
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto model = Model::load(path.string());
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kUnsupported);
+  EXPECT_NE(model.status().message().find("rope_freqs"), std::string::npos) << model.status().to_string();
+}
+
+}  // namespace
+}  // namespace tessera
