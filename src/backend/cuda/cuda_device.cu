@@ -89,6 +89,9 @@ class CudaDevice final : public Device {
   }
 
   Result<TensorView> place(const TensorView& host) override {
+    if (host.dtype != DType::kF32 && host.dtype != DType::kBF16 && host.dtype != DType::kF16)
+      return Status::unsupported("[" + name_ + "] computes on f32, bf16 or f16 weights, not " +
+                                 std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape));
     auto buffer = alloc(host.nbytes());
     if (!buffer.ok())
       return Status::overloaded("a " + std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape) +
@@ -101,17 +104,12 @@ class CudaDevice final : public Device {
   }
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override {
-    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
-    TS_CHECK(bias.empty() || bias.numel() == w.dim(0), "bias ", shape_string(bias.shape), " for ", w.dim(0), " rows");
-    select();
-    const int64_t k = w.dim(1);
-    if (cuda::mma_matmul_fits(w.dtype, k)) {
-      TS_CHECK(bias.empty() || bias.dtype == w.dtype, "bias dtype ", dtype_name(bias.dtype));
-      cuda::mma_matmul(stream_, x, tokens, k, w.data, w.dim(0), bias.data, y);
-    } else {
-      cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y);
-    }
-    launched("matmul");
+    launch_matmul(x, tokens, w, bias, y, false);
+  }
+
+  void matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* /*scratch*/,
+                  float* y) override {
+    launch_matmul(x, tokens, w, bias, y, true);
   }
 
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override {
@@ -129,24 +127,39 @@ class CudaDevice final : public Device {
   }
 
   void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override {
-    select();
-    cuda::rope(stream_, x, tokens, heads, head_dim, pos0, inv_freq);
+    const SeqSlice part{tokens, pos0, {}};
+    cuda::rope_store(stream_, x, heads, nullptr, nullptr, 0, head_dim, nullptr, 0, tokens, map({&part, 1}, false),
+                     inv_freq);
     launched("rope");
   }
 
   void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
                 const float* k, const float* v) override {
-    check_blocks(pages, blocks, pos0 + tokens);
-    cuda::kv_store(stream_, pages, layer, stage(blocks), pos0, tokens, k, v);
+    const SeqSlice part{tokens, pos0, blocks};
+    const cuda::TokenMap tokens_map = map({&part, 1}, true, &pages);
+    cuda::rope_store(stream_, nullptr, 0, const_cast<float*>(k), v, pages.n_kv_heads, pages.head_dim, &pages, layer,
+                     tokens, tokens_map, nullptr);
     launched("kv_store");
   }
 
-  void attention(const AttentionArgs& args) override {
-    const KvPages& p = *args.pages;
-    TS_CHECK(p.n_kv_heads > 0 && args.n_heads % p.n_kv_heads == 0, "heads ", args.n_heads, " kv heads ", p.n_kv_heads);
-    check_blocks(p, args.blocks, args.pos0 + args.tokens);
-    cuda::attention(stream_, args, stage(args.blocks));
-    launched("attention");
+  void attention(const AttentionArgs& a) override {
+    TS_CHECK(a.pages->n_kv_heads > 0 && a.n_heads % a.pages->n_kv_heads == 0, "heads ", a.n_heads, " kv heads ",
+             a.pages->n_kv_heads);
+    const SeqSlice part{a.tokens, a.pos0, a.blocks};
+    run_attention(a.q, a.out, a.n_heads, *a.pages, a.layer, {&part, 1}, map({&part, 1}, true, a.pages),
+                  a.sliding_window, a.scale);
+  }
+
+  void attend(const AttendArgs& a) override {
+    const KvPages& p = *a.pages;
+    TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
+    int64_t tokens = 0;
+    for (const SeqSlice& part : a.parts) tokens += part.tokens;
+    const cuda::TokenMap tokens_map = map(a.parts, true, &p);
+    cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
+                     a.inv_freq);
+    launched("rope_store");
+    run_attention(a.q, a.out, a.n_heads, p, a.layer, a.parts, tokens_map, a.sliding_window, a.scale);
   }
 
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
@@ -166,11 +179,88 @@ class CudaDevice final : public Device {
   void select() const { check(cudaSetDevice(ordinal_), "selecting the device"); }
   static void launched(const char* kernel) { check(cudaGetLastError(), kernel); }
 
+  void launch_matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
+                     bool accumulate) {
+    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
+    TS_CHECK(bias.empty() || bias.numel() == w.dim(0), "bias ", shape_string(bias.shape), " for ", w.dim(0), " rows");
+    TS_CHECK(bias.empty() || bias.dtype == w.dtype, "bias dtype ", dtype_name(bias.dtype));
+    select();
+    const int64_t k = w.dim(1);
+    if (cuda::mma_matmul_fits(w.dtype, k)) {
+      cuda::mma_matmul(stream_, x, tokens, k, w.data, w.dim(0), bias.data, y, accumulate);
+    } else {
+      cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y, accumulate);
+    }
+    launched("matmul");
+  }
+
   static void check_blocks(const KvPages& pages, std::span<const int32_t> blocks, int64_t positions) {
     TS_CHECK(positions <= static_cast<int64_t>(blocks.size()) * pages.block_size, "positions up to ", positions, " in ",
              blocks.size(), " blocks");
     for (const int32_t block : blocks)
       TS_CHECK(block >= 0 && block < pages.blocks, "block ", block, " of ", pages.blocks);
+  }
+
+  // The TokenMap of the parts' tokens, staged on the device: every token's
+  // position, then where its block table starts, then the tables (with_tables).
+  cuda::TokenMap map(std::span<const SeqSlice> parts, bool with_tables, const KvPages* pages = nullptr) {
+    std::vector<int32_t>& m = map_host_;
+    m.clear();
+    int64_t tokens = 0;
+    for (const SeqSlice& part : parts) {
+      if (with_tables) check_blocks(*pages, part.blocks, part.pos0 + part.tokens);
+      for (int64_t t = 0; t < part.tokens; ++t) m.push_back(static_cast<int32_t>(part.pos0 + t));
+      tokens += part.tokens;
+    }
+    int32_t table = 0;
+    for (const SeqSlice& part : parts) {
+      for (int64_t t = 0; t < part.tokens; ++t) m.push_back(table);
+      if (with_tables) table += static_cast<int32_t>(part.blocks.size());
+    }
+    if (with_tables)
+      for (const SeqSlice& part : parts) m.insert(m.end(), part.blocks.begin(), part.blocks.end());
+    const int32_t* staged = stage(m);
+    return {staged, staged + tokens, with_tables ? staged + 2 * tokens : nullptr};
+  }
+
+  // Attention for the parts' tokens, in slices of tokens whose partial outputs fit
+  // the scratch budget (slicing changes no token's result).
+  void run_attention(const float* q, float* out, int64_t n_heads, const KvPages& p, int64_t layer,
+                     std::span<const SeqSlice> parts, cuda::TokenMap all, int64_t window, float scale) {
+    const int64_t row_floats = n_heads * (p.head_dim + 2);  // one partition of one token
+    int64_t begin = 0;  // the first token of the slice, over all parts
+    int64_t partitions = 0, tokens = 0;
+    const auto flush = [&] {
+      if (tokens == 0) return;
+      float* scratch = attention_scratch(static_cast<size_t>(tokens * partitions * row_floats));
+      const cuda::TokenMap slice{all.pos + begin, all.table + begin, all.tables};
+      cuda::attention(stream_, q + begin * n_heads * p.head_dim, out + begin * n_heads * p.head_dim, tokens, n_heads,
+                      p, layer, slice, window, scale, partitions, scratch);
+      launched("attention");
+      begin += tokens;
+      tokens = partitions = 0;
+    };
+    for (const SeqSlice& part : parts)
+      for (int64_t t = 0; t < part.tokens; ++t) {
+        const int64_t pos = part.pos0 + t;
+        const int64_t visible = window > 0 ? std::min(window, pos + 1) : pos + 1;
+        const int64_t need = std::max(partitions, cuda::attention_partitions(visible));
+        if (tokens > 0 && (tokens + 1) * need * row_floats > kAttentionScratchFloats) flush();
+        partitions = std::max(partitions, cuda::attention_partitions(visible));
+        ++tokens;
+      }
+    flush();
+  }
+
+  float* attention_scratch(size_t floats) {
+    if (attention_scratch_.bytes() < floats * sizeof(float)) {
+      check(cudaStreamSynchronize(stream_), "the work before growing the attention scratch");
+      attention_scratch_ = Buffer();
+      auto buffer = alloc(std::max(floats * sizeof(float), size_t{16} << 20));
+      TS_CHECK(buffer.ok(), "attention scratch: ", buffer.status().to_string());
+      attention_scratch_ = std::move(*buffer);
+    }
+    return attention_scratch_.f32();
   }
 
   // Returns a device copy of a small host span (token ids, a block table). Copies
@@ -223,7 +313,12 @@ class CudaDevice final : public Device {
   int ordinal_;
   std::string name_;
   cudaStream_t stream_;
+  // Partial outputs of attention, at most this many floats (256 MiB) unless one token needs more.
+  static constexpr int64_t kAttentionScratchFloats = int64_t{64} << 20;
+
   std::vector<Buffer> placed_;  // the weights place() copied here
+  Buffer attention_scratch_;
+  std::vector<int32_t> map_host_;
   // The staging arena (see stage()).
   Buffer arena_;
   int32_t* arena_host_ = nullptr;

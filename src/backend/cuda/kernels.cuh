@@ -15,29 +15,43 @@
 
 namespace tessera::cuda {
 
-// y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n] when bias is not null).
+// y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n] when bias is not null);
+// with `accumulate`, y += that instead (the same sum, then one add).
 void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t n,
-            const void* bias, DType bias_dtype, float* y);
+            const void* bias, DType bias_dtype, float* y, bool accumulate);
 // Whether mma_matmul takes this weight (bf16 with k a multiple of 64; the choice
 // depends on the weight alone, never on the tokens).
 bool mma_matmul_fits(DType w_dtype, int64_t k);
 // matmul on tensor cores (mma_matmul.cu).
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
-                const void* bias, float* y);
+                const void* bias, float* y, bool accumulate);
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y);
 // y [ids, hidden] = table[id]; ids already checked against the vocabulary.
 void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
            float* y);
-// Rotate-half rope of x [tokens, heads, head_dim] in place at positions pos0...
-void rope(cudaStream_t stream, float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0,
-          const float* inv_freq);
-// k, v f32 [tokens, n_kv_heads, head_dim] into the pages at positions [pos0, pos0 + tokens).
-void kv_store(cudaStream_t stream, const KvPages& pages, int64_t layer, const int32_t* blocks, int64_t pos0,
-              int64_t tokens, const float* k, const float* v);
-// Paged causal attention; `blocks` is the sequence's block table in device memory.
-void attention(cudaStream_t stream, const AttentionArgs& args, const int32_t* blocks);
+// Where each token of a launch sits, in device memory: pos[t] is its position and
+// tables + table[t] its sequence's block table.
+struct TokenMap {
+  const int32_t* pos = nullptr;
+  const int32_t* table = nullptr;
+  const int32_t* tables = nullptr;
+};
+// Rotate-half rope of q [tokens, q_heads, head_dim] and k [tokens, kv_heads,
+// head_dim] in place at each token's position (none when inv_freq is null), then
+// k and v [tokens, kv_heads, head_dim] stored into `layer` of the pages (none when
+// pages is null), rounded to the pages' dtype (attend.cu).
+void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads,
+                int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
+                const float* inv_freq);
+// The partitions attention splits `visible` positions into.
+int64_t attention_partitions(int64_t visible);
+// Paged causal (optionally sliding-window) attention of q [tokens, n_heads,
+// head_dim] into out; `partitions` is the most any token needs, and scratch holds
+// f32 [tokens, n_heads, partitions, head_dim + 2] (attend.cu).
+void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, int64_t n_heads, const KvPages& p,
+               int64_t layer, TokenMap map, int64_t window, float scale, int64_t partitions, float* scratch);
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t stream, const float* x, int64_t n, float* y);
 

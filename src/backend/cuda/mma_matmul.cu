@@ -49,7 +49,7 @@ __device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
 template <int kTiles>
 __global__ void __launch_bounds__(kSplit * 32)
     mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const __nv_bfloat16* __restrict__ w,
-                      int64_t n, const __nv_bfloat16* __restrict__ bias, float* __restrict__ y) {
+                      int64_t n, const __nv_bfloat16* __restrict__ bias, float* __restrict__ y, bool accumulate) {
   __shared__ float partial[kSplit][kTiles][32][4];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -96,16 +96,20 @@ __global__ void __launch_bounds__(kSplit * 32)
       // Accumulator i of lane (g, t): row g (+8 for i >= 2), token 2t (+1 for odd i).
       const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
       const int64_t token = token0 + 8 * j + 2 * t + (i % 2);
-      if (row < n && token < tokens) y[token * n + row] = bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;
+      if (row < n && token < tokens) {
+        const float value = bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;
+        float& out = y[token * n + row];
+        out = accumulate ? out + value : value;
+      }
     }
 }
 
 template <int kTiles>
 void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const __nv_bfloat16* w, int64_t n,
-            const __nv_bfloat16* bias, float* y) {
+            const __nv_bfloat16* bias, float* y, bool accumulate) {
   const dim3 grid(static_cast<unsigned>((n + 15) / 16),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
-  mma_matmul_kernel<kTiles><<<grid, kSplit * 32, 0, stream>>>(x, tokens, k, w, n, bias, y);
+  mma_matmul_kernel<kTiles><<<grid, kSplit * 32, 0, stream>>>(x, tokens, k, w, n, bias, y, accumulate);
 }
 
 }  // namespace
@@ -113,13 +117,13 @@ void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, cons
 bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 && k % kChunk == 0; }
 
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
-                const void* bias, float* y) {
+                const void* bias, float* y, bool accumulate) {
   const auto* ws = static_cast<const __nv_bfloat16*>(w);
   const auto* bs = static_cast<const __nv_bfloat16*>(bias);
   // The token tile only sets how many tokens share a weight load, never a sum's order.
-  if (tokens <= 8) return launch<1>(stream, x, tokens, k, ws, n, bs, y);
-  if (tokens <= 32) return launch<4>(stream, x, tokens, k, ws, n, bs, y);
-  return launch<8>(stream, x, tokens, k, ws, n, bs, y);
+  if (tokens <= 8) return launch<1>(stream, x, tokens, k, ws, n, bs, y, accumulate);
+  if (tokens <= 32) return launch<4>(stream, x, tokens, k, ws, n, bs, y, accumulate);
+  return launch<8>(stream, x, tokens, k, ws, n, bs, y, accumulate);
 }
 
 }  // namespace tessera::cuda

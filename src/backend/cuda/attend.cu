@@ -1,0 +1,210 @@
+// Rope, the KV store and paged attention for every sequence of a step, each in
+// one launch whatever the number of sequences (kernels.cuh: TokenMap says where
+// each token sits).
+//
+// Attention is split along the context in a fixed way: a token's visible
+// positions are cut into partitions of kPartition, counted from the first
+// visible one, so the cut depends only on the token's position. One block scores
+// one partition for the query heads of one KV head (the keys and values are read
+// from memory once for the group), and writes each head's partial output, max
+// and sum; a second kernel merges a token's partitions in order. Every sum runs
+// in an order fixed by head_dim and the position alone: a token gets bitwise the
+// same output whatever else is in the launch (batch invariance), and a prompt
+// run in chunks gets what it gets in one pass.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
+
+#include <algorithm>
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kPartition = 64;  // positions per partition, and threads per block
+constexpr int kMaxHeadDim = 512;
+// Query heads one block takes from its KV head's group (more become more blocks).
+constexpr int64_t kHeadsPerBlock = 8;
+
+template <DType D>
+__global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const float* __restrict__ v, int64_t kv_heads,
+                                  int64_t hd, KvPages p, int64_t layer, TokenMap map,
+                                  const float* __restrict__ inv_freq) {
+  const int64_t t = blockIdx.x, head = blockIdx.y;
+  const int64_t pos = map.pos[t];
+  const bool is_q = head < q_heads;
+  const int64_t kv = head - q_heads;
+  float* x = is_q ? q + (t * q_heads + head) * hd : k + (t * kv_heads + kv) * hd;
+  if (inv_freq != nullptr) {
+    const int64_t half = hd / 2;
+    const auto position = static_cast<float>(pos);
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+      const float angle = position * inv_freq[i];
+      const float c = cosf(angle), s = sinf(angle);
+      const float a = x[i], b = x[i + half];
+      x[i] = a * c - b * s;
+      x[i + half] = b * c + a * s;
+    }
+  }
+  if (is_q || p.base == nullptr) return;
+  __syncthreads();  // the rotated row, written by the block's threads
+  const int32_t* blocks = map.tables + map.table[t];
+  const int64_t row = (pos % p.block_size) * hd;
+  auto* base = static_cast<Storage<D>*>(p.base);
+  Storage<D>* keys = base + kv_offset(p, blocks[pos / p.block_size], layer, 0, kv) + row;
+  Storage<D>* values = base + kv_offset(p, blocks[pos / p.block_size], layer, 1, kv) + row;
+  const float* vr = v + (t * kv_heads + kv) * hd;
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+    keys[i] = narrow<D>(x[i]);
+    values[i] = narrow<D>(vr[i]);
+  }
+}
+
+// The first position token t sees, and how many partitions it needs.
+__device__ __forceinline__ int64_t first_visible(int64_t pos, int64_t window) {
+  return window > 0 ? max(int64_t{0}, pos - window + 1) : 0;
+}
+
+// Block (partition, token, head chunk). Thread i scores position start + i (its
+// key read as 16-byte pieces, summed in order); the partition's max and sum come
+// from fixed-tree block reductions. For the values the threads form
+// kPartition / G lanes of G = head_dim / 8 groups: lane l, group g sums
+// dimensions [8g, 8g + 8) over positions l, l + lanes, ... in order, and the
+// lanes' sums are added in lane order. Output per (token, head, partition):
+// the unnormalised sum [head_dim], then the max and the sum of the weights.
+template <DType D, bool kVec>
+__global__ void __launch_bounds__(kPartition)
+    partition_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
+                     int64_t window, float scale, int64_t partitions, float* __restrict__ scratch) {
+  extern __shared__ float shared[];
+  const int64_t hd = p.head_dim, bs = p.block_size;
+  const int64_t groups = (hd + 7) / 8, lanes = kPartition / groups;
+  float* qs = shared;                                  // [hd]
+  float* weights = qs + hd;                            // [kPartition]
+  float* partial = weights + kPartition;               // [lanes][groups * 8]
+  float* reduction = partial + lanes * groups * 8;     // [32]
+  const int64_t part = blockIdx.x, t = blockIdx.y;
+  const int64_t group_size = n_heads / p.n_kv_heads;
+  const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const int64_t kv = blockIdx.z / chunks;
+  const int64_t h0 = kv * group_size + (blockIdx.z % chunks) * kHeadsPerBlock;
+  const int64_t h1 = min(h0 + kHeadsPerBlock, (kv + 1) * group_size);
+  const int64_t pos = map.pos[t];
+  const int64_t start = first_visible(pos, window) + part * kPartition;
+  if (start > pos) return;  // this token needs fewer partitions (the whole block leaves)
+  const int64_t count = min(static_cast<int64_t>(kPartition), pos - start + 1);
+  const int32_t* blocks = map.tables + map.table[t];
+  const auto* base = static_cast<const Storage<D>*>(p.base);
+  const auto row = [&](int64_t j, int kind) {
+    return base + kv_offset(p, blocks[j / bs], layer, kind, kv) + (j % bs) * hd;
+  };
+  const int64_t lane = threadIdx.x / groups, group = threadIdx.x % groups;
+
+  for (int64_t h = h0; h < h1; ++h) {
+    __syncthreads();  // the previous head is done with qs, weights and partial
+    for (int64_t d = threadIdx.x; d < hd; d += kPartition) qs[d] = q[(t * n_heads + h) * hd + d];
+    __syncthreads();
+    float score = -INFINITY;
+    if (threadIdx.x < count) {
+      const Storage<D>* key = row(start + threadIdx.x, 0);
+      float dot = 0.0f;
+#pragma unroll 16
+      for (int64_t c = 0; c < groups; ++c) {
+        float k8[8];
+        load8<D, kVec>(key, c, hd, k8);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (8 * c + e < hd) dot = fmaf(qs[8 * c + e], k8[e], dot);
+      }
+      score = dot * scale;
+    }
+    const float peak = block_reduce<true>(score, reduction);
+    const float weight = threadIdx.x < count ? expf(score - peak) : 0.0f;
+    weights[threadIdx.x] = weight;
+    const float sum = block_reduce<false>(weight, reduction);  // its barrier also publishes `weights`
+    if (lane < lanes) {
+      float sum8[8] = {};
+#pragma unroll 4
+      for (int64_t r = lane; r < count; r += lanes) {
+        float v8[8];
+        load8<D, kVec>(row(start + r, 1), group, hd, v8);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum8[e] = fmaf(weights[r], v8[e], sum8[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) partial[lane * groups * 8 + group * 8 + e] = sum8[e];
+    }
+    __syncthreads();
+    float* out = scratch + ((t * n_heads + h) * partitions + part) * (hd + 2);
+    for (int64_t d = threadIdx.x; d < hd; d += kPartition) {
+      float acc = partial[d];
+      for (int64_t l = 1; l < lanes; ++l) acc += partial[l * groups * 8 + d];
+      out[d] = acc;
+    }
+    if (threadIdx.x == 0) {
+      out[hd] = peak;
+      out[hd + 1] = sum;
+    }
+  }
+}
+
+// Block (token, head): the token's partitions merged in order.
+__global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_t window, int64_t partitions,
+                               const float* __restrict__ scratch, float* __restrict__ out) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int64_t pos = map.pos[t];
+  const int64_t used = (pos - first_visible(pos, window)) / kPartition + 1;
+  const float* parts = scratch + (t * n_heads + h) * partitions * (hd + 2);
+  const int64_t stride = hd + 2;
+  float peak = -INFINITY;
+  for (int64_t i = 0; i < used; ++i) peak = fmaxf(peak, parts[i * stride + hd]);
+  float total = 0.0f;
+  for (int64_t i = 0; i < used; ++i) total += expf(parts[i * stride + hd] - peak) * parts[i * stride + hd + 1];
+  float* result = out + (t * n_heads + h) * hd;
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < used; ++i) acc += expf(parts[i * stride + hd] - peak) * parts[i * stride + d];
+    result[d] = acc / total;
+  }
+}
+
+}  // namespace
+
+void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads,
+                int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
+                const float* inv_freq) {
+  if (tokens == 0 || q_heads + kv_heads == 0) return;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(q_heads + kv_heads));
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim / 2, 32, 256));
+  const KvPages p = pages != nullptr ? *pages : KvPages{};
+  with_dtype(pages != nullptr ? p.dtype : DType::kF32, [&]<DType D>() {
+    rope_store_kernel<D><<<grid, threads, 0, stream>>>(q, q_heads, k, v, kv_heads, head_dim, p, layer, map, inv_freq);
+  });
+}
+
+int64_t attention_partitions(int64_t visible) { return (visible + kPartition - 1) / kPartition; }
+
+void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, int64_t n_heads, const KvPages& p,
+               int64_t layer, TokenMap map, int64_t window, float scale, int64_t partitions, float* scratch) {
+  TS_CHECK(p.head_dim <= kMaxHeadDim, "head_dim ", p.head_dim, " above ", kMaxHeadDim);
+  if (tokens == 0) return;
+  const int64_t groups = (p.head_dim + 7) / 8, lanes = kPartition / groups;
+  const size_t shared = static_cast<size_t>(p.head_dim + kPartition + lanes * groups * 8 + 32) * sizeof(float);
+  const int64_t group_size = n_heads / p.n_kv_heads;
+  const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(tokens),
+                  static_cast<unsigned>(p.n_kv_heads * chunks));
+  with_dtype(p.dtype, [&]<DType D>() {
+    if (p.head_dim % 8 == 0) {
+      partition_kernel<D, true>
+          <<<grid, kPartition, shared, stream>>>(q, n_heads, p, layer, map, window, scale, partitions, scratch);
+    } else {
+      partition_kernel<D, false>
+          <<<grid, kPartition, shared, stream>>>(q, n_heads, p, layer, map, window, scale, partitions, scratch);
+    }
+  });
+  const dim3 merge(static_cast<unsigned>(tokens), static_cast<unsigned>(n_heads));
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(p.head_dim, 32, 256));
+  combine_kernel<<<merge, threads, 0, stream>>>(n_heads, p.head_dim, map, window, partitions, scratch, out);
+}
+
+}  // namespace tessera::cuda

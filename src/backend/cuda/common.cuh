@@ -1,0 +1,111 @@
+// Device helpers the CUDA kernels share: element storage and conversions, vector
+// loads, fixed-order reductions, the KV page layout, and dtype dispatch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/device.h"
+#include "core/check.h"
+
+namespace tessera::cuda {
+
+// Storage of a weight or KV element: f32 as float, bf16 and f16 as their bits.
+template <DType D>
+using Storage = std::conditional_t<D == DType::kF32, float, uint16_t>;
+
+template <DType D>
+__device__ __forceinline__ float widen(Storage<D> v) {
+  if constexpr (D == DType::kF32) {
+    return v;
+  } else if constexpr (D == DType::kBF16) {
+    return __uint_as_float(static_cast<uint32_t>(v) << 16);
+  } else {
+    return __half2float(__ushort_as_half(v));
+  }
+}
+
+template <DType D>
+__device__ __forceinline__ Storage<D> narrow(float v) {
+  if constexpr (D == DType::kF32) {
+    return v;
+  } else if constexpr (D == DType::kBF16) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  } else {
+    return __half_as_ushort(__float2half_rn(v));
+  }
+}
+
+// Elements [8c, 8c + 8) of a row of `k`, widened to f32 (zero past k). kVec: k is a
+// multiple of 8 and rows are 16-byte aligned, so the chunk is one or two 16-byte loads.
+template <DType D, bool kVec>
+__device__ __forceinline__ void load8(const Storage<D>* __restrict__ row, int64_t c, int64_t k, float (&out)[8]) {
+  if constexpr (kVec && D == DType::kF32) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(row + 8 * c));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(row + 8 * c) + 1);
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else if constexpr (kVec) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(row + 8 * c));
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = widen<D>(static_cast<uint16_t>(words[i] & 0xffffu));
+      out[2 * i + 1] = widen<D>(static_cast<uint16_t>(words[i] >> 16));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t i = 8 * c + j;
+      out[j] = i < k ? widen<D>(row[i]) : 0.0f;
+    }
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum or max over the block in a fixed tree: each warp by shuffles, then the warps
+// in order. `shared` holds 32 floats; every thread gets the result.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  __syncthreads();  // `shared` may still be read from the previous reduction
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float total = shared[0];
+  for (int i = 1; i < warps; ++i) total = kMax ? fmaxf(total, shared[i]) : total + shared[i];
+  return total;
+}
+
+// KvPages::offset, on the device.
+__device__ __forceinline__ int64_t kv_offset(const KvPages& p, int64_t block, int64_t layer, int kv, int64_t head) {
+  return (((block * p.layers + layer) * 2 + kv) * p.n_kv_heads + head) * p.block_size * p.head_dim;
+}
+
+// Calls fn with the DType as a template argument.
+template <typename Fn>
+void with_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kF32: return fn.template operator()<DType::kF32>();
+    case DType::kBF16: return fn.template operator()<DType::kBF16>();
+    case DType::kF16: return fn.template operator()<DType::kF16>();
+    default: TS_CHECK(false, "cuda kernels take f32, bf16 or f16, not ", dtype_name(dtype));
+  }
+}
+
+
+}  // namespace tessera::cuda
