@@ -42,29 +42,96 @@ TEST_P(MatmulTest, MatchesNaiveLoopOnRaggedSizes) {
   }
 }
 
+// Calls fn(target, f32 lanes) with dispatch narrowed to each x86 instruction set that
+// this CPU supports and the build compiled, then restores it; returns how many ran.
+template <typename Fn>
+int for_each_target(Fn&& fn) {
+  struct Target {
+    int64_t bit;
+    size_t lanes;
+  };
+  int targets_run = 0;
+  const int64_t supported = hwy::SupportedTargets();  // before SetSupportedTargetsForTest narrows it
+  for (const Target target : {Target{HWY_AVX3, 16}, Target{HWY_AVX2, 8}, Target{HWY_SSE4, 4}, Target{HWY_SSSE3, 4},
+                              Target{HWY_EMU128, 4}, Target{HWY_SCALAR, 1}}) {
+    if ((supported & target.bit) == 0 || (HWY_TARGETS & target.bit) == 0) continue;
+    hwy::SetSupportedTargetsForTest(target.bit);
+    EXPECT_EQ(std::string(cpu::isa_name()), hwy::TargetName(target.bit));
+    fn(target.bit, target.lanes);
+    ++targets_run;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  return targets_run;
+}
+
 // Every instruction set this CPU supports computes the same products (within rounding).
 TEST_P(MatmulTest, EveryCompiledTargetAgrees) {
   const int64_t tokens = 5, k = 67, rows = 9;
   auto x = random_values(static_cast<size_t>(tokens * k), 14);
   auto w = random_values(static_cast<size_t>(rows * k), 15);
   const auto bytes = encode(w, GetParam());
-  int targets_run = 0;
-  const int64_t supported = hwy::SupportedTargets();  // before SetSupportedTargetsForTest narrows it
-  for (const int64_t target : {HWY_AVX3, HWY_AVX2, HWY_SSE4, HWY_SSSE3, HWY_EMU128, HWY_SCALAR}) {
-    if ((supported & target) == 0 || (HWY_TARGETS & target) == 0) continue;
-    hwy::SetSupportedTargetsForTest(target);
+  const int targets_run = for_each_target([&](int64_t target, size_t) {
     std::vector<float> y(static_cast<size_t>(tokens * rows));
     cpu::matmul_rows(x.data(), tokens, k, bytes.data(), GetParam(), rows, y.data(), rows);
-    EXPECT_EQ(std::string(cpu::isa_name()), hwy::TargetName(target));
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t r = 0; r < rows; ++r) {
         double want = 0;
         for (int64_t i = 0; i < k; ++i) want += double{x[t * k + i]} * w[r * k + i];
         ASSERT_NEAR(y[t * rows + r], want, 1e-4) << hwy::TargetName(target);
       }
-    ++targets_run;
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  });
+  EXPECT_GE(targets_run, 2);
+}
+
+// One output summed in the order matmul.cpp states, for `lanes` f32 lanes: lane j of the
+// accumulator takes chunk after chunk by multiply-adds, fused where the target has FMA
+// (a bf16 chunk: its even-indexed elements, then its odd-indexed ones), the lanes are
+// added as a halving tree, then the elements past the last whole chunk one by one, each
+// by a fused multiply-add.
+float sum_in_stated_order(const float* x, const float* w, int64_t k, size_t lanes, bool fused, DType dtype) {
+  const auto l = static_cast<int64_t>(lanes);
+  const int64_t per_chunk = dtype == DType::kBF16 ? 2 : 1;
+  const int64_t k_vec = k / (per_chunk * l) * (per_chunk * l);
+  std::vector<float> acc(lanes, 0.0f);
+  for (int64_t i = 0; i < k_vec; i += per_chunk * l)
+    for (int64_t v = 0; v < per_chunk; ++v)
+      for (int64_t j = 0; j < l; ++j) {
+        const int64_t e = per_chunk == 2 ? i + 2 * j + v : i + j;
+        float& a = acc[static_cast<size_t>(j)];
+        if (fused) {
+          a = std::fma(w[e], x[e], a);
+        } else {
+          const float product = w[e] * x[e];
+          a = product + a;
+        }
+      }
+  for (size_t h = lanes / 2; h >= 1; h /= 2)
+    for (size_t j = 0; j < h; ++j) acc[j] = acc[j] + acc[j + h];
+  float sum = acc[0];
+  for (int64_t i = k_vec; i < k; ++i) sum = std::fma(w[i], x[i], sum);
+  return sum;
+}
+
+// Decode (1 token) and the GEMM (40 tokens) give, on every target, bitwise the sums that
+// matmul.cpp's stated order gives: 21 rows take every decode tile size and the last of
+// them a partial GEMM panel; k = 1061 leaves a tail.
+TEST_P(MatmulTest, SumsInTheStatedOrderOnEveryTarget) {
+  const int64_t tokens = 40, k = 2 * 512 + 37, rows = 21;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 18);
+  auto w = random_values(static_cast<size_t>(rows * k), 19);
+  const auto bytes = encode(w, GetParam());
+  const int targets_run = for_each_target([&](int64_t target, size_t lanes) {
+    const bool fused = target == HWY_AVX3 || target == HWY_AVX2;
+    for (const int64_t count : {int64_t{1}, tokens}) {
+      std::vector<float> y(static_cast<size_t>(count * rows));
+      cpu::matmul_rows(x.data(), count, k, bytes.data(), GetParam(), rows, y.data(), rows);
+      for (int64_t t = 0; t < count; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(y[t * rows + r],
+                    sum_in_stated_order(x.data() + t * k, w.data() + r * k, k, lanes, fused, GetParam()))
+              << hwy::TargetName(target) << " tokens " << count << " t " << t << " row " << r;
+    }
+  });
   EXPECT_GE(targets_run, 2);
 }
 

@@ -5,8 +5,13 @@
 // the same alone (decode) or among any number of tokens (prefill), at any thread count:
 //   acc = 0, an f32 vector of L = Lanes(f32) lanes;
 //   for each whole chunk along k, in order, for each vector v of the chunk in turn:
-//     acc = w[v] * x[v] + acc (one fused multiply-add; weights widened to f32 exactly);
-//   sum = SumOfLanes(acc); then the elements after the last whole chunk, one by one.
+//     acc = w[v] * x[v] + acc (weights widened to f32 exactly; one fused multiply-add
+//     where the target has FMA, as AVX2 and AVX-512 do, else a multiply then an add);
+//   sum = the lanes of acc added as a halving tree: lane i + L/2 onto lane i for i < L/2,
+//   then i + L/4 onto i, ..., then lane 1 onto lane 0 (Highway's SumOfLanes adds in this
+//   order on AVX2 and AVX-512, but not on every target, so the order is stated here and
+//   kept by sum_lanes); then the elements after the last whole chunk, one by one, each
+//   by a fused multiply-add (std::fma).
 // A chunk is L consecutive elements, one vector, for f32 and f16 weights; for bf16 it is
 // 2L consecutive elements, two vectors: the even-indexed ones, then the odd-indexed
 // ones (a pair of bf16 read as one u32 widens with a shift and a mask; a contiguous
@@ -31,6 +36,7 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -107,13 +113,104 @@ HWY_INLINE int64_t chunked(DF df, int64_t k) {
   return k / chunk * chunk;
 }
 
-// The end of every output's sum, the same for both paths: the lanes, then the tail
-// elements [from, k) in order.
+// ------------------------------------------------------------------ the lanes' sum
+
+constexpr size_t kLanes = hn::MaxLanes(DF());
+
+#if HWY_TARGET != HWY_SCALAR  // one lane: no tree
+// One level of the halving tree for two vectors at once: lane i + h onto lane i (and, the
+// sum being the same either way round, lane i onto lane i + h), keeping a's sums in the
+// h-lane groups of even index and b's in the odd ones.
+template <size_t kH>
+HWY_INLINE VF tree_level(DF df, VF a, VF b) {
+  if constexpr (2 * kH == kLanes) {
+    return hn::Add(hn::ConcatLowerLower(df, b, a), hn::ConcatUpperUpper(df, b, a));
+  } else if constexpr (kH == 4) {  // 128-bit blocks within 256-bit halves (AVX-512)
+    return hn::Add(hn::OddEvenBlocks(hn::SwapAdjacentBlocks(b), a), hn::OddEvenBlocks(b, hn::SwapAdjacentBlocks(a)));
+  } else if constexpr (kH == 2) {
+    const hn::Repartition<double, DF> dd;
+    return hn::Add(hn::BitCast(df, hn::OddEven(hn::BitCast(dd, hn::Shuffle1032(b)), hn::BitCast(dd, a))),
+                   hn::BitCast(df, hn::OddEven(hn::BitCast(dd, b), hn::BitCast(dd, hn::Shuffle1032(a)))));
+  } else {
+    static_assert(kH == 1);
+    return hn::Add(hn::OddEven(hn::Shuffle2301(b), a), hn::OddEven(b, hn::Shuffle2301(a)));
+  }
+}
+
+// The same level for one vector, whose lane 0 is all that is kept.
+template <size_t kH>
+HWY_INLINE VF tree_level(DF df, VF a) {
+  if constexpr (2 * kH == kLanes) {
+    return hn::Add(a, hn::ConcatLowerUpper(df, a, a));
+  } else if constexpr (kH == 4) {
+    return hn::Add(a, hn::SwapAdjacentBlocks(a));
+  } else if constexpr (kH == 2) {
+    return hn::Add(a, hn::Shuffle1032(a));
+  } else {
+    return hn::Add(a, hn::Shuffle2301(a));
+  }
+}
+
+// Levels kH, kH / 2, ..., 1 over the 2 * kH vectors at level[0, 2 * kH) (the first
+// kH of them hold the result of each level). Vector j of the first level ends in lane
+// bit_reverse(j) of level[0] (each level sends a pair's first vector to the even groups).
+template <size_t kH>
+HWY_INLINE void tree_levels(DF df, VF* level) {
+  if constexpr (kH >= 1) {
+    for (size_t m = 0; m < kH; ++m) level[m] = tree_level<kH>(df, level[2 * m], level[2 * m + 1]);
+    tree_levels<kH / 2>(df, level);
+  }
+}
+template <size_t kH>
+HWY_INLINE VF tree_levels(DF df, VF a) {
+  if constexpr (kH >= 1) return tree_levels<kH / 2>(df, tree_level<kH>(df, a));
+  return a;
+}
+
+#endif
+
+// j's bits in reverse order, over log2(kLanes) bits.
+constexpr size_t bit_reverse(size_t j) {
+  size_t r = 0;
+  for (size_t bit = 1; bit < kLanes; bit <<= 1) r = r << 1 | ((j & bit) != 0);
+  return r;
+}
+
+// out[j] = the halving-tree sum of v[j]'s lanes (the order at the top of this file), for
+// j < n <= kLanes: n sums for about the work of one at a time when n is kLanes.
+HWY_INLINE void sum_lanes(DF df, const VF* HWY_RESTRICT v, size_t n, float* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)df;
+  for (size_t j = 0; j < n; ++j) out[j] = hn::GetLane(v[j]);
+#else
+  if (n == 1) {
+    out[0] = hn::GetLane(tree_levels<kLanes / 2>(df, v[0]));
+    return;
+  }
+  VF level[kLanes];
+  for (size_t j = 0; j < kLanes; ++j) level[j] = bit_reverse(j) < n ? v[bit_reverse(j)] : hn::Zero(df);
+  tree_levels<kLanes / 2>(df, level);
+  if (n == kLanes) {
+    hn::StoreU(level[0], df, out);
+  } else {
+    HWY_ALIGN float sums[kLanes];
+    hn::Store(level[0], df, sums);
+    std::copy(sums, sums + n, out);
+  }
+#endif
+}
+
+// The end of `n` outputs' sums that share one x, rows w, w + k, ...: the lanes of each
+// acc[j] (sum_lanes), then the tail elements [k_vec, k) in order; out[j] for row j.
 template <typename WT>
-HWY_INLINE float finish(DF df, VF acc, const float* HWY_RESTRICT x, const WT* HWY_RESTRICT w, int64_t from, int64_t k) {
-  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
-  for (int64_t j = from; j < k; ++j) sum += w_scalar(w, j) * x[j];
-  return sum;
+HWY_INLINE void finish(DF df, const VF* HWY_RESTRICT acc, size_t n, const float* HWY_RESTRICT x,
+                       const WT* HWY_RESTRICT w, int64_t k_vec, int64_t k, float* HWY_RESTRICT out) {
+  for (size_t j0 = 0; j0 < n; j0 += kLanes) sum_lanes(df, acc + j0, std::min(kLanes, n - j0), out + j0);
+  if (k_vec == k) return;
+  for (size_t j = 0; j < n; ++j) {
+    const WT* row = w + static_cast<int64_t>(j) * k;
+    for (int64_t i = k_vec; i < k; ++i) out[j] = std::fma(w_scalar(row, i), x[i], out[j]);
+  }
 }
 
 // ------------------------------------------------------------------ decode tiles
@@ -142,8 +239,11 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
         for (int t = 0; t < kTok; ++t) acc[r][t] = hn::MulAdd(wv[v], xv[t][v], acc[r][t]);
     }
   }
-  for (int r = 0; r < kRows; ++r)
-    for (int t = 0; t < kTok; ++t) y[t * ldy + r] = finish(df, acc[r][t], x + t * k, w + r * k, k_vec, k);
+  for (int t = 0; t < kTok; ++t) {
+    VF column[kRows];
+    for (int r = 0; r < kRows; ++r) column[r] = acc[r][t];
+    finish(df, column, kRows, x + t * k, w, k_vec, k, y + t * ldy);
+  }
 }
 
 template <typename WT>
@@ -277,10 +377,11 @@ void gemm(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT x, int64_t tok
           for (int64_t p = 0; p < padded; p += kPanelTokens)
             micro_kernel(df, wp.get() + g * kc, xblock + p * kc, kc / lanes, acc.get() + (p * kNc + g) * lanes);
       }
-      for (int64_t t = 0; t < mt; ++t)
-        for (int64_t r = 0; r < nr; ++r)
-          y[(t0 + t) * ldy + r0 + r] =
-              finish(df, hn::Load(df, acc.get() + (t * kNc + r) * lanes), xb + t * k, w + (r0 + r) * k, k_vec, k);
+      for (int64_t t = 0; t < mt; ++t) {
+        VF column[kNc];
+        for (int64_t r = 0; r < nr; ++r) column[r] = hn::Load(df, acc.get() + (t * kNc + r) * lanes);
+        finish(df, column, static_cast<size_t>(nr), xb + t * k, w + r0 * k, k_vec, k, y + (t0 + t) * ldy + r0);
+      }
     }
   }
 }
