@@ -33,6 +33,8 @@
 
 namespace tessera {
 
+class GgufMetadata;
+
 struct EncodeOptions {
   // Text of special added tokens in the input becomes those tokens (HF's default).
   // False encodes it as plain text (HF split_special_tokens=True), so user text
@@ -48,6 +50,8 @@ class Tokenizer {
   static Result<Tokenizer> from_file(const std::string& path);
   // Parses tokenizer.json text; `name` prefixes error messages.
   static Result<Tokenizer> from_json(std::string_view json_text, std::string_view name = "tokenizer.json");
+  // The tokenizer of a GGUF file's tokenizer.ggml.* metadata (tokenizer/gguf_tokenizer.h).
+  static Result<Tokenizer> from_gguf(const GgufMetadata& metadata, std::string_view name);
 
   // Token ids of UTF-8 `text`; invalid UTF-8 is refused (kInvalidInput).
   Result<std::vector<int32_t>> encode(std::string_view text, const EncodeOptions& options = {}) const;
