@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 namespace tessera {
@@ -66,6 +67,16 @@ Result<T> optional_key(const GgufMetadata& m, std::string_view key, T fallback, 
   return (m.*get)(key);
 }
 
+// The token id under `key`, checked against the vocabulary; nullopt when absent.
+Result<std::optional<uint64_t>> read_token_id(const GgufMetadata& m, const char* key, size_t token_count) {
+  if (!m.find(key)) return std::optional<uint64_t>();
+  TS_ASSIGN_OR_RETURN(const uint64_t id, m.get_uint(key));
+  if (id >= token_count)
+    return Status::invalid_input(std::string(key) + " = " + std::to_string(id) + " is not a token id below " +
+                                 std::to_string(token_count));
+  return std::optional<uint64_t>(id);
+}
+
 // transformers' SentencePiece merges: every split of a piece into two pieces of
 // the vocabulary, ranked by the score of the piece they make (highest first).
 json spm_merges(const std::vector<std::string_view>& tokens, const std::vector<float>& scores,
@@ -123,13 +134,6 @@ Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
       return Status::invalid_input("tokenizer.ggml.token_type has " + std::to_string(types.size()) +
                                    " entries for " + std::to_string(tokens.size()) + " tokens");
   }
-  const auto token_id = [&](const char* key, int64_t fallback) -> Result<int64_t> {
-    TS_ASSIGN_OR_RETURN(const int64_t id, optional_key<int64_t>(m, key, fallback, &GgufMetadata::get_int));
-    if (id >= static_cast<int64_t>(tokens.size()))
-      return Status::invalid_input(std::string(key) + " = " + std::to_string(id) + " is not a token id below " +
-                                   std::to_string(tokens.size()));
-    return id;
-  };
 
   json vocab = json::object();
   std::unordered_map<std::string_view, int32_t> ids;
@@ -160,11 +164,11 @@ Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
                                    std::to_string(tokens.size()) + " tokens");
     TS_ASSIGN_OR_RETURN(const bool prefix, optional_key<bool>(m, "tokenizer.ggml.add_space_prefix", true,
                                                               &GgufMetadata::get_bool));
-    TS_ASSIGN_OR_RETURN(const int64_t unk, token_id("tokenizer.ggml.unknown_token_id", 0));
+    TS_ASSIGN_OR_RETURN(const auto unk, read_token_id(m, "tokenizer.ggml.unknown_token_id", tokens.size()));
     bpe["merges"] = spm_merges(tokens, scores, ids);
     bpe["byte_fallback"] = true;
     bpe["fuse_unk"] = true;
-    if (unk >= 0) bpe["unk_token"] = std::string(tokens[static_cast<size_t>(unk)]);
+    bpe["unk_token"] = std::string(tokens[unk.value_or(0)]);
     const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
     t["normalizer"] = prefix ? json{{"type", "Sequence"},
                                     {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
@@ -194,11 +198,33 @@ Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
   }
   TS_ASSIGN_OR_RETURN(const bool add_bos,
                       optional_key<bool>(m, "tokenizer.ggml.add_bos_token", spm, &GgufMetadata::get_bool));
-  TS_ASSIGN_OR_RETURN(const int64_t bos, token_id("tokenizer.ggml.bos_token_id", -1));
+  TS_ASSIGN_OR_RETURN(const auto bos, read_token_id(m, "tokenizer.ggml.bos_token_id", tokens.size()));
   t["post_processor"] = nullptr;
-  if (add_bos && bos >= 0) t["post_processor"] = bos_template(std::string(tokens[static_cast<size_t>(bos)]), static_cast<int32_t>(bos));
+  if (add_bos && bos) t["post_processor"] = bos_template(std::string(tokens[*bos]), static_cast<int32_t>(*bos));
   t["model"] = bpe;
   return t.dump();
+}
+
+Result<GgufChat> gguf_chat(const GgufMetadata& m) {
+  GgufChat chat;
+  if (m.find("tokenizer.chat_template")) {
+    TS_ASSIGN_OR_RETURN(const std::string_view text, m.get_string("tokenizer.chat_template"));
+    chat.chat_template = text;
+  }
+  TS_ASSIGN_OR_RETURN(const std::vector<std::string_view> tokens, m.get_string_array("tokenizer.ggml.tokens"));
+  const std::pair<const char*, const char*> kSpecial[] = {{"tokenizer.ggml.bos_token_id", "bos_token"},
+                                                          {"tokenizer.ggml.eos_token_id", "eos_token"}};
+  for (const auto& [key, name] : kSpecial) {
+    TS_ASSIGN_OR_RETURN(const auto id, read_token_id(m, key, tokens.size()));
+    if (id) chat.special_tokens[name] = std::string(tokens[*id]);
+  }
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    TS_ASSIGN_OR_RETURN(const auto id, read_token_id(m, key, tokens.size()));
+    if (id) chat.stop_ids.push_back(static_cast<int32_t>(*id));
+  }
+  std::sort(chat.stop_ids.begin(), chat.stop_ids.end());
+  chat.stop_ids.erase(std::unique(chat.stop_ids.begin(), chat.stop_ids.end()), chat.stop_ids.end());
+  return chat;
 }
 
 Result<Tokenizer> Tokenizer::from_gguf(const GgufMetadata& metadata, std::string_view name) {

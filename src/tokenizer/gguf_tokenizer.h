@@ -21,7 +21,11 @@
 // Pure function; safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "io/gguf.h"
@@ -30,5 +34,17 @@ namespace tessera {
 
 // tokenizer.json text for `metadata`'s tokenizer.
 Result<std::string> gguf_tokenizer_json(const GgufMetadata& metadata);
+
+// What a GGUF file holds for chat, as tokenizer_config.json holds it for a
+// checkpoint directory: tokenizer.chat_template (empty when absent), the text of
+// the BOS and EOS tokens as the template's bos_token / eos_token, and the ids
+// that end a generation (tokenizer.ggml.eos_token_id, eot_token_id and
+// eom_token_id, each checked against the vocabulary).
+struct GgufChat {
+  std::string chat_template;
+  nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
+  std::vector<int32_t> stop_ids;  // sorted, unique
+};
+Result<GgufChat> gguf_chat(const GgufMetadata& metadata);
 
 }  // namespace tessera

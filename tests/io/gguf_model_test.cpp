@@ -16,6 +16,9 @@
 #include "io/gguf_model.h"
 #include "model/fixtures.h"
 #include "model/forward.h"
+#include "template/chat_template.h"
+#include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tessera {
 namespace {
@@ -145,6 +148,53 @@ TEST(GgufModelGuards, RopeFactorsThatLlama3ScalingDoesNotMakeAreRefused) {
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().kind(), ErrorKind::kUnsupported);
   EXPECT_NE(model.status().message().find("rope_freqs"), std::string::npos) << model.status().to_string();
+}
+
+// The text side of a GGUF: its tokenizer round-trips text with the BOS that
+// tokenizer.ggml.add_bos_token asks for, and its chat template renders with
+// the BOS/EOS text; generation stops at tokenizer.ggml.eos_token_id.
+TEST(GgufText, TokenizerTemplateAndStopIdsComeFromTheMetadata) {
+  auto file = GgufFile::open(gguf_fixture("llama3_f32"));
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  auto tokenizer = Tokenizer::from_gguf(file->metadata(), file->path());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  auto ids = tokenizer->encode("hello world");
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  ASSERT_FALSE(ids->empty());
+  EXPECT_EQ(ids->front(), 1);  // <s>
+  auto text = tokenizer->decode(*ids, /*skip_special=*/true);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(*text, "hello world");
+
+  auto chat = gguf_chat(file->metadata());
+  ASSERT_TRUE(chat.ok()) << chat.status().to_string();
+  EXPECT_EQ(chat->stop_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(chat->special_tokens["bos_token"], "<s>");
+  EXPECT_EQ(chat->special_tokens["eos_token"], "</s>");
+  auto parsed = ChatTemplate::parse(chat->chat_template);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  nlohmann::ordered_json context = chat->special_tokens;
+  context["messages"] = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  context["add_generation_prompt"] = true;
+  auto rendered = parsed->render(context);
+  ASSERT_TRUE(rendered.ok()) << rendered.status().to_string();
+  EXPECT_EQ(*rendered, "<s>user: hi\n<s>assistant: ");
+}
+
+TEST(GgufText, AStopTokenIdOutsideTheVocabularyIsRefused) {
+  auto file = GgufFile::open(gguf_fixture("llama3_f32"));
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  GgufMetadata metadata;
+  for (const GgufKeyValue& entry : file->metadata().entries())
+    if (entry.key != "tokenizer.ggml.eos_token_id") ASSERT_TRUE(metadata.add(entry).ok());
+  GgufValue eos;
+  eos.type = GgufType::kU32;
+  eos.bits = 512;  // the vocabulary has 512 tokens
+  ASSERT_TRUE(metadata.add({"tokenizer.ggml.eos_token_id", eos}).ok());
+  auto chat = gguf_chat(metadata);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_NE(chat.status().message().find("tokenizer.ggml.eos_token_id = 512"), std::string::npos)
+      << chat.status().to_string();
 }
 
 }  // namespace
