@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -79,6 +81,58 @@ TEST_P(GgufModelTest, RunsBitwiseAsTheCheckpointItCameFrom) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufModelTest,
                          ::testing::Values("llama3_f32", "llama_f16", "qwen2_f32", "qwen3_bf16"));
+
+// llama.cpp's greedy tokens on each fixture GGUF, recorded by make_quantized_ggufs.sh
+// (llama_greedy against libllama), and tessera's on the same file. The quantized files
+// (llama-quantize's Q8_0 and Q4_0) also stay within a tolerance of the f32/bf16
+// checkpoint's transformers logits, relative to each row's largest logit.
+// Measured on 2026-12-01 (random tiny weights, so blocks are coarse): Q8_0 0.032
+// (llama3) and 0.023 (qwen3), Q4_0 0.39 and 0.32; unquantized files at most 0.0013.
+double tolerance(const std::string& file) {
+  if (file.ends_with("_q8_0")) return 0.05;
+  if (file.ends_with("_q4_0")) return 0.5;
+  return 0.02;  // the reference test's tolerance for 16-bit checkpoints
+}
+
+TEST(GgufLlamaCpp, GreedyTokensEqualLlamaCppsOnTheSameFile) {
+  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/llama_cpp_greedy.json");
+  const auto recorded = nlohmann::json::parse(in);
+  ASSERT_GE(recorded.size(), 8u);
+  for (const auto& [file, entry] : recorded.items()) {
+    SCOPED_TRACE(file);
+    auto model = Model::load(gguf_fixture(file));
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const auto prompt = entry["prompt"].get<std::vector<int32_t>>();
+    const auto want = entry["greedy"].get<std::vector<int32_t>>();
+    const auto ref = testing::load_reference(entry["fixture"].get<std::string>());
+    auto device = make_cpu_device(2);
+    Forward forward(*model, *device);
+    KvCache cache = forward.make_cache(static_cast<int64_t>(prompt.size() + want.size()));
+    const auto vocab = static_cast<size_t>(model->config().vocab_size);
+    std::vector<int32_t> got;
+    double worst = 0;
+    bool same_context = true;  // the tokens so far are the reference's, so its row compares
+    auto logits = forward.run_ids(prompt, cache);
+    for (size_t step = 0; step < want.size(); ++step) {
+      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+      if (same_context) {
+        const float* row = ref.logits.data() + step * vocab;
+        float scale = 0, error = 0;
+        for (size_t i = 0; i < vocab; ++i) {
+          scale = std::max(scale, std::fabs(row[i]));
+          error = std::max(error, std::fabs((*logits)[i] - row[i]));
+        }
+        worst = std::max(worst, static_cast<double>(error / scale));
+      }
+      got.push_back(static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin()));
+      same_context = same_context && step < ref.greedy_ids.size() && got.back() == ref.greedy_ids[step];
+      logits = forward.run_ids(std::span(&got.back(), 1), cache);
+    }
+    EXPECT_EQ(got, want);
+    EXPECT_LE(worst, tolerance(file));
+    std::printf("%s: largest error against the checkpoint's transformers logits %.4g\n", file.c_str(), worst);
+  }
+}
 
 // A copy of `name`'s GGUF with the first occurrence of `from` replaced by `to` (same length).
 std::string patched_copy(const std::string& name, const std::string& from, const std::string& to) {
