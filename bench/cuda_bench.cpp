@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/device.h"
@@ -161,8 +162,9 @@ int main(int argc, char** argv) {
   const double bandwidth = *bandwidth_or;
   std::printf("device %s\ncopy bandwidth %.0f GB/s (1 GiB device to device, bytes read plus written)\n\n",
               (*device)->name().c_str(), bandwidth / 1e9);
-  bench_matmuls(**device, bandwidth);
-  bench_attention(**device);
-  bench_small(**device);
+  const std::string only = argc > 2 ? argv[2] : "";  // matmul, attention or small: that part alone
+  if (only.empty() || only == "matmul") bench_matmuls(**device, bandwidth);
+  if (only.empty() || only == "attention") bench_attention(**device);
+  if (only.empty() || only == "small") bench_small(**device);
   return 0;
 }

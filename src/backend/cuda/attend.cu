@@ -64,13 +64,36 @@ __device__ __forceinline__ int64_t first_visible(int64_t pos, int64_t window) {
   return window > 0 ? max(int64_t{0}, pos - window + 1) : 0;
 }
 
-// Block (partition, token, head chunk). Thread i scores position start + i (its
-// key read as 16-byte pieces, summed in order); the partition's max and sum come
-// from fixed-tree block reductions. For the values the threads form
-// kPartition / G lanes of G = head_dim / 8 groups: lane l, group g sums
-// dimensions [8g, 8g + 8) over positions l, l + lanes, ... in order, and the
-// lanes' sums are added in lane order. Output per (token, head, partition):
-// the unnormalised sum [head_dim], then the max and the sum of the weights.
+// Max or sum over the block, for each of kHeadsPerBlock values per thread, in a
+// fixed tree (each warp by shuffles, then the warps in order). `shared` holds
+// kHeadsPerBlock * warps floats; every thread gets the results in v.
+template <bool kMax>
+__device__ __forceinline__ void block_reduce_heads(float (&v)[kHeadsPerBlock], float* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) v[h] = kMax ? warp_max(v[h]) : warp_sum(v[h]);
+  __syncthreads();  // `shared` may still be read from the previous reduction
+  if (lane == 0)
+#pragma unroll
+    for (int h = 0; h < kHeadsPerBlock; ++h) shared[h * warps + warp] = v[h];
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) {
+    float total = shared[h * warps];
+    for (int i = 1; i < warps; ++i) total = kMax ? fmaxf(total, shared[h * warps + i]) : total + shared[h * warps + i];
+    v[h] = total;
+  }
+}
+
+// Block (partition, token, head chunk): up to kHeadsPerBlock query heads of one
+// KV head, all at once, so each key and value is read once for them. Thread i
+// scores position start + i for every head (its key read as 16-byte pieces,
+// each head's dot product summed in dimension order); the partition's max and
+// sum per head come from fixed-tree block reductions. For the values the
+// threads form kPartition / G lanes of G = head_dim / 8 groups: lane l, group g
+// sums dimensions [8g, 8g + 8) over positions l, l + lanes, ... in order, and the
+// lanes' sums are added in lane order. Output per (token, head, partition): the
+// unnormalised sum [head_dim], then the max and the sum of the weights.
 template <DType D, bool kVec>
 __global__ void __launch_bounds__(kPartition)
     partition_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
@@ -78,16 +101,16 @@ __global__ void __launch_bounds__(kPartition)
   extern __shared__ float shared[];
   const int64_t hd = p.head_dim, bs = p.block_size;
   const int64_t groups = (hd + 7) / 8, lanes = kPartition / groups;
-  float* qs = shared;                                  // [hd]
-  float* weights = qs + hd;                            // [kPartition]
-  float* partial = weights + kPartition;               // [lanes][groups * 8]
-  float* reduction = partial + lanes * groups * 8;     // [32]
+  float* qs = shared;                                     // [kHeadsPerBlock][hd]
+  float* weights = qs + kHeadsPerBlock * hd;              // [kHeadsPerBlock][kPartition]
+  float* partial = weights + kHeadsPerBlock * kPartition;  // [kHeadsPerBlock][lanes][groups * 8]
+  float* reduction = partial + kHeadsPerBlock * lanes * groups * 8;  // [kHeadsPerBlock * warps]
   const int64_t part = blockIdx.x, t = blockIdx.y;
   const int64_t group_size = n_heads / p.n_kv_heads;
   const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;
   const int64_t kv = blockIdx.z / chunks;
   const int64_t h0 = kv * group_size + (blockIdx.z % chunks) * kHeadsPerBlock;
-  const int64_t h1 = min(h0 + kHeadsPerBlock, (kv + 1) * group_size);
+  const int nh = static_cast<int>(min(static_cast<int64_t>(kHeadsPerBlock), (kv + 1) * group_size - h0));
   const int64_t pos = map.pos[t];
   const int64_t start = first_visible(pos, window) + part * kPartition;
   if (start > pos) return;  // this token needs fewer partitions (the whole block leaves)
@@ -97,52 +120,72 @@ __global__ void __launch_bounds__(kPartition)
   const auto row = [&](int64_t j, int kind) {
     return base + kv_offset(p, blocks[j / bs], layer, kind, kv) + (j % bs) * hd;
   };
-  const int64_t lane = threadIdx.x / groups, group = threadIdx.x % groups;
+  for (int64_t i = threadIdx.x; i < nh * hd; i += kPartition) qs[i] = q[(t * n_heads + h0) * hd + i];
+  __syncthreads();
 
-  for (int64_t h = h0; h < h1; ++h) {
-    __syncthreads();  // the previous head is done with qs, weights and partial
-    for (int64_t d = threadIdx.x; d < hd; d += kPartition) qs[d] = q[(t * n_heads + h) * hd + d];
-    __syncthreads();
-    float score = -INFINITY;
-    if (threadIdx.x < count) {
-      const Storage<D>* key = row(start + threadIdx.x, 0);
-      float dot = 0.0f;
-#pragma unroll 16
-      for (int64_t c = 0; c < groups; ++c) {
-        float k8[8];
-        load8<D, kVec>(key, c, hd, k8);
+  float score[kHeadsPerBlock];
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) score[h] = -INFINITY;
+  if (threadIdx.x < count) {
+    const Storage<D>* key = row(start + threadIdx.x, 0);
+    float dot[kHeadsPerBlock] = {};
+#pragma unroll 4
+    for (int64_t c = 0; c < groups; ++c) {
+      float k8[8];
+      load8<D, kVec>(key, c, hd, k8);
+#pragma unroll
+      for (int h = 0; h < kHeadsPerBlock; ++h) {
+        if (h >= nh) break;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          if (8 * c + e < hd) dot = fmaf(qs[8 * c + e], k8[e], dot);
+          if (8 * c + e < hd) dot[h] = fmaf(qs[h * hd + 8 * c + e], k8[e], dot[h]);
       }
-      score = dot * scale;
     }
-    const float peak = block_reduce<true>(score, reduction);
-    const float weight = threadIdx.x < count ? expf(score - peak) : 0.0f;
-    weights[threadIdx.x] = weight;
-    const float sum = block_reduce<false>(weight, reduction);  // its barrier also publishes `weights`
-    if (lane < lanes) {
-      float sum8[8] = {};
-#pragma unroll 4
-      for (int64_t r = lane; r < count; r += lanes) {
-        float v8[8];
-        load8<D, kVec>(row(start + r, 1), group, hd, v8);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) sum8[e] = fmaf(weights[r], v8[e], sum8[e]);
+    for (int h = 0; h < kHeadsPerBlock; ++h) score[h] = dot[h] * scale;
+  }
+  float peak[kHeadsPerBlock], sum[kHeadsPerBlock];
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) peak[h] = score[h];
+  block_reduce_heads<true>(peak, reduction);
+#pragma unroll
+  for (int h = 0; h < kHeadsPerBlock; ++h) {
+    sum[h] = threadIdx.x < count && h < nh ? expf(score[h] - peak[h]) : 0.0f;
+    weights[h * kPartition + threadIdx.x] = sum[h];
+  }
+  block_reduce_heads<false>(sum, reduction);  // its barriers also publish `weights`
+
+  const int64_t lane = threadIdx.x / groups, group = threadIdx.x % groups;
+  if (lane < lanes) {
+    float sum8[kHeadsPerBlock][8] = {};
+    for (int64_t r = lane; r < count; r += lanes) {
+      float v8[8];
+      load8<D, kVec>(row(start + r, 1), group, hd, v8);
+#pragma unroll
+      for (int h = 0; h < kHeadsPerBlock; ++h) {
+        if (h >= nh) break;
+        const float w = weights[h * kPartition + r];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum8[h][e] = fmaf(w, v8[e], sum8[h][e]);
       }
+    }
 #pragma unroll
-      for (int e = 0; e < 8; ++e) partial[lane * groups * 8 + group * 8 + e] = sum8[e];
+    for (int h = 0; h < kHeadsPerBlock; ++h) {
+      if (h >= nh) break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) partial[(h * lanes + lane) * groups * 8 + group * 8 + e] = sum8[h][e];
     }
-    __syncthreads();
-    float* out = scratch + ((t * n_heads + h) * partitions + part) * (hd + 2);
-    for (int64_t d = threadIdx.x; d < hd; d += kPartition) {
-      float acc = partial[d];
-      for (int64_t l = 1; l < lanes; ++l) acc += partial[l * groups * 8 + d];
-      out[d] = acc;
-    }
-    if (threadIdx.x == 0) {
-      out[hd] = peak;
-      out[hd + 1] = sum;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < nh * hd; i += kPartition) {
+    const int64_t h = i / hd, d = i % hd;
+    float acc = partial[h * lanes * groups * 8 + d];
+    for (int64_t l = 1; l < lanes; ++l) acc += partial[(h * lanes + l) * groups * 8 + d];
+    float* out = scratch + ((t * n_heads + h0 + h) * partitions + part) * (hd + 2);
+    out[d] = acc;
+    if (d == 0) {
+      out[hd] = peak[h];  // every thread holds every head's max and sum
+      out[hd + 1] = sum[h];
     }
   }
 }
@@ -188,7 +231,9 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
   TS_CHECK(p.head_dim <= kMaxHeadDim, "head_dim ", p.head_dim, " above ", kMaxHeadDim);
   if (tokens == 0) return;
   const int64_t groups = (p.head_dim + 7) / 8, lanes = kPartition / groups;
-  const size_t shared = static_cast<size_t>(p.head_dim + kPartition + lanes * groups * 8 + 32) * sizeof(float);
+  const size_t shared =
+      static_cast<size_t>(kHeadsPerBlock * (p.head_dim + kPartition + lanes * groups * 8 + kPartition / 32)) *
+      sizeof(float);
   const int64_t group_size = n_heads / p.n_kv_heads;
   const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;
   const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(tokens),
