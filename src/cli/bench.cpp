@@ -3,7 +3,8 @@
 // run: decode at batch 1 reads every weight once per token, so the memory read
 // bandwidth is its limit; prefill is matmuls, so the f32 FMA peak (a register-only
 // FMA loop on every thread) is its limit. It also times the matmul alone, on the
-// model's MLP shapes at the prompt's token count.
+// model's MLP shapes at the prompt's token count, and decode's matmuls alone (every
+// weight matrix once at batch 1) against the same read bandwidth.
 //   tessera bench --model DIR
 //   tessera bench --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 [--dtype bf16]
 #include <algorithm>
@@ -111,6 +112,33 @@ double measure_matmul(Device& device, const TensorView& w, int64_t tokens) {
   return best;
 }
 
+// Every weight matrix that decode reads (the layers' and the LM head), each once at
+// batch 1 through the device's matmul, as decode calls it; best of three passes, in
+// bytes/s. Against decode's own bytes/s it shows what the rest of a decode step costs
+// (attention, norms, the threads' hand-offs between ops).
+double measure_decode_matmuls(Device& device, const Model& model) {
+  std::vector<const TensorView*> weights;
+  for (const LayerWeights& l : model.weights().layers)
+    for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (!w->empty()) weights.push_back(w);
+  if (model.has_exit()) weights.push_back(&model.weights().lm_head);
+  int64_t widest = 1, tallest = 1;
+  double bytes = 0;
+  for (const TensorView* w : weights) {
+    widest = std::max(widest, w->dim(1));
+    tallest = std::max(tallest, w->dim(0));
+    bytes += static_cast<double>(w->nbytes());
+  }
+  std::vector<float> x(static_cast<size_t>(widest), 0.01f), y(static_cast<size_t>(tallest));
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto start = Clock::now();
+    for (const TensorView* w : weights) device.matmul(x.data(), 1, *w, {}, y.data());
+    best = std::max(best, bytes / seconds_since(start));
+  }
+  return best;
+}
+
 // kB values of "RssAnon:" and "RssFile:" from /proc/self/status.
 std::pair<double, double> resident_mib() {
   std::ifstream in("/proc/self/status");
@@ -163,6 +191,7 @@ Status bench(const BenchOptions& o) {
   const double decode_s = seconds_since(start);
   double gemm_up = 0, gemm_down = 0;
   const bool on_cpu = o.device == "cpu";
+  const double decode_matmuls = on_cpu ? measure_decode_matmuls(*device, model) : 0;
   if (on_cpu && !model.weights().layers.empty()) {
     gemm_up = measure_matmul(*device, model.weights().layers[0].w_up, o.prompt_tokens);
     gemm_down = measure_matmul(*device, model.weights().layers[0].w_down, o.prompt_tokens);
@@ -223,6 +252,11 @@ Status bench(const BenchOptions& o) {
               static_cast<long long>(o.decode_tokens));
   std::printf("decode bytes/s    %.2f GB/s = %.1f%% of %s bandwidth\n", decode_bytes / 1e9,
               100.0 * decode_bytes / (on_cpu ? bandwidth : copy_bandwidth), on_cpu ? "read" : "copy");
+  if (on_cpu) {
+    std::printf(
+        "decode matmuls    %.2f GB/s = %.1f%% of read bandwidth (each weight matrix once at batch 1, best of 3)\n",
+        decode_matmuls / 1e9, 100.0 * decode_matmuls / bandwidth);
+  }
   std::printf(
       "resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
       anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);

@@ -3,9 +3,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -28,6 +30,21 @@ void free_host(void* data, size_t bytes) {
   } else {
     std::free(data);
   }
+}
+
+// Calls fn(begin, end) over rows [0, n) in chunks of a multiple of 16 rows (whole decode
+// tiles and GEMM panels), about 8 a thread, each taken by whichever thread is free next:
+// a thread slowed by other work on the machine takes fewer chunks instead of the others
+// waiting for its fixed share. A row is still computed by one call, in the one order
+// matmul.cpp states, so no result depends on which thread took it.
+void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
+  const size_t threads = pool.size();
+  const size_t chunk = std::max<size_t>(16, (n / (threads * 8) + 15) / 16 * 16);
+  std::atomic<size_t> next{0};
+  pool.parallel_for(threads, 1, [&](size_t, size_t) {
+    for (size_t begin = next.fetch_add(chunk); begin < n; begin = next.fetch_add(chunk))
+      fn(begin, std::min(n, begin + chunk));
+  });
 }
 
 }  // namespace
@@ -61,7 +78,7 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   const auto* base = static_cast<const uint8_t*>(w.data);
   const int64_t packed_floats = cpu::matmul_packed_floats(tokens, k, w.dtype);
   if (packed_floats == 0) {
-    pool_.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
+    for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
       cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin,
                        n);
     });
@@ -77,7 +94,7 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
     pool_.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
       cpu::matmul_pack_x(x, tokens, k, w.dtype, static_cast<int64_t>(begin), static_cast<int64_t>(end), packed);
     });
-    pool_.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
+    for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
       cpu::matmul_rows_packed(packed, x, tokens, k, base + begin * row_bytes, w.dtype,
                               static_cast<int64_t>(end - begin), y + begin, n);
     });

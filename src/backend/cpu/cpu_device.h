@@ -1,10 +1,10 @@
 // CpuDevice: the Device interface on the host CPU. Its memory is host memory:
 // buffers of 1 MiB and more are anonymous mappings, so a KV pool sized by a
 // budget costs only the pages its sequences touch. Large operations are split
-// across a ThreadPool by output rows (matmul; prefill first packs x once, split by
-// tokens) or by (token, head) (attention);
-// each output element is computed by exactly one thread in a fixed order, so
-// results do not depend on the thread count.
+// across a ThreadPool by output rows (matmul: chunks of rows taken by whichever thread
+// is free; prefill first packs x once, split by tokens) or by (token, head)
+// (attention); each output element is computed by exactly one thread in a fixed
+// order, so results depend neither on the thread count nor on which thread took it.
 #pragma once
 
 #include "backend/device.h"
