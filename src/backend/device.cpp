@@ -45,6 +45,17 @@ void Device::matmul_add(const float* x, int64_t tokens, const TensorView& w, con
   add(scratch, tokens * w.dim(0), y);
 }
 
+void Device::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs) {
+  for (const Projection& out : outs) matmul(x, tokens, *out.w, *out.bias, out.y);
+}
+
+void Device::gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
+                     const TensorView& w_up, const TensorView& b_up, float* up, float* out) {
+  matmul(x, tokens, w_gate, b_gate, out);
+  matmul(x, tokens, w_up, b_up, up);
+  silu_mul(out, up, tokens * w_gate.dim(0), out);
+}
+
 Result<double> measure_copy_bandwidth(Device& device) {
   const size_t bytes = size_t{1} << 30;
   TS_ASSIGN_OR_RETURN(Buffer from, device.alloc(bytes));

@@ -136,6 +136,18 @@ class Device {
   // [tokens, N] then add gives (the default does exactly that; a GPU fuses them).
   virtual void matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* scratch,
                           float* y);
+  // Several matmuls of one x (q, k and v): each output bitwise what matmul gives
+  // it (the default calls matmul for each; a GPU runs them in one launch).
+  struct Projection {
+    const TensorView* w = nullptr;
+    const TensorView* bias = nullptr;
+    float* y = nullptr;
+  };
+  virtual void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs);
+  // out [tokens, N] = silu(x * w_gate^T + b_gate) * (x * w_up^T + b_up), bitwise
+  // what matmul, matmul and silu_mul give (the default; `up` is scratch [tokens, N]).
+  virtual void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
+                       const TensorView& w_up, const TensorView& b_up, float* up, float* out);
   // out[i] = silu(gate[i]) * up[i]
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i]

@@ -235,9 +235,8 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
 
   // Attention block. Shapes: norm f32 [tokens, h], q [tokens, heads, hd], k/v [tokens, kv_heads, hd].
   device_.rms_norm(x, tokens, h, w.attn_norm, eps, norm);
-  device_.matmul(norm, tokens, w.wq, w.bq, q);
-  device_.matmul(norm, tokens, w.wk, w.bk, k);
-  device_.matmul(norm, tokens, w.wv, w.bv, v);
+  const Device::Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
+  device_.matmuls(norm, tokens, qkv);
   if (model_.arch().qk_norm) {
     device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
     device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
@@ -261,11 +260,8 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
   device_.matmul_add(attn, tokens, w.wo, w.bo, proj, x);
 
   // MLP block: gate/up f32 [tokens, intermediate].
-  const int64_t inter = c.intermediate_size;
   device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
-  device_.matmul(norm, tokens, w.w_gate, w.b_gate, gate);
-  device_.matmul(norm, tokens, w.w_up, w.b_up, up);
-  device_.silu_mul(gate, up, tokens * inter, gate);
+  device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
   device_.matmul_add(gate, tokens, w.w_down, w.b_down, proj, x);
 }
 

@@ -108,6 +108,55 @@ TEST_P(CudaMatmulTest, RowsAreBitwiseTheSameAloneAndInAnyBatch) {
   }
 }
 
+// The fused calls (q, k and v in one launch; gate and up with SiLU in one; the
+// residual add in the matmul's epilogue) give bitwise what the separate calls give,
+// for every token tile (on tensor cores for bf16; by the defaults otherwise).
+TEST_P(CudaMatmulTest, FusedCallsAreBitwiseTheSeparateCalls) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const DType dtype = GetParam();
+  const int64_t k = 1024;
+  struct Weight {
+    TensorView w, b;
+  };
+  const auto weight = [&](int64_t n, uint32_t seed) {
+    const auto w = testing::random_weights(static_cast<size_t>(n * k), dtype, seed);
+    const auto b = testing::random_weights(static_cast<size_t>(n), dtype, seed + 1);
+    auto gw = gpu->place(view(dtype, {n, k}, w.data()));
+    auto gb = gpu->place(view(dtype, {n}, b.data()));
+    EXPECT_TRUE(gw.ok() && gb.ok());
+    return Weight{*gw, *gb};
+  };
+  const Weight q = weight(70, 10), kk = weight(33, 20), v = weight(33, 30), gate = weight(90, 40), up = weight(90, 50);
+  for (const int64_t tokens : {1, 5, 40, 300}) {
+    const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 6));
+    const auto run = [&](const Weight& w, const Buffer& out) { gpu->matmul(x.f32(), tokens, w.w, w.b, out.f32()); };
+    const auto rows = [&](const Weight& w) { return static_cast<size_t>(tokens * w.w.dim(0)); };
+    // q, k, v
+    const Buffer q1 = zeros(*gpu, rows(q)), k1 = zeros(*gpu, rows(kk)), v1 = zeros(*gpu, rows(v));
+    const Buffer q2 = zeros(*gpu, rows(q)), k2 = zeros(*gpu, rows(kk)), v2 = zeros(*gpu, rows(v));
+    run(q, q1), run(kk, k1), run(v, v1);
+    const Device::Projection qkv[] = {{&q.w, &q.b, q2.f32()}, {&kk.w, &kk.b, k2.f32()}, {&v.w, &v.b, v2.f32()}};
+    gpu->matmuls(x.f32(), tokens, qkv);
+    EXPECT_EQ(get(*gpu, q2, rows(q)), get(*gpu, q1, rows(q))) << tokens << " tokens, q";
+    EXPECT_EQ(get(*gpu, k2, rows(kk)), get(*gpu, k1, rows(kk))) << tokens << " tokens, k";
+    EXPECT_EQ(get(*gpu, v2, rows(v)), get(*gpu, v1, rows(v))) << tokens << " tokens, v";
+    // gate, up, SiLU
+    const Buffer g1 = zeros(*gpu, rows(gate)), u1 = zeros(*gpu, rows(up)), g2 = zeros(*gpu, rows(gate)),
+                 scratch = zeros(*gpu, rows(up));
+    run(gate, g1), run(up, u1);
+    gpu->silu_mul(g1.f32(), u1.f32(), static_cast<int64_t>(rows(gate)), g1.f32());
+    gpu->gate_up(x.f32(), tokens, gate.w, gate.b, up.w, up.b, scratch.f32(), g2.f32());
+    EXPECT_EQ(get(*gpu, g2, rows(gate)), get(*gpu, g1, rows(gate))) << tokens << " tokens, gate/up";
+    // matmul then add
+    const auto residual = random_values(rows(q), 7);
+    const Buffer r1 = put(*gpu, residual), r2 = put(*gpu, residual), tmp = zeros(*gpu, rows(q));
+    run(q, tmp);
+    gpu->add(tmp.f32(), static_cast<int64_t>(rows(q)), r1.f32());
+    gpu->matmul_add(x.f32(), tokens, q.w, q.b, tmp.f32(), r2.f32());
+    EXPECT_EQ(get(*gpu, r2, rows(q)), get(*gpu, r1, rows(q))) << tokens << " tokens, matmul_add";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaMatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

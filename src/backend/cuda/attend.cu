@@ -105,6 +105,7 @@ __global__ void __launch_bounds__(kPartition)
   float* weights = qs + kHeadsPerBlock * hd;              // [kHeadsPerBlock][kPartition]
   float* partial = weights + kHeadsPerBlock * kPartition;  // [kHeadsPerBlock][lanes][groups * 8]
   float* reduction = partial + kHeadsPerBlock * lanes * groups * 8;  // [kHeadsPerBlock * warps]
+  auto* value_rows = reinterpret_cast<const Storage<D>**>(reduction + kHeadsPerBlock * kPartition / 32);  // [kPartition]
   const int64_t part = blockIdx.x, t = blockIdx.y;
   const int64_t group_size = n_heads / p.n_kv_heads;
   const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;
@@ -128,6 +129,7 @@ __global__ void __launch_bounds__(kPartition)
   for (int h = 0; h < kHeadsPerBlock; ++h) score[h] = -INFINITY;
   if (threadIdx.x < count) {
     const Storage<D>* key = row(start + threadIdx.x, 0);
+    value_rows[threadIdx.x] = row(start + threadIdx.x, 1);  // read by the value loop, after the barriers below
     float dot[kHeadsPerBlock] = {};
 #pragma unroll 4
     for (int64_t c = 0; c < groups; ++c) {
@@ -158,9 +160,10 @@ __global__ void __launch_bounds__(kPartition)
   const int64_t lane = threadIdx.x / groups, group = threadIdx.x % groups;
   if (lane < lanes) {
     float sum8[kHeadsPerBlock][8] = {};
+#pragma unroll 4
     for (int64_t r = lane; r < count; r += lanes) {
       float v8[8];
-      load8<D, kVec>(row(start + r, 1), group, hd, v8);
+      load8<D, kVec>(value_rows[r], group, hd, v8);
 #pragma unroll
       for (int h = 0; h < kHeadsPerBlock; ++h) {
         if (h >= nh) break;
@@ -233,7 +236,8 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
   const int64_t groups = (p.head_dim + 7) / 8, lanes = kPartition / groups;
   const size_t shared =
       static_cast<size_t>(kHeadsPerBlock * (p.head_dim + kPartition + lanes * groups * 8 + kPartition / 32)) *
-      sizeof(float);
+          sizeof(float) +
+      kPartition * sizeof(void*);
   const int64_t group_size = n_heads / p.n_kv_heads;
   const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;
   const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(tokens),

@@ -112,6 +112,38 @@ class CudaDevice final : public Device {
     launch_matmul(x, tokens, w, bias, y, true);
   }
 
+  // One launch when every weight takes the tensor-core kernel with the same k.
+  void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs) override {
+    const int64_t k = outs.empty() ? 0 : outs[0].w->dim(1);
+    const bool together = outs.size() <= cuda::MmaJob::kMaxWeights && std::all_of(outs.begin(), outs.end(), [&](auto& o) {
+      return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k;
+    });
+    if (!together) return Device::matmuls(x, tokens, outs);
+    cuda::MmaJob job{.count = static_cast<int>(outs.size())};
+    for (size_t i = 0; i < outs.size(); ++i) {
+      check_weight(*outs[i].w, *outs[i].bias);
+      add_to_job(job, static_cast<int>(i), *outs[i].w, *outs[i].bias, outs[i].y);
+    }
+    select();
+    cuda::mma_matmul(stream_, x, tokens, k, job);
+    launched("matmuls");
+  }
+
+  void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
+               const TensorView& w_up, const TensorView& b_up, float* up, float* out) override {
+    const bool fused = cuda::mma_matmul_fits(w_gate.dtype, w_gate.dim(1)) && w_up.dtype == w_gate.dtype &&
+                       w_up.shape == w_gate.shape;
+    if (!fused) return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out);
+    check_weight(w_gate, b_gate);
+    check_weight(w_up, b_up);
+    cuda::MmaJob job{.count = 1, .gate_up = true};
+    add_to_job(job, 0, w_gate, b_gate, out);
+    add_to_job(job, 1, w_up, b_up, nullptr);
+    select();
+    cuda::mma_matmul(stream_, x, tokens, w_gate.dim(1), job);
+    launched("gate_up");
+  }
+
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override {
     TS_CHECK(weight.numel() == dim, "norm weight ", shape_string(weight.shape), " for dim ", dim);
     select();
@@ -181,17 +213,30 @@ class CudaDevice final : public Device {
 
   void launch_matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
                      bool accumulate) {
-    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
-    TS_CHECK(bias.empty() || bias.numel() == w.dim(0), "bias ", shape_string(bias.shape), " for ", w.dim(0), " rows");
-    TS_CHECK(bias.empty() || bias.dtype == w.dtype, "bias dtype ", dtype_name(bias.dtype));
+    check_weight(w, bias);
     select();
     const int64_t k = w.dim(1);
     if (cuda::mma_matmul_fits(w.dtype, k)) {
-      cuda::mma_matmul(stream_, x, tokens, k, w.data, w.dim(0), bias.data, y, accumulate);
+      cuda::MmaJob job{.count = 1, .accumulate = accumulate};
+      add_to_job(job, 0, w, bias, y);
+      cuda::mma_matmul(stream_, x, tokens, k, job);
     } else {
       cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y, accumulate);
     }
     launched("matmul");
+  }
+
+  static void check_weight(const TensorView& w, const TensorView& bias) {
+    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
+    TS_CHECK(bias.empty() || bias.numel() == w.dim(0), "bias ", shape_string(bias.shape), " for ", w.dim(0), " rows");
+    TS_CHECK(bias.empty() || bias.dtype == w.dtype, "bias dtype ", dtype_name(bias.dtype));
+  }
+
+  static void add_to_job(cuda::MmaJob& job, int slot, const TensorView& w, const TensorView& bias, float* y) {
+    job.w[slot] = static_cast<const __nv_bfloat16*>(w.data);
+    job.bias[slot] = static_cast<const __nv_bfloat16*>(bias.data);
+    job.y[slot] = y;
+    job.n[slot] = w.dim(0);
   }
 
   static void check_blocks(const KvPages& pages, std::span<const int32_t> blocks, int64_t positions) {

@@ -7,6 +7,7 @@
 // kernel uses atomics, and no reduction is split by the size of the batch.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -22,9 +23,23 @@ void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, cons
 // Whether mma_matmul takes this weight (bf16 with k a multiple of 64; the choice
 // depends on the weight alone, never on the tokens).
 bool mma_matmul_fits(DType w_dtype, int64_t k);
-// matmul on tensor cores (mma_matmul.cu).
-void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
-                const void* bias, float* y, bool accumulate);
+// Work for the tensor-core matmul (mma_matmul.cu): up to three bf16 weights of
+// the same k and their outputs, y[s] [tokens, n[s]] = x * w[s]^T (+ bias[s]), in
+// one launch; with `accumulate`, y[s] += that. With `gate_up`, w[0] is a gate
+// and w[1] an up projection of n[0] rows each, and y[0] = silu(gate) * up.
+// Each output is bitwise what a launch of its weight alone (and silu_mul) gives.
+struct MmaJob {
+  static constexpr int kMaxWeights = 3;
+  const __nv_bfloat16* w[kMaxWeights] = {};
+  const __nv_bfloat16* bias[kMaxWeights] = {};
+  float* y[kMaxWeights] = {};
+  int64_t n[kMaxWeights] = {};
+  int64_t first_tile[kMaxWeights + 1] = {};  // set by mma_matmul
+  int count = 0;
+  bool accumulate = false;
+  bool gate_up = false;
+};
+void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y);

@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "backend/cuda/kernels.cuh"
+#include "core/check.h"
 
 namespace tessera::cuda {
 
@@ -46,20 +47,15 @@ __device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
   return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
 
+// The sum of 16 weight rows (from `rows_a`/`rows_b`, rows g and g + 8 of the
+// tile, already offset by 8t) times kTiles * 8 tokens, over this warp's chunks.
 template <int kTiles, int kUnroll>
-__global__ void __launch_bounds__(kSplit * 32)
-    mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const __nv_bfloat16* __restrict__ w,
-                      int64_t n, const __nv_bfloat16* __restrict__ bias, float* __restrict__ y, bool accumulate) {
-  __shared__ float partial[kSplit][kTiles][32][4];
+__device__ __forceinline__ void warp_sums(const float* __restrict__ x, int64_t tokens, int64_t token0, int64_t k,
+                                          const __nv_bfloat16* row_a, const __nv_bfloat16* row_b,
+                                          float (&c)[kTiles][4]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const int64_t token0 = static_cast<int64_t>(blockIdx.y) * 8 * kTiles;
-  const __nv_bfloat16* row_a = w + min(row0 + g, n - 1) * k + 8 * t;
-  const __nv_bfloat16* row_b = w + min(row0 + g + 8, n - 1) * k + 8 * t;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-
-  float c[kTiles][4] = {};
   const int64_t chunks = k / kChunk;
   // kUnroll chunks' weights are loaded before any is used (bytes in flight); they
   // are then summed in chunk order, so kUnroll changes no result.
@@ -92,53 +88,103 @@ __global__ void __launch_bounds__(kSplit * 32)
       }
     }
   }
+}
+
+// The eight warps' sums of accumulator i of this lane, added in warp order (the
+// block's warps wrote theirs to `partial` [kSplit][kTiles][32][4]).
+template <int kTiles>
+__device__ __forceinline__ float block_sum(const float* partial, int j, int i) {
+  const int lane = threadIdx.x % 32;
+  float sum = partial[((0 * kTiles + j) * 32 + lane) * 4 + i];
+#pragma unroll
+  for (int s = 1; s < kSplit; ++s) sum += partial[((s * kTiles + j) * 32 + lane) * 4 + i];
+  return sum;
+}
+
+// A block owns one 16-row tile of one of the job's weights (a tile of gate and
+// the same tile of up in kGateUp) and 8 * kTiles tokens.
+template <int kTiles, int kUnroll, bool kGateUp>
+__global__ void __launch_bounds__(kSplit * 32)
+    mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, MmaJob job) {
+  __shared__ float partial[kGateUp ? 2 : 1][kSplit][kTiles][32][4];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  int s = 0;
+  while (s + 1 < job.count && blockIdx.x >= job.first_tile[s + 1]) ++s;
+  const int64_t n = job.n[s];
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) - job.first_tile[s]) * 16;
+  const int64_t token0 = static_cast<int64_t>(blockIdx.y) * 8 * kTiles;
+  const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
+
+  float c[kTiles][4] = {};
+  warp_sums<kTiles, kUnroll>(x, tokens, token0, k, job.w[s] + ra, job.w[s] + rb, c);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp][j][lane][i] = c[j][i];
+    for (int i = 0; i < 4; ++i) partial[0][warp][j][lane][i] = c[j][i];
+  if constexpr (kGateUp) {
+    float u[kTiles][4] = {};
+    warp_sums<kTiles, kUnroll>(x, tokens, token0, k, job.w[1] + ra, job.w[1] + rb, u);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[1][warp][j][lane][i] = u[j][i];
+  }
   __syncthreads();
   if (warp != 0) return;
+  const __nv_bfloat16* bias = job.bias[s];
+  float* y = job.y[s];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float sum = partial[0][j][lane][i];
-#pragma unroll
-      for (int s = 1; s < kSplit; ++s) sum += partial[s][j][lane][i];
       // Accumulator i of lane (g, t): row g (+8 for i >= 2), token 2t (+1 for odd i).
       const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
       const int64_t token = token0 + 8 * j + 2 * t + (i % 2);
-      if (row < n && token < tokens) {
-        const float value = bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;
-        float& out = y[token * n + row];
-        out = accumulate ? out + value : value;
+      if (row >= n || token >= tokens) continue;
+      const float sum = block_sum<kTiles>(&partial[0][0][0][0][0], j, i);
+      float value = bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;
+      float& out = y[token * n + row];
+      if constexpr (kGateUp) {
+        const float up_sum = block_sum<kTiles>(&partial[1][0][0][0][0], j, i);
+        const float up = job.bias[1] != nullptr ? up_sum + __bfloat162float(job.bias[1][row]) : up_sum;
+        value = value / (1.0f + expf(-value)) * up;  // as silu_mul computes it
       }
+      out = job.accumulate ? out + value : value;
     }
 }
 
-template <int kTiles, int kUnroll>
-void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const __nv_bfloat16* w, int64_t n,
-            const __nv_bfloat16* bias, float* y, bool accumulate) {
-  const dim3 grid(static_cast<unsigned>((n + 15) / 16),
+template <int kTiles, int kUnroll, bool kGateUp>
+void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
+  const dim3 grid(static_cast<unsigned>(job.first_tile[job.count]),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
-  mma_matmul_kernel<kTiles, kUnroll><<<grid, kSplit * 32, 0, stream>>>(x, tokens, k, w, n, bias, y, accumulate);
+  mma_matmul_kernel<kTiles, kUnroll, kGateUp><<<grid, kSplit * 32, 0, stream>>>(x, tokens, k, job);
+}
+
+template <bool kGateUp>
+void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
+  // The token tile and the unrolling only set how many tokens share a weight load
+  // and how many loads are in flight, never a sum's order. (Unrolling 2 streamed
+  // the 8B shape's weights fastest at one token, of 1, 2, 4 and 8; 16 warps
+  // instead of 8 helped only 1024-row matmuls.)
+  if (tokens <= 8) return launch<1, 2, kGateUp>(stream, x, tokens, k, job);
+  if (tokens <= 32 || kGateUp) return launch<4, 2, kGateUp>(stream, x, tokens, k, job);
+  return launch<8, 1, false>(stream, x, tokens, k, job);
 }
 
 }  // namespace
 
 bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 && k % kChunk == 0; }
 
-void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, int64_t n,
-                const void* bias, float* y, bool accumulate) {
-  const auto* ws = static_cast<const __nv_bfloat16*>(w);
-  const auto* bs = static_cast<const __nv_bfloat16*>(bias);
-  // The token tile and the unrolling only set how many tokens share a weight load
-  // and how many loads are in flight, never a sum's order. (Unrolling 2 streamed
-  // the 8B shape's weights fastest at one token, of 1, 2, 4 and 8; 16 warps
-  // instead of 8 helped only 1024-row matmuls.)
-  if (tokens <= 8) return launch<1, 2>(stream, x, tokens, k, ws, n, bs, y, accumulate);
-  if (tokens <= 32) return launch<4, 2>(stream, x, tokens, k, ws, n, bs, y, accumulate);
-  return launch<8, 1>(stream, x, tokens, k, ws, n, bs, y, accumulate);
+void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job) {
+  TS_CHECK(job.count >= 1 && job.count <= MmaJob::kMaxWeights, "mma job of ", job.count, " weights");
+  job.first_tile[0] = 0;
+  for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + 15) / 16;
+  if (job.gate_up) {
+    TS_CHECK(job.count == 1 && job.w[1] != nullptr, "gate/up job");
+    return launch_tiles<true>(stream, x, tokens, k, job);
+  }
+  launch_tiles<false>(stream, x, tokens, k, job);
 }
 
 }  // namespace tessera::cuda
