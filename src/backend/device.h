@@ -152,6 +152,14 @@ class Device {
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i]
   virtual void add(const float* x, int64_t n, float* y) = 0;
+  // Mixture of experts: gathers the tokens routed to one expert, and adds its
+  // weighted outputs back. `rows` is a small host span (like a block table).
+  // y [rows.size(), dim]: row r = row rows[r] of x.
+  virtual void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) = 0;
+  // Row rows[r] of y += scale[r] * row r of x [rows.size(), dim], for distinct
+  // rows; scale f32 [rows.size()] in device memory.
+  virtual void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
+                                float* y) = 0;
 };
 
 // The CPU backend; threads == 0 uses all hardware threads.

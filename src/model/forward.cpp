@@ -46,16 +46,10 @@ Result<ModelWeights> place_weights(Device& device, const Model& model) {
     return {};
   };
   TS_RETURN_IF_ERROR(place(placed.embed, "the embedding"));
-  const char* names[] = {"attn_norm", "wq",     "wk",       "wv",     "wo",   "bq",     "bk",     "bv",   "bo",
-                         "q_norm",    "k_norm", "ffn_norm", "w_gate", "w_up", "w_down", "b_gate", "b_up", "b_down"};
   for (size_t i = 0; i < placed.layers.size(); ++i) {
-    LayerWeights& l = placed.layers[i];
-    TensorView* tensors[] = {&l.attn_norm, &l.wq,   &l.wk,     &l.wv,     &l.wo,     &l.bq,
-                             &l.bk,        &l.bv,   &l.bo,     &l.q_norm, &l.k_norm, &l.ffn_norm,
-                             &l.w_gate,    &l.w_up, &l.w_down, &l.b_gate, &l.b_up,   &l.b_down};
-    static_assert(std::size(names) == std::size(tensors));
-    const std::string layer = "layer " + std::to_string(model.range().begin + static_cast<int64_t>(i)) + "'s ";
-    for (size_t j = 0; j < std::size(tensors); ++j) TS_RETURN_IF_ERROR(place(*tensors[j], layer + names[j]));
+    const int64_t layer = model.range().begin + static_cast<int64_t>(i);
+    for (const LayerTensor& t : layer_tensors(model.config(), model.arch(), layer))
+      TS_RETURN_IF_ERROR(place(t.in(placed.layers[i]), "layer " + std::to_string(layer) + "'s " + t.name));
   }
   TS_RETURN_IF_ERROR(place(placed.final_norm, "the final norm"));
   if (host.lm_head.data == host.embed.data) {
@@ -157,6 +151,8 @@ Status Forward::prepare_scratch(int64_t tokens) {
                                {&up_, c.intermediate_size}})
     TS_RETURN_IF_ERROR(reserve(device_, *buffer, tokens * width));
   if (model_.has_exit()) TS_RETURN_IF_ERROR(reserve(device_, logits_, tokens * c.vocab_size));
+  if (model_.arch().moe.experts > 0)
+    TS_RETURN_IF_ERROR(moe_.reserve(device_, c.hidden_size, model_.arch().moe, tokens));
   return {};
 }
 
@@ -259,8 +255,13 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
                             .inv_freq = inv_freq_.f32()});
   device_.matmul_add(attn, tokens, w.wo, w.bo, proj, x);
 
-  // MLP block: gate/up f32 [tokens, intermediate].
+  // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
   device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
+  if (model_.arch().has_experts(model_.range().begin + layer)) {
+    moe_.run(device_, w, model_.arch().moe, norm, tokens, h, proj);
+    device_.add(proj, tokens * h, x);
+    return;
+  }
   device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
   device_.matmul_add(gate, tokens, w.w_down, w.b_down, proj, x);
 }

@@ -29,6 +29,7 @@
 #include "core/status.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 namespace tessera {
 
@@ -111,6 +112,7 @@ class Forward {
   std::unique_ptr<KvPool> kv_pool_;
   // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
   Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
+  MoeMlp moe_;  // the experts' scratch, for a family with them
 };
 
 }  // namespace tessera

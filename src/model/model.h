@@ -36,21 +36,32 @@ struct LayerWeights {
   TensorView ffn_norm;              // [hidden]
   TensorView w_gate, w_up, w_down;  // [inter, hidden] x2, [hidden, inter]
   TensorView b_gate, b_up, b_down;  // empty unless ArchSpec::mlp_bias
+  // A layer with experts (ArchSpec::has_experts) has these instead of w_gate, w_up, w_down:
+  TensorView router;                                            // [experts, hidden]
+  std::vector<TensorView> expert_gate, expert_up, expert_down;  // [experts] of [inter, hidden] x2, [hidden, inter]
 };
 
 // One tensor of a decoder layer as an ArchSpec has it: its name after
-// "<prefix>layers.<i>.", its shape, its slot in LayerWeights, and whether it is
-// a norm weight (random weights set those to 1).
+// "<prefix>layers.<i>.", its shape, its place in LayerWeights (a slot, or entry
+// `index` of an expert list), and whether it is a norm weight (random weights
+// set those to 1).
 struct LayerTensor {
   std::string name;
   std::vector<int64_t> shape;
-  TensorView LayerWeights::*slot;
+  TensorView LayerWeights::*slot = nullptr;
   bool norm = false;
+  std::vector<TensorView> LayerWeights::*list = nullptr;
+  size_t index = 0;
+
+  // Its place in `layer` (an expert list grows to hold it).
+  TensorView& in(LayerWeights& layer) const;
+  const TensorView& in(const LayerWeights& layer) const;
 };
 
-// The tensors a layer of `arch` has, in checkpoint order; slots it lacks stay empty.
-// The loader, the random weights and named_weights all walk this one list.
-std::vector<LayerTensor> layer_tensors(const ModelConfig& config, const ArchSpec& arch);
+// The tensors layer `layer` of `arch` has, in checkpoint order; slots it lacks
+// stay empty. The loader, the random weights, named_weights and Forward's
+// placement all walk this one list.
+std::vector<LayerTensor> layer_tensors(const ModelConfig& config, const ArchSpec& arch, int64_t layer);
 
 struct ModelWeights {
   TensorView embed;                  // [vocab, hidden]; only when the range starts at layer 0

@@ -87,10 +87,10 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
   RandomFiller fill(dtype, seed);
   ModelWeights& w = model.weights_;
   w.embed = fill.make({c.vocab_size, h});
-  const std::vector<LayerTensor> tensors = layer_tensors(c, model.arch_);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& l = w.layers.emplace_back();
-    for (const LayerTensor& t : tensors) l.*t.slot = fill.make(t.shape, t.norm ? std::optional(1.0f) : std::nullopt);
+    for (const LayerTensor& t : layer_tensors(c, model.arch_, i))
+      t.in(l) = fill.make(t.shape, t.norm ? std::optional(1.0f) : std::nullopt);
   }
   w.final_norm = fill.make({h}, 1.0f);
   w.lm_head = c.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});

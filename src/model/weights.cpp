@@ -56,7 +56,21 @@ Result<TensorNames> detect_names(const Checkpoint& checkpoint, const ArchSpec& a
 
 }  // namespace
 
-std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arch) {
+TensorView& LayerTensor::in(LayerWeights& layer) const {
+  if (slot) return layer.*slot;
+  std::vector<TensorView>& views = layer.*list;
+  if (views.size() <= index) views.resize(index + 1);
+  return views[index];
+}
+
+const TensorView& LayerTensor::in(const LayerWeights& layer) const {
+  if (slot) return layer.*slot;
+  static const TensorView kEmpty{};
+  const std::vector<TensorView>& views = layer.*list;
+  return index < views.size() ? views[index] : kEmpty;
+}
+
+std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arch, int64_t layer) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size;
   const LayerTensorNames& n = arch.names;
@@ -80,6 +94,23 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
     add(n.k_norm, {c.head_dim}, &LayerWeights::k_norm, true);
   }
   add(n.ffn_norm, {h}, &LayerWeights::ffn_norm, true);
+  if (arch.has_experts(layer)) {
+    const MoeSpec& moe = arch.moe;
+    add(n.router, {moe.experts, h}, &LayerWeights::router);
+    auto expert = [&](int64_t e, const std::string& name, std::vector<int64_t> shape,
+                      std::vector<TensorView> LayerWeights::*list) {
+      out.push_back({.name = n.experts + std::to_string(e) + "." + name + ".weight",
+                     .shape = std::move(shape),
+                     .list = list,
+                     .index = static_cast<size_t>(e)});
+    };
+    for (int64_t e = 0; e < moe.experts; ++e) {
+      expert(e, n.expert_gate, {moe.intermediate, h}, &LayerWeights::expert_gate);
+      expert(e, n.expert_up, {moe.intermediate, h}, &LayerWeights::expert_up);
+      expert(e, n.expert_down, {h, moe.intermediate}, &LayerWeights::expert_down);
+    }
+    return out;
+  }
   add(n.gate_proj + ".weight", {inter, h}, &LayerWeights::w_gate);
   add(n.up_proj + ".weight", {inter, h}, &LayerWeights::w_up);
   add(n.down_proj + ".weight", {h, inter}, &LayerWeights::w_down);
@@ -113,10 +144,10 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
   if (model.has_entry() || (model.has_exit() && c.tie_word_embeddings))
     TS_RETURN_IF_ERROR(b.bind(names.global("embed_tokens.weight"), vocab_by_hidden, w.embed));
   w.layers.resize(static_cast<size_t>(model.range_.end - model.range_.begin));
-  const std::vector<LayerTensor> tensors = layer_tensors(c, model.arch_);
   for (int64_t i = model.range_.begin; i < model.range_.end; ++i) {
     LayerWeights& layer = w.layers[static_cast<size_t>(i - model.range_.begin)];
-    for (const LayerTensor& t : tensors) TS_RETURN_IF_ERROR(b.bind(names.layer(i, t.name), t.shape, layer.*t.slot));
+    for (const LayerTensor& t : layer_tensors(c, model.arch_, i))
+      TS_RETURN_IF_ERROR(b.bind(names.layer(i, t.name), t.shape, t.in(layer)));
   }
   if (model.has_exit()) {
     TS_RETURN_IF_ERROR(b.bind(names.global("norm.weight"), {c.hidden_size}, w.final_norm));
@@ -141,11 +172,11 @@ std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model
     if (!t.empty()) out.emplace_back(std::move(name), t);
   };
   add(names.global("embed_tokens.weight"), w.embed);
-  const std::vector<LayerTensor> tensors = layer_tensors(model.config(), model.arch());
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
-    for (const LayerTensor& t : tensors) add(names.layer(layer, t.name), l.*t.slot);
+    for (const LayerTensor& t : layer_tensors(model.config(), model.arch(), layer))
+      add(names.layer(layer, t.name), t.in(l));
   }
   add(names.global("norm.weight"), w.final_norm);
   if (w.lm_head.data != w.embed.data) add(names.lm_head, w.lm_head);

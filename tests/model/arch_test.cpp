@@ -111,7 +111,7 @@ TEST(ArchTest, RefusesUnsupportedModelTypeByName) {
   j["model_type"] = "gemma3";
   expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
   expect_error(j, ErrorKind::kUnsupported,
-               "model_type 'gemma3' is not supported (supported: llama, mistral, qwen2, qwen3)");
+               "model_type 'gemma3' is not supported (supported: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)");
   j.erase("hidden_size");  // an unknown family is named before any shared field it lacks
   expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
   ModelConfig built;  // a config made in code goes through the same registry
@@ -142,11 +142,11 @@ TEST(ArchTest, LayerTensorsFollowTheSpec) {
   const ModelConfig config = *parse_model_config(j);
   const auto names = [&](const ArchSpec& spec) {
     std::vector<std::string> out;
-    for (const LayerTensor& t : layer_tensors(config, spec)) out.push_back(t.name);
+    for (const LayerTensor& t : layer_tensors(config, spec, 0)) out.push_back(t.name);
     return out;
   };
   const ArchSpec qwen3 = *arch_for(config);
-  const auto tensors = layer_tensors(config, qwen3);
+  const auto tensors = layer_tensors(config, qwen3, 0);
   ASSERT_EQ(tensors.size(), 11u);  // 2 norms, 4 attention, 2 q/k norms, 3 MLP
   EXPECT_EQ(tensors[1].name, "self_attn.q_proj.weight");
   EXPECT_EQ(tensors[1].shape, (std::vector<int64_t>{4 * 32, 64}));

@@ -252,6 +252,13 @@ class FullDevice final : public Device {
     cpu_->silu_mul(gate, up, n, out);
   }
   void add(const float* x, int64_t n, float* y) override { cpu_->add(x, n, y); }
+  void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override {
+    cpu_->gather_rows(x, rows, dim, y);
+  }
+  void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
+                        float* y) override {
+    cpu_->scatter_add_rows(x, scale, rows, dim, y);
+  }
 
  private:
   std::unique_ptr<Device> cpu_ = make_cpu_device(1);
@@ -266,7 +273,7 @@ TEST(ForwardLoadTest, WeightThatDoesNotFitIsNamedAndEveryRunReturnsTheError) {
   Forward forward(*model, device, {.kv_memory = 1 << 20});
   ASSERT_FALSE(forward.status().ok());
   EXPECT_EQ(forward.status().kind(), ErrorKind::kOverloaded);
-  EXPECT_NE(forward.status().message().find("loading layer 0's wk onto full"), std::string::npos)
+  EXPECT_NE(forward.status().message().find("loading layer 0's self_attn.k_proj.weight onto full"), std::string::npos)
       << forward.status().to_string();
   KvCache* no_cache = nullptr;
   const int32_t id = 1;

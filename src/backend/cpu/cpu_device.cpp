@@ -243,4 +243,22 @@ void CpuDevice::add(const float* x, int64_t n, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void CpuDevice::gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) {
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::memcpy(y + static_cast<int64_t>(r) * dim, x + rows[r] * dim, static_cast<size_t>(dim) * sizeof(float));
+}
+
+void CpuDevice::scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
+                                 float* y) {
+  // Product, then sum, each rounded to f32 (as torch's index_add_ of weighted rows).
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const float* in = x + static_cast<int64_t>(r) * dim;
+    float* out = y + rows[r] * dim;
+    for (int64_t i = 0; i < dim; ++i) {
+      const float product = scale[r] * in[i];
+      out[i] += product;
+    }
+  }
+}
+
 }  // namespace tessera

@@ -32,6 +32,9 @@ class CpuDevice final : public Device {
   void attention(const AttentionArgs& args) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;
+  void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override;
+  void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
+                        float* y) override;
 
   ThreadPool& pool() { return pool_; }
 

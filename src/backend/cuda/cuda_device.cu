@@ -206,6 +206,19 @@ class CudaDevice final : public Device {
     launched("add");
   }
 
+  void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override {
+    if (rows.empty()) return;
+    cuda::gather_rows(stream_, x, stage(rows), static_cast<int64_t>(rows.size()), dim, y);
+    launched("gather_rows");
+  }
+
+  void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
+                        float* y) override {
+    if (rows.empty()) return;
+    cuda::scatter_add_rows(stream_, x, scale, stage(rows), static_cast<int64_t>(rows.size()), dim, y);
+    launched("scatter_add_rows");
+  }
+
  private:
   // CUDA keeps the current device per host thread; every entry point selects ours.
   void select() const { check(cudaSetDevice(ordinal_), "selecting the device"); }

@@ -132,6 +132,23 @@ __global__ void add_kernel(const float* x, int64_t n, float* y) {
     y[i] += x[i];
 }
 
+// One thread per element of the rows moved: y[r] = x[rows[r]].
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count * dim;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = x[rows[i / dim] * dim + i % dim];
+}
+
+// y[rows[r]] += scale[r] * x[r]; rows are distinct, so no two threads write one element.
+__global__ void scatter_add_rows_kernel(const float* x, const float* scale, const int32_t* rows, int64_t count,
+                                        int64_t dim, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count * dim;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float product = __fmul_rn(scale[i / dim], x[i]);  // rounded, then added (as the CPU)
+    y[rows[i / dim] * dim + i % dim] += product;
+  }
+}
+
 unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535)); }
 
 }  // namespace
@@ -167,6 +184,15 @@ void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n
 
 void add(cudaStream_t stream, const float* x, int64_t n, float* y) {
   add_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, n, y);
+}
+
+void gather_rows(cudaStream_t stream, const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y) {
+  gather_rows_kernel<<<elementwise_blocks(count * dim), 256, 0, stream>>>(x, rows, count, dim, y);
+}
+
+void scatter_add_rows(cudaStream_t stream, const float* x, const float* scale, const int32_t* rows, int64_t count,
+                      int64_t dim, float* y) {
+  scatter_add_rows_kernel<<<elementwise_blocks(count * dim), 256, 0, stream>>>(x, scale, rows, count, dim, y);
 }
 
 }  // namespace tessera::cuda

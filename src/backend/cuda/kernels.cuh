@@ -69,5 +69,9 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
                int64_t layer, TokenMap map, int64_t window, float scale, int64_t partitions, float* scratch);
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t stream, const float* x, int64_t n, float* y);
+// Mixture of experts (Device::gather_rows, scatter_add_rows); `rows` in device memory.
+void gather_rows(cudaStream_t stream, const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y);
+void scatter_add_rows(cudaStream_t stream, const float* x, const float* scale, const int32_t* rows, int64_t count,
+                      int64_t dim, float* y);
 
 }  // namespace tessera::cuda

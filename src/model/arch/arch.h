@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -38,6 +39,28 @@ enum class Activation { kSilu };
 // i + head_dim / 2 (transformers' rotate_half), not adjacent pairs (GPT-J style).
 enum class RopeStyle { kRotateHalf };
 
+// How a mixture-of-experts layer picks each token's experts from the router's
+// logits. kSoftmaxTopK: softmax over all experts, the top_k largest (the lower
+// index first among equal ones), their probabilities as weights, divided by
+// their sum when norm_topk_prob (Mixtral always; Qwen3-MoE by its config).
+enum class Routing { kSoftmaxTopK };
+
+// A mixture of experts in place of the dense MLP (arch/moe_config.cpp reads it).
+// Each expert is a SwiGLU MLP of `intermediate` (gate, up [intermediate, hidden],
+// down [hidden, intermediate]); a token's MLP output is the sum over its top_k
+// experts, in ascending expert order, of weight * expert(x).
+struct MoeSpec {
+  int64_t experts = 0;  // 0: no layer has experts
+  int64_t top_k = 0;
+  int64_t intermediate = 0;
+  Routing routing = Routing::kSoftmaxTopK;
+  bool norm_topk_prob = true;
+  // Which layers have experts: layer l does when (l + 1) % sparse_step == 0 and
+  // l is not in dense_layers (Qwen3-MoE's decoder_sparse_step and mlp_only_layers).
+  int64_t sparse_step = 1;
+  std::vector<int64_t> dense_layers;
+};
+
 // Names of a layer's tensors after "<prefix>layers.<i>." (Hugging Face's Llama
 // names by default). Projections are module names: ".weight" and ".bias" follow.
 struct LayerTensorNames {
@@ -52,6 +75,13 @@ struct LayerTensorNames {
   std::string gate_proj = "mlp.gate_proj";
   std::string up_proj = "mlp.up_proj";
   std::string down_proj = "mlp.down_proj";
+  // Mixture of experts: the router's weight [experts, hidden], and expert e's
+  // projections "<experts><e>.<expert_gate|up|down>.weight".
+  std::string router = "mlp.gate.weight";
+  std::string experts = "mlp.experts.";
+  std::string expert_gate = "gate_proj";
+  std::string expert_up = "up_proj";
+  std::string expert_down = "down_proj";
 };
 
 struct ArchSpec {
@@ -66,16 +96,21 @@ struct ArchSpec {
   // The window of windowed layers; 0: none. Read it through window(layer): a
   // family that alternates local and global layers states its pattern there.
   int64_t sliding_window = 0;
+  MoeSpec moe = {};
   LayerTensorNames names = {};
 
   // Positions a query of `layer` sees: the last window(layer), or all when 0.
   int64_t window(int64_t /*layer*/) const { return sliding_window; }
+  // Whether `layer`'s MLP is a mixture of experts (else the dense MLP).
+  bool has_experts(int64_t layer) const;
 };
 
 Result<ArchSpec> llama_arch(const ModelConfig& config);
 Result<ArchSpec> mistral_arch(const ModelConfig& config);
 Result<ArchSpec> qwen2_arch(const ModelConfig& config);
 Result<ArchSpec> qwen3_arch(const ModelConfig& config);
+Result<ArchSpec> mixtral_arch(const ModelConfig& config);
+Result<ArchSpec> qwen3_moe_arch(const ModelConfig& config);
 
 // OK when model_type is a supported family, else kUnsupported naming it and the
 // supported ones. Pass it to load_model_config so an unknown family is refused
@@ -87,5 +122,11 @@ Result<ArchSpec> arch_for(const ModelConfig& config);
 
 // config.json's "hidden_act" (absent: silu), or kUnsupported naming it.
 Result<Activation> read_activation(const nlohmann::json& fields);
+// The experts' shared fields: the count (`num_local_experts`, or `num_experts`
+// as Qwen's published configs name it), `num_experts_per_tok` (at most the
+// count), `scoring_func` / `topk_method` when present (only softmax routing is
+// implemented; anything else is kUnsupported naming the field). The caller sets
+// intermediate, norm_topk_prob and the layer pattern.
+Result<MoeSpec> read_moe(const nlohmann::json& fields);
 
 }  // namespace tessera

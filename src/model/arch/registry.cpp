@@ -19,6 +19,8 @@ constexpr Family kFamilies[] = {
     {"mistral", mistral_arch},
     {"qwen2", qwen2_arch},
     {"qwen3", qwen3_arch},
+    {"mixtral", mixtral_arch},
+    {"qwen3_moe", qwen3_moe_arch},
 };
 
 const Family* find_family(std::string_view model_type) {

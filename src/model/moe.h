@@ -1,0 +1,55 @@
+// MoeMlp: the mixture-of-experts MLP of a decoder layer, run by Forward on its
+// Device for one step of any number of tokens.
+//
+//   router logits [tokens, experts] = x * router^T        (device matmul)
+//   each token's top_k experts and weights                 (host, fixed order)
+//   for each expert e hit, in ascending order, once for all its tokens:
+//     rows = the tokens routed to e (ascending); xe = x[rows]
+//     out[rows] += weight * down(silu(gate(xe)) * up(xe))
+//
+// So each expert's weights are read once per step for all the tokens routed to
+// it, and an expert no token picked is not read at all (batch-1 decode reads
+// top_k experts a layer). A token's output is bitwise the same whatever else
+// shares its step: its row of every matmul is summed alone (Device's batch
+// invariance), and its experts' outputs are added to a zeroed row in ascending
+// expert order, as transformers' index_add_ does. Routing runs on the host from
+// the downloaded logits (tokens * experts floats a layer).
+//
+// Not thread-safe: one per Forward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/device.h"
+#include "core/status.h"
+#include "model/arch/arch.h"
+#include "model/model.h"
+
+namespace tessera {
+
+// One token's choice: expert indices and their weights, top_k of each.
+struct Route {
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+// The route of one token from its router logits [experts], as `moe.routing` says.
+// Among equal probabilities the lower expert index wins (torch.topk's order for
+// exact ties is its own; with real logits they do not occur).
+Route route_token(const MoeSpec& moe, const float* logits);
+
+class MoeMlp {
+ public:
+  // Grows the scratch for a step of `tokens` tokens.
+  Status reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64_t tokens);
+  // out [tokens, hidden] = the experts' weighted sum for x [tokens, hidden] (device memory).
+  void run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens, int64_t hidden,
+           float* out);
+
+ private:
+  Buffer logits_, xe_, gate_, up_, down_, scale_;  // device scratch
+  std::vector<float> host_logits_, zeros_;
+};
+
+}  // namespace tessera
