@@ -163,5 +163,66 @@ TEST(ArchTest, LayerTensorsFollowTheSpec) {
   EXPECT_EQ(names(renamed)[1], "attn.wq.weight");
 }
 
+TEST(ArchTest, MixtralHasExpertsOnEveryLayerUnderItsNames) {
+  json j = with_type("mixtral");
+  j["num_local_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["sliding_window"] = 4096;
+  const ArchSpec spec = spec_ok(j);
+  EXPECT_EQ(spec.moe.experts, 8);
+  EXPECT_EQ(spec.moe.top_k, 2);
+  EXPECT_EQ(spec.moe.intermediate, j["intermediate_size"].get<int64_t>());
+  EXPECT_TRUE(spec.moe.norm_topk_prob);
+  EXPECT_EQ(spec.window(0), 4096);
+  EXPECT_TRUE(spec.has_experts(0) && spec.has_experts(1));
+  const ModelConfig config = *parse_model_config(j);
+  const auto tensors = layer_tensors(config, spec, 0);
+  ASSERT_EQ(tensors.size(), 2u + 4u + 1u + 8u * 3u);  // norms, attention, router, experts
+  EXPECT_EQ(tensors[6].name, "block_sparse_moe.gate.weight");
+  EXPECT_EQ(tensors[7].name, "block_sparse_moe.experts.0.w1.weight");
+  EXPECT_EQ(tensors.back().name, "block_sparse_moe.experts.7.w2.weight");
+}
+
+TEST(ArchTest, Qwen3MoeLayerPatternAndExpertCount) {
+  json j = with_type("qwen3_moe");
+  j["num_experts"] = 4;  // as Qwen's published configs name it
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 32;
+  j["num_hidden_layers"] = 6;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  const ArchSpec spec = spec_ok(j);
+  EXPECT_EQ(spec.moe.experts, 4);
+  EXPECT_EQ(spec.moe.intermediate, 32);
+  EXPECT_FALSE(spec.moe.norm_topk_prob);  // transformers' default
+  std::vector<bool> experts;
+  for (int64_t layer = 0; layer < 6; ++layer) experts.push_back(spec.has_experts(layer));
+  EXPECT_EQ(experts, (std::vector<bool>{false, true, false, false, false, true}));
+  j["norm_topk_prob"] = true;
+  EXPECT_TRUE(spec_ok(j).moe.norm_topk_prob);
+}
+
+// Guards: remove the check in read_moe and these run with wrong numbers (or index out of range).
+TEST(ArchTest, RefusesRoutingItLacks) {
+  json j = with_type("qwen3_moe");
+  j["num_experts"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 32;
+  j["scoring_func"] = "sigmoid";
+  expect_error(j, ErrorKind::kUnsupported, "field 'scoring_func' = \"sigmoid\" is not supported");
+  j.erase("scoring_func");
+  j["topk_method"] = "noaux_tc";
+  expect_error(j, ErrorKind::kUnsupported, "field 'topk_method'");
+  j.erase("topk_method");
+  j["num_experts_per_tok"] = 5;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'num_experts_per_tok' = 5 is outside [1, 4]");
+  j["num_experts_per_tok"] = 2;
+  j["mlp_only_layers"] = {7};
+  expect_error(j, ErrorKind::kInvalidInput, "mlp_only_layers");
+  j.erase("mlp_only_layers");
+  j.erase("moe_intermediate_size");
+  expect_error(j, ErrorKind::kInvalidInput, "'moe_intermediate_size' is missing");
+}
+
 }  // namespace
 }  // namespace tessera

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "fixtures.h"
+#include "forwarding_device.h"
 #include "model/forward.h"
 
 namespace tessera {
@@ -85,7 +86,8 @@ TEST(KvDtypeTest, DefaultIsTheCheckpointsDtypeOnEveryRangeAndF32WhenAsked) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
-                         ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
+                         ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", "mixtral_f32",
+                                           "qwen3_moe_bf16", "qwen3_moe_unnorm_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 // Three sequences of different lengths stepped together (step_ids, and
@@ -154,7 +156,8 @@ TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest,
-                         ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", testing::kShippedModel),
+                         ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", "mixtral_bf16", "qwen3_moe_f32",
+                                           "qwen3_moe_unnorm_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 class ForwardErrorTest : public testing::Llama3Test {};
@@ -221,47 +224,16 @@ TEST_F(ForwardErrorTest, RefusedStepLeavesEveryCacheAsItWas) {
 
 // A device that runs out of memory at its `fail_at`-th place() (as a GPU does
 // when the weights do not fit); everything else goes to a CPU device.
-class FullDevice final : public Device {
+class FullDevice final : public testing::ForwardingDevice {
  public:
   explicit FullDevice(int fail_at) : fail_at_(fail_at) {}
   std::string name() const override { return "full"; }
-  Result<Buffer> alloc(size_t bytes) override { return cpu_->alloc(bytes); }
-  void upload(const void* host, size_t bytes, void* dst) override { cpu_->upload(host, bytes, dst); }
-  void download(const void* src, size_t bytes, void* host) override { cpu_->download(src, bytes, host); }
-  void copy(const void* src, size_t bytes, void* dst) override { cpu_->copy(src, bytes, dst); }
   Result<TensorView> place(const TensorView& host) override {
     if (++placed_ == fail_at_) return Status::overloaded("out of memory");
     return host;
   }
-  void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override {
-    cpu_->matmul(x, tokens, w, bias, y);
-  }
-  void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& w, float eps, float* y) override {
-    cpu_->rms_norm(x, rows, dim, w, eps, y);
-  }
-  void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override { cpu_->embed(table, ids, y); }
-  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override {
-    cpu_->rope(x, tokens, heads, head_dim, pos0, inv_freq);
-  }
-  void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
-                const float* k, const float* v) override {
-    cpu_->kv_store(pages, layer, blocks, pos0, tokens, k, v);
-  }
-  void attention(const AttentionArgs& args) override { cpu_->attention(args); }
-  void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
-    cpu_->silu_mul(gate, up, n, out);
-  }
-  void add(const float* x, int64_t n, float* y) override { cpu_->add(x, n, y); }
-  void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override {
-    cpu_->gather_rows(x, rows, dim, y);
-  }
-  void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
-                        float* y) override {
-    cpu_->scatter_add_rows(x, scale, rows, dim, y);
-  }
 
  private:
-  std::unique_ptr<Device> cpu_ = make_cpu_device(1);
   int fail_at_, placed_ = 0;
 };
 
@@ -349,6 +321,25 @@ TEST(ModelLoadTest, MissingTensorIsNamed) {
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().kind(), ErrorKind::kNotFound);
   EXPECT_NE(model.status().message().find("q_norm"), std::string::npos) << model.status().message();
+}
+
+// An expert tensor the checkpoint lacks is refused at load, by its name (fails
+// if the experts were not bound from the checkpoint). The header's name is
+// changed in place ("w2" to "x2": same length, so the offsets still hold).
+TEST(ModelLoadTest, MissingExpertTensorIsNamed) {
+  const auto dir = copy_fixture("mixtral_f32", "missing_expert");
+  const fs::path file = fs::path(dir) / "model.safetensors";
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  replace(bytes, "model.layers.1.block_sparse_moe.experts.3.w2.weight",
+          "model.layers.1.block_sparse_moe.experts.3.x2.weight");
+  std::ofstream(file, std::ios::binary) << bytes;
+  auto model = Model::load(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kNotFound);
+  EXPECT_NE(model.status().message().find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), std::string::npos)
+      << model.status().message();
 }
 
 TEST(ModelLoadTest, UnsupportedModelTypeIsNamed) {

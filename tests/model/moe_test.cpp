@@ -1,0 +1,125 @@
+// Mixture of experts (model/moe.h): routing by hand-computed softmax, and what a
+// step reads: each expert's weights once for all the tokens routed to it, only
+// the top_k experts of a lone decode token, and a token's logits bitwise the
+// same whatever shares its step.
+#include "model/moe.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "fixtures.h"
+#include "forwarding_device.h"
+#include "model/forward.h"
+
+namespace tessera {
+namespace {
+
+using testing::fixture_dir;
+using testing::load_reference;
+
+MoeSpec spec(int64_t experts, int64_t top_k, bool norm) {
+  return MoeSpec{.experts = experts, .top_k = top_k, .intermediate = 8, .norm_topk_prob = norm};
+}
+
+TEST(RouteTokenTest, SoftmaxTopKRenormalized) {
+  const float logits[] = {0.0f, 1.0f, 3.0f, 2.0f};
+  const Route route = route_token(spec(4, 2, true), logits);
+  ASSERT_EQ(route.experts, (std::vector<int32_t>{2, 3}));  // the largest first
+  const double e2 = std::exp(2.0), e3 = std::exp(3.0);
+  EXPECT_NEAR(route.weights[0], e3 / (e2 + e3), 1e-6);
+  EXPECT_NEAR(route.weights[1], e2 / (e2 + e3), 1e-6);
+}
+
+TEST(RouteTokenTest, SoftmaxTopKWithoutRenormalizing) {
+  const float logits[] = {0.0f, 1.0f, 3.0f, 2.0f};
+  const Route route = route_token(spec(4, 3, false), logits);
+  ASSERT_EQ(route.experts, (std::vector<int32_t>{2, 3, 1}));
+  const double sum = 1 + std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(route.weights[0], std::exp(3.0) / sum, 1e-6);
+  EXPECT_NEAR(route.weights[1], std::exp(2.0) / sum, 1e-6);
+  EXPECT_NEAR(route.weights[2], std::exp(1.0) / sum, 1e-6);
+}
+
+TEST(RouteTokenTest, EqualProbabilitiesTakeTheLowerExpert) {
+  const float logits[] = {0.5f, 2.0f, 0.5f, 2.0f, 2.0f};
+  EXPECT_EQ(route_token(spec(5, 2, true), logits).experts, (std::vector<int32_t>{1, 3}));
+}
+
+// Counts, per step, how often each weight (by its address) is read by a matmul.
+class CountingDevice final : public testing::ForwardingDevice {
+ public:
+  void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override {
+    ++reads[w.data];
+    ForwardingDevice::matmul(x, tokens, w, bias, y);
+  }
+  std::map<const void*, int> reads;
+};
+
+class MoeReadsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = Model::load(fixture_dir("qwen3_moe_f32"));
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    model_ = std::make_unique<Model>(std::move(model).value());
+  }
+  // How many expert matrices the last step read, and the most reads of any one.
+  std::pair<int, int> expert_reads() const {
+    int matrices = 0, most = 0;
+    for (const LayerWeights& l : model_->weights().layers)
+      for (const auto* list : {&l.expert_gate, &l.expert_up, &l.expert_down})
+        for (const TensorView& w : *list) {
+          const auto it = device_.reads.find(w.data);
+          if (it == device_.reads.end()) continue;
+          ++matrices;
+          most = std::max(most, it->second);
+        }
+    return {matrices, most};
+  }
+  std::unique_ptr<Model> model_;
+  CountingDevice device_;
+};
+
+TEST_F(MoeReadsTest, LoneDecodeTokenReadsOnlyItsTopKExperts) {
+  const auto ref = load_reference("qwen3_moe_f32");
+  Forward forward(*model_, device_);
+  KvCache cache = forward.make_cache(32);
+  ASSERT_TRUE(forward.run_ids(ref.prompt_ids, cache).ok());
+  for (const int32_t id : ref.greedy_ids) {
+    device_.reads.clear();
+    ASSERT_TRUE(forward.run_ids(std::span(&id, 1), cache).ok());
+    // Layers 0 and 2 have 6 experts, top 2 of them a token; layer 1 is dense.
+    EXPECT_EQ(expert_reads(), std::make_pair(2 * 2 * 3, 1));
+  }
+}
+
+TEST_F(MoeReadsTest, StepReadsEachExpertOnceAndTokensGetTheirLogitsAlone) {
+  const auto ref = load_reference("qwen3_moe_f32");
+  Forward together(*model_, device_), alone(*model_, device_);
+  const size_t sequences = ref.greedy_ids.size(), vocab = static_cast<size_t>(model_->config().vocab_size);
+  std::vector<KvCache> together_caches, alone_caches;
+  std::vector<Forward::Part> parts;
+  for (size_t s = 0; s < sequences; ++s) {
+    together_caches.push_back(together.make_cache(16));
+    alone_caches.push_back(alone.make_cache(16));
+  }
+  for (size_t s = 0; s < sequences; ++s) parts.push_back({&together_caches[s], 1});
+  // Eight sequences, one token each (the reference's greedy ids), in one step.
+  device_.reads.clear();
+  auto step = together.step_ids(ref.greedy_ids, parts);
+  ASSERT_TRUE(step.ok()) << step.status().to_string();
+  const auto [matrices, most] = expert_reads();
+  EXPECT_EQ(most, 1);                  // grouped by expert: one read for all its tokens
+  EXPECT_LT(matrices, 2 * 8 * 2 * 3);  // fewer than a read per token and expert: experts were shared
+  EXPECT_LE(matrices, 2 * 6 * 3);      // at most every expert of the two MoE layers
+  for (size_t s = 0; s < sequences; ++s) {
+    auto expected = alone.run_ids(std::span(&ref.greedy_ids[s], 1), alone_caches[s]);
+    ASSERT_TRUE(expected.ok());
+    const std::vector<float> row(step->begin() + s * vocab, step->begin() + (s + 1) * vocab);
+    EXPECT_EQ(row, *expected) << "sequence " << s;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
