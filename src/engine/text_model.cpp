@@ -4,6 +4,8 @@
 #include <filesystem>
 
 #include "core/text_file.h"
+#include "io/gguf_model.h"
+#include "tokenizer/gguf_tokenizer.h"
 
 namespace tessera {
 
@@ -36,14 +38,36 @@ Status add_eos_ids(const nlohmann::ordered_json& config, const std::string& file
 }  // namespace
 
 Result<std::string> TextModel::render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-  if (!chat_template) return Status::not_found("the model has no chat_template in tokenizer_config.json");
+  if (!chat_template) return Status::not_found("the model has no chat template (tokenizer_config.json or tokenizer.chat_template)");
   nlohmann::ordered_json context = special_tokens;
   context["messages"] = messages;
   context["add_generation_prompt"] = add_generation_prompt;
   return chat_template->render(context);
 }
 
+namespace {
+
+// A GGUF file holds it all: the weights, the tokenizer (tokenizer.ggml.*), the
+// chat template (tokenizer.chat_template) and the stop ids (eos, eot, eom).
+Result<TextModel> load_gguf_text_model(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(Model model, Model::load(path));
+  TS_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(path));
+  TS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_gguf(file.metadata(), path));
+  TS_ASSIGN_OR_RETURN(GgufChat chat, gguf_chat(file.metadata()));
+  TextModel text{std::move(model), std::move(tokenizer), std::nullopt, std::move(chat.special_tokens),
+                 std::move(chat.stop_ids)};
+  if (!chat.chat_template.empty()) {
+    auto parsed = ChatTemplate::parse(chat.chat_template);
+    if (!parsed.ok()) return parsed.status().with_context(path + ": tokenizer.chat_template");
+    text.chat_template = std::move(parsed).value();
+  }
+  return text;
+}
+
+}  // namespace
+
 Result<TextModel> load_text_model(const std::string& dir) {
+  if (is_gguf_file(dir)) return load_gguf_text_model(dir);
   TS_ASSIGN_OR_RETURN(Model model, Model::load(dir));
   TS_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_file(dir + "/tokenizer.json"));
   TextModel text{std::move(model), std::move(tokenizer), std::nullopt, nlohmann::ordered_json::object(), {}};

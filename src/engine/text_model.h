@@ -2,7 +2,9 @@
 // weights, the tokenizer (tokenizer.json), the chat template and special tokens
 // (tokenizer_config.json), and the ids that end a generation (eos_token_id of
 // generation_config.json and config.json, a number or a list, plus the EOS
-// token of tokenizer_config.json). Immutable after loading.
+// token of tokenizer_config.json). A GGUF file (io/gguf_model.h) holds all of
+// these itself: tokenizer.ggml.*, tokenizer.chat_template and the eos/eot/eom
+// ids (tokenizer/gguf_tokenizer.h). Immutable after loading.
 #pragma once
 
 #include <optional>
@@ -19,7 +21,7 @@ namespace tessera {
 struct TextModel {
   Model model;
   Tokenizer tokenizer;
-  std::optional<ChatTemplate> chat_template;  // absent when tokenizer_config.json has none
+  std::optional<ChatTemplate> chat_template;  // absent when the model has none
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();  // bos_token, eos_token, ...
   std::vector<int32_t> stop_ids;
 
