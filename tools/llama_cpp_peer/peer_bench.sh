@@ -6,6 +6,7 @@
 #   tools/llama_cpp_peer/peer_bench.sh [--config bench/shapes/llama-3.2-1b.json] [--threads 2]
 #       [--rounds 3] [--dtypes bf16,f16] [--seed 1] [--prompt 512] [--decode 128]
 #       [--tessera build-peer/bin/tessera] [--llama-reps 1] [--remove-after]
+#       [--deadline SECONDS] [--results FILE]
 #
 # Per dtype: `tessera random-checkpoint` writes the weights once, tessera_to_gguf.py
 # writes the same bytes as a GGUF (both reused by a later run with the same shape, seed
@@ -18,6 +19,11 @@
 # weight file is read once, so neither reads the disk while timed. Each row notes the 1-minute
 # load average when its run started (the machine's own threads count in it). Progress
 # goes to stderr; stdout is only the markdown.
+# --deadline S: a run (one engine, dtype and round) that would end more than S seconds
+# after the script started, judged by how long the same engine and dtype took before,
+# is skipped and listed (a first run always starts), so a time-limited machine returns
+# what it measured. --results FILE keeps the rows there (appended as they come), so an
+# outer time limit that kills the script loses only the run in progress.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,6 +40,8 @@ prompt=512
 decode=128
 reps=1
 remove_after=0
+deadline=0
+results=
 tessera=${TESSERA:-}
 
 usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
@@ -49,6 +57,8 @@ while [[ $# -gt 0 ]]; do
     --tessera) tessera=$2; shift 2 ;;
     --llama-reps) reps=$2; shift 2 ;;
     --remove-after) remove_after=1; shift ;;
+    --deadline) deadline=$2; shift 2 ;;
+    --results) results=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "[peer] unknown option $1" >&2; usage ;;
   esac
@@ -76,13 +86,35 @@ if [[ -z $python ]]; then
 fi
 [[ -n $python ]] || { log "no python3 with numpy (Debian: apt-get install python3-numpy; or set PYTHON)"; exit 1; }
 
-llama_bench=$("$here/build_llama_bench.sh")
+# llama-bench is built (or found) before its first run only, so --rounds 0 (files only)
+# needs no build.
+llama_bench=""
 src=${LLAMA_CPP_SRC:-$work/llama.cpp}
-source_note=$(cat "$src/PEER_SOURCE" 2>/dev/null || git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo "$src")
+source_note() { cat "$src/PEER_SOURCE" 2>/dev/null || git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo "$src"; }
 
 shape=$(basename "$config" .json)
-results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+if [[ -z $results ]]; then
+  results=$(mktemp)
+  trap 'rm -f "$results"' EXIT
+fi
+touch "$results"
+
+# Seconds each engine and dtype took last (for the deadline); runs skipped past it.
+declare -A took=()
+skipped=()
+# Runs `$@` (run_tessera or run_llama, round, dtype, file) unless it would end past the
+# deadline; what it took is the estimate for the next run of that function and dtype.
+timed_run() {
+  local key="$1 $3" begin=$SECONDS engine=tessera
+  [[ $1 == run_llama ]] && engine=llama.cpp
+  if ((deadline > 0 && SECONDS + ${took[$key]:-0} > deadline)); then
+    skipped+=("round $2 $engine $3;")
+    log "skipped past the ${deadline} s deadline: round $2 $engine $3"
+    return
+  fi
+  "$@"
+  took[$key]=$((SECONDS - begin))
+}
 
 # Appends "round<TAB>engine<TAB>dtype<TAB>test<TAB>tok/s<TAB>note" rows to $results.
 run_tessera() {
@@ -96,15 +128,19 @@ run_tessera() {
   tg=$(awk '$1 == "decode" && $3 == "tok/s" { print $2 }' <<<"$out")
   bandwidth=$(awk '$1 == "read" && $2 == "bandwidth" { print $3 " " $4 }' <<<"$out")
   share=$(awk '$1 == "decode" && $2 == "bytes/s" { print $3 " " $4 " = " $6 }' <<<"$out")
+  local matmuls
+  matmuls=$(awk '$1 == "decode" && $2 == "matmuls" { print $3 " " $4 " = " $6 }' <<<"$out")
   [[ -n $pp && -n $tg ]] || { log "cannot read tessera bench's output:"; echo "$out" >&2; exit 1; }
   printf '%s\ttessera\t%s\tpp%s\t%s\tload %s\n' "$round" "$dtype" "$prompt" "$pp" "$load" >>"$results"
-  printf '%s\ttessera\t%s\ttg%s @ d%s\t%s\tweights at %s of %s read bandwidth\n' \
-    "$round" "$dtype" "$decode" "$prompt" "$tg" "$share" "$bandwidth" >>"$results"
+  printf '%s\ttessera\t%s\ttg%s @ d%s\t%s\tweights at %s of %s read bandwidth%s\n' \
+    "$round" "$dtype" "$decode" "$prompt" "$tg" "$share" "$bandwidth" \
+    "${matmuls:+; the matmuls alone at $matmuls}" >>"$results"
 }
 
 llama_log=$work/llama-bench.log
 run_llama_bench() {  # prints avg tokens/s of one llama-bench run; its log goes to $llama_log
   local json
+  [[ -n $llama_bench ]] || llama_bench=$("$here/build_llama_bench.sh")
   if ! json=$("$llama_bench" "$@" -t "$threads" -r "$reps" -o json 2>>"$llama_log"); then
     log "llama-bench $* failed; the end of $llama_log:"
     tail -n 20 "$llama_log" >&2
@@ -143,11 +179,11 @@ for dtype in "${dtype_list[@]}"; do
   fi
   for ((round = 1; round <= rounds; ++round)); do
     if ((round % 2 == 1)); then
-      run_tessera "$round" "$dtype" "$ckpt"
-      run_llama "$round" "$dtype" "$gguf"
+      timed_run run_tessera "$round" "$dtype" "$ckpt"
+      timed_run run_llama "$round" "$dtype" "$gguf"
     else
-      run_llama "$round" "$dtype" "$gguf"
-      run_tessera "$round" "$dtype" "$ckpt"
+      timed_run run_llama "$round" "$dtype" "$gguf"
+      timed_run run_tessera "$round" "$dtype" "$ckpt"
     fi
   done
   if ((remove_after)); then
@@ -167,6 +203,7 @@ date: $(date -u +%Y-%m-%d)
 machine: $cpu ($isa), $(nproc) cores; load average before $load_before, after $load_after
 shape: $shape, $threads threads, $rounds rounds, llama-bench -r $reps
 tessera: ${tessera#"$repo"/}, checkout at $tessera_commit (the binary may be older: rebuild it first)
-llama.cpp: $source_note, CPU backend, GGML_NATIVE
-command: tools/llama_cpp_peer/peer_bench.sh --config ${config#"$repo"/} --threads $threads --rounds $rounds --dtypes $dtypes --seed $seed --prompt $prompt --decode $decode
+llama.cpp: $(source_note), CPU backend, GGML_NATIVE
+command: tools/llama_cpp_peer/peer_bench.sh --config ${config#"$repo"/} --threads $threads --rounds $rounds --dtypes $dtypes --seed $seed --prompt $prompt --decode $decode${deadline:+ --deadline $deadline}
+skipped: ${skipped[*]:-none}
 EOF

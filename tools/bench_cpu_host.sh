@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 15 on a many-core machine in one time-limited call (the GPU host's Xeon through
+# the device tool): the CPU kernels' tests on its instruction set, tessera against
+# llama.cpp (tools/llama_cpp_peer/peer_bench.sh: 1B shape, bf16 and f16, prefill 512 and
+# decode 128 at context 512) at each of --threads, and tessera's decode on the 8B shape
+# at --big-threads. Order: the peer at the first thread count, the 8B shape, then the
+# peer at the other counts; whatever would end past --deadline seconds (counted from the
+# start) is skipped and listed, so the call returns what it measured.
+#   tools/bench_cpu_host.sh [--threads "16 2"] [--big-threads 16] [--rounds 1]
+#     [--deadline 390] [--out DIR]
+# Binaries: TESSERA_BIN and BACKEND_TEST_BIN when they run here, else built from the
+# working tree into build-host/ (Release, all cores). Libraries the machine lacks come
+# from .prev/deps.tar.xz (tools/gpu/make_deps.sh). llama.cpp's source: LLAMA_CPP_SRC,
+# else .cache/llama-peer/llama.cpp, else .cache/llama-peer/src.tar.xz (a tar of that
+# folder); llama-bench is built here (GGML_NATIVE) while the tests run and the weight
+# files are written.
+# DIR (default $OUT, else /tmp/bench-cpu-host) gets: log.txt (everything), backend_test.log,
+# peer-tN.md (markdown for docs/benchmarks.md) and peer-tN.tsv, bench-8b.txt.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+start=$SECONDS
+threads="16 2" big_threads=16 rounds=1 deadline=390 out=${OUT:-/tmp/bench-cpu-host}
+while (($#)); do
+  case $1 in
+    --threads) threads=$2 ;; --big-threads) big_threads=$2 ;; --rounds) rounds=$2 ;;
+    --deadline) deadline=$2 ;; --out) out=$2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+mkdir -p "$out"
+exec > >(tee -a "$out/log.txt") 2>&1
+left() { echo $((deadline - (SECONDS - start))); }
+note() { echo "== t=$((SECONDS - start)) s: $*"; }
+
+note "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "avx-512 flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512|amx)' | tr '\n' ' ')"
+echo "tree: commit $(git rev-parse --short HEAD 2>/dev/null || echo '(no git history here)')"
+
+if [[ -f .prev/deps.tar.xz && ! -d .deps ]]; then tar -xJf .prev/deps.tar.xz; fi
+if [[ -d .deps/usr ]]; then
+  export LD_LIBRARY_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig
+fi
+export LLAMA_PEER_DIR=${LLAMA_PEER_DIR:-$PWD/.cache/llama-peer}
+if [[ -z ${LLAMA_CPP_SRC:-} && ! -d $LLAMA_PEER_DIR/llama.cpp && -f $LLAMA_PEER_DIR/src.tar.xz ]]; then
+  tar -xJf "$LLAMA_PEER_DIR/src.tar.xz" -C "$LLAMA_PEER_DIR"
+fi
+
+tessera=${TESSERA_BIN:-} backend_test=${BACKEND_TEST_BIN:-}
+if ! "${tessera:-false}" --help >/dev/null 2>&1 || ! "${backend_test:-false}" --gtest_list_tests >/dev/null 2>&1; then
+  note "building tessera and backend_test into build-host/"
+  cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=OFF)
+  [[ -d .deps/usr ]] && cmake_args+=(-DCMAKE_PREFIX_PATH=$PWD/.deps/usr)
+  { cmake -S . -B build-host "${cmake_args[@]}" && ninja -C build-host tessera backend_test; } >"$out/build.log" 2>&1 ||
+    { tail -n 30 "$out/build.log"; exit 1; }
+  tessera=$PWD/build-host/bin/tessera backend_test=$PWD/build-host/bin/backend_test
+fi
+
+# llama-bench and the weight files (both dtypes at once) while the tests run.
+note "building llama-bench, writing the 1B checkpoints and GGUFs, running backend_test"
+tools/llama_cpp_peer/build_llama_bench.sh >"$out/llama-build.log" 2>&1 &
+builder=$! writers=()
+for dtype in bf16 f16; do
+  tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --dtypes "$dtype" --rounds 0 >/dev/null 2>"$out/files-$dtype.log" &
+  writers+=($!)
+done
+"$backend_test" >"$out/backend_test.log" 2>&1
+echo "backend_test rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/backend_test.log" | tr '\n' ' ')"
+# By process id: a bare `wait` would also wait for the tee above, which never ends.
+for pid in "${writers[@]}"; do wait "$pid" || echo "writing weight files failed: see files-*.log"; done
+wait "$builder" || { echo "llama-bench build failed:"; tail -n 30 "$out/llama-build.log"; }
+note "files ready: $(ls "$LLAMA_PEER_DIR" | tr '\n' ' ')"
+
+peer() {
+  local t=$1
+  note "peer at $t threads ($(left) s left)"
+  tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --threads "$t" --rounds "$rounds" --dtypes bf16,f16 \
+    --deadline "$(left)" --results "$out/peer-t$t.tsv" >"$out/peer-t$t.md"
+  cat "$out/peer-t$t.md"
+}
+big() {
+  # About a minute at 16 threads (random weights, a 512-token prompt, 32 decode steps).
+  if (($(left) < 75)); then
+    echo "skipped past the deadline: 8B shape at $big_threads threads"
+    return
+  fi
+  note "8B shape, bf16, $big_threads threads"
+  "$tessera" bench --config bench/shapes/llama-3-8b.json --random-weights --seed 1 --dtype bf16 \
+    --threads "$big_threads" --decode 32 >"$out/bench-8b.txt" 2>&1
+  cat "$out/bench-8b.txt"
+}
+
+set -- $threads
+peer "$1"
+shift
+[[ -n $big_threads ]] && big
+for t in "$@"; do peer "$t"; done
+note "done, load $(cut -d' ' -f1-3 /proc/loadavg)"
