@@ -14,8 +14,11 @@
 # else .cache/llama-peer/llama.cpp, else .cache/llama-peer/src.tar.xz (a tar of that
 # folder); llama-bench is built here (GGML_NATIVE) while the tests run and the weight
 # files are written.
-# DIR (default $OUT, else /tmp/bench-cpu-host) gets: log.txt (everything), backend_test.log,
-# peer-tN.md (markdown for docs/benchmarks.md) and peer-tN.tsv, bench-8b.txt.
+# DIR (default $OUT, else /tmp/bench-cpu-host) gets at most 7 files (the device tool brings
+# back 8): log.txt (everything printed), backend_test.log, peer-tN.md (markdown for
+# docs/benchmarks.md) and peer-tN.tsv per thread count, bench-8b.txt. The builds' and the
+# weight files' logs go to WORK (default /tmp/bench-cpu-host-work), their ends to log.txt
+# when they fail.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
@@ -28,7 +31,8 @@ while (($#)); do
   esac
   shift 2
 done
-mkdir -p "$out"
+work=${WORK:-/tmp/bench-cpu-host-work}
+mkdir -p "$out" "$work"
 exec > >(tee -a "$out/log.txt") 2>&1
 left() { echo $((deadline - (SECONDS - start))); }
 note() { echo "== t=$((SECONDS - start)) s: $*"; }
@@ -52,24 +56,24 @@ if ! "${tessera:-false}" --help >/dev/null 2>&1 || ! "${backend_test:-false}" --
   note "building tessera and backend_test into build-host/"
   cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=OFF)
   [[ -d .deps/usr ]] && cmake_args+=(-DCMAKE_PREFIX_PATH=$PWD/.deps/usr)
-  { cmake -S . -B build-host "${cmake_args[@]}" && ninja -C build-host tessera backend_test; } >"$out/build.log" 2>&1 ||
-    { tail -n 30 "$out/build.log"; exit 1; }
+  { cmake -S . -B build-host "${cmake_args[@]}" && ninja -C build-host tessera backend_test; } >"$work/build.log" 2>&1 ||
+    { tail -n 30 "$work/build.log"; exit 1; }
   tessera=$PWD/build-host/bin/tessera backend_test=$PWD/build-host/bin/backend_test
 fi
 
 # llama-bench and the weight files (both dtypes at once) while the tests run.
 note "building llama-bench, writing the 1B checkpoints and GGUFs, running backend_test"
-tools/llama_cpp_peer/build_llama_bench.sh >"$out/llama-build.log" 2>&1 &
+tools/llama_cpp_peer/build_llama_bench.sh >"$work/llama-build.log" 2>&1 &
 builder=$! writers=()
 for dtype in bf16 f16; do
-  tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --dtypes "$dtype" --rounds 0 >/dev/null 2>"$out/files-$dtype.log" &
+  tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --dtypes "$dtype" --rounds 0 >/dev/null 2>"$work/files-$dtype.log" &
   writers+=($!)
 done
 "$backend_test" >"$out/backend_test.log" 2>&1
 echo "backend_test rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/backend_test.log" | tr '\n' ' ')"
 # By process id: a bare `wait` would also wait for the tee above, which never ends.
-for pid in "${writers[@]}"; do wait "$pid" || echo "writing weight files failed: see files-*.log"; done
-wait "$builder" || { echo "llama-bench build failed:"; tail -n 30 "$out/llama-build.log"; }
+for pid in "${writers[@]}"; do wait "$pid" || { echo "writing weight files failed:"; tail -n 20 "$work"/files-*.log; }; done
+wait "$builder" || { echo "llama-bench build failed:"; tail -n 30 "$work/llama-build.log"; }
 note "files ready: $(ls "$LLAMA_PEER_DIR" | tr '\n' ' ')"
 
 peer() {

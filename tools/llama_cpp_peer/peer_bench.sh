@@ -20,8 +20,8 @@
 # load average when its run started (the machine's own threads count in it). Progress
 # goes to stderr; stdout is only the markdown.
 # --deadline S: a run (one engine, dtype and round) that would end more than S seconds
-# after the script started, judged by how long the same engine and dtype took before,
-# is skipped and listed (a first run always starts), so a time-limited machine returns
+# after the script started, judged by how long that engine's last run took, is skipped
+# and listed (an engine's first run starts if S is not yet past), so a time-limited machine returns
 # what it measured. --results FILE keeps the rows there (appended as they come), so an
 # outer time limit that kills the script loses only the run in progress.
 set -euo pipefail
@@ -103,9 +103,9 @@ touch "$results"
 declare -A took=()
 skipped=()
 # Runs `$@` (run_tessera or run_llama, round, dtype, file) unless it would end past the
-# deadline; what it took is the estimate for the next run of that function and dtype.
+# deadline; what it took is the estimate for the next run of that engine (either dtype).
 timed_run() {
-  local key="$1 $3" begin=$SECONDS engine=tessera
+  local key=$1 begin=$SECONDS engine=tessera
   [[ $1 == run_llama ]] && engine=llama.cpp
   if ((deadline > 0 && SECONDS + ${took[$key]:-0} > deadline)); then
     skipped+=("round $2 $engine $3;")
