@@ -57,6 +57,8 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_option("--body-limit", s.body_limit, "Largest request body, e.g. 1MiB (413 past it)")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
+  cmd->add_flag("--no-prefix-caching{false}", s.loop.prefix_caching,
+                "Run every prompt whole instead of reusing the KV blocks of earlier prompts");
   cmd->add_option("--io-threads", s.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "On SIGTERM, seconds requests in flight may take to finish")

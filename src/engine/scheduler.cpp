@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -12,7 +14,10 @@ Scheduler::Scheduler(Forward& forward, SchedulerOptions options)
     : forward_(forward),
       options_(options),
       hidden_size_(forward.model().config().hidden_size),
-      vocab_size_(forward.model().config().vocab_size) {}
+      vocab_size_(forward.model().config().vocab_size) {
+  if (options_.prefix_caching && forward.model().has_entry() && forward.status().ok())
+    prefix_cache_ = std::make_unique<PrefixCache>(forward.kv_pool());
+}
 
 Status Scheduler::open(uint64_t id, int64_t capacity) {
   if (sequences_.contains(id)) return Status::invalid_input("sequence " + std::to_string(id) + " is already open");
@@ -23,7 +28,30 @@ Status Scheduler::open(uint64_t id, int64_t capacity) {
   return {};
 }
 
-Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt) {
+namespace {
+
+// The log-softmax of `logits` at `token`, and at the `top` largest logits.
+SampledLogprobs log_softmax(std::span<const float> logits, int32_t token, int top) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (const float x : logits) sum += std::exp(static_cast<double>(x - max));
+  const auto normalizer = static_cast<float>(max + std::log(sum));
+  SampledLogprobs out{.sampled = {token, logits[static_cast<size_t>(token)] - normalizer}};
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  const auto k = std::min<size_t>(static_cast<size_t>(top), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+                    });
+  for (size_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[static_cast<size_t>(order[i])] - normalizer});
+  return out;
+}
+
+}  // namespace
+
+Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
   TS_CHECK(forward_.model().has_exit(), "a sampler on a range that does not end the model");
@@ -33,6 +61,7 @@ Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<i
       return Status::invalid_input("prompt token id " + std::to_string(token) + " is outside the vocabulary");
   Sequence& sequence = it->second;
   sequence.sampler.emplace(params, vocab_size_);
+  sequence.top_logprobs = top_logprobs;
   sequence.prompt = std::move(prompt);
   sequence.output.clear();
   return {};
@@ -46,6 +75,39 @@ Status Scheduler::feed_ids(uint64_t id, std::vector<int32_t> ids) {
                                    std::to_string(vocab_size_) + ")");
   const auto tokens = static_cast<int64_t>(ids.size());
   return queue(id, Feed{.ids = std::move(ids), .tokens = tokens});
+}
+
+Result<int64_t> Scheduler::feed_prompt(uint64_t id, std::vector<int32_t> ids, const std::string& cache_salt) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
+  Sequence& sequence = it->second;
+  TS_CHECK(sequence.cache.length() == 0 && sequence.feeds.empty(), "a prompt fed to a sequence already started");
+  for (const int32_t token : ids)  // before anything is shared
+    if (token < 0 || token >= vocab_size_)
+      return Status::invalid_input("token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                                   std::to_string(vocab_size_) + ")");
+  int64_t cached = 0;
+  if (prefix_cache_ && !ids.empty()) {
+    const int64_t bs = forward_.kv_pool().block_size();
+    // The last token always runs: its logits are the feed's output.
+    const int64_t max_blocks = std::min(static_cast<int64_t>(ids.size()) - 1, sequence.cache.capacity()) / bs;
+    PrefixCache::Hit hit = prefix_cache_->lookup(ids, cache_salt, max_blocks);
+    sequence.cache.share_prefix(hit.blocks);
+    cached = sequence.cache.length();
+    sequence.salt = cache_salt;
+    sequence.chain = std::move(hit.chain);
+    sequence.tokens.assign(ids.begin(), ids.begin() + cached);
+    prefix_queries_ += ids.size();
+    prefix_hits_ += static_cast<uint64_t>(cached);
+  }
+  ids.erase(ids.begin(), ids.begin() + cached);
+  if (Status queued = feed_ids(id, std::move(ids)); !queued.ok()) {
+    sequence.cache.truncate(0);
+    sequence.tokens.clear();
+    sequence.chain.clear();
+    return queued;
+  }
+  return cached;
 }
 
 Status Scheduler::feed_hidden(uint64_t id, std::vector<float> hidden) {
@@ -92,6 +154,24 @@ void Scheduler::truncate(uint64_t id, int64_t n) {
   Sequence& sequence = sequences_.at(id);
   TS_CHECK(sequence.feeds.empty(), "truncating sequence ", id, " with ", sequence.feeds.size(), " inputs queued");
   sequence.cache.truncate(n);
+  if (prefix_cache_) {
+    sequence.tokens.resize(static_cast<size_t>(n));
+    sequence.chain.resize(static_cast<size_t>(n / forward_.kv_pool().block_size()));
+  }
+}
+
+int64_t Scheduler::evict_cached(int64_t blocks) { return prefix_cache_ ? prefix_cache_->evict(blocks) : 0; }
+
+void Scheduler::cache_full_blocks(Sequence& sequence) {
+  const int64_t bs = forward_.kv_pool().block_size();
+  const auto full = static_cast<size_t>(sequence.cache.length() / bs);
+  while (sequence.chain.size() < full) {
+    const size_t i = sequence.chain.size();
+    const auto tokens = std::span<const int32_t>(sequence.tokens).subspan(i * static_cast<size_t>(bs), bs);
+    sequence.chain.push_back(
+        PrefixCache::digest(sequence.chain.empty() ? nullptr : &sequence.chain.back(), sequence.salt, tokens));
+    prefix_cache_->insert(sequence.chain, sequence.cache.blocks()[i]);
+  }
 }
 
 uint64_t Scheduler::kv_bytes() const {
@@ -128,6 +208,7 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     }
     const int64_t tokens = std::min(feed.tokens - feed.done, budget);
     const int64_t blocks = cache.blocks_needed(tokens);
+    if (blocks > free_blocks) free_blocks += evict_cached(blocks - free_blocks);
     if (blocks > free_blocks) {
       // Alone it cannot run: the pool is full of other sequences' blocks.
       if (chosen.empty()) failed.push_back({id, forward_.kv_pool().check_free(blocks)});
@@ -182,6 +263,11 @@ std::vector<StepOutput> Scheduler::step() {
     const auto rows = std::span<float>(*out).subspan(offset, width);
     offset += width;
     if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
+    if (prefix_cache_) {
+      sequence.tokens.insert(sequence.tokens.end(), feed.ids.begin() + feed.done,
+                             feed.ids.begin() + feed.done + c.tokens);
+      cache_full_blocks(sequence);
+    }
     feed.done += c.tokens;
     if (feed.done < feed.tokens) continue;  // more chunks to come
 
@@ -189,7 +275,10 @@ std::vector<StepOutput> Scheduler::step() {
     if (!exit) {
       result.values = std::exchange(sequence.hidden_out, {});
     } else if (sequence.sampler) {
+      std::vector<float> raw;  // the sampler changes its logits in place
+      if (sequence.top_logprobs >= 0) raw.assign(rows.begin(), rows.end());
       result.token = sequence.sampler->sample(rows, sequence.prompt, sequence.output);
+      if (sequence.top_logprobs >= 0) result.logprobs = log_softmax(raw, result.token, sequence.top_logprobs);
       sequence.output.push_back(result.token);
     } else {
       result.values.assign(rows.begin(), rows.end());

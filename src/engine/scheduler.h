@@ -12,6 +12,13 @@
 //   cancel(id)    drops the sequence and its queued input; its blocks return to
 //                 the pool at once
 //
+// With prefix_caching (a range that starts at layer 0), every full KV block a
+// sequence writes is kept in a PrefixCache (engine/prefix_cache.h) under the
+// hash chain of its tokens, and feed_prompt() starts a new sequence from the
+// longest cached prefix of its prompt (at least its last token still runs, for
+// its logits). Cached blocks no sequence uses are evicted, least recently used
+// first, when a step needs blocks the pool does not have free.
+//
 // A feed's output is what the caller asked for: for an exit range, the sampled
 // token (with a sampler) or the logits of the feed's last token; otherwise the
 // hidden states of every token of the feed, whatever chunks it ran in. Because
@@ -28,10 +35,13 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/prefix_cache.h"
 #include "model/forward.h"
 #include "sampling/sampler.h"
 
@@ -42,6 +52,17 @@ struct SchedulerOptions {
   size_t max_step_sequences = 64;  // sequences in one forward pass
   size_t max_sequences = 1024;     // open at once
   size_t max_queued_feeds = 4096;  // inputs waiting, over all sequences
+  bool prefix_caching = false;     // keep full KV blocks for later prompts (entry ranges)
+};
+
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;  // log-softmax of the raw logits (before biases, penalties and temperature)
+};
+// A sampled token's log-probability and the `top` most likely tokens' (most likely first, ties by id).
+struct SampledLogprobs {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top{};
 };
 
 struct StepOutput {
@@ -49,6 +70,7 @@ struct StepOutput {
   Status status{};              // not OK: the sequence failed and is closed
   std::vector<float> values{};  // logits [vocab] of the feed's last token, or hidden states [tokens, hidden]
   int32_t token = -1;           // the sampled token, for a sequence that samples here
+  std::optional<SampledLogprobs> logprobs{};  // for a sequence started with top_logprobs >= 0
 };
 
 class Scheduler {
@@ -59,14 +81,19 @@ class Scheduler {
   // open, kOverloaded when max_sequences are open.
   Status open(uint64_t id, int64_t capacity);
   // Samples the open sequence's next feeds here (an exit range only), with a new
-  // Sampler; `prompt` is the request's prompt, for the penalties. kInvalidInput
-  // naming the parameter that is out of range.
-  Status start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt);
+  // Sampler; `prompt` is the request's prompt, for the penalties. With
+  // top_logprobs >= 0 each output carries its logprobs (and that many top ones).
+  // kInvalidInput naming the parameter that is out of range.
+  Status start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs = -1);
   bool is_open(uint64_t id) const { return sequences_.contains(id); }
   // Queue input for an open sequence. Ids are checked against the vocabulary and
   // hidden states against hidden_size here, so a bad input fails only its own feed.
   Status feed_ids(uint64_t id, std::vector<int32_t> ids);
   Status feed_hidden(uint64_t id, std::vector<float> hidden);
+  // A fresh sequence's prompt: takes the longest cached prefix of `ids` under
+  // `cache_salt` (with prefix_caching), then queues the rest. Returns the
+  // positions taken from the cache.
+  Result<int64_t> feed_prompt(uint64_t id, std::vector<int32_t> ids, const std::string& cache_salt = {});
   void cancel(uint64_t id);
   void cancel_all();
 
@@ -88,6 +115,12 @@ class Scheduler {
   size_t last_step_size() const { return last_step_size_; }  // sequences the last step ran
   const Forward& forward() const { return forward_; }
 
+  // Prefix cache, in tokens as vLLM counts them: prompt tokens looked up, and
+  // those found. Blocks only the cache holds (free for the taking; a scan).
+  uint64_t prefix_queries() const { return prefix_queries_; }
+  uint64_t prefix_hits() const { return prefix_hits_; }
+  int64_t prefix_evictable_blocks() const { return prefix_cache_ ? prefix_cache_->evictable() : 0; }
+
  private:
   struct Feed {
     std::vector<int32_t> ids{};
@@ -100,9 +133,14 @@ class Scheduler {
   struct Sequence {
     KvCache cache;
     std::optional<Sampler> sampler{};
+    int top_logprobs = -1;  // -1: no logprobs
     std::vector<int32_t> prompt{}, output{};
     std::deque<Feed> feeds{};
     std::vector<float> hidden_out{};  // the current feed's hidden states so far
+    // With a prefix cache: the ids in the KV cache, the salt, and the digests of its full blocks.
+    std::vector<int32_t> tokens{};
+    std::string salt{};
+    std::vector<PrefixCache::Digest> chain{};
   };
   struct Chosen {
     uint64_t id;
@@ -111,11 +149,17 @@ class Scheduler {
   Status queue(uint64_t id, Feed feed);
   std::vector<Chosen> choose(std::vector<StepOutput>& failed);
   void close(uint64_t id);
+  // Frees up to `blocks` blocks only the prefix cache holds; returns how many.
+  int64_t evict_cached(int64_t blocks);
+  // Caches the sequence's full blocks written since the last call.
+  void cache_full_blocks(Sequence& sequence);
 
   Forward& forward_;
   const SchedulerOptions options_;
   const int64_t hidden_size_, vocab_size_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // with prefix_caching; outlived by nothing that holds its blocks
   std::map<uint64_t, Sequence> sequences_;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
   size_t queued_ = 0;          // feeds waiting, over all sequences
   uint64_t queued_bytes_ = 0;  // their ids' and hidden states' bytes
   uint64_t next_order_ = 0;

@@ -121,6 +121,18 @@ KvCache KvCache::fork(int64_t n) const {
   return copy;
 }
 
+void KvCache::share_prefix(std::span<const int32_t> full_blocks) {
+  TS_CHECK(length_ == 0 && blocks_.empty(), "sharing a prefix into a sequence of ", length_, " positions");
+  const int64_t positions = static_cast<int64_t>(full_blocks.size()) * pool_->block_size();
+  TS_CHECK(positions <= capacity_, "a prefix of ", positions, " positions in a sequence of capacity ", capacity_);
+  for (const int32_t block : full_blocks) {
+    TS_CHECK(pool_->holders(block) > 0, "sharing free KV block ", block);
+    pool_->hold(block);
+  }
+  blocks_.assign(full_blocks.begin(), full_blocks.end());
+  length_ = positions;
+}
+
 int64_t KvCache::blocks_needed(int64_t tokens) const {
   const int64_t bs = pool_->block_size();
   const int64_t have = static_cast<int64_t>(blocks_.size());

@@ -95,6 +95,11 @@ class KvCache {
   void truncate(int64_t n);
   // A new sequence holding the first n <= length() positions of this one, sharing their blocks.
   KvCache fork(int64_t n) const;
+  // Starts an empty sequence with these full blocks of the pool (a cached
+  // prefix, engine/prefix_cache.h), shared with their other holders: length()
+  // becomes their positions. Writes only ever go past length(), so the shared
+  // blocks are never written.
+  void share_prefix(std::span<const int32_t> full_blocks);
 
   std::span<const int32_t> blocks() const { return blocks_; }
   KvPool& pool() const { return *pool_; }

@@ -23,7 +23,9 @@ struct HttpSession::Stream {
   unsigned version = 11;
   bool keep_alive = true;
   std::vector<Choice> choices;
-  size_t pending = 0;  // choices whose last event has not come
+  std::vector<LogprobsWriter> logprobs;                // per choice, when asked
+  std::vector<std::vector<SampledLogprobs>> gathered;  // per choice, for a whole answer
+  size_t pending = 0;                                  // choices whose last event has not come
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Status error{};            // the first failure of a choice; the others are cancelled
   bool client_left = false;  // the socket closed or a write failed: nothing more is written
@@ -147,6 +149,10 @@ void HttpSession::generate(Generation generation, unsigned version, bool keep_al
   s.keep_alive = keep_alive;
   s.cancelled = s.g.submissions.front().cancelled;
   s.choices.resize(s.g.submissions.size());
+  if (s.g.request.logprobs >= 0) {
+    s.logprobs.assign(s.choices.size(), LogprobsWriter(s.g.request.endpoint, context_.loop.model().tokenizer));
+    s.gathered.resize(s.choices.size());
+  }
   s.pending = s.choices.size();
   std::vector<Submission> submissions = s.g.submissions;
   for (size_t i = 0; i < submissions.size(); ++i)
@@ -208,9 +214,13 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
       return respond(std::move(response));
     }
   }
+  const bool logprobs = !s.logprobs.empty();
   if (!s.g.request.stream) {
     choice.text += event.text;
+    if (logprobs) s.gathered[index].insert(s.gathered[index].end(), event.logprobs.begin(), event.logprobs.end());
     if (s.pending > 0) return;
+    for (size_t i = 0; logprobs && i < s.choices.size(); ++i)
+      s.choices[i].logprobs = s.logprobs[i].write(s.gathered[i]);
     HttpResponse response = routes.json(200, dump(full_response(h, s.choices, s.prompt_tokens, s.completion_tokens)),
                                         s.version, s.keep_alive);
     gen_.reset();
@@ -230,9 +240,11 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
       for (size_t i = 0; i < s.choices.size(); ++i)
         s.out.push_back(sse_event(stream_chunk(h, i, "", std::nullopt, /*role=*/true)));
   }
-  if (!event.done && !event.text.empty()) s.out.push_back(sse_event(stream_chunk(h, index, event.text, std::nullopt)));
+  auto chunk_logprobs = [&] { return logprobs ? s.logprobs[index].write(event.logprobs) : nlohmann::json(nullptr); };
+  if (!event.done && !event.text.empty())
+    s.out.push_back(sse_event(stream_chunk(h, index, event.text, std::nullopt, false, chunk_logprobs())));
   if (event.done && event.error.ok())
-    s.out.push_back(sse_event(stream_chunk(h, index, event.text, event.finish_reason)));
+    s.out.push_back(sse_event(stream_chunk(h, index, event.text, event.finish_reason, false, chunk_logprobs())));
   if (event.done && s.pending == 0) {
     if (!s.error.ok()) {
       s.out.push_back(sse_event(ApiError::from_status(s.error).to_json()));

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 
+#include "serve/logprobs.h"
 #include "serve/routes.h"
 
 namespace tessera::serve {

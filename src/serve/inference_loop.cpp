@@ -17,6 +17,7 @@ struct InferenceLoop::Live {
   int64_t capacity = 0;
   std::vector<int32_t> output;
   std::optional<Clock::time_point> last_token;
+  std::vector<SampledLogprobs> logprobs{};  // not yet sent
 };
 
 InferenceLoop::InferenceLoop(LoopOptions options) : options_(std::move(options)) {}
@@ -64,7 +65,9 @@ void InferenceLoop::stop() {
 Status InferenceLoop::load() {
   TS_ASSIGN_OR_RETURN(TextModel model, load_text_model(options_.model_dir));
   model_ = std::make_unique<TextModel>(std::move(model));
-  TS_ASSIGN_OR_RETURN(engine_, LocalEngine::create(model_->model, options_.engine));
+  EngineOptions engine = options_.engine;
+  engine.scheduler.prefix_caching = options_.prefix_caching;
+  TS_ASSIGN_OR_RETURN(engine_, LocalEngine::create(model_->model, engine));
   update_pool_stats();
   return {};
 }
@@ -107,7 +110,7 @@ void InferenceLoop::run() {
         if (!out.status.ok()) {
           fail(out.id, out.status);
         } else {
-          on_token(out.id, *it->second, out.token);
+          on_token(out.id, *it->second, out);
         }
       }
     }
@@ -146,8 +149,8 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
     const uint64_t id = next_id_++;
     const int64_t capacity = std::min(context(), prompt_size + s.max_tokens);
     if (status.ok()) status = scheduler.open(id, capacity);
-    if (status.ok()) status = scheduler.start(id, s.sampling, s.prompt);
-    if (status.ok()) status = scheduler.feed_ids(id, s.prompt);
+    if (status.ok()) status = scheduler.start(id, s.sampling, s.prompt, s.logprobs);
+    if (status.ok()) status = scheduler.feed_prompt(id, s.prompt, s.cache_salt).status();
     if (!status.ok()) {
       scheduler.cancel(id);
       ++stats_.failed;
@@ -162,11 +165,12 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
           return model.tokenizer.decode(ids, /*skip_special=*/true).value_or("");
         },
         s.stop);
-    live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}, std::nullopt}));
+    live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}, std::nullopt, {}}));
   }
 }
 
-void InferenceLoop::on_token(uint64_t id, Live& live, int32_t token) {
+void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
+  const int32_t token = out.token;
   if (live.last_token) {
     stats_.inter_token_latency.observe(seconds_since(*live.last_token));
   } else {
@@ -177,7 +181,9 @@ void InferenceLoop::on_token(uint64_t id, Live& live, int32_t token) {
   if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) return finish(id, "stop");
   live.output.push_back(token);
   ++stats_.generation_tokens;
-  if (std::string text = live.stream.push(token); !text.empty()) live.submission.sink({.text = std::move(text)});
+  if (out.logprobs) live.logprobs.push_back(std::move(*out.logprobs));
+  if (std::string text = live.stream.push(token); !text.empty())
+    live.submission.sink({.text = std::move(text), .logprobs = std::exchange(live.logprobs, {})});
   if (live.stream.stopped()) return finish(id, "stop");
   const auto produced = static_cast<int64_t>(live.output.size());
   if (produced >= live.submission.max_tokens) return finish(id, "length");
@@ -196,7 +202,8 @@ void InferenceLoop::finish(uint64_t id, const std::string& reason) {
                         .done = true,
                         .finish_reason = reason,
                         .prompt_tokens = static_cast<int64_t>(live.submission.prompt.size()),
-                        .completion_tokens = static_cast<int64_t>(live.output.size())});
+                        .completion_tokens = static_cast<int64_t>(live.output.size()),
+                        .logprobs = std::move(live.logprobs)});
   live_.erase(it);
 }
 
@@ -212,7 +219,11 @@ void InferenceLoop::fail(uint64_t id, Status error) {
 void InferenceLoop::update_pool_stats() {
   const KvPool& pool = engine_.forward->kv_pool();
   stats_.kv_blocks_total = pool.total_blocks();
-  stats_.kv_blocks_free = pool.free_blocks();
+  // Blocks only the prefix cache holds are free for the taking, as vLLM counts them.
+  const Scheduler& scheduler = *engine_.scheduler;
+  stats_.kv_blocks_free = pool.free_blocks() + scheduler.prefix_evictable_blocks();
+  stats_.prefix_cache_queries = scheduler.prefix_queries();
+  stats_.prefix_cache_hits = scheduler.prefix_hits();
 }
 
 }  // namespace tessera::serve

@@ -52,6 +52,9 @@ struct GenerationEvent {
   std::string finish_reason{};  // done and OK: "stop" or "length"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // With logprobs asked: those of the tokens generated since the last event (a
+  // token's text may come in a later event than its logprobs, never earlier).
+  std::vector<SampledLogprobs> logprobs{};
 };
 
 struct Submission {
@@ -59,6 +62,8 @@ struct Submission {
   int64_t max_tokens = 16;
   SamplingParams sampling;
   std::vector<std::string> stop;
+  std::string cache_salt;  // the prefix cache's salt: only requests with the same one share blocks
+  int logprobs = -1;       // -1: none; else each token's logprob and this many top ones
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::function<void(GenerationEvent)> sink;
   std::chrono::steady_clock::time_point arrived{};  // set by submit()
@@ -67,7 +72,8 @@ struct Submission {
 struct LoopOptions {
   std::string model_dir;
   EngineOptions engine;
-  size_t max_waiting = 256;  // submissions queued before admission; past it submit() refuses
+  size_t max_waiting = 256;    // submissions queued before admission; past it submit() refuses
+  bool prefix_caching = true;  // reuse the KV blocks of earlier prompts (engine/prefix_cache.h)
 };
 
 // Counters for /metrics; read from any thread.
@@ -75,6 +81,7 @@ struct LoopStats {
   std::atomic<int64_t> waiting{0}, running{0};
   std::atomic<int64_t> kv_blocks_total{0}, kv_blocks_free{0};
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
+  std::atomic<uint64_t> prefix_cache_queries{0}, prefix_cache_hits{0};  // prompt tokens looked up, found
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, failed{0}, cancelled{0};
   std::atomic<uint64_t> steps{0};
   std::atomic<uint64_t> largest_step{0};  // most sequences one forward pass has run (continuous batching)
@@ -113,7 +120,7 @@ class InferenceLoop {
   void run();
   Status load();
   void admit(std::vector<Submission>& admitted);
-  void on_token(uint64_t id, Live& live, int32_t token);
+  void on_token(uint64_t id, Live& live, StepOutput& out);
   void finish(uint64_t id, const std::string& reason);
   void fail(uint64_t id, Status error);
   void update_pool_stats();

@@ -197,12 +197,26 @@ void parse_logit_bias(const Json& v, CompletionRequest& r, int64_t vocab_size, F
   }
 }
 
+// chat: logprobs (boolean) and top_logprobs (0..kMaxLogprobs, needs logprobs: true);
+// completions: logprobs (0..kMaxLogprobs), the number of top tokens.
+void parse_logprobs(CompletionRequest& r, Fields& f) {
+  if (r.endpoint == Endpoint::kCompletions) {
+    if (f.find("top_logprobs"))
+      return f.fail("top_logprobs is a chat completions field; completions take logprobs: N", "top_logprobs");
+    const Json* given = f.find("logprobs");
+    if (given && given->is_boolean() && !given->get<bool>()) return;  // false: none, as null
+    if (auto n = f.integer("logprobs", 0, kMaxLogprobs)) r.logprobs = static_cast<int>(*n);
+    return;
+  }
+  const std::optional<bool> wanted = f.boolean("logprobs");
+  const std::optional<int64_t> top = f.integer("top_logprobs", 0, kMaxLogprobs);
+  if (top && !wanted.value_or(false)) return f.fail("top_logprobs needs logprobs: true", "top_logprobs");
+  if (wanted.value_or(false)) r.logprobs = static_cast<int>(top.value_or(0));
+}
+
 // Fields tessera does not implement yet: refused when set to anything but their default.
 void refuse_unsupported(const Json& body, Fields& f) {
   auto set = [&](const char* name) { return f.find(name) != nullptr; };
-  if (set("logprobs") && !(body["logprobs"].is_boolean() && !body["logprobs"].get<bool>()))
-    return f.fail("logprobs is not supported yet", "logprobs");
-  if (set("top_logprobs")) return f.fail("top_logprobs is not supported yet", "top_logprobs");
   if (set("echo") && !(body["echo"].is_boolean() && !body["echo"].get<bool>()))
     return f.fail("echo is not supported yet", "echo");
   if (set("best_of") && !(body["best_of"].is_number_integer() && body["best_of"].get<int64_t>() == 1))
@@ -273,6 +287,11 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     }
   }
   if (auto user = f.string("user")) r.user = *user;
+  parse_logprobs(r, f);
+  if (auto salt = f.string("cache_salt")) {
+    if (salt->empty()) f.fail("cache_salt must not be empty", "cache_salt");
+    r.cache_salt = std::move(*salt);
+  }
   refuse_unsupported(json, f);
   if (f.failed()) return f.take_error();
   return r;

@@ -15,8 +15,11 @@
 //   stop                     a string or an array of at most 16 non-empty strings
 //   n                        integer in [1, kMaxChoices]: choices, each its own sequence
 //   stream, stream_options.include_usage, user
-// Refused with a clear 400 rather than silently ignored: logprobs,
-// top_logprobs, echo, best_of > 1, suffix, tools, response_format.
+//   logprobs                 chat: a boolean, with top_logprobs in [0, kMaxLogprobs];
+//                            completions: an integer in [0, kMaxLogprobs] (top tokens per token)
+//   cache_salt               a non-empty string: only requests with the same salt share cached prefixes
+// Refused with a clear 400 rather than silently ignored: echo, best_of > 1,
+// suffix, tools, response_format.
 //
 // Pure functions; safe from any thread. fuzz/serve_request_fuzz.cpp fuzzes them.
 #pragma once
@@ -38,6 +41,7 @@ enum class Endpoint { kCompletions, kChat };
 
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxLogprobs = 20;  // top logprobs per token (vLLM's default max_logprobs)
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -53,6 +57,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;
   std::string user;
+  std::string cache_salt;  // the prefix cache's salt (vLLM's cache_salt): empty, none
+  int logprobs = -1;       // -1: none; else the sampled token's logprob and this many top ones
 };
 
 // `vocab_size` bounds the token ids of prompt and logit_bias.

@@ -44,7 +44,7 @@ nlohmann::json full_response(const ResponseHeader& h, const std::vector<Choice>&
     } else {
       choice["text"] = choices[i].text;
     }
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = choices[i].logprobs;
     choice["finish_reason"] = choices[i].finish_reason;
     json["choices"].push_back(std::move(choice));
   }
@@ -53,7 +53,7 @@ nlohmann::json full_response(const ResponseHeader& h, const std::vector<Choice>&
 }
 
 nlohmann::json stream_chunk(const ResponseHeader& h, size_t index, const std::string& text,
-                            const std::optional<std::string>& finish_reason, bool role) {
+                            const std::optional<std::string>& finish_reason, bool role, nlohmann::json logprobs) {
   const bool chat = h.endpoint == Endpoint::kChat;
   nlohmann::json json = base(h, chat ? "chat.completion.chunk" : "text_completion");
   nlohmann::json choice = {{"index", index}};
@@ -65,7 +65,7 @@ nlohmann::json stream_chunk(const ResponseHeader& h, size_t index, const std::st
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish_json(finish_reason);
   json["choices"] = nlohmann::json::array({choice});
   return json;

@@ -170,6 +170,8 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
   if (Status valid = validate(s.sampling, model.model.config().vocab_size); !valid.ok())
     return error(ApiError::from_status(valid), version, keep_alive);
   s.stop = r.stop;
+  s.cache_salt = r.cache_salt;
+  s.logprobs = r.logprobs;
   for (int i = 0; i < r.n; ++i) {
     g.submissions.push_back(s);
     g.submissions.back().sampling.seed = s.sampling.seed + static_cast<uint64_t>(i);

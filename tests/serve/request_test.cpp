@@ -64,6 +64,35 @@ TEST(ServeRequestTest, ReadsEveryCompletionField) {
   EXPECT_EQ(r.user, "u1");
 }
 
+TEST(ServeRequestTest, LogprobsOfChatAndCompletions) {
+  EXPECT_EQ(parse_ok(R"({"prompt": "x"})").logprobs, -1);
+  EXPECT_EQ(parse_ok(R"({"prompt": "x", "logprobs": null})").logprobs, -1);
+  EXPECT_EQ(parse_ok(R"({"prompt": "x", "logprobs": false})").logprobs, -1);
+  EXPECT_EQ(parse_ok(R"({"prompt": "x", "logprobs": 0})").logprobs, 0);
+  EXPECT_EQ(parse_ok(R"({"prompt": "x", "logprobs": 20})").logprobs, 20);
+  expect_refused(R"({"prompt": "x", "logprobs": 21})", "logprobs", "[0, 20]");
+  expect_refused(R"({"prompt": "x", "logprobs": true})", "logprobs", "must be an integer");
+  expect_refused(R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs", "completions take logprobs: N");
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  auto chat = [&](const std::string& fields) { return "{" + messages + fields + "}"; };
+  EXPECT_EQ(parse_ok(chat(""), Endpoint::kChat).logprobs, -1);
+  EXPECT_EQ(parse_ok(chat(R"(, "logprobs": false)"), Endpoint::kChat).logprobs, -1);
+  EXPECT_EQ(parse_ok(chat(R"(, "logprobs": true)"), Endpoint::kChat).logprobs, 0);
+  EXPECT_EQ(parse_ok(chat(R"(, "logprobs": true, "top_logprobs": 5)"), Endpoint::kChat).logprobs, 5);
+  expect_refused(chat(R"(, "top_logprobs": 5)"), "top_logprobs", "needs logprobs: true", Endpoint::kChat);
+  expect_refused(chat(R"(, "logprobs": false, "top_logprobs": 5)"), "top_logprobs", "needs logprobs: true",
+                 Endpoint::kChat);
+  expect_refused(chat(R"(, "logprobs": true, "top_logprobs": 21)"), "top_logprobs", "[0, 20]", Endpoint::kChat);
+  expect_refused(chat(R"(, "logprobs": 3)"), "logprobs", "must be a boolean", Endpoint::kChat);
+}
+
+TEST(ServeRequestTest, CacheSaltIsANonEmptyString) {
+  EXPECT_EQ(parse_ok(R"({"prompt": "x", "cache_salt": "tenant-7"})").cache_salt, "tenant-7");
+  EXPECT_EQ(parse_ok(R"({"prompt": "x"})").cache_salt, "");
+  expect_refused(R"({"prompt": "x", "cache_salt": ""})", "cache_salt", "must not be empty");
+  expect_refused(R"({"prompt": "x", "cache_salt": 7})", "cache_salt", "must be a string");
+}
+
 TEST(ServeRequestTest, DefaultsWhenFieldsAreAbsentOrNull) {
   const CompletionRequest r = parse_ok(R"({"prompt": "x", "max_tokens": null, "stop": null, "seed": null})");
   EXPECT_FALSE(r.max_tokens.has_value());
@@ -182,9 +211,6 @@ TEST(ServeRequestTest, OutOfRangeValuesNameTheField) {
 }
 
 TEST(ServeRequestTest, UnsupportedFieldsAreRefusedNotIgnored) {
-  expect_refused(R"({"prompt": "x", "logprobs": 3})", "logprobs", "not supported");
-  expect_refused(R"({"prompt": "x", "logprobs": true})", "logprobs", "not supported");
-  expect_refused(R"({"prompt": "x", "top_logprobs": 2})", "top_logprobs", "not supported");
   expect_refused(R"({"prompt": "x", "echo": true})", "echo", "not supported");
   expect_refused(R"({"prompt": "x", "best_of": 3})", "best_of", "not supported");
   expect_refused(R"({"prompt": "x", "suffix": "y"})", "suffix", "not supported");

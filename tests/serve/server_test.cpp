@@ -18,6 +18,7 @@
 
 #include "serve/http_client.h"
 #include "serve/server.h"
+#include "serve/test_server.h"
 #include "support/run_tessera.h"
 
 extern char** environ;
@@ -27,39 +28,6 @@ namespace {
 
 using namespace tessera::testing;
 using Json = nlohmann::json;
-
-const std::string kModel = std::string(TESSERA_SOURCE_DIR) + "/models/tessera-tiny";
-
-// Waits, bounded, for something the server does on its own threads.
-template <class F>
-bool eventually(F condition, std::chrono::seconds limit = std::chrono::seconds(60)) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-ServerOptions test_options() {
-  ServerOptions o;
-  o.port = 0;
-  o.routes.model_name = "tessera-tiny";
-  o.loop.model_dir = kModel;
-  o.loop.engine.threads = 2;
-  o.loop.engine.forward.kv_memory = uint64_t{16} << 20;
-  o.shutdown_timeout = std::chrono::milliseconds(5000);
-  return o;
-}
-
-std::unique_ptr<Server> start_server(const ServerOptions& options) {
-  auto server = std::make_unique<Server>(options);
-  const Status listening = server->listen();
-  EXPECT_TRUE(listening.ok()) << listening.to_string();
-  server->start();
-  EXPECT_TRUE(eventually([&] { return server->loop().ready() || !server->loop().load_status().ok(); }));
-  return server;
-}
 
 // What `tessera generate` prints for this prompt, greedy (its trailing newline removed).
 std::string generate_text(const std::string& prompt, int tokens, const std::string& extra = "") {
@@ -409,13 +377,6 @@ TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
   }));
 }
 
-// The value of one sample line of /metrics ("tessera:<name> <value>"); -1 when absent.
-double metric_value(const std::string& metrics, const std::string& name) {
-  const std::string key = "\ntessera:" + name + " ";
-  const size_t at = metrics.find(key);
-  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + key.size()));
-}
-
 TEST(ServeMetricsTest, LatencyHistogramsCountEveryRequestAndToken) {
   const auto server = start_server(test_options());
   ASSERT_TRUE(server->loop().ready());
@@ -511,6 +472,72 @@ TEST(ServeSignalTest, SigtermFinishesTheRequestInFlightAndExitsZero) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(log);
+}
+
+// Logprobs in OpenAI's shapes: one entry per completion token, the text is the tokens' text
+// joined, a greedy token is the first of its top ones (raw log-softmax, so the top ones'
+// probabilities sum to at most 1), and a stream's chunks carry bitwise the whole answer's.
+TEST_F(ServeTest, LogprobsOfCompletionsAndChatWholeAndStreamed) {
+  const std::string completion = R"({"prompt": "Once upon a time", "max_tokens": 12, "logprobs": 3)";
+  const Json whole = post(port(), "/v1/completions", completion + "}").json();
+  const Json& lp = whole["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), whole["usage"]["completion_tokens"].get<size_t>()) << whole.dump();
+  std::string joined;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i], joined.size()) << "ASCII text: characters are bytes";
+    joined += lp["tokens"][i].get<std::string>();
+    const Json& top = lp["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 3u);
+    double probability = 0, best = -1e9;
+    for (const auto& [token, logprob] : top.items()) {
+      probability += std::exp(logprob.get<double>());
+      best = std::max(best, logprob.get<double>());
+    }
+    EXPECT_LE(probability, 1.0 + 1e-5);
+    EXPECT_EQ(lp["token_logprobs"][i].get<double>(), best) << "greedy: the likeliest token";
+    EXPECT_EQ(top[lp["tokens"][i].get<std::string>()], lp["token_logprobs"][i]);
+  }
+  EXPECT_EQ(joined, whole["choices"][0]["text"]);
+
+  Json streamed = {{"tokens", Json::array()},
+                   {"token_logprobs", Json::array()},
+                   {"top_logprobs", Json::array()},
+                   {"text_offset", Json::array()}};
+  for (const std::string& data : sse_data(post(port(), "/v1/completions", completion + R"(, "stream": true})").body)) {
+    if (data == "[DONE]") continue;
+    const Json chunk_lp = Json::parse(data)["choices"][0]["logprobs"];
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const Json& v : chunk_lp[key]) streamed[key].push_back(v);
+  }
+  EXPECT_EQ(streamed, lp);
+
+  const std::string chat = R"({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 10,
+                               "logprobs": true, "top_logprobs": 2, "temperature": 0.7, "seed": 5)";
+  const Json answer = post(port(), "/v1/chat/completions", chat + "}").json();
+  const Json& content = answer["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), answer["usage"]["completion_tokens"].get<size_t>()) << answer.dump();
+  std::string text;
+  for (const Json& entry : content) {
+    const std::string token = entry["token"];
+    text += token;
+    EXPECT_EQ(entry["bytes"], Json(std::vector<int>(token.begin(), token.end())));
+    ASSERT_EQ(entry["top_logprobs"].size(), 2u);
+    EXPECT_GE(entry["top_logprobs"][0]["logprob"], entry["top_logprobs"][1]["logprob"]);
+    EXPECT_LE(entry["logprob"].get<double>(), 0.0);
+    for (const Json& top : entry["top_logprobs"])  // the raw logits' log-softmax, not the sampler's at 0.7
+      if (top["token"] == entry["token"]) {
+        EXPECT_EQ(top["logprob"], entry["logprob"]);
+      }
+  }
+  EXPECT_EQ(text, answer["choices"][0]["message"]["content"]);
+  Json chunks = Json::array();
+  for (const std::string& data : sse_data(post(port(), "/v1/chat/completions", chat + R"(, "stream": true})").body)) {
+    if (data == "[DONE]") continue;
+    const Json chunk_lp = Json::parse(data)["choices"][0]["logprobs"];
+    if (!chunk_lp.is_null())
+      for (const Json& entry : chunk_lp["content"]) chunks.push_back(entry);
+  }
+  EXPECT_EQ(chunks, content);
 }
 
 }  // namespace
