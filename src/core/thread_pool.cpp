@@ -1,8 +1,43 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 
 namespace tessera {
+
+namespace {
+
+// How long a hand-off polls before it sleeps: 100 microseconds, or TESSERA_SPIN_US
+// (0: sleep at once, as before spinning; for measuring what the spin buys).
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds spin = [] {
+    const char* text = std::getenv("TESSERA_SPIN_US");
+    return std::chrono::microseconds(text != nullptr ? std::strtol(text, nullptr, 10) : 100);
+  }();
+  return spin;
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// True once done() holds, polling for at most spin_time().
+template <typename Done>
+bool spin_until(Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + spin_time();
+  for (unsigned i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -12,7 +47,7 @@ ThreadPool::ThreadPool(size_t threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -43,28 +78,31 @@ void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(s
     fn_ = &fn;
     n_ = n;
     align_ = std::max<size_t>(1, align);
-    pending_ = workers_.size();
-    ++generation_;
+    pending_.store(workers_.size());
+    generation_.fetch_add(1);  // releases the job to spinning workers
   }
-  start_cv_.notify_all();
+  start_cv_.notify_all();  // no system call when no worker sleeps
   run_chunk(0);
+  if (spin_until([this] { return pending_.load() == 0; })) return;
   std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  done_cv_.wait(lock, [this] { return pending_.load() == 0; });
 }
 
 void ThreadPool::worker_loop(size_t index) {
   size_t seen = 0;
   for (;;) {
-    {
+    const auto ready = [&] { return stop_.load() || generation_.load() != seen; };
+    if (!spin_until(ready)) {
       std::unique_lock lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lock, ready);
     }
+    if (stop_.load()) return;
+    seen = generation_.load();
     run_chunk(index);
-    {
+    if (pending_.fetch_sub(1) == 1) {
+      // Under the mutex, so that a caller between its check and its wait cannot miss it.
       std::lock_guard lock(mutex_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
