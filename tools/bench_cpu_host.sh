@@ -3,17 +3,23 @@
 # the device tool): the CPU kernels' tests on its instruction set, tessera against
 # llama.cpp (tools/llama_cpp_peer/peer_bench.sh: 1B shape, bf16 and f16, prefill 512 and
 # decode 128 at context 512) at each of --threads, and tessera's decode on the 8B shape
-# at --big-threads. Order: the peer at the first thread count, the 8B shape, then the
-# peer at the other counts; whatever would end past --deadline seconds (counted from the
+# at --big-threads. Order: the peer at the first thread count, tessera there again with
+# the thread pool's spin off (TESSERA_SPIN_US=0), the 8B shape, then the peer at the
+# other counts; whatever would end past --deadline seconds (counted from the
 # start) is skipped and listed, so the call returns what it measured.
 #   tools/bench_cpu_host.sh [--threads "16 2"] [--big-threads 16] [--rounds 1]
 #     [--deadline 390] [--out DIR]
 # Binaries: TESSERA_BIN and BACKEND_TEST_BIN when they run here, else built from the
 # working tree into build-host/ (Release, all cores). Libraries the machine lacks come
 # from .prev/deps.tar.xz (tools/gpu/make_deps.sh). llama.cpp's source: LLAMA_CPP_SRC,
-# else .cache/llama-peer/llama.cpp, else .cache/llama-peer/src.tar.xz (a tar of that
-# folder); llama-bench is built here (GGML_NATIVE) while the tests run and the weight
-# files are written.
+# else .cache/llama-peer/llama.cpp, else LLAMA_SRC_TAR (default .cache/llama-peer/src.tar.xz,
+# a tar of that folder); llama-bench is built here (GGML_NATIVE) from the start. The device
+# tool carries 64 MiB with the tree, so the tar can leave out what llama-bench's build
+# does not read (3.2 MB instead of 6.8, configure and `ninja -n llama-bench` checked):
+#   tar -xJf src.tar.xz && rm -rf llama.cpp/{tools/ui,media,docs,scripts,tests,benches,conversion} \
+#     llama.cpp/{.devops,ci,pocs,skills,requirements,grammars,licenses} llama.cpp/tools/mtmd/*.mp4 &&
+#   find llama.cpp/ggml/src -maxdepth 1 -name 'ggml-*' -type d ! -name ggml-cpu -exec rm -rf {} + &&
+#   tar -cJf src-slim.tar.xz llama.cpp
 # DIR (default $OUT, else /tmp/bench-cpu-host) gets at most 7 files (the device tool brings
 # back 8): log.txt (everything printed), backend_test.log, peer-tN.md (markdown for
 # docs/benchmarks.md) and peer-tN.tsv per thread count, bench-8b.txt. The builds' and the
@@ -47,9 +53,15 @@ if [[ -d .deps/usr ]]; then
   export PKG_CONFIG_PATH=$PWD/.deps/usr/lib/x86_64-linux-gnu/pkgconfig
 fi
 export LLAMA_PEER_DIR=${LLAMA_PEER_DIR:-$PWD/.cache/llama-peer}
-if [[ -z ${LLAMA_CPP_SRC:-} && ! -d $LLAMA_PEER_DIR/llama.cpp && -f $LLAMA_PEER_DIR/src.tar.xz ]]; then
-  tar -xJf "$LLAMA_PEER_DIR/src.tar.xz" -C "$LLAMA_PEER_DIR"
+src_tar=${LLAMA_SRC_TAR:-$LLAMA_PEER_DIR/src.tar.xz}
+if [[ -z ${LLAMA_CPP_SRC:-} && ! -d $LLAMA_PEER_DIR/llama.cpp && -f $src_tar ]]; then
+  mkdir -p "$LLAMA_PEER_DIR" && tar -xJf "$src_tar" -C "$LLAMA_PEER_DIR"
 fi
+
+# llama-bench builds in the background from the start (beside tessera's build, if any).
+note "building llama-bench"
+tools/llama_cpp_peer/build_llama_bench.sh >"$work/llama-build.log" 2>&1 &
+builder=$!
 
 tessera=${TESSERA_BIN:-} backend_test=${BACKEND_TEST_BIN:-}
 if ! "${tessera:-false}" --help >/dev/null 2>&1 || ! "${backend_test:-false}" --gtest_list_tests >/dev/null 2>&1; then
@@ -61,10 +73,9 @@ if ! "${tessera:-false}" --help >/dev/null 2>&1 || ! "${backend_test:-false}" --
   tessera=$PWD/build-host/bin/tessera backend_test=$PWD/build-host/bin/backend_test
 fi
 
-# llama-bench and the weight files (both dtypes at once) while the tests run.
-note "building llama-bench, writing the 1B checkpoints and GGUFs, running backend_test"
-tools/llama_cpp_peer/build_llama_bench.sh >"$work/llama-build.log" 2>&1 &
-builder=$! writers=()
+# The weight files (both dtypes at once) while the tests run.
+note "writing the 1B checkpoints and GGUFs, running backend_test"
+writers=()
 for dtype in bf16 f16; do
   tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --dtypes "$dtype" --rounds 0 >/dev/null 2>"$work/files-$dtype.log" &
   writers+=($!)
@@ -95,8 +106,19 @@ big() {
   cat "$out/bench-8b.txt"
 }
 
+# What the thread pool's spin buys: decode with the workers sleeping at once between
+# ops (TESSERA_SPIN_US=0), on the bf16 checkpoint, against the peer's tessera rows.
+no_spin() {
+  local t=$1 ckpt=$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-bf16-seed1
+  (($(left) >= 40)) || { echo "skipped past the deadline: TESSERA_SPIN_US=0 at $t threads"; return; }
+  note "tessera bf16 at $t threads with TESSERA_SPIN_US=0"
+  TESSERA_SPIN_US=0 "$tessera" bench --model "$ckpt" --threads "$t" --prompt 512 --decode 128 2>&1 |
+    grep -E "^(read bandwidth|prefill|decode)"
+}
+
 set -- $threads
 peer "$1"
+no_spin "$1"
 shift
 [[ -n $big_threads ]] && big
 for t in "$@"; do peer "$t"; done
