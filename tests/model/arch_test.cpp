@@ -224,5 +224,24 @@ TEST(ArchTest, RefusesRoutingItLacks) {
   expect_error(j, ErrorKind::kInvalidInput, "'moe_intermediate_size' is missing");
 }
 
+// The published configs of Mixtral-8x7B and Qwen3-30B-A3B (bench/shapes) read as their checkpoints would.
+TEST(ArchTest, PublishedMoeShapesRead) {
+  const std::string shapes = std::string(TESSERA_SOURCE_DIR) + "/bench/shapes/";
+  auto mixtral = load_model_config_file(shapes + "mixtral-8x7b.json", check_model_type);
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status().to_string();
+  const ArchSpec m = *arch_for(*mixtral);
+  EXPECT_EQ(m.moe.experts, 8);
+  EXPECT_EQ(m.moe.top_k, 2);
+  EXPECT_EQ(m.moe.intermediate, 14336);
+  EXPECT_EQ(m.window(0), 0);
+  auto qwen = load_model_config_file(shapes + "qwen3-30b-a3b.json", check_model_type);
+  ASSERT_TRUE(qwen.ok()) << qwen.status().to_string();
+  const ArchSpec q = *arch_for(*qwen);
+  EXPECT_EQ(q.moe.experts, 128);
+  EXPECT_EQ(q.moe.top_k, 8);
+  EXPECT_EQ(q.moe.intermediate, 768);
+  EXPECT_TRUE(q.moe.norm_topk_prob && q.qk_norm && q.has_experts(0) && q.has_experts(47));
+}
+
 }  // namespace
 }  // namespace tessera
