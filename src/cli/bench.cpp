@@ -37,6 +37,7 @@ struct BenchOptions {
   size_t threads = 0;
   int64_t prompt_tokens = 512;
   int64_t decode_tokens = 128;
+  int64_t sequences = 0;  // > 0: also decode that many sequences together
   std::string device = "cpu";
 };
 
@@ -159,6 +160,34 @@ Result<Model> load(const BenchOptions& o) {
   return Model::random(config, dtype, o.seed);
 }
 
+// Decode of `count` sequences stepped together (continuous batching's steady
+// state): each prefilled with its own random prompt, then `decode` steps of one
+// token each for all of them in one forward pass. Returns the decode's tokens/s
+// over all sequences.
+Result<double> measure_many(Forward& forward, const BenchOptions& o, std::mt19937& rng) {
+  const int64_t vocab = forward.model().config().vocab_size;
+  std::vector<KvCache> caches;
+  std::vector<int32_t> next(static_cast<size_t>(o.sequences));
+  for (int64_t s = 0; s < o.sequences; ++s) {
+    caches.push_back(forward.make_cache(o.prompt_tokens + o.decode_tokens));
+    std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
+    for (auto& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    TS_ASSIGN_OR_RETURN(const std::vector<float> logits, forward.run_ids(prompt, caches.back()));
+    next[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<Forward::Part> parts;
+  for (KvCache& cache : caches) parts.push_back({&cache, 1});
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < o.decode_tokens; ++i) {
+    TS_ASSIGN_OR_RETURN(const std::vector<float> logits, forward.step_ids(next, parts));
+    for (size_t s = 0; s < next.size(); ++s) {
+      const auto row = logits.begin() + static_cast<int64_t>(s) * vocab;
+      next[s] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+  }
+  return static_cast<double>(o.sequences * o.decode_tokens) / seconds_since(start);
+}
+
 Status bench(const BenchOptions& o) {
   const bool from_checkpoint = !o.model_dir.empty() && !o.random_weights && o.config_path.empty();
   const bool from_shape = o.model_dir.empty() && o.random_weights && !o.config_path.empty();
@@ -189,6 +218,10 @@ Status bench(const BenchOptions& o) {
     TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&next, 1), cache));
   }
   const double decode_s = seconds_since(start);
+  double many_tps = 0;
+  if (o.sequences > 0) {
+    TS_ASSIGN_OR_RETURN(many_tps, measure_many(forward, o, rng));
+  }
   double gemm_up = 0, gemm_down = 0;
   const bool on_cpu = o.device == "cpu";
   const double decode_matmuls = on_cpu ? measure_decode_matmuls(*device, model) : 0;
@@ -252,6 +285,11 @@ Status bench(const BenchOptions& o) {
               static_cast<long long>(o.decode_tokens));
   std::printf("decode bytes/s    %.2f GB/s = %.1f%% of %s bandwidth\n", decode_bytes / 1e9,
               100.0 * decode_bytes / (on_cpu ? bandwidth : copy_bandwidth), on_cpu ? "read" : "copy");
+  if (many_tps > 0) {
+    std::printf("decode x %-8lld %.1f tok/s in all, %.1f each (%lld sequences of %lld-token prompts stepped together)\n",
+                static_cast<long long>(o.sequences), many_tps, many_tps / static_cast<double>(o.sequences),
+                static_cast<long long>(o.sequences), static_cast<long long>(o.prompt_tokens));
+  }
   if (on_cpu) {
     std::printf(
         "decode matmuls    %.2f GB/s = %.1f%% of read bandwidth (each weight matrix once at batch 1, best of 3)\n",
@@ -276,6 +314,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)");
   cmd->add_option("--prompt", o->prompt_tokens, "Prompt tokens for prefill")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--decode", o->decode_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--sequences", o->sequences, "Also decode this many sequences together")->check(CLI::Range(0, 1024));
   cmd->add_option("--device", o->device, "cpu or cuda[:N]");
   cmd->callback([o, &exit_code] {
     const Status status = bench(*o);

@@ -99,12 +99,37 @@ void matmul_typed(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
 
 // ---- elementwise and row kernels --------------------------------------------
 
+// One block a row. A thread sums the squares of elements threadIdx.x,
+// + blockDim.x, ... in order; rows up to kNormHeld * blockDim.x long are loaded
+// at once and kept in registers (one trip to memory, not a chain of loads), in
+// the same order as the loop for longer rows.
+constexpr int kNormHeld = 16;
+
 template <DType D>
 __global__ void rms_norm_kernel(const float* x, int64_t dim, const Storage<D>* __restrict__ weight, float eps,
                                 float* y) {
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
+  if (dim <= kNormHeld * static_cast<int64_t>(blockDim.x)) {
+    float v[kNormHeld], w[kNormHeld];
+#pragma unroll
+    for (int j = 0; j < kNormHeld; ++j) {
+      const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
+      v[j] = i < dim ? xr[i] : 0.0f;
+      w[j] = i < dim ? widen<D>(weight[i]) : 0.0f;
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kNormHeld; ++j) s = fmaf(v[j], v[j], s);
+    const float inv = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
+#pragma unroll
+    for (int j = 0; j < kNormHeld; ++j) {
+      const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
+      if (i < dim) yr[i] = w[j] * (v[j] * inv);
+    }
+    return;
+  }
   float s = 0.0f;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
   const float inv = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
