@@ -189,6 +189,26 @@ TEST(KernelsTest, DotAxpyAndConversion) {
   for (const int streams : {4, 8, 16}) EXPECT_EQ(cpu::read_sum(words.data(), 1001, streams), 3003u) << streams;
 }
 
+// axpy_rows gives the bits of one axpy per row, in row order, for every dtype and sizes
+// that take its 8-vector groups, single vectors and a scalar tail.
+TEST(KernelsTest, AxpyRowsIsAxpyRowByRow) {
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (const int64_t n : {1, 7, 64, 128, 200}) {
+      const int64_t rows = 13;
+      const auto a = random_values(static_cast<size_t>(rows), 20);
+      auto x = random_values(static_cast<size_t>(rows * n), 21);
+      const auto bytes = encode(x, dtype);
+      const auto start = random_values(static_cast<size_t>(n), 22);
+      auto want = start, got = start;
+      for (int64_t r = 0; r < rows; ++r)
+        cpu::axpy(a[static_cast<size_t>(r)], bytes.data() + r * n * static_cast<int64_t>(dtype_size(dtype)), dtype,
+                  want.data(), n);
+      cpu::axpy_rows(a.data(), bytes.data(), dtype, rows, got.data(), n);
+      EXPECT_EQ(got, want) << dtype_name(dtype) << " n=" << n;
+    }
+  }
+}
+
 struct NaiveAttention {
   const float* q;  // [tokens, heads, hd]
   const float* k;  // [positions, kv_heads, hd]
@@ -297,6 +317,33 @@ TEST(CpuDeviceTest, RmsNormMatchesFormula) {
     for (int i = 0; i < 5; ++i) ms += double{x[r * 5 + i]} * x[r * 5 + i];
     const double inv = 1 / std::sqrt(ms / 5 + 1e-5);
     for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[r * 5 + i], w[i] * x[r * 5 + i] * inv, 1e-6);
+  }
+}
+
+// The element-wise ops split large calls over the threads (units of 32768 elements);
+// every element comes out the same at any thread count.
+TEST(CpuDeviceTest, ElementWiseOpsAreBitwiseIndependentOfThreadCount) {
+  const int64_t rows = 70, dim = 1000, heads = 4, head_dim = 250, n = rows * dim;
+  const auto x = random_values(static_cast<size_t>(n), 23);
+  const auto u = random_values(static_cast<size_t>(n), 24);
+  auto norm = random_values(static_cast<size_t>(dim), 25);
+  const auto norm_bytes = encode(norm, DType::kF32);
+  const TensorView weight{DType::kF32, {dim}, norm_bytes.data()};
+  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / head_dim);
+  std::vector<std::vector<float>> reference;
+  for (const size_t threads : {1, 3}) {
+    CpuDevice device(threads);
+    std::vector<float> normed(static_cast<size_t>(n)), silu(static_cast<size_t>(n)), sum = u, rotated = x;
+    device.rms_norm(x.data(), rows, dim, weight, 1e-5f, normed.data());
+    device.silu_mul(x.data(), u.data(), n, silu.data());
+    device.add(x.data(), n, sum.data());
+    device.rope(rotated.data(), rows, heads, head_dim, 5, inv_freq.data());
+    const std::vector<std::vector<float>> results{normed, silu, sum, rotated};
+    if (reference.empty()) reference = results;
+    for (size_t op = 0; op < results.size(); ++op)
+      EXPECT_EQ(results[op], reference[op]) << "op " << op << ", " << threads << " threads";
   }
 }
 

@@ -47,6 +47,14 @@ void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t,
   });
 }
 
+// Element-wise ops split over the threads in units of at least this many elements, so
+// that a decode step's small ones (one token) stay on the calling thread. Every element
+// is computed as before, by whichever thread, so the results do not change.
+constexpr size_t kElementsPerUnit = 32768;
+size_t rows_per_unit(int64_t row_elements) {
+  return std::max<size_t>(1, kElementsPerUnit / static_cast<size_t>(std::max<int64_t>(1, row_elements)));
+}
+
 }  // namespace
 
 std::string CpuDevice::name() const {
@@ -111,13 +119,15 @@ void CpuDevice::rms_norm(const float* x, int64_t rows, int64_t dim, const Tensor
   TS_CHECK(weight.numel() == dim, "norm weight ", shape_string(weight.shape), " for dim ", dim);
   std::vector<float> w(static_cast<size_t>(dim));
   cpu::to_f32(weight.data, weight.dtype, dim, w.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    const float mean_square = cpu::dot(xr, xr, dim) / static_cast<float>(dim);
-    const float inv = 1.0f / std::sqrt(mean_square + eps);
-    for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
-  }
+  pool_.parallel_for(static_cast<size_t>(rows), rows_per_unit(dim), [&](size_t begin, size_t end) {
+    for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      const float mean_square = cpu::dot(xr, xr, dim) / static_cast<float>(dim);
+      const float inv = 1.0f / std::sqrt(mean_square + eps);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv);
+    }
+  });
 }
 
 void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, float* y) {
@@ -132,26 +142,28 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
 
 void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) {
   const int64_t half = head_dim / 2;
-  std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const auto position = static_cast<float>(pos0 + t);
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = position * inv_freq[static_cast<size_t>(i)];
-      cos[static_cast<size_t>(i)] = std::cos(angle);
-      sin[static_cast<size_t>(i)] = std::sin(angle);
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x + (t * heads + h) * head_dim;
+  pool_.parallel_for(static_cast<size_t>(tokens), rows_per_unit(heads * head_dim), [&](size_t begin, size_t end) {
+    std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
+    for (auto t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t) {
+      const auto position = static_cast<float>(pos0 + t);
       for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i];
-        const float b = v[i + half];
-        const float c = cos[static_cast<size_t>(i)];
-        const float s = sin[static_cast<size_t>(i)];
-        v[i] = a * c - b * s;
-        v[i + half] = b * c + a * s;
+        const float angle = position * inv_freq[static_cast<size_t>(i)];
+        cos[static_cast<size_t>(i)] = std::cos(angle);
+        sin[static_cast<size_t>(i)] = std::sin(angle);
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + (t * heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i];
+          const float b = v[i + half];
+          const float c = cos[static_cast<size_t>(i)];
+          const float s = sin[static_cast<size_t>(i)];
+          v[i] = a * c - b * s;
+          v[i + half] = b * c + a * s;
+        }
       }
     }
-  }
+  });
 }
 
 void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0,
@@ -225,22 +237,26 @@ void CpuDevice::attention(const AttentionArgs& a) {
         sum += s;
       }
       const float inv_sum = 1.0f / sum;
+      for (float& s : scores) s *= inv_sum;
       std::fill(out, out + hd, 0.0f);
       for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
         const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row * hd) * elem;
-        for (int64_t r = 0; r < rows; ++r)
-          cpu::axpy(scores[static_cast<size_t>(at + r)] * inv_sum, values + r * hd * elem, p.dtype, out, hd);
+        cpu::axpy_rows(scores.data() + at, values, p.dtype, rows, out, hd);
       });
     }
   });
 }
 
 void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
 }
 
 void CpuDevice::add(const float* x, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) y[i] += x[i];
+  });
 }
 
 void CpuDevice::gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) {

@@ -51,7 +51,7 @@ void axpy_typed(float a, const XT* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_
   const auto av = hn::Set(df, a);
   int64_t i = 0;
   for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(av, load_w(df, x, i), hn::LoadU(df, y + i)), df, y + i);
-  for (; i < n; ++i) y[i] += a * w_scalar(x, i);
+  for (; i < n; ++i) y[i] = std::fma(a, w_scalar(x, i), y[i]);  // fused, however the compiler contracts
 }
 
 void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
@@ -59,6 +59,43 @@ void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
     case DType::kF32: return axpy_typed(a, static_cast<const float*>(x), y, n);
     case DType::kBF16: return axpy_typed(a, static_cast<const hwy::bfloat16_t*>(x), y, n);
     case DType::kF16: return axpy_typed(a, static_cast<const hwy::float16_t*>(x), y, n);
+    default: TS_CHECK(false, "axpy dtype ", dtype_name(dtype));
+  }
+}
+
+// y += a[r] * x[r] for r = 0, 1, ..., rows - 1, each element of y taking the rows in
+// that order by the same multiply-add as axpy (so the same bits as `rows` axpy calls),
+// with up to 8 vectors of y held in registers across the rows.
+template <typename XT>
+void axpy_rows_typed(const float* HWY_RESTRICT a, const XT* HWY_RESTRICT x, int64_t rows, float* HWY_RESTRICT y,
+                     int64_t n) {
+  constexpr int kGroup = 8;
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + kGroup * lanes <= n; i += kGroup * lanes) {
+    VF acc[kGroup];
+    for (int v = 0; v < kGroup; ++v) acc[v] = hn::LoadU(df, y + i + v * lanes);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto av = hn::Set(df, a[r]);
+      for (int v = 0; v < kGroup; ++v) acc[v] = hn::MulAdd(av, load_w(df, x + r * n, i + v * lanes), acc[v]);
+    }
+    for (int v = 0; v < kGroup; ++v) hn::StoreU(acc[v], df, y + i + v * lanes);
+  }
+  for (; i + lanes <= n; i += lanes) {
+    VF acc = hn::LoadU(df, y + i);
+    for (int64_t r = 0; r < rows; ++r) acc = hn::MulAdd(hn::Set(df, a[r]), load_w(df, x + r * n, i), acc);
+    hn::StoreU(acc, df, y + i);
+  }
+  for (; i < n; ++i)
+    for (int64_t r = 0; r < rows; ++r) y[i] = std::fma(a[r], w_scalar(x + r * n, i), y[i]);
+}
+
+void AxpyRows(const float* a, const void* x, DType dtype, int64_t rows, float* y, int64_t n) {
+  switch (dtype) {
+    case DType::kF32: return axpy_rows_typed(a, static_cast<const float*>(x), rows, y, n);
+    case DType::kBF16: return axpy_rows_typed(a, static_cast<const hwy::bfloat16_t*>(x), rows, y, n);
+    case DType::kF16: return axpy_rows_typed(a, static_cast<const hwy::float16_t*>(x), rows, y, n);
     default: TS_CHECK(false, "axpy dtype ", dtype_name(dtype));
   }
 }
@@ -144,6 +181,7 @@ namespace tessera::cpu {
 HWY_EXPORT(Dot);
 HWY_EXPORT(Axpy);
 HWY_EXPORT(AxpyAs);
+HWY_EXPORT(AxpyRows);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(ReadSum);
 HWY_EXPORT(FmaLoop);
@@ -154,6 +192,9 @@ float dot(const float* a, const float* b, int64_t n) { return HWY_DYNAMIC_DISPAT
 void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(Axpy)(a, x, y, n); }
 void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyAs)(a, x, x_dtype, y, n);
+}
+void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float* y, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, x, x_dtype, rows, y, n);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 uint64_t read_sum(const uint64_t* data, int64_t n, int streams) {
