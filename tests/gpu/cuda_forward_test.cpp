@@ -2,7 +2,8 @@
 // 1e-4 for f32, 2e-2 for 16-bit, and the same greedy tokens), and batch
 // invariance on the GPU: a sequence's logits are bitwise the same alone, stepped
 // with 31 others of different lengths, with its prompt in other chunks, and on
-// every run. Skips without a GPU.
+// every run; a CPU stage and a GPU stage together match transformers too.
+// Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,19 +24,13 @@ int32_t argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-class CudaReferenceTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(CudaReferenceTest, LogitsAndGreedyTokensMatchTransformers) {
-  TESSERA_CUDA_OR_SKIP(gpu);
-  const auto ref = testing::load_reference(GetParam());
-  auto model = Model::load(fixture_dir(GetParam()));
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  Forward forward(*model, *gpu, {.kv_memory = kKvMemory});
-  ASSERT_TRUE(forward.status().ok()) << forward.status().to_string();
-  const auto vocab = static_cast<size_t>(model->config().vocab_size);
+// Runs the reference's prompt, then its greedy tokens one at a time, through
+// `run` (ids -> last-token logits), checking every row against transformers.
+template <typename Run>
+void expect_reference(const testing::Reference& ref, int64_t vocab_size, Run run) {
+  const auto vocab = static_cast<size_t>(vocab_size);
   const auto steps = ref.greedy_ids.size();
-  KvCache cache = forward.make_cache(static_cast<int64_t>(ref.prompt_ids.size() + steps));
-  auto logits = forward.run_ids(ref.prompt_ids, cache);
+  Result<std::vector<float>> logits = run(std::span<const int32_t>(ref.prompt_ids));
   for (size_t step = 0;; ++step) {
     ASSERT_TRUE(logits.ok()) << logits.status().to_string();
     const std::span<const float> want(ref.logits.data() + step * vocab, vocab);
@@ -49,7 +44,48 @@ TEST_P(CudaReferenceTest, LogitsAndGreedyTokensMatchTransformers) {
     // The reference's token runs next (its row may tie exactly: see reference_test.cpp).
     ASSERT_TRUE(testing::greedy_matches(*logits, want))
         << "greedy token " << step << ", the reference's " << ref.greedy_ids[step];
-    logits = forward.run_ids(std::span(&ref.greedy_ids[step], 1), cache);
+    logits = run(std::span<const int32_t>(&ref.greedy_ids[step], 1));
+  }
+}
+
+class CudaReferenceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaReferenceTest, LogitsAndGreedyTokensMatchTransformers) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const auto ref = testing::load_reference(GetParam());
+  auto model = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  Forward forward(*model, *gpu, {.kv_memory = kKvMemory});
+  ASSERT_TRUE(forward.status().ok()) << forward.status().to_string();
+  KvCache cache = forward.make_cache(static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size()));
+  expect_reference(ref, model->config().vocab_size,
+                   [&](std::span<const int32_t> ids) { return forward.run_ids(ids, cache); });
+}
+
+// Mixed hardware (issue 16, point 7): the first half of the layers on one device
+// and the second half on the other, hidden states handed over as a pipeline stage
+// hands them over the wire, both ways round: the reference's logits and greedy tokens.
+TEST_P(CudaReferenceTest, CpuAndGpuStagesTogetherMatchTransformers) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const auto ref = testing::load_reference(GetParam());
+  auto cpu = make_cpu_device(2);
+  auto whole = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const int64_t layers = whole->config().num_hidden_layers, k = layers / 2;
+  auto head = Model::load(fixture_dir(GetParam()), LayerRange{0, k});
+  auto tail = Model::load(fixture_dir(GetParam()), LayerRange{k, layers});
+  ASSERT_TRUE(head.ok() && tail.ok());
+  const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size());
+  for (const bool gpu_first : {false, true}) {
+    SCOPED_TRACE(gpu_first ? "gpu stage, then cpu stage" : "cpu stage, then gpu stage");
+    Forward first(*head, gpu_first ? *gpu : *cpu, {.kv_memory = kKvMemory});
+    Forward second(*tail, gpu_first ? *cpu : *gpu, {.kv_memory = kKvMemory});
+    ASSERT_TRUE(first.status().ok() && second.status().ok());
+    KvCache first_cache = first.make_cache(capacity), second_cache = second.make_cache(capacity);
+    expect_reference(ref, whole->config().vocab_size, [&](std::span<const int32_t> ids) -> Result<std::vector<float>> {
+      TS_ASSIGN_OR_RETURN(const std::vector<float> hidden, first.run_ids(ids, first_cache));
+      return second.run_hidden(hidden, second_cache);
+    });
   }
 }
 
