@@ -19,6 +19,27 @@ bool ends_incomplete_utf8(const std::string& text) {
   return continuation + 1 < length;
 }
 
+namespace {
+
+// Where the text that follows the already-emitted `context` starts in `text`
+// (the window's decode, one token longer). Usually `text` extends `context`.
+// When the new token rewrites what was decoded before (a byte-fallback run that
+// turned out invalid: "m" becomes two U+FFFD), what was emitted cannot be taken
+// back; the stream goes on after as many characters as were emitted (as vLLM's
+// incremental detokenizer does), rather than waiting forever for a prefix that
+// never comes back.
+size_t new_text_start(const std::string& text, const std::string& context) {
+  if (text.starts_with(context)) return context.size();
+  const auto is_lead = [](char c) { return (static_cast<uint8_t>(c) & 0xC0) != 0x80; };
+  const auto characters = static_cast<size_t>(std::count_if(context.begin(), context.end(), is_lead));
+  size_t seen = 0;
+  for (size_t i = 0; i < text.size(); ++i)
+    if (is_lead(text[i]) && seen++ == characters) return i;
+  return text.size();
+}
+
+}  // namespace
+
 TextStream::TextStream(Decode decode, std::vector<std::string> stop_strings)
     : decode_(std::move(decode)), stop_strings_(std::move(stop_strings)) {
   std::erase(stop_strings_, std::string());
@@ -30,9 +51,9 @@ std::string TextStream::push(int32_t id) {
   const std::span<const int32_t> all(ids_);
   const std::string context = decode_(all.subspan(prefix_, read_ - prefix_));
   const std::string text = decode_(all.subspan(prefix_));
-  if (text.size() <= context.size() || text.compare(0, context.size(), context) != 0 || ends_incomplete_utf8(text))
-    return {};  // nothing complete yet: wait for the next token
-  pending_ += text.substr(context.size());
+  const size_t start = new_text_start(text, context);
+  if (start >= text.size() || ends_incomplete_utf8(text)) return {};  // nothing complete yet: wait for the next token
+  pending_ += text.substr(start);
   prefix_ = read_;
   read_ = ids_.size();
   return release();
@@ -65,8 +86,7 @@ std::string TextStream::finish() {
   const std::span<const int32_t> all(ids_);
   const std::string context = decode_(all.subspan(prefix_, read_ - prefix_));
   const std::string text = decode_(all.subspan(prefix_));
-  if (text.size() > context.size() && text.compare(0, context.size(), context) == 0)
-    pending_ += text.substr(context.size());
+  pending_ += text.substr(new_text_start(text, context));
   prefix_ = read_ = ids_.size();
   std::string out = std::move(pending_);
   pending_.clear();

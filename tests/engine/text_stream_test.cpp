@@ -66,6 +66,45 @@ TEST(TextStreamTest, UnfinishedStopPrefixIsEmittedAtTheEnd) {
   EXPECT_EQ(pieces.back(), "<|e");
 }
 
+// Hugging Face's ByteFallback decoder: ids below 256 are byte tokens, and a run
+// of them that is not valid UTF-8 decodes to one U+FFFD per byte; ids from 256
+// are text tokens (id - 256 as one ASCII character).
+std::string byte_fallback_decode(std::span<const int32_t> ids) {
+  std::string out, run;
+  const auto flush = [&] {
+    bool valid = !ends_incomplete_utf8(run);
+    for (const char c : run) valid = valid && static_cast<uint8_t>(c) != 0x84;  // the one invalid byte used here
+    if (valid) out += run;
+    else
+      for (size_t i = 0; i < run.size(); ++i) out += "\xEF\xBF\xBD";
+    run.clear();
+  };
+  for (const int32_t id : ids) {
+    if (id < 256) {
+      run += static_cast<char>(id);
+      continue;
+    }
+    flush();
+    out += static_cast<char>(id - 256);
+  }
+  flush();
+  return out;
+}
+
+// A token that rewrites text already emitted ("m" then a stray 0x84 byte: the
+// run decodes as two U+FFFD) must not stall the stream: the text after it still
+// comes out, as it is generated and at the end. (Failed before new_text_start:
+// only "m" ever came out, the rest waited for a prefix that never came back.)
+TEST(TextStreamTest, TextAfterARewrittenByteRunStillComesOut) {
+  TextStream s(byte_fallback_decode, {});
+  EXPECT_EQ(s.push('m'), "m");
+  EXPECT_EQ(s.push(0x84), "");  // ends in U+FFFD: wait
+  EXPECT_EQ(s.push(256 + 'x'), "\xEF\xBF\xBDx");
+  EXPECT_EQ(s.push(256 + 'y'), "y");
+  EXPECT_EQ(s.push(0x84), "");
+  EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");
+}
+
 TEST(TextStreamTest, DetectsIncompleteUtf8) {
   EXPECT_FALSE(ends_incomplete_utf8(""));
   EXPECT_FALSE(ends_incomplete_utf8("abc"));

@@ -101,11 +101,12 @@ __global__ void __launch_bounds__(kPartition)
   extern __shared__ float shared[];
   const int64_t hd = p.head_dim, bs = p.block_size;
   const int64_t groups = (hd + 7) / 8, lanes = kPartition / groups;
-  float* qs = shared;                                     // [kHeadsPerBlock][hd]
-  float* weights = qs + kHeadsPerBlock * hd;              // [kHeadsPerBlock][kPartition]
-  float* partial = weights + kHeadsPerBlock * kPartition;  // [kHeadsPerBlock][lanes][groups * 8]
+  float* qs = shared;                                                // [kHeadsPerBlock][hd]
+  float* weights = qs + kHeadsPerBlock * hd;                         // [kHeadsPerBlock][kPartition]
+  float* partial = weights + kHeadsPerBlock * kPartition;            // [kHeadsPerBlock][lanes][groups * 8]
   float* reduction = partial + kHeadsPerBlock * lanes * groups * 8;  // [kHeadsPerBlock * warps]
-  auto* value_rows = reinterpret_cast<const Storage<D>**>(reduction + kHeadsPerBlock * kPartition / 32);  // [kPartition]
+  auto* value_rows =
+      reinterpret_cast<const Storage<D>**>(reduction + kHeadsPerBlock * kPartition / 32);  // [kPartition]
   const int64_t part = blockIdx.x, t = blockIdx.y;
   const int64_t group_size = n_heads / p.n_kv_heads;
   const int64_t chunks = (group_size + kHeadsPerBlock - 1) / kHeadsPerBlock;

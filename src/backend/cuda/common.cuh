@@ -107,5 +107,4 @@ void with_dtype(DType dtype, Fn&& fn) {
   }
 }
 
-
 }  // namespace tessera::cuda

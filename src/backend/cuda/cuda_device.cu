@@ -115,9 +115,10 @@ class CudaDevice final : public Device {
   // One launch when every weight takes the tensor-core kernel with the same k.
   void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs) override {
     const int64_t k = outs.empty() ? 0 : outs[0].w->dim(1);
-    const bool together = outs.size() <= cuda::MmaJob::kMaxWeights && std::all_of(outs.begin(), outs.end(), [&](auto& o) {
-      return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k;
-    });
+    const bool together =
+        outs.size() <= cuda::MmaJob::kMaxWeights && std::all_of(outs.begin(), outs.end(), [&](auto& o) {
+          return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k;
+        });
     if (!together) return Device::matmuls(x, tokens, outs);
     cuda::MmaJob job{.count = static_cast<int>(outs.size())};
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -131,8 +132,8 @@ class CudaDevice final : public Device {
 
   void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                const TensorView& w_up, const TensorView& b_up, float* up, float* out) override {
-    const bool fused = cuda::mma_matmul_fits(w_gate.dtype, w_gate.dim(1)) && w_up.dtype == w_gate.dtype &&
-                       w_up.shape == w_gate.shape;
+    const bool fused =
+        cuda::mma_matmul_fits(w_gate.dtype, w_gate.dim(1)) && w_up.dtype == w_gate.dtype && w_up.shape == w_gate.shape;
     if (!fused) return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out);
     check_weight(w_gate, b_gate);
     check_weight(w_up, b_up);
@@ -286,14 +287,14 @@ class CudaDevice final : public Device {
   void run_attention(const float* q, float* out, int64_t n_heads, const KvPages& p, int64_t layer,
                      std::span<const SeqSlice> parts, cuda::TokenMap all, int64_t window, float scale) {
     const int64_t row_floats = n_heads * (p.head_dim + 2);  // one partition of one token
-    int64_t begin = 0;  // the first token of the slice, over all parts
+    int64_t begin = 0;                                      // the first token of the slice, over all parts
     int64_t partitions = 0, tokens = 0;
     const auto flush = [&] {
       if (tokens == 0) return;
       float* scratch = attention_scratch(static_cast<size_t>(tokens * partitions * row_floats));
       const cuda::TokenMap slice{all.pos + begin, all.table + begin, all.tables};
-      cuda::attention(stream_, q + begin * n_heads * p.head_dim, out + begin * n_heads * p.head_dim, tokens, n_heads,
-                      p, layer, slice, window, scale, partitions, scratch);
+      cuda::attention(stream_, q + begin * n_heads * p.head_dim, out + begin * n_heads * p.head_dim, tokens, n_heads, p,
+                      layer, slice, window, scale, partitions, scratch);
       launched("attention");
       begin += tokens;
       tokens = partitions = 0;

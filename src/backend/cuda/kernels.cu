@@ -143,8 +143,6 @@ __global__ void embed_kernel(const Storage<D>* __restrict__ table, int64_t hidde
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) y[blockIdx.x * hidden + i] = widen<D>(row[i]);
 }
 
-
-
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -200,8 +198,6 @@ void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, 
         <<<static_cast<unsigned>(count), 256, 0, stream>>>(static_cast<const Storage<D>*>(table), hidden, ids, y);
   });
 }
-
-
 
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {
   silu_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, out);
