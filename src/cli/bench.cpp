@@ -173,7 +173,8 @@ Result<double> measure_many(Forward& forward, const BenchOptions& o, std::mt1993
     std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
     for (auto& id : prompt) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
     TS_ASSIGN_OR_RETURN(const std::vector<float> logits, forward.run_ids(prompt, caches.back()));
-    next[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    next[static_cast<size_t>(s)] =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   std::vector<Forward::Part> parts;
   for (KvCache& cache : caches) parts.push_back({&cache, 1});
@@ -286,9 +287,10 @@ Status bench(const BenchOptions& o) {
   std::printf("decode bytes/s    %.2f GB/s = %.1f%% of %s bandwidth\n", decode_bytes / 1e9,
               100.0 * decode_bytes / (on_cpu ? bandwidth : copy_bandwidth), on_cpu ? "read" : "copy");
   if (many_tps > 0) {
-    std::printf("decode x %-8lld %.1f tok/s in all, %.1f each (%lld sequences of %lld-token prompts stepped together)\n",
-                static_cast<long long>(o.sequences), many_tps, many_tps / static_cast<double>(o.sequences),
-                static_cast<long long>(o.sequences), static_cast<long long>(o.prompt_tokens));
+    std::printf(
+        "decode x %-8lld %.1f tok/s in all, %.1f each (%lld sequences of %lld-token prompts stepped together)\n",
+        static_cast<long long>(o.sequences), many_tps, many_tps / static_cast<double>(o.sequences),
+        static_cast<long long>(o.sequences), static_cast<long long>(o.prompt_tokens));
   }
   if (on_cpu) {
     std::printf(

@@ -38,7 +38,8 @@ Status add_eos_ids(const nlohmann::ordered_json& config, const std::string& file
 }  // namespace
 
 Result<std::string> TextModel::render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-  if (!chat_template) return Status::not_found("the model has no chat template (tokenizer_config.json or tokenizer.chat_template)");
+  if (!chat_template)
+    return Status::not_found("the model has no chat template (tokenizer_config.json or tokenizer.chat_template)");
   nlohmann::ordered_json context = special_tokens;
   context["messages"] = messages;
   context["add_generation_prompt"] = add_generation_prompt;

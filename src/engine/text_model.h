@@ -21,7 +21,7 @@ namespace tessera {
 struct TextModel {
   Model model;
   Tokenizer tokenizer;
-  std::optional<ChatTemplate> chat_template;  // absent when the model has none
+  std::optional<ChatTemplate> chat_template;                                 // absent when the model has none
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();  // bos_token, eos_token, ...
   std::vector<int32_t> stop_ids;
 

@@ -36,7 +36,7 @@ class Checkpoint {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsFile*> where_;  // tensor name -> file
-  std::shared_ptr<const GgufWeights> gguf_;               // set for a GGUF file (then files_ is empty)
+  std::shared_ptr<const GgufWeights> gguf_;              // set for a GGUF file (then files_ is empty)
 };
 
 }  // namespace tessera

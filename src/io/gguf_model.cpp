@@ -36,24 +36,15 @@ const ArchInfo* find_arch(std::string_view name) {
 
 // GGUF layer tensor -> Hugging Face name after "model.layers.<i>.".
 constexpr std::pair<const char*, const char*> kLayerNames[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_q.bias", "self_attn.q_proj.bias"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_k.bias", "self_attn.k_proj.bias"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_v.bias", "self_attn.v_proj.bias"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_output.bias", "self_attn.o_proj.bias"},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_gate.bias", "mlp.gate_proj.bias"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_up.bias", "mlp.up_proj.bias"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
-    {"ffn_down.bias", "mlp.down_proj.bias"},
+    {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},          {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},          {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},          {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},     {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_gate.bias", "mlp.gate_proj.bias"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},           {"ffn_up.bias", "mlp.up_proj.bias"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},       {"ffn_down.bias", "mlp.down_proj.bias"},
 };
 constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
@@ -116,8 +107,8 @@ class Keys {
 Status llama3_rope_from_factors(const std::vector<float>& stored, double theta, int64_t head_dim, json& config) {
   const std::string what = std::string("tensor '") + kRopeFreqs + "'";
   if (stored.size() * 2 != static_cast<size_t>(head_dim))
-    return Status::invalid_input(what + " has " + std::to_string(stored.size()) + " factors, expected head_dim / 2 = " +
-                                 std::to_string(head_dim / 2));
+    return Status::invalid_input(what + " has " + std::to_string(stored.size()) +
+                                 " factors, expected head_dim / 2 = " + std::to_string(head_dim / 2));
   double factor = 1.0;
   for (float f : stored) factor = std::max(factor, static_cast<double>(f));
   constexpr double kLow = 1.0, kHigh = 4.0;
@@ -155,8 +146,7 @@ Status llama3_rope_from_factors(const std::vector<float>& stored, double theta, 
     }
     return true;
   };
-  if (!reproduces())
-    return Status::unsupported(what + " holds rotary factors that llama3 scaling does not produce");
+  if (!reproduces()) return Status::unsupported(what + " holds rotary factors that llama3 scaling does not produce");
   config["rope_scaling"] = {{"rope_type", "llama3"},
                             {"factor", factor},
                             {"low_freq_factor", kLow},
@@ -217,7 +207,8 @@ Result<json> gguf_hf_config(const GgufFile& file) {
   c["rope_theta"] = theta;
 
   const GgufTensorInfo* embed = file.find("token_embd.weight");
-  if (!embed || embed->dims.size() != 2) return Status::invalid_input("tensor 'token_embd.weight' is missing or not 2-D");
+  if (!embed || embed->dims.size() != 2)
+    return Status::invalid_input("tensor 'token_embd.weight' is missing or not 2-D");
   TS_ASSIGN_OR_RETURN(c["vocab_size"], k.optional("vocab_size", 1, int64_t{1} << 31, embed->dims[1]));
   c["tie_word_embeddings"] = file.find("output.weight") == nullptr;
   c["attention_bias"] = file.find("blk.0.attn_q.bias") != nullptr;

@@ -19,8 +19,7 @@ using json = nlohmann::json;  // ordered_json finds keys by a linear search: qua
 constexpr int32_t kTokenControl = 3;
 constexpr int32_t kTokenUserDefined = 4;
 
-const char* const kGpt2Regex =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+const char* const kGpt2Regex = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
 const char* const kLlama3Regex =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -62,7 +61,8 @@ Result<const PreKind*> find_pre(std::string_view pre) {
 }
 
 template <typename T>
-Result<T> optional_key(const GgufMetadata& m, std::string_view key, T fallback, Result<T> (GgufMetadata::*get)(std::string_view) const) {
+Result<T> optional_key(const GgufMetadata& m, std::string_view key, T fallback,
+                       Result<T> (GgufMetadata::*get)(std::string_view) const) {
   if (!m.find(key)) return fallback;
   return (m.*get)(key);
 }
@@ -122,7 +122,8 @@ json bos_template(const std::string& bos, int32_t bos_id) {
 Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
   TS_ASSIGN_OR_RETURN(const std::string_view model, m.get_string("tokenizer.ggml.model"));
   if (model != "gpt2" && model != "llama")
-    return Status::unsupported("tokenizer.ggml.model '" + std::string(model) + "' is not supported (supported: gpt2, llama)");
+    return Status::unsupported("tokenizer.ggml.model '" + std::string(model) +
+                               "' is not supported (supported: gpt2, llama)");
   const bool spm = model == "llama";
   TS_ASSIGN_OR_RETURN(const std::vector<std::string_view> tokens, m.get_string_array("tokenizer.ggml.tokens"));
   if (tokens.empty() || tokens.size() > (size_t{1} << 31))
@@ -131,8 +132,8 @@ Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
   if (m.find("tokenizer.ggml.token_type")) {
     TS_ASSIGN_OR_RETURN(types, m.get_i32_array("tokenizer.ggml.token_type"));
     if (types.size() != tokens.size())
-      return Status::invalid_input("tokenizer.ggml.token_type has " + std::to_string(types.size()) +
-                                   " entries for " + std::to_string(tokens.size()) + " tokens");
+      return Status::invalid_input("tokenizer.ggml.token_type has " + std::to_string(types.size()) + " entries for " +
+                                   std::to_string(tokens.size()) + " tokens");
   }
 
   json vocab = json::object();
@@ -154,26 +155,32 @@ Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
   }
 
   json t = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}};
-  json bpe = {{"type", "BPE"},     {"dropout", nullptr},          {"unk_token", nullptr},
-              {"fuse_unk", false}, {"byte_fallback", false},      {"ignore_merges", false},
-              {"vocab", vocab},    {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}};
+  json bpe = {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", nullptr},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"ignore_merges", false},
+              {"vocab", vocab},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr}};
   if (spm) {
     TS_ASSIGN_OR_RETURN(const std::vector<float> scores, m.get_f32_array("tokenizer.ggml.scores"));
     if (scores.size() != tokens.size())
       return Status::invalid_input("tokenizer.ggml.scores has " + std::to_string(scores.size()) + " entries for " +
                                    std::to_string(tokens.size()) + " tokens");
-    TS_ASSIGN_OR_RETURN(const bool prefix, optional_key<bool>(m, "tokenizer.ggml.add_space_prefix", true,
-                                                              &GgufMetadata::get_bool));
+    TS_ASSIGN_OR_RETURN(const bool prefix,
+                        optional_key<bool>(m, "tokenizer.ggml.add_space_prefix", true, &GgufMetadata::get_bool));
     TS_ASSIGN_OR_RETURN(const auto unk, read_token_id(m, "tokenizer.ggml.unknown_token_id", tokens.size()));
     bpe["merges"] = spm_merges(tokens, scores, ids);
     bpe["byte_fallback"] = true;
     bpe["fuse_unk"] = true;
     bpe["unk_token"] = std::string(tokens[unk.value_or(0)]);
     const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}};
-    t["normalizer"] = prefix ? json{{"type", "Sequence"},
-                                    {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                                                                 replace})}}
-                             : replace;
+    t["normalizer"] =
+        prefix ? json{{"type", "Sequence"},
+                      {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, replace})}}
+               : replace;
     t["pre_tokenizer"] = nullptr;
     json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
                                  {{"type", "ByteFallback"}},
@@ -191,7 +198,8 @@ Result<std::string> gguf_tokenizer_json(const GgufMetadata& m) {
     t["normalizer"] = nullptr;
     json parts = json::array();
     for (const char* regex : kind->regexes)
-      parts.push_back({{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}});
+      parts.push_back(
+          {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}});
     parts.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}});
     t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", parts}};
     t["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
@@ -218,7 +226,8 @@ Result<GgufChat> gguf_chat(const GgufMetadata& m) {
     TS_ASSIGN_OR_RETURN(const auto id, read_token_id(m, key, tokens.size()));
     if (id) chat.special_tokens[name] = std::string(tokens[*id]);
   }
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key :
+       {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     TS_ASSIGN_OR_RETURN(const auto id, read_token_id(m, key, tokens.size()));
     if (id) chat.stop_ids.push_back(static_cast<int32_t>(*id));
   }

@@ -27,9 +27,7 @@ using testing::slurp;
 
 std::string models_dir() { return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/"; }
 
-nlohmann::json recorded() {
-  return nlohmann::json::parse(slurp(models_dir() + "llama_cpp_greedy.json"));
-}
+nlohmann::json recorded() { return nlohmann::json::parse(slurp(models_dir() + "llama_cpp_greedy.json")); }
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
@@ -70,13 +68,14 @@ void expect_llama_cpps_text(const std::string& prefix, const std::string& comman
     auto tokenizer = Tokenizer::from_gguf(gguf->metadata(), gguf->path());
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
     const bool chat = prefix == "chat";
-    auto ids = tokenizer->encode(entry[prefix + "_prompt"].get<std::string>(),
-                                 {.parse_special = chat, .add_special = !chat});
+    auto ids =
+        tokenizer->encode(entry[prefix + "_prompt"].get<std::string>(), {.parse_special = chat, .add_special = !chat});
     ASSERT_TRUE(ids.ok()) << ids.status().to_string();
     EXPECT_EQ(*ids, entry[prefix + "_prompt_ids"].get<std::vector<int32_t>>());
     const std::string want = entry[prefix + "_output"];
     if (want.find("\xEF\xBF\xBD") != std::string::npos) continue;
-    const CommandResult run = run_tessera(command_of_file + " --model " + models_dir() + file + ".gguf -n 8 --threads 2");
+    const CommandResult run =
+        run_tessera(command_of_file + " --model " + models_dir() + file + ".gguf -n 8 --threads 2");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.out, want + "\n");
     ++compared;
@@ -114,7 +113,8 @@ TEST(GgufCli, ABrokenGgufIsRefusedNamingWhatWasWrong) {
   // Cut short inside the tensor data: the last tensor's bytes run past the end.
   const std::string cut = broken_copy("llama256_f16_q4_k_m", "cut", [](std::string& b) { b.resize(b.size() - 100); });
   for (const std::string& args : {prompt, std::string(" --prompt-ids 1,2 -n 2")})
-    expect_refused(run_tessera("generate --model " + cut + args), {cut, "blk.1.ffn_up.weight", "outside the data section"});
+    expect_refused(run_tessera("generate --model " + cut + args),
+                   {cut, "blk.1.ffn_up.weight", "outside the data section"});
   // An architecture tessera does not run.
   const std::string gemma = broken_copy("llama_f16", "gemma", [](std::string& b) {
     replace_once(b, std::string("\x05\0\0\0\0\0\0\0llama", 13), std::string("\x05\0\0\0\0\0\0\0gemma", 13));
@@ -127,9 +127,8 @@ TEST(GgufCli, ABrokenGgufIsRefusedNamingWhatWasWrong) {
   });
   expect_refused(run_tessera("generate --model " + bert + prompt), {"bertx"});
   // A chat template that does not parse.
-  const std::string chat = broken_copy("qwen2_f32", "template", [](std::string& b) {
-    replace_once(b, "{% endfor %}", "{% endfxr %}");
-  });
+  const std::string chat =
+      broken_copy("qwen2_f32", "template", [](std::string& b) { replace_once(b, "{% endfor %}", "{% endfxr %}"); });
   expect_refused(run_tessera("generate --chat --model " + chat + prompt), {chat, "tokenizer.chat_template"});
   // Not a GGUF at all.
   const std::string junk = write_temp("gguf_cli_junk.gguf", "GGUX and then some bytes");

@@ -175,8 +175,8 @@ std::string patched_copy(const std::string& name, const std::string& from, const
 
 TEST(GgufModelGuards, AnArchitectureTesseraDoesNotRunIsRefusedByName) {
   // The value of general.architecture, "llama" (a u64 length, then the bytes), becomes "gemma".
-  const std::string path = patched_copy("llama_f16", std::string("\x05\0\0\0\0\0\0\0llama", 13),
-                                        std::string("\x05\0\0\0\0\0\0\0gemma", 13));
+  const std::string path =
+      patched_copy("llama_f16", std::string("\x05\0\0\0\0\0\0\0llama", 13), std::string("\x05\0\0\0\0\0\0\0gemma", 13));
   auto model = Model::load(path);
   std::filesystem::remove(path);
   ASSERT_FALSE(model.ok());

@@ -15,12 +15,8 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"llama", llama_arch},
-    {"mistral", mistral_arch},
-    {"qwen2", qwen2_arch},
-    {"qwen3", qwen3_arch},
-    {"mixtral", mixtral_arch},
-    {"qwen3_moe", qwen3_moe_arch},
+    {"llama", llama_arch}, {"mistral", mistral_arch}, {"qwen2", qwen2_arch},
+    {"qwen3", qwen3_arch}, {"mixtral", mixtral_arch}, {"qwen3_moe", qwen3_moe_arch},
 };
 
 const Family* find_family(std::string_view model_type) {
