@@ -34,6 +34,7 @@ all: build
 
 deps:
 	@bash scripts/setup.sh
+	@bash tests/serve/openai_client/install.sh
 
 build: deps
 	$(CONFIGURE) -B build -DCMAKE_BUILD_TYPE=Release

@@ -19,6 +19,10 @@ packages=(
   wamerican                                    # tools/train_model/check_words.py
 )
 
+# node and npm: the openai client tests of tessera serve (tests/serve/openai_client).
+# Only when absent, so that a Node.js from elsewhere (nodesource) is left alone.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
+
 missing=()
 for pkg in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
