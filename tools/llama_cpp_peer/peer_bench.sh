@@ -204,6 +204,6 @@ machine: $cpu ($isa), $(nproc) cores; load average before $load_before, after $l
 shape: $shape, $threads threads, $rounds rounds, llama-bench -r $reps
 tessera: ${tessera#"$repo"/}, checkout at $tessera_commit (the binary may be older: rebuild it first)
 llama.cpp: $(source_note), CPU backend, GGML_NATIVE
-command: tools/llama_cpp_peer/peer_bench.sh --config ${config#"$repo"/} --threads $threads --rounds $rounds --dtypes $dtypes --seed $seed --prompt $prompt --decode $decode${deadline:+ --deadline $deadline}
+command: tools/llama_cpp_peer/peer_bench.sh --config ${config#"$repo"/} --threads $threads --rounds $rounds --dtypes $dtypes --seed $seed --prompt $prompt --decode $decode$( ((deadline > 0)) && echo " --deadline $deadline")
 skipped: ${skipped[*]:-none}
 EOF
