@@ -1,8 +1,11 @@
 #include "serve/http_session.h"
 
+#include <sys/socket.h>
+
 #include <array>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <chrono>
 
 namespace tessera::serve {
@@ -177,10 +180,12 @@ void HttpSession::watch_disconnect() {
   stream_.socket().async_wait(
       tcp::socket::wait_read, [self = shared_from_this(), cancelled = gen_->cancelled](beast::error_code ec) {
         if (ec) return;  // our own close
+        // Readable: closed or reset (the client left), or bytes (a next request, which a read
+        // for it may already have taken: so the peek must not wait, or it would block this
+        // strand until the client sends more; Asio's own receive waits even with MSG_DONTWAIT).
         char byte;
-        beast::error_code peek;
-        const size_t n = self->stream_.socket().receive(net::buffer(&byte, 1), tcp::socket::message_peek, peek);
-        if (peek || n == 0) cancelled->store(true);  // closed or reset; bytes: a next request
+        const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) cancelled->store(true);
       });
 }
 

@@ -6,6 +6,8 @@
 #include <array>
 #include <random>
 
+#include "serve/chat_prompt.h"
+
 namespace tessera::serve {
 
 namespace {
@@ -136,12 +138,11 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
   CompletionRequest& r = g.request;
   const char* param = endpoint == Endpoint::kChat ? "messages" : "prompt";
 
-  // The prompt's ids as `tessera generate` makes them (--chat: the template's text with its special tokens).
+  // The prompt's ids as `tessera generate` makes them (--chat: the template's text with its special
+  // tokens; special-token text inside a message stays text, chat_prompt.h).
   Result<std::vector<int32_t>> ids = r.prompt_ids;
   if (endpoint == Endpoint::kChat) {
-    auto rendered = model.render_chat(r.messages, /*add_generation_prompt=*/true);
-    if (!rendered.ok()) return error(ApiError::from_status(rendered.status(), param), version, keep_alive);
-    ids = model.tokenizer.encode(*rendered, {.parse_special = true, .add_special = false});
+    ids = chat_prompt_ids(model, r.messages);
   } else if (r.prompt_ids.empty()) {
     ids = model.tokenizer.encode(r.prompt);
   }
@@ -188,16 +189,10 @@ HttpResponse Routes::tokenize(const HttpRequest& request) const {
   if (auto* e = std::get_if<ApiError>(&parsed)) return error(*e, version, keep_alive);
   const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
   const TextModel& model = loop_.model();
-  std::string text;
-  if (r.prompt) {
-    text = *r.prompt;
-  } else {
-    auto rendered = model.render_chat(r.messages, /*add_generation_prompt=*/true);
-    if (!rendered.ok()) return error(ApiError::from_status(rendered.status(), "messages"), version, keep_alive);
-    text = std::move(rendered).value();
-  }
-  auto ids = model.tokenizer.encode(text, {.parse_special = true, .add_special = r.add_special_tokens});
-  if (!ids.ok()) return error(ApiError::from_status(ids.status(), "prompt"), version, keep_alive);
+  auto ids = r.prompt ? model.tokenizer.encode(*r.prompt, {.parse_special = true, .add_special = r.add_special_tokens})
+                      : chat_prompt_ids(model, r.messages);
+  if (!ids.ok())
+    return error(ApiError::from_status(ids.status(), r.prompt ? "prompt" : "messages"), version, keep_alive);
   const nlohmann::json body = {{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", loop_.context()}};
   return json(200, dump(body), version, keep_alive);
 }

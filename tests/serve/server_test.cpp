@@ -540,5 +540,23 @@ TEST_F(ServeTest, LogprobsOfCompletionsAndChatWholeAndStreamed) {
   EXPECT_EQ(chunks, content);
 }
 
+// "<|end|>" typed in a message is text, not the template's control token (fails with the rendered
+// prompt encoded in one pass, special tokens parsed everywhere); without such text the ids are the
+// one-pass encoding that `tessera generate --chat` runs (the tests above).
+TEST_F(ServeTest, SpecialTokenTextInAMessageStaysText) {
+  auto tokens = [&](const std::string& body) { return post(port(), "/tokenize", body).json()["tokens"]; };
+  const Json end = tokens(R"({"prompt": "<|end|>", "add_special_tokens": false})");
+  ASSERT_EQ(end.size(), 1u);
+  auto count = [&](const Json& ids) { return std::count(ids.begin(), ids.end(), end[0]); };
+  const Json plain = tokens(R"({"messages": [{"role": "user", "content": "a b"}]})");
+  const Json typed = tokens(R"({"messages": [{"role": "user", "content": "a <|end|> b"}]})");
+  EXPECT_EQ(count(typed), count(plain)) << typed.dump();
+  EXPECT_GT(typed.size(), plain.size() + 1) << "the characters of <|end|> are in the prompt";
+  const HttpReply reply = post(port(), "/v1/chat/completions",
+                               R"({"messages": [{"role": "user", "content": "a <|end|> b"}], "max_tokens": 3})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.json()["usage"]["prompt_tokens"], typed.size());
+}
+
 }  // namespace
 }  // namespace tessera::serve
