@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Starts `tessera serve` on a free port, waits for /health, measures TTFT,
+# inter-token latency and tokens/s at concurrency 1, 8, 32 and 64
+# (tools/bench_serve.mjs, through the npm openai package), prints the table and
+# stops the server.
+#   tools/bench_serve.sh --model DIR [--device cpu|cuda] [--binary build/bin/tessera]
+#                        [--concurrency 1,8,32,64] [--rounds 2] [--prompt-words 128] [--max-tokens 64]
+#                        [-- more tessera serve options, e.g. --kv-memory 8GiB]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+model="" device=cpu binary="$root/build/bin/tessera" bench=() serve=()
+while (($#)); do
+  case "$1" in
+    --model) model=$2; shift 2 ;;
+    --device) device=$2; shift 2 ;;
+    --binary) binary=$2; shift 2 ;;
+    --concurrency | --rounds | --prompt-words | --max-tokens) bench+=("$1" "$2"); shift 2 ;;
+    --) shift; serve=("$@"); break ;;
+    *) echo "bench_serve.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$model" ]] || { echo "bench_serve.sh: --model DIR is required" >&2; exit 2; }
+bash "$root/tests/serve/openai_client/install.sh"
+log=$(mktemp)
+"$binary" serve --model "$model" --device "$device" --port 0 "${serve[@]}" 2>"$log" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+port=""
+for _ in $(seq 600); do
+  port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$log")
+  [[ -n "$port" ]] && curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
+  sleep 1
+done
+curl -sf "http://127.0.0.1:$port/health" >/dev/null || { echo "bench_serve.sh: the server is not ready" >&2; exit 1; }
+echo "tessera serve --model $model --device $device ${serve[*]} (port $port); $(nproc) cores"
+node "$root/tools/bench_serve.mjs" --base "http://127.0.0.1:$port" "${bench[@]}"
