@@ -1,6 +1,7 @@
 #include "serve/histogram.h"
 
 #include <cstdio>
+#include <string>
 
 namespace tessera::serve {
 
@@ -17,18 +18,20 @@ void Histogram::observe(double seconds) {
 
 void Histogram::write(std::string& out, const std::string& name, const std::string& help) const {
   out += "# HELP tessera:" + name + " " + help + "\n# TYPE tessera:" + name + " histogram\n";
-  char line[160];
+  // No fixed buffer: a long name once cut the _count line short (1100 read as 11).
+  const std::string prefix = "tessera:" + name;
   uint64_t cumulative = 0;
   for (size_t i = 0; i < kBounds.size(); ++i) {
     cumulative += buckets_[i].load();
-    std::snprintf(line, sizeof line, "tessera:%s_bucket{le=\"%g\"} %llu\n", name.c_str(), kBounds[i],
-                  static_cast<unsigned long long>(cumulative));
-    out += line;
+    char le[32];
+    std::snprintf(le, sizeof le, "%g", kBounds[i]);
+    out += prefix + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
   }
-  const auto count = static_cast<unsigned long long>(count_.load());
-  std::snprintf(line, sizeof line, "tessera:%s_bucket{le=\"+Inf\"} %llu\ntessera:%s_sum %.9f\ntessera:%s_count %llu\n",
-                name.c_str(), count, name.c_str(), static_cast<double>(sum_ns_.load()) / 1e9, name.c_str(), count);
-  out += line;
+  const std::string count = std::to_string(count_.load());
+  char sum[64];
+  std::snprintf(sum, sizeof sum, "%.9f", static_cast<double>(sum_ns_.load()) / 1e9);
+  out += prefix + "_bucket{le=\"+Inf\"} " + count + "\n" + prefix + "_sum " + sum + "\n" + prefix + "_count " + count +
+         "\n";
 }
 
 }  // namespace tessera::serve
