@@ -20,7 +20,12 @@ using testing::fixture_dir;
 using testing::load_reference;
 
 MoeSpec spec(int64_t experts, int64_t top_k, bool norm) {
-  return MoeSpec{.experts = experts, .top_k = top_k, .intermediate = 8, .norm_topk_prob = norm};
+  MoeSpec s;
+  s.experts = experts;
+  s.top_k = top_k;
+  s.intermediate = 8;
+  s.norm_topk_prob = norm;
+  return s;
 }
 
 TEST(RouteTokenTest, SoftmaxTopKRenormalized) {
