@@ -22,8 +22,10 @@ void Device::attend(const AttendArgs& a) {
   for (const SeqSlice& part : a.parts) {
     float* q = a.q + row * a.n_heads * hd;
     float* k = a.k + row * kv_heads * hd;
-    rope(q, part.tokens, a.n_heads, hd, part.pos0, a.inv_freq);
-    rope(k, part.tokens, kv_heads, hd, part.pos0, a.inv_freq);
+    Rotary rotary = a.rotary;
+    if (a.long_inv_freq != nullptr && part.pos0 + part.tokens > a.long_after) rotary.inv_freq = a.long_inv_freq;
+    rope(q, part.tokens, a.n_heads, hd, part.pos0, rotary);
+    rope(k, part.tokens, kv_heads, hd, part.pos0, rotary);
     kv_store(*a.pages, a.layer, part.blocks, part.pos0, part.tokens, k, a.v + row * kv_heads * hd);
     attention(AttentionArgs{.q = q,
                             .out = a.out + row * a.n_heads * hd,

@@ -55,6 +55,17 @@ struct KvPages {
   }
 };
 
+// How rope rotates each head of q or k: the first `dim` dimensions turn by the
+// angle position * inv_freq[i] for pair i, the rest pass unchanged.
+struct Rotary {
+  const float* inv_freq = nullptr;  // f32 [dim / 2] (device memory)
+  int64_t dim = 0;                  // 0: the whole head (partial rotary: GLM, Phi-4-mini)
+  // Pair i is (i, i + dim / 2) (transformers' rotate_half), or (2i, 2i + 1) when
+  // interleaved (GLM's layout).
+  bool interleaved = false;
+  float scaling = 1.0f;  // cos and sin multiplied by it (longrope's attention factor)
+};
+
 // One sequence's part of an attention call: its queries and where its keys and values are.
 struct AttentionArgs {
   const float* q = nullptr;  // f32 [tokens, n_heads, head_dim], already rotated
@@ -90,7 +101,12 @@ struct AttendArgs {
   int64_t n_heads = 0;
   int64_t sliding_window = 0;
   float scale = 1.0f;
-  const float* inv_freq = nullptr;  // f32 [head_dim / 2] (device memory)
+  Rotary rotary{};
+  // longrope: a part whose positions reach past `long_after` (pos0 + tokens >
+  // long_after) rotates its q and k with these frequencies instead of
+  // rotary.inv_freq, as transformers does for the positions of one forward.
+  const float* long_inv_freq = nullptr;
+  int64_t long_after = 0;
 };
 
 class Device {
@@ -118,9 +134,8 @@ class Device {
   virtual void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) = 0;
   // y [ids, hidden] = table[id] for each id (ids already checked < vocab).
   virtual void embed(const TensorView& table, std::span<const int32_t> ids, float* y) = 0;
-  // Rotates x [tokens, heads, head_dim] in place (rotate-half layout) at positions
-  // pos0.., using inv_freq f32 [head_dim / 2] (device memory).
-  virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) = 0;
+  // Rotates x [tokens, heads, head_dim] in place at positions pos0.. as `rotary` says.
+  virtual void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) = 0;
   // Writes k and v f32 [tokens, n_kv_heads, head_dim] into `layer` of the pages at
   // positions [pos0, pos0 + tokens) of the sequence whose block table is `blocks`,
   // rounded to the pages' dtype.
@@ -150,6 +165,11 @@ class Device {
                        const TensorView& w_up, const TensorView& b_up, float* up, float* out);
   // out[i] = silu(gate[i]) * up[i]
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // out[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation
+  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (torch's approximate="tanh").
+  virtual void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x[i] *= factor
+  virtual void scale(float* x, int64_t n, float factor) = 0;
   // y[i] += x[i]
   virtual void add(const float* x, int64_t n, float* y) = 0;
   // Mixture of experts: gathers the tokens routed to one expert, and adds its

@@ -2,6 +2,7 @@
 // family's own fields are read by its file in model/arch/ from ModelConfig::raw.
 #include "io/model_config.h"
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -55,8 +56,42 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 
+Status read_factors(const json& params, const char* key, std::vector<double>& out) {
+  const auto it = params.find(key);
+  if (it == params.end() || !it->is_array() || it->empty())
+    return Status::invalid_input(std::string("longrope '") + key + "' is missing or not a list of numbers");
+  out.clear();
+  for (const json& value : *it) {
+    if (!value.is_number() || !(value.get<double>() > 0))
+      return Status::invalid_input(std::string("longrope '") + key + "' holds a value that is not a positive number");
+    out.push_back(value.get<double>());
+  }
+  return {};
+}
+
+// longrope (Phi-3): transformers' _compute_longrope_parameters. `top` is the
+// config object, where Phi-3's 4.x configs keep original_max_position_embeddings.
+Status read_longrope(const json& params, const json& top, RopeConfig& rope) {
+  TS_RETURN_IF_ERROR(read_factors(params, "short_factor", rope.short_factor));
+  TS_RETURN_IF_ERROR(read_factors(params, "long_factor", rope.long_factor));
+  if (rope.short_factor.size() != rope.long_factor.size())
+    return Status::invalid_input("longrope 'short_factor' and 'long_factor' differ in length");
+  int64_t top_original = 0;
+  TS_RETURN_IF_ERROR(read_config_int(top, "original_max_position_embeddings", 1, kMaxDim, 0, top_original));
+  TS_RETURN_IF_ERROR(read_config_int(params, "original_max_position_embeddings", 1, kMaxDim,
+                                     top_original > 0 ? std::optional<int64_t>(top_original) : std::nullopt,
+                                     rope.original_max_position_embeddings));
+  int64_t max_positions = 0;
+  TS_RETURN_IF_ERROR(read_config_int(top, "max_position_embeddings", 1, int64_t{1} << 30, 2048, max_positions));
+  const double original = static_cast<double>(rope.original_max_position_embeddings);
+  TS_RETURN_IF_ERROR(read_config_double(params, "factor", static_cast<double>(max_positions) / original, rope.factor));
+  const double suggested = rope.factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(rope.factor) / std::log(original));
+  TS_RETURN_IF_ERROR(read_config_double(params, "attention_factor", suggested, rope.attention_factor));
+  return {};
+}
+
 // `params` is rope_parameters (5.x) or rope_scaling (4.x); theta is read by the caller.
-Status read_rope_scaling(const json& params, RopeConfig& rope) {
+Status read_rope_scaling(const json& params, const json& top, RopeConfig& rope) {
   if (params.is_null()) return {};
   if (!params.is_object()) return Status::invalid_input("rope scaling parameters are not an object");
   std::string type = "default";
@@ -73,8 +108,12 @@ Status read_rope_scaling(const json& params, RopeConfig& rope) {
     rope.type = RopeType::kLinear;
   } else if (type == "llama3") {
     rope.type = RopeType::kLlama3;
+  } else if (type == "longrope") {
+    rope.type = RopeType::kLongRope;
+    return read_longrope(params, top, rope);
   } else {
-    return Status::unsupported("rope type '" + type + "' is not supported (supported: default, linear, llama3)");
+    return Status::unsupported("rope type '" + type +
+                               "' is not supported (supported: default, linear, llama3, longrope)");
   }
   if (rope.type == RopeType::kDefault) return {};
   TS_RETURN_IF_ERROR(read_config_double(params, "factor", 1.0, rope.factor));
@@ -90,17 +129,33 @@ Status read_rope_scaling(const json& params, RopeConfig& rope) {
   return {};
 }
 
-Status read_rope(const json& j, RopeConfig& rope) {
+// One transformers 5 rope_parameters object.
+Status read_rope_parameters(const json& params, const json& top, RopeConfig& rope) {
+  if (!params.is_object()) return Status::invalid_input("field 'rope_parameters' is not an object");
+  TS_RETURN_IF_ERROR(read_config_double(params, "rope_theta", 10000.0, rope.theta));
+  TS_RETURN_IF_ERROR(read_rope_scaling(params, top, rope));
+  if (!(rope.theta > 1.0)) return Status::invalid_input("field 'rope_theta' must be > 1");
+  return {};
+}
+
+Status read_rope(const json& j, RopeConfig& rope, std::optional<RopeConfig>& sliding_rope) {
   const auto params = j.find("rope_parameters");
   if (params != j.end() && !params->is_null()) {  // transformers 5.x
-    if (!params->is_object()) return Status::invalid_input("field 'rope_parameters' is not an object");
-    TS_RETURN_IF_ERROR(read_config_double(*params, "rope_theta", 10000.0, rope.theta));
-    TS_RETURN_IF_ERROR(read_rope_scaling(*params, rope));
-  } else {  // transformers 4.x
-    TS_RETURN_IF_ERROR(read_config_double(j, "rope_theta", 10000.0, rope.theta));
-    const auto scaling = j.find("rope_scaling");
-    if (scaling != j.end()) TS_RETURN_IF_ERROR(read_rope_scaling(*scaling, rope));
+    const auto full = params->is_object() ? params->find("full_attention") : params->end();
+    if (full == params->end()) return read_rope_parameters(*params, j, rope);
+    TS_RETURN_IF_ERROR(read_rope_parameters(*full, j, rope).with_context("rope_parameters.full_attention"));
+    const auto sliding = params->find("sliding_attention");
+    if (sliding != params->end()) {
+      sliding_rope.emplace();
+      TS_RETURN_IF_ERROR(
+          read_rope_parameters(*sliding, j, *sliding_rope).with_context("rope_parameters.sliding_attention"));
+    }
+    return {};
   }
+  // transformers 4.x
+  TS_RETURN_IF_ERROR(read_config_double(j, "rope_theta", 10000.0, rope.theta));
+  const auto scaling = j.find("rope_scaling");
+  if (scaling != j.end()) TS_RETURN_IF_ERROR(read_rope_scaling(*scaling, j, rope));
   if (!(rope.theta > 1.0)) return Status::invalid_input("field 'rope_theta' must be > 1");
   return {};
 }
@@ -141,7 +196,7 @@ Result<ModelConfig> parse_model_config(const json& root, ModelTypeCheck check) {
       read_config_int(j, "max_position_embeddings", 1, int64_t{1} << 30, 2048, c.max_position_embeddings));
   TS_RETURN_IF_ERROR(read_config_double(j, "rms_norm_eps", 1e-6, c.rms_norm_eps));
   if (!(c.rms_norm_eps > 0)) return Status::invalid_input("field 'rms_norm_eps' must be > 0");
-  TS_RETURN_IF_ERROR(read_rope(j, c.rope));
+  TS_RETURN_IF_ERROR(read_rope(j, c.rope, c.sliding_rope));
 
   // Multimodal wrappers often keep tie_word_embeddings at the top level only.
   const json& tie_source = j.contains("tie_word_embeddings") ? j : root;

@@ -6,7 +6,8 @@
 // Both config styles in the wild are read:
 //   transformers 4.x: top-level "rope_theta" and "rope_scaling" ({"rope_type" or
 //                     legacy "type", "factor", ...} or null)
-//   transformers 5.x: "rope_parameters": {"rope_type", "rope_theta", ...}
+//   transformers 5.x: "rope_parameters": {"rope_type", "rope_theta", ...}, or one
+//                     such object per layer type (sliding_rope below)
 // A multimodal config that nests the language model under "text_config" is read
 // from there. An unsupported rope type is refused with kUnsupported naming it; a
 // missing or out-of-range field with kInvalidInput naming the field. Value type.
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -23,16 +25,23 @@
 
 namespace tessera {
 
-enum class RopeType { kDefault, kLinear, kLlama3 };
+enum class RopeType { kDefault, kLinear, kLlama3, kLongRope };
 
 struct RopeConfig {
   RopeType type = RopeType::kDefault;
   double theta = 10000.0;
-  double factor = 1.0;  // linear and llama3
+  double factor = 1.0;  // linear, llama3 and longrope
   // llama3 only:
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+  // llama3 and longrope (longrope: from the rope parameters or the top level, as Phi-3 writes it):
   int64_t original_max_position_embeddings = 8192;
+  // longrope only: one factor per rotary pair, the short ones for positions up
+  // to original_max_position_embeddings, the long ones past it; cos and sin
+  // multiplied by attention_factor (absent: sqrt(1 + ln(factor) / ln(original)),
+  // with factor absent: max_position_embeddings / original).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
 };
 
 struct ModelConfig {
@@ -47,6 +56,10 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
+  // transformers 5 writes rope_parameters per layer type for models that mix
+  // them ({"full_attention": {...}, "sliding_attention": {...}}): `rope` is then
+  // the full layers' and this the sliding layers'.
+  std::optional<RopeConfig> sliding_rope;
   bool tie_word_embeddings = false;
   // The language model's JSON object (text_config when nested); null for a config
   // built in code. Read it through fields().

@@ -25,18 +25,49 @@ Status reserve(Device& device, Buffer& buffer, int64_t count) {
   return {};
 }
 
+// `value` rounded to `dtype` (and back to f32).
+float round_to(DType dtype, float value) {
+  if (dtype == DType::kBF16) return bf16_to_f32(f32_to_bf16(value));
+  if (dtype == DType::kF16) return f16_to_f32(f32_to_f16(value));
+  return value;
+}
+
+// An element of a weight as f32.
+float element(const TensorView& t, int64_t i) {
+  const auto* bytes = static_cast<const uint8_t*>(t.data);
+  switch (t.dtype) {
+    case DType::kF32: return reinterpret_cast<const float*>(bytes)[i];
+    case DType::kBF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes)[i]);
+    default: return f16_to_f32(reinterpret_cast<const uint16_t*>(bytes)[i]);
+  }
+}
+
+// A norm weight w as the f32 (offset + w) it acts as (Gemma's norms: 1 + w, as
+// transformers computes it, in f32), in a device buffer kept in `owned`.
+Result<TensorView> place_offset_norm(Device& device, const TensorView& w, float offset, std::vector<Buffer>& owned) {
+  std::vector<float> values(static_cast<size_t>(w.numel()));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = offset + element(w, static_cast<int64_t>(i));
+  TS_ASSIGN_OR_RETURN(Buffer buffer, device.alloc(values.size() * sizeof(float)));
+  device.upload(values.data(), values.size() * sizeof(float), buffer.data());
+  TensorView view{DType::kF32, w.shape, buffer.data()};
+  owned.push_back(std::move(buffer));
+  return view;
+}
+
 // The model's weights as `device` places them (views of the mapped files on the
 // CPU; copies in its own memory on a GPU, with a progress line on a terminal).
-// A weight that does not fit is named in the error.
-Result<ModelWeights> place_weights(Device& device, const Model& model) {
+// A weight that does not fit is named in the error. Norm weights of a family
+// with ArchSpec::norm_offset become f32 buffers kept in `owned`.
+Result<ModelWeights> place_weights(Device& device, const Model& model, std::vector<Buffer>& owned) {
   const ModelWeights& host = model.weights();
   ModelWeights placed = host;
   const bool show = device.name().rfind("cpu", 0) != 0 && ::isatty(STDERR_FILENO);
   const double total_gib = static_cast<double>(model.weight_bytes()) / (1 << 30);
   size_t done = 0;
-  auto place = [&](TensorView& view, const std::string& what) -> Status {
+  const float offset = model.arch().norm_offset;
+  auto place = [&](TensorView& view, const std::string& what, bool norm = false) -> Status {
     if (view.empty()) return {};
-    auto moved = device.place(view);
+    auto moved = norm && offset != 0 ? place_offset_norm(device, view, offset, owned) : device.place(view);
     if (!moved.ok()) return moved.status().with_context("loading " + what + " onto " + device.name());
     done += view.nbytes();
     view = *moved;
@@ -48,10 +79,12 @@ Result<ModelWeights> place_weights(Device& device, const Model& model) {
   TS_RETURN_IF_ERROR(place(placed.embed, "the embedding"));
   for (size_t i = 0; i < placed.layers.size(); ++i) {
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
-    for (const LayerTensor& t : layer_tensors(model.config(), model.arch(), layer))
-      TS_RETURN_IF_ERROR(place(t.in(placed.layers[i]), "layer " + std::to_string(layer) + "'s " + t.name));
+    for (const LayerTensor& t : layer_tensors(model.config(), model.arch(), layer)) {
+      TS_RETURN_IF_ERROR(place(t.in(placed.layers[i]), "layer " + std::to_string(layer) + "'s " + t.name, t.norm));
+      t.split(placed.layers[i]);
+    }
   }
-  TS_RETURN_IF_ERROR(place(placed.final_norm, "the final norm"));
+  TS_RETURN_IF_ERROR(place(placed.final_norm, "the final norm", true));
   if (host.lm_head.data == host.embed.data) {
     placed.lm_head = placed.embed;
   } else {
@@ -75,10 +108,18 @@ Forward::Forward(const Model& model, Device& device, ForwardOptions options)
     if (group_.size() != 1)
       return Status::unsupported("[forward] tensor parallelism (a group of " + std::to_string(group_.size()) +
                                  " ranks) is not implemented yet");
-    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model));
-    const std::vector<float> inv_freq = rope_inv_freq(c.rope, c.head_dim);
-    TS_ASSIGN_OR_RETURN(inv_freq_, device.alloc(floats(static_cast<int64_t>(inv_freq.size()))));
-    device.upload(inv_freq.data(), floats(static_cast<int64_t>(inv_freq.size())), inv_freq_.data());
+    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model, owned_));
+    const ArchSpec& arch = model.arch();
+    const int64_t rotary_dim = arch.rotary_dim(c.head_dim);
+    auto upload = [&](const RopeConfig& rope, bool long_factors, Buffer& out) -> Status {
+      const std::vector<float> inv_freq = rope_inv_freq(rope, rotary_dim, long_factors);
+      TS_ASSIGN_OR_RETURN(out, device.alloc(floats(static_cast<int64_t>(inv_freq.size()))));
+      device.upload(inv_freq.data(), floats(static_cast<int64_t>(inv_freq.size())), out.data());
+      return {};
+    };
+    TS_RETURN_IF_ERROR(upload(c.rope, false, inv_freq_));
+    if (c.rope.type == RopeType::kLongRope) TS_RETURN_IF_ERROR(upload(c.rope, true, long_inv_freq_));
+    if (arch.sliding_rope) TS_RETURN_IF_ERROR(upload(*arch.sliding_rope, false, local_inv_freq_));
     const LayerRange r = model.range();
     TS_ASSIGN_OR_RETURN(kv_pool_, KvPool::create(device, {r.end - r.begin, c.num_key_value_heads, c.head_dim},
                                                  {.budget_bytes = options.kv_memory,
@@ -181,6 +222,11 @@ Result<std::vector<float>> Forward::embed_and_run(std::span<const int32_t> ids, 
   const auto tokens = static_cast<int64_t>(ids.size());
   TS_RETURN_IF_ERROR(prepare_parts(parts, tokens));
   device_.embed(weights_.embed, ids, x_.f32());
+  if (model_.arch().scale_embeddings) {
+    // sqrt(hidden) rounded to the embedding's dtype, as transformers multiplies in it.
+    const auto factor = static_cast<float>(std::sqrt(static_cast<double>(model_.config().hidden_size)));
+    device_.scale(x_.f32(), tokens * model_.config().hidden_size, round_to(weights_.embed.dtype, factor));
+  }
   return run_layers(parts, tokens, logits);
 }
 
@@ -218,6 +264,8 @@ Result<std::vector<float>> Forward::run_layers(std::span<const Part> parts, int6
   device_.matmul(norm_.f32(), rows, weights_.lm_head, {}, logits_.f32());
   std::vector<float> out(static_cast<size_t>(rows * c.vocab_size));  // f32 [rows, vocab]
   device_.download(logits_.data(), out.size() * sizeof(float), out.data());
+  if (const auto cap = static_cast<float>(model_.arch().final_softcap); cap > 0)
+    for (float& logit : out) logit = std::tanh(logit / cap) * cap;
   return out;
 }
 
@@ -242,6 +290,10 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
   slices.reserve(parts.size());
   for (const Part& part : parts) slices.push_back({part.tokens, part.cache->length(), part.cache->blocks()});
   const auto layer = static_cast<int64_t>(index);
+  const int64_t model_layer = model_.range().begin + layer;
+  const ArchSpec& arch = model_.arch();
+  const bool local = arch.local_rope(model_layer);
+  const bool longrope = c.rope.type == RopeType::kLongRope && !local;
   device_.attend(AttendArgs{.q = q,
                             .k = k,
                             .v = v,
@@ -250,20 +302,42 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
                             .layer = layer,
                             .parts = slices,
                             .n_heads = heads,
-                            .sliding_window = model_.arch().window(layer),
-                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
-                            .inv_freq = inv_freq_.f32()});
-  device_.matmul_add(attn, tokens, w.wo, w.bo, proj, x);
+                            .sliding_window = arch.window(model_layer),
+                            .scale = arch.query_pre_attn_scalar > 0
+                                         ? static_cast<float>(std::pow(arch.query_pre_attn_scalar, -0.5))
+                                         : 1.0f / std::sqrt(static_cast<float>(hd)),
+                            .rotary = {.inv_freq = local ? local_inv_freq_.f32() : inv_freq_.f32(),
+                                       .dim = arch.rotary_dim(hd),
+                                       .interleaved = arch.rope == RopeStyle::kInterleaved,
+                                       .scaling = rope_scaling(local ? *arch.sliding_rope : c.rope)},
+                            .long_inv_freq = longrope ? long_inv_freq_.f32() : nullptr,
+                            .long_after = c.rope.original_max_position_embeddings});
+  const bool sandwich = arch.norm == NormPlacement::kSandwich;
+  // The block's output into proj, its post-norm when sandwiched, then onto x.
+  const auto add_block = [&](const float* in, const TensorView& w, const TensorView& bias, const TensorView& post) {
+    if (!sandwich) return device_.matmul_add(in, tokens, w, bias, proj, x);
+    device_.matmul(in, tokens, w, bias, proj);
+    device_.rms_norm(proj, tokens, h, post, eps, proj);
+    device_.add(proj, tokens * h, x);
+  };
+  add_block(attn, w.wo, w.bo, w.post_attn_norm);
 
   // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
   device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
-  if (model_.arch().has_experts(model_.range().begin + layer)) {
-    moe_.run(device_, w, model_.arch().moe, norm, tokens, h, proj);
+  if (arch.has_experts(model_layer)) {
+    moe_.run(device_, w, arch.moe, norm, tokens, h, proj);
+    if (sandwich) device_.rms_norm(proj, tokens, h, w.post_ffn_norm, eps, proj);
     device_.add(proj, tokens * h, x);
     return;
   }
-  device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
-  device_.matmul_add(gate, tokens, w.w_down, w.b_down, proj, x);
+  if (arch.activation == Activation::kGeluTanh) {
+    const Device::Projection gate_up[] = {{&w.w_gate, &w.b_gate, gate}, {&w.w_up, &w.b_up, up}};
+    device_.matmuls(norm, tokens, gate_up);
+    device_.gelu_tanh_mul(gate, up, tokens * c.intermediate_size, gate);
+  } else {
+    device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
+  }
+  add_block(gate, w.w_down, w.b_down, w.post_ffn_norm);
 }
 
 }  // namespace tessera

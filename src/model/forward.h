@@ -107,8 +107,11 @@ class Forward {
   Device& device_;
   Group group_;
   Status status_;
-  ModelWeights weights_;  // the model's weights as placed on the device
-  Buffer inv_freq_;       // f32 [head_dim / 2]
+  ModelWeights weights_;       // the model's weights as placed on the device
+  std::vector<Buffer> owned_;  // weights Forward made (norm_offset's norms)
+  Buffer inv_freq_;            // f32 [rotary_dim / 2]
+  Buffer long_inv_freq_;       // longrope's long factors; else empty
+  Buffer local_inv_freq_;      // the sliding layers' (ArchSpec::sliding_rope); else empty
   std::unique_ptr<KvPool> kv_pool_;
   // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
   Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;

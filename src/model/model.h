@@ -29,11 +29,15 @@ struct LayerRange {
 };
 
 struct LayerWeights {
-  TensorView attn_norm;             // [hidden]
-  TensorView wq, wk, wv, wo;        // [heads*head_dim, hidden], [kv*head_dim, hidden] x2, [hidden, heads*head_dim]
-  TensorView bq, bk, bv, bo;        // biases; empty unless the ArchSpec has them
-  TensorView q_norm, k_norm;        // [head_dim]; empty unless ArchSpec::qk_norm
-  TensorView ffn_norm;              // [hidden]
+  TensorView attn_norm;       // [hidden]
+  TensorView wq, wk, wv, wo;  // [heads*head_dim, hidden], [kv*head_dim, hidden] x2, [hidden, heads*head_dim]
+  TensorView bq, bk, bv, bo;  // biases; empty unless the ArchSpec has them
+  TensorView q_norm, k_norm;  // [head_dim]; empty unless ArchSpec::qk_norm
+  TensorView ffn_norm;        // [hidden]
+  TensorView post_attn_norm, post_ffn_norm;  // [hidden]; NormPlacement::kSandwich only
+  // Fused projections as stored (ArchSpec::fused_qkv, fused_gate_up); wq, wk, wv
+  // and w_gate, w_up are then views of their rows.
+  TensorView wqkv, w_gate_up;
   TensorView w_gate, w_up, w_down;  // [inter, hidden] x2, [hidden, inter]
   TensorView b_gate, b_up, b_down;  // empty unless ArchSpec::mlp_bias
   // A layer with experts (ArchSpec::has_experts) has these instead of w_gate, w_up, w_down:
@@ -44,7 +48,7 @@ struct LayerWeights {
 // One tensor of a decoder layer as an ArchSpec has it: its name after
 // "<prefix>layers.<i>.", its shape, its place in LayerWeights (a slot, or entry
 // `index` of an expert list), and whether it is a norm weight (random weights
-// set those to 1).
+// set those to 1). A fused tensor also names the slots its rows split into.
 struct LayerTensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -52,10 +56,14 @@ struct LayerTensor {
   bool norm = false;
   std::vector<TensorView> LayerWeights::*list = nullptr;
   size_t index = 0;
+  std::vector<std::pair<TensorView LayerWeights::*, int64_t>> parts{};  // (slot, rows), in row order
 
   // Its place in `layer` (an expert list grows to hold it).
   TensorView& in(LayerWeights& layer) const;
   const TensorView& in(const LayerWeights& layer) const;
+  // For a fused tensor: sets each part's slot to a view of its rows of in(layer)
+  // (whoever binds or places the tensor calls it after).
+  void split(LayerWeights& layer) const;
 };
 
 // The tensors layer `layer` of `arch` has, in checkpoint order; slots it lacks

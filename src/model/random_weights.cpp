@@ -1,6 +1,6 @@
 // Model::random: seeded random weights in a real shape, so speed work on 1B and
 // 8B shapes needs no download. Values are uniform with standard deviation 0.02
-// (the usual initializer range); norm weights are 1. Each tensor is filled in
+// (the usual initializer range); norm weights act as 1. Each tensor is filled in
 // fixed-size chunks, each from its own generator seeded by (seed, tensor, chunk),
 // so the weights do not depend on the thread count. A layer has the tensors its
 // family's ArchSpec lists (layer_tensors), filled in that order.
@@ -87,12 +87,15 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
   RandomFiller fill(dtype, seed);
   ModelWeights& w = model.weights_;
   w.embed = fill.make({c.vocab_size, h});
+  const float norm_one = 1.0f - model.arch_.norm_offset;  // a norm weight that acts as 1
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& l = w.layers.emplace_back();
-    for (const LayerTensor& t : layer_tensors(c, model.arch_, i))
-      t.in(l) = fill.make(t.shape, t.norm ? std::optional(1.0f) : std::nullopt);
+    for (const LayerTensor& t : layer_tensors(c, model.arch_, i)) {
+      t.in(l) = fill.make(t.shape, t.norm ? std::optional(norm_one) : std::nullopt);
+      t.split(l);
+    }
   }
-  w.final_norm = fill.make({h}, 1.0f);
+  w.final_norm = fill.make({h}, norm_one);
   w.lm_head = c.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});
   model.storage_ = fill.take_storage();
   return model;

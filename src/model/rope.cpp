@@ -5,12 +5,17 @@
 
 namespace tessera {
 
-std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
-  std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t dim, bool long_factors) {
+  std::vector<float> inv_freq(static_cast<size_t>(dim / 2));
   const auto theta = static_cast<float>(rope.theta);
   for (size_t i = 0; i < inv_freq.size(); ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq[i] = 1.0f / std::pow(theta, exponent);
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    if (rope.type == RopeType::kLongRope) {
+      const std::vector<double>& factors = long_factors ? rope.long_factor : rope.short_factor;
+      inv_freq[i] = 1.0f / (static_cast<float>(factors.at(i)) * std::pow(theta, exponent));
+    } else {
+      inv_freq[i] = 1.0f / std::pow(theta, exponent);
+    }
   }
   if (rope.type == RopeType::kLinear) {
     for (float& f : inv_freq) f = static_cast<float>(f / rope.factor);
@@ -30,6 +35,10 @@ std::vector<float> rope_inv_freq(const RopeConfig& rope, int64_t head_dim) {
     }
   }
   return inv_freq;
+}
+
+float rope_scaling(const RopeConfig& rope) {
+  return rope.type == RopeType::kLongRope ? static_cast<float>(rope.attention_factor) : 1.0f;
 }
 
 }  // namespace tessera

@@ -70,6 +70,19 @@ const TensorView& LayerTensor::in(const LayerWeights& layer) const {
   return index < views.size() ? views[index] : kEmpty;
 }
 
+void LayerTensor::split(LayerWeights& layer) const {
+  if (parts.empty()) return;
+  const TensorView& whole = in(layer);
+  const size_t row_bytes = static_cast<size_t>(whole.dim(1)) * dtype_size(whole.dtype);
+  int64_t row = 0;
+  for (const auto& [part, rows] : parts) {
+    layer.*part = TensorView{whole.dtype,
+                             {rows, whole.dim(1)},
+                             static_cast<const uint8_t*>(whole.data) + static_cast<size_t>(row) * row_bytes};
+    row += rows;
+  }
+}
+
 std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arch, int64_t layer) {
   const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size;
@@ -79,9 +92,16 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
     out.push_back({std::move(name), std::move(shape), slot, norm});
   };
   add(n.attn_norm, {h}, &LayerWeights::attn_norm, true);
-  add(n.q_proj + ".weight", {q, h}, &LayerWeights::wq);
-  add(n.k_proj + ".weight", {kv, h}, &LayerWeights::wk);
-  add(n.v_proj + ".weight", {kv, h}, &LayerWeights::wv);
+  if (arch.fused_qkv) {
+    out.push_back({.name = n.qkv_proj + ".weight",
+                   .shape = {q + 2 * kv, h},
+                   .slot = &LayerWeights::wqkv,
+                   .parts = {{&LayerWeights::wq, q}, {&LayerWeights::wk, kv}, {&LayerWeights::wv, kv}}});
+  } else {
+    add(n.q_proj + ".weight", {q, h}, &LayerWeights::wq);
+    add(n.k_proj + ".weight", {kv, h}, &LayerWeights::wk);
+    add(n.v_proj + ".weight", {kv, h}, &LayerWeights::wv);
+  }
   add(n.o_proj + ".weight", {h, q}, &LayerWeights::wo);
   if (arch.qkv_bias) {
     add(n.q_proj + ".bias", {q}, &LayerWeights::bq);
@@ -93,7 +113,9 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
     add(n.q_norm, {c.head_dim}, &LayerWeights::q_norm, true);
     add(n.k_norm, {c.head_dim}, &LayerWeights::k_norm, true);
   }
+  if (arch.norm == NormPlacement::kSandwich) add(n.post_attn_norm, {h}, &LayerWeights::post_attn_norm, true);
   add(n.ffn_norm, {h}, &LayerWeights::ffn_norm, true);
+  if (arch.norm == NormPlacement::kSandwich) add(n.post_ffn_norm, {h}, &LayerWeights::post_ffn_norm, true);
   if (arch.has_experts(layer)) {
     const MoeSpec& moe = arch.moe;
     add(n.router, {moe.experts, h}, &LayerWeights::router);
@@ -111,8 +133,15 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
     }
     return out;
   }
-  add(n.gate_proj + ".weight", {inter, h}, &LayerWeights::w_gate);
-  add(n.up_proj + ".weight", {inter, h}, &LayerWeights::w_up);
+  if (arch.fused_gate_up) {
+    out.push_back({.name = n.gate_up_proj + ".weight",
+                   .shape = {2 * inter, h},
+                   .slot = &LayerWeights::w_gate_up,
+                   .parts = {{&LayerWeights::w_gate, inter}, {&LayerWeights::w_up, inter}}});
+  } else {
+    add(n.gate_proj + ".weight", {inter, h}, &LayerWeights::w_gate);
+    add(n.up_proj + ".weight", {inter, h}, &LayerWeights::w_up);
+  }
   add(n.down_proj + ".weight", {h, inter}, &LayerWeights::w_down);
   if (arch.mlp_bias) {
     add(n.gate_proj + ".bias", {inter}, &LayerWeights::b_gate);
@@ -146,8 +175,10 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
   w.layers.resize(static_cast<size_t>(model.range_.end - model.range_.begin));
   for (int64_t i = model.range_.begin; i < model.range_.end; ++i) {
     LayerWeights& layer = w.layers[static_cast<size_t>(i - model.range_.begin)];
-    for (const LayerTensor& t : layer_tensors(c, model.arch_, i))
+    for (const LayerTensor& t : layer_tensors(c, model.arch_, i)) {
       TS_RETURN_IF_ERROR(b.bind(names.layer(i, t.name), t.shape, t.in(layer)));
+      t.split(layer);
+    }
   }
   if (model.has_exit()) {
     TS_RETURN_IF_ERROR(b.bind(names.global("norm.weight"), {c.hidden_size}, w.final_norm));

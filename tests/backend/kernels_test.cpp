@@ -292,7 +292,7 @@ TEST(CpuDeviceTest, RopeRotatesHalvesAtEachPosition) {
   auto x = random_values(static_cast<size_t>(tokens * heads * hd), 9);
   const auto original = x;
   const std::vector<float> inv_freq = {1.0f, 0.01f};
-  device.rope(x.data(), tokens, heads, hd, pos0, inv_freq.data());
+  device.rope(x.data(), tokens, heads, hd, pos0, {.inv_freq = inv_freq.data()});
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < 2; ++i) {
@@ -339,7 +339,7 @@ TEST(CpuDeviceTest, ElementWiseOpsAreBitwiseIndependentOfThreadCount) {
     device.rms_norm(x.data(), rows, dim, weight, 1e-5f, normed.data());
     device.silu_mul(x.data(), u.data(), n, silu.data());
     device.add(x.data(), n, sum.data());
-    device.rope(rotated.data(), rows, heads, head_dim, 5, inv_freq.data());
+    device.rope(rotated.data(), rows, heads, head_dim, 5, {.inv_freq = inv_freq.data()});
     const std::vector<std::vector<float>> results{normed, silu, sum, rotated};
     if (reference.empty()) reference = results;
     for (size_t op = 0; op < results.size(); ++op)

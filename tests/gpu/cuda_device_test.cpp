@@ -189,9 +189,9 @@ TEST(CudaDeviceTest, NormEmbedRopeSiluAndAddMatchTheCpu) {
   const auto inv_freq = random_values(static_cast<size_t>(head_dim / 2), 9);
   const auto q = random_values(static_cast<size_t>(rows * heads * head_dim), 10);
   std::vector<float> rotated = q;
-  cpu->rope(rotated.data(), rows, heads, head_dim, 1000, inv_freq.data());
+  cpu->rope(rotated.data(), rows, heads, head_dim, 1000, {.inv_freq = inv_freq.data()});
   const Buffer gq = put(*gpu, q), gf = put(*gpu, inv_freq);
-  gpu->rope(gq.f32(), rows, heads, head_dim, 1000, gf.f32());
+  gpu->rope(gq.f32(), rows, heads, head_dim, 1000, {.inv_freq = gf.f32()});
   expect_close(get(*gpu, gq, q.size()), rotated, 1e-5, "rope");
 
   const auto up = random_values(x.size(), 11);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "io/base_config.h"
@@ -108,14 +109,15 @@ TEST(ArchTest, NullSlidingWindowMeansFullAttention) {
 
 TEST(ArchTest, RefusesUnsupportedModelTypeByName) {
   json j = base_config();
-  j["model_type"] = "gemma3";
-  expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
+  j["model_type"] = "gemma2";
+  expect_error(j, ErrorKind::kUnsupported, "'gemma2'");
   expect_error(j, ErrorKind::kUnsupported,
-               "model_type 'gemma3' is not supported (supported: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe)");
+               "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, "
+               "phi3, glm4, gemma3_text)");
   j.erase("hidden_size");  // an unknown family is named before any shared field it lacks
-  expect_error(j, ErrorKind::kUnsupported, "'gemma3'");
+  expect_error(j, ErrorKind::kUnsupported, "'gemma2'");
   ModelConfig built;  // a config made in code goes through the same registry
-  built.model_type = "gemma3";
+  built.model_type = "gemma2";
   EXPECT_EQ(arch_for(built).status().kind(), ErrorKind::kUnsupported);
 }
 
@@ -241,6 +243,92 @@ TEST(ArchTest, PublishedMoeShapesRead) {
   EXPECT_EQ(q.moe.top_k, 8);
   EXPECT_EQ(q.moe.intermediate, 768);
   EXPECT_TRUE(q.moe.norm_topk_prob && q.qk_norm && q.has_experts(0) && q.has_experts(47));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Each refusal of the newer families' configs (phi3, glm4, gemma3_text): the
+// feature the spec cannot state, named by its field.
+TEST(ArchTest, Phi3FusedProjectionsAndLongRope) {
+  json j = with_type("phi3");  // head_dim 16: 8 rotary pairs
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", json::array({1, 1, 1, 1, 1, 1, 1, 1})},
+                       {"long_factor", json::array({2, 2, 2, 2, 2, 2, 2, 2})}};
+  j["original_max_position_embeddings"] = 64;
+  j["max_position_embeddings"] = 256;
+  const ArchSpec spec = spec_ok(j);
+  EXPECT_TRUE(spec.fused_qkv && spec.fused_gate_up);
+  const auto config = parse_model_config(j, check_model_type);
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->rope.type, RopeType::kLongRope);
+  EXPECT_DOUBLE_EQ(config->rope.factor, 4.0);
+  EXPECT_DOUBLE_EQ(config->rope.attention_factor, std::sqrt(1 + std::log(4.0) / std::log(64.0)));
+  std::vector<std::string> names;
+  for (const LayerTensor& t : layer_tensors(*config, spec, 0)) names.push_back(t.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "self_attn.qkv_proj.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "mlp.gate_up_proj.weight"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "self_attn.q_proj.weight"), names.end());
+
+  j["rope_scaling"]["short_factor"] = json::array({1, 1, 1});
+  j["rope_scaling"]["long_factor"] = json::array({1, 1, 1});
+  expect_error(j, ErrorKind::kInvalidInput, "short_factor");
+  j["rope_scaling"].erase("long_factor");
+  expect_error(j, ErrorKind::kInvalidInput, "long_factor");
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4}};
+  expect_error(j, ErrorKind::kUnsupported, "yarn");
+}
+
+TEST(ArchTest, Glm4PartialInterleavedRotary) {
+  json j = with_type("glm4");
+  j["head_dim"] = 24;
+  const ArchSpec spec = spec_ok(j);
+  EXPECT_EQ(spec.norm, NormPlacement::kSandwich);
+  EXPECT_EQ(spec.rope, RopeStyle::kInterleaved);
+  EXPECT_EQ(spec.rotary_dim(24), 12);  // partial_rotary_factor defaults to 0.5
+  EXPECT_TRUE(spec.qkv_bias && !spec.o_bias && spec.fused_gate_up);
+  j["partial_rotary_factor"] = 0.25;  // 6 of 24: three pairs
+  EXPECT_EQ(spec_ok(j).rotary_dim(24), 6);
+  j["partial_rotary_factor"] = 0.125;  // 3 dimensions: not whole pairs
+  expect_error(j, ErrorKind::kInvalidInput, "partial_rotary_factor");
+  j["partial_rotary_factor"] = 1.5;
+  expect_error(j, ErrorKind::kInvalidInput, "partial_rotary_factor");
+}
+
+TEST(ArchTest, Gemma3LayerTypesAndRefusals) {
+  json j = with_type("gemma3_text");
+  j["sliding_window"] = 4;
+  j["layer_types"] = {"sliding_attention", "full_attention"};
+  j["rope_local_base_freq"] = 10000.0;
+  j["rope_theta"] = 1e6;
+  ArchSpec spec = spec_ok(j);
+  EXPECT_EQ(spec.window(0), 4);
+  EXPECT_EQ(spec.window(1), 0);
+  EXPECT_TRUE(spec.local_rope(0) && !spec.local_rope(1));
+  EXPECT_EQ(spec.sliding_rope->theta, 10000.0);
+  EXPECT_EQ(spec.activation, Activation::kGeluTanh);
+  EXPECT_EQ(spec.norm_offset, 1.0f);
+
+  j.erase("layer_types");
+  j["sliding_window_pattern"] = 2;  // layer 1 of 2 full
+  spec = spec_ok(j);
+  EXPECT_EQ(spec.window(0), 4);
+  EXPECT_EQ(spec.window(1), 0);
+
+  json bad = j;
+  bad["layer_types"] = {"sliding_attention", "chunked_attention"};
+  expect_error(bad, ErrorKind::kUnsupported, "chunked_attention");
+  bad["layer_types"] = {"sliding_attention"};
+  expect_error(bad, ErrorKind::kInvalidInput, "layer_types");
+  bad = j;
+  bad["hidden_activation"] = "gelu";
+  expect_error(bad, ErrorKind::kUnsupported, "hidden_activation");
+  bad = j;
+  bad["use_bidirectional_attention"] = true;
+  expect_error(bad, ErrorKind::kUnsupported, "use_bidirectional_attention");
 }
 
 }  // namespace

@@ -23,9 +23,10 @@ inline constexpr const char* kShippedModel = "tessera-tiny";
 
 inline const std::vector<std::string>& fixture_names() {
   static const std::vector<std::string> kNames = {
-      "llama3_f32",    "llama3_bf16",    "llama2_mqa_f32",       "llama_f16",   "mistral_f32",
-      "qwen2_f32",     "qwen3_f32",      "qwen3_bf16",           "mixtral_f32", "mixtral_bf16",
-      "qwen3_moe_f32", "qwen3_moe_bf16", "qwen3_moe_unnorm_f32", kShippedModel};
+      "llama3_f32",    "llama3_bf16",        "llama2_mqa_f32",       "llama_f16",   "mistral_f32",
+      "qwen2_f32",     "qwen3_f32",          "qwen3_bf16",           "mixtral_f32", "mixtral_bf16",
+      "qwen3_moe_f32", "qwen3_moe_bf16",     "qwen3_moe_unnorm_f32", "phi3_f32",    "glm4_f32",
+      "gemma3_f32",    "gemma3_softcap_f32", kShippedModel};
   return kNames;
 }
 

@@ -87,7 +87,8 @@ TEST(KvDtypeTest, DefaultIsTheCheckpointsDtypeOnEveryRangeAndF32WhenAsked) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
                          ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", "mixtral_f32",
-                                           "qwen3_moe_bf16", "qwen3_moe_unnorm_f32", testing::kShippedModel),
+                                           "qwen3_moe_bf16", "qwen3_moe_unnorm_f32", "phi3_f32", "glm4_f32",
+                                           "gemma3_f32", "gemma3_softcap_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 // Three sequences of different lengths stepped together (step_ids, and
@@ -157,7 +158,8 @@ TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest,
                          ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", "mixtral_bf16", "qwen3_moe_f32",
-                                           "qwen3_moe_unnorm_f32", testing::kShippedModel),
+                                           "qwen3_moe_unnorm_f32", "phi3_f32", "glm4_f32", "gemma3_f32",
+                                           "gemma3_softcap_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 class ForwardErrorTest : public testing::Llama3Test {};

@@ -26,8 +26,8 @@ class ForwardingDevice : public Device {
     cpu_->rms_norm(x, rows, dim, w, eps, y);
   }
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override { cpu_->embed(table, ids, y); }
-  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override {
-    cpu_->rope(x, tokens, heads, head_dim, pos0, inv_freq);
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) override {
+    cpu_->rope(x, tokens, heads, head_dim, pos0, rotary);
   }
   void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
                 const float* k, const float* v) override {
@@ -37,6 +37,10 @@ class ForwardingDevice : public Device {
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
     cpu_->silu_mul(gate, up, n, out);
   }
+  void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override {
+    cpu_->gelu_tanh_mul(gate, up, n, out);
+  }
+  void scale(float* x, int64_t n, float factor) override { cpu_->scale(x, n, factor); }
   void add(const float* x, int64_t n, float* y) override { cpu_->add(x, n, y); }
   void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override {
     cpu_->gather_rows(x, rows, dim, y);

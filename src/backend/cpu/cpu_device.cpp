@@ -140,26 +140,31 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
   }
 }
 
-void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) {
-  const int64_t half = head_dim / 2;
+void CpuDevice::rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& r) {
+  const int64_t dim = r.dim > 0 ? r.dim : head_dim, half = dim / 2;
+  TS_CHECK(dim <= head_dim && dim % 2 == 0, "rotary dim ", dim, " of head_dim ", head_dim);
+  // Pair i: dimensions (i, i + half), or (2i, 2i + 1) when interleaved.
+  const int64_t first_step = r.interleaved ? 2 : 1, second = r.interleaved ? 1 : half;
   pool_.parallel_for(static_cast<size_t>(tokens), rows_per_unit(heads * head_dim), [&](size_t begin, size_t end) {
     std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
     for (auto t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t) {
       const auto position = static_cast<float>(pos0 + t);
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = position * inv_freq[static_cast<size_t>(i)];
-        cos[static_cast<size_t>(i)] = std::cos(angle);
-        sin[static_cast<size_t>(i)] = std::sin(angle);
+        const float angle = position * r.inv_freq[static_cast<size_t>(i)];
+        cos[static_cast<size_t>(i)] = std::cos(angle) * r.scaling;
+        sin[static_cast<size_t>(i)] = std::sin(angle) * r.scaling;
       }
       for (int64_t h = 0; h < heads; ++h) {
         float* v = x + (t * heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {
-          const float a = v[i];
-          const float b = v[i + half];
+          float* pa = v + i * first_step;
+          float* pb = pa + second;
+          const float a = *pa;
+          const float b = *pb;
           const float c = cos[static_cast<size_t>(i)];
           const float s = sin[static_cast<size_t>(i)];
-          v[i] = a * c - b * s;
-          v[i + half] = b * c + a * s;
+          *pa = a * c - b * s;
+          *pb = b * c + a * s;
         }
       }
     }
@@ -250,6 +255,23 @@ void CpuDevice::attention(const AttentionArgs& a) {
 void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {
     for (size_t i = begin; i < end; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
+}
+
+void CpuDevice::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const float x = gate[i];
+      out[i] = 0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x))) * up[i];
+    }
+  });
+}
+
+void CpuDevice::scale(float* x, int64_t n, float factor) {
+  pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) x[i] *= factor;
   });
 }
 

@@ -26,11 +26,13 @@ class CpuDevice final : public Device {
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override;
-  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override;
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) override;
   void kv_store(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t pos0, int64_t tokens,
                 const float* k, const float* v) override;
   void attention(const AttentionArgs& args) override;
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override;
+  void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override;
+  void scale(float* x, int64_t n, float factor) override;
   void add(const float* x, int64_t n, float* y) override;
   void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override;
   void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,

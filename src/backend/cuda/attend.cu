@@ -27,22 +27,24 @@ constexpr int64_t kHeadsPerBlock = 8;
 
 template <DType D>
 __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const float* __restrict__ v, int64_t kv_heads,
-                                  int64_t hd, KvPages p, int64_t layer, TokenMap map,
-                                  const float* __restrict__ inv_freq) {
+                                  int64_t hd, KvPages p, int64_t layer, TokenMap map, Rotary r) {
   const int64_t t = blockIdx.x, head = blockIdx.y;
   const int64_t pos = map.pos[t];
   const bool is_q = head < q_heads;
   const int64_t kv = head - q_heads;
   float* x = is_q ? q + (t * q_heads + head) * hd : k + (t * kv_heads + kv) * hd;
-  if (inv_freq != nullptr) {
-    const int64_t half = hd / 2;
+  if (r.inv_freq != nullptr) {
+    const int64_t half = (r.dim > 0 ? r.dim : hd) / 2;
+    // Pair i: dimensions (i, i + half), or (2i, 2i + 1) when interleaved (CpuDevice::rope).
+    const int64_t first_step = r.interleaved ? 2 : 1, second = r.interleaved ? 1 : half;
     const auto position = static_cast<float>(pos);
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-      const float angle = position * inv_freq[i];
-      const float c = cosf(angle), s = sinf(angle);
-      const float a = x[i], b = x[i + half];
-      x[i] = a * c - b * s;
-      x[i + half] = b * c + a * s;
+      const float angle = position * r.inv_freq[i];
+      const float c = cosf(angle) * r.scaling, s = sinf(angle) * r.scaling;
+      const int64_t ia = i * first_step, ib = ia + second;
+      const float a = x[ia], b = x[ib];
+      x[ia] = a * c - b * s;
+      x[ib] = b * c + a * s;
     }
   }
   if (is_q || p.base == nullptr) return;
@@ -218,13 +220,13 @@ __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_
 
 void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads,
                 int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
-                const float* inv_freq) {
+                const Rotary& rotary) {
   if (tokens == 0 || q_heads + kv_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(q_heads + kv_heads));
   const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim / 2, 32, 256));
   const KvPages p = pages != nullptr ? *pages : KvPages{};
   with_dtype(pages != nullptr ? p.dtype : DType::kF32, [&]<DType D>() {
-    rope_store_kernel<D><<<grid, threads, 0, stream>>>(q, q_heads, k, v, kv_heads, head_dim, p, layer, map, inv_freq);
+    rope_store_kernel<D><<<grid, threads, 0, stream>>>(q, q_heads, k, v, kv_heads, head_dim, p, layer, map, rotary);
   });
 }
 

@@ -159,10 +159,10 @@ class CudaDevice final : public Device {
     launched("embed");
   }
 
-  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const float* inv_freq) override {
+  void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) override {
     const SeqSlice part{tokens, pos0, {}};
     cuda::rope_store(stream_, x, heads, nullptr, nullptr, 0, head_dim, nullptr, 0, tokens, map({&part, 1}, false),
-                     inv_freq);
+                     rotary);
     launched("rope");
   }
 
@@ -171,7 +171,7 @@ class CudaDevice final : public Device {
     const SeqSlice part{tokens, pos0, blocks};
     const cuda::TokenMap tokens_map = map({&part, 1}, true, &pages);
     cuda::rope_store(stream_, nullptr, 0, const_cast<float*>(k), v, pages.n_kv_heads, pages.head_dim, &pages, layer,
-                     tokens, tokens_map, nullptr);
+                     tokens, tokens_map, Rotary{});
     launched("kv_store");
   }
 
@@ -184,15 +184,29 @@ class CudaDevice final : public Device {
   }
 
   void attend(const AttendArgs& a) override {
+    // longrope picks its frequencies part by part: the default's rope, store and attention per part.
+    if (a.long_inv_freq != nullptr) return Device::attend(a);
     const KvPages& p = *a.pages;
     TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
     int64_t tokens = 0;
     for (const SeqSlice& part : a.parts) tokens += part.tokens;
     const cuda::TokenMap tokens_map = map(a.parts, true, &p);
     cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
-                     a.inv_freq);
+                     a.rotary);
     launched("rope_store");
     run_attention(a.q, a.out, a.n_heads, p, a.layer, a.parts, tokens_map, a.sliding_window, a.scale);
+  }
+
+  void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override {
+    select();
+    cuda::gelu_tanh_mul(stream_, gate, up, n, out);
+    launched("gelu_tanh_mul");
+  }
+
+  void scale(float* x, int64_t n, float factor) override {
+    select();
+    cuda::scale(stream_, x, n, factor);
+    launched("scale");
   }
 
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {

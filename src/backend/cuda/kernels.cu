@@ -149,6 +149,21 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, f
     out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+// CpuDevice::gelu_tanh_mul's formula, in its order.
+__global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] *= factor;
+}
+
 __global__ void add_kernel(const float* x, int64_t n, float* y) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -201,6 +216,14 @@ void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, 
 
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {
   silu_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, out);
+}
+
+void gelu_tanh_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {
+  gelu_tanh_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, out);
+}
+
+void scale(cudaStream_t stream, float* x, int64_t n, float factor) {
+  scale_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, n, factor);
 }
 
 void add(cudaStream_t stream, const float* x, int64_t n, float* y) {

@@ -53,13 +53,14 @@ struct TokenMap {
   const int32_t* table = nullptr;
   const int32_t* tables = nullptr;
 };
-// Rotate-half rope of q [tokens, q_heads, head_dim] and k [tokens, kv_heads,
-// head_dim] in place at each token's position (none when inv_freq is null), then
+// Rope (Rotary: rotate-half or interleaved, partial, scaled) of q [tokens, q_heads,
+// head_dim] and k [tokens, kv_heads, head_dim] in place at each token's position
+// (none when rotary.inv_freq is null), then
 // k and v [tokens, kv_heads, head_dim] stored into `layer` of the pages (none when
 // pages is null), rounded to the pages' dtype (attend.cu).
 void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads,
                 int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
-                const float* inv_freq);
+                const Rotary& rotary);
 // The partitions attention splits `visible` positions into.
 int64_t attention_partitions(int64_t visible);
 // Paged causal (optionally sliding-window) attention of q [tokens, n_heads,
@@ -68,6 +69,8 @@ int64_t attention_partitions(int64_t visible);
 void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, int64_t n_heads, const KvPages& p,
                int64_t layer, TokenMap map, int64_t window, float scale, int64_t partitions, float* scratch);
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
+void gelu_tanh_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
+void scale(cudaStream_t stream, float* x, int64_t n, float factor);
 void add(cudaStream_t stream, const float* x, int64_t n, float* y);
 // Mixture of experts (Device::gather_rows, scatter_add_rows); `rows` in device memory.
 void gather_rows(cudaStream_t stream, const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,13 +32,16 @@
 
 namespace tessera {
 
-// Where RMSNorm sits around each block: kPre is x + block(norm(x)) (Llama).
-enum class NormPlacement { kPre };
-// The MLP's gate: down(act(gate(x)) * up(x)); kSilu is SwiGLU.
-enum class Activation { kSilu };
+// Where RMSNorm sits around each block: kPre is x + block(norm(x)) (Llama);
+// kSandwich is x + post_norm(block(norm(x))) (GLM-4, Gemma 3).
+enum class NormPlacement { kPre, kSandwich };
+// The MLP's gate: down(act(gate(x)) * up(x)); kSilu is SwiGLU, kGeluTanh GELU's
+// tanh approximation (gelu_pytorch_tanh, Gemma).
+enum class Activation { kSilu, kGeluTanh };
 // Which dimensions rotary embeddings rotate together: kRotateHalf pairs i with
-// i + head_dim / 2 (transformers' rotate_half), not adjacent pairs (GPT-J style).
-enum class RopeStyle { kRotateHalf };
+// i + rotary_dim / 2 (transformers' rotate_half); kInterleaved pairs 2i with
+// 2i + 1 (GLM).
+enum class RopeStyle { kRotateHalf, kInterleaved };
 
 // How a mixture-of-experts layer picks each token's experts from the router's
 // logits. kSoftmaxTopK: softmax over all experts, the top_k largest (the lower
@@ -72,6 +76,12 @@ struct LayerTensorNames {
   std::string q_norm = "self_attn.q_norm.weight";
   std::string k_norm = "self_attn.k_norm.weight";
   std::string ffn_norm = "post_attention_layernorm.weight";
+  // NormPlacement::kSandwich: the norms of each block's output.
+  std::string post_attn_norm = "post_self_attn_layernorm.weight";
+  std::string post_ffn_norm = "post_mlp_layernorm.weight";
+  // Fused projections (ArchSpec::fused_qkv, fused_gate_up).
+  std::string qkv_proj = "self_attn.qkv_proj";
+  std::string gate_up_proj = "mlp.gate_up_proj";
   std::string gate_proj = "mlp.gate_proj";
   std::string up_proj = "mlp.up_proj";
   std::string down_proj = "mlp.down_proj";
@@ -93,14 +103,40 @@ struct ArchSpec {
   bool o_bias = false;    // the output projection has a bias
   bool mlp_bias = false;  // gate, up and down projections have biases
   bool qk_norm = false;   // RMSNorm over each head of q and k before rotary (Qwen3)
-  // The window of windowed layers; 0: none. Read it through window(layer): a
-  // family that alternates local and global layers states its pattern there.
+  // One qkv_proj [q + 2 kv rows, hidden] in place of q, k, v (Phi-3), and one
+  // gate_up_proj [2 intermediate, hidden], gate rows first (Phi-3, GLM-4): the
+  // loader splits them into the q, k, v and gate, up views, without copying.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
+  // The fraction of each head that rotates (the first rotary_dim dimensions).
+  double partial_rotary_factor = 1.0;
+  // RMSNorm weights act as (norm_offset + w): Gemma stores w - 1.
+  float norm_offset = 0.0f;
+  // Embeddings multiplied by sqrt(hidden_size), rounded to the weights' dtype (Gemma).
+  bool scale_embeddings = false;
+  // > 0: attention scores scaled by its ^-0.5 instead of head_dim^-0.5 (Gemma 3).
+  double query_pre_attn_scalar = 0;
+  // > 0: the final logits soft-capped, cap * tanh(x / cap) (Gemma 3's final_logit_softcapping).
+  double final_softcap = 0;
+  // The window of windowed layers; 0: none. Read it through window(layer).
   int64_t sliding_window = 0;
+  // Which layers are windowed (Gemma 3's layer_types); empty: every layer.
+  std::vector<bool> sliding_layers;
+  // The rope of the windowed layers when it differs from config.rope (Gemma 3's local base).
+  std::optional<RopeConfig> sliding_rope;
   MoeSpec moe = {};
   LayerTensorNames names = {};
 
   // Positions a query of `layer` sees: the last window(layer), or all when 0.
-  int64_t window(int64_t /*layer*/) const { return sliding_window; }
+  int64_t window(int64_t layer) const {
+    return sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)) ? sliding_window : 0;
+  }
+  // Whether `layer` rotates with sliding_rope.
+  bool local_rope(int64_t layer) const { return sliding_rope.has_value() && window(layer) > 0; }
+  // The rotating dimensions of a head of head_dim (transformers' int(head_dim * factor)).
+  int64_t rotary_dim(int64_t head_dim) const {
+    return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  }
   // Whether `layer`'s MLP is a mixture of experts (else the dense MLP).
   bool has_experts(int64_t layer) const;
 };
@@ -111,6 +147,9 @@ Result<ArchSpec> qwen2_arch(const ModelConfig& config);
 Result<ArchSpec> qwen3_arch(const ModelConfig& config);
 Result<ArchSpec> mixtral_arch(const ModelConfig& config);
 Result<ArchSpec> qwen3_moe_arch(const ModelConfig& config);
+Result<ArchSpec> phi3_arch(const ModelConfig& config);
+Result<ArchSpec> glm4_arch(const ModelConfig& config);
+Result<ArchSpec> gemma3_arch(const ModelConfig& config);
 
 // OK when model_type is a supported family, else kUnsupported naming it and the
 // supported ones. Pass it to load_model_config so an unknown family is refused
@@ -122,6 +161,10 @@ Result<ArchSpec> arch_for(const ModelConfig& config);
 
 // config.json's "hidden_act" (absent: silu), or kUnsupported naming it.
 Result<Activation> read_activation(const nlohmann::json& fields);
+// partial_rotary_factor, from rope_parameters (transformers 5) or the top level
+// (4.x), `fallback` when absent; kInvalidInput naming it unless the rotating
+// dimensions of a head are an even number in [2, head_dim].
+Result<double> read_partial_rotary(const ModelConfig& config, double fallback);
 // The experts' shared fields: the count (`num_local_experts`, or `num_experts`
 // as Qwen's published configs name it), `num_experts_per_tok` (at most the
 // count), `scoring_func` / `topk_method` when present (only softmax routing is
