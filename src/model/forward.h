@@ -15,7 +15,14 @@
 // running [0, L) at once; a sequence stepped in a batch gets bitwise what it gets
 // alone (every row of a matmul is summed in the same order whatever the number of
 // rows); a prompt run in chunks gets bitwise what it gets in one pass (each
-// position's attention reads the same keys in the same order). Not thread-safe:
+// position's attention reads the same keys in the same order). longrope (Phi-3
+// 128k) is the exception to the last: as transformers' dynamic update, a step
+// whose last position passes original_max_position_embeddings rotates its new
+// q and k with the long factors, while keys already cached stay rotated with the
+// short ones; transformers' generate instead recomputes the whole sequence once
+// at that crossing, so a sequence that crosses it during decode (or between
+// prompt chunks) differs from transformers past it. Per sequence, so batching is
+// still invariant. Not thread-safe:
 // one Forward per inference thread.
 #pragma once
 
