@@ -138,7 +138,7 @@ void bench_small(Device& device) {
   std::printf("\n%-22s %10s\n", "decode step kernels", "us");
   const std::pair<const char*, std::function<void(int)>> ops[] = {
       {"rms_norm 4096", [&](int) { device.rms_norm(x.f32(), 1, hidden, w, 1e-5f, y.f32()); }},
-      {"rope 32x128", [&](int) { device.rope(x.f32(), 1, 32, 128, 100, inv_freq.f32()); }},
+      {"rope 32x128", [&](int) { device.rope(x.f32(), 1, 32, 128, 100, {.inv_freq = inv_freq.f32()}); }},
       {"silu_mul 14336", [&](int) { device.silu_mul(x.f32(), y.f32(), inter, y.f32()); }},
       {"add 4096", [&](int) { device.add(x.f32(), hidden, y.f32()); }}};
   for (const auto& [name, fn] : ops) std::printf("%-22s %10.2f\n", name, time_calls(device, 200, fn) * 1e6);

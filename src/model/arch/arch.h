@@ -62,7 +62,7 @@ struct MoeSpec {
   // Which layers have experts: layer l does when (l + 1) % sparse_step == 0 and
   // l is not in dense_layers (Qwen3-MoE's decoder_sparse_step and mlp_only_layers).
   int64_t sparse_step = 1;
-  std::vector<int64_t> dense_layers;
+  std::vector<int64_t> dense_layers{};
 };
 
 // Names of a layer's tensors after "<prefix>layers.<i>." (Hugging Face's Llama
@@ -121,9 +121,9 @@ struct ArchSpec {
   // The window of windowed layers; 0: none. Read it through window(layer).
   int64_t sliding_window = 0;
   // Which layers are windowed (Gemma 3's layer_types); empty: every layer.
-  std::vector<bool> sliding_layers;
+  std::vector<bool> sliding_layers{};
   // The rope of the windowed layers when it differs from config.rope (Gemma 3's local base).
-  std::optional<RopeConfig> sliding_rope;
+  std::optional<RopeConfig> sliding_rope{};
   MoeSpec moe = {};
   LayerTensorNames names = {};
 
