@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "io/gguf.h"
+#include "support/ggml_vocab_inputs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tessera {
@@ -40,18 +41,7 @@ struct Case {
 };
 
 std::vector<Case> read_cases(const fs::path& gguf) {
-  const std::string raw = read_all(gguf.string() + ".inp");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> texts;
-  for (size_t pos = 0; pos < raw.size();) {
-    const size_t next = raw.find(sep, pos);
-    if (next == std::string::npos) {
-      texts.push_back(raw.substr(pos));
-      break;
-    }
-    texts.push_back(raw.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
+  const std::vector<std::string> texts = testing::split_ggml_vocab_inputs(read_all(gguf.string() + ".inp"));
   std::ifstream out(gguf.string() + ".out");
   std::vector<Case> cases;
   size_t i = 0;

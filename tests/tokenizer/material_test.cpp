@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "support/ggml_vocab_inputs.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_text.h"
 
@@ -383,18 +384,7 @@ TEST_P(LlamaCppVectorTest, IdsEqualLlamaCpp) {
   if (!fs::exists(inp) || !fs::exists(out) || !fs::exists(m.tokenizer_path(GetParam().tokenizer)))
     GTEST_SKIP() << inp << " or the " << GetParam().tokenizer
                  << " tokenizer is absent: run scripts/fetch_test_material.sh";
-  const std::string raw = slurp(inp);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> texts;
-  for (size_t pos = 0; pos < raw.size();) {
-    const size_t next = raw.find(sep, pos);
-    if (next == std::string::npos) {
-      texts.push_back(raw.substr(pos));
-      break;
-    }
-    texts.push_back(raw.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
+  const std::vector<std::string> texts = testing::split_ggml_vocab_inputs(slurp(inp));
   std::vector<std::vector<int32_t>> expected;
   std::istringstream lines(slurp(out));
   for (std::string line; std::getline(lines, line);) {
