@@ -241,7 +241,11 @@ Result<std::vector<float>> Forward::take_and_run(std::span<const float> hidden, 
 Result<std::vector<float>> Forward::run_layers(std::span<const Part> parts, int64_t tokens, Logits logits) {
   const ModelConfig& c = model_.config();
   const int64_t h = c.hidden_size;
-  for (size_t i = 0; i < weights_.layers.size(); ++i) run_layer(i, parts, tokens);
+  // Each part's positions and block table, the same for every layer of the step.
+  std::vector<SeqSlice> slices;
+  slices.reserve(parts.size());
+  for (const Part& part : parts) slices.push_back({part.tokens, part.cache->length(), part.cache->blocks()});
+  for (size_t i = 0; i < weights_.layers.size(); ++i) run_layer(i, slices, tokens);
   for (const Part& part : parts) part.cache->advance(part.tokens);
   if (!model_.has_exit()) {
     std::vector<float> hidden(static_cast<size_t>(tokens * h));  // f32 [tokens, hidden]
@@ -269,7 +273,7 @@ Result<std::vector<float>> Forward::run_layers(std::span<const Part> parts, int6
   return out;
 }
 
-void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t tokens) {
+void Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens) {
   const ModelConfig& c = model_.config();
   const LayerWeights& w = weights_.layers[index];
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -285,10 +289,7 @@ void Forward::run_layer(size_t index, std::span<const Part> parts, int64_t token
     device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
     device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
   }
-  // Positions, the KV cache and attention belong to each sequence.
-  std::vector<SeqSlice> slices;
-  slices.reserve(parts.size());
-  for (const Part& part : parts) slices.push_back({part.tokens, part.cache->length(), part.cache->blocks()});
+  // Positions, the KV cache and attention belong to each sequence (slices).
   const auto layer = static_cast<int64_t>(index);
   const int64_t model_layer = model_.range().begin + layer;
   const ArchSpec& arch = model_.arch();

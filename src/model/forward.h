@@ -108,7 +108,7 @@ class Forward {
   Result<std::vector<float>> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
   // Logits::kLast: the last token of each part.
   Result<std::vector<float>> run_layers(std::span<const Part> parts, int64_t tokens, Logits logits);
-  void run_layer(size_t index, std::span<const Part> parts, int64_t tokens);
+  void run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens);
 
   const Model& model_;
   Device& device_;
