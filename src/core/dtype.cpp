@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <iterator>
 
 namespace tessera {
 
@@ -13,7 +14,10 @@ struct DTypeInfo {
 constexpr DTypeInfo kInfos[] = {
     {DType::kF32, "f32", "F32"}, {DType::kF16, "f16", "F16"}, {DType::kBF16, "bf16", "BF16"},
     {DType::kI64, "i64", "I64"}, {DType::kI32, "i32", "I32"}, {DType::kU8, "u8", "U8"},
+    {DType::kQ8_0, "q8_0", ""},  {DType::kQ4_0, "q4_0", ""},  {DType::kQ4_K, "q4_k", ""},
+    {DType::kQ5_K, "q5_k", ""},  {DType::kQ6_K, "q6_k", ""},
 };
+static_assert(std::size(kInfos) == static_cast<size_t>(DType::kQ6_K) + 1);
 const DTypeInfo& info(DType dtype) { return kInfos[static_cast<int>(dtype)]; }
 }  // namespace
 
@@ -22,7 +26,7 @@ std::string_view dtype_safetensors_name(DType dtype) { return info(dtype).safete
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
   for (const auto& i : kInfos)
-    if (i.safetensors_name == name) return i.dtype;
+    if (!i.safetensors_name.empty() && i.safetensors_name == name) return i.dtype;
   return std::nullopt;
 }
 

@@ -1,5 +1,12 @@
 // Element types of tensors, and scalar conversions between the 16-bit float
 // formats and f32. Bulk conversions live in the backends.
+//
+// The quantized types (kQ8_0 .. kQ6_K) are ggml's block formats, byte for byte
+// as a GGUF file stores them (ggml-common.h): a row of a quantized tensor is a
+// whole number of blocks of dtype_block_elements() elements, each
+// dtype_block_bytes() bytes. They have no per-element size: use dtype_bytes()
+// (or TensorView::nbytes) for a count of elements; dtype_size() is 0 for them.
+// Wire codecs never accept them (their tables end at kU8).
 #pragma once
 
 #include <bit>
@@ -11,9 +18,9 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI64, kI32, kU8 };
+enum class DType : uint8_t { kF32, kF16, kBF16, kI64, kI32, kU8, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
 
-// Inline: wire decoders need it on every frame.
+// Inline: wire decoders need it on every frame. 0 for the quantized types.
 constexpr size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -22,11 +29,42 @@ constexpr size_t dtype_size(DType dtype) {
     case DType::kBF16: return 2;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    default: return 0;
   }
-  return 0;
 }
-std::string_view dtype_name(DType dtype);  // "f32", "bf16", ...
-// Parses safetensors' names: "F32", "F16", "BF16", "I64", "I32", "U8".
+
+constexpr bool dtype_is_quantized(DType dtype) { return dtype >= DType::kQ8_0; }
+// Elements per block: 1 for the plain types, 32 (Q8_0, Q4_0) or 256 (K-quants).
+constexpr int64_t dtype_block_elements(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ4_0: return 32;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return 256;
+    default: return 1;
+  }
+}
+// Bytes per block (ggml's type size): dtype_size for the plain types.
+constexpr size_t dtype_block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return 34;   // f16 d | i8 qs[32]
+    case DType::kQ4_0: return 18;   // f16 d | u8 qs[16]
+    case DType::kQ4_K: return 144;  // f16 d | f16 dmin | u8 scales[12] | u8 qs[128]
+    case DType::kQ5_K: return 176;  // f16 d | f16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128]
+    case DType::kQ6_K: return 210;  // u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d
+    default: return dtype_size(dtype);
+  }
+}
+// Bytes of `elements` elements, a whole number of blocks (the caller's to ensure;
+// a partial block is not counted).
+constexpr size_t dtype_bytes(DType dtype, int64_t elements) {
+  return static_cast<size_t>(elements / dtype_block_elements(dtype)) * dtype_block_bytes(dtype);
+}
+
+std::string_view dtype_name(DType dtype);  // "f32", "bf16", "q4_k", ...
+// Parses safetensors' names: "F32", "F16", "BF16", "I64", "I32", "U8" (the
+// quantized types have none: their safetensors name is empty).
 std::optional<DType> dtype_from_safetensors(std::string_view name);
 std::string_view dtype_safetensors_name(DType dtype);
 

@@ -18,7 +18,7 @@ struct TensorView {
   const void* data = nullptr;
 
   int64_t numel() const { return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return dtype_bytes(dtype, numel()); }  // whole blocks for quantized types
   int64_t dim(int i) const { return shape.at(static_cast<size_t>(i)); }
   bool empty() const { return data == nullptr; }
 };

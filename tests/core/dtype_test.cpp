@@ -32,6 +32,36 @@ TEST(DTypeTest, NamesAndSizes) {
   }
 }
 
+// ggml's block formats (ggml-common.h: QK8_0 = QK4_0 = 32, QK_K = 256; the
+// block_* struct sizes): no per-element size, no safetensors name.
+TEST(DTypeTest, QuantizedTypesAreGgmlBlocks) {
+  struct Case {
+    DType dtype;
+    int64_t block;
+    size_t bytes;
+    const char* name;
+  };
+  const Case cases[] = {{DType::kQ8_0, 32, 34, "q8_0"},
+                        {DType::kQ4_0, 32, 18, "q4_0"},
+                        {DType::kQ4_K, 256, 144, "q4_k"},
+                        {DType::kQ5_K, 256, 176, "q5_k"},
+                        {DType::kQ6_K, 256, 210, "q6_k"}};
+  for (const Case& c : cases) {
+    EXPECT_TRUE(dtype_is_quantized(c.dtype)) << c.name;
+    EXPECT_EQ(dtype_block_elements(c.dtype), c.block) << c.name;
+    EXPECT_EQ(dtype_block_bytes(c.dtype), c.bytes) << c.name;
+    EXPECT_EQ(dtype_bytes(c.dtype, 4 * c.block), 4 * c.bytes) << c.name;
+    EXPECT_EQ(dtype_size(c.dtype), 0u) << c.name;
+    EXPECT_EQ(dtype_name(c.dtype), c.name);
+    EXPECT_EQ(dtype_safetensors_name(c.dtype), "") << c.name;
+  }
+  for (const DType plain : {DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kU8}) {
+    EXPECT_FALSE(dtype_is_quantized(plain));
+    EXPECT_EQ(dtype_block_elements(plain), 1);
+    EXPECT_EQ(dtype_bytes(plain, 3), 3 * dtype_size(plain));
+  }
+}
+
 TEST(DTypeTest, RejectsUnknownSafetensorsNames) {
   for (const char* name : {"", "f32", "F64", "BOOL", "F8_E4M3", "I8", "F32 ", "BF1"}) {
     EXPECT_FALSE(dtype_from_safetensors(name).has_value()) << name;
