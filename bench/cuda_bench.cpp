@@ -1,6 +1,6 @@
 // The CUDA device's operations one by one, on the Llama-3-8B shape (bf16), each
 // against the device's copy bandwidth measured in the same run: matmuls at
-// 1..512 tokens, paged attention at several context lengths, and the small
+// 1..2048 tokens, paged attention at several context lengths, and the small
 // row kernels (whose time is mostly launch). Times are wall clock over many
 // back-to-back calls, ended by a download (the stream drains); weights rotate
 // over copies that together exceed the L2 cache, so HBM is what is measured.
@@ -79,7 +79,7 @@ void bench_matmuls(Device& device, double bandwidth) {
     std::vector<Buffer> weights;
     for (int c = 0; c < copies; ++c)
       weights.push_back(random_buffer(device, static_cast<size_t>(s.n * s.k), DType::kBF16, c));
-    for (const int64_t tokens : {1, 4, 16, 64, 512}) {
+    for (const int64_t tokens : {1, 4, 16, 64, 512, 2048}) {
       Buffer x = random_buffer(device, static_cast<size_t>(tokens * s.k), DType::kF32, 99);
       Buffer y = must(device.alloc(static_cast<size_t>(tokens * s.n) * sizeof(float)));
       const int reps = tokens >= 64 ? 5 : 50;

@@ -87,8 +87,11 @@ TEST_P(CudaMatmulTest, MatchesTheCpuOnRaggedShapesWithBias) {
 TEST_P(CudaMatmulTest, RowsAreBitwiseTheSameAloneAndInAnyBatch) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const DType dtype = GetParam();
-  for (const int64_t k : {1000, 1024}) {
-    const int64_t tokens = 300, n = 70;
+  // k of 5, 16 and 45 chunks of 64 (the sums of the chunks split eight ways,
+  // unevenly or with some empty) and one that is not a multiple of 64; 300 rows
+  // take the tiled kernel, fewer than 64 the other, and both give the same bits.
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{1000, 70}, {1024, 70}, {320, 300}, {2880, 200}}) {
+    const int64_t tokens = 300;
     const auto x = random_values(static_cast<size_t>(tokens * k), 4);
     const auto w = testing::random_weights(static_cast<size_t>(n * k), dtype, 5);
     auto gw = gpu->place(view(dtype, {n, k}, w.data()));
@@ -96,8 +99,15 @@ TEST_P(CudaMatmulTest, RowsAreBitwiseTheSameAloneAndInAnyBatch) {
     const Buffer gx = put(*gpu, x), gy = zeros(*gpu, static_cast<size_t>(tokens * n));
     gpu->matmul(gx.f32(), tokens, *gw, {}, gy.f32());
     const auto all = get(*gpu, gy, static_cast<size_t>(tokens * n));
-    for (const auto& [first, count] :
-         {std::pair<int64_t, int64_t>{0, 1}, {150, 1}, {299, 1}, {145, 9}, {3, 8}, {40, 33}}) {
+    for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 1},
+                                       {150, 1},
+                                       {299, 1},
+                                       {145, 9},
+                                       {3, 8},
+                                       {40, 33},
+                                       {10, 64},
+                                       {1, 128},
+                                       {100, 200}}) {
       const Buffer part = zeros(*gpu, static_cast<size_t>(count * n));
       gpu->matmul(gx.f32() + first * k, count, *gw, {}, part.f32());
       const auto got = get(*gpu, part, static_cast<size_t>(count * n));
@@ -127,7 +137,7 @@ TEST_P(CudaMatmulTest, FusedCallsAreBitwiseTheSeparateCalls) {
     return Weight{*gw, *gb};
   };
   const Weight q = weight(70, 10), kk = weight(33, 20), v = weight(33, 30), gate = weight(90, 40), up = weight(90, 50);
-  for (const int64_t tokens : {1, 5, 40, 300}) {
+  for (const int64_t tokens : {1, 5, 40, 100, 300}) {
     const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 6));
     const auto run = [&](const Weight& w, const Buffer& out) { gpu->matmul(x.f32(), tokens, w.w, w.b, out.f32()); };
     const auto rows = [&](const Weight& w) { return static_cast<size_t>(tokens * w.w.dim(0)); };

@@ -39,6 +39,9 @@ __device__ __forceinline__ Storage<D> narrow(float v) {
   }
 }
 
+// SiLU(gate) * up, the one formula silu_mul and the matmuls' gate/up epilogues use.
+__device__ __forceinline__ float silu_times(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
 // Elements [8c, 8c + 8) of a row of `k`, widened to f32 (zero past k). kVec: k is a
 // multiple of 8 and rows are 16-byte aligned, so the chunk is one or two 16-byte loads.
 template <DType D, bool kVec>

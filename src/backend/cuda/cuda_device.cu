@@ -126,7 +126,7 @@ class CudaDevice final : public Device {
       add_to_job(job, static_cast<int>(i), *outs[i].w, *outs[i].bias, outs[i].y);
     }
     select();
-    cuda::mma_matmul(stream_, x, tokens, k, job);
+    run_mma(x, tokens, k, job);
     launched("matmuls");
   }
 
@@ -141,7 +141,7 @@ class CudaDevice final : public Device {
     add_to_job(job, 0, w_gate, b_gate, out);
     add_to_job(job, 1, w_up, b_up, nullptr);
     select();
-    cuda::mma_matmul(stream_, x, tokens, w_gate.dim(1), job);
+    run_mma(x, tokens, w_gate.dim(1), job);
     launched("gate_up");
   }
 
@@ -247,11 +247,18 @@ class CudaDevice final : public Device {
     if (cuda::mma_matmul_fits(w.dtype, k)) {
       cuda::MmaJob job{.count = 1, .accumulate = accumulate};
       add_to_job(job, 0, w, bias, y);
-      cuda::mma_matmul(stream_, x, tokens, k, job);
+      run_mma(x, tokens, k, job);
     } else {
       cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y, accumulate);
     }
     launched("matmul");
+  }
+
+  // The tensor-core kernel for a few tokens, the tiled one for many: the same sums.
+  void run_mma(const float* x, int64_t tokens, int64_t k, const cuda::MmaJob& job) {
+    if (tokens < cuda::mma_gemm_min_tokens()) return cuda::mma_matmul(stream_, x, tokens, k, job);
+    void* scratch = grow(gemm_scratch_, static_cast<size_t>(tokens * k) * sizeof(uint16_t), "matmul scratch");
+    cuda::mma_gemm(stream_, x, tokens, k, job, static_cast<__nv_bfloat16*>(scratch));
   }
 
   static void check_weight(const TensorView& w, const TensorView& bias) {
@@ -326,14 +333,20 @@ class CudaDevice final : public Device {
   }
 
   float* attention_scratch(size_t floats) {
-    if (attention_scratch_.bytes() < floats * sizeof(float)) {
-      check(cudaStreamSynchronize(stream_), "the work before growing the attention scratch");
-      attention_scratch_ = Buffer();
-      auto buffer = alloc(std::max(floats * sizeof(float), size_t{16} << 20));
-      TS_CHECK(buffer.ok(), "attention scratch: ", buffer.status().to_string());
-      attention_scratch_ = std::move(*buffer);
+    return static_cast<float*>(grow(attention_scratch_, floats * sizeof(float), "attention scratch"));
+  }
+
+  // `scratch`, grown to at least `bytes` (16 MiB at least) once the work queued
+  // before has finished with it.
+  void* grow(Buffer& scratch, size_t bytes, const char* what) {
+    if (scratch.bytes() < bytes) {
+      check(cudaStreamSynchronize(stream_), what);
+      scratch = Buffer();
+      auto buffer = alloc(std::max(bytes, size_t{16} << 20));
+      TS_CHECK(buffer.ok(), what, ": ", buffer.status().to_string());
+      scratch = std::move(*buffer);
     }
-    return attention_scratch_.f32();
+    return scratch.data();
   }
 
   // Returns a device copy of a small host span (token ids, a block table). Copies
@@ -391,6 +404,7 @@ class CudaDevice final : public Device {
 
   std::vector<Buffer> placed_;  // the weights place() copied here
   Buffer attention_scratch_;
+  Buffer gemm_scratch_;  // x rounded to bf16 for the tiled matmul
   std::vector<int32_t> map_host_;
   // The staging arena (see stage()).
   Buffer arena_;

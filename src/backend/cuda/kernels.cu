@@ -146,7 +146,7 @@ __global__ void embed_kernel(const Storage<D>* __restrict__ table, int64_t hidde
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    out[i] = silu_times(gate[i], up[i]);
 }
 
 // CpuDevice::gelu_tanh_mul's formula, in its order.

@@ -40,6 +40,11 @@ struct MmaJob {
   bool gate_up = false;
 };
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
+// The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
+// in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
+// x_bf16 is scratch for tokens * k bf16 elements.
+int64_t mma_gemm_min_tokens();
+void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, __nv_bfloat16* x_bf16);
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y);

@@ -16,29 +16,17 @@
 
 #include <algorithm>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 #include "core/check.h"
 
 namespace tessera::cuda {
 
 namespace {
 
-constexpr int kSplit = 8;  // warps of a block, each a fixed eighth of k's chunks
-constexpr int kChunk = 64;
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+constexpr int kSplit = kMmaSplit;  // warps of a block, each a fixed eighth of k's chunks
+constexpr int kChunk = kMmaChunk;
 
 // x[at, at + 8) of one token as four bf16 pairs.
 __device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
@@ -81,10 +69,8 @@ __device__ __forceinline__ void warp_sums(const float* __restrict__ x, int64_t t
         const float* xr = x + token * k + at + 8 * t;
         const uint4 x0 = token < tokens ? load_x(xr) : zero;
         const uint4 x1 = token < tokens ? load_x(xr + 32) : zero;
-        mma_bf16(c[j], wa0[u].x, wb0[u].x, wa0[u].y, wb0[u].y, x0.x, x0.y);
-        mma_bf16(c[j], wa0[u].z, wb0[u].z, wa0[u].w, wb0[u].w, x0.z, x0.w);
-        mma_bf16(c[j], wa1[u].x, wb1[u].x, wa1[u].y, wb1[u].y, x1.x, x1.y);
-        mma_bf16(c[j], wa1[u].z, wb1[u].z, wa1[u].w, wb1[u].w, x1.z, x1.w);
+        mma_half(c[j], wa0[u], wb0[u], x0);
+        mma_half(c[j], wa1[u], wb1[u], x1);
       }
     }
   }
@@ -143,12 +129,11 @@ __global__ void __launch_bounds__(kSplit * 32)
       const int64_t token = token0 + 8 * j + 2 * t + (i % 2);
       if (row >= n || token >= tokens) continue;
       const float sum = block_sum<kTiles>(&partial[0][0][0][0][0], j, i);
-      float value = bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;
+      float value = with_bias(sum, bias, row);
       float& out = y[token * n + row];
       if constexpr (kGateUp) {
         const float up_sum = block_sum<kTiles>(&partial[1][0][0][0][0], j, i);
-        const float up = job.bias[1] != nullptr ? up_sum + __bfloat162float(job.bias[1][row]) : up_sum;
-        value = value / (1.0f + expf(-value)) * up;  // as silu_mul computes it
+        value = silu_times(value, with_bias(up_sum, job.bias[1], row));
       }
       out = job.accumulate ? out + value : value;
     }

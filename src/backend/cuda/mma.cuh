@@ -1,0 +1,45 @@
+// The tensor-core instruction both bf16 matmul kernels use (mma_matmul.cu for a
+// few tokens, mma_gemm.cu for many), so that one row's sum is the same
+// instruction sequence in both.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace tessera::cuda {
+
+constexpr int kMmaSplit = 8;  // k's chunks are dealt to eight sums, added in order at the end
+constexpr int kMmaChunk = 64;
+
+// c += a (16 x 16, row-major fragments) * b (16 x 8), f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Half of one 64-wide chunk of k for one (16 rows) x (8 tokens) tile, from lane
+// (g, t)'s 16-byte pieces: the weights at 8t..8t+7 of the half (positions 32h +
+// 8t..) of rows g (a) and g + 8 (b), and x at the same positions of token g. A
+// chunk is the lower half, then the upper: the four mma instructions always take
+// the same positions in the same slots, in this order, in both kernels.
+__device__ __forceinline__ void mma_half(float (&c)[4], uint4 a, uint4 b, uint4 x) {
+  mma_bf16(c, a.x, b.x, a.y, b.y, x.x, x.y);
+  mma_bf16(c, a.z, b.z, a.w, b.w, x.z, x.w);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The bias both kernels add to a row's sum (then silu_times for gate/up).
+__device__ __forceinline__ float with_bias(float sum, const __nv_bfloat16* bias, int64_t row) {
+  return bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,237 @@
+// The bf16 matmul on tensor cores for many tokens (prefill, large batches): a
+// block computes 128 weight rows x 32 * kNTiles tokens from tiles staged through
+// shared memory by cp.async, so each weight tile is read once for all of them.
+//
+// Every output is bitwise what mma_matmul.cu's kernel gives the same row, for
+// any number of tokens: x is rounded to bf16 the same way (to_bf16 below), k is
+// cut into the same 64-wide chunks, chunk c goes to sum c % 8, each sum starts
+// from zero and takes its chunks in increasing order through the same four mma
+// instructions with the same positions in the same slots (mma.cuh), and the
+// eight sums are added in order 0, 1, ..., 7. Here one warp runs all eight sums
+// one after another (the block visits the chunks sum by sum), keeping the
+// finished ones added up in `total`; there eight warps run one each.
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
+#include "core/check.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kStages = 4;       // chunks in flight
+constexpr int kBlockRows = 128;  // weight rows of a block (64 of gate, then the same 64 of up)
+constexpr int kThreads = 256;    // warps 2 (rows) x 4 (tokens), each 64 rows x 8 * kNTiles tokens
+
+// Shared memory holds rows of 64 bf16 as eight 16-byte units; unit u of row r
+// sits at u ^ 4 (r & 1), so the eight lanes of a quarter-warp that read rows g and
+// g + 1 at units t (or t + 4) hit eight different banks.
+__device__ __forceinline__ int unit_at(int row, int unit) { return row * 8 + (unit ^ ((row & 1) << 2)); }
+
+__device__ __forceinline__ void copy16(uint4* smem, const void* gmem) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem));
+}
+__device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void copies_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// The block's order of chunks: sum 0's (0, 8, 16, ...), then sum 1's, ...
+// Sums 0..r-1 have q + 1 chunks, the rest q (chunks = 8q + r).
+struct ChunkOrder {
+  int64_t q, r;
+  __device__ int64_t chunk(int64_t step) const {
+    const int64_t long_steps = r * (q + 1);
+    if (step < long_steps) return step / (q + 1) + kMmaSplit * (step % (q + 1));
+    const int64_t rest = step - long_steps;
+    return r + rest / q + kMmaSplit * (rest % q);
+  }
+  __device__ bool ends_sum(int64_t step) const {
+    const int64_t long_steps = r * (q + 1);
+    return step < long_steps ? step % (q + 1) == q : (step - long_steps) % q == q - 1;
+  }
+};
+
+template <int kNTiles, bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1)
+    gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job) {
+  constexpr int kTokens = 32 * kNTiles;
+  constexpr int kStageUnits = (kBlockRows + kTokens) * 8;
+  extern __shared__ uint4 smem[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4, warp_m = warp % 2, warp_n = warp / 2;
+
+  int s = 0;
+  while (s + 1 < job.count && blockIdx.y >= job.first_tile[s + 1]) ++s;
+  const int64_t n = job.n[s];
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.y) - job.first_tile[s]) * (kGateUp ? 64 : kBlockRows);
+  const int64_t token0 = static_cast<int64_t>(blockIdx.x) * kTokens;
+
+  // What this thread copies each chunk: four units of weight rows, kNTiles of x.
+  const __nv_bfloat16* w_from[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int unit = threadIdx.x + kThreads * j, r = unit / 8;
+    const __nv_bfloat16* w = kGateUp && r >= 64 ? job.w[1] : job.w[s];
+    const int64_t row = min(row0 + (kGateUp ? r % 64 : r), n - 1);  // rows past n: computed, never stored
+    w_from[j] = w + row * k + (unit % 8) * 8;
+  }
+  const __nv_bfloat16* x_from[kNTiles];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) {
+    const int unit = threadIdx.x + kThreads * j;
+    x_from[j] = x + min(token0 + unit / 8, tokens - 1) * k + (unit % 8) * 8;
+  }
+  const auto load = [&](int stage, int64_t chunk) {
+    uint4* at = smem + stage * kStageUnits;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int unit = threadIdx.x + kThreads * j;
+      copy16(at + unit_at(unit / 8, unit % 8), w_from[j] + chunk * kMmaChunk);
+    }
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      const int unit = threadIdx.x + kThreads * j;
+      copy16(at + kBlockRows * 8 + unit_at(unit / 8, unit % 8), x_from[j] + chunk * kMmaChunk);
+    }
+  };
+
+  const int64_t chunks = k / kMmaChunk;
+  const ChunkOrder order{chunks / kMmaSplit, chunks % kMmaSplit};
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < chunks) load(stage, order.chunk(stage));
+    copies_sent();
+  }
+  float acc[4][kNTiles][4] = {}, total[4][kNTiles][4] = {};
+  int sums = 0;  // sums finished and added into total
+  for (int64_t step = 0; step < chunks; ++step) {
+    copies_wait<kStages - 2>();
+    __syncthreads();  // this chunk is in; every warp is done with the stage refilled next
+    if (step + kStages - 1 < chunks)
+      load(static_cast<int>((step + kStages - 1) % kStages), order.chunk(step + kStages - 1));
+    copies_sent();
+
+    const uint4* a_tile = smem + (step % kStages) * kStageUnits;
+    const uint4* x_tile = a_tile + kBlockRows * 8;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint4 a[4], b[4], xs[kNTiles];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int row = warp_m * 64 + m * 16 + g;
+        a[m] = a_tile[unit_at(row, t + 4 * half)];
+        b[m] = a_tile[unit_at(row + 8, t + 4 * half)];
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) xs[j] = x_tile[unit_at(warp_n * 8 * kNTiles + j * 8 + g, t + 4 * half)];
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) mma_half(acc[m][j], a[m], b[m], xs[j]);
+    }
+    if (order.ends_sum(step)) {
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            total[m][j][i] = sums == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+            acc[m][j][i] = 0.0f;
+          }
+      ++sums;
+    }
+  }
+  // With fewer than eight chunks the other sums are zero, and still added.
+  for (; sums < kMmaSplit; ++sums)
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) total[m][j][i] += 0.0f;
+
+  // Accumulator i of lane (g, t) in tile (m, j): row g (+8 for i >= 2), token 2t (+1 for odd i).
+  float* up = reinterpret_cast<float*>(smem);  // gate/up: the up rows' values [64][kTokens]
+  if constexpr (kGateUp) {
+    copies_wait<0>();
+    __syncthreads();
+    if (warp_m == 1)
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int r = m * 16 + g + (i >= 2 ? 8 : 0), tok = warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
+            up[r * kTokens + tok] = with_bias(total[m][j][i], job.bias[1], min(row0 + r, n - 1));
+          }
+    __syncthreads();
+    if (warp_m == 1) return;
+  }
+  const __nv_bfloat16* bias = job.bias[s];
+  float* y = job.y[s];
+#pragma unroll
+  for (int m = 0; m < 4; ++m)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = warp_m * 64 + m * 16 + g + (i >= 2 ? 8 : 0), tok = warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
+        const int64_t row = row0 + r, token = token0 + tok;
+        if (row >= n || token >= tokens) continue;
+        float value = with_bias(total[m][j][i], bias, row);
+        if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
+        float& out = y[token * n + row];
+        out = job.accumulate ? out + value : value;
+      }
+}
+
+// x rounded to bf16 as mma_matmul.cu's load_x rounds it, eight elements a thread.
+__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint4* __restrict__ y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count8) return;
+  const float4 a = __ldg(reinterpret_cast<const float4*>(x) + 2 * i);
+  const float4 b = __ldg(reinterpret_cast<const float4*>(x) + 2 * i + 1);
+  y[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+}
+
+template <int kNTiles, bool kGateUp>
+void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
+  const int rows = kGateUp ? 64 : kBlockRows;
+  job.first_tile[0] = 0;
+  for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + rows - 1) / rows;
+  constexpr int kTokens = 32 * kNTiles;
+  constexpr size_t kSmem = size_t{kStages} * (kBlockRows + kTokens) * 8 * sizeof(uint4);
+  static const bool sized = [] {
+    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmem)) == cudaSuccess;
+  }();
+  TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
+  const dim3 grid(static_cast<unsigned>((tokens + kTokens - 1) / kTokens),
+                  static_cast<unsigned>(job.first_tile[job.count]));
+  gemm_kernel<kNTiles, kGateUp><<<grid, kThreads, kSmem, stream>>>(x, tokens, k, job);
+}
+
+}  // namespace
+
+int64_t mma_gemm_min_tokens() { return 64; }
+
+void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job,
+              __nv_bfloat16* x_bf16) {
+  const int64_t count8 = tokens * k / 8;
+  to_bf16_kernel<<<static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream>>>(x, count8,
+                                                                                  reinterpret_cast<uint4*>(x_bf16));
+  if (job.gate_up)
+    return tokens >= 128 ? launch<4, true>(stream, x_bf16, tokens, k, job)
+                         : launch<2, true>(stream, x_bf16, tokens, k, job);
+  if (tokens >= 128) return launch<4, false>(stream, x_bf16, tokens, k, job);
+  launch<2, false>(stream, x_bf16, tokens, k, job);
+}
+
+}  // namespace tessera::cuda
