@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_matmul.h"
 #include "core/check.h"
 
 namespace tessera {
@@ -84,8 +85,11 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   const int64_t k = w.dim(1);
   const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
   const auto* base = static_cast<const uint8_t*>(w.data);
-  const int64_t packed_floats = cpu::matmul_packed_floats(tokens, k, w.dtype);
-  if (packed_floats == 0) {
+  const bool quantized = dtype_is_quantized(w.dtype);
+  const int64_t packed_floats = quantized ? 0 : cpu::matmul_packed_floats(tokens, k, w.dtype);
+  if (quantized) {
+    cpu::quant_matmul(pool_, x, tokens, w, y);  // GGUF blocks (quant_matmul.h)
+  } else if (packed_floats == 0) {
     for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
       cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin,
                        n);
@@ -132,9 +136,14 @@ void CpuDevice::rms_norm(const float* x, int64_t rows, int64_t dim, const Tensor
 
 void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, float* y) {
   const int64_t hidden = table.dim(1);
-  const size_t row_bytes = static_cast<size_t>(hidden) * dtype_size(table.dtype);
+  const size_t row_bytes = dtype_bytes(table.dtype, hidden);
   for (size_t t = 0; t < ids.size(); ++t) {
     TS_CHECK(ids[t] >= 0 && ids[t] < table.dim(0), "token id ", ids[t]);
+    if (dtype_is_quantized(table.dtype)) {
+      cpu::dequantize_rows(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes,
+                           table.dtype, 1, hidden, y + static_cast<int64_t>(t) * hidden);
+      continue;
+    }
     cpu::to_f32(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes, table.dtype, hidden,
                 y + static_cast<int64_t>(t) * hidden);
   }

@@ -1,0 +1,269 @@
+// Quantized-weight matmul (quant_matmul.h), compiled once per target ISA (Highway's
+// foreach_target.h re-includes this file) and dispatched at run time.
+//
+// Block layouts (ggml-common.h) and the dequantizing arithmetic (gguf-py's
+// quants.py, as io/gguf_quant.cpp follows it):
+//   Q8_0  f16 d | i8 qs[32]:                      x = float(q) * d
+//   Q4_0  f16 d | u8 qs[16] (element i: low nibble of qs[i], 16 + i: high): x = d * float(q - 8)
+//   Q4_K  f16 d | f16 dmin | u8 scales[12] | u8 qs[128]; sub-block j of 32 (8 of them)
+//         takes the low (even j) or high (odd j) nibbles of qs[32 (j / 2) ..]:
+//         x = (d * sc[j]) * float(q) - dmin * m[j]  (the product is exact: 22 bits)
+//   Q5_K  as Q4_K, with u8 qh[32] before qs: bit j of qh[l] is bit 4 of q
+//   Q6_K  u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d; element e = 128 g + r: low 4
+//         bits from nibble r / 64 of ql[64 g + r % 64], high 2 bits from bits 2 (r / 32)
+//         of qh[32 g + r % 32]: x = (d * scales[e / 16]) * float(q - 32)
+// Each step is one f32 operation with the reference's operands, so SIMD and scalar
+// give the same bits. A vector of L lanes (L = 1, 4, 8 or 16 divides 16) never
+// straddles a sub-block, a scale group or a nibble half.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/quant_matmul.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/widen-inl.h"
+#include "core/check.h"
+#include "hwy/aligned_allocator.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tessera::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DI = hn::RebindToSigned<DF>;
+using VI = hn::Vec<DI>;
+
+constexpr int64_t kMaxBlock = 256;
+// Decode: rows whose blocks are in flight together (more reads outstanding).
+constexpr int kDecodeRows = 4;
+
+HWY_INLINE float f16_at(const uint8_t* p) { return f16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8)); }
+
+// L bytes from p, each widened to an i32 lane (unsigned).
+HWY_INLINE VI bytes_u(const uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<uint8_t, DI>(), p)); }
+HWY_INLINE VI bytes_i(const uint8_t* p) {
+  return hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<int8_t, DI>(), reinterpret_cast<const int8_t*>(p)));
+}
+
+// The 8 six-bit scales and mins of Q4_K and Q5_K, packed in 12 bytes.
+HWY_INLINE void scale_min(const uint8_t* s, int* sc, int* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 0x3f;
+    m[j] = s[4 + j] & 0x3f;
+    sc[4 + j] = (s[8 + j] & 0x0f) | ((s[j] >> 2) & 0x30);
+    m[4 + j] = (s[8 + j] >> 4) | ((s[4 + j] >> 2) & 0x30);
+  }
+}
+
+// One block at b dequantized into out (aligned, dtype_block_elements floats).
+template <DType kT>
+HWY_INLINE void dequantize_block(const uint8_t* HWY_RESTRICT b, float* HWY_RESTRICT out) {
+  const DF df;
+  const DI di;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  if constexpr (kT == DType::kQ8_0) {
+    const VF d = hn::Set(df, f16_at(b));
+    for (int64_t i = 0; i < 32; i += lanes) hn::Store(hn::Mul(hn::ConvertTo(df, bytes_i(b + 2 + i)), d), df, out + i);
+  } else if constexpr (kT == DType::kQ4_0) {
+    const VF d = hn::Set(df, f16_at(b));
+    const VI mask = hn::Set(di, 0xf), eight = hn::Set(di, 8);
+    for (int64_t i = 0; i < 16; i += lanes) {
+      const VI q = bytes_u(b + 2 + i);
+      hn::Store(hn::Mul(d, hn::ConvertTo(df, hn::Sub(hn::And(q, mask), eight))), df, out + i);
+      hn::Store(hn::Mul(d, hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(q), eight))), df, out + 16 + i);
+    }
+  } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
+    const float d = f16_at(b), dmin = f16_at(b + 2);
+    int sc[8], m[8];
+    scale_min(b + 4, sc, m);
+    const uint8_t* qh = kT == DType::kQ5_K ? b + 16 : nullptr;
+    const uint8_t* qs = kT == DType::kQ5_K ? b + 48 : b + 16;
+    const VI mask = hn::Set(di, 0xf), one = hn::Set(di, 1);
+    for (int j = 0; j < 8; ++j) {
+      const VF dl = hn::Set(df, d * static_cast<float>(sc[j]));
+      const VF ml = hn::Set(df, dmin * static_cast<float>(m[j]));
+      const int shift = 4 * (j % 2);
+      for (int64_t l = 0; l < 32; l += lanes) {
+        VI q = hn::And(hn::ShiftRightSame(bytes_u(qs + 32 * (j / 2) + l), shift), mask);
+        if (qh != nullptr) q = hn::Or(q, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(bytes_u(qh + l), j), one)));
+        hn::Store(hn::Sub(hn::Mul(dl, hn::ConvertTo(df, q)), ml), df, out + 32 * j + l);
+      }
+    }
+  } else {
+    static_assert(kT == DType::kQ6_K);
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16_at(b + 208);
+    const VI mask = hn::Set(di, 0xf), three = hn::Set(di, 3), bias = hn::Set(di, 32);
+    for (int64_t e = 0; e < kMaxBlock; e += lanes) {
+      const int64_t g = e / 128, r = e % 128;
+      const VI lo = hn::And(hn::ShiftRightSame(bytes_u(ql + 64 * g + r % 64), static_cast<int>(4 * (r / 64))), mask);
+      const VI hi = hn::And(hn::ShiftRightSame(bytes_u(qh + 32 * g + r % 32), static_cast<int>(2 * (r / 32))), three);
+      const VF ds = hn::Set(df, d * static_cast<float>(scales[e / 16]));
+      hn::Store(hn::Mul(ds, hn::ConvertTo(df, hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), bias))), df, out + e);
+    }
+  }
+}
+
+// The lanes of acc added as matmul.cpp's halving tree: lane i + L/2 onto lane i, then
+// i + L/4 onto i, ..., then lane 1 onto lane 0.
+HWY_INLINE float tree_sum(DF df, VF acc) {
+  HWY_ALIGN float lane[hn::MaxLanes(DF())];
+  hn::Store(acc, df, lane);
+  for (size_t h = hn::Lanes(df) / 2; h >= 1; h /= 2)
+    for (size_t i = 0; i < h; ++i) lane[i] = lane[i] + lane[i + h];
+  return lane[0];
+}
+
+template <DType kT>
+void dequantize_rows_typed(const uint8_t* w, int64_t rows, int64_t k, float* out) {
+  constexpr int64_t kB = dtype_block_elements(kT);
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  HWY_ALIGN float block[kMaxBlock];
+  const int64_t blocks = rows * (k / kB);
+  for (int64_t i = 0; i < blocks; ++i) {
+    dequantize_block<kT>(w + static_cast<size_t>(i) * kBytes, block);
+    std::copy(block, block + kB, out + i * kB);
+  }
+}
+
+// Decode: kDecodeRows rows at a time, each block of each row dequantized into L1 and
+// multiplied at once into its row's accumulator, in the f32 matmul's order.
+template <DType kT>
+void matvec_typed(const float* HWY_RESTRICT x, int64_t k, const uint8_t* HWY_RESTRICT w, int64_t rows,
+                  float* HWY_RESTRICT y) {
+  constexpr int64_t kB = dtype_block_elements(kT);
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t blocks = k / kB;
+  const size_t row_bytes = static_cast<size_t>(blocks) * kBytes;
+  HWY_ALIGN float deq[kDecodeRows][kMaxBlock];
+  for (int64_t r0 = 0; r0 < rows; r0 += kDecodeRows) {
+    const int nr = static_cast<int>(std::min<int64_t>(kDecodeRows, rows - r0));
+    const uint8_t* base = w + static_cast<size_t>(r0) * row_bytes;
+    VF acc[kDecodeRows];
+    for (int r = 0; r < kDecodeRows; ++r) acc[r] = hn::Zero(df);
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int r = 0; r < nr; ++r) dequantize_block<kT>(base + r * row_bytes + static_cast<size_t>(b) * kBytes, deq[r]);
+      const float* xb = x + b * kB;
+      for (int64_t v = 0; v < kB; v += lanes) {
+        const VF xv = hn::LoadU(df, xb + v);
+        for (int r = 0; r < nr; ++r) acc[r] = hn::MulAdd(hn::Load(df, deq[r] + v), xv, acc[r]);
+      }
+    }
+    for (int r = 0; r < nr; ++r) y[r0 + r] = tree_sum(df, acc[r]);
+  }
+}
+
+// Calls fn with the quantized type as a template argument.
+template <typename Fn>
+HWY_INLINE void with_quant_type(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kQ8_0: return fn.template operator()<DType::kQ8_0>();
+    case DType::kQ4_0: return fn.template operator()<DType::kQ4_0>();
+    case DType::kQ4_K: return fn.template operator()<DType::kQ4_K>();
+    case DType::kQ5_K: return fn.template operator()<DType::kQ5_K>();
+    case DType::kQ6_K: return fn.template operator()<DType::kQ6_K>();
+    default: TS_CHECK(false, "quantized matmul of dtype ", dtype_name(dtype));
+  }
+}
+
+void DequantizeRows(const void* w, DType dtype, int64_t rows, int64_t k, float* out) {
+  with_quant_type(dtype, [&]<DType kT>() { dequantize_rows_typed<kT>(static_cast<const uint8_t*>(w), rows, k, out); });
+}
+
+void QuantMatvec(const float* x, int64_t k, const void* w, DType dtype, int64_t rows, float* y) {
+  with_quant_type(dtype, [&]<DType kT>() { matvec_typed<kT>(x, k, static_cast<const uint8_t*>(w), rows, y); });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tessera::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tessera::cpu {
+
+HWY_EXPORT(DequantizeRows);
+HWY_EXPORT(QuantMatvec);
+
+void dequantize_rows(const void* w, DType dtype, int64_t rows, int64_t k, float* out) {
+  TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
+  HWY_DYNAMIC_DISPATCH(DequantizeRows)(w, dtype, rows, k, out);
+}
+
+void quant_matvec(const float* x, int64_t k, const void* w, DType dtype, int64_t rows, float* y) {
+  TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
+  HWY_DYNAMIC_DISPATCH(QuantMatvec)(x, k, w, dtype, rows, y);
+}
+
+namespace {
+
+// Rows dequantized to f32 at a time for matmul_rows(_packed): a multiple of 16 (whole
+// GEMM panels), about 128 KiB of f32 so they stay in L2.
+int64_t scratch_rows(int64_t k) { return std::max<int64_t>(16, (32768 / k) / 16 * 16); }
+
+}  // namespace
+
+void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const TensorView& w, float* y) {
+  TS_CHECK(w.shape.size() == 2 && dtype_is_quantized(w.dtype), "quantized matmul weight ", dtype_name(w.dtype), " ",
+           shape_string(w.shape));
+  const int64_t n = w.dim(0), k = w.dim(1);
+  TS_CHECK(k % dtype_block_elements(w.dtype) == 0, dtype_name(w.dtype), " rows of ", k, " elements");
+  const size_t row_bytes = dtype_bytes(w.dtype, k);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+
+  // Prefill: x packed once for the f32 GEMM, shared by the threads. Kept between calls
+  // (the one inference thread calls this), grown to the largest call.
+  thread_local hwy::AlignedFreeUniquePtr<float[]> packed;
+  thread_local int64_t packed_capacity = 0;
+  const int64_t packed_floats = matmul_packed_floats(tokens, k, DType::kF32);
+  if (packed_floats > packed_capacity) {
+    packed = hwy::AllocateAligned<float>(static_cast<size_t>(packed_floats));
+    TS_CHECK(packed, "[cpu] cannot allocate ", packed_floats, " floats for a quantized matmul");
+    packed_capacity = packed_floats;
+  }
+  float* xp = packed.get();  // not `packed` in the lambdas: each thread has its own
+  if (packed_floats > 0) {
+    pool.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
+      matmul_pack_x(x, tokens, k, DType::kF32, static_cast<int64_t>(begin), static_cast<int64_t>(end), xp);
+    });
+  }
+
+  // Chunks of a multiple of 16 rows, about 8 a thread, taken by whichever thread is
+  // free next; a row is computed by one call in the one order, so no result depends on
+  // which thread took it (as CpuDevice::matmul splits 16-bit weights).
+  const size_t rows = static_cast<size_t>(n);
+  const size_t chunk = std::max<size_t>(16, (rows / (pool.size() * 8) + 15) / 16 * 16);
+  std::atomic<size_t> next{0};
+  pool.parallel_for(pool.size(), 1, [&](size_t, size_t) {
+    thread_local std::vector<float> scratch;
+    for (size_t begin = next.fetch_add(chunk); begin < rows; begin = next.fetch_add(chunk)) {
+      const auto r0 = static_cast<int64_t>(begin), r1 = static_cast<int64_t>(std::min(rows, begin + chunk));
+      if (tokens == 1) {
+        quant_matvec(x, k, base + begin * row_bytes, w.dtype, r1 - r0, y + r0);
+        continue;
+      }
+      const int64_t step = scratch_rows(k);
+      scratch.resize(static_cast<size_t>(step * k));
+      for (int64_t r = r0; r < r1; r += step) {
+        const int64_t count = std::min(step, r1 - r);
+        dequantize_rows(base + static_cast<size_t>(r) * row_bytes, w.dtype, count, k, scratch.data());
+        if (packed_floats > 0) {
+          matmul_rows_packed(xp, x, tokens, k, scratch.data(), DType::kF32, count, y + r, n);
+        } else {
+          matmul_rows(x, tokens, k, scratch.data(), DType::kF32, count, y + r, n);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tessera::cpu
+#endif  // HWY_ONCE
