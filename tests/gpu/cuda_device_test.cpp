@@ -263,21 +263,32 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {};
 TEST_P(CudaAttentionTest, MatchesTheCpuWithGroupsWindowScatteredBlocksAndLongContexts) {
   TESSERA_CUDA_OR_SKIP(gpu);
   auto cpu = make_cpu_device(2);
+  // The last case: a 130-token prompt chunk.
   for (const AttentionCase c : {AttentionCase{GetParam(), 64, 23, 3, 0}, AttentionCase{GetParam(), 80, 300, 4, 0},
-                                AttentionCase{GetParam(), 128, 290, 5, 133}, AttentionCase{GetParam(), 8, 9, 9, 4}}) {
+                                AttentionCase{GetParam(), 128, 290, 5, 133}, AttentionCase{GetParam(), 8, 9, 9, 4},
+                                AttentionCase{GetParam(), 128, 200, 130, 0}}) {
     const int64_t first = c.positions - c.tokens;
     expect_close(run_attention(*gpu, c, first, c.tokens), run_attention(*cpu, c, first, c.tokens), 1e-5, "attention");
   }
 }
 
-// The last token's output is bitwise the same asked alone or with the tokens before it.
+// A token's output is bitwise the same asked alone or with other tokens of its sequence.
 TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
   TESSERA_CUDA_OR_SKIP(gpu);
-  const AttentionCase c{GetParam(), 64, 300, 4, 0};
-  const auto together = run_attention(*gpu, c, c.positions - 4, 4);
-  const auto alone = run_attention(*gpu, c, c.positions - 1, 1);
-  const std::vector<float> last(together.end() - static_cast<std::ptrdiff_t>(alone.size()), together.end());
-  EXPECT_EQ(alone, last);
+  // A short step and a 200-token prompt chunk; the first, a middle and the last
+  // token asked alone.
+  for (const AttentionCase c :
+       {AttentionCase{GetParam(), 64, 300, 4, 0}, AttentionCase{GetParam(), 128, 300, 200, 0}}) {
+    const int64_t first = c.positions - c.tokens;
+    const auto together = run_attention(*gpu, c, first, c.tokens);
+    for (const int64_t pos : {first, first + c.tokens / 2, c.positions - 1}) {
+      const auto alone = run_attention(*gpu, c, pos, 1);
+      const auto at =
+          together.begin() + static_cast<std::ptrdiff_t>((pos - first) * static_cast<int64_t>(alone.size()));
+      EXPECT_EQ(alone, std::vector<float>(at, at + static_cast<std::ptrdiff_t>(alone.size())))
+          << c.tokens << " tokens, position " << pos;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

@@ -12,11 +12,12 @@ namespace tessera::cuda {
 constexpr int kMmaSplit = 8;  // k's chunks are dealt to eight sums, added in order at the end
 constexpr int kMmaChunk = 64;
 
-// c += a (16 x 16, row-major fragments) * b (16 x 8), f32 accumulators.
+// c += a (16 x 16, row-major fragments) * b (16 x 8), f32 accumulators. Not
+// volatile: the compiler may interleave the instructions of different
+// accumulators, while each accumulator's own order is fixed by its data.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));

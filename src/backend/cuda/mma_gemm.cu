@@ -41,18 +41,20 @@ __device__ __forceinline__ void copies_wait() {
 }
 
 // The block's order of chunks: sum 0's (0, 8, 16, ...), then sum 1's, ...
-// Sums 0..r-1 have q + 1 chunks, the rest q (chunks = 8q + r).
-struct ChunkOrder {
-  int64_t q, r;
-  __device__ int64_t chunk(int64_t step) const {
-    const int64_t long_steps = r * (q + 1);
-    if (step < long_steps) return step / (q + 1) + kMmaSplit * (step % (q + 1));
-    const int64_t rest = step - long_steps;
-    return r + rest / q + kMmaSplit * (rest % q);
-  }
-  __device__ bool ends_sum(int64_t step) const {
-    const int64_t long_steps = r * (q + 1);
-    return step < long_steps ? step % (q + 1) == q : (step - long_steps) % q == q - 1;
+// Sums 0..r-1 have q + 1 chunks, the rest q (chunks = 8q + r). Walked one step at
+// a time (no divisions in the loop).
+struct ChunkWalk {
+  int q, r;
+  int sum = 0, index = 0;  // the step's sum and its place in it
+  __device__ int chunk() const { return sum + kMmaSplit * index; }
+  __device__ bool ends_sum() const { return index + 1 == q + (sum < r ? 1 : 0); }
+  __device__ void next() {
+    if (ends_sum()) {
+      ++sum;
+      index = 0;
+    } else {
+      ++index;
+    }
   }
 };
 
@@ -86,34 +88,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int unit = threadIdx.x + kThreads * j;
     x_from[j] = x + min(token0 + unit / 8, tokens - 1) * k + (unit % 8) * 8;
   }
-  const auto load = [&](int stage, int64_t chunk) {
+  const auto load = [&](int stage, int chunk) {
     uint4* at = smem + stage * kStageUnits;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int unit = threadIdx.x + kThreads * j;
-      copy16(at + unit_at(unit / 8, unit % 8), w_from[j] + chunk * kMmaChunk);
+      copy16(at + unit_at(unit / 8, unit % 8), w_from[j] + static_cast<int64_t>(chunk) * kMmaChunk);
     }
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
       const int unit = threadIdx.x + kThreads * j;
-      copy16(at + kBlockRows * 8 + unit_at(unit / 8, unit % 8), x_from[j] + chunk * kMmaChunk);
+      copy16(at + kBlockRows * 8 + unit_at(unit / 8, unit % 8), x_from[j] + static_cast<int64_t>(chunk) * kMmaChunk);
     }
   };
 
-  const int64_t chunks = k / kMmaChunk;
-  const ChunkOrder order{chunks / kMmaSplit, chunks % kMmaSplit};
+  const int chunks = static_cast<int>(k / kMmaChunk);
+  ChunkWalk loading{chunks / kMmaSplit, chunks % kMmaSplit}, computing = loading;
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < chunks) load(stage, order.chunk(stage));
+    if (stage < chunks) load(stage, loading.chunk()), loading.next();
     copies_sent();
   }
   float acc[4][kNTiles][4] = {}, total[4][kNTiles][4] = {};
   int sums = 0;  // sums finished and added into total
-  for (int64_t step = 0; step < chunks; ++step) {
+  for (int step = 0; step < chunks; ++step) {
     copies_wait<kStages - 2>();
     __syncthreads();  // this chunk is in; every warp is done with the stage refilled next
-    if (step + kStages - 1 < chunks)
-      load(static_cast<int>((step + kStages - 1) % kStages), order.chunk(step + kStages - 1));
+    if (step + kStages - 1 < chunks) load((step + kStages - 1) % kStages, loading.chunk()), loading.next();
     copies_sent();
 
     const uint4* a_tile = smem + (step % kStages) * kStageUnits;
@@ -134,7 +135,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) mma_half(acc[m][j], a[m], b[m], xs[j]);
     }
-    if (order.ends_sum(step)) {
+    const bool ends_sum = computing.ends_sum();
+    computing.next();
+    if (ends_sum) {
 #pragma unroll
       for (int m = 0; m < 4; ++m)
 #pragma unroll
