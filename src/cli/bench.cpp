@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/kernels.h"
 #include "backend/device.h"
 #include "cli/commands.h"
@@ -66,9 +67,11 @@ double measure_read_bandwidth(size_t threads) {
   return best;
 }
 
-// Best of three runs of a register-only FMA loop on every thread at once, in FLOP/s:
-// the most the matmul's instruction can do on these threads.
-double measure_fma_peak(size_t threads) {
+// Best of three runs of a register-only loop of the matmul's instruction on every thread
+// at once, in FLOP/s: the most that instruction can do on these threads. loop(n) runs n
+// iterations and returns a positive value that depends on every operation; flops(n) is
+// their floating-point operations.
+double measure_peak(size_t threads, float (*loop)(int64_t), int64_t (*flops)(int64_t)) {
   ThreadPool pool(threads);
   constexpr int64_t kIterations = 20'000'000;
   std::atomic<uint64_t> sink{0};
@@ -76,14 +79,15 @@ double measure_fma_peak(size_t threads) {
   for (int pass = 0; pass < 3; ++pass) {
     const auto start = Clock::now();
     pool.parallel_for(pool.size(), 1, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) sink += cpu::fma_loop(kIterations) > 0;
+      for (size_t i = begin; i < end; ++i) sink += loop(kIterations) > 0;
     });
-    const double flops = static_cast<double>(pool.size()) * static_cast<double>(cpu::fma_loop_flops(kIterations));
-    best = std::max(best, flops / seconds_since(start));
+    best = std::max(best,
+                    static_cast<double>(pool.size()) * static_cast<double>(flops(kIterations)) / seconds_since(start));
   }
-  if (sink.load() != 3 * pool.size()) std::fprintf(stderr, "[bench] FMA loop result is wrong\n");
+  if (sink.load() != 3 * pool.size()) std::fprintf(stderr, "[bench] peak loop result is wrong\n");
   return best;
 }
+double measure_fma_peak(size_t threads) { return measure_peak(threads, cpu::fma_loop, cpu::fma_loop_flops); }
 
 // Multiply-adds of the weight matmuls in one prefill of `tokens` tokens (the LM head
 // runs for the last token only), times two: the FLOPs prefill cannot avoid.
@@ -236,6 +240,12 @@ Status bench(const BenchOptions& o) {
   }
   const double bandwidth = std::max(bandwidth_before, measure_read_bandwidth(o.threads));
   const double fma_peak = std::max(fma_before, measure_fma_peak(o.threads));
+  // bf16 weights on AVX-512 BF16 multiply by bf16 dot products (two products a lane per
+  // instruction): their GEMM is measured against that instruction's peak too.
+  const bool bf16_dots = on_cpu && cpu::bf16_dot_active() && !model.weights().layers.empty() &&
+                         model.weights().layers[0].w_up.dtype == DType::kBF16;
+  const double dot_peak =
+      bf16_dots ? measure_peak(o.threads, cpu::bf16_dot::dot_loop, cpu::bf16_dot::dot_loop_flops) : 0;
   const auto [anon_after, file_after] = resident_mib();
 
   // A decode step reads every weight once, except the embedding table (one row) when it is not the LM head.
@@ -281,6 +291,12 @@ Status bench(const BenchOptions& o) {
         static_cast<long long>(o.prompt_tokens), static_cast<long long>(up.dim(1)), static_cast<long long>(up.dim(0)),
         static_cast<long long>(up.dim(1)), gemm_up / 1e9, 100.0 * gemm_up / fma_peak, gemm_down / 1e9,
         100.0 * gemm_down / fma_peak);
+  }
+  if (dot_peak > 0) {
+    std::printf(
+        "bf16 dot peak     %.1f GFLOP/s (AVX-512 BF16 vdpbf16ps, the bf16 matmul's instruction, registers only, every "
+        "thread, best of 3): prefill %.1f%%, matmul alone %.1f%% and %.1f%% of it\n",
+        dot_peak / 1e9, 100.0 * prefill_flops / dot_peak, 100.0 * gemm_up / dot_peak, 100.0 * gemm_down / dot_peak);
   }
   std::printf("decode            %.2f tok/s (batch 1, %lld tokens)\n", decode_tps,
               static_cast<long long>(o.decode_tokens));

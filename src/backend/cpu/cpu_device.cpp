@@ -238,7 +238,7 @@ void CpuDevice::attention(const AttentionArgs& a) {
       };
       for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
         const uint8_t* keys = base + (p.offset(block, a.layer, 0, kv) + row * hd) * elem;
-        cpu::matmul_rows(q, 1, hd, keys, p.dtype, rows, scores.data() + at, rows);
+        cpu::dot_rows(q, hd, keys, p.dtype, rows, scores.data() + at);
       });
       float max_score = -std::numeric_limits<float>::infinity();
       for (float& s : scores) {

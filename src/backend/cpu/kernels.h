@@ -16,6 +16,16 @@ namespace tessera::cpu {
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                  int64_t ldy);
 
+// Whether bf16-weight matmuls take AVX-512 BF16 dot products on the target dispatch
+// chose (an AVX-512 target on a CPU that has them): x is then rounded to bf16 and the
+// sums follow bf16_dot_kernel.h's order instead of matmul.cpp's, in every path.
+bool bf16_dot_active();
+
+// y[n] = sum_k x[kk] * w[n * k + kk] for one token, weights widened exactly to f32, in
+// matmul.cpp's order whatever bf16_dot_active() says (attention's scores over a bf16
+// KV cache keep the query in f32).
+void dot_rows(const float* x, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y);
+
 // The same matmul in two steps, so that the threads splitting one call's rows share one
 // packed copy of x instead of each packing all of it. matmul_packed_floats: the floats
 // the packed x of a call takes, 0 when the call is small enough to need none (then use

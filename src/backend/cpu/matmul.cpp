@@ -26,9 +26,11 @@
 //     blocks of kMc tokens and panels of kPanelTokens; the partial vectors of kMc x kNc
 //     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
 //     lives, never the order in which it is summed.
-// Every target multiplies in f32 FMAs. TODO(perf): AVX-512 BF16 (vdpbf16ps) and AMX
-// once the packaged Highway (1.0.3 in Debian 12) has an AVX3_SPR target; they round x
-// to bf16, so decode would have to do the same on that target to keep the order.
+// Every target multiplies in f32 FMAs, except for bf16 weights on an AVX-512 target whose
+// CPU has AVX-512 BF16: those take bf16_dot.h's dot products (x rounded to bf16, pairs
+// summed inside a lane; bf16_dot_kernel.h states that order), in decode and prefill
+// alike, so that a row stays bitwise the same alone or in a batch. Highway 1.0.3 (Debian
+// 12) has no target for the instruction, hence the separate file. TODO(perf): AMX.
 // Pure functions over caller-owned memory; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
@@ -40,6 +42,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/widen-inl.h"
 #include "core/check.h"
@@ -414,15 +417,38 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
   return fn(static_cast<const float*>(nullptr));
 }
 
+// Whether weights of w_dtype take bf16_dot.h's dot products: bf16 on an AVX-512 target
+// whose CPU has AVX-512 BF16 (a test that narrows dispatch to AVX2 gets the widening
+// order on the same CPU).
+HWY_INLINE bool dots_bf16(DType w_dtype) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return w_dtype == DType::kBF16 && bf16_dot::cpu_has_instruction();
+#else
+  (void)w_dtype;
+  return false;
+#endif
+}
+
+bool Bf16DotActive() { return dots_bf16(DType::kBF16); }
+
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy) {
+  if (dots_bf16(w_dtype)) return bf16_dot::matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     matmul_typed(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
   });
 }
 
+void DotRows(const float* x, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y) {
+  with_weight_type(w_dtype, [&](auto tag) {
+    using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    dot_tiles(x, 1, k, static_cast<const WT*>(w), rows, y, rows);
+  });
+}
+
 int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
+  if (dots_bf16(w_dtype)) return bf16_dot::packed_floats(tokens, k);
   return with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return packed_floats<WT>(tokens, k);
@@ -430,6 +456,7 @@ int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
 }
 
 void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* xp) {
+  if (dots_bf16(w_dtype)) return bf16_dot::pack_x(x, tokens, k, begin, end, xp);
   auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
   TS_CHECK(row, "[cpu] matmul scratch");
   with_weight_type(w_dtype, [&](auto tag) {
@@ -440,6 +467,8 @@ void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64
 
 void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
                       int64_t rows, float* y, int64_t ldy) {
+  if (dots_bf16(w_dtype))
+    return bf16_dot::matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     gemm(xp, x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
@@ -454,6 +483,8 @@ HWY_AFTER_NAMESPACE();
 namespace tessera::cpu {
 
 HWY_EXPORT(MatmulRows);
+HWY_EXPORT(DotRows);
+HWY_EXPORT(Bf16DotActive);
 HWY_EXPORT(MatmulPackedFloats);
 HWY_EXPORT(MatmulPackX);
 HWY_EXPORT(MatmulRowsPacked);
@@ -462,6 +493,10 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
                  int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
 }
+void dot_rows(const float* x, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y) {
+  HWY_DYNAMIC_DISPATCH(DotRows)(x, k, w, w_dtype, rows, y);
+}
+bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype) {
   return HWY_DYNAMIC_DISPATCH(MatmulPackedFloats)(tokens, k, w_dtype);
 }

@@ -1,0 +1,187 @@
+// bf16_dot.h on x86-64: bf16_dot_kernel.h instantiated with the AVX-512 BF16 instructions,
+// compiled for them between HWY_PUSH_ATTRIBUTES and HWY_POP_ATTRIBUTES (the rest of this
+// file is baseline code: scratch, and the check that the CPU has them). Elsewhere
+// cpu_has_instruction() is false and the rest is never called.
+#include "backend/cpu/bf16_dot.h"
+
+// Every standard header the kernel uses, before the attribute region (see the kernel).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/base.h"
+
+#if HWY_ARCH_X86_64 && (HWY_COMPILER_GCC || HWY_COMPILER_CLANG)
+#include <immintrin.h>
+#define TESSERA_BF16_DOT 1
+#else
+#define TESSERA_BF16_DOT 0
+#endif
+
+namespace tessera::cpu::bf16_dot {
+
+#if TESSERA_BF16_DOT
+
+HWY_PUSH_ATTRIBUTES("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
+// GCC 12's AVX-512 shuffles and reductions start from its own _mm512_undefined_ps(), which
+// its -Wuninitialized reports at every inlined call (GCC bug 105593).
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+}  // namespace tessera::cpu::bf16_dot
+#include "backend/cpu/bf16_dot_kernel.h"
+namespace tessera::cpu::bf16_dot {
+
+namespace {
+
+// The kernel's Ops on the instructions themselves (bf16_dot_emulated.h is the same in
+// portable code).
+struct InstructionOps {
+  using Acc = __m512;
+  using Chunk = __m512i;
+
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static Chunk load(const uint16_t* p) { return _mm512_loadu_si512(p); }
+  static Chunk load_partial(const uint16_t* p, int n) {
+    return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1u << n) - 1u), p);
+  }
+  static Acc dot(Acc acc, Chunk w, Chunk x) { return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x); }
+  static Acc load_acc(const float* p) { return _mm512_load_ps(p); }
+  static void store_acc(float* p, Acc a) { _mm512_store_ps(p, a); }
+
+  // out[j] = the halving-tree sum of v[j]'s lanes (lane i + 8 onto i, + 4, + 2, + 1), 16
+  // at once: each level adds the two halves of each group of lanes for two vectors
+  // together; after the last, lane 4b + j holds v[4j + b]'s sum, put back in order by
+  // one permutation.
+  static void sum_lanes16(const Acc* v, float* out) {
+    Acc u[8], w[4];
+    for (int m = 0; m < 8; ++m)  // lanes i + 8 onto i: blocks [0 + 2, 1 + 3] of each of two vectors
+      u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                           _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    for (int m = 0; m < 4; ++m)  // lanes i + 4 onto i: block b of w[m] is v[4m + b]'s four lanes
+      w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * m], u[2 * m + 1], 0x88),
+                           _mm512_shuffle_f32x4(u[2 * m], u[2 * m + 1], 0xDD));
+    Acc z[2];
+    for (int m = 0; m < 2; ++m)  // lanes i + 2 onto i, within each block
+      z[m] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * m], w[2 * m + 1], 0x44),
+                           _mm512_shuffle_ps(w[2 * m], w[2 * m + 1], 0xEE));
+    const Acc sums = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88),  // lane i + 1 onto i
+                                   _mm512_shuffle_ps(z[0], z[1], 0xDD));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, sums));
+  }
+
+  static void round_x(const float* x, int64_t n, uint16_t* out) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+      const auto mask = static_cast<__mmask16>((1u << (n - i)) - 1u);
+      _mm256_mask_storeu_epi16(out + i, mask, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + i)));
+    }
+  }
+};
+
+constexpr int kDotChains = 12;  // as kernels.cpp's FMA loop: enough to cover the latency
+
+void round_rows(const float* x, int64_t tokens, int64_t k, uint16_t* out) {
+  for (int64_t t = 0; t < tokens; ++t) kernel::round_row<InstructionOps>(x + t * k, k, out + t * kernel::padded_k(k));
+}
+void run_tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+  kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy);
+}
+void run_pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint16_t* xp, uint16_t* row) {
+  kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, xp, row);
+}
+void run_gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+              float* acc) {
+  kernel::gemm<InstructionOps>(xp, tokens, k, w, rows, y, ldy, acc);
+}
+float run_dot_loop(int64_t iterations) {
+  __m512 acc[kDotChains];
+  for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 0.001f * static_cast<float>(c));
+  const __m512i a = _mm512_set1_epi16(0x3F80);  // 1.0
+  const __m512i b = _mm512_set1_epi16(0x38D1);  // about 1e-4
+  for (int64_t i = 0; i < iterations; ++i)
+    for (int c = 0; c < kDotChains; ++c) acc[c] = InstructionOps::dot(acc[c], a, b);
+  __m512 sum = acc[0];
+  for (int c = 1; c < kDotChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+}  // namespace
+
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
+HWY_POP_ATTRIBUTES
+
+bool cpu_has_instruction() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
+  if (tokens >= kernel::kGemmTokens) {
+    std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
+    pack_x(x, tokens, k, 0, tokens, packed.data());
+    return matmul_rows_packed(packed.data(), tokens, k, w, rows, y, ldy);
+  }
+  thread_local std::vector<uint16_t> rounded;
+  rounded.resize(static_cast<size_t>(tokens * kernel::padded_k(k)));
+  round_rows(x, tokens, k, rounded.data());
+  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy);
+}
+
+int64_t packed_floats(int64_t tokens, int64_t k) {
+  return tokens < kernel::kGemmTokens ? 0 : (kernel::packed_elements(tokens, k) + 1) / 2;
+}
+
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
+  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
+  run_pack_x(x, tokens, k, begin, end, reinterpret_cast<uint16_t*>(packed), row.data());
+}
+
+void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                        int64_t ldy) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
+  auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kernel::kAccFloats));
+  TS_CHECK(acc, "[cpu] matmul scratch");
+  run_gemm(reinterpret_cast<const uint16_t*>(packed), tokens, k, w, rows, y, ldy, acc.get());
+}
+
+float dot_loop(int64_t iterations) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
+  return run_dot_loop(iterations);
+}
+int64_t dot_loop_flops(int64_t iterations) { return iterations * kDotChains * 32 * 2; }
+
+#else  // not x86-64
+
+bool cpu_has_instruction() { return false; }
+void matmul_rows(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
+}
+int64_t packed_floats(int64_t, int64_t) { return 0; }
+void pack_x(const float*, int64_t, int64_t, int64_t, int64_t, float*) {
+  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
+}
+void matmul_rows_packed(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
+}
+float dot_loop(int64_t) { return 0; }
+int64_t dot_loop_flops(int64_t) { return 0; }
+
+#endif
+
+}  // namespace tessera::cpu::bf16_dot

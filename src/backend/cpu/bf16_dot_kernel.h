@@ -1,0 +1,265 @@
+// The matmul of bf16 weights by bf16 dot products (AVX-512 BF16's vdpbf16ps), written
+// once over an `Ops` type that supplies the vectors and the instruction:
+//   - bf16_dot.cpp includes this file between HWY_PUSH_ATTRIBUTES and HWY_POP_ATTRIBUTES
+//     (compiled for AVX-512 BF16) with the instruction itself;
+//   - the tests include it with a portable emulation of the instruction
+//     (bf16_dot_emulated.h), so the blocking and the order are tested on every machine
+//     and the instruction where the CPU has it.
+// Every standard header it uses must be included before it (so that none is compiled
+// for AVX-512 inside the attribute region), and its plain functions are static (so that
+// no other file's copy is one compiled for AVX-512; the templates are instantiated with
+// bf16_dot.cpp's own Ops type, local to it).
+//
+// The order of every output's sum, whatever the number of tokens in the call (decode's
+// tiles and prefill's GEMM compute exactly this sequence, so a token's row is bitwise
+// the same alone or in a batch, at any thread count):
+//   x is rounded to bf16 (nearest even; the instruction's conversion), past k padded with
+//   zeros to a whole chunk of kChunk = 32 elements;
+//   acc = 0, 16 f32 lanes;
+//   for each chunk along k in order (the last one completed with zeros, weights and x):
+//     acc = dot(acc, w chunk, x chunk): lane j += w[2j+1] * x[2j+1], then += w[2j] * x[2j]
+//     (vdpbf16ps: each step rounded to nearest even, bf16 subnormals read as zero, a
+//     subnormal result flushed to zero);
+//   sum = the lanes of acc added as a halving tree: lane i + 8 onto lane i, then i + 4,
+//   i + 2, i + 1 (the tree matmul.cpp states for its other paths).
+// This rounds differently from matmul.cpp's widen-and-FMA order (x is rounded, pairs are
+// summed inside a lane), so on a CPU that has the instruction every bf16-weight matmul
+// takes this path, decode and prefill alike.
+//
+// Ops (all static): Acc (16 f32 lanes), Chunk (32 bf16); zero(); load(p) (32 elements);
+// load_partial(p, n) (n < 32 elements, the rest zeros, nothing read past p + n);
+// dot(acc, w, x); load_acc(p) and store_acc(p, a) (16 floats, 64-byte aligned);
+// sum_lanes16(v, out) (out[j] = the tree sum of v[j], j < 16); round_x(x, n, out) (n
+// floats to bf16). Pure functions over caller-owned memory; thread-safe.
+#ifndef TESSERA_BACKEND_CPU_BF16_DOT_KERNEL_H_
+#define TESSERA_BACKEND_CPU_BF16_DOT_KERNEL_H_
+
+namespace tessera::cpu::bf16_dot::kernel {
+
+inline constexpr int64_t kChunk = 32;  // bf16 elements one dot product takes
+inline constexpr int64_t kLanes = 16;  // its f32 lanes
+// Calls of at least this many tokens take the GEMM, fewer the tiles (the same order).
+inline constexpr int64_t kGemmTokens = 16;
+
+// GEMM blocking, as matmul.cpp's (elements along k, weight rows, tokens); the weights are
+// read straight from their rows (nothing to widen), kNc rows x kKc elements (16 KiB) and
+// one panel of x (6 KiB) staying in L1 while a micro-kernel runs over them.
+inline constexpr int64_t kKc = 512;
+inline constexpr int64_t kNc = 16;
+inline constexpr int64_t kMc = 192;
+inline constexpr int kPanelRows = 4;
+inline constexpr int kPanelTokens = 6;  // 24 accumulators + 4 weight chunks + 1 of x: 29 of 32 registers
+inline constexpr int kDecodeRows = 16;
+static_assert(kKc % kChunk == 0 && kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kNc <= kLanes);
+
+static inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
+static inline int64_t padded_tokens(int64_t tokens) {
+  return (tokens + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
+}
+
+// bf16 elements of a call's packed x (see pack_x).
+static inline int64_t packed_elements(int64_t tokens, int64_t k) { return padded_tokens(tokens) * padded_k(k); }
+
+// x of one token rounded to bf16, zeros in [k, padded_k(k)).
+template <typename Ops>
+void round_row(const float* x, int64_t k, uint16_t* out) {
+  Ops::round_x(x, k, out);
+  for (int64_t i = k; i < padded_k(k); ++i) out[i] = 0;
+}
+
+// Chunk s of a weight row: whole when partial == 0, else the call's last chunk, of
+// `partial` elements (the loops below pass a literal 0 for every whole chunk, so the
+// test folds away where it matters).
+template <typename Ops>
+inline typename Ops::Chunk load_w(const uint16_t* row, int64_t s, int64_t partial) {
+  return partial == 0 ? Ops::load(row + s * kChunk) : Ops::load_partial(row + s * kChunk, static_cast<int>(partial));
+}
+
+// out[j] = the tree sum of acc[j] for j < n <= 16 (the rest of the 16 padded with zeros).
+template <typename Ops>
+inline void finish(const typename Ops::Acc* acc, int n, float* out) {
+  typename Ops::Acc column[kLanes];
+  for (int j = 0; j < kLanes; ++j) column[j] = j < n ? acc[j] : Ops::zero();
+  alignas(64) float sums[kLanes];
+  Ops::sum_lanes16(column, sums);
+  for (int j = 0; j < n; ++j) out[j] = sums[j];
+}
+
+// ------------------------------------------------------------------ tiles (few tokens)
+
+// kRows weight rows (row pointers; rows past `nr` repeat a valid row and are not
+// written) x kTok tokens over the whole of k. xb: the tokens' rounded x, a stride of
+// padded_k(k); y: output (token 0, row 0), a stride of ldy between tokens.
+// One chunk s of a tile: acc[r][t] = dot(acc[r][t], w[r] chunk s, x[t] chunk s).
+template <typename Ops, int kRows, int kTok>
+inline void tile_step(typename Ops::Acc (&acc)[kRows][kTok], const uint16_t* xb, int64_t kp,
+                      const uint16_t* const* rows, int64_t s, int64_t partial) {
+  typename Ops::Chunk xv[kTok];
+  for (int t = 0; t < kTok; ++t) xv[t] = Ops::load(xb + t * kp + s * kChunk);
+  for (int r = 0; r < kRows; ++r) {
+    const typename Ops::Chunk wv = load_w<Ops>(rows[r], s, partial);
+    for (int t = 0; t < kTok; ++t) acc[r][t] = Ops::dot(acc[r][t], wv, xv[t]);
+  }
+}
+
+// kRows weight rows (row pointers; rows past `nr` repeat a valid row and are not
+// written) x kTok tokens over the whole of k. xb: the tokens' rounded x, a stride of
+// padded_k(k); y: output (token 0, row 0), a stride of ldy between tokens.
+template <typename Ops, int kRows, int kTok>
+void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, float* y, int64_t ldy) {
+  using Acc = typename Ops::Acc;
+  const int64_t kp = padded_k(k), full = k / kChunk, partial = k % kChunk;
+  Acc acc[kRows][kTok];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kTok; ++t) acc[r][t] = Ops::zero();
+  for (int64_t s = 0; s < full; ++s) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
+  if (partial > 0) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, full, partial);
+  for (int t = 0; t < kTok; ++t) {
+    Acc column[kRows];
+    for (int r = 0; r < kRows; ++r) column[r] = acc[r][t];
+    finish<Ops>(column, nr, y + t * ldy);
+  }
+}
+
+// Row pointers of the group of n rows from `first` (of `rows`), rows past the last
+// repeating it.
+static inline void row_pointers(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int n,
+                                const uint16_t** out) {
+  for (int r = 0; r < n; ++r) out[r] = w + std::min(first + r, rows - 1) * k;
+}
+
+template <typename Ops, int kTok>
+void tiles_of_four_rows(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+                        int64_t r0) {
+  const uint16_t* pointers[4];
+  row_pointers(w, k, rows, r0, 4, pointers);
+  tile<Ops, 4, kTok>(xb, k, pointers, static_cast<int>(std::min<int64_t>(4, rows - r0)), y + r0, ldy);
+}
+
+// y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
+// padded_k(k). One token: 16-row tiles (decode streams the weights once); more: 4 rows
+// x up to 4 tokens, the rows' data reused from cache by the next tokens.
+template <typename Ops>
+void tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+  const int64_t kp = padded_k(k);
+  if (tokens == 1) {
+    for (int64_t r0 = 0; r0 < rows; r0 += kDecodeRows) {
+      const uint16_t* pointers[kDecodeRows];
+      row_pointers(w, k, rows, r0, kDecodeRows, pointers);
+      tile<Ops, kDecodeRows, 1>(xb, k, pointers, static_cast<int>(std::min<int64_t>(kDecodeRows, rows - r0)), y + r0,
+                                ldy);
+    }
+    return;
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+    int64_t t = 0;
+    for (; t + 4 <= tokens; t += 4) tiles_of_four_rows<Ops, 4>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0);
+    switch (tokens - t) {
+      case 3: tiles_of_four_rows<Ops, 3>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0); break;
+      case 2: tiles_of_four_rows<Ops, 2>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0); break;
+      case 1: tiles_of_four_rows<Ops, 1>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0); break;
+      default: break;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ GEMM (many tokens)
+
+// x packed for the GEMM, as matmul.cpp packs its f32 x: token blocks of kMc, block b at
+// xp + b * kMc * kp (kp = padded_k(k)); within a block of `padded` tokens (kMc, or the
+// last block's tokens rounded up to whole panels), the k block at k0 (kc elements)
+// starts at k0 * padded and holds, for the panel of kPanelTokens tokens from p, chunk s
+// of token t at [p * kc + (s * kPanelTokens + t) * kChunk]. Tokens past the call's
+// last, to the end of their panel, are zeros. Packs tokens [begin, end) (and the zeros
+// when end == tokens); a token writes only its own chunks, so threads may pack disjoint
+// ranges. row: scratch of padded_k(k) elements.
+template <typename Ops>
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint16_t* xp, uint16_t* row) {
+  const int64_t kp = padded_k(k);
+  const int64_t all = padded_tokens(tokens);
+  const int64_t last = end == tokens ? all : end;
+  for (int64_t t = begin; t < last; ++t) {
+    if (t < tokens) {
+      round_row<Ops>(x + t * k, k, row);
+    } else {
+      std::memset(row, 0, static_cast<size_t>(kp) * sizeof(uint16_t));
+    }
+    const int64_t t0 = t / kMc * kMc;
+    const int64_t padded = std::min(kMc, all - t0);
+    const int64_t p = (t - t0) / kPanelTokens * kPanelTokens;
+    uint16_t* block = xp + t0 * kp;
+    for (int64_t k0 = 0; k0 < kp; k0 += kKc) {
+      const int64_t kc = std::min(kKc, kp - k0);
+      uint16_t* panel = block + k0 * padded + p * kc;
+      for (int64_t s = 0; s < kc / kChunk; ++s)
+        std::memcpy(panel + (s * kPanelTokens + t - t0 - p) * kChunk, row + k0 + s * kChunk, kChunk * sizeof(uint16_t));
+    }
+  }
+}
+
+// One chunk s of a micro-kernel (see micro_kernel).
+template <typename Ops>
+inline void micro_step(typename Ops::Acc (&a)[kPanelRows][kPanelTokens], const uint16_t* const* rows,
+                       const uint16_t* xs, int64_t s, int64_t partial) {
+  typename Ops::Chunk wv[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) wv[r] = load_w<Ops>(rows[r], s, partial);
+  for (int t = 0; t < kPanelTokens; ++t) {
+    const typename Ops::Chunk xv = Ops::load(xs + (s * kPanelTokens + t) * kChunk);
+    for (int r = 0; r < kPanelRows; ++r) a[r][t] = Ops::dot(a[r][t], wv[r], xv);
+  }
+}
+
+// kPanelRows weight rows (pointers at this k block) x one panel of kPanelTokens tokens,
+// `steps` chunks (the last one `partial` elements long when partial > 0: the call's
+// last chunk). The partial vectors live in acc, one of 16 floats per (token, row),
+// token-major with a stride of kNc rows.
+template <typename Ops>
+void micro_kernel(const uint16_t* const* rows, int64_t steps, int64_t partial, const uint16_t* xs, float* acc) {
+  typename Ops::Acc a[kPanelRows][kPanelTokens];
+  for (int r = 0; r < kPanelRows; ++r)
+    for (int t = 0; t < kPanelTokens; ++t) a[r][t] = Ops::load_acc(acc + (t * kNc + r) * kLanes);
+  const int64_t full = partial > 0 ? steps - 1 : steps;
+  for (int64_t s = 0; s < full; ++s) micro_step<Ops>(a, rows, xs, s, 0);
+  if (partial > 0) micro_step<Ops>(a, rows, xs, full, partial);
+  for (int r = 0; r < kPanelRows; ++r)
+    for (int t = 0; t < kPanelTokens; ++t) Ops::store_acc(acc + (t * kNc + r) * kLanes, a[r][t]);
+}
+
+// Floats of the GEMM's scratch of partial sums (64-byte aligned).
+inline constexpr int64_t kAccFloats = kMc * kNc * kLanes;
+
+// The GEMM over x packed by pack_x (xp), y[t * ldy + r] for `rows` weight rows.
+template <typename Ops>
+void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+          float* acc) {
+  using Acc = typename Ops::Acc;
+  const int64_t kp = padded_k(k);
+  for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
+    const int64_t mt = std::min(kMc, tokens - t0);
+    const int64_t padded = padded_tokens(mt);
+    for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
+      const int64_t nr = std::min(kNc, rows - r0);
+      std::memset(acc, 0, static_cast<size_t>(padded * kNc * kLanes) * sizeof(float));
+      for (int64_t k0 = 0; k0 < kp; k0 += kKc) {
+        const int64_t kc = std::min(kKc, kp - k0);
+        const int64_t valid = std::min(kc, k - k0);
+        const uint16_t* xblock = xp + t0 * kp + k0 * padded;
+        const uint16_t* pointers[kNc];
+        row_pointers(w, k, rows, r0, static_cast<int>(kNc), pointers);
+        for (int64_t r = 0; r < kNc; ++r) pointers[r] += k0;
+        for (int64_t p = 0; p < padded; p += kPanelTokens)
+          for (int64_t g = 0; g < nr; g += kPanelRows)
+            micro_kernel<Ops>(pointers + g, kc / kChunk, valid % kChunk, xblock + p * kc, acc + (p * kNc + g) * kLanes);
+      }
+      for (int64_t t = 0; t < mt; ++t) {
+        Acc column[kNc];
+        for (int64_t r = 0; r < nr; ++r) column[r] = Ops::load_acc(acc + (t * kNc + r) * kLanes);
+        finish<Ops>(column, static_cast<int>(nr), y + (t0 + t) * ldy + r0);
+      }
+    }
+  }
+}
+
+}  // namespace tessera::cpu::bf16_dot::kernel
+
+#endif  // TESSERA_BACKEND_CPU_BF16_DOT_KERNEL_H_
