@@ -24,7 +24,7 @@ Status Scheduler::open(uint64_t id, int64_t capacity) {
   if (sequences_.size() >= options_.max_sequences)
     return Status::overloaded(std::to_string(sequences_.size()) + " sequences are open, the most this engine runs");
   TS_RETURN_IF_ERROR(forward_.status());
-  sequences_.emplace(id, Sequence{.cache = forward_.make_cache(capacity)});
+  sequences_.emplace(id, Sequence{.cache = forward_.make_cache(capacity), .age = next_age_++});
   return {};
 }
 
@@ -125,6 +125,11 @@ Status Scheduler::queue(uint64_t id, Feed feed) {
   if (feed.tokens == 0) return Status::invalid_input("no tokens to run");
   if (queued_ >= options_.max_queued_feeds)
     return Status::overloaded(std::to_string(queued_) + " inputs are waiting, the most this engine queues");
+  if (std::vector<int32_t>& replay = it->second.replay; !replay.empty()) {  // preempted while idle
+    feed.ids.insert(feed.ids.begin(), replay.begin(), replay.end());
+    feed.tokens += static_cast<int64_t>(replay.size());
+    replay.clear();
+  }
   feed.order = next_order_++;
   queued_bytes_ += feed.bytes();
   it->second.feeds.push_back(std::move(feed));
@@ -148,16 +153,56 @@ void Scheduler::cancel_all() {
   queued_bytes_ = 0;
 }
 
-int64_t Scheduler::length(uint64_t id) const { return sequences_.at(id).cache.length(); }
+int64_t Scheduler::length(uint64_t id) const {
+  const Sequence& sequence = sequences_.at(id);
+  return sequence.cache.length() + static_cast<int64_t>(sequence.replay.size());
+}
 
 void Scheduler::truncate(uint64_t id, int64_t n) {
   Sequence& sequence = sequences_.at(id);
   TS_CHECK(sequence.feeds.empty(), "truncating sequence ", id, " with ", sequence.feeds.size(), " inputs queued");
-  sequence.cache.truncate(n);
-  if (prefix_cache_) {
-    sequence.tokens.resize(static_cast<size_t>(n));
-    sequence.chain.resize(static_cast<size_t>(n / forward_.kv_pool().block_size()));
+  if (!sequence.replay.empty()) {  // preempted: it holds no blocks
+    sequence.replay.resize(std::min(sequence.replay.size(), static_cast<size_t>(n)));
+    return;
   }
+  sequence.cache.truncate(n);
+  if (forward_.model().has_entry()) sequence.tokens.resize(static_cast<size_t>(n));
+  if (prefix_cache_) sequence.chain.resize(static_cast<size_t>(n / forward_.kv_pool().block_size()));
+}
+
+std::optional<uint64_t> Scheduler::newest_victim(uint64_t age, const std::vector<Chosen>& chosen) const {
+  std::optional<uint64_t> victim;
+  uint64_t newest = age;
+  for (const auto& [id, sequence] : sequences_) {
+    if (sequence.age <= newest || sequence.cache.blocks().empty()) continue;
+    if (std::any_of(chosen.begin(), chosen.end(), [id = id](const Chosen& c) { return c.id == id; })) continue;
+    newest = sequence.age;
+    victim = id;
+  }
+  return victim;
+}
+
+// Recompute preemption: what the sequence's KV cache held is run again later,
+// ahead of the rest of its input, by the same chunk-invariant Forward.
+void Scheduler::preempt(uint64_t id) {
+  Sequence& sequence = sequences_.at(id);
+  TS_CHECK(static_cast<int64_t>(sequence.tokens.size()) == sequence.cache.length(), "sequence ", id, " holds ",
+           sequence.cache.length(), " positions but ", sequence.tokens.size(), " known ids");
+  std::vector<int32_t> held = std::exchange(sequence.tokens, {});
+  sequence.cache.truncate(0);
+  sequence.chain.clear();
+  ++preemptions_;
+  if (sequence.feeds.empty()) {
+    sequence.replay = std::move(held);
+    return;
+  }
+  Feed& head = sequence.feeds.front();
+  queued_bytes_ -= head.bytes();
+  held.insert(held.end(), head.ids.begin() + head.done, head.ids.end());
+  head.ids = std::move(held);
+  head.tokens = static_cast<int64_t>(head.ids.size());
+  head.done = 0;
+  queued_bytes_ += head.bytes();
 }
 
 int64_t Scheduler::evict_cached(int64_t blocks) { return prefix_cache_ ? prefix_cache_->evict(blocks) : 0; }
@@ -193,8 +238,11 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
   });
 
   std::vector<Chosen> chosen;
+  std::vector<std::pair<uint64_t, int64_t>> short_of_blocks;  // (id, blocks): waits, with preemption
   int64_t budget = options_.max_step_tokens;
-  int64_t free_blocks = forward_.kv_pool().free_blocks();
+  const KvPool& pool = forward_.kv_pool();
+  int64_t reserved = 0;  // blocks the chosen feeds take when they run
+  auto available = [&] { return pool.free_blocks() - reserved; };
   for (const auto& [order, id] : waiting) {
     if (chosen.size() >= options_.max_step_sequences || budget == 0) break;
     Sequence& sequence = sequences_.at(id);
@@ -208,16 +256,35 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     }
     const int64_t tokens = std::min(feed.tokens - feed.done, budget);
     const int64_t blocks = cache.blocks_needed(tokens);
-    if (blocks > free_blocks) free_blocks += evict_cached(blocks - free_blocks);
-    if (blocks > free_blocks) {
-      // Alone it cannot run: the pool is full of other sequences' blocks.
-      if (chosen.empty()) failed.push_back({id, forward_.kv_pool().check_free(blocks)});
-      continue;  // else it waits for the next step
+    if (blocks > available()) evict_cached(blocks - available());
+    while (options_.preemption && blocks > available()) {
+      const std::optional<uint64_t> victim = newest_victim(sequence.age, chosen);
+      if (!victim) break;
+      preempt(*victim);
+      if (blocks > available()) evict_cached(blocks - available());
     }
-    free_blocks -= blocks;
+    if (blocks > available()) {
+      const int64_t bs = pool.block_size();
+      if (!options_.preemption) {
+        // Alone it cannot run: the pool is full of other sequences' blocks.
+        if (chosen.empty()) failed.push_back({id, pool.check_free(blocks)});
+      } else if (const int64_t whole = (cache.length() + tokens + bs - 1) / bs; whole > pool.total_blocks()) {
+        failed.push_back(
+            {id, Status::overloaded("a sequence of " + std::to_string(cache.length() + tokens) + " positions needs " +
+                                    std::to_string(whole) + " KV blocks; the whole pool has " +
+                                    std::to_string(pool.total_blocks()) + " (--kv-memory)")});
+      } else {
+        short_of_blocks.emplace_back(id, blocks);  // older sequences hold the blocks: it waits for them
+      }
+      continue;
+    }
+    reserved += blocks;
     budget -= tokens;
     chosen.push_back({id, tokens});
   }
+  // A step that runs nothing would leave it waiting for ever.
+  if (chosen.empty() && !short_of_blocks.empty())
+    failed.push_back({short_of_blocks.front().first, pool.check_free(short_of_blocks.front().second)});
   for (const StepOutput& f : failed) close(f.id);
   return chosen;
 }
@@ -263,10 +330,10 @@ std::vector<StepOutput> Scheduler::step() {
     const auto rows = std::span<float>(*out).subspan(offset, width);
     offset += width;
     if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
-    if (prefix_cache_) {
+    if (forward_.model().has_entry()) {
       sequence.tokens.insert(sequence.tokens.end(), feed.ids.begin() + feed.done,
                              feed.ids.begin() + feed.done + c.tokens);
-      cache_full_blocks(sequence);
+      if (prefix_cache_) cache_full_blocks(sequence);
     }
     feed.done += c.tokens;
     if (feed.done < feed.tokens) continue;  // more chunks to come

@@ -19,6 +19,16 @@
 // its logits). Cached blocks no sequence uses are evicted, least recently used
 // first, when a step needs blocks the pool does not have free.
 //
+// With preemption (a whole model: entry and exit), a sequence that needs blocks
+// the pool does not have takes them from the newest sequences (opened later)
+// not running in this step, as vLLM's recompute preemption: the victim's blocks
+// return to the pool and the ids it held are run again, ahead of its unfinished
+// input, when blocks are free (its sampler and outputs are kept, and Forward is
+// chunk-invariant, so its tokens are bitwise those of an uninterrupted run). An
+// older sequence is never preempted for a newer one, so the oldest sequence with
+// work always runs, and nothing fails for want of blocks unless it cannot fit
+// in the whole pool (or, in a step that runs nothing, it cannot run at all).
+//
 // A feed's output is what the caller asked for: for an exit range, the sampled
 // token (with a sampler) or the logits of the feed's last token; otherwise the
 // hidden states of every token of the feed, whatever chunks it ran in. Because
@@ -53,6 +63,7 @@ struct SchedulerOptions {
   size_t max_sequences = 1024;     // open at once
   size_t max_queued_feeds = 4096;  // inputs waiting, over all sequences
   bool prefix_caching = false;     // keep full KV blocks for later prompts (entry ranges)
+  bool preemption = false;         // recompute preemption when the pool is short (entry and exit ranges)
 };
 
 struct TokenLogprob {
@@ -104,8 +115,8 @@ class Scheduler {
   uint64_t queued_bytes() const { return queued_bytes_; }
   std::vector<StepOutput> step();
 
-  // Positions a sequence holds; keeps only the first n (a reused prompt prefix),
-  // with no input queued.
+  // Positions a sequence holds (a preempted one: those it will run again); keeps
+  // only the first n (a reused prompt prefix), with no input queued.
   int64_t length(uint64_t id) const;
   void truncate(uint64_t id, int64_t n);
 
@@ -120,6 +131,8 @@ class Scheduler {
   uint64_t prefix_queries() const { return prefix_queries_; }
   uint64_t prefix_hits() const { return prefix_hits_; }
   int64_t prefix_evictable_blocks() const { return prefix_cache_ ? prefix_cache_->evictable() : 0; }
+  // Sequences preempted so far (their blocks freed, their ids run again later).
+  uint64_t preemptions() const { return preemptions_; }
 
  private:
   struct Feed {
@@ -137,8 +150,10 @@ class Scheduler {
     std::vector<int32_t> prompt{}, output{};
     std::deque<Feed> feeds{};
     std::vector<float> hidden_out{};  // the current feed's hidden states so far
-    // With a prefix cache: the ids in the KV cache, the salt, and the digests of its full blocks.
+    uint64_t age = 0;                 // order of open(): with preemption, newer sequences give way to older ones
+    // Entry ranges: the ids in the KV cache. With a prefix cache, the salt and the digests of its full blocks.
     std::vector<int32_t> tokens{};
+    std::vector<int32_t> replay{};  // preempted with no input queued: ids to run before its next input
     std::string salt{};
     std::vector<PrefixCache::Digest> chain{};
   };
@@ -148,6 +163,10 @@ class Scheduler {
   };
   Status queue(uint64_t id, Feed feed);
   std::vector<Chosen> choose(std::vector<StepOutput>& failed);
+  // The newest sequence opened after `age` that holds blocks and is not in `chosen`.
+  std::optional<uint64_t> newest_victim(uint64_t age, const std::vector<Chosen>& chosen) const;
+  // Frees the sequence's blocks; the ids it held run again ahead of its input.
+  void preempt(uint64_t id);
   void close(uint64_t id);
   // Frees up to `blocks` blocks only the prefix cache holds; returns how many.
   int64_t evict_cached(int64_t blocks);
@@ -160,6 +179,8 @@ class Scheduler {
   std::unique_ptr<PrefixCache> prefix_cache_;  // with prefix_caching; outlived by nothing that holds its blocks
   std::map<uint64_t, Sequence> sequences_;
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  uint64_t preemptions_ = 0;
+  uint64_t next_age_ = 0;
   size_t queued_ = 0;          // feeds waiting, over all sequences
   uint64_t queued_bytes_ = 0;  // their ids' and hidden states' bytes
   uint64_t next_order_ = 0;

@@ -458,5 +458,95 @@ TEST_F(SchedulerTest, PerSequenceSamplerGivesTheTokensOfLocalRunnerAlone) {
   EXPECT_NE(greedy_tokens, expected);
 }
 
+// Recompute preemption: three sequences that each grow to 4 blocks share a pool
+// of 8, so the older ones take the newest one's blocks; it runs its ids again
+// later. Each gets bitwise the tokens it gets alone (greedy and seeded
+// sampling), nothing fails, and the pool is whole again at the end.
+TEST_F(SchedulerTest, PreemptedSequenceGetsBitwiseTheTokensOfAnUninterruptedRun) {
+  auto forward = make_forward(8);
+  constexpr int kTokens = 9;  // 6 prompt ids + 9 tokens: 15 positions, 4 blocks of 4
+  const std::vector<std::pair<std::vector<int32_t>, SamplingParams>> requests = {
+      {prompt(6, 3), sampling(0, 0)}, {prompt(6, 7), sampling(1.1f, 5)}, {prompt(6, 11), sampling(0.9f, 9)}};
+
+  auto alone = [&](const std::vector<int32_t>& request, const SamplingParams& params) {
+    Scheduler scheduler(*forward);
+    LocalRunner runner(scheduler, 64, params);
+    std::vector<int32_t> ids = request, tokens;
+    for (int i = 0; i < kTokens; ++i) {
+      auto token = runner.run_to_token(ids, request);
+      EXPECT_TRUE(token.ok()) << token.status().to_string();
+      if (!token.ok()) break;
+      tokens.push_back(*token);
+      ids = {*token};
+    }
+    return tokens;
+  };
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& [request, params] : requests) expected.push_back(alone(request, params));
+
+  Scheduler scheduler(*forward, {.preemption = true});
+  for (uint64_t id = 1; id <= requests.size(); ++id) {
+    ASSERT_TRUE(scheduler.open(id, 64).ok());
+    ASSERT_TRUE(scheduler.start(id, requests[id - 1].second, requests[id - 1].first).ok());
+    ASSERT_TRUE(scheduler.feed_ids(id, requests[id - 1].first).ok());
+  }
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  for (int step = 0; step < kMaxSteps && scheduler.has_work(); ++step) {
+    for (const StepOutput& out : scheduler.step()) {
+      ASSERT_TRUE(out.status.ok()) << "sequence " << out.id << ": " << out.status.to_string();
+      tokens[out.id].push_back(out.token);
+      if (tokens[out.id].size() < kTokens) {
+        ASSERT_TRUE(scheduler.feed_ids(out.id, {out.token}).ok());
+      } else {
+        scheduler.cancel(out.id);  // done: its blocks return, as the server's finished requests do
+      }
+    }
+  }
+  EXPECT_GE(scheduler.preemptions(), 1u);
+  for (uint64_t id = 1; id <= requests.size(); ++id) EXPECT_EQ(tokens[id], expected[id - 1]) << "sequence " << id;
+  EXPECT_EQ(forward->kv_pool().free_blocks(), 8);
+}
+
+// The oldest sequence is never preempted for a newer one: the newer waits (and
+// is preempted itself when the older needs its blocks), and a feed that not even
+// the whole pool holds fails alone, naming the budget.
+TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCannotHold) {
+  auto forward = make_forward(4);
+  Scheduler scheduler(*forward, {.preemption = true});
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(10)).ok());  // 3 blocks
+  ASSERT_TRUE(step_until(scheduler, 1).status.ok());
+  ASSERT_TRUE(scheduler.open(2, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(4, 5)).ok());  // the last block
+  ASSERT_TRUE(step_until(scheduler, 2).status.ok());
+  EXPECT_EQ(forward->kv_pool().free_blocks(), 0);
+  // Sequence 1 grows into a fourth block: sequence 2 (newer) gives its block up.
+  ASSERT_TRUE(scheduler.feed_ids(1, {5, 6, 7}).ok());
+  ASSERT_TRUE(step_until(scheduler, 1).status.ok());
+  EXPECT_EQ(scheduler.preemptions(), 1u);
+  EXPECT_EQ(scheduler.length(1), 13);
+  EXPECT_EQ(scheduler.length(2), 4) << "a preempted sequence still holds its ids, to run again";
+  // Sequence 2's next feed waits for blocks while sequence 1 runs; it never takes sequence 1's.
+  ASSERT_TRUE(scheduler.feed_ids(2, {8}).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, {9}).ok());
+  const std::vector<StepOutput> outputs = scheduler.step();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].id, 1u);
+  EXPECT_TRUE(outputs[0].status.ok()) << outputs[0].status.to_string();
+  EXPECT_EQ(scheduler.length(1), 14);
+  EXPECT_EQ(scheduler.preemptions(), 1u);
+  scheduler.cancel(1);  // blocks free: it runs its 4 ids again, then the new one
+  const StepOutput out = step_until(scheduler, 2);
+  EXPECT_TRUE(out.status.ok()) << out.status.to_string();
+  EXPECT_EQ(scheduler.length(2), 5);
+  // 17 positions need 5 blocks: more than the pool has.
+  ASSERT_TRUE(scheduler.open(3, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(3, prompt(17)).ok());
+  const StepOutput refused = step_until(scheduler, 3);
+  EXPECT_EQ(refused.status.kind(), ErrorKind::kOverloaded) << refused.status.to_string();
+  EXPECT_NE(refused.status.message().find("--kv-memory"), std::string::npos) << refused.status.message();
+  EXPECT_TRUE(scheduler.is_open(2));
+}
+
 }  // namespace
 }  // namespace tessera
