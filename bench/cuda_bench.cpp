@@ -79,7 +79,7 @@ void bench_matmuls(Device& device, double bandwidth) {
     std::vector<Buffer> weights;
     for (int c = 0; c < copies; ++c)
       weights.push_back(random_buffer(device, static_cast<size_t>(s.n * s.k), DType::kBF16, c));
-    for (const int64_t tokens : {1, 4, 16, 64, 512, 2048}) {
+    for (const int64_t tokens : {1, 4, 16, 32, 64, 512, 2048}) {
       Buffer x = random_buffer(device, static_cast<size_t>(tokens * s.k), DType::kF32, 99);
       Buffer y = must(device.alloc(static_cast<size_t>(tokens * s.n) * sizeof(float)));
       const int reps = tokens >= 64 ? 5 : 50;

@@ -254,9 +254,14 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
           <<<grid, kPartition, shared, stream>>>(q, n_heads, p, layer, map, window, scale, partitions, scratch);
     }
   });
+  attention_combine(stream, out, tokens, n_heads, p.head_dim, map, window, partitions, scratch);
+}
+
+void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t n_heads, int64_t head_dim, TokenMap map,
+                       int64_t window, int64_t partitions, const float* scratch) {
   const dim3 merge(static_cast<unsigned>(tokens), static_cast<unsigned>(n_heads));
-  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(p.head_dim, 32, 256));
-  combine_kernel<<<merge, threads, 0, stream>>>(n_heads, p.head_dim, map, window, partitions, scratch, out);
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim, 32, 256));
+  combine_kernel<<<merge, threads, 0, stream>>>(n_heads, head_dim, map, window, partitions, scratch, out);
 }
 
 }  // namespace tessera::cuda

@@ -257,8 +257,8 @@ class CudaDevice final : public Device {
   // The tensor-core kernel for a few tokens, the tiled one for many: the same sums.
   void run_mma(const float* x, int64_t tokens, int64_t k, const cuda::MmaJob& job) {
     if (tokens < cuda::mma_gemm_min_tokens()) return cuda::mma_matmul(stream_, x, tokens, k, job);
-    void* scratch = grow(gemm_scratch_, static_cast<size_t>(tokens * k) * sizeof(uint16_t), "matmul scratch");
-    cuda::mma_gemm(stream_, x, tokens, k, job, static_cast<__nv_bfloat16*>(scratch));
+    cuda::mma_gemm(stream_, x, tokens, k, job,
+                   grow(gemm_scratch_, cuda::mma_gemm_scratch(tokens, k, job), "matmul scratch"));
   }
 
   static void check_weight(const TensorView& w, const TensorView& bias) {
@@ -310,25 +310,52 @@ class CudaDevice final : public Device {
     const int64_t row_floats = n_heads * (p.head_dim + 2);  // one partition of one token
     int64_t begin = 0;                                      // the first token of the slice, over all parts
     int64_t partitions = 0, tokens = 0;
+    const bool tensor_cores = cuda::mma_attention_fits(p, n_heads, window);
+    // Tensor cores: the slice's tokens in blocks of one sequence's tokens each.
+    std::vector<int32_t>& column_blocks = column_blocks_;
+    column_blocks.clear();
+    int64_t part_first = 0;  // the current part's first token, over all parts
     const auto flush = [&] {
       if (tokens == 0) return;
       float* scratch = attention_scratch(static_cast<size_t>(tokens * partitions * row_floats));
       const cuda::TokenMap slice{all.pos + begin, all.table + begin, all.tables};
-      cuda::attention(stream_, q + begin * n_heads * p.head_dim, out + begin * n_heads * p.head_dim, tokens, n_heads, p,
-                      layer, slice, window, scale, partitions, scratch);
+      const float* q_slice = q + begin * n_heads * p.head_dim;
+      float* out_slice = out + begin * n_heads * p.head_dim;
+      if (tensor_cores) {
+        const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(stage(column_blocks));
+        cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
+                            static_cast<int64_t>(column_blocks.size() / 2), scratch);
+        cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch);
+        column_blocks.clear();
+      } else {
+        cuda::attention(stream_, q_slice, out_slice, tokens, n_heads, p, layer, slice, window, scale, partitions,
+                        scratch);
+      }
       launched("attention");
       begin += tokens;
       tokens = partitions = 0;
     };
-    for (const SeqSlice& part : parts)
+    const int64_t per_block = tensor_cores ? cuda::mma_attention_tokens_per_block(n_heads, p.n_kv_heads) : 1;
+    for (const SeqSlice& part : parts) {
       for (int64_t t = 0; t < part.tokens; ++t) {
         const int64_t pos = part.pos0 + t;
         const int64_t visible = window > 0 ? std::min(window, pos + 1) : pos + 1;
         const int64_t need = std::max(partitions, cuda::attention_partitions(visible));
         if (tokens > 0 && (tokens + 1) * need * row_floats > kAttentionScratchFloats) flush();
         partitions = std::max(partitions, cuda::attention_partitions(visible));
+        // A new block at the part's first token, every per_block tokens, and after a flush.
+        const int64_t in_slice = part_first + t - begin;
+        if (tensor_cores) {
+          if (t == 0 || column_blocks.empty() || column_blocks.back() == per_block) {
+            column_blocks.push_back(static_cast<int32_t>(in_slice));
+            column_blocks.push_back(0);
+          }
+          ++column_blocks.back();
+        }
         ++tokens;
       }
+      part_first += part.tokens;
+    }
     flush();
   }
 
@@ -404,7 +431,8 @@ class CudaDevice final : public Device {
 
   std::vector<Buffer> placed_;  // the weights place() copied here
   Buffer attention_scratch_;
-  Buffer gemm_scratch_;  // x rounded to bf16 for the tiled matmul
+  std::vector<int32_t> column_blocks_;  // run_attention's, kept to reuse its memory
+  Buffer gemm_scratch_;                 // the tiled matmul's: x rounded to bf16, the sums of a split
   std::vector<int32_t> map_host_;
   // The staging arena (see stage()).
   Buffer arena_;

@@ -42,9 +42,10 @@ struct MmaJob {
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
 // in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
-// x_bf16 is scratch for tokens * k bf16 elements.
+// `scratch` holds mma_gemm_scratch(tokens, k, job) bytes.
 int64_t mma_gemm_min_tokens();
-void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, __nv_bfloat16* x_bf16);
+size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
+void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch);
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y);
@@ -73,6 +74,22 @@ int64_t attention_partitions(int64_t visible);
 // f32 [tokens, n_heads, partitions, head_dim + 2] (attend.cu).
 void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, int64_t n_heads, const KvPages& p,
                int64_t layer, TokenMap map, int64_t window, float scale, int64_t partitions, float* scratch);
+// The tensor-core attention (mma_attention.cu) for pages of bf16 or f16, head_dim
+// 64 or 128 and no sliding window: when it fits a layer, every token of that
+// layer takes it. A ColumnBlock is up to mma_attention_tokens_per_block()
+// consecutive tokens of one sequence (launch-relative indices); each block
+// writes the same partial outputs into scratch as attention's first kernel, and
+// attention_combine merges them.
+struct ColumnBlock {
+  int32_t first = 0, tokens = 0;
+};
+bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window);
+int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
+void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch);
+// Merges each token's partitions from scratch into out (attend.cu).
+void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t n_heads, int64_t head_dim, TokenMap map,
+                       int64_t window, int64_t partitions, const float* scratch);
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
 void gelu_tanh_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
 void scale(cudaStream_t stream, float* x, int64_t n, float factor);

@@ -58,9 +58,14 @@ struct ChunkWalk {
   }
 };
 
-template <int kNTiles, bool kGateUp>
+// Where a block's output goes: with kOneSum the block runs one of the eight sums
+// (blockIdx.z) and writes it to sums [8][tokens][width] (the job's outputs side
+// by side: each weight's rows, or gate's then up's), for add_sums_kernel to add
+// in order; else it runs all eight and finishes the outputs itself.
+template <int kNTiles, bool kGateUp, bool kOneSum>
 __global__ void __launch_bounds__(kThreads, 1)
-    gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job) {
+    gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
+                int64_t width) {
   constexpr int kTokens = 32 * kNTiles;
   constexpr int kStageUnits = (kBlockRows + kTokens) * 8;
   extern __shared__ uint4 smem[];
@@ -103,18 +108,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   const int chunks = static_cast<int>(k / kMmaChunk);
-  ChunkWalk loading{chunks / kMmaSplit, chunks % kMmaSplit}, computing = loading;
+  ChunkWalk loading{chunks / kMmaSplit, chunks % kMmaSplit};
+  int steps = chunks;
+  if constexpr (kOneSum) {
+    loading.sum = static_cast<int>(blockIdx.z);
+    steps = loading.q + (loading.sum < loading.r ? 1 : 0);
+  }
+  ChunkWalk computing = loading;
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < chunks) load(stage, loading.chunk()), loading.next();
+    if (stage < steps) load(stage, loading.chunk()), loading.next();
     copies_sent();
   }
   float acc[4][kNTiles][4] = {}, total[4][kNTiles][4] = {};
-  int sums = 0;  // sums finished and added into total
-  for (int step = 0; step < chunks; ++step) {
+  int sums_done = 0;  // sums finished and added into total
+  for (int step = 0; step < steps; ++step) {
     copies_wait<kStages - 2>();
     __syncthreads();  // this chunk is in; every warp is done with the stage refilled next
-    if (step + kStages - 1 < chunks) load((step + kStages - 1) % kStages, loading.chunk()), loading.next();
+    if (step + kStages - 1 < steps) load((step + kStages - 1) % kStages, loading.chunk()), loading.next();
     copies_sent();
 
     const uint4* a_tile = smem + (step % kStages) * kStageUnits;
@@ -137,62 +148,80 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const bool ends_sum = computing.ends_sum();
     computing.next();
-    if (ends_sum) {
+    if (!kOneSum && ends_sum) {
 #pragma unroll
       for (int m = 0; m < 4; ++m)
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            total[m][j][i] = sums == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+            total[m][j][i] = sums_done == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
             acc[m][j][i] = 0.0f;
           }
-      ++sums;
+      ++sums_done;
     }
   }
-  // With fewer than eight chunks the other sums are zero, and still added.
-  for (; sums < kMmaSplit; ++sums)
+  // Accumulator i of lane (g, t) in tile (m, j): row g (+8 for i >= 2), token 2t (+1 for odd i).
+  if constexpr (kOneSum) {
+    int64_t col0 = 0;
+    for (int i = 0; i < s; ++i) col0 += job.n[i];
 #pragma unroll
     for (int m = 0; m < 4; ++m)
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) total[m][j][i] += 0.0f;
-
-  // Accumulator i of lane (g, t) in tile (m, j): row g (+8 for i >= 2), token 2t (+1 for odd i).
-  float* up = reinterpret_cast<float*>(smem);  // gate/up: the up rows' values [64][kTokens]
-  if constexpr (kGateUp) {
-    copies_wait<0>();
-    __syncthreads();
-    if (warp_m == 1)
+        for (int i = 0; i < 4; ++i) {
+          const int r = warp_m * 64 + m * 16 + g + (i >= 2 ? 8 : 0);
+          const int64_t row = row0 + (kGateUp ? r % 64 : r);
+          const int64_t token = token0 + warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
+          if (row >= n || token >= tokens) continue;
+          const int64_t col = col0 + (kGateUp && r >= 64 ? n : 0) + row;
+          sums[(blockIdx.z * tokens + token) * width + col] = acc[m][j][i];
+        }
+  } else {
+    // With fewer than eight chunks the other sums are zero, and still added.
+    for (; sums_done < kMmaSplit; ++sums_done)
 #pragma unroll
       for (int m = 0; m < 4; ++m)
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int r = m * 16 + g + (i >= 2 ? 8 : 0), tok = warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
-            up[r * kTokens + tok] = with_bias(total[m][j][i], job.bias[1], min(row0 + r, n - 1));
-          }
-    __syncthreads();
-    if (warp_m == 1) return;
+          for (int i = 0; i < 4; ++i) total[m][j][i] += 0.0f;
+
+    float* up = reinterpret_cast<float*>(smem);  // gate/up: the up rows' values [64][kTokens]
+    if constexpr (kGateUp) {
+      copies_wait<0>();
+      __syncthreads();
+      if (warp_m == 1)
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int r = m * 16 + g + (i >= 2 ? 8 : 0), tok = warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
+              up[r * kTokens + tok] = with_bias(total[m][j][i], job.bias[1], min(row0 + r, n - 1));
+            }
+      __syncthreads();
+      if (warp_m == 1) return;
+    }
+    const __nv_bfloat16* bias = job.bias[s];
+    float* y = job.y[s];
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = warp_m * 64 + m * 16 + g + (i >= 2 ? 8 : 0), tok = warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
+          const int64_t row = row0 + r, token = token0 + tok;
+          if (row >= n || token >= tokens) continue;
+          float value = with_bias(total[m][j][i], bias, row);
+          if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
+          float& out = y[token * n + row];
+          out = job.accumulate ? out + value : value;
+        }
   }
-  const __nv_bfloat16* bias = job.bias[s];
-  float* y = job.y[s];
-#pragma unroll
-  for (int m = 0; m < 4; ++m)
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = warp_m * 64 + m * 16 + g + (i >= 2 ? 8 : 0), tok = warp_n * 8 * kNTiles + j * 8 + 2 * t + i % 2;
-        const int64_t row = row0 + r, token = token0 + tok;
-        if (row >= n || token >= tokens) continue;
-        float value = with_bias(total[m][j][i], bias, row);
-        if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
-        float& out = y[token * n + row];
-        out = job.accumulate ? out + value : value;
-      }
 }
 
 // x rounded to bf16 as mma_matmul.cu's load_x rounds it, eight elements a thread.
@@ -204,37 +233,114 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint
   y[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
 
-template <int kNTiles, bool kGateUp>
-void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
+// The outputs from the eight sums of a kOneSum launch, added in order 0..7 (as
+// mma_matmul.cu's block_sum adds its warps'), then the bias, SiLU * up and the
+// accumulation as the kernels above finish theirs. Thread per (token, output row).
+__global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const float* __restrict__ sums) {
+  const int64_t outputs = job.gate_up ? job.n[0] : width;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * outputs) return;
+  const int64_t token = i / outputs;
+  int64_t row = i % outputs;
+  int s = 0;
+  while (row >= job.n[s]) row -= job.n[s++];
+  const auto sum_at = [&](int64_t col) {
+    float total = sums[token * width + col];
+    for (int z = 1; z < kMmaSplit; ++z) total += sums[(z * tokens + token) * width + col];
+    return total;
+  };
+  float value = with_bias(sum_at(i % outputs), job.bias[s], row);
+  if (job.gate_up) value = silu_times(value, with_bias(sum_at(job.n[0] + row), job.bias[1], row));
+  float& out = job.y[s][token * job.n[s] + row];
+  out = job.accumulate ? out + value : value;
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess
+               ? sms
+               : 1;
+  }();
+  return count;
+}
+
+// A job's blocks, their tokens and rows, and whether they run one sum each: when
+// the blocks for whole outputs would not fill half the device (few tokens, few
+// rows), eight times as many blocks each run one sum. (On the H200, 8B shape:
+// 4096 rows at 64 tokens, 32 blocks, 55 -> 26 us split; at 512 tokens, 128 blocks,
+// 80 us whole against 125 split.)
+struct Plan {
+  int n_tiles;  // 8-token tiles per warp
+  int64_t token_tiles, row_tiles, width;
+  bool one_sum;
+  Plan(int64_t tokens, int64_t k, const MmaJob& job) {
+    n_tiles = tokens >= 128 ? 4 : tokens >= 64 ? 2 : 1;
+    const int rows = job.gate_up ? 64 : kBlockRows;
+    token_tiles = (tokens + 32 * n_tiles - 1) / (32 * n_tiles);
+    row_tiles = width = 0;
+    for (int s = 0; s < job.count; ++s) row_tiles += (job.n[s] + rows - 1) / rows, width += job.n[s];
+    if (job.gate_up) width = 2 * job.n[0];
+    one_sum = 2 * token_tiles * row_tiles <= multiprocessors() && k >= kMmaSplit * kMmaChunk;
+  }
+};
+
+template <int kNTiles, bool kGateUp, bool kOneSum>
+void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, const Plan& plan,
+            float* sums) {
   const int rows = kGateUp ? 64 : kBlockRows;
   job.first_tile[0] = 0;
   for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + rows - 1) / rows;
   constexpr int kTokens = 32 * kNTiles;
   constexpr size_t kSmem = size_t{kStages} * (kBlockRows + kTokens) * 8 * sizeof(uint4);
   static const bool sized = [] {
-    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kOneSum>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem)) == cudaSuccess;
   }();
   TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
-  const dim3 grid(static_cast<unsigned>((tokens + kTokens - 1) / kTokens),
-                  static_cast<unsigned>(job.first_tile[job.count]));
-  gemm_kernel<kNTiles, kGateUp><<<grid, kThreads, kSmem, stream>>>(x, tokens, k, job);
+  const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
+                  kOneSum ? kMmaSplit : 1);
+  gemm_kernel<kNTiles, kGateUp, kOneSum><<<grid, kThreads, kSmem, stream>>>(x, tokens, k, job, sums, plan.width);
+  if constexpr (kOneSum) {
+    const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
+    add_sums_kernel<<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(job, tokens, plan.width, sums);
+  }
+}
+
+template <bool kGateUp, bool kOneSum>
+void launch_tiles(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, const MmaJob& job,
+                  const Plan& plan, float* sums) {
+  if (plan.n_tiles == 4) return launch<4, kGateUp, kOneSum>(stream, x, tokens, k, job, plan, sums);
+  if (plan.n_tiles == 2) return launch<2, kGateUp, kOneSum>(stream, x, tokens, k, job, plan, sums);
+  launch<1, kGateUp, kOneSum>(stream, x, tokens, k, job, plan, sums);
+}
+
+size_t x_bytes(int64_t tokens, int64_t k) {
+  return (static_cast<size_t>(tokens * k) * sizeof(__nv_bfloat16) + 255) / 256 * 256;
 }
 
 }  // namespace
 
-int64_t mma_gemm_min_tokens() { return 64; }
+int64_t mma_gemm_min_tokens() { return 32; }
 
-void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job,
-              __nv_bfloat16* x_bf16) {
+size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job) {
+  const Plan plan(tokens, k, job);
+  return x_bytes(tokens, k) + (plan.one_sum ? static_cast<size_t>(kMmaSplit * tokens * plan.width) * sizeof(float) : 0);
+}
+
+void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch) {
+  auto* x_bf16 = static_cast<__nv_bfloat16*>(scratch);
+  auto* sums = reinterpret_cast<float*>(static_cast<char*>(scratch) + x_bytes(tokens, k));
   const int64_t count8 = tokens * k / 8;
   to_bf16_kernel<<<static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream>>>(x, count8,
                                                                                   reinterpret_cast<uint4*>(x_bf16));
+  const Plan plan(tokens, k, job);
   if (job.gate_up)
-    return tokens >= 128 ? launch<4, true>(stream, x_bf16, tokens, k, job)
-                         : launch<2, true>(stream, x_bf16, tokens, k, job);
-  if (tokens >= 128) return launch<4, false>(stream, x_bf16, tokens, k, job);
-  launch<2, false>(stream, x_bf16, tokens, k, job);
+    return plan.one_sum ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)
+                        : launch_tiles<true, false>(stream, x_bf16, tokens, k, job, plan, sums);
+  if (plan.one_sum) return launch_tiles<false, true>(stream, x_bf16, tokens, k, job, plan, sums);
+  launch_tiles<false, false>(stream, x_bf16, tokens, k, job, plan, sums);
 }
 
 }  // namespace tessera::cuda

@@ -1,0 +1,216 @@
+// Attention on tensor cores for bf16 and f16 KV pages (head_dim 64 or 128, no
+// sliding window), for every token count: decode and prefill run this same
+// kernel, so a token's bits never depend on its batch.
+//
+// A block takes one 64-position partition of one KV head for up to 64 columns,
+// a column being one query head of one token; its columns are one sequence's
+// (ColumnBlock), so they share the partition's keys and values, copied once to
+// shared memory. Warp w takes columns [16w, 16w + 16) and, as FlashAttention-2
+// arranges it, computes S = Q K^T (q rounded to the pages' 16 bits, head_dim
+// summed 16 at a time in order), masks positions past each column's token and
+// scales, takes each column's max and sum of exp over the partition in a fixed
+// tree, and O = P V with P rounded to 16 bits (positions 16 at a time, in order).
+// Each column's numbers depend on its own query and the partition alone: the
+// other columns of a block only share its instructions. The output per (token,
+// head, partition) is what attend.cu's combine kernel merges: the unnormalised
+// sum [head_dim], then the max and the sum of the weights.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kPositions = 64;  // a partition, as attend.cu's kPartition
+constexpr int kWarps = 4;
+constexpr int kColumns = 16 * kWarps;
+
+template <DType D>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (D == DType::kBF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+template <DType D>
+__device__ __forceinline__ void mma16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (D == DType::kBF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
+// elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
+template <DType D, int kHeadDim>
+__global__ void __launch_bounds__(kWarps * 32)
+    mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
+                         float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks,
+                         float* __restrict__ scratch) {
+  constexpr int kStride = kHeadDim + 8;  // 16-bit elements a row in shared memory (rows 16 bytes apart in banks)
+  __shared__ __align__(16) uint16_t keys[kPositions * kStride];
+  __shared__ __align__(16) uint16_t values[kPositions * kStride];
+  const ColumnBlock cb = column_blocks[blockIdx.y];
+  const int64_t part = blockIdx.x, kv = blockIdx.z, group = n_heads / p.n_kv_heads;
+  const int64_t start = part * kPositions, last = map.pos[cb.first + cb.tokens - 1];
+  if (start > last) return;  // every token of the block sees fewer partitions
+  const int64_t rows = min(static_cast<int64_t>(kPositions), last - start + 1);
+  const int32_t* blocks = map.tables + map.table[cb.first];
+  const auto* base = static_cast<const uint16_t*>(p.base);
+  constexpr int kUnits = kHeadDim * 2 / 16;  // 16-byte pieces of a row
+  for (int i = static_cast<int>(threadIdx.x); i < 2 * kPositions * kUnits; i += kWarps * 32) {
+    const int kind = i / (kPositions * kUnits), j = i % (kPositions * kUnits) / kUnits, u = i % kUnits;
+    uint4 piece = make_uint4(0, 0, 0, 0);  // positions past the last stay zero (masked, and never NaN)
+    if (j < rows) {
+      const int64_t at = start + j;
+      piece = __ldg(reinterpret_cast<const uint4*>(base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) +
+                                                   at % p.block_size * kHeadDim) +
+                    u);
+    }
+    *reinterpret_cast<uint4*>((kind == 0 ? keys : values) + j * kStride + u * 8) = piece;
+  }
+  __syncthreads();
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t columns = cb.tokens * group, c0 = warp * 16;
+  if (c0 >= columns) return;
+  int64_t token[2], head[2], pos[2];
+  bool used[2];
+  for (int r = 0; r < 2; ++r) {
+    const int64_t c = c0 + g + 8 * r;
+    used[r] = c < columns;
+    token[r] = cb.first + (used[r] ? c / group : 0);
+    head[r] = kv * group + (used[r] ? c % group : 0);
+    pos[r] = map.pos[token[r]];
+    used[r] = used[r] && start <= pos[r];
+  }
+
+  // Q as the A operand: rows (columns) g and g + 8, dimensions 2t.. and 2t + 8.. of each 16.
+  uint32_t qa[kHeadDim / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = i % 2, half = i / 2;
+      float2 v = make_float2(0.0f, 0.0f);
+      if (used[r])
+        v = *reinterpret_cast<const float2*>(q + (token[r] * n_heads + head[r]) * kHeadDim + kk * 16 + 2 * t +
+                                             8 * half);
+      qa[kk][i] = pack2<D>(v.x, v.y);
+    }
+
+  // S = Q K^T, eight tiles of 8 positions.
+  float s[kPositions / 8][4] = {};
+#pragma unroll
+  for (int j = 0; j < kPositions / 8; ++j) {
+    const uint16_t* key = keys + (8 * j + g) * kStride + 2 * t;
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / 16; ++kk)
+      mma16<D>(s[j], qa[kk], *reinterpret_cast<const uint32_t*>(key + kk * 16),
+               *reinterpret_cast<const uint32_t*>(key + kk * 16 + 8));
+  }
+  float peak[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < kPositions / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = i / 2;
+      const int64_t at = start + 8 * j + 2 * t + i % 2;
+      s[j][i] = used[r] && at <= pos[r] ? s[j][i] * scale : -INFINITY;
+      peak[r] = fmaxf(peak[r], s[j][i]);
+    }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 1));
+    peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 2));
+  }
+#pragma unroll
+  for (int j = 0; j < kPositions / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = i / 2;
+      s[j][i] = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - peak[r]);
+      sum[r] += s[j][i];
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+  }
+
+  // O = P V: P's accumulators are already the A operand's layout, 16 positions at a time.
+  float o[kHeadDim / 8][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < kPositions / 16; ++ks) {
+    const uint32_t pa[4] = {pack2<D>(s[2 * ks][0], s[2 * ks][1]), pack2<D>(s[2 * ks][2], s[2 * ks][3]),
+                            pack2<D>(s[2 * ks + 1][0], s[2 * ks + 1][1]), pack2<D>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+    const uint16_t* v0 = values + (16 * ks + 2 * t) * kStride + g;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      const uint16_t* v = v0 + dt * 8;
+      const uint32_t b0 = v[0] | static_cast<uint32_t>(v[kStride]) << 16;
+      const uint32_t b1 = v[8 * kStride] | static_cast<uint32_t>(v[9 * kStride]) << 16;
+      mma16<D>(o[dt], pa, b0, b1);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!used[r]) continue;
+    float* out = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      out[dt * 8 + 2 * t] = o[dt][2 * r];
+      out[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+    }
+    if (t == 0) {
+      out[kHeadDim] = peak[r];
+      out[kHeadDim + 1] = sum[r];
+    }
+  }
+}
+
+}  // namespace
+
+bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window) {
+  return (p.dtype == DType::kBF16 || p.dtype == DType::kF16) && (p.head_dim == 64 || p.head_dim == 128) &&
+         window == 0 && p.n_kv_heads > 0 && n_heads % p.n_kv_heads == 0 && n_heads / p.n_kv_heads <= kColumns;
+}
+
+int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads) {
+  return kColumns / (n_heads / n_kv_heads);
+}
+
+void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch) {
+  if (count == 0) return;
+  const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(count), static_cast<unsigned>(p.n_kv_heads));
+  const auto run = [&]<DType D>() {
+    if (p.head_dim == 64) {
+      mma_attention_kernel<D, 64>
+          <<<grid, kWarps * 32, 0, stream>>>(q, n_heads, p, layer, map, scale, partitions, column_blocks, scratch);
+    } else {
+      mma_attention_kernel<D, 128>
+          <<<grid, kWarps * 32, 0, stream>>>(q, n_heads, p, layer, map, scale, partitions, column_blocks, scratch);
+    }
+  };
+  if (p.dtype == DType::kBF16) return run.template operator()<DType::kBF16>();
+  run.template operator()<DType::kF16>();
+}
+
+}  // namespace tessera::cuda
