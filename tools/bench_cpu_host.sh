@@ -8,7 +8,15 @@
 # other counts; whatever would end past --deadline seconds (counted from the
 # start) is skipped and listed, so the call returns what it measured.
 #   tools/bench_cpu_host.sh [--threads "16 2"] [--big-threads 16] [--rounds 1]
-#     [--deadline 390] [--out DIR]
+#     [--deadline 390] [--out DIR] [--dtypes bf16,f16] [--decode 128] [--sweep "1 4 8"] [--no-spin 1]
+# --sweep: tessera alone (bf16 when in --dtypes, a 512-token prompt, 32 decode steps) at
+# these thread counts too, after the peer (issue 15's point 5 with --threads' counts);
+# --no-spin 0 leaves out the TESSERA_SPIN_US=0 run. MODEL_TEST_BIN: the model fixture
+# tests (model_test, built with TESSERA_SOURCE_DIR pointing at this checkout) run after
+# backend_test, MODEL_TEST_FILTER (a gtest filter) choosing which, stopped after
+# MODEL_TEST_TIMEOUT seconds (90). LLAMA_BENCH: a
+# llama-bench built elsewhere for this machine's instruction set (peer_bench.sh), so
+# none is built here.
 # Binaries: TESSERA_BIN and BACKEND_TEST_BIN when they run here, else built from the
 # working tree into build-host/ (Release, all cores). Libraries the machine lacks come
 # from .prev/deps.tar.xz (tools/gpu/make_deps.sh). llama.cpp's source: LLAMA_CPP_SRC,
@@ -20,19 +28,22 @@
 #     llama.cpp/{.devops,ci,pocs,skills,requirements,grammars,licenses} llama.cpp/tools/mtmd/*.mp4 &&
 #   find llama.cpp/ggml/src -maxdepth 1 -name 'ggml-*' -type d ! -name ggml-cpu -exec rm -rf {} + &&
 #   tar -cJf src-slim.tar.xz llama.cpp
-# DIR (default $OUT, else /tmp/bench-cpu-host) gets at most 7 files (the device tool brings
-# back 8): log.txt (everything printed), backend_test.log, peer-tN.md (markdown for
-# docs/benchmarks.md) and peer-tN.tsv per thread count, bench-8b.txt. The builds' and the
+# DIR (default $OUT, else /tmp/bench-cpu-host) gets log.txt (everything printed),
+# backend_test.log, model_test.log (with MODEL_TEST_BIN), peer-tN.md (markdown for
+# docs/benchmarks.md) and peer-tN.tsv per thread count, bench-8b.txt, sweep.txt (the
+# device tool brings back 8 files: two thread counts and no 8B shape, or one and it). The
 # weight files' logs go to WORK (default /tmp/bench-cpu-host-work), their ends to log.txt
 # when they fail.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
 threads="16 2" big_threads=16 rounds=1 deadline=390 out=${OUT:-/tmp/bench-cpu-host}
+dtypes=bf16,f16 decode=128 sweep="" no_spin=1
 while (($#)); do
   case $1 in
     --threads) threads=$2 ;; --big-threads) big_threads=$2 ;; --rounds) rounds=$2 ;;
-    --deadline) deadline=$2 ;; --out) out=$2 ;;
+    --deadline) deadline=$2 ;; --out) out=$2 ;; --dtypes) dtypes=$2 ;; --sweep) sweep=$2 ;;
+    --no-spin) no_spin=$2 ;; --decode) decode=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -59,9 +70,12 @@ if [[ -z ${LLAMA_CPP_SRC:-} && ! -d $LLAMA_PEER_DIR/llama.cpp && -f $src_tar ]];
 fi
 
 # llama-bench builds in the background from the start (beside tessera's build, if any).
-note "building llama-bench"
-tools/llama_cpp_peer/build_llama_bench.sh >"$work/llama-build.log" 2>&1 &
-builder=$!
+builder=""
+if [[ -z ${LLAMA_BENCH:-} ]]; then
+  note "building llama-bench"
+  tools/llama_cpp_peer/build_llama_bench.sh >"$work/llama-build.log" 2>&1 &
+  builder=$!
+fi
 
 tessera=${TESSERA_BIN:-} backend_test=${BACKEND_TEST_BIN:-}
 if ! "${tessera:-false}" --help >/dev/null 2>&1 || ! "${backend_test:-false}" --gtest_list_tests >/dev/null 2>&1; then
@@ -76,22 +90,28 @@ fi
 # The weight files (both dtypes at once) while the tests run.
 note "writing the 1B checkpoints and GGUFs, running backend_test"
 writers=()
-for dtype in bf16 f16; do
+for dtype in ${dtypes//,/ }; do
   tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --dtypes "$dtype" --rounds 0 >/dev/null 2>"$work/files-$dtype.log" &
   writers+=($!)
 done
 "$backend_test" >"$out/backend_test.log" 2>&1
 echo "backend_test rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/backend_test.log" | tr '\n' ' ')"
+grep -E '^\[  SKIPPED|^\[  FAILED' "$out/backend_test.log" | sort -u
+if [[ -n ${MODEL_TEST_BIN:-} ]]; then
+  timeout "${MODEL_TEST_TIMEOUT:-90}" "$MODEL_TEST_BIN" --gtest_filter="${MODEL_TEST_FILTER:-*}" >"$out/model_test.log" 2>&1
+  echo "model_test rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/model_test.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED' "$out/model_test.log" | sort -u
+fi
 # By process id: a bare `wait` would also wait for the tee above, which never ends.
 for pid in "${writers[@]}"; do wait "$pid" || { echo "writing weight files failed:"; tail -n 20 "$work"/files-*.log; }; done
-wait "$builder" || { echo "llama-bench build failed:"; tail -n 30 "$work/llama-build.log"; }
+[[ -z $builder ]] || wait "$builder" || { echo "llama-bench build failed:"; tail -n 30 "$work/llama-build.log"; }
 note "files ready: $(ls "$LLAMA_PEER_DIR" | tr '\n' ' ')"
 
 peer() {
   local t=$1
   note "peer at $t threads ($(left) s left)"
-  tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --threads "$t" --rounds "$rounds" --dtypes bf16,f16 \
-    --deadline "$(left)" --results "$out/peer-t$t.tsv" >"$out/peer-t$t.md"
+  tools/llama_cpp_peer/peer_bench.sh --tessera "$tessera" --threads "$t" --rounds "$rounds" \
+    --dtypes "$dtypes" --decode "$decode" --deadline "$(left)" --results "$out/peer-t$t.tsv" >"$out/peer-t$t.md"
   cat "$out/peer-t$t.md"
 }
 big() {
@@ -116,10 +136,23 @@ no_spin() {
     grep -E "^(read bandwidth|prefill|decode)"
 }
 
+# tessera alone at one thread count: bf16 (or the first dtype), 32 decode steps.
+alone() {
+  local t=$1 dtype=bf16
+  [[ ,$dtypes, == *,bf16,* ]] || dtype=${dtypes%%,*}
+  (($(left) >= 30)) || { echo "skipped past the deadline: tessera alone at $t threads"; return; }
+  note "tessera $dtype alone at $t threads"
+  "$tessera" bench --model "$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-$dtype-seed1" --threads "$t" --prompt 512 \
+    --decode 32 >"$work/alone.txt" 2>&1
+  { echo "## $t threads"; cat "$work/alone.txt"; } >>"$out/sweep.txt"
+  grep -E "^(read bandwidth|f32 FMA|bf16 dot|prefill|matmul alone|decode)" "$work/alone.txt"
+}
+
 set -- $threads
 peer "$1"
-no_spin "$1"
+((no_spin)) && no_spin "$1"
 shift
 [[ -n $big_threads ]] && big
 for t in "$@"; do peer "$t"; done
+for t in $sweep; do alone "$t"; done
 note "done, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -24,6 +24,9 @@
 # and listed (an engine's first run starts if S is not yet past), so a time-limited machine returns
 # what it measured. --results FILE keeps the rows there (appended as they come), so an
 # outer time limit that kills the script loses only the run in progress.
+# LLAMA_BENCH=FILE: a llama-bench built elsewhere (say, for the target's instruction set
+# on a faster machine, when the target's time is short), run instead of building one; the
+# source (LLAMA_CPP_SRC) is then read only for gguf-py.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -88,7 +91,7 @@ fi
 
 # llama-bench is built (or found) before its first run only, so --rounds 0 (files only)
 # needs no build.
-llama_bench=""
+llama_bench=${LLAMA_BENCH:-}
 src=${LLAMA_CPP_SRC:-$work/llama.cpp}
 source_note() { cat "$src/PEER_SOURCE" 2>/dev/null || git -C "$src" rev-parse --short=12 HEAD 2>/dev/null || echo "$src"; }
 
@@ -203,7 +206,7 @@ date: $(date -u +%Y-%m-%d)
 machine: $cpu ($isa), $(nproc) cores; load average before $load_before, after $load_after
 shape: $shape, $threads threads, $rounds rounds, llama-bench -r $reps
 tessera: ${tessera#"$repo"/}, checkout at $tessera_commit (the binary may be older: rebuild it first)
-llama.cpp: $(source_note), CPU backend, GGML_NATIVE
+llama.cpp: $(source_note), CPU backend, ${LLAMA_BENCH:+built elsewhere: $LLAMA_BENCH, }${LLAMA_BENCH_BUILD:-GGML_NATIVE}
 command: tools/llama_cpp_peer/peer_bench.sh --config ${config#"$repo"/} --threads $threads --rounds $rounds --dtypes $dtypes --seed $seed --prompt $prompt --decode $decode$( ((deadline > 0)) && echo " --deadline $deadline")
 skipped: ${skipped[*]:-none}
 EOF
