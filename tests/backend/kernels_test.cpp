@@ -300,6 +300,46 @@ TEST_P(PagedAttentionTest, MatchesNaiveWithGroupsWindowAndScatteredBlocks) {
   }
 }
 
+// A token's attention output is bitwise the same in a 40-token prompt (units of a KV
+// head's whole group of query heads, taken by two threads in chunks) as alone (one head a
+// unit), at the start, middle and end of the prompt; head_dim 24 leaves a tail past the
+// last whole chunk.
+TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
+  const DType dtype = GetParam();
+  CpuDevice device(2);
+  const int64_t tokens = 40, heads = 8, kv_heads = 2, hd = 24;
+  const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 21);
+  const auto k = random_values(static_cast<size_t>(tokens * kv_heads * hd), 22);
+  const auto v = random_values(static_cast<size_t>(tokens * kv_heads * hd), 23);
+  KvPages pages{.dtype = dtype, .blocks = 5, .block_size = 8, .layers = 1, .n_kv_heads = kv_heads, .head_dim = hd};
+  auto memory = device.alloc(static_cast<size_t>(pages.blocks) * pages.block_bytes());
+  ASSERT_TRUE(memory.ok());
+  pages.base = memory->data();
+  const std::vector<int32_t> blocks = {3, 1, 4, 0, 2};
+  device.kv_store(pages, 0, blocks, 0, tokens, k.data(), v.data());
+  const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
+    return AttentionArgs{.q = query,
+                         .out = out,
+                         .pages = &pages,
+                         .layer = 0,
+                         .blocks = blocks,
+                         .tokens = count,
+                         .pos0 = pos0,
+                         .n_heads = heads,
+                         .sliding_window = 0,
+                         .scale = 0.2f};
+  };
+  std::vector<float> all(q.size());
+  device.attention(args(q.data(), all.data(), tokens, 0));
+  const int64_t row = heads * hd;
+  for (const int64_t t : {0, 17, 39}) {
+    std::vector<float> alone(static_cast<size_t>(row));
+    device.attention(args(q.data() + t * row, alone.data(), 1, t));
+    EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * row, static_cast<size_t>(row) * sizeof(float)))
+        << "token " << t;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, PagedAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

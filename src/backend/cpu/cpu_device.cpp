@@ -38,14 +38,15 @@ void free_host(void* data, size_t bytes) {
 // a thread slowed by other work on the machine takes fewer chunks instead of the others
 // waiting for its fixed share. A row is still computed by one call, in the one order
 // matmul.cpp states, so no result depends on which thread took it.
-void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
-  const size_t threads = pool.size();
-  const size_t chunk = std::max<size_t>(16, (n / (threads * 8) + 15) / 16 * 16);
+void for_chunks(ThreadPool& pool, size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn) {
   std::atomic<size_t> next{0};
-  pool.parallel_for(threads, 1, [&](size_t, size_t) {
+  pool.parallel_for(pool.size(), 1, [&](size_t, size_t) {
     for (size_t begin = next.fetch_add(chunk); begin < n; begin = next.fetch_add(chunk))
       fn(begin, std::min(n, begin + chunk));
   });
+}
+void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
+  for_chunks(pool, n, std::max<size_t>(16, (n / (pool.size() * 8) + 15) / 16 * 16), fn);
 }
 
 // Element-wise ops split over the threads in units of at least this many elements, so
@@ -201,11 +202,13 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
   }
 }
 
-// One (token, head) per unit: scores against each visible position block by
-// block (a matmul of one query row over the block's key rows, read in the
-// pages' dtype), a softmax in position order, then the values summed in the same
-// order. A unit reads only its own query and the pages, so a token's output does
-// not depend on what else is in the call.
+// A unit is a token and `per_unit` query heads of one KV head's group: scores against each
+// visible position block by block (one matmul of the unit's query rows over the block's key
+// rows, read in the pages' dtype and widened exactly: every score is summed in the order
+// matmul.cpp states, whatever the number of rows), a softmax per head in position order,
+// then each head's values summed in the same order. A unit reads only its own queries and
+// the pages, so a token's output depends neither on what else is in the call nor on how
+// heads are grouped into units.
 void CpuDevice::attention(const AttentionArgs& a) {
   const KvPages& p = *a.pages;
   TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
@@ -214,19 +217,28 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const int64_t group = a.n_heads / p.n_kv_heads, hd = p.head_dim, bs = p.block_size;
   const size_t elem = dtype_size(p.dtype);
   const auto* base = static_cast<const uint8_t*>(p.base);
-  const int64_t units = a.tokens * a.n_heads;
-  pool_.parallel_for(static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
+  const auto threads = static_cast<int64_t>(pool_.size());
+  // A prompt's units take a KV head's whole group (its keys read once for all of them);
+  // a few tokens' take one head each, so that every thread has some.
+  const int64_t per_unit = a.tokens * p.n_kv_heads >= 4 * threads ? group : 1;
+  const int64_t units_per_token = a.n_heads / per_unit;
+  // Units are taken in small chunks by whichever thread is free, the last token's first:
+  // in a causal prompt a token's units cost in proportion to its position, and one
+  // contiguous range a thread left the last thread twice the average work at 16 threads.
+  const int64_t units = a.tokens * units_per_token;
+  const auto chunk = static_cast<size_t>(std::max<int64_t>(1, units / (threads * 16)));
+  for_chunks(pool_, static_cast<size_t>(units), chunk, [&](size_t begin, size_t end) {
     std::vector<float> scores;
-    for (size_t u = begin; u < end; ++u) {
-      const int64_t t = static_cast<int64_t>(u) / a.n_heads;
-      const int64_t h = static_cast<int64_t>(u) % a.n_heads;
-      const int64_t kv = h / group;
+    for (size_t i = begin; i < end; ++i) {
+      const int64_t u = units - 1 - static_cast<int64_t>(i);
+      const int64_t t = u / units_per_token;
+      const int64_t h0 = u % units_per_token * per_unit;  // the unit's first head
+      const int64_t kv = h0 / group;
       const int64_t pos = a.pos0 + t;
       const int64_t first = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
       const int64_t n = pos + 1 - first;
-      const float* q = a.q + (t * a.n_heads + h) * hd;
-      float* out = a.out + (t * a.n_heads + h) * hd;
-      scores.resize(static_cast<size_t>(n));
+      const float* q = a.q + (t * a.n_heads + h0) * hd;  // F32 [per_unit, hd]
+      scores.resize(static_cast<size_t>(per_unit * n));  // F32 [per_unit, n]
       // Visits the visible positions block by block: fn(block, first row in it, rows, index of the first in scores).
       const auto for_each_block = [&](auto&& fn) {
         for (int64_t j = first; j <= pos;) {
@@ -238,25 +250,29 @@ void CpuDevice::attention(const AttentionArgs& a) {
       };
       for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
         const uint8_t* keys = base + (p.offset(block, a.layer, 0, kv) + row * hd) * elem;
-        cpu::dot_rows(q, hd, keys, p.dtype, rows, scores.data() + at);
+        cpu::dot_rows(q, per_unit, hd, keys, p.dtype, rows, scores.data() + at, n);
       });
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (float& s : scores) {
-        s *= a.scale;
-        max_score = std::max(max_score, s);
+      for (int64_t j = 0; j < per_unit; ++j) {
+        float* head_scores = scores.data() + j * n;
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int64_t c = 0; c < n; ++c) {
+          head_scores[c] *= a.scale;
+          max_score = std::max(max_score, head_scores[c]);
+        }
+        float sum = 0.0f;
+        for (int64_t c = 0; c < n; ++c) {
+          head_scores[c] = std::exp(head_scores[c] - max_score);
+          sum += head_scores[c];
+        }
+        const float inv_sum = 1.0f / sum;
+        for (int64_t c = 0; c < n; ++c) head_scores[c] *= inv_sum;
+        float* out = a.out + (t * a.n_heads + h0 + j) * hd;
+        std::fill(out, out + hd, 0.0f);
+        for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
+          const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row * hd) * elem;
+          cpu::axpy_rows(head_scores + at, values, p.dtype, rows, out, hd);
+        });
       }
-      float sum = 0.0f;
-      for (float& s : scores) {
-        s = std::exp(s - max_score);
-        sum += s;
-      }
-      const float inv_sum = 1.0f / sum;
-      for (float& s : scores) s *= inv_sum;
-      std::fill(out, out + hd, 0.0f);
-      for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
-        const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row * hd) * elem;
-        cpu::axpy_rows(scores.data() + at, values, p.dtype, rows, out, hd);
-      });
     }
   });
 }

@@ -3,7 +3,8 @@
 // budget costs only the pages its sequences touch. Large operations are split
 // across a ThreadPool by output rows (matmul: chunks of rows taken by whichever thread
 // is free; prefill first packs x once, split by tokens) or by (token, head)
-// (attention); each output element is computed by exactly one thread in a fixed
+// (attention: chunks of them taken likewise, the last token's first); each output
+// element is computed by exactly one thread in a fixed
 // order, so results depend neither on the thread count nor on which thread took it.
 #pragma once
 

@@ -21,10 +21,11 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
 // sums follow bf16_dot_kernel.h's order instead of matmul.cpp's, in every path.
 bool bf16_dot_active();
 
-// y[n] = sum_k x[kk] * w[n * k + kk] for one token, weights widened exactly to f32, in
-// matmul.cpp's order whatever bf16_dot_active() says (attention's scores over a bf16
-// KV cache keep the query in f32).
-void dot_rows(const float* x, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y);
+// matmul_rows for a few tokens (tiles only, never the GEMM), weights widened exactly to
+// f32, in matmul.cpp's order whatever bf16_dot_active() says (attention's scores over a
+// bf16 KV cache keep the queries in f32).
+void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
+              int64_t ldy);
 
 // The same matmul in two steps, so that the threads splitting one call's rows share one
 // packed copy of x instead of each packing all of it. matmul_packed_floats: the floats

@@ -440,10 +440,11 @@ void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType 
   });
 }
 
-void DotRows(const float* x, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y) {
+void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
+             int64_t ldy) {
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    dot_tiles(x, 1, k, static_cast<const WT*>(w), rows, y, rows);
+    dot_tiles(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
   });
 }
 
@@ -493,8 +494,9 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
                  int64_t ldy) {
   HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
 }
-void dot_rows(const float* x, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y) {
-  HWY_DYNAMIC_DISPATCH(DotRows)(x, k, w, w_dtype, rows, y);
+void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
+              int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(DotRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
 }
 bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype) {
