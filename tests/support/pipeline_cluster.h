@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,9 +25,11 @@ constexpr int kStages = 3;  // nodes 1..3; node 0 coordinates
 
 class PipelineCluster {
  public:
-  // `stage_args`: more flags for every `tessera stage`.
-  explicit PipelineCluster(std::vector<std::string> stage_args = {})
-      : cluster_(1 + kStages), stage_args_(std::move(stage_args)) {
+  // `stage_args`: more flags for every `tessera stage`; `node_args`: more for
+  // the stage on one node (a device, say).
+  explicit PipelineCluster(std::vector<std::string> stage_args = {},
+                           std::function<std::vector<std::string>(int node)> node_args = {})
+      : cluster_(1 + kStages), stage_args_(std::move(stage_args)), node_args_(std::move(node_args)) {
     for (int node = 1; node <= kStages; ++node) start_stage(node);
   }
   void start_stage(int node) {
@@ -36,6 +39,10 @@ class PipelineCluster {
                                      "--trust",      cluster_.trust_file().string(),
                                      "--threads",    "1"};
     argv.insert(argv.end(), stage_args_.begin(), stage_args_.end());
+    if (node_args_) {
+      const std::vector<std::string> more = node_args_(node);
+      argv.insert(argv.end(), more.begin(), more.end());
+    }
     stage_process_[node] = cluster_.spawn(node, argv, cluster_.dir() / ("stage" + std::to_string(node) + ".log"));
   }
   void signal_stage(int node, int signal) { cluster_.kill(stage_process_[node], signal); }
@@ -91,6 +98,7 @@ class PipelineCluster {
  private:
   Cluster cluster_;
   std::vector<std::string> stage_args_;
+  std::function<std::vector<std::string>(int)> node_args_;
   int stage_process_[kStages + 1] = {};
   int plans_ = 0;
   int runs_ = 0;
