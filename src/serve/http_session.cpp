@@ -200,7 +200,7 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
       choice.finish_reason = event.finish_reason;
       s.prompt_tokens = event.prompt_tokens;
       s.completion_tokens += event.completion_tokens;
-    } else if (event.error.kind() == ErrorKind::kDisconnected && s.error.ok()) {
+    } else if (event.cancelled && s.error.ok()) {
       s.client_left = true;  // cancelled, and not by a sibling's failure: the client is gone
     } else if (s.error.ok()) {
       s.error = event.error;

@@ -9,6 +9,7 @@ namespace tessera::serve {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+Status cancelled_status() { return Status::disconnected("the client cancelled the request"); }
 }  // namespace
 
 struct InferenceLoop::Live {
@@ -65,10 +66,16 @@ void InferenceLoop::stop() {
 Status InferenceLoop::load() {
   TS_ASSIGN_OR_RETURN(TextModel model, load_text_model(options_.model_dir));
   model_ = std::make_unique<TextModel>(std::move(model));
-  EngineOptions engine = options_.engine;
-  engine.scheduler.prefix_caching = options_.prefix_caching;
-  TS_ASSIGN_OR_RETURN(engine_, LocalEngine::create(model_->model, engine));
-  update_pool_stats();
+  if (options_.backend) {
+    TS_ASSIGN_OR_RETURN(backend_, options_.backend(*model_, context()));
+  } else {
+    EngineOptions engine = options_.engine;
+    engine.scheduler.prefix_caching = options_.prefix_caching;
+    engine.scheduler.preemption = true;
+    TS_ASSIGN_OR_RETURN(LocalEngine local, LocalEngine::create(model_->model, engine));
+    backend_ = std::make_unique<LocalBackend>(std::move(local));
+  }
+  backend_->update_stats(stats_);
   return {};
 }
 
@@ -79,20 +86,13 @@ void InferenceLoop::run() {
     return;
   }
   ready_ = true;
-  const size_t max_live = options_.engine.scheduler.max_sequences;
   for (;;) {
-    std::vector<Submission> admitted;
     {
       std::unique_lock lock(mutex_);
       if (live_.empty()) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
       if (stopping_) break;
-      while (!waiting_.empty() && live_.size() + admitted.size() < max_live) {
-        admitted.push_back(std::move(waiting_.front()));
-        waiting_.pop_front();
-      }
-      stats_.waiting = static_cast<int64_t>(waiting_.size());
-      stats_.running = static_cast<int64_t>(live_.size() + admitted.size());  // in flight throughout
     }
+    std::vector<Submission> admitted = take_waiting();
     admit(admitted);
     // A client that went away: its sequence leaves the scheduler now, and its blocks with it.
     std::vector<uint64_t> gone;
@@ -100,11 +100,11 @@ void InferenceLoop::run() {
       if (live->submission.cancelled->load()) gone.push_back(id);
     for (const uint64_t id : gone) {
       ++stats_.cancelled;
-      fail(id, Status::disconnected("the client cancelled the request"));
+      fail(id, cancelled_status(), /*cancelled=*/true);
     }
-    if (engine_.scheduler->has_work()) {
+    if (backend_->has_work()) {
       ++stats_.steps;
-      for (StepOutput& out : engine_.scheduler->step()) {
+      for (StepOutput& out : backend_->step()) {
         const auto it = live_.find(out.id);
         if (it == live_.end()) continue;
         if (!out.status.ok()) {
@@ -115,8 +115,7 @@ void InferenceLoop::run() {
       }
     }
     stats_.running = static_cast<int64_t>(live_.size());
-    stats_.largest_step = engine_.scheduler->largest_step();
-    update_pool_stats();
+    backend_->update_stats(stats_);
   }
   // Shutting down: whatever is still live or waiting hears so.
   std::deque<Submission> left;
@@ -129,15 +128,32 @@ void InferenceLoop::run() {
   for (Submission& s : left) s.sink({.done = true, .error = down});
   stats_.waiting = 0;
   stats_.running = 0;
-  engine_.reset();
+  backend_.reset();
+}
+
+std::vector<Submission> InferenceLoop::take_waiting() {
+  int64_t free_blocks = backend_->free_blocks();
+  const size_t max_live = options_.engine.scheduler.max_sequences;
+  std::vector<Submission> admitted;
+  std::lock_guard lock(mutex_);
+  while (!waiting_.empty() && live_.size() + admitted.size() < max_live) {
+    const int64_t blocks = backend_->blocks_for(static_cast<int64_t>(waiting_.front().prompt.size()));
+    const bool idle = live_.empty() && admitted.empty();  // a prompt larger than the pool fails alone
+    if (blocks > free_blocks && !idle) break;
+    free_blocks -= blocks;
+    admitted.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+  stats_.running = static_cast<int64_t>(live_.size() + admitted.size());  // in flight throughout
+  return admitted;
 }
 
 void InferenceLoop::admit(std::vector<Submission>& admitted) {
-  Scheduler& scheduler = *engine_.scheduler;
   for (Submission& s : admitted) {
     if (s.cancelled->load()) {
       ++stats_.cancelled;
-      s.sink({.done = true, .error = Status::disconnected("the client cancelled the request")});
+      s.sink({.done = true, .error = cancelled_status(), .cancelled = true});
       continue;
     }
     const auto prompt_size = static_cast<int64_t>(s.prompt.size());
@@ -146,13 +162,15 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
     if (status.ok() && prompt_size >= context())
       status = Status::invalid_input("the prompt has " + std::to_string(prompt_size) +
                                      " tokens; the model's context is " + std::to_string(context()));
+    // No request grows past what the whole pool holds (vLLM sizes max_model_len so).
+    const int64_t pool_positions = backend_->max_positions();
+    if (status.ok() && prompt_size >= pool_positions)
+      status = Status::invalid_input("the prompt has " + std::to_string(prompt_size) + " tokens; the KV pool holds " +
+                                     std::to_string(pool_positions) + " positions (--kv-memory)");
     const uint64_t id = next_id_++;
-    const int64_t capacity = std::min(context(), prompt_size + s.max_tokens);
-    if (status.ok()) status = scheduler.open(id, capacity);
-    if (status.ok()) status = scheduler.start(id, s.sampling, s.prompt, s.logprobs);
-    if (status.ok()) status = scheduler.feed_prompt(id, s.prompt, s.cache_salt).status();
+    const int64_t capacity = std::min({context(), prompt_size + s.max_tokens, pool_positions});
+    if (status.ok()) status = backend_->open(id, capacity, s);
     if (!status.ok()) {
-      scheduler.cancel(id);
       ++stats_.failed;
       s.sink({.done = true, .error = status});
       continue;
@@ -189,13 +207,13 @@ void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
   if (produced >= live.submission.max_tokens) return finish(id, "length");
   // Positions held: the prompt and every output token but this one, which is not yet run.
   if (static_cast<int64_t>(live.submission.prompt.size()) + produced - 1 >= live.capacity) return finish(id, "length");
-  if (Status fed = engine_.scheduler->feed_ids(id, {token}); !fed.ok()) fail(id, fed);
+  if (Status fed = backend_->feed(id, token); !fed.ok()) fail(id, fed);
 }
 
 void InferenceLoop::finish(uint64_t id, const std::string& reason) {
   const auto it = live_.find(id);
   Live& live = *it->second;
-  engine_.scheduler->cancel(id);
+  backend_->cancel(id);
   ++(reason == "stop" ? stats_.finished_stop : stats_.finished_length);
   stats_.e2e_latency.observe(seconds_since(live.submission.arrived));
   live.submission.sink({.text = live.stream.finish(),
@@ -207,23 +225,13 @@ void InferenceLoop::finish(uint64_t id, const std::string& reason) {
   live_.erase(it);
 }
 
-void InferenceLoop::fail(uint64_t id, Status error) {
+void InferenceLoop::fail(uint64_t id, Status error, bool cancelled) {
   const auto it = live_.find(id);
   if (it == live_.end()) return;
-  engine_.scheduler->cancel(id);
-  if (error.kind() != ErrorKind::kDisconnected) ++stats_.failed;
-  it->second->submission.sink({.done = true, .error = std::move(error)});
+  backend_->cancel(id);
+  if (!cancelled) ++stats_.failed;
+  it->second->submission.sink({.done = true, .error = std::move(error), .cancelled = cancelled});
   live_.erase(it);
-}
-
-void InferenceLoop::update_pool_stats() {
-  const KvPool& pool = engine_.forward->kv_pool();
-  stats_.kv_blocks_total = pool.total_blocks();
-  // Blocks only the prefix cache holds are free for the taking, as vLLM counts them.
-  const Scheduler& scheduler = *engine_.scheduler;
-  stats_.kv_blocks_free = pool.free_blocks() + scheduler.prefix_evictable_blocks();
-  stats_.prefix_cache_queries = scheduler.prefix_queries();
-  stats_.prefix_cache_hits = scheduler.prefix_hits();
 }
 
 }  // namespace tessera::serve

@@ -7,6 +7,14 @@
 // A finished or cancelled request leaves the scheduler at once, so its KV
 // blocks return to the pool before the next step.
 //
+// KV space, as vLLM: a request waits in the queue (bounded by max_waiting; past
+// it submit() refuses, a 429) until the pool has free blocks for its prompt,
+// oldest first. When running requests cannot grow, the scheduler preempts the
+// newest (its blocks return to the pool; its prompt and tokens so far run again
+// later, with its sampler kept), so its answer is bitwise an uninterrupted
+// run's. A request never runs past what the whole pool holds (finish "length";
+// a prompt that alone fills the pool is refused).
+//
 // Each request's sampler lives in the scheduler's sequence, seeded by the
 // request alone: nothing per batch is shared, so a request's tokens do not
 // depend on what runs beside it (Scheduler's batch invariance).
@@ -15,6 +23,9 @@
 // model's stop ids end a request before the id (finish "stop"), a stop string
 // ends it with the text before it ("stop"), max_tokens or the sequence's
 // capacity ends it ("length").
+//
+// With LoopOptions::backend the requests run elsewhere instead (a pipeline of
+// stages: pipeline_backend.h), through the same admission, stop rules and events.
 //
 // Thread safety: submit(), cancel flags, ready(), model(), stats() and stop()
 // may be called from any thread. Sinks are called on the inference thread and
@@ -40,6 +51,7 @@
 #include "engine/text_model.h"
 #include "sampling/sampling_params.h"
 #include "serve/histogram.h"
+#include "serve/loop_backend.h"
 
 namespace tessera::serve {
 
@@ -49,6 +61,7 @@ struct GenerationEvent {
   std::string text{};
   bool done = false;
   Status error{};               // done with an error: the request failed (no finish reason)
+  bool cancelled = false;       // done with an error because the request's cancel flag was set
   std::string finish_reason{};  // done and OK: "stop" or "length"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
@@ -74,6 +87,10 @@ struct LoopOptions {
   EngineOptions engine;
   size_t max_waiting = 256;    // submissions queued before admission; past it submit() refuses
   bool prefix_caching = true;  // reuse the KV blocks of earlier prompts (engine/prefix_cache.h)
+  // Where the layers run when not in this process: makes the backend once the
+  // model is loaded (tessera serve --pipeline: PipelineBackend::connect; the
+  // engine and prefix-cache options are then the stages' own). Empty: here.
+  std::function<Result<std::unique_ptr<LoopBackend>>(const TextModel& model, int64_t context)> backend{};
 };
 
 // Counters for /metrics; read from any thread.
@@ -84,6 +101,7 @@ struct LoopStats {
   std::atomic<uint64_t> prefix_cache_queries{0}, prefix_cache_hits{0};  // prompt tokens looked up, found
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, failed{0}, cancelled{0};
   std::atomic<uint64_t> steps{0};
+  std::atomic<uint64_t> preemptions{0};   // running requests preempted for KV space (recomputed later)
   std::atomic<uint64_t> largest_step{0};  // most sequences one forward pass has run (continuous batching)
   // Seconds: arrival to admission; arrival to the first token; between tokens; arrival to a finish.
   Histogram queue_time, time_to_first_token, inter_token_latency, e2e_latency;
@@ -119,11 +137,13 @@ class InferenceLoop {
   struct Live;
   void run();
   Status load();
+  // Takes waiting submissions, oldest first, while a slot and KV blocks for their prompts are free.
+  std::vector<Submission> take_waiting();
   void admit(std::vector<Submission>& admitted);
   void on_token(uint64_t id, Live& live, StepOutput& out);
   void finish(uint64_t id, const std::string& reason);
-  void fail(uint64_t id, Status error);
-  void update_pool_stats();
+  // `cancelled`: the request's cancel flag (the client left), not a failure.
+  void fail(uint64_t id, Status error, bool cancelled = false);
 
   const LoopOptions options_;
   LoopStats stats_;
@@ -138,7 +158,7 @@ class InferenceLoop {
 
   // Owned by the inference thread (model_ is read-only for others once ready_).
   std::unique_ptr<TextModel> model_;
-  LocalEngine engine_;
+  std::unique_ptr<LoopBackend> backend_;
   std::map<uint64_t, std::unique_ptr<Live>> live_;
   uint64_t next_id_ = 1;
 };

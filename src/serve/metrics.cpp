@@ -27,7 +27,7 @@ std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
   std::string out;
   metric(out, "num_requests_running", "gauge", "Requests in the scheduler.");
   sample(out, "num_requests_running", static_cast<double>(loop.running.load()));
-  metric(out, "num_requests_waiting", "gauge", "Requests queued for admission.");
+  metric(out, "num_requests_waiting", "gauge", "Requests queued for admission (for a free slot or KV blocks).");
   sample(out, "num_requests_waiting", static_cast<double>(loop.waiting.load()));
   metric(out, "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
   const double total = static_cast<double>(loop.kv_blocks_total.load());
@@ -36,6 +36,8 @@ std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
   sample(out, "prefix_cache_queries", static_cast<double>(loop.prefix_cache_queries.load()));
   metric(out, "prefix_cache_hits", "counter", "Prompt tokens found in the prefix cache.");
   sample(out, "prefix_cache_hits", static_cast<double>(loop.prefix_cache_hits.load()));
+  metric(out, "num_preemptions_total", "counter", "Requests preempted (KV blocks freed, recomputed later).");
+  sample(out, "num_preemptions_total", static_cast<double>(loop.preemptions.load()));
   metric(out, "prompt_tokens_total", "counter", "Prompt tokens admitted.");
   sample(out, "prompt_tokens_total", static_cast<double>(loop.prompt_tokens.load()));
   metric(out, "generation_tokens_total", "counter", "Tokens generated.");

@@ -3,8 +3,9 @@
 // `tessera generate` prints for the same prompt (the reference is the CLI's
 // own generation path, run as a separate process), SSE framing, stop strings,
 // errors with their codes, a client that leaves (its KV blocks return to the
-// pool), a full queue (429) and a full KV pool (503), the API key, and
-// SIGTERM on the real binary.
+// pool), a full queue (429) and a prompt the whole KV pool cannot hold (400),
+// several requests on one keep-alive connection, the API key, and SIGTERM on
+// the real binary.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -328,11 +329,48 @@ void leave_mid_request(Server& server, bool stream) {
   EXPECT_TRUE(eventually([&] { return stats.kv_blocks_free.load() == total && stats.running.load() == 0; }));
 }
 
+// Three requests on one keep-alive connection (a completion, a streamed one,
+// then /health), each answered in turn on the same socket, the answers equal to
+// those of a connection per request.
+TEST_F(ServeTest, SeveralRequestsOnOneKeepAliveConnection) {
+  const std::string whole = R"({"prompt": "Once upon a time", "max_tokens": 8})";
+  const std::string streamed = R"({"prompt": "It is a truth", "max_tokens": 8, "stream": true})";
+  const HttpReply whole_alone = post(port(), "/v1/completions", whole);
+  const HttpReply streamed_alone = post(port(), "/v1/completions", streamed);
+  ASSERT_EQ(whole_alone.status, 200) << whole_alone.body;
+
+  net::io_context io;
+  tcp::socket socket = connect_to(io, port());
+  beast::flat_buffer buffer;
+  auto exchange = [&](http::verb verb, const std::string& target, const std::string& body) {
+    http::request<http::string_body> request{verb, target, 11};
+    request.set(http::field::host, "127.0.0.1");
+    request.set(http::field::content_type, "application/json");
+    request.keep_alive(true);
+    request.body() = body;
+    request.prepare_payload();
+    http::write(socket, request);
+    http::response_parser<http::string_body> parser;
+    http::read(socket, buffer, parser);
+    EXPECT_TRUE(parser.get().keep_alive()) << target;
+    return parser.release();
+  };
+  const auto first = exchange(http::verb::post, "/v1/completions", whole);
+  const auto second = exchange(http::verb::post, "/v1/completions", streamed);
+  const auto third = exchange(http::verb::get, "/health", "");
+  EXPECT_EQ(first.result_int(), 200u);
+  EXPECT_EQ(Json::parse(first.body())["choices"][0]["text"], whole_alone.json()["choices"][0]["text"]);
+  EXPECT_EQ(second.result_int(), 200u);
+  EXPECT_EQ(read_stream({200, {{"Content-Type", "text/event-stream"}}, second.body()}, false, false).text,
+            read_stream(streamed_alone, false, false).text);
+  EXPECT_EQ(third.result_int(), 200u);
+}
+
 TEST_F(ServeTest, AStreamingClientThatLeavesIsCancelledAndItsBlocksReturn) { leave_mid_request(*server_, true); }
 
 TEST_F(ServeTest, AWaitingClientThatLeavesIsCancelledAndItsBlocksReturn) { leave_mid_request(*server_, false); }
 
-TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
+TEST(ServeLimitsTest, FullQueueGets429AndAPromptLargerThanTheKvPoolGets400) {
   ServerOptions options = test_options();
   options.loop.engine.scheduler.max_sequences = 1;  // one running
   options.loop.max_waiting = 1;                     // one waiting
@@ -341,12 +379,12 @@ TEST(ServeLimitsTest, FullQueueGets429AndFullKvPoolGets503) {
   ASSERT_TRUE(server->loop().ready());
   const LoopStats& stats = server->loop().stats();
 
-  // A prompt that needs more KV blocks than the whole pool holds: 503 with Retry-After.
+  // A prompt that needs more KV blocks than the whole pool holds: waiting would not help.
   std::string long_prompt;
   for (int i = 0; i < 400; ++i) long_prompt += " hello";
   const HttpReply too_big = post(server->port(), "/v1/completions", Json{{"prompt", long_prompt}}.dump());
-  expect_error(too_big, 503, "", "");
-  EXPECT_EQ(too_big.headers.at("Retry-After"), "1");
+  expect_error(too_big, 400, "", "the KV pool holds 128 positions (--kv-memory)");
+  EXPECT_EQ(too_big.headers.count("Retry-After"), 0u);
 
   net::io_context io;
   const std::string body = R"({"prompt": "Once", "max_tokens": 100, "stream": true, "logit_bias": {"1": -100}})";

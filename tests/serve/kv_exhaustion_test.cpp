@@ -1,0 +1,99 @@
+// KV exhaustion, as vLLM handles it: requests that do not fit the KV pool wait
+// in the queue instead of being refused, and when running requests cannot grow
+// the newest is preempted (its blocks freed, its prompt and tokens recomputed
+// later). Each answer (text and logprobs, greedy and seeded) is bitwise the one
+// it gets alone on a server with room to spare; nothing fails; /metrics counts
+// the preemptions and the pool is whole again at the end.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <vector>
+
+#include "serve/http_client.h"
+#include "serve/test_server.h"
+
+namespace tessera::serve {
+namespace {
+
+using namespace tessera::testing;
+using Json = nlohmann::json;
+
+std::vector<int32_t> ids(int n, int first) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(3 + (first + 89 * i) % 8000);
+  return out;
+}
+
+// The first choice (text, finish reason, logprobs), and the whole usage.
+Json answer(uint16_t port, const Json& request) {
+  const HttpReply reply = post(port, "/v1/completions", request.dump());
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  if (reply.status != 200) return nullptr;
+  return {{"choice", reply.json()["choices"][0]}, {"usage", reply.json()["usage"]}};
+}
+
+double metric(uint16_t port, const std::string& name) { return metric_value(get(port, "/metrics").body, name); }
+
+// 64 KiB a block of 32 positions: a pool of 8 blocks (256 positions). Each
+// request grows to 4 or 5 blocks (a prompt of 10 to 45 tokens, then 100 more),
+// so eight at once need about 36: the newest are preempted again and again.
+TEST(KvExhaustionTest, QueuedAndPreemptedRequestsGetBitwiseTheirAnswersAlone) {
+  std::vector<Json> requests;
+  for (int i = 0; i < 8; ++i) {
+    Json r = {{"prompt", ids(10 + 5 * i, 31 * i + 7)},
+              {"max_tokens", 100},
+              {"logprobs", 2},
+              {"logit_bias", {{"1", -100}}}};  // no end-of-text: every request runs its 100 tokens
+    if (i % 2) {
+      r["temperature"] = 0.9;
+      r["seed"] = 100 + i;
+    }
+    requests.push_back(r);
+  }
+  std::vector<Json> alone;
+  {
+    const auto roomy = start_server(test_options());
+    for (const Json& r : requests) alone.push_back(answer(roomy->port(), r));
+    EXPECT_EQ(metric(roomy->port(), "num_preemptions_total"), 0);
+  }
+
+  ServerOptions o = test_options();
+  o.loop.engine.forward.kv_memory = uint64_t{512} << 10;
+  o.loop.prefix_caching = false;  // every recomputation runs whole
+  const auto server = start_server(o);
+  const uint16_t port = server->port();
+  ASSERT_EQ(server->loop().stats().kv_blocks_total.load(), 8);
+  std::vector<Json> crowded(requests.size());
+  std::vector<std::future<void>> clients;
+  for (size_t i = 0; i < requests.size(); ++i)
+    clients.push_back(std::async(std::launch::async, [&, i] { crowded[i] = answer(port, requests[i]); }));
+  for (auto& client : clients) client.get();
+
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(crowded[i], alone[i]) << "request " << i;
+    EXPECT_EQ(crowded[i]["usage"]["completion_tokens"], 100) << "request " << i;
+  }
+  EXPECT_GE(metric(port, "num_preemptions_total"), 1);
+  EXPECT_EQ(metric(port, "request_failure_total"), 0);
+  const std::string metrics = get(port, "/metrics").body;
+  EXPECT_NE(metrics.find("tessera:http_requests_total{code=\"503\"} 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tessera:request_rejected_total 0\n"), std::string::npos) << metrics;
+  const LoopStats& stats = server->loop().stats();
+  EXPECT_TRUE(eventually([&] { return stats.kv_blocks_free.load() == stats.kv_blocks_total.load(); }));
+}
+
+// A request whose answer would outgrow the whole pool ends there ("length"),
+// like one that reaches the model's context, rather than failing.
+TEST(KvExhaustionTest, ARequestLongerThanThePoolEndsWithLengthAtThePool) {
+  ServerOptions o = test_options();
+  o.loop.engine.forward.kv_memory = uint64_t{256} << 10;  // 4 blocks: 128 positions
+  const auto server = start_server(o);
+  const Json reply =
+      answer(server->port(), {{"prompt", ids(20, 5)}, {"max_tokens", 500}, {"logit_bias", {{"1", -100}}}});
+  ASSERT_TRUE(reply.is_object());
+  EXPECT_EQ(reply["choice"]["finish_reason"], "length");
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 128 - 20 + 1);  // the last token needs no position
+}
+
+}  // namespace
+}  // namespace tessera::serve
