@@ -350,6 +350,30 @@ uint64_t ggml_block_size(GgmlType type) {
   TS_CHECK(info != nullptr && info->block_size != 0, "ggml type ", static_cast<uint32_t>(type));
   return info->block_size;
 }
+uint64_t gguf_scalar_size(GgufType type) { return scalar_size(type); }
+
+DType dtype_of_ggml(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return DType::kF32;
+    case GgmlType::kF16: return DType::kF16;
+    case GgmlType::kBF16: return DType::kBF16;
+    case GgmlType::kQ8_0: return DType::kQ8_0;
+    case GgmlType::kQ4_0: return DType::kQ4_0;
+    case GgmlType::kQ4_K: return DType::kQ4_K;
+    case GgmlType::kQ5_K: return DType::kQ5_K;
+    case GgmlType::kQ6_K: return DType::kQ6_K;
+  }
+  TS_CHECK(false, "ggml type ", static_cast<uint32_t>(type));
+  return DType::kF32;
+}
+
+std::optional<GgmlType> ggml_type_of(DType dtype) {
+  for (const GgmlType t : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                           GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K})
+    if (dtype_of_ggml(t) == dtype) return t;
+  return std::nullopt;
+}
+
 uint64_t ggml_type_size(GgmlType type) {
   const GgmlTypeInfo* info = find_ggml_type(static_cast<uint32_t>(type));
   TS_CHECK(info != nullptr && info->block_size != 0, "ggml type ", static_cast<uint32_t>(type));

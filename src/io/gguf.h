@@ -33,11 +33,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "core/status.h"
 
@@ -61,6 +63,7 @@ enum class GgufType : uint32_t {
 };
 inline constexpr uint32_t kGgufTypeCount = 13;
 std::string_view gguf_type_name(GgufType type);  // "u32", "string", "array", ...
+uint64_t gguf_scalar_size(GgufType type);        // bytes of a scalar; 0 for string and array
 
 // The ggml tensor types tessera loads (numbers are ggml's). Any other known
 // ggml type is refused as kUnsupported, an unknown number as kInvalidInput.
@@ -77,6 +80,9 @@ enum class GgmlType : uint32_t {
 std::string_view ggml_type_name(GgmlType type);  // "F32", "Q4_K", ...
 uint64_t ggml_block_size(GgmlType type);         // elements per block: 1, 32 or 256
 uint64_t ggml_type_size(GgmlType type);          // bytes per block
+// The DType tessera computes on for each loaded ggml type (the same block bytes), and back.
+DType dtype_of_ggml(GgmlType type);
+std::optional<GgmlType> ggml_type_of(DType dtype);
 
 // One metadata value. Scalars hold their bits in `bits` (integers zero- or
 // sign-extended, f32/f64 as their IEEE bits, bool 0/1); use the typed getters

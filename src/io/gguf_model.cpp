@@ -282,19 +282,14 @@ Result<TensorView> GgufWeights::get(const std::string& hf_name) const {
   const GgufTensorInfo& t = *it->second.info;
   TensorView view;
   for (auto d = t.dims.rbegin(); d != t.dims.rend(); ++d) view.shape.push_back(static_cast<int64_t>(*d));
-  const bool quantized = ggml_block_size(t.type) != 1;
-  switch (t.type) {
-    case GgmlType::kF16: view.dtype = DType::kF16; break;
-    case GgmlType::kBF16: view.dtype = DType::kBF16; break;
-    default: view.dtype = DType::kF32; break;  // F32 and the dequantized block types
-  }
+  view.dtype = dtype_of_ggml(t.type);
   const int64_t heads = it->second.permute_heads;
-  if (!quantized && heads == 0) {
-    view.data = file_.bytes(t).data();
+  if (heads == 0) {
+    view.data = file_.bytes(t).data();  // in place, quantized blocks included
     return view;
   }
   const int64_t rows = view.shape[0];
-  if (heads > 0 && rows % (2 * heads) != 0)
+  if (rows % (2 * heads) != 0)
     return Status::invalid_input(file_.path() + ": tensor '" + std::string(t.name) + "' has " + std::to_string(rows) +
                                  " rows, not a whole number of row pairs in " + std::to_string(heads) + " heads");
 
@@ -302,25 +297,16 @@ Result<TensorView> GgufWeights::get(const std::string& hf_name) const {
   auto [cached, inserted] = materialized_.try_emplace(hf_name);
   std::vector<uint8_t>& bytes = cached->second;
   if (inserted) {
-    std::vector<uint8_t> plain;
-    std::span<const uint8_t> source = file_.bytes(t);
-    if (quantized) {
-      plain.resize(static_cast<size_t>(view.numel()) * sizeof(float));
-      dequantize_gguf(t.type, source, {reinterpret_cast<float*>(plain.data()), static_cast<size_t>(view.numel())});
-      source = plain;
-    }
-    if (heads == 0) {
-      bytes = plain.empty() ? std::vector<uint8_t>(source.begin(), source.end()) : std::move(plain);
-    } else {
-      // llama.cpp stores row (head, i, half) what Hugging Face has at (head, half, i).
-      bytes.resize(source.size());
-      const size_t row_bytes = source.size() / static_cast<size_t>(rows);
-      const int64_t head_dim = rows / heads, half = head_dim / 2;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t h = r / head_dim, within = r % head_dim;
-        const int64_t from = h * head_dim + (within % half) * 2 + within / half;
-        std::memcpy(bytes.data() + r * row_bytes, source.data() + from * row_bytes, row_bytes);
-      }
+    // llama.cpp stores row (head, i, half) what Hugging Face has at (head, half, i). A
+    // row is a whole number of blocks, so quantized rows move as they are.
+    const std::span<const uint8_t> source = file_.bytes(t);
+    bytes.resize(source.size());
+    const size_t row_bytes = source.size() / static_cast<size_t>(rows);
+    const int64_t head_dim = rows / heads, half = head_dim / 2;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = r / head_dim, within = r % head_dim;
+      const int64_t from = h * head_dim + (within % half) * 2 + within / half;
+      std::memcpy(bytes.data() + r * row_bytes, source.data() + from * row_bytes, row_bytes);
     }
   }
   view.data = bytes.data();

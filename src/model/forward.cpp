@@ -98,7 +98,8 @@ Result<ModelWeights> place_weights(Device& device, const Model& model, std::vect
 
 DType default_kv_dtype(const Model& model) {
   TS_CHECK(!model.weights().layers.empty(), "a model range without layers has no KV cache");
-  return model.weights().layers.front().wk.dtype;
+  const DType weights = model.weights().layers.front().wk.dtype;
+  return dtype_is_quantized(weights) ? DType::kF32 : weights;  // GGUF blocks: f32 pages
 }
 
 Forward::Forward(const Model& model, Device& device, ForwardOptions options)

@@ -20,9 +20,11 @@ class Binder {
     auto view = checkpoint_.get(name);
     if (!view.ok()) return view.status();
     const std::string where = checkpoint_.file_of(name) + ": tensor '" + name + "'";
-    if (!is_float(view->dtype))
+    // GGUF's quantized blocks are computed on as they are, for matrices only.
+    if (!is_float(view->dtype) && !(dtype_is_quantized(view->dtype) && shape.size() == 2))
       return Status::invalid_input(where + " has dtype " + std::string(dtype_name(view->dtype)) +
-                                   ", expected f32, bf16 or f16");
+                                   ", expected f32, bf16 or f16" +
+                                   (shape.size() == 2 ? " or a GGUF quantized type" : ""));
     if (view->shape != shape)
       return Status::invalid_input(where + " has shape " + shape_string(view->shape) + ", expected " +
                                    shape_string(shape));
@@ -73,7 +75,7 @@ const TensorView& LayerTensor::in(const LayerWeights& layer) const {
 void LayerTensor::split(LayerWeights& layer) const {
   if (parts.empty()) return;
   const TensorView& whole = in(layer);
-  const size_t row_bytes = static_cast<size_t>(whole.dim(1)) * dtype_size(whole.dtype);
+  const size_t row_bytes = dtype_bytes(whole.dtype, whole.dim(1));
   int64_t row = 0;
   for (const auto& [part, rows] : parts) {
     layer.*part = TensorView{whole.dtype,

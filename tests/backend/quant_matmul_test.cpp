@@ -23,16 +23,6 @@ namespace {
 
 using testing::random_values;
 
-GgmlType ggml_type_of(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return GgmlType::kQ8_0;
-    case DType::kQ4_0: return GgmlType::kQ4_0;
-    case DType::kQ4_K: return GgmlType::kQ4_K;
-    case DType::kQ5_K: return GgmlType::kQ5_K;
-    default: return GgmlType::kQ6_K;
-  }
-}
-
 // `rows` rows of k elements of random blocks: random bytes, with each block's f16
 // scales (d, and dmin for Q4_K/Q5_K) set to finite values of either sign below 0.05.
 std::vector<uint8_t> random_blocks(DType dtype, int64_t rows, int64_t k, uint32_t seed) {
@@ -54,7 +44,7 @@ std::vector<uint8_t> random_blocks(DType dtype, int64_t rows, int64_t k, uint32_
 
 std::vector<float> reference_dequantized(DType dtype, const std::vector<uint8_t>& blocks, int64_t elements) {
   std::vector<float> out(static_cast<size_t>(elements));
-  dequantize_gguf(ggml_type_of(dtype), blocks, out);
+  dequantize_gguf(*ggml_type_of(dtype), blocks, out);
   return out;
 }
 

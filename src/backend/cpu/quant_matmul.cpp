@@ -38,8 +38,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DI = hn::RebindToSigned<DF>;
 using VI = hn::Vec<DI>;
 
-constexpr int64_t kMaxBlock = 256;
-// Decode: rows whose blocks are in flight together (more reads outstanding).
+// Decode: rows whose blocks are in flight together (more reads outstanding; matvec_typed
+// unrolls exactly this many).
 constexpr int kDecodeRows = 4;
 
 HWY_INLINE float f16_at(const uint8_t* p) { return f16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8)); }
@@ -60,55 +60,92 @@ HWY_INLINE void scale_min(const uint8_t* s, int* sc, int* m) {
   }
 }
 
-// One block at b dequantized into out (aligned, dtype_block_elements floats).
+// One block's elements as f32 vectors: Block<kT>(b) reads the block's scales once,
+// at(e) gives elements [e, e + L) (e a multiple of L), computed in registers.
+// The primary template is Q4_K and Q5_K's (below); the other types specialize it.
 template <DType kT>
-HWY_INLINE void dequantize_block(const uint8_t* HWY_RESTRICT b, float* HWY_RESTRICT out) {
-  const DF df;
-  const DI di;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  if constexpr (kT == DType::kQ8_0) {
-    const VF d = hn::Set(df, f16_at(b));
-    for (int64_t i = 0; i < 32; i += lanes) hn::Store(hn::Mul(hn::ConvertTo(df, bytes_i(b + 2 + i)), d), df, out + i);
-  } else if constexpr (kT == DType::kQ4_0) {
-    const VF d = hn::Set(df, f16_at(b));
-    const VI mask = hn::Set(di, 0xf), eight = hn::Set(di, 8);
-    for (int64_t i = 0; i < 16; i += lanes) {
-      const VI q = bytes_u(b + 2 + i);
-      hn::Store(hn::Mul(d, hn::ConvertTo(df, hn::Sub(hn::And(q, mask), eight))), df, out + i);
-      hn::Store(hn::Mul(d, hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(q), eight))), df, out + 16 + i);
-    }
-  } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
+struct Block;
+
+template <>
+struct Block<DType::kQ8_0> {
+  const uint8_t* HWY_RESTRICT b;
+  VF d;
+  HWY_INLINE explicit Block(const uint8_t* p) : b(p), d(hn::Set(DF(), f16_at(p))) {}
+  HWY_INLINE VF at(int64_t e) const { return hn::Mul(hn::ConvertTo(DF(), bytes_i(b + 2 + e)), d); }
+};
+
+template <>
+struct Block<DType::kQ4_0> {
+  const uint8_t* HWY_RESTRICT b;
+  VF d;
+  HWY_INLINE explicit Block(const uint8_t* p) : b(p), d(hn::Set(DF(), f16_at(p))) {}
+  HWY_INLINE VF at(int64_t e) const {
+    const DI di;
+    const VI q = e < 16 ? hn::And(bytes_u(b + 2 + e), hn::Set(di, 0xf)) : hn::ShiftRight<4>(bytes_u(b + 2 + e - 16));
+    return hn::Mul(d, hn::ConvertTo(DF(), hn::Sub(q, hn::Set(di, 8))));
+  }
+};
+
+// Q4_K and Q5_K: dl[j] = d * sc[j], ml[j] = dmin * m[j] per sub-block of 32.
+template <DType kT>
+struct Block {
+  static constexpr bool kFive = kT == DType::kQ5_K;
+  static_assert(kT == DType::kQ4_K || kFive);
+  const uint8_t* HWY_RESTRICT qh;
+  const uint8_t* HWY_RESTRICT qs;
+  float dl[8], ml[8];
+  HWY_INLINE explicit Block(const uint8_t* b) : qh(b + 16), qs(kFive ? b + 48 : b + 16) {
     const float d = f16_at(b), dmin = f16_at(b + 2);
     int sc[8], m[8];
     scale_min(b + 4, sc, m);
-    const uint8_t* qh = kT == DType::kQ5_K ? b + 16 : nullptr;
-    const uint8_t* qs = kT == DType::kQ5_K ? b + 48 : b + 16;
-    const VI mask = hn::Set(di, 0xf), one = hn::Set(di, 1);
     for (int j = 0; j < 8; ++j) {
-      const VF dl = hn::Set(df, d * static_cast<float>(sc[j]));
-      const VF ml = hn::Set(df, dmin * static_cast<float>(m[j]));
-      const int shift = 4 * (j % 2);
-      for (int64_t l = 0; l < 32; l += lanes) {
-        VI q = hn::And(hn::ShiftRightSame(bytes_u(qs + 32 * (j / 2) + l), shift), mask);
-        if (qh != nullptr) q = hn::Or(q, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(bytes_u(qh + l), j), one)));
-        hn::Store(hn::Sub(hn::Mul(dl, hn::ConvertTo(df, q)), ml), df, out + 32 * j + l);
-      }
-    }
-  } else {
-    static_assert(kT == DType::kQ6_K);
-    const uint8_t* ql = b;
-    const uint8_t* qh = b + 128;
-    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-    const float d = f16_at(b + 208);
-    const VI mask = hn::Set(di, 0xf), three = hn::Set(di, 3), bias = hn::Set(di, 32);
-    for (int64_t e = 0; e < kMaxBlock; e += lanes) {
-      const int64_t g = e / 128, r = e % 128;
-      const VI lo = hn::And(hn::ShiftRightSame(bytes_u(ql + 64 * g + r % 64), static_cast<int>(4 * (r / 64))), mask);
-      const VI hi = hn::And(hn::ShiftRightSame(bytes_u(qh + 32 * g + r % 32), static_cast<int>(2 * (r / 32))), three);
-      const VF ds = hn::Set(df, d * static_cast<float>(scales[e / 16]));
-      hn::Store(hn::Mul(ds, hn::ConvertTo(df, hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), bias))), df, out + e);
+      dl[j] = d * static_cast<float>(sc[j]);
+      ml[j] = dmin * static_cast<float>(m[j]);
     }
   }
+  HWY_INLINE VF at(int64_t e) const {
+    const DF df;
+    const DI di;
+    const int64_t j = e / 32, l = e % 32;
+    VI q = hn::And(hn::ShiftRightSame(bytes_u(qs + 32 * (j / 2) + l), static_cast<int>(4 * (j % 2))), hn::Set(di, 0xf));
+    if constexpr (kFive) {
+      q = hn::Or(q,
+                 hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(bytes_u(qh + l), static_cast<int>(j)), hn::Set(di, 1))));
+    }
+    return hn::Sub(hn::Mul(hn::Set(df, dl[j]), hn::ConvertTo(df, q)), hn::Set(df, ml[j]));
+  }
+};
+
+template <>
+struct Block<DType::kQ6_K> {
+  const uint8_t* HWY_RESTRICT ql;
+  const uint8_t* HWY_RESTRICT qh;
+  float ds[16];
+  HWY_INLINE explicit Block(const uint8_t* b) : ql(b), qh(b + 128) {
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = f16_at(b + 208);
+    for (int s = 0; s < 16; ++s) ds[s] = d * static_cast<float>(scales[s]);
+  }
+  HWY_INLINE VF at(int64_t e) const {
+    const DF df;
+    const DI di;
+    const int64_t g = e / 128, r = e % 128;
+    const VI lo =
+        hn::And(hn::ShiftRightSame(bytes_u(ql + 64 * g + r % 64), static_cast<int>(4 * (r / 64))), hn::Set(di, 0xf));
+    const VI hi =
+        hn::And(hn::ShiftRightSame(bytes_u(qh + 32 * g + r % 32), static_cast<int>(2 * (r / 32))), hn::Set(di, 3));
+    const VI q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(di, 32));
+    return hn::Mul(hn::Set(df, ds[e / 16]), hn::ConvertTo(df, q));
+  }
+};
+
+// One block at b dequantized into out (dtype_block_elements floats).
+template <DType kT>
+HWY_INLINE void dequantize_block(const uint8_t* HWY_RESTRICT b, float* HWY_RESTRICT out) {
+  const DF df;
+  const Block<kT> block(b);
+  for (int64_t e = 0; e < dtype_block_elements(kT); e += static_cast<int64_t>(hn::Lanes(df)))
+    hn::StoreU(block.at(e), df, out + e);
 }
 
 // The lanes of acc added as matmul.cpp's halving tree: lane i + L/2 onto lane i, then
@@ -125,16 +162,12 @@ template <DType kT>
 void dequantize_rows_typed(const uint8_t* w, int64_t rows, int64_t k, float* out) {
   constexpr int64_t kB = dtype_block_elements(kT);
   constexpr size_t kBytes = dtype_block_bytes(kT);
-  HWY_ALIGN float block[kMaxBlock];
   const int64_t blocks = rows * (k / kB);
-  for (int64_t i = 0; i < blocks; ++i) {
-    dequantize_block<kT>(w + static_cast<size_t>(i) * kBytes, block);
-    std::copy(block, block + kB, out + i * kB);
-  }
+  for (int64_t i = 0; i < blocks; ++i) dequantize_block<kT>(w + static_cast<size_t>(i) * kBytes, out + i * kB);
 }
 
-// Decode: kDecodeRows rows at a time, each block of each row dequantized into L1 and
-// multiplied at once into its row's accumulator, in the f32 matmul's order.
+// Decode: kDecodeRows rows at a time; each block's elements are made in registers and
+// multiplied at once into their row's accumulator, in the f32 matmul's order.
 template <DType kT>
 void matvec_typed(const float* HWY_RESTRICT x, int64_t k, const uint8_t* HWY_RESTRICT w, int64_t rows,
                   float* HWY_RESTRICT y) {
@@ -144,21 +177,34 @@ void matvec_typed(const float* HWY_RESTRICT x, int64_t k, const uint8_t* HWY_RES
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t blocks = k / kB;
   const size_t row_bytes = static_cast<size_t>(blocks) * kBytes;
-  HWY_ALIGN float deq[kDecodeRows][kMaxBlock];
-  for (int64_t r0 = 0; r0 < rows; r0 += kDecodeRows) {
-    const int nr = static_cast<int>(std::min<int64_t>(kDecodeRows, rows - r0));
+  int64_t r0 = 0;
+  for (; r0 + kDecodeRows <= rows; r0 += kDecodeRows) {
     const uint8_t* base = w + static_cast<size_t>(r0) * row_bytes;
     VF acc[kDecodeRows];
     for (int r = 0; r < kDecodeRows; ++r) acc[r] = hn::Zero(df);
     for (int64_t b = 0; b < blocks; ++b) {
-      for (int r = 0; r < nr; ++r) dequantize_block<kT>(base + r * row_bytes + static_cast<size_t>(b) * kBytes, deq[r]);
+      const size_t at = static_cast<size_t>(b) * kBytes;
+      const Block<kT> b0(base + at), b1(base + row_bytes + at), b2(base + 2 * row_bytes + at),
+          b3(base + 3 * row_bytes + at);
       const float* xb = x + b * kB;
-      for (int64_t v = 0; v < kB; v += lanes) {
-        const VF xv = hn::LoadU(df, xb + v);
-        for (int r = 0; r < nr; ++r) acc[r] = hn::MulAdd(hn::Load(df, deq[r] + v), xv, acc[r]);
+      for (int64_t e = 0; e < kB; e += lanes) {
+        const VF xv = hn::LoadU(df, xb + e);
+        acc[0] = hn::MulAdd(b0.at(e), xv, acc[0]);
+        acc[1] = hn::MulAdd(b1.at(e), xv, acc[1]);
+        acc[2] = hn::MulAdd(b2.at(e), xv, acc[2]);
+        acc[3] = hn::MulAdd(b3.at(e), xv, acc[3]);
       }
     }
-    for (int r = 0; r < nr; ++r) y[r0 + r] = tree_sum(df, acc[r]);
+    for (int r = 0; r < kDecodeRows; ++r) y[r0 + r] = tree_sum(df, acc[r]);
+  }
+  for (; r0 < rows; ++r0) {
+    const uint8_t* row = w + static_cast<size_t>(r0) * row_bytes;
+    VF acc = hn::Zero(df);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const Block<kT> block(row + static_cast<size_t>(b) * kBytes);
+      for (int64_t e = 0; e < kB; e += lanes) acc = hn::MulAdd(block.at(e), hn::LoadU(df, x + b * kB + e), acc);
+    }
+    y[r0] = tree_sum(df, acc);
   }
 }
 
