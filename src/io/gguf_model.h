@@ -17,11 +17,12 @@
 // layouts has is kUnsupported naming the tensor; a missing or mistyped key is
 // kInvalidInput naming the key.
 //
-// Tensors: F32, F16 and BF16 are served in place from the map (q and k of llama
-// are copied once, un-permuted). Quantized types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)
-// are dequantized to f32 when first asked for (TODO(perf): issue 19 point 5
-// computes on the blocks instead). A tensor's bytes are touched only when a
-// caller asks for it, so a pipeline stage pages in only its own layers.
+// Tensors are served in place from the map in their own type: F32, F16, BF16,
+// and the quantized blocks (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K as DType kQ8_0 ..;
+// the devices compute on them, so the model's memory is the file's size). q and
+// k of llama are copied once, un-permuted (whole rows of blocks). A tensor's
+// bytes are touched only when a caller asks for it, so a pipeline stage pages
+// in only its own layers.
 //
 // Thread safety: immutable after open except the cache of materialized tensors,
 // which a mutex guards; get() may be called from any thread.
