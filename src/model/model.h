@@ -43,6 +43,9 @@ struct LayerWeights {
   // A layer with experts (ArchSpec::has_experts) has these instead of w_gate, w_up, w_down:
   TensorView router;                                            // [experts, hidden]
   std::vector<TensorView> expert_gate, expert_up, expert_down;  // [experts] of [inter, hidden] x2, [hidden, inter]
+  TensorView router_bias;                                       // [experts]; Routing::kSigmoidGroupTopK only
+  // MoeSpec::shared_intermediate > 0: the shared expert, [shared, hidden] x2, [hidden, shared].
+  TensorView shared_gate, shared_up, shared_down;
 };
 
 // One tensor of a decoder layer as an ArchSpec has it: its name after

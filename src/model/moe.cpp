@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "core/check.h"
@@ -18,9 +19,21 @@ Status reserve_floats(Device& device, Buffer& buffer, int64_t count) {
   return {};
 }
 
-}  // namespace
+// The first k of `n` indices by descending score, the lower index first among
+// equal scores (a strict order, so the choice is the same on every run).
+std::vector<int32_t> top_indices(const std::vector<float>& score, size_t k) {
+  std::vector<int32_t> order(score.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                    [&](int32_t a, int32_t b) {
+                      const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
+                      return sa > sb || (sa == sb && a < b);
+                    });
+  order.resize(k);
+  return order;
+}
 
-Route route_token(const MoeSpec& moe, const float* logits) {
+Route softmax_top_k(const MoeSpec& moe, const float* logits) {
   const auto n = static_cast<size_t>(moe.experts);
   // Softmax in f32, as transformers computes it (dtype=torch.float).
   const float max = *std::max_element(logits, logits + n);
@@ -31,13 +44,8 @@ Route route_token(const MoeSpec& moe, const float* logits) {
     sum += probs[e];
   }
   for (float& p : probs) p /= sum;
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  const auto k = static_cast<size_t>(moe.top_k);
-  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                    [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
   Route route;
-  route.experts.assign(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+  route.experts = top_indices(probs, static_cast<size_t>(moe.top_k));
   for (const int32_t e : route.experts) route.weights.push_back(probs[static_cast<size_t>(e)]);
   if (moe.norm_topk_prob) {
     float top = 0;  // summed in descending order, as torch sums topk's values
@@ -47,11 +55,59 @@ Route route_token(const MoeSpec& moe, const float* logits) {
   return route;
 }
 
+// transformers' Glm4MoeMoE.route_tokens_to_experts (DeepSeek-V3's noaux_tc), in f32.
+Route sigmoid_group_top_k(const MoeSpec& moe, const float* logits, const float* bias) {
+  const auto n = static_cast<size_t>(moe.experts), per_group = n / static_cast<size_t>(moe.groups);
+  TS_CHECK(per_group >= 2 && per_group * static_cast<size_t>(moe.groups) == n && moe.top_groups <= moe.groups,
+           "experts ", n, " in groups ", moe.groups, ", keeping ", moe.top_groups);  // arch/glm4_moe.cpp refuses these
+  std::vector<float> scores(n), choice(n);
+  for (size_t e = 0; e < n; ++e) {
+    scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    choice[e] = scores[e] + (bias ? bias[e] : 0.0f);
+  }
+  // Each group's score: its two best choices, summed best first (topk(2).sum()).
+  std::vector<float> group_scores(static_cast<size_t>(moe.groups));
+  for (size_t g = 0; g < group_scores.size(); ++g) {
+    const std::vector<float> group(choice.begin() + static_cast<std::ptrdiff_t>(g * per_group),
+                                   choice.begin() + static_cast<std::ptrdiff_t>((g + 1) * per_group));
+    const std::vector<int32_t> best = top_indices(group, 2);
+    group_scores[g] = group[static_cast<size_t>(best[0])] + group[static_cast<size_t>(best[1])];
+  }
+  std::vector<bool> kept(group_scores.size(), false);
+  for (const int32_t g : top_indices(group_scores, static_cast<size_t>(moe.top_groups)))
+    kept[static_cast<size_t>(g)] = true;
+  // The other groups' experts score 0.0 (masked_fill), not -inf: they can still
+  // win over a kept expert whose corrected score is below 0.
+  for (size_t e = 0; e < n; ++e)
+    if (!kept[e / per_group]) choice[e] = 0.0f;
+  Route route;
+  route.experts = top_indices(choice, static_cast<size_t>(moe.top_k));
+  for (const int32_t e : route.experts) route.weights.push_back(scores[static_cast<size_t>(e)]);
+  if (moe.norm_topk_prob) {
+    float sum = 0;
+    for (const float w : route.weights) sum += w;
+    sum += 1e-20f;
+    for (float& w : route.weights) w /= sum;
+  }
+  return route;
+}
+
+}  // namespace
+
+Route route_token(const MoeSpec& moe, const float* logits, const float* bias) {
+  Route route =
+      moe.routing == Routing::kSigmoidGroupTopK ? sigmoid_group_top_k(moe, logits, bias) : softmax_top_k(moe, logits);
+  if (moe.scaling != 1.0f)
+    for (float& w : route.weights) w *= moe.scaling;
+  return route;
+}
+
 Status MoeMlp::reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64_t tokens) {
   TS_RETURN_IF_ERROR(reserve_floats(device, logits_, tokens * moe.experts));
   TS_RETURN_IF_ERROR(reserve_floats(device, xe_, tokens * hidden));
-  TS_RETURN_IF_ERROR(reserve_floats(device, gate_, tokens * moe.intermediate));
-  TS_RETURN_IF_ERROR(reserve_floats(device, up_, tokens * moe.intermediate));
+  const int64_t widest = std::max(moe.intermediate, moe.shared_intermediate);
+  TS_RETURN_IF_ERROR(reserve_floats(device, gate_, tokens * widest));
+  TS_RETURN_IF_ERROR(reserve_floats(device, up_, tokens * widest));
   TS_RETURN_IF_ERROR(reserve_floats(device, down_, tokens * hidden));
   return reserve_floats(device, scale_, tokens * moe.top_k);
 }
@@ -63,10 +119,12 @@ void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, cons
   device.matmul(x, tokens, w.router, {}, logits_.f32());
   device.download(logits_.data(), host_logits_.size() * sizeof(float), host_logits_.data());
 
+  const float* bias = moe.routing == Routing::kSigmoidGroupTopK ? router_bias(device, w) : nullptr;
+
   // Group the tokens by expert: expert e's rows and weights sit at [begin[e], begin[e + 1]).
   std::vector<std::vector<std::pair<int32_t, float>>> by_expert(static_cast<size_t>(experts));
   for (int64_t t = 0; t < tokens; ++t) {
-    const Route route = route_token(moe, host_logits_.data() + t * experts);
+    const Route route = route_token(moe, host_logits_.data() + t * experts, bias);
     for (size_t j = 0; j < route.experts.size(); ++j)
       by_expert[static_cast<size_t>(route.experts[j])].emplace_back(static_cast<int32_t>(t), route.weights[j]);
   }
@@ -97,6 +155,30 @@ void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, cons
     device.matmul(gate_.f32(), n, w.expert_down[e], {}, down_.f32());
     device.scatter_add_rows(down_.f32(), scale_.f32() + begin[e], expert_rows, hidden, out);
   }
+  if (moe.shared_intermediate > 0) {  // routed sum + shared(x), as transformers adds them
+    device.matmul(x, tokens, w.shared_gate, {}, gate_.f32());
+    device.matmul(x, tokens, w.shared_up, {}, up_.f32());
+    device.silu_mul(gate_.f32(), up_.f32(), tokens * moe.shared_intermediate, gate_.f32());
+    device.matmul(gate_.f32(), tokens, w.shared_down, {}, down_.f32());
+    device.add(down_.f32(), tokens * hidden, out);
+  }
+}
+
+const float* MoeMlp::router_bias(Device& device, const LayerWeights& w) {
+  const TensorView& b = w.router_bias;
+  bias_bytes_.resize(b.nbytes());
+  device.download(b.data, b.nbytes(), bias_bytes_.data());
+  bias_.resize(static_cast<size_t>(b.numel()));
+  for (size_t i = 0; i < bias_.size(); ++i) {
+    uint16_t half = 0;  // the binder admits f32, bf16 and f16 only
+    if (b.dtype != DType::kF32) std::memcpy(&half, bias_bytes_.data() + 2 * i, 2);
+    switch (b.dtype) {
+      case DType::kF32: std::memcpy(&bias_[i], bias_bytes_.data() + 4 * i, 4); break;
+      case DType::kBF16: bias_[i] = bf16_to_f32(half); break;
+      default: bias_[i] = f16_to_f32(half); break;
+    }
+  }
+  return bias_.data();
 }
 
 }  // namespace tessera

@@ -6,6 +6,7 @@
 //   for each expert e hit, in ascending order, once for all its tokens:
 //     rows = the tokens routed to e (ascending); xe = x[rows]
 //     out[rows] += weight * down(silu(gate(xe)) * up(xe))
+//   with a shared expert (GLM-4.5): out += shared(x)      (every token)
 //
 // So each expert's weights are read once per step for all the tokens routed to
 // it, and an expert no token picked is not read at all (batch-1 decode reads
@@ -13,7 +14,8 @@
 // shares its step: its row of every matmul is summed alone (Device's batch
 // invariance), and its experts' outputs are added to a zeroed row in ascending
 // expert order, as transformers' index_add_ does. Routing runs on the host from
-// the downloaded logits (tokens * experts floats a layer).
+// the downloaded logits (tokens * experts floats a layer, and the router's
+// correction bias, experts floats, for kSigmoidGroupTopK).
 //
 // Not thread-safe: one per Forward.
 #pragma once
@@ -34,10 +36,13 @@ struct Route {
   std::vector<float> weights;
 };
 
-// The route of one token from its router logits [experts], as `moe.routing` says.
-// Among equal probabilities the lower expert index wins (torch.topk's order for
-// exact ties is its own; with real logits they do not occur).
-Route route_token(const MoeSpec& moe, const float* logits);
+// The route of one token from its router logits [experts], as `moe.routing`
+// says (arch.h); `bias` [experts] is kSigmoidGroupTopK's correction bias (null:
+// zeros). Among equal scores the lower expert (or group) index wins: torch.topk's
+// order for exact ties is its own, and with real logits they do not occur
+// except where kSigmoidGroupTopK's masked experts all score 0, where the lower
+// index is what torch.topk on the CPU picks for the fixtures.
+Route route_token(const MoeSpec& moe, const float* logits, const float* bias = nullptr);
 
 class MoeMlp {
  public:
@@ -48,8 +53,12 @@ class MoeMlp {
            float* out);
 
  private:
+  // The router's correction bias of `w` as f32 on the host (downloaded each run: experts values).
+  const float* router_bias(Device& device, const LayerWeights& w);
+
   Buffer logits_, xe_, gate_, up_, down_, scale_;  // device scratch
-  std::vector<float> host_logits_, zeros_;
+  std::vector<float> host_logits_, zeros_, bias_;
+  std::vector<uint8_t> bias_bytes_;
 };
 
 }  // namespace tessera

@@ -121,6 +121,7 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
   if (arch.has_experts(layer)) {
     const MoeSpec& moe = arch.moe;
     add(n.router, {moe.experts, h}, &LayerWeights::router);
+    if (moe.routing == Routing::kSigmoidGroupTopK) add(n.router_bias, {moe.experts}, &LayerWeights::router_bias);
     auto expert = [&](int64_t e, const std::string& name, std::vector<int64_t> shape,
                       std::vector<TensorView> LayerWeights::*list) {
       out.push_back({.name = n.experts + std::to_string(e) + "." + name + ".weight",
@@ -132,6 +133,11 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
       expert(e, n.expert_gate, {moe.intermediate, h}, &LayerWeights::expert_gate);
       expert(e, n.expert_up, {moe.intermediate, h}, &LayerWeights::expert_up);
       expert(e, n.expert_down, {h, moe.intermediate}, &LayerWeights::expert_down);
+    }
+    if (const int64_t shared = moe.shared_intermediate; shared > 0) {
+      add(n.shared_expert + n.expert_gate + ".weight", {shared, h}, &LayerWeights::shared_gate);
+      add(n.shared_expert + n.expert_up + ".weight", {shared, h}, &LayerWeights::shared_up);
+      add(n.shared_expert + n.expert_down + ".weight", {h, shared}, &LayerWeights::shared_down);
     }
     return out;
   }

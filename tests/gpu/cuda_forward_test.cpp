@@ -163,7 +163,9 @@ TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOne
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatchTest, ::testing::Values("llama3_bf16", "qwen3_f32", "mistral_f32"),
+// The MoE ones too: a token's experts and their sums do not depend on the step's other tokens (issue 18, point 3).
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatchTest,
+                         ::testing::Values("llama3_bf16", "qwen3_f32", "mistral_f32", "qwen3_moe_bf16", "glm4_moe_f32"),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 }  // namespace

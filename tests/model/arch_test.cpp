@@ -113,7 +113,7 @@ TEST(ArchTest, RefusesUnsupportedModelTypeByName) {
   expect_error(j, ErrorKind::kUnsupported, "'gemma2'");
   expect_error(j, ErrorKind::kUnsupported,
                "model_type 'gemma2' is not supported (supported: llama, mistral, qwen2, qwen3, mixtral, qwen3_moe, "
-               "phi3, glm4, gemma3_text)");
+               "phi3, glm4, gemma3_text, glm4_moe)");
   j.erase("hidden_size");  // an unknown family is named before any shared field it lacks
   expect_error(j, ErrorKind::kUnsupported, "'gemma2'");
   ModelConfig built;  // a config made in code goes through the same registry
@@ -329,6 +329,91 @@ TEST(ArchTest, Gemma3LayerTypesAndRefusals) {
   bad = j;
   bad["use_bidirectional_attention"] = true;
   expect_error(bad, ErrorKind::kUnsupported, "use_bidirectional_attention");
+}
+
+// GLM-4.5: transformers' Glm4MoeConfig defaults when a field is absent, the
+// config's values when present, and the tensors of a dense and an MoE layer.
+TEST(ArchTest, Glm4MoeRoutingSharedExpertAndDenseLayers) {
+  json j = with_type("glm4_moe");
+  j["head_dim"] = 32;
+  j["num_hidden_layers"] = 4;
+  const ArchSpec defaults = spec_ok(j);
+  EXPECT_EQ(defaults.norm, NormPlacement::kPre);
+  EXPECT_EQ(defaults.rope, RopeStyle::kRotateHalf);
+  EXPECT_EQ(defaults.rotary_dim(32), 16);
+  EXPECT_FALSE(defaults.qkv_bias || defaults.o_bias || defaults.qk_norm);
+  EXPECT_EQ(defaults.moe.routing, Routing::kSigmoidGroupTopK);
+  EXPECT_EQ(defaults.moe.experts, 128);
+  EXPECT_EQ(defaults.moe.top_k, 8);
+  EXPECT_EQ(defaults.moe.intermediate, 1408);
+  EXPECT_EQ(defaults.moe.shared_intermediate, 1408);
+  EXPECT_EQ(defaults.moe.groups, 1);
+  EXPECT_EQ(defaults.moe.scaling, 1.0f);
+  EXPECT_TRUE(defaults.moe.norm_topk_prob);
+  EXPECT_FALSE(defaults.has_experts(0));
+  EXPECT_TRUE(defaults.has_experts(1) && defaults.has_experts(3));
+
+  j["n_routed_experts"] = 8;
+  j["num_experts_per_tok"] = 3;
+  j["moe_intermediate_size"] = 16;
+  j["n_shared_experts"] = 2;
+  j["n_group"] = 4;
+  j["topk_group"] = 2;
+  j["routed_scaling_factor"] = 2.5;
+  j["first_k_dense_replace"] = 2;
+  j["norm_topk_prob"] = false;
+  j["attention_bias"] = true;
+  j["use_qk_norm"] = true;
+  j["topk_method"] = "noaux_tc";  // as some published configs say
+  const ArchSpec spec = spec_ok(j);
+  EXPECT_TRUE(spec.qkv_bias && !spec.o_bias && spec.qk_norm);
+  EXPECT_EQ(spec.moe.shared_intermediate, 32);
+  EXPECT_EQ(spec.moe.groups, 4);
+  EXPECT_EQ(spec.moe.top_groups, 2);
+  EXPECT_EQ(spec.moe.scaling, 2.5f);
+  EXPECT_FALSE(spec.moe.norm_topk_prob);
+  std::vector<bool> experts;
+  for (int64_t layer = 0; layer < 4; ++layer) experts.push_back(spec.has_experts(layer));
+  EXPECT_EQ(experts, (std::vector<bool>{false, false, true, true}));
+  const ModelConfig config = *parse_model_config(j);
+  std::vector<std::string> names;
+  for (const LayerTensor& t : layer_tensors(config, spec, 2)) names.push_back(t.name);
+  for (const char* name : {"mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.experts.7.down_proj.weight",
+                           "mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.down_proj.weight"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  EXPECT_EQ(names.size(), 2u + 4u + 3u + 2u + 2u + 8u * 3u + 3u);  // norms, attention, q/k/v bias, q/k norm, router
+}
+
+// Each glm4_moe refusal names its field (remove its check in arch/glm4_moe.cpp and this fails).
+TEST(ArchTest, Glm4MoeRefusesRoutingItLacks) {
+  json j = with_type("glm4_moe");
+  j["n_routed_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 16;
+  j["n_group"] = 3;  // 8 experts do not split into 3 groups
+  expect_error(j, ErrorKind::kInvalidInput, "field 'n_group' = 3");
+  j["n_group"] = 8;  // groups of one: transformers scores a group by its two best
+  expect_error(j, ErrorKind::kInvalidInput, "field 'n_group' = 8");
+  j["n_group"] = 2;
+  j["topk_group"] = 3;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'topk_group' = 3 is outside [1, 2]");
+  j["topk_group"] = 1;
+  j["routed_scaling_factor"] = 0;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'routed_scaling_factor'");
+  j["routed_scaling_factor"] = 1.0;
+  j["first_k_dense_replace"] = 3;  // 2 layers
+  expect_error(j, ErrorKind::kInvalidInput, "field 'first_k_dense_replace' = 3");
+  j["first_k_dense_replace"] = 1;
+  j["scoring_func"] = "softmax";
+  expect_error(j, ErrorKind::kUnsupported, "field 'scoring_func' = \"softmax\" is not supported for glm4_moe");
+  j["scoring_func"] = "sigmoid";
+  j["topk_method"] = "greedy";
+  expect_error(j, ErrorKind::kUnsupported, "field 'topk_method' = \"greedy\"");
+  j["topk_method"] = "noaux_tc";
+  j["num_experts_per_tok"] = 9;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'num_experts_per_tok' = 9 is outside [1, 8]");
+  j["num_experts_per_tok"] = 2;
+  EXPECT_EQ(spec_ok(j).moe.experts, 8);
 }
 
 }  // namespace

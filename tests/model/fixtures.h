@@ -26,7 +26,7 @@ inline const std::vector<std::string>& fixture_names() {
       "llama3_f32",    "llama3_bf16",        "llama2_mqa_f32",       "llama_f16",   "mistral_f32",
       "qwen2_f32",     "qwen3_f32",          "qwen3_bf16",           "mixtral_f32", "mixtral_bf16",
       "qwen3_moe_f32", "qwen3_moe_bf16",     "qwen3_moe_unnorm_f32", "phi3_f32",    "glm4_f32",
-      "gemma3_f32",    "gemma3_softcap_f32", kShippedModel};
+      "gemma3_f32",    "gemma3_softcap_f32", "glm4_moe_f32",         kShippedModel};
   return kNames;
 }
 

@@ -88,7 +88,7 @@ TEST(KvDtypeTest, DefaultIsTheCheckpointsDtypeOnEveryRangeAndF32WhenAsked) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, SplitTest,
                          ::testing::Values("llama2_mqa_f32", "qwen3_bf16", "mistral_f32", "mixtral_f32",
                                            "qwen3_moe_bf16", "qwen3_moe_unnorm_f32", "phi3_f32", "glm4_f32",
-                                           "gemma3_f32", "gemma3_softcap_f32", testing::kShippedModel),
+                                           "gemma3_f32", "gemma3_softcap_f32", "glm4_moe_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 // Three sequences of different lengths stepped together (step_ids, and
@@ -159,7 +159,7 @@ TEST_P(BatchTest, SequencesSteppedTogetherGetBitwiseTheirLogitsAlone) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest,
                          ::testing::Values("llama3_f32", "qwen3_bf16", "mistral_f32", "mixtral_bf16", "qwen3_moe_f32",
                                            "qwen3_moe_unnorm_f32", "phi3_f32", "glm4_f32", "gemma3_f32",
-                                           "gemma3_softcap_f32", testing::kShippedModel),
+                                           "gemma3_softcap_f32", "glm4_moe_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
 
 class ForwardErrorTest : public testing::Llama3Test {};
@@ -342,6 +342,28 @@ TEST(ModelLoadTest, MissingExpertTensorIsNamed) {
   EXPECT_EQ(model.status().kind(), ErrorKind::kNotFound);
   EXPECT_NE(model.status().message().find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), std::string::npos)
       << model.status().message();
+}
+
+// GLM-4.5's router bias and shared expert are bound from the checkpoint like the
+// experts: a layer without them is refused by the tensor's name (fails when
+// layer_tensors does not list them: the layer would run without them).
+TEST(ModelLoadTest, MissingRouterBiasOrSharedExpertIsNamed) {
+  for (const std::string name :
+       {"model.layers.2.mlp.gate.e_score_correction_bias", "model.layers.1.mlp.shared_experts.up_proj.weight"}) {
+    const auto dir = copy_fixture("glm4_moe_f32", "missing_glm_tensor");
+    const fs::path file = fs::path(dir) / "model.safetensors";
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    std::string renamed = name;
+    renamed.back() = 'x';  // same length: the offsets still hold
+    replace(bytes, "\"" + name + "\"", "\"" + renamed + "\"");
+    std::ofstream(file, std::ios::binary) << bytes;
+    auto model = Model::load(dir);
+    ASSERT_FALSE(model.ok()) << name;
+    EXPECT_EQ(model.status().kind(), ErrorKind::kNotFound);
+    EXPECT_NE(model.status().message().find(name), std::string::npos) << model.status().message();
+  }
 }
 
 TEST(ModelLoadTest, UnsupportedModelTypeIsNamed) {

@@ -52,6 +52,55 @@ TEST(RouteTokenTest, EqualProbabilitiesTakeTheLowerExpert) {
   EXPECT_EQ(route_token(spec(5, 2, true), logits).experts, (std::vector<int32_t>{1, 3}));
 }
 
+// GLM-4.5's routing (transformers Glm4MoeMoE.route_tokens_to_experts), by hand:
+// 8 experts in 2 groups of 4, one group kept, top 2, renormalized, times 2.5.
+MoeSpec glm_spec() {
+  MoeSpec s = spec(8, 2, true);
+  s.routing = Routing::kSigmoidGroupTopK;
+  s.groups = 2;
+  s.top_groups = 1;
+  s.scaling = 2.5f;
+  return s;
+}
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+TEST(RouteTokenTest, SigmoidGroupsChooseByTheCorrectedScoresAndWeighByTheRawOnes) {
+  const float logits[] = {0.0f, 1.0f, -1.0f, 0.5f, 2.0f, -2.0f, -2.0f, -2.0f};
+  // Without the bias, group 0's two best (1.0, 0.5) outscore group 1's (2.0, -2.0).
+  const Route plain = route_token(glm_spec(), logits);
+  ASSERT_EQ(plain.experts, (std::vector<int32_t>{1, 3}));
+  const double s1 = sigmoid(1.0), s3 = sigmoid(0.5);
+  EXPECT_NEAR(plain.weights[0], 2.5 * s1 / (s1 + s3), 1e-6);
+  EXPECT_NEAR(plain.weights[1], 2.5 * s3 / (s1 + s3), 1e-6);
+  // +0.5 on expert 4 moves the choice to group 1; experts 5, 6, 7 tie and the
+  // lowest wins. The weights are the uncorrected sigmoids.
+  const float bias[] = {0, 0, 0, 0, 0.5f, 0, 0, 0};
+  const Route biased = route_token(glm_spec(), logits, bias);
+  ASSERT_EQ(biased.experts, (std::vector<int32_t>{4, 5}));
+  const double s4 = sigmoid(2.0), s5 = sigmoid(-2.0);
+  EXPECT_NEAR(biased.weights[0], 2.5 * s4 / (s4 + s5), 1e-6);
+  EXPECT_NEAR(biased.weights[1], 2.5 * s5 / (s4 + s5), 1e-6);
+  // Without norm_topk_prob: the sigmoids times the scaling factor alone.
+  MoeSpec raw = glm_spec();
+  raw.norm_topk_prob = false;
+  const Route unnormed = route_token(raw, logits, bias);
+  EXPECT_NEAR(unnormed.weights[0], 2.5 * s4, 1e-6);
+  EXPECT_NEAR(unnormed.weights[1], 2.5 * s5, 1e-6);
+}
+
+// transformers masks the groups it drops with 0.0, not -inf: when the kept
+// group's corrected scores are all below 0, the dropped group's experts win
+// (lowest index first among their zeros), weighted by their own sigmoids.
+TEST(RouteTokenTest, SigmoidGroupsMaskDroppedGroupsWithZeroNotMinusInfinity) {
+  const float logits[] = {-3, -3, -3, -3, -1, -2, -3, -4};
+  const float bias[] = {-0.5f, -0.5f, -0.5f, -0.5f, -1, -1, -1, -1};
+  const Route route = route_token(glm_spec(), logits, bias);
+  ASSERT_EQ(route.experts, (std::vector<int32_t>{4, 5}));
+  const double s4 = sigmoid(-1.0), s5 = sigmoid(-2.0);
+  EXPECT_NEAR(route.weights[0], 2.5 * s4 / (s4 + s5), 1e-6);
+}
+
 // Counts, per step, how often each weight (by its address) is read by a matmul.
 class CountingDevice final : public testing::ForwardingDevice {
  public:
@@ -123,6 +172,37 @@ TEST_F(MoeReadsTest, StepReadsEachExpertOnceAndTokensGetTheirLogitsAlone) {
     ASSERT_TRUE(expected.ok());
     const std::vector<float> row(step->begin() + s * vocab, step->begin() + (s + 1) * vocab);
     EXPECT_EQ(row, *expected) << "sequence " << s;
+  }
+}
+
+// GLM-4.5: a lone decode token reads its top 3 of 8 experts and the shared
+// expert, each once, on each of the two MoE layers (layer 0 is dense).
+TEST(GlmMoeReadsTest, LoneDecodeTokenReadsItsTopKExpertsAndTheSharedOne) {
+  auto model = Model::load(fixture_dir("glm4_moe_f32"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const auto ref = load_reference("glm4_moe_f32");
+  CountingDevice device;
+  Forward forward(*model, device);
+  KvCache cache = forward.make_cache(32);
+  ASSERT_TRUE(forward.run_ids(ref.prompt_ids, cache).ok());
+  const auto& layers = model->weights().layers;
+  ASSERT_TRUE(layers[0].expert_gate.empty() && !layers[1].shared_gate.empty() && !layers[2].router_bias.empty());
+  for (const int32_t id : ref.greedy_ids) {
+    device.reads.clear();
+    ASSERT_TRUE(forward.run_ids(std::span(&id, 1), cache).ok());
+    for (size_t l = 1; l < layers.size(); ++l) {
+      int experts = 0;
+      for (const auto* list : {&layers[l].expert_gate, &layers[l].expert_up, &layers[l].expert_down})
+        for (const TensorView& w : *list) {
+          const auto it = device.reads.find(w.data);
+          if (it == device.reads.end()) continue;
+          EXPECT_EQ(it->second, 1);
+          ++experts;
+        }
+      EXPECT_EQ(experts, 3 * 3) << "layer " << l;
+      for (const TensorView* w : {&layers[l].shared_gate, &layers[l].shared_up, &layers[l].shared_down})
+        EXPECT_EQ(device.reads[w->data], 1) << "layer " << l;
+    }
   }
 }
 

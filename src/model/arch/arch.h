@@ -44,10 +44,18 @@ enum class Activation { kSilu, kGeluTanh };
 enum class RopeStyle { kRotateHalf, kInterleaved };
 
 // How a mixture-of-experts layer picks each token's experts from the router's
-// logits. kSoftmaxTopK: softmax over all experts, the top_k largest (the lower
-// index first among equal ones), their probabilities as weights, divided by
-// their sum when norm_topk_prob (Mixtral always; Qwen3-MoE by its config).
-enum class Routing { kSoftmaxTopK };
+// logits. Among equal scores the lower expert (or group) index wins.
+//   kSoftmaxTopK: softmax over all experts, the top_k largest, their
+//     probabilities as weights, divided by their sum when norm_topk_prob
+//     (Mixtral always; Qwen3-MoE by its config).
+//   kSigmoidGroupTopK (GLM-4.5; DeepSeek-V3's noaux_tc): scores = sigmoid(logits);
+//     the choice uses scores + the router's correction bias: each of `groups`
+//     equal groups scores the sum of its two best, the `top_groups` best groups
+//     stay, the others' experts score 0 (not -inf: transformers' masked_fill),
+//     and the top_k experts win. Their weights are the uncorrected scores,
+//     divided by (their sum + 1e-20) when norm_topk_prob.
+// Every weight is then multiplied by MoeSpec::scaling.
+enum class Routing { kSoftmaxTopK, kSigmoidGroupTopK };
 
 // A mixture of experts in place of the dense MLP (arch/moe_config.cpp reads it).
 // Each expert is a SwiGLU MLP of `intermediate` (gate, up [intermediate, hidden],
@@ -63,6 +71,15 @@ struct MoeSpec {
   // l is not in dense_layers (Qwen3-MoE's decoder_sparse_step and mlp_only_layers).
   int64_t sparse_step = 1;
   std::vector<int64_t> dense_layers{};
+  // kSigmoidGroupTopK's groups (n_group) and how many of them a token keeps (topk_group).
+  int64_t groups = 1;
+  int64_t top_groups = 1;
+  // routed_scaling_factor: every routed expert's weight is multiplied by it.
+  float scaling = 1.0f;
+  // > 0: a shared expert of this width (n_shared_experts x moe_intermediate_size),
+  // a SwiGLU MLP every token passes through, its output added after the routed
+  // experts' sum (GLM-4.5).
+  int64_t shared_intermediate = 0;
 };
 
 // Names of a layer's tensors after "<prefix>layers.<i>." (Hugging Face's Llama
@@ -92,6 +109,10 @@ struct LayerTensorNames {
   std::string expert_gate = "gate_proj";
   std::string expert_up = "up_proj";
   std::string expert_down = "down_proj";
+  // kSigmoidGroupTopK's correction bias [experts], and the shared expert's
+  // projections "<shared_expert><expert_gate|up|down>.weight".
+  std::string router_bias = "mlp.gate.e_score_correction_bias";
+  std::string shared_expert = "mlp.shared_experts.";
 };
 
 struct ArchSpec {
@@ -150,6 +171,7 @@ Result<ArchSpec> qwen3_moe_arch(const ModelConfig& config);
 Result<ArchSpec> phi3_arch(const ModelConfig& config);
 Result<ArchSpec> glm4_arch(const ModelConfig& config);
 Result<ArchSpec> gemma3_arch(const ModelConfig& config);
+Result<ArchSpec> glm4_moe_arch(const ModelConfig& config);
 
 // OK when model_type is a supported family, else kUnsupported naming it and the
 // supported ones. Pass it to load_model_config so an unknown family is refused

@@ -15,9 +15,9 @@ struct Family {
 };
 
 constexpr Family kFamilies[] = {
-    {"llama", llama_arch}, {"mistral", mistral_arch}, {"qwen2", qwen2_arch},
-    {"qwen3", qwen3_arch}, {"mixtral", mixtral_arch}, {"qwen3_moe", qwen3_moe_arch},
-    {"phi3", phi3_arch},   {"glm4", glm4_arch},       {"gemma3_text", gemma3_arch},
+    {"llama", llama_arch},        {"mistral", mistral_arch},     {"qwen2", qwen2_arch}, {"qwen3", qwen3_arch},
+    {"mixtral", mixtral_arch},    {"qwen3_moe", qwen3_moe_arch}, {"phi3", phi3_arch},   {"glm4", glm4_arch},
+    {"gemma3_text", gemma3_arch}, {"glm4_moe", glm4_moe_arch},
 };
 
 const Family* find_family(std::string_view model_type) {
