@@ -2,20 +2,32 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <utility>
 
 #include "core/check.h"
 #include "model/rope.h"
+#include "wire/tp_step.h"
 
 namespace tessera {
 
 namespace {
 
 size_t floats(int64_t count) { return static_cast<size_t>(count) * sizeof(float); }
+
+// Host words as the bytes a collective moves (as f32: broadcast moves them unchanged).
+template <typename T>
+std::span<uint8_t> bytes_of(std::vector<T>& v) {
+  static_assert(sizeof(T) == 4);
+  return {reinterpret_cast<uint8_t*>(v.data()), v.size() * sizeof(T)};
+}
+
+std::string rank_of(Shard s) { return "rank " + std::to_string(s.rank) + " of " + std::to_string(s.ranks); }
 
 // Grows `buffer` on `device` to at least `count` floats.
 Status reserve(Device& device, Buffer& buffer, int64_t count) {
@@ -79,13 +91,13 @@ Result<ModelWeights> place_weights(Device& device, const Model& model, std::vect
   TS_RETURN_IF_ERROR(place(placed.embed, "the embedding"));
   for (size_t i = 0; i < placed.layers.size(); ++i) {
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
-    for (const LayerTensor& t : layer_tensors(model.config(), model.arch(), layer)) {
+    for (const LayerTensor& t : layer_tensors(model.layer_config(), model.arch(), layer)) {
       TS_RETURN_IF_ERROR(place(t.in(placed.layers[i]), "layer " + std::to_string(layer) + "'s " + t.name, t.norm));
       t.split(placed.layers[i]);
     }
   }
   TS_RETURN_IF_ERROR(place(placed.final_norm, "the final norm", true));
-  if (host.lm_head.data == host.embed.data) {
+  if (host.lm_head_is_embed()) {
     placed.lm_head = placed.embed;
   } else {
     TS_RETURN_IF_ERROR(place(placed.lm_head, "the LM head"));
@@ -103,12 +115,13 @@ DType default_kv_dtype(const Model& model) {
 }
 
 Forward::Forward(const Model& model, Device& device, ForwardOptions options)
-    : model_(model), device_(device), group_(std::move(options.group)) {
+    : model_(model), device_(device), group_(std::move(options.group)), tp_(group_.size() > 1) {
   const ModelConfig& c = model.config();
-  status_ = [&]() -> Status {
-    if (group_.size() != 1)
-      return Status::unsupported("[forward] tensor parallelism (a group of " + std::to_string(group_.size()) +
-                                 " ranks) is not implemented yet");
+  Status local = [&]() -> Status {
+    const Shard shard = model.shard();
+    if (group_.size() != shard.ranks || group_.rank() != shard.rank)
+      return Status::invalid_input("[forward] the model is the shard of " + rank_of(shard) + ", the group's is " +
+                                   rank_of({group_.rank(), group_.size()}));
     TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model, owned_));
     const ArchSpec& arch = model.arch();
     const int64_t rotary_dim = arch.rotary_dim(c.head_dim);
@@ -121,13 +134,61 @@ Forward::Forward(const Model& model, Device& device, ForwardOptions options)
     TS_RETURN_IF_ERROR(upload(c.rope, false, inv_freq_));
     if (c.rope.type == RopeType::kLongRope) TS_RETURN_IF_ERROR(upload(c.rope, true, long_inv_freq_));
     if (arch.sliding_rope) TS_RETURN_IF_ERROR(upload(*arch.sliding_rope, false, local_inv_freq_));
-    const LayerRange r = model.range();
-    TS_ASSIGN_OR_RETURN(kv_pool_, KvPool::create(device, {r.end - r.begin, c.num_key_value_heads, c.head_dim},
-                                                 {.budget_bytes = options.kv_memory,
-                                                  .dtype = options.kv_dtype.value_or(default_kv_dtype(model)),
-                                                  .block_size = options.kv_block_size}));
     return {};
   }();
+  status_ = make_kv_pool(options, std::move(local));
+}
+
+Status Forward::make_kv_pool(const ForwardOptions& options, Status local) {
+  const LayerRange r = model_.range();
+  const KvPool::Geometry geometry{r.end - r.begin, model_.layer_config().num_key_value_heads, model_.config().head_dim};
+  KvPoolOptions pool{.budget_bytes = options.kv_memory,
+                     .dtype = options.kv_dtype.value_or(default_kv_dtype(model_)),
+                     .block_size = options.kv_block_size};
+  auto create = [&]() -> Status {
+    TS_ASSIGN_OR_RETURN(kv_pool_, KvPool::create(device_, geometry, pool));
+    return {};
+  };
+  if (!tp_) return local.ok() ? create() : local;
+  // The leader's pool decides: blocks, block size, dtype (0 blocks: it failed).
+  std::vector<uint32_t> words(3, 0);
+  if (group_.rank() == 0) {
+    if (local.ok()) local = create();
+    if (local.ok())
+      words = {static_cast<uint32_t>(kv_pool_->total_blocks()), static_cast<uint32_t>(kv_pool_->block_size()),
+               static_cast<uint32_t>(kv_pool_->pages().dtype)};
+  }
+  TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(bytes_of(words), DType::kF32, 0); }));
+  if (group_.rank() != 0 && local.ok()) {
+    if (words[0] == 0) {
+      local = Status::internal("[forward] the leader (rank 0) could not set up its Forward");
+    } else {
+      pool.dtype = static_cast<DType>(words[2]);
+      pool.block_size = words[1];
+      const KvPages shape{.dtype = pool.dtype,
+                          .block_size = pool.block_size,
+                          .layers = geometry.layers,
+                          .n_kv_heads = geometry.n_kv_heads,
+                          .head_dim = geometry.head_dim};
+      pool.budget_bytes = words[0] * shape.block_bytes();
+      local = create();
+    }
+  }
+  // Every rank learns whether every other one is ready.
+  std::vector<float> failed = {local.ok() ? 0.0f : 1.0f};
+  TS_RETURN_IF_ERROR(timed([&] { return group_.all_sum(bytes_of(failed), DType::kF32); }));
+  if (local.ok() && failed[0] > 0)
+    return Status::internal("[forward] " + std::to_string(static_cast<int>(failed[0])) +
+                            " rank(s) of the group could not set up their Forward");
+  return local;
+}
+
+Forward::~Forward() {
+  // Releases the followers; a failed group cannot, and they learn of it anyway.
+  if (tp_ && group_.rank() == 0 && status_.ok() && group_.failure().ok()) {
+    std::vector<uint8_t> stop = wire::encode_tp_stop();
+    (void)group_.broadcast(stop, DType::kF32, 0);
+  }
 }
 
 KvPool& Forward::kv_pool() const {
@@ -154,7 +215,7 @@ Result<int64_t> Forward::hidden_rows(std::span<const float> hidden) const {
   return static_cast<int64_t>(hidden.size()) / h;
 }
 
-Status Forward::prepare_parts(std::span<const Part> parts, int64_t tokens) {
+Status Forward::prepare_parts(std::span<const Part> parts, int64_t tokens, std::vector<BlockCopy>& copies) {
   TS_RETURN_IF_ERROR(status_);
   if (tokens == 0) return Status::invalid_input("no tokens to run");
   int64_t total = 0, blocks = 0;
@@ -175,12 +236,18 @@ Status Forward::prepare_parts(std::span<const Part> parts, int64_t tokens) {
     return Status::invalid_input(std::to_string(tokens) + " tokens for parts of " + std::to_string(total));
   TS_RETURN_IF_ERROR(kv_pool_->check_free(blocks));
   TS_RETURN_IF_ERROR(prepare_scratch(tokens));
-  for (const Part& part : parts) part.cache->prepare(part.tokens);
+  for (const Part& part : parts) {
+    // A block prepare replaced is a copy-on-write, which the followers repeat.
+    const std::vector<int32_t> before(part.cache->blocks().begin(), part.cache->blocks().end());
+    part.cache->prepare(part.tokens);
+    for (size_t b = 0; b < before.size(); ++b)
+      if (part.cache->blocks()[b] != before[b]) copies.emplace_back(before[b], part.cache->blocks()[b]);
+  }
   return {};
 }
 
 Status Forward::prepare_scratch(int64_t tokens) {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = model_.layer_config();
   const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
   for (auto [buffer, width] : {std::pair{&x_, c.hidden_size},
                                {&norm_, c.hidden_size},
@@ -192,7 +259,7 @@ Status Forward::prepare_scratch(int64_t tokens) {
                                {&gate_, c.intermediate_size},
                                {&up_, c.intermediate_size}})
     TS_RETURN_IF_ERROR(reserve(device_, *buffer, tokens * width));
-  if (model_.has_exit()) TS_RETURN_IF_ERROR(reserve(device_, logits_, tokens * c.vocab_size));
+  if (model_.has_exit()) TS_RETURN_IF_ERROR(reserve(device_, logits_, tokens * weights_.lm_head.dim(0)));
   if (model_.arch().moe.experts > 0)
     TS_RETURN_IF_ERROR(moe_.reserve(device_, c.hidden_size, model_.arch().moe, tokens));
   return {};
@@ -217,37 +284,115 @@ Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, s
   return take_and_run(hidden, parts, Logits::kLast);
 }
 
+namespace {
+
+// Each part's positions and block table, the same for every layer of the step.
+std::vector<SeqSlice> slices_of(std::span<const Forward::Part> parts) {
+  std::vector<SeqSlice> slices;
+  slices.reserve(parts.size());
+  for (const Forward::Part& part : parts) slices.push_back({part.tokens, part.cache->length(), part.cache->blocks()});
+  return slices;
+}
+
+}  // namespace
+
 Result<std::vector<float>> Forward::embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts,
                                                   Logits logits) {
   TS_RETURN_IF_ERROR(check_ids(ids));
+  TS_CHECK(!tp_ || group_.rank() == 0, "a step run on rank ", group_.rank(), " of a TP group (followers follow())");
+  std::vector<BlockCopy> copies;
+  TS_RETURN_IF_ERROR(prepare_parts(parts, static_cast<int64_t>(ids.size()), copies));
+  const std::vector<SeqSlice> slices = slices_of(parts);
+  if (tp_) TS_RETURN_IF_ERROR(lead(ids, slices, copies, logits));
+  auto out = embed_and_compute(ids, slices, logits);
+  if (out.ok())
+    for (const Part& part : parts) part.cache->advance(part.tokens);
+  return out;
+}
+
+Result<std::vector<float>> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
+                                                 Logits logits) {
+  if (tp_)
+    return Status::unsupported("[forward] hidden-state input on a tensor-parallel group (a pipeline stage of " +
+                               std::to_string(group_.size()) + " ranks) is not implemented");
+  TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
+  std::vector<BlockCopy> copies;
+  TS_RETURN_IF_ERROR(prepare_parts(parts, tokens, copies));
+  device_.upload(hidden.data(), hidden.size_bytes(), x_.data());
+  const std::vector<SeqSlice> slices = slices_of(parts);
+  auto out = run_layers(slices, tokens, logits);
+  if (out.ok())
+    for (const Part& part : parts) part.cache->advance(part.tokens);
+  return out;
+}
+
+template <typename Call>
+Status Forward::timed(Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  Status status = call();
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
+}
+
+Status Forward::lead(std::span<const int32_t> ids, std::span<const SeqSlice> slices, std::span<const BlockCopy> copies,
+                     Logits logits) {
+  wire::TpStep step;
+  step.all_logits = logits == Logits::kAll;
+  step.ids.assign(ids.begin(), ids.end());
+  for (const SeqSlice& slice : slices)
+    step.parts.push_back({static_cast<int32_t>(slice.tokens), static_cast<int32_t>(slice.pos0),
+                          std::vector<int32_t>(slice.blocks.begin(), slice.blocks.end())});
+  step.copies.assign(copies.begin(), copies.end());
+  std::vector<uint8_t> header = wire::encode_tp_step_header(step), body = wire::encode_tp_step_body(step);
+  return timed([&]() -> Status {
+    TS_RETURN_IF_ERROR(group_.broadcast(header, DType::kF32, 0));
+    return group_.broadcast(body, DType::kF32, 0);
+  });
+}
+
+Status Forward::follow() {
+  TS_RETURN_IF_ERROR(status_);
+  TS_CHECK(tp_ && group_.rank() != 0, "follow() on rank ", group_.rank(), " of ", group_.size());
+  const KvPages& pages = kv_pool_->pages();
+  const wire::TpStepLimits limits{.max_tokens = static_cast<uint32_t>(pages.blocks * pages.block_size),
+                                  .blocks = static_cast<uint32_t>(pages.blocks),
+                                  .block_size = static_cast<uint32_t>(pages.block_size),
+                                  .vocab = static_cast<uint32_t>(model_.config().vocab_size)};
+  std::vector<uint8_t> header(wire::kTpStepHeaderBytes), body;
+  for (;;) {
+    TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(header, DType::kF32, 0); }));
+    TS_ASSIGN_OR_RETURN(const wire::TpStepHeader h, wire::decode_tp_step_header(header, limits));
+    if (h.kind == wire::TpStepKind::kStop) return {};
+    body.resize(h.body_bytes());
+    TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(body, DType::kF32, 0); }));
+    TS_ASSIGN_OR_RETURN(const wire::TpStep step, wire::decode_tp_step_body(h, body, limits));
+    TS_RETURN_IF_ERROR(prepare_scratch(static_cast<int64_t>(step.ids.size())));
+    auto* base = static_cast<uint8_t*>(pages.base);
+    for (const auto& [from, to] : step.copies)
+      device_.copy(base + static_cast<size_t>(from) * pages.block_bytes(), pages.block_bytes(),
+                   base + static_cast<size_t>(to) * pages.block_bytes());
+    std::vector<SeqSlice> slices;
+    for (const wire::TpStepPart& part : step.parts) slices.push_back({part.tokens, part.pos0, part.blocks});
+    TS_RETURN_IF_ERROR(embed_and_compute(step.ids, slices, step.all_logits ? Logits::kAll : Logits::kLast).status());
+  }
+}
+
+Result<std::vector<float>> Forward::embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices,
+                                                      Logits logits) {
   const auto tokens = static_cast<int64_t>(ids.size());
-  TS_RETURN_IF_ERROR(prepare_parts(parts, tokens));
   device_.embed(weights_.embed, ids, x_.f32());
   if (model_.arch().scale_embeddings) {
     // sqrt(hidden) rounded to the embedding's dtype, as transformers multiplies in it.
     const auto factor = static_cast<float>(std::sqrt(static_cast<double>(model_.config().hidden_size)));
     device_.scale(x_.f32(), tokens * model_.config().hidden_size, round_to(weights_.embed.dtype, factor));
   }
-  return run_layers(parts, tokens, logits);
+  return run_layers(slices, tokens, logits);
 }
 
-Result<std::vector<float>> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
-                                                 Logits logits) {
-  TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
-  TS_RETURN_IF_ERROR(prepare_parts(parts, tokens));
-  device_.upload(hidden.data(), hidden.size_bytes(), x_.data());
-  return run_layers(parts, tokens, logits);
-}
-
-Result<std::vector<float>> Forward::run_layers(std::span<const Part> parts, int64_t tokens, Logits logits) {
+Result<std::vector<float>> Forward::run_layers(std::span<const SeqSlice> slices, int64_t tokens, Logits logits) {
   const ModelConfig& c = model_.config();
   const int64_t h = c.hidden_size;
-  // Each part's positions and block table, the same for every layer of the step.
-  std::vector<SeqSlice> slices;
-  slices.reserve(parts.size());
-  for (const Part& part : parts) slices.push_back({part.tokens, part.cache->length(), part.cache->blocks()});
-  for (size_t i = 0; i < weights_.layers.size(); ++i) run_layer(i, slices, tokens);
-  for (const Part& part : parts) part.cache->advance(part.tokens);
+  for (size_t i = 0; i < weights_.layers.size(); ++i) TS_RETURN_IF_ERROR(run_layer(i, slices, tokens));
   if (!model_.has_exit()) {
     std::vector<float> hidden(static_cast<size_t>(tokens * h));  // f32 [tokens, hidden]
     device_.download(x_.data(), hidden.size() * sizeof(float), hidden.data());
@@ -258,24 +403,54 @@ Result<std::vector<float>> Forward::run_layers(std::span<const Part> parts, int6
   const float* in = x_.f32();
   if (logits == Logits::kLast) {
     int64_t end = 0;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      end += parts[i].tokens;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      end += slices[i].tokens;
       device_.copy(x_.f32() + (end - 1) * h, floats(h), norm_.f32() + static_cast<int64_t>(i) * h);
     }
-    rows = static_cast<int64_t>(parts.size());
+    rows = static_cast<int64_t>(slices.size());
     in = norm_.f32();
   }
   device_.rms_norm(in, rows, h, weights_.final_norm, static_cast<float>(c.rms_norm_eps), norm_.f32());
-  device_.matmul(norm_.f32(), rows, weights_.lm_head, {}, logits_.f32());
-  std::vector<float> out(static_cast<size_t>(rows * c.vocab_size));  // f32 [rows, vocab]
-  device_.download(logits_.data(), out.size() * sizeof(float), out.data());
+  TS_ASSIGN_OR_RETURN(std::vector<float> out, logits_of(rows));
   if (const auto cap = static_cast<float>(model_.arch().final_softcap); cap > 0)
     for (float& logit : out) logit = std::tanh(logit / cap) * cap;
   return out;
 }
 
-void Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens) {
-  const ModelConfig& c = model_.config();
+Result<std::vector<float>> Forward::logits_of(int64_t rows) {
+  const int64_t vocab = model_.config().vocab_size, own = weights_.lm_head.dim(0);
+  device_.matmul(norm_.f32(), rows, weights_.lm_head, {}, logits_.f32());  // f32 [rows, own]
+  std::vector<float> out(static_cast<size_t>(rows * (tp_ ? 0 : vocab)));   // f32 [rows, vocab]
+  if (!tp_) {
+    device_.download(logits_.data(), out.size() * sizeof(float), out.data());
+    return out;
+  }
+  // Each rank's rows of the vocabulary, padded to the chunk, gathered in rank order.
+  const int64_t chunk = (vocab + group_.size() - 1) / group_.size();
+  host_.assign(static_cast<size_t>(rows * chunk), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) device_.download(logits_.f32() + r * own, floats(own), host_.data() + r * chunk);
+  gathered_.resize(host_.size() * static_cast<size_t>(group_.size()));
+  TS_RETURN_IF_ERROR(timed([&] { return group_.all_gather(bytes_of(host_), bytes_of(gathered_), DType::kF32); }));
+  out.resize(static_cast<size_t>(rows * vocab));
+  for (int rank = 0; rank < group_.size(); ++rank) {
+    const int64_t begin = rank * chunk, width = std::min(chunk, vocab - begin);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(out.data() + r * vocab + begin, gathered_.data() + (rank * rows + r) * chunk, floats(width));
+  }
+  return out;
+}
+
+Status Forward::sum_over_ranks(float* x, int64_t count) {
+  host_.resize(static_cast<size_t>(count));
+  device_.download(x, floats(count), host_.data());
+  TS_RETURN_IF_ERROR(timed([&] { return group_.all_sum(bytes_of(host_), DType::kF32); }));
+  device_.upload(host_.data(), floats(count), x);
+  return {};
+}
+
+Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens) {
+  // The rank's heads and intermediate size (the whole model's without a group).
+  const ModelConfig& c = model_.layer_config();
   const LayerWeights& w = weights_.layers[index];
   const auto eps = static_cast<float>(c.rms_norm_eps);
   const int64_t h = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
@@ -315,22 +490,33 @@ void Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_t 
                             .long_inv_freq = longrope ? long_inv_freq_.f32() : nullptr,
                             .long_after = c.rope.original_max_position_embeddings});
   const bool sandwich = arch.norm == NormPlacement::kSandwich;
-  // The block's output into proj, its post-norm when sandwiched, then onto x.
-  const auto add_block = [&](const float* in, const TensorView& w, const TensorView& bias, const TensorView& post) {
-    if (!sandwich) return device_.matmul_add(in, tokens, w, bias, proj, x);
-    device_.matmul(in, tokens, w, bias, proj);
-    device_.rms_norm(proj, tokens, h, post, eps, proj);
+  // The block's output (in proj; summed over the ranks, whose o and down
+  // projections each hold a part of the input), its post-norm when sandwiched,
+  // then onto x. The bias is added once: by rank 0.
+  const TensorView kNoBias{};
+  const auto add_block = [&](const float* in, const TensorView& w, const TensorView& bias,
+                             const TensorView& post) -> Status {
+    const TensorView& own_bias = group_.rank() == 0 ? bias : kNoBias;
+    if (!sandwich && !tp_) {
+      device_.matmul_add(in, tokens, w, own_bias, proj, x);
+      return {};
+    }
+    device_.matmul(in, tokens, w, own_bias, proj);
+    if (tp_) TS_RETURN_IF_ERROR(sum_over_ranks(proj, tokens * h));
+    if (sandwich) device_.rms_norm(proj, tokens, h, post, eps, proj);
     device_.add(proj, tokens * h, x);
+    return {};
   };
-  add_block(attn, w.wo, w.bo, w.post_attn_norm);
+  TS_RETURN_IF_ERROR(add_block(attn, w.wo, w.bo, w.post_attn_norm));
 
   // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
   device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
   if (arch.has_experts(model_layer)) {
     moe_.run(device_, w, arch.moe, norm, tokens, h, proj);
+    if (tp_) TS_RETURN_IF_ERROR(sum_over_ranks(proj, tokens * h));
     if (sandwich) device_.rms_norm(proj, tokens, h, w.post_ffn_norm, eps, proj);
     device_.add(proj, tokens * h, x);
-    return;
+    return {};
   }
   if (arch.activation == Activation::kGeluTanh) {
     const Device::Projection gate_up[] = {{&w.w_gate, &w.b_gate, gate}, {&w.w_up, &w.b_up, up}};
@@ -339,7 +525,7 @@ void Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_t 
   } else {
     device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
   }
-  add_block(gate, w.w_down, w.b_down, w.post_ffn_norm);
+  return add_block(gate, w.w_down, w.b_down, w.post_ffn_norm);
 }
 
 }  // namespace tessera

@@ -22,8 +22,26 @@
 // short ones; transformers' generate instead recomputes the whole sequence once
 // at that crossing, so a sequence that crosses it during decode (or between
 // prompt chunks) differs from transformers past it. Per sequence, so batching is
-// still invariant. Not thread-safe:
-// one Forward per inference thread.
+// still invariant.
+//
+// Tensor parallelism: over a Group of n > 1 ranks, each rank's Forward runs its
+// Model's shard (model/shard.h: Model::load(..., Shard{rank, n})). Rank 0 leads:
+// it is the Forward a scheduler drives (run_ids, step_ids; its KvCaches and
+// block tables are the only ones), and each step it runs it first sends to the
+// other ranks (wire/tp_step.h, a broadcast over the group), which run it by
+// follow() on the same blocks of their own KV pools (holding only their heads;
+// the leader tells them its pool's size when the Forwards are made). Each layer
+// ends its attention and its MLP with one all_sum of the partial outputs; the
+// logits are gathered once (all_gather). Sums run in rank order in f32
+// (collective/group.h), so a TP run is bitwise the same on every run, sealed or
+// plain, and batch-invariant as above; against one process it differs only by
+// the order of the o and down projections' sums (within the fixtures'
+// tolerances). A failed collective fails the step on every rank (the group
+// latches failed) with the group's error; the leader's caches are then as
+// before the step. Hidden-state input (a pipeline stage as a TP group) is not
+// implemented yet: kUnsupported.
+//
+// Not thread-safe: one Forward per inference thread.
 #pragma once
 
 #include <memory>
@@ -47,9 +65,9 @@ struct ForwardOptions {
   // f32, bf16 or f16; unset: default_kv_dtype(model), the weights' own dtype.
   std::optional<DType> kv_dtype{};
   int64_t kv_block_size = 32;
-  // The tensor-parallel group this Forward's shard belongs to. Size 1 for now:
-  // weights are whole and no collective runs (issue 20 shards them and sums the
-  // o and down projections with group.all_sum).
+  // The tensor-parallel group this Forward's shard belongs to: its rank and size
+  // must be the Model's Shard. Size 1: whole weights, no collective runs. The
+  // leader's (rank 0's) KV options decide every rank's pool.
   Group group = Group::local();
 };
 
@@ -96,23 +114,54 @@ class Forward {
   Result<std::vector<float>> step_ids(std::span<const int32_t> ids, std::span<const Part> parts);
   Result<std::vector<float>> step_hidden(std::span<const float> hidden, std::span<const Part> parts);
 
+  // A rank > 0 of a TP group: runs the leader's steps until it stops (OK: the
+  // leader's Forward was destroyed) or a step fails (the group's error, or a
+  // step message that breaks this rank's limits: then the leader's step fails
+  // when the group's progress timeout passes).
+  Status follow();
+  // Seconds this Forward has waited in collectives (sums, gathers, the step
+  // messages), for benchmarks: the rest of a step is compute.
+  double collective_seconds() const { return collective_seconds_; }
+  ~Forward();
+  Forward(const Forward&) = delete;
+  Forward& operator=(const Forward&) = delete;
+
  private:
+  using BlockCopy = std::pair<int32_t, int32_t>;  // (from, to): a copy-on-write of a KV block
+
+  // The setup after the weights: this rank's KV pool, as the leader's.
+  Status make_kv_pool(const ForwardOptions& options, Status local);
   Status check_ids(std::span<const int32_t> ids) const;
   Result<int64_t> hidden_rows(std::span<const float> hidden) const;
-  // Room in each cache and in the pool, then the blocks every part needs.
-  Status prepare_parts(std::span<const Part> parts, int64_t tokens);
+  // Room in each cache and in the pool, then the blocks every part needs; the
+  // copy-on-write copies that made them writable into `copies`.
+  Status prepare_parts(std::span<const Part> parts, int64_t tokens, std::vector<BlockCopy>& copies);
   Status prepare_scratch(int64_t tokens);
   // What run_* and step_* share: the checks, then the ids' embeddings or the
   // hidden states into the residual stream, then the layers.
   Result<std::vector<float>> embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts, Logits logits);
   Result<std::vector<float>> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
-  // Logits::kLast: the last token of each part.
-  Result<std::vector<float>> run_layers(std::span<const Part> parts, int64_t tokens, Logits logits);
-  void run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens);
+  // The leader's step to the other ranks (follow()).
+  Status lead(std::span<const int32_t> ids, std::span<const SeqSlice> slices, std::span<const BlockCopy> copies,
+              Logits logits);
+  // The ids' embeddings, the layers, and for an exit range the logits
+  // (Logits::kLast: the last token of each slice).
+  Result<std::vector<float>> embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices,
+                                               Logits logits);
+  Result<std::vector<float>> run_layers(std::span<const SeqSlice> slices, int64_t tokens, Logits logits);
+  Status run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens);
+  // The rows' logits [rows, vocab] from the final-normed rows in norm_.
+  Result<std::vector<float>> logits_of(int64_t rows);
+  // x [count] (device) = its sum over the group's ranks.
+  Status sum_over_ranks(float* x, int64_t count);
+  // Runs a collective, counting its time.
+  template <typename Call>
+  Status timed(Call&& call);
 
   const Model& model_;
   Device& device_;
   Group group_;
+  const bool tp_;  // a group of several ranks
   Status status_;
   ModelWeights weights_;       // the model's weights as placed on the device
   std::vector<Buffer> owned_;  // weights Forward made (norm_offset's norms)
@@ -122,7 +171,9 @@ class Forward {
   std::unique_ptr<KvPool> kv_pool_;
   // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
   Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
-  MoeMlp moe_;  // the experts' scratch, for a family with them
+  MoeMlp moe_;                          // the experts' scratch, for a family with them
+  std::vector<float> host_, gathered_;  // host staging of the collectives
+  double collective_seconds_ = 0;
 };
 
 }  // namespace tessera

@@ -5,6 +5,9 @@
 // A Model bound to layers [begin, end) holds the embedding only when begin == 0
 // and the final norm + LM head only when end == num_hidden_layers; tensors of
 // other layers are never touched, so a pipeline stage pages in only its own.
+// A Model of one tensor-parallel rank (Shard, model/shard.h) holds only that
+// rank's rows and columns of every layer: row cuts are views of the mapped
+// file, column cuts are copied at load, so a rank pages in only its own part.
 // Immutable after construction; share it between threads freely.
 #pragma once
 
@@ -26,6 +29,12 @@ namespace tessera {
 struct LayerRange {
   int64_t begin = 0;
   int64_t end = 0;
+};
+
+// A tensor-parallel rank: rank `rank` of `ranks` (model/shard.h says what it holds).
+struct Shard {
+  int rank = 0;
+  int ranks = 1;
 };
 
 struct LayerWeights {
@@ -75,22 +84,37 @@ struct LayerTensor {
 std::vector<LayerTensor> layer_tensors(const ModelConfig& config, const ArchSpec& arch, int64_t layer);
 
 struct ModelWeights {
-  TensorView embed;                  // [vocab, hidden]; only when the range starts at layer 0
+  TensorView embed;                  // [vocab, hidden]; only when the range starts at layer 0 (whole on every rank)
   std::vector<LayerWeights> layers;  // layers[i] is layer range.begin + i
   TensorView final_norm;             // [hidden]; only when the range ends at the last layer
-  TensorView lm_head;                // [vocab, hidden]; the embedding when tied
+  // [vocab, hidden], rows of the embedding when tied; a rank's rows of the
+  // vocabulary when sharded (ShardPlan::vocab_begin, vocab_rows).
+  TensorView lm_head;
+  // Whether lm_head is the embedding itself (tied and whole): counted and placed once.
+  bool lm_head_is_embed() const { return lm_head.data == embed.data && lm_head.shape == embed.shape; }
 };
 
 class Model {
  public:
-  // Loads DIR (config.json + safetensors), binding only `range` (all layers by default).
-  // Errors name the file and the tensor or field.
-  static Result<Model> load(const std::string& dir, std::optional<LayerRange> range = std::nullopt);
-  // Seeded random weights in a real shape (same seed, same weights), for benchmarks.
-  static Result<Model> random(const ModelConfig& config, DType dtype, uint64_t seed);
+  // Loads DIR (config.json + safetensors), binding only `range` (all layers by
+  // default) and only `shard`'s part of each (the whole model by default).
+  // Errors name the file and the tensor or field, or the counts a shard refuses.
+  static Result<Model> load(const std::string& dir, std::optional<LayerRange> range = std::nullopt, Shard shard = {});
+  // Seeded random weights in a real shape (same seed, same weights), for benchmarks;
+  // `shard`'s part of them (made whole, then cut, so every rank cuts the same model).
+  static Result<Model> random(const ModelConfig& config, DType dtype, uint64_t seed, Shard shard = {});
+  // `shard`'s part of this (whole) model, sharing its storage (model/shard.h).
+  Result<Model> cut(Shard shard) const;
 
+  // The whole model's config, as config.json says (vocabulary, hidden size, heads).
   const ModelConfig& config() const { return config_; }
+  // The config of this rank's part of every layer: its heads, KV heads and
+  // intermediate size (config() itself for a whole model). layer_tensors of it
+  // gives the shapes this Model's layers have.
+  const ModelConfig& layer_config() const { return layer_config_; }
+  // The family's spec; a shard's MoeSpec::intermediate is its own part.
   const ArchSpec& arch() const { return arch_; }
+  Shard shard() const { return shard_; }
   const ModelWeights& weights() const { return weights_; }
   LayerRange range() const { return range_; }
   bool has_entry() const { return range_.begin == 0; }
@@ -100,7 +124,9 @@ class Model {
 
  private:
   ModelConfig config_;
+  ModelConfig layer_config_;
   ArchSpec arch_;
+  Shard shard_;
   LayerRange range_;
   ModelWeights weights_;
   std::shared_ptr<const void> storage_;  // keeps the mapped files or random buffers alive

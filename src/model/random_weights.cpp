@@ -75,7 +75,7 @@ class RandomFiller {
 
 }  // namespace
 
-Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t seed) {
+Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t seed, Shard shard) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
     return Status::invalid_input("random weights need dtype f32, bf16 or f16");
   Model model;
@@ -98,7 +98,9 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
   w.final_norm = fill.make({h}, norm_one);
   w.lm_head = c.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});
   model.storage_ = fill.take_storage();
-  return model;
+  model.layer_config_ = model.config_;
+  if (shard.ranks == 1 && shard.rank == 0) return model;
+  return model.cut(shard);
 }
 
 }  // namespace tessera

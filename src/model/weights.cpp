@@ -159,7 +159,7 @@ std::vector<LayerTensor> layer_tensors(const ModelConfig& c, const ArchSpec& arc
   return out;
 }
 
-Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> range) {
+Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> range, Shard shard) {
   Model model;
   TS_ASSIGN_OR_RETURN(model.config_, load_model_config(dir, check_model_type));
   const ModelConfig& c = model.config_;
@@ -200,7 +200,11 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
     }
   }
   model.storage_ = std::move(checkpoint);
-  return model;
+  model.layer_config_ = model.config_;
+  if (shard.ranks == 1 && shard.rank == 0) return model;
+  auto part = model.cut(shard);
+  if (!part.ok()) return part.status().with_context(dir);
+  return std::move(part).value();
 }
 
 std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model) {
@@ -214,11 +218,11 @@ std::vector<std::pair<std::string, TensorView>> named_weights(const Model& model
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
-    for (const LayerTensor& t : layer_tensors(model.config(), model.arch(), layer))
+    for (const LayerTensor& t : layer_tensors(model.layer_config(), model.arch(), layer))
       add(names.layer(layer, t.name), t.in(l));
   }
   add(names.global("norm.weight"), w.final_norm);
-  if (w.lm_head.data != w.embed.data) add(names.lm_head, w.lm_head);
+  if (!w.lm_head_is_embed()) add(names.lm_head, w.lm_head);
   return out;
 }
 
