@@ -331,6 +331,40 @@ TEST(ArchTest, Gemma3LayerTypesAndRefusals) {
   expect_error(bad, ErrorKind::kUnsupported, "use_bidirectional_attention");
 }
 
+// The family-feature refusals the tests above leave out, each by its field (issue
+// 18, point 5). Each was checked by building without its guard: the line fails.
+TEST(ArchTest, FamilyFieldRefusalsNameTheirField) {
+  json j = with_type("llama");
+  j["hidden_act"] = "gelu";
+  expect_error(j, ErrorKind::kUnsupported, "hidden_act '\"gelu\"' is not supported");
+
+  j = with_type("qwen3_moe");
+  j["num_experts"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 32;
+  j["mlp_only_layers"] = 1;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'mlp_only_layers' is not an array");
+
+  j = with_type("gemma3_text");
+  j["query_pre_attn_scalar"] = 0;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'query_pre_attn_scalar' must be > 0");
+  j.erase("query_pre_attn_scalar");
+  j["final_logit_softcapping"] = -30.0;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'final_logit_softcapping'");
+  j.erase("final_logit_softcapping");
+  j["rope_local_base_freq"] = 1.0;
+  expect_error(j, ErrorKind::kInvalidInput, "field 'rope_local_base_freq' must be > 1");
+
+  j = with_type("phi3");  // head_dim 16: 8 rotary pairs
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", json::array({1, 1, 1, 1, 1, 1, 1, 0})},
+                       {"long_factor", json::array({2, 2, 2, 2, 2, 2, 2, 2})}};
+  j["original_max_position_embeddings"] = 64;
+  expect_error(j, ErrorKind::kInvalidInput, "longrope 'short_factor' holds a value that is not a positive number");
+  j["rope_scaling"]["short_factor"] = json::array({1, 1, 1, 1, 1, 1, 1});
+  expect_error(j, ErrorKind::kInvalidInput, "differ in length");
+}
+
 // GLM-4.5: transformers' Glm4MoeConfig defaults when a field is absent, the
 // config's values when present, and the tensors of a dense and an MoE layer.
 TEST(ArchTest, Glm4MoeRoutingSharedExpertAndDenseLayers) {
