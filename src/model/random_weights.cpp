@@ -81,6 +81,7 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
   Model model;
   model.config_ = config;
   TS_ASSIGN_OR_RETURN(model.arch_, arch_for(config));
+  if (model.arch_.tie_word_embeddings) model.config_.tie_word_embeddings = *model.arch_.tie_word_embeddings;
   model.range_ = {0, config.num_hidden_layers};
   const ModelConfig& c = config;
   const int64_t h = c.hidden_size;
@@ -96,7 +97,7 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
     }
   }
   w.final_norm = fill.make({h}, norm_one);
-  w.lm_head = c.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});
+  w.lm_head = model.config_.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});
   model.storage_ = fill.take_storage();
   model.layer_config_ = model.config_;
   if (shard.ranks == 1 && shard.rank == 0) return model;

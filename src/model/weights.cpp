@@ -166,6 +166,7 @@ Result<Model> Model::load(const std::string& dir, std::optional<LayerRange> rang
   auto arch = arch_for(c);
   if (!arch.ok()) return arch.status().with_context(dir + "/config.json");
   model.arch_ = std::move(arch).value();
+  if (model.arch_.tie_word_embeddings) model.config_.tie_word_embeddings = *model.arch_.tie_word_embeddings;
   model.range_ = range.value_or(LayerRange{0, c.num_hidden_layers});
   if (model.range_.begin < 0 || model.range_.begin >= model.range_.end || model.range_.end > c.num_hidden_layers)
     return Status::invalid_input("layer range [" + std::to_string(model.range_.begin) + ", " +

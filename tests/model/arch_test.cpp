@@ -365,6 +365,16 @@ TEST(ArchTest, FamilyFieldRefusalsNameTheirField) {
   expect_error(j, ErrorKind::kInvalidInput, "differ in length");
 }
 
+// Gemma3TextConfig's tie_word_embeddings defaults to true: the spec carries it
+// when the config is silent, and nothing when the config states either value.
+TEST(ArchTest, Gemma3TiesEmbeddingsUnlessTheConfigSaysOtherwise) {
+  json j = with_type("gemma3_text");
+  EXPECT_EQ(spec_ok(j).tie_word_embeddings, std::optional<bool>(true));
+  j["tie_word_embeddings"] = false;
+  EXPECT_EQ(spec_ok(j).tie_word_embeddings, std::nullopt);
+  EXPECT_EQ(spec_ok(with_type("llama")).tie_word_embeddings, std::nullopt);
+}
+
 // GLM-4.5: transformers' Glm4MoeConfig defaults when a field is absent, the
 // config's values when present, and the tensors of a dense and an MoE layer.
 TEST(ArchTest, Glm4MoeRoutingSharedExpertAndDenseLayers) {

@@ -344,6 +344,36 @@ TEST(ModelLoadTest, MissingExpertTensorIsNamed) {
       << model.status().message();
 }
 
+// Gemma3TextConfig defaults tie_word_embeddings to true, and the published
+// gemma-3 configs leave it out: such a checkpoint has no lm_head.weight and must
+// load with the embedding as its LM head (without arch/gemma3.cpp's default this
+// fails: "tensor 'lm_head.weight' is missing"), giving the fixture's logits.
+TEST(ModelLoadTest, Gemma3TiesEmbeddingsWhenTheConfigIsSilent) {
+  const auto dir = copy_fixture("gemma3_f32", "gemma3_untold_tie",
+                                [](std::string& t) { replace(t, "\"tie_word_embeddings\": true,", ""); });
+  auto model = Model::load(dir);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_TRUE(model->config().tie_word_embeddings);
+  EXPECT_EQ(model->weights().lm_head.data, model->weights().embed.data);
+  auto stated = Model::load(fixture_dir("gemma3_f32"));
+  ASSERT_TRUE(stated.ok());
+  auto device = make_cpu_device(1);
+  Forward silent(*model, *device), told(*stated, *device);
+  KvCache a = silent.make_cache(16), b = told.make_cache(16);
+  const auto ref = load_reference("gemma3_f32");
+  auto got = silent.run_ids(ref.prompt_ids, a);
+  auto want = told.run_ids(ref.prompt_ids, b);
+  ASSERT_TRUE(got.ok() && want.ok());
+  EXPECT_EQ(*got, *want);
+  // Random weights of such a config tie too (bench shapes).
+  auto config = load_model_config_file(dir + "/config.json", check_model_type);
+  ASSERT_TRUE(config.ok());
+  EXPECT_FALSE(config->tie_word_embeddings);  // io knows no family defaults
+  auto random = Model::random(*config, DType::kF32, 1);
+  ASSERT_TRUE(random.ok());
+  EXPECT_EQ(random->weights().lm_head.data, random->weights().embed.data);
+}
+
 // GLM-4.5's router bias and shared expert are bound from the checkpoint like the
 // experts: a layer without them is refused by the tensor's name (fails when
 // layer_tensors does not list them: the layer would run without them).

@@ -147,6 +147,10 @@ struct ArchSpec {
   std::optional<RopeConfig> sliding_rope{};
   MoeSpec moe = {};
   LayerTensorNames names = {};
+  // Set when the family's config class decides tie_word_embeddings and config.json
+  // (its text_config, for a multimodal wrapper) does not state it: Gemma3TextConfig
+  // defaults to true. Model::load and Model::random apply it to the config.
+  std::optional<bool> tie_word_embeddings{};
 
   // Positions a query of `layer` sees: the last window(layer), or all when 0.
   int64_t window(int64_t layer) const {

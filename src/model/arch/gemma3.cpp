@@ -79,6 +79,10 @@ Result<ArchSpec> gemma3_arch(const ModelConfig& config) {
     TS_RETURN_IF_ERROR(read_config_double(fields, "rope_local_base_freq", 10000.0, spec.sliding_rope->theta));
     if (!(spec.sliding_rope->theta > 1.0)) return Status::invalid_input("field 'rope_local_base_freq' must be > 1");
   }
+  // Gemma3TextConfig ties the LM head to the embedding unless told otherwise
+  // (the published gemma-3 configs leave it out of text_config).
+  const auto tied = fields.find("tie_word_embeddings");
+  if (tied == fields.end() || tied->is_null()) spec.tie_word_embeddings = true;
   spec.names.post_attn_norm = "post_attention_layernorm.weight";
   spec.names.ffn_norm = "pre_feedforward_layernorm.weight";
   spec.names.post_ffn_norm = "post_feedforward_layernorm.weight";
