@@ -89,13 +89,44 @@ double measure_peak(size_t threads, float (*loop)(int64_t), int64_t (*flops)(int
 }
 double measure_fma_peak(size_t threads) { return measure_peak(threads, cpu::fma_loop, cpu::fma_loop_flops); }
 
+// The weight matrices one token's pass through layer `l` multiplies by: attention,
+// then the dense MLP or, in a layer with experts, the router, its top_k experts
+// and the shared expert. A layer's experts all have one shape, so the first top_k
+// stand for whichever the router picks.
+std::vector<const TensorView*> token_matrices(const Model& model, const LayerWeights& l) {
+  std::vector<const TensorView*> out;
+  for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router, &l.shared_gate,
+                              &l.shared_up, &l.shared_down})
+    if (!w->empty()) out.push_back(w);
+  const auto top_k = static_cast<size_t>(model.arch().moe.top_k);
+  for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down})
+    for (size_t e = 0; e < std::min(top_k, experts->size()); ++e) out.push_back(&(*experts)[e]);
+  return out;
+}
+
+// Layer 0's MLP up or down projection (expert 0's in a layer with experts): the shapes the GEMM is timed on.
+const TensorView& first_mlp(const Model& model, bool up) {
+  const LayerWeights& l = model.weights().layers[0];
+  if (l.w_up.empty()) return up ? l.expert_up[0] : l.expert_down[0];
+  return up ? l.w_up : l.w_down;
+}
+
+// The bytes of the experts a batch-1 decode step does not read: all but top_k of each layer's.
+double idle_expert_bytes(const Model& model) {
+  double bytes = 0;
+  const auto top_k = static_cast<size_t>(model.arch().moe.top_k);
+  for (const LayerWeights& l : model.weights().layers)
+    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (size_t e = top_k; e < experts->size(); ++e) bytes += static_cast<double>((*experts)[e].nbytes());
+  return bytes;
+}
+
 // Multiply-adds of the weight matmuls in one prefill of `tokens` tokens (the LM head
 // runs for the last token only), times two: the FLOPs prefill cannot avoid.
 double prefill_matmul_flops(const Model& model, int64_t tokens) {
   double per_token = 0;
   for (const LayerWeights& l : model.weights().layers)
-    for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      per_token += static_cast<double>(w->numel());
+    for (const TensorView* w : token_matrices(model, l)) per_token += static_cast<double>(w->numel());
   const double head = model.has_exit() ? static_cast<double>(model.weights().lm_head.numel()) : 0;
   return 2 * (per_token * static_cast<double>(tokens) + head);
 }
@@ -117,15 +148,15 @@ double measure_matmul(Device& device, const TensorView& w, int64_t tokens) {
   return best;
 }
 
-// Every weight matrix that decode reads (the layers' and the LM head), each once at
-// batch 1 through the device's matmul, as decode calls it; best of three passes, in
-// bytes/s. Against decode's own bytes/s it shows what the rest of a decode step costs
-// (attention, norms, the threads' hand-offs between ops).
+// Every weight matrix that decode reads (the layers' and the LM head; top_k experts
+// of a layer with experts), each once at batch 1 through the device's matmul, as
+// decode calls it; best of three passes, in bytes/s. Against decode's own bytes/s it
+// shows what the rest of a decode step costs (attention, norms, routing, the
+// threads' hand-offs between ops).
 double measure_decode_matmuls(Device& device, const Model& model) {
   std::vector<const TensorView*> weights;
   for (const LayerWeights& l : model.weights().layers)
-    for (const TensorView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (!w->empty()) weights.push_back(w);
+    for (const TensorView* w : token_matrices(model, l)) weights.push_back(w);
   if (model.has_exit()) weights.push_back(&model.weights().lm_head);
   int64_t widest = 1, tallest = 1;
   double bytes = 0;
@@ -231,8 +262,8 @@ Status bench(const BenchOptions& o) {
   const bool on_cpu = o.device == "cpu";
   const double decode_matmuls = on_cpu ? measure_decode_matmuls(*device, model) : 0;
   if (on_cpu && !model.weights().layers.empty()) {
-    gemm_up = measure_matmul(*device, model.weights().layers[0].w_up, o.prompt_tokens);
-    gemm_down = measure_matmul(*device, model.weights().layers[0].w_down, o.prompt_tokens);
+    gemm_up = measure_matmul(*device, first_mlp(model, true), o.prompt_tokens);
+    gemm_down = measure_matmul(*device, first_mlp(model, false), o.prompt_tokens);
   }
   double copy_bandwidth = 0;  // a GPU's limit is its own memory
   if (!on_cpu) {
@@ -243,15 +274,17 @@ Status bench(const BenchOptions& o) {
   // bf16 weights on AVX-512 BF16 multiply by bf16 dot products (two products a lane per
   // instruction): their GEMM is measured against that instruction's peak too.
   const bool bf16_dots = on_cpu && cpu::bf16_dot_active() && !model.weights().layers.empty() &&
-                         model.weights().layers[0].w_up.dtype == DType::kBF16;
+                         first_mlp(model, true).dtype == DType::kBF16;
   const double dot_peak =
       bf16_dots ? measure_peak(o.threads, cpu::bf16_dot::dot_loop, cpu::bf16_dot::dot_loop_flops) : 0;
   const auto [anon_after, file_after] = resident_mib();
 
-  // A decode step reads every weight once, except the embedding table (one row) when it is not the LM head.
+  // A decode step reads every weight once, except the embedding table (one row) when it is not the LM head,
+  // and the experts the router did not pick (a token reads top_k of each layer's).
   const TensorView& embed = model.weights().embed;
   const bool tied = embed.data == model.weights().lm_head.data;
-  const double step_bytes = static_cast<double>(model.weight_bytes() - (tied ? 0 : embed.nbytes()));
+  const double step_bytes =
+      static_cast<double>(model.weight_bytes() - (tied ? 0 : embed.nbytes())) - idle_expert_bytes(model);
   const double decode_tps = static_cast<double>(o.decode_tokens) / decode_s;
   const double weight_mib = static_cast<double>(model.weight_bytes()) / (1 << 20);
   const double kv_mib = static_cast<double>(cache.bytes()) / (1 << 20);
@@ -261,6 +294,9 @@ Status bench(const BenchOptions& o) {
   std::printf("model             %s, %lld layers, hidden %lld, %.1f MiB of weights (%s)\n", c.model_type.c_str(),
               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size), weight_mib,
               o.random_weights ? "random, seeded" : "mapped");
+  if (model.arch().moe.experts > 0)
+    std::printf("active weights    %.1f MiB a decode step (top %lld of %lld experts a layer)\n", step_bytes / (1 << 20),
+                static_cast<long long>(model.arch().moe.top_k), static_cast<long long>(model.arch().moe.experts));
   std::printf("load              %.2f s\n", load_s);
   std::printf("kv cache          %s (the weights' dtype)\n", forward.kv_pool().describe().c_str());
   const double prefill_flops = prefill_matmul_flops(model, o.prompt_tokens) / prefill_s;
@@ -284,7 +320,7 @@ Status bench(const BenchOptions& o) {
                 prefill_flops / 1e12);
   }
   if (gemm_up > 0) {
-    const TensorView& up = model.weights().layers[0].w_up;
+    const TensorView& up = first_mlp(model, true);
     std::printf(
         "matmul alone      [%lld x %lld] x [%lld x %lld]^T: %.1f GFLOP/s = %.1f%% of FMA peak; transposed: %.1f = "
         "%.1f%%\n",
