@@ -375,6 +375,20 @@ TEST(ArchTest, Gemma3TiesEmbeddingsUnlessTheConfigSaysOtherwise) {
   EXPECT_EQ(spec_ok(with_type("llama")).tie_word_embeddings, std::nullopt);
 }
 
+// bench/shapes/gemma-3-12b.json reads as the published checkpoint's text_config would.
+TEST(ArchTest, PublishedGemma3ShapeReads) {
+  auto config =
+      load_model_config_file(std::string(TESSERA_SOURCE_DIR) + "/bench/shapes/gemma-3-12b.json", check_model_type);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const ArchSpec spec = *arch_for(*config);
+  EXPECT_EQ(config->head_dim, 256);
+  EXPECT_EQ(config->rope.type, RopeType::kLinear);
+  EXPECT_EQ(spec.window(0), 1024);
+  EXPECT_EQ(spec.window(5), 0);  // every sixth layer is global
+  EXPECT_EQ(spec.sliding_rope->theta, 10000.0);
+  EXPECT_TRUE(config->tie_word_embeddings);
+}
+
 // GLM-4.5: transformers' Glm4MoeConfig defaults when a field is absent, the
 // config's values when present, and the tensors of a dense and an MoE layer.
 TEST(ArchTest, Glm4MoeRoutingSharedExpertAndDenseLayers) {
