@@ -375,6 +375,22 @@ TEST(ArchTest, Gemma3TiesEmbeddingsUnlessTheConfigSaysOtherwise) {
   EXPECT_EQ(spec_ok(with_type("llama")).tie_word_embeddings, std::nullopt);
 }
 
+// bench/shapes/glm-4.5-air.json (the published GLM-4.5-Air config) reads into its spec.
+TEST(ArchTest, PublishedGlm45AirShapeReads) {
+  auto config =
+      load_model_config_file(std::string(TESSERA_SOURCE_DIR) + "/bench/shapes/glm-4.5-air.json", check_model_type);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const ArchSpec spec = *arch_for(*config);
+  EXPECT_EQ(spec.moe.routing, Routing::kSigmoidGroupTopK);
+  EXPECT_EQ(spec.moe.experts, 128);
+  EXPECT_EQ(spec.moe.top_k, 8);
+  EXPECT_EQ(spec.moe.intermediate, 1408);
+  EXPECT_EQ(spec.moe.shared_intermediate, 1408);
+  EXPECT_EQ(spec.rotary_dim(config->head_dim), 64);
+  EXPECT_TRUE(spec.qkv_bias && !spec.qk_norm);
+  EXPECT_TRUE(!spec.has_experts(0) && spec.has_experts(1) && spec.has_experts(45));
+}
+
 // bench/shapes/gemma-3-12b.json reads as the published checkpoint's text_config would.
 TEST(ArchTest, PublishedGemma3ShapeReads) {
   auto config =
