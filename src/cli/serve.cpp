@@ -1,5 +1,7 @@
-// `tessera serve`: the OpenAI API on one host (src/serve/server.h).
+// `tessera serve`: the OpenAI API on one host (src/serve/server.h), or in front
+// of a pipeline of `tessera stage` processes as their coordinator.
 //   tessera serve --model DIR [--device cpu|cuda[:N]] [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+//   tessera serve --model DIR --pipeline stages.json --identity DIR --trust FILE [--plain] ...
 // Listens at once (/health answers 503 while the model loads), then serves until
 // SIGTERM or SIGINT, lets requests in flight finish (--shutdown-timeout) and
 // exits 0. A model that fails to load ends it with exit code 2 and the reason.
@@ -9,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "serve/pipeline_backend.h"
 #include "serve/server.h"
 
 namespace tessera {
@@ -18,6 +21,10 @@ namespace {
 struct ServeOptions {
   serve::ServerOptions server;
   double shutdown_timeout_s = 30;
+  serve::PipelineServing pipeline;  // with --pipeline
+  std::string ship_weights;
+  double timeout_s = 30;
+  double heartbeat_timeout_s = 3;
 };
 
 Status serve_main(ServeOptions& o) {
@@ -27,6 +34,22 @@ Status serve_main(ServeOptions& o) {
   if (s.routes.model_name.empty())
     s.routes.model_name = std::filesystem::path(s.loop.model_dir).parent_path().filename();
   s.shutdown_timeout = std::chrono::milliseconds(std::llround(o.shutdown_timeout_s * 1000));
+  if (!o.pipeline.plan.empty()) {
+    pipeline::PipelineOptions& p = o.pipeline.options;
+    p.timeout = std::chrono::milliseconds(std::llround(o.timeout_s * 1000));
+    p.heartbeat_timeout = std::chrono::milliseconds(std::llround(o.heartbeat_timeout_s * 1000));
+    if (!o.ship_weights.empty()) {
+      TS_ASSIGN_OR_RETURN(p.ship, pipeline::parse_ship_encoding(o.ship_weights));
+    }
+    if (o.pipeline.identity.empty() || o.pipeline.trust.empty())
+      return Status::invalid_input("--pipeline needs --identity and --trust");
+    s.loop.backend = [serving = o.pipeline, model_dir = s.loop.model_dir](
+                         const TextModel& model, int64_t context) -> Result<std::unique_ptr<serve::LoopBackend>> {
+      TS_ASSIGN_OR_RETURN(std::unique_ptr<serve::PipelineBackend> backend,
+                          serve::PipelineBackend::connect(serving, model.model.config(), model_dir, context));
+      return std::unique_ptr<serve::LoopBackend>(std::move(backend));
+    };
+  }
   serve::Server server(s);
   TS_RETURN_IF_ERROR(server.listen());
   std::fprintf(stderr, "[serve] listening on http://%s:%u, loading %s as '%s'\n", s.host.c_str(), server.port(),
@@ -60,6 +83,22 @@ void register_serve(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-prefix-caching{false}", s.loop.prefix_caching,
                 "Run every prompt whole instead of reusing the KV blocks of earlier prompts");
   cmd->add_option("--io-threads", s.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--pipeline", o->pipeline.plan,
+                  "Coordinate the pipeline stages this JSON file names instead of running the layers here");
+  cmd->add_option("--identity", o->pipeline.identity, "With --pipeline: this node's identity directory");
+  cmd->add_option("--trust", o->pipeline.trust, "With --pipeline: the cluster trust file");
+  cmd->add_option(
+      "--ship-weights", o->ship_weights,
+      "With --pipeline: send each stage its layers from --model (none, lz4, int8, int8+lz4, int4, int4+lz4)");
+  cmd->add_flag("--plain", o->pipeline.options.plain,
+                "With --pipeline, for trusted links: stages are authenticated (mutual TLS), frames travel unsealed");
+  cmd->add_option("--timeout", o->timeout_s, "With --pipeline: seconds to connect to a stage and for each write to one")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout", o->heartbeat_timeout_s,
+                  "With --pipeline: seconds a stage may stay silent before its requests fail as frozen")
+      ->check(CLI::Range(0.05, 180.0))
+      ->capture_default_str();
   cmd->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "On SIGTERM, seconds requests in flight may take to finish")
       ->check(CLI::Range(0.0, 3600.0))

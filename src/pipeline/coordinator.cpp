@@ -7,7 +7,9 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
+#include <utility>
 
 #include "core/text_file.h"
 #include "model/digest.h"
@@ -194,6 +196,9 @@ struct Pipeline::State {
   std::vector<std::shared_ptr<FrameChannel>> channels;                      // guarded by mutex
   uint64_t session = 0;                                                     // guarded by mutex; 0: not set up
   std::map<uint64_t, std::optional<Result<Pipeline::StepResult>>> pending;  // guarded by mutex
+  std::set<uint64_t> sent;                                                  // guarded by mutex: send()'s requests
+  std::vector<Pipeline::Completion> completed;                              // guarded by mutex: their results
+  Status failure;                                                           // guarded by mutex: why session is 0
   std::vector<std::thread> readers;                                         // setup_mutex
   std::atomic<uint64_t> next_request{1};
 };
@@ -300,6 +305,8 @@ void Pipeline::State::teardown() {
     for (auto& [request, result] : pending) {
       if (!result) result = Status::disconnected("the pipeline was torn down");
     }
+    for (const uint64_t request : std::exchange(sent, {}))
+      completed.push_back({request, Status::disconnected("the pipeline was torn down")});
     cv.notify_all();
   }
   for (auto& channel : closing) channel->shutdown();
@@ -309,6 +316,11 @@ void Pipeline::State::teardown() {
 
 void Pipeline::State::deliver(uint64_t request, Result<Pipeline::StepResult> result) {
   std::lock_guard lock(mutex);
+  if (sent.erase(request) > 0) {
+    completed.push_back({request, std::move(result)});
+    cv.notify_all();
+    return;
+  }
   auto it = pending.find(request);
   if (it != pending.end() && !it->second) it->second = std::move(result);
   cv.notify_all();
@@ -319,9 +331,11 @@ void Pipeline::State::fail_all(const Status& status, uint64_t session_id) {
   std::lock_guard lock(mutex);
   if (session != session_id) return;
   session = 0;
+  failure = status;
   for (auto& [request, result] : pending) {
     if (!result) result = status;
   }
+  for (const uint64_t request : std::exchange(sent, {})) completed.push_back({request, status});
   cv.notify_all();
 }
 
@@ -446,10 +460,52 @@ Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const in
   return result;
 }
 
+bool Pipeline::is_up() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->session != 0;
+}
+
+Status Pipeline::reconnect() { return state_->first_channel().status(); }
+
+Status Pipeline::send(uint64_t request, std::span<const int32_t> ids, const SamplingParams* start,
+                      std::span<const int32_t> prompt) {
+  State& s = *state_;
+  std::shared_ptr<FrameChannel> first;
+  {
+    std::lock_guard lock(s.mutex);
+    if (s.session == 0) return s.failure.ok() ? Status::disconnected("the pipeline is not set up") : s.failure;
+    first = s.channels.front();
+    s.sent.insert(request);
+  }
+  const uint64_t shape[] = {ids.size()};
+  Status status;
+  if (start)
+    status = first->write_frame(wire::encode_control(request, wire::start_message(*start, prompt)),
+                                net::deadline_after(s.options.timeout));
+  if (status.ok())
+    status = first->write_frame(
+        wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
+                                  {reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * sizeof(int32_t)}),
+        net::deadline_after(s.options.timeout));
+  if (status.ok()) return {};
+  std::lock_guard lock(s.mutex);
+  // Unless a reader has already given it a result (a stage's error, say), the failed send is the result.
+  if (s.sent.erase(request) == 0) return {};
+  return status.with_context("sending to stage " + s.plan[0].name);
+}
+
+std::vector<Pipeline::Completion> Pipeline::take_results(std::chrono::milliseconds wait) {
+  State& s = *state_;
+  std::unique_lock lock(s.mutex);
+  s.cv.wait_for(lock, wait, [&] { return !s.completed.empty(); });
+  return std::exchange(s.completed, {});
+}
+
 void Pipeline::cancel(uint64_t request) {
   std::vector<std::shared_ptr<FrameChannel>> channels;
   {
     std::lock_guard lock(state_->mutex);
+    state_->sent.erase(request);  // a result still on its way is dropped
     channels = state_->channels;
   }
   for (auto& channel : channels) {

@@ -96,6 +96,24 @@ class Pipeline {
     int32_t token = -1;
   };
   Result<StepResult> step(uint64_t request, std::span<const int32_t> ids);
+  // The same without waiting, for one thread that keeps many requests in flight
+  // (tessera serve): send() runs ids for `request` (after its start message,
+  // as start() sends it, when `start` is given), and its result, or the error
+  // of any stage, comes out of take_results() once. An error from send() itself
+  // is the request's result (take_results() will not give one). send() never
+  // sets the pipeline up: while it is down (is_up() false; every request in
+  // flight has its error waiting in take_results()) it fails at once, and
+  // reconnect() sets it up again (blocking, up to the options' timeout).
+  Status send(uint64_t request, std::span<const int32_t> ids, const SamplingParams* start = nullptr,
+              std::span<const int32_t> prompt = {});
+  bool is_up() const;
+  Status reconnect();
+  struct Completion {
+    uint64_t request = 0;
+    Result<StepResult> result = Status::internal("no result");
+  };
+  // The results that have come, waiting up to `wait` for the first one.
+  std::vector<Completion> take_results(std::chrono::milliseconds wait);
   // Frees the request's KV cache on every stage.
   void cancel(uint64_t request);
   uint64_t new_request_id();

@@ -9,6 +9,8 @@ ApiError ApiError::from_status(const Status& status, std::string param) {
       return {400, status.message(), "invalid_request_error", std::move(param), "unsupported"};
     case ErrorKind::kNotFound: return {404, status.message(), "not_found_error", std::move(param), ""};
     case ErrorKind::kOverloaded: return {503, status.message(), "overloaded_error", "", "overloaded"};
+    // A peer the server depends on is gone (a pipeline stage): retry once it is back.
+    case ErrorKind::kDisconnected: return {503, status.message(), "service_unavailable_error", "", "unavailable"};
     default: return {500, status.to_string(), "internal_error", "", ""};
   }
 }

@@ -6,8 +6,8 @@
 //
 // `param` names the request field at fault (null when none does). Errors from
 // the engine (core/status.h) map by kind: kInvalidInput 400, kNotFound 404,
-// kUnsupported 400, kOverloaded 503 (with Retry-After), kDisconnected and
-// kInternal 500.
+// kUnsupported 400, kOverloaded 503 (with Retry-After), kDisconnected (a
+// pipeline stage is gone) 503 (with Retry-After), kInternal 500.
 //
 // Value type; safe to copy between threads.
 #pragma once

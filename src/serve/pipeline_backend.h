@@ -1,0 +1,77 @@
+// PipelineBackend: tessera serve as the coordinator of a pipeline of stages
+// (`tessera serve --pipeline stages.json --identity DIR --trust FILE`). The
+// server keeps every running request in flight at once: each step sends the
+// prompts of new requests and the last sampled token of running ones to stage 0
+// without waiting (Pipeline::send), then takes whatever tokens the last stage
+// has sampled. So every stage has the work of many requests waiting for it, and
+// its Scheduler runs them together (continuous batching at every stage; the
+// last stage samples each request with its own seeded sampler, so a request's
+// tokens are those of one process).
+//
+// Failures: a stage that reports an error fails that request (a 503: the server
+// checked what it sent, so a stage's failure is never the client's); a stage whose
+// connection drops or that stops heartbeating fails every request in flight at
+// once (pipeline/coordinator.h), and their clients hear of it on the next step
+// (503, or an SSE error event). The next request sets the pipeline up again, so
+// the server serves again once the stage is back.
+//
+// Not over a pipeline: logprobs (the last stage returns the token alone), the
+// prefix cache and preemption (each stage's KV pool is its own; a stage whose
+// pool is full fails the request with 503).
+//
+// Thread safety: as LoopBackend (the inference thread).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "pipeline/coordinator.h"
+#include "serve/loop_backend.h"
+
+namespace tessera::serve {
+
+struct PipelineServing {
+  std::string plan;                     // stages.json (pipeline/coordinator.h)
+  std::string identity;                 // this node's identity directory (tessera keygen)
+  std::string trust;                    // the cluster's trust file
+  pipeline::PipelineOptions options{};  // timeouts, --plain, --ship-weights; context and model_dir set on connect
+};
+
+class PipelineBackend final : public LoopBackend {
+ public:
+  // Connects to and sets up every stage; `context` positions per request.
+  static Result<std::unique_ptr<PipelineBackend>> connect(const PipelineServing& serving, const ModelConfig& config,
+                                                          const std::string& model_dir, int64_t context);
+
+  int64_t max_positions() const override { return context_; }
+  int64_t free_blocks() const override { return std::numeric_limits<int64_t>::max(); }
+  int64_t blocks_for(int64_t /*tokens*/) const override { return 0; }
+  Status open(uint64_t id, int64_t capacity, const Submission& request) override;
+  Status feed(uint64_t id, int32_t token) override;
+  void cancel(uint64_t id) override;
+  bool has_work() const override { return !outgoing_.empty() || !in_flight_.empty(); }
+  std::vector<StepOutput> step() override;
+  void update_stats(LoopStats& stats) const override;
+
+ private:
+  struct Outgoing {
+    uint64_t id = 0;
+    std::optional<SamplingParams> start{};  // a new request: its sampler goes to the last stage first
+    std::vector<int32_t> prompt{};          // with start: for the penalties
+    std::vector<int32_t> ids{};
+  };
+  void collect(std::vector<StepOutput>& outputs);
+  PipelineBackend(std::unique_ptr<pipeline::Pipeline> pipeline, int64_t context)
+      : pipeline_(std::move(pipeline)), context_(context) {}
+
+  std::unique_ptr<pipeline::Pipeline> pipeline_;
+  const int64_t context_;
+  std::vector<Outgoing> outgoing_;  // queued by open() and feed(), sent by the next step()
+  std::set<uint64_t> in_flight_;    // sent, no result yet
+};
+
+}  // namespace tessera::serve

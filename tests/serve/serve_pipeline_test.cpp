@@ -1,0 +1,218 @@
+// `tessera serve --pipeline` as real processes: three `tessera stage` workers and
+// the server as their coordinator, each in its own network namespace when run as
+// root (loopback otherwise; tests/support/cluster.h), and curl as the client in
+// the server's namespace. Concurrent requests (greedy and seeded) get the answers
+// the server gives running the layers itself, every stage runs several requests
+// in one forward pass (tessera probe's largest_step), a stage killed mid-answer
+// reaches the clients in under a second (an SSE error event; a 503), and once the
+// stage is back the server serves again; SIGTERM ends it with exit code 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/http_client.h"
+#include "serve/test_server.h"
+#include "support/pipeline_cluster.h"
+
+namespace tessera::serve {
+namespace {
+
+using Json = nlohmann::json;
+using tessera::test::Cluster;
+using tessera::test::PipelineCluster;
+using tessera::testing::slurp;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kCurl = "/usr/bin/curl";
+
+// The server on node 0, and curl run beside it (in its namespace) for each request.
+class PipelineServer {
+ public:
+  explicit PipelineServer(PipelineCluster& pipeline) : pipeline_(pipeline) {
+    Cluster& cluster = pipeline.cluster();
+    const std::string address = cluster.address(0);  // node 0 listens on nothing else
+    url_ = "http://" + address;
+    const std::string host = address.substr(0, address.rfind(':')), port = address.substr(address.rfind(':') + 1);
+    const std::string plan = pipeline.plan(kModel, {0, 1, 3, 4});
+    log_ = cluster.dir() / "serve.log";
+    process_ = cluster.spawn(0,
+                             {TESSERA_BINARY, "serve", "--model", kModel, "--pipeline", plan, "--identity",
+                              cluster.identity(0).string(), "--trust", cluster.trust_file().string(), "--host", host,
+                              "--port", port, "--timeout", "10", "--shutdown-timeout", "5"},
+                             log_);
+  }
+  std::string log() const { return slurp(log_); }
+
+  struct Reply {
+    int status = 0;  // -1: curl failed
+    std::string body;
+  };
+  // Starts curl with `body` for `target` (POST when a body is given); returns its process index.
+  int start(const std::string& target, const std::string& body = "") {
+    Cluster& cluster = pipeline_.cluster();
+    const int n = requests_++;
+    const auto request = cluster.dir() / ("request" + std::to_string(n) + ".json");
+    out_.push_back(cluster.dir() / ("reply" + std::to_string(n) + ".txt"));
+    code_.push_back(cluster.dir() / ("code" + std::to_string(n) + ".txt"));
+    std::vector<std::string> argv = {kCurl, "-sS", "-N", "-o", out_.back().string(), "-w", "%{http_code}"};
+    if (!body.empty()) {
+      std::ofstream(request) << body;
+      for (const std::string a : {"-H", "Content-Type: application/json", "--data-binary"}) argv.push_back(a);
+      argv.push_back("@" + request.string());
+    }
+    argv.push_back(url_ + target);
+    index_.push_back(cluster.spawn(0, argv, code_.back()));
+    return n;
+  }
+  Reply finish(int n, std::chrono::seconds limit = std::chrono::seconds(120)) {
+    const int code = pipeline_.cluster().wait(index_[static_cast<size_t>(n)], limit);
+    Reply reply;
+    const std::string status = slurp(code_[static_cast<size_t>(n)]);
+    reply.status =
+        code == 0 && !status.empty() && std::isdigit(static_cast<unsigned char>(status[0])) ? std::stoi(status) : -1;
+    reply.body = slurp(out_[static_cast<size_t>(n)]);
+    return reply;
+  }
+  Reply request(const std::string& target, const std::string& body = "") { return finish(start(target, body)); }
+  // Whether request n's reply so far holds `text`.
+  bool received(int n, const std::string& text) const {
+    return slurp(out_[static_cast<size_t>(n)]).find(text) != std::string::npos;
+  }
+  int process() const { return process_; }
+
+ private:
+  PipelineCluster& pipeline_;
+  std::string url_;
+  std::filesystem::path log_;
+  int process_ = -1;
+  int requests_ = 0;
+  std::vector<std::filesystem::path> out_, code_;
+  std::vector<int> index_;
+};
+
+Json completion(int i, int max_tokens) {
+  const std::vector<std::string> prompts = {"Once upon a time",
+                                            "It is a truth universally acknowledged",
+                                            "The king said",
+                                            "In the beginning",
+                                            "She looked at the sea and",
+                                            "My dear friend,",
+                                            "There was once a",
+                                            "The morning came"};
+  Json r = {{"prompt", prompts[static_cast<size_t>(i) % prompts.size()]}, {"max_tokens", max_tokens}};
+  if (i % 2) {
+    r["temperature"] = 0.8;
+    r["top_k"] = 40;
+    r["seed"] = 11 + i;
+  }
+  return r;
+}
+
+TEST(ServePipelineTest, ConcurrentAnswersBatchingADeadStageAndRecovery) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl, as the client in the server's network namespace";
+  PipelineCluster pipeline;
+  std::cout << (pipeline.cluster().in_namespaces() ? "in network namespaces\n" : "on loopback\n");
+  PipelineServer server(pipeline);
+  const auto ready = Clock::now() + std::chrono::seconds(60);
+  while (server.request("/health").status != 200) {
+    ASSERT_LT(Clock::now(), ready) << server.log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+
+  // 8 requests at once; each answer is the one this process's own server gives.
+  constexpr int kRequests = 8;
+  std::vector<std::string> expected;
+  {
+    const auto local = start_server(test_options());
+    for (int i = 0; i < kRequests; ++i) {
+      const testing::HttpReply reply = testing::post(local->port(), "/v1/completions", completion(i, 24).dump());
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      expected.push_back(reply.json()["choices"][0]["text"]);
+    }
+  }
+  std::vector<int> running;
+  for (int i = 0; i < kRequests; ++i) running.push_back(server.start("/v1/completions", completion(i, 24).dump()));
+  for (int i = 0; i < kRequests; ++i) {
+    const PipelineServer::Reply reply = server.finish(running[static_cast<size_t>(i)]);
+    ASSERT_EQ(reply.status, 200) << reply.body << server.log();
+    EXPECT_EQ(Json::parse(reply.body)["choices"][0]["text"], expected[static_cast<size_t>(i)]) << "request " << i;
+  }
+  // Every stage stepped several requests in one forward pass.
+  for (int node = 1; node <= 3; ++node) {
+    const auto probe = pipeline.run_as_coordinator({"probe", "--stage", pipeline.cluster().name(node)});
+    ASSERT_EQ(probe.exit_code, 0) << probe.out;
+    const size_t at = probe.out.find('{');
+    ASSERT_NE(at, std::string::npos) << probe.out;
+    const Json status = Json::parse(probe.out.substr(at, probe.out.find('\n', at) - at));
+    EXPECT_GE(status["largest_step"].get<int>(), 2) << "stage " << node << ": " << probe.out;
+  }
+
+  // Stage 2 dies while a streamed and a whole answer run: both clients hear within a second.
+  Json endless = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"logit_bias", {{"1", -100}}}};
+  Json streamed = endless;
+  streamed["stream"] = true;
+  const int stream = server.start("/v1/completions", streamed.dump());
+  const int whole = server.start("/v1/completions", endless.dump());
+  const auto started = Clock::now() + std::chrono::seconds(60);
+  while (!server.received(stream, "data: ")) {
+    ASSERT_LT(Clock::now(), started) << server.log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the whole answer is under way too
+  pipeline.kill_stage(2);
+  const auto killed = Clock::now();
+  const PipelineServer::Reply stream_reply = server.finish(stream, std::chrono::seconds(10));
+  const PipelineServer::Reply whole_reply = server.finish(whole, std::chrono::seconds(10));
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  std::cout << "the clients heard of the dead stage after " << seconds << " s\n";
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_EQ(stream_reply.status, 200);
+  const std::vector<std::string> events = testing::sse_data(stream_reply.body);
+  ASSERT_GE(events.size(), 2u) << stream_reply.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  const Json error = Json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(error.contains("error")) << stream_reply.body;
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("stage node"), std::string::npos) << error.dump();
+  EXPECT_EQ(whole_reply.status, 503) << whole_reply.body;
+  EXPECT_NE(whole_reply.body.find("stage node"), std::string::npos) << whole_reply.body;
+
+  // The stage is back: the next request sets the pipeline up again and gets its answer.
+  pipeline.start_stage(2);
+  const PipelineServer::Reply again = server.request("/v1/completions", completion(0, 24).dump());
+  ASSERT_EQ(again.status, 200) << again.body << server.log();
+  EXPECT_EQ(Json::parse(again.body)["choices"][0]["text"], expected[0]);
+  EXPECT_EQ(server.request("/health").status, 200);
+
+  pipeline.cluster().kill(server.process(), SIGTERM);
+  EXPECT_EQ(pipeline.cluster().wait(server.process(), std::chrono::seconds(20)), 0) << server.log();
+}
+
+// Logprobs need the logits, which stay on the last stage: refused, naming why.
+TEST(ServePipelineTest, LogprobsAreRefusedOverAPipeline) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  PipelineCluster pipeline;
+  PipelineServer server(pipeline);
+  const auto ready = Clock::now() + std::chrono::seconds(60);
+  while (server.request("/health").status != 200) {
+    ASSERT_LT(Clock::now(), ready) << server.log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const PipelineServer::Reply refused =
+      server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "logprobs": 2})");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("--pipeline"), std::string::npos) << refused.body;
+  EXPECT_EQ(server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4})").status, 200);
+}
+
+}  // namespace
+}  // namespace tessera::serve
