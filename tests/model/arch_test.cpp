@@ -44,6 +44,14 @@ json with_type(const std::string& type) {
   return j;
 }
 
+// A gemma3_text config stating the shared fields whose Gemma3TextConfig defaults differ.
+json gemma3_config() {
+  json j = with_type("gemma3_text");
+  j["head_dim"] = 16;
+  j["rope_theta"] = 1e6;
+  return j;
+}
+
 TEST(ArchTest, LlamaDefaults) {
   const ArchSpec a = spec_ok(base_config());
   EXPECT_EQ(a.family, "llama");
@@ -299,7 +307,7 @@ TEST(ArchTest, Glm4PartialInterleavedRotary) {
 }
 
 TEST(ArchTest, Gemma3LayerTypesAndRefusals) {
-  json j = with_type("gemma3_text");
+  json j = gemma3_config();
   j["sliding_window"] = 4;
   j["layer_types"] = {"sliding_attention", "full_attention"};
   j["rope_local_base_freq"] = 10000.0;
@@ -345,7 +353,7 @@ TEST(ArchTest, FamilyFieldRefusalsNameTheirField) {
   j["mlp_only_layers"] = 1;
   expect_error(j, ErrorKind::kInvalidInput, "field 'mlp_only_layers' is not an array");
 
-  j = with_type("gemma3_text");
+  j = gemma3_config();
   j["query_pre_attn_scalar"] = 0;
   expect_error(j, ErrorKind::kInvalidInput, "field 'query_pre_attn_scalar' must be > 0");
   j.erase("query_pre_attn_scalar");
@@ -368,7 +376,7 @@ TEST(ArchTest, FamilyFieldRefusalsNameTheirField) {
 // Gemma3TextConfig's tie_word_embeddings defaults to true: the spec carries it
 // when the config is silent, and nothing when the config states either value.
 TEST(ArchTest, Gemma3TiesEmbeddingsUnlessTheConfigSaysOtherwise) {
-  json j = with_type("gemma3_text");
+  json j = gemma3_config();
   EXPECT_EQ(spec_ok(j).tie_word_embeddings, std::optional<bool>(true));
   j["tie_word_embeddings"] = false;
   EXPECT_EQ(spec_ok(j).tie_word_embeddings, std::nullopt);
@@ -389,6 +397,20 @@ TEST(ArchTest, PublishedGlm45AirShapeReads) {
   EXPECT_EQ(spec.rotary_dim(config->head_dim), 64);
   EXPECT_TRUE(spec.qkv_bias && !spec.qk_norm);
   EXPECT_TRUE(!spec.has_experts(0) && spec.has_experts(1) && spec.has_experts(45));
+}
+
+// Gemma3TextConfig's rope_theta (1e6) and head_dim (256) defaults are not the
+// shared ones io applies: a config silent on either is refused by name (without
+// the check, the first would rotate with base 10000 and the spec would be made).
+TEST(ArchTest, Gemma3RefusesSilenceOnFieldsItsConfigClassDefaultsOtherwise) {
+  json j = gemma3_config();
+  spec_ok(j);
+  j.erase("rope_theta");
+  expect_error(j, ErrorKind::kInvalidInput, "field 'rope_theta' is missing: gemma3's default");
+  j["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};  // transformers 5
+  spec_ok(j);
+  j.erase("head_dim");
+  expect_error(j, ErrorKind::kInvalidInput, "field 'head_dim' is missing: gemma3's default (256)");
 }
 
 // bench/shapes/gemma-3-12b.json reads as the published checkpoint's text_config would.

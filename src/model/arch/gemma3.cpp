@@ -12,7 +12,9 @@
 //   - the logits soft-capped when `final_logit_softcapping` is set
 //     (`attn_logit_softcapping` is read by transformers' Gemma3 but never
 //     applied to the scores; tessera does the same).
-// `use_bidirectional_attention: true` (EmbeddingGemma) is refused.
+// `use_bidirectional_attention: true` (EmbeddingGemma) is refused, and so is a
+// config silent on rope_theta or head_dim, whose Gemma3TextConfig defaults
+// differ from the shared ones.
 #include <nlohmann/json.hpp>
 
 #include "model/arch/arch.h"
@@ -59,6 +61,20 @@ Result<ArchSpec> gemma3_arch(const ModelConfig& config) {
   if (act != fields.end() && !(act->is_string() && act->get<std::string>() == "gelu_pytorch_tanh"))
     return Status::unsupported("hidden_activation '" + act->dump() +
                                "' is not supported (supported: gelu_pytorch_tanh)");
+  // Gemma3TextConfig's defaults for two shared fields are not the ones io applies
+  // (rope_theta 1,000,000 against 10,000; head_dim 256 against hidden / heads):
+  // a config silent on them would rotate with the wrong base or miss the shapes.
+  const auto stated = [&](const char* key) {
+    const auto it = fields.find(key);
+    return it != fields.end() && !it->is_null();
+  };
+  if (!stated("rope_theta") && !stated("rope_parameters"))
+    return Status::invalid_input(
+        "field 'rope_theta' is missing: gemma3's default (1000000) is not the shared one (10000); state it");
+  if (!stated("head_dim"))
+    return Status::invalid_input(
+        "field 'head_dim' is missing: gemma3's default (256) is not hidden_size / "
+        "num_attention_heads; state it");
   bool attention_bias = false, bidirectional = false;
   TS_RETURN_IF_ERROR(read_config_bool(fields, "attention_bias", false, attention_bias));
   spec.qkv_bias = spec.o_bias = attention_bias;
