@@ -25,6 +25,8 @@ void register_bench_pipeline(CLI::App& app, int& exit_code);
 void register_probe(CLI::App& app, int& exit_code);
 void register_keygen(CLI::App& app, int& exit_code);
 void register_serve(CLI::App& app, int& exit_code);
+void register_rank(CLI::App& app, int& exit_code);
+void register_bench_tp(CLI::App& app, int& exit_code);
 void register_quantize(CLI::App& app, int& exit_code);
 
 // "f32", "bf16" or "f16" (the --dtype of commands that make weights).

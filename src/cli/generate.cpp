@@ -9,6 +9,9 @@
 //     runs the layers on pipeline stages (tessera stage) instead of this process;
 //     stages.json: {"stages": [{"name": "stage0", "model": DIR, "layers": [0, 8]}, ...]}
 //     (without "layers", split by the stages' free memory); --plain for trusted links
+//   tessera generate ... --tp node0,node1 --identity keys/node0 --trust trust.json
+//     runs the model tensor-parallel: this process is rank 0 (it runs the
+//     scheduler and samples), the other members run tessera rank; --plain as above
 // Greedy unless a sampling option is given.
 #include <cmath>
 #include <cstdio>
@@ -20,6 +23,7 @@
 #include "cli/engine_options.h"
 #include "cli/npy.h"
 #include "cli/sampling_options.h"
+#include "cli/tp_options.h"
 #include "core/text_file.h"
 #include "engine/generation.h"
 #include "pipeline/coordinator.h"
@@ -46,10 +50,12 @@ struct GenerateOptions {
   std::string ship_weights;        // empty: each stage reads its own checkpoint copy
   double timeout_s = 30;           // connecting to a stage, each write to one
   double heartbeat_timeout_s = 3;  // a stage silent this long is frozen or cut off
+  TpOptions tp;                    // --tp: rank 0 of a TP group (identity, trust, plain as above)
 };
 
-// Where the layers run: this process's engine, or a pipeline of stages.
+// Where the layers run: this process's engine (over its shard with --tp), or a pipeline of stages.
 struct Runner {
+  std::unique_ptr<Model> shard;  // --tp: rank 0's part of the model
   LocalEngine engine;
   std::unique_ptr<pipeline::Pipeline> pipeline;
   std::unique_ptr<SequenceRunner> sequence;
@@ -62,6 +68,28 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   Runner runner;
   std::optional<SamplingParams> sampling;
   if (!want_logits) sampling = o.sampling;
+  if (!o.tp.members.empty() && !o.pipeline.empty())
+    return Status::unsupported("--tp with --pipeline (a pipeline of TP groups) is not implemented yet");
+  if (!o.tp.members.empty()) {
+    TpOptions tp = o.tp;
+    tp.identity = o.identity;
+    tp.trust = o.trust;
+    tp.plain = o.plain;
+    TS_ASSIGN_OR_RETURN(const TpMember member, load_tp_member(tp));
+    if (member.rank != 0)
+      return Status::invalid_input("generate --tp runs rank 0, the leader; '" + member.identity.name + "' is rank " +
+                                   std::to_string(member.rank) + ": run tessera rank there");
+    const auto ranks = static_cast<int>(tp.members.size());
+    TS_ASSIGN_OR_RETURN(Model shard, model.cut(Shard{0, ranks}));
+    runner.shard = std::make_unique<Model>(std::move(shard));
+    EngineOptions engine = o.engine;
+    TS_ASSIGN_OR_RETURN(engine.forward.group, connect_tp_group(tp, member));
+    TS_ASSIGN_OR_RETURN(runner.engine, LocalEngine::create(*runner.shard, engine));
+    runner.sequence = std::make_unique<LocalRunner>(*runner.engine.scheduler, capacity, sampling);
+    runner.name = runner.engine.device->name() + ", rank 0 of " + std::to_string(ranks) +
+                  (tp.plain ? " (plain)" : " (sealed)") + "; KV cache " + runner.engine.forward->kv_pool().describe();
+    return runner;
+  }
   if (o.pipeline.empty()) {
     TS_ASSIGN_OR_RETURN(runner.engine, LocalEngine::create(model, o.engine));
     runner.sequence = std::make_unique<LocalRunner>(*runner.engine.scheduler, capacity, sampling);
@@ -184,14 +212,17 @@ void register_generate(CLI::App& app, int& exit_code) {
   cmd->add_option("--logits-out", o->logits_out, "With --prompt-ids: write f32 logits [n+1, vocab] to this .npy");
   add_engine_options(*cmd, o->engine);
   cmd->add_option("--pipeline", o->pipeline, "Run the layers on the pipeline stages this JSON file names");
-  cmd->add_option("--identity", o->identity, "With --pipeline: this node's identity directory (tessera keygen)");
-  cmd->add_option("--trust", o->trust, "With --pipeline: the cluster trust file");
+  cmd->add_option("--identity", o->identity,
+                  "With --pipeline or --tp: this node's identity directory (tessera keygen)");
+  cmd->add_option("--trust", o->trust, "With --pipeline or --tp: the cluster trust file");
+  add_tp_options(*cmd, o->tp, "--tp", /*required=*/false, /*with_identity=*/false);
   cmd->add_option(
       "--ship-weights", o->ship_weights,
       "With --pipeline: send each stage its layers from --model (none, lz4, int8, int8+lz4, int4, int4+lz4)");
   cmd->add_flag(
       "--plain", o->plain,
-      "With --pipeline, for trusted links: stages are still authenticated (mutual TLS), but frames travel unsealed");
+      "With --pipeline or --tp, for trusted links: peers are still authenticated (mutual TLS), but frames travel "
+      "unsealed");
   cmd->add_option("--timeout", o->timeout_s, "With --pipeline: seconds to connect to a stage and for each write to one")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   tessera::register_bench_pipeline(app, exit_code);
   tessera::register_probe(app, exit_code);
   tessera::register_serve(app, exit_code);
+  tessera::register_rank(app, exit_code);
+  tessera::register_bench_tp(app, exit_code);
   tessera::register_quantize(app, exit_code);
   try {
     app.parse(argc, argv);

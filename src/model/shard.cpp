@@ -16,19 +16,6 @@ namespace {
 
 std::string count(int64_t n, const char* what) { return std::to_string(n) + " " + what; }
 
-// A shared expert's width (GLM-4.5: MoeSpec::shared_intermediate), 0 without one,
-// and its part on each of `ranks`.
-// TODO(cleanup): use the field directly once the GLM-4.5 family is committed.
-template <typename Moe>
-int64_t shared_width(const Moe& moe) {
-  if constexpr (requires { moe.shared_intermediate; }) return moe.shared_intermediate;
-  return 0;
-}
-template <typename Moe>
-void divide_shared_width(Moe& moe, int64_t ranks) {
-  if constexpr (requires { moe.shared_intermediate; }) moe.shared_intermediate /= ranks;
-}
-
 // The KV projections: their rows start at the rank's first KV head (which
 // several ranks share when KV heads are fewer than ranks).
 bool is_kv(TensorView LayerWeights::*slot) {
@@ -104,9 +91,9 @@ Result<ShardPlan> plan_shard(const ModelConfig& c, const ArchSpec& arch, Shard s
   if (arch.moe.experts > 0 && arch.moe.intermediate % n != 0)
     return Status::invalid_input("[shard] the experts' intermediate size " + std::to_string(arch.moe.intermediate) +
                                  " is not divisible" + ranks);
-  if (shared_width(arch.moe) % n != 0)
+  if (arch.moe.shared_intermediate % n != 0)
     return Status::invalid_input("[shard] the shared expert's intermediate size " +
-                                 std::to_string(shared_width(arch.moe)) + " is not divisible" + ranks);
+                                 std::to_string(arch.moe.shared_intermediate) + " is not divisible" + ranks);
   if (c.vocab_size < n)
     return Status::invalid_input("[shard] a vocabulary of " + std::to_string(c.vocab_size) + " is smaller than " +
                                  count(n, "ranks"));
@@ -138,7 +125,7 @@ ModelConfig shard_layer_config(const ModelConfig& config, const ShardPlan& plan)
 ArchSpec shard_arch(const ArchSpec& arch, const ShardPlan& plan) {
   ArchSpec out = arch;
   out.moe.intermediate = plan.expert_intermediate;
-  divide_shared_width(out.moe, plan.shard.ranks);
+  out.moe.shared_intermediate /= plan.shard.ranks;
   return out;
 }
 

@@ -1,0 +1,72 @@
+// `tessera rank`: a tensor-parallel rank other than rank 0. It loads its shard
+// of the checkpoint once, then serves leaders until killed: it forms the group
+// with the other members (mutual TLS; sealed unless --plain), runs every step
+// the leader (rank 0: tessera generate --tp) sends, and when the leader goes
+// away or the group fails (a rank killed or frozen, a piece that does not
+// open), forms the group anew under fresh keys; the other ranks keep running.
+//   tessera rank --model DIR --members node0,node1 --identity keys/node1 --trust trust.json
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/tp_options.h"
+#include "model/forward.h"
+
+namespace tessera {
+namespace {
+
+struct RankOptions {
+  std::string model_dir;
+  TpOptions tp;
+  EngineOptions engine;  // the device and its threads (the leader decides the KV pool)
+  int sessions = 0;      // stop after this many (0: serve until killed)
+};
+
+Status run_rank(const RankOptions& o) {
+  TS_ASSIGN_OR_RETURN(const TpMember member, load_tp_member(o.tp));
+  if (member.rank == 0)
+    return Status::invalid_input("'" + member.identity.name + "' is rank 0, the leader: run tessera generate --tp");
+  const auto ranks = static_cast<int>(o.tp.members.size());
+  TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir, std::nullopt, Shard{member.rank, ranks}));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, make_device(o.engine.device, o.engine.threads));
+  std::fprintf(stderr, "[rank] %s: rank %d of %d on %s\n", member.identity.name.c_str(), member.rank, ranks,
+               device->name().c_str());
+  for (int done = 0; o.sessions == 0 || done < o.sessions;) {
+    Result<Group> group = connect_tp_group(o.tp, member);
+    if (!group.ok()) {
+      std::fprintf(stderr, "[rank] forming the group: %s; trying again\n", group.status().to_string().c_str());
+      continue;
+    }
+    std::fprintf(stderr, "[rank] group formed (%s)\n", o.tp.plain ? "plain" : "sealed");
+    ++done;
+    Status status;
+    {
+      Forward forward(model, *device, {.group = *group});
+      status = forward.status().ok() ? forward.follow() : forward.status();
+    }
+    if (status.ok()) {
+      std::fprintf(stderr, "[rank] the leader finished\n");
+    } else {
+      std::fprintf(stderr, "[rank] the group failed: %s; forming it anew\n", status.to_string().c_str());
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+void register_rank(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<RankOptions>();
+  CLI::App* cmd = app.add_subcommand("rank", "Run a tensor-parallel rank (rank 0 is tessera generate --tp)");
+  cmd->add_option("--model", o->model_dir, "Checkpoint directory (this rank reads only its shard)")->required();
+  add_tp_options(*cmd, o->tp, "--members", /*required=*/true, /*with_identity=*/true);
+  add_engine_options(*cmd, o->engine);
+  cmd->add_option("--sessions", o->sessions, "Stop after this many leader sessions (default: serve until killed)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->callback([o, &exit_code] {
+    const Status status = run_rank(*o);
+    exit_code = status.ok() ? 0 : report_error(status);
+  });
+}
+
+}  // namespace tessera

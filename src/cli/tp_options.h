@@ -1,0 +1,82 @@
+// The flags of a tensor-parallel group (`tessera rank`, and `generate --tp`):
+// the members in rank order (trust-file names; rank 0 leads: it runs the
+// scheduler), this node's identity, the trust file, sealing, and how long to
+// wait for the others.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "collective/tcp/tcp_group.h"
+#include "net/identity.h"
+#include "net/trust.h"
+
+namespace tessera {
+
+struct TpOptions {
+  std::vector<std::string> members;  // rank order; empty: no TP group
+  std::string identity;
+  std::string trust;
+  bool plain = false;
+  double connect_timeout_s = 30;   // forming the group
+  double progress_timeout_s = 10;  // any one wait for a rank (a frozen rank fails the step after it)
+};
+
+// The members' flag is `members_flag` ("--tp" for generate, "--members" for
+// rank); `with_identity` adds --identity, --trust and --plain (generate has
+// them already, for --pipeline).
+inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& members_flag, bool required,
+                           bool with_identity) {
+  auto* members = cmd.add_option(members_flag, o.members,
+                                 "The tensor-parallel group: trust-file names in rank order, comma-separated (rank 0 "
+                                 "runs the scheduler: tessera generate; the others run tessera rank)")
+                      ->delimiter(',');
+  if (required) members->required();
+  if (with_identity) {
+    cmd.add_option("--identity", o.identity, "This node's identity directory (tessera keygen)")->required();
+    cmd.add_option("--trust", o.trust, "The cluster trust file")->required();
+    cmd.add_flag("--plain", o.plain,
+                 "For trusted links: ranks are still authenticated (mutual TLS), but tensors travel unsealed");
+  }
+  cmd.add_option("--group-timeout", o.connect_timeout_s, "Seconds to wait for the group's other ranks to connect")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd.add_option("--progress-timeout", o.progress_timeout_s,
+                 "Seconds a rank may stay silent inside a step before the step fails on every rank")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+}
+
+struct TpMember {
+  net::Identity identity;
+  net::TrustFile trust;
+  int rank = 0;
+};
+
+// This node's identity and rank in the group (its name's index in members).
+inline Result<TpMember> load_tp_member(const TpOptions& o) {
+  if (o.identity.empty() || o.trust.empty()) return Status::invalid_input("a TP group needs --identity and --trust");
+  TpMember m;
+  TS_ASSIGN_OR_RETURN(m.identity, net::load_identity(o.identity));
+  TS_ASSIGN_OR_RETURN(m.trust, net::read_trust_file(o.trust));
+  for (size_t i = 0; i < o.members.size(); ++i)
+    if (o.members[i] == m.identity.name) m.rank = static_cast<int>(i);
+  if (std::find(o.members.begin(), o.members.end(), m.identity.name) == o.members.end())
+    return Status::invalid_input("this node '" + m.identity.name + "' is not one of the TP group's members");
+  return m;
+}
+
+inline Result<Group> connect_tp_group(const TpOptions& o, const TpMember& m) {
+  collective::GroupOptions options;
+  options.members = o.members;
+  options.plain = o.plain;
+  options.connect_timeout = std::chrono::milliseconds(std::llround(o.connect_timeout_s * 1000));
+  options.progress_timeout = std::chrono::milliseconds(std::llround(o.progress_timeout_s * 1000));
+  return collective::connect_group(m.identity, m.trust, options);
+}
+
+}  // namespace tessera

@@ -1,0 +1,161 @@
+// Tensor parallelism as separate processes: `tessera rank` for ranks 1..n-1 and
+// `tessera generate --tp` as rank 0, each in its own network namespace when run
+// as root (loopback otherwise). A TP run's greedy tokens are those of one
+// process, its logits bitwise the same sealed and plain; a rank killed in the
+// middle of a request fails it at once (not after the progress timeout), the
+// surviving ranks form the group anew with the restarted one, and the next
+// request runs without restarting them.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "model/fixtures.h"
+#include "support/cluster.h"
+#include "support/run_tessera.h"
+
+namespace {
+
+using tessera::test::Cluster;
+using tessera::testing::ids_line;
+using tessera::testing::run_tessera;
+using tessera::testing::slurp;
+
+class TpGroup {
+ public:
+  TpGroup(int ranks, std::string model, bool plain) : cluster_(ranks), model_(std::move(model)), plain_(plain) {
+    std::cout << (cluster_.in_namespaces() ? "ranks in network namespaces\n" : "ranks on loopback\n");
+    processes_.resize(static_cast<size_t>(ranks));
+    for (int node = 1; node < ranks; ++node) start_rank(node);
+  }
+  void start_rank(int node) {
+    std::vector<std::string> argv = {TESSERA_BINARY,
+                                     "rank",
+                                     "--model",
+                                     model_,
+                                     "--members",
+                                     cluster_.members(),
+                                     "--identity",
+                                     cluster_.identity(node).string(),
+                                     "--trust",
+                                     cluster_.trust_file().string(),
+                                     "--threads",
+                                     "1",
+                                     "--progress-timeout",
+                                     "10"};
+    if (plain_) argv.push_back("--plain");
+    processes_[static_cast<size_t>(node)] = cluster_.spawn(node, argv, log(node));
+  }
+  std::filesystem::path log(int node) const { return cluster_.dir() / ("rank" + std::to_string(node) + ".log"); }
+  void signal(int node, int sig) { cluster_.kill(processes_[static_cast<size_t>(node)], sig); }
+  void reap(int node) { cluster_.wait(processes_[static_cast<size_t>(node)], std::chrono::seconds(5)); }
+
+  // Starts `tessera generate <args> --tp ...` as rank 0; returns its process index.
+  int start_leader(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {TESSERA_BINARY, "generate", "--model", model_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const std::string& a :
+         {std::string("--tp"), cluster_.members(), std::string("--identity"), cluster_.identity(0).string(),
+          std::string("--trust"), cluster_.trust_file().string(), std::string("--threads"), std::string("1"),
+          std::string("--progress-timeout"), std::string("10")})
+      argv.push_back(a);
+    if (plain_) argv.push_back("--plain");
+    leader_log_ = cluster_.dir() / ("leader" + std::to_string(runs_++) + ".log");
+    return cluster_.spawn(0, argv, leader_log_);
+  }
+  tessera::testing::CommandResult lead(const std::vector<std::string>& args) {
+    const int index = start_leader(args);
+    const int code = cluster_.wait(index, std::chrono::seconds(120));
+    return {code, slurp(leader_log_), slurp(leader_log_)};
+  }
+  Cluster& cluster() { return cluster_; }
+  std::string leader_log() const { return slurp(leader_log_); }
+
+ private:
+  Cluster cluster_;
+  std::string model_;
+  bool plain_;
+  std::vector<int> processes_;
+  std::filesystem::path leader_log_;
+  int runs_ = 0;
+};
+
+// Greedy tokens equal one process's; logits sealed == plain, bitwise.
+TEST(TpProcesses, GreedyTokensAreThoseOfOneProcessAndSealedLogitsArePlainOnes) {
+  for (const auto& [name, ranks] : std::vector<std::pair<std::string, int>>{
+           {tessera::testing::kShippedModel, 2}, {"qwen3_moe_f32", 2}, {"gemma3_f32", 4}}) {
+    SCOPED_TRACE(name + " on " + std::to_string(ranks) + " ranks");
+    const std::string dir = tessera::testing::fixture_dir(name);
+    const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    ASSERT_FALSE(ids_line(local.out).empty());
+    std::string logits[2];
+    for (const bool plain : {false, true}) {
+      TpGroup group(ranks, dir, plain);
+      const auto npy = group.cluster().dir() / "logits.npy";
+      const auto run = group.lead({"--prompt-ids", "1,5,9,2,7,3", "-n", "8", "--logits-out", npy.string()});
+      ASSERT_EQ(run.exit_code, 0) << run.err << slurp(group.log(1));
+      EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+      logits[plain] = slurp(npy);
+      ASSERT_FALSE(logits[plain].empty());
+    }
+    EXPECT_TRUE(logits[0] == logits[1]) << "sealed and plain TP logits differ";
+  }
+}
+
+// Rank 2 of 4 is frozen in the middle of a request (the leader then waits in a
+// collective), then killed: the leader's request fails with an error well under
+// a second after the kill, the other ranks see the group fail and form it anew,
+// and once rank 2 is restarted the next request runs and gives one process's tokens.
+TEST(TpProcesses, AKilledRankFailsTheRequestAtOnceAndTheGroupFormsAnewWithoutRestartingTheOthers) {
+  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
+  const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  TpGroup group(4, dir, false);
+  const int leader = group.start_leader({"--prompt-ids", "1,5,9,2,7,3", "-n", "240"});
+  // Rank 2 stops as soon as the group has formed (the leader is generating).
+  const auto formed_by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp(group.log(2)).find("group formed") == std::string::npos && std::chrono::steady_clock::now() < formed_by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  group.signal(2, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the leader now waits on rank 2
+  const auto killed = std::chrono::steady_clock::now();
+  group.signal(2, SIGKILL);
+  const int code = group.cluster().wait(leader, std::chrono::seconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::cout << "the leader failed " << seconds << " s after the kill:\n" << group.leader_log();
+  EXPECT_EQ(code, 2) << group.leader_log();
+  EXPECT_LT(seconds, 1.0) << group.leader_log();
+  EXPECT_NE(group.leader_log().find("tessera: "), std::string::npos) << group.leader_log();
+  group.reap(2);
+  // The survivors saw the group fail and wait to form it anew.
+  for (int node : {1, 3}) {
+    const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (slurp(group.log(node)).find("forming it anew") == std::string::npos && std::chrono::steady_clock::now() < by)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_NE(slurp(group.log(node)).find("the group failed"), std::string::npos) << slurp(group.log(node));
+  }
+  group.start_rank(2);
+  const auto run = group.lead({"--prompt-ids", "1,5,9,2,7,3", "-n", "8"});
+  ASSERT_EQ(run.exit_code, 0) << run.err << slurp(group.log(1));
+  EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+  // Ranks 1 and 3 ran both requests in one process each: two groups formed in their logs.
+  for (int node : {1, 3}) {
+    const std::string log = slurp(group.log(node));
+    size_t formed = 0;
+    for (size_t at = log.find("group formed"); at != std::string::npos; at = log.find("group formed", at + 1)) ++formed;
+    EXPECT_EQ(formed, 2u) << log;
+  }
+}
+
+// A rank count that does not divide the heads is refused before anything runs.
+TEST(TpProcesses, ARankCountThatDoesNotDivideIsRefused) {
+  Cluster cluster(4);
+  const auto run = run_tessera("rank --model " + tessera::testing::fixture_dir(tessera::testing::kShippedModel) +
+                               " --members " + cluster.members() + " --identity " + cluster.identity(1).string() +
+                               " --trust " + cluster.trust_file().string());
+  tessera::testing::expect_refused(run, {"6 attention heads are not divisible by 4 ranks"});
+}
+
+}  // namespace
