@@ -16,6 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "io/gguf_model.h"
+#include "io/gguf_quant.h"
+#include "io/gguf_writer.h"
+#include "io/quantize.h"
 #include "model/fixtures.h"
 #include "model/forward.h"
 #include "template/chat_template.h"
@@ -201,6 +204,40 @@ TEST(GgufModelGuards, ALayerBeyondBlockCountIsRefused) {
   std::filesystem::remove(path);
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("tensor 'blk.7.ffn_up.weight'"), std::string::npos)
+      << model.status().to_string();
+}
+
+// Only matrices are computed on in blocks: a norm stored as Q8_0 (llama256_f16 with
+// blk.0.attn_norm.weight quantized, written by GgufWriter) is refused naming it.
+TEST(GgufModelGuards, AQuantizedNormIsRefusedByName) {
+  auto in = GgufFile::open(gguf_fixture("llama256_f16"));
+  ASSERT_TRUE(in.ok()) << in.status().to_string();
+  const std::string norm = "blk.0.attn_norm.weight";
+  GgufWriter writer;
+  for (const GgufKeyValue& kv : in->metadata().entries()) writer.copy(kv.key, kv.value);
+  for (const GgufTensorInfo& t : in->header().tensors)
+    ASSERT_TRUE(writer.add_tensor(t.name, t.dims, t.name == norm ? GgmlType::kQ8_0 : t.type).ok());
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("tessera_gguf_model_test_" + std::to_string(::getpid()) + "_q8_0_norm.gguf");
+  ASSERT_TRUE(writer.open(path.string()).ok());
+  for (const GgufTensorInfo& t : in->header().tensors) {
+    if (t.name != norm) {
+      ASSERT_TRUE(writer.write_tensor(in->bytes(t)).ok());
+      continue;
+    }
+    std::vector<float> values(t.dims[0]);
+    dequantize_gguf(t.type, in->bytes(t), values);
+    std::vector<uint8_t> blocks(dtype_bytes(DType::kQ8_0, static_cast<int64_t>(values.size())));
+    quantize_blocks(DType::kQ8_0, values, blocks);
+    ASSERT_TRUE(writer.write_tensor(blocks).ok());
+  }
+  ASSERT_TRUE(writer.finish().ok());
+  auto model = Model::load(path.string());
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(model.status().message().find("tensor 'model.layers.0.input_layernorm.weight' has dtype q8_0"),
+            std::string::npos)
       << model.status().to_string();
 }
 
