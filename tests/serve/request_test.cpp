@@ -251,6 +251,11 @@ TEST(ServeRequestTest, ApiErrorJsonHasTheOpenAiShape) {
   EXPECT_EQ(ApiError::from_status(Status::invalid_input("x")).retry_after_seconds(), 0);
   EXPECT_EQ(ApiError::from_status(Status::not_found("x")).http_status, 404);
   EXPECT_EQ(ApiError::from_status(Status::internal("x")).http_status, 500);
+  // A pipeline stage that is gone: come back once it is (serve --pipeline).
+  const ApiError gone = ApiError::from_status(Status::disconnected("stage node2 is gone"));
+  EXPECT_EQ(gone.http_status, 503);
+  EXPECT_EQ(gone.retry_after_seconds(), 1);
+  EXPECT_EQ(gone.type, "service_unavailable_error");
 }
 
 TEST(ServeRequestTest, TokenizeAndDetokenize) {
