@@ -158,4 +158,17 @@ TEST(TpProcesses, ARankCountThatDoesNotDivideIsRefused) {
   tessera::testing::expect_refused(run, {"6 attention heads are not divisible by 4 ranks"});
 }
 
+// generate --tp leads as rank 0 only, and not together with --pipeline.
+TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
+  Cluster cluster(2);
+  const std::string model = tessera::testing::fixture_dir("llama3_f32");
+  const std::string common = "generate --model " + model + " --prompt-ids 1,2 -n 1 --tp " + cluster.members() +
+                             " --trust " + cluster.trust_file().string();
+  tessera::testing::expect_refused(run_tessera(common + " --identity " + cluster.identity(1).string()),
+                                   {"generate --tp runs rank 0", "'node1' is rank 1"});
+  tessera::testing::expect_refused(
+      run_tessera(common + " --identity " + cluster.identity(0).string() + " --pipeline /nonexistent.json"),
+      {"--tp with --pipeline"});
+}
+
 }  // namespace
