@@ -3,6 +3,8 @@
 // and reuses the KV cache for the tokens it shares with the previous turn.
 //   /reset   clears the history      /quit or Ctrl-D   leaves
 //   Ctrl-C   stops the current answer (not the program)
+// With --tp node0,node1 --identity DIR --trust FILE it leads a tensor-parallel
+// group as rank 0 (the other members run tessera rank; docs/distributed.md).
 #include <signal.h>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/sampling_options.h"
+#include "cli/tp_options.h"
 #include "engine/generation.h"
 
 namespace tessera {
@@ -30,12 +33,21 @@ struct ChatOptions {
   int64_t tokens = 512;
   SamplingParams sampling;
   EngineOptions engine;
+  TpOptions tp;  // --tp: lead a tensor-parallel group as rank 0
 };
 
 Status chat(ChatOptions o) {
   TS_ASSIGN_OR_RETURN(const TextModel model, load_text_model(o.model_dir));
   if (!model.chat_template) return Status::invalid_input(o.model_dir + ": tokenizer_config.json has no chat_template");
-  TS_ASSIGN_OR_RETURN(LocalEngine engine, LocalEngine::create(model.model, o.engine));
+  TpEngine tp;
+  LocalEngine local;
+  if (o.tp.members.empty()) {
+    TS_ASSIGN_OR_RETURN(local, LocalEngine::create(model.model, o.engine));
+  } else {
+    TS_ASSIGN_OR_RETURN(tp, make_tp_engine(model.model, o.tp, o.engine));
+    std::fprintf(stderr, "[chat] %s\n", tp.name.c_str());
+  }
+  LocalEngine& engine = o.tp.members.empty() ? local : tp.engine;
   // One sequence for the whole conversation: each answer reuses the keys and values of the turns before it.
   LocalRunner runner(*engine.scheduler, model.model.config().max_position_embeddings, o.sampling);
   auto messages = nlohmann::ordered_json::array();
@@ -98,6 +110,7 @@ void register_chat(CLI::App& app, int& exit_code) {
   cmd->add_option("-n,--tokens", o->tokens, "Most tokens per answer")->check(CLI::Range(1, 1 << 20));
   add_sampling_options(*cmd, o->sampling);
   add_engine_options(*cmd, o->engine);
+  add_tp_options(*cmd, o->tp, "--tp", /*required=*/false, /*with_identity=*/true);
   cmd->callback([o, &exit_code] {
     const Status status = chat(*o);
     exit_code = status.ok() ? 0 : report_error(status);

@@ -55,7 +55,7 @@ struct GenerateOptions {
 
 // Where the layers run: this process's engine (over its shard with --tp), or a pipeline of stages.
 struct Runner {
-  std::unique_ptr<Model> shard;  // --tp: rank 0's part of the model
+  TpEngine tp;  // --tp: rank 0's shard and engine
   LocalEngine engine;
   std::unique_ptr<pipeline::Pipeline> pipeline;
   std::unique_ptr<SequenceRunner> sequence;
@@ -75,19 +75,9 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
     tp.identity = o.identity;
     tp.trust = o.trust;
     tp.plain = o.plain;
-    TS_ASSIGN_OR_RETURN(const TpMember member, load_tp_member(tp));
-    if (member.rank != 0)
-      return Status::invalid_input("generate --tp runs rank 0, the leader; '" + member.identity.name + "' is rank " +
-                                   std::to_string(member.rank) + ": run tessera rank there");
-    const auto ranks = static_cast<int>(tp.members.size());
-    TS_ASSIGN_OR_RETURN(Model shard, model.cut(Shard{0, ranks}));
-    runner.shard = std::make_unique<Model>(std::move(shard));
-    EngineOptions engine = o.engine;
-    TS_ASSIGN_OR_RETURN(engine.forward.group, connect_tp_group(tp, member));
-    TS_ASSIGN_OR_RETURN(runner.engine, LocalEngine::create(*runner.shard, engine));
-    runner.sequence = std::make_unique<LocalRunner>(*runner.engine.scheduler, capacity, sampling);
-    runner.name = runner.engine.device->name() + ", rank 0 of " + std::to_string(ranks) +
-                  (tp.plain ? " (plain)" : " (sealed)") + "; KV cache " + runner.engine.forward->kv_pool().describe();
+    TS_ASSIGN_OR_RETURN(runner.tp, make_tp_engine(model, tp, o.engine));
+    runner.sequence = std::make_unique<LocalRunner>(*runner.tp.engine.scheduler, capacity, sampling);
+    runner.name = runner.tp.name;
     return runner;
   }
   if (o.pipeline.empty()) {

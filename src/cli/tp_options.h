@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "collective/tcp/tcp_group.h"
+#include "engine/local_engine.h"
+#include "model/model.h"
 #include "net/identity.h"
 #include "net/trust.h"
 
@@ -37,8 +39,9 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
                       ->delimiter(',');
   if (required) members->required();
   if (with_identity) {
-    cmd.add_option("--identity", o.identity, "This node's identity directory (tessera keygen)")->required();
-    cmd.add_option("--trust", o.trust, "The cluster trust file")->required();
+    cmd.add_option("--identity", o.identity, "With the group: this node's identity directory (tessera keygen)")
+        ->required(required);
+    cmd.add_option("--trust", o.trust, "With the group: the cluster trust file")->required(required);
     cmd.add_flag("--plain", o.plain,
                  "For trusted links: ranks are still authenticated (mutual TLS), but tensors travel unsealed");
   }
@@ -77,6 +80,31 @@ inline Result<Group> connect_tp_group(const TpOptions& o, const TpMember& m) {
   options.connect_timeout = std::chrono::milliseconds(std::llround(o.connect_timeout_s * 1000));
   options.progress_timeout = std::chrono::milliseconds(std::llround(o.progress_timeout_s * 1000));
   return collective::connect_group(m.identity, m.trust, options);
+}
+
+// Rank 0's engine (generate --tp, chat --tp): its shard of `model` (a view of
+// the whole; only its rows and its copied columns are read) on a Forward over
+// the group, which waits until the other ranks (tessera rank) have joined.
+struct TpEngine {
+  std::unique_ptr<Model> shard;  // outlives the engine, which refers to it
+  LocalEngine engine;
+  std::string name;  // for the stats line: the device, the rank and sealing, the KV pool
+};
+
+inline Result<TpEngine> make_tp_engine(const Model& model, const TpOptions& o, EngineOptions engine) {
+  TS_ASSIGN_OR_RETURN(const TpMember member, load_tp_member(o));
+  if (member.rank != 0)
+    return Status::invalid_input("--tp runs rank 0, the leader; '" + member.identity.name + "' is rank " +
+                                 std::to_string(member.rank) + ": run tessera rank there");
+  const auto ranks = static_cast<int>(o.members.size());
+  TpEngine tp;
+  TS_ASSIGN_OR_RETURN(Model shard, model.cut(Shard{0, ranks}));
+  tp.shard = std::make_unique<Model>(std::move(shard));
+  TS_ASSIGN_OR_RETURN(engine.forward.group, connect_tp_group(o, member));
+  TS_ASSIGN_OR_RETURN(tp.engine, LocalEngine::create(*tp.shard, engine));
+  tp.name = tp.engine.device->name() + ", rank 0 of " + std::to_string(ranks) + (o.plain ? " (plain)" : " (sealed)") +
+            "; KV cache " + tp.engine.forward->kv_pool().describe();
+  return tp;
 }
 
 }  // namespace tessera

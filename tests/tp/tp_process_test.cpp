@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "model/fixtures.h"
@@ -158,6 +159,39 @@ TEST(TpProcesses, ARankCountThatDoesNotDivideIsRefused) {
   tessera::testing::expect_refused(run, {"6 attention heads are not divisible by 4 ranks"});
 }
 
+// chat --tp leads the group as generate --tp does: its first answer is the one
+// generate --tp --chat gives for the same message (both TP over 2 ranks, so
+// bitwise the same logits), and the second turn, on the same sequence (the
+// first's KV blocks reused), answers too. (Against one process, greedy text may
+// part at a near-tie: tessera-tiny's bf16 logits here differ within the 2e-2
+// tolerance, and the sixth token of this answer is such a tie.)
+TEST(TpProcesses, ChatLeadsTheGroupAsGenerateDoes) {
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  TpGroup group(2, dir, false);
+  const auto input = group.cluster().dir() / "turns.txt";
+  {
+    std::ofstream out(input);
+    out << "Tell me about the weather.\nAnd tomorrow?\n";
+  }
+  const auto log = group.cluster().dir() / "chat.log", out = group.cluster().dir() / "chat.out";
+  const std::string command = std::string(TESSERA_BINARY) + " chat --model " + dir + " -n 12 --threads 1 --tp " +
+                              group.cluster().members() + " --identity " + group.cluster().identity(0).string() +
+                              " --trust " + group.cluster().trust_file().string() + " < " + input.string() + " > " +
+                              out.string();
+  const int index = group.cluster().spawn(0, {"/bin/sh", "-c", command}, log);
+  ASSERT_EQ(group.cluster().wait(index, std::chrono::seconds(120)), 0) << slurp(log);
+  EXPECT_NE(slurp(log).find("rank 0 of 2 (sealed)"), std::string::npos) << slurp(log);
+  const std::string answers = slurp(out);
+  const size_t first_end = answers.find('\n');
+  ASSERT_NE(first_end, std::string::npos) << answers;
+  const std::string first = answers.substr(0, first_end), second = answers.substr(first_end + 1);
+  ASSERT_FALSE(first.empty());
+  EXPECT_NE(second.find_first_not_of('\n'), std::string::npos) << "no second answer: " << answers;
+  const auto run = group.lead({"--chat", "--prompt", "Tell me about the weather.", "-n", "12"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.substr(0, run.out.find('\n')), first) << run.out;
+}
+
 // generate --tp leads as rank 0 only, and not together with --pipeline.
 TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
   Cluster cluster(2);
@@ -165,7 +199,7 @@ TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
   const std::string common = "generate --model " + model + " --prompt-ids 1,2 -n 1 --tp " + cluster.members() +
                              " --trust " + cluster.trust_file().string();
   tessera::testing::expect_refused(run_tessera(common + " --identity " + cluster.identity(1).string()),
-                                   {"generate --tp runs rank 0", "'node1' is rank 1"});
+                                   {"--tp runs rank 0", "'node1' is rank 1"});
   tessera::testing::expect_refused(
       run_tessera(common + " --identity " + cluster.identity(0).string() + " --pipeline /nonexistent.json"),
       {"--tp with --pipeline"});
