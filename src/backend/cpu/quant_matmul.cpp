@@ -76,25 +76,31 @@ struct Block<DType::kQ8_0> {
 
 template <>
 struct Block<DType::kQ4_0> {
-  const uint8_t* HWY_RESTRICT b;
+  HWY_ALIGN int8_t q[32];  // q - 8, unpacked as bytes once (see Q6_K's)
   VF d;
-  HWY_INLINE explicit Block(const uint8_t* p) : b(p), d(hn::Set(DF(), f16_at(p))) {}
+  HWY_INLINE explicit Block(const uint8_t* p) : d(hn::Set(DF(), f16_at(p))) {
+    const hn::CappedTag<uint8_t, 16> d8;
+    for (size_t i = 0; i < 16; i += hn::Lanes(d8)) {
+      const auto v = hn::LoadU(d8, p + 2 + i);
+      hn::StoreU(hn::Sub(hn::And(v, hn::Set(d8, 0xf)), hn::Set(d8, 8)), d8, reinterpret_cast<uint8_t*>(q) + i);
+      hn::StoreU(hn::Sub(hn::ShiftRight<4>(v), hn::Set(d8, 8)), d8, reinterpret_cast<uint8_t*>(q) + 16 + i);
+    }
+  }
   HWY_INLINE VF at(int64_t e) const {
-    const DI di;
-    const VI q = e < 16 ? hn::And(bytes_u(b + 2 + e), hn::Set(di, 0xf)) : hn::ShiftRight<4>(bytes_u(b + 2 + e - 16));
-    return hn::Mul(d, hn::ConvertTo(DF(), hn::Sub(q, hn::Set(di, 8))));
+    const VI values = hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<int8_t, DI>(), q + e));
+    return hn::Mul(d, hn::ConvertTo(DF(), values));
   }
 };
 
-// Q4_K and Q5_K: dl[j] = d * sc[j], ml[j] = dmin * m[j] per sub-block of 32.
+// Q4_K and Q5_K: dl[j] = d * sc[j], ml[j] = dmin * m[j] per sub-block of 32; the
+// values unpacked as bytes once (see Q6_K's).
 template <DType kT>
 struct Block {
   static constexpr bool kFive = kT == DType::kQ5_K;
   static_assert(kT == DType::kQ4_K || kFive);
-  const uint8_t* HWY_RESTRICT qh;
-  const uint8_t* HWY_RESTRICT qs;
+  HWY_ALIGN uint8_t q[256];
   float dl[8], ml[8];
-  HWY_INLINE explicit Block(const uint8_t* b) : qh(b + 16), qs(kFive ? b + 48 : b + 16) {
+  HWY_INLINE explicit Block(const uint8_t* b) {
     const float d = f16_at(b), dmin = f16_at(b + 2);
     int sc[8], m[8];
     scale_min(b + 4, sc, m);
@@ -102,40 +108,55 @@ struct Block {
       dl[j] = d * static_cast<float>(sc[j]);
       ml[j] = dmin * static_cast<float>(m[j]);
     }
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = kFive ? b + 48 : b + 16;
+    const hn::CappedTag<uint8_t, 32> d8;
+    for (int j = 0; j < 8; ++j) {
+      for (size_t l = 0; l < 32; l += hn::Lanes(d8)) {
+        auto v = hn::And(hn::ShiftRightSame(hn::LoadU(d8, qs + 32 * (j / 2) + l), 4 * (j % 2)), hn::Set(d8, 0xf));
+        if constexpr (kFive)
+          v = hn::Or(v, hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(hn::LoadU(d8, qh + l), j), hn::Set(d8, 1))));
+        hn::StoreU(v, d8, q + 32 * j + l);
+      }
+    }
   }
   HWY_INLINE VF at(int64_t e) const {
     const DF df;
-    const DI di;
-    const int64_t j = e / 32, l = e % 32;
-    VI q = hn::And(hn::ShiftRightSame(bytes_u(qs + 32 * (j / 2) + l), static_cast<int>(4 * (j % 2))), hn::Set(di, 0xf));
-    if constexpr (kFive) {
-      q = hn::Or(q,
-                 hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(bytes_u(qh + l), static_cast<int>(j)), hn::Set(di, 1))));
-    }
-    return hn::Sub(hn::Mul(hn::Set(df, dl[j]), hn::ConvertTo(df, q)), hn::Set(df, ml[j]));
+    const VI values = hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<uint8_t, DI>(), q + e));
+    return hn::Sub(hn::Mul(hn::Set(df, dl[e / 32]), hn::ConvertTo(df, values)), hn::Set(df, ml[e / 32]));
   }
 };
 
+// Q6_K: the block's 256 six-bit values minus 32 are unpacked once as bytes (32 at a
+// time), then at(e) widens 8 of them: far fewer operations than unpacking each vector
+// from ql and qh (the same integers, so the same f32 products).
 template <>
 struct Block<DType::kQ6_K> {
-  const uint8_t* HWY_RESTRICT ql;
-  const uint8_t* HWY_RESTRICT qh;
+  HWY_ALIGN int8_t q[256];
   float ds[16];
-  HWY_INLINE explicit Block(const uint8_t* b) : ql(b), qh(b + 128) {
+  HWY_INLINE explicit Block(const uint8_t* b) {
+    const hn::CappedTag<uint8_t, 32> d8;
+    const auto n = static_cast<int64_t>(hn::Lanes(d8));
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    for (int64_t g = 0; g < 2; ++g) {
+      for (int64_t r = 0; r < 128; r += n) {
+        const auto lo = hn::And(hn::ShiftRightSame(hn::LoadU(d8, ql + 64 * g + r % 64), static_cast<int>(4 * (r / 64))),
+                                hn::Set(d8, 0xf));
+        const auto hi = hn::And(hn::ShiftRightSame(hn::LoadU(d8, qh + 32 * g + r % 32), static_cast<int>(2 * (r / 32))),
+                                hn::Set(d8, 3));
+        const auto values = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(d8, 32));  // wraps to q - 32 as int8
+        hn::StoreU(values, d8, reinterpret_cast<uint8_t*>(q) + 128 * g + r);
+      }
+    }
     const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
     const float d = f16_at(b + 208);
     for (int s = 0; s < 16; ++s) ds[s] = d * static_cast<float>(scales[s]);
   }
   HWY_INLINE VF at(int64_t e) const {
     const DF df;
-    const DI di;
-    const int64_t g = e / 128, r = e % 128;
-    const VI lo =
-        hn::And(hn::ShiftRightSame(bytes_u(ql + 64 * g + r % 64), static_cast<int>(4 * (r / 64))), hn::Set(di, 0xf));
-    const VI hi =
-        hn::And(hn::ShiftRightSame(bytes_u(qh + 32 * g + r % 32), static_cast<int>(2 * (r / 32))), hn::Set(di, 3));
-    const VI q = hn::Sub(hn::Or(lo, hn::ShiftLeft<4>(hi)), hn::Set(di, 32));
-    return hn::Mul(hn::Set(df, ds[e / 16]), hn::ConvertTo(df, q));
+    const VI values = hn::PromoteTo(DI(), hn::LoadU(hn::Rebind<int8_t, DI>(), q + e));
+    return hn::Mul(hn::Set(df, ds[e / 16]), hn::ConvertTo(df, values));
   }
 };
 
