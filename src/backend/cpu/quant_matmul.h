@@ -13,8 +13,8 @@
 // invariance over that speed-up).
 //
 // Three paths, one order:
-//   - 1 token (decode): each block's elements made in registers and multiplied at once,
-//     so the weights stream through once, at their quantized size;
+//   - 1 token (decode): each block's values unpacked as bytes, widened and multiplied at
+//     once, so the weights stream through once, at their quantized size;
 //   - 2..15 tokens: a few rows at a time dequantized to f32 scratch, then matmul_rows;
 //   - 16 tokens and more: x packed once for all threads (matmul_pack_x), then rows
 //     dequantized a few at a time and multiplied by the f32 GEMM (matmul_rows_packed).
