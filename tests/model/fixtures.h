@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,6 +88,16 @@ inline Reference load_reference(const std::string& name) {
 inline bool greedy_matches(std::span<const float> got, std::span<const float> want) {
   const auto next = static_cast<size_t>(std::max_element(got.begin(), got.end()) - got.begin());
   return want[next] == *std::max_element(want.begin(), want.end());
+}
+
+// The largest |got - want| over the largest |want|: the fixtures' tolerance measure.
+inline double max_relative_error(std::span<const float> got, std::span<const float> want) {
+  float scale = 0, error = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    error = std::max(error, std::fabs(got[i] - want[i]));
+  }
+  return error / scale;
 }
 
 // A test with the llama3_f32 fixture loaded and a one-thread CPU device.

@@ -17,17 +17,9 @@ namespace {
 
 using testing::fixture_dir;
 using testing::load_reference;
+using testing::max_relative_error;
 
 class ReferenceTest : public ::testing::TestWithParam<std::string> {};
-
-double max_relative_error(std::span<const float> got, std::span<const float> want) {
-  float scale = 0, error = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(want[i]));
-    error = std::max(error, std::fabs(got[i] - want[i]));
-  }
-  return error / scale;
-}
 
 TEST_P(ReferenceTest, LogitsAndGreedyTokensMatchTransformers) {
   const auto ref = load_reference(GetParam());
