@@ -5,6 +5,10 @@
 // where it takes AVX-512 BF16 dot products, of that instruction's loop).
 //   BM_Gemm/<dtype>/<rows>/<k>   counters: GFLOPs (per CPU second of the thread), fma_share,
 //                                dot_share (of those loops' rates, also in CPU time)
+// And the thread pool's hand-off, in wall time: one parallel_for with no work on
+// <threads> threads (the caller's included), what each of the ~130 a decode step makes
+// costs beyond its work when every thread has a core.
+//   BM_Handoff/<threads>          time per parallel_for; spin as TESSERA_SPIN_US says
 // Run: build/bin/cpu_matmul_bench   (docs/benchmarks.md, "f16 prefill")
 #include <benchmark/benchmark.h>
 
@@ -18,6 +22,7 @@
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 
 namespace {
 
@@ -74,6 +79,20 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::kF32)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+
+void BM_Handoff(benchmark::State& state) {
+  tessera::ThreadPool pool(static_cast<size_t>(state.range(0)));
+  std::vector<int64_t> touched(pool.size() * 16);  // a cache line a thread, so the work is real
+  for (auto _ : state) {
+    pool.parallel_for(pool.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) ++touched[i * 16];
+    });
+  }
+  benchmark::DoNotOptimize(touched.data());
+}
+// A fixed count: Google Benchmark's own estimate from the first iterations misjudges when
+// a hand-off's time jumps a hundredfold, as it does when other work takes the cores.
+BENCHMARK(BM_Handoff)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Iterations(4000)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 // Every standard header the kernel uses, before the attribute region (see the kernel).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -129,6 +130,14 @@ bool cpu_has_instruction() {
   return has;
 }
 
+bool enabled() {
+  static const bool on = [] {
+    const char* text = std::getenv("TESSERA_BF16_DOT");
+    return cpu_has_instruction() && (text == nullptr || std::strcmp(text, "0") != 0);
+  }();
+  return on;
+}
+
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
   TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
   if (tokens >= kernel::kGemmTokens) {
@@ -169,6 +178,7 @@ int64_t dot_loop_flops(int64_t iterations) { return iterations * kDotChains * 32
 #else  // not x86-64
 
 bool cpu_has_instruction() { return false; }
+bool enabled() { return false; }
 void matmul_rows(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
   TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
 }

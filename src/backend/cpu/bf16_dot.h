@@ -14,6 +14,12 @@ namespace tessera::cpu::bf16_dot {
 // compiled for). The functions below must be called only when it does.
 bool cpu_has_instruction();
 
+// Whether matmul.cpp is to take these dot products: the CPU has them and the environment
+// variable TESSERA_BF16_DOT is not "0" (a switch for measuring what they buy against the
+// widening f32 path on the same CPU, as TESSERA_SPIN_US is for the thread pool's spin).
+// Read once; the order of a process's sums never changes while it runs.
+bool enabled();
+
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy);
 
 // Floats (of 4 bytes: the packed x is bf16, two to a float) that a call's packed x takes;

@@ -418,11 +418,11 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
 }
 
 // Whether weights of w_dtype take bf16_dot.h's dot products: bf16 on an AVX-512 target
-// whose CPU has AVX-512 BF16 (a test that narrows dispatch to AVX2 gets the widening
-// order on the same CPU).
+// whose CPU has AVX-512 BF16, unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that
+// narrows dispatch to AVX2 gets the widening order on the same CPU).
 HWY_INLINE bool dots_bf16(DType w_dtype) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  return w_dtype == DType::kBF16 && bf16_dot::cpu_has_instruction();
+  return w_dtype == DType::kBF16 && bf16_dot::enabled();
 #else
   (void)w_dtype;
   return false;
