@@ -28,9 +28,6 @@ Status Scheduler::open(uint64_t id, int64_t capacity) {
   return {};
 }
 
-namespace {
-
-// The log-softmax of `logits` at `token`, and at the `top` largest logits.
 SampledLogprobs log_softmax(std::span<const float> logits, int32_t token, int top) {
   const float max = *std::max_element(logits.begin(), logits.end());
   double sum = 0;
@@ -48,8 +45,6 @@ SampledLogprobs log_softmax(std::span<const float> logits, int32_t token, int to
   for (size_t i = 0; i < k; ++i) out.top.push_back({order[i], logits[static_cast<size_t>(order[i])] - normalizer});
   return out;
 }
-
-}  // namespace
 
 Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs) {
   auto it = sequences_.find(id);
@@ -291,6 +286,7 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
 
 std::vector<StepOutput> Scheduler::step() {
   std::vector<StepOutput> outputs;
+  forward_failure_ = {};
   const std::vector<Chosen> chosen = choose(outputs);
   if (chosen.empty()) return outputs;
 
@@ -312,6 +308,7 @@ std::vector<StepOutput> Scheduler::step() {
   Result<std::vector<float>> out =
       forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
   if (!out.ok()) {  // checked inputs make this rare; every sequence of the step gets the error
+    forward_failure_ = out.status();
     for (const Chosen& c : chosen) {
       outputs.push_back({c.id, out.status()});
       close(c.id);

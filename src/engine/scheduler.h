@@ -47,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,11 @@ struct SampledLogprobs {
   TokenLogprob sampled;
   std::vector<TokenLogprob> top{};
 };
+
+// The log-softmax of `logits` [vocab] at `token`, and at the `top` largest
+// logits (most likely first, ties by id): what a sequence started with
+// top_logprobs gets, for callers that sample logits themselves.
+SampledLogprobs log_softmax(std::span<const float> logits, int32_t token, int top);
 
 struct StepOutput {
   uint64_t id = 0;
@@ -114,6 +120,11 @@ class Scheduler {
   size_t queued_feeds() const { return queued_; }
   uint64_t queued_bytes() const { return queued_bytes_; }
   std::vector<StepOutput> step();
+  // The error of the last step's forward pass (the device's, or a TP group's
+  // that has failed and stays failed), which every sequence in that step got;
+  // OK when it ran or nothing ran. How a TP leader tells a dead group from one
+  // sequence's bad input.
+  const Status& forward_failure() const { return forward_failure_; }
 
   // Positions a sequence holds (a preempted one: those it will run again); keeps
   // only the first n (a reused prompt prefix), with no input queued.
@@ -186,6 +197,7 @@ class Scheduler {
   uint64_t next_order_ = 0;
   size_t largest_step_ = 0;
   size_t last_step_size_ = 0;
+  Status forward_failure_{};
 };
 
 }  // namespace tessera

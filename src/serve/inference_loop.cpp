@@ -21,6 +21,13 @@ struct InferenceLoop::Live {
   std::vector<SampledLogprobs> logprobs{};  // not yet sent
 };
 
+EngineOptions serving_engine_options(const LoopOptions& options) {
+  EngineOptions engine = options.engine;
+  engine.scheduler.prefix_caching = options.prefix_caching;
+  engine.scheduler.preemption = true;
+  return engine;
+}
+
 InferenceLoop::InferenceLoop(LoopOptions options) : options_(std::move(options)) {}
 
 InferenceLoop::~InferenceLoop() { stop(); }
@@ -69,10 +76,7 @@ Status InferenceLoop::load() {
   if (options_.backend) {
     TS_ASSIGN_OR_RETURN(backend_, options_.backend(*model_, context()));
   } else {
-    EngineOptions engine = options_.engine;
-    engine.scheduler.prefix_caching = options_.prefix_caching;
-    engine.scheduler.preemption = true;
-    TS_ASSIGN_OR_RETURN(LocalEngine local, LocalEngine::create(model_->model, engine));
+    TS_ASSIGN_OR_RETURN(LocalEngine local, LocalEngine::create(model_->model, serving_engine_options(options_)));
     backend_ = std::make_unique<LocalBackend>(std::move(local));
   }
   backend_->update_stats(stats_);

@@ -93,6 +93,10 @@ struct LoopOptions {
   std::function<Result<std::unique_ptr<LoopBackend>>(const TextModel& model, int64_t context)> backend{};
 };
 
+// The engine options a server runs its requests with: options.engine, with the
+// prefix cache as asked and recompute preemption (a TP leader's engine too).
+EngineOptions serving_engine_options(const LoopOptions& options);
+
 // Counters for /metrics; read from any thread.
 struct LoopStats {
   std::atomic<int64_t> waiting{0}, running{0};

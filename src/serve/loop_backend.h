@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "engine/local_engine.h"
 #include "engine/scheduler.h"
+#include "model/model.h"
 
 namespace tessera::serve {
 
@@ -49,10 +50,12 @@ class LoopBackend {
   virtual void update_stats(LoopStats& stats) const = 0;
 };
 
-// The model's layers in this process.
+// The model's layers in this process (or, as a TP group's leader, its shard:
+// `shard` is what the engine runs, kept until the engine is gone).
 class LocalBackend final : public LoopBackend {
  public:
-  explicit LocalBackend(LocalEngine engine) : engine_(std::move(engine)) {}
+  explicit LocalBackend(LocalEngine engine, std::unique_ptr<Model> shard = nullptr)
+      : shard_(std::move(shard)), engine_(std::move(engine)) {}
   ~LocalBackend() override { engine_.reset(); }
 
   int64_t max_positions() const override;
@@ -64,8 +67,12 @@ class LocalBackend final : public LoopBackend {
   bool has_work() const override { return engine_.scheduler->has_work(); }
   std::vector<StepOutput> step() override { return engine_.scheduler->step(); }
   void update_stats(LoopStats& stats) const override;
+  // The last step's forward failure (Scheduler::forward_failure).
+  const Status& forward_failure() const { return engine_.scheduler->forward_failure(); }
+  int64_t block_size() const { return engine_.forward->kv_pool().block_size(); }
 
  private:
+  std::unique_ptr<Model> shard_;  // null: the engine runs a model its caller keeps
   LocalEngine engine_;
 };
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "serve/http_client.h"
+#include "serve/serve_process.h"
 #include "serve/test_server.h"
 #include "support/pipeline_cluster.h"
 
@@ -30,74 +31,17 @@ namespace {
 using Json = nlohmann::json;
 using tessera::test::Cluster;
 using tessera::test::PipelineCluster;
-using tessera::testing::slurp;
+using testing::kCurl;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kCurl = "/usr/bin/curl";
-
-// The server on node 0, and curl run beside it (in its namespace) for each request.
-class PipelineServer {
+// The server on node 0, coordinating stages 1..3.
+class PipelineServer : public testing::ServeProcess {
  public:
-  explicit PipelineServer(PipelineCluster& pipeline) : pipeline_(pipeline) {
-    Cluster& cluster = pipeline.cluster();
-    const std::string address = cluster.address(0);  // node 0 listens on nothing else
-    url_ = "http://" + address;
-    const std::string host = address.substr(0, address.rfind(':')), port = address.substr(address.rfind(':') + 1);
-    const std::string plan = pipeline.plan(kModel, {0, 1, 3, 4});
-    log_ = cluster.dir() / "serve.log";
-    process_ = cluster.spawn(0,
-                             {TESSERA_BINARY, "serve", "--model", kModel, "--pipeline", plan, "--identity",
-                              cluster.identity(0).string(), "--trust", cluster.trust_file().string(), "--host", host,
-                              "--port", port, "--timeout", "10", "--shutdown-timeout", "5"},
-                             log_);
-  }
-  std::string log() const { return slurp(log_); }
-
-  struct Reply {
-    int status = 0;  // -1: curl failed
-    std::string body;
-  };
-  // Starts curl with `body` for `target` (POST when a body is given); returns its process index.
-  int start(const std::string& target, const std::string& body = "") {
-    Cluster& cluster = pipeline_.cluster();
-    const int n = requests_++;
-    const auto request = cluster.dir() / ("request" + std::to_string(n) + ".json");
-    out_.push_back(cluster.dir() / ("reply" + std::to_string(n) + ".txt"));
-    code_.push_back(cluster.dir() / ("code" + std::to_string(n) + ".txt"));
-    std::vector<std::string> argv = {kCurl, "-sS", "-N", "-o", out_.back().string(), "-w", "%{http_code}"};
-    if (!body.empty()) {
-      std::ofstream(request) << body;
-      for (const std::string a : {"-H", "Content-Type: application/json", "--data-binary"}) argv.push_back(a);
-      argv.push_back("@" + request.string());
-    }
-    argv.push_back(url_ + target);
-    index_.push_back(cluster.spawn(0, argv, code_.back()));
-    return n;
-  }
-  Reply finish(int n, std::chrono::seconds limit = std::chrono::seconds(120)) {
-    const int code = pipeline_.cluster().wait(index_[static_cast<size_t>(n)], limit);
-    Reply reply;
-    const std::string status = slurp(code_[static_cast<size_t>(n)]);
-    reply.status =
-        code == 0 && !status.empty() && std::isdigit(static_cast<unsigned char>(status[0])) ? std::stoi(status) : -1;
-    reply.body = slurp(out_[static_cast<size_t>(n)]);
-    return reply;
-  }
-  Reply request(const std::string& target, const std::string& body = "") { return finish(start(target, body)); }
-  // Whether request n's reply so far holds `text`.
-  bool received(int n, const std::string& text) const {
-    return slurp(out_[static_cast<size_t>(n)]).find(text) != std::string::npos;
-  }
-  int process() const { return process_; }
-
- private:
-  PipelineCluster& pipeline_;
-  std::string url_;
-  std::filesystem::path log_;
-  int process_ = -1;
-  int requests_ = 0;
-  std::vector<std::filesystem::path> out_, code_;
-  std::vector<int> index_;
+  explicit PipelineServer(PipelineCluster& pipeline)
+      : ServeProcess(pipeline.cluster(),
+                     {"--model", kModel, "--pipeline", pipeline.plan(kModel, {0, 1, 3, 4}), "--identity",
+                      pipeline.cluster().identity(0).string(), "--trust", pipeline.cluster().trust_file().string(),
+                      "--timeout", "10", "--shutdown-timeout", "5"}) {}
 };
 
 Json completion(int i, int max_tokens) {
@@ -123,11 +67,7 @@ TEST(ServePipelineTest, ConcurrentAnswersBatchingADeadStageAndRecovery) {
   PipelineCluster pipeline;
   std::cout << (pipeline.cluster().in_namespaces() ? "in network namespaces\n" : "on loopback\n");
   PipelineServer server(pipeline);
-  const auto ready = Clock::now() + std::chrono::seconds(60);
-  while (server.request("/health").status != 200) {
-    ASSERT_LT(Clock::now(), ready) << server.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  ASSERT_TRUE(server.wait_ready()) << server.log();
 
   // 8 requests at once; each answer is the one this process's own server gives.
   constexpr int kRequests = 8;
@@ -202,11 +142,7 @@ TEST(ServePipelineTest, LogprobsAreRefusedOverAPipeline) {
   if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
   PipelineCluster pipeline;
   PipelineServer server(pipeline);
-  const auto ready = Clock::now() + std::chrono::seconds(60);
-  while (server.request("/health").status != 200) {
-    ASSERT_LT(Clock::now(), ready) << server.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  ASSERT_TRUE(server.wait_ready()) << server.log();
   const PipelineServer::Reply refused =
       server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "logprobs": 2})");
   EXPECT_EQ(refused.status, 400) << refused.body;
