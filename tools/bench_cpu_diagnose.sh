@@ -9,12 +9,15 @@
 #      build before and after (the pool's layout is what changed between them);
 #   4. at --threads (16): the build before, the build after, the build after with
 #      TESSERA_BF16_DOT=0 (the f32 GEMM and decode tiles instead of AVX-512 BF16 dot
-#      products), and with one thread fewer, taking turns for --rounds rounds, each
-#      `tessera bench --model CKPT --prompt 512 --decode 64`;
-#   5. the build after at --sweep thread counts (`--prompt 256 --decode 32`, the same at
-#      every count, so the counts compare with each other);
-#   6. the GEMM alone on one thread (cpu_matmul_bench's BM_Gemm, f32 and bf16, and bf16
-#      with TESSERA_BF16_DOT=0), against the FMA and bf16 dot-product loops.
+#      products), with TESSERA_SPIN_US=2000 (workers poll 2 ms before they sleep), and
+#      with one thread fewer, each `tessera bench --model CKPT --prompt 512 --decode 64`;
+#   5. the build after at --threads and the --sweep counts above 1 (`--prompt 256
+#      --decode 32`, the same at every count, so the counts compare with each other), and
+#      the build before at 2 threads;
+#   6. rounds 2 to --rounds of step 4's builds and TESSERA_BF16_DOT=0, in another order;
+#   7. the sweep at 1 thread, and the GEMM alone on one thread (cpu_matmul_bench's
+#      BM_Gemm, f32 and bf16, and bf16 with TESSERA_BF16_DOT=0), against the FMA and bf16
+#      dot-product loops.
 #   tools/bench_cpu_diagnose.sh --bins DIR [--deadline 150] [--threads 16] [--rounds 2]
 #     [--sweep "8 4 2 1"] [--out DIR]
 # DIR (--bins) holds tessera-before, tessera-after, cpu_matmul_bench-before and
@@ -90,23 +93,39 @@ if (($(left) > 10)); then
   micro after Handoff
 fi
 
-for ((r = 1; r <= rounds; ++r)); do
-  for run in before after nodot fewer; do
-    (($(left) > 20)) || { echo "skipped past the deadline: round $r $run"; continue; }
-    case $run in
-      before) bench "round $r before" "$bins/tessera-before" "$threads" 512 64 ;;
-      after) bench "round $r after" "$bins/tessera-after" "$threads" 512 64 ;;
-      nodot) bench "round $r after, no dots" "$bins/tessera-after" "$threads" 512 64 TESSERA_BF16_DOT=0 ;;
-      fewer) bench "round $r after, one thread fewer" "$bins/tessera-after" $((threads - 1)) 512 64 ;;
-    esac
-  done
-done
+# One A/B run at --threads (16): a build, or the build after with a switch.
+ab() {
+  local r=$1 run=$2
+  (($(left) > 20)) || { echo "skipped past the deadline: round $r $run"; return; }
+  case $run in
+    before) bench "round $r before" "$bins/tessera-before" "$threads" 512 64 ;;
+    after) bench "round $r after" "$bins/tessera-after" "$threads" 512 64 ;;
+    nodot) bench "round $r after, no dots" "$bins/tessera-after" "$threads" 512 64 TESSERA_BF16_DOT=0 ;;
+    spin) bench "round $r after, 2 ms spin" "$bins/tessera-after" "$threads" 512 64 TESSERA_SPIN_US=2000 ;;
+    fewer) bench "round $r after, one thread fewer" "$bins/tessera-after" $((threads - 1)) 512 64 ;;
+  esac
+}
+sweep_at() {
+  local t=$1
+  (($(left) > 10 + 32 / t)) || { echo "skipped past the deadline: sweep at $t threads"; return; }
+  bench "sweep" "$bins/tessera-after" "$t" 256 32
+}
 
+# Round 1 of every variant, the sweep down to 2 threads, round 2 of the builds (the
+# other way round), then what is slowest and least needed: 1 thread and the GEMM alone.
+note "at $threads threads, round 1"
+for run in before after nodot spin fewer; do ab 1 "$run"; done
 note "sweep"
 for t in $threads $sweep; do
-  (($(left) > 10 + 32 / t)) || { echo "skipped past the deadline: sweep at $t threads"; continue; }
-  bench "sweep" "$bins/tessera-after" "$t" 256 32
+  ((t > 1)) && sweep_at "$t"
+  # The build before at 2 threads too, where the dev VM's figures come from.
+  ((t == 2 && $(left) > 25)) && bench "sweep, build before" "$bins/tessera-before" 2 256 32
 done
+for ((r = 2; r <= rounds; ++r)); do
+  note "at $threads threads, round $r"
+  for run in after before nodot; do ab "$r" "$run"; done
+done
+[[ " $sweep " == *" 1 "* ]] && sweep_at 1
 
 if (($(left) > 10)); then
   note "the GEMM alone on one thread"

@@ -33,20 +33,32 @@ void free_host(void* data, size_t bytes) {
   }
 }
 
-// Calls fn(begin, end) over rows [0, n) in chunks of a multiple of 16 rows (whole decode
-// tiles and GEMM panels), about 8 a thread, each taken by whichever thread is free next:
-// a thread slowed by other work on the machine takes fewer chunks instead of the others
-// waiting for its fixed share. A row is still computed by one call, in the one order
-// matmul.cpp states, so no result depends on which thread took it.
-void for_chunks(ThreadPool& pool, size_t n, size_t chunk, const std::function<void(size_t, size_t)>& fn) {
+// Calls fn(begin, end) over [0, n) in chunks taken by whichever thread is free next, so
+// that a thread slowed by other work on the machine takes fewer chunks instead of the
+// others waiting for its fixed share. Chunks shrink as the work runs out (guided
+// scheduling): each takes 1 / (2 * threads) of what is left, in multiples of `unit` and
+// at least `unit`, so that few chunks are taken and the threads still finish within about
+// one unit of each other (with equal chunks of 1 / (8 * threads) of the work, the last
+// thread could be left an eighth of its share to do alone). An element is still computed by one call
+// in the order matmul.cpp states, so no result depends on which thread took it.
+void for_chunks(ThreadPool& pool, size_t n, size_t unit, const std::function<void(size_t, size_t)>& fn) {
   std::atomic<size_t> next{0};
+  const size_t parts = 2 * pool.size();
   pool.parallel_for(pool.size(), 1, [&](size_t, size_t) {
-    for (size_t begin = next.fetch_add(chunk); begin < n; begin = next.fetch_add(chunk))
-      fn(begin, std::min(n, begin + chunk));
+    size_t begin = next.load(std::memory_order_relaxed);
+    while (begin < n) {
+      const size_t size = std::max<size_t>(1, (n - begin) / parts / unit) * unit;
+      const size_t end = std::min(n, begin + size);
+      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+        fn(begin, end);
+        begin = next.load(std::memory_order_relaxed);
+      }
+    }
   });
 }
+// Rows in units of 16 (whole decode tiles and GEMM panels).
 void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
-  for_chunks(pool, n, std::max<size_t>(16, (n / (pool.size() * 8) + 15) / 16 * 16), fn);
+  for_chunks(pool, n, 16, fn);
 }
 
 // Element-wise ops split over the threads in units of at least this many elements, so
@@ -224,12 +236,11 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // a few tokens' take one head each, so that every thread has some.
   const int64_t per_unit = a.tokens * p.n_kv_heads >= 4 * threads ? group : 1;
   const int64_t units_per_token = a.n_heads / per_unit;
-  // Units are taken in small chunks by whichever thread is free, the last token's first:
-  // in a causal prompt a token's units cost in proportion to its position, and one
-  // contiguous range a thread left the last thread twice the average work at 16 threads.
+  // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
+  // thread is free, the last token's first: in a causal prompt a token's units cost in proportion to its position, and
+  // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = a.tokens * units_per_token;
-  const auto chunk = static_cast<size_t>(std::max<int64_t>(1, units / (threads * 16)));
-  for_chunks(pool_, static_cast<size_t>(units), chunk, [&](size_t begin, size_t end) {
+  for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
