@@ -100,12 +100,18 @@ void order_x(DF df, const float* HWY_RESTRICT x, int64_t k_vec, float* HWY_RESTR
   if constexpr (kChunkVectors<WT> == 1) {
     std::memcpy(out, x, static_cast<size_t>(k_vec) * sizeof(float));
   } else {
+#if HWY_TARGET == HWY_SCALAR  // one lane: the order is x's own
+    (void)lanes;
+    std::memcpy(out, x, static_cast<size_t>(k_vec) * sizeof(float));
+#else
+    // Every decode tile call orders its x (each thread, each chunk of rows), so in vectors.
     for (int64_t c = 0; c < k_vec; c += 2 * lanes) {
-      for (int64_t j = 0; j < lanes; ++j) {
-        out[c + j] = x[c + 2 * j];
-        out[c + lanes + j] = x[c + 2 * j + 1];
-      }
+      const VF lo = hn::LoadU(df, x + c);
+      const VF hi = hn::LoadU(df, x + c + lanes);
+      hn::StoreU(hn::ConcatEven(df, hi, lo), df, out + c);
+      hn::StoreU(hn::ConcatOdd(df, hi, lo), df, out + c + lanes);
     }
+#endif
   }
 }
 
