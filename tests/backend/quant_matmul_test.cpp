@@ -1,20 +1,30 @@
-// The CPU matmul on GGUF's quantized blocks (backend/cpu/quant_matmul.h) against
-// the references: dequantization bitwise equal to io/gguf_quant's (itself bitwise
-// gguf-py's, tests/io/gguf_test.cpp), products bitwise equal to the f32 matmul of the
-// dequantized rows on every instruction set, and rows bitwise the same alone or in
-// any batch at any thread count.
+// The CPU matmul on GGUF's quantized blocks (backend/cpu/quant_matmul.h, with the
+// integer dot products of quant_dot.h on activations rounded as quant_act.h says)
+// against references nobody here wrote: dequantization bitwise io/gguf_quant's (itself
+// bitwise gguf-py's, tests/io/gguf_test.cpp); the Q8_0 rounding of the activations
+// bitwise gguf-py's quantizer, the Q8_K one ggml's quantize_row_q8_K_ref (restated in
+// NumPy); the products within f32 rounding of the f64 sums of gguf-py's dequantized
+// weights times the rounded activations (tests/fixtures/gguf/quant_dot.gguf, written by
+// make_quant_dot_fixture.py); the same bits on every instruction set; and rows bitwise
+// the same alone or in any batch at any thread count.
 #include "backend/cpu/quant_matmul.h"
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_device.h"
-#include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_act.h"
 #include "hwy/targets.h"
+#include "io/gguf.h"
 #include "io/gguf_quant.h"
 #include "support/random_tensors.h"
 
@@ -71,6 +81,90 @@ int for_each_target(Fn&& fn) {
   return targets_run;
 }
 
+// The fixture of make_quant_dot_fixture.py.
+class QuantDotFixture {
+ public:
+  QuantDotFixture() {
+    auto file = GgufFile::open(std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/quant_dot.gguf");
+    EXPECT_TRUE(file.ok()) << file.status().to_string();
+    if (file.ok()) file_.emplace(std::move(*file));
+  }
+  bool ok() const { return file_.has_value(); }
+  std::span<const uint8_t> bytes(const std::string& name) const {
+    const GgufTensorInfo* tensor = file_->find(name);
+    EXPECT_NE(tensor, nullptr) << name;
+    return tensor ? file_->bytes(*tensor) : std::span<const uint8_t>{};
+  }
+  std::vector<float> floats(const std::string& name) const {
+    const auto b = bytes(name);
+    std::vector<float> out(b.size() / sizeof(float));
+    std::memcpy(out.data(), b.data(), out.size() * sizeof(float));
+    return out;
+  }
+
+ private:
+  std::optional<GgufFile> file_;
+};
+
+constexpr int64_t kFixtureK = 1024, kFixtureTokens = 3, kFixtureRows = 13;
+
+// Q8_0 activations are gguf-py's Q8_0 blocks (ggml's quantize_row_q8_0_ref: ties away
+// from zero, d an f16); Q8_K ones are ggml's quantize_row_q8_K_ref (ties to even, the
+// first largest |x| sets the sign of the scale, bsums the sums of 16).
+TEST(QuantActTest, RoundingIsGgmlsReference) {
+  const QuantDotFixture fixture;
+  ASSERT_TRUE(fixture.ok());
+  const auto x = fixture.floats("x");
+  const auto q8_0 = fixture.bytes("x.q8_0");
+  const auto q8_k = fixture.floats("x.q8_k.qs");
+  const auto q8_k_d = fixture.floats("x.q8_k.d");
+  for (int64_t t = 0; t < kFixtureTokens; ++t) {
+    std::vector<cpu::Q8Block> got(kFixtureK / 32);
+    cpu::quantize_q8_0(x.data() + t * kFixtureK, kFixtureK, got.data());
+    for (int64_t b = 0; b < kFixtureK / 32; ++b) {
+      const uint8_t* want = q8_0.data() + (t * kFixtureK / 32 + b) * 34;
+      const float d = f16_to_f32(static_cast<uint16_t>(want[0] | want[1] << 8));
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[b].d), std::bit_cast<uint32_t>(d)) << "token " << t << " block " << b;
+      ASSERT_EQ(std::memcmp(got[b].qs, want + 2, 32), 0) << "token " << t << " block " << b;
+    }
+    std::vector<cpu::Q8KBlock> got_k(kFixtureK / 256);
+    cpu::quantize_q8_K(x.data() + t * kFixtureK, kFixtureK, got_k.data());
+    for (int64_t b = 0; b < kFixtureK / 256; ++b) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got_k[b].d), std::bit_cast<uint32_t>(q8_k_d[t * 4 + b])) << t << " " << b;
+      for (int j = 0; j < 256; ++j) {
+        ASSERT_EQ(static_cast<float>(got_k[b].qs[j]), q8_k[t * kFixtureK + b * 256 + j])
+            << "token " << t << " element " << j;
+        int sum = 0;
+        for (int i = 0; i < 16; ++i) sum += got_k[b].qs[16 * (j / 16) + i];
+        ASSERT_EQ(got_k[b].bsums[j / 16], sum);
+      }
+    }
+  }
+  // The fixture's tie rows did round differently in the two schemes (else they test
+  // nothing): token 1's 0.5 steps, away from zero in Q8_0, to even in Q8_K.
+  int ties = 0;
+  for (int64_t i = 0; i < kFixtureK; ++i)
+    ties += std::abs(float(static_cast<int8_t>(q8_0[(kFixtureK / 32 + i / 32) * 34 + 2 + i % 32])) +
+                     q8_k[kFixtureK + i]) > 0.0f;  // Q8_K's scale is -1 there: q = -x rounded
+  EXPECT_GT(ties, 100);
+}
+
+// A block of activations holding an infinity or a NaN (where ggml is undefined) gives a
+// NaN scale, so the products are NaN as the f32 matmul's would be.
+TEST(QuantActTest, NonFiniteActivationsGiveNaN) {
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    std::vector<float> x(256, 0.25f);
+    x[7] = bad;
+    std::vector<cpu::Q8Block> q(8);
+    cpu::quantize_q8_0(x.data(), 256, q.data());
+    EXPECT_TRUE(std::isnan(q[0].d)) << bad;
+    EXPECT_FALSE(std::isnan(q[1].d)) << bad;
+    cpu::Q8KBlock qk;
+    cpu::quantize_q8_K(x.data(), 256, &qk);
+    EXPECT_TRUE(std::isnan(qk.d)) << bad;
+  }
+}
+
 class QuantMatmulTest : public ::testing::TestWithParam<DType> {};
 
 // Every block of 3 rows of 2 K-blocks (16 Q8_0/Q4_0 blocks) dequantizes bit for bit as
@@ -88,54 +182,52 @@ TEST_P(QuantMatmulTest, DequantizationIsBitwiseTheReferences) {
   EXPECT_GE(targets, 2);
 }
 
-// Decode on the blocks gives bitwise what the f32 matmul gives on the dequantized rows
-// (the order matmul.cpp states), and stays within 1e-5 of the row's magnitude of a
-// double-precision sum; on every instruction set. 13 rows leave a partial tile.
-TEST_P(QuantMatmulTest, MatvecIsTheF32MatmulOfTheDequantizedRows) {
+// The fixture's weights times its activations: within f32 rounding (1e-5 of the sum of
+// |products|) of gguf-py's f64 sums, the same bits on every instruction set, one token
+// at a time or all three. 13 rows leave a partial group of 4.
+TEST_P(QuantMatmulTest, ProductsAreGgufPysSumsOnEveryTarget) {
   const DType dtype = GetParam();
-  const int64_t rows = 13, k = 1024;
-  const auto blocks = random_blocks(dtype, rows, k, 2);
-  const auto w = reference_dequantized(dtype, blocks, rows * k);
-  const auto x = random_values(static_cast<size_t>(k), 3);
+  const QuantDotFixture fixture;
+  ASSERT_TRUE(fixture.ok());
+  const std::string name(dtype_name(dtype));
+  const auto x = fixture.floats("x");
+  const auto blocks = fixture.bytes("w." + name);
+  const auto want = fixture.floats("want." + name);
+  const auto magnitude = fixture.floats("magnitude." + name);
+  const TensorView weight{dtype, {kFixtureRows, kFixtureK}, const_cast<uint8_t*>(blocks.data())};
+  std::vector<uint32_t> first;
   const int targets = for_each_target([&](int64_t target) {
-    std::vector<float> got(static_cast<size_t>(rows)), want(static_cast<size_t>(rows));
-    cpu::quant_matvec(x.data(), k, blocks.data(), dtype, rows, got.data());
-    cpu::matmul_rows(x.data(), 1, k, w.data(), DType::kF32, rows, want.data(), rows);
-    ASSERT_EQ(bits(got.data(), rows), bits(want.data(), rows)) << hwy::TargetName(target);
-    for (int64_t r = 0; r < rows; ++r) {
-      double sum = 0, magnitude = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        sum += double{x[i]} * w[r * k + i];
-        magnitude += std::abs(double{x[i]} * w[r * k + i]);
-      }
-      ASSERT_NEAR(got[r], sum, 1e-5 * magnitude) << hwy::TargetName(target) << " row " << r;
+    CpuDevice device(2);
+    std::vector<float> got(static_cast<size_t>(kFixtureTokens * kFixtureRows));
+    device.matmul(x.data(), kFixtureTokens, weight, {}, got.data());
+    for (int64_t i = 0; i < kFixtureTokens * kFixtureRows; ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * magnitude[i]) << hwy::TargetName(target) << " output " << i;
+    for (int64_t t = 0; t < kFixtureTokens; ++t) {
+      std::vector<float> alone(static_cast<size_t>(kFixtureRows));
+      device.matmul(x.data() + t * kFixtureK, 1, weight, {}, alone.data());
+      ASSERT_EQ(bits(alone.data(), kFixtureRows), bits(got.data() + t * kFixtureRows, kFixtureRows))
+          << hwy::TargetName(target) << " token " << t;
     }
+    if (first.empty()) first = bits(got.data(), kFixtureTokens * kFixtureRows);
+    ASSERT_EQ(bits(got.data(), kFixtureTokens * kFixtureRows), first) << hwy::TargetName(target);
   });
   EXPECT_GE(targets, 2);
 }
 
-// A token's row is bitwise the same alone (decode) as among 301 tokens (the packed
-// GEMM) or 5 (dequantized scratch rows), at 1, 2 and 3 threads, and equals the f32
-// matmul of the dequantized weights. 70 rows leave a partial chunk and an uneven split.
+// A token's row is bitwise the same alone (decode) as among 301 tokens (several token
+// tiles) or 5, at 1, 2 and 3 threads. 70 rows leave a partial chunk and an uneven split.
 TEST_P(QuantMatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
   const DType dtype = GetParam();
   const int64_t tokens = 301, k = 512, n = 70;
   const auto x = random_values(static_cast<size_t>(tokens * k), 4);
   const auto blocks = random_blocks(dtype, n, k, 5);
-  const auto w = reference_dequantized(dtype, blocks, n * k);
   const TensorView weight{dtype, {n, k}, blocks.data()};
-  const TensorView widened{DType::kF32, {n, k}, w.data()};
   std::vector<uint32_t> reference;
   for (const size_t threads : {1, 2, 3}) {
     CpuDevice device(threads);
     std::vector<float> all(static_cast<size_t>(tokens * n));
     device.matmul(x.data(), tokens, weight, {}, all.data());
-    if (reference.empty()) {
-      reference = bits(all.data(), tokens * n);
-      std::vector<float> f32(all.size());
-      device.matmul(x.data(), tokens, widened, {}, f32.data());
-      EXPECT_EQ(reference, bits(f32.data(), tokens * n)) << "against the f32 matmul";
-    }
+    if (reference.empty()) reference = bits(all.data(), tokens * n);
     EXPECT_EQ(bits(all.data(), tokens * n), reference) << threads << " threads";
     for (const int64_t t : {0, 1, 150, 300}) {
       std::vector<float> alone(static_cast<size_t>(n));

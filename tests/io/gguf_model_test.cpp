@@ -86,16 +86,19 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GgufModelTest,
                          ::testing::Values("llama3_f32", "llama_f16", "qwen2_f32", "qwen3_bf16"));
 
 // llama.cpp's greedy tokens on each fixture GGUF, recorded by make_quantized_ggufs.sh
-// (llama_greedy against libllama), and tessera's on the same file. The quantized files
+// (llama_greedy against libllama), and tessera's on the same file, both with an f16 KV
+// cache (llama.cpp's default; with tessera's f32 one, llama256_f16_q8_0's seventh token
+// splits a near-tie, 2.4835 against 2.4801, the other way). The quantized files
 // also stay within a tolerance of their unquantized model's logits, relative to each
 // row's largest logit: the f32/bf16 checkpoint's transformers logits, or for
 // llama256_f16 (no checkpoint; the K-quants need its 256-wide rows) tessera's f32 run
 // of the unquantized GGUF along llama.cpp's greedy tokens on it.
-// Measured on 2026-12-01 (random weights, so blocks are coarse): Q8_0 0.032
-// (llama3) and 0.023 (qwen3), Q4_0 0.39 and 0.32; unquantized files at most 0.0013.
-// llama256: Q8_0 0.016, Q6_K 0.064, Q5_K_M 0.093, Q4_K_M 0.21. llama.cpp's CPU dot products
-// quantize the activations too (Q8_K for K-quants), so near-ties may split: on "hello world"
-// Q5_K_M's third token differed where tessera's top two logits are 0.044 apart (of 2.8).
+// Measured on 2026-12-02 with the integer dot products (activations rounded to 8 bits, as
+// llama.cpp's CPU matmul does; random weights, so blocks are coarse): Q8_0 0.031 (llama3)
+// and 0.027 (qwen3), Q4_0 0.40 and 0.32; unquantized files at most 0.0073 (the f16 KV
+// cache). llama256: Q8_0 0.020, Q6_K 0.067, Q5_K_M 0.099, Q4_K_M 0.22. Near-ties may
+// still split: on "hello world" Q5_K_M's third token once differed where tessera's top
+// two logits were 0.044 apart (of 2.8).
 double tolerance(const std::string& file) {
   if (file.ends_with("_q8_0")) return 0.05;
   if (file.ends_with("_q6_k")) return 0.1;
@@ -134,7 +137,7 @@ TEST(GgufLlamaCpp, GreedyTokensEqualLlamaCppsOnTheSameFile) {
     const auto want = entry["greedy"].get<std::vector<int32_t>>();
     const auto ref = unquantized_reference(entry["fixture"].get<std::string>(), recorded);
     auto device = make_cpu_device(2);
-    Forward forward(*model, *device);
+    Forward forward(*model, *device, {.kv_dtype = DType::kF16});  // llama.cpp's default KV cache type
     KvCache cache = forward.make_cache(static_cast<int64_t>(prompt.size() + want.size()));
     const auto vocab = static_cast<size_t>(model->config().vocab_size);
     std::vector<int32_t> got;

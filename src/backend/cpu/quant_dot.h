@@ -1,0 +1,47 @@
+// Integer dot products of quantized weight rows (DType kQ8_0, kQ4_0, kQ4_K, kQ5_K,
+// kQ6_K) with activation rows rounded to 8 bits (quant_act.h), as ggml's CPU matmul
+// computes them (ggml_vec_dot_<type>_q8_<0|K>), with run-time ISA dispatch (Highway;
+// AVX2 and AVX-512 targets use vpmaddubsw/vpmaddwd, others plain integer loops).
+//
+// One order, stated so that every path and every instruction set gives the same bits.
+// A row's k elements are split into units, each with one float scale: a block of 32
+// for Q8_0 and Q4_0 (activations Q8_0), a super-block of 256 for the K types
+// (activations Q8_K). Eight f32 lane accumulators acc[l], all zero at first; for each
+// unit u in order:
+//   P[l] = sum over the unit's groups g of 32 elements of
+//          s(g, l) * sum_{i<4} w[32 g + 4 l + i] * x[32 g + 4 l + i]      (exact, int32)
+//   acc[l] = fma(D, float(P[l]), acc[l])
+// where w are the weight's integers (Q8_0 q; Q4_0 q - 8; Q4_K/Q5_K the unsigned q;
+// Q6_K q - 32), x the activation's q, s(g, l) the integer sub-scale of those elements
+// (1 for Q8_0/Q4_0; the 6-bit scale of sub-block g for Q4_K/Q5_K; Q6_K's scale of the
+// 16 elements, i.e. of 16-group 2 g + l / 4), and D = d_w * d_x (f32). Q4_K and Q5_K
+// also keep m = fma(dmin_w * d_x, float(M), m) with the integer
+// M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]). The result is
+// acc's halving tree (lane l + 4 onto l, then + 2, then + 1) minus m.
+// So a token's output depends only on its own row: the same alone (decode) as among
+// any others (prefill), at any thread count, on every instruction set.
+//
+// Pure function over caller-owned memory; any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cpu {
+
+// Bytes of one token's activations rounded for weights of `dtype` (k elements):
+// k / 32 Q8Block or k / 256 Q8KBlock.
+size_t quant_act_bytes(DType dtype, int64_t k);
+
+// Rounds `tokens` rows of k activations (k apart) for weights of `dtype` into xq
+// (quant_act_bytes(dtype, k) a token).
+void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k, void* xq);
+
+// y[t * ldy + r] = the dot product above of weight row r (of `rows`, dtype_bytes(dtype,
+// k) apart from w) with token t's rounded activations (of `tokens` in xq).
+void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
+                    int64_t ldy);
+
+}  // namespace tessera::cpu
