@@ -32,13 +32,21 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::connect(const Pipeline
   TS_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Pipeline> pipeline,
                       pipeline::Pipeline::connect(identity, trust, config, std::move(plan), options));
   std::fprintf(stderr, "[serve] pipeline of %s:\n%s", serving.plan.c_str(), pipeline->layout().c_str());
-  return std::unique_ptr<PipelineBackend>(new PipelineBackend(std::move(pipeline), context));
+  return std::unique_ptr<PipelineBackend>(new PipelineBackend(std::move(pipeline), context, config.vocab_size));
 }
 
 Status PipelineBackend::open(uint64_t id, int64_t /*capacity*/, const Submission& request) {
-  if (request.logprobs >= 0)
-    return Status::unsupported("logprobs are not available with --pipeline: the last stage returns the token alone");
+  if (!request.cache_salt.empty())
+    return Status::unsupported(
+        "cache_salt is not available with --pipeline: the stages keep no prefix cache (docs/serving.md)");
   // The stages hold `context` positions per request; the loop ends the request at its capacity.
+  if (request.logprobs >= 0) {  // no start message: the last stage returns logits
+    sampled_here_.emplace(
+        id,
+        SampledHere{.sampler = Sampler(request.sampling, vocab_), .top = request.logprobs, .prompt = request.prompt});
+    outgoing_.push_back({.id = id, .ids = request.prompt});
+    return {};
+  }
   outgoing_.push_back({.id = id, .start = request.sampling, .prompt = request.prompt, .ids = request.prompt});
   return {};
 }
@@ -51,6 +59,7 @@ Status PipelineBackend::feed(uint64_t id, int32_t token) {
 void PipelineBackend::cancel(uint64_t id) {
   std::erase_if(outgoing_, [id](const Outgoing& o) { return o.id == id; });
   in_flight_.erase(id);
+  sampled_here_.erase(id);
   pipeline_->cancel(id);
 }
 
@@ -108,12 +117,26 @@ void PipelineBackend::collect(std::vector<StepOutput>& outputs) {
       outputs.push_back(
           {.id = done.request,
            .status = failed.kind() == ErrorKind::kInvalidInput ? Status::disconnected(failed.message()) : failed});
+    } else if (const auto here = sampled_here_.find(done.request); here != sampled_here_.end()) {
+      outputs.push_back(sample_here(done.request, here->second, std::move(done.result->logits)));
     } else if (done.result->token < 0) {
       outputs.push_back({.id = done.request, .status = Status::internal("the last stage sent logits, not a token")});
     } else {
       outputs.push_back({.id = done.request, .token = done.result->token});
     }
   }
+}
+
+// As Scheduler::step samples a sequence started with top_logprobs.
+StepOutput PipelineBackend::sample_here(uint64_t id, SampledHere& request, std::vector<float> logits) const {
+  if (static_cast<int64_t>(logits.size()) != vocab_)
+    return {.id = id,
+            .status = Status::internal("the last stage sent " + std::to_string(logits.size()) +
+                                       " logits for a vocabulary of " + std::to_string(vocab_))};
+  const std::vector<float> raw = logits;  // the sampler changes its logits in place
+  const int32_t token = request.sampler.sample(logits, request.prompt, request.output);
+  request.output.push_back(token);
+  return {.id = id, .token = token, .logprobs = log_softmax(raw, token, request.top)};
 }
 
 void PipelineBackend::update_stats(LoopStats& stats) const {

@@ -15,13 +15,20 @@
 // (503, or an SSE error event). The next request sets the pipeline up again, so
 // the server serves again once the stage is back.
 //
-// Not over a pipeline: logprobs (the last stage returns the token alone), the
-// prefix cache and preemption (each stage's KV pool is its own; a stage whose
-// pool is full fails the request with 503).
+// Logprobs: a request that asks for them is not started on the last stage,
+// which then returns its logits [vocab] (f32) each step instead of a token; the
+// server samples them with the request's own Sampler, as the Scheduler does,
+// and takes their log-softmax, so its tokens and logprobs are one process's (at
+// the cost of vocab x 4 bytes from the last stage a token).
+//
+// Not over a pipeline: the prefix cache (a request with cache_salt is refused)
+// and preemption (each stage's KV pool is its own; a stage whose pool is full
+// fails the request with 503). docs/serving.md says why.
 //
 // Thread safety: as LoopBackend (the inference thread).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -30,6 +37,7 @@
 
 #include "io/model_config.h"
 #include "pipeline/coordinator.h"
+#include "sampling/sampler.h"
 #include "serve/loop_backend.h"
 
 namespace tessera::serve {
@@ -64,12 +72,20 @@ class PipelineBackend final : public LoopBackend {
     std::vector<int32_t> prompt{};          // with start: for the penalties
     std::vector<int32_t> ids{};
   };
+  // A request with logprobs: sampled here, from the logits the last stage returns.
+  struct SampledHere {
+    Sampler sampler;
+    int top = 0;  // top logprobs per token
+    std::vector<int32_t> prompt{}, output{};
+  };
   void collect(std::vector<StepOutput>& outputs);
-  PipelineBackend(std::unique_ptr<pipeline::Pipeline> pipeline, int64_t context)
-      : pipeline_(std::move(pipeline)), context_(context) {}
+  StepOutput sample_here(uint64_t id, SampledHere& request, std::vector<float> logits) const;
+  PipelineBackend(std::unique_ptr<pipeline::Pipeline> pipeline, int64_t context, int64_t vocab)
+      : pipeline_(std::move(pipeline)), context_(context), vocab_(vocab) {}
 
   std::unique_ptr<pipeline::Pipeline> pipeline_;
-  const int64_t context_;
+  const int64_t context_, vocab_;
+  std::map<uint64_t, SampledHere> sampled_here_;
   std::vector<Outgoing> outgoing_;  // queued by open() and feed(), sent by the next step()
   std::set<uint64_t> in_flight_;    // sent, no result yet
 };

@@ -6,6 +6,8 @@
 // in one forward pass (tessera probe's largest_step), a stage killed mid-answer
 // reaches the clients in under a second (an SSE error event; a 503), and once the
 // stage is back the server serves again; SIGTERM ends it with exit code 0.
+// Logprobs (sampled by the server from the last stage's logits) are one
+// process's; cache_salt (no prefix cache over a pipeline) is refused by name.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -137,16 +139,51 @@ TEST(ServePipelineTest, ConcurrentAnswersBatchingADeadStageAndRecovery) {
   EXPECT_EQ(pipeline.cluster().wait(server.process(), std::chrono::seconds(20)), 0) << server.log();
 }
 
-// Logprobs need the logits, which stay on the last stage: refused, naming why.
-TEST(ServePipelineTest, LogprobsAreRefusedOverAPipeline) {
+// Logprobs over a pipeline: the last stage returns the logits of a request that
+// asks for them and the server samples them, so tokens and logprobs (greedy and
+// seeded, chat and completions, streamed too) are those of one process's server.
+// The prefix cache is not over a pipeline: cache_salt is refused, naming it.
+TEST(ServePipelineTest, LogprobsAreOneProcessesAndCacheSaltIsRefused) {
   if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  const std::vector<Json> requests = {
+      {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"logprobs", 3}},
+      {{"prompt", "The king said"}, {"max_tokens", 12}, {"logprobs", 2}, {"temperature", 0.9}, {"seed", 5}},
+      {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+       {"max_tokens", 10},
+       {"logprobs", true},
+       {"top_logprobs", 2},
+       {"temperature", 0.7},
+       {"top_p", 0.9},
+       {"seed", 3}}};
+  auto target = [](const Json& r) { return r.contains("messages") ? "/v1/chat/completions" : "/v1/completions"; };
+  std::vector<Json> expected;
+  {
+    const auto local = start_server(test_options());
+    for (const Json& r : requests) {
+      const testing::HttpReply reply = testing::post(local->port(), target(r), r.dump());
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      expected.push_back(reply.json()["choices"][0]);
+    }
+  }
   PipelineCluster pipeline;
   PipelineServer server(pipeline);
   ASSERT_TRUE(server.wait_ready()) << server.log();
-  const PipelineServer::Reply refused =
-      server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "logprobs": 2})");
-  EXPECT_EQ(refused.status, 400) << refused.body;
-  EXPECT_NE(refused.body.find("--pipeline"), std::string::npos) << refused.body;
+  std::vector<int> running;
+  for (const Json& r : requests) running.push_back(server.start(target(r), r.dump()));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PipelineServer::Reply reply = server.finish(running[i]);
+    ASSERT_EQ(reply.status, 200) << reply.body << server.log();
+    const Json choice = Json::parse(reply.body)["choices"][0];
+    EXPECT_EQ(choice["logprobs"], expected[i]["logprobs"]) << "request " << i;
+    EXPECT_EQ(choice.contains("text") ? choice["text"] : choice["message"]["content"],
+              expected[i].contains("text") ? expected[i]["text"] : expected[i]["message"]["content"])
+        << "request " << i;
+  }
+  const PipelineServer::Reply salted =
+      server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "cache_salt": "tenant-a"})");
+  EXPECT_EQ(salted.status, 400) << salted.body;
+  EXPECT_NE(salted.body.find("cache_salt"), std::string::npos) << salted.body;
+  EXPECT_NE(salted.body.find("--pipeline"), std::string::npos) << salted.body;
   EXPECT_EQ(server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4})").status, 200);
 }
 
