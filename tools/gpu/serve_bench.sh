@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# check.sh's `serve` step (issue 17 point 10): tessera serve on the 8B shape
+# (seeded random bf16 weights and Llama 3's tokenizer) at concurrency 1, 8, 32
+# and 64 (tools/bench_serve.sh: TTFT, ITL, total tokens/s), then `tessera
+# generate` alone on the same prompt for the single-stream comparison. Builds
+# nothing; logs under $OUT. About 2 minutes on the H200 with the checkpoint made.
+#   OUT=... tools/gpu/serve_bench.sh
+# Elsewhere (the dev VM): SERVE_DEVICE=cpu SERVE_MODEL=models/tessera-tiny
+#   SERVE_BINARY=build-serve/bin/tessera tools/gpu/serve_bench.sh
+# SERVE_SHAPE (bench/shapes/*.json, a Llama 3 vocabulary), SERVE_CONCURRENCY and
+# SERVE_TOKENS change the run; SERVE_ARGS: more `tessera serve` flags; SERVE_TOKENIZER: a directory holding
+# Llama 3's tokenizer.json and tokenizer_config.json for the random checkpoint
+# (default .prev/tokenizer-llama3: copied there from the test material, which
+# scripts/fetch_test_material.sh caches under ~/.cache/tessera-test-material).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+device=${SERVE_DEVICE:-cuda}
+binary=${SERVE_BINARY:-build-gpu/bin/tessera}
+model=${SERVE_MODEL:-}
+shape=${SERVE_SHAPE:-llama-3-8b} levels=${SERVE_CONCURRENCY:-1,8,32,64} tokens=${SERVE_TOKENS:-64} words=128
+if [ -z "$model" ]; then
+  ckpt=/tmp/ckpt-$shape  # check.sh's peer step makes the same one (seed 1, bf16)
+  [ -d $ckpt ] || "$binary" random-checkpoint --config bench/shapes/$shape.json --seed 1 --dtype bf16 \
+    --out $ckpt >"$OUT/serve-ckpt.log" 2>&1 || { tail -5 "$OUT/serve-ckpt.log"; exit 1; }
+  # The served model: the checkpoint's files beside Llama 3's tokenizer (its vocabulary is the shape's 128256).
+  tokenizer=${SERVE_TOKENIZER:-.prev/tokenizer-llama3}
+  [ -f "$tokenizer/tokenizer.json" ] || { echo "serve: no $tokenizer/tokenizer.json (Llama 3's; see the header)"; exit 1; }
+  model=/tmp/serve-$shape
+  mkdir -p $model
+  ln -sf $ckpt/config.json $ckpt/model.safetensors $model/
+  cp "$tokenizer"/tokenizer.json "$tokenizer"/tokenizer_config.json $model/
+fi
+# The prompt bench_serve.py sends (its first request's), for generate.
+prompt=$(python3 -c "import sys; sys.path.insert(0, 'tools'); import bench_serve; print(bench_serve.prompt(0, $words))")
+timeout 150 tools/bench_serve.sh --model "$model" --device "$device" --binary "$binary" --concurrency $levels \
+  --rounds 1 --prompt-words $words --max-tokens $tokens -- ${SERVE_ARGS:-} 2>&1 | tee "$OUT/serve-bench.log"
+echo "serve bench rc ${PIPESTATUS[0]}"
+timeout 90 "$binary" generate --model "$model" --device "$device" --prompt "$prompt" -n $tokens \
+  >"$OUT/serve-generate.out" 2>"$OUT/serve-generate.log"
+echo "generate rc $?: $(grep '^\[generate\]' "$OUT/serve-generate.log")"
+# Single stream: serve's ITL p50 (concurrency 1) against generate's decode tok/s.
+python3 - "$OUT/serve-bench.log" "$OUT/serve-generate.log" <<'PY'
+import re, sys
+rows = {int(l.split("|")[1]): l.split("|") for l in open(sys.argv[1]) if re.match(r"\| \d+ \| \d+ \|", l)}
+gen = re.search(r"; (\d+) tokens at ([\d.]+) tok/s \(", open(sys.argv[2]).read())  # the decode, not the prompt
+if 1 in rows and gen:
+    itl = float(rows[1][5])
+    serve, alone = 1000 / itl, float(gen.group(2))
+    print(f"single stream: serve {serve:.1f} tok/s (ITL p50 {itl} ms), generate {alone:.1f} tok/s "
+          f"({gen.group(1)} tokens): serve is {100 * (serve / alone - 1):+.1f} %")
+if 1 in rows and len(rows) > 1:
+    most = max(rows)
+    total = float(rows[most][7])
+    print(f"{most} streams: {total:.1f} tok/s in total, {total / float(rows[1][7]):.1f}x serve's single stream "
+          f"({rows[1][7].strip()} tok/s, its prompt included)"
+          + (f", {total / float(gen.group(2)):.1f}x generate's decode" if gen else ""))
+PY
