@@ -3,7 +3,8 @@
 # (seeded random bf16 weights and Llama 3's tokenizer) at concurrency 1, 8, 32
 # and 64 (tools/bench_serve.sh: TTFT, ITL, total tokens/s), then `tessera
 # generate` alone on the same prompt for the single-stream comparison. Builds
-# nothing; logs under $OUT. About 2 minutes on the H200 with the checkpoint made.
+# nothing; logs under $OUT; at most 150 s once the checkpoint exists (making it
+# first, if check.sh's peer step has not, takes longer).
 #   OUT=... tools/gpu/serve_bench.sh
 # Elsewhere (the dev VM): SERVE_DEVICE=cpu SERVE_MODEL=models/tessera-tiny
 #   SERVE_BINARY=build-serve/bin/tessera tools/gpu/serve_bench.sh
@@ -33,10 +34,10 @@ if [ -z "$model" ]; then
 fi
 # The prompt bench_serve.py sends (its first request's), for generate.
 prompt=$(python3 -c "import sys; sys.path.insert(0, 'tools'); import bench_serve; print(bench_serve.prompt(0, $words))")
-timeout 150 tools/bench_serve.sh --model "$model" --device "$device" --binary "$binary" --concurrency $levels \
+timeout 110 tools/bench_serve.sh --model "$model" --device "$device" --binary "$binary" --concurrency $levels \
   --rounds 1 --prompt-words $words --max-tokens $tokens -- ${SERVE_ARGS:-} 2>&1 | tee "$OUT/serve-bench.log"
 echo "serve bench rc ${PIPESTATUS[0]}"
-timeout 90 "$binary" generate --model "$model" --device "$device" --prompt "$prompt" -n $tokens \
+timeout 40 "$binary" generate --model "$model" --device "$device" --prompt "$prompt" -n $tokens \
   >"$OUT/serve-generate.out" 2>"$OUT/serve-generate.log"
 echo "generate rc $?: $(grep '^\[generate\]' "$OUT/serve-generate.log")"
 # Single stream: serve's ITL p50 (concurrency 1) against generate's decode tok/s.
