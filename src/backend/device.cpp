@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <fstream>
+#include <vector>
 
 namespace tessera {
 
@@ -56,6 +57,17 @@ void Device::gate_up(const float* x, int64_t tokens, const TensorView& w_gate, c
   matmul(x, tokens, w_gate, b_gate, out);
   matmul(x, tokens, w_up, b_up, up);
   silu_mul(out, up, tokens * w_gate.dim(0), out);
+}
+
+void Device::argmax(const float* x, int64_t rows, int64_t n, int32_t* y) {
+  std::vector<float> host(static_cast<size_t>(rows * n));
+  download(x, host.size() * sizeof(float), host.data());
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = host.begin() + r * n;
+    ids[static_cast<size_t>(r)] = static_cast<int32_t>(std::max_element(row, row + n) - row);
+  }
+  upload(ids.data(), ids.size() * sizeof(int32_t), y);
 }
 
 Result<double> measure_copy_bandwidth(Device& device) {

@@ -180,6 +180,11 @@ class Device {
   // rows; scale f32 [rows.size()] in device memory.
   virtual void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
                                 float* y) = 0;
+  // Greedy choice: y[r] = the index of the largest of x [rows, n]'s row r, the
+  // first one on a tie (std::max_element's answer for rows without NaN); y int32
+  // [rows] in device memory. The default reads the rows to the host; a GPU
+  // reduces them where they are, so that only the ids come back.
+  virtual void argmax(const float* x, int64_t rows, int64_t n, int32_t* y);
 };
 
 // The CPU backend; threads == 0 uses all hardware threads.

@@ -197,8 +197,9 @@ Result<Model> load(const BenchOptions& o) {
 
 // Decode of `count` sequences stepped together (continuous batching's steady
 // state): each prefilled with its own random prompt, then `decode` steps of one
-// token each for all of them in one forward pass. Returns the decode's tokens/s
-// over all sequences.
+// greedy token each for all of them in one forward pass (chosen on the device,
+// as the engine's greedy requests are). Returns the decode's tokens/s over all
+// sequences.
 Result<double> measure_many(Forward& forward, const BenchOptions& o, std::mt19937& rng) {
   const int64_t vocab = forward.model().config().vocab_size;
   std::vector<KvCache> caches;
@@ -215,11 +216,7 @@ Result<double> measure_many(Forward& forward, const BenchOptions& o, std::mt1993
   for (KvCache& cache : caches) parts.push_back({&cache, 1});
   const auto start = Clock::now();
   for (int64_t i = 0; i < o.decode_tokens; ++i) {
-    TS_ASSIGN_OR_RETURN(const std::vector<float> logits, forward.step_ids(next, parts));
-    for (size_t s = 0; s < next.size(); ++s) {
-      const auto row = logits.begin() + static_cast<int64_t>(s) * vocab;
-      next[s] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    }
+    TS_ASSIGN_OR_RETURN(next, forward.step_greedy(next, parts));
   }
   return static_cast<double>(o.sequences * o.decode_tokens) / seconds_since(start);
 }
@@ -249,9 +246,10 @@ Status bench(const BenchOptions& o) {
   const double prefill_s = seconds_since(start);
 
   start = Clock::now();
+  std::vector<int32_t> next = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+  const Forward::Part part{&cache, 1};
   for (int64_t i = 0; i < o.decode_tokens; ++i) {
-    const auto next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    TS_ASSIGN_OR_RETURN(logits, forward.run_ids(std::span(&next, 1), cache));
+    TS_ASSIGN_OR_RETURN(next, forward.step_greedy(next, {&part, 1}));
   }
   const double decode_s = seconds_since(start);
   double many_tps = 0;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -266,22 +267,34 @@ Status Forward::prepare_scratch(int64_t tokens) {
 }
 
 Result<std::vector<float>> Forward::run_ids(std::span<const int32_t> ids, KvCache& cache, Logits logits) {
+  TS_CHECK(logits != Logits::kGreedy, "run_ids returns logits (step_greedy returns tokens)");
   const Part part{&cache, static_cast<int64_t>(ids.size())};
-  return embed_and_run(ids, {&part, 1}, logits);
+  TS_ASSIGN_OR_RETURN(Output out, embed_and_run(ids, {&part, 1}, logits));
+  return std::move(out.values);
 }
 
 Result<std::vector<float>> Forward::run_hidden(std::span<const float> hidden, KvCache& cache, Logits logits) {
+  TS_CHECK(logits != Logits::kGreedy, "run_hidden returns logits or hidden states");
   // take_and_run refuses hidden states that are not whole rows before the part is used.
   const Part part{&cache, static_cast<int64_t>(hidden.size()) / model_.config().hidden_size};
-  return take_and_run(hidden, {&part, 1}, logits);
+  TS_ASSIGN_OR_RETURN(Output out, take_and_run(hidden, {&part, 1}, logits));
+  return std::move(out.values);
 }
 
 Result<std::vector<float>> Forward::step_ids(std::span<const int32_t> ids, std::span<const Part> parts) {
-  return embed_and_run(ids, parts, Logits::kLast);
+  TS_ASSIGN_OR_RETURN(Output out, embed_and_run(ids, parts, Logits::kLast));
+  return std::move(out.values);
 }
 
 Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, std::span<const Part> parts) {
-  return take_and_run(hidden, parts, Logits::kLast);
+  TS_ASSIGN_OR_RETURN(Output out, take_and_run(hidden, parts, Logits::kLast));
+  return std::move(out.values);
+}
+
+Result<std::vector<int32_t>> Forward::step_greedy(std::span<const int32_t> ids, std::span<const Part> parts) {
+  TS_CHECK(model_.has_exit(), "greedy tokens from a range ending at layer ", model_.range().end);
+  TS_ASSIGN_OR_RETURN(Output out, embed_and_run(ids, parts, Logits::kGreedy));
+  return std::move(out.tokens);
 }
 
 namespace {
@@ -296,8 +309,8 @@ std::vector<SeqSlice> slices_of(std::span<const Forward::Part> parts) {
 
 }  // namespace
 
-Result<std::vector<float>> Forward::embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts,
-                                                  Logits logits) {
+Result<Forward::Output> Forward::embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts,
+                                               Logits logits) {
   TS_RETURN_IF_ERROR(check_ids(ids));
   TS_CHECK(!tp_ || group_.rank() == 0, "a step run on rank ", group_.rank(), " of a TP group (followers follow())");
   std::vector<BlockCopy> copies;
@@ -310,8 +323,8 @@ Result<std::vector<float>> Forward::embed_and_run(std::span<const int32_t> ids, 
   return out;
 }
 
-Result<std::vector<float>> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
-                                                 Logits logits) {
+Result<Forward::Output> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
+                                              Logits logits) {
   if (tp_)
     return Status::unsupported("[forward] hidden-state input on a tensor-parallel group (a pipeline stage of " +
                                std::to_string(group_.size()) + " ranks) is not implemented");
@@ -360,6 +373,7 @@ Status Forward::follow() {
                                   .vocab = static_cast<uint32_t>(model_.config().vocab_size)};
   std::vector<uint8_t> header(wire::kTpStepHeaderBytes), body;
   for (;;) {
+    // The leader's next step may come after any idle time (a chat's user, an idle server).
     TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(header, DType::kF32, 0); }));
     TS_ASSIGN_OR_RETURN(const wire::TpStepHeader h, wire::decode_tp_step_header(header, limits));
     if (h.kind == wire::TpStepKind::kStop) return {};
@@ -377,8 +391,8 @@ Status Forward::follow() {
   }
 }
 
-Result<std::vector<float>> Forward::embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices,
-                                                      Logits logits) {
+Result<Forward::Output> Forward::embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices,
+                                                   Logits logits) {
   const auto tokens = static_cast<int64_t>(ids.size());
   device_.embed(weights_.embed, ids, x_.f32());
   if (model_.arch().scale_embeddings) {
@@ -389,19 +403,19 @@ Result<std::vector<float>> Forward::embed_and_compute(std::span<const int32_t> i
   return run_layers(slices, tokens, logits);
 }
 
-Result<std::vector<float>> Forward::run_layers(std::span<const SeqSlice> slices, int64_t tokens, Logits logits) {
+Result<Forward::Output> Forward::run_layers(std::span<const SeqSlice> slices, int64_t tokens, Logits logits) {
   const ModelConfig& c = model_.config();
   const int64_t h = c.hidden_size;
   for (size_t i = 0; i < weights_.layers.size(); ++i) TS_RETURN_IF_ERROR(run_layer(i, slices, tokens));
   if (!model_.has_exit()) {
     std::vector<float> hidden(static_cast<size_t>(tokens * h));  // f32 [tokens, hidden]
     device_.download(x_.data(), hidden.size() * sizeof(float), hidden.data());
-    return hidden;
+    return Output{.values = std::move(hidden)};
   }
   // The rows that get logits: all of them, or the last of each part (gathered to the front of norm_).
   int64_t rows = tokens;
   const float* in = x_.f32();
-  if (logits == Logits::kLast) {
+  if (logits != Logits::kAll) {
     int64_t end = 0;
     for (size_t i = 0; i < slices.size(); ++i) {
       end += slices[i].tokens;
@@ -411,16 +425,38 @@ Result<std::vector<float>> Forward::run_layers(std::span<const SeqSlice> slices,
     in = norm_.f32();
   }
   device_.rms_norm(in, rows, h, weights_.final_norm, static_cast<float>(c.rms_norm_eps), norm_.f32());
-  TS_ASSIGN_OR_RETURN(std::vector<float> out, logits_of(rows));
-  if (const auto cap = static_cast<float>(model_.arch().final_softcap); cap > 0)
-    for (float& logit : out) logit = std::tanh(logit / cap) * cap;
+  return logits_of(rows, logits);
+}
+
+Result<Forward::Output> Forward::logits_of(int64_t rows, Logits logits) {
+  const int64_t vocab = model_.config().vocab_size;
+  device_.matmul(norm_.f32(), rows, weights_.lm_head, {}, logits_.f32());  // f32 [rows, own]
+  const auto cap = static_cast<float>(model_.arch().final_softcap);
+  if (logits == Logits::kGreedy && !tp_ && cap == 0) {  // chosen on the device: only the ids leave it
+    TS_RETURN_IF_ERROR(reserve(device_, greedy_, rows));
+    auto* ids = static_cast<int32_t*>(greedy_.data());
+    device_.argmax(logits_.f32(), rows, vocab, ids);
+    Output out{.tokens = std::vector<int32_t>(static_cast<size_t>(rows))};
+    device_.download(ids, out.tokens.size() * sizeof(int32_t), out.tokens.data());
+    return out;
+  }
+  Output out;
+  TS_ASSIGN_OR_RETURN(out.values, gather_logits(rows));
+  if (cap > 0)
+    for (float& logit : out.values) logit = std::tanh(logit / cap) * cap;
+  if (logits == Logits::kGreedy) {  // gathered over the ranks, or soft-capped: chosen here
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = out.values.begin() + r * vocab;
+      out.tokens.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+    out.values.clear();
+  }
   return out;
 }
 
-Result<std::vector<float>> Forward::logits_of(int64_t rows) {
+Result<std::vector<float>> Forward::gather_logits(int64_t rows) {
   const int64_t vocab = model_.config().vocab_size, own = weights_.lm_head.dim(0);
-  device_.matmul(norm_.f32(), rows, weights_.lm_head, {}, logits_.f32());  // f32 [rows, own]
-  std::vector<float> out(static_cast<size_t>(rows * (tp_ ? 0 : vocab)));   // f32 [rows, vocab]
+  std::vector<float> out(static_cast<size_t>(rows * (tp_ ? 0 : vocab)));  // f32 [rows, vocab]
   if (!tp_) {
     device_.download(logits_.data(), out.size() * sizeof(float), out.data());
     return out;

@@ -58,7 +58,9 @@
 
 namespace tessera {
 
-enum class Logits { kLast, kAll };
+// What an exit range returns: the logits of each part's last token, of every
+// token, or each part's greedy token (Forward::step_greedy).
+enum class Logits { kLast, kAll, kGreedy };
 
 struct ForwardOptions {
   uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default(device)
@@ -113,6 +115,12 @@ class Forward {
   // changes, so a refused step leaves them as they were.
   Result<std::vector<float>> step_ids(std::span<const int32_t> ids, std::span<const Part> parts);
   Result<std::vector<float>> step_hidden(std::span<const float> hidden, std::span<const Part> parts);
+  // step_ids for parts that each take their greedy token: the index of the
+  // largest logit of each part's last token [parts] (the first on a tie, as
+  // std::max_element over step_ids' row), chosen by the device (Device::argmax),
+  // so that only the ids leave it instead of [parts, vocab] logits. Needs an
+  // entry and an exit range.
+  Result<std::vector<int32_t>> step_greedy(std::span<const int32_t> ids, std::span<const Part> parts);
 
   // A rank > 0 of a TP group: runs the leader's steps until it stops (OK: the
   // leader's Forward was destroyed) or a step fails (the group's error, or a
@@ -137,21 +145,27 @@ class Forward {
   // copy-on-write copies that made them writable into `copies`.
   Status prepare_parts(std::span<const Part> parts, int64_t tokens, std::vector<BlockCopy>& copies);
   Status prepare_scratch(int64_t tokens);
+  // A pass's result: logits or hidden states (f32), or greedy tokens (Logits::kGreedy).
+  struct Output {
+    std::vector<float> values{};
+    std::vector<int32_t> tokens{};
+  };
   // What run_* and step_* share: the checks, then the ids' embeddings or the
   // hidden states into the residual stream, then the layers.
-  Result<std::vector<float>> embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts, Logits logits);
-  Result<std::vector<float>> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
+  Result<Output> embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts, Logits logits);
+  Result<Output> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
   // The leader's step to the other ranks (follow()).
   Status lead(std::span<const int32_t> ids, std::span<const SeqSlice> slices, std::span<const BlockCopy> copies,
               Logits logits);
   // The ids' embeddings, the layers, and for an exit range the logits
   // (Logits::kLast: the last token of each slice).
-  Result<std::vector<float>> embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices,
-                                               Logits logits);
-  Result<std::vector<float>> run_layers(std::span<const SeqSlice> slices, int64_t tokens, Logits logits);
+  Result<Output> embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices, Logits logits);
+  Result<Output> run_layers(std::span<const SeqSlice> slices, int64_t tokens, Logits logits);
   Status run_layer(size_t index, std::span<const SeqSlice> slices, int64_t tokens);
-  // The rows' logits [rows, vocab] from the final-normed rows in norm_.
-  Result<std::vector<float>> logits_of(int64_t rows);
+  // The rows' logits [rows, vocab] from the final-normed rows in norm_, or their greedy tokens.
+  Result<Output> logits_of(int64_t rows, Logits logits);
+  // The rows' logits [rows, vocab] from logits_ (each rank's part of the vocabulary, gathered).
+  Result<std::vector<float>> gather_logits(int64_t rows);
   // x [count] (device) = its sum over the group's ranks.
   Status sum_over_ranks(float* x, int64_t count);
   // Runs a collective, counting its time.
@@ -170,7 +184,7 @@ class Forward {
   Buffer local_inv_freq_;      // the sliding layers' (ArchSpec::sliding_rope); else empty
   std::unique_ptr<KvPool> kv_pool_;
   // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
-  Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_;
+  Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_, greedy_;
   MoeMlp moe_;                          // the experts' scratch, for a family with them
   std::vector<float> host_, gathered_;  // host staging of the collectives
   double collective_seconds_ = 0;

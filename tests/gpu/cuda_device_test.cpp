@@ -307,6 +307,33 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// The first largest of each row, as std::max_element: ties at both ends, a row of
+// -inf, the largest last in a vocabulary-sized row, and random rows of few values
+// (many ties).
+TEST(CudaDeviceTest, ArgmaxIsTheFirstLargestOfEachRowAsOnTheHost) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{128256}}) {
+    const int64_t rows = 6;
+    std::vector<float> x(static_cast<size_t>(rows * n));
+    std::mt19937 rng(static_cast<uint32_t>(n));
+    for (float& v : x) v = static_cast<float>(rng() % 5);  // few values: ties everywhere
+    std::fill(x.begin() + n, x.begin() + 2 * n, -INFINITY);
+    x[static_cast<size_t>(3 * n - 1)] = 9;  // row 2's largest is its last
+    x[static_cast<size_t>(3 * n)] = 9;      // row 3's first and last are its largest
+    x[static_cast<size_t>(4 * n - 1)] = 9;
+    const Buffer gx = put(*gpu, x);
+    auto ids = gpu->alloc(static_cast<size_t>(rows) * sizeof(int32_t));
+    ASSERT_TRUE(ids.ok());
+    gpu->argmax(gx.f32(), rows, n, static_cast<int32_t*>(ids->data()));
+    std::vector<int32_t> got(static_cast<size_t>(rows));
+    gpu->download(ids->data(), got.size() * sizeof(int32_t), got.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto row = x.begin() + r * n;
+      EXPECT_EQ(got[static_cast<size_t>(r)], std::max_element(row, row + n) - row) << "n " << n << " row " << r;
+    }
+  }
+}
+
 TEST(CudaDeviceTest, AllocationThatDoesNotFitIsRefusedNamingItsSizeAndTheDeviceGoesOn) {
   TESSERA_CUDA_OR_SKIP(gpu);
   auto huge = gpu->alloc(size_t{1} << 52);

@@ -125,6 +125,9 @@ TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOne
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   Forward forward(*model, *gpu, {.kv_memory = kKvMemory, .kv_block_size = 4});
   ASSERT_TRUE(forward.status().ok()) << forward.status().to_string();
+  // The same steps again, taking greedy tokens chosen on the device (step_greedy).
+  Forward greedy(*model, *gpu, {.kv_memory = kKvMemory, .kv_block_size = 4});
+  ASSERT_TRUE(greedy.status().ok()) << greedy.status().to_string();
   const int64_t vocab = model->config().vocab_size;
   constexpr int kSequences = 32, kDecode = 4;
   const auto vocab_rows = static_cast<size_t>(vocab);
@@ -138,18 +141,23 @@ TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOne
   EXPECT_EQ(run_alone(forward, prompts[kSequences - 1], kDecode, 1000), longest) << "prompt in chunks of 7";
 
   // All 32 prompts in one step, then every sequence's greedy token in each of the next steps.
-  std::vector<KvCache> caches;
-  for (int s = 0; s < kSequences; ++s)
+  std::vector<KvCache> caches, greedy_caches;
+  for (int s = 0; s < kSequences; ++s) {
     caches.push_back(forward.make_cache(static_cast<int64_t>(prompts[s].size()) + kDecode));
-  std::vector<Forward::Part> parts;
+    greedy_caches.push_back(greedy.make_cache(static_cast<int64_t>(prompts[s].size()) + kDecode));
+  }
+  std::vector<Forward::Part> parts, greedy_parts;
   std::vector<int32_t> ids;
   for (int s = 0; s < kSequences; ++s) {
     parts.push_back({&caches[static_cast<size_t>(s)], static_cast<int64_t>(prompts[s].size())});
+    greedy_parts.push_back({&greedy_caches[static_cast<size_t>(s)], static_cast<int64_t>(prompts[s].size())});
     ids.insert(ids.end(), prompts[s].begin(), prompts[s].end());
   }
   for (int step = 0; step <= kDecode; ++step) {
     auto logits = forward.step_ids(ids, parts);
     ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+    auto tokens = greedy.step_greedy(ids, greedy_parts);
+    ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
     ASSERT_EQ(logits->size(), kSequences * vocab_rows);
     const std::vector<float> first(logits->begin(), logits->begin() + static_cast<std::ptrdiff_t>(vocab_rows));
     EXPECT_EQ(first, alone[static_cast<size_t>(step)]) << "step " << step;
@@ -158,8 +166,9 @@ TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOne
     ids.clear();
     for (int s = 0; s < kSequences; ++s) {
       ids.push_back(argmax(std::span(*logits).subspan(static_cast<size_t>(s) * vocab_rows, vocab_rows)));
-      parts[static_cast<size_t>(s)].tokens = 1;
+      parts[static_cast<size_t>(s)].tokens = greedy_parts[static_cast<size_t>(s)].tokens = 1;
     }
+    EXPECT_EQ(*tokens, ids) << "greedy tokens chosen on the device, step " << step;
   }
 }
 

@@ -4,6 +4,7 @@
 // and Model::load can meet.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -161,6 +162,44 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BatchTest,
                                            "qwen3_moe_unnorm_f32", "phi3_f32", "glm4_f32", "gemma3_f32",
                                            "gemma3_softcap_f32", "glm4_moe_f32", testing::kShippedModel),
                          [](const auto& info) { return testing::test_name(info.param); });
+
+// step_greedy's tokens are the argmax of step_ids' rows, step after step, for
+// every family (gemma3_softcap's are chosen after the cap, on the host).
+TEST_P(BatchTest, StepGreedyTakesTheArgmaxOfEachPartsLogits) {
+  const auto ref = load_reference(GetParam());
+  auto model = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto device = make_cpu_device(2);
+  Forward logits_forward(*model, *device), greedy_forward(*model, *device);
+  const auto vocab = static_cast<size_t>(model->config().vocab_size);
+  const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + 4);
+  std::vector<KvCache> logits_caches, greedy_caches;
+  std::vector<Forward::Part> logits_parts, greedy_parts;
+  std::vector<int32_t> ids;
+  for (size_t s = 0; s < 3; ++s) {  // sequence s: the prompt without its last s tokens
+    logits_caches.push_back(logits_forward.make_cache(capacity));
+    greedy_caches.push_back(greedy_forward.make_cache(capacity));
+    ids.insert(ids.end(), ref.prompt_ids.begin(), ref.prompt_ids.end() - static_cast<std::ptrdiff_t>(s));
+  }
+  for (size_t s = 0; s < 3; ++s) {
+    const auto tokens = static_cast<int64_t>(ref.prompt_ids.size() - s);
+    logits_parts.push_back({&logits_caches[s], tokens});
+    greedy_parts.push_back({&greedy_caches[s], tokens});
+  }
+  for (int step = 0; step < 4; ++step) {
+    auto logits = logits_forward.step_ids(ids, logits_parts);
+    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+    auto tokens = greedy_forward.step_greedy(ids, greedy_parts);
+    ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
+    ids.clear();
+    for (size_t s = 0; s < 3; ++s) {
+      const auto row = logits->begin() + static_cast<std::ptrdiff_t>(s * vocab);
+      ids.push_back(static_cast<int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(vocab)) - row));
+      logits_parts[s].tokens = greedy_parts[s].tokens = 1;
+    }
+    EXPECT_EQ(*tokens, ids) << "step " << step;
+  }
+}
 
 class ForwardErrorTest : public testing::Llama3Test {};
 

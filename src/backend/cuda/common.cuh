@@ -95,6 +95,19 @@ __device__ __forceinline__ float block_reduce(float v, float* shared) {
 }
 
 // KvPages::offset, on the device.
+// 16 bytes from global to shared memory without passing through registers
+// (cp.async, bypassing L1); copies_sent() closes a group of them, and
+// copies_wait<n>() waits until at most n groups are still in flight.
+__device__ __forceinline__ void copy16(void* smem, const void* gmem) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem));
+}
+__device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void copies_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 __device__ __forceinline__ int64_t kv_offset(const KvPages& p, int64_t block, int64_t layer, int kv, int64_t head) {
   return (((block * p.layers + layer) * 2 + kv) * p.n_kv_heads + head) * p.block_size * p.head_dim;
 }

@@ -234,6 +234,12 @@ class CudaDevice final : public Device {
     launched("scatter_add_rows");
   }
 
+  void argmax(const float* x, int64_t rows, int64_t n, int32_t* y) override {
+    select();
+    cuda::argmax(stream_, x, rows, n, y);
+    launched("argmax");
+  }
+
  private:
   // CUDA keeps the current device per host thread; every entry point selects ours.
   void select() const { check(cudaSetDevice(ordinal_), "selecting the device"); }

@@ -187,6 +187,41 @@ __global__ void scatter_add_rows_kernel(const float* x, const float* scale, cons
   }
 }
 
+// One block a row. Each thread keeps the first of its largest values (its indices
+// rise), then a fixed tree keeps the larger, or on a tie the lower index: the
+// first largest of the row, whatever the order threads finish in. NaN is never
+// larger, so never chosen.
+constexpr int kArgmaxThreads = 1024;
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, int64_t n, int32_t* y) {
+  const float* row = x + blockIdx.x * n;
+  float best = -INFINITY;
+  int64_t at = n;  // none yet
+  for (int64_t i = threadIdx.x; i < n; i += kArgmaxThreads) {
+    const float v = row[i];
+    if (v > best || (at == n && v == best)) best = v, at = i;
+  }
+  const auto better = [](float v, int64_t i, float bv, int64_t bi) { return v > bv || (v == bv && i < bi); };
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int64_t i = __shfl_xor_sync(0xffffffffu, at, offset);
+    if (better(v, i, best, at)) best = v, at = i;
+  }
+  __shared__ float values[kArgmaxThreads / 32];
+  __shared__ int64_t indices[kArgmaxThreads / 32];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) values[warp] = best, indices[warp] = at;
+  __syncthreads();
+  if (warp != 0) return;
+  best = lane < kArgmaxThreads / 32 ? values[lane] : -INFINITY;
+  at = lane < kArgmaxThreads / 32 ? indices[lane] : n;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int64_t i = __shfl_xor_sync(0xffffffffu, at, offset);
+    if (better(v, i, best, at)) best = v, at = i;
+  }
+  if (lane == 0) y[blockIdx.x] = static_cast<int32_t>(at == n ? 0 : at);  // a row of NaN: 0, as std::max_element
+}
+
 unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65535)); }
 
 }  // namespace
@@ -237,6 +272,10 @@ void gather_rows(cudaStream_t stream, const float* x, const int32_t* rows, int64
 void scatter_add_rows(cudaStream_t stream, const float* x, const float* scale, const int32_t* rows, int64_t count,
                       int64_t dim, float* y) {
   scatter_add_rows_kernel<<<elementwise_blocks(count * dim), 256, 0, stream>>>(x, scale, rows, count, dim, y);
+}
+
+void argmax(cudaStream_t stream, const float* x, int64_t rows, int64_t n, int32_t* y) {
+  if (rows > 0) argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(x, n, y);
 }
 
 }  // namespace tessera::cuda

@@ -98,5 +98,7 @@ void add(cudaStream_t stream, const float* x, int64_t n, float* y);
 void gather_rows(cudaStream_t stream, const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y);
 void scatter_add_rows(cudaStream_t stream, const float* x, const float* scale, const int32_t* rows, int64_t count,
                       int64_t dim, float* y);
+// y[r] = the first index of the largest value of row r of x [rows, n] (Device::argmax).
+void argmax(cudaStream_t stream, const float* x, int64_t rows, int64_t n, int32_t* y);
 
 }  // namespace tessera::cuda

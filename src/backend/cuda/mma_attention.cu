@@ -74,21 +74,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kUnits = kHeadDim * 2 / 16;  // 16-byte pieces of a row
   for (int i = static_cast<int>(threadIdx.x); i < 2 * kPositions * kUnits; i += kWarps * 32) {
     const int kind = i / (kPositions * kUnits), j = i % (kPositions * kUnits) / kUnits, u = i % kUnits;
-    uint4 piece = make_uint4(0, 0, 0, 0);  // positions past the last stay zero (masked, and never NaN)
-    if (j < rows) {
+    uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
+    if (j < rows) {  // every piece in flight at once
       const int64_t at = start + j;
-      piece = __ldg(reinterpret_cast<const uint4*>(base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) +
-                                                   at % p.block_size * kHeadDim) +
-                    u);
+      copy16(to,
+             base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) + at % p.block_size * kHeadDim + u * 8);
+    } else {
+      *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
     }
-    *reinterpret_cast<uint4*>((kind == 0 ? keys : values) + j * kStride + u * 8) = piece;
   }
-  __syncthreads();
+  copies_sent();
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t columns = cb.tokens * group, c0 = warp * 16;
-  if (c0 >= columns) return;
+  const int64_t columns = cb.tokens * group, c0 = warp * 16;  // a warp past the columns only helps to copy
   int64_t token[2], head[2], pos[2];
   bool used[2];
   for (int r = 0; r < 2; ++r) {
@@ -113,6 +112,10 @@ __global__ void __launch_bounds__(kWarps * 32)
                                              8 * half);
       qa[kk][i] = pack2<D>(v.x, v.y);
     }
+
+  copies_wait<0>();
+  __syncthreads();
+  if (c0 >= columns) return;
 
   // S = Q K^T, eight tiles of 8 positions.
   float s[kPositions / 8][4] = {};

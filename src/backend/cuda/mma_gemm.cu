@@ -30,16 +30,6 @@ constexpr int kThreads = 256;    // warps 2 (rows) x 4 (tokens), each 64 rows x 
 // g + 1 at units t (or t + 4) hit eight different banks.
 __device__ __forceinline__ int unit_at(int row, int unit) { return row * 8 + (unit ^ ((row & 1) << 2)); }
 
-__device__ __forceinline__ void copy16(uint4* smem, const void* gmem) {
-  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(gmem));
-}
-__device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void copies_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 // The block's order of chunks: sum 0's (0, 8, 16, ...), then sum 1's, ...
 // Sums 0..r-1 have q + 1 chunks, the rest q (chunks = 8q + r). Walked one step at
 // a time (no divisions in the loop).
