@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench|peer|kernels|profile|serve]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|peer|kernels|profile]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -49,19 +49,29 @@ for step in $STEPS; do
     kernels)
       build-gpu/bin/cuda_bench | tee "$OUT/cuda_bench.log" ;;
     profile)
-      # Time per kernel over a short decode of the 1B shape (Nsight Compute; clocks left alone).
-      ncu --clock-control none --print-summary per-kernel build-gpu/bin/tessera bench --device cuda \
-        --config bench/shapes/llama-3.2-1b.json --random-weights --seed 1 --dtype bf16 --prompt 64 --decode 4 \
-        >"$OUT/profile.log" 2>&1
-      echo "profile rc $?"; grep -E "^  [a-z_]+.*\(|Duration|Invocations" "$OUT/profile.log" | head -60 ;;
+      # Time per kernel of whole decode steps (Nsight Compute, clocks left alone), as CSV:
+      # the 1B and 8B shapes at batch 1 (after a 512-token prompt), and the 8B shape with
+      # 64 sequences (the last launches: its last decode steps). tools/gpu/steps.py sums them.
+      for shape in llama-3.2-1b:300 llama-3-8b:500; do
+        ncu --clock-control none --launch-skip ${shape#*:} --launch-count 400 --metrics gpu__time_duration.sum --csv \
+          build-gpu/bin/tessera bench --device cuda --config bench/shapes/${shape%:*}.json --random-weights --seed 1 \
+          --dtype bf16 --prompt 512 --decode 4 >"$OUT/profile-${shape%:*}.csv" 2>"$OUT/profile-${shape%:*}.err"
+        echo "profile ${shape%:*} rc $?"
+      done
+      ncu --clock-control none --launch-skip ${SKIP64:-26000} --launch-count 3000 --metrics gpu__time_duration.sum --csv \
+        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
+        --dtype bf16 --prompt 512 --decode 4 --sequences 64 >"$OUT/profile-64.csv" 2>"$OUT/profile-64.err"
+      echo "profile 64 rc $?" ;;
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights --seed 1 \
           --dtype bf16 2>&1 | tee "$OUT/bench-$shape.log" | grep -E "device|prefill|decode|kv cache|model"
+      done
+      # Many sequences decoding together (issue 16: 32 and 64 sequences of 512-token prompts).
+      for sequences in 32 64; do
+        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
+          --dtype bf16 --prompt 512 --decode 32 --sequences $sequences 2>&1 | tee "$OUT/bench-8b-x$sequences.log" |
+          grep -E "decode x"
       done ;;
-    serve)
-      # tessera serve on the 8B shape at concurrency 1, 8, 32 and 64 against tessera generate alone
-      # (issue 17 point 10; tools/gpu/serve_bench.sh: needs Llama 3's tokenizer in .prev/tokenizer-llama3).
-      tools/gpu/serve_bench.sh ;;
   esac
 done
