@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench|peer|kernels|profile]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|peer|kernels|profile|serve]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -73,5 +73,9 @@ for step in $STEPS; do
           --dtype bf16 --prompt 512 --decode 32 --sequences $sequences 2>&1 | tee "$OUT/bench-8b-x$sequences.log" |
           grep -E "decode x"
       done ;;
+    serve)
+      # tessera serve on the 8B shape at concurrency 1, 8, 32 and 64 against tessera generate alone
+      # (issue 17 point 10; tools/gpu/serve_bench.sh: needs Llama 3's tokenizer in .prev/tokenizer-llama3).
+      tools/gpu/serve_bench.sh ;;
   esac
 done
