@@ -52,6 +52,148 @@ HWY_INLINE float f16_at(const uint8_t* p) {
 #endif
 }
 
+// The mins' integer M of quant_dot.h (Q4_K/Q5_K).
+template <typename W>
+HWY_INLINE int32_t mins_sum(const W& w, const Q8KBlock& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 8; ++j) sum += w.m[j] * (int32_t{x.bsums[2 * j]} + x.bsums[2 * j + 1]);
+  return sum;
+}
+
+#if TESSERA_QUANT_DOT_AVX2
+
+// One unit of a weight row as integers, unpacked from the block straight into
+// registers (each group of 32 values one vector; no byte array between, so no store
+// forwarding stalls), with its sub-scale vectors: the 16-bit sub-scale of each 4
+// elements' lane, as vpmaddwd multiplies them.
+template <DType kT>
+struct Unit;
+
+template <>
+struct Unit<DType::kQ8_0> {
+  __m256i q[1];
+  float d;
+  HWY_INLINE void load(const uint8_t* b) {
+    d = f16_at(b);
+    q[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+  }
+  HWY_INLINE __m256i scale(int) const { return _mm256_set1_epi16(1); }
+};
+
+template <>
+struct Unit<DType::kQ4_0> {
+  __m256i q[1];
+  float d;
+  HWY_INLINE void load(const uint8_t* b) {
+    d = f16_at(b);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    q[0] = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+  }
+  HWY_INLINE __m256i scale(int) const { return _mm256_set1_epi16(1); }
+};
+
+// Q4_K and Q5_K: sub-block g's values are the low (even g) or high (odd g) nibbles of
+// qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4.
+template <DType kT>
+struct Unit {
+  static constexpr bool kFive = kT == DType::kQ5_K;
+  static_assert(kT == DType::kQ4_K || kFive);
+  __m256i q[8];
+  int16_t sc[8];
+  int m[8];
+  float d, dmin;
+  HWY_INLINE void load(const uint8_t* b) {
+    d = f16_at(b);
+    dmin = f16_at(b + 2);
+    int s[8];
+    scale_min(b + 4, s, m);
+    for (int j = 0; j < 8; ++j) sc[j] = static_cast<int16_t>(s[j]);
+    const uint8_t* qs = kFive ? b + 48 : b + 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * i));
+      q[2 * i] = _mm256_and_si256(v, m4);
+      q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if constexpr (kFive) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+      const __m256i one = _mm256_set1_epi8(1);
+      for (int g = 0; g < 8; ++g) {
+        const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g)), one);
+        q[g] = _mm256_or_si256(q[g], _mm256_slli_epi16(bit, 4));
+      }
+    }
+  }
+  HWY_INLINE __m256i scale(int g) const { return _mm256_set1_epi16(sc[g]); }
+};
+
+// Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
+// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; minus 32.
+template <>
+struct Unit<DType::kQ6_K> {
+  __m256i q[8];
+  int16_t sc[16];
+  float d;
+  HWY_INLINE void load(const uint8_t* b) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+      const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                             _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+      const __m256i hi[4] = {_mm256_and_si256(hb, m2), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2),
+                             _mm256_and_si256(_mm256_srli_epi16(hb, 4), m2),
+                             _mm256_and_si256(_mm256_srli_epi16(hb, 6), m2)};
+      for (int i = 0; i < 4; ++i)
+        q[4 * h + i] = _mm256_sub_epi8(_mm256_or_si256(lo[i], _mm256_slli_epi16(hi[i], 4)), bias);
+    }
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    for (int s = 0; s < 16; ++s) sc[s] = scales[s];
+    d = f16_at(b + 208);
+  }
+  HWY_INLINE __m256i scale(int g) const {
+    return _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+  }
+};
+
+// The eight lane accumulators in one register, and the mins' accumulator. (No
+// default member initializers: an implicit constructor would lack the target's ISA.)
+struct Acc {
+  __m256 lane;
+  float m;
+};
+
+HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f}; }
+
+template <DType kT>
+HWY_INLINE void dot_unit(const Unit<kT>& w, const Act<kT>& x, Acc& acc) {
+  __m256i p = _mm256_setzero_si256();
+  for (int g = 0; g < kGroups<kT>; ++g) {
+    const __m256i wv = w.q[g];
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
+    // |w| (unsigned) times x * sign(w): pairs of products, at most 2 * 128 * 127 (no
+    // saturation, as x is in [-127, 127]); then pairs of pairs times the sub-scale.
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+    p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, w.scale(g)));
+  }
+  acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(p), acc.lane);
+  if constexpr (kMins<kT>) acc.m = std::fma(w.dmin * x.d, static_cast<float>(mins_sum(w, x)), acc.m);
+}
+
+HWY_INLINE float finish(const Acc& acc) {
+  HWY_ALIGN float lane[8];
+  _mm256_store_ps(lane, acc.lane);
+  for (int h = 4; h >= 1; h /= 2)
+    for (int i = 0; i < h; ++i) lane[i] = lane[i] + lane[i + h];
+  return lane[0] - acc.m;
+}
+
+#else  // the same integers and f32 operations, without x86 byte instructions
+
 // One unit of a weight row as integers: q (element order), the sub-scale of each
 // 16 elements (scale16), d and, for Q4_K/Q5_K, dmin and the 8 mins.
 template <DType kT>
@@ -108,61 +250,6 @@ struct Unit<DType::kQ6_K> {
   }
   HWY_INLINE int scale16(int g, int half) const { return sc[2 * g + half]; }
 };
-
-// The mins' integer M of quant_dot.h (Q4_K/Q5_K).
-template <DType kT>
-HWY_INLINE int32_t mins_sum(const Unit<kT>& w, const Q8KBlock& x) {
-  int32_t sum = 0;
-  for (int j = 0; j < 8; ++j) sum += w.m[j] * (int32_t{x.bsums[2 * j]} + x.bsums[2 * j + 1]);
-  return sum;
-}
-
-#if TESSERA_QUANT_DOT_AVX2
-
-// The eight lane accumulators in one register, and the mins' accumulator. (No
-// default member initializers: an implicit constructor would lack the target's ISA.)
-struct Acc {
-  __m256 lane;
-  float m;
-};
-
-HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f}; }
-
-template <DType kT>
-HWY_INLINE __m256i scale_vector(const Unit<kT>& w, int g) {
-  if constexpr (kBlock32<kT>) {
-    return _mm256_set1_epi16(1);
-  } else if constexpr (kT == DType::kQ6_K) {
-    return _mm256_set_m128i(_mm_set1_epi16(w.sc[2 * g + 1]), _mm_set1_epi16(w.sc[2 * g]));
-  } else {
-    return _mm256_set1_epi16(w.sc[g]);
-  }
-}
-
-template <DType kT>
-HWY_INLINE void dot_unit(const Unit<kT>& w, const Act<kT>& x, Acc& acc) {
-  __m256i p = _mm256_setzero_si256();
-  for (int g = 0; g < kGroups<kT>; ++g) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + 32 * g));
-    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
-    // |w| (unsigned) times x * sign(w): pairs of products, at most 2 * 128 * 127 (no
-    // saturation, as x is in [-127, 127]); then pairs of pairs times the sub-scale.
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-    p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, scale_vector(w, g)));
-  }
-  acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(p), acc.lane);
-  if constexpr (kMins<kT>) acc.m = std::fma(w.dmin * x.d, static_cast<float>(mins_sum(w, x)), acc.m);
-}
-
-HWY_INLINE float finish(const Acc& acc) {
-  HWY_ALIGN float lane[8];
-  _mm256_store_ps(lane, acc.lane);
-  for (int h = 4; h >= 1; h /= 2)
-    for (int i = 0; i < h; ++i) lane[i] = lane[i] + lane[i + h];
-  return lane[0] - acc.m;
-}
-
-#else  // the same integers and f32 operations, without x86 byte instructions
 
 struct Acc {
   float lane[8] = {};
