@@ -41,7 +41,7 @@ bool spin_until(Done&& done) {
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -67,28 +67,60 @@ void ThreadPool::run_chunk(size_t index) {
   if (begin < end) (*fn_)(begin, end);
 }
 
+void ThreadPool::notify_caller() {
+  std::lock_guard lock(mutex_);
+  done_cv_.notify_one();
+}
+
+void ThreadPool::take_chunks() {
+  for (size_t i = next_.fetch_add(1); i < size(); i = next_.fetch_add(1)) {
+    run_chunk(i);
+    if (done_.fetch_add(1) + 1 == size()) notify_caller();
+  }
+}
+
+// The caller runs chunk 0, takes chunks while any is left, and waits for the rest to be
+// done. Then it closes the job (closed_ = its generation) and waits until no worker is
+// inside it. A worker enters a job by counting itself in inside_ and only then reading
+// closed_ (both sequentially consistent, as the caller's store of closed_ and its read of
+// inside_): either the caller sees the worker inside and waits for it to leave, or the
+// worker sees the job closed and leaves without reading it. So the job's fields and fn
+// stay valid for every worker that reads them, and a worker that has not run since the
+// job began costs the caller nothing.
 void ThreadPool::parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   if (workers_.empty() || n <= align) {
     fn(0, n);
     return;
   }
+  size_t generation = 0;
   {
     std::lock_guard lock(mutex_);
     fn_ = &fn;
     n_ = n;
     align_ = std::max<size_t>(1, align);
-    pending_.store(workers_.size());
-    generation_.fetch_add(1);  // releases the job to spinning workers
+    next_.store(1);  // chunk 0 is the caller's
+    done_.store(0);
+    generation = generation_.fetch_add(1) + 1;  // releases the job to spinning workers
   }
   start_cv_.notify_all();  // no system call when no worker sleeps
   run_chunk(0);
-  if (spin_until([this] { return pending_.load() == 0; })) return;
-  std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_.load() == 0; });
+  done_.fetch_add(1);
+  take_chunks();
+  const auto all_done = [this] { return done_.load() == size(); };
+  if (!spin_until(all_done)) {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, all_done);
+  }
+  closed_.store(generation);
+  const auto nobody_inside = [this] { return inside_.load() == 0; };
+  if (!spin_until(nobody_inside)) {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, nobody_inside);
+  }
 }
 
-void ThreadPool::worker_loop(size_t index) {
+void ThreadPool::worker_loop() {
   size_t seen = 0;
   for (;;) {
     const auto ready = [&] { return stop_.load() || generation_.load() != seen; };
@@ -98,12 +130,9 @@ void ThreadPool::worker_loop(size_t index) {
     }
     if (stop_.load()) return;
     seen = generation_.load();
-    run_chunk(index);
-    if (pending_.fetch_sub(1) == 1) {
-      // Under the mutex, so that a caller between its check and its wait cannot miss it.
-      std::lock_guard lock(mutex_);
-      done_cv_.notify_one();
-    }
+    inside_.fetch_add(1);
+    if (closed_.load() < seen) take_chunks();  // else the job ended before this thread came
+    if (inside_.fetch_sub(1) == 1) notify_caller();
   }
 }
 

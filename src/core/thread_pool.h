@@ -1,10 +1,14 @@
 // ThreadPool: a fixed set of workers for data-parallel loops on the inference
-// thread. parallel_for splits [0, n) into one contiguous chunk per thread (the
-// caller's thread takes chunk 0), so the work a thread gets is deterministic and
-// results never depend on timing. Only one thread may call parallel_for at a
-// time (the one inference thread that owns the pool).
+// thread. parallel_for splits [0, n) into one contiguous chunk per thread, the same
+// chunks on every call, so results never depend on timing. The caller's thread runs
+// chunk 0; the others are taken by whichever thread is free first, the caller
+// included, and the call returns once every chunk is done and no worker is still
+// inside it: a worker that the OS has not run yet (other work on the machine) holds
+// nothing up, where before the call waited a time slice for it to run its chunk.
+// Only one thread may call parallel_for at a time (the one inference thread that
+// owns the pool).
 // Hand-offs spin before they sleep: a worker polls for the next job, and the caller
-// for the workers' completion, for up to 100 microseconds (TESSERA_SPIN_US) before
+// for the chunks' completion, for up to 100 microseconds (TESSERA_SPIN_US) before
 // waiting on a condition variable. Decode calls parallel_for about 130 times a token,
 // and a futex wake-up each time cost more than the work on many cores.
 #pragma once
@@ -34,8 +38,13 @@ class ThreadPool {
   void parallel_for(size_t n, size_t align, const std::function<void(size_t, size_t)>& fn);
 
  private:
-  void worker_loop(size_t index);
+  void worker_loop();
+  // Runs chunks of the current job while any is left to take.
+  void take_chunks();
   void run_chunk(size_t index);
+  // Wakes a caller waiting on done_cv_ (under the mutex, so that one between its check
+  // and its wait cannot miss it).
+  void notify_caller();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
@@ -43,17 +52,24 @@ class ThreadPool {
   std::condition_variable done_cv_;
   // Written under mutex_ (so that a sleeper cannot miss a change), read by spinners
   // without it. generation_ and stop_ (polled by every idle worker) sit on a cache line
-  // apart from pending_ (decremented by each worker as it finishes, polled by the
-  // caller), so that finishing workers do not take the line the others poll away from
-  // them: at 16 threads each decrement would otherwise invalidate 15 spinners' copies.
+  // apart from the counters that change while a job runs, so that finishing workers do
+  // not take the line the others poll away from them.
   alignas(64) std::atomic<size_t> generation_{0};
   std::atomic<bool> stop_{false};
-  // The current job, read by the workers with generation_; written by parallel_for
-  // before generation_ is bumped.
+  // The current job, read by the threads that take its chunks; written by
+  // parallel_for before generation_ is bumped, and left alone until no worker is
+  // inside the job.
   const std::function<void(size_t, size_t)>* fn_ = nullptr;
   size_t n_ = 0;
   size_t align_ = 1;
-  alignas(64) std::atomic<size_t> pending_{0};
+  // The next chunk to take, and how many are done. closed_: the last generation whose
+  // job has ended (its chunks done); a worker counts itself in inside_ before it
+  // looks at a job, and leaves it at once when closed_ says the job has ended, so the
+  // caller waits only for workers that may still read it (see parallel_for).
+  alignas(64) std::atomic<size_t> next_{0};
+  std::atomic<size_t> done_{0};
+  alignas(64) std::atomic<size_t> inside_{0};
+  std::atomic<size_t> closed_{0};
 };
 
 }  // namespace tessera
