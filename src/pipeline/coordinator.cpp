@@ -229,7 +229,8 @@ Result<json> Pipeline::State::read_control(FrameChannel& channel, const std::str
 Status Pipeline::State::silent_or(const Status& status) const {
   if (!net::is_timed_out(status)) return status;
   return Status::disconnected("silent for " + std::to_string(options.heartbeat_timeout.count()) +
-                              " ms (--heartbeat-timeout): frozen, or its host or the network is down");
+                                  " ms (--heartbeat-timeout): frozen, or its host or the network is down",
+                              Cause::kTimedOut);
 }
 
 Status Pipeline::State::setup() {
@@ -347,7 +348,8 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
     // Heartbeats keep a session alive while nothing else comes (heartbeat.h).
     Result<wire::Frame> frame = channel->read_frame(limits.frame, net::deadline_after(options.heartbeat_timeout));
     if (!frame.ok()) {
-      fail_all(Status::disconnected(who + " is gone: " + silent_or(frame.status()).message()), session_id);
+      const Status read = silent_or(frame.status());  // its cause says which: gone, or silent (kTimedOut)
+      fail_all(Status::disconnected(who + " is gone: " + read.message(), read.cause()), session_id);
       return;
     }
     const uint64_t request = frame->prefix.request_id;
@@ -376,8 +378,8 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
     if (tensor.ok() && token && tensor->header.numel != 1) {
       tensor = Status::invalid_input("token_ids: " + std::to_string(tensor->header.numel) + " ids, expected 1");
     }
-    if (!tensor.ok()) {
-      deliver(request, tensor.status().with_context(who));
+    if (!tensor.ok()) {  // the stage broke the protocol (or our limits): the server's fault, not the client's
+      deliver(request, Status::internal("refused a frame from " + who + ": " + tensor.status().message()));
       continue;
     }
     Pipeline::StepResult result;

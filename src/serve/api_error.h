@@ -6,8 +6,11 @@
 //
 // `param` names the request field at fault (null when none does). Errors from
 // the engine (core/status.h) map by kind: kInvalidInput 400, kNotFound 404,
-// kUnsupported 400, kOverloaded 503 (with Retry-After), kDisconnected (a
-// pipeline stage is gone) 503 (with Retry-After), kInternal 500.
+// kUnsupported 400, kOverloaded 503 (with Retry-After), kInternal 500. A peer
+// the server depends on (a pipeline stage, a TP rank) fails by its cause: gone
+// (kDisconnected) 503, silent past its timeout (kDisconnected, Cause::kTimedOut)
+// 504, both with Retry-After; a frame it sent that the server refused is
+// kInternal, 500 (a broken deployment: retrying does not help).
 //
 // Value type; safe to copy between threads.
 #pragma once
@@ -34,7 +37,7 @@ struct ApiError {
 
   nlohmann::json to_json() const;
   // Seconds a client should wait before retrying (the Retry-After header), 0 for none.
-  int retry_after_seconds() const { return http_status == 429 || http_status == 503 ? 1 : 0; }
+  int retry_after_seconds() const { return http_status == 429 || http_status == 503 || http_status == 504 ? 1 : 0; }
 };
 
 }  // namespace tessera::serve

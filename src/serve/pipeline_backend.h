@@ -8,11 +8,13 @@
 // last stage samples each request with its own seeded sampler, so a request's
 // tokens are those of one process).
 //
-// Failures: a stage that reports an error fails that request (a 503: the server
-// checked what it sent, so a stage's failure is never the client's); a stage whose
-// connection drops or that stops heartbeating fails every request in flight at
-// once (pipeline/coordinator.h), and their clients hear of it on the next step
-// (503, or an SSE error event). The next request sets the pipeline up again, so
+// Failures, each its own answer (serve/api_error.h), on the next step (or an SSE
+// error event): a stage that reports an error fails that request (503: the
+// server checked what it sent, so a stage's failure is never the client's); a
+// stage whose connection drops fails every request in flight at once (503), one
+// that stops heartbeating too (504: Cause::kTimedOut, pipeline/coordinator.h);
+// a frame from a stage that the server refuses fails its request (500: the
+// stage broke the protocol). The next request sets the pipeline up again, so
 // the server serves again once the stage is back.
 //
 // Logprobs: a request that asks for them is not started on the last stage,

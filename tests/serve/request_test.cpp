@@ -256,6 +256,13 @@ TEST(ServeRequestTest, ApiErrorJsonHasTheOpenAiShape) {
   EXPECT_EQ(gone.http_status, 503);
   EXPECT_EQ(gone.retry_after_seconds(), 1);
   EXPECT_EQ(gone.type, "service_unavailable_error");
+  // One that stays silent past its timeout: the gateway's timeout, also worth a retry.
+  const ApiError silent =
+      ApiError::from_status(Status::disconnected("stage node2 is gone: silent for 3000 ms", Cause::kTimedOut));
+  EXPECT_EQ(silent.http_status, 504);
+  EXPECT_EQ(silent.retry_after_seconds(), 1);
+  EXPECT_EQ(silent.type, "timeout_error");
+  EXPECT_EQ(silent.code, "timeout");
 }
 
 TEST(ServeRequestTest, TokenizeAndDetokenize) {

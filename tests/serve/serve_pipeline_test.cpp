@@ -39,11 +39,26 @@ using Clock = std::chrono::steady_clock;
 // The server on node 0, coordinating stages 1..3.
 class PipelineServer : public testing::ServeProcess {
  public:
-  explicit PipelineServer(PipelineCluster& pipeline)
-      : ServeProcess(pipeline.cluster(),
-                     {"--model", kModel, "--pipeline", pipeline.plan(kModel, {0, 1, 3, 4}), "--identity",
-                      pipeline.cluster().identity(0).string(), "--trust", pipeline.cluster().trust_file().string(),
-                      "--timeout", "10", "--shutdown-timeout", "5"}) {}
+  explicit PipelineServer(PipelineCluster& pipeline, const std::vector<std::string>& more = {})
+      : ServeProcess(pipeline.cluster(), args(pipeline, more)) {}
+
+ private:
+  static std::vector<std::string> args(PipelineCluster& pipeline, const std::vector<std::string>& more) {
+    std::vector<std::string> a = {"--model",
+                                  kModel,
+                                  "--pipeline",
+                                  pipeline.plan(kModel, {0, 1, 3, 4}),
+                                  "--identity",
+                                  pipeline.cluster().identity(0).string(),
+                                  "--trust",
+                                  pipeline.cluster().trust_file().string(),
+                                  "--timeout",
+                                  "10",
+                                  "--shutdown-timeout",
+                                  "5"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  }
 };
 
 Json completion(int i, int max_tokens) {
@@ -137,6 +152,45 @@ TEST(ServePipelineTest, ConcurrentAnswersBatchingADeadStageAndRecovery) {
 
   pipeline.cluster().kill(server.process(), SIGTERM);
   EXPECT_EQ(pipeline.cluster().wait(server.process(), std::chrono::seconds(20)), 0) << server.log();
+}
+
+// A stage that freezes (SIGSTOP) mid-answer is a gateway timeout, not a dead
+// stage: both clients hear within --heartbeat-timeout (1 s here) and a second,
+// a whole answer as 504 with Retry-After, a stream as an SSE error naming the
+// silence. (A killed stage is a 503: ConcurrentAnswersBatchingADeadStageAndRecovery.)
+TEST(ServePipelineTest, AFrozenStageIsAGatewayTimeout) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  PipelineCluster pipeline;
+  PipelineServer server(pipeline, {"--heartbeat-timeout", "1"});
+  ASSERT_TRUE(server.wait_ready()) << server.log();
+  Json endless = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"logit_bias", {{"1", -100}}}};
+  Json streamed = endless;
+  streamed["stream"] = true;
+  const int stream = server.start("/v1/completions", streamed.dump());
+  const int whole = server.start("/v1/completions", endless.dump());
+  const auto started = Clock::now() + std::chrono::seconds(60);
+  while (!server.received(stream, "data: ")) {
+    ASSERT_LT(Clock::now(), started) << server.log();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  pipeline.signal_stage(2, SIGSTOP);
+  const auto frozen = Clock::now();
+  const PipelineServer::Reply stream_reply = server.finish(stream, std::chrono::seconds(10));
+  const PipelineServer::Reply whole_reply = server.finish(whole, std::chrono::seconds(10));
+  const double seconds = std::chrono::duration<double>(Clock::now() - frozen).count();
+  std::cout << "the clients heard of the frozen stage after " << seconds << " s\n";
+  pipeline.signal_stage(2, SIGKILL);
+  pipeline.wait_stage(2);
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(whole_reply.status, 504) << whole_reply.body;
+  EXPECT_NE(whole_reply.body.find("silent for"), std::string::npos) << whole_reply.body;
+  EXPECT_NE(whole_reply.body.find("timeout_error"), std::string::npos) << whole_reply.body;
+  const std::vector<std::string> events = testing::sse_data(stream_reply.body);
+  ASSERT_GE(events.size(), 2u) << stream_reply.body;
+  const Json error = Json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(error.contains("error")) << stream_reply.body;
+  EXPECT_EQ(error["error"]["type"], "timeout_error") << error.dump();
 }
 
 // Logprobs over a pipeline: the last stage returns the logits of a request that
