@@ -305,12 +305,28 @@ std::vector<StepOutput> Scheduler::step() {
                     feed.hidden.begin() + (feed.done + c.tokens) * row);
     }
   }
-  Result<std::vector<float>> out =
-      forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
-  if (!out.ok()) {  // checked inputs make this rare; every sequence of the step gets the error
-    forward_failure_ = out.status();
+  // When every sequence of the step takes the plain greedy token (or finishes no
+  // feed this step), the device chooses the tokens and no logits come back.
+  const bool greedy =
+      forward_.model().has_entry() && forward_.model().has_exit() &&
+      std::all_of(chosen.begin(), chosen.end(), [&](const Chosen& c) {
+        const Sequence& sequence = sequences_.at(c.id);
+        const Feed& feed = sequence.feeds.front();
+        const bool finishes = feed.done + c.tokens == feed.tokens;
+        return !finishes || (sequence.sampler && sequence.sampler->plain_greedy() && sequence.top_logprobs < 0);
+      });
+  Result<std::vector<float>> out = std::vector<float>{};
+  Result<std::vector<int32_t>> greedy_tokens = std::vector<int32_t>{};
+  if (greedy) {
+    greedy_tokens = forward_.step_greedy(ids, parts);
+  } else {
+    out = forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
+  }
+  if (const Status status = greedy ? greedy_tokens.status() : out.status(); !status.ok()) {
+    // checked inputs make this rare; every sequence of the step gets the error
+    forward_failure_ = status;
     for (const Chosen& c : chosen) {
-      outputs.push_back({c.id, out.status()});
+      outputs.push_back({c.id, status});
       close(c.id);
     }
     return outputs;
@@ -319,13 +335,17 @@ std::vector<StepOutput> Scheduler::step() {
   largest_step_ = std::max(largest_step_, chosen.size());
 
   const bool exit = forward_.model().has_exit();
-  size_t offset = 0;
+  size_t offset = 0, part = 0;
   for (const Chosen& c : chosen) {
     Sequence& sequence = sequences_.at(c.id);
     Feed& feed = sequence.feeds.front();
-    const size_t width = exit ? static_cast<size_t>(vocab_size_) : static_cast<size_t>(c.tokens * hidden_size_);
+    const size_t width = greedy ? 0
+                         : exit ? static_cast<size_t>(vocab_size_)
+                                : static_cast<size_t>(c.tokens * hidden_size_);
     const auto rows = std::span<float>(*out).subspan(offset, width);
     offset += width;
+    const int32_t greedy_token = greedy ? (*greedy_tokens)[part] : -1;
+    ++part;
     if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
     if (forward_.model().has_entry()) {
       sequence.tokens.insert(sequence.tokens.end(), feed.ids.begin() + feed.done,
@@ -338,6 +358,9 @@ std::vector<StepOutput> Scheduler::step() {
     StepOutput result{.id = c.id};
     if (!exit) {
       result.values = std::exchange(sequence.hidden_out, {});
+    } else if (greedy) {
+      result.token = greedy_token;  // what sample() gives these rows (Sampler::plain_greedy)
+      sequence.output.push_back(result.token);
     } else if (sequence.sampler) {
       std::vector<float> raw;  // the sampler changes its logits in place
       if (sequence.top_logprobs >= 0) raw.assign(rows.begin(), rows.end());

@@ -48,6 +48,11 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
+bool Sampler::plain_greedy() const {
+  return params_.temperature == 0.0f && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
+         params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f;
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output) {
   for (const auto& [id, bias] : params_.logit_bias) logits[static_cast<size_t>(id)] += bias;
   apply_penalties(logits, prompt, output);

@@ -34,6 +34,9 @@ class Sampler {
   // Picks the next token. `logits` [vocab] is modified (biases, penalties, scaling).
   // `prompt` and `output` are the tokens so far, for the penalties.
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
+  // Whether sample() is the argmax of the raw logits: greedy, with no bias and
+  // no penalty. A caller may then take the argmax where the logits are.
+  bool plain_greedy() const;
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
