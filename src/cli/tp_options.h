@@ -24,8 +24,9 @@ struct TpOptions {
   std::string identity;
   std::string trust;
   bool plain = false;
-  double connect_timeout_s = 30;   // forming the group
-  double progress_timeout_s = 10;  // any one wait for a rank (a frozen rank fails the step after it)
+  double connect_timeout_s = 30;     // forming the group
+  double progress_timeout_s = 10;    // any one wait for a rank that is alive but silent on its data connection
+  double heartbeat_timeout_s = 0.5;  // a rank silent this long (no heartbeat) is frozen: the group fails
 };
 
 // The members' flag is `members_flag` ("--tp" for generate, "--members" for
@@ -49,8 +50,14 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
   cmd.add_option("--progress-timeout", o.progress_timeout_s,
-                 "Seconds a rank may stay silent inside a step before the step fails on every rank")
+                 "Seconds a rank that still heartbeats may keep the others waiting for its data inside a step before "
+                 "the step fails on every rank")
       ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  cmd.add_option("--group-heartbeat-timeout", o.heartbeat_timeout_s,
+                 "Seconds a rank may stay silent before the group fails as frozen (every rank heartbeats every "
+                 "0.1 s, however busy; raise it on lossy links)")
+      ->check(CLI::Range(0.3, 3600.0))
       ->capture_default_str();
 }
 
@@ -79,6 +86,7 @@ inline Result<Group> connect_tp_group(const TpOptions& o, const TpMember& m) {
   options.plain = o.plain;
   options.connect_timeout = std::chrono::milliseconds(std::llround(o.connect_timeout_s * 1000));
   options.progress_timeout = std::chrono::milliseconds(std::llround(o.progress_timeout_s * 1000));
+  options.heartbeat_timeout = std::chrono::milliseconds(std::llround(o.heartbeat_timeout_s * 1000));
   return collective::connect_group(m.identity, m.trust, options);
 }
 

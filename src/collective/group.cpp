@@ -40,7 +40,7 @@ class LocalGroup final : public GroupImpl {
   Status all_gather(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override {
     return copy(in, out, dtype, "all_gather");
   }
-  Status broadcast(std::span<uint8_t> data, DType dtype, int root) override {
+  Status broadcast(std::span<uint8_t> data, DType dtype, int root, Wait) override {
     TS_RETURN_IF_ERROR(check_buffer(data, dtype, "broadcast"));
     if (root != 0)
       return Status::invalid_input("[collective] broadcast: root " + std::to_string(root) + " in a group of 1");

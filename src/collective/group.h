@@ -25,6 +25,14 @@
 
 namespace tessera {
 
+// How long a broadcast's receivers wait for the root's message to start.
+enum class Wait {
+  kBounded,     // as every collective: each piece within the group's progress timeout
+  kWhileAlive,  // the first piece as long as the root is alive (a TCP group's heartbeats),
+                // the rest bounded: a follower waiting for its leader's next step, which
+                // may come after any idle time (a chat's user typing, an idle server)
+};
+
 class GroupImpl {
  public:
   virtual ~GroupImpl() = default;
@@ -36,7 +44,7 @@ class GroupImpl {
   virtual Status all_sum(std::span<uint8_t> data, DType dtype) = 0;
   virtual Status reduce_scatter(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) = 0;
   virtual Status all_gather(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) = 0;
-  virtual Status broadcast(std::span<uint8_t> data, DType dtype, int root) = 0;
+  virtual Status broadcast(std::span<uint8_t> data, DType dtype, int root, Wait wait) = 0;
   virtual Status send(std::span<const uint8_t> data, DType dtype, int dst) = 0;
   virtual Status recv(std::span<uint8_t> data, DType dtype, int src) = 0;
   virtual Status rebuild() = 0;
@@ -65,7 +73,9 @@ class Group {
     return impl_->all_gather(in, out, dtype);
   }
   // Every rank's `data` becomes the root's.
-  Status broadcast(std::span<uint8_t> data, DType dtype, int root) { return impl_->broadcast(data, dtype, root); }
+  Status broadcast(std::span<uint8_t> data, DType dtype, int root, Wait wait = Wait::kBounded) {
+    return impl_->broadcast(data, dtype, root, wait);
+  }
   Status send(std::span<const uint8_t> data, DType dtype, int dst) { return impl_->send(data, dtype, dst); }
   Status recv(std::span<uint8_t> data, DType dtype, int src) { return impl_->recv(data, dtype, src); }
   // Starts a new generation (fresh keys, counters from 0, new data connections)

@@ -19,7 +19,7 @@ std::vector<uint8_t> encode_control_message(const ControlMessage& message) {
 
 Result<ControlHeader> decode_control_header(std::span<const uint8_t, kControlHeaderBytes> header) {
   const uint32_t kind = get_u32(header, 0);
-  if (kind < 1 || kind > static_cast<uint32_t>(ControlKind::kGoodbye)) {
+  if (kind < 1 || kind > kLastControlKind) {
     return Status::invalid_input("control message kind: " + std::to_string(kind) + " unknown");
   }
   const uint32_t length = get_u32(header, 12);

@@ -3,7 +3,8 @@
 // while the real members still form the group, and so are data connections
 // whose hello names no higher rank, and connections that stay silent; a rank
 // that disappears fails every other rank at once; a silent rank fails them after
-// the progress timeout.
+// the progress timeout, unless it is a broadcast's root that keeps heartbeating
+// (Wait::kWhileAlive); a heartbeat timeout too short is refused.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -227,6 +228,48 @@ TEST(TcpGroup, ASilentRankFailsTheOthersAfterTheProgressTimeout) {
   EXPECT_LT(seconds, 3.0);
   // Rank 1 hears of it through the abort.
   EXPECT_FALSE(rank1->all_sum(bytes(data), DType::kF32).ok());
+}
+
+// A follower waits for its leader's next step with Wait::kWhileAlive: rank 0
+// (the root) broadcasts only after twice the progress timeout (1.5 s here) of
+// idling, and rank 1 receives it, because rank 0 kept heartbeating (with the
+// first piece bounded as the others, rank 1 failed after 1.5 s: checked). A
+// bounded broadcast still fails after the progress timeout.
+TEST(TcpGroup, AnIdleRootIsWaitedForWhileItHeartbeats) {
+  ThreadCluster cluster(2, 0);
+  std::optional<Result<Group>> rank0;
+  std::thread thread([&] { rank0.emplace(cluster.connect(0)); });
+  Result<Group> rank1 = cluster.connect(1);
+  thread.join();
+  ASSERT_TRUE(rank1.ok() && rank0->ok());
+  std::vector<float> sent = {3, 4}, received(2);
+  std::thread root([&] {
+    std::this_thread::sleep_for(milliseconds(3000));
+    EXPECT_TRUE((*rank0)->broadcast(bytes(sent), DType::kF32, 0).ok());
+  });
+  const Status status = rank1->broadcast(bytes(received), DType::kF32, 0, Wait::kWhileAlive);
+  root.join();
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  EXPECT_EQ(received, sent);
+  const Status bounded = rank1->broadcast(bytes(received), DType::kF32, 0);
+  EXPECT_NE(bounded.message().find("timed out"), std::string::npos) << bounded.to_string();
+}
+
+// A heartbeat timeout shorter than a few heartbeat intervals would fail a group
+// whose ranks are merely descheduled for a moment: refused before anything
+// connects, naming both (fails with the check in connect_group removed: rank 0
+// then waits for rank 1 to connect; checked).
+TEST(TcpGroup, AHeartbeatTimeoutShorterThanAFewIntervalsIsRefused) {
+  ThreadCluster cluster(2, 0);
+  GroupOptions options;
+  options.members = {"rank0", "rank1"};
+  options.connect_timeout = milliseconds(1000);
+  options.heartbeat_timeout = milliseconds(200);
+  Result<Group> group = connect_group(cluster.identity(0), cluster.trust(), options);
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().kind(), ErrorKind::kInvalidInput) << group.status().to_string();
+  EXPECT_NE(group.status().message().find("heartbeat timeout 200 ms is below 300 ms"), std::string::npos)
+      << group.status().to_string();
 }
 
 }  // namespace

@@ -71,9 +71,10 @@ std::future<Status> Link::post_send(seal::Op op, std::span<const uint8_t> bytes,
   });
 }
 
-std::future<Status> Link::post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress) {
+std::future<Status> Link::post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress,
+                                    Wait wait) {
   return receiver_.post([=, this] {
-    Status status = recv_message(op, out, dtype, wake_fd, progress);
+    Status status = recv_message(op, out, dtype, wake_fd, progress, wait);
     if (!status.ok() && !net::is_interrupted(status)) on_failure_(status);
     if (progress) progress->finish();
     return status;
@@ -195,14 +196,18 @@ Status Link::send_message(seal::Op op, std::span<const uint8_t> bytes, DType dty
 
 // Pieces are read and opened in turn (the socket buffer holds the ones that
 // follow); plain payloads are read straight into place after their header.
-Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress) {
+Status Link::recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress,
+                          Wait wait) {
   seal::PieceContext ctx = context(op, out.size(), dtype, false);
   ctx.counter = recv_counter_++;
   for (uint32_t k = 0; k < ctx.piece_count; ++k) {
     ctx.piece_index = k;
     const size_t length = seal::piece_payload_bytes(out.size(), ctx.piece_bytes, k);
     std::span<uint8_t> plain = out.subspan(size_t{k} * ctx.piece_bytes, length);
-    const net::Deadline deadline = net::deadline_after(options_.progress_timeout);
+    // The wake fd still ends an unbounded wait: the group's failure, a silent peer's included.
+    const net::Deadline deadline = k == 0 && wait == Wait::kWhileAlive
+                                       ? net::Clock::now() + std::chrono::hours(24 * 365)
+                                       : net::deadline_after(options_.progress_timeout);
     Status status;
     if (opener_) {
       const std::span<uint8_t> wire(recv_buffer_.data(), seal::piece_wire_bytes(length, true));

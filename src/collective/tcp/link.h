@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "collective/group.h"
 #include "collective/tcp/control_channel.h"
 #include "collective/tcp/tamper.h"
 #include "collective/tcp/worker.h"
@@ -66,9 +67,12 @@ class Link {
 
   // Queue one message (all its pieces) on the sender / receiver worker; the
   // buffer must stay alive until the future is ready. wake_fd interrupts their
-  // waits. A receive reports each finished piece to `progress` (optional).
+  // waits. A receive reports each finished piece to `progress` (optional);
+  // with Wait::kWhileAlive its first piece may take any time (the group's
+  // heartbeats, not the progress timeout, bound a wait for a live peer).
   std::future<Status> post_send(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd);
-  std::future<Status> post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress);
+  std::future<Status> post_recv(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress,
+                                Wait wait = Wait::kBounded);
   // The piece size of a message of total_bytes: the configured size for large
   // messages, smaller ones (down to 16 KiB) for messages under 4 pieces, so
   // that sealing and opening still overlap the wire. Both ends derive it from
@@ -78,7 +82,7 @@ class Link {
  private:
   seal::PieceContext context(seal::Op op, uint64_t total_bytes, DType dtype, bool outgoing) const;
   Status send_message(seal::Op op, std::span<const uint8_t> bytes, DType dtype, int wake_fd);
-  Status recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress);
+  Status recv_message(seal::Op op, std::span<uint8_t> out, DType dtype, int wake_fd, Progress* progress, Wait wait);
   bool tampers(const seal::PieceContext& ctx) const;
   Result<std::span<const uint8_t>> frame_piece(const seal::PieceContext& ctx, std::span<const uint8_t> payload,
                                                std::vector<uint8_t>& buffer);

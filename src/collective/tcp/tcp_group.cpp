@@ -21,6 +21,7 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kAbortSendTimeout{1000};
 constexpr milliseconds kAbortGrace{50};
+constexpr net::Clock::time_point kNeverHeard{};
 
 std::string rank_text(size_t rank) { return "rank " + std::to_string(rank); }
 
@@ -46,7 +47,7 @@ class TcpGroup final : public GroupImpl {
   Status all_sum(std::span<uint8_t> data, DType dtype) override;
   Status reduce_scatter(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override;
   Status all_gather(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override;
-  Status broadcast(std::span<uint8_t> data, DType dtype, int root) override;
+  Status broadcast(std::span<uint8_t> data, DType dtype, int root, Wait wait) override;
   Status send(std::span<const uint8_t> data, DType dtype, int dst) override;
   Status recv(std::span<uint8_t> data, DType dtype, int src) override;
   Status rebuild() override;
@@ -61,6 +62,11 @@ class TcpGroup final : public GroupImpl {
   Status connect_data(Acceptor& acceptor, uint64_t generation, net::Deadline deadline, std::vector<bool> bound);
   Status accept_data(Acceptor::Opened& opened, uint64_t generation, std::vector<bool>& bound);
   void control_loop(uint32_t peer);
+  // Sends heartbeats and fails the group when a peer has been silent for
+  // options_.heartbeat_timeout (tcp_group.h: Liveness).
+  void heartbeat_loop();
+  // The first peer silent for longer than the heartbeat timeout at `now`, if any.
+  std::optional<uint32_t> silent_peer(net::Clock::time_point now) const;
   void refuse(const std::string& why);
 
   // Returns the latched failure, or the wake fd of the working generation.
@@ -109,11 +115,21 @@ class TcpGroup final : public GroupImpl {
   Status failure_;                     // guarded by mutex_
   std::unique_ptr<net::WakeFd> wake_;  // guarded by mutex_; signalled on failure
   Status next_abort_;  // guarded by mutex_: an abort of generation_ + 1, which this rank has not entered yet
-  std::vector<uint64_t> rebuild_ready_;  // guarded by mutex_: per peer, highest generation announced
-  std::vector<bool> control_lost_;       // guarded by mutex_
+  std::vector<uint64_t> rebuild_ready_;        // guarded by mutex_: per peer, highest generation announced
+  std::vector<bool> control_lost_;             // guarded by mutex_
+  std::vector<bool> departed_;                 // guarded by mutex_: per peer, said goodbye
+  std::vector<net::Clock::time_point> heard_;  // guarded by mutex_: per peer, its last control message
+  bool stopping_ = false;                      // guarded by mutex_: ends the heartbeat thread
+  std::thread heartbeat_;
 };
 
 TcpGroup::~TcpGroup() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
   uint64_t generation = 0;
   {
     std::lock_guard lock(mutex_);
@@ -145,6 +161,7 @@ Status TcpGroup::start() {
   wake_ = std::make_unique<net::WakeFd>();
   rebuild_ready_.assign(size_, 0);
   control_lost_.assign(size_, false);
+  departed_.assign(size_, false);
   links_.resize(size_);
   staging_.resize(size_);
   for (size_t peer = 0; peer < size_; ++peer) progress_.push_back(std::make_unique<Progress>());
@@ -154,10 +171,20 @@ Status TcpGroup::start() {
   Acceptor acceptor(listener_, identity_, trust_, options_.progress_timeout);
   std::vector<bool> early(size_, false);
   TS_RETURN_IF_ERROR(connect_control(acceptor, deadline, early));
+  {
+    std::lock_guard lock(mutex_);
+    heard_.assign(size_, kNeverHeard);
+  }
   for (uint32_t peer = 0; peer < size_; ++peer) {
     if (peer != rank_) control_readers_.emplace_back([this, peer] { control_loop(peer); });
   }
-  return connect_data(acceptor, 0, deadline, std::move(early));
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  TS_RETURN_IF_ERROR(connect_data(acceptor, 0, deadline, std::move(early)));
+  // Every peer is judged from now on (or from its first message): the group has
+  // formed here, so the others are at most finishing their connections.
+  std::lock_guard lock(mutex_);
+  for (net::Clock::time_point& heard : heard_) heard = std::max(heard, net::Clock::now());
+  return {};
 }
 
 Result<net::Socket> TcpGroup::connect_with_retry(uint32_t rank, net::Deadline deadline) {
@@ -271,6 +298,10 @@ void TcpGroup::control_loop(uint32_t peer) {
       }
       return;
     }
+    {
+      std::lock_guard lock(mutex_);
+      heard_[peer] = net::Clock::now();
+    }
     switch (message->kind) {
       case ControlKind::kAbort: {
         Status abort = Status::disconnected("[collective] " + rank_text(peer) + " aborted generation " +
@@ -291,8 +322,63 @@ void TcpGroup::control_loop(uint32_t peer) {
         cv_.notify_all();
         break;
       }
-      case ControlKind::kGoodbye: return;
+      case ControlKind::kGoodbye: {
+        // Not a failure by itself (the leader closes its group after its last
+        // step); the next collective with that peer finds its connection closed.
+        std::lock_guard lock(mutex_);
+        departed_[peer] = true;
+        return;
+      }
+      case ControlKind::kHeartbeat: break;  // heard_ is all it updates
     }
+  }
+}
+
+std::optional<uint32_t> TcpGroup::silent_peer(net::Clock::time_point now) const {
+  for (uint32_t peer = 0; peer < size_; ++peer) {
+    // A peer is judged from its first message, or from the end of start(),
+    // on: before, it may still be connecting to other ranks (forming the
+    // group has its own timeouts).
+    if (peer != rank_ && heard_[peer] != kNeverHeard && !departed_[peer] && !control_lost_[peer] &&
+        now - heard_[peer] > options_.heartbeat_timeout)
+      return peer;
+  }
+  return std::nullopt;
+}
+
+void TcpGroup::heartbeat_loop() {
+  std::unique_lock lock(mutex_);
+  net::Clock::time_point asleep = net::Clock::now() - kHeartbeatInterval;  // the first beat goes at once
+  for (;;) {
+    if (cv_.wait_until(lock, asleep + kHeartbeatInterval, [this] { return stopping_; })) return;
+    const net::Clock::time_point now = net::Clock::now();
+    // Woken much later than asked: this process was stopped (or starved) and
+    // heard nothing meanwhile; its peers' silence is its own. What they sent
+    // meanwhile (an abort, if the group failed without it) is in its channels.
+    if (now - asleep > kHeartbeatInterval + options_.heartbeat_timeout / 2) {
+      for (net::Clock::time_point& heard : heard_) {
+        if (heard != kNeverHeard) heard = std::max(heard, now);
+      }
+    }
+    const uint64_t generation = generation_;
+    const std::optional<uint32_t> silent = failure_.ok() ? silent_peer(now) : std::nullopt;
+    const auto silent_ms = silent ? std::chrono::duration_cast<milliseconds>(now - heard_[*silent]).count() : 0;
+    lock.unlock();
+    for (auto& link : links_) {
+      // A write to a peer that is gone fails; its control reader reports that.
+      if (link)
+        (void)link->write_control_locked({ControlKind::kHeartbeat, generation, ""},
+                                         net::deadline_after(options_.heartbeat_timeout));
+    }
+    if (silent) {
+      latch(Status::disconnected("[collective] " + rank_text(*silent) + " (" + options_.members[*silent] +
+                                 "): silent for " + std::to_string(silent_ms) + " ms (heartbeat timeout " +
+                                 std::to_string(options_.heartbeat_timeout.count()) +
+                                 " ms): frozen, or its host or its link is down"),
+            true);
+    }
+    lock.lock();
+    asleep = net::Clock::now();
   }
 }
 
@@ -433,7 +519,7 @@ Status TcpGroup::all_gather(std::span<const uint8_t> in, std::span<uint8_t> out,
   return finish(transfers);
 }
 
-Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root) {
+Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root, Wait wait) {
   TS_RETURN_IF_ERROR(check_buffer(data, dtype, "broadcast"));
   if (root < 0 || static_cast<size_t>(root) >= size_) {
     return Status::invalid_input("[collective] broadcast: root " + std::to_string(root) + " in a group of " +
@@ -442,7 +528,7 @@ Status TcpGroup::broadcast(std::span<uint8_t> data, DType dtype, int root) {
   TS_ASSIGN_OR_RETURN(const int wake_fd, begin_op());
   std::vector<std::future<Status>> transfers;
   if (static_cast<uint32_t>(root) != rank_) {
-    transfers.push_back(link(root).post_recv(Op::kBroadcast, data, dtype, wake_fd, nullptr));
+    transfers.push_back(link(root).post_recv(Op::kBroadcast, data, dtype, wake_fd, nullptr, wait));
   } else {
     for (uint32_t peer = 0; peer < size_; ++peer) {
       if (peer != rank_) transfers.push_back(link(peer).post_send(Op::kBroadcast, data, dtype, wake_fd));
@@ -514,6 +600,11 @@ Result<Group> connect_group(const net::Identity& identity, const net::TrustFile&
   auto self = std::find(options.members.begin(), options.members.end(), identity.name);
   if (self == options.members.end()) {
     return Status::invalid_input("[collective] this node '" + identity.name + "' is not one of the group's members");
+  }
+  if (options.heartbeat_timeout < kMinHeartbeatTimeout) {
+    return Status::invalid_input("[collective] heartbeat timeout " + std::to_string(options.heartbeat_timeout.count()) +
+                                 " ms is below " + std::to_string(kMinHeartbeatTimeout.count()) +
+                                 " ms (heartbeats go every " + std::to_string(kHeartbeatInterval.count()) + " ms)");
   }
   if (options.piece_bytes == 0 || options.piece_bytes % 4 != 0) {
     return Status::invalid_input("[collective] piece size " + std::to_string(options.piece_bytes) +
