@@ -374,7 +374,6 @@ Status Forward::follow() {
   std::vector<uint8_t> header(wire::kTpStepHeaderBytes), body;
   for (;;) {
     // The leader's next step may come after any idle time (a chat's user, an idle server).
-    // The leader's next step may come after any idle time (a chat's user, an idle server).
     TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(header, DType::kF32, 0, Wait::kWhileAlive); }));
     TS_ASSIGN_OR_RETURN(const wire::TpStepHeader h, wire::decode_tp_step_header(header, limits));
     if (h.kind == wire::TpStepKind::kStop) return {};
