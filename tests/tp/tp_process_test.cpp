@@ -121,6 +121,22 @@ TEST(TpProcesses, GreedyTokensAreThoseOfOneProcessAndSealedLogitsArePlainOnes) {
   }
 }
 
+// Starts a long request on the leader, sends rank 2 `sig` once the group has
+// formed (the leader is generating), and expects the leader to exit 2 naming
+// the rank (`named`) within a second of the signal.
+void fail_rank_two_mid_request(TpGroup& group, int sig, const std::string& named) {
+  const int leader = group.start_leader({"--prompt-ids", "1,5,9,2,7,3", "-n", "240"});
+  ASSERT_TRUE(group.wait_for_log(2, "group formed", std::chrono::seconds(60))) << slurp(group.log(2));
+  const auto sent = std::chrono::steady_clock::now();
+  group.signal(2, sig);
+  const int code = group.cluster().wait(leader, std::chrono::seconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  std::cout << "the leader failed " << seconds << " s after signal " << sig << ":\n" << group.leader_log();
+  EXPECT_EQ(code, 2) << group.leader_log();
+  EXPECT_LT(seconds, 1.0) << group.leader_log() << slurp(group.log(1)) << slurp(group.log(2)) << slurp(group.log(3));
+  EXPECT_NE(group.leader_log().find(named), std::string::npos) << group.leader_log();
+}
+
 // Rank 2 of 4 is killed (-9) in the middle of a request: the leader's request
 // fails well under a second after the kill, the other ranks see the group fail
 // and form it anew, and once rank 2 is restarted the next request runs and gives
@@ -130,17 +146,7 @@ TEST(TpProcesses, AKilledRankFailsTheRequestAtOnceAndTheGroupFormsAnewWithoutRes
   const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
   ASSERT_EQ(local.exit_code, 0) << local.err;
   TpGroup group(4, dir, false);
-  const int leader = group.start_leader({"--prompt-ids", "1,5,9,2,7,3", "-n", "240"});
-  // Rank 2 is killed as soon as the group has formed (the leader is generating).
-  ASSERT_TRUE(group.wait_for_log(2, "group formed", std::chrono::seconds(60))) << slurp(group.log(2));
-  const auto killed = std::chrono::steady_clock::now();
-  group.signal(2, SIGKILL);
-  const int code = group.cluster().wait(leader, std::chrono::seconds(20));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  std::cout << "the leader failed " << seconds << " s after the kill:\n" << group.leader_log();
-  EXPECT_EQ(code, 2) << group.leader_log();
-  EXPECT_LT(seconds, 1.0) << group.leader_log();
-  EXPECT_NE(group.leader_log().find("rank 2"), std::string::npos) << group.leader_log();
+  fail_rank_two_mid_request(group, SIGKILL, "rank 2");
   group.reap(2);
   // The survivors saw the group fail and wait to form it anew.
   for (int node : {1, 3})
@@ -166,16 +172,7 @@ TEST(TpProcesses, AFrozenRankFailsTheRequestWithinASecondAndTheGroupFormsAnewOnc
   const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
   ASSERT_EQ(local.exit_code, 0) << local.err;
   TpGroup group(4, dir, false);
-  const int leader = group.start_leader({"--prompt-ids", "1,5,9,2,7,3", "-n", "240"});
-  ASSERT_TRUE(group.wait_for_log(2, "group formed", std::chrono::seconds(60))) << slurp(group.log(2));
-  const auto frozen = std::chrono::steady_clock::now();
-  group.signal(2, SIGSTOP);
-  const int code = group.cluster().wait(leader, std::chrono::seconds(20));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count();
-  std::cout << "the leader failed " << seconds << " s after the freeze:\n" << group.leader_log();
-  EXPECT_EQ(code, 2) << group.leader_log();
-  EXPECT_LT(seconds, 1.0) << group.leader_log() << slurp(group.log(1)) << slurp(group.log(2)) << slurp(group.log(3));
-  EXPECT_NE(group.leader_log().find("rank 2 (node2): silent for"), std::string::npos) << group.leader_log();
+  fail_rank_two_mid_request(group, SIGSTOP, "rank 2 (node2): silent for");
   for (int node : {1, 3})
     EXPECT_TRUE(group.wait_for_log(node, "the group failed", std::chrono::seconds(15))) << slurp(group.log(node));
   group.signal(2, SIGCONT);
