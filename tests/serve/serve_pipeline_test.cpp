@@ -115,17 +115,7 @@ TEST(ServePipelineTest, ConcurrentAnswersBatchingADeadStageAndRecovery) {
   }
 
   // Stage 2 dies while a streamed and a whole answer run: both clients hear within a second.
-  Json endless = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"logit_bias", {{"1", -100}}}};
-  Json streamed = endless;
-  streamed["stream"] = true;
-  const int stream = server.start("/v1/completions", streamed.dump());
-  const int whole = server.start("/v1/completions", endless.dump());
-  const auto started = Clock::now() + std::chrono::seconds(60);
-  while (!server.received(stream, "data: ")) {
-    ASSERT_LT(Clock::now(), started) << server.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the whole answer is under way too
+  const auto [stream, whole] = server.start_endless_answers();
   pipeline.kill_stage(2);
   const auto killed = Clock::now();
   const PipelineServer::Reply stream_reply = server.finish(stream, std::chrono::seconds(10));
@@ -163,17 +153,7 @@ TEST(ServePipelineTest, AFrozenStageIsAGatewayTimeout) {
   PipelineCluster pipeline;
   PipelineServer server(pipeline, {"--heartbeat-timeout", "1"});
   ASSERT_TRUE(server.wait_ready()) << server.log();
-  Json endless = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"logit_bias", {{"1", -100}}}};
-  Json streamed = endless;
-  streamed["stream"] = true;
-  const int stream = server.start("/v1/completions", streamed.dump());
-  const int whole = server.start("/v1/completions", endless.dump());
-  const auto started = Clock::now() + std::chrono::seconds(60);
-  while (!server.received(stream, "data: ")) {
-    ASSERT_LT(Clock::now(), started) << server.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto [stream, whole] = server.start_endless_answers();
   pipeline.signal_stage(2, SIGSTOP);
   const auto frozen = Clock::now();
   const PipelineServer::Reply stream_reply = server.finish(stream, std::chrono::seconds(10));

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "support/cluster.h"
@@ -75,6 +76,25 @@ class ServeProcess {
   // Whether request n's reply so far holds `text`.
   bool received(int n, const std::string& text) const {
     return slurp(out_[static_cast<size_t>(n)]).find(text) != std::string::npos;
+  }
+  // Starts two completions that run until cut short (1,500 tokens, token 1
+  // barred), one streamed and one whole, and returns their request numbers
+  // (stream, whole) once the stream has sent an event and the whole answer has
+  // had 200 ms: what the failure tests then cut short.
+  std::pair<int, int> start_endless_answers() {
+    const std::string body = R"("prompt": "Once upon a time", "max_tokens": 1500, "logit_bias": {"1": -100})";
+    const int stream = start("/v1/completions", "{" + body + R"(, "stream": true})");
+    const int whole = start("/v1/completions", "{" + body + "}");
+    const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!received(stream, "data: ")) {
+      if (std::chrono::steady_clock::now() > by) {
+        ADD_FAILURE() << "no streamed event in 60 s: " << log();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the whole answer is under way too
+    return {stream, whole};
   }
   // Waits (bounded) until /health answers 200; false if it did not in `limit`
   // or the server ended.

@@ -104,17 +104,7 @@ TEST(ServeTpTest, AnswersAsOneProcessAKilledRankReachesTheClientsAndTheGroupForm
   EXPECT_EQ(seeded_choice["logprobs"]["tokens"], seeded_expected["logprobs"]["tokens"]);
 
   // Rank 1 dies while a streamed and a whole answer run: both clients hear within a second.
-  Json endless = {{"prompt", "Once upon a time"}, {"max_tokens", 1500}, {"logit_bias", {{"1", -100}}}};
-  Json streamed = endless;
-  streamed["stream"] = true;
-  const int stream = server.start("/v1/completions", streamed.dump());
-  const int whole = server.start("/v1/completions", endless.dump());
-  const auto started = Clock::now() + std::chrono::seconds(60);
-  while (!server.received(stream, "data: ")) {
-    ASSERT_LT(Clock::now(), started) << server.log();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the whole answer is under way too
+  const auto [stream, whole] = server.start_endless_answers();
   cluster.kill(rank, SIGKILL);
   const auto killed = Clock::now();
   const ServeProcess::Reply stream_reply = server.finish(stream, std::chrono::seconds(10));
