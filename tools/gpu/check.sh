@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench|peer|kernels|profile|serve]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|ab|peer|kernels|profile|serve]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -72,6 +72,21 @@ for step in $STEPS; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
           --dtype bf16 --prompt 512 --decode 32 --sequences $sequences 2>&1 | tee "$OUT/bench-8b-x$sequences.log" |
           grep -E "decode x"
+      done ;;
+    ab)
+      # A switch judged in one call: the benches without and with $AB (VAR=value, e.g.
+      # AB=TESSERA_CUDA_OVERLAP=0), alternately, batch 1 on both shapes and 64 sequences on the 8B.
+      for shape in llama-3.2-1b llama-3-8b; do
+        for with in - "$AB" - "$AB"; do
+          echo "== $shape ${with/-/as built}"
+          env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights \
+            --seed 1 --dtype bf16 2>&1 | grep -E "^(prefill|decode)"
+        done
+      done
+      for with in - "$AB"; do
+        echo "== llama-3-8b x64 ${with/-/as built}"
+        env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights \
+          --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences 64 2>&1 | grep -E "decode x"
       done ;;
     serve)
       # tessera serve on the 8B shape at concurrency 1, 8, 32 and 64 against tessera generate alone

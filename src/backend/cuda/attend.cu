@@ -28,6 +28,8 @@ constexpr int64_t kHeadsPerBlock = 8;
 template <DType D>
 __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const float* __restrict__ v, int64_t kv_heads,
                                   int64_t hd, KvPages p, int64_t layer, TokenMap map, Rotary r) {
+  let_next_start();
+  wait_for_earlier();
   const int64_t t = blockIdx.x, head = blockIdx.y;
   const int64_t pos = map.pos[t];
   const bool is_q = head < q_heads;
@@ -100,6 +102,8 @@ template <DType D, bool kVec>
 __global__ void __launch_bounds__(kPartition)
     partition_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                      int64_t window, float scale, int64_t partitions, float* __restrict__ scratch) {
+  let_next_start();
+  wait_for_earlier();
   extern __shared__ float shared[];
   const int64_t hd = p.head_dim, bs = p.block_size;
   const int64_t groups = (hd + 7) / 8, lanes = kPartition / groups;
@@ -199,6 +203,8 @@ __global__ void __launch_bounds__(kPartition)
 // Block (token, head): the token's partitions merged in order.
 __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_t window, int64_t partitions,
                                const float* __restrict__ scratch, float* __restrict__ out) {
+  let_next_start();
+  wait_for_earlier();
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const int64_t pos = map.pos[t];
   const int64_t used = (pos - first_visible(pos, window)) / kPartition + 1;
@@ -226,7 +232,8 @@ void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const 
   const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim / 2, 32, 256));
   const KvPages p = pages != nullptr ? *pages : KvPages{};
   with_dtype(pages != nullptr ? p.dtype : DType::kF32, [&]<DType D>() {
-    rope_store_kernel<D><<<grid, threads, 0, stream>>>(q, q_heads, k, v, kv_heads, head_dim, p, layer, map, rotary);
+    launch_kernel(rope_store_kernel<D>, grid, threads, 0, stream, q, q_heads, k, v, kv_heads, head_dim, p, layer, map,
+                  rotary);
   });
 }
 
@@ -247,11 +254,11 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
                   static_cast<unsigned>(p.n_kv_heads * chunks));
   with_dtype(p.dtype, [&]<DType D>() {
     if (p.head_dim % 8 == 0) {
-      partition_kernel<D, true>
-          <<<grid, kPartition, shared, stream>>>(q, n_heads, p, layer, map, window, scale, partitions, scratch);
+      launch_kernel(partition_kernel<D, true>, grid, kPartition, shared, stream, q, n_heads, p, layer, map, window,
+                    scale, partitions, scratch);
     } else {
-      partition_kernel<D, false>
-          <<<grid, kPartition, shared, stream>>>(q, n_heads, p, layer, map, window, scale, partitions, scratch);
+      launch_kernel(partition_kernel<D, false>, grid, kPartition, shared, stream, q, n_heads, p, layer, map, window,
+                    scale, partitions, scratch);
     }
   });
   attention_combine(stream, out, tokens, n_heads, p.head_dim, map, window, partitions, scratch);
@@ -261,7 +268,7 @@ void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t 
                        int64_t window, int64_t partitions, const float* scratch) {
   const dim3 merge(static_cast<unsigned>(tokens), static_cast<unsigned>(n_heads));
   const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim, 32, 256));
-  combine_kernel<<<merge, threads, 0, stream>>>(n_heads, head_dim, map, window, partitions, scratch, out);
+  launch_kernel(combine_kernel, merge, threads, 0, stream, n_heads, head_dim, map, window, partitions, scratch, out);
 }
 
 }  // namespace tessera::cuda

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "backend/device.h"
 #include "core/check.h"
@@ -94,7 +95,49 @@ __device__ __forceinline__ float block_reduce(float v, float* shared) {
   return total;
 }
 
-// KvPages::offset, on the device.
+// Programmatic dependent launch (sm_90). A kernel started by launch_kernel() may begin
+// while the kernel before it on the stream is still running: its blocks fill
+// the SMs that the earlier kernel's last blocks leave idle, and a matmul loads
+// its first weights (which no kernel writes) meanwhile. Such a kernel calls
+// let_next_start() (the next kernel may be launched) and then, in every thread,
+// wait_for_earlier() before it reads or writes anything another kernel writes:
+// it returns once every earlier kernel has finished and its writes are visible.
+// So each kernel still sees its inputs complete, and the order of every sum is
+// untouched: only the gaps between kernels shrink.
+__device__ __forceinline__ void let_next_start() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+__device__ __forceinline__ void wait_for_earlier() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Whether launch_kernel() lets kernels overlap (TESSERA_CUDA_OVERLAP=0 turns it off,
+// to measure what it gains).
+bool overlap_launches();
+
+// Launches `kernel` on `stream`, allowed to overlap the kernel before it (see
+// let_next_start); the kernel must call wait_for_earlier().
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+                   Args&&... args) {
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = overlap_launches() ? 1 : 0;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  TS_CHECK(error == cudaSuccess, "[cuda] launching a kernel: ", cudaGetErrorString(error));
+}
+
 // 16 bytes from global to shared memory without passing through registers
 // (cp.async, bypassing L1); copies_sent() closes a group of them, and
 // copies_wait<n>() waits until at most n groups are still in flight.
@@ -108,6 +151,7 @@ __device__ __forceinline__ void copies_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// KvPages::offset, on the device.
 __device__ __forceinline__ int64_t kv_offset(const KvPages& p, int64_t block, int64_t layer, int kv, int64_t head) {
   return (((block * p.layers + layer) * 2 + kv) * p.n_kv_heads + head) * p.block_size * p.head_dim;
 }

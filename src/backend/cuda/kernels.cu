@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/check.h"
 
@@ -31,6 +33,8 @@ template <DType D, int kTok, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, const Storage<D>* __restrict__ w, int64_t n,
                   const Storage<D>* __restrict__ bias, float* __restrict__ y, bool accumulate) {
+  let_next_start();
+  wait_for_earlier();
   __shared__ float partial[kWarps][kRows][kTok];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
@@ -83,9 +87,9 @@ void launch_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t 
   const auto* bs = static_cast<const Storage<D>*>(bias);
   const dim3 grid(static_cast<unsigned>((n + kRows - 1) / kRows));
   if (k % 8 == 0) {
-    matmul_kernel<D, kTok, true><<<grid, kThreads, 0, stream>>>(x, tokens, k, ws, n, bs, y, accumulate);
+    launch_kernel(matmul_kernel<D, kTok, true>, grid, kThreads, 0, stream, x, tokens, k, ws, n, bs, y, accumulate);
   } else {
-    matmul_kernel<D, kTok, false><<<grid, kThreads, 0, stream>>>(x, tokens, k, ws, n, bs, y, accumulate);
+    launch_kernel(matmul_kernel<D, kTok, false>, grid, kThreads, 0, stream, x, tokens, k, ws, n, bs, y, accumulate);
   }
 }
 
@@ -108,6 +112,8 @@ constexpr int kNormHeld = 16;
 template <DType D>
 __global__ void rms_norm_kernel(const float* x, int64_t dim, const Storage<D>* __restrict__ weight, float eps,
                                 float* y) {
+  let_next_start();
+  wait_for_earlier();
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
@@ -139,11 +145,15 @@ __global__ void rms_norm_kernel(const float* x, int64_t dim, const Storage<D>* _
 template <DType D>
 __global__ void embed_kernel(const Storage<D>* __restrict__ table, int64_t hidden, const int32_t* __restrict__ ids,
                              float* __restrict__ y) {
+  let_next_start();
+  wait_for_earlier();
   const Storage<D>* row = table + static_cast<int64_t>(ids[blockIdx.x]) * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) y[blockIdx.x * hidden + i] = widen<D>(row[i]);
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  let_next_start();
+  wait_for_earlier();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = silu_times(gate[i], up[i]);
@@ -151,6 +161,8 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, f
 
 // CpuDevice::gelu_tanh_mul's formula, in its order.
 __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  let_next_start();
+  wait_for_earlier();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float x = gate[i];
@@ -159,12 +171,16 @@ __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float factor) {
+  let_next_start();
+  wait_for_earlier();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] *= factor;
 }
 
 __global__ void add_kernel(const float* x, int64_t n, float* y) {
+  let_next_start();
+  wait_for_earlier();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] += x[i];
@@ -172,6 +188,8 @@ __global__ void add_kernel(const float* x, int64_t n, float* y) {
 
 // One thread per element of the rows moved: y[r] = x[rows[r]].
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y) {
+  let_next_start();
+  wait_for_earlier();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count * dim;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = x[rows[i / dim] * dim + i % dim];
@@ -180,6 +198,8 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
 // y[rows[r]] += scale[r] * x[r]; rows are distinct, so no two threads write one element.
 __global__ void scatter_add_rows_kernel(const float* x, const float* scale, const int32_t* rows, int64_t count,
                                         int64_t dim, float* y) {
+  let_next_start();
+  wait_for_earlier();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count * dim;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float product = __fmul_rn(scale[i / dim], x[i]);  // rounded, then added (as the CPU)
@@ -193,6 +213,8 @@ __global__ void scatter_add_rows_kernel(const float* x, const float* scale, cons
 // larger, so never chosen.
 constexpr int kArgmaxThreads = 1024;
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, int64_t n, int32_t* y) {
+  let_next_start();
+  wait_for_earlier();
   const float* row = x + blockIdx.x * n;
   float best = -INFINITY;
   int64_t at = n;  // none yet
@@ -226,6 +248,14 @@ unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::clamp
 
 }  // namespace
 
+bool overlap_launches() {
+  static const bool on = [] {
+    const char* value = std::getenv("TESSERA_CUDA_OVERLAP");
+    return value == nullptr || std::string_view(value) != "0";
+  }();
+  return on;
+}
+
 void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t n,
             const void* bias, DType bias_dtype, float* y, bool accumulate) {
   TS_CHECK(bias == nullptr || bias_dtype == w_dtype, "bias dtype ", dtype_name(bias_dtype), " for weights of ",
@@ -236,46 +266,47 @@ void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, cons
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y) {
   with_dtype(weight_dtype, [&]<DType D>() {
-    rms_norm_kernel<D>
-        <<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, dim, static_cast<const Storage<D>*>(weight), eps, y);
+    launch_kernel(rms_norm_kernel<D>, static_cast<unsigned>(rows), 256, 0, stream, x, dim,
+                  static_cast<const Storage<D>*>(weight), eps, y);
   });
 }
 
 void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
            float* y) {
   with_dtype(dtype, [&]<DType D>() {
-    embed_kernel<D>
-        <<<static_cast<unsigned>(count), 256, 0, stream>>>(static_cast<const Storage<D>*>(table), hidden, ids, y);
+    launch_kernel(embed_kernel<D>, static_cast<unsigned>(count), 256, 0, stream, static_cast<const Storage<D>*>(table),
+                  hidden, ids, y);
   });
 }
 
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {
-  silu_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, out);
+  launch_kernel(silu_mul_kernel, elementwise_blocks(n), 256, 0, stream, gate, up, n, out);
 }
 
 void gelu_tanh_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out) {
-  gelu_tanh_mul_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(gate, up, n, out);
+  launch_kernel(gelu_tanh_mul_kernel, elementwise_blocks(n), 256, 0, stream, gate, up, n, out);
 }
 
 void scale(cudaStream_t stream, float* x, int64_t n, float factor) {
-  scale_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, n, factor);
+  launch_kernel(scale_kernel, elementwise_blocks(n), 256, 0, stream, x, n, factor);
 }
 
 void add(cudaStream_t stream, const float* x, int64_t n, float* y) {
-  add_kernel<<<elementwise_blocks(n), 256, 0, stream>>>(x, n, y);
+  launch_kernel(add_kernel, elementwise_blocks(n), 256, 0, stream, x, n, y);
 }
 
 void gather_rows(cudaStream_t stream, const float* x, const int32_t* rows, int64_t count, int64_t dim, float* y) {
-  gather_rows_kernel<<<elementwise_blocks(count * dim), 256, 0, stream>>>(x, rows, count, dim, y);
+  launch_kernel(gather_rows_kernel, elementwise_blocks(count * dim), 256, 0, stream, x, rows, count, dim, y);
 }
 
 void scatter_add_rows(cudaStream_t stream, const float* x, const float* scale, const int32_t* rows, int64_t count,
                       int64_t dim, float* y) {
-  scatter_add_rows_kernel<<<elementwise_blocks(count * dim), 256, 0, stream>>>(x, scale, rows, count, dim, y);
+  launch_kernel(scatter_add_rows_kernel, elementwise_blocks(count * dim), 256, 0, stream, x, scale, rows, count, dim,
+                y);
 }
 
 void argmax(cudaStream_t stream, const float* x, int64_t rows, int64_t n, int32_t* y) {
-  if (rows > 0) argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(x, n, y);
+  if (rows > 0) launch_kernel(argmax_kernel, static_cast<unsigned>(rows), kArgmaxThreads, 0, stream, x, n, y);
 }
 
 }  // namespace tessera::cuda

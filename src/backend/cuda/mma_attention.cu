@@ -61,6 +61,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks,
                          float* __restrict__ scratch) {
+  let_next_start();
+  wait_for_earlier();
   constexpr int kStride = kHeadDim + 8;  // 16-bit elements a row in shared memory (rows 16 bytes apart in banks)
   __shared__ __align__(16) uint16_t keys[kPositions * kStride];
   __shared__ __align__(16) uint16_t values[kPositions * kStride];
@@ -205,11 +207,11 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(count), static_cast<unsigned>(p.n_kv_heads));
   const auto run = [&]<DType D>() {
     if (p.head_dim == 64) {
-      mma_attention_kernel<D, 64>
-          <<<grid, kWarps * 32, 0, stream>>>(q, n_heads, p, layer, map, scale, partitions, column_blocks, scratch);
+      launch_kernel(mma_attention_kernel<D, 64>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
+                    partitions, column_blocks, scratch);
     } else {
-      mma_attention_kernel<D, 128>
-          <<<grid, kWarps * 32, 0, stream>>>(q, n_heads, p, layer, map, scale, partitions, column_blocks, scratch);
+      launch_kernel(mma_attention_kernel<D, 128>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
+                    partitions, column_blocks, scratch);
     }
   };
   if (p.dtype == DType::kBF16) return run.template operator()<DType::kBF16>();

@@ -56,6 +56,8 @@ template <int kNTiles, bool kGateUp, bool kOneSum>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
                 int64_t width) {
+  let_next_start();
+  wait_for_earlier();
   constexpr int kTokens = 32 * kNTiles;
   constexpr int kStageUnits = (kBlockRows + kTokens) * 8;
   extern __shared__ uint4 smem[];
@@ -216,6 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // x rounded to bf16 as mma_matmul.cu's load_x rounds it, eight elements a thread.
 __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint4* __restrict__ y) {
+  let_next_start();
+  wait_for_earlier();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count8) return;
   const float4 a = __ldg(reinterpret_cast<const float4*>(x) + 2 * i);
@@ -227,6 +231,8 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint
 // mma_matmul.cu's block_sum adds its warps'), then the bias, SiLU * up and the
 // accumulation as the kernels above finish theirs. Thread per (token, output row).
 __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const float* __restrict__ sums) {
+  let_next_start();
+  wait_for_earlier();
   const int64_t outputs = job.gate_up ? job.n[0] : width;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tokens * outputs) return;
@@ -291,10 +297,12 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
                   kOneSum ? kMmaSplit : 1);
-  gemm_kernel<kNTiles, kGateUp, kOneSum><<<grid, kThreads, kSmem, stream>>>(x, tokens, k, job, sums, plan.width);
+  launch_kernel(gemm_kernel<kNTiles, kGateUp, kOneSum>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
+                plan.width);
   if constexpr (kOneSum) {
     const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
-    add_sums_kernel<<<static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream>>>(job, tokens, plan.width, sums);
+    launch_kernel(add_sums_kernel, static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream, job, tokens,
+                  plan.width, sums);
   }
 }
 
@@ -323,8 +331,8 @@ void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
   auto* x_bf16 = static_cast<__nv_bfloat16*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<char*>(scratch) + x_bytes(tokens, k));
   const int64_t count8 = tokens * k / 8;
-  to_bf16_kernel<<<static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream>>>(x, count8,
-                                                                                  reinterpret_cast<uint4*>(x_bf16));
+  launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
+                reinterpret_cast<uint4*>(x_bf16));
   const Plan plan(tokens, k, job);
   if (job.gate_up)
     return plan.one_sum ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)

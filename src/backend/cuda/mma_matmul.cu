@@ -59,6 +59,7 @@ __device__ __forceinline__ void warp_sums(const float* __restrict__ x, int64_t t
         wb1[u] = __ldg(reinterpret_cast<const uint4*>(row_b + at + 32));
       }
     }
+    if (base == warp) wait_for_earlier();  // the first weights are on their way; x may be another kernel's
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (base + u * kSplit >= chunks) break;
@@ -102,8 +103,10 @@ __global__ void __launch_bounds__(kSplit * 32)
   const int64_t token0 = static_cast<int64_t>(blockIdx.y) * 8 * kTiles;
   const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
 
+  let_next_start();
   float c[kTiles][4] = {};
   warp_sums<kTiles, kUnroll>(x, tokens, token0, k, job.w[s] + ra, job.w[s] + rb, c);
+  wait_for_earlier();  // for a warp without chunks (waiting again costs nothing)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
@@ -143,7 +146,7 @@ template <int kTiles, int kUnroll, bool kGateUp>
 void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
   const dim3 grid(static_cast<unsigned>(job.first_tile[job.count]),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
-  mma_matmul_kernel<kTiles, kUnroll, kGateUp><<<grid, kSplit * 32, 0, stream>>>(x, tokens, k, job);
+  launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp>, grid, kSplit * 32, 0, stream, x, tokens, k, job);
 }
 
 template <bool kGateUp>
