@@ -175,13 +175,29 @@ Status Forward::make_kv_pool(const ForwardOptions& options, Status local) {
       local = create();
     }
   }
-  // Every rank learns whether every other one is ready.
-  std::vector<float> failed = {local.ok() ? 0.0f : 1.0f};
-  TS_RETURN_IF_ERROR(timed([&] { return group_.all_sum(bytes_of(failed), DType::kF32); }));
-  if (local.ok() && failed[0] > 0)
-    return Status::internal("[forward] " + std::to_string(static_cast<int>(failed[0])) +
-                            " rank(s) of the group could not set up their Forward");
-  return local;
+  // Every rank learns whether every other one is ready, and runs the leader's layers.
+  const LayerRange mine = model_.range();
+  std::vector<uint32_t> state = {local.ok() ? 0u : 1u, static_cast<uint32_t>(mine.begin),
+                                 static_cast<uint32_t>(mine.end)};
+  std::vector<uint32_t> all(state.size() * static_cast<size_t>(group_.size()));
+  TS_RETURN_IF_ERROR(timed([&] { return group_.all_gather(bytes_of(state), bytes_of(all), DType::kF32); }));
+  if (!local.ok()) return local;
+  std::string failed;
+  bool broken = false;  // a rank failed (else only ranges differ: the operator's mistake)
+  for (int rank = 0; rank < group_.size(); ++rank) {
+    const uint32_t* s = all.data() + 3 * static_cast<size_t>(rank);
+    if (s[0] != 0) {
+      broken = true;
+      failed += "; rank " + std::to_string(rank) + " could not set up its Forward";
+    } else if (s[1] != all[1] || s[2] != all[2]) {
+      failed += "; rank " + std::to_string(rank) + " holds layers [" + std::to_string(s[1]) + ", " +
+                std::to_string(s[2]) + "), the leader (rank 0) [" + std::to_string(all[1]) + ", " +
+                std::to_string(all[2]) + ")";
+    }
+  }
+  if (failed.empty()) return {};
+  const std::string message = "[forward] the group cannot run" + failed;
+  return broken ? Status::internal(message) : Status::invalid_input(message);
 }
 
 Forward::~Forward() {
@@ -316,7 +332,7 @@ Result<Forward::Output> Forward::embed_and_run(std::span<const int32_t> ids, std
   std::vector<BlockCopy> copies;
   TS_RETURN_IF_ERROR(prepare_parts(parts, static_cast<int64_t>(ids.size()), copies));
   const std::vector<SeqSlice> slices = slices_of(parts);
-  if (tp_) TS_RETURN_IF_ERROR(lead(ids, slices, copies, logits));
+  if (tp_) TS_RETURN_IF_ERROR(lead(ids, {}, slices, copies, logits));
   auto out = embed_and_compute(ids, slices, logits);
   if (out.ok())
     for (const Part& part : parts) part.cache->advance(part.tokens);
@@ -325,14 +341,13 @@ Result<Forward::Output> Forward::embed_and_run(std::span<const int32_t> ids, std
 
 Result<Forward::Output> Forward::take_and_run(std::span<const float> hidden, std::span<const Part> parts,
                                               Logits logits) {
-  if (tp_)
-    return Status::unsupported("[forward] hidden-state input on a tensor-parallel group (a pipeline stage of " +
-                               std::to_string(group_.size()) + " ranks) is not implemented");
+  TS_CHECK(!tp_ || group_.rank() == 0, "a step run on rank ", group_.rank(), " of a TP group (followers follow())");
   TS_ASSIGN_OR_RETURN(const int64_t tokens, hidden_rows(hidden));
   std::vector<BlockCopy> copies;
   TS_RETURN_IF_ERROR(prepare_parts(parts, tokens, copies));
-  device_.upload(hidden.data(), hidden.size_bytes(), x_.data());
   const std::vector<SeqSlice> slices = slices_of(parts);
+  if (tp_) TS_RETURN_IF_ERROR(lead({}, hidden, slices, copies, logits));
+  device_.upload(hidden.data(), hidden.size_bytes(), x_.data());
   auto out = run_layers(slices, tokens, logits);
   if (out.ok())
     for (const Part& part : parts) part.cache->advance(part.tokens);
@@ -347,10 +362,11 @@ Status Forward::timed(Call&& call) {
   return status;
 }
 
-Status Forward::lead(std::span<const int32_t> ids, std::span<const SeqSlice> slices, std::span<const BlockCopy> copies,
-                     Logits logits) {
+Status Forward::lead(std::span<const int32_t> ids, std::span<const float> hidden, std::span<const SeqSlice> slices,
+                     std::span<const BlockCopy> copies, Logits logits) {
   wire::TpStep step;
   step.all_logits = logits == Logits::kAll;
+  step.input = model_.has_entry() ? wire::TpStepInput::kIds : wire::TpStepInput::kHidden;
   step.ids.assign(ids.begin(), ids.end());
   for (const SeqSlice& slice : slices)
     step.parts.push_back({static_cast<int32_t>(slice.tokens), static_cast<int32_t>(slice.pos0),
@@ -359,7 +375,11 @@ Status Forward::lead(std::span<const int32_t> ids, std::span<const SeqSlice> sli
   std::vector<uint8_t> header = wire::encode_tp_step_header(step), body = wire::encode_tp_step_body(step);
   return timed([&]() -> Status {
     TS_RETURN_IF_ERROR(group_.broadcast(header, DType::kF32, 0));
-    return group_.broadcast(body, DType::kF32, 0);
+    TS_RETURN_IF_ERROR(group_.broadcast(body, DType::kF32, 0));
+    if (hidden.empty()) return Status{};
+    // Broadcast writes the root's buffer back unchanged; the caller's span is const.
+    host_.assign(hidden.begin(), hidden.end());
+    return group_.broadcast(bytes_of(host_), DType::kF32, 0);
   });
 }
 
@@ -367,10 +387,12 @@ Status Forward::follow() {
   TS_RETURN_IF_ERROR(status_);
   TS_CHECK(tp_ && group_.rank() != 0, "follow() on rank ", group_.rank(), " of ", group_.size());
   const KvPages& pages = kv_pool_->pages();
-  const wire::TpStepLimits limits{.max_tokens = static_cast<uint32_t>(pages.blocks * pages.block_size),
-                                  .blocks = static_cast<uint32_t>(pages.blocks),
-                                  .block_size = static_cast<uint32_t>(pages.block_size),
-                                  .vocab = static_cast<uint32_t>(model_.config().vocab_size)};
+  const wire::TpStepLimits limits{
+      .max_tokens = static_cast<uint32_t>(pages.blocks * pages.block_size),
+      .blocks = static_cast<uint32_t>(pages.blocks),
+      .block_size = static_cast<uint32_t>(pages.block_size),
+      .vocab = static_cast<uint32_t>(model_.config().vocab_size),
+      .hidden_size = model_.has_entry() ? 0u : static_cast<uint32_t>(model_.config().hidden_size)};
   std::vector<uint8_t> header(wire::kTpStepHeaderBytes), body;
   for (;;) {
     // The leader's next step may come after any idle time (a chat's user, an idle server).
@@ -380,14 +402,25 @@ Status Forward::follow() {
     body.resize(h.body_bytes());
     TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(body, DType::kF32, 0); }));
     TS_ASSIGN_OR_RETURN(const wire::TpStep step, wire::decode_tp_step_body(h, body, limits));
-    TS_RETURN_IF_ERROR(prepare_scratch(static_cast<int64_t>(step.ids.size())));
+    const auto tokens = static_cast<int64_t>(h.tokens);
+    TS_RETURN_IF_ERROR(prepare_scratch(tokens));
+    if (h.input == wire::TpStepInput::kHidden) {  // f32 [tokens, hidden], its length derived here
+      host_.resize(h.hidden_bytes(limits.hidden_size) / sizeof(float));
+      TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(bytes_of(host_), DType::kF32, 0); }));
+      device_.upload(host_.data(), floats(static_cast<int64_t>(host_.size())), x_.data());
+    }
     auto* base = static_cast<uint8_t*>(pages.base);
     for (const auto& [from, to] : step.copies)
       device_.copy(base + static_cast<size_t>(from) * pages.block_bytes(), pages.block_bytes(),
                    base + static_cast<size_t>(to) * pages.block_bytes());
     std::vector<SeqSlice> slices;
     for (const wire::TpStepPart& part : step.parts) slices.push_back({part.tokens, part.pos0, part.blocks});
-    TS_RETURN_IF_ERROR(embed_and_compute(step.ids, slices, step.all_logits ? Logits::kAll : Logits::kLast).status());
+    const Logits logits = step.all_logits ? Logits::kAll : Logits::kLast;
+    if (h.input == wire::TpStepInput::kHidden) {
+      TS_RETURN_IF_ERROR(run_layers(slices, tokens, logits).status());
+    } else {
+      TS_RETURN_IF_ERROR(embed_and_compute(step.ids, slices, logits).status());
+    }
   }
 }
 
@@ -408,6 +441,7 @@ Result<Forward::Output> Forward::run_layers(std::span<const SeqSlice> slices, in
   const int64_t h = c.hidden_size;
   for (size_t i = 0; i < weights_.layers.size(); ++i) TS_RETURN_IF_ERROR(run_layer(i, slices, tokens));
   if (!model_.has_exit()) {
+    if (tp_ && group_.rank() != 0) return Output{};              // every rank holds them; the leader hands them on
     std::vector<float> hidden(static_cast<size_t>(tokens * h));  // f32 [tokens, hidden]
     device_.download(x_.data(), hidden.size() * sizeof(float), hidden.data());
     return Output{.values = std::move(hidden)};
@@ -494,9 +528,8 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   float *attn = attn_.f32(), *proj = proj_.f32(), *gate = gate_.f32(), *up = up_.f32();
 
   // Attention block. Shapes: norm f32 [tokens, h], q [tokens, heads, hd], k/v [tokens, kv_heads, hd].
-  device_.rms_norm(x, tokens, h, w.attn_norm, eps, norm);
   const Device::Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
-  device_.matmuls(norm, tokens, qkv);
+  device_.matmuls(x, tokens, qkv, {&w.attn_norm, eps, norm});
   if (model_.arch().qk_norm) {
     device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
     device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
@@ -546,8 +579,9 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   TS_RETURN_IF_ERROR(add_block(attn, w.wo, w.bo, w.post_attn_norm));
 
   // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
-  device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
+  const RowNorm ffn_norm{&w.ffn_norm, eps, norm};
   if (arch.has_experts(model_layer)) {
+    device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
     moe_.run(device_, w, arch.moe, norm, tokens, h, proj);
     if (tp_) TS_RETURN_IF_ERROR(sum_over_ranks(proj, tokens * h));
     if (sandwich) device_.rms_norm(proj, tokens, h, w.post_ffn_norm, eps, proj);
@@ -556,10 +590,10 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   }
   if (arch.activation == Activation::kGeluTanh) {
     const Device::Projection gate_up[] = {{&w.w_gate, &w.b_gate, gate}, {&w.w_up, &w.b_up, up}};
-    device_.matmuls(norm, tokens, gate_up);
+    device_.matmuls(x, tokens, gate_up, ffn_norm);
     device_.gelu_tanh_mul(gate, up, tokens * c.intermediate_size, gate);
   } else {
-    device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
+    device_.gate_up(x, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate, ffn_norm);
   }
   return add_block(gate, w.w_down, w.b_down, w.post_ffn_norm);
 }

@@ -38,8 +38,9 @@
 // the order of the o and down projections' sums (within the fixtures'
 // tolerances). A failed collective fails the step on every rank (the group
 // latches failed) with the group's error; the leader's caches are then as
-// before the step. Hidden-state input (a pipeline stage as a TP group) is not
-// implemented yet: kUnsupported.
+// before the step. A range after layer 0 (a pipeline stage that is a TP group)
+// takes hidden states on the leader, which it broadcasts with the step; every
+// rank's range must be the leader's (checked when the Forwards are made).
 //
 // Not thread-safe: one Forward per inference thread.
 #pragma once
@@ -154,9 +155,10 @@ class Forward {
   // hidden states into the residual stream, then the layers.
   Result<Output> embed_and_run(std::span<const int32_t> ids, std::span<const Part> parts, Logits logits);
   Result<Output> take_and_run(std::span<const float> hidden, std::span<const Part> parts, Logits logits);
-  // The leader's step to the other ranks (follow()).
-  Status lead(std::span<const int32_t> ids, std::span<const SeqSlice> slices, std::span<const BlockCopy> copies,
-              Logits logits);
+  // The leader's step to the other ranks (follow()): its token ids, or (a range
+  // after layer 0) its hidden states f32 [tokens, hidden].
+  Status lead(std::span<const int32_t> ids, std::span<const float> hidden, std::span<const SeqSlice> slices,
+              std::span<const BlockCopy> copies, Logits logits);
   // The ids' embeddings, the layers, and for an exit range the logits
   // (Logits::kLast: the last token of each slice).
   Result<Output> embed_and_compute(std::span<const int32_t> ids, std::span<const SeqSlice> slices, Logits logits);

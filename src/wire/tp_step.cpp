@@ -1,5 +1,7 @@
 #include "wire/tp_step.h"
 
+#include <limits>
+
 #include "wire/byte_io.h"
 
 namespace tessera::wire {
@@ -13,15 +15,18 @@ std::vector<uint8_t> header(TpStepKind kind, const TpStep* step) {
   out.reserve(kTpStepHeaderBytes);
   put_u32(out, kTpStepMagic);
   put_u32(out, static_cast<uint32_t>(kind));
-  uint32_t blocks = 0;
+  uint32_t blocks = 0, tokens = 0;
   if (step)
-    for (const TpStepPart& part : step->parts) blocks += static_cast<uint32_t>(part.blocks.size());
-  put_u32(out, step ? static_cast<uint32_t>(step->ids.size()) : 0);
+    for (const TpStepPart& part : step->parts) {
+      blocks += static_cast<uint32_t>(part.blocks.size());
+      tokens += static_cast<uint32_t>(part.tokens);
+    }
+  put_u32(out, tokens);
   put_u32(out, step ? static_cast<uint32_t>(step->parts.size()) : 0);
   put_u32(out, blocks);
   put_u32(out, step ? static_cast<uint32_t>(step->copies.size()) : 0);
   put_u32(out, step && step->all_logits ? 1 : 0);
-  put_u32(out, 0);
+  put_u32(out, step ? static_cast<uint32_t>(step->input) : 0);
   return out;
 }
 
@@ -57,10 +62,9 @@ Result<TpStepHeader> decode_tp_step_header(std::span<const uint8_t> bytes, const
   h.parts = get_u32(bytes, 12);
   h.blocks = get_u32(bytes, 16);
   h.copies = get_u32(bytes, 20);
-  const uint32_t logits = get_u32(bytes, 24);
-  if (get_u32(bytes, 28) != 0) return decode_error("tp step header: reserved word ", get_u32(bytes, 28), " is not 0");
+  const uint32_t logits = get_u32(bytes, 24), input = get_u32(bytes, 28);
   if (kind == static_cast<uint32_t>(TpStepKind::kStop)) {
-    if (h.tokens || h.parts || h.blocks || h.copies || logits)
+    if (h.tokens || h.parts || h.blocks || h.copies || logits || input)
       return decode_error("tp step header: a stop with counts");
     return h;
   }
@@ -77,6 +81,16 @@ Result<TpStepHeader> decode_tp_step_header(std::span<const uint8_t> bytes, const
   if (h.copies > h.parts) return decode_error("tp step header: ", h.copies, " block copies for ", h.parts, " parts");
   if (logits > 1) return decode_error("tp step header: logits ", logits, " is not 0 or 1");
   h.all_logits = logits == 1;
+  const uint32_t expected = limits.hidden_size > 0 ? 1 : 0;
+  if (input != expected)
+    return decode_error("tp step header: input ", input, " (0 token ids, 1 hidden states), this rank takes ",
+                        expected == 1 ? "hidden states" : "token ids");
+  h.input = static_cast<TpStepInput>(input);
+  uint64_t hidden_bytes = 0;
+  if (h.input == TpStepInput::kHidden &&
+      (!checked_mul(uint64_t{h.tokens} * sizeof(float), limits.hidden_size, &hidden_bytes) ||
+       hidden_bytes > std::numeric_limits<size_t>::max()))
+    return decode_error("tp step header: hidden states of ", h.tokens, " tokens x ", limits.hidden_size, " overflow");
   if (h.body_bytes() > kMaxTpStepBodyBytes)
     return decode_error("tp step header: a body of ", h.body_bytes(), " bytes exceeds ", kMaxTpStepBodyBytes);
   return h;
@@ -88,13 +102,14 @@ Result<TpStep> decode_tp_step_body(const TpStepHeader& h, std::span<const uint8_
     return decode_error("tp step body: ", bytes.size(), " bytes, expected ", h.body_bytes());
   TpStep step;
   step.all_logits = h.all_logits;
+  step.input = h.input;
   size_t at = 0;
   auto next = [&] {
     const uint32_t value = get_u32(bytes, at);
     at += 4;
     return value;
   };
-  step.ids.resize(h.tokens);
+  step.ids.resize(h.input == TpStepInput::kIds ? h.tokens : 0);
   for (int32_t& id : step.ids) {
     const uint32_t value = next();
     if (value >= limits.vocab) return decode_error("tp step body: token id ", value, " >= vocabulary ", limits.vocab);

@@ -3,7 +3,10 @@
 // run, so that all ranks run the same forward pass on their own shards. It
 // travels over the group itself (Group::broadcast from rank 0: sealed when the
 // group is), in two broadcasts: the fixed header, then the body whose length
-// the header gives and the receiver has bounded first.
+// the header gives and the receiver has bounded first; a step of hidden states
+// (a pipeline stage that is a TP group, past layer 0) has a third: the hidden
+// states f32 [tokens, hidden], whose length the receiver derives from the
+// header's token count and its own hidden size.
 //
 // Every field is a little-endian u32 (ids and positions as non-negative i32):
 //
@@ -15,9 +18,10 @@
 //     16 blocks       entries of all block tables        [parts, parts * limits.blocks]
 //     20 copies       copy-on-write block copies         [0, parts]
 //     24 logits       0: each part's last token, 1: every token
+//     28 input        0: token ids, 1: hidden states (as limits.hidden_size says)
 //   and the body at most kMaxTpStepBodyBytes.
-//     28 reserved     0
-//   body (4 * (tokens + 3 parts + blocks + 2 copies) bytes)
+//   body (4 * (ids + 3 parts + blocks + 2 copies) bytes; ids = tokens for token
+//   ids, 0 for hidden states)
 //     ids[tokens]                                        [0, limits.vocab)
 //     per part: tokens (>= 1, summing to `tokens`), pos0, table length
 //       (>= 1, covering pos0 + tokens positions, summing to `blocks`)
@@ -52,7 +56,13 @@ struct TpStepLimits {
   uint32_t blocks = 0;      // the KV pool's blocks
   uint32_t block_size = 0;  // positions per block
   uint32_t vocab = 0;
+  // 0: the receiver takes token ids (its range starts at layer 0); else the
+  // width of the hidden states it takes, which the third broadcast carries.
+  uint32_t hidden_size = 0;
 };
+
+enum class TpStepInput : uint32_t { kIds = 0, kHidden = 1 };
+static_assert(static_cast<uint32_t>(TpStepInput::kHidden) == 1, "the input kinds are on the wire");
 
 struct TpStepHeader {
   TpStepKind kind = TpStepKind::kStop;
@@ -61,8 +71,17 @@ struct TpStepHeader {
   uint32_t blocks = 0;
   uint32_t copies = 0;
   bool all_logits = false;
+  TpStepInput input = TpStepInput::kIds;
 
-  size_t body_bytes() const { return 4 * (size_t{tokens} + 3 * size_t{parts} + blocks + 2 * size_t{copies}); }
+  size_t body_bytes() const {
+    const size_t ids = input == TpStepInput::kIds ? tokens : 0;
+    return 4 * (ids + 3 * size_t{parts} + blocks + 2 * size_t{copies});
+  }
+  // The third broadcast's length: f32 [tokens, hidden_size] (0 for token ids).
+  // The decoder has checked that it fits in size_t.
+  size_t hidden_bytes(uint32_t hidden_size) const {
+    return input == TpStepInput::kHidden ? size_t{tokens} * hidden_size * sizeof(float) : 0;
+  }
 };
 
 struct TpStepPart {
@@ -73,7 +92,8 @@ struct TpStepPart {
 
 struct TpStep {
   bool all_logits = false;
-  std::vector<int32_t> ids;
+  TpStepInput input = TpStepInput::kIds;
+  std::vector<int32_t> ids;  // the step's token ids; empty for hidden states
   std::vector<TpStepPart> parts;
   std::vector<std::pair<int32_t, int32_t>> copies;  // (from, to)
 };

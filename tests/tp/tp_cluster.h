@@ -80,10 +80,12 @@ class TpCluster {
   }
 
  public:
-  // Loads `dir`'s shard on every rank and runs `lead` with rank 0's Forward
-  // while the others follow; every rank's Forward setup and follow() must
-  // succeed. Returns false (with failures recorded) when something did not.
-  bool run(const std::string& dir, bool plain, const std::function<void(Forward&)>& lead, ForwardOptions options = {}) {
+  // Loads `dir`'s shard (of `range`'s layers, or all) on every rank and runs
+  // `lead` with rank 0's Forward while the others follow; every rank's Forward
+  // setup and follow() must succeed. Returns false (with failures recorded)
+  // when something did not.
+  bool run(const std::string& dir, bool plain, const std::function<void(Forward&)>& lead, ForwardOptions options = {},
+           std::optional<LayerRange> range = std::nullopt) {
     std::vector<Result<Group>> groups = connect(plain);
     for (auto& g : groups)
       if (!g.ok()) {
@@ -94,7 +96,7 @@ class TpCluster {
     std::vector<Status> follow(static_cast<size_t>(ranks_));
     for (int r = 0; r < ranks_; ++r)
       threads.emplace_back([&, r] {
-        auto model = Model::load(dir, std::nullopt, Shard{r, ranks_});
+        auto model = Model::load(dir, range, Shard{r, ranks_});
         ASSERT_TRUE(model.ok()) << model.status().to_string();
         auto device = make_cpu_device(1);
         ForwardOptions mine = options;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "model/fixtures.h"
 #include "model/shard.h"
@@ -145,6 +146,84 @@ TEST(TpForward, CopyOnWriteOfASharedBlockReachesTheFollowers) {
                           {.kv_block_size = 4}));
   ASSERT_FALSE(forked.empty());
   EXPECT_TRUE(forked == fresh);
+}
+
+// PP x TP as threads: a pipeline of two stages, each a TP group of 2 ranks
+// (layers [0, k) from token ids to hidden states, then [k, L) from hidden
+// states to logits, its leader broadcasting them with each step), matches
+// transformers as one process does, with the same greedy tokens, and its
+// sealed and plain runs are bitwise equal.
+std::vector<float> run_two_stages(const std::string& name, bool plain) {
+  const auto ref = load_reference(name);
+  auto whole = Model::load(fixture_dir(name));
+  EXPECT_TRUE(whole.ok()) << whole.status().to_string();
+  const int64_t layers = whole->config().num_hidden_layers, k = layers / 2;
+  std::vector<float> all;
+  TpCluster first(2), second(2);
+  first.run(
+      fixture_dir(name), plain,
+      [&](Forward& a) {
+        second.run(
+            fixture_dir(name), plain,
+            [&](Forward& b) {
+              EXPECT_FALSE(a.model().has_exit());
+              EXPECT_FALSE(b.model().has_entry());
+              const int64_t vocab = b.model().config().vocab_size;
+              const auto steps = ref.greedy_ids.size(), capacity = ref.prompt_ids.size() + steps;
+              KvCache ca = a.make_cache(static_cast<int64_t>(capacity)),
+                      cb = b.make_cache(static_cast<int64_t>(capacity));
+              std::span<const int32_t> ids = ref.prompt_ids;
+              for (size_t step = 0;; ++step) {
+                auto hidden = a.run_ids(ids, ca);
+                ASSERT_TRUE(hidden.ok()) << hidden.status().to_string();
+                auto logits = b.run_hidden(*hidden, cb);
+                ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+                all.insert(all.end(), logits->begin(), logits->end());
+                const std::span want(ref.logits.data() + step * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+                EXPECT_LE(max_relative_error(*logits, want), ref.tolerance) << "row " << step;
+                if (step == steps) break;
+                ASSERT_TRUE(testing::greedy_matches(*logits, want))
+                    << "greedy token " << step << ", the reference's " << ref.greedy_ids[step];
+                ids = std::span(&ref.greedy_ids[step], 1);
+              }
+            },
+            {}, LayerRange{k, layers});
+      },
+      {}, LayerRange{0, k});
+  return all;
+}
+
+TEST(TpForward, APipelineOfTwoTpStagesMatchesTransformersAndSealedEqualsPlain) {
+  for (const char* name : {"llama3_f32", "qwen3_moe_f32", "gemma3_f32"}) {
+    SCOPED_TRACE(name);
+    const std::vector<float> sealed = run_two_stages(name, false), plain = run_two_stages(name, true);
+    ASSERT_FALSE(sealed.empty());
+    EXPECT_TRUE(sealed == plain) << "sealed and plain PP x TP logits differ";
+  }
+}
+
+// Ranks whose layer ranges differ from the leader's are refused when the
+// Forwards are made, on every rank, naming the rank and both ranges.
+TEST(TpForward, ARankOfOtherLayersThanTheLeadersIsRefusedNamingBoth) {
+  TpCluster cluster(2);
+  std::vector<Result<Group>> groups = cluster.connect(false);
+  for (auto& g : groups) ASSERT_TRUE(g.ok()) << g.status().to_string();
+  std::vector<Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto model = Model::load(fixture_dir("llama3_f32"), r == 0 ? LayerRange{0, 1} : LayerRange{1, 2}, Shard{r, 2});
+      ASSERT_TRUE(model.ok()) << model.status().to_string();
+      auto device = make_cpu_device(1);
+      Forward forward(*model, *device, {.group = *groups[static_cast<size_t>(r)]});
+      status[static_cast<size_t>(r)] = forward.status();
+    });
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : status) {
+    EXPECT_EQ(s.kind(), ErrorKind::kInvalidInput) << s.to_string();
+    EXPECT_NE(s.message().find("rank 1 holds layers [1, 2), the leader (rank 0) [0, 1)"), std::string::npos)
+        << s.to_string();
+  }
 }
 
 // Rank counts that do not split the model are refused, naming the counts.

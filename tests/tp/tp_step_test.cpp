@@ -69,7 +69,7 @@ TEST(TpStep, HeaderBoundsRefuse) {
   EXPECT_NE(with(16, 1).find("1 block table entries for 2 parts"), std::string::npos);
   EXPECT_NE(with(20, 3).find("3 block copies for 2 parts"), std::string::npos);
   EXPECT_NE(with(24, 2).find("logits 2"), std::string::npos);
-  EXPECT_NE(with(28, 1).find("reserved word 1"), std::string::npos);
+  EXPECT_NE(with(28, 1).find("input 1 (0 token ids, 1 hidden states), this rank takes token ids"), std::string::npos);
   std::vector<uint8_t> stop = encode_tp_stop();
   set_u32(stop, 8, 1);
   EXPECT_FALSE(decode_tp_step_header(stop, kLimits).ok());
@@ -110,6 +110,45 @@ TEST(TpStep, BodyBoundsRefuse) {
   body = encode_tp_step_body(step);
   body.pop_back();
   EXPECT_NE(error_of(encode_tp_step_header(step), body).find("bytes, expected"), std::string::npos);
+}
+
+// A pipeline stage's TP group past layer 0: the step carries no ids, and the
+// hidden states' length comes from the header's tokens and the receiver's width.
+TEST(TpStep, HiddenStatesStepRoundTripsAndTheInputKindIsTheReceivers) {
+  TpStepLimits hidden = kLimits;
+  hidden.hidden_size = 8;
+  TpStep step = two_parts();
+  step.input = TpStepInput::kHidden;
+  step.ids.clear();
+  const std::vector<uint8_t> header = encode_tp_step_header(step), body = encode_tp_step_body(step);
+  auto h = decode_tp_step_header(header, hidden);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  EXPECT_EQ(h->tokens, 4u);
+  EXPECT_EQ(h->body_bytes(), body.size());
+  EXPECT_EQ(h->hidden_bytes(hidden.hidden_size), 4u * 8 * sizeof(float));
+  auto got = decode_tp_step_body(*h, body, hidden);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(got->ids.empty());
+  EXPECT_EQ(got->input, TpStepInput::kHidden);
+  EXPECT_EQ(got->parts[1].blocks, (std::vector<int32_t>{7, 2}));
+  // Hidden states to a rank that takes token ids, and token ids to one that takes hidden states.
+  auto wrong = decode_tp_step_header(header, kLimits);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("this rank takes token ids"), std::string::npos);
+  wrong = decode_tp_step_header(encode_tp_step_header(two_parts()), hidden);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("this rank takes hidden states"), std::string::npos);
+  // Hidden states whose byte count overflows are refused before anything is sized from it.
+  const TpStepLimits huge{
+      .max_tokens = 1u << 31, .blocks = 1u << 30, .block_size = 1u << 2, .vocab = 100, .hidden_size = 1u << 31};
+  std::vector<uint8_t> big = header;
+  set_u32(big, 8, 1u << 31);
+  set_u32(big, 12, 1);
+  set_u32(big, 16, 1);
+  set_u32(big, 20, 0);
+  auto refused = decode_tp_step_header(big, huge);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("overflow"), std::string::npos);
 }
 
 }  // namespace
