@@ -2,9 +2,9 @@
 // default), so that other work on a shared machine moves the figure less than wall time
 // would: prefill's GEMM on the Llama-3.2-1B MLP shapes at 512 tokens, for f32, bf16 and
 // f16 weights, as a share of the f32 FMA loop's rate on the same thread (and, for bf16
-// where it takes AVX-512 BF16 dot products, of that instruction's loop).
+// where it takes AVX-512 BF16 dot products or AMX tiles, of that instruction's loop).
 //   BM_Gemm/<dtype>/<rows>/<k>   counters: GFLOPs (per CPU second of the thread), fma_share,
-//                                dot_share (of those loops' rates, also in CPU time)
+//                                dot_share, amx_share (of those loops' rates, also in CPU time)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
@@ -36,8 +37,8 @@ double thread_seconds() {
 }
 
 // FLOP per CPU second of a register-only loop (best of three).
-double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t)) {
-  constexpr int64_t kIterations = 20'000'000;
+double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t), int64_t iterations = 20'000'000) {
+  const int64_t kIterations = iterations;
   double best = 0;
   for (int pass = 0; pass < 3; ++pass) {
     const double start = thread_seconds();
@@ -61,6 +62,8 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
   static const double fma_rate = loop_rate(cpu::fma_loop, cpu::fma_loop_flops);
   const bool dots = dtype == DType::kBF16 && cpu::bf16_dot_active();
   const double dot_rate = dots ? loop_rate(cpu::bf16_dot::dot_loop, cpu::bf16_dot::dot_loop_flops) : 0;
+  const bool tiles = dots && cpu::amx_active();
+  const double tile_rate = tiles ? loop_rate(cpu::amx::dot_loop, cpu::amx::dot_loop_flops, 1'000'000) : 0;
   int64_t runs = 0;
   const double start = thread_seconds();
   for (auto _ : state) {
@@ -73,7 +76,8 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
   state.counters["GFLOPs"] = rate * 1e-9;
   state.counters["fma_share"] = rate / fma_rate;
   if (dots) state.counters["dot_share"] = rate / dot_rate;
-  state.SetLabel(cpu::isa_name());
+  if (tiles) state.counters["amx_share"] = rate / tile_rate;
+  state.SetLabel(tiles ? "AMX" : cpu::isa_name());
 }
 
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::kF32)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);

@@ -9,9 +9,13 @@
 # start) is skipped and listed, so the call returns what it measured.
 #   tools/bench_cpu_host.sh [--threads "16 2"] [--big-threads 16] [--rounds 1]
 #     [--deadline 390] [--out DIR] [--dtypes bf16,f16] [--decode 128] [--sweep "1 4 8"] [--no-spin 1]
+#     [--variants "TESSERA_AMX=0 TESSERA_BF16_DOT=0"]
 # --sweep: tessera alone (bf16 when in --dtypes, a 512-token prompt, 32 decode steps) at
 # these thread counts too, after the peer (issue 15's point 5 with --threads' counts);
-# --no-spin 0 leaves out the TESSERA_SPIN_US=0 run. MODEL_TEST_BIN: the model fixture
+# --no-spin 0 leaves out the TESSERA_SPIN_US=0 run; --variants: tessera bf16 again at the
+# first thread count with each of these settings in its environment (one run each, after
+# the TESSERA_SPIN_US=0 one). GEMM_BENCH_BIN: cpu_matmul_bench's bf16 GEMM on one thread
+# (its share of the instruction's loop) after the tests. MODEL_TEST_BIN: the model fixture
 # tests (model_test, built with TESSERA_SOURCE_DIR pointing at this checkout) run after
 # backend_test, MODEL_TEST_FILTER (a gtest filter) choosing which, stopped after
 # MODEL_TEST_TIMEOUT seconds (90). LLAMA_BENCH: a
@@ -38,12 +42,12 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
 threads="16 2" big_threads=16 rounds=1 deadline=390 out=${OUT:-/tmp/bench-cpu-host}
-dtypes=bf16,f16 decode=128 sweep="" no_spin=1
+dtypes=bf16,f16 decode=128 sweep="" no_spin=1 variants=""
 while (($#)); do
   case $1 in
     --threads) threads=$2 ;; --big-threads) big_threads=$2 ;; --rounds) rounds=$2 ;;
     --deadline) deadline=$2 ;; --out) out=$2 ;; --dtypes) dtypes=$2 ;; --sweep) sweep=$2 ;;
-    --no-spin) no_spin=$2 ;; --decode) decode=$2 ;;
+    --no-spin) no_spin=$2 ;; --decode) decode=$2 ;; --variants) variants=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -102,6 +106,10 @@ if [[ -n ${MODEL_TEST_BIN:-} ]]; then
   echo "model_test rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$out/model_test.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED' "$out/model_test.log" | sort -u
 fi
+if [[ -n ${GEMM_BENCH_BIN:-} ]]; then
+  "$GEMM_BENCH_BIN" --benchmark_filter='BM_Gemm/bf16' --benchmark_min_time=0.3 2>&1 | tee "$work/gemm.txt" |
+    grep -E '^BM_Gemm'
+fi
 # By process id: a bare `wait` would also wait for the tee above, which never ends.
 for pid in "${writers[@]}"; do wait "$pid" || { echo "writing weight files failed:"; tail -n 20 "$work"/files-*.log; }; done
 [[ -z $builder ]] || wait "$builder" || { echo "llama-bench build failed:"; tail -n 30 "$work/llama-build.log"; }
@@ -128,12 +136,13 @@ big() {
 
 # What the thread pool's spin buys: decode with the workers sleeping at once between
 # ops (TESSERA_SPIN_US=0), on the bf16 checkpoint, against the peer's tessera rows.
-no_spin() {
-  local t=$1 ckpt=$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-bf16-seed1
-  (($(left) >= 40)) || { echo "skipped past the deadline: TESSERA_SPIN_US=0 at $t threads"; return; }
-  note "tessera bf16 at $t threads with TESSERA_SPIN_US=0"
-  TESSERA_SPIN_US=0 "$tessera" bench --model "$ckpt" --threads "$t" --prompt 512 --decode 128 2>&1 |
-    grep -E "^(read bandwidth|prefill|decode)"
+# Any other setting likewise (--variants).
+variant() {
+  local t=$1 setting=$2 ckpt=$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-bf16-seed1
+  (($(left) >= 40)) || { echo "skipped past the deadline: $setting at $t threads"; return; }
+  note "tessera bf16 at $t threads with $setting"
+  env "$setting" "$tessera" bench --model "$ckpt" --threads "$t" --prompt 512 --decode "$decode" 2>&1 |
+    grep -E "^(device|read bandwidth|f32 FMA|bf16 dot|amx bf16|prefill|matmul alone|decode)"
 }
 
 # tessera alone at one thread count: bf16 (or the first dtype), 32 decode steps.
@@ -145,12 +154,13 @@ alone() {
   "$tessera" bench --model "$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-$dtype-seed1" --threads "$t" --prompt 512 \
     --decode 32 >"$work/alone.txt" 2>&1
   { echo "## $t threads"; cat "$work/alone.txt"; } >>"$out/sweep.txt"
-  grep -E "^(read bandwidth|f32 FMA|bf16 dot|prefill|matmul alone|decode)" "$work/alone.txt"
+  grep -E "^(read bandwidth|f32 FMA|bf16 dot|amx bf16|prefill|matmul alone|decode)" "$work/alone.txt"
 }
 
 set -- $threads
 peer "$1"
-((no_spin)) && no_spin "$1"
+((no_spin)) && variant "$1" TESSERA_SPIN_US=0
+for v in $variants; do variant "$1" "$v"; done
 shift
 [[ -n $big_threads ]] && big
 for t in "$@"; do peer "$t"; done

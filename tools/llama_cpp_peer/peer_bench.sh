@@ -135,7 +135,7 @@ run_tessera() {
   matmuls=$(awk '$1 == "decode" && $2 == "matmuls" { print $3 " " $4 " = " $6 }' <<<"$out")
   [[ -n $pp && -n $tg ]] || { log "cannot read tessera bench's output:"; echo "$out" >&2; exit 1; }
   # The limits and shares bench measured beside the figures (to stderr, the progress log).
-  { grep -E '^(device|f32 FMA peak|bf16 dot peak|prefill|matmul alone|decode matmuls) ' <<<"$out" || true; } | sed 's/^/[peer]   /' >&2
+  { grep -E '^(device|f32 FMA peak|bf16 dot peak|amx bf16 peak|prefill|matmul alone|decode matmuls) ' <<<"$out" || true; } | sed 's/^/[peer]   /' >&2
   printf '%s\ttessera\t%s\tpp%s\t%s\tload %s\n' "$round" "$dtype" "$prompt" "$pp" "$load" >>"$results"
   printf '%s\ttessera\t%s\ttg%s @ d%s\t%s\tweights at %s of %s read bandwidth%s\n' \
     "$round" "$dtype" "$decode" "$prompt" "$tg" "$share" "$bandwidth" \

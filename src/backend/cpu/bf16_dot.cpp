@@ -94,6 +94,7 @@ constexpr int kDotChains = 12;  // as kernels.cpp's FMA loop: enough to cover th
 void round_rows(const float* x, int64_t tokens, int64_t k, uint16_t* out) {
   for (int64_t t = 0; t < tokens; ++t) kernel::round_row<InstructionOps>(x + t * k, k, out + t * kernel::padded_k(k));
 }
+void run_round_x(const float* x, int64_t n, uint16_t* out) { InstructionOps::round_x(x, n, out); }
 void run_tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
   kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy);
 }
@@ -169,6 +170,11 @@ void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const ui
   run_gemm(reinterpret_cast<const uint16_t*>(packed), tokens, k, w, rows, y, ldy, acc.get());
 }
 
+void round_x(const float* x, int64_t n, uint16_t* out) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
+  run_round_x(x, n, out);
+}
+
 float dot_loop(int64_t iterations) {
   TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
   return run_dot_loop(iterations);
@@ -187,6 +193,9 @@ void pack_x(const float*, int64_t, int64_t, int64_t, int64_t, float*) {
   TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
 }
 void matmul_rows_packed(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
+}
+void round_x(const float*, int64_t, uint16_t*) {
   TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
 }
 float dot_loop(int64_t) { return 0; }

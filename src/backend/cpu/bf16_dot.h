@@ -29,6 +29,10 @@ void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t en
 void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
                         int64_t ldy);
 
+// n floats rounded to bf16 by the instruction set's conversion (vcvtneps2bf16: nearest
+// even, a subnormal to zero), as this file rounds x; amx.cpp rounds its x with it too.
+void round_x(const float* x, int64_t n, uint16_t* out);
+
 // Register-only dot products on one thread (bf16_dot_loop_flops(n) floating-point
 // operations: two per bf16 product), the peak the bf16 GEMM is measured against.
 float dot_loop(int64_t iterations);

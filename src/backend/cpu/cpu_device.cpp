@@ -73,8 +73,10 @@ size_t rows_per_unit(int64_t row_elements) {
 
 std::string CpuDevice::name() const {
   return std::string("cpu (") + cpu::isa_name() +
-         (cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products" : "") + ", " +
-         std::to_string(pool_.size()) + " threads)";
+         (cpu::amx_active()        ? ", bf16 weights by AMX tiles"
+          : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
+                                   : "") +
+         ", " + std::to_string(pool_.size()) + " threads)";
 }
 
 Result<Buffer> CpuDevice::alloc(size_t bytes) {

@@ -20,6 +20,9 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
 // chose (an AVX-512 target on a CPU that has them): x is then rounded to bf16 and the
 // sums follow bf16_dot_kernel.h's order instead of matmul.cpp's, in every path.
 bool bf16_dot_active();
+// Whether they take AMX tile products (amx.h) instead: bf16_dot_active() and the CPU has
+// AMX-BF16. x is still rounded to bf16; the sums follow amx_kernel.h's order.
+bool amx_active();
 
 // matmul_rows for a few tokens (tiles only, never the GEMM), weights widened exactly to
 // f32, in matmul.cpp's order whatever bf16_dot_active() says (attention's scores over a

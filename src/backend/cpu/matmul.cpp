@@ -30,7 +30,10 @@
 // CPU has AVX-512 BF16: those take bf16_dot.h's dot products (x rounded to bf16, pairs
 // summed inside a lane; bf16_dot_kernel.h states that order), in decode and prefill
 // alike, so that a row stays bitwise the same alone or in a batch. Highway 1.0.3 (Debian
-// 12) has no target for the instruction, hence the separate file. TODO(perf): AMX.
+// 12) has no target for the instruction, hence the separate file. Where the CPU also has
+// AMX-BF16 (and the OS grants the tiles), bf16 weights take amx.h's tile products instead
+// (x rounded to bf16, each output one f32 accumulator along k; amx_kernel.h states it),
+// again decode and prefill alike.
 // Pure functions over caller-owned memory; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
@@ -42,6 +45,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/widen-inl.h"
@@ -435,10 +439,16 @@ HWY_INLINE bool dots_bf16(DType w_dtype) {
 #endif
 }
 
+// Whether they take amx.h's tile products instead (the CPU has AMX-BF16 too, unless
+// TESSERA_AMX=0).
+HWY_INLINE bool tiles_bf16(DType w_dtype) { return dots_bf16(w_dtype) && amx::enabled(); }
+
 bool Bf16DotActive() { return dots_bf16(DType::kBF16); }
+bool AmxActive() { return tiles_bf16(DType::kBF16); }
 
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy) {
+  if (tiles_bf16(w_dtype)) return amx::matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   if (dots_bf16(w_dtype)) return bf16_dot::matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
@@ -455,6 +465,7 @@ void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_d
 }
 
 int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
+  if (tiles_bf16(w_dtype)) return amx::packed_floats(tokens, k);
   if (dots_bf16(w_dtype)) return bf16_dot::packed_floats(tokens, k);
   return with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
@@ -463,6 +474,7 @@ int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
 }
 
 void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* xp) {
+  if (tiles_bf16(w_dtype)) return amx::pack_x(x, tokens, k, begin, end, xp);
   if (dots_bf16(w_dtype)) return bf16_dot::pack_x(x, tokens, k, begin, end, xp);
   auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
   TS_CHECK(row, "[cpu] matmul scratch");
@@ -474,6 +486,7 @@ void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64
 
 void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
                       int64_t rows, float* y, int64_t ldy) {
+  if (tiles_bf16(w_dtype)) return amx::matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   if (dots_bf16(w_dtype))
     return bf16_dot::matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
@@ -492,6 +505,7 @@ namespace tessera::cpu {
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(DotRows);
 HWY_EXPORT(Bf16DotActive);
+HWY_EXPORT(AmxActive);
 HWY_EXPORT(MatmulPackedFloats);
 HWY_EXPORT(MatmulPackX);
 HWY_EXPORT(MatmulRowsPacked);
@@ -505,6 +519,7 @@ void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_
   HWY_DYNAMIC_DISPATCH(DotRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
 }
 bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
+bool amx_active() { return HWY_DYNAMIC_DISPATCH(AmxActive)(); }
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype) {
   return HWY_DYNAMIC_DISPATCH(MatmulPackedFloats)(tokens, k, w_dtype);
 }

@@ -1,0 +1,199 @@
+// amx.h on x86-64 Linux: amx_kernel.h instantiated with the AMX instructions, written as
+// inline assembly (each with a memory clobber, so that no load or store of the
+// surrounding code moves across a tile load or store; the compiler's own intrinsics
+// carry none), so this file needs no target flags. Elsewhere cpu_has_instruction() is
+// false and the rest is never called.
+#include "backend/cpu/amx.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/bf16_dot.h"
+#include "core/check.h"
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define TESSERA_AMX 1
+#else
+#define TESSERA_AMX 0
+#endif
+
+#include "backend/cpu/amx_kernel.h"
+
+namespace tessera::cpu::amx {
+
+#if TESSERA_AMX
+
+namespace {
+
+// The 64-byte tile configuration ldtilecfg reads (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// One statement per tile register: the instructions name their tiles in the encoding.
+#define TESSERA_TMM(T, STMT)                             \
+  do {                                                   \
+    static_assert((T) >= 0 && (T) < 8, "tile register"); \
+    if constexpr ((T) == 0) STMT("0");                   \
+    if constexpr ((T) == 1) STMT("1");                   \
+    if constexpr ((T) == 2) STMT("2");                   \
+    if constexpr ((T) == 3) STMT("3");                   \
+    if constexpr ((T) == 4) STMT("4");                   \
+    if constexpr ((T) == 5) STMT("5");                   \
+    if constexpr ((T) == 6) STMT("6");                   \
+    if constexpr ((T) == 7) STMT("7");                   \
+  } while (false)
+#define TESSERA_TILEZERO(N) __asm__ volatile("tilezero %%tmm" N ::: "memory")
+#define TESSERA_TILELOADD(N) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" N ::"r"(p), "r"(stride) : "memory")
+#define TESSERA_TILESTORED(N) __asm__ volatile("tilestored %%tmm" N ", (%0,%1,1)" ::"r"(p), "r"(stride) : "memory")
+
+struct InstructionOps {
+  static void configure(int cols) {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+      config.rows[t] = 16;
+      config.colsb[t] = static_cast<uint16_t>(t == 4 || t == 5 ? 64 : 4 * cols);
+    }
+    __asm__ volatile("ldtilecfg (%0)" ::"r"(&config) : "memory");
+  }
+  static void release() { __asm__ volatile("tilerelease" ::: "memory"); }
+  template <int T>
+  static void zero() {
+    TESSERA_TMM(T, TESSERA_TILEZERO);
+  }
+  template <int T>
+  static void load(const void* p, int64_t stride) {
+    TESSERA_TMM(T, TESSERA_TILELOADD);
+  }
+  template <int T>
+  static void store(void* p, int64_t stride) {
+    TESSERA_TMM(T, TESSERA_TILESTORED);
+  }
+  // tdpbf16ps C, A, B (AT&T order: B, A, C), for the four (C, A, B) the kernel uses.
+  template <int C, int A, int B>
+  static void dot() {
+    if constexpr (C == 0 && A == 4 && B == 6) {
+      __asm__ volatile("tdpbf16ps %%tmm6, %%tmm4, %%tmm0" ::);
+    } else if constexpr (C == 1 && A == 4 && B == 7) {
+      __asm__ volatile("tdpbf16ps %%tmm7, %%tmm4, %%tmm1" ::);
+    } else if constexpr (C == 2 && A == 5 && B == 6) {
+      __asm__ volatile("tdpbf16ps %%tmm6, %%tmm5, %%tmm2" ::);
+    } else {
+      static_assert(C == 3 && A == 5 && B == 7, "a (C, A, B) the kernel does not use");
+      __asm__ volatile("tdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+    }
+  }
+  static void round_x(const float* x, int64_t n, uint16_t* out) { bf16_dot::round_x(x, n, out); }
+};
+
+#undef TESSERA_TILEZERO
+#undef TESSERA_TILELOADD
+#undef TESSERA_TILESTORED
+#undef TESSERA_TMM
+
+// Linux hands out the tile data state (8 KiB of registers) only to a process that asks.
+bool os_grants_tiles() {
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// Scratch of one thread: rounded x (decode), two zero-padded row groups, partial sums.
+struct Scratch {
+  std::vector<uint16_t> x, rows;
+  std::vector<float> acc;
+};
+Scratch& scratch_for(int64_t k) {
+  thread_local Scratch s;
+  const auto kp = static_cast<size_t>(kernel::padded_k(k));
+  if (s.x.size() < kp) s.x.resize(kp);
+  if (s.rows.size() < 2 * kernel::kTileRows * kp) s.rows.resize(2 * kernel::kTileRows * kp);
+  if (s.acc.empty()) s.acc.resize(static_cast<size_t>(kernel::kAccFloats));
+  return s;
+}
+
+}  // namespace
+
+bool cpu_has_instruction() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool amx_bf16 = (d >> 22 & 1u) != 0, amx_tile = (d >> 24 & 1u) != 0;
+    return amx_bf16 && amx_tile && bf16_dot::cpu_has_instruction() && os_grants_tiles();
+  }();
+  return has;
+}
+
+bool enabled() {
+  static const bool on = [] {
+    const char* text = std::getenv("TESSERA_AMX");
+    return bf16_dot::enabled() && cpu_has_instruction() && (text == nullptr || std::strcmp(text, "0") != 0);
+  }();
+  return on;
+}
+
+void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
+  Scratch& s = scratch_for(k);
+  if (tokens == 1) {
+    kernel::round_row<InstructionOps>(x, k, s.x.data());
+    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, y, s.rows.data());
+  }
+  std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
+  pack_x(x, tokens, k, 0, tokens, packed.data());
+  matmul_rows_packed(packed.data(), tokens, k, w, rows, y, ldy);
+}
+
+int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
+
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
+  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
+  kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), row.data());
+}
+
+void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                        int64_t ldy) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
+  Scratch& s = scratch_for(k);
+  kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, y, ldy, s.acc.data(),
+                               s.rows.data());
+}
+
+float dot_loop(int64_t iterations) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
+  return kernel::dot_loop<InstructionOps>(iterations);
+}
+
+#else  // not x86-64 Linux
+
+bool cpu_has_instruction() { return false; }
+bool enabled() { return false; }
+void matmul_rows(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
+}
+int64_t packed_floats(int64_t, int64_t) { return 0; }
+void pack_x(const float*, int64_t, int64_t, int64_t, int64_t, float*) {
+  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
+}
+void matmul_rows_packed(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
+}
+float dot_loop(int64_t) { return 0; }
+
+#endif
+
+int64_t dot_loop_flops(int64_t iterations) { return iterations * 4 * kernel::kTileRows * kernel::kTileTokens * 64; }
+
+}  // namespace tessera::cpu::amx

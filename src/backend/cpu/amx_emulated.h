@@ -1,0 +1,88 @@
+// A portable emulation of the tiles and the instruction amx_kernel.h runs on (AMX-TILE
+// and AMX-BF16: ldtilecfg, tileloadd, tilestored, tilezero, tdpbf16ps), written from the
+// Intel SDM's description of them. The tests instantiate the kernel with it, so that the
+// blocking and the order of the sums are checked on machines without AMX, and compare it
+// with the instruction where the CPU has it. Not used by the library itself. The tiles
+// are the calling thread's, as the real ones are.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/bf16_dot_emulated.h"
+
+namespace tessera::cpu::amx {
+
+struct EmulatedOps {
+  struct Tiles {
+    int rows[8] = {};
+    int colsb[8] = {};
+    alignas(64) uint8_t data[8][16 * 64] = {};
+  };
+  static Tiles& tiles() {
+    thread_local Tiles t;
+    return t;
+  }
+
+  // Palette 1 as amx_kernel.h configures it: every tile 16 rows; A tiles (4, 5) 64 bytes
+  // a row, C (0-3) and B (6, 7) 4 bytes a token.
+  static void configure(int cols) {
+    Tiles& t = tiles();
+    for (int i = 0; i < 8; ++i) {
+      t.rows[i] = 16;
+      t.colsb[i] = i == 4 || i == 5 ? 64 : 4 * cols;
+    }
+    std::memset(t.data, 0, sizeof(t.data));
+  }
+  static void release() {}
+  template <int T>
+  static void zero() {
+    std::memset(tiles().data[T], 0, sizeof(tiles().data[T]));
+  }
+  template <int T>
+  static void load(const void* p, int64_t stride) {
+    Tiles& t = tiles();
+    std::memset(t.data[T], 0, sizeof(t.data[T]));
+    for (int r = 0; r < t.rows[T]; ++r)
+      std::memcpy(t.data[T] + r * 64, static_cast<const uint8_t*>(p) + r * stride, static_cast<size_t>(t.colsb[T]));
+  }
+  template <int T>
+  static void store(void* p, int64_t stride) {
+    const Tiles& t = tiles();
+    for (int r = 0; r < t.rows[T]; ++r)
+      std::memcpy(static_cast<uint8_t*>(p) + r * stride, t.data[T] + r * 64, static_cast<size_t>(t.colsb[T]));
+  }
+
+  static uint16_t bf16_at(const uint8_t* row, int i) {
+    uint16_t v;
+    std::memcpy(&v, row + 2 * i, sizeof(v));
+    return v;
+  }
+
+  // tdpbf16ps C, A, B as the SDM's pseudo-code states it: for each row m of C and column
+  // n, the accumulator takes, for each pair p of A's row in order, A[m].bf16[2p] *
+  // B[p].bf16[2n], then A[m].bf16[2p + 1] * B[p].bf16[2n + 1], each step an FMA rounded
+  // to nearest even with bf16 subnormals read as zero and a subnormal result flushed.
+  template <int C, int A, int B>
+  static void dot() {
+    Tiles& t = tiles();
+    using Dot = bf16_dot::EmulatedOps;
+    for (int m = 0; m < t.rows[C]; ++m)
+      for (int n = 0; n < t.colsb[C] / 4; ++n) {
+        float acc;
+        std::memcpy(&acc, t.data[C] + m * 64 + 4 * n, sizeof(acc));
+        for (int p = 0; p < t.colsb[A] / 4; ++p) {
+          const uint8_t* a = t.data[A] + m * 64;
+          const uint8_t* b = t.data[B] + p * 64;
+          acc = Dot::flush(std::fma(Dot::widen(bf16_at(a, 2 * p)), Dot::widen(bf16_at(b, 2 * n)), acc));
+          acc = Dot::flush(std::fma(Dot::widen(bf16_at(a, 2 * p + 1)), Dot::widen(bf16_at(b, 2 * n + 1)), acc));
+        }
+        std::memcpy(t.data[C] + m * 64 + 4 * n, &acc, sizeof(acc));
+      }
+  }
+
+  static void round_x(const float* x, int64_t n, uint16_t* out) { bf16_dot::EmulatedOps::round_x(x, n, out); }
+};
+
+}  // namespace tessera::cpu::amx

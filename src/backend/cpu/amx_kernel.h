@@ -1,0 +1,248 @@
+// The matmul of bf16 weights by AMX tile products (tdpbf16ps), written once over an `Ops`
+// type that supplies the tiles and the instruction:
+//   - amx.cpp instantiates it with the instructions themselves;
+//   - the tests instantiate it with a portable emulation (amx_emulated.h), so the
+//     blocking and the order are tested on every machine and the instruction where the
+//     CPU has it.
+// Every standard header it uses must be included before it, and its plain functions are
+// static (see bf16_dot_kernel.h for why).
+//
+// The order of every output's sum, whatever the number of tokens in the call (decode and
+// prefill run exactly this sequence, so a token's row is bitwise the same alone or in a
+// batch, at any thread count):
+//   x is rounded to bf16 (nearest even), past k padded with zeros to a whole chunk of
+//   kChunk = 32 elements (the weights' last chunk likewise);
+//   acc = 0, one f32;
+//   for each chunk along k in order: acc = tdpbf16ps(acc, w chunk, x chunk), which per the
+//   Intel SDM adds the chunk's 32 products to acc one after the other in the order of k,
+//   each a fused multiply-add rounded to nearest even, bf16 subnormals read as zero and a
+//   subnormal result flushed to zero.
+// There is no lane tree: an output is one element of a C tile, its own accumulator. The
+// order is fixed by k alone, never by the tile's shape, the number of tokens or where a
+// partial sum waits between k blocks (C tiles stored and loaded again hold the same bits).
+// Whether the hardware adds exactly as the SDM's pseudo-code says is measured by
+// amx_test.cpp on a CPU that has it; batch invariance holds either way, as both paths
+// run the same instruction on the same chunks.
+//
+// Tiles: C (i, j) = tile 2i + j (16 weight rows x up to 16 tokens of f32), A (i) = tile
+// 4 + i (16 weight rows x 32 bf16 of k, loaded straight from the weight rows: nothing
+// widened or packed), B (j) = tile 6 + j (16 pairs of k x up to 16 tokens, x's pairs
+// interleaved by token: the VNNI layout).
+//
+// Ops (all static): configure(cols) (palette 1: C and B tiles of `cols` tokens, A tiles
+// of 64 bytes, 16 rows each); release(); zero<T>(); load<T>(p, stride) and
+// store<T>(p, stride) (16 rows, `stride` bytes apart); dot<C, A, B>(); round_x(x, n,
+// out) (n floats to bf16). The tile state is the calling thread's.
+#ifndef TESSERA_BACKEND_CPU_AMX_KERNEL_H_
+#define TESSERA_BACKEND_CPU_AMX_KERNEL_H_
+
+namespace tessera::cpu::amx::kernel {
+
+inline constexpr int64_t kChunk = 32;       // bf16 elements of k in one tile product
+inline constexpr int64_t kTileRows = 16;    // weight rows of an A tile
+inline constexpr int64_t kTileTokens = 16;  // tokens of a B tile (a call of more than one)
+// Blocking (tokens, weight rows, chunks along k): a token block's packed x for one k block
+// (kTokBlock x kKcChunks x 64 bytes = 256 KiB) stays in L2 while every row group of a row
+// block runs over it; the row block's partial sums (kRowBlock x kTokBlock f32 = 128 KiB)
+// wait in a buffer between k blocks.
+inline constexpr int64_t kTokBlock = 128;
+inline constexpr int64_t kRowBlock = 256;
+inline constexpr int64_t kKcChunks = 32;
+inline constexpr int64_t kAccFloats = kRowBlock * kTokBlock;
+static_assert(kTokBlock % kTileTokens == 0 && kRowBlock % (2 * kTileRows) == 0);
+
+static inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
+static inline int64_t padded_tokens(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens * kTileTokens; }
+// bf16 elements of a call's packed x (see pack_x).
+static inline int64_t packed_elements(int64_t tokens, int64_t k) { return padded_tokens(tokens) * padded_k(k); }
+
+// x of one token rounded to bf16, zeros in [k, padded_k(k)).
+template <typename Ops>
+void round_row(const float* x, int64_t k, uint16_t* out) {
+  Ops::round_x(x, k, out);
+  for (int64_t i = k; i < padded_k(k); ++i) out[i] = 0;
+}
+
+// x packed for the tiles: token tile tt (tokens 16 tt ..) and chunk c form one B tile of
+// 1 KiB at u32 index (tt * chunks + c) * 256, whose row p holds, for each token n of the
+// tile, the pair of elements 32 c + 2 p and 32 c + 2 p + 1 (u32 p * 16 + n). Tokens past
+// the call's last, to the end of their tile, are zeros. Packs tokens [begin, end) (and
+// the zeros when end == tokens); a token writes only its own pairs, so threads may pack
+// disjoint ranges. row: scratch of padded_k(k) elements.
+template <typename Ops>
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint32_t* xp, uint16_t* row) {
+  const int64_t kp = padded_k(k), pairs = kp / 2, chunks = kp / kChunk;
+  const int64_t last = end == tokens ? padded_tokens(tokens) : end;
+  for (int64_t t = begin; t < last; ++t) {
+    if (t < tokens) {
+      round_row<Ops>(x + t * k, k, row);
+    } else {
+      std::memset(row, 0, static_cast<size_t>(kp) * sizeof(uint16_t));
+    }
+    uint32_t* tile = xp + t / kTileTokens * chunks * 256 + t % kTileTokens;
+    for (int64_t p = 0; p < pairs; ++p) {
+      uint32_t pair;
+      std::memcpy(&pair, row + 2 * p, sizeof(pair));
+      tile[p * kTileTokens] = pair;
+    }
+  }
+}
+
+// A group of 16 weight rows from `first`, for A tiles: the rows themselves (a stride of
+// 2k bytes) when the group is whole and k a whole number of chunks, else a zero-padded
+// copy in scratch (16 x padded_k(k) elements): a tile load never reads past the weights.
+struct RowGroup {
+  const uint16_t* data;
+  int64_t stride;  // bytes
+};
+static inline RowGroup row_group(const uint16_t* w, int64_t k, int64_t rows, int64_t first, uint16_t* scratch) {
+  if (first + kTileRows <= rows && k % kChunk == 0) return {w + first * k, 2 * k};
+  const int64_t kp = padded_k(k);
+  std::memset(scratch, 0, static_cast<size_t>(kTileRows * kp) * sizeof(uint16_t));
+  for (int64_t r = 0; r < std::min(kTileRows, rows - first); ++r)
+    std::memcpy(scratch + r * kp, w + (first + r) * k, static_cast<size_t>(k) * sizeof(uint16_t));
+  return {scratch, 2 * kp};
+}
+
+// kA A tiles x kB B tiles over chunks [c0, c1): C (i, j) starts from c[2i + j] (stride
+// cs bytes) when load_c, else from zeros, and is stored there at the end. a: the row
+// groups at chunk 0; b[j]: B tile j at chunk 0, the next chunk b_step u32 on, its rows
+// bs bytes apart.
+template <typename Ops, int kA, int kB>
+void block(const RowGroup* a, const uint32_t* const* b, int64_t b_step, int64_t bs, int64_t c0, int64_t c1,
+           float* const* c, int64_t cs, bool load_c) {
+  static_assert(kA >= 1 && kA <= 2 && kB >= 1 && kB <= 2);
+  if (load_c) {
+    Ops::template load<0>(c[0], cs);
+    if constexpr (kB == 2) Ops::template load<1>(c[1], cs);
+    if constexpr (kA == 2) Ops::template load<2>(c[2], cs);
+    if constexpr (kA == 2 && kB == 2) Ops::template load<3>(c[3], cs);
+  } else {
+    Ops::template zero<0>();
+    if constexpr (kB == 2) Ops::template zero<1>();
+    if constexpr (kA == 2) Ops::template zero<2>();
+    if constexpr (kA == 2 && kB == 2) Ops::template zero<3>();
+  }
+  for (int64_t s = c0; s < c1; ++s) {
+    Ops::template load<4>(a[0].data + s * kChunk, a[0].stride);
+    if constexpr (kA == 2) Ops::template load<5>(a[1].data + s * kChunk, a[1].stride);
+    Ops::template load<6>(b[0] + s * b_step, bs);
+    if constexpr (kB == 2) Ops::template load<7>(b[1] + s * b_step, bs);
+    Ops::template dot<0, 4, 6>();
+    if constexpr (kB == 2) Ops::template dot<1, 4, 7>();
+    if constexpr (kA == 2) Ops::template dot<2, 5, 6>();
+    if constexpr (kA == 2 && kB == 2) Ops::template dot<3, 5, 7>();
+  }
+  Ops::template store<0>(c[0], cs);
+  if constexpr (kB == 2) Ops::template store<1>(c[1], cs);
+  if constexpr (kA == 2) Ops::template store<2>(c[2], cs);
+  if constexpr (kA == 2 && kB == 2) Ops::template store<3>(c[3], cs);
+}
+
+template <typename Ops>
+void run_block(int groups, int token_tiles, const RowGroup* a, const uint32_t* const* b, int64_t b_step, int64_t bs,
+               int64_t c0, int64_t c1, float* const* c, int64_t cs, bool load_c) {
+  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2>(a, b, b_step, bs, c0, c1, c, cs, load_c);
+  if (groups == 2) return block<Ops, 2, 1>(a, b, b_step, bs, c0, c1, c, cs, load_c);
+  if (token_tiles == 2) return block<Ops, 1, 2>(a, b, b_step, bs, c0, c1, c, cs, load_c);
+  block<Ops, 1, 1>(a, b, b_step, bs, c0, c1, c, cs, load_c);
+}
+
+// One token: y[r] for `rows` weight rows. xb: its x rounded (round_row). Tiles of one
+// token column; 32 rows at a time (two chains of tile products in flight), each C tile
+// stored straight into y when its 16 rows are all there. scratch: 2 x 16 x padded_k(k).
+template <typename Ops>
+void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, uint16_t* scratch) {
+  const int64_t kp = padded_k(k);
+  const auto* b = reinterpret_cast<const uint32_t*>(xb);
+  Ops::configure(1);
+  for (int64_t r0 = 0; r0 < rows; r0 += 2 * kTileRows) {
+    const int groups = rows - r0 > kTileRows ? 2 : 1;
+    RowGroup a[2];
+    alignas(64) float tail[2][kTileRows];
+    float* c[4] = {};
+    for (int i = 0; i < groups; ++i) {
+      const int64_t first = r0 + i * kTileRows;
+      a[i] = row_group(w, k, rows, first, scratch + i * kTileRows * kp);
+      c[2 * i] = first + kTileRows <= rows ? y + first : tail[i];
+    }
+    run_block<Ops>(groups, 1, a, &b, kChunk / 2, 4, 0, kp / kChunk, c, 4, false);
+    for (int i = 0; i < groups; ++i) {
+      const int64_t first = r0 + i * kTileRows;
+      if (c[2 * i] == tail[i]) std::copy(tail[i], tail[i] + (rows - first), y + first);
+    }
+  }
+  Ops::release();
+}
+
+// More than one token: y[t * ldy + r] over x packed by pack_x (xp). acc: kAccFloats
+// floats (64-byte aligned); scratch: 2 x 16 x padded_k(k).
+template <typename Ops>
+void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+          float* acc, uint16_t* scratch) {
+  const int64_t kp = padded_k(k), chunks = kp / kChunk;
+  Ops::configure(static_cast<int>(kTileTokens));
+  for (int64_t t0 = 0; t0 < tokens; t0 += kTokBlock) {
+    const int64_t nt = std::min(kTokBlock, tokens - t0);
+    const int64_t tiles = (nt + kTileTokens - 1) / kTileTokens;
+    for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
+      const int64_t nrb = std::min(kRowBlock, rows - rb);
+      for (int64_t c0 = 0; c0 < chunks; c0 += kKcChunks) {
+        const int64_t c1 = std::min(chunks, c0 + kKcChunks);
+        for (int64_t r0 = rb; r0 < rb + nrb; r0 += 2 * kTileRows) {
+          const int groups = rb + nrb - r0 > kTileRows ? 2 : 1;
+          RowGroup a[2];
+          for (int i = 0; i < groups; ++i)
+            a[i] = row_group(w, k, rows, r0 + i * kTileRows, scratch + i * kTileRows * kp);
+          for (int64_t tt = 0; tt < tiles; tt += 2) {
+            const int token_tiles = tiles - tt >= 2 ? 2 : 1;
+            const uint32_t* b[2];
+            float* c[4] = {};
+            for (int j = 0; j < token_tiles; ++j) {
+              b[j] = xp + ((t0 / kTileTokens + tt + j) * chunks) * 256;
+              for (int i = 0; i < groups; ++i)
+                c[2 * i + j] = acc + (r0 - rb + i * kTileRows) * kTokBlock + (tt + j) * kTileTokens;
+            }
+            run_block<Ops>(groups, token_tiles, a, b, 256, 4 * kTileTokens, c0, c1, c,
+                           kTokBlock * static_cast<int64_t>(sizeof(float)), c0 > 0);
+          }
+        }
+      }
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t r = 0; r < nrb; ++r) y[(t0 + t) * ldy + rb + r] = acc[r * kTokBlock + t];
+    }
+  }
+  Ops::release();
+}
+
+// Register-only tile products on one thread: `iterations` x 4 tdpbf16ps of 16 x 16 x 32
+// (dot_loop_flops(n) = n x 4 x 16384 floating-point operations), the peak the AMX GEMM is
+// measured against, on zeros (the tile unit's speed does not depend on the values);
+// returns one of the sums.
+template <typename Ops>
+float dot_loop(int64_t iterations) {
+  alignas(64) static const uint16_t zeros[kTileRows * kChunk] = {};
+  alignas(64) float out[kTileRows * kTileTokens];
+  Ops::configure(static_cast<int>(kTileTokens));
+  Ops::template zero<0>();
+  Ops::template zero<1>();
+  Ops::template zero<2>();
+  Ops::template zero<3>();
+  Ops::template load<4>(zeros, 64);
+  Ops::template load<5>(zeros, 64);
+  Ops::template load<6>(zeros, 64);
+  Ops::template load<7>(zeros, 64);
+  for (int64_t i = 0; i < iterations; ++i) {
+    Ops::template dot<0, 4, 6>();
+    Ops::template dot<1, 4, 7>();
+    Ops::template dot<2, 5, 6>();
+    Ops::template dot<3, 5, 7>();
+  }
+  Ops::template store<0>(out, 64);
+  Ops::release();
+  return out[0];
+}
+
+}  // namespace tessera::cpu::amx::kernel
+
+#endif  // TESSERA_BACKEND_CPU_AMX_KERNEL_H_

@@ -1,0 +1,220 @@
+// The matmul of bf16 weights by AMX tile products (backend/cpu/amx_kernel.h):
+//   - its decode and GEMM sum every output in the order the kernel states, bitwise, run
+//     with the portable emulation of the tiles (amx_emulated.h) on every machine;
+//   - the instructions themselves (AMX-BF16's tdpbf16ps) give bitwise what the emulation
+//     gives, and the dispatched matmul takes them: only on a CPU that has them (the GPU
+//     host's Xeon, in the device run of docs/benchmarks.md); elsewhere these skip, saying
+//     so. When the instruction differs from the SDM's pseudo-code, the test names which
+//     other order the instruction's sums match.
+// kernels_test.cpp's batch tests (rows alone or in a batch, any thread count) run the
+// dispatched matmul, so on such a CPU they cover this kernel through CpuDevice.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/amx.h"
+#include "backend/cpu/amx_emulated.h"
+#include "backend/cpu/amx_kernel.h"
+#include "backend/cpu/kernels.h"
+#include "support/random_tensors.h"
+
+namespace tessera {
+namespace {
+
+using Emulated = cpu::amx::EmulatedOps;
+using Dot = cpu::bf16_dot::EmulatedOps;
+namespace kernel = cpu::amx::kernel;
+using testing::random_values;
+
+std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
+  auto values = random_values(n, seed);
+  std::vector<uint16_t> out(n);
+  Dot::round_x(values.data(), static_cast<int64_t>(n), out.data());
+  return out;
+}
+
+// The kernel run with the emulation, as amx.cpp runs it with the instructions: one token
+// by decode, more packed (in two ranges, as threads pack them) and the GEMM.
+std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows) {
+  std::vector<float> y(static_cast<size_t>(tokens * rows));
+  const int64_t kp = kernel::padded_k(k);
+  std::vector<uint16_t> scratch(static_cast<size_t>(2 * kernel::kTileRows * kp));
+  if (tokens == 1) {
+    std::vector<uint16_t> xb(static_cast<size_t>(kp));
+    kernel::round_row<Emulated>(x, k, xb.data());
+    kernel::decode<Emulated>(xb.data(), k, w, rows, y.data(), scratch.data());
+    return y;
+  }
+  std::vector<uint32_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k) / 2), 0xFFFFFFFFu);
+  std::vector<uint16_t> row(static_cast<size_t>(kp));
+  const int64_t split = tokens / 3;
+  kernel::pack_x<Emulated>(x, tokens, k, split, tokens, packed.data(), row.data());
+  kernel::pack_x<Emulated>(x, tokens, k, 0, split, packed.data(), row.data());
+  std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats));
+  kernel::gemm<Emulated>(packed.data(), tokens, k, w, rows, y.data(), rows, acc.data(), scratch.data());
+  return y;
+}
+
+// How one output may be summed: the order amx_kernel.h states (the SDM's pseudo-code),
+// and others the instruction might follow instead, for the report when it does.
+enum class Order { kStated, kOddFirst, kPairsExact, kChunksExact };
+const char* order_name(Order o) {
+  switch (o) {
+    case Order::kStated: return "the SDM's (products one by one along k, each an FMA)";
+    case Order::kOddFirst: return "each pair's odd product first (as vdpbf16ps)";
+    case Order::kPairsExact: return "each pair's two products summed exactly, then added";
+    case Order::kChunksExact: return "each chunk's 32 products summed exactly, then added";
+  }
+  return "";
+}
+float sum_in_order(const float* x, const uint16_t* w, int64_t k, Order order) {
+  const int64_t kp = kernel::padded_k(k);
+  std::vector<uint16_t> xb(static_cast<size_t>(kp)), wb(static_cast<size_t>(kp), 0);
+  kernel::round_row<Emulated>(x, k, xb.data());
+  std::copy(w, w + k, wb.begin());
+  auto product = [&](int64_t i) {
+    return Dot::widen(wb[static_cast<size_t>(i)]) * Dot::widen(xb[static_cast<size_t>(i)]);
+  };
+  float acc = 0.0f;
+  for (int64_t c = 0; c < kp; c += kernel::kChunk) {
+    if (order == Order::kChunksExact) {
+      double sum = 0;
+      for (int64_t i = c; i < c + kernel::kChunk; ++i) sum += double{product(i)};
+      acc = Dot::flush(acc + static_cast<float>(sum));
+      continue;
+    }
+    for (int64_t i = c; i < c + kernel::kChunk; i += 2) {
+      const float even = Dot::widen(wb[static_cast<size_t>(i)]), odd = Dot::widen(wb[static_cast<size_t>(i + 1)]);
+      const float xe = Dot::widen(xb[static_cast<size_t>(i)]), xo = Dot::widen(xb[static_cast<size_t>(i + 1)]);
+      if (order == Order::kStated) {
+        acc = Dot::flush(std::fma(even, xe, acc));
+        acc = Dot::flush(std::fma(odd, xo, acc));
+      } else if (order == Order::kOddFirst) {
+        acc = Dot::flush(std::fma(odd, xo, acc));
+        acc = Dot::flush(std::fma(even, xe, acc));
+      } else {
+        acc = Dot::flush(acc + static_cast<float>(double{even * xe} + double{odd * xo}));
+      }
+    }
+  }
+  return acc;
+}
+
+// Decode (1 token), the GEMM for a few tokens (2, 15: one token tile, padded) and for
+// many (16, 17, 40, 301: 301 makes three token blocks, the last not whole tiles), k with
+// and without a partial last chunk and over several k blocks (1061: two), rows leaving
+// partial row groups, and 300 rows (two row blocks): every output bitwise in the stated
+// order, so a row is the same alone or in any batch.
+TEST(AmxTest, EmulatedKernelSumsInTheStatedOrder) {
+  struct Case {
+    int64_t k, rows;
+    std::vector<int64_t> tokens;
+  };
+  for (const Case& c : {Case{7, 21, {1, 2, 16, 40}}, Case{64, 53, {1, 2, 15, 16, 17, 40, 301}},
+                        Case{2 * 512 + 37, 21, {1, 3, 16, 301}}, Case{64, 300, {1, 20}}}) {
+    const auto x = random_values(static_cast<size_t>(301 * c.k), 41);
+    const auto w = random_bf16(static_cast<size_t>(c.rows * c.k), 42);
+    for (const int64_t tokens : c.tokens) {
+      const auto y = emulated_matmul(x.data(), tokens, c.k, w.data(), c.rows);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < c.rows; ++r)
+          ASSERT_EQ(y[static_cast<size_t>(t * c.rows + r)],
+                    sum_in_order(x.data() + t * c.k, w.data() + r * c.k, c.k, Order::kStated))
+              << "k " << c.k << " rows " << c.rows << " tokens " << tokens << " t " << t << " row " << r;
+    }
+  }
+}
+
+// The emulated products are those of the weights and x rounded to bf16, summed in f32.
+TEST(AmxTest, EmulationSumsTheProductsOfXRoundedToBf16) {
+  const int64_t tokens = 3, k = 1061, rows = 5;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 43);
+  const auto w = random_bf16(static_cast<size_t>(rows * k), 44);
+  const auto y = emulated_matmul(x.data(), tokens, k, w.data(), rows);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      double want = 0;
+      for (int64_t i = 0; i < k; ++i)
+        want += double{Dot::widen(Dot::round(x[static_cast<size_t>(t * k + i)]))} *
+                Dot::widen(w[static_cast<size_t>(r * k + i)]);
+      EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], want, 1e-5 * k) << "t " << t << " row " << r;
+    }
+}
+
+#define SKIP_WITHOUT_THE_INSTRUCTION()                                                                   \
+  if (!cpu::amx::cpu_has_instruction())                                                                  \
+  GTEST_SKIP() << "this CPU (or OS) has no AMX-BF16 tiles; they are tested on the GPU host's Xeon (see " \
+                  "docs/benchmarks.md)"
+
+// Which orders the instruction's outputs follow, for the failure message.
+std::string orders_matched(const std::vector<float>& y, const float* x, int64_t tokens, int64_t k, const uint16_t* w,
+                           int64_t rows) {
+  std::string out;
+  for (const Order o : {Order::kStated, Order::kOddFirst, Order::kPairsExact, Order::kChunksExact}) {
+    int64_t same = 0;
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        same += y[static_cast<size_t>(t * rows + r)] == sum_in_order(x + t * k, w + r * k, k, o);
+    out += "\n  " + std::to_string(same) + " of " + std::to_string(tokens * rows) + " outputs in " + order_name(o);
+  }
+  return out;
+}
+
+// tileloadd, tdpbf16ps and tilestored give bitwise what the emulation gives, through
+// decode and the GEMM.
+TEST(AmxTest, InstructionGivesTheEmulatedSums) {
+  SKIP_WITHOUT_THE_INSTRUCTION();
+  for (const int64_t k : {7, 64, 2 * 512 + 37, 2048}) {
+    const int64_t rows = 53;
+    const auto x = random_values(static_cast<size_t>(301 * k), 45);
+    const auto w = random_bf16(static_cast<size_t>(rows * k), 46);
+    for (const int64_t tokens : {1, 2, 15, 16, 40, 301}) {
+      std::vector<float> y(static_cast<size_t>(tokens * rows));
+      cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
+      if (y != want)
+        FAIL() << "k " << k << " tokens " << tokens << ": the instruction's sums differ from the emulation's;"
+               << orders_matched(y, x.data(), tokens, k, w.data(), rows);
+    }
+  }
+}
+
+// The same with subnormal inputs and products that cancel to tiny sums.
+TEST(AmxTest, InstructionGivesTheEmulatedSumsAtSubnormals) {
+  SKIP_WITHOUT_THE_INSTRUCTION();
+  const int64_t k = 64, rows = 16;
+  for (const int64_t tokens : {1, 2}) {
+    auto x = random_values(static_cast<size_t>(tokens * k), 47);
+    auto w = random_bf16(static_cast<size_t>(rows * k), 48);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1e-39f : -3e-40f);
+    for (size_t i = 0; i < w.size(); i += 5) w[i] = static_cast<uint16_t>(i % 2 ? 0x0001 : 0x8040);
+    for (size_t i = 1; i < w.size(); i += 7) w[i] = 0x0080;  // the smallest normal: products underflow
+    std::vector<float> y(static_cast<size_t>(tokens * rows));
+    cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+    const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], want[i]) << tokens << " tokens, at " << i;
+  }
+}
+
+// Dispatch sends bf16 weights to the tiles where the CPU has them (and the target is
+// AVX-512): the library's matmul gives the emulated sums, alone and in a batch.
+TEST(AmxTest, DispatchedMatmulTakesTheTiles) {
+  SKIP_WITHOUT_THE_INSTRUCTION();
+  ASSERT_TRUE(cpu::amx_active()) << cpu::isa_name() << " (TESSERA_AMX=0 or TESSERA_BF16_DOT=0 set?)";
+  const int64_t k = 1061, rows = 21;
+  const auto x = random_values(static_cast<size_t>(40 * k), 49);
+  const auto w = random_bf16(static_cast<size_t>(rows * k), 50);
+  for (const int64_t tokens : {1, 40}) {
+    std::vector<float> y(static_cast<size_t>(tokens * rows));
+    cpu::matmul_rows(x.data(), tokens, k, w.data(), DType::kBF16, rows, y.data(), rows);
+    EXPECT_EQ(y, emulated_matmul(x.data(), tokens, k, w.data(), rows)) << tokens << " tokens";
+  }
+}
+
+}  // namespace
+}  // namespace tessera
