@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "backend/cpu/quant_act.h"
@@ -52,113 +53,21 @@ HWY_INLINE float f16_at(const uint8_t* p) {
 #endif
 }
 
-// The mins' integer M of quant_dot.h (Q4_K/Q5_K).
-template <typename W>
-HWY_INLINE int32_t mins_sum(const W& w, const Q8KBlock& x) {
-  int32_t sum = 0;
-  for (int j = 0; j < 8; ++j) sum += w.m[j] * (int32_t{x.bsums[2 * j]} + x.bsums[2 * j + 1]);
-  return sum;
-}
-
 #if TESSERA_QUANT_DOT_AVX2
 
-// One unit of a weight row as integers, unpacked from the block straight into
-// registers (each group of 32 values one vector; no byte array between, so no store
-// forwarding stalls), with its sub-scale vectors: the 16-bit sub-scale of each 4
-// elements' lane, as vpmaddwd multiplies them.
-template <DType kT>
-struct Unit;
+// Each unit is unpacked from its bytes straight into registers, one vector per group of
+// 32 values, and multiplied at once (no array between: storing halves and reloading
+// whole vectors stalls store forwarding, and arrays of 8 vectors a row spill).
 
-template <>
-struct Unit<DType::kQ8_0> {
-  __m256i q[1];
-  float d;
-  HWY_INLINE void load(const uint8_t* b) {
-    d = f16_at(b);
-    q[0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-  }
-  HWY_INLINE __m256i scale(int) const { return _mm256_set1_epi16(1); }
-};
+HWY_INLINE __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-template <>
-struct Unit<DType::kQ4_0> {
-  __m256i q[1];
-  float d;
-  HWY_INLINE void load(const uint8_t* b) {
-    d = f16_at(b);
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-    q[0] = _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
-  }
-  HWY_INLINE __m256i scale(int) const { return _mm256_set1_epi16(1); }
-};
-
-// Q4_K and Q5_K: sub-block g's values are the low (even g) or high (odd g) nibbles of
-// qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4.
-template <DType kT>
-struct Unit {
-  static constexpr bool kFive = kT == DType::kQ5_K;
-  static_assert(kT == DType::kQ4_K || kFive);
-  __m256i q[8];
-  int16_t sc[8];
-  int m[8];
-  float d, dmin;
-  HWY_INLINE void load(const uint8_t* b) {
-    d = f16_at(b);
-    dmin = f16_at(b + 2);
-    int s[8];
-    scale_min(b + 4, s, m);
-    for (int j = 0; j < 8; ++j) sc[j] = static_cast<int16_t>(s[j]);
-    const uint8_t* qs = kFive ? b + 48 : b + 16;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int i = 0; i < 4; ++i) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * i));
-      q[2 * i] = _mm256_and_si256(v, m4);
-      q[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    if constexpr (kFive) {
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-      const __m256i one = _mm256_set1_epi8(1);
-      for (int g = 0; g < 8; ++g) {
-        const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(g)), one);
-        q[g] = _mm256_or_si256(q[g], _mm256_slli_epi16(bit, 4));
-      }
-    }
-  }
-  HWY_INLINE __m256i scale(int g) const { return _mm256_set1_epi16(sc[g]); }
-};
-
-// Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
-// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; minus 32.
-template <>
-struct Unit<DType::kQ6_K> {
-  __m256i q[8];
-  int16_t sc[16];
-  float d;
-  HWY_INLINE void load(const uint8_t* b) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
-      const __m256i lo[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                             _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                             _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-      const __m256i hi[4] = {_mm256_and_si256(hb, m2), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2),
-                             _mm256_and_si256(_mm256_srli_epi16(hb, 4), m2),
-                             _mm256_and_si256(_mm256_srli_epi16(hb, 6), m2)};
-      for (int i = 0; i < 4; ++i)
-        q[4 * h + i] = _mm256_sub_epi8(_mm256_or_si256(lo[i], _mm256_slli_epi16(hi[i], 4)), bias);
-    }
-    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-    for (int s = 0; s < 16; ++s) sc[s] = scales[s];
-    d = f16_at(b + 208);
-  }
-  HWY_INLINE __m256i scale(int g) const {
-    return _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
-  }
-};
+// The products of one group as 16 int16 pairs (elements 2 j, 2 j + 1), for weights w in
+// [0, 63] (unsigned) and x in [-127, 127]: at most 2 * 63 * 127, no saturation.
+HWY_INLINE __m256i pairs_u(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
+// The same for signed weights in [-128, 127]: |w| times x * sign(w).
+HWY_INLINE __m256i pairs_s(__m256i w, __m256i x) {
+  return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
 
 // The eight lane accumulators in one register, and the mins' accumulator. (No
 // default member initializers: an implicit constructor would lack the target's ISA.)
@@ -169,19 +78,133 @@ struct Acc {
 
 HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f}; }
 
-template <DType kT>
-HWY_INLINE void dot_unit(const Unit<kT>& w, const Act<kT>& x, Acc& acc) {
-  __m256i p = _mm256_setzero_si256();
-  for (int g = 0; g < kGroups<kT>; ++g) {
-    const __m256i wv = w.q[g];
-    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * g));
-    // |w| (unsigned) times x * sign(w): pairs of products, at most 2 * 128 * 127 (no
-    // saturation, as x is in [-127, 127]); then pairs of pairs times the sub-scale.
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-    p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, w.scale(g)));
+// acc.lane = fma(d_w * d_x, float(P), acc.lane), P the unit's 8 int32 lane sums.
+HWY_INLINE void add_unit(float dw, float dx, __m256i p, Acc& acc) {
+  acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc.lane);
+}
+
+// Byte patterns for vpshufb that repeat int16 element `lo` of each 128-bit half over the
+// low half and element `hi` over the high half: one sub-scale per lane group for madd.
+struct alignas(32) Pick {
+  uint8_t bytes[32];
+};
+constexpr Pick repeat16(int lo, int hi) {
+  Pick p{};
+  for (int j = 0; j < 16; ++j) {
+    p.bytes[j] = static_cast<uint8_t>(2 * lo + j % 2);
+    p.bytes[16 + j] = static_cast<uint8_t>(2 * hi + j % 2);
   }
-  acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(p), acc.lane);
-  if constexpr (kMins<kT>) acc.m = std::fma(w.dmin * x.d, static_cast<float>(mins_sum(w, x)), acc.m);
+  return p;
+}
+// Q4_K/Q5_K group g: sub-scale g on all 8 lanes (the 8 scales in both halves).
+constexpr Pick kPickK[8] = {repeat16(0, 0), repeat16(1, 1), repeat16(2, 2), repeat16(3, 3),
+                            repeat16(4, 4), repeat16(5, 5), repeat16(6, 6), repeat16(7, 7)};
+// Q6_K group i of a half: scale 2 i on lanes 0-3, 2 i + 1 on lanes 4-7 (that half's
+// 8 scales in both halves).
+constexpr Pick kPick6[4] = {repeat16(0, 1), repeat16(2, 3), repeat16(4, 5), repeat16(6, 7)};
+
+HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
+  return _mm256_shuffle_epi8(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bytes)));
+}
+
+template <DType kT>
+HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>& x, Acc& acc);
+
+template <>
+HWY_INLINE void dot_unit<DType::kQ8_0>(const uint8_t* b, const Q8Block& x, Acc& acc) {
+  const __m256i p = _mm256_madd_epi16(pairs_s(load32(b + 2), load32(x.qs)), _mm256_set1_epi16(1));
+  add_unit(f16_at(b), x.d, p, acc);
+}
+
+// Q4_0: (q - 8) x is computed as q x - 8 x in the int16 pairs (q in [0, 15]).
+template <>
+HWY_INLINE void dot_unit<DType::kQ4_0>(const uint8_t* b, const Q8Block& x, Acc& acc) {
+  // The 16 bytes in both halves; the high half shifted down by 4: low nibbles, then high.
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+  const __m256i q =
+      _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+  const __m256i xv = load32(x.qs);
+  const __m256i pairs = _mm256_sub_epi16(pairs_u(q, xv), pairs_u(_mm256_set1_epi8(8), xv));
+  add_unit(f16_at(b), x.d, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), acc);
+}
+
+// Q4_K and Q5_K: sub-block g's values are the low (even g) or high (odd g) nibbles of
+// qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4; the 12 bytes at b + 4 hold
+// the 6-bit scales and mins (scale_min's layout, unpacked here 4 at a time).
+template <DType kT>
+HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
+  constexpr bool kFive = kT == DType::kQ5_K;
+  uint32_t u[3];
+  std::memcpy(u, b + 4, sizeof u);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, kHigh = 0x30303030;
+  const uint64_t sc = (u[0] & k6) | uint64_t{(u[2] & k4) | ((u[0] >> 2) & kHigh)} << 32;
+  const uint64_t mn = (u[1] & k6) | uint64_t{((u[2] >> 4) & k4) | ((u[1] >> 2) & kHigh)} << 32;
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+
+  const uint8_t* qs = kFive ? b + 48 : b + 16;
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  [[maybe_unused]] const __m256i bit4 = _mm256_set1_epi8(0x10);
+  [[maybe_unused]] __m256i qh = kFive ? load32(b + 16) : __m256i{};
+  __m256i p = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    const __m256i v = load32(qs + 32 * i);
+    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if constexpr (kFive) {  // bits 2 i and 2 i + 1 of qh (shifted down by 2 i) to bit 4
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
+      qh = _mm256_srli_epi16(qh, 2);
+    }
+    p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs_u(lo, load32(x.qs + 64 * i)), pick(scales, kPickK[2 * i])));
+    p = _mm256_add_epi32(p,
+                         _mm256_madd_epi16(pairs_u(hi, load32(x.qs + 64 * i + 32)), pick(scales, kPickK[2 * i + 1])));
+  }
+  add_unit(f16_at(b), x.d, p, acc);
+
+  // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]), exact in int32.
+  const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
+                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
+  __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn))), pair_sums);
+  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+  acc.m = std::fma(f16_at(b + 2) * x.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc.m);
+}
+
+template <>
+HWY_INLINE void dot_unit<DType::kQ4_K>(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
+  dot_unit_k<DType::kQ4_K>(b, x, acc);
+}
+template <>
+HWY_INLINE void dot_unit<DType::kQ5_K>(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
+  dot_unit_k<DType::kQ5_K>(b, x, acc);
+}
+
+// Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
+// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; q - 32 is
+// computed as q x - 32 x in the int16 pairs. Group g's first 16 elements (lanes 0-3)
+// take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
+template <>
+HWY_INLINE void dot_unit<DType::kQ6_K>(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+  // int16 scales 0-7 in both halves (for h = 0), then 8-15 in both halves (h = 1).
+  const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
+  const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  __m256i p = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load32(b + 64 * h), l1 = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
+    const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2)),
+                          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2)),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2)),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2))};
+    for (int i = 0; i < 4; ++i) {
+      const int g = 4 * h + i;
+      const __m256i xv = load32(x.qs + 32 * g);
+      const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
+      p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, pick(h ? sc_hi : sc_lo, kPick6[i])));
+    }
+  }
+  add_unit(f16_at(b + 208), x.d, p, acc);
 }
 
 HWY_INLINE float finish(const Acc& acc) {
@@ -251,6 +274,14 @@ struct Unit<DType::kQ6_K> {
   HWY_INLINE int scale16(int g, int half) const { return sc[2 * g + half]; }
 };
 
+// The mins' integer M of quant_dot.h (Q4_K/Q5_K).
+template <typename W>
+HWY_INLINE int32_t mins_sum(const W& w, const Q8KBlock& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 8; ++j) sum += w.m[j] * (int32_t{x.bsums[2 * j]} + x.bsums[2 * j + 1]);
+  return sum;
+}
+
 struct Acc {
   float lane[8] = {};
   float m = 0.0f;
@@ -259,7 +290,9 @@ struct Acc {
 HWY_INLINE Acc zero_acc() { return Acc{}; }
 
 template <DType kT>
-HWY_INLINE void dot_unit(const Unit<kT>& w, const Act<kT>& x, Acc& acc) {
+HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>& x, Acc& acc) {
+  Unit<kT> w;
+  w.load(b);
   int32_t p[8] = {};
   for (int g = 0; g < kGroups<kT>; ++g) {
     for (int l = 0; l < 8; ++l) {
@@ -281,28 +314,45 @@ HWY_INLINE float finish(Acc acc) {
 
 #endif
 
-// kRows rows (row_bytes apart) against `tokens` (at most kTile) tokens' activations
-// (`units` blocks apart): each unit of each row is unpacked once for all the tokens.
+// kRows rows (row_step bytes apart, their outputs y_step apart) against `tokens` (at
+// most kTile) tokens' activations (`units` blocks apart, outputs ldy apart), unit by
+// unit: a unit's weight bytes stay in L1 for all the tokens.
 template <DType kT, int kRows, int kTile>
-HWY_INLINE void dot_block(const uint8_t* w, size_t row_bytes, int64_t units, const Act<kT>* x, int64_t tokens, float* y,
-                          int64_t ldy) {
+HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, const Act<kT>* x, int64_t tokens, float* y,
+                          int64_t y_step, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
   Acc acc[kTile][kRows];
   for (auto& row : acc)
     for (Acc& a : row) a = zero_acc();
-  Unit<kT> unit[kRows];
   const int64_t nt = kTile == 1 ? 1 : tokens;
   for (int64_t u = 0; u < units; ++u) {
-    for (int r = 0; r < kRows; ++r) unit[r].load(w + r * row_bytes + static_cast<size_t>(u) * kBytes);
+    const uint8_t* wu = w + static_cast<size_t>(u) * kBytes;
     for (int64_t t = 0; t < nt; ++t)
-      for (int r = 0; r < kRows; ++r) dot_unit<kT>(unit[r], x[t * units + u], acc[t][r]);
+      for (int r = 0; r < kRows; ++r) dot_unit<kT>(wu + r * row_step, x[t * units + u], acc[t][r]);
   }
   for (int64_t t = 0; t < nt; ++t)
-    for (int r = 0; r < kRows; ++r) y[t * ldy + r] = finish(acc[t][r]);
+    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish(acc[t][r]);
 }
 
-// Rows in blocks of kRowBlock (their weights stay in cache across the token tiles),
-// tokens in tiles of kTokenTile (their activations stay in L1 across 4 rows).
+// One token (decode) streams the rows from memory once. It takes kStreams rows a step,
+// one from each of kStreams contiguous parts of the rows, so that each part is one long
+// sequential read: the hardware prefetchers follow a few long streams well, and many
+// short ones (4 neighbouring rows, then a jump) poorly.
+constexpr int kStreams = 4;
+
+template <DType kT>
+void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_bytes, int64_t units, const Act<kT>* x, float* y) {
+  const int64_t part = rows / kStreams;
+  for (int64_t r = 0; r < part; ++r)
+    dot_block<kT, kStreams, 1>(w + static_cast<size_t>(r) * row_bytes, static_cast<size_t>(part) * row_bytes, units, x,
+                               1, y + r, part, 0);
+  for (int64_t r = kStreams * part; r < rows; ++r)
+    dot_block<kT, 1, 1>(w + static_cast<size_t>(r) * row_bytes, row_bytes, units, x, 1, y + r, 1, 0);
+}
+
+// Several tokens: rows in blocks of kRowBlock (their weights stay in cache across the
+// token tiles), tokens in tiles of kTokenTile (their activations stay in L1 across 4
+// rows).
 constexpr int64_t kRowBlock = 16;
 constexpr int kTokenTile = 8;
 
@@ -311,6 +361,7 @@ void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Act<kT>* x,
                     int64_t ldy) {
   const int64_t units = k / dtype_block_elements(kT);
   const size_t row_bytes = dtype_bytes(kT, k);
+  if (tokens == 1) return dot_rows_one_token<kT>(w, rows, row_bytes, units, x, y);
   for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     const int64_t r_end = std::min(rows, r0 + kRowBlock);
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokenTile) {
@@ -320,18 +371,10 @@ void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Act<kT>* x,
         const uint8_t* wr = w + static_cast<size_t>(r) * row_bytes;
         float* yr = y + t0 * ldy + r;
         if (r + 4 <= r_end) {
-          if (nt == 1) {
-            dot_block<kT, 4, 1>(wr, row_bytes, units, xt, nt, yr, ldy);
-          } else {
-            dot_block<kT, 4, kTokenTile>(wr, row_bytes, units, xt, nt, yr, ldy);
-          }
+          dot_block<kT, 4, kTokenTile>(wr, row_bytes, units, xt, nt, yr, 1, ldy);
           r += 4;
         } else {
-          if (nt == 1) {
-            dot_block<kT, 1, 1>(wr, row_bytes, units, xt, nt, yr, ldy);
-          } else {
-            dot_block<kT, 1, kTokenTile>(wr, row_bytes, units, xt, nt, yr, ldy);
-          }
+          dot_block<kT, 1, kTokenTile>(wr, row_bytes, units, xt, nt, yr, 1, ldy);
           r += 1;
         }
       }
