@@ -287,6 +287,8 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
 std::vector<StepOutput> Scheduler::step() {
   std::vector<StepOutput> outputs;
   forward_failure_ = {};
+  last_step_size_ = 0;
+  last_step_tokens_ = 0;
   const std::vector<Chosen> chosen = choose(outputs);
   if (chosen.empty()) return outputs;
 
@@ -332,6 +334,7 @@ std::vector<StepOutput> Scheduler::step() {
     return outputs;
   }
   last_step_size_ = chosen.size();
+  for (const Chosen& c : chosen) last_step_tokens_ += c.tokens;
   largest_step_ = std::max(largest_step_, chosen.size());
 
   const bool exit = forward_.model().has_exit();

@@ -133,8 +133,9 @@ class Scheduler {
 
   size_t open_sequences() const { return sequences_.size(); }
   uint64_t kv_bytes() const;
-  size_t largest_step() const { return largest_step_; }      // most sequences one step has run
-  size_t last_step_size() const { return last_step_size_; }  // sequences the last step ran
+  size_t largest_step() const { return largest_step_; }           // most sequences one step has run
+  size_t last_step_size() const { return last_step_size_; }       // sequences the last step ran
+  int64_t last_step_tokens() const { return last_step_tokens_; }  // tokens the last step ran (0: none ran)
   const Forward& forward() const { return forward_; }
 
   // Prefix cache, in tokens as vLLM counts them: prompt tokens looked up, and
@@ -197,6 +198,7 @@ class Scheduler {
   uint64_t next_order_ = 0;
   size_t largest_step_ = 0;
   size_t last_step_size_ = 0;
+  int64_t last_step_tokens_ = 0;
   Status forward_failure_{};
 };
 

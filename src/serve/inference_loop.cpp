@@ -9,6 +9,9 @@ namespace tessera::serve {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+uint64_t ns_since(Clock::time_point t) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+}
 Status cancelled_status() { return Status::disconnected("the client cancelled the request"); }
 }  // namespace
 
@@ -96,6 +99,7 @@ void InferenceLoop::run() {
       if (live_.empty()) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
       if (stopping_) break;
     }
+    const auto iteration_start = Clock::now();
     std::vector<Submission> admitted = take_waiting();
     admit(admitted);
     // A client that went away: its sequence leaves the scheduler now, and its blocks with it.
@@ -108,7 +112,13 @@ void InferenceLoop::run() {
     }
     if (backend_->has_work()) {
       ++stats_.steps;
-      for (StepOutput& out : backend_->step()) {
+      const auto step_start = Clock::now();
+      std::vector<StepOutput> outputs = backend_->step();
+      stats_.step_ns += ns_since(step_start);
+      const LoopBackend::StepSize size = backend_->last_step();
+      stats_.step_sequences += size.sequences;
+      stats_.step_tokens += static_cast<uint64_t>(size.tokens);
+      for (StepOutput& out : outputs) {
         const auto it = live_.find(out.id);
         if (it == live_.end()) continue;
         if (!out.status.ok()) {
@@ -120,6 +130,7 @@ void InferenceLoop::run() {
     }
     stats_.running = static_cast<int64_t>(live_.size());
     backend_->update_stats(stats_);
+    stats_.iteration_ns += ns_since(iteration_start);
   }
   // Shutting down: whatever is still live or waiting hears so.
   std::deque<Submission> left;
@@ -200,7 +211,8 @@ void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
   }
   live.last_token = Clock::now();
   const std::vector<int32_t>& stop_ids = model_->stop_ids;
-  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) return finish(id, "stop");
+  if (!live.submission.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end())
+    return finish(id, "stop");
   live.output.push_back(token);
   ++stats_.generation_tokens;
   if (out.logprobs) live.logprobs.push_back(std::move(*out.logprobs));

@@ -75,8 +75,9 @@ struct Submission {
   int64_t max_tokens = 16;
   SamplingParams sampling;
   std::vector<std::string> stop;
-  std::string cache_salt;  // the prefix cache's salt: only requests with the same one share blocks
-  int logprobs = -1;       // -1: none; else each token's logprob and this many top ones
+  std::string cache_salt;   // the prefix cache's salt: only requests with the same one share blocks
+  int logprobs = -1;        // -1: none; else each token's logprob and this many top ones
+  bool ignore_eos = false;  // the model's stop ids do not end it (a stop string, max_tokens or capacity does)
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::function<void(GenerationEvent)> sink;
   std::chrono::steady_clock::time_point arrived{};  // set by submit()
@@ -104,7 +105,14 @@ struct LoopStats {
   std::atomic<uint64_t> prompt_tokens{0}, generation_tokens{0};
   std::atomic<uint64_t> prefix_cache_queries{0}, prefix_cache_hits{0};  // prompt tokens looked up, found
   std::atomic<uint64_t> finished_stop{0}, finished_length{0}, failed{0}, cancelled{0};
+  // The inference thread's steps: how many, the sequences and tokens they ran
+  // (summed: their means are the batch actually reached), the nanoseconds inside
+  // the backend's step (forward pass and sampling) and the nanoseconds of whole
+  // iterations (the step and the host work around it: admission, cancellations,
+  // stop rules, detokenizing, events). Their difference is what serving adds.
   std::atomic<uint64_t> steps{0};
+  std::atomic<uint64_t> step_sequences{0}, step_tokens{0};
+  std::atomic<uint64_t> step_ns{0}, iteration_ns{0};
   std::atomic<uint64_t> preemptions{0};   // running requests preempted for KV space (recomputed later)
   std::atomic<uint64_t> largest_step{0};  // most sequences one forward pass has run (continuous batching)
   // Seconds: arrival to admission; arrival to the first token; between tokens; arrival to a finish.

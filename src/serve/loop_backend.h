@@ -48,6 +48,13 @@ class LoopBackend {
   virtual std::vector<StepOutput> step() = 0;
   // KV usage, prefix cache, batching and preemption counters for /metrics.
   virtual void update_stats(LoopStats& stats) const = 0;
+  // What the last step() ran in this process's forward pass: sequences and tokens
+  // (none for a backend whose forward passes run elsewhere).
+  struct StepSize {
+    size_t sequences = 0;
+    int64_t tokens = 0;
+  };
+  virtual StepSize last_step() const { return {}; }
 };
 
 // The model's layers in this process (or, as a TP group's leader, its shard:
@@ -67,6 +74,9 @@ class LocalBackend final : public LoopBackend {
   bool has_work() const override { return engine_.scheduler->has_work(); }
   std::vector<StepOutput> step() override { return engine_.scheduler->step(); }
   void update_stats(LoopStats& stats) const override;
+  StepSize last_step() const override {
+    return {engine_.scheduler->last_step_size(), engine_.scheduler->last_step_tokens()};
+  }
   // The last step's forward failure (Scheduler::forward_failure).
   const Status& forward_failure() const { return engine_.scheduler->forward_failure(); }
   int64_t block_size() const { return engine_.forward->kv_pool().block_size(); }

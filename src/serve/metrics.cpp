@@ -55,6 +55,24 @@ std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
   for (size_t i = 0; i < HttpCounters::kCodes.size(); ++i)
     sample(out, "http_requests_total{code=\"" + std::to_string(HttpCounters::kCodes[i]) + "\"}",
            static_cast<double>(http.responses[i].load()));
+  metric(out, "engine_steps_total", "counter",
+         "Steps of the inference thread (forward passes of every running request).");
+  sample(out, "engine_steps_total", static_cast<double>(loop.steps.load()));
+  metric(out, "engine_step_sequences_total", "counter",
+         "Sequences run in this process's forward passes, summed over steps (over engine_steps_total: the batch).");
+  sample(out, "engine_step_sequences_total", static_cast<double>(loop.step_sequences.load()));
+  metric(out, "engine_step_tokens_total", "counter",
+         "Tokens run in this process's forward passes (decode tokens and prompt chunks), summed over steps.");
+  sample(out, "engine_step_tokens_total", static_cast<double>(loop.step_tokens.load()));
+  metric(out, "engine_largest_step", "gauge", "Most sequences one forward pass has run.");
+  sample(out, "engine_largest_step", static_cast<double>(loop.largest_step.load()));
+  metric(out, "engine_step_seconds_total", "counter",
+         "Seconds the inference thread spent in steps (forward pass and sampling).");
+  sample(out, "engine_step_seconds_total", static_cast<double>(loop.step_ns.load()) * 1e-9);
+  metric(out, "engine_iteration_seconds_total", "counter",
+         "Seconds the inference thread was busy: steps and the serving work around them (admission, stop rules, "
+         "detokenizing, events).");
+  sample(out, "engine_iteration_seconds_total", static_cast<double>(loop.iteration_ns.load()) * 1e-9);
   loop.queue_time.write(out, "request_queue_time_seconds", "Seconds from arrival to admission into the scheduler.");
   loop.time_to_first_token.write(out, "time_to_first_token_seconds", "Seconds from arrival to the first token.");
   loop.inter_token_latency.write(out, "inter_token_latency_seconds", "Seconds between two tokens of a request.");

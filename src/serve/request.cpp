@@ -292,6 +292,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     if (salt->empty()) f.fail("cache_salt must not be empty", "cache_salt");
     r.cache_salt = std::move(*salt);
   }
+  if (auto ignore = f.boolean("ignore_eos")) r.ignore_eos = *ignore;
   refuse_unsupported(json, f);
   if (f.failed()) return f.take_error();
   return r;

@@ -18,6 +18,8 @@
 //   logprobs                 chat: a boolean, with top_logprobs in [0, kMaxLogprobs];
 //                            completions: an integer in [0, kMaxLogprobs] (top tokens per token)
 //   cache_salt               a non-empty string: only requests with the same salt share cached prefixes
+//   ignore_eos               a boolean (vLLM's): the model's end-of-text ids do not end the answer
+//                            (benchmarks use it for answers of a fixed length)
 // Refused with a clear 400 rather than silently ignored: echo, best_of > 1,
 // suffix, tools, response_format.
 //
@@ -57,8 +59,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;
   std::string user;
-  std::string cache_salt;  // the prefix cache's salt (vLLM's cache_salt): empty, none
-  int logprobs = -1;       // -1: none; else the sampled token's logprob and this many top ones
+  std::string cache_salt;   // the prefix cache's salt (vLLM's cache_salt): empty, none
+  int logprobs = -1;        // -1: none; else the sampled token's logprob and this many top ones
+  bool ignore_eos = false;  // vLLM's: generate past the model's end-of-text ids
 };
 
 // `vocab_size` bounds the token ids of prompt and logit_bias.

@@ -173,6 +173,7 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
   s.stop = r.stop;
   s.cache_salt = r.cache_salt;
   s.logprobs = r.logprobs;
+  s.ignore_eos = r.ignore_eos;
   for (int i = 0; i < r.n; ++i) {
     g.submissions.push_back(s);
     g.submissions.back().sampling.seed = s.sampling.seed + static_cast<uint64_t>(i);

@@ -42,6 +42,7 @@ class TpBackend final : public LoopBackend {
   bool has_work() const override { return engine_ && engine_->has_work(); }
   std::vector<StepOutput> step() override;
   void update_stats(LoopStats& stats) const override;
+  StepSize last_step() const override { return engine_ ? engine_->last_step() : StepSize{}; }
 
  private:
   TpBackend(Connect connect, std::unique_ptr<LocalBackend> engine);

@@ -93,6 +93,12 @@ TEST(ServeRequestTest, CacheSaltIsANonEmptyString) {
   expect_refused(R"({"prompt": "x", "cache_salt": 7})", "cache_salt", "must be a string");
 }
 
+TEST(ServeRequestTest, IgnoreEosIsABoolean) {
+  EXPECT_TRUE(parse_ok(R"({"prompt": "x", "ignore_eos": true})").ignore_eos);
+  EXPECT_FALSE(parse_ok(R"({"prompt": "x"})").ignore_eos);
+  expect_refused(R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos", "must be a boolean");
+}
+
 TEST(ServeRequestTest, DefaultsWhenFieldsAreAbsentOrNull) {
   const CompletionRequest r = parse_ok(R"({"prompt": "x", "max_tokens": null, "stop": null, "seed": null})");
   EXPECT_FALSE(r.max_tokens.has_value());

@@ -137,6 +137,18 @@ TEST_F(ServeTest, GreedyChatEqualsGenerateChat) {
   EXPECT_EQ(body["choices"][0]["message"]["content"], want);
 }
 
+// vLLM's ignore_eos: an end-of-text token (forced here by its bias) does not end the answer.
+TEST_F(ServeTest, IgnoreEosRunsPastTheEndOfTextToMaxTokens) {
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 5, "logit_bias": {"1": 100})";
+  const Json ends = post(port(), "/v1/completions", body + "}").json();
+  EXPECT_EQ(ends["choices"][0]["finish_reason"], "stop") << ends;
+  EXPECT_EQ(ends["usage"]["completion_tokens"], 0);
+  const Json runs = post(port(), "/v1/completions", body + R"(, "ignore_eos": true})").json();
+  EXPECT_EQ(runs["choices"][0]["finish_reason"], "length") << runs;
+  EXPECT_EQ(runs["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(runs["choices"][0]["text"], "") << "the end-of-text tokens are special: not in the text";
+}
+
 TEST_F(ServeTest, StreamedCompletionEqualsWholeWithUsage) {
   const HttpReply whole = post(port(), "/v1/completions", R"({"prompt": "The river", "max_tokens": 30})");
   ASSERT_EQ(whole.status, 200);
@@ -430,6 +442,13 @@ TEST(ServeMetricsTest, LatencyHistogramsCountEveryRequestAndToken) {
   EXPECT_EQ(metric_value(m, "request_queue_time_seconds_count"), 3);
   EXPECT_EQ(metric_value(m, "time_to_first_token_seconds_count"), 3);
   EXPECT_EQ(metric_value(m, "inter_token_latency_seconds_count"), 12);  // 4 gaps each
+  // One after another, each request is 5 steps of one sequence (its prompt, then 4 tokens fed back).
+  EXPECT_EQ(metric_value(m, "engine_steps_total"), 15);
+  EXPECT_EQ(metric_value(m, "engine_step_sequences_total"), 15);
+  EXPECT_EQ(metric_value(m, "engine_step_tokens_total"), metric_value(m, "prompt_tokens_total") + 12);
+  EXPECT_EQ(metric_value(m, "engine_largest_step"), 1);
+  EXPECT_GT(metric_value(m, "engine_step_seconds_total"), 0);
+  EXPECT_GE(metric_value(m, "engine_iteration_seconds_total"), metric_value(m, "engine_step_seconds_total"));
   for (const char* name : {"e2e_request_latency_seconds", "request_queue_time_seconds", "time_to_first_token_seconds",
                            "inter_token_latency_seconds"}) {
     const std::string n(name);
