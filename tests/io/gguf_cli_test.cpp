@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "io/gguf.h"
+#include "io/gguf_fixtures.h"
 #include "support/run_tessera.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -20,14 +21,9 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CommandResult;
-using testing::expect_refused;
-using testing::run_tessera;
-using testing::slurp;
+using namespace testing;  // run_tessera.h, gguf_fixtures.h
 
-std::string models_dir() { return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/"; }
-
-nlohmann::json recorded() { return nlohmann::json::parse(slurp(models_dir() + "llama_cpp_greedy.json")); }
+nlohmann::json recorded() { return nlohmann::json::parse(slurp(gguf_models_dir() + "llama_cpp_greedy.json")); }
 
 std::string join(const std::vector<int32_t>& ids) {
   std::string s;
@@ -49,7 +45,7 @@ TEST(GgufCli, GenerateGivesLlamaCppsGreedyIdsOnEveryFile) {
   ASSERT_GE(files.size(), 13u);
   for (const auto& [file, entry] : files.items()) {
     SCOPED_TRACE(file);
-    const CommandResult run = run_tessera("generate --model " + models_dir() + file + ".gguf --prompt-ids " +
+    const CommandResult run = run_tessera("generate --model " + gguf_model(file) + " --prompt-ids " +
                                           join(entry["prompt"]) + " -n 8 --threads 2 --kv-dtype f16");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.out, join(entry["greedy"]) + "\n");
@@ -65,7 +61,7 @@ void expect_llama_cpps_text(const std::string& prefix, const std::string& comman
   int compared = 0;
   for (const auto& [file, entry] : files.items()) {
     SCOPED_TRACE(file);
-    auto gguf = GgufFile::open(models_dir() + file + ".gguf");
+    auto gguf = GgufFile::open(gguf_model(file));
     ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
     auto tokenizer = Tokenizer::from_gguf(gguf->metadata(), gguf->path());
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
@@ -77,7 +73,7 @@ void expect_llama_cpps_text(const std::string& prefix, const std::string& comman
     const std::string want = entry[prefix + "_output"];
     if (want.find("\xEF\xBF\xBD") != std::string::npos) continue;
     const CommandResult run =
-        run_tessera(command_of_file + " --model " + models_dir() + file + ".gguf -n 8 --threads 2 --kv-dtype f16");
+        run_tessera(command_of_file + " --model " + gguf_model(file) + " -n 8 --threads 2 --kv-dtype f16");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_EQ(run.out, want + "\n");
     ++compared;
@@ -99,7 +95,7 @@ TEST(GgufCli, ChatAnswersThroughTheGgufsTemplateAsLlamaCpp) {
 
 // A copy of fixture `name` with `edit` applied to its bytes.
 std::string broken_copy(const std::string& name, const std::string& tag, void (*edit)(std::string&)) {
-  std::string bytes = slurp(models_dir() + name + ".gguf");
+  std::string bytes = slurp(gguf_model(name));
   edit(bytes);
   return write_temp("gguf_cli_" + tag + ".gguf", bytes);
 }

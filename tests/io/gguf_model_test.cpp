@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "io/gguf_fixtures.h"
 #include "io/gguf_model.h"
 #include "io/gguf_quant.h"
 #include "io/gguf_writer.h"
@@ -28,9 +29,8 @@
 namespace tessera {
 namespace {
 
-std::string gguf_fixture(const std::string& name) {
-  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/" + name + ".gguf";
-}
+using testing::gguf_model;
+using testing::gguf_models_dir;
 
 std::vector<float> run_all(const Model& model, const std::vector<int32_t>& ids) {
   auto device = make_cpu_device(2);
@@ -45,7 +45,7 @@ class GgufModelTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufModelTest, RunsBitwiseAsTheCheckpointItCameFrom) {
   const std::string name = GetParam();
-  auto from_gguf = Model::load(gguf_fixture(name));
+  auto from_gguf = Model::load(gguf_model(name));
   ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().to_string();
   auto from_dir = Model::load(testing::fixture_dir(name));
   ASSERT_TRUE(from_dir.ok()) << from_dir.status().to_string();
@@ -114,7 +114,7 @@ testing::Reference unquantized_reference(const std::string& fixture, const nlohm
   testing::Reference ref;
   ref.prompt_ids = recorded[fixture]["prompt"].get<std::vector<int32_t>>();
   ref.greedy_ids = recorded[fixture]["greedy"].get<std::vector<int32_t>>();
-  auto model = Model::load(gguf_fixture(fixture));
+  auto model = Model::load(gguf_model(fixture));
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   if (!model.ok()) return ref;
   std::vector<int32_t> ids = ref.prompt_ids;
@@ -126,12 +126,12 @@ testing::Reference unquantized_reference(const std::string& fixture, const nlohm
 }
 
 TEST(GgufLlamaCpp, GreedyTokensEqualLlamaCppsOnTheSameFile) {
-  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/llama_cpp_greedy.json");
+  std::ifstream in(gguf_models_dir() + "llama_cpp_greedy.json");
   const auto recorded = nlohmann::json::parse(in);
   ASSERT_GE(recorded.size(), 13u);
   for (const auto& [file, entry] : recorded.items()) {
     SCOPED_TRACE(file);
-    auto model = Model::load(gguf_fixture(file));
+    auto model = Model::load(gguf_model(file));
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     const auto prompt = entry["prompt"].get<std::vector<int32_t>>();
     const auto want = entry["greedy"].get<std::vector<int32_t>>();
@@ -167,7 +167,7 @@ TEST(GgufLlamaCpp, GreedyTokensEqualLlamaCppsOnTheSameFile) {
 
 // A copy of `name`'s GGUF with the first occurrence of `from` replaced by `to` (same length).
 std::string patched_copy(const std::string& name, const std::string& from, const std::string& to) {
-  std::ifstream in(gguf_fixture(name), std::ios::binary);
+  std::ifstream in(gguf_model(name), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t at = bytes.find(from);
   EXPECT_NE(at, std::string::npos) << from;
@@ -213,7 +213,7 @@ TEST(GgufModelGuards, ALayerBeyondBlockCountIsRefused) {
 // Only matrices are computed on in blocks: a norm stored as Q8_0 (llama256_f16 with
 // blk.0.attn_norm.weight quantized, written by GgufWriter) is refused naming it.
 TEST(GgufModelGuards, AQuantizedNormIsRefusedByName) {
-  auto in = GgufFile::open(gguf_fixture("llama256_f16"));
+  auto in = GgufFile::open(gguf_model("llama256_f16"));
   ASSERT_TRUE(in.ok()) << in.status().to_string();
   const std::string norm = "blk.0.attn_norm.weight";
   GgufWriter writer;
@@ -245,14 +245,14 @@ TEST(GgufModelGuards, AQuantizedNormIsRefusedByName) {
 }
 
 TEST(GgufModelGuards, RopeFactorsThatLlama3ScalingDoesNotMakeAreRefused) {
-  auto file = GgufFile::open(gguf_fixture("llama3_f32"));
+  auto file = GgufFile::open(gguf_model("llama3_f32"));
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   auto config = gguf_hf_config(*file);
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   EXPECT_EQ((*config)["rope_scaling"]["rope_type"], "llama3");
   EXPECT_EQ((*config)["rope_scaling"]["original_max_position_embeddings"], 64);
   // Swap two factors in a copy: 1.0f (0x3f800000) first, then the largest.
-  std::ifstream in(gguf_fixture("llama3_f32"), std::ios::binary);
+  std::ifstream in(gguf_model("llama3_f32"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const GgufTensorInfo* freqs = file->find("rope_freqs.weight");
   ASSERT_NE(freqs, nullptr);
@@ -273,7 +273,7 @@ TEST(GgufModelGuards, RopeFactorsThatLlama3ScalingDoesNotMakeAreRefused) {
 // tokenizer.ggml.add_bos_token asks for, and its chat template renders with
 // the BOS/EOS text; generation stops at tokenizer.ggml.eos_token_id.
 TEST(GgufText, TokenizerTemplateAndStopIdsComeFromTheMetadata) {
-  auto file = GgufFile::open(gguf_fixture("llama3_f32"));
+  auto file = GgufFile::open(gguf_model("llama3_f32"));
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   auto tokenizer = Tokenizer::from_gguf(file->metadata(), file->path());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
@@ -301,7 +301,7 @@ TEST(GgufText, TokenizerTemplateAndStopIdsComeFromTheMetadata) {
 }
 
 TEST(GgufText, AStopTokenIdOutsideTheVocabularyIsRefused) {
-  auto file = GgufFile::open(gguf_fixture("llama3_f32"));
+  auto file = GgufFile::open(gguf_model("llama3_f32"));
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   GgufMetadata metadata;
   for (const GgufKeyValue& entry : file->metadata().entries())

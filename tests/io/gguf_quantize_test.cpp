@@ -11,18 +11,14 @@
 #include <string>
 
 #include "io/gguf.h"
+#include "io/gguf_fixtures.h"
 #include "support/run_tessera.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::CommandResult;
-using testing::expect_refused;
-using testing::run_tessera;
-using testing::slurp;
-
-std::string models_dir() { return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/"; }
+using namespace testing;  // run_tessera.h, gguf_fixtures.h
 std::string temp(const std::string& name) { return (fs::path(::testing::TempDir()) / name).string(); }
 
 // Where two GGUF files first differ, for a readable failure.
@@ -51,9 +47,9 @@ TEST(GgufQuantize, WritesLlamaQuantizesFileByteForByte) {
   for (const auto& [fixture, type] : cases) {
     SCOPED_TRACE(std::string(fixture) + " " + type);
     const std::string out = temp(std::string(fixture) + "_" + type + ".gguf");
-    const std::string theirs = models_dir() + fixture + "_" + type + ".gguf";
-    const CommandResult run = run_tessera("quantize --model " + models_dir() + fixture + ".gguf --type " + type +
-                                          " --out " + out + " --threads 3");
+    const std::string theirs = gguf_model(std::string(fixture) + "_" + type);
+    const CommandResult run =
+        run_tessera("quantize --model " + gguf_model(fixture) + " --type " + type + " --out " + out + " --threads 3");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_TRUE(slurp(out) == slurp(theirs)) << first_difference(out, theirs);
   }
@@ -63,8 +59,7 @@ TEST(GgufQuantize, WritesLlamaQuantizesFileByteForByte) {
 // which is the same file) and gguf-py reads it (when python3 with numpy is there).
 TEST(GgufQuantize, TesseraAndGgufPyReadWhatItWrites) {
   const std::string out = temp("llama256_q4_k_m.gguf");
-  ASSERT_EQ(run_tessera("quantize --model " + models_dir() + "llama256_f16.gguf --type Q4_K_M --out " + out).exit_code,
-            0);
+  ASSERT_EQ(run_tessera("quantize --model " + gguf_model("llama256_f16") + " --type Q4_K_M --out " + out).exit_code, 0);
   const CommandResult run = run_tessera("generate --model " + out + " --prompt 'a b c d e' -n 4 --threads 2");
   EXPECT_EQ(run.exit_code, 0) << run.err;
 
@@ -85,13 +80,13 @@ TEST(GgufQuantize, TesseraAndGgufPyReadWhatItWrites) {
 
 TEST(GgufQuantize, BadInputIsRefusedNamingWhatIsWrong) {
   const std::string out = temp("refused.gguf");
-  expect_refused(run_tessera("quantize --model " + models_dir() + "llama256_f16.gguf --type q3_k --out " + out),
+  expect_refused(run_tessera("quantize --model " + gguf_model("llama256_f16") + " --type q3_k --out " + out),
                  {"q3_k", "q4_k_m"});
   // Already quantized: llama-quantize also refuses without --allow-requantize.
-  expect_refused(run_tessera("quantize --model " + models_dir() + "llama256_f16_q8_0.gguf --type q4_0 --out " + out),
+  expect_refused(run_tessera("quantize --model " + gguf_model("llama256_f16_q8_0") + " --type q4_0 --out " + out),
                  {"llama256_f16_q8_0.gguf", "output.weight", "already Q8_0"});
   // 64-wide rows hold no whole Q4_K block; llama.cpp's Q5_0 fallback is not a type tessera runs.
-  expect_refused(run_tessera("quantize --model " + models_dir() + "llama3_f32.gguf --type q4_k_m --out " + out),
+  expect_refused(run_tessera("quantize --model " + gguf_model("llama3_f32") + " --type q4_k_m --out " + out),
                  {"llama3_f32.gguf", "rows of 64", "q4_k"});
   expect_refused(run_tessera("quantize --model /nonexistent.gguf --type q8_0 --out " + out), {"/nonexistent.gguf"});
 }
