@@ -64,10 +64,6 @@ HWY_INLINE __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast
 // The products of one group as 16 int16 pairs (elements 2 j, 2 j + 1), for weights w in
 // [0, 63] (unsigned) and x in [-127, 127]: at most 2 * 63 * 127, no saturation.
 HWY_INLINE __m256i pairs_u(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
-// The same for signed weights in [-128, 127]: |w| times x * sign(w).
-HWY_INLINE __m256i pairs_s(__m256i w, __m256i x) {
-  return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-}
 
 // The eight lane accumulators in one register, and the mins' accumulator. (No
 // default member initializers: an implicit constructor would lack the target's ISA.)
@@ -107,32 +103,45 @@ HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
   return _mm256_shuffle_epi8(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bytes)));
 }
 
-template <DType kT>
-HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>& x, Acc& acc);
+// dot_unit<kT, kTile>(b, x, x_step, acc): the unit at b against kTile tokens' activation
+// blocks (token t's at x + t * x_step) into acc[t]. Each group's weight vector is made
+// once and meets every token.
+template <DType kT, int kTile>
+HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc);
 
-template <>
-HWY_INLINE void dot_unit<DType::kQ8_0>(const uint8_t* b, const Q8Block& x, Acc& acc) {
-  const __m256i p = _mm256_madd_epi16(pairs_s(load32(b + 2), load32(x.qs)), _mm256_set1_epi16(1));
-  add_unit(f16_at(b), x.d, p, acc);
+// Q8_0: signed weights, so |w| times x * sign(w) (at most 2 * 128 * 127).
+template <int kTile>
+HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
+  const __m256i w = load32(b + 2), abs_w = _mm256_sign_epi8(w, w);
+  const float d = f16_at(b);
+  for (int t = 0; t < kTile; ++t) {
+    const Q8Block& xt = x[t * x_step];
+    const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(load32(xt.qs), w));
+    add_unit(d, xt.d, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), acc[t]);
+  }
 }
 
 // Q4_0: (q - 8) x is computed as q x - 8 x in the int16 pairs (q in [0, 15]).
-template <>
-HWY_INLINE void dot_unit<DType::kQ4_0>(const uint8_t* b, const Q8Block& x, Acc& acc) {
+template <int kTile>
+HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
   // The 16 bytes in both halves; the high half shifted down by 4: low nibbles, then high.
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
   const __m256i q =
       _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
-  const __m256i xv = load32(x.qs);
-  const __m256i pairs = _mm256_sub_epi16(pairs_u(q, xv), pairs_u(_mm256_set1_epi8(8), xv));
-  add_unit(f16_at(b), x.d, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), acc);
+  const float d = f16_at(b);
+  for (int t = 0; t < kTile; ++t) {
+    const Q8Block& xt = x[t * x_step];
+    const __m256i xv = load32(xt.qs);
+    const __m256i pairs = _mm256_sub_epi16(pairs_u(q, xv), pairs_u(_mm256_set1_epi8(8), xv));
+    add_unit(d, xt.d, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), acc[t]);
+  }
 }
 
 // Q4_K and Q5_K: sub-block g's values are the low (even g) or high (odd g) nibbles of
 // qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4; the 12 bytes at b + 4 hold
 // the 6-bit scales and mins (scale_min's layout, unpacked here 4 at a time).
-template <DType kT>
-HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
+template <DType kT, int kTile>
+HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   constexpr bool kFive = kT == DType::kQ5_K;
   uint32_t u[3];
   std::memcpy(u, b + 4, sizeof u);
@@ -145,7 +154,8 @@ HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   [[maybe_unused]] const __m256i bit4 = _mm256_set1_epi8(0x10);
   [[maybe_unused]] __m256i qh = kFive ? load32(b + 16) : __m256i{};
-  __m256i p = _mm256_setzero_si256();
+  __m256i p[kTile];
+  for (__m256i& pt : p) pt = _mm256_setzero_si256();
   for (int i = 0; i < 4; ++i) {
     const __m256i v = load32(qs + 32 * i);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -154,42 +164,41 @@ HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
       hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
       qh = _mm256_srli_epi16(qh, 2);
     }
-    p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs_u(lo, load32(x.qs + 64 * i)), pick(scales, kPickK[2 * i])));
-    p = _mm256_add_epi32(p,
-                         _mm256_madd_epi16(pairs_u(hi, load32(x.qs + 64 * i + 32)), pick(scales, kPickK[2 * i + 1])));
+    const __m256i scale_lo = pick(scales, kPickK[2 * i]), scale_hi = pick(scales, kPickK[2 * i + 1]);
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* xq = x[t * x_step].qs + 64 * i;
+      p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(pairs_u(lo, load32(xq)), scale_lo));
+      p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(pairs_u(hi, load32(xq + 32)), scale_hi));
+    }
   }
-  add_unit(f16_at(b), x.d, p, acc);
-
-  // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]), exact in int32.
-  const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
-                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
-  __m128i m = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn))), pair_sums);
-  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
-  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
-  acc.m = std::fma(f16_at(b + 2) * x.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc.m);
-}
-
-template <>
-HWY_INLINE void dot_unit<DType::kQ4_K>(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
-  dot_unit_k<DType::kQ4_K>(b, x, acc);
-}
-template <>
-HWY_INLINE void dot_unit<DType::kQ5_K>(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
-  dot_unit_k<DType::kQ5_K>(b, x, acc);
+  const float d = f16_at(b), dmin = f16_at(b + 2);
+  const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
+  for (int t = 0; t < kTile; ++t) {
+    const Q8KBlock& xt = x[t * x_step];
+    add_unit(d, xt.d, p[t], acc[t]);
+    // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]), exact in int32.
+    const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums)),
+                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums + 8)));
+    __m128i m = _mm_madd_epi16(mins, pair_sums);
+    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
+    m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
+    acc[t].m = std::fma(dmin * xt.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc[t].m);
+  }
 }
 
 // Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
 // ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; q - 32 is
 // computed as q x - 32 x in the int16 pairs. Group g's first 16 elements (lanes 0-3)
 // take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
-template <>
-HWY_INLINE void dot_unit<DType::kQ6_K>(const uint8_t* b, const Q8KBlock& x, Acc& acc) {
+template <int kTile>
+HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
   // int16 scales 0-7 in both halves (for h = 0), then 8-15 in both halves (h = 1).
   const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
   const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
   const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-  __m256i p = _mm256_setzero_si256();
+  __m256i p[kTile];
+  for (__m256i& pt : p) pt = _mm256_setzero_si256();
   for (int h = 0; h < 2; ++h) {
     const __m256i l0 = load32(b + 64 * h), l1 = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
     const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2)),
@@ -198,13 +207,24 @@ HWY_INLINE void dot_unit<DType::kQ6_K>(const uint8_t* b, const Q8KBlock& x, Acc&
                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                           _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2))};
     for (int i = 0; i < 4; ++i) {
-      const int g = 4 * h + i;
-      const __m256i xv = load32(x.qs + 32 * g);
-      const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
-      p = _mm256_add_epi32(p, _mm256_madd_epi16(pairs, pick(h ? sc_hi : sc_lo, kPick6[i])));
+      const __m256i scale = pick(h ? sc_hi : sc_lo, kPick6[i]);
+      for (int t = 0; t < kTile; ++t) {
+        const __m256i xv = load32(x[t * x_step].qs + 32 * (4 * h + i));
+        const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
+        p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(pairs, scale));
+      }
     }
   }
-  add_unit(f16_at(b + 208), x.d, p, acc);
+  const float d = f16_at(b + 208);
+  for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[t]);
+}
+
+template <DType kT, int kTile>
+HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
+  if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
+  if constexpr (kT == DType::kQ4_0) return dot_unit_q4_0<kTile>(b, x, x_step, acc);
+  if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) return dot_unit_k<kT, kTile>(b, x, x_step, acc);
+  if constexpr (kT == DType::kQ6_K) return dot_unit_q6_k<kTile>(b, x, x_step, acc);
 }
 
 HWY_INLINE float finish(const Acc& acc) {
@@ -289,21 +309,24 @@ struct Acc {
 
 HWY_INLINE Acc zero_acc() { return Acc{}; }
 
-template <DType kT>
-HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>& x, Acc& acc) {
+template <DType kT, int kTile>
+HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
   Unit<kT> w;
   w.load(b);
-  int32_t p[8] = {};
-  for (int g = 0; g < kGroups<kT>; ++g) {
-    for (int l = 0; l < 8; ++l) {
-      int32_t sum = 0;
-      for (int i = 0; i < 4; ++i) sum += int32_t{w.q[32 * g + 4 * l + i]} * x.qs[32 * g + 4 * l + i];
-      p[l] += w.scale16(g, l / 4) * sum;
+  for (int t = 0; t < kTile; ++t) {
+    const Act<kT>& xt = x[t * x_step];
+    int32_t p[8] = {};
+    for (int g = 0; g < kGroups<kT>; ++g) {
+      for (int l = 0; l < 8; ++l) {
+        int32_t sum = 0;
+        for (int i = 0; i < 4; ++i) sum += int32_t{w.q[32 * g + 4 * l + i]} * xt.qs[32 * g + 4 * l + i];
+        p[l] += w.scale16(g, l / 4) * sum;
+      }
     }
+    const float d = w.d * xt.d;
+    for (int l = 0; l < 8; ++l) acc[t].lane[l] = std::fma(d, static_cast<float>(p[l]), acc[t].lane[l]);
+    if constexpr (kMins<kT>) acc[t].m = std::fma(w.dmin * xt.d, static_cast<float>(mins_sum(w, xt)), acc[t].m);
   }
-  const float d = w.d * x.d;
-  for (int l = 0; l < 8; ++l) acc.lane[l] = std::fma(d, static_cast<float>(p[l]), acc.lane[l]);
-  if constexpr (kMins<kT>) acc.m = std::fma(w.dmin * x.d, static_cast<float>(mins_sum(w, x)), acc.m);
 }
 
 HWY_INLINE float finish(Acc acc) {
@@ -316,22 +339,27 @@ HWY_INLINE float finish(Acc acc) {
 
 // kRows rows (row_step bytes apart, their outputs y_step apart) against `tokens` (at
 // most kTile) tokens' activations (`units` blocks apart, outputs ldy apart), unit by
-// unit: a unit's weight bytes stay in L1 for all the tokens.
+// unit: each unit's weights are unpacked once for a whole tile; a partial tile takes
+// its tokens one at a time (a token's operations are the same either way).
 template <DType kT, int kRows, int kTile>
 HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, const Act<kT>* x, int64_t tokens, float* y,
                           int64_t y_step, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
-  Acc acc[kTile][kRows];
+  Acc acc[kRows][kTile];
   for (auto& row : acc)
     for (Acc& a : row) a = zero_acc();
-  const int64_t nt = kTile == 1 ? 1 : tokens;
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* wu = w + static_cast<size_t>(u) * kBytes;
-    for (int64_t t = 0; t < nt; ++t)
-      for (int r = 0; r < kRows; ++r) dot_unit<kT>(wu + r * row_step, x[t * units + u], acc[t][r]);
+    if (tokens == kTile) {
+      for (int r = 0; r < kRows; ++r) dot_unit<kT, kTile>(wu + r * row_step, x + u, units, acc[r]);
+    } else {
+      for (int r = 0; r < kRows; ++r) {
+        for (int64_t t = 0; t < tokens; ++t) dot_unit<kT, 1>(wu + r * row_step, x + t * units + u, 0, acc[r] + t);
+      }
+    }
   }
-  for (int64_t t = 0; t < nt; ++t)
-    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish(acc[t][r]);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish(acc[r][t]);
 }
 
 // One token (decode) streams the rows from memory once. It takes kStreams rows a step,
