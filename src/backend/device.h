@@ -109,6 +109,17 @@ struct AttendArgs {
   int64_t long_after = 0;
 };
 
+// An RMSNorm of x's rows before Device::matmuls or gate_up read them: bitwise
+// what rms_norm(x, tokens, K, *weight, eps, scratch) and then the call on
+// scratch give (the default does exactly that; a GPU may normalize the rows as
+// its matmul loads them, leaving scratch, f32 [tokens, K], unwritten). No
+// weight: x is read as it is.
+struct RowNorm {
+  const TensorView* weight = nullptr;
+  float eps = 0.0f;
+  float* scratch = nullptr;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -158,11 +169,11 @@ class Device {
     const TensorView* bias = nullptr;
     float* y = nullptr;
   };
-  virtual void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs);
+  virtual void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {});
   // out [tokens, N] = silu(x * w_gate^T + b_gate) * (x * w_up^T + b_up), bitwise
   // what matmul, matmul and silu_mul give (the default; `up` is scratch [tokens, N]).
   virtual void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
-                       const TensorView& w_up, const TensorView& b_up, float* up, float* out);
+                       const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm = {});
   // out[i] = silu(gate[i]) * up[i]
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
   // out[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation

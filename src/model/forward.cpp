@@ -528,9 +528,8 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   float *attn = attn_.f32(), *proj = proj_.f32(), *gate = gate_.f32(), *up = up_.f32();
 
   // Attention block. Shapes: norm f32 [tokens, h], q [tokens, heads, hd], k/v [tokens, kv_heads, hd].
-  device_.rms_norm(x, tokens, h, w.attn_norm, eps, norm);
   const Device::Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
-  device_.matmuls(norm, tokens, qkv);
+  device_.matmuls(x, tokens, qkv, {&w.attn_norm, eps, norm});
   if (model_.arch().qk_norm) {
     device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
     device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
@@ -580,8 +579,9 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   TS_RETURN_IF_ERROR(add_block(attn, w.wo, w.bo, w.post_attn_norm));
 
   // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
-  device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
+  const RowNorm ffn_norm{&w.ffn_norm, eps, norm};
   if (arch.has_experts(model_layer)) {
+    device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
     moe_.run(device_, w, arch.moe, norm, tokens, h, proj);
     if (tp_) TS_RETURN_IF_ERROR(sum_over_ranks(proj, tokens * h));
     if (sandwich) device_.rms_norm(proj, tokens, h, w.post_ffn_norm, eps, proj);
@@ -590,10 +590,10 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   }
   if (arch.activation == Activation::kGeluTanh) {
     const Device::Projection gate_up[] = {{&w.w_gate, &w.b_gate, gate}, {&w.w_up, &w.b_up, up}};
-    device_.matmuls(norm, tokens, gate_up);
+    device_.matmuls(x, tokens, gate_up, ffn_norm);
     device_.gelu_tanh_mul(gate, up, tokens * c.intermediate_size, gate);
   } else {
-    device_.gate_up(norm, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate);
+    device_.gate_up(x, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate, ffn_norm);
   }
   return add_block(gate, w.w_down, w.b_down, w.post_ffn_norm);
 }

@@ -175,6 +175,44 @@ TEST_P(CudaMatmulTest, FusedCallsAreBitwiseTheSeparateCalls) {
   }
 }
 
+// A RowNorm before matmuls or gate_up gives bitwise rms_norm and then the call:
+// the decode kernel normalizes x as it loads it (bf16 weights, up to 8 tokens)
+// with rms_norm's own sums, for rows rms_norm holds in registers (k up to 4096)
+// and rows it loops over (5120); 31 and 40 tokens normalize first.
+TEST(CudaDeviceTest, NormalizedMatmulsAreBitwiseTheNormThenTheMatmuls) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const DType dtype = DType::kBF16;
+  const float eps = 1e-5f;
+  for (const int64_t k : {512, 4096, 5120}) {
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
+      const auto values =
+          testing::random_weights(static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)), dtype, seed);
+      auto placed = gpu->place(view(dtype, shape, values.data()));
+      EXPECT_TRUE(placed.ok());
+      return *placed;
+    };
+    const TensorView norm = place({k}, 1), wq = place({96, k}, 2), wk = place({32, k}, 3), bk = place({32}, 4),
+                     gate = place({160, k}, 5), up = place({160, k}, 6), none{};
+    for (const int64_t tokens : {1, 7, 31, 40}) {
+      const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 7));
+      const auto n = [&](int64_t rows) { return static_cast<size_t>(tokens * rows); };
+      const Buffer normed = zeros(*gpu, n(k)), scratch = zeros(*gpu, n(k)), up_scratch = zeros(*gpu, n(160));
+      const Buffer q1 = zeros(*gpu, n(96)), k1 = zeros(*gpu, n(32)), g1 = zeros(*gpu, n(160));
+      const Buffer q2 = zeros(*gpu, n(96)), k2 = zeros(*gpu, n(32)), g2 = zeros(*gpu, n(160));
+      gpu->rms_norm(x.f32(), tokens, k, norm, eps, normed.f32());
+      const Device::Projection separate[] = {{&wq, &none, q1.f32()}, {&wk, &bk, k1.f32()}};
+      gpu->matmuls(normed.f32(), tokens, separate);
+      gpu->gate_up(normed.f32(), tokens, gate, none, up, none, up_scratch.f32(), g1.f32());
+      const Device::Projection together[] = {{&wq, &none, q2.f32()}, {&wk, &bk, k2.f32()}};
+      gpu->matmuls(x.f32(), tokens, together, {&norm, eps, scratch.f32()});
+      gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g2.f32(), {&norm, eps, scratch.f32()});
+      EXPECT_EQ(get(*gpu, q2, n(96)), get(*gpu, q1, n(96))) << "k " << k << ", " << tokens << " tokens, q";
+      EXPECT_EQ(get(*gpu, k2, n(32)), get(*gpu, k1, n(32))) << "k " << k << ", " << tokens << " tokens, k";
+      EXPECT_EQ(get(*gpu, g2, n(160)), get(*gpu, g1, n(160))) << "k " << k << ", " << tokens << " tokens, gate/up";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaMatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

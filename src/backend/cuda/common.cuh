@@ -151,6 +151,32 @@ __device__ __forceinline__ void copies_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// RMSNorm's scale of a row, 1 / sqrt(mean(row^2) + eps), by a block of
+// kNormThreads threads in one fixed order: thread i adds the squares of elements
+// i, i + kNormThreads, ... with FMAs, then block_reduce adds the threads' sums.
+// Rows up to kNormHeld * kNormThreads long are loaded at once (one trip to
+// memory, not a chain of loads), in the same order. rms_norm and the matmul
+// that normalizes its x rows both call it, so their scales are the same bits.
+constexpr int kNormThreads = 256;
+constexpr int kNormHeld = 16;
+
+__device__ __forceinline__ float block_rms_scale(const float* row, int64_t dim, float eps, float* shared) {
+  float s = 0.0f;
+  if (dim <= kNormHeld * kNormThreads) {
+    float v[kNormHeld];
+#pragma unroll
+    for (int j = 0; j < kNormHeld; ++j) {
+      const int64_t i = threadIdx.x + j * int64_t{kNormThreads};
+      v[j] = i < dim ? row[i] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kNormHeld; ++j) s = fmaf(v[j], v[j], s);
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) s = fmaf(row[i], row[i], s);
+  }
+  return 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
+}
+
 // KvPages::offset, on the device.
 __device__ __forceinline__ int64_t kv_offset(const KvPages& p, int64_t block, int64_t layer, int kv, int64_t head) {
   return (((block * p.layers + layer) * 2 + kv) * p.n_kv_heads + head) * p.block_size * p.head_dim;

@@ -113,35 +113,33 @@ class CudaDevice final : public Device {
   }
 
   // One launch when every weight takes the tensor-core kernel with the same k.
-  void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs) override {
+  void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) override {
     const int64_t k = outs.empty() ? 0 : outs[0].w->dim(1);
     const bool together =
         outs.size() <= cuda::MmaJob::kMaxWeights && std::all_of(outs.begin(), outs.end(), [&](auto& o) {
           return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k;
         });
-    if (!together) return Device::matmuls(x, tokens, outs);
+    if (!together) return Device::matmuls(x, tokens, outs, norm);
     cuda::MmaJob job{.count = static_cast<int>(outs.size())};
     for (size_t i = 0; i < outs.size(); ++i) {
       check_weight(*outs[i].w, *outs[i].bias);
       add_to_job(job, static_cast<int>(i), *outs[i].w, *outs[i].bias, outs[i].y);
     }
-    select();
-    run_mma(x, tokens, k, job);
+    run_mma(normalize(x, tokens, k, norm, job), tokens, k, job);
     launched("matmuls");
   }
 
   void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
-               const TensorView& w_up, const TensorView& b_up, float* up, float* out) override {
+               const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) override {
     const bool fused =
         cuda::mma_matmul_fits(w_gate.dtype, w_gate.dim(1)) && w_up.dtype == w_gate.dtype && w_up.shape == w_gate.shape;
-    if (!fused) return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out);
+    if (!fused) return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out, norm);
     check_weight(w_gate, b_gate);
     check_weight(w_up, b_up);
     cuda::MmaJob job{.count = 1, .gate_up = true};
     add_to_job(job, 0, w_gate, b_gate, out);
     add_to_job(job, 1, w_up, b_up, nullptr);
-    select();
-    run_mma(x, tokens, w_gate.dim(1), job);
+    run_mma(normalize(x, tokens, w_gate.dim(1), norm, job), tokens, w_gate.dim(1), job);
     launched("gate_up");
   }
 
@@ -260,6 +258,22 @@ class CudaDevice final : public Device {
     launched("matmul");
   }
 
+  // The x that `job` reads: x itself, normalized in the decode kernel as it
+  // loads (a bf16 norm weight, when mma_norm_fits), or normalized into
+  // norm.scratch first.
+  const float* normalize(const float* x, int64_t tokens, int64_t k, const RowNorm& norm, cuda::MmaJob& job) {
+    select();
+    if (norm.weight == nullptr) return x;
+    TS_CHECK(norm.weight->numel() == k, "norm weight ", shape_string(norm.weight->shape), " for k ", k);
+    if (norm.weight->dtype == DType::kBF16 && cuda::mma_norm_fits(tokens, k)) {
+      job.norm = static_cast<const __nv_bfloat16*>(norm.weight->data);
+      job.eps = norm.eps;
+      return x;
+    }
+    rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
+    return norm.scratch;
+  }
+
   // The tensor-core kernel for a few tokens, the tiled one for many: the same sums.
   void run_mma(const float* x, int64_t tokens, int64_t k, const cuda::MmaJob& job) {
     if (tokens < cuda::mma_gemm_min_tokens()) return cuda::mma_matmul(stream_, x, tokens, k, job);
@@ -318,7 +332,7 @@ class CudaDevice final : public Device {
     int64_t partitions = 0, tokens = 0;
     const bool tensor_cores = cuda::mma_attention_fits(p, n_heads, window);
     // Tensor cores: the slice's tokens in blocks of one sequence's tokens each.
-    std::vector<int32_t>& column_blocks = column_blocks_;
+    std::vector<cuda::ColumnBlock>& column_blocks = column_blocks_;
     column_blocks.clear();
     int64_t part_first = 0;  // the current part's first token, over all parts
     const auto flush = [&] {
@@ -328,9 +342,10 @@ class CudaDevice final : public Device {
       const float* q_slice = q + begin * n_heads * p.head_dim;
       float* out_slice = out + begin * n_heads * p.head_dim;
       if (tensor_cores) {
-        const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(stage(column_blocks));
+        const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(
+            stage({reinterpret_cast<const int32_t*>(column_blocks.data()), column_blocks.size() * 3}));
         cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
-                            static_cast<int64_t>(column_blocks.size() / 2), scratch);
+                            static_cast<int64_t>(column_blocks.size()), scratch);
         cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch);
         column_blocks.clear();
       } else {
@@ -352,11 +367,9 @@ class CudaDevice final : public Device {
         // A new block at the part's first token, every per_block tokens, and after a flush.
         const int64_t in_slice = part_first + t - begin;
         if (tensor_cores) {
-          if (t == 0 || column_blocks.empty() || column_blocks.back() == per_block) {
-            column_blocks.push_back(static_cast<int32_t>(in_slice));
-            column_blocks.push_back(0);
-          }
-          ++column_blocks.back();
+          if (t == 0 || column_blocks.empty() || column_blocks.back().tokens == per_block)
+            column_blocks.push_back({static_cast<int32_t>(in_slice), 0, static_cast<int32_t>(part.pos0)});
+          ++column_blocks.back().tokens;
         }
         ++tokens;
       }
@@ -437,8 +450,8 @@ class CudaDevice final : public Device {
 
   std::vector<Buffer> placed_;  // the weights place() copied here
   Buffer attention_scratch_;
-  std::vector<int32_t> column_blocks_;  // run_attention's, kept to reuse its memory
-  Buffer gemm_scratch_;                 // the tiled matmul's: x rounded to bf16, the sums of a split
+  std::vector<cuda::ColumnBlock> column_blocks_;  // run_attention's, kept to reuse its memory
+  Buffer gemm_scratch_;                           // the tiled matmul's: x rounded to bf16, the sums of a split
   std::vector<int32_t> map_host_;
   // The staging arena (see stage()).
   Buffer arena_;

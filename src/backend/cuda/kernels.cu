@@ -103,12 +103,7 @@ void matmul_typed(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
 
 // ---- elementwise and row kernels --------------------------------------------
 
-// One block a row. A thread sums the squares of elements threadIdx.x,
-// + blockDim.x, ... in order; rows up to kNormHeld * blockDim.x long are loaded
-// at once and kept in registers (one trip to memory, not a chain of loads), in
-// the same order as the loop for longer rows.
-constexpr int kNormHeld = 16;
-
+// One block of kNormThreads a row (block_rms_scale).
 template <DType D>
 __global__ void rms_norm_kernel(const float* x, int64_t dim, const Storage<D>* __restrict__ weight, float eps,
                                 float* y) {
@@ -117,29 +112,8 @@ __global__ void rms_norm_kernel(const float* x, int64_t dim, const Storage<D>* _
   __shared__ float shared[32];
   const float* xr = x + blockIdx.x * dim;
   float* yr = y + blockIdx.x * dim;
-  if (dim <= kNormHeld * static_cast<int64_t>(blockDim.x)) {
-    float v[kNormHeld], w[kNormHeld];
-#pragma unroll
-    for (int j = 0; j < kNormHeld; ++j) {
-      const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
-      v[j] = i < dim ? xr[i] : 0.0f;
-      w[j] = i < dim ? widen<D>(weight[i]) : 0.0f;
-    }
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kNormHeld; ++j) s = fmaf(v[j], v[j], s);
-    const float inv = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
-#pragma unroll
-    for (int j = 0; j < kNormHeld; ++j) {
-      const int64_t i = threadIdx.x + j * static_cast<int64_t>(blockDim.x);
-      if (i < dim) yr[i] = w[j] * (v[j] * inv);
-    }
-    return;
-  }
-  float s = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s = fmaf(xr[i], xr[i], s);
-  const float inv = 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = widen<D>(weight[i]) * (xr[i] * inv);
+  const float scale = block_rms_scale(xr, dim, eps, shared);
+  for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) yr[i] = widen<D>(weight[i]) * (xr[i] * scale);
 }
 
 template <DType D>
@@ -266,7 +240,7 @@ void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, cons
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y) {
   with_dtype(weight_dtype, [&]<DType D>() {
-    launch_kernel(rms_norm_kernel<D>, static_cast<unsigned>(rows), 256, 0, stream, x, dim,
+    launch_kernel(rms_norm_kernel<D>, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, dim,
                   static_cast<const Storage<D>*>(weight), eps, y);
   });
 }

@@ -28,6 +28,8 @@ bool mma_matmul_fits(DType w_dtype, int64_t k);
 // one launch; with `accumulate`, y[s] += that. With `gate_up`, w[0] is a gate
 // and w[1] an up projection of n[0] rows each, and y[0] = silu(gate) * up.
 // Each output is bitwise what a launch of its weight alone (and silu_mul) gives.
+// With `norm` (when mma_norm_fits), x's rows are RMS-normalized as they load,
+// bitwise as rms_norm writes them.
 struct MmaJob {
   static constexpr int kMaxWeights = 3;
   const __nv_bfloat16* w[kMaxWeights] = {};
@@ -38,7 +40,12 @@ struct MmaJob {
   int count = 0;
   bool accumulate = false;
   bool gate_up = false;
+  const __nv_bfloat16* norm = nullptr;  // the RMSNorm's weight [k]
+  float eps = 0.0f;
 };
+// Whether mma_matmul normalizes x itself for this job (a few tokens, a chunk
+// of k for each warp; TESSERA_CUDA_NORM_IN_MATMUL=0 says never, to measure it).
+bool mma_norm_fits(int64_t tokens, int64_t k);
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
 // in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
@@ -82,6 +89,7 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
 // attention_combine merges them.
 struct ColumnBlock {
   int32_t first = 0, tokens = 0;
+  int32_t fresh = 0;  // the first position of its sequence that this step writes (keys below it are older)
 };
 bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window);
 int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);

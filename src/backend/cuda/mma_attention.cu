@@ -62,30 +62,42 @@ __global__ void __launch_bounds__(kWarps * 32)
                          float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks,
                          float* __restrict__ scratch) {
   let_next_start();
-  wait_for_earlier();
   constexpr int kStride = kHeadDim + 8;  // 16-bit elements a row in shared memory (rows 16 bytes apart in banks)
   __shared__ __align__(16) uint16_t keys[kPositions * kStride];
   __shared__ __align__(16) uint16_t values[kPositions * kStride];
   const ColumnBlock cb = column_blocks[blockIdx.y];
   const int64_t part = blockIdx.x, kv = blockIdx.z, group = n_heads / p.n_kv_heads;
   const int64_t start = part * kPositions, last = map.pos[cb.first + cb.tokens - 1];
-  if (start > last) return;  // every token of the block sees fewer partitions
+  if (start > last) {  // every token of the block sees fewer partitions
+    wait_for_earlier();
+    return;
+  }
   const int64_t rows = min(static_cast<int64_t>(kPositions), last - start + 1);
   const int32_t* blocks = map.tables + map.table[cb.first];
   const auto* base = static_cast<const uint16_t*>(p.base);
   constexpr int kUnits = kHeadDim * 2 / 16;  // 16-byte pieces of a row
-  for (int i = static_cast<int>(threadIdx.x); i < 2 * kPositions * kUnits; i += kWarps * 32) {
-    const int kind = i / (kPositions * kUnits), j = i % (kPositions * kUnits) / kUnits, u = i % kUnits;
-    uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
-    if (j < rows) {  // every piece in flight at once
-      const int64_t at = start + j;
-      copy16(to,
-             base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) + at % p.block_size * kHeadDim + u * 8);
-    } else {
-      *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
+  const auto copy_keys_and_values = [&] {
+    for (int i = static_cast<int>(threadIdx.x); i < 2 * kPositions * kUnits; i += kWarps * 32) {
+      const int kind = i / (kPositions * kUnits), j = i % (kPositions * kUnits) / kUnits, u = i % kUnits;
+      uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
+      if (j < rows) {  // every piece in flight at once
+        const int64_t at = start + j;
+        copy16(to,
+               base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) + at % p.block_size * kHeadDim + u * 8);
+      } else {
+        *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
+      }
     }
-  }
-  copies_sent();
+    copies_sent();
+  };
+  // The token map and column blocks were staged before the kernels of this
+  // layer; keys and values of positions below `fresh` were stored by earlier
+  // steps. A partition of those alone is copied while the kernels before this
+  // one (rope and the store of this step's keys) still run.
+  const bool older = start + rows <= cb.fresh;
+  if (older) copy_keys_and_values();
+  wait_for_earlier();
+  if (!older) copy_keys_and_values();
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;

@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -35,12 +37,47 @@ __device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
   return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
 
+// The same, RMS-normalized on the way: weight * (x * scale), as rms_norm writes it.
+__device__ __forceinline__ uint4 load_x(const float* __restrict__ p, const __nv_bfloat16* __restrict__ w, float scale) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(w));
+  const auto n = [&](float x, uint32_t word, bool high) {
+    return __uint_as_float(high ? word & 0xffff0000u : word << 16) * (x * scale);
+  };
+  return make_uint4(pack_bf16(n(a.x, u.x, false), n(a.y, u.x, true)), pack_bf16(n(a.z, u.y, false), n(a.w, u.y, true)),
+                    pack_bf16(n(b.x, u.z, false), n(b.y, u.z, true)), pack_bf16(n(b.z, u.w, false), n(b.w, u.w, true)));
+}
+
+// How a block reads x: as it is, or normalized (kNorm: the norm's weight and
+// each of the block's tokens' scale, in shared memory).
+struct XRows {
+  const float* x = nullptr;
+  const __nv_bfloat16* norm = nullptr;
+  float eps = 0.0f;
+  float* scale = nullptr;
+};
+
+// The scales of the block's tokens (every thread calls it).
+template <int kTiles>
+__device__ __forceinline__ void norm_scales(const XRows& xr, int64_t tokens, int64_t token0, int64_t k) {
+  __shared__ float shared[32];
+  for (int j = 0; j < 8 * kTiles && token0 + j < tokens; ++j) {
+    const float scale = block_rms_scale(xr.x + (token0 + j) * k, k, xr.eps, shared);
+    if (threadIdx.x == 0) xr.scale[j] = scale;
+  }
+  __syncthreads();
+}
+
 // The sum of 16 weight rows (from `rows_a`/`rows_b`, rows g and g + 8 of the
 // tile, already offset by 8t) times kTiles * 8 tokens, over this warp's chunks.
-template <int kTiles, int kUnroll>
-__device__ __forceinline__ void warp_sums(const float* __restrict__ x, int64_t tokens, int64_t token0, int64_t k,
-                                          const __nv_bfloat16* row_a, const __nv_bfloat16* row_b,
+// kNorm with `first`: the call that computes the tokens' scales (every warp has
+// a chunk: mma_norm_fits).
+template <int kTiles, int kUnroll, bool kNorm>
+__device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64_t token0, int64_t k,
+                                          const __nv_bfloat16* row_a, const __nv_bfloat16* row_b, bool first,
                                           float (&c)[kTiles][4]) {
+  const float* __restrict__ x = xr.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -59,7 +96,10 @@ __device__ __forceinline__ void warp_sums(const float* __restrict__ x, int64_t t
         wb1[u] = __ldg(reinterpret_cast<const uint4*>(row_b + at + 32));
       }
     }
-    if (base == warp) wait_for_earlier();  // the first weights are on their way; x may be another kernel's
+    if (base == warp) {  // the first weights are on their way; x may be another kernel's
+      wait_for_earlier();
+      if (kNorm && first) norm_scales<kTiles>(xr, tokens, token0, k);
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (base + u * kSplit >= chunks) break;
@@ -67,9 +107,14 @@ __device__ __forceinline__ void warp_sums(const float* __restrict__ x, int64_t t
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
         const int64_t token = token0 + 8 * j + g;
-        const float* xr = x + token * k + at + 8 * t;
-        const uint4 x0 = token < tokens ? load_x(xr) : zero;
-        const uint4 x1 = token < tokens ? load_x(xr + 32) : zero;
+        const float* row = x + token * k + at + 8 * t;
+        uint4 x0 = zero, x1 = zero;
+        if (token < tokens && kNorm) {
+          const __nv_bfloat16* w = xr.norm + at + 8 * t;
+          x0 = load_x(row, w, xr.scale[8 * j + g]), x1 = load_x(row + 32, w + 32, xr.scale[8 * j + g]);
+        } else if (token < tokens) {
+          x0 = load_x(row), x1 = load_x(row + 32);
+        }
         mma_half(c[j], wa0[u], wb0[u], x0);
         mma_half(c[j], wa1[u], wb1[u], x1);
       }
@@ -90,10 +135,12 @@ __device__ __forceinline__ float block_sum(const float* partial, int j, int i) {
 
 // A block owns one 16-row tile of one of the job's weights (a tile of gate and
 // the same tile of up in kGateUp) and 8 * kTiles tokens.
-template <int kTiles, int kUnroll, bool kGateUp>
+template <int kTiles, int kUnroll, bool kGateUp, bool kNorm>
 __global__ void __launch_bounds__(kSplit * 32)
     mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, MmaJob job) {
   __shared__ float partial[kGateUp ? 2 : 1][kSplit][kTiles][32][4];
+  __shared__ float scale[kNorm ? 8 * kTiles : 1];
+  const XRows xr{x, job.norm, job.eps, scale};
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   int s = 0;
@@ -105,7 +152,7 @@ __global__ void __launch_bounds__(kSplit * 32)
 
   let_next_start();
   float c[kTiles][4] = {};
-  warp_sums<kTiles, kUnroll>(x, tokens, token0, k, job.w[s] + ra, job.w[s] + rb, c);
+  warp_sums<kTiles, kUnroll, kNorm>(xr, tokens, token0, k, job.w[s] + ra, job.w[s] + rb, true, c);
   wait_for_earlier();  // for a warp without chunks (waiting again costs nothing)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
@@ -113,7 +160,7 @@ __global__ void __launch_bounds__(kSplit * 32)
     for (int i = 0; i < 4; ++i) partial[0][warp][j][lane][i] = c[j][i];
   if constexpr (kGateUp) {
     float u[kTiles][4] = {};
-    warp_sums<kTiles, kUnroll>(x, tokens, token0, k, job.w[1] + ra, job.w[1] + rb, u);
+    warp_sums<kTiles, kUnroll, kNorm>(xr, tokens, token0, k, job.w[1] + ra, job.w[1] + rb, false, u);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j)
 #pragma unroll
@@ -146,7 +193,11 @@ template <int kTiles, int kUnroll, bool kGateUp>
 void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
   const dim3 grid(static_cast<unsigned>(job.first_tile[job.count]),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
-  launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp>, grid, kSplit * 32, 0, stream, x, tokens, k, job);
+  if constexpr (kTiles == 1)  // mma_norm_fits: at most 8 tokens
+    if (job.norm != nullptr)
+      return launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, true>, grid, kSplit * 32, 0, stream, x, tokens,
+                           k, job);
+  launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, false>, grid, kSplit * 32, 0, stream, x, tokens, k, job);
 }
 
 template <bool kGateUp>
@@ -164,8 +215,17 @@ void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
 
 bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 && k % kChunk == 0; }
 
+bool mma_norm_fits(int64_t tokens, int64_t k) {
+  static const bool off = [] {
+    const char* value = std::getenv("TESSERA_CUDA_NORM_IN_MATMUL");
+    return value != nullptr && std::string_view(value) == "0";
+  }();
+  return !off && tokens <= 8 && k >= kSplit * kChunk;
+}
+
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job) {
   TS_CHECK(job.count >= 1 && job.count <= MmaJob::kMaxWeights, "mma job of ", job.count, " weights");
+  TS_CHECK(job.norm == nullptr || mma_norm_fits(tokens, k), "a normalizing job of k ", k, " for ", tokens, " tokens");
   job.first_tile[0] = 0;
   for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + 15) / 16;
   if (job.gate_up) {
