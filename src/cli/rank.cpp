@@ -4,8 +4,13 @@
 // the leader (rank 0: tessera generate --tp) sends, and when the leader goes
 // away or the group fails (a rank killed or frozen, a piece that does not
 // open), forms the group anew under fresh keys; the other ranks keep running.
+// With --layers A:B it holds its shard of layers [A, B) only: a rank of a
+// pipeline stage that is a TP group (tessera stage --tp), whose leader runs the
+// same range (checked when the group forms).
 //   tessera rank --model DIR --members node0,node1 --identity keys/node1 --trust trust.json
 #include <cstdio>
+#include <optional>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -17,6 +22,7 @@ namespace {
 
 struct RankOptions {
   std::string model_dir;
+  std::vector<int64_t> layers;  // [begin, end); empty: every layer
   TpOptions tp;
   EngineOptions engine;  // the device and its threads (the leader decides the KV pool)
   int sessions = 0;      // stop after this many (0: serve until killed)
@@ -27,10 +33,13 @@ Status run_rank(const RankOptions& o) {
   if (member.rank == 0)
     return Status::invalid_input("'" + member.identity.name + "' is rank 0, the leader: run tessera generate --tp");
   const auto ranks = static_cast<int>(o.tp.members.size());
-  TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir, std::nullopt, Shard{member.rank, ranks}));
+  std::optional<LayerRange> range;
+  if (!o.layers.empty()) range = LayerRange{o.layers[0], o.layers[1]};
+  TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir, range, Shard{member.rank, ranks}));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Device> device, make_device(o.engine.device, o.engine.threads));
-  std::fprintf(stderr, "[rank] %s: rank %d of %d on %s\n", member.identity.name.c_str(), member.rank, ranks,
-               device->name().c_str());
+  std::fprintf(stderr, "[rank] %s: rank %d of %d, layers [%lld, %lld), on %s\n", member.identity.name.c_str(),
+               member.rank, ranks, static_cast<long long>(model.range().begin),
+               static_cast<long long>(model.range().end), device->name().c_str());
   for (int done = 0; o.sessions == 0 || done < o.sessions;) {
     Result<Group> group = connect_tp_group(o.tp, member);
     if (!group.ok()) {
@@ -59,6 +68,12 @@ void register_rank(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<RankOptions>();
   CLI::App* cmd = app.add_subcommand("rank", "Run a tensor-parallel rank (rank 0 is tessera generate --tp)");
   cmd->add_option("--model", o->model_dir, "Checkpoint directory (this rank reads only its shard)")->required();
+  cmd->add_option("--layers", o->layers,
+                  "A:B: hold the shard of layers [A, B) only, for a pipeline stage that is a TP group (its leader, "
+                  "tessera stage --tp, runs the same range; default: every layer)")
+      ->delimiter(':')
+      ->expected(2)
+      ->check(CLI::NonNegativeNumber);
   add_tp_options(*cmd, o->tp, "--members", /*required=*/true, /*with_identity=*/true);
   add_engine_options(*cmd, o->engine);
   cmd->add_option("--sessions", o->sessions, "Stop after this many leader sessions (default: serve until killed)")

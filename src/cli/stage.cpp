@@ -1,12 +1,17 @@
 // `tessera stage`: a pipeline stage worker. It serves coordinators of its trust
 // file until killed; each coordinator's setup says which layers of which
-// checkpoint (a path on this host) it runs.
+// checkpoint (a path on this host) it runs. With --tp the stage is itself a
+// tensor-parallel group (PP x TP): it leads as rank 0 under --tp-identity, a
+// trust-file node of its own (the coordinator dials the stage's address, the
+// group's ranks dial rank 0's), and the other ranks run tessera rank --layers.
 //   tessera stage --listen 10.0.0.2:7100 --identity keys/stage1 --trust trust.json
+//   tessera stage ... --tp stage1-tp,stage1-r1 --tp-identity keys/stage1-tp
 #include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/tp_options.h"
 #include "pipeline/stage_service.h"
 
 namespace tessera {
@@ -17,6 +22,7 @@ struct StageCommandOptions {
   std::string identity;
   std::string trust;
   EngineOptions engine;
+  TpOptions tp;           // members empty: no group; identity is --tp-identity, trust the stage's
   double timeout_s = 30;  // a peer silent mid-frame, each write, connecting to the next stage
   // Admission of strangers (StageOptions says what each does).
   double handshake_timeout_s = 5;
@@ -36,6 +42,21 @@ Status run_stage(const StageCommandOptions& o) {
   options.max_unauthenticated_per_host = o.max_unauthenticated_per_host;
   options.max_unauthenticated = o.max_unauthenticated;
   options.max_connections = o.max_connections;
+  if (!o.tp.members.empty()) {
+    TpOptions tp = o.tp;
+    tp.trust = o.trust;
+    if (tp.identity.empty()) return Status::invalid_input("stage --tp needs --tp-identity (rank 0's identity)");
+    TS_ASSIGN_OR_RETURN(const TpMember member, load_tp_member(tp));
+    if (member.identity.name == options.identity.name)
+      return Status::invalid_input("--tp-identity is the stage's own node '" + member.identity.name +
+                                   "': rank 0 of the group needs a trust-file node of its own (the coordinator "
+                                   "dials the stage's address, the ranks dial rank 0's)");
+    if (member.rank != 0)
+      return Status::invalid_input("the stage leads its group as rank 0; '" + member.identity.name + "' is rank " +
+                                   std::to_string(member.rank) + " of --tp");
+    options.tp_ranks = static_cast<int>(tp.members.size());
+    options.tp_group = [tp, member] { return connect_tp_group(tp, member); };
+  }
   pipeline::StageService service(std::move(options));
   TS_RETURN_IF_ERROR(service.bind());
   std::fprintf(stderr, "[stage] listening on %s\n", o.listen.c_str());
@@ -52,6 +73,12 @@ void register_stage(CLI::App& app, int& exit_code) {
       ->required();
   cmd->add_option("--trust", o->trust, "Cluster trust file (JSON)")->required();
   add_engine_options(*cmd, o->engine);
+  add_tp_options(*cmd, o->tp, "--tp", /*required=*/false, /*with_identity=*/false);
+  cmd->add_option("--tp-identity", o->tp.identity,
+                  "With --tp: the identity directory of the group's rank 0 (the first --tp name), a trust-file node "
+                  "other than the stage's own");
+  cmd->add_flag("--tp-plain", o->tp.plain,
+                "With --tp: the group's ranks are still authenticated (mutual TLS), but tensors travel unsealed");
   cmd->add_option("--timeout", o->timeout_s,
                   "Seconds a peer may stall in the middle of a frame, for each write, and to connect to the next stage")
       ->check(CLI::Range(0.1, 3600.0))

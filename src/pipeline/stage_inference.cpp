@@ -24,19 +24,38 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   if (message.contains("plain")) {
     TS_ASSIGN_OR_RETURN(session_plain, wire::field<bool>(message, "plain"));
   }
-  if (!model || !engine.scheduler || dir != model_dir || begin != range.begin || end != range.end) {
-    engine.reset();
-    model.reset();
-    std::fprintf(stderr, "[stage %s] loading layers [%lld, %lld) of %s\n", options.identity.name.c_str(),
-                 static_cast<long long>(begin), static_cast<long long>(end), dir.c_str());
-    TS_ASSIGN_OR_RETURN(Model loaded, Model::load(dir, LayerRange{begin, end}));
-    model = std::make_unique<Model>(std::move(loaded));
-    model_dir = dir;
-    range = {begin, end};
-    model_digest = weights_digest(*model);
-    TS_ASSIGN_OR_RETURN(engine, LocalEngine::create(*model, options.engine));
-    std::fprintf(stderr, "[stage %s] KV cache %s\n", options.identity.name.c_str(),
-                 engine.forward->kv_pool().describe().c_str());
+  const bool same_layers = model && dir == model_dir && begin == range.begin && end == range.end;
+  const bool group_failed = tp_group && !tp_group->failure().ok();
+  if (!same_layers || !engine.scheduler || group_failed) {
+    engine.reset();  // a TP group's followers are released (or learn that it failed)
+    tp_group.reset();
+    if (!same_layers) {
+      shard.reset();
+      model.reset();
+      std::fprintf(stderr, "[stage %s] loading layers [%lld, %lld) of %s\n", options.identity.name.c_str(),
+                   static_cast<long long>(begin), static_cast<long long>(end), dir.c_str());
+      TS_ASSIGN_OR_RETURN(Model loaded, Model::load(dir, LayerRange{begin, end}));
+      model = std::make_unique<Model>(std::move(loaded));
+      model_dir = dir;
+      range = {begin, end};
+      model_digest = weights_digest(*model);
+      if (options.tp_group) {
+        TS_ASSIGN_OR_RETURN(Model cut, model->cut(Shard{0, options.tp_ranks}));
+        shard = std::make_unique<Model>(std::move(cut));
+      }
+    }
+    EngineOptions engine_options = options.engine;
+    if (options.tp_group) {
+      std::fprintf(stderr, "[stage %s] forming its tensor-parallel group of %d ranks\n", options.identity.name.c_str(),
+                   options.tp_ranks);
+      TS_ASSIGN_OR_RETURN(Group group, options.tp_group());
+      tp_group = group;
+      engine_options.forward.group = std::move(group);
+    }
+    TS_ASSIGN_OR_RETURN(engine, LocalEngine::create(shard ? *shard : *model, engine_options));
+    std::fprintf(stderr, "[stage %s] KV cache %s%s\n", options.identity.name.c_str(),
+                 engine.forward->kv_pool().describe().c_str(),
+                 tp_group ? (", rank 0 of " + std::to_string(options.tp_ranks)).c_str() : "");
   }
   if (message.contains("digest")) {
     TS_ASSIGN_OR_RETURN(const std::string expected, wire::field<std::string>(message, "digest"));

@@ -24,9 +24,11 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "collective/group.h"
 #include "core/status.h"
 #include "engine/local_engine.h"
 #include "net/identity.h"
@@ -41,6 +43,14 @@ struct StageOptions {
   net::TrustFile trust;
   // The device, its threads, the KV pool's budget and the step scheduler's limits.
   EngineOptions engine;
+  // PP x TP (tessera stage --tp): the stage leads a tensor-parallel group as
+  // its rank 0 of tp_ranks. A setup loads its shard of the layers and forms
+  // the group with tp_group() (the other ranks run tessera rank --layers over
+  // the same range, which the group checks as it forms); the group is kept for
+  // the next setup of the same layers unless it failed, then formed anew.
+  // Unset: the stage runs its layers whole.
+  std::function<Result<Group>()> tp_group{};
+  int tp_ranks = 1;
   std::chrono::milliseconds timeout{30000};  // a silent peer mid-frame
   // Weights a coordinator may ship here (--ship-weights), in bytes; 0: 90 % of
   // the memory available when they are announced.

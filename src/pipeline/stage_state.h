@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,9 +209,11 @@ struct StageService::State {
   // Inference thread only.
   std::string model_dir;
   LayerRange range;
-  std::unique_ptr<Model> model;
-  std::string model_digest;  // weights_digest(*model), for setups that carry the coordinator's
-  LocalEngine engine;        // its scheduler holds every request's sequence, sampler and queued input
+  std::unique_ptr<Model> model;   // the layers whole (the coordinator's digest is of these)
+  std::unique_ptr<Model> shard;   // with StageOptions::tp_group: rank 0's shard of them, which the engine runs
+  std::optional<Group> tp_group;  // with StageOptions::tp_group: the group the engine's Forward leads
+  std::string model_digest;       // weights_digest(*model), for setups that carry the coordinator's
+  LocalEngine engine;             // its scheduler holds every request's sequence, sampler and queued input
   wire::StageLimits limits;
   std::shared_ptr<FrameChannel> next;
   bool last = false;

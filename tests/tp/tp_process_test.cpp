@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "model/fixtures.h"
@@ -223,6 +224,125 @@ TEST(TpProcesses, ChatLeadsTheGroupAsGenerateDoes) {
   const auto run = group.lead({"--chat", "--prompt", "Tell me about the weather.", "-n", "12"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out.substr(0, run.out.find('\n')), first) << run.out;
+}
+
+struct StagePlan {
+  std::string name, model;
+  int begin = 0, end = 0;
+};
+
+// stages.json for `generate --pipeline`.
+std::string stages_json(const std::vector<StagePlan>& stages) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const StagePlan& s : stages) {
+    nlohmann::json stage = nlohmann::json::object();
+    stage["name"] = s.name;
+    stage["model"] = s.model;
+    stage["layers"] = nlohmann::json::array({s.begin, s.end});
+    list.push_back(stage);
+  }
+  nlohmann::json plan = nlohmann::json::object();
+  plan["stages"] = list;
+  return plan.dump();
+}
+
+// The cluster's trust file with node s + 1, the identity of stage s's group
+// leader, listening on stage s's host (another port), for each of `stages`: a
+// stage process holds both identities. On loopback every node has a port of
+// its own already.
+std::filesystem::path trust_with_group_leaders(const Cluster& cluster, const std::vector<int>& stages) {
+  std::ifstream in(cluster.trust_file());
+  nlohmann::json trust = nlohmann::json::parse(in);
+  if (cluster.in_namespaces())
+    for (const int stage : stages) {
+      const std::string host = cluster.address(stage).substr(0, cluster.address(stage).rfind(':'));
+      for (auto& node : trust["nodes"])
+        if (node["name"] == cluster.name(stage + 1)) node["address"] = host + ":7001";
+    }
+  const auto path = cluster.dir() / "trust-pp-tp.json";
+  std::ofstream(path) << trust.dump();
+  return path;
+}
+
+// PP x TP, 2 x 2: a pipeline of two stages, each a TP group of two processes
+// (tessera stage --tp as rank 0, tessera rank --layers as rank 1), driven by
+// generate --pipeline as any pipeline is: its greedy tokens are one process's.
+// Nodes: 0 the coordinator; stage s (s = 0, 1) is node 1 + 3s, its group's
+// rank 0 identity node 2 + 3s (an address of its own on the stage's host), its
+// rank 1 node 3 + 3s. A second request runs over the groups as they stand.
+TEST(TpProcesses, APipelineOfTwoTpStagesGivesOneProcesssTokens) {
+  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
+  const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  Cluster cluster(7);
+  std::cout << (cluster.in_namespaces() ? "nodes in network namespaces\n" : "nodes on loopback\n");
+  const auto trust_file = trust_with_group_leaders(cluster, {1, 4});
+  const int layers = 2, cut = 1;  // llama3_f32
+  const auto plan = cluster.dir() / "stages.json";
+  std::ofstream(plan) << stages_json({{cluster.name(1), dir, 0, cut}, {cluster.name(4), dir, cut, layers}});
+  auto log = [&](int node) { return cluster.dir() / ("node" + std::to_string(node) + ".log"); };
+  for (const int stage : {1, 4}) {
+    const std::string members = cluster.name(stage + 1) + "," + cluster.name(stage + 2);
+    const std::string range =
+        stage == 1 ? "0:" + std::to_string(cut) : std::to_string(cut) + ":" + std::to_string(layers);
+    cluster.spawn(stage,
+                  {TESSERA_BINARY, "stage", "--listen", cluster.address(stage), "--identity",
+                   cluster.identity(stage).string(), "--trust", trust_file.string(), "--threads", "1", "--tp", members,
+                   "--tp-identity", cluster.identity(stage + 1).string()},
+                  log(stage));
+    cluster.spawn(stage + 2,
+                  {TESSERA_BINARY, "rank", "--model", dir, "--layers", range, "--members", members, "--identity",
+                   cluster.identity(stage + 2).string(), "--trust", trust_file.string(), "--threads", "1"},
+                  log(stage + 2));
+  }
+  for (int run = 0; run < 2; ++run) {
+    const auto out = cluster.dir() / ("coordinator" + std::to_string(run) + ".log");
+    const int coordinator = cluster.spawn(
+        0,
+        {TESSERA_BINARY, "generate", "--model", dir, "--prompt-ids", "1,5,9,2,7,3", "-n", "8", "--pipeline",
+         plan.string(), "--identity", cluster.identity(0).string(), "--trust", trust_file.string()},
+        out);
+    ASSERT_EQ(cluster.wait(coordinator, std::chrono::seconds(120)), 0)
+        << slurp(out) << slurp(log(1)) << slurp(log(3)) << slurp(log(4)) << slurp(log(6));
+    EXPECT_EQ(ids_line(slurp(out)), ids_line(local.out)) << slurp(out);
+  }
+  for (const int stage : {1, 4}) {
+    EXPECT_NE(slurp(log(stage)).find("rank 0 of 2"), std::string::npos) << slurp(log(stage));
+    const std::string rank_log = slurp(log(stage + 2));
+    EXPECT_EQ(rank_log.find("group formed"), rank_log.rfind("group formed")) << "formed more than once: " << rank_log;
+    EXPECT_NE(rank_log.find("layers [" + std::string(stage == 1 ? "0, 1" : "1, 2") + ")"), std::string::npos)
+        << rank_log;
+  }
+}
+
+// A rank of other layers than its stage's is refused when the group forms,
+// naming both ranges, on the rank and (through the coordinator) on the stage.
+TEST(TpProcesses, ARankOfOtherLayersThanItsStagesIsRefusedNamingBoth) {
+  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
+  Cluster cluster(4);  // 0 coordinator, 1 stage, 2 its rank 0 identity, 3 its rank 1
+  const auto trust_file = trust_with_group_leaders(cluster, {1});
+  const auto plan = cluster.dir() / "stages.json";
+  std::ofstream(plan) << stages_json({{cluster.name(1), dir, 0, 2}});
+  const std::string members = cluster.name(2) + "," + cluster.name(3);
+  cluster.spawn(
+      1,
+      {TESSERA_BINARY, "stage", "--listen", cluster.address(1), "--identity", cluster.identity(1).string(), "--trust",
+       trust_file.string(), "--threads", "1", "--tp", members, "--tp-identity", cluster.identity(2).string()},
+      cluster.dir() / "stage.log");
+  cluster.spawn(3,
+                {TESSERA_BINARY, "rank", "--model", dir, "--layers", "1:2", "--members", members, "--identity",
+                 cluster.identity(3).string(), "--trust", trust_file.string(), "--threads", "1", "--sessions", "1"},
+                cluster.dir() / "rank.log");
+  const auto out = cluster.dir() / "coordinator.log";
+  const int coordinator =
+      cluster.spawn(0,
+                    {TESSERA_BINARY, "generate", "--model", dir, "--prompt-ids", "1,5", "-n", "2", "--pipeline",
+                     plan.string(), "--identity", cluster.identity(0).string(), "--trust", trust_file.string()},
+                    out);
+  EXPECT_NE(cluster.wait(coordinator, std::chrono::seconds(60)), 0) << slurp(out);
+  const std::string named = "rank 1 holds layers [1, 2), the leader (rank 0) [0, 2)";
+  EXPECT_NE(slurp(out).find(named), std::string::npos) << slurp(out);
+  EXPECT_NE(slurp(cluster.dir() / "rank.log").find(named), std::string::npos) << slurp(cluster.dir() / "rank.log");
 }
 
 // generate --tp leads as rank 0 only, and not together with --pipeline.
