@@ -185,10 +185,17 @@ void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const Tensor
     rounded_capacity = needed;
   }
   uint8_t* xq = rounded.get();  // not `rounded` in the lambdas: each thread has its own
-  pool.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
-    quantize_activations(w.dtype, x + static_cast<int64_t>(begin) * k, static_cast<int64_t>(end - begin), k,
-                         xq + begin * act_bytes);
-  });
+  // A few tokens take a few microseconds: less than waking the pool (decode calls this
+  // about 110 times a token). Each token is rounded by the same function either way.
+  constexpr int64_t kRoundAlone = 4;
+  if (tokens <= kRoundAlone) {
+    quantize_activations(w.dtype, x, tokens, k, xq);
+  } else {
+    pool.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
+      quantize_activations(w.dtype, x + static_cast<int64_t>(begin) * k, static_cast<int64_t>(end - begin), k,
+                           xq + begin * act_bytes);
+    });
+  }
 
   // Chunks of a multiple of 16 rows, about 8 a thread, taken by whichever thread is
   // free next; a row is computed by one call in the one order, so no result depends on
