@@ -159,7 +159,10 @@ Status Forward::make_kv_pool(const ForwardOptions& options, Status local) {
       words = {static_cast<uint32_t>(kv_pool_->total_blocks()), static_cast<uint32_t>(kv_pool_->block_size()),
                static_cast<uint32_t>(kv_pool_->pages().dtype)};
   }
-  TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(bytes_of(words), DType::kF32, 0); }));
+  // Each wait below is bounded by the group's progress timeout: a rank that
+  // never sets up its Forward fails every other rank's setup, named.
+  const std::string setting_up = "[forward] setting up the group's Forwards";
+  TS_RETURN_IF_ERROR(timed([&] { return group_.broadcast(bytes_of(words), DType::kF32, 0); }).with_context(setting_up));
   if (group_.rank() != 0 && local.ok()) {
     if (words[0] == 0) {
       local = Status::internal("[forward] the leader (rank 0) could not set up its Forward");
@@ -180,7 +183,8 @@ Status Forward::make_kv_pool(const ForwardOptions& options, Status local) {
   std::vector<uint32_t> state = {local.ok() ? 0u : 1u, static_cast<uint32_t>(mine.begin),
                                  static_cast<uint32_t>(mine.end)};
   std::vector<uint32_t> all(state.size() * static_cast<size_t>(group_.size()));
-  TS_RETURN_IF_ERROR(timed([&] { return group_.all_gather(bytes_of(state), bytes_of(all), DType::kF32); }));
+  TS_RETURN_IF_ERROR(
+      timed([&] { return group_.all_gather(bytes_of(state), bytes_of(all), DType::kF32); }).with_context(setting_up));
   if (!local.ok()) return local;
   std::string failed;
   bool broken = false;  // a rank failed (else only ranges differ: the operator's mistake)

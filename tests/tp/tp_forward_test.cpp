@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <thread>
 
@@ -224,6 +225,27 @@ TEST(TpForward, ARankOfOtherLayersThanTheLeadersIsRefusedNamingBoth) {
     EXPECT_NE(s.message().find("rank 1 holds layers [1, 2), the leader (rank 0) [0, 1)"), std::string::npos)
         << s.to_string();
   }
+}
+
+// A rank that joined the group but never sets up its Forward (still alive: it
+// heartbeats) fails the leader's setup within the group's progress timeout
+// (5 s here), naming the rank, instead of holding it forever.
+TEST(TpForward, ARankThatNeverSetsUpFailsTheLeadersSetupNamingIt) {
+  TpCluster cluster(2);
+  std::vector<Result<Group>> groups = cluster.connect(false);
+  for (auto& g : groups) ASSERT_TRUE(g.ok()) << g.status().to_string();
+  auto model = Model::load(fixture_dir("llama3_f32"), std::nullopt, Shard{0, 2});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto device = make_cpu_device(1);
+  const auto start = std::chrono::steady_clock::now();
+  Forward forward(*model, *device, {.group = *groups[0]});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(forward.status().ok());
+  EXPECT_NE(forward.status().message().find("setting up the group's Forwards"), std::string::npos)
+      << forward.status().to_string();
+  EXPECT_NE(forward.status().message().find("from rank 1"), std::string::npos) << forward.status().to_string();
+  EXPECT_LT(seconds, 8.0) << forward.status().to_string();
+  EXPECT_GE(seconds, 4.5) << forward.status().to_string();
 }
 
 // Rank counts that do not split the model are refused, naming the counts.
