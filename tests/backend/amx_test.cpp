@@ -1,18 +1,20 @@
 // The matmul of bf16 weights by AMX tile products (backend/cpu/amx_kernel.h):
 //   - its decode and GEMM sum every output in the order the kernel states, bitwise, run
 //     with the portable emulation of the tiles (amx_emulated.h) on every machine;
-//   - the instructions themselves (AMX-BF16's tdpbf16ps) give bitwise what the emulation
-//     gives, and the dispatched matmul takes them: only on a CPU that has them (the GPU
-//     host's Xeon, in the device run of docs/benchmarks.md); elsewhere these skip, saying
-//     so. When the instruction differs from the SDM's pseudo-code, the test names which
-//     other order the instruction's sums match.
+//   - the instructions themselves (AMX-BF16's tdpbf16ps) give a token's row bitwise the
+//     same alone and in any batch, within rounding of the emulation (the hardware differs
+//     from the SDM's pseudo-code in the last bit of some outputs: amx_kernel.h), and the
+//     dispatched matmul takes them: only on a CPU that has them (the GPU host's Xeon, in
+//     the device runs of docs/benchmarks.md); elsewhere these skip, saying so.
 // kernels_test.cpp's batch tests (rows alone or in a batch, any thread count) run the
 // dispatched matmul, so on such a CPU they cover this kernel through CpuDevice.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -62,13 +64,14 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
 
 // How one output may be summed: the order amx_kernel.h states (the SDM's pseudo-code),
 // and others the instruction might follow instead, for the report when it does.
-enum class Order { kStated, kOddFirst, kPairsExact, kChunksExact };
+enum class Order { kStated, kOddFirst, kPairsExact, kChunksExact, kEvenOddChains };
 const char* order_name(Order o) {
   switch (o) {
     case Order::kStated: return "the SDM's (products one by one along k, each an FMA)";
     case Order::kOddFirst: return "each pair's odd product first (as vdpbf16ps)";
     case Order::kPairsExact: return "each pair's two products summed exactly, then added";
     case Order::kChunksExact: return "each chunk's 32 products summed exactly, then added";
+    case Order::kEvenOddChains: return "a chunk's even and odd products in two chains, then both added";
   }
   return "";
 }
@@ -82,6 +85,17 @@ float sum_in_order(const float* x, const uint16_t* w, int64_t k, Order order) {
   };
   float acc = 0.0f;
   for (int64_t c = 0; c < kp; c += kernel::kChunk) {
+    if (order == Order::kEvenOddChains) {
+      float even = 0.0f, odd = 0.0f;
+      for (int64_t i = c; i < c + kernel::kChunk; i += 2) {
+        even =
+            Dot::flush(std::fma(Dot::widen(wb[static_cast<size_t>(i)]), Dot::widen(xb[static_cast<size_t>(i)]), even));
+        odd = Dot::flush(
+            std::fma(Dot::widen(wb[static_cast<size_t>(i + 1)]), Dot::widen(xb[static_cast<size_t>(i + 1)]), odd));
+      }
+      acc = Dot::flush(Dot::flush(acc + even) + odd);
+      continue;
+    }
     if (order == Order::kChunksExact) {
       double sum = 0;
       for (int64_t i = c; i < c + kernel::kChunk; ++i) sum += double{product(i)};
@@ -155,7 +169,8 @@ TEST(AmxTest, EmulationSumsTheProductsOfXRoundedToBf16) {
 std::string orders_matched(const std::vector<float>& y, const float* x, int64_t tokens, int64_t k, const uint16_t* w,
                            int64_t rows) {
   std::string out;
-  for (const Order o : {Order::kStated, Order::kOddFirst, Order::kPairsExact, Order::kChunksExact}) {
+  for (const Order o :
+       {Order::kStated, Order::kOddFirst, Order::kPairsExact, Order::kChunksExact, Order::kEvenOddChains}) {
     int64_t same = 0;
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t r = 0; r < rows; ++r)
@@ -165,44 +180,68 @@ std::string orders_matched(const std::vector<float>& y, const float* x, int64_t 
   return out;
 }
 
-// tileloadd, tdpbf16ps and tilestored give bitwise what the emulation gives, through
-// decode and the GEMM.
-TEST(AmxTest, InstructionGivesTheEmulatedSums) {
+// Sum of |w x| over one output's products (x rounded), the scale of its rounding errors.
+double magnitude(const float* x, const uint16_t* w, int64_t k) {
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += std::fabs(double{Dot::widen(Dot::round(x[i]))} * Dot::widen(w[i]));
+  return sum;
+}
+
+// The instructions give the emulation's sums within rounding (a few units in the last
+// place of the products' magnitude), through decode and the GEMM, subnormal inputs
+// included; how many outputs each candidate order matches bitwise is printed, for
+// docs/benchmarks.md.
+TEST(AmxTest, InstructionIsWithinRoundingOfTheEmulation) {
   SKIP_WITHOUT_THE_INSTRUCTION();
   for (const int64_t k : {7, 64, 2 * 512 + 37, 2048}) {
     const int64_t rows = 53;
-    const auto x = random_values(static_cast<size_t>(301 * k), 45);
-    const auto w = random_bf16(static_cast<size_t>(rows * k), 46);
+    auto x = random_values(static_cast<size_t>(301 * k), 45);
+    auto w = random_bf16(static_cast<size_t>(rows * k), 46);
+    if (k == 64) {  // subnormal inputs, and products that underflow
+      for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1e-39f : -3e-40f);
+      for (size_t i = 0; i < w.size(); i += 5) w[i] = static_cast<uint16_t>(i % 2 ? 0x0001 : 0x8040);
+      for (size_t i = 1; i < w.size(); i += 7) w[i] = 0x0080;
+    }
     for (const int64_t tokens : {1, 2, 15, 16, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
       cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
       const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
-      if (y != want)
-        FAIL() << "k " << k << " tokens " << tokens << ": the instruction's sums differ from the emulation's;"
-               << orders_matched(y, x.data(), tokens, k, w.data(), rows);
+      for (int64_t t = 0; t < tokens; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          const auto i = static_cast<size_t>(t * rows + r);
+          ASSERT_NEAR(y[i], want[i], 0x1p-20 * magnitude(x.data() + t * k, w.data() + r * k, k))
+              << "k " << k << " tokens " << tokens << " t " << t << " row " << r;
+        }
+      if (tokens == 40)
+        std::printf("k %lld, 40 tokens:%s\n", static_cast<long long>(k),
+                    orders_matched(y, x.data(), tokens, k, w.data(), rows).c_str());
     }
   }
 }
 
-// The same with subnormal inputs and products that cancel to tiny sums.
-TEST(AmxTest, InstructionGivesTheEmulatedSumsAtSubnormals) {
+// What batch invariance needs of the hardware: each token's row bitwise the same alone
+// (decode's one-token tiles) and among 2, 15, 40 or 301 tokens (the GEMM, padded token
+// tiles, several token and k blocks), on every row group, partial ones included.
+TEST(AmxTest, InstructionGivesARowBitwiseAloneOrInABatch) {
   SKIP_WITHOUT_THE_INSTRUCTION();
-  const int64_t k = 64, rows = 16;
-  for (const int64_t tokens : {1, 2}) {
-    auto x = random_values(static_cast<size_t>(tokens * k), 47);
-    auto w = random_bf16(static_cast<size_t>(rows * k), 48);
-    for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? 1e-39f : -3e-40f);
-    for (size_t i = 0; i < w.size(); i += 5) w[i] = static_cast<uint16_t>(i % 2 ? 0x0001 : 0x8040);
-    for (size_t i = 1; i < w.size(); i += 7) w[i] = 0x0080;  // the smallest normal: products underflow
-    std::vector<float> y(static_cast<size_t>(tokens * rows));
-    cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
-    const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
-    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], want[i]) << tokens << " tokens, at " << i;
+  for (const int64_t k : {7, 2 * 512 + 37, 2048}) {
+    const int64_t rows = 300;
+    const auto x = random_values(static_cast<size_t>(301 * k), 51);
+    const auto w = random_bf16(static_cast<size_t>(rows * k), 52);
+    std::vector<float> alone(static_cast<size_t>(301 * rows));
+    for (int64_t t = 0; t < 301; ++t)
+      cpu::amx::matmul_rows(x.data() + t * k, 1, k, w.data(), rows, alone.data() + t * rows, rows);
+    for (const int64_t tokens : {2, 15, 40, 301}) {
+      std::vector<float> y(static_cast<size_t>(tokens * rows));
+      cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_EQ(y[i], alone[i]) << "k " << k << " tokens " << tokens << " at " << i;
+    }
   }
 }
 
 // Dispatch sends bf16 weights to the tiles where the CPU has them (and the target is
-// AVX-512): the library's matmul gives the emulated sums, alone and in a batch.
+// AVX-512): the library's matmul gives the tiles' bits, alone and in a batch.
 TEST(AmxTest, DispatchedMatmulTakesTheTiles) {
   SKIP_WITHOUT_THE_INSTRUCTION();
   ASSERT_TRUE(cpu::amx_active()) << cpu::isa_name() << " (TESSERA_AMX=0 or TESSERA_BF16_DOT=0 set?)";
@@ -210,10 +249,19 @@ TEST(AmxTest, DispatchedMatmulTakesTheTiles) {
   const auto x = random_values(static_cast<size_t>(40 * k), 49);
   const auto w = random_bf16(static_cast<size_t>(rows * k), 50);
   for (const int64_t tokens : {1, 40}) {
-    std::vector<float> y(static_cast<size_t>(tokens * rows));
+    std::vector<float> y(static_cast<size_t>(tokens * rows)), tiles(y.size());
     cpu::matmul_rows(x.data(), tokens, k, w.data(), DType::kBF16, rows, y.data(), rows);
-    EXPECT_EQ(y, emulated_matmul(x.data(), tokens, k, w.data(), rows)) << tokens << " tokens";
+    cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, tiles.data(), rows);
+    EXPECT_EQ(y, tiles) << tokens << " tokens";
   }
+}
+
+// The peak loop runs and sums what it should: 4 x 16 x 16 x 32 products of 1 x 2^-24
+// an iteration, each output taking 32 of them per iteration.
+TEST(AmxTest, PeakLoopSumsItsProducts) {
+  EXPECT_EQ(kernel::dot_loop<Emulated>(10), 10 * 32 * 0x1p-24f);
+  SKIP_WITHOUT_THE_INSTRUCTION();
+  EXPECT_EQ(cpu::amx::dot_loop(1000), 1000 * 32 * 0x1p-24f);
 }
 
 }  // namespace

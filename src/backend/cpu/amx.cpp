@@ -6,6 +6,7 @@
 #include "backend/cpu/amx.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

@@ -13,16 +13,19 @@
 //   x is rounded to bf16 (nearest even), past k padded with zeros to a whole chunk of
 //   kChunk = 32 elements (the weights' last chunk likewise);
 //   acc = 0, one f32;
-//   for each chunk along k in order: acc = tdpbf16ps(acc, w chunk, x chunk), which per the
-//   Intel SDM adds the chunk's 32 products to acc one after the other in the order of k,
-//   each a fused multiply-add rounded to nearest even, bf16 subnormals read as zero and a
-//   subnormal result flushed to zero.
-// There is no lane tree: an output is one element of a C tile, its own accumulator. The
-// order is fixed by k alone, never by the tile's shape, the number of tokens or where a
-// partial sum waits between k blocks (C tiles stored and loaded again hold the same bits).
-// Whether the hardware adds exactly as the SDM's pseudo-code says is measured by
-// amx_test.cpp on a CPU that has it; batch invariance holds either way, as both paths
-// run the same instruction on the same chunks.
+//   for each chunk along k in order: acc = tdpbf16ps(acc, w chunk, x chunk).
+// There is no lane tree: an output is one element of a C tile, its own accumulator, and
+// each instruction's result for it is a function of that accumulator and the output's own
+// w and x chunks alone. So the order is fixed by k alone, never by the tile's shape, the
+// number of tokens or where a partial sum waits between k blocks (C tiles stored and
+// loaded again hold the same bits).
+// What the instruction computes within a chunk: the Intel SDM's pseudo-code adds the 32
+// products one after the other in the order of k, each a fused multiply-add rounded to
+// nearest even (bf16 subnormals read as zero, a subnormal result flushed), which is what
+// amx_emulated.h does; the Xeon of docs/benchmarks.md's AMX run agrees with it on about
+// 99.5 % of outputs and differs in the last bit on the rest (none of four other orders
+// tried matched it either), so amx_test.cpp holds the instruction to the emulation within
+// rounding and to itself bitwise (a row alone and in any batch).
 //
 // Tiles: C (i, j) = tile 2i + j (16 weight rows x up to 16 tokens of f32), A (i) = tile
 // 4 + i (16 weight rows x 32 bf16 of k, loaded straight from the weight rows: nothing
@@ -217,21 +220,30 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
 
 // Register-only tile products on one thread: `iterations` x 4 tdpbf16ps of 16 x 16 x 32
 // (dot_loop_flops(n) = n x 4 x 16384 floating-point operations), the peak the AMX GEMM is
-// measured against, on zeros (the tile unit's speed does not depend on the values);
-// returns one of the sums.
+// measured against. Every product is 1 x 2^-24, so the sum it returns is positive (the
+// callers check that it ran) and stays exact.
 template <typename Ops>
 float dot_loop(int64_t iterations) {
-  alignas(64) static const uint16_t zeros[kTileRows * kChunk] = {};
+  alignas(64) static const auto ones = [] {
+    std::array<uint16_t, kTileRows * kChunk> a{};
+    a.fill(0x3F80);  // 1
+    return a;
+  }();
+  alignas(64) static const auto tiny = [] {
+    std::array<uint16_t, kTileRows * kChunk> a{};
+    a.fill(0x3380);  // 2^-24
+    return a;
+  }();
   alignas(64) float out[kTileRows * kTileTokens];
   Ops::configure(static_cast<int>(kTileTokens));
   Ops::template zero<0>();
   Ops::template zero<1>();
   Ops::template zero<2>();
   Ops::template zero<3>();
-  Ops::template load<4>(zeros, 64);
-  Ops::template load<5>(zeros, 64);
-  Ops::template load<6>(zeros, 64);
-  Ops::template load<7>(zeros, 64);
+  Ops::template load<4>(ones.data(), 64);
+  Ops::template load<5>(ones.data(), 64);
+  Ops::template load<6>(tiny.data(), 64);
+  Ops::template load<7>(tiny.data(), 64);
   for (int64_t i = 0; i < iterations; ++i) {
     Ops::template dot<0, 4, 6>();
     Ops::template dot<1, 4, 7>();
