@@ -16,7 +16,8 @@ Status cancelled_status() { return Status::disconnected("the client cancelled th
 }  // namespace
 
 struct InferenceLoop::Live {
-  Submission submission;
+  Submission submission;  // its sink moved to `sink`
+  std::shared_ptr<const Sink> sink;
   TextStream stream;
   int64_t capacity = 0;
   std::vector<int32_t> output;
@@ -130,6 +131,7 @@ void InferenceLoop::run() {
     }
     stats_.running = static_cast<int64_t>(live_.size());
     backend_->update_stats(stats_);
+    flush();
     stats_.iteration_ns += ns_since(iteration_start);
   }
   // Shutting down: whatever is still live or waiting hears so.
@@ -140,17 +142,19 @@ void InferenceLoop::run() {
   }
   const Status down = Status::overloaded("the server is shutting down");
   while (!live_.empty()) fail(live_.begin()->first, down);
-  for (Submission& s : left) s.sink({.done = true, .error = down});
+  for (Submission& s : left) emit(std::make_shared<const Sink>(std::move(s.sink)), {.done = true, .error = down});
+  flush();
   stats_.waiting = 0;
   stats_.running = 0;
   backend_.reset();
 }
 
 std::vector<Submission> InferenceLoop::take_waiting() {
+  std::lock_guard lock(mutex_);
+  if (waiting_.empty()) return {};  // the common case: no need to count free blocks (a scan of the prefix cache)
   int64_t free_blocks = backend_->free_blocks();
   const size_t max_live = options_.engine.scheduler.max_sequences;
   std::vector<Submission> admitted;
-  std::lock_guard lock(mutex_);
   while (!waiting_.empty() && live_.size() + admitted.size() < max_live) {
     const int64_t blocks = backend_->blocks_for(static_cast<int64_t>(waiting_.front().prompt.size()));
     const bool idle = live_.empty() && admitted.empty();  // a prompt larger than the pool fails alone
@@ -166,9 +170,10 @@ std::vector<Submission> InferenceLoop::take_waiting() {
 
 void InferenceLoop::admit(std::vector<Submission>& admitted) {
   for (Submission& s : admitted) {
+    auto sink = std::make_shared<const Sink>(std::move(s.sink));
     if (s.cancelled->load()) {
       ++stats_.cancelled;
-      s.sink({.done = true, .error = cancelled_status(), .cancelled = true});
+      emit(sink, {.done = true, .error = cancelled_status(), .cancelled = true});
       continue;
     }
     const auto prompt_size = static_cast<int64_t>(s.prompt.size());
@@ -187,7 +192,7 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
     if (status.ok()) status = backend_->open(id, capacity, s);
     if (!status.ok()) {
       ++stats_.failed;
-      s.sink({.done = true, .error = status});
+      emit(sink, {.done = true, .error = status});
       continue;
     }
     stats_.prompt_tokens += static_cast<uint64_t>(prompt_size);
@@ -198,7 +203,8 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
           return model.tokenizer.decode(ids, /*skip_special=*/true).value_or("");
         },
         s.stop);
-    live_.emplace(id, std::make_unique<Live>(Live{std::move(s), std::move(stream), capacity, {}, std::nullopt, {}}));
+    live_.emplace(id, std::make_unique<Live>(
+                          Live{std::move(s), std::move(sink), std::move(stream), capacity, {}, std::nullopt, {}}));
   }
 }
 
@@ -217,7 +223,7 @@ void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
   ++stats_.generation_tokens;
   if (out.logprobs) live.logprobs.push_back(std::move(*out.logprobs));
   if (std::string text = live.stream.push(token); !text.empty())
-    live.submission.sink({.text = std::move(text), .logprobs = std::exchange(live.logprobs, {})});
+    emit(live.sink, {.text = std::move(text), .logprobs = std::exchange(live.logprobs, {})});
   if (live.stream.stopped()) return finish(id, "stop");
   const auto produced = static_cast<int64_t>(live.output.size());
   if (produced >= live.submission.max_tokens) return finish(id, "length");
@@ -232,12 +238,12 @@ void InferenceLoop::finish(uint64_t id, const std::string& reason) {
   backend_->cancel(id);
   ++(reason == "stop" ? stats_.finished_stop : stats_.finished_length);
   stats_.e2e_latency.observe(seconds_since(live.submission.arrived));
-  live.submission.sink({.text = live.stream.finish(),
-                        .done = true,
-                        .finish_reason = reason,
-                        .prompt_tokens = static_cast<int64_t>(live.submission.prompt.size()),
-                        .completion_tokens = static_cast<int64_t>(live.output.size()),
-                        .logprobs = std::move(live.logprobs)});
+  emit(live.sink, {.text = live.stream.finish(),
+                   .done = true,
+                   .finish_reason = reason,
+                   .prompt_tokens = static_cast<int64_t>(live.submission.prompt.size()),
+                   .completion_tokens = static_cast<int64_t>(live.output.size()),
+                   .logprobs = std::move(live.logprobs)});
   live_.erase(it);
 }
 
@@ -246,8 +252,20 @@ void InferenceLoop::fail(uint64_t id, Status error, bool cancelled) {
   if (it == live_.end()) return;
   backend_->cancel(id);
   if (!cancelled) ++stats_.failed;
-  it->second->submission.sink({.done = true, .error = std::move(error), .cancelled = cancelled});
+  emit(it->second->sink, {.done = true, .error = std::move(error), .cancelled = cancelled});
   live_.erase(it);
+}
+
+void InferenceLoop::emit(const std::shared_ptr<const Sink>& sink, GenerationEvent event) {
+  if (deliver_) {
+    events_.emplace_back(sink, std::move(event));
+  } else {
+    (*sink)(std::move(event));
+  }
+}
+
+void InferenceLoop::flush() {
+  if (!events_.empty()) deliver_(std::exchange(events_, {}));
 }
 
 }  // namespace tessera::serve

@@ -27,9 +27,17 @@
 // With LoopOptions::backend the requests run elsewhere instead (a pipeline of
 // stages: pipeline_backend.h), through the same admission, stop rules and events.
 //
+// Events: each iteration gathers the events of its step (text, finishes,
+// failures) and hands them over at its end, at once: to the delivery function
+// when one is set (the server posts the whole batch to its I/O threads, one
+// hand-over a step instead of one a token on the inference thread), otherwise
+// by calling each sink there. Batches go in order, and a request's events keep
+// theirs.
+//
 // Thread safety: submit(), cancel flags, ready(), model(), stats() and stop()
-// may be called from any thread. Sinks are called on the inference thread and
-// must not block (HTTP sessions post to their own strand).
+// may be called from any thread; deliver_events_with() before start(). Sinks
+// are called on the inference thread, or where the delivery function runs
+// them, and must not block (HTTP sessions post to their own strand).
 #pragma once
 
 #include <atomic>
@@ -70,6 +78,10 @@ struct GenerationEvent {
   std::vector<SampledLogprobs> logprobs{};
 };
 
+using Sink = std::function<void(GenerationEvent)>;
+// One iteration's events, in order, each with its request's sink.
+using EventBatch = std::vector<std::pair<std::shared_ptr<const Sink>, GenerationEvent>>;
+
 struct Submission {
   std::vector<int32_t> prompt;
   int64_t max_tokens = 16;
@@ -79,7 +91,7 @@ struct Submission {
   int logprobs = -1;        // -1: none; else each token's logprob and this many top ones
   bool ignore_eos = false;  // the model's stop ids do not end it (a stop string, max_tokens or capacity does)
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
-  std::function<void(GenerationEvent)> sink;
+  Sink sink;
   std::chrono::steady_clock::time_point arrived{};  // set by submit()
 };
 
@@ -126,6 +138,10 @@ class InferenceLoop {
   InferenceLoop(const InferenceLoop&) = delete;
   InferenceLoop& operator=(const InferenceLoop&) = delete;
 
+  // Where each iteration's events go (before start()): the function gets the
+  // batch on the inference thread and must not block; it runs the sinks in
+  // batch order, batch after batch (the server: on one strand of its I/O threads).
+  void deliver_events_with(std::function<void(EventBatch)> deliver) { deliver_ = std::move(deliver); }
   // Starts the thread, which loads the model; ready() once it can take requests.
   void start();
   bool ready() const { return ready_.load(); }
@@ -156,8 +172,12 @@ class InferenceLoop {
   void finish(uint64_t id, const std::string& reason);
   // `cancelled`: the request's cancel flag (the client left), not a failure.
   void fail(uint64_t id, Status error, bool cancelled = false);
+  // Queues an event for the end of the iteration; flush() hands the batch over.
+  void emit(const std::shared_ptr<const Sink>& sink, GenerationEvent event);
+  void flush();
 
   const LoopOptions options_;
+  std::function<void(EventBatch)> deliver_;  // set before start(); empty: sinks run on the inference thread
   LoopStats stats_;
   std::atomic<bool> ready_{false};
   std::thread thread_;
@@ -173,6 +193,7 @@ class InferenceLoop {
   std::unique_ptr<LoopBackend> backend_;
   std::map<uint64_t, std::unique_ptr<Live>> live_;
   uint64_t next_id_ = 1;
+  EventBatch events_;  // this iteration's, not yet handed over
 };
 
 }  // namespace tessera::serve

@@ -17,7 +17,15 @@ Server::Server(ServerOptions options)
     : options_(std::move(options)),
       loop_(options_.loop),
       routes_(loop_, counters_, options_.routes),
-      acceptor_(net::make_strand(io_)) {}
+      delivery_(net::make_strand(io_)),
+      acceptor_(net::make_strand(io_)) {
+  // One hand-over a step from the inference thread; the I/O threads fan the events out.
+  loop_.deliver_events_with([this](EventBatch batch) {
+    net::post(delivery_, [batch = std::move(batch)]() mutable {
+      for (auto& [sink, event] : batch) (*sink)(std::move(event));
+    });
+  });
+}
 
 Server::~Server() { shutdown(); }
 

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -68,6 +69,9 @@ class Server {
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> busy_sessions_{0};
   boost::asio::io_context io_;
+  // The inference loop's event batches run here, one after another, in order;
+  // each sink then posts to its own session's strand.
+  boost::asio::strand<boost::asio::io_context::executor_type> delivery_;
   boost::asio::ip::tcp::acceptor acceptor_;
   uint16_t port_ = 0;
   std::vector<std::thread> threads_;
