@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/bf16_dot_emulated.h"
@@ -157,12 +158,15 @@ TEST_P(MatmulTest, SumsInTheStatedOrderOnEveryTarget) {
 // order matmul.cpp states. 301 tokens make two GEMM token blocks, the second not a
 // whole number of token panels; k = 1061 makes three k blocks and a tail past the last
 // chunk; 53 rows leave a partial panel and an uneven split over threads.
-TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
-  const int64_t tokens = 301, k = 2 * 512 + 37, n = 53;
+// k = 8229 also takes smaller GEMM token blocks (matmul.cpp's token_block: 90 tokens with
+// AVX2, four blocks of 301 tokens, the last partial).
+void rows_alone_or_in_a_batch(DType dtype, int64_t k) {
+  SCOPED_TRACE("k " + std::to_string(k));
+  const int64_t tokens = 301, n = 53;
   const auto x = random_values(static_cast<size_t>(tokens * k), 16);
   auto w = random_values(static_cast<size_t>(n * k), 17);
-  const auto bytes = encode(w, GetParam());
-  const TensorView weight{GetParam(), {n, k}, bytes.data()};
+  const auto bytes = encode(w, dtype);
+  const TensorView weight{dtype, {n, k}, bytes.data()};
   const auto bits = [](const float* y, int64_t count) {
     std::vector<uint32_t> out(static_cast<size_t>(count));
     std::memcpy(out.data(), y, out.size() * sizeof(float));
@@ -184,6 +188,10 @@ TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
     device.matmul(x.data() + 100 * k, 20, weight, {}, some.data());
     EXPECT_EQ(bits(some.data(), 20 * n), bits(all.data() + 100 * n, 20 * n)) << threads << " threads";
   }
+}
+
+TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
+  for (const int64_t k : {int64_t{2 * 512 + 37}, int64_t{8192 + 37}}) rows_alone_or_in_a_batch(GetParam(), k);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

@@ -64,7 +64,8 @@ constexpr int64_t kGemmTokens = 16;
 // * 4 = 384 KiB) and the partial sums (kMc * kNc * L * 4 = 96 KiB with AVX2, 192 KiB
 // with AVX-512) stay in L2 (512 KiB on Zen 3, 2 MiB on Sapphire Rapids), the panel a
 // micro-kernel reads in L1. The best on Zen 3 of kKc 256-1024 and kMc 96-384 (within
-// the noise of a shared VM); weights are read tokens / kMc times per call.
+// the noise of a shared VM); weights are read tokens / kMc times per call. Long rows take
+// smaller token blocks (token_block below).
 constexpr int64_t kKc = 512;
 constexpr int64_t kNc = 16;
 constexpr int64_t kMc = 192;
@@ -76,6 +77,19 @@ constexpr int kPanelTokens = HWY_MAX_BYTES >= 64 ? 6 : 3;
 // the registers hold without spilling.
 constexpr int kDecodeRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
 static_assert(kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kKc % 32 == 0);  // 32: a bf16 chunk of AVX-512
+
+// Tokens of a GEMM token block for rows of k_vec chunked elements: kMc, or fewer for long
+// rows, so that a block's packed x (its tokens x k_vec floats, read again for every kNc
+// weight rows) stays within about 3 MiB, in L3 and not memory: with kMc at k = 8192 it
+// was 6 MiB, and the GEMM ran 8-32 % slower on that shape than at k = 2048 on Zen 3 and
+// 30 % on the Xeon. At least 48 tokens (the weights are read once per block); a multiple
+// of every kPanelTokens. Only where a partial sum waits changes, never its order.
+HWY_INLINE int64_t token_block(int64_t k_vec) {
+  constexpr int64_t kBlockFloats = int64_t{3} << 18;  // 3 MiB
+  constexpr int64_t kMultiple = 6;                    // of 3 (AVX2) and 6 (AVX-512)
+  static_assert(kMc % kMultiple == 0 && kMultiple % kPanelTokens == 0);
+  return std::clamp<int64_t>(kBlockFloats / std::max<int64_t>(k_vec, 1) / kMultiple * kMultiple, 48, kMc);
+}
 
 // Vectors per chunk (see the top of this file).
 template <typename WT>
@@ -310,8 +324,8 @@ void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t rows, int64_
   }
 }
 
-// x packed for the GEMM, for all the call's tokens: token blocks of kMc, block b at
-// xp + b * kMc * k_vec. Within a block of `padded` tokens (kMc, or the last block's
+// x packed for the GEMM, for all the call's tokens: token blocks of mc = token_block(k_vec),
+// block b at xp + b * mc * k_vec. Within a block of `padded` tokens (mc, or the last block's
 // tokens rounded up to whole panels), the k block at k0 (kc elements) starts at
 // k0 * padded and holds, for the panel of kPanelTokens tokens from p,
 // [p * kc + (s * kPanelTokens + t) * L + lane] for vector s, in chunk order. Tokens
@@ -326,11 +340,12 @@ void pack_x(DF df, const float* HWY_RESTRICT x, int64_t tokens, int64_t k, int64
             float* HWY_RESTRICT xp, float* HWY_RESTRICT row) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t k_vec = chunked<WT>(df, k);
+  const int64_t mc = token_block(k_vec);
   const int64_t last = end == tokens ? padded_tokens(tokens) : end;
   for (int64_t t = begin; t < last; ++t) {
     if (t < tokens) order_x<WT>(df, x + t * k, k_vec, row);
-    const int64_t t0 = t / kMc * kMc;
-    const int64_t padded = std::min(kMc, padded_tokens(tokens) - t0);
+    const int64_t t0 = t / mc * mc;
+    const int64_t padded = std::min(mc, padded_tokens(tokens) - t0);
     const int64_t p = (t - t0) / kPanelTokens * kPanelTokens;
     float* block = xp + t0 * k_vec;
     for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
@@ -375,8 +390,9 @@ void gemm(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT x, int64_t tok
   auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kMc * kNc * lanes));
   auto wp = hwy::AllocateAligned<float>(static_cast<size_t>(kNc * kKc));
   TS_CHECK(acc && wp, "[cpu] matmul scratch");
-  for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
-    const int64_t mt = std::min(kMc, tokens - t0);
+  const int64_t mc = token_block(k_vec);
+  for (int64_t t0 = 0; t0 < tokens; t0 += mc) {
+    const int64_t mt = std::min(mc, tokens - t0);
     const int64_t padded = padded_tokens(mt);
     const float* xb = x + t0 * k;
     for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
