@@ -27,6 +27,7 @@
 #include <string_view>
 
 #include "backend/buffer.h"
+#include "backend/expert_routing.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -191,6 +192,28 @@ class Device {
   // rows; scale f32 [rows.size()] in device memory.
   virtual void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
                                 float* y) = 0;
+  // Mixture of experts without the host (model/moe.h). route_experts writes each
+  // token's top_k experts and weights, int32 and f32 [tokens, top_k] in device
+  // memory, from the router's logits [tokens, experts] as `routing` says
+  // (`bias`: kSigmoidGroups' correction bias [experts], or empty), bitwise what
+  // route_token gives on the host. run_experts then writes out [tokens, hidden]:
+  // each token's sum over its experts, in ascending expert order, of weight *
+  // down(silu(gate x) * up x) (product, then sum, each rounded to f32), each
+  // expert's matmuls bitwise what matmul gives them, a token's row the same
+  // whatever else shares the call. The defaults (the CPU) return false: the
+  // caller routes on the host and runs the experts through matmul, as before.
+  struct ExpertWeights {
+    std::span<const TensorView> gate{}, up{}, down{};  // [experts]: [inter, hidden], [inter, hidden], [hidden, inter]
+  };
+  virtual bool route_experts(const float* /*logits*/, int64_t /*tokens*/, const ExpertRouting& /*routing*/,
+                             const TensorView& /*bias*/, int32_t* /*experts*/, float* /*weights*/) {
+    return false;
+  }
+  virtual bool run_experts(const float* /*x*/, int64_t /*tokens*/, const ExpertRouting& /*routing*/,
+                           const int32_t* /*experts*/, const float* /*weights*/, const ExpertWeights& /*w*/,
+                           float* /*out*/) {
+    return false;
+  }
   // Greedy choice: y[r] = the index of the largest of x [rows, n]'s row r, the
   // first one on a tie (std::max_element's answer for rows without NaN); y int32
   // [rows] in device memory. The default reads the rows to the host; a GPU

@@ -20,14 +20,14 @@ Status reserve_floats(Device& device, Buffer& buffer, int64_t count) {
 }
 
 // The first k of `n` indices by descending score, the lower index first among
-// equal scores (a strict order, so the choice is the same on every run).
+// equal scores (a strict order, so the choice is the same on every run, and the
+// GPU's: routing::ranks_before).
 std::vector<int32_t> top_indices(const std::vector<float>& score, size_t k) {
   std::vector<int32_t> order(score.size());
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
                     [&](int32_t a, int32_t b) {
-                      const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
-                      return sa > sb || (sa == sb && a < b);
+                      return routing::ranks_before(score[static_cast<size_t>(a)], a, score[static_cast<size_t>(b)], b);
                     });
   order.resize(k);
   return order;
@@ -36,11 +36,12 @@ std::vector<int32_t> top_indices(const std::vector<float>& score, size_t k) {
 Route softmax_top_k(const MoeSpec& moe, const float* logits) {
   const auto n = static_cast<size_t>(moe.experts);
   // Softmax in f32, as transformers computes it (dtype=torch.float).
+  // (expert_routing.h's exponential: the GPU's routing gets the same bits.)
   const float max = *std::max_element(logits, logits + n);
   std::vector<float> probs(n);
   float sum = 0;
   for (size_t e = 0; e < n; ++e) {
-    probs[e] = std::exp(logits[e] - max);
+    probs[e] = routing::softmax_term(logits[e], max);
     sum += probs[e];
   }
   for (float& p : probs) p /= sum;
@@ -62,7 +63,7 @@ Route sigmoid_group_top_k(const MoeSpec& moe, const float* logits, const float* 
            "experts ", n, " in groups ", moe.groups, ", keeping ", moe.top_groups);  // arch/glm4_moe.cpp refuses these
   std::vector<float> scores(n), choice(n);
   for (size_t e = 0; e < n; ++e) {
-    scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    scores[e] = routing::sigmoid(logits[e]);
     choice[e] = scores[e] + (bias ? bias[e] : 0.0f);
   }
   // Each group's score: its two best choices, summed best first (topk(2).sum()).
@@ -109,14 +110,45 @@ Status MoeMlp::reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64
   TS_RETURN_IF_ERROR(reserve_floats(device, gate_, tokens * widest));
   TS_RETURN_IF_ERROR(reserve_floats(device, up_, tokens * widest));
   TS_RETURN_IF_ERROR(reserve_floats(device, down_, tokens * hidden));
+  TS_RETURN_IF_ERROR(reserve_floats(device, experts_, tokens * moe.top_k));  // int32
   return reserve_floats(device, scale_, tokens * moe.top_k);
+}
+
+ExpertRouting expert_routing(const MoeSpec& moe) {
+  return {
+      .scoring = moe.routing == Routing::kSigmoidGroupTopK ? ExpertScoring::kSigmoidGroups : ExpertScoring::kSoftmax,
+      .experts = moe.experts,
+      .top_k = moe.top_k,
+      .groups = moe.groups,
+      .top_groups = moe.top_groups,
+      .normalize = moe.norm_topk_prob,
+      .scaling = moe.scaling};
 }
 
 void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,
                  int64_t hidden, float* out) {
+  device.matmul(x, tokens, w.router, {}, logits_.f32());
+  const ExpertRouting routing = expert_routing(moe);
+  static const TensorView kNoBias{};
+  const TensorView& bias = moe.routing == Routing::kSigmoidGroupTopK ? w.router_bias : kNoBias;
+  auto* experts = static_cast<int32_t*>(experts_.data());
+  if (device.route_experts(logits_.f32(), tokens, routing, bias, experts, scale_.f32())) {
+    const bool ran = device.run_experts(x, tokens, routing, experts, scale_.f32(),
+                                        {.gate = w.expert_gate, .up = w.expert_up, .down = w.expert_down}, out);
+    TS_CHECK(ran, "[", device.name(), "] routes experts but does not run them");
+  } else {
+    run_on_host(device, w, moe, x, tokens, hidden, out);
+  }
+  if (moe.shared_intermediate > 0) {  // routed sum + shared(x), as transformers adds them
+    device.gate_up(x, tokens, w.shared_gate, {}, w.shared_up, {}, up_.f32(), gate_.f32());
+    device.matmul_add(gate_.f32(), tokens, w.shared_down, {}, down_.f32(), out);
+  }
+}
+
+void MoeMlp::run_on_host(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,
+                         int64_t hidden, float* out) {
   const int64_t experts = moe.experts;
   host_logits_.resize(static_cast<size_t>(tokens * experts));
-  device.matmul(x, tokens, w.router, {}, logits_.f32());
   device.download(logits_.data(), host_logits_.size() * sizeof(float), host_logits_.data());
 
   const float* bias = moe.routing == Routing::kSigmoidGroupTopK ? router_bias(device, w) : nullptr;
@@ -154,13 +186,6 @@ void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, cons
     device.silu_mul(gate_.f32(), up_.f32(), n * inter, gate_.f32());
     device.matmul(gate_.f32(), n, w.expert_down[e], {}, down_.f32());
     device.scatter_add_rows(down_.f32(), scale_.f32() + begin[e], expert_rows, hidden, out);
-  }
-  if (moe.shared_intermediate > 0) {  // routed sum + shared(x), as transformers adds them
-    device.matmul(x, tokens, w.shared_gate, {}, gate_.f32());
-    device.matmul(x, tokens, w.shared_up, {}, up_.f32());
-    device.silu_mul(gate_.f32(), up_.f32(), tokens * moe.shared_intermediate, gate_.f32());
-    device.matmul(gate_.f32(), tokens, w.shared_down, {}, down_.f32());
-    device.add(down_.f32(), tokens * hidden, out);
   }
 }
 

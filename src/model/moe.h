@@ -2,20 +2,25 @@
 // Device for one step of any number of tokens.
 //
 //   router logits [tokens, experts] = x * router^T        (device matmul)
-//   each token's top_k experts and weights                 (host, fixed order)
+//   each token's top_k experts and weights                 (fixed order)
 //   for each expert e hit, in ascending order, once for all its tokens:
 //     rows = the tokens routed to e (ascending); xe = x[rows]
 //     out[rows] += weight * down(silu(gate(xe)) * up(xe))
 //   with a shared expert (GLM-4.5): out += shared(x)      (every token)
+//
+// A device that can (the GPU: Device::route_experts, run_experts) does the
+// routing and the experts itself, with no trip to the host and bitwise the
+// same numbers; on the others (the CPU) routing runs on the host from the
+// downloaded logits (tokens * experts floats a layer, and the router's
+// correction bias, experts floats, for kSigmoidGroupTopK), and the experts run
+// through matmul, one expert at a time.
 //
 // So each expert's weights are read once per step for all the tokens routed to
 // it, and an expert no token picked is not read at all (batch-1 decode reads
 // top_k experts a layer). A token's output is bitwise the same whatever else
 // shares its step: its row of every matmul is summed alone (Device's batch
 // invariance), and its experts' outputs are added to a zeroed row in ascending
-// expert order, as transformers' index_add_ does. Routing runs on the host from
-// the downloaded logits (tokens * experts floats a layer, and the router's
-// correction bias, experts floats, for kSigmoidGroupTopK).
+// expert order, as transformers' index_add_ does.
 //
 // Not thread-safe: one per Forward.
 #pragma once
@@ -41,8 +46,12 @@ struct Route {
 // zeros). Among equal scores the lower expert (or group) index wins: torch.topk's
 // order for exact ties is its own, and with real logits they do not occur
 // except where kSigmoidGroupTopK's masked experts all score 0, where the lower
-// index is what torch.topk on the CPU picks for the fixtures.
+// index is what torch.topk on the CPU picks for the fixtures. Its arithmetic is
+// expert_routing.h's, which the GPU's routing shares.
 Route route_token(const MoeSpec& moe, const float* logits, const float* bias = nullptr);
+
+// MoeSpec's routing, as a Device takes it.
+ExpertRouting expert_routing(const MoeSpec& moe);
 
 class MoeMlp {
  public:
@@ -53,10 +62,14 @@ class MoeMlp {
            float* out);
 
  private:
+  // Routing on the host, then each expert hit through matmul (devices without route_experts).
+  void run_on_host(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,
+                   int64_t hidden, float* out);
   // The router's correction bias of `w` as f32 on the host (downloaded each run: experts values).
   const float* router_bias(Device& device, const LayerWeights& w);
 
   Buffer logits_, xe_, gate_, up_, down_, scale_;  // device scratch
+  Buffer experts_;                                 // int32 [tokens, top_k]: the routed experts (device routing)
   std::vector<float> host_logits_, zeros_, bias_;
   std::vector<uint8_t> bias_bytes_;
 };

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "fixtures.h"
@@ -99,6 +100,26 @@ TEST(RouteTokenTest, SigmoidGroupsMaskDroppedGroupsWithZeroNotMinusInfinity) {
   ASSERT_EQ(route.experts, (std::vector<int32_t>{4, 5}));
   const double s4 = sigmoid(-1.0), s5 = sigmoid(-2.0);
   EXPECT_NEAR(route.weights[0], 2.5 * s4 / (s4 + s5), 1e-6);
+}
+
+// expert_routing.h's exponential, which the host's and the GPU's routing share:
+// within an ulp of exp (double precision as the reference) over the range where
+// e^x is a normal float, 1 at 0, and the edges of the range.
+TEST(RoutingExpTest, WithinAnUlpOfExpAndExactAtTheEdges) {
+  double worst = 0;
+  for (float x = -87.0f; x < 88.7f; x += 0.0013f) {
+    const double want = std::exp(double{x});
+    worst = std::max(worst, std::fabs(routing::routing_exp(x) - want) / want);
+  }
+  EXPECT_LT(worst, 1.2e-7);  // 2^-23: an ulp at the bottom of a binade
+  EXPECT_EQ(routing::routing_exp(0.0f), 1.0f);
+  EXPECT_EQ(routing::routing_exp(-0.0f), 1.0f);
+  EXPECT_EQ(routing::routing_exp(-104.0f), 0.0f);
+  EXPECT_GT(routing::routing_exp(-100.0f), 0.0f);  // a subnormal, not flushed to zero
+  EXPECT_NEAR(routing::routing_exp(-100.0f), std::exp(-100.0), 1.5e-45);
+  EXPECT_EQ(routing::routing_exp(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(routing::routing_exp(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_FLOAT_EQ(routing::sigmoid(0.0f), 0.5f);
 }
 
 // Counts, per step, how often each weight (by its address) is read by a matmul.
