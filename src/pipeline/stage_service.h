@@ -43,14 +43,6 @@ struct StageOptions {
   net::TrustFile trust;
   // The device, its threads, the KV pool's budget and the step scheduler's limits.
   EngineOptions engine;
-  // PP x TP (tessera stage --tp): the stage leads a tensor-parallel group as
-  // its rank 0 of tp_ranks. A setup loads its shard of the layers and forms
-  // the group with tp_group() (the other ranks run tessera rank --layers over
-  // the same range, which the group checks as it forms); the group is kept for
-  // the next setup of the same layers unless it failed, then formed anew.
-  // Unset: the stage runs its layers whole.
-  std::function<Result<Group>()> tp_group{};
-  int tp_ranks = 1;
   std::chrono::milliseconds timeout{30000};  // a silent peer mid-frame
   // Weights a coordinator may ship here (--ship-weights), in bytes; 0: 90 % of
   // the memory available when they are announced.
@@ -76,6 +68,15 @@ struct StageOptions {
   // whatever the model at the cost of one frame more.
   size_t max_queued_work = 1024;
   uint64_t max_queued_bytes = uint64_t{64} << 20;
+  // (Last, so that aggregate initializations of the fields above stay valid.)
+  // PP x TP (tessera stage --tp): the stage leads a tensor-parallel group as
+  // its rank 0 of tp_ranks. A setup loads its shard of the layers and forms
+  // the group with tp_group() (the other ranks run tessera rank --layers over
+  // the same range, which the group checks as it forms); the group is kept for
+  // the next setup of the same layers unless it failed, then formed anew.
+  // Unset: the stage runs its layers whole.
+  std::function<Result<Group>()> tp_group{};
+  int tp_ranks = 1;
 };
 
 class StageService {
