@@ -16,8 +16,9 @@
 // through matmul, one expert at a time.
 //
 // So each expert's weights are read once per step for all the tokens routed to
-// it, and an expert no token picked is not read at all (batch-1 decode reads
-// top_k experts a layer). A token's output is bitwise the same whatever else
+// it (on the GPU, once per item of up to 32 of them: cuda/moe.cuh), and an
+// expert no token picked is not read at all (batch-1 decode reads top_k experts
+// a layer). A token's output is bitwise the same whatever else
 // shares its step: its row of every matmul is summed alone (Device's batch
 // invariance), and its experts' outputs are added to a zeroed row in ascending
 // expert order, as transformers' index_add_ does.

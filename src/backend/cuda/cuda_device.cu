@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/moe.cuh"
 #include "backend/device.h"
 #include "core/check.h"
 
@@ -458,6 +459,72 @@ class CudaDevice final : public Device {
   int32_t* arena_host_ = nullptr;
   size_t arena_capacity_ = 0, arena_used_ = 0;
   std::unordered_map<std::vector<int32_t>, size_t, SpanHash> staged_;
+
+  // ---- Mixture of experts (moe.cu): routing and a layer's experts without the host.
+ public:
+  bool route_experts(const float* logits, int64_t tokens, const ExpertRouting& routing, const TensorView& bias,
+                     int32_t* experts, float* weights) override {
+    if (routing.experts > cuda::kMaxRoutedExperts) return false;  // the caller routes on the host
+    TS_CHECK(bias.empty() || bias.numel() == routing.experts, "router bias ", shape_string(bias.shape), " for ",
+             routing.experts, " experts");
+    select();
+    cuda::route_experts(stream_, logits, tokens, routing, bias.empty() ? nullptr : bias.data, bias.dtype, experts,
+                        weights);
+    launched("route_experts");
+    return true;
+  }
+
+  bool run_experts(const float* x, int64_t tokens, const ExpertRouting& routing, const int32_t* experts,
+                   const float* weights, const ExpertWeights& w, float* out) override {
+    const cuda::ExpertTable& table = expert_table(w);
+    TS_CHECK(table.experts == routing.experts, table.experts, " experts' weights for ", routing.experts);
+    void* scratch = grow(experts_.scratch, cuda::experts_scratch(tokens, routing.top_k, table), "expert scratch");
+    cuda::run_experts(stream_, x, tokens, routing.top_k, experts, weights, table, scratch, out);
+    launched("run_experts");
+    return true;
+  }
+
+ private:
+  // The layer's table of expert weight pointers in device memory, made on its first step.
+  const cuda::ExpertTable& expert_table(const ExpertWeights& w) {
+    TS_CHECK(!w.gate.empty() && w.up.size() == w.gate.size() && w.down.size() == w.gate.size(),
+             "experts: ", w.gate.size(), " gate, ", w.up.size(), " up, ", w.down.size(), " down");
+    const auto found = experts_.layers.find(w.gate[0].data);
+    if (found != experts_.layers.end()) return found->second.table;
+    const TensorView& first = w.gate[0];
+    TS_CHECK(first.shape.size() == 2, "expert weight ", shape_string(first.shape));
+    const int64_t inter = first.dim(0), hidden = first.dim(1);
+    const size_t n = w.gate.size();
+    std::vector<const void*> pointers(3 * n);
+    const auto expect = [&](const TensorView& view, int64_t rows, int64_t cols, size_t e) {
+      const bool alike = view.dtype == first.dtype && view.shape == std::vector<int64_t>{rows, cols};
+      TS_CHECK(alike, "expert ", e, ": ", dtype_name(view.dtype), " ", shape_string(view.shape), " beside ",
+               dtype_name(first.dtype), " ", shape_string(first.shape));
+    };
+    for (size_t e = 0; e < n; ++e) {
+      expect(w.gate[e], inter, hidden, e);
+      expect(w.up[e], inter, hidden, e);
+      expect(w.down[e], hidden, inter, e);
+      pointers[e] = w.gate[e].data;
+      pointers[n + e] = w.up[e].data;
+      pointers[2 * n + e] = w.down[e].data;
+    }
+    auto buffer = alloc(pointers.size() * sizeof(void*));
+    TS_CHECK(buffer.ok(), "expert table: ", buffer.status().to_string());
+    upload(pointers.data(), pointers.size() * sizeof(void*), buffer->data());
+    check(cudaStreamSynchronize(stream_), "copying an expert table");  // `pointers` goes out of scope
+    const auto* table = static_cast<const void* const*>(buffer->data());
+    cuda::ExpertState::Layer layer{std::move(*buffer), cuda::ExpertTable{.gate = table,
+                                                                         .up = table + n,
+                                                                         .down = table + 2 * n,
+                                                                         .dtype = first.dtype,
+                                                                         .experts = static_cast<int64_t>(n),
+                                                                         .hidden = hidden,
+                                                                         .inter = inter}};
+    return experts_.layers.emplace(w.gate[0].data, std::move(layer)).first->second.table;
+  }
+
+  cuda::ExpertState experts_;
 };
 
 }  // namespace

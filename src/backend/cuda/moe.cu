@@ -1,0 +1,522 @@
+#include "backend/cuda/moe.cuh"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
+#include "core/check.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+// ---- routing ----------------------------------------------------------------
+//
+// One block a token. The scores are computed in parallel with expert_routing.h's
+// functions; every sum the host adds in order (the softmax's denominator, the
+// top_k weights' sum) is added in the same order by thread 0, and every choice
+// is the first in routing::ranks_before's order, which the host's partial sorts
+// also take, so the experts and the weights are bitwise route_token's.
+
+constexpr int kRouteThreads = 256;
+constexpr int kRouteWarps = kRouteThreads / 32;
+
+// (value, index) of the candidate that ranks first; index < 0 is none yet.
+__device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t best_i) {
+  return i >= 0 && (best_i < 0 || routing::ranks_before(v, i, best_v, best_i));
+}
+
+template <DType D>
+__global__ void __launch_bounds__(kRouteThreads)
+    route_kernel(const float* __restrict__ logits, ExpertRouting r, const Storage<D>* __restrict__ bias,
+                 int32_t* __restrict__ experts, float* __restrict__ weights) {
+  __shared__ float choice[kMaxRoutedExperts];
+  __shared__ unsigned char taken[kMaxRoutedExperts];
+  __shared__ float group_score[kMaxRoutedExperts / 2];
+  __shared__ unsigned char kept[kMaxRoutedExperts / 2];
+  __shared__ float reduce[32];
+  __shared__ float shared_sum;
+  __shared__ float warp_v[kRouteWarps];
+  __shared__ int32_t warp_i[kRouteWarps];
+  const int n = static_cast<int>(r.experts), k = static_cast<int>(r.top_k);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float* l = logits + blockIdx.x * static_cast<int64_t>(n);
+  int32_t* chosen = experts + blockIdx.x * static_cast<int64_t>(k);
+  float* chosen_w = weights + blockIdx.x * static_cast<int64_t>(k);
+  const bool sigmoid = r.scoring == ExpertScoring::kSigmoidGroups;
+
+  if (!sigmoid) {
+    float m = -INFINITY;
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) m = fmaxf(m, l[e]);
+    m = block_reduce<true>(m, reduce);
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) {
+      choice[e] = routing::softmax_term(l[e], m);
+      taken[e] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float sum = 0.0f;
+      for (int e = 0; e < n; ++e) sum = routing::add(sum, choice[e]);
+      shared_sum = sum;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) choice[e] = routing::div(choice[e], shared_sum);
+  } else {
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) {
+      choice[e] = routing::add(routing::sigmoid(l[e]), bias != nullptr ? widen<D>(bias[e]) : 0.0f);
+      taken[e] = 0;
+    }
+    __syncthreads();
+    // Each group's score: its two best choices, added.
+    const int groups = static_cast<int>(r.groups), per_group = n / groups;
+    for (int g = threadIdx.x; g < groups; g += kRouteThreads) {
+      float v1 = 0, v2 = 0;
+      int32_t i1 = -1, i2 = -1;
+      for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
+        if (better(choice[e], e, v1, i1)) {
+          v2 = v1, i2 = i1;
+          v1 = choice[e], i1 = e;
+        } else if (better(choice[e], e, v2, i2)) {
+          v2 = choice[e], i2 = e;
+        }
+      }
+      group_score[g] = routing::add(v1, v2);
+      kept[g] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int j = 0; j < r.top_groups; ++j) {
+        float v = 0;
+        int32_t at = -1;
+        for (int g = 0; g < groups; ++g)
+          if (!kept[g] && better(group_score[g], g, v, at)) v = group_score[g], at = g;
+        kept[at] = 1;
+      }
+    }
+    __syncthreads();
+    // The other groups' experts score 0 (transformers' masked_fill), not -inf.
+    for (int e = threadIdx.x; e < n; e += kRouteThreads)
+      if (!kept[e / per_group]) choice[e] = 0.0f;
+  }
+  __syncthreads();
+
+  // The top k, one at a time: each thread's best, each warp's, then the warps'.
+  for (int j = 0; j < k; ++j) {
+    float v = 0;
+    int32_t at = -1;
+    for (int e = threadIdx.x; e < n; e += kRouteThreads)
+      if (!taken[e] && better(choice[e], e, v, at)) v = choice[e], at = e;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const float other_v = __shfl_xor_sync(0xffffffffu, v, offset);
+      const int32_t other_at = __shfl_xor_sync(0xffffffffu, at, offset);
+      if (better(other_v, other_at, v, at)) v = other_v, at = other_at;
+    }
+    if (lane == 0) warp_v[warp] = v, warp_i[warp] = at;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kRouteWarps; ++w)
+        if (better(warp_v[w], warp_i[w], v, at)) v = warp_v[w], at = warp_i[w];
+      taken[at] = 1;
+      chosen[j] = at;
+    }
+    __syncthreads();
+  }
+
+  // The weights: the chosen experts' probabilities or (uncorrected) sigmoids.
+  if (threadIdx.x != 0) return;
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const float w = sigmoid ? routing::sigmoid(l[chosen[j]]) : choice[chosen[j]];
+    chosen_w[j] = w;
+    sum = routing::add(sum, w);
+  }
+  if (r.normalize) {
+    if (sigmoid) sum = routing::add(sum, 1e-20f);
+    for (int j = 0; j < k; ++j) chosen_w[j] = routing::div(chosen_w[j], sum);
+  }
+  if (r.scaling != 1.0f)
+    for (int j = 0; j < k; ++j) chosen_w[j] = routing::mul(chosen_w[j], r.scaling);
+}
+
+// ---- grouping ---------------------------------------------------------------
+//
+// One block. Thread e counts expert e's pairs and later writes them out in pair
+// order (so by token), thread 0 lays the experts' runs end to end in ascending
+// expert order and cuts them into items. No atomics: every position is computed.
+
+constexpr int kGroupThreads = 256;
+
+struct Slots {
+  int32_t* slot_pair = nullptr;    // [pairs]: the pair (token * top_k + j) in each slot
+  int32_t* slot_token = nullptr;   // [pairs]: its token
+  int32_t* pair_slot = nullptr;    // [pairs]: each pair's slot
+  int32_t* token_slots = nullptr;  // [tokens, top_k]: a token's slots, ascending (so by expert)
+  int32_t* items = nullptr;        // [max items, 3]: expert, first slot, count
+  int32_t* n_items = nullptr;      // [1]
+  float* h = nullptr;              // [pairs, inter]: silu(gate) * up, by slot
+  float* y = nullptr;              // [pairs, hidden]: down, by slot
+};
+
+__global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __restrict__ experts, int64_t tokens,
+                                                              int64_t top_k, int64_t n_experts, int tile, Slots s) {
+  __shared__ int32_t count[kMaxRoutedExperts], start[kMaxRoutedExperts];
+  const int64_t pairs = tokens * top_k;
+  for (int64_t e = threadIdx.x; e < n_experts; e += kGroupThreads) {
+    int32_t c = 0;
+    for (int64_t p = 0; p < pairs; ++p) c += experts[p] == e ? 1 : 0;
+    count[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t at = 0, items = 0;
+    for (int64_t e = 0; e < n_experts; ++e) {
+      start[e] = at;
+      for (int32_t off = 0; off < count[e]; off += tile, ++items) {
+        s.items[3 * items] = static_cast<int32_t>(e);
+        s.items[3 * items + 1] = at + off;
+        s.items[3 * items + 2] = min(tile, count[e] - off);
+      }
+      at += count[e];
+    }
+    *s.n_items = items;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < n_experts; e += kGroupThreads) {
+    int32_t at = start[e];
+    for (int64_t p = 0; p < pairs; ++p) {
+      if (experts[p] != e) continue;
+      s.slot_pair[at] = static_cast<int32_t>(p);
+      s.slot_token[at] = static_cast<int32_t>(p / top_k);
+      s.pair_slot[p] = at++;
+    }
+  }
+  __syncthreads();
+  for (int64_t t = threadIdx.x; t < tokens; t += kGroupThreads) {
+    int32_t* slots = s.token_slots + t * top_k;
+    for (int64_t j = 0; j < top_k; ++j) {  // insertion sort: top_k is small
+      const int32_t slot = s.pair_slot[t * top_k + j];
+      int64_t i = j;
+      for (; i > 0 && slots[i - 1] > slot; --i) slots[i] = slots[i - 1];
+      slots[i] = slot;
+    }
+  }
+}
+
+// ---- the experts' matmuls -----------------------------------------------------
+//
+// A block takes one item (blockIdx.y: an expert and up to kTiles * 8 of its
+// slots) and a tile of weight rows (blockIdx.x). Column c of the item reads x's
+// row x_rows[first + c] (the token; none: row first + c, for h). The sums are
+// mma_matmul.cu's (tensor cores) or kernels.cu's matmul_kernel's (FMA), so each
+// output is bitwise what Device::matmul gives it.
+
+// x[at, at + 8) of one row as four bf16 pairs (mma_matmul.cu's load_x).
+__device__ __forceinline__ uint4 load_x8(const float* __restrict__ p) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+}
+
+// mma_matmul.cu's block_sum: the eight warps' sums of accumulator i, in warp order.
+template <int kTiles>
+__device__ __forceinline__ float warps_sum(const float* partial, int j, int i) {
+  const int lane = threadIdx.x % 32;
+  float sum = partial[((0 * kTiles + j) * 32 + lane) * 4 + i];
+#pragma unroll
+  for (int s = 1; s < kMmaSplit; ++s) sum += partial[((s * kTiles + j) * 32 + lane) * 4 + i];
+  return sum;
+}
+
+__device__ __forceinline__ int64_t x_row(const int32_t* x_rows, int64_t slot) {
+  return x_rows != nullptr ? x_rows[slot] : slot;
+}
+
+// Tensor cores: 16 rows a block; with kGateUp, gate and up side by side and
+// silu(gate) * up out. The chunk order, the loads and the mma_half calls are
+// mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up.
+template <int kTiles, bool kGateUp>
+__global__ void __launch_bounds__(kMmaSplit * 32)
+    mma_experts_kernel(const float* __restrict__ x, const int32_t* __restrict__ x_rows, int64_t k, int64_t n,
+                       const void* const* __restrict__ w_first, const void* const* __restrict__ w_second,
+                       const int32_t* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
+  constexpr int kUnroll = 2;
+  __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
+  const int item = static_cast<int>(blockIdx.y);
+  if (item >= *n_items) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int32_t expert = items[3 * item], first = items[3 * item + 1], count = items[3 * item + 2];
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
+  const auto* w0 = static_cast<const __nv_bfloat16*>(w_first[expert]);
+  const auto* w1 = kGateUp ? static_cast<const __nv_bfloat16*>(w_second[expert]) : nullptr;
+  const float* xr[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int col = 8 * j + g;
+    xr[j] = col < count ? x + x_row(x_rows, first + col) * k + 8 * t : nullptr;
+  }
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int64_t chunks = k / kMmaChunk;
+  float c[kTiles][4] = {}, up[kTiles][4] = {};
+  for (int64_t base = warp; base < chunks; base += kMmaSplit * kUnroll) {
+    uint4 wa0[kUnroll], wb0[kUnroll], wa1[kUnroll], wb1[kUnroll];
+    uint4 ua0[kUnroll], ub0[kUnroll], ua1[kUnroll], ub1[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
+      if (base + u * kMmaSplit < chunks) {
+        wa0[u] = __ldg(reinterpret_cast<const uint4*>(w0 + ra + at));
+        wb0[u] = __ldg(reinterpret_cast<const uint4*>(w0 + rb + at));
+        wa1[u] = __ldg(reinterpret_cast<const uint4*>(w0 + ra + at + 32));
+        wb1[u] = __ldg(reinterpret_cast<const uint4*>(w0 + rb + at + 32));
+        if constexpr (kGateUp) {
+          ua0[u] = __ldg(reinterpret_cast<const uint4*>(w1 + ra + at));
+          ub0[u] = __ldg(reinterpret_cast<const uint4*>(w1 + rb + at));
+          ua1[u] = __ldg(reinterpret_cast<const uint4*>(w1 + ra + at + 32));
+          ub1[u] = __ldg(reinterpret_cast<const uint4*>(w1 + rb + at + 32));
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kMmaSplit >= chunks) break;
+      const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        const uint4 x0 = xr[j] != nullptr ? load_x8(xr[j] + at) : zero;
+        const uint4 x1 = xr[j] != nullptr ? load_x8(xr[j] + at + 32) : zero;
+        mma_half(c[j], wa0[u], wb0[u], x0);
+        mma_half(c[j], wa1[u], wb1[u], x1);
+        if constexpr (kGateUp) {
+          mma_half(up[j], ua0[u], ub0[u], x0);
+          mma_half(up[j], ua1[u], ub1[u], x1);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      partial[0][warp][j][lane][i] = c[j][i];
+      if constexpr (kGateUp) partial[kGateUp ? 1 : 0][warp][j][lane][i] = up[j][i];
+    }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Accumulator i of lane (g, t): row g (+8 for i >= 2), column 2t (+1 for odd i).
+      const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
+      const int col = 8 * j + 2 * t + (i % 2);
+      if (row >= n || col >= count) continue;
+      float value = warps_sum<kTiles>(&partial[0][0][0][0][0], j, i);
+      if constexpr (kGateUp) value = silu_times(value, warps_sum<kTiles>(&partial[kGateUp ? 1 : 0][0][0][0][0], j, i));
+      y[(first + col) * n + row] = value;
+    }
+}
+
+// FMA (f32 and f16 weights, bf16 of other row lengths): kernels.cu's
+// matmul_kernel, 4 rows a block of 128 threads, 8 columns at a time.
+constexpr int kFmaWarps = 4;
+constexpr int kFmaThreads = kFmaWarps * 32;
+constexpr int kFmaRows = 4;
+constexpr int kFmaCols = 8;
+
+template <DType D, bool kVec, bool kGateUp>
+__global__ void __launch_bounds__(kFmaThreads)
+    fma_experts_kernel(const float* __restrict__ x, const int32_t* __restrict__ x_rows, int64_t k, int64_t n,
+                       const void* const* __restrict__ w_first, const void* const* __restrict__ w_second,
+                       const int32_t* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
+  __shared__ float partial[kGateUp ? 2 : 1][kFmaWarps][kFmaRows][kFmaCols];
+  const int item = static_cast<int>(blockIdx.y);
+  if (item >= *n_items) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t expert = items[3 * item], first = items[3 * item + 1], count = items[3 * item + 2];
+  const auto* w0 = static_cast<const Storage<D>*>(w_first[expert]);
+  const auto* w1 = kGateUp ? static_cast<const Storage<D>*>(w_second[expert]) : nullptr;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kFmaRows;
+  const int64_t chunks = (k + 7) / 8;
+  for (int c0 = 0; c0 < count; c0 += kFmaCols) {
+    float acc[kFmaRows][kFmaCols] = {}, acc_up[kFmaRows][kFmaCols] = {};
+    for (int64_t c = threadIdx.x; c < chunks; c += kFmaThreads) {
+      float wv[kFmaRows][8], uv[kFmaRows][8];
+#pragma unroll
+      for (int r = 0; r < kFmaRows; ++r) {
+        load8<D, kVec>(w0 + min(row0 + r, n - 1) * k, c, k, wv[r]);
+        if constexpr (kGateUp) load8<D, kVec>(w1 + min(row0 + r, n - 1) * k, c, k, uv[r]);
+      }
+#pragma unroll
+      for (int col = 0; col < kFmaCols; ++col) {
+        if (c0 + col >= count) break;
+        float xv[8];
+        load8<DType::kF32, kVec>(x + x_row(x_rows, first + c0 + col) * k, c, k, xv);
+#pragma unroll
+        for (int r = 0; r < kFmaRows; ++r)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            acc[r][col] = fmaf(wv[r][j], xv[j], acc[r][col]);
+            if constexpr (kGateUp) acc_up[r][col] = fmaf(uv[r][j], xv[j], acc_up[r][col]);
+          }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kFmaRows; ++r)
+#pragma unroll
+      for (int col = 0; col < kFmaCols; ++col) {
+        const float s = warp_sum(acc[r][col]);
+        if (lane == 0) partial[0][warp][r][col] = s;
+        if constexpr (kGateUp) {
+          const float su = warp_sum(acc_up[r][col]);
+          if (lane == 0) partial[kGateUp ? 1 : 0][warp][r][col] = su;
+        }
+      }
+    __syncthreads();
+    if (threadIdx.x < kFmaRows * kFmaCols) {
+      const int r = threadIdx.x / kFmaCols, col = threadIdx.x % kFmaCols;
+      float s = partial[0][0][r][col];
+#pragma unroll
+      for (int i = 1; i < kFmaWarps; ++i) s += partial[0][i][r][col];
+      if constexpr (kGateUp) {
+        float su = partial[kGateUp ? 1 : 0][0][r][col];
+#pragma unroll
+        for (int i = 1; i < kFmaWarps; ++i) su += partial[kGateUp ? 1 : 0][i][r][col];
+        s = silu_times(s, su);
+      }
+      const int64_t row = row0 + r;
+      if (row < n && c0 + col < count) y[(first + c0 + col) * n + row] = s;
+    }
+    __syncthreads();
+  }
+}
+
+// out[t] = 0, then + weight * y[slot] for each of the token's slots in ascending
+// order (so ascending expert), the product rounded, then the sum (as the CPU's
+// scatter_add_rows and torch's index_add_ of weighted rows).
+__global__ void combine_kernel(const float* __restrict__ y, const float* __restrict__ weights,
+                               const int32_t* __restrict__ token_slots, const int32_t* __restrict__ slot_pair,
+                               int64_t top_k, int64_t hidden, float* __restrict__ out) {
+  const int32_t* slots = token_slots + blockIdx.x * top_k;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t slot = slots[j];
+      sum = __fadd_rn(sum, __fmul_rn(weights[slot_pair[slot]], y[slot * hidden + i]));
+    }
+    out[blockIdx.x * hidden + i] = sum;
+  }
+}
+
+// ---- launches -------------------------------------------------------------------
+
+// Slots of up to 8 pairs for a few pairs (decode), 32 for more: only how many
+// pairs share a weight load, never a sum's order.
+int tile_for(int64_t pairs) { return pairs <= 64 ? 8 : 32; }
+
+int64_t max_items(int64_t pairs, int64_t experts, int tile) { return std::min(experts, pairs) + pairs / tile; }
+
+size_t align(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The scratch's regions, in order (each 256-byte aligned).
+Slots layout(void* scratch, int64_t tokens, int64_t top_k, const ExpertTable& table, size_t* total) {
+  const int64_t pairs = tokens * top_k;
+  const auto ints = static_cast<size_t>(pairs) * sizeof(int32_t);
+  const size_t item_bytes = static_cast<size_t>(3 * max_items(pairs, table.experts, tile_for(pairs)) + 1) * 4;
+  auto* base = static_cast<char*>(scratch);
+  size_t at = 0;
+  const auto take = [&](size_t bytes) {
+    char* p = base != nullptr ? base + at : nullptr;
+    at += align(bytes);
+    return p;
+  };
+  Slots s;
+  s.slot_pair = reinterpret_cast<int32_t*>(take(ints));
+  s.slot_token = reinterpret_cast<int32_t*>(take(ints));
+  s.pair_slot = reinterpret_cast<int32_t*>(take(ints));
+  s.token_slots = reinterpret_cast<int32_t*>(take(ints));
+  s.items = reinterpret_cast<int32_t*>(take(item_bytes));
+  s.n_items = s.items + item_bytes / 4 - 1;
+  s.h = reinterpret_cast<float*>(take(static_cast<size_t>(pairs * table.inter) * sizeof(float)));
+  s.y = reinterpret_cast<float*>(take(static_cast<size_t>(pairs * table.hidden) * sizeof(float)));
+  if (total != nullptr) *total = at;
+  return s;
+}
+
+// One matmul phase over every item: y [slots, n] from x rows (looked up through
+// x_rows, or by slot) of k, with the weights of w_first (and w_second: gate/up).
+template <bool kGateUp>
+void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64_t items, const float* x,
+                  const int32_t* x_rows, int64_t k, int64_t n, const void* const* w_first, const void* const* w_second,
+                  const Slots& s, float* y) {
+  const auto grid_y = static_cast<unsigned>(items);
+  if (mma_matmul_fits(table.dtype, k)) {
+    const dim3 grid(static_cast<unsigned>((n + 15) / 16), grid_y);
+    if (tile == 8) {
+      mma_experts_kernel<1, kGateUp>
+          <<<grid, kMmaSplit * 32, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
+    } else {
+      mma_experts_kernel<4, kGateUp>
+          <<<grid, kMmaSplit * 32, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
+    }
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>((n + kFmaRows - 1) / kFmaRows), grid_y);
+  with_dtype(table.dtype, [&]<DType D>() {
+    if (k % 8 == 0) {
+      fma_experts_kernel<D, true, kGateUp>
+          <<<grid, kFmaThreads, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
+    } else {
+      fma_experts_kernel<D, false, kGateUp>
+          <<<grid, kFmaThreads, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
+    }
+  });
+}
+
+}  // namespace
+
+void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
+                   const void* bias, DType bias_dtype, int32_t* experts, float* weights) {
+  const ExpertRouting& r = routing;
+  TS_CHECK(r.experts >= 1 && r.experts <= kMaxRoutedExperts && r.top_k >= 1 && r.top_k <= r.experts, "routing ",
+           r.top_k, " of ", r.experts, " experts");
+  if (r.scoring == ExpertScoring::kSigmoidGroups)
+    TS_CHECK(r.groups >= 1 && r.experts % r.groups == 0 && r.experts / r.groups >= 2 && r.top_groups >= 1 &&
+                 r.top_groups <= r.groups,
+             "experts ", r.experts, " in groups ", r.groups, ", keeping ", r.top_groups);
+  if (tokens == 0) return;
+  with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
+    route_kernel<D><<<static_cast<unsigned>(tokens), kRouteThreads, 0, stream>>>(
+        logits, r, static_cast<const Storage<D>*>(bias), experts, weights);
+  });
+}
+
+size_t experts_scratch(int64_t tokens, int64_t top_k, const ExpertTable& table) {
+  size_t total = 0;
+  layout(nullptr, tokens, top_k, table, &total);
+  return total;
+}
+
+void run_experts(cudaStream_t stream, const float* x, int64_t tokens, int64_t top_k, const int32_t* experts,
+                 const float* weights, const ExpertTable& table, void* scratch, float* out) {
+  if (tokens == 0) return;
+  const int64_t pairs = tokens * top_k;
+  const int tile = tile_for(pairs);
+  const int64_t items = max_items(pairs, table.experts, tile);
+  TS_CHECK(table.experts >= 1 && table.experts <= kMaxRoutedExperts && items <= 65535, "experts ", table.experts, ", ",
+           pairs, " routed pairs");
+  const Slots s = layout(scratch, tokens, top_k, table, nullptr);
+  group_kernel<<<1, kGroupThreads, 0, stream>>>(experts, tokens, top_k, table.experts, tile, s);
+  launch_phase<true>(stream, table, tile, items, x, s.slot_token, table.hidden, table.inter, table.gate, table.up, s,
+                     s.h);
+  launch_phase<false>(stream, table, tile, items, s.h, nullptr, table.inter, table.hidden, table.down, nullptr, s, s.y);
+  combine_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(s.y, weights, s.token_slots, s.slot_pair, top_k,
+                                                                    table.hidden, out);
+}
+
+}  // namespace tessera::cuda

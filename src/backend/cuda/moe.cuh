@@ -1,0 +1,76 @@
+// A mixture-of-experts layer on the GPU with no trip to the host
+// (Device::route_experts and Device::run_experts; moe.cu):
+//
+//   route_experts   one block a token: softmax or sigmoid-group scores, the top_k
+//                   (expert_routing.h's arithmetic: bitwise route_token's choice
+//                   and weights on the host)
+//   run_experts     1. one block sorts the (token, expert) pairs by expert, then
+//                      token, and cuts each expert's pairs into items of up to 8
+//                      (or 32) pairs;
+//                   2. gate and up with SiLU for every item in one launch, the
+//                      expert's weights found from its id in a table of pointers
+//                      in device memory (each item reads them once for its pairs);
+//                   3. down for every item in one launch;
+//                   4. each token's outputs weighted and added in ascending expert
+//                      order into its row of out (no atomics).
+//
+// The matmuls are the dense ones' sums: bf16 weights with k a multiple of 64 take
+// mma_matmul.cu's tensor-core order (the same mma_half on the same k positions,
+// the eight warps' sums added in warp order), others kernels.cu's FMA order, so
+// every expert's output is bitwise what Device::matmul gives it, and a token's
+// row does not depend on the other tokens of the step. The grid is sized for
+// the most items the pairs can make, and blocks past the real count return: the
+// host never learns the routing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "backend/buffer.h"
+#include "backend/device.h"
+
+namespace tessera::cuda {
+
+// The most routed experts a layer may have here (one block holds a token's scores).
+constexpr int64_t kMaxRoutedExperts = 4096;
+
+// Each token's top_k experts and weights, int32 and f32 [tokens, top_k], from the
+// router's logits [tokens, routing.experts]; `bias` (null for none) is
+// kSigmoidGroups' correction bias of `bias_dtype`.
+void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
+                   const void* bias, DType bias_dtype, int32_t* experts, float* weights);
+
+// A layer's experts as the kernels find them: device arrays of `experts` weight
+// pointers, all of one dtype: gate and up [inter, hidden], down [hidden, inter].
+struct ExpertTable {
+  const void* const* gate = nullptr;
+  const void* const* up = nullptr;
+  const void* const* down = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t experts = 0;
+  int64_t hidden = 0;
+  int64_t inter = 0;
+};
+
+// Scratch bytes run_experts needs for `tokens` tokens.
+size_t experts_scratch(int64_t tokens, int64_t top_k, const ExpertTable& table);
+// out [tokens, hidden] = each token's sum over its experts (ascending) of weight *
+// down(silu(gate x) * up x), from route_experts' experts and weights.
+void run_experts(cudaStream_t stream, const float* x, int64_t tokens, int64_t top_k, const int32_t* experts,
+                 const float* weights, const ExpertTable& table, void* scratch, float* out);
+
+// What the CUDA device keeps for its experts between calls: the scratch, and each
+// layer's table, found by the layer's first gate weight (placed weights stay put
+// until the device is destroyed).
+struct ExpertState {
+  struct Layer {
+    Buffer pointers;
+    ExpertTable table;
+  };
+  Buffer scratch;
+  std::unordered_map<const void*, Layer> layers;
+};
+
+}  // namespace tessera::cuda
