@@ -383,7 +383,8 @@ TEST(TpProcesses, ARankOfOtherLayersThanItsStagesIsRefusedNamingBoth) {
   EXPECT_NE(slurp(pp.log(3)).find(named), std::string::npos) << slurp(pp.log(3));
 }
 
-// generate --tp leads as rank 0 only, and not together with --pipeline.
+// generate --tp leads as rank 0 only, and not together with --pipeline (whose
+// stages lead their own groups: the refusal says how).
 TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
   Cluster cluster(2);
   const std::string model = tessera::testing::fixture_dir("llama3_f32");
@@ -393,7 +394,7 @@ TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
                                    {"--tp runs rank 0", "'node1' is rank 1"});
   tessera::testing::expect_refused(
       run_tessera(common + " --identity " + cluster.identity(0).string() + " --pipeline /nonexistent.json"),
-      {"--tp with --pipeline"});
+      {"--tp with --pipeline", "tessera stage --tp"});
 }
 
 }  // namespace
