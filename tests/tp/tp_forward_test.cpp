@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "model/fixtures.h"
@@ -30,27 +31,36 @@ bool splits(const std::string& name, int ranks) {
   return model.ok() && plan_shard(model->config(), model->arch(), Shard{0, ranks}).ok();
 }
 
-// The reference's prompt then its greedy tokens one at a time on the leader:
-// every row's logits, checked against transformers as reference_test.cpp does.
+// The reference's prompt then its greedy tokens one at a time through `step`
+// (ids in, the last row's logits out): every row's logits, appended to `all`,
+// checked against transformers as reference_test.cpp does.
+void run_greedy(const testing::Reference& ref, int64_t vocab,
+                const std::function<Result<std::vector<float>>(std::span<const int32_t>)>& step,
+                std::vector<float>& all) {
+  std::span<const int32_t> ids = ref.prompt_ids;
+  for (size_t row = 0;; ++row) {
+    auto logits = step(ids);
+    ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+    all.insert(all.end(), logits->begin(), logits->end());
+    const std::span want(ref.logits.data() + row * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    EXPECT_LE(max_relative_error(*logits, want), ref.tolerance) << "row " << row;
+    if (row == ref.greedy_ids.size()) break;
+    ASSERT_TRUE(testing::greedy_matches(*logits, want))
+        << "greedy token " << row << ", the reference's " << ref.greedy_ids[row];
+    ids = std::span(&ref.greedy_ids[row], 1);
+  }
+}
+
+// The reference's prompt then its greedy tokens on the leader.
 std::vector<float> run_reference(const std::string& name, int ranks, bool plain) {
   const auto ref = load_reference(name);
   std::vector<float> all;
   TpCluster cluster(ranks);
   cluster.run(fixture_dir(name), plain, [&](Forward& forward) {
-    const int64_t vocab = forward.model().config().vocab_size;
-    const auto steps = ref.greedy_ids.size();
-    KvCache cache = forward.make_cache(static_cast<int64_t>(ref.prompt_ids.size() + steps));
-    auto logits = forward.run_ids(ref.prompt_ids, cache);
-    for (size_t step = 0;; ++step) {
-      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
-      all.insert(all.end(), logits->begin(), logits->end());
-      const std::span want(ref.logits.data() + step * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-      EXPECT_LE(max_relative_error(*logits, want), ref.tolerance) << "row " << step;
-      if (step == steps) break;
-      ASSERT_TRUE(testing::greedy_matches(*logits, want))
-          << "greedy token " << step << ", the reference's " << ref.greedy_ids[step];
-      logits = forward.run_ids(std::span(&ref.greedy_ids[step], 1), cache);
-    }
+    KvCache cache = forward.make_cache(static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size()));
+    run_greedy(
+        ref, forward.model().config().vocab_size,
+        [&](std::span<const int32_t> ids) { return forward.run_ids(ids, cache); }, all);
   });
   return all;
 }
@@ -169,24 +179,15 @@ std::vector<float> run_two_stages(const std::string& name, bool plain) {
             [&](Forward& b) {
               EXPECT_FALSE(a.model().has_exit());
               EXPECT_FALSE(b.model().has_entry());
-              const int64_t vocab = b.model().config().vocab_size;
-              const auto steps = ref.greedy_ids.size(), capacity = ref.prompt_ids.size() + steps;
-              KvCache ca = a.make_cache(static_cast<int64_t>(capacity)),
-                      cb = b.make_cache(static_cast<int64_t>(capacity));
-              std::span<const int32_t> ids = ref.prompt_ids;
-              for (size_t step = 0;; ++step) {
-                auto hidden = a.run_ids(ids, ca);
-                ASSERT_TRUE(hidden.ok()) << hidden.status().to_string();
-                auto logits = b.run_hidden(*hidden, cb);
-                ASSERT_TRUE(logits.ok()) << logits.status().to_string();
-                all.insert(all.end(), logits->begin(), logits->end());
-                const std::span want(ref.logits.data() + step * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
-                EXPECT_LE(max_relative_error(*logits, want), ref.tolerance) << "row " << step;
-                if (step == steps) break;
-                ASSERT_TRUE(testing::greedy_matches(*logits, want))
-                    << "greedy token " << step << ", the reference's " << ref.greedy_ids[step];
-                ids = std::span(&ref.greedy_ids[step], 1);
-              }
+              const auto capacity = static_cast<int64_t>(ref.prompt_ids.size() + ref.greedy_ids.size());
+              KvCache ca = a.make_cache(capacity), cb = b.make_cache(capacity);
+              run_greedy(
+                  ref, b.model().config().vocab_size,
+                  [&](std::span<const int32_t> ids) -> Result<std::vector<float>> {
+                    TS_ASSIGN_OR_RETURN(const std::vector<float> hidden, a.run_ids(ids, ca));
+                    return b.run_hidden(hidden, cb);
+                  },
+                  all);
             },
             {}, LayerRange{k, layers});
       },
