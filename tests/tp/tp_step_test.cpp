@@ -29,6 +29,15 @@ void set_u32(std::vector<uint8_t>& bytes, size_t offset, uint32_t value) {
   for (int i = 0; i < 4; ++i) bytes[offset + static_cast<size_t>(i)] = static_cast<uint8_t>(value >> (8 * i));
 }
 
+// `header` claiming `tokens` tokens in one part of one block, with no copies.
+std::vector<uint8_t> claiming_tokens(std::vector<uint8_t> header, uint32_t tokens) {
+  set_u32(header, 8, tokens);
+  set_u32(header, 12, 1);
+  set_u32(header, 16, 1);
+  set_u32(header, 20, 0);
+  return header;
+}
+
 std::string error_of(const std::vector<uint8_t>& header, const std::vector<uint8_t>& body) {
   auto step = decode(header, body);
   EXPECT_FALSE(step.ok());
@@ -76,12 +85,7 @@ TEST(TpStep, HeaderBoundsRefuse) {
   EXPECT_FALSE(decode_tp_step_header(std::vector<uint8_t>(31), kLimits).ok());
   // A body past kMaxTpStepBodyBytes, whatever the pool allows.
   const TpStepLimits huge{.max_tokens = 1u << 30, .blocks = 1u << 30, .block_size = 1, .vocab = 100};
-  std::vector<uint8_t> big = good;
-  set_u32(big, 8, 1u << 25);
-  set_u32(big, 12, 1);
-  set_u32(big, 16, 1);
-  set_u32(big, 20, 0);
-  auto refused = decode_tp_step_header(big, huge);
+  auto refused = decode_tp_step_header(claiming_tokens(good, 1u << 25), huge);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("exceeds"), std::string::npos);
 }
@@ -141,12 +145,7 @@ TEST(TpStep, HiddenStatesStepRoundTripsAndTheInputKindIsTheReceivers) {
   // Hidden states whose byte count overflows are refused before anything is sized from it.
   const TpStepLimits huge{
       .max_tokens = 1u << 31, .blocks = 1u << 30, .block_size = 1u << 2, .vocab = 100, .hidden_size = 1u << 31};
-  std::vector<uint8_t> big = header;
-  set_u32(big, 8, 1u << 31);
-  set_u32(big, 12, 1);
-  set_u32(big, 16, 1);
-  set_u32(big, 20, 0);
-  auto refused = decode_tp_step_header(big, huge);
+  auto refused = decode_tp_step_header(claiming_tokens(header, 1u << 31), huge);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("overflow"), std::string::npos);
 }
