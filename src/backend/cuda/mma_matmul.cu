@@ -15,8 +15,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -216,10 +214,7 @@ void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
 bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 && k % kChunk == 0; }
 
 bool mma_norm_fits(int64_t tokens, int64_t k) {
-  static const bool off = [] {
-    const char* value = std::getenv("TESSERA_CUDA_NORM_IN_MATMUL");
-    return value != nullptr && std::string_view(value) == "0";
-  }();
+  static const bool off = switched_off("TESSERA_CUDA_NORM_IN_MATMUL");
   return !off && tokens <= 8 && k >= kSplit * kChunk;
 }
 
