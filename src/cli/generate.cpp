@@ -68,8 +68,7 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   Runner runner;
   std::optional<SamplingParams> sampling;
   if (!want_logits) sampling = o.sampling;
-  if (!o.tp.members.empty() && !o.pipeline.empty())
-    return Status::unsupported("--tp with --pipeline (a pipeline of TP groups) is not implemented yet");
+  if (!o.tp.members.empty() && !o.pipeline.empty()) return tp_beside_a_pipeline();
   if (!o.tp.members.empty()) {
     TpOptions tp = o.tp;
     tp.identity = o.identity;

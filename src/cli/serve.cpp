@@ -36,8 +36,7 @@ struct ServeOptions {
 // Rank 0 of the group: the scheduler here over this process's shard; formed
 // again by the next request after the group fails (serve/tp_backend.h).
 Status set_tp_backend(ServeOptions& o) {
-  if (!o.pipeline.plan.empty())
-    return Status::unsupported("--tp with --pipeline (a pipeline of TP groups) is not implemented yet");
+  if (!o.pipeline.plan.empty()) return tp_beside_a_pipeline();
   TpOptions tp = o.tp;
   tp.identity = o.pipeline.identity;
   tp.trust = o.pipeline.trust;

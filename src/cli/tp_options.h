@@ -61,6 +61,14 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
       ->capture_default_str();
 }
 
+// Why a coordinator (generate or serve with --pipeline) takes no --tp: in a
+// pipeline of TP groups each stage leads its own group.
+inline Status tp_beside_a_pipeline() {
+  return Status::invalid_input(
+      "--tp with --pipeline: a stage of the pipeline leads its own TP group (tessera stage --tp NAMES --tp-identity "
+      "DIR, docs/distributed.md); the coordinator takes --pipeline alone");
+}
+
 struct TpMember {
   net::Identity identity;
   net::TrustFile trust;

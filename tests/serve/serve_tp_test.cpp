@@ -146,7 +146,7 @@ TEST(ServeTpTest, ServeLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
   tessera::testing::expect_refused(
       tessera::testing::run_tessera(common + " --identity " + cluster.identity(0).string() +
                                     " --pipeline /nonexistent.json"),
-      {"--tp with --pipeline"});
+      {"--tp with --pipeline", "tessera stage --tp"});
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <array>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -226,126 +228,163 @@ TEST(TpProcesses, ChatLeadsTheGroupAsGenerateDoes) {
   EXPECT_EQ(run.out.substr(0, run.out.find('\n')), first) << run.out;
 }
 
-struct StagePlan {
-  std::string name, model;
-  int begin = 0, end = 0;
+// Pipelines whose stages are TP groups of two processes, as separate
+// processes: `tessera stage --tp` leads each group as its rank 0 and `tessera
+// rank --layers` is its rank 1. Node 0 is the coordinator; a stage on node s
+// leads as node s + 1 (an identity of its own, listening on the stage's host on
+// another port) and its rank 1 is node s + 2.
+class TpStages {
+ public:
+  // `stages`: the stages' nodes, each with its [begin, end) of llama3_f32's 2 layers.
+  explicit TpStages(const std::vector<std::array<int, 3>>& stages) : cluster_(1 + 3 * static_cast<int>(stages.size())) {
+    std::cout << (cluster_.in_namespaces() ? "nodes in network namespaces\n" : "nodes on loopback\n");
+    std::ifstream in(cluster_.trust_file());
+    nlohmann::json trust = nlohmann::json::parse(in);
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [node, begin, end] : stages) {
+      if (cluster_.in_namespaces()) {
+        const std::string host = cluster_.address(node).substr(0, cluster_.address(node).rfind(':'));
+        for (auto& entry : trust["nodes"])
+          if (entry["name"] == cluster_.name(node + 1)) entry["address"] = host + ":7001";
+      }
+      nlohmann::json stage = nlohmann::json::object();
+      stage["name"] = cluster_.name(node);
+      stage["model"] = model_;
+      stage["layers"] = nlohmann::json::array({begin, end});
+      list.push_back(stage);
+      ranges_[node] = std::to_string(begin) + ":" + std::to_string(end);
+    }
+    std::ofstream(trust_file_) << trust.dump();
+    nlohmann::json plan = nlohmann::json::object();
+    plan["stages"] = list;
+    std::ofstream(plan_) << plan.dump();
+  }
+  Cluster& cluster() { return cluster_; }
+  std::filesystem::path log(int node) const { return cluster_.dir() / ("node" + std::to_string(node) + ".log"); }
+  std::string members(int stage) const { return cluster_.name(stage + 1) + "," + cluster_.name(stage + 2); }
+  int start_stage(int stage) {
+    return cluster_.spawn(stage,
+                          {TESSERA_BINARY, "stage", "--listen", cluster_.address(stage), "--identity",
+                           cluster_.identity(stage).string(), "--trust", trust_file_.string(), "--threads", "1", "--tp",
+                           members(stage), "--tp-identity", cluster_.identity(stage + 1).string()},
+                          log(stage));
+  }
+  // Rank 1 of `stage`'s group, holding `layers` (default: the stage's).
+  int start_rank(int stage, std::string layers = "", std::vector<std::string> more = {}) {
+    std::vector<std::string> argv = {TESSERA_BINARY, "rank",
+                                     "--model",      model_,
+                                     "--layers",     layers.empty() ? ranges_.at(stage) : layers,
+                                     "--members",    members(stage),
+                                     "--identity",   cluster_.identity(stage + 2).string(),
+                                     "--trust",      trust_file_.string(),
+                                     "--threads",    "1"};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return cluster_.spawn(stage + 2, argv, log(stage + 2));
+  }
+  // Starts `generate --prompt-ids 1,5,9,2,7,3 -n <tokens> --pipeline` as node 0; its log is coordinator_log().
+  int start_coordinator(int tokens) {
+    coordinator_log_ = cluster_.dir() / ("coordinator" + std::to_string(runs_++) + ".log");
+    return cluster_.spawn(
+        0,
+        {TESSERA_BINARY, "generate", "--model", model_, "--prompt-ids", "1,5,9,2,7,3", "-n", std::to_string(tokens),
+         "--pipeline", plan_.string(), "--identity", cluster_.identity(0).string(), "--trust", trust_file_.string()},
+        coordinator_log_);
+  }
+  std::string coordinator_log() const { return slurp(coordinator_log_); }
+  // Runs a coordinator of `tokens` tokens to its end: its exit code.
+  int coordinate(int tokens) { return cluster_.wait(start_coordinator(tokens), std::chrono::seconds(120)); }
+  const std::string& model() const { return model_; }
+
+ private:
+  std::string model_ = tessera::testing::fixture_dir("llama3_f32");
+  Cluster cluster_;
+  std::filesystem::path trust_file_ = cluster_.dir() / "trust-pp-tp.json", plan_ = cluster_.dir() / "stages.json";
+  std::map<int, std::string> ranges_;
+  std::filesystem::path coordinator_log_;
+  int runs_ = 0;
 };
 
-// stages.json for `generate --pipeline`.
-std::string stages_json(const std::vector<StagePlan>& stages) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const StagePlan& s : stages) {
-    nlohmann::json stage = nlohmann::json::object();
-    stage["name"] = s.name;
-    stage["model"] = s.model;
-    stage["layers"] = nlohmann::json::array({s.begin, s.end});
-    list.push_back(stage);
-  }
-  nlohmann::json plan = nlohmann::json::object();
-  plan["stages"] = list;
-  return plan.dump();
+// One process's greedy tokens for the prompt the TpStages coordinator sends.
+std::string one_process_tokens(const std::string& model) {
+  const auto local = run_tessera("generate --model " + model + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
+  EXPECT_EQ(local.exit_code, 0) << local.err;
+  return ids_line(local.out);
 }
 
-// The cluster's trust file with node s + 1, the identity of stage s's group
-// leader, listening on stage s's host (another port), for each of `stages`: a
-// stage process holds both identities. On loopback every node has a port of
-// its own already.
-std::filesystem::path trust_with_group_leaders(const Cluster& cluster, const std::vector<int>& stages) {
-  std::ifstream in(cluster.trust_file());
-  nlohmann::json trust = nlohmann::json::parse(in);
-  if (cluster.in_namespaces())
-    for (const int stage : stages) {
-      const std::string host = cluster.address(stage).substr(0, cluster.address(stage).rfind(':'));
-      for (auto& node : trust["nodes"])
-        if (node["name"] == cluster.name(stage + 1)) node["address"] = host + ":7001";
-    }
-  const auto path = cluster.dir() / "trust-pp-tp.json";
-  std::ofstream(path) << trust.dump();
-  return path;
-}
-
-// PP x TP, 2 x 2: a pipeline of two stages, each a TP group of two processes
-// (tessera stage --tp as rank 0, tessera rank --layers as rank 1), driven by
-// generate --pipeline as any pipeline is: its greedy tokens are one process's.
-// Nodes: 0 the coordinator; stage s (s = 0, 1) is node 1 + 3s, its group's
-// rank 0 identity node 2 + 3s (an address of its own on the stage's host), its
-// rank 1 node 3 + 3s. A second request runs over the groups as they stand.
+// PP x TP, 2 x 2: a pipeline of two stages (nodes 1 and 4), each a TP group of
+// two processes, driven by generate --pipeline as any pipeline is: its greedy
+// tokens are one process's. A second request runs over the groups as they stand.
 TEST(TpProcesses, APipelineOfTwoTpStagesGivesOneProcesssTokens) {
-  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
-  const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
-  ASSERT_EQ(local.exit_code, 0) << local.err;
-  Cluster cluster(7);
-  std::cout << (cluster.in_namespaces() ? "nodes in network namespaces\n" : "nodes on loopback\n");
-  const auto trust_file = trust_with_group_leaders(cluster, {1, 4});
-  const int layers = 2, cut = 1;  // llama3_f32
-  const auto plan = cluster.dir() / "stages.json";
-  std::ofstream(plan) << stages_json({{cluster.name(1), dir, 0, cut}, {cluster.name(4), dir, cut, layers}});
-  auto log = [&](int node) { return cluster.dir() / ("node" + std::to_string(node) + ".log"); };
+  TpStages pp({{1, 0, 1}, {4, 1, 2}});
+  const std::string expected = one_process_tokens(pp.model());
+  ASSERT_FALSE(expected.empty());
   for (const int stage : {1, 4}) {
-    const std::string members = cluster.name(stage + 1) + "," + cluster.name(stage + 2);
-    const std::string range =
-        stage == 1 ? "0:" + std::to_string(cut) : std::to_string(cut) + ":" + std::to_string(layers);
-    cluster.spawn(stage,
-                  {TESSERA_BINARY, "stage", "--listen", cluster.address(stage), "--identity",
-                   cluster.identity(stage).string(), "--trust", trust_file.string(), "--threads", "1", "--tp", members,
-                   "--tp-identity", cluster.identity(stage + 1).string()},
-                  log(stage));
-    cluster.spawn(stage + 2,
-                  {TESSERA_BINARY, "rank", "--model", dir, "--layers", range, "--members", members, "--identity",
-                   cluster.identity(stage + 2).string(), "--trust", trust_file.string(), "--threads", "1"},
-                  log(stage + 2));
+    pp.start_stage(stage);
+    pp.start_rank(stage);
   }
   for (int run = 0; run < 2; ++run) {
-    const auto out = cluster.dir() / ("coordinator" + std::to_string(run) + ".log");
-    const int coordinator = cluster.spawn(
-        0,
-        {TESSERA_BINARY, "generate", "--model", dir, "--prompt-ids", "1,5,9,2,7,3", "-n", "8", "--pipeline",
-         plan.string(), "--identity", cluster.identity(0).string(), "--trust", trust_file.string()},
-        out);
-    ASSERT_EQ(cluster.wait(coordinator, std::chrono::seconds(120)), 0)
-        << slurp(out) << slurp(log(1)) << slurp(log(3)) << slurp(log(4)) << slurp(log(6));
-    EXPECT_EQ(ids_line(slurp(out)), ids_line(local.out)) << slurp(out);
+    ASSERT_EQ(pp.coordinate(8), 0) << pp.coordinator_log() << slurp(pp.log(1)) << slurp(pp.log(3)) << slurp(pp.log(4))
+                                   << slurp(pp.log(6));
+    EXPECT_EQ(ids_line(pp.coordinator_log()), expected) << pp.coordinator_log();
   }
   for (const int stage : {1, 4}) {
-    EXPECT_NE(slurp(log(stage)).find("rank 0 of 2"), std::string::npos) << slurp(log(stage));
-    const std::string rank_log = slurp(log(stage + 2));
+    EXPECT_NE(slurp(pp.log(stage)).find("rank 0 of 2"), std::string::npos) << slurp(pp.log(stage));
+    const std::string rank_log = slurp(pp.log(stage + 2));
     EXPECT_EQ(rank_log.find("group formed"), rank_log.rfind("group formed")) << "formed more than once: " << rank_log;
     EXPECT_NE(rank_log.find("layers [" + std::string(stage == 1 ? "0, 1" : "1, 2") + ")"), std::string::npos)
         << rank_log;
   }
 }
 
+// A rank of a TP stage killed (-9) in the middle of a request fails it at the
+// coordinator within a second, naming the rank; the stage keeps running, and
+// once the rank is restarted the next request forms the stage's group anew and
+// gives one process's tokens.
+TEST(TpProcesses, AKilledRankOfATpStageFailsTheRequestAtOnceAndTheNextFormsTheGroupAnew) {
+  TpStages pp({{1, 0, 2}});
+  const std::string expected = one_process_tokens(pp.model());
+  pp.start_stage(1);
+  const int rank = pp.start_rank(1);
+  const int coordinator = pp.start_coordinator(240);
+  // The layout is printed once every stage is set up: the group has formed and the request starts.
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (pp.coordinator_log().find("pipeline of") == std::string::npos && std::chrono::steady_clock::now() < by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_NE(pp.coordinator_log().find("pipeline of"), std::string::npos) << pp.coordinator_log();
+  const auto sent = std::chrono::steady_clock::now();
+  pp.cluster().kill(rank, SIGKILL);
+  const int code = pp.cluster().wait(coordinator, std::chrono::seconds(20));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  std::cout << "the coordinator failed " << seconds << " s after the kill:\n" << pp.coordinator_log();
+  EXPECT_EQ(code, 2) << pp.coordinator_log();
+  EXPECT_LT(seconds, 1.0) << pp.coordinator_log() << slurp(pp.log(1));
+  EXPECT_NE(pp.coordinator_log().find("rank 1 (" + pp.cluster().name(3) + ")"), std::string::npos)
+      << pp.coordinator_log();
+  pp.cluster().wait(rank, std::chrono::seconds(5));
+  pp.start_rank(1);
+  ASSERT_EQ(pp.coordinate(8), 0) << pp.coordinator_log() << slurp(pp.log(1)) << slurp(pp.log(3));
+  EXPECT_EQ(ids_line(pp.coordinator_log()), expected) << pp.coordinator_log();
+  const std::string stage_log = slurp(pp.log(1));
+  size_t formed = 0;
+  for (size_t at = stage_log.find("forming its"); at != std::string::npos; at = stage_log.find("forming its", at + 1))
+    ++formed;
+  EXPECT_EQ(formed, 2u) << stage_log;
+}
+
 // A rank of other layers than its stage's is refused when the group forms,
 // naming both ranges, on the rank and (through the coordinator) on the stage.
 TEST(TpProcesses, ARankOfOtherLayersThanItsStagesIsRefusedNamingBoth) {
-  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
-  Cluster cluster(4);  // 0 coordinator, 1 stage, 2 its rank 0 identity, 3 its rank 1
-  const auto trust_file = trust_with_group_leaders(cluster, {1});
-  const auto plan = cluster.dir() / "stages.json";
-  std::ofstream(plan) << stages_json({{cluster.name(1), dir, 0, 2}});
-  const std::string members = cluster.name(2) + "," + cluster.name(3);
-  cluster.spawn(
-      1,
-      {TESSERA_BINARY, "stage", "--listen", cluster.address(1), "--identity", cluster.identity(1).string(), "--trust",
-       trust_file.string(), "--threads", "1", "--tp", members, "--tp-identity", cluster.identity(2).string()},
-      cluster.dir() / "stage.log");
-  cluster.spawn(3,
-                {TESSERA_BINARY, "rank", "--model", dir, "--layers", "1:2", "--members", members, "--identity",
-                 cluster.identity(3).string(), "--trust", trust_file.string(), "--threads", "1", "--sessions", "1"},
-                cluster.dir() / "rank.log");
-  const auto out = cluster.dir() / "coordinator.log";
-  const int coordinator =
-      cluster.spawn(0,
-                    {TESSERA_BINARY, "generate", "--model", dir, "--prompt-ids", "1,5", "-n", "2", "--pipeline",
-                     plan.string(), "--identity", cluster.identity(0).string(), "--trust", trust_file.string()},
-                    out);
-  EXPECT_NE(cluster.wait(coordinator, std::chrono::seconds(60)), 0) << slurp(out);
+  TpStages pp({{1, 0, 2}});
+  pp.start_stage(1);
+  pp.start_rank(1, "1:2", {"--sessions", "1"});
+  EXPECT_NE(pp.coordinate(2), 0) << pp.coordinator_log();
   const std::string named = "rank 1 holds layers [1, 2), the leader (rank 0) [0, 2)";
-  EXPECT_NE(slurp(out).find(named), std::string::npos) << slurp(out);
-  EXPECT_NE(slurp(cluster.dir() / "rank.log").find(named), std::string::npos) << slurp(cluster.dir() / "rank.log");
+  EXPECT_NE(pp.coordinator_log().find(named), std::string::npos) << pp.coordinator_log();
+  EXPECT_NE(slurp(pp.log(3)).find(named), std::string::npos) << slurp(pp.log(3));
 }
 
-// generate --tp leads as rank 0 only, and not together with --pipeline.
+// generate --tp leads as rank 0 only, and not together with --pipeline (whose
+// stages lead their own groups: the refusal says how).
 TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
   Cluster cluster(2);
   const std::string model = tessera::testing::fixture_dir("llama3_f32");
@@ -355,7 +394,7 @@ TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
                                    {"--tp runs rank 0", "'node1' is rank 1"});
   tessera::testing::expect_refused(
       run_tessera(common + " --identity " + cluster.identity(0).string() + " --pipeline /nonexistent.json"),
-      {"--tp with --pipeline"});
+      {"--tp with --pipeline", "tessera stage --tp"});
 }
 
 }  // namespace
