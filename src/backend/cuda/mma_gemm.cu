@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// x rounded to bf16 as mma_matmul.cu's load_x rounds it, eight elements a thread.
+// x rounded to bf16 as mma.cuh's load_x rounds it, eight elements a thread.
 __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint4* __restrict__ y) {
   let_next_start();
   wait_for_earlier();
@@ -228,7 +228,7 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint
 }
 
 // The outputs from the eight sums of a kOneSum launch, added in order 0..7 (as
-// mma_matmul.cu's block_sum adds its warps'), then the bias, SiLU * up and the
+// mma.cuh's block_sum adds the decode kernel's warps'), then the bias, SiLU * up and the
 // accumulation as the kernels above finish theirs. Thread per (token, output row).
 __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const float* __restrict__ sums) {
   let_next_start();
