@@ -129,6 +129,10 @@ class Device {
   // Bytes this device could still allocate: the host's available memory (the
   // default), or a GPU's free memory.
   virtual uint64_t available_memory() const;
+  // FLOP/s of the instruction a bf16 matmul multiplies with, on registers alone
+  // (a GPU's tensor cores), the limit prefill is measured against; 0 where a
+  // device has no such measure (the CPU's bench measures its own).
+  virtual double measure_bf16_peak() { return 0; }
 
   // Memory. alloc fails with kOverloaded naming the size when it does not fit.
   virtual Result<Buffer> alloc(size_t bytes) = 0;

@@ -265,9 +265,10 @@ Status bench(const BenchOptions& o) {
     gemm_up = measure_matmul(*device, first_mlp(model, true), o.prompt_tokens);
     gemm_down = measure_matmul(*device, first_mlp(model, false), o.prompt_tokens);
   }
-  double copy_bandwidth = 0;  // a GPU's limit is its own memory
+  double copy_bandwidth = 0, mma_peak = 0;  // a GPU's limits: its own memory, its tensor cores
   if (!on_cpu) {
     TS_ASSIGN_OR_RETURN(copy_bandwidth, measure_copy_bandwidth(*device));
+    mma_peak = device->measure_bf16_peak();
   }
   const double bandwidth = std::max(bandwidth_before, measure_read_bandwidth(o.threads));
   const double fma_peak = std::max(fma_before, measure_fma_peak(o.threads));
@@ -320,9 +321,16 @@ Status bench(const BenchOptions& o) {
   } else {
     std::printf("copy bandwidth    %.0f GB/s on the device (1 GiB copies, bytes read plus written, best of 3)\n",
                 copy_bandwidth / 1e9);
-    std::printf("prefill           %.1f tok/s (%lld-token prompt) = %.1f TFLOP/s of weight matmuls\n",
+    if (mma_peak > 0)
+      std::printf(
+          "bf16 mma peak     %.1f TFLOP/s (mma.sync m16n8k16, the bf16 matmul's instruction, registers only, "
+          "every SM, best of 3)\n",
+          mma_peak / 1e12);
+    std::printf("prefill           %.1f tok/s (%lld-token prompt) = %.1f TFLOP/s of weight matmuls",
                 static_cast<double>(o.prompt_tokens) / prefill_s, static_cast<long long>(o.prompt_tokens),
                 prefill_flops / 1e12);
+    if (mma_peak > 0) std::printf(" = %.1f%% of the mma peak", 100.0 * prefill_flops / mma_peak);
+    std::printf("\n");
   }
   if (gemm_up > 0) {
     const TensorView& up = first_mlp(model, true);

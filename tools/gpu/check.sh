@@ -65,7 +65,7 @@ for step in $STEPS; do
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights --seed 1 \
-          --dtype bf16 2>&1 | tee "$OUT/bench-$shape.log" | grep -E "device|prefill|decode|kv cache|model"
+          --dtype bf16 2>&1 | tee "$OUT/bench-$shape.log" | grep -E "device|peak|prefill|decode|kv cache|model"
       done
       # Many sequences decoding together (issue 16: 32 and 64 sequences of 512-token prompts).
       for sequences in 32 64; do

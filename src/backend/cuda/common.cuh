@@ -115,8 +115,11 @@ __device__ __forceinline__ void wait_for_earlier() {
 #endif
 }
 
-// Whether launch_kernel() lets kernels overlap (TESSERA_CUDA_OVERLAP=0 turns it off,
-// to measure what it gains).
+// Whether the environment variable `name` is "0": the switches that turn an
+// optimisation off, to measure what it gains.
+bool switched_off(const char* name);
+
+// Whether launch_kernel() lets kernels overlap (TESSERA_CUDA_OVERLAP=0 turns it off).
 bool overlap_launches();
 
 // Launches `kernel` on `stream`, allowed to overlap the kernel before it (see

@@ -59,6 +59,11 @@ class CudaDevice final : public Device {
     return free;
   }
 
+  double measure_bf16_peak() override {
+    select();
+    return cuda::mma_peak(stream_);
+  }
+
   Result<Buffer> alloc(size_t bytes) override {
     select();
     void* data = nullptr;

@@ -222,11 +222,13 @@ unsigned elementwise_blocks(int64_t n) { return static_cast<unsigned>(std::clamp
 
 }  // namespace
 
+bool switched_off(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string_view(value) == "0";
+}
+
 bool overlap_launches() {
-  static const bool on = [] {
-    const char* value = std::getenv("TESSERA_CUDA_OVERLAP");
-    return value == nullptr || std::string_view(value) != "0";
-  }();
+  static const bool on = !switched_off("TESSERA_CUDA_OVERLAP");
   return on;
 }
 

@@ -53,6 +53,9 @@ void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, 
 int64_t mma_gemm_min_tokens();
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
 void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch);
+// FLOP/s of mma.sync m16n8k16 (bf16, f32 accumulators) over every SM, registers
+// only: the best of three timed launches (Device::measure_bf16_peak).
+double mma_peak(cudaStream_t stream);
 // y = x / sqrt(mean(x^2) + eps) * weight, per row of `dim`.
 void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, const void* weight, DType weight_dtype,
               float eps, float* y);

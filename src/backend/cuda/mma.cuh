@@ -38,6 +38,24 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// x[at, at + 8) of one token, rounded to bf16 pairs as both kernels' B operand.
+__device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+}
+
+// The eight warps' sums of accumulator i of this lane, added in warp order (the
+// block's warps wrote theirs to `partial` [kMmaSplit][kTiles][32][4]).
+template <int kTiles>
+__device__ __forceinline__ float block_sum(const float* partial, int j, int i) {
+  const int lane = threadIdx.x % 32;
+  float sum = partial[((0 * kTiles + j) * 32 + lane) * 4 + i];
+#pragma unroll
+  for (int s = 1; s < kMmaSplit; ++s) sum += partial[((s * kTiles + j) * 32 + lane) * 4 + i];
+  return sum;
+}
+
 // The bias both kernels add to a row's sum (then silu_times for gate/up).
 __device__ __forceinline__ float with_bias(float sum, const __nv_bfloat16* bias, int64_t row) {
   return bias != nullptr ? sum + __bfloat162float(bias[row]) : sum;

@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// x rounded to bf16 as mma_matmul.cu's load_x rounds it, eight elements a thread.
+// x rounded to bf16 as mma.cuh's load_x rounds it, eight elements a thread.
 __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint4* __restrict__ y) {
   let_next_start();
   wait_for_earlier();
@@ -228,7 +228,7 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint
 }
 
 // The outputs from the eight sums of a kOneSum launch, added in order 0..7 (as
-// mma_matmul.cu's block_sum adds its warps'), then the bias, SiLU * up and the
+// mma.cuh's block_sum adds the decode kernel's warps'), then the bias, SiLU * up and the
 // accumulation as the kernels above finish theirs. Thread per (token, output row).
 __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const float* __restrict__ sums) {
   let_next_start();
@@ -318,7 +318,50 @@ size_t x_bytes(int64_t tokens, int64_t k) {
   return (static_cast<size_t>(tokens * k) * sizeof(__nv_bfloat16) + 255) / 256 * 256;
 }
 
+// The peak: every warp runs kPeakChains independent accumulators through
+// kPeakSteps mma instructions each (operands in registers, so nothing waits for
+// memory), and writes its sums so that none is optimised away.
+constexpr int kPeakChains = 8, kPeakSteps = 4096, kPeakBlocksPerSm = 4;
+
+__global__ void __launch_bounds__(kThreads) mma_peak_kernel(float* out) {
+  let_next_start();
+  wait_for_earlier();
+  const uint32_t a = pack_bf16(1e-3f * threadIdx.x, 1.0f), b = pack_bf16(1.0f, -1e-3f * threadIdx.x);
+  float c[kPeakChains][4] = {};
+  for (int step = 0; step < kPeakSteps; ++step)
+#pragma unroll
+    for (int i = 0; i < kPeakChains; ++i) mma_bf16(c[i], a, b, a, b, b, a);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPeakChains; ++i) sum += c[i][0] + c[i][1] + c[i][2] + c[i][3];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+}
+
 }  // namespace
+
+double mma_peak(cudaStream_t stream) {
+  const int blocks = kPeakBlocksPerSm * multiprocessors();
+  float* out = nullptr;
+  TS_CHECK(cudaMalloc(&out, sizeof(float) * blocks * kThreads) == cudaSuccess, "[cuda] the peak's output");
+  cudaEvent_t begin, end;
+  cudaEventCreate(&begin);
+  cudaEventCreate(&end);
+  float best_ms = 0.0f;
+  for (int round = 0; round < 4; ++round) {  // the first warms up
+    cudaEventRecord(begin, stream);
+    launch_kernel(mma_peak_kernel, blocks, kThreads, 0, stream, out);
+    cudaEventRecord(end, stream);
+    cudaEventSynchronize(end);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, begin, end);
+    if (round > 0 && (best_ms == 0.0f || ms < best_ms)) best_ms = ms;
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  cudaFree(out);
+  const double flops = 2.0 * 16 * 8 * 16 * kPeakChains * kPeakSteps * (kThreads / 32.0) * blocks;
+  return flops / (best_ms * 1e-3);
+}
 
 int64_t mma_gemm_min_tokens() { return 32; }
 

@@ -15,8 +15,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -30,15 +28,9 @@ namespace {
 constexpr int kSplit = kMmaSplit;  // warps of a block, each a fixed eighth of k's chunks
 constexpr int kChunk = kMmaChunk;
 
-// x[at, at + 8) of one token as four bf16 pairs.
-__device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-}
-
-// The same, RMS-normalized on the way: weight * (x * scale), as rms_norm writes it.
-__device__ __forceinline__ uint4 load_x(const float* __restrict__ p, const __nv_bfloat16* __restrict__ w, float scale) {
+// mma.cuh's load_x, RMS-normalized on the way: weight * (x * scale), as rms_norm writes it.
+__device__ __forceinline__ uint4 load_normed_x(const float* __restrict__ p, const __nv_bfloat16* __restrict__ w,
+                                               float scale) {
   const float4 a = __ldg(reinterpret_cast<const float4*>(p));
   const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
   const uint4 u = __ldg(reinterpret_cast<const uint4*>(w));
@@ -111,7 +103,7 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
         uint4 x0 = zero, x1 = zero;
         if (token < tokens && kNorm) {
           const __nv_bfloat16* w = xr.norm + at + 8 * t;
-          x0 = load_x(row, w, xr.scale[8 * j + g]), x1 = load_x(row + 32, w + 32, xr.scale[8 * j + g]);
+          x0 = load_normed_x(row, w, xr.scale[8 * j + g]), x1 = load_normed_x(row + 32, w + 32, xr.scale[8 * j + g]);
         } else if (token < tokens) {
           x0 = load_x(row), x1 = load_x(row + 32);
         }
@@ -120,17 +112,6 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
       }
     }
   }
-}
-
-// The eight warps' sums of accumulator i of this lane, added in warp order (the
-// block's warps wrote theirs to `partial` [kSplit][kTiles][32][4]).
-template <int kTiles>
-__device__ __forceinline__ float block_sum(const float* partial, int j, int i) {
-  const int lane = threadIdx.x % 32;
-  float sum = partial[((0 * kTiles + j) * 32 + lane) * 4 + i];
-#pragma unroll
-  for (int s = 1; s < kSplit; ++s) sum += partial[((s * kTiles + j) * 32 + lane) * 4 + i];
-  return sum;
 }
 
 // A block owns one 16-row tile of one of the job's weights (a tile of gate and
@@ -216,10 +197,7 @@ void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
 bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 && k % kChunk == 0; }
 
 bool mma_norm_fits(int64_t tokens, int64_t k) {
-  static const bool off = [] {
-    const char* value = std::getenv("TESSERA_CUDA_NORM_IN_MATMUL");
-    return value != nullptr && std::string_view(value) == "0";
-  }();
+  static const bool off = switched_off("TESSERA_CUDA_NORM_IN_MATMUL");
   return !off && tokens <= 8 && k >= kSplit * kChunk;
 }
 

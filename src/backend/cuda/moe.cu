@@ -214,23 +214,6 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
 // mma_matmul.cu's (tensor cores) or kernels.cu's matmul_kernel's (FMA), so each
 // output is bitwise what Device::matmul gives it.
 
-// x[at, at + 8) of one row as four bf16 pairs (mma_matmul.cu's load_x).
-__device__ __forceinline__ uint4 load_x8(const float* __restrict__ p) {
-  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
-  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-}
-
-// mma_matmul.cu's block_sum: the eight warps' sums of accumulator i, in warp order.
-template <int kTiles>
-__device__ __forceinline__ float warps_sum(const float* partial, int j, int i) {
-  const int lane = threadIdx.x % 32;
-  float sum = partial[((0 * kTiles + j) * 32 + lane) * 4 + i];
-#pragma unroll
-  for (int s = 1; s < kMmaSplit; ++s) sum += partial[((s * kTiles + j) * 32 + lane) * 4 + i];
-  return sum;
-}
-
 __device__ __forceinline__ int64_t x_row(const int32_t* x_rows, int64_t slot) {
   return x_rows != nullptr ? x_rows[slot] : slot;
 }
@@ -288,8 +271,8 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
       const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        const uint4 x0 = xr[j] != nullptr ? load_x8(xr[j] + at) : zero;
-        const uint4 x1 = xr[j] != nullptr ? load_x8(xr[j] + at + 32) : zero;
+        const uint4 x0 = xr[j] != nullptr ? load_x(xr[j] + at) : zero;
+        const uint4 x1 = xr[j] != nullptr ? load_x(xr[j] + at + 32) : zero;
         mma_half(c[j], wa0[u], wb0[u], x0);
         mma_half(c[j], wa1[u], wb1[u], x1);
         if constexpr (kGateUp) {
@@ -316,8 +299,8 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
       const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
       const int col = 8 * j + 2 * t + (i % 2);
       if (row >= n || col >= count) continue;
-      float value = warps_sum<kTiles>(&partial[0][0][0][0][0], j, i);
-      if constexpr (kGateUp) value = silu_times(value, warps_sum<kTiles>(&partial[kGateUp ? 1 : 0][0][0][0][0], j, i));
+      float value = block_sum<kTiles>(&partial[0][0][0][0][0], j, i);
+      if constexpr (kGateUp) value = silu_times(value, block_sum<kTiles>(&partial[kGateUp ? 1 : 0][0][0][0][0], j, i));
       y[(first + col) * n + row] = value;
     }
 }
