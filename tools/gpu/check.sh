@@ -61,7 +61,16 @@ for step in $STEPS; do
       ncu --clock-control none --launch-skip ${SKIP64:-26000} --launch-count 3000 --metrics gpu__time_duration.sum --csv \
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
         --dtype bf16 --prompt 512 --decode 4 --sequences 64 >"$OUT/profile-64.csv" 2>"$OUT/profile-64.err"
-      echo "profile 64 rc $?" ;;
+      echo "profile 64 rc $?"
+      # One 512-token prefill of the 8B shape (steps.py takes the longest step).
+      ncu --clock-control none --launch-count 1500 --metrics gpu__time_duration.sum --csv \
+        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
+        --dtype bf16 --prompt 512 --decode 1 >"$OUT/profile-prefill.csv" 2>"$OUT/profile-prefill.err"
+      echo "profile prefill rc $?"
+      # The sums come back; the CSVs (one file each) stay on the machine.
+      python3 tools/gpu/steps.py "$OUT"/profile-*.csv >"$OUT/profile.txt" 2>&1
+      rm -f "$OUT"/profile-*.csv "$OUT"/profile-*.err
+      cat "$OUT/profile.txt" ;;
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights --seed 1 \

@@ -18,7 +18,8 @@ def steps(path):
         if current is not None:
             current[name][0] += 1
             current[name][1] += float(r[14].replace(",", "")) / 1000.0
-    return out[:-1]  # the last step may be cut off
+    # The last step may be cut off, unless the run ended within the launches profiled (a prefill's).
+    return out if "prefill" in path else out[:-1]
 
 
 for path in sys.argv[1:]:
@@ -26,8 +27,9 @@ for path in sys.argv[1:]:
     if not whole:
         print(path, "no whole step")
         continue
-    step = whole[-1]
+    # The last step (decode), or the longest (a prefill among decode steps) when the name says prefill.
+    step = max(whole, key=lambda st: sum(t for _, t in st.values())) if "prefill" in path else whole[-1]
     total = sum(t for _, t in step.values())
-    print(f"== {path}: {len(whole)} whole steps; the last: {sum(n for n, _ in step.values())} launches, {total:.1f} us")
+    print(f"== {path}: {len(whole)} whole steps; this one: {sum(n for n, _ in step.values())} launches, {total:.1f} us")
     for name, (n, t) in sorted(step.items(), key=lambda kv: -kv[1][1]):
         print(f"  {t:9.1f} us  {n:4d} x {t / n:7.2f}  {name}")
