@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/bf16_reference.h"
 #include "backend/cpu/amx.h"
 #include "backend/cpu/amx_emulated.h"
 #include "backend/cpu/amx_kernel.h"
@@ -31,14 +32,9 @@ namespace {
 using Emulated = cpu::amx::EmulatedOps;
 using Dot = cpu::bf16_dot::EmulatedOps;
 namespace kernel = cpu::amx::kernel;
+using testing::random_bf16;
 using testing::random_values;
-
-std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
-  auto values = random_values(n, seed);
-  std::vector<uint16_t> out(n);
-  Dot::round_x(values.data(), static_cast<int64_t>(n), out.data());
-  return out;
-}
+using testing::rounded_x_dot;
 
 // The kernel run with the emulation, as amx.cpp runs it with the instructions: one token
 // by decode, more packed (in two ranges, as threads pack them) and the GEMM.
@@ -151,17 +147,13 @@ TEST(AmxTest, EmulationSumsTheProductsOfXRoundedToBf16) {
   const auto w = random_bf16(static_cast<size_t>(rows * k), 44);
   const auto y = emulated_matmul(x.data(), tokens, k, w.data(), rows);
   for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t r = 0; r < rows; ++r) {
-      double want = 0;
-      for (int64_t i = 0; i < k; ++i)
-        want += double{Dot::widen(Dot::round(x[static_cast<size_t>(t * k + i)]))} *
-                Dot::widen(w[static_cast<size_t>(r * k + i)]);
-      EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], want, 1e-5 * k) << "t " << t << " row " << r;
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], rounded_x_dot(x.data() + t * k, w.data() + r * k, k), 1e-5 * k)
+          << "t " << t << " row " << r;
 }
 
 #define SKIP_WITHOUT_THE_INSTRUCTION()                                                                   \
-  if (!cpu::amx::cpu_has_instruction())                                                                  \
+  if (cpu::amx::instructions() == nullptr)                                                               \
   GTEST_SKIP() << "this CPU (or OS) has no AMX-BF16 tiles; they are tested on the GPU host's Xeon (see " \
                   "docs/benchmarks.md)"
 
@@ -178,13 +170,6 @@ std::string orders_matched(const std::vector<float>& y, const float* x, int64_t 
     out += "\n  " + std::to_string(same) + " of " + std::to_string(tokens * rows) + " outputs in " + order_name(o);
   }
   return out;
-}
-
-// Sum of |w x| over one output's products (x rounded), the scale of its rounding errors.
-double magnitude(const float* x, const uint16_t* w, int64_t k) {
-  double sum = 0;
-  for (int64_t i = 0; i < k; ++i) sum += std::fabs(double{Dot::widen(Dot::round(x[i]))} * Dot::widen(w[i]));
-  return sum;
 }
 
 // The instructions give the emulation's sums within rounding (a few units in the last
@@ -204,12 +189,12 @@ TEST(AmxTest, InstructionIsWithinRoundingOfTheEmulation) {
     }
     for (const int64_t tokens : {1, 2, 15, 16, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
-      cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
       const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = 0; r < rows; ++r) {
           const auto i = static_cast<size_t>(t * rows + r);
-          ASSERT_NEAR(y[i], want[i], 0x1p-20 * magnitude(x.data() + t * k, w.data() + r * k, k))
+          ASSERT_NEAR(y[i], want[i], 0x1p-20 * rounded_x_dot(x.data() + t * k, w.data() + r * k, k, true))
               << "k " << k << " tokens " << tokens << " t " << t << " row " << r;
         }
       if (tokens == 40)
@@ -230,10 +215,10 @@ TEST(AmxTest, InstructionGivesARowBitwiseAloneOrInABatch) {
     const auto w = random_bf16(static_cast<size_t>(rows * k), 52);
     std::vector<float> alone(static_cast<size_t>(301 * rows));
     for (int64_t t = 0; t < 301; ++t)
-      cpu::amx::matmul_rows(x.data() + t * k, 1, k, w.data(), rows, alone.data() + t * rows, rows);
+      cpu::amx::instructions()->matmul_rows(x.data() + t * k, 1, k, w.data(), rows, alone.data() + t * rows, rows);
     for (const int64_t tokens : {2, 15, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
-      cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
       for (size_t i = 0; i < y.size(); ++i)
         ASSERT_EQ(y[i], alone[i]) << "k " << k << " tokens " << tokens << " at " << i;
     }
@@ -251,7 +236,7 @@ TEST(AmxTest, DispatchedMatmulTakesTheTiles) {
   for (const int64_t tokens : {1, 40}) {
     std::vector<float> y(static_cast<size_t>(tokens * rows)), tiles(y.size());
     cpu::matmul_rows(x.data(), tokens, k, w.data(), DType::kBF16, rows, y.data(), rows);
-    cpu::amx::matmul_rows(x.data(), tokens, k, w.data(), rows, tiles.data(), rows);
+    cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, tiles.data(), rows);
     EXPECT_EQ(y, tiles) << tokens << " tokens";
   }
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/bf16_reference.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/bf16_dot_emulated.h"
 #include "backend/cpu/bf16_dot_kernel.h"
@@ -27,15 +28,9 @@ namespace {
 
 using Emulated = cpu::bf16_dot::EmulatedOps;
 namespace kernel = cpu::bf16_dot::kernel;
+using testing::random_bf16;
 using testing::random_values;
-
-// Random bf16 weights (bits) of `n` elements.
-std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
-  auto values = random_values(n, seed);
-  std::vector<uint16_t> out(n);
-  Emulated::round_x(values.data(), static_cast<int64_t>(n), out.data());
-  return out;
-}
+using testing::rounded_x_dot;
 
 // The kernel run with the emulation, as bf16_dot.cpp runs it with the instruction: tiles
 // below kGemmTokens tokens, else x packed and the GEMM.
@@ -96,13 +91,9 @@ TEST(Bf16DotTest, EmulationSumsTheProductsOfXRoundedToBf16) {
   const auto w = random_bf16(static_cast<size_t>(rows * k), 34);
   const auto y = emulated_matmul(x.data(), tokens, k, w.data(), rows);
   for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t r = 0; r < rows; ++r) {
-      double want = 0;
-      for (int64_t i = 0; i < k; ++i)
-        want += double{Emulated::widen(Emulated::round(x[static_cast<size_t>(t * k + i)]))} *
-                Emulated::widen(w[static_cast<size_t>(r * k + i)]);
-      EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], want, 1e-5 * k) << "t " << t << " row " << r;
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], rounded_x_dot(x.data() + t * k, w.data() + r * k, k), 1e-5 * k)
+          << "t " << t << " row " << r;
   // Rounding: nearest, ties to even; a subnormal reads as zero.
   EXPECT_EQ(Emulated::round(1.0f), 0x3F80);
   EXPECT_EQ(Emulated::round(1.0f + 1.0f / 256), 0x3F80);                 // tie, to even
@@ -112,7 +103,7 @@ TEST(Bf16DotTest, EmulationSumsTheProductsOfXRoundedToBf16) {
 }
 
 #define SKIP_WITHOUT_THE_INSTRUCTION()                                                                   \
-  if (!cpu::bf16_dot::cpu_has_instruction())                                                             \
+  if (cpu::bf16_dot::instructions() == nullptr)                                                          \
   GTEST_SKIP() << "this CPU has no AVX-512 BF16; the instruction is tested on the GPU host's Xeon (see " \
                   "docs/benchmarks.md)"
 
@@ -125,7 +116,7 @@ TEST(Bf16DotTest, InstructionGivesTheEmulatedSums) {
     const auto w = random_bf16(static_cast<size_t>(rows * k), 36);
     for (const int64_t tokens : {1, 3, 15, 16, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
-      cpu::bf16_dot::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
       const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
       for (size_t i = 0; i < y.size(); ++i)
         ASSERT_EQ(y[i], want[i]) << "k " << k << " tokens " << tokens << " at " << i;
@@ -144,7 +135,7 @@ TEST(Bf16DotTest, InstructionGivesTheEmulatedSumsAtSubnormals) {
   for (size_t i = 0; i < w.size(); i += 5) w[i] = static_cast<uint16_t>(i % 2 ? 0x0001 : 0x8040);
   for (size_t i = 1; i < w.size(); i += 7) w[i] = 0x0080;  // the smallest normal: products underflow
   std::vector<float> y(static_cast<size_t>(tokens * rows));
-  cpu::bf16_dot::matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+  cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
   const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], want[i]) << "at " << i;
 }
@@ -163,7 +154,7 @@ TEST(Bf16DotTest, InstructionAddsTheOddProductOfAPairFirst) {
   w[33] = 0x3400;  // 2^-23
   w[32] = 0x3380;  // 2^-24
   float y = 0;
-  cpu::bf16_dot::matmul_rows(x.data(), 1, k, w.data(), 1, &y, 1);
+  cpu::bf16_dot::instructions()->matmul_rows(x.data(), 1, k, w.data(), 1, &y, 1);
   EXPECT_EQ(y, 1.0f + 0x1p-22f) << "even first would give " << 1.0f + 0x1p-23f;
   EXPECT_EQ(emulated_matmul(x.data(), 1, k, w.data(), 1)[0], 1.0f + 0x1p-22f);
 }

@@ -124,28 +124,18 @@ Scratch& scratch_for(int64_t k) {
   return s;
 }
 
-}  // namespace
-
-bool cpu_has_instruction() {
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    const bool amx_bf16 = (d >> 22 & 1u) != 0, amx_tile = (d >> 24 & 1u) != 0;
-    return amx_bf16 && amx_tile && bf16_dot::cpu_has_instruction() && os_grants_tiles();
-  }();
-  return has;
+void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                        int64_t ldy) {
+  Scratch& s = scratch_for(k);
+  kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, y, ldy, s.acc.data(),
+                               s.rows.data());
 }
-
-bool enabled() {
-  static const bool on = [] {
-    const char* text = std::getenv("TESSERA_AMX");
-    return bf16_dot::enabled() && cpu_has_instruction() && (text == nullptr || std::strcmp(text, "0") != 0);
-  }();
-  return on;
+int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
+  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
+  kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), row.data());
 }
-
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
-  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
   Scratch& s = scratch_for(k);
   if (tokens == 1) {
     kernel::round_row<InstructionOps>(x, k, s.x.data());
@@ -156,20 +146,26 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   matmul_rows_packed(packed.data(), tokens, k, w, rows, y, ldy);
 }
 
-int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
-
-void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
-  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
-  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
-  kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), row.data());
+bool cpu_has_instruction() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool amx_bf16 = (d >> 22 & 1u) != 0, amx_tile = (d >> 24 & 1u) != 0;
+    return amx_bf16 && amx_tile && bf16_dot::instructions() != nullptr && os_grants_tiles();
+  }();
+  return has;
 }
 
-void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                        int64_t ldy) {
-  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
-  Scratch& s = scratch_for(k);
-  kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, y, ldy, s.acc.data(),
-                               s.rows.data());
+}  // namespace
+
+const bf16::Matmul* instructions() {
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed};
+  return cpu_has_instruction() ? &matmul : nullptr;
+}
+
+bool enabled() {
+  static const bool on = bf16_dot::enabled() && cpu_has_instruction() && bf16::switched_on("TESSERA_AMX");
+  return on;
 }
 
 float dot_loop(int64_t iterations) {
@@ -179,18 +175,8 @@ float dot_loop(int64_t iterations) {
 
 #else  // not x86-64 Linux
 
-bool cpu_has_instruction() { return false; }
+const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
-void matmul_rows(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
-  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
-}
-int64_t packed_floats(int64_t, int64_t) { return 0; }
-void pack_x(const float*, int64_t, int64_t, int64_t, int64_t, float*) {
-  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
-}
-void matmul_rows_packed(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
-  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
-}
 float dot_loop(int64_t) { return 0; }
 
 #endif

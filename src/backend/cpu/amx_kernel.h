@@ -4,7 +4,7 @@
 //   - the tests instantiate it with a portable emulation (amx_emulated.h), so the
 //     blocking and the order are tested on every machine and the instruction where the
 //     CPU has it.
-// Every standard header it uses must be included before it, and its plain functions are
+// Every standard header it uses, and bf16_matmul.h, must be included before it, and its plain functions are
 // static (see bf16_dot_kernel.h for why).
 //
 // The order of every output's sum, whatever the number of tokens in the call (decode and
@@ -41,7 +41,9 @@
 
 namespace tessera::cpu::amx::kernel {
 
-inline constexpr int64_t kChunk = 32;       // bf16 elements of k in one tile product
+using bf16::kChunk;  // bf16 elements of k in one row of an A tile
+using bf16::padded_k;
+using bf16::round_row;
 inline constexpr int64_t kTileRows = 16;    // weight rows of an A tile
 inline constexpr int64_t kTileTokens = 16;  // tokens of a B tile (a call of more than one)
 // Blocking (tokens, weight rows, chunks along k): a token block's packed x for one k block
@@ -54,17 +56,9 @@ inline constexpr int64_t kKcChunks = 32;
 inline constexpr int64_t kAccFloats = kRowBlock * kTokBlock;
 static_assert(kTokBlock % kTileTokens == 0 && kRowBlock % (2 * kTileRows) == 0);
 
-static inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
 static inline int64_t padded_tokens(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens * kTileTokens; }
 // bf16 elements of a call's packed x (see pack_x).
 static inline int64_t packed_elements(int64_t tokens, int64_t k) { return padded_tokens(tokens) * padded_k(k); }
-
-// x of one token rounded to bf16, zeros in [k, padded_k(k)).
-template <typename Ops>
-void round_row(const float* x, int64_t k, uint16_t* out) {
-  Ops::round_x(x, k, out);
-  for (int64_t i = k; i < padded_k(k); ++i) out[i] = 0;
-}
 
 // x packed for the tiles: token tile tt (tokens 16 tt ..) and chunk c form one B tile of
 // 1 KiB at u32 index (tt * chunks + c) * 256, whose row p holds, for each token n of the

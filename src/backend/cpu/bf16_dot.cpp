@@ -124,23 +124,24 @@ float run_dot_loop(int64_t iterations) {
 #endif
 HWY_POP_ATTRIBUTES
 
-bool cpu_has_instruction() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-}
+// bf16_matmul.h's interface (reached through instructions(), so only where the CPU has
+// the instruction).
+namespace {
 
-bool enabled() {
-  static const bool on = [] {
-    const char* text = std::getenv("TESSERA_BF16_DOT");
-    return cpu_has_instruction() && (text == nullptr || std::strcmp(text, "0") != 0);
-  }();
-  return on;
+int64_t packed_floats(int64_t tokens, int64_t k) {
+  return tokens < kernel::kGemmTokens ? 0 : (kernel::packed_elements(tokens, k) + 1) / 2;
 }
-
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
+  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
+  run_pack_x(x, tokens, k, begin, end, reinterpret_cast<uint16_t*>(packed), row.data());
+}
+void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                        int64_t ldy) {
+  auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kernel::kAccFloats));
+  TS_CHECK(acc, "[cpu] matmul scratch");
+  run_gemm(reinterpret_cast<const uint16_t*>(packed), tokens, k, w, rows, y, ldy, acc.get());
+}
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
-  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
   if (tokens >= kernel::kGemmTokens) {
     std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
     pack_x(x, tokens, k, 0, tokens, packed.data());
@@ -152,22 +153,23 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   run_tiles(rounded.data(), tokens, k, w, rows, y, ldy);
 }
 
-int64_t packed_floats(int64_t tokens, int64_t k) {
-  return tokens < kernel::kGemmTokens ? 0 : (kernel::packed_elements(tokens, k) + 1) / 2;
+bool cpu_has_instruction() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
 }
 
-void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
-  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
-  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
-  run_pack_x(x, tokens, k, begin, end, reinterpret_cast<uint16_t*>(packed), row.data());
+}  // namespace
+
+const bf16::Matmul* instructions() {
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed};
+  return cpu_has_instruction() ? &matmul : nullptr;
 }
 
-void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                        int64_t ldy) {
-  TS_CHECK(cpu_has_instruction(), "[cpu] bf16 dot products on a CPU without AVX-512 BF16");
-  auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kernel::kAccFloats));
-  TS_CHECK(acc, "[cpu] matmul scratch");
-  run_gemm(reinterpret_cast<const uint16_t*>(packed), tokens, k, w, rows, y, ldy, acc.get());
+bool enabled() {
+  static const bool on = cpu_has_instruction() && bf16::switched_on("TESSERA_BF16_DOT");
+  return on;
 }
 
 void round_x(const float* x, int64_t n, uint16_t* out) {
@@ -183,21 +185,9 @@ int64_t dot_loop_flops(int64_t iterations) { return iterations * kDotChains * 32
 
 #else  // not x86-64
 
-bool cpu_has_instruction() { return false; }
+const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
-void matmul_rows(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
-  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
-}
-int64_t packed_floats(int64_t, int64_t) { return 0; }
-void pack_x(const float*, int64_t, int64_t, int64_t, int64_t, float*) {
-  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
-}
-void matmul_rows_packed(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
-  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
-}
-void round_x(const float*, int64_t, uint16_t*) {
-  TS_CHECK(false, "[cpu] bf16 dot products need x86-64 with AVX-512 BF16");
-}
+void round_x(const float*, int64_t, uint16_t*) { TS_CHECK(false, "[cpu] bf16 dot products need x86-64"); }
 float dot_loop(int64_t) { return 0; }
 int64_t dot_loop_flops(int64_t) { return 0; }
 

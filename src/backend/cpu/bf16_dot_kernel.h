@@ -5,8 +5,8 @@
 //   - the tests include it with a portable emulation of the instruction
 //     (bf16_dot_emulated.h), so the blocking and the order are tested on every machine
 //     and the instruction where the CPU has it.
-// Every standard header it uses must be included before it (so that none is compiled
-// for AVX-512 inside the attribute region), and its plain functions are static (so that
+// Every standard header it uses, and bf16_matmul.h, must be included before it (so that
+// none is compiled for AVX-512 inside the attribute region), and its plain functions are static (so that
 // no other file's copy is one compiled for AVX-512; the templates are instantiated with
 // bf16_dot.cpp's own Ops type, local to it).
 //
@@ -36,7 +36,9 @@
 
 namespace tessera::cpu::bf16_dot::kernel {
 
-inline constexpr int64_t kChunk = 32;  // bf16 elements one dot product takes
+using bf16::kChunk;  // bf16 elements one dot product takes
+using bf16::padded_k;
+using bf16::round_row;
 inline constexpr int64_t kLanes = 16;  // its f32 lanes
 // Calls of at least this many tokens take the GEMM, fewer the tiles (the same order).
 inline constexpr int64_t kGemmTokens = 16;
@@ -52,20 +54,12 @@ inline constexpr int kPanelTokens = 6;  // 24 accumulators + 4 weight chunks + 1
 inline constexpr int kDecodeRows = 16;
 static_assert(kKc % kChunk == 0 && kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kNc <= kLanes);
 
-static inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
 static inline int64_t padded_tokens(int64_t tokens) {
   return (tokens + kPanelTokens - 1) / kPanelTokens * kPanelTokens;
 }
 
 // bf16 elements of a call's packed x (see pack_x).
 static inline int64_t packed_elements(int64_t tokens, int64_t k) { return padded_tokens(tokens) * padded_k(k); }
-
-// x of one token rounded to bf16, zeros in [k, padded_k(k)).
-template <typename Ops>
-void round_row(const float* x, int64_t k, uint16_t* out) {
-  Ops::round_x(x, k, out);
-  for (int64_t i = k; i < padded_k(k); ++i) out[i] = 0;
-}
 
 // Chunk s of a weight row: whole when partial == 0, else the call's last chunk, of
 // `partial` elements (the loops below pass a literal 0 for every whole chunk, so the

@@ -443,29 +443,28 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
   return fn(static_cast<const float*>(nullptr));
 }
 
-// Whether weights of w_dtype take bf16_dot.h's dot products: bf16 on an AVX-512 target
-// whose CPU has AVX-512 BF16, unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that
-// narrows dispatch to AVX2 gets the widening order on the same CPU).
-HWY_INLINE bool dots_bf16(DType w_dtype) {
+// The instruction kernel (bf16_matmul.h) that weights of w_dtype take, or nullptr for
+// this file's own paths: bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
+// unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that narrows dispatch to AVX2 gets
+// the widening order on the same CPU), take amx.h's tile products where the CPU has
+// AMX-BF16 too (unless TESSERA_AMX=0), else bf16_dot.h's dot products.
+HWY_INLINE const bf16::Matmul* bf16_kernel(DType w_dtype) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  return w_dtype == DType::kBF16 && bf16_dot::enabled();
+  if (w_dtype != DType::kBF16 || !bf16_dot::enabled()) return nullptr;
+  return amx::enabled() ? amx::instructions() : bf16_dot::instructions();
 #else
   (void)w_dtype;
-  return false;
+  return nullptr;
 #endif
 }
 
-// Whether they take amx.h's tile products instead (the CPU has AMX-BF16 too, unless
-// TESSERA_AMX=0).
-HWY_INLINE bool tiles_bf16(DType w_dtype) { return dots_bf16(w_dtype) && amx::enabled(); }
-
-bool Bf16DotActive() { return dots_bf16(DType::kBF16); }
-bool AmxActive() { return tiles_bf16(DType::kBF16); }
+bool Bf16DotActive() { return bf16_kernel(DType::kBF16) != nullptr; }
+bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy) {
-  if (tiles_bf16(w_dtype)) return amx::matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
-  if (dots_bf16(w_dtype)) return bf16_dot::matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype))
+    return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     matmul_typed(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
@@ -481,8 +480,7 @@ void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_d
 }
 
 int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
-  if (tiles_bf16(w_dtype)) return amx::packed_floats(tokens, k);
-  if (dots_bf16(w_dtype)) return bf16_dot::packed_floats(tokens, k);
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->packed_floats(tokens, k);
   return with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return packed_floats<WT>(tokens, k);
@@ -490,8 +488,7 @@ int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
 }
 
 void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* xp) {
-  if (tiles_bf16(w_dtype)) return amx::pack_x(x, tokens, k, begin, end, xp);
-  if (dots_bf16(w_dtype)) return bf16_dot::pack_x(x, tokens, k, begin, end, xp);
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->pack_x(x, tokens, k, begin, end, xp);
   auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
   TS_CHECK(row, "[cpu] matmul scratch");
   with_weight_type(w_dtype, [&](auto tag) {
@@ -502,9 +499,8 @@ void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64
 
 void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
                       int64_t rows, float* y, int64_t ldy) {
-  if (tiles_bf16(w_dtype)) return amx::matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
-  if (dots_bf16(w_dtype))
-    return bf16_dot::matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype))
+    return m->matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     gemm(xp, x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);

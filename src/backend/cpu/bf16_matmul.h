@@ -1,0 +1,48 @@
+// What the instruction kernels for bf16 weights share: AVX-512 BF16 dot products
+// (bf16_dot.h) and AMX tile products (amx.h). matmul.cpp sends every bf16-weight matmul to
+// one of them where the CPU has it, through the one interface below, so that a call site
+// says once which kernel a process takes. Both round x to bf16 with the same instruction
+// (vcvtneps2bf16) and pad k with zeros to whole chunks of kChunk elements (round_row); each
+// kernel's header states the order of its sums.
+// Pure functions over caller-owned memory; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace tessera::cpu::bf16 {
+
+// The contracts are kernels.h's matmul_rows and its packed trio, for bf16 weights (w:
+// their bits). packed_floats: floats (of 4 bytes: the packed x is bf16, two to a float) of
+// a call's packed x, 0 when the call packs none (then use matmul_rows).
+struct Matmul {
+  void (*matmul_rows)(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                      int64_t ldy) = nullptr;
+  int64_t (*packed_floats)(int64_t tokens, int64_t k) = nullptr;
+  void (*pack_x)(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) = nullptr;
+  void (*matmul_rows_packed)(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                             int64_t ldy) = nullptr;
+};
+
+// Whether the environment variable `name`, a switch that turns one kernel off so that one
+// binary measures it against the next on the same CPU, is unset or anything but "0".
+inline bool switched_on(const char* name) {
+  const char* text = std::getenv(name);
+  return text == nullptr || std::strcmp(text, "0") != 0;
+}
+
+// bf16 elements of k in one dot product (vdpbf16ps) or one row of an A tile (tdpbf16ps).
+inline constexpr int64_t kChunk = 32;
+
+inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
+
+// x of one token rounded to bf16 by Ops::round_x (the kernel's instruction, or the tests'
+// emulation of it), zeros in [k, padded_k(k)).
+template <typename Ops>
+void round_row(const float* x, int64_t k, uint16_t* out) {
+  Ops::round_x(x, k, out);
+  for (int64_t i = k; i < padded_k(k); ++i) out[i] = 0;
+}
+
+}  // namespace tessera::cpu::bf16
