@@ -49,12 +49,13 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
     return y;
   }
   std::vector<uint32_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k) / 2), 0xFFFFFFFFu);
-  std::vector<uint16_t> row(static_cast<size_t>(kp));
+  std::vector<uint16_t> rows16(static_cast<size_t>(kernel::kTileTokens * kp));
   const int64_t split = tokens / 3;
-  kernel::pack_x<Emulated>(x, tokens, k, split, tokens, packed.data(), row.data());
-  kernel::pack_x<Emulated>(x, tokens, k, 0, split, packed.data(), row.data());
+  kernel::pack_x<Emulated>(x, tokens, k, split, tokens, packed.data(), rows16.data());
+  kernel::pack_x<Emulated>(x, tokens, k, 0, split, packed.data(), rows16.data());
   std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats));
-  kernel::gemm<Emulated>(packed.data(), tokens, k, w, rows, y.data(), rows, acc.data(), scratch.data());
+  std::vector<uint16_t> a(static_cast<size_t>(kernel::kPackedRowElements));
+  kernel::gemm<Emulated>(packed.data(), tokens, k, w, rows, y.data(), rows, acc.data(), a.data());
   return y;
 }
 
@@ -116,18 +117,19 @@ float sum_in_order(const float* x, const uint16_t* w, int64_t k, Order order) {
 }
 
 // Decode (1 token), the GEMM for a few tokens (2, 15: one token tile, padded) and for
-// many (16, 17, 40, 301: 301 makes three token blocks, the last not whole tiles), k with
-// and without a partial last chunk and over several k blocks (1061: two), rows leaving
-// partial row groups, and 300 rows (two row blocks): every output bitwise in the stated
-// order, so a row is the same alone or in any batch.
+// many (16, 17, 40, 301: an odd number of token tiles, the last not whole; 530: two token
+// blocks), k with and without a partial last chunk and over several k blocks (1061:
+// three), rows leaving partial row groups, and 300 rows (three row blocks, the last of
+// an odd number of groups): every output bitwise in the stated order, so a row is the
+// same alone or in any batch.
 TEST(AmxTest, EmulatedKernelSumsInTheStatedOrder) {
   struct Case {
     int64_t k, rows;
     std::vector<int64_t> tokens;
   };
-  for (const Case& c : {Case{7, 21, {1, 2, 16, 40}}, Case{64, 53, {1, 2, 15, 16, 17, 40, 301}},
+  for (const Case& c : {Case{7, 21, {1, 2, 16, 40}}, Case{64, 53, {1, 2, 15, 16, 17, 40, 301, 530}},
                         Case{2 * 512 + 37, 21, {1, 3, 16, 301}}, Case{64, 300, {1, 20}}}) {
-    const auto x = random_values(static_cast<size_t>(301 * c.k), 41);
+    const auto x = random_values(static_cast<size_t>(530 * c.k), 41);
     const auto w = random_bf16(static_cast<size_t>(c.rows * c.k), 42);
     for (const int64_t tokens : c.tokens) {
       const auto y = emulated_matmul(x.data(), tokens, c.k, w.data(), c.rows);
@@ -150,6 +152,25 @@ TEST(AmxTest, EmulationSumsTheProductsOfXRoundedToBf16) {
     for (int64_t r = 0; r < rows; ++r)
       EXPECT_NEAR(y[static_cast<size_t>(t * rows + r)], rounded_x_dot(x.data() + t * k, w.data() + r * k, k), 1e-5 * k)
           << "t " << t << " row " << r;
+}
+
+// The GEMM's transposition on the CPU (AVX2 shuffles): 16 x 16 32-bit elements, any
+// strides, their bits as they were, nothing else written.
+TEST(AmxTest, Transpose16MovesEveryElement) {
+#if defined(__x86_64__) && defined(__linux__)
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "this CPU has no AVX2";
+#else
+  GTEST_SKIP() << "x86-64 Linux only";
+#endif
+  const int64_t ss = 37, ds = 21;
+  std::vector<uint32_t> src(static_cast<size_t>(16 * ss)), dst(static_cast<size_t>(17 * ds), 0xFFFFFFFFu);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 0x7FC00000u + static_cast<uint32_t>(i);  // NaN bit patterns
+  cpu::amx::transpose16(reinterpret_cast<const float*>(src.data()), ss, reinterpret_cast<float*>(dst.data()), ds);
+  for (int64_t j = 0; j < 17; ++j)
+    for (int64_t i = 0; i < ds; ++i)
+      ASSERT_EQ(dst[static_cast<size_t>(j * ds + i)],
+                j < 16 && i < 16 ? src[static_cast<size_t>(i * ss + j)] : 0xFFFFFFFFu)
+          << "row " << j << " column " << i;
 }
 
 #define SKIP_WITHOUT_THE_INSTRUCTION()                                                                   \

@@ -17,6 +17,7 @@
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
+#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #define TESSERA_AMX 1
@@ -96,6 +97,7 @@ struct InstructionOps {
     }
   }
   static void round_x(const float* x, int64_t n, uint16_t* out) { bf16_dot::round_x(x, n, out); }
+  static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) { amx::transpose16(src, ss, dst, ds); }
 };
 
 #undef TESSERA_TILEZERO
@@ -110,9 +112,10 @@ bool os_grants_tiles() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-// Scratch of one thread: rounded x (decode), two zero-padded row groups, partial sums.
+// Scratch of one thread: rounded x and two zero-padded row groups (decode); the GEMM's
+// partial sums and a row pair's packed A tiles.
 struct Scratch {
-  std::vector<uint16_t> x, rows;
+  std::vector<uint16_t> x, rows, a;
   std::vector<float> acc;
 };
 Scratch& scratch_for(int64_t k) {
@@ -121,19 +124,40 @@ Scratch& scratch_for(int64_t k) {
   if (s.x.size() < kp) s.x.resize(kp);
   if (s.rows.size() < 2 * kernel::kTileRows * kp) s.rows.resize(2 * kernel::kTileRows * kp);
   if (s.acc.empty()) s.acc.resize(static_cast<size_t>(kernel::kAccFloats));
+  if (s.a.empty()) s.a.resize(static_cast<size_t>(kernel::kPackedRowElements));
   return s;
+}
+
+// dst[j * ds + i] = src[i * ss + j] for i, j < 8.
+__attribute__((target("avx2"))) void transpose8(const float* src, int64_t ss, float* dst, int64_t ds) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ss);
+  for (int i = 0; i < 8; i += 2) {  // t[i]: r[i], r[i + 1] interleaved, elements 0-1 and 4-5; t[i + 1]: 2-3, 6-7
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // u: one element of four rows in each 128-bit half
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {  // rows 0-3 from u[j]'s halves, rows 4-7 from u[j + 4]'s
+    _mm256_storeu_ps(dst + j * ds, _mm256_permute2f128_ps(u[j], u[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ds, _mm256_permute2f128_ps(u[j], u[j + 4], 0x31));
+  }
 }
 
 void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
                         int64_t ldy) {
   Scratch& s = scratch_for(k);
   kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, y, ldy, s.acc.data(),
-                               s.rows.data());
+                               s.a.data());
 }
 int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
 void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
-  std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
-  kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), row.data());
+  std::vector<uint16_t> rows(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
+  kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), rows.data());
 }
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
   Scratch& s = scratch_for(k);
@@ -168,6 +192,11 @@ bool enabled() {
   return on;
 }
 
+__attribute__((target("avx2"))) void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
+  for (int64_t i = 0; i < 16; i += 8)
+    for (int64_t j = 0; j < 16; j += 8) transpose8(src + i * ss + j, ss, dst + j * ds + i, ds);
+}
+
 float dot_loop(int64_t iterations) {
   TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
   return kernel::dot_loop<InstructionOps>(iterations);
@@ -177,6 +206,7 @@ float dot_loop(int64_t iterations) {
 
 const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
+void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 float dot_loop(int64_t) { return 0; }
 
 #endif

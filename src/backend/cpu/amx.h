@@ -24,6 +24,12 @@ const bf16::Matmul* instructions();
 // same CPU). Read once.
 bool enabled();
 
+// dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
+// shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,
+// declared here for its test. Only on x86-64 Linux with AVX2 (every CPU with the tiles
+// has it).
+void transpose16(const float* src, int64_t ss, float* dst, int64_t ds);
+
 // Register-only tile products on one thread (dot_loop_flops(n) floating-point operations:
 // two per bf16 product), the peak the AMX GEMM is measured against. Only where
 // instructions() is there.

@@ -84,6 +84,10 @@ struct EmulatedOps {
   }
 
   static void round_x(const float* x, int64_t n, uint16_t* out) { bf16_dot::EmulatedOps::round_x(x, n, out); }
+  static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
+    for (int64_t i = 0; i < 16; ++i)
+      for (int64_t j = 0; j < 16; ++j) std::memcpy(dst + j * ds + i, src + i * ss + j, sizeof(float));
+  }
 };
 
 }  // namespace tessera::cpu::amx

@@ -28,14 +28,16 @@
 // rounding and to itself bitwise (a row alone and in any batch).
 //
 // Tiles: C (i, j) = tile 2i + j (16 weight rows x up to 16 tokens of f32), A (i) = tile
-// 4 + i (16 weight rows x 32 bf16 of k, loaded straight from the weight rows: nothing
-// widened or packed), B (j) = tile 6 + j (16 pairs of k x up to 16 tokens, x's pairs
-// interleaved by token: the VNNI layout).
+// 4 + i (16 weight rows x 32 bf16 of k: decode loads them straight from the weight rows,
+// the GEMM from a copy in tile order), B (j) = tile 6 + j (16 pairs of k x up to 16
+// tokens, x's pairs interleaved by token: the VNNI layout).
 //
 // Ops (all static): configure(cols) (palette 1: C and B tiles of `cols` tokens, A tiles
 // of 64 bytes, 16 rows each); release(); zero<T>(); load<T>(p, stride) and
 // store<T>(p, stride) (16 rows, `stride` bytes apart); dot<C, A, B>(); round_x(x, n,
-// out) (n floats to bf16). The tile state is the calling thread's.
+// out) (n floats to bf16); transpose16(src, ss, dst, ds) (dst[j * ds + i] = src[i * ss +
+// j] for i, j < 16: 32-bit elements moved as bits, for C tiles out to y and x into B
+// tiles). The tile state is the calling thread's.
 #ifndef TESSERA_BACKEND_CPU_AMX_KERNEL_H_
 #define TESSERA_BACKEND_CPU_AMX_KERNEL_H_
 
@@ -44,17 +46,27 @@ namespace tessera::cpu::amx::kernel {
 using bf16::kChunk;  // bf16 elements of k in one row of an A tile
 using bf16::padded_k;
 using bf16::round_row;
-inline constexpr int64_t kTileRows = 16;    // weight rows of an A tile
-inline constexpr int64_t kTileTokens = 16;  // tokens of a B tile (a call of more than one)
-// Blocking (tokens, weight rows, chunks along k): a token block's packed x for one k block
-// (kTokBlock x kKcChunks x 64 bytes = 256 KiB) stays in L2 while every row group of a row
-// block runs over it; the row block's partial sums (kRowBlock x kTokBlock f32 = 128 KiB)
-// wait in a buffer between k blocks.
-inline constexpr int64_t kTokBlock = 128;
-inline constexpr int64_t kRowBlock = 256;
-inline constexpr int64_t kKcChunks = 32;
+inline constexpr int64_t kTileRows = 16;                         // weight rows of an A tile
+inline constexpr int64_t kTileTokens = 16;                       // tokens of a B tile (a call of more than one)
+inline constexpr int64_t kTileFloats = kTileRows * kTileTokens;  // a C tile: 1 KiB
+inline constexpr int64_t kTileElements = kTileRows * kChunk;     // an A tile: 1 KiB of bf16
+// GEMM blocking (tokens, weight rows, chunks along k). Every k step of a 2 x 2 tile block
+// loads four tiles for four tile products, so one operand must come from L1 for the
+// products to run near their rate: the A tiles of a row pair for one k block (2 x
+// kKcChunks KiB = 32 KiB) are copied from the weight rows into tile order (1 KiB a tile,
+// rows 64 bytes apart: read straight from rows 2k bytes apart, the 16 rows of a tile fell
+// into one L1 set whenever k was a multiple of 2048) and stay in L1 while every token tile
+// pair of the token block runs over them; the B tiles of that k block (kTokBlock x
+// kKcChunks x 64 bytes = 512 KiB) and the row block's partial sums (kRowBlock x kTokBlock
+// f32 = 256 KiB, C tiles of 1 KiB) stay in L2. Each weight is copied once per token block
+// (once a call up to kTokBlock tokens).
+inline constexpr int64_t kTokBlock = 512;
+inline constexpr int64_t kRowBlock = 128;
+inline constexpr int64_t kKcChunks = 16;
 inline constexpr int64_t kAccFloats = kRowBlock * kTokBlock;
-static_assert(kTokBlock % kTileTokens == 0 && kRowBlock % (2 * kTileRows) == 0);
+// Elements of the packed A tiles of one row pair at one k block (gemm's a_scratch).
+inline constexpr int64_t kPackedRowElements = 2 * kKcChunks * kTileElements;
+static_assert(kTokBlock % (2 * kTileTokens) == 0 && kRowBlock % (2 * kTileRows) == 0);
 
 static inline int64_t padded_tokens(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens * kTileTokens; }
 // bf16 elements of a call's packed x (see pack_x).
@@ -65,29 +77,53 @@ static inline int64_t packed_elements(int64_t tokens, int64_t k) { return padded
 // tile, the pair of elements 32 c + 2 p and 32 c + 2 p + 1 (u32 p * 16 + n). Tokens past
 // the call's last, to the end of their tile, are zeros. Packs tokens [begin, end) (and
 // the zeros when end == tokens); a token writes only its own pairs, so threads may pack
-// disjoint ranges. row: scratch of padded_k(k) elements.
+// disjoint ranges. A whole token tile in the range is rounded into `rows` and transposed
+// into its B tiles 16 x 16 pairs at a time; the tokens of a partial one pair by pair.
+// rows: scratch of kTileTokens x padded_k(k) elements.
 template <typename Ops>
-void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint32_t* xp, uint16_t* row) {
+void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint32_t* xp, uint16_t* rows) {
   const int64_t kp = padded_k(k), pairs = kp / 2, chunks = kp / kChunk;
   const int64_t last = end == tokens ? padded_tokens(tokens) : end;
-  for (int64_t t = begin; t < last; ++t) {
+  auto round = [&](int64_t t, uint16_t* row) {
     if (t < tokens) {
       round_row<Ops>(x + t * k, k, row);
     } else {
       std::memset(row, 0, static_cast<size_t>(kp) * sizeof(uint16_t));
     }
-    uint32_t* tile = xp + t / kTileTokens * chunks * 256 + t % kTileTokens;
+  };
+  for (int64_t t = begin; t < last;) {
+    uint32_t* tile = xp + t / kTileTokens * chunks * 256;
+    if (t % kTileTokens == 0 && t + kTileTokens <= last) {
+      for (int64_t n = 0; n < kTileTokens; ++n) round(t + n, rows + n * kp);
+      for (int64_t c = 0; c < chunks; ++c)
+        Ops::transpose16(reinterpret_cast<const float*>(rows) + c * (kChunk / 2), pairs,
+                         reinterpret_cast<float*>(tile + c * 256), kTileTokens);
+      t += kTileTokens;
+      continue;
+    }
+    round(t, rows);
     for (int64_t p = 0; p < pairs; ++p) {
       uint32_t pair;
-      std::memcpy(&pair, row + 2 * p, sizeof(pair));
-      tile[p * kTileTokens] = pair;
+      std::memcpy(&pair, rows + 2 * p, sizeof(pair));
+      tile[p * kTileTokens + t % kTileTokens] = pair;
     }
+    ++t;
   }
 }
 
-// A group of 16 weight rows from `first`, for A tiles: the rows themselves (a stride of
-// 2k bytes) when the group is whole and k a whole number of chunks, else a zero-padded
-// copy in scratch (16 x padded_k(k) elements): a tile load never reads past the weights.
+// y[n * ldy + m] = tile[16 m + n] for m < rows, n < tokens: a C tile out to token-major y.
+template <typename Ops>
+void store_transposed(const float* tile, int rows, int tokens, float* y, int64_t ldy) {
+  if (rows == kTileRows && tokens == kTileTokens) return Ops::transpose16(tile, kTileTokens, y, ldy);
+  alignas(64) float whole[kTileFloats];
+  Ops::transpose16(tile, kTileTokens, whole, kTileRows);
+  for (int n = 0; n < tokens; ++n) std::copy(whole + n * kTileRows, whole + n * kTileRows + rows, y + n * ldy);
+}
+
+// A group of 16 weight rows from `first`, for decode's A tiles: the rows themselves (a
+// stride of 2k bytes) when the group is whole and k a whole number of chunks, else a
+// zero-padded copy in scratch (16 x padded_k(k) elements): a tile load never reads past
+// the weights.
 struct RowGroup {
   const uint16_t* data;
   int64_t stride;  // bytes
@@ -101,13 +137,20 @@ static inline RowGroup row_group(const uint16_t* w, int64_t k, int64_t rows, int
   return {scratch, 2 * kp};
 }
 
-// kA A tiles x kB B tiles over chunks [c0, c1): C (i, j) starts from c[2i + j] (stride
-// cs bytes) when load_c, else from zeros, and is stored there at the end. a: the row
-// groups at chunk 0; b[j]: B tile j at chunk 0, the next chunk b_step u32 on, its rows
-// bs bytes apart.
+// Tiles of one operand over the chunks of a call: tile s at data + s * step (in elements
+// of T), its 16 rows `stride` bytes apart.
+template <typename T>
+struct TileRun {
+  const T* data;
+  int64_t step;
+  int64_t stride;
+};
+
+// kA A tiles x kB B tiles over `steps` chunks: C (i, j) starts from c[2i + j] (stride cs
+// bytes) when load_c, else from zeros, and is stored there at the end.
 template <typename Ops, int kA, int kB>
-void block(const RowGroup* a, const uint32_t* const* b, int64_t b_step, int64_t bs, int64_t c0, int64_t c1,
-           float* const* c, int64_t cs, bool load_c) {
+void block(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps, float* const* c, int64_t cs,
+           bool load_c) {
   static_assert(kA >= 1 && kA <= 2 && kB >= 1 && kB <= 2);
   if (load_c) {
     Ops::template load<0>(c[0], cs);
@@ -120,14 +163,18 @@ void block(const RowGroup* a, const uint32_t* const* b, int64_t b_step, int64_t 
     if constexpr (kA == 2) Ops::template zero<2>();
     if constexpr (kA == 2 && kB == 2) Ops::template zero<3>();
   }
-  for (int64_t s = c0; s < c1; ++s) {
-    Ops::template load<4>(a[0].data + s * kChunk, a[0].stride);
-    if constexpr (kA == 2) Ops::template load<5>(a[1].data + s * kChunk, a[1].stride);
-    Ops::template load<6>(b[0] + s * b_step, bs);
-    if constexpr (kB == 2) Ops::template load<7>(b[1] + s * b_step, bs);
+  for (int64_t s = 0; s < steps; ++s) {
+    Ops::template load<4>(a[0].data + s * a[0].step, a[0].stride);
+    Ops::template load<6>(b[0].data + s * b[0].step, b[0].stride);
     Ops::template dot<0, 4, 6>();
-    if constexpr (kB == 2) Ops::template dot<1, 4, 7>();
-    if constexpr (kA == 2) Ops::template dot<2, 5, 6>();
+    if constexpr (kB == 2) {
+      Ops::template load<7>(b[1].data + s * b[1].step, b[1].stride);
+      Ops::template dot<1, 4, 7>();
+    }
+    if constexpr (kA == 2) {
+      Ops::template load<5>(a[1].data + s * a[1].step, a[1].stride);
+      Ops::template dot<2, 5, 6>();
+    }
     if constexpr (kA == 2 && kB == 2) Ops::template dot<3, 5, 7>();
   }
   Ops::template store<0>(c[0], cs);
@@ -137,12 +184,12 @@ void block(const RowGroup* a, const uint32_t* const* b, int64_t b_step, int64_t 
 }
 
 template <typename Ops>
-void run_block(int groups, int token_tiles, const RowGroup* a, const uint32_t* const* b, int64_t b_step, int64_t bs,
-               int64_t c0, int64_t c1, float* const* c, int64_t cs, bool load_c) {
-  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2>(a, b, b_step, bs, c0, c1, c, cs, load_c);
-  if (groups == 2) return block<Ops, 2, 1>(a, b, b_step, bs, c0, c1, c, cs, load_c);
-  if (token_tiles == 2) return block<Ops, 1, 2>(a, b, b_step, bs, c0, c1, c, cs, load_c);
-  block<Ops, 1, 1>(a, b, b_step, bs, c0, c1, c, cs, load_c);
+void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps,
+               float* const* c, int64_t cs, bool load_c) {
+  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2>(a, b, steps, c, cs, load_c);
+  if (groups == 2) return block<Ops, 2, 1>(a, b, steps, c, cs, load_c);
+  if (token_tiles == 2) return block<Ops, 1, 2>(a, b, steps, c, cs, load_c);
+  block<Ops, 1, 1>(a, b, steps, c, cs, load_c);
 }
 
 // One token: y[r] for `rows` weight rows. xb: its x rounded (round_row). Tiles of one
@@ -151,19 +198,20 @@ void run_block(int groups, int token_tiles, const RowGroup* a, const uint32_t* c
 template <typename Ops>
 void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, uint16_t* scratch) {
   const int64_t kp = padded_k(k);
-  const auto* b = reinterpret_cast<const uint32_t*>(xb);
+  const TileRun<uint32_t> b{reinterpret_cast<const uint32_t*>(xb), kChunk / 2, 4};
   Ops::configure(1);
   for (int64_t r0 = 0; r0 < rows; r0 += 2 * kTileRows) {
     const int groups = rows - r0 > kTileRows ? 2 : 1;
-    RowGroup a[2];
+    TileRun<uint16_t> a[2];
     alignas(64) float tail[2][kTileRows];
     float* c[4] = {};
     for (int i = 0; i < groups; ++i) {
       const int64_t first = r0 + i * kTileRows;
-      a[i] = row_group(w, k, rows, first, scratch + i * kTileRows * kp);
+      const RowGroup g = row_group(w, k, rows, first, scratch + i * kTileRows * kp);
+      a[i] = {g.data, kChunk, g.stride};
       c[2 * i] = first + kTileRows <= rows ? y + first : tail[i];
     }
-    run_block<Ops>(groups, 1, a, &b, kChunk / 2, 4, 0, kp / kChunk, c, 4, false);
+    run_block<Ops>(groups, 1, a, &b, kp / kChunk, c, 4, false);
     for (int i = 0; i < groups; ++i) {
       const int64_t first = r0 + i * kTileRows;
       if (c[2 * i] == tail[i]) std::copy(tail[i], tail[i] + (rows - first), y + first);
@@ -172,41 +220,86 @@ void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, floa
   Ops::release();
 }
 
+// The A tiles of `groups` (1 or 2) row groups from weight row `first`, chunks [c0, c1), in
+// tile order: group i's tile for chunk c0 + s at out + (i * kKcChunks + s) * kTileElements,
+// row r of it (weight row first + 16 i + r) 64 bytes on. Rows past `rows` and elements
+// past k are zeros.
+static inline void pack_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int groups, int64_t c0,
+                             int64_t c1, uint16_t* out) {
+  for (int64_t r = 0; r < groups * kTileRows; ++r) {
+    uint16_t* dst = out + (r / kTileRows) * kKcChunks * kTileElements + (r % kTileRows) * kChunk;
+    const uint16_t* src = w + (first + r) * k;
+    for (int64_t c = c0; c < c1; ++c, dst += kTileElements) {
+      const int64_t n = first + r < rows ? std::clamp<int64_t>(k - c * kChunk, 0, kChunk) : 0;
+      if (n > 0) std::memcpy(dst, src + c * kChunk, static_cast<size_t>(n) * sizeof(uint16_t));
+      if (n < kChunk) std::memset(dst + n, 0, static_cast<size_t>(kChunk - n) * sizeof(uint16_t));
+    }
+  }
+}
+
+// Asks for the weight rows [first, first + 32) (those of them before `rows`), chunks
+// [c0, c1), to be brought into cache, lines [line, line + count) of the row pair's
+// 64-byte lines taken row by row: the next row pair's weights arrive while this one's
+// tile products run.
+static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int64_t c0, int64_t c1,
+                                 int64_t line, int64_t count) {
+  const int64_t per_row = c1 - c0;  // a chunk of bf16 is 64 bytes: a line, give or take alignment
+  for (int64_t l = line; l < line + count && l < 2 * kTileRows * per_row; ++l) {
+    const int64_t r = first + l / per_row;
+    if (r < rows) __builtin_prefetch(w + r * k + (c0 + l % per_row) * kChunk);
+  }
+}
+
 // More than one token: y[t * ldy + r] over x packed by pack_x (xp). acc: kAccFloats
-// floats (64-byte aligned); scratch: 2 x 16 x padded_k(k).
+// floats, a_scratch: kPackedRowElements bf16 (both 64-byte aligned).
+// Order per token block and row block: for each k block, for each row pair, its A tiles
+// packed once, then every pair of token tiles over them (C tiles from acc, or zeros at
+// the first k block); then the row block's outputs transposed out of their C tiles into y.
 template <typename Ops>
 void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-          float* acc, uint16_t* scratch) {
-  const int64_t kp = padded_k(k), chunks = kp / kChunk;
+          float* acc, uint16_t* a_scratch) {
+  const int64_t chunks = padded_k(k) / kChunk;
+  constexpr int64_t kBlockTiles = kTokBlock / kTileTokens;
   Ops::configure(static_cast<int>(kTileTokens));
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokBlock) {
     const int64_t nt = std::min(kTokBlock, tokens - t0);
     const int64_t tiles = (nt + kTileTokens - 1) / kTileTokens;
     for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
       const int64_t nrb = std::min(kRowBlock, rows - rb);
+      const int64_t groups = (nrb + kTileRows - 1) / kTileRows;
       for (int64_t c0 = 0; c0 < chunks; c0 += kKcChunks) {
         const int64_t c1 = std::min(chunks, c0 + kKcChunks);
-        for (int64_t r0 = rb; r0 < rb + nrb; r0 += 2 * kTileRows) {
-          const int groups = rb + nrb - r0 > kTileRows ? 2 : 1;
-          RowGroup a[2];
-          for (int i = 0; i < groups; ++i)
-            a[i] = row_group(w, k, rows, r0 + i * kTileRows, scratch + i * kTileRows * kp);
+        for (int64_t g = 0; g < groups; g += 2) {
+          const int pair = groups - g >= 2 ? 2 : 1;
+          pack_rows(w, k, rows, rb + g * kTileRows, pair, c0, c1, a_scratch);
+          // The next row pair of this k block, else the first of the next k block.
+          const bool last_pair = g + 2 >= groups;
+          const int64_t next_first = last_pair ? rb : rb + (g + 2) * kTileRows;
+          const int64_t next_c0 = last_pair ? c1 : c0, next_c1 = std::min(chunks, next_c0 + kKcChunks);
+          const int64_t lines = 2 * kTileRows * (next_c1 - next_c0), passes = (tiles + 1) / 2;
+          const int64_t per_pass = (lines + passes - 1) / passes;
+          const TileRun<uint16_t> a[2] = {{a_scratch, kTileElements, 64},
+                                          {a_scratch + kKcChunks * kTileElements, kTileElements, 64}};
           for (int64_t tt = 0; tt < tiles; tt += 2) {
+            if (next_c0 < chunks)
+              prefetch_rows(w, k, std::min(rows, rb + nrb), next_first, next_c0, next_c1, tt / 2 * per_pass, per_pass);
             const int token_tiles = tiles - tt >= 2 ? 2 : 1;
-            const uint32_t* b[2];
+            TileRun<uint32_t> b[2];
             float* c[4] = {};
             for (int j = 0; j < token_tiles; ++j) {
-              b[j] = xp + ((t0 / kTileTokens + tt + j) * chunks) * 256;
-              for (int i = 0; i < groups; ++i)
-                c[2 * i + j] = acc + (r0 - rb + i * kTileRows) * kTokBlock + (tt + j) * kTileTokens;
+              b[j] = {xp + ((t0 / kTileTokens + tt + j) * chunks + c0) * 256, 256, 4 * kTileTokens};
+              for (int i = 0; i < pair; ++i) c[2 * i + j] = acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats;
             }
-            run_block<Ops>(groups, token_tiles, a, b, 256, 4 * kTileTokens, c0, c1, c,
-                           kTokBlock * static_cast<int64_t>(sizeof(float)), c0 > 0);
+            run_block<Ops>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
           }
         }
       }
-      for (int64_t t = 0; t < nt; ++t)
-        for (int64_t r = 0; r < nrb; ++r) y[(t0 + t) * ldy + rb + r] = acc[r * kTokBlock + t];
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t tt = 0; tt < tiles; ++tt)
+          store_transposed<Ops>(acc + (g * kBlockTiles + tt) * kTileFloats,
+                                static_cast<int>(std::min(kTileRows, nrb - g * kTileRows)),
+                                static_cast<int>(std::min(kTileTokens, nt - tt * kTileTokens)),
+                                y + (t0 + tt * kTileTokens) * ldy + rb + g * kTileRows, ldy);
     }
   }
   Ops::release();

@@ -56,9 +56,10 @@ void for_chunks(ThreadPool& pool, size_t n, size_t unit, const std::function<voi
     }
   });
 }
-// Rows in units of 16 (whole decode tiles and GEMM panels).
-void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
-  for_chunks(pool, n, 16, fn);
+// Rows in units of 16 (whole decode tiles and GEMM panels), or of 32 for the GEMM (whole
+// pairs of AMX row groups, which share each load of x's tiles).
+void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn, size_t unit = 16) {
+  for_chunks(pool, n, unit, fn);
 }
 
 // Element-wise ops split over the threads in units of at least this many elements, so
@@ -120,13 +121,17 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
       packed_x_ = std::move(*buffer);
     }
     float* packed = packed_x_.f32();
-    pool_.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
+    // In units of 16 tokens (whole AMX token tiles, which pack_x transposes at once).
+    pool_.parallel_for(static_cast<size_t>(tokens), 16, [&](size_t begin, size_t end) {
       cpu::matmul_pack_x(x, tokens, k, w.dtype, static_cast<int64_t>(begin), static_cast<int64_t>(end), packed);
     });
-    for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
-      cpu::matmul_rows_packed(packed, x, tokens, k, base + begin * row_bytes, w.dtype,
-                              static_cast<int64_t>(end - begin), y + begin, n);
-    });
+    for_row_chunks(
+        pool_, static_cast<size_t>(n),
+        [&](size_t begin, size_t end) {
+          cpu::matmul_rows_packed(packed, x, tokens, k, base + begin * row_bytes, w.dtype,
+                                  static_cast<int64_t>(end - begin), y + begin, n);
+        },
+        32);
   }
   if (!bias.empty()) {
     TS_CHECK(bias.numel() == n, "bias ", shape_string(bias.shape), " for ", n, " rows");
