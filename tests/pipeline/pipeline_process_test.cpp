@@ -200,12 +200,26 @@ TEST(PipelineProcesses, KilledMiddleStageFailsTheRequestAtOnceAndARestartRejoins
   }
   killed = std::chrono::steady_clock::now();
   pipeline.kill_stage(2);
+  // When the coordinator first names the dead stage (its failure seen), as against when it exits.
+  double named_after = -1;
+  while (!finished.load()) {
+    if (named_after < 0 && slurp(log).find(pipeline.cluster().name(2)) != std::string::npos)
+      named_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   coordinator.join();
   EXPECT_EQ(run.exit_code, 2) << run.err;
   // Named by the coordinator (its connection to node2 dropped) or by node3 (its
   // upstream, node2, vanished), whichever report comes first.
   EXPECT_NE(run.err.find(pipeline.cluster().name(2)), std::string::npos) << run.err;
-  EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 1.0);
+  // On failure, what each process said (a rare 30 s here in CI, not yet explained: the coordinator's --timeout).
+  std::string logs = "named node2 " + std::to_string(named_after) + " s after the kill; coordinator:\n" + run.err;
+  for (int node = 1; node <= 3; ++node) {
+    const std::string log = slurp(pipeline.cluster().dir() / ("stage" + std::to_string(node) + ".log"));
+    logs +=
+        "\nstage" + std::to_string(node) + ".log (its end):\n" + log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+  }
+  EXPECT_LT(std::chrono::duration<double>(ended - killed).count(), 1.0) << logs;
   // The surviving stages released the request's KV cache (their session ended).
   for (int node : {1, 3}) {
     PipelineCluster::Run status{};
