@@ -17,7 +17,7 @@ if [ -d .deps ]; then
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON "${PREFIX[@]}" >"$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; exit 1; }
-ninja -C build-gpu tessera gpu_test gpu_process_test cuda_bench >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+ninja -C build-gpu tessera gpu_test gpu_process_test nccl_test cuda_bench >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 for step in $STEPS; do
