@@ -165,6 +165,28 @@ Result<std::vector<float>> tensor_as_f32(const GgufFile& file, const GgufTensorI
 
 }  // namespace
 
+std::optional<GgufArch> gguf_arch_for_model_type(std::string_view model_type) {
+  if (model_type == "mistral") model_type = "llama";  // llama.cpp's converter writes Mistral as llama
+  for (const ArchInfo& a : kArchs)
+    if (model_type == a.model_type) return GgufArch{a.gguf, a.permuted_qk};
+  return std::nullopt;
+}
+
+std::string gguf_tensor_name(std::string_view hf_name) {
+  for (const auto& [gguf, hf] : kGlobalNames)
+    if (hf_name == hf) return gguf;
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (!hf_name.starts_with(kPrefix)) return "";
+  const std::string_view rest = hf_name.substr(kPrefix.size());
+  const size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string_view::npos || dot > 6) return "";
+  for (size_t i = 0; i < dot; ++i)
+    if (rest[i] < '0' || rest[i] > '9' || (i == 0 && rest[i] == '0' && dot != 1)) return "";
+  for (const auto& [gguf, hf] : kLayerNames)
+    if (rest.substr(dot + 1) == hf) return "blk." + std::string(rest.substr(0, dot)) + "." + gguf;
+  return "";
+}
+
 bool is_gguf_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char magic[4] = {};

@@ -31,7 +31,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -41,6 +43,17 @@
 #include "io/gguf.h"
 
 namespace tessera {
+
+// llama.cpp's architecture for a config.json model_type ("mistral" -> "llama"),
+// and whether its converter permutes q/k rows; nullopt when tessera maps none.
+struct GgufArch {
+  std::string name;
+  bool permuted_qk = false;
+};
+std::optional<GgufArch> gguf_arch_for_model_type(std::string_view model_type);
+// llama.cpp's name of a Hugging Face tensor ("model.layers.3.mlp.up_proj.weight" ->
+// "blk.3.ffn_up.weight"), or "" when the architectures above have none.
+std::string gguf_tensor_name(std::string_view hf_name);
 
 // True when `path` is a regular file that starts with the GGUF magic.
 bool is_gguf_file(const std::string& path);
