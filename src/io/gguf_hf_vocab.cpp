@@ -40,15 +40,63 @@ bool looks_special(const std::string& t) {
          wrapped("<\xEF\xBD\x9C", "\xEF\xBD\x9C>") || wrapped("<unused", ">");
 }
 
-// A lone ByteLevel pre-tokenizer that splits with its regex is GPT-2's.
+// The pre-tokenizers we name, as tokenizer.json writes them: a lone ByteLevel that
+// splits with its own regex (GPT-2's), or a Split by one of these regexes before a
+// ByteLevel that does not. Each name's regex in llama.cpp (llama-vocab.cpp) is the
+// same split, written without (?i:...), and llama3's ignores merges as its
+// tokenizer.json says.
+struct PreForm {
+  const char* name;    // tokenizer.ggml.pre
+  const char* regex;   // the Split's, "" for the lone ByteLevel
+  bool ignore_merges;  // what llama.cpp assumes for the name
+};
+constexpr PreForm kPreForms[] = {
+    {"gpt-2", "", false},
+    {"llama-bpe",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+     "\\s+(?!\\S)|\\s+",
+     true},
+    {"qwen2",
+     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+     "\\s+(?!\\S)|\\s+",
+     false},
+};
+
+// The regex of tokenizer.json's pre-tokenizer in one of the forms above ("" for the
+// lone ByteLevel), or nullopt.
+std::optional<std::string> pre_regex(const json& pre) {
+  const auto byte_level = [](const json& p, bool regex) {
+    return p.is_object() && p.value("type", "") == "ByteLevel" && p.value("use_regex", true) == regex &&
+           !p.value("add_prefix_space", false);
+  };
+  if (byte_level(pre, true)) return std::string();
+  if (!pre.is_object() || pre.value("type", "") != "Sequence") return std::nullopt;
+  const json& parts = pre.value("pretokenizers", json::array());
+  if (!parts.is_array() || parts.size() != 2 || !byte_level(parts[1], false)) return std::nullopt;
+  const json& split = parts[0];
+  if (!split.is_object() || split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
+      split.value("invert", true) || !split.contains("pattern") || !split["pattern"].is_object() ||
+      !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string())
+    return std::nullopt;
+  return split["pattern"]["Regex"].get<std::string>();
+}
+
 Result<std::string> pre_tokenizer_name(const json& tokenizer, const std::string& file) {
   const json& pre = tokenizer.value("pre_tokenizer", json());
-  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && pre.value("use_regex", true) &&
-      !pre.value("add_prefix_space", false))
-    return std::string("gpt-2");
+  const bool ignore_merges = tokenizer["model"].value("ignore_merges", false);
+  if (const auto regex = pre_regex(pre)) {
+    for (const PreForm& form : kPreForms)
+      if (*regex == form.regex) {
+        if (ignore_merges != form.ignore_merges)
+          return Status::unsupported(file + ": ignore_merges " + (ignore_merges ? "true" : "false") +
+                                     " with the pre-tokenizer of '" + form.name + "', which llama.cpp runs with " +
+                                     (form.ignore_merges ? "true" : "false"));
+        return std::string(form.name);
+      }
+  }
   return Status::unsupported(file + ": pre_tokenizer " + pre.dump().substr(0, 200) +
-                             " is not one tessera can name for llama.cpp (supported: a lone ByteLevel with its "
-                             "regex, GPT-2's)");
+                             " is not one tessera can name for llama.cpp (supported: GPT-2's, llama3's, qwen2's)");
 }
 
 // SpecialVocab: the content of tokenizer_config's `<type>_token` (a string or {"content": ...}).
@@ -96,9 +144,12 @@ Result<HfGgufVocab> read_hf_gguf_vocab(const std::string& dir, int64_t vocab_siz
                                "' is not converted (supported: BPE)");
   if (model.value("byte_fallback", false))
     return Status::unsupported(file + ": a BPE with byte_fallback (SentencePiece style) is not converted");
-  if (!tokenizer.value("normalizer", json()).is_null())
-    return Status::unsupported(file + ": the normalizer " + tokenizer["normalizer"].dump().substr(0, 200) +
-                               " is not converted");
+  // llama.cpp applies no normalizer. NFC (Qwen's) changes only text that is not in
+  // NFC already, so it is written as llama.cpp's converter writes it: dropped. An
+  // empty Sequence (DeepSeek V3's) does nothing.
+  if (const json& n = tokenizer.value("normalizer", json());
+      !n.is_null() && n != json{{"type", "NFC"}} && n != json{{"type", "Sequence"}, {"normalizers", json::array()}})
+    return Status::unsupported(file + ": the normalizer " + n.dump().substr(0, 200) + " is not converted");
   HfGgufVocab v;
   TS_ASSIGN_OR_RETURN(v.pre, pre_tokenizer_name(tokenizer, file));
 

@@ -11,13 +11,16 @@
 //                          add_eos_token, chat_template (optional file)
 //   chat_template.jinja    the chat template, when tokenizer_config has none
 //   config.json            *_token_id, for the special tokens not named above
-// Only the byte-level BPE of GPT-2 (tokenizer.ggml.model "gpt2") is converted.
-// llama.cpp's converter names the pre-tokenizer (tokenizer.ggml.pre) by hashing
-// the ids of a check text, and refuses a tokenizer whose hash it has not
-// registered; we recognize it from tokenizer.json itself: a lone ByteLevel
-// pre-tokenizer with its regex is GPT-2's, "gpt-2" (llama.cpp's regex for it is
-// the same). Any other pre-tokenizer, a normalizer, a SentencePiece tokenizer
-// (tokenizer.model) or a model that is not BPE is kUnsupported naming it.
+// Only byte-level BPE (tokenizer.ggml.model "gpt2") is converted. llama.cpp's
+// converter names the pre-tokenizer (tokenizer.ggml.pre) by hashing the ids of a
+// check text, and refuses a tokenizer whose hash it has not registered; we
+// recognize it from tokenizer.json itself: a lone ByteLevel with its regex is
+// "gpt-2"; a Split by Llama 3's regex before a ByteLevel is "llama-bpe", by Qwen 2's
+// "qwen2" (llama.cpp's regexes for these names split the same), each with the
+// ignore_merges llama.cpp assumes for it. Any other pre-tokenizer, a normalizer
+// other than NFC (Qwen's; llama.cpp applies none) or an empty Sequence, a
+// SentencePiece tokenizer (tokenizer.model, byte_fallback) or a model that is not
+// BPE is kUnsupported naming it.
 //
 // Pure functions of the files; any thread.
 #pragma once

