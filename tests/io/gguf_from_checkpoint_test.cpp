@@ -16,10 +16,13 @@
 #include <sstream>
 #include <string>
 
+#include "io/checkpoint.h"
 #include "io/gguf.h"
 #include "io/gguf_fixtures.h"
 #include "io/gguf_hf_vocab.h"
+#include "io/gguf_model.h"
 #include "io/gguf_writer.h"
+#include "io/safetensors.h"
 #include "support/run_tessera.h"
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -85,6 +88,53 @@ TEST(GgufFromCheckpoint, TensorsAndKeysAreLlamaCppsRouteByteForByte) {
     }
     EXPECT_GE(compared, 12);
     EXPECT_EQ(ours->metadata().get_string("tokenizer.ggml.model").value(), "none");
+  }
+}
+
+// The K-quant mixes from a checkpoint: llama256_f16.gguf read back as the Hugging Face
+// checkpoint it stands for (gguf_model.h: its config.json, its tensors under Hugging Face
+// names with q/k un-permuted) and written as one; quantizing that directory gives
+// llama-quantize's q4_k_m, q5_k_m, q6_k and q8_0 files of the GGUF, tensor for tensor
+// (use_more_bits' q6_k layers, q6_k output, the permutation back to llama.cpp's rows).
+TEST(GgufFromCheckpoint, KQuantMixesFromTheCheckpointAreLlamaQuantizes) {
+  const std::string source = gguf_model("llama256_f16");
+  auto file = GgufFile::open(source);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  auto config = gguf_hf_config(*file);
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  auto checkpoint = Checkpoint::open(source);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().message();
+  const fs::path dir = temp("llama256_checkpoint");
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config->dump(2);
+  std::vector<NamedTensor> tensors;
+  for (const std::string& name : checkpoint->names()) {
+    auto view = checkpoint->get(name);
+    ASSERT_TRUE(view.ok()) << view.status().message();
+    tensors.push_back({name, view->dtype, view->shape, {static_cast<const uint8_t*>(view->data), view->nbytes()}});
+  }
+  const std::vector<uint8_t> bytes = encode_safetensors(tensors);
+  std::ofstream(dir / "model.safetensors", std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+
+  for (const char* type : {"q4_k_m", "q5_k_m", "q6_k", "q8_0"}) {
+    SCOPED_TRACE(type);
+    const std::string out = temp(std::string("llama256_checkpoint_") + type + ".gguf");
+    const CommandResult run = run_tessera("quantize --model " + dir.string() + " --type " + type + " --out " + out);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    auto ours = GgufFile::open(out);
+    auto theirs = GgufFile::open(gguf_model(std::string("llama256_f16_") + type));
+    ASSERT_TRUE(ours.ok() && theirs.ok());
+    const auto& a = ours->header().tensors;
+    const auto& b = theirs->header().tensors;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      SCOPED_TRACE(std::string(b[i].name));
+      EXPECT_EQ(a[i].name, b[i].name);
+      EXPECT_EQ(ggml_type_name(a[i].type), ggml_type_name(b[i].type));
+      const auto x = ours->bytes(a[i]), y = theirs->bytes(b[i]);
+      EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+    }
   }
 }
 
