@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/moe.h"
+#include "model/moe_specs.h"
 #include "support/gpu.h"
 #include "support/random_tensors.h"
 
@@ -56,35 +57,21 @@ struct RoutingCase {
   DType bias_dtype = DType::kF32;
 };
 
-MoeSpec softmax_spec(int64_t experts, int64_t top_k, bool norm) {
-  MoeSpec m;
-  m.experts = experts;
-  m.top_k = top_k;
-  m.intermediate = 8;
-  m.norm_topk_prob = norm;
-  return m;
-}
-
-MoeSpec sigmoid_spec(int64_t experts, int64_t top_k, int64_t groups, int64_t top_groups, bool norm, float scaling) {
-  MoeSpec m = softmax_spec(experts, top_k, norm);
-  m.routing = Routing::kSigmoidGroupTopK;
-  m.groups = groups;
-  m.top_groups = top_groups;
-  m.scaling = scaling;
-  return m;
-}
+using testing::sigmoid_groups_moe;
+using testing::softmax_moe;
 
 TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const RoutingCase cases[] = {
-      {"mixtral 2 of 8", softmax_spec(8, 2, true)},
-      {"qwen3 8 of 128", softmax_spec(128, 8, true)},
-      {"qwen3 unnormalized 3 of 5", softmax_spec(5, 3, false)},
-      {"wide 6 of 600", softmax_spec(600, 6, true)},
-      {"glm4.5 8 of 128, 4 of 8 groups, x2.5, bf16 bias", sigmoid_spec(128, 8, 8, 4, true, 2.5f), true, DType::kBF16},
-      {"8 of 256, 4 of 8 groups, f32 bias", sigmoid_spec(256, 8, 8, 4, true, 2.5f), true, DType::kF32},
-      {"one group, unnormalized, f16 bias", sigmoid_spec(16, 4, 1, 1, false, 1.0f), true, DType::kF16},
-      {"no bias, 2 of 6 groups kept", sigmoid_spec(12, 3, 6, 2, true, 1.0f)},
+      {"mixtral 2 of 8", softmax_moe(8, 2, true)},
+      {"qwen3 8 of 128", softmax_moe(128, 8, true)},
+      {"qwen3 unnormalized 3 of 5", softmax_moe(5, 3, false)},
+      {"wide 6 of 600", softmax_moe(600, 6, true)},
+      {"glm4.5 8 of 128, 4 of 8 groups, x2.5, bf16 bias", sigmoid_groups_moe(128, 8, 8, 4, true, 2.5f), true,
+       DType::kBF16},
+      {"8 of 256, 4 of 8 groups, f32 bias", sigmoid_groups_moe(256, 8, 8, 4, true, 2.5f), true, DType::kF32},
+      {"one group, unnormalized, f16 bias", sigmoid_groups_moe(16, 4, 1, 1, false, 1.0f), true, DType::kF16},
+      {"no bias, 2 of 6 groups kept", sigmoid_groups_moe(12, 3, 6, 2, true, 1.0f)},
   };
   constexpr int64_t kTokens = 37;
   uint32_t seed = 1;
@@ -205,7 +192,7 @@ class CudaExpertsTest : public ::testing::TestWithParam<ExpertsCase> {};
 TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsItsRowAmongOthers) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const ExpertsCase& c = GetParam();
-  MoeSpec moe = softmax_spec(8, 3, true);
+  MoeSpec moe = softmax_moe(8, 3, true);
   moe.intermediate = c.inter;
   const Experts experts(*gpu, c.dtype, moe.experts, c.hidden, c.inter);
   // 5 tokens (decode tiles of 8 pairs) and 90 (prefill tiles of 32, several per expert).

@@ -13,6 +13,7 @@
 #include "fixtures.h"
 #include "forwarding_device.h"
 #include "model/forward.h"
+#include "moe_specs.h"
 
 namespace tessera {
 namespace {
@@ -20,18 +21,12 @@ namespace {
 using testing::fixture_dir;
 using testing::load_reference;
 
-MoeSpec spec(int64_t experts, int64_t top_k, bool norm) {
-  MoeSpec s;
-  s.experts = experts;
-  s.top_k = top_k;
-  s.intermediate = 8;
-  s.norm_topk_prob = norm;
-  return s;
-}
+using testing::sigmoid_groups_moe;
+using testing::softmax_moe;
 
 TEST(RouteTokenTest, SoftmaxTopKRenormalized) {
   const float logits[] = {0.0f, 1.0f, 3.0f, 2.0f};
-  const Route route = route_token(spec(4, 2, true), logits);
+  const Route route = route_token(softmax_moe(4, 2, true), logits);
   ASSERT_EQ(route.experts, (std::vector<int32_t>{2, 3}));  // the largest first
   const double e2 = std::exp(2.0), e3 = std::exp(3.0);
   EXPECT_NEAR(route.weights[0], e3 / (e2 + e3), 1e-6);
@@ -40,7 +35,7 @@ TEST(RouteTokenTest, SoftmaxTopKRenormalized) {
 
 TEST(RouteTokenTest, SoftmaxTopKWithoutRenormalizing) {
   const float logits[] = {0.0f, 1.0f, 3.0f, 2.0f};
-  const Route route = route_token(spec(4, 3, false), logits);
+  const Route route = route_token(softmax_moe(4, 3, false), logits);
   ASSERT_EQ(route.experts, (std::vector<int32_t>{2, 3, 1}));
   const double sum = 1 + std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
   EXPECT_NEAR(route.weights[0], std::exp(3.0) / sum, 1e-6);
@@ -50,19 +45,12 @@ TEST(RouteTokenTest, SoftmaxTopKWithoutRenormalizing) {
 
 TEST(RouteTokenTest, EqualProbabilitiesTakeTheLowerExpert) {
   const float logits[] = {0.5f, 2.0f, 0.5f, 2.0f, 2.0f};
-  EXPECT_EQ(route_token(spec(5, 2, true), logits).experts, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(route_token(softmax_moe(5, 2, true), logits).experts, (std::vector<int32_t>{1, 3}));
 }
 
 // GLM-4.5's routing (transformers Glm4MoeMoE.route_tokens_to_experts), by hand:
 // 8 experts in 2 groups of 4, one group kept, top 2, renormalized, times 2.5.
-MoeSpec glm_spec() {
-  MoeSpec s = spec(8, 2, true);
-  s.routing = Routing::kSigmoidGroupTopK;
-  s.groups = 2;
-  s.top_groups = 1;
-  s.scaling = 2.5f;
-  return s;
-}
+MoeSpec glm_spec() { return sigmoid_groups_moe(8, 2, 2, 1, true, 2.5f); }
 
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 
