@@ -185,6 +185,7 @@ struct ExpertsCase {
   const char* name;
   DType dtype;
   int64_t hidden, inter;
+  int64_t experts = 8, top_k = 3;
 };
 
 class CudaExpertsTest : public ::testing::TestWithParam<ExpertsCase> {};
@@ -192,10 +193,11 @@ class CudaExpertsTest : public ::testing::TestWithParam<ExpertsCase> {};
 TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsItsRowAmongOthers) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const ExpertsCase& c = GetParam();
-  MoeSpec moe = softmax_moe(8, 3, true);
+  MoeSpec moe = softmax_moe(c.experts, c.top_k, true);
   moe.intermediate = c.inter;
   const Experts experts(*gpu, c.dtype, moe.experts, c.hidden, c.inter);
-  // 5 tokens (decode tiles of 8 pairs) and 90 (prefill tiles of 32, several per expert).
+  // 5 tokens (decode tiles of 8 pairs) and 90 (prefill tiles of 32, several per
+  // expert); each token alone skips the grouping (a lone token's slots).
   for (const int64_t tokens : {int64_t{5}, int64_t{90}}) {
     SCOPED_TRACE(std::to_string(tokens) + " tokens");
     const std::vector<float> x = testing::random_values(static_cast<size_t>(tokens * c.hidden), 7);
@@ -226,7 +228,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaExpertsTest,
     ::testing::Values(ExpertsCase{"bf16_tensor_cores", DType::kBF16, 128, 192},
                       ExpertsCase{"bf16_down_by_fma", DType::kBF16, 64, 48},  // qwen3_moe_bf16's shape
-                      ExpertsCase{"f32", DType::kF32, 72, 40}, ExpertsCase{"f16_odd", DType::kF16, 36, 20}),
+                      ExpertsCase{"f32", DType::kF32, 72, 40}, ExpertsCase{"f16_odd", DType::kF16, 36, 20},
+                      ExpertsCase{"bf16_8_of_128_as_qwen3", DType::kBF16, 128, 64, 128, 8}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -41,6 +41,8 @@ __global__ void __launch_bounds__(kRouteThreads)
   __shared__ float shared_sum;
   __shared__ float warp_v[kRouteWarps];
   __shared__ int32_t warp_i[kRouteWarps];
+  let_next_start();
+  wait_for_earlier();
   const int n = static_cast<int>(r.experts), k = static_cast<int>(r.top_k);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* l = logits + blockIdx.x * static_cast<int64_t>(n);
@@ -103,27 +105,41 @@ __global__ void __launch_bounds__(kRouteThreads)
   }
   __syncthreads();
 
-  // The top k, one at a time: each thread's best, each warp's, then the warps'.
-  for (int j = 0; j < k; ++j) {
-    float v = 0;
-    int32_t at = -1;
-    for (int e = threadIdx.x; e < n; e += kRouteThreads)
-      if (!taken[e] && better(choice[e], e, v, at)) v = choice[e], at = e;
+  if (n <= kRouteThreads) {
+    // Each expert's rank in ranks_before's order (a strict order, so the ranks are
+    // distinct): the top k are the experts ranked below k, in rank order, as the
+    // one-at-a-time choice below finds them.
+    if (threadIdx.x < n) {
+      const int e = static_cast<int>(threadIdx.x);
+      const float v = choice[e];
+      int rank = 0;
+      for (int o = 0; o < n; ++o) rank += routing::ranks_before(choice[o], o, v, e) ? 1 : 0;
+      if (rank < k) chosen[rank] = e;
+    }
+    __syncthreads();
+  } else {
+    // The top k, one at a time: each thread's best, each warp's, then the warps'.
+    for (int j = 0; j < k; ++j) {
+      float v = 0;
+      int32_t at = -1;
+      for (int e = threadIdx.x; e < n; e += kRouteThreads)
+        if (!taken[e] && better(choice[e], e, v, at)) v = choice[e], at = e;
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float other_v = __shfl_xor_sync(0xffffffffu, v, offset);
-      const int32_t other_at = __shfl_xor_sync(0xffffffffu, at, offset);
-      if (better(other_v, other_at, v, at)) v = other_v, at = other_at;
+      for (int offset = 16; offset > 0; offset /= 2) {
+        const float other_v = __shfl_xor_sync(0xffffffffu, v, offset);
+        const int32_t other_at = __shfl_xor_sync(0xffffffffu, at, offset);
+        if (better(other_v, other_at, v, at)) v = other_v, at = other_at;
+      }
+      if (lane == 0) warp_v[warp] = v, warp_i[warp] = at;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        for (int w = 1; w < kRouteWarps; ++w)
+          if (better(warp_v[w], warp_i[w], v, at)) v = warp_v[w], at = warp_i[w];
+        taken[at] = 1;
+        chosen[j] = at;
+      }
+      __syncthreads();
     }
-    if (lane == 0) warp_v[warp] = v, warp_i[warp] = at;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kRouteWarps; ++w)
-        if (better(warp_v[w], warp_i[w], v, at)) v = warp_v[w], at = warp_i[w];
-      taken[at] = 1;
-      chosen[j] = at;
-    }
-    __syncthreads();
   }
 
   // The weights: the chosen experts' probabilities or (uncorrected) sigmoids.
@@ -164,6 +180,8 @@ struct Slots {
 __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __restrict__ experts, int64_t tokens,
                                                               int64_t top_k, int64_t n_experts, int tile, Slots s) {
   __shared__ int32_t count[kMaxRoutedExperts], start[kMaxRoutedExperts];
+  let_next_start();
+  wait_for_earlier();
   const int64_t pairs = tokens * top_k;
   for (int64_t e = threadIdx.x; e < n_experts; e += kGroupThreads) {
     int32_t c = 0;
@@ -206,33 +224,84 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* __r
   }
 }
 
+// A lone token (a batch-1 decode step) skips the grouping kernel: its top_k
+// experts are distinct, each is an item of one pair, and item i is the i-th
+// lowest expert in slot i, so every kernel finds its item from the routed
+// experts themselves (a few comparisons) and the step has one launch less.
+constexpr int64_t kMaxLoneTopK = 32;
+
+// A lone token's slots, by every warp on its own (all 32 lanes call it): lane j
+// < top_k holds expert j and returns its slot, the number of the token's experts
+// below it; `expert` is lane j's expert.
+__device__ __forceinline__ int lone_slot(const int32_t* experts, int top_k, int32_t& expert) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  expert = lane < top_k ? experts[lane] : 0;
+  int below = 0;
+  for (int i = 0; i < top_k; ++i) below += __shfl_sync(0xffffffffu, expert, i) < expert ? 1 : 0;
+  return below;
+}
+
+// Where a block of the matmuls finds its item.
+struct Items {
+  const int32_t* table = nullptr;       // [max items, 3]: expert, first slot, count (null: a lone token)
+  const int32_t* count = nullptr;       // [1]: the items in the table
+  const int32_t* slot_token = nullptr;  // [pairs]: the token of each slot
+  const int32_t* lone = nullptr;        // a lone token's [top_k] experts
+  int top_k = 0;
+};
+
+struct Item {
+  int32_t expert = 0, first = 0, count = 0;
+};
+
+// Item `i` of the step, or false past the last (every thread of the block calls it).
+__device__ __forceinline__ bool find_item(const Items& items, int i, Item& item) {
+  if (items.table != nullptr) {
+    if (i >= *items.count) return false;
+    item = {items.table[3 * i], items.table[3 * i + 1], items.table[3 * i + 2]};
+    return true;
+  }
+  if (i >= items.top_k) return false;
+  int32_t expert = 0;
+  const int slot = lone_slot(items.lone, items.top_k, expert);
+  const unsigned holder = __ballot_sync(0xffffffffu, static_cast<int>(threadIdx.x % 32) < items.top_k && slot == i);
+  item = {__shfl_sync(0xffffffffu, expert, __ffs(holder) - 1), i, 1};
+  return true;
+}
+
+// The row of x a slot reads: its token for gate/up (x), the slot itself for down (h).
+template <bool kGateUp>
+__device__ __forceinline__ int64_t x_row(const Items& items, int64_t slot) {
+  if constexpr (kGateUp) return items.table != nullptr ? items.slot_token[slot] : 0;
+  return slot;
+}
+
 // ---- the experts' matmuls -----------------------------------------------------
 //
 // A block takes one item (blockIdx.y: an expert and up to kTiles * 8 of its
 // slots) and a tile of weight rows (blockIdx.x). Column c of the item reads x's
-// row x_rows[first + c] (the token; none: row first + c, for h). The sums are
+// row x_row(first + c) (the token for gate/up, the slot for down's h). Nothing
+// the block reads is known before the routing is, so it waits for the earlier
+// kernels first. The sums are
 // mma_matmul.cu's (tensor cores) or kernels.cu's matmul_kernel's (FMA), so each
 // output is bitwise what Device::matmul gives it.
-
-__device__ __forceinline__ int64_t x_row(const int32_t* x_rows, int64_t slot) {
-  return x_rows != nullptr ? x_rows[slot] : slot;
-}
 
 // Tensor cores: 16 rows a block; with kGateUp, gate and up side by side and
 // silu(gate) * up out. The chunk order, the loads and the mma_half calls are
 // mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up.
 template <int kTiles, bool kGateUp>
 __global__ void __launch_bounds__(kMmaSplit * 32)
-    mma_experts_kernel(const float* __restrict__ x, const int32_t* __restrict__ x_rows, int64_t k, int64_t n,
-                       const void* const* __restrict__ w_first, const void* const* __restrict__ w_second,
-                       const int32_t* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
+    mma_experts_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
+                       const void* const* __restrict__ w_second, Items items, float* __restrict__ y) {
   constexpr int kUnroll = 2;
   __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
-  const int item = static_cast<int>(blockIdx.y);
-  if (item >= *n_items) return;
+  let_next_start();
+  wait_for_earlier();
+  Item it;
+  if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int32_t expert = items[3 * item], first = items[3 * item + 1], count = items[3 * item + 2];
+  const int32_t expert = it.expert, first = it.first, count = it.count;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
   const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
   const auto* w0 = static_cast<const __nv_bfloat16*>(w_first[expert]);
@@ -241,7 +310,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
     const int col = 8 * j + g;
-    xr[j] = col < count ? x + x_row(x_rows, first + col) * k + 8 * t : nullptr;
+    xr[j] = col < count ? x + x_row<kGateUp>(items, first + col) * k + 8 * t : nullptr;
   }
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int64_t chunks = k / kMmaChunk;
@@ -314,14 +383,15 @@ constexpr int kFmaCols = 8;
 
 template <DType D, bool kVec, bool kGateUp>
 __global__ void __launch_bounds__(kFmaThreads)
-    fma_experts_kernel(const float* __restrict__ x, const int32_t* __restrict__ x_rows, int64_t k, int64_t n,
-                       const void* const* __restrict__ w_first, const void* const* __restrict__ w_second,
-                       const int32_t* __restrict__ items, const int32_t* __restrict__ n_items, float* __restrict__ y) {
+    fma_experts_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
+                       const void* const* __restrict__ w_second, Items items, float* __restrict__ y) {
   __shared__ float partial[kGateUp ? 2 : 1][kFmaWarps][kFmaRows][kFmaCols];
-  const int item = static_cast<int>(blockIdx.y);
-  if (item >= *n_items) return;
+  let_next_start();
+  wait_for_earlier();
+  Item it;
+  if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int32_t expert = items[3 * item], first = items[3 * item + 1], count = items[3 * item + 2];
+  const int32_t expert = it.expert, first = it.first, count = it.count;
   const auto* w0 = static_cast<const Storage<D>*>(w_first[expert]);
   const auto* w1 = kGateUp ? static_cast<const Storage<D>*>(w_second[expert]) : nullptr;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kFmaRows;
@@ -339,7 +409,7 @@ __global__ void __launch_bounds__(kFmaThreads)
       for (int col = 0; col < kFmaCols; ++col) {
         if (c0 + col >= count) break;
         float xv[8];
-        load8<DType::kF32, kVec>(x + x_row(x_rows, first + c0 + col) * k, c, k, xv);
+        load8<DType::kF32, kVec>(x + x_row<kGateUp>(items, first + c0 + col) * k, c, k, xv);
 #pragma unroll
         for (int r = 0; r < kFmaRows; ++r)
 #pragma unroll
@@ -381,16 +451,30 @@ __global__ void __launch_bounds__(kFmaThreads)
 
 // out[t] = 0, then + weight * y[slot] for each of the token's slots in ascending
 // order (so ascending expert), the product rounded, then the sum (as the CPU's
-// scatter_add_rows and torch's index_add_ of weighted rows).
+// scatter_add_rows and torch's index_add_ of weighted rows). A lone token
+// (`lone`: its experts) has slots 0..top_k-1 and finds each slot's pair itself.
 __global__ void combine_kernel(const float* __restrict__ y, const float* __restrict__ weights,
                                const int32_t* __restrict__ token_slots, const int32_t* __restrict__ slot_pair,
-                               int64_t top_k, int64_t hidden, float* __restrict__ out) {
+                               const int32_t* __restrict__ lone, int64_t top_k, int64_t hidden,
+                               float* __restrict__ out) {
+  __shared__ int32_t lone_pairs[kMaxLoneTopK];
+  let_next_start();
+  wait_for_earlier();
+  if (lone != nullptr) {
+    if (threadIdx.x < 32) {
+      int32_t expert = 0;
+      const int slot = lone_slot(lone, static_cast<int>(top_k), expert);
+      if (threadIdx.x < top_k) lone_pairs[slot] = static_cast<int32_t>(threadIdx.x);
+    }
+    __syncthreads();
+  }
   const int32_t* slots = token_slots + blockIdx.x * top_k;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
     float sum = 0.0f;
     for (int64_t j = 0; j < top_k; ++j) {
-      const int32_t slot = slots[j];
-      sum = __fadd_rn(sum, __fmul_rn(weights[slot_pair[slot]], y[slot * hidden + i]));
+      const int64_t slot = lone != nullptr ? j : slots[j];
+      const int64_t pair = lone != nullptr ? lone_pairs[j] : slot_pair[slot];
+      sum = __fadd_rn(sum, __fmul_rn(weights[pair], y[slot * hidden + i]));
     }
     out[blockIdx.x * hidden + i] = sum;
   }
@@ -431,33 +515,23 @@ Slots layout(void* scratch, int64_t tokens, int64_t top_k, const ExpertTable& ta
   return s;
 }
 
-// One matmul phase over every item: y [slots, n] from x rows (looked up through
-// x_rows, or by slot) of k, with the weights of w_first (and w_second: gate/up).
+// One matmul phase over every item: y [slots, n] from x's rows (x_row) of k,
+// with the weights of w_first (and w_second: gate/up).
 template <bool kGateUp>
-void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64_t items, const float* x,
-                  const int32_t* x_rows, int64_t k, int64_t n, const void* const* w_first, const void* const* w_second,
-                  const Slots& s, float* y) {
+void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64_t items, const Items& table_items,
+                  const float* x, int64_t k, int64_t n, const void* const* w_first, const void* const* w_second,
+                  float* y) {
   const auto grid_y = static_cast<unsigned>(items);
   if (mma_matmul_fits(table.dtype, k)) {
     const dim3 grid(static_cast<unsigned>((n + 15) / 16), grid_y);
-    if (tile == 8) {
-      mma_experts_kernel<1, kGateUp>
-          <<<grid, kMmaSplit * 32, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
-    } else {
-      mma_experts_kernel<4, kGateUp>
-          <<<grid, kMmaSplit * 32, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
-    }
+    const auto kernel = tile == 8 ? mma_experts_kernel<1, kGateUp> : mma_experts_kernel<4, kGateUp>;
+    launch_kernel(kernel, grid, kMmaSplit * 32, 0, stream, x, k, n, w_first, w_second, table_items, y);
     return;
   }
   const dim3 grid(static_cast<unsigned>((n + kFmaRows - 1) / kFmaRows), grid_y);
   with_dtype(table.dtype, [&]<DType D>() {
-    if (k % 8 == 0) {
-      fma_experts_kernel<D, true, kGateUp>
-          <<<grid, kFmaThreads, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
-    } else {
-      fma_experts_kernel<D, false, kGateUp>
-          <<<grid, kFmaThreads, 0, stream>>>(x, x_rows, k, n, w_first, w_second, s.items, s.n_items, y);
-    }
+    const auto kernel = k % 8 == 0 ? fma_experts_kernel<D, true, kGateUp> : fma_experts_kernel<D, false, kGateUp>;
+    launch_kernel(kernel, grid, kFmaThreads, 0, stream, x, k, n, w_first, w_second, table_items, y);
   });
 }
 
@@ -474,8 +548,8 @@ void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, con
              "experts ", r.experts, " in groups ", r.groups, ", keeping ", r.top_groups);
   if (tokens == 0) return;
   with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
-    route_kernel<D><<<static_cast<unsigned>(tokens), kRouteThreads, 0, stream>>>(
-        logits, r, static_cast<const Storage<D>*>(bias), experts, weights);
+    launch_kernel(route_kernel<D>, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, r,
+                  static_cast<const Storage<D>*>(bias), experts, weights);
   });
 }
 
@@ -494,12 +568,20 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, int64_t to
   TS_CHECK(table.experts >= 1 && table.experts <= kMaxRoutedExperts && items <= 65535, "experts ", table.experts, ", ",
            pairs, " routed pairs");
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
-  group_kernel<<<1, kGroupThreads, 0, stream>>>(experts, tokens, top_k, table.experts, tile, s);
-  launch_phase<true>(stream, table, tile, items, x, s.slot_token, table.hidden, table.inter, table.gate, table.up, s,
-                     s.h);
-  launch_phase<false>(stream, table, tile, items, s.h, nullptr, table.inter, table.hidden, table.down, nullptr, s, s.y);
-  combine_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(s.y, weights, s.token_slots, s.slot_pair, top_k,
-                                                                    table.hidden, out);
+  static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");  // =0: group a lone token too, to measure
+  const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
+  Items by{.top_k = static_cast<int>(top_k)};
+  if (lone) {
+    by.lone = experts;
+  } else {
+    launch_kernel(group_kernel, 1, kGroupThreads, 0, stream, experts, tokens, top_k, table.experts, tile, s);
+    by.table = s.items, by.count = s.n_items, by.slot_token = s.slot_token;
+  }
+  const int64_t grid_items = lone ? top_k : items;
+  launch_phase<true>(stream, table, tile, grid_items, by, x, table.hidden, table.inter, table.gate, table.up, s.h);
+  launch_phase<false>(stream, table, tile, grid_items, by, s.h, table.inter, table.hidden, table.down, nullptr, s.y);
+  launch_kernel(combine_kernel, static_cast<unsigned>(tokens), 256, 0, stream, s.y, weights, s.token_slots, s.slot_pair,
+                lone ? experts : nullptr, top_k, table.hidden, out);
 }
 
 }  // namespace tessera::cuda

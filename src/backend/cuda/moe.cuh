@@ -6,7 +6,8 @@
 //                   and weights on the host)
 //   run_experts     1. one block sorts the (token, expert) pairs by expert, then
 //                      token, and cuts each expert's pairs into items of up to 8
-//                      (or 32) pairs;
+//                      (or 32) pairs (a lone token skips this launch: its item i
+//                      is its i-th lowest expert, found by each block);
 //                   2. gate and up with SiLU for every item in one launch, the
 //                      expert's weights found from its id in a table of pointers
 //                      in device memory (each item reads them once for its pairs);
@@ -20,7 +21,8 @@
 // every expert's output is bitwise what Device::matmul gives it, and a token's
 // row does not depend on the other tokens of the step. The grid is sized for
 // the most items the pairs can make, and blocks past the real count return: the
-// host never learns the routing.
+// host never learns the routing. Every kernel is launched by launch_kernel and
+// waits for the earlier kernels before it reads anything (common.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
