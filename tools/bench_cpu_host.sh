@@ -15,14 +15,15 @@
 # --no-spin 0 leaves out the TESSERA_SPIN_US=0 run; --variants: tessera bf16 again at the
 # first thread count with each of these settings in its environment (one run each, after
 # the TESSERA_SPIN_US=0 one). GEMM_BENCH_BIN: cpu_matmul_bench's bf16 GEMM on one thread
-# (its share of the instruction's loop) after the tests. MODEL_TEST_BIN: the model fixture
+# (its share of the instruction's loop) after the tests; several (space-separated) take
+# turns, twice. MODEL_TEST_BIN: the model fixture
 # tests (model_test, built with TESSERA_SOURCE_DIR pointing at this checkout) run after
 # backend_test, MODEL_TEST_FILTER (a gtest filter) choosing which, stopped after
 # MODEL_TEST_TIMEOUT seconds (90). LLAMA_BENCH: a
 # llama-bench built elsewhere for this machine's instruction set (peer_bench.sh), so
 # none is built here.
-# Binaries: TESSERA_BIN and BACKEND_TEST_BIN when they run here, else built from the
-# working tree into build-host/ (Release, all cores). Libraries the machine lacks come
+# Binaries: TESSERA_BIN and BACKEND_TEST_BIN when they run here, else (each that does
+# not) built from the working tree into build-host/ (Release, all cores). Libraries the machine lacks come
 # from .prev/deps.tar.xz (tools/gpu/make_deps.sh). llama.cpp's source: LLAMA_CPP_SRC,
 # else .cache/llama-peer/llama.cpp, else LLAMA_SRC_TAR (default .cache/llama-peer/src.tar.xz,
 # a tar of that folder); llama-bench is built here (GGML_NATIVE) from the start. The device
@@ -81,14 +82,17 @@ if [[ -z ${LLAMA_BENCH:-} ]]; then
   builder=$!
 fi
 
-tessera=${TESSERA_BIN:-} backend_test=${BACKEND_TEST_BIN:-}
-if ! "${tessera:-false}" --help >/dev/null 2>&1 || ! "${backend_test:-false}" --gtest_list_tests >/dev/null 2>&1; then
-  note "building tessera and backend_test into build-host/"
+tessera=${TESSERA_BIN:-} backend_test=${BACKEND_TEST_BIN:-} targets=()
+"${tessera:-false}" --help >/dev/null 2>&1 || { targets+=(tessera) && tessera=$PWD/build-host/bin/tessera; }
+"${backend_test:-false}" --gtest_list_tests >/dev/null 2>&1 ||
+  { targets+=(backend_test) && backend_test=$PWD/build-host/bin/backend_test; }
+if ((${#targets[@]})); then
+  note "building ${targets[*]} into build-host/"
   cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=OFF)
   [[ -d .deps/usr ]] && cmake_args+=(-DCMAKE_PREFIX_PATH=$PWD/.deps/usr)
-  { cmake -S . -B build-host "${cmake_args[@]}" && ninja -C build-host tessera backend_test; } >"$work/build.log" 2>&1 ||
+  { cmake -S . -B build-host "${cmake_args[@]}" && ninja -C build-host "${targets[@]}"; } >"$work/build.log" 2>&1 ||
     { tail -n 30 "$work/build.log"; exit 1; }
-  tessera=$PWD/build-host/bin/tessera backend_test=$PWD/build-host/bin/backend_test
+  note "built"
 fi
 
 # The weight files (both dtypes at once) while the tests run.
@@ -107,8 +111,14 @@ if [[ -n ${MODEL_TEST_BIN:-} ]]; then
   grep -E '^\[  FAILED' "$out/model_test.log" | sort -u
 fi
 if [[ -n ${GEMM_BENCH_BIN:-} ]]; then
-  "$GEMM_BENCH_BIN" --benchmark_filter='BM_Gemm/bf16' --benchmark_min_time=0.3 2>&1 | tee "$work/gemm.txt" |
-    grep -E '^BM_Gemm'
+  # Each of the binaries in turn (a build before and one after, say), twice.
+  for round in 1 2; do
+    for bin in $GEMM_BENCH_BIN; do
+      echo "gemm round $round: $bin"
+      "$bin" --benchmark_filter='BM_Gemm/bf16' --benchmark_min_time=0.3 2>&1 | tee -a "$work/gemm.txt" |
+        grep -E '^BM_Gemm'
+    done
+  done
 fi
 # By process id: a bare `wait` would also wait for the tee above, which never ends.
 for pid in "${writers[@]}"; do wait "$pid" || { echo "writing weight files failed:"; tail -n 20 "$work"/files-*.log; }; done
