@@ -55,6 +55,8 @@ Status run_stage(const StageCommandOptions& o) {
       return Status::invalid_input("the stage leads its group as rank 0; '" + member.identity.name + "' is rank " +
                                    std::to_string(member.rank) + " of --tp");
     options.tp_ranks = static_cast<int>(tp.members.size());
+    options.tp_members = tp.members;
+    TS_ASSIGN_OR_RETURN(options.tp_ship, tp_ship_encoding(tp));
     options.tp_group = [tp, member] { return connect_tp_group(tp, member); };
   }
   pipeline::StageService service(std::move(options));

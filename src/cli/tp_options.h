@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "model/model.h"
 #include "net/identity.h"
 #include "net/trust.h"
+#include "pipeline/shard_shipping.h"
 
 namespace tessera {
 
@@ -27,6 +29,7 @@ struct TpOptions {
   double connect_timeout_s = 30;     // forming the group
   double progress_timeout_s = 10;    // any one wait for a rank that is alive but silent on its data connection
   double heartbeat_timeout_s = 0.5;  // a rank silent this long (no heartbeat) is frozen: the group fails
+  std::string ship_weights;          // the leader's --tp-ship-weights; empty: ranks read their own checkpoint
 };
 
 // The members' flag is `members_flag` ("--tp" for generate, "--members" for
@@ -59,6 +62,17 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
                  "0.1 s, however busy; raise it on lossy links)")
       ->check(CLI::Range(0.3, 3600.0))
       ->capture_default_str();
+  if (members_flag == "--tp")  // a leader's
+    cmd.add_option("--tp-ship-weights", o.ship_weights,
+                   "none|lz4|int8|int8+lz4|int4|int4+lz4: ship each rank started without --model its shard when "
+                   "the group forms (int8/int4 quantize matrices; default: every rank reads its own checkpoint)");
+}
+
+// The leader's --tp-ship-weights (nullopt when unset).
+inline Result<std::optional<pipeline::ShipEncoding>> tp_ship_encoding(const TpOptions& o) {
+  if (o.ship_weights.empty()) return std::optional<pipeline::ShipEncoding>();
+  TS_ASSIGN_OR_RETURN(const pipeline::ShipEncoding ship, pipeline::parse_ship_encoding(o.ship_weights));
+  return std::optional(ship);
 }
 
 // Why a coordinator (generate or serve with --pipeline) takes no --tp: in a
@@ -114,9 +128,12 @@ inline Result<TpEngine> make_tp_engine(const Model& model, const TpOptions& o, E
                                  std::to_string(member.rank) + ": run tessera rank there");
   const auto ranks = static_cast<int>(o.members.size());
   TpEngine tp;
+  TS_ASSIGN_OR_RETURN(const auto ship, tp_ship_encoding(o));
   TS_ASSIGN_OR_RETURN(Model shard, model.cut(Shard{0, ranks}));
   tp.shard = std::make_unique<Model>(std::move(shard));
-  TS_ASSIGN_OR_RETURN(engine.forward.group, connect_tp_group(o, member));
+  TS_ASSIGN_OR_RETURN(Group group, connect_tp_group(o, member));
+  TS_RETURN_IF_ERROR(pipeline::offer_shards(group, model, ship, o.members));
+  engine.forward.group = std::move(group);
   TS_ASSIGN_OR_RETURN(tp.engine, LocalEngine::create(*tp.shard, engine));
   tp.name = tp.engine.device->name() + ", rank 0 of " + std::to_string(ranks) + (o.plain ? " (plain)" : " (sealed)") +
             "; KV cache " + tp.engine.forward->kv_pool().describe();

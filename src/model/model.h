@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -105,6 +106,11 @@ class Model {
   static Result<Model> random(const ModelConfig& config, DType dtype, uint64_t seed, Shard shard = {});
   // `shard`'s part of this (whole) model, sharing its storage (model/shard.h).
   Result<Model> cut(Shard shard) const;
+  // A rank's part received as tensors (shipped to a TP rank): `tensors` of
+  // shard_tensors(config, its arch, range, shard's plan), in that order and of
+  // those shapes, whose bytes `storage` keeps alive (model/shard.h).
+  static Result<Model> assemble(const ModelConfig& config, LayerRange range, Shard shard,
+                                std::span<const TensorView> tensors, std::shared_ptr<const void> storage);
 
   // The whole model's config, as config.json says (vocabulary, hidden size, heads).
   const ModelConfig& config() const { return config_; }

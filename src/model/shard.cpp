@@ -190,3 +190,63 @@ Result<Model> Model::cut(Shard shard) const {
 }
 
 }  // namespace tessera
+
+namespace tessera {
+
+std::vector<ShardTensor> shard_tensors(const ModelConfig& c, const ArchSpec& arch, LayerRange range,
+                                       const ShardPlan& plan) {
+  const TensorNames names{"model."};
+  std::vector<ShardTensor> out;
+  if (range.begin == 0)
+    out.push_back({names.global("embed_tokens.weight"), {c.vocab_size, c.hidden_size}, &ModelWeights::embed});
+  const ModelConfig layer_config = shard_layer_config(c, plan);
+  const ArchSpec layer_arch = shard_arch(arch, plan);
+  for (int64_t layer = range.begin; layer < range.end; ++layer)
+    for (LayerTensor& t : layer_tensors(layer_config, layer_arch, layer))
+      out.push_back({names.layer(layer, t.name), t.shape, nullptr, layer, std::move(t)});
+  if (range.end == c.num_hidden_layers) {
+    out.push_back({names.global("norm.weight"), {c.hidden_size}, &ModelWeights::final_norm});
+    out.push_back({names.lm_head, {plan.vocab_rows, c.hidden_size}, &ModelWeights::lm_head});
+  }
+  return out;
+}
+
+Result<Model> Model::assemble(const ModelConfig& config, LayerRange range, Shard shard,
+                              std::span<const TensorView> tensors, std::shared_ptr<const void> storage) {
+  Model out;
+  out.config_ = config;
+  TS_ASSIGN_OR_RETURN(const ArchSpec arch, arch_for(config));
+  if (arch.tie_word_embeddings) out.config_.tie_word_embeddings = *arch.tie_word_embeddings;
+  if (range.begin < 0 || range.begin >= range.end || range.end > config.num_hidden_layers)
+    return Status::invalid_input("[shard] layer range [" + std::to_string(range.begin) + ", " +
+                                 std::to_string(range.end) + ") is not inside [0, " +
+                                 std::to_string(config.num_hidden_layers) + ")");
+  TS_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(out.config_, arch, shard));
+  out.layer_config_ = shard_layer_config(out.config_, plan);
+  out.arch_ = shard_arch(arch, plan);
+  out.shard_ = shard;
+  out.range_ = range;
+  const std::vector<ShardTensor> expected = shard_tensors(out.config_, arch, range, plan);
+  if (tensors.size() != expected.size())
+    return Status::invalid_input("[shard] " + std::to_string(tensors.size()) + " tensors for a shard of " +
+                                 std::to_string(expected.size()));
+  ModelWeights& w = out.weights_;
+  w.layers.resize(static_cast<size_t>(range.end - range.begin));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const ShardTensor& t = expected[i];
+    if (tensors[i].shape != t.shape)
+      return Status::invalid_input("[shard] " + t.name + " has shape " + shape_string(tensors[i].shape) +
+                                   ", expected " + shape_string(t.shape));
+    if (t.global) {
+      w.*t.global = tensors[i];
+      continue;
+    }
+    LayerWeights& layer = w.layers[static_cast<size_t>(t.layer - range.begin)];
+    t.tensor.in(layer) = tensors[i];
+    t.tensor.split(layer);
+  }
+  out.storage_ = std::move(storage);
+  return out;
+}
+
+}  // namespace tessera

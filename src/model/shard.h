@@ -30,6 +30,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "io/model_config.h"
@@ -62,5 +64,26 @@ Result<ShardPlan> plan_shard(const ModelConfig& config, const ArchSpec& arch, Sh
 // shapes of the rank's tensors.
 ModelConfig shard_layer_config(const ModelConfig& config, const ShardPlan& plan);
 ArchSpec shard_arch(const ArchSpec& arch, const ShardPlan& plan);
+
+// One tensor a rank holds, under its named_weights name and with its shape in
+// the rank's part, and where it goes in ModelWeights: `global` (the embedding,
+// the final norm, the LM head) or `tensor` of layer `layer`.
+struct ShardTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  TensorView ModelWeights::*global = nullptr;
+  int64_t layer = -1;
+  LayerTensor tensor{};  // when global is null
+};
+
+// The tensors `plan`'s rank holds of layers `range` of a model of `config`
+// and `arch` (whole), in the order a shipped shard travels (wire/tp_weights.h):
+// the embedding when the range starts at layer 0, every layer's tensors as
+// layer_tensors lists them for the rank's part, then the final norm and the
+// rank's rows of the LM head when it ends the model. A receiver derives these
+// shapes itself; Model::assemble binds tensors of them. A rank whose layers end
+// the model holds the LM head's rows only, also when tied to the embedding.
+std::vector<ShardTensor> shard_tensors(const ModelConfig& config, const ArchSpec& arch, LayerRange range,
+                                       const ShardPlan& plan);
 
 }  // namespace tessera

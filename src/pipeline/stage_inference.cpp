@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "model/digest.h"
+#include "pipeline/shard_shipping.h"
 #include "pipeline/stage_state.h"
 #include "wire/start_message.h"
 #include "wire/tensor_codec.h"
@@ -49,6 +50,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
       std::fprintf(stderr, "[stage %s] forming its tensor-parallel group of %d ranks\n", options.identity.name.c_str(),
                    options.tp_ranks);
       TS_ASSIGN_OR_RETURN(Group group, options.tp_group());
+      TS_RETURN_IF_ERROR(offer_shards(group, *model, options.tp_ship, options.tp_members));
       tp_group = group;
       engine_options.forward.group = std::move(group);
     }

@@ -26,7 +26,9 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "collective/group.h"
 #include "core/status.h"
@@ -34,6 +36,7 @@
 #include "net/identity.h"
 #include "net/socket.h"
 #include "net/trust.h"
+#include "pipeline/weight_shipping.h"
 
 namespace tessera::pipeline {
 
@@ -77,6 +80,11 @@ struct StageOptions {
   // Unset: the stage runs its layers whole.
   std::function<Result<Group>()> tp_group{};
   int tp_ranks = 1;
+  // The group's members (for errors naming a rank), and --tp-ship-weights: a
+  // rank started without a checkpoint is shipped its shard of the stage's
+  // layers when the group forms (pipeline/shard_shipping.h).
+  std::vector<std::string> tp_members{};
+  std::optional<ShipEncoding> tp_ship{};
 };
 
 class StageService {

@@ -50,8 +50,9 @@ Status LayerAssembler::add_chunk(std::span<const uint8_t> header, std::span<cons
   return status;
 }
 
-Status LayerAssembler::add_checked(std::span<const uint8_t> header_bytes, std::span<const uint8_t> payload) {
+Result<LayerChunkHeader> LayerAssembler::check_header(std::span<const uint8_t> header_bytes) const {
   const std::string& name = limits_.name;
+  if (failed_) return Status::invalid_input(name + ": refused: an earlier chunk failed or the layer is finished");
   TS_ASSIGN_OR_RETURN(const LayerChunkHeader h, decode_header(header_bytes));
   if (started_) {
     const bool same = h.encoding.dtype == first_.encoding.dtype && h.encoding.flags == first_.encoding.flags &&
@@ -63,6 +64,12 @@ Status LayerAssembler::add_checked(std::span<const uint8_t> header_bytes, std::s
     return Status::invalid_input(name + " chunk_offset: " + num(h.chunk_offset) + " != " + num(stored_.size()) +
                                  " bytes received");
   }
+  return h;
+}
+
+Status LayerAssembler::add_checked(std::span<const uint8_t> header_bytes, std::span<const uint8_t> payload) {
+  const std::string& name = limits_.name;
+  TS_ASSIGN_OR_RETURN(const LayerChunkHeader h, check_header(header_bytes));
   // chunk_offset == stored_.size() <= stored_bytes, so the subtraction cannot wrap.
   if (payload.size() > h.stored_bytes - h.chunk_offset) {
     return Status::invalid_input(name + " chunk: offset " + num(h.chunk_offset) + " + " + num(payload.size()) +

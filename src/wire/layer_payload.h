@@ -67,6 +67,13 @@ class LayerAssembler {
   // Adds the next chunk: a kLayerChunk frame's header and payload.
   Status add_chunk(std::span<const uint8_t> header, std::span<const uint8_t> payload);
 
+  // For a transport that must know a message's length before it arrives (a
+  // group's sealed pieces: tensor-parallel shard shipping): checks `header` as
+  // add_chunk would (every header check, agreement with the first chunk, the
+  // offset) without adding anything, and returns it; chunk_payload_bytes then
+  // gives the length of the payload that follows it.
+  Result<LayerChunkHeader> check_header(std::span<const uint8_t> header) const;
+
   bool complete() const { return started_ && !failed_ && stored_.size() == first_.stored_bytes; }
   uint64_t received_bytes() const { return stored_.size(); }
 
@@ -96,5 +103,13 @@ struct LayerChunk {
 std::vector<LayerChunk> encode_layer_chunks(uint32_t layer, const Encoding& encoding, std::span<const uint8_t> data,
                                             uint64_t chunk_bytes);
 std::vector<uint8_t> encode_layer_chunk_header(const LayerChunkHeader& header);
+
+// The payload length of the chunk `header` starts when every chunk but the last
+// holds chunk_bytes, as encode_layer_chunks makes them: at most chunk_bytes.
+// `header` must have passed check_header (chunk_offset <= stored_bytes).
+inline uint64_t chunk_payload_bytes(const LayerChunkHeader& header, uint64_t chunk_bytes) {
+  const uint64_t left = header.stored_bytes - header.chunk_offset;
+  return left < chunk_bytes ? left : chunk_bytes;
+}
 
 }  // namespace tessera::wire

@@ -28,7 +28,10 @@ using tessera::testing::slurp;
 
 class TpGroup {
  public:
-  TpGroup(int ranks, std::string model, bool plain) : cluster_(ranks), model_(std::move(model)), plain_(plain) {
+  // With `ship` (a --tp-ship-weights encoding) the ranks start without --model
+  // and the leader ships them their shards.
+  TpGroup(int ranks, std::string model, bool plain, std::string ship = "")
+      : cluster_(ranks), model_(std::move(model)), plain_(plain), ship_(std::move(ship)) {
     std::cout << (cluster_.in_namespaces() ? "ranks in network namespaces\n" : "ranks on loopback\n");
     processes_.resize(static_cast<size_t>(ranks));
     for (int node = 1; node < ranks; ++node) start_rank(node);
@@ -36,8 +39,6 @@ class TpGroup {
   void start_rank(int node) {
     std::vector<std::string> argv = {TESSERA_BINARY,
                                      "rank",
-                                     "--model",
-                                     model_,
                                      "--members",
                                      cluster_.members(),
                                      "--identity",
@@ -49,6 +50,7 @@ class TpGroup {
                                      "--progress-timeout",
                                      "10"};
     if (plain_) argv.push_back("--plain");
+    if (ship_.empty()) argv.insert(argv.end(), {"--model", model_});
     processes_[static_cast<size_t>(node)] = cluster_.spawn(node, argv, log(node));
   }
   std::filesystem::path log(int node) const { return cluster_.dir() / ("rank" + std::to_string(node) + ".log"); }
@@ -65,6 +67,7 @@ class TpGroup {
           std::string("--progress-timeout"), std::string("10")})
       argv.push_back(a);
     if (plain_) argv.push_back("--plain");
+    if (!ship_.empty()) argv.insert(argv.end(), {"--tp-ship-weights", ship_});
     leader_log_ = cluster_.dir() / ("leader" + std::to_string(runs_++) + ".log");
     return cluster_.spawn(0, argv, leader_log_);
   }
@@ -96,6 +99,7 @@ class TpGroup {
   Cluster cluster_;
   std::string model_;
   bool plain_;
+  std::string ship_;
   std::vector<int> processes_;
   std::filesystem::path leader_log_;
   int runs_ = 0;
@@ -122,6 +126,55 @@ TEST(TpProcesses, GreedyTokensAreThoseOfOneProcessAndSealedLogitsArePlainOnes) {
     }
     EXPECT_TRUE(logits[0] == logits[1]) << "sealed and plain TP logits differ";
   }
+}
+
+// Ranks started without a checkpoint are shipped their shards by the leader
+// (--tp-ship-weights) when the group forms: one process's greedy tokens, and
+// logits bitwise those of ranks that read their own checkpoint. A rank keeps its
+// shard: the next leader of the same weights ships nothing.
+TEST(TpProcesses, RanksWithoutACheckpointAreShippedTheirShardsAndGiveOneProcesssTokens) {
+  const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  const auto local = run_tessera("generate --model " + dir + " --prompt-ids 1,5,9,2,7,3 -n 8 --threads 1");
+  ASSERT_EQ(local.exit_code, 0) << local.err;
+  std::string logits[2];
+  for (const bool ship : {false, true}) {
+    TpGroup group(2, dir, false, ship ? "lz4" : "");
+    const auto npy = group.cluster().dir() / "logits.npy";
+    for (int run = 0; run < (ship ? 2 : 1); ++run) {
+      const auto out = group.lead({"--prompt-ids", "1,5,9,2,7,3", "-n", "8", "--logits-out", npy.string()});
+      ASSERT_EQ(out.exit_code, 0) << out.err << slurp(group.log(1));
+      EXPECT_EQ(ids_line(out.out), ids_line(local.out));
+    }
+    logits[ship] = slurp(npy);
+    if (ship) {
+      const std::string rank_log = slurp(group.log(1));
+      EXPECT_NE(rank_log.find("its shard comes from the leader"), std::string::npos) << rank_log;
+      EXPECT_NE(rank_log.find("received its shard"), std::string::npos) << rank_log;
+      EXPECT_EQ(rank_log.find("receiving its shard"), rank_log.rfind("receiving its shard"))
+          << "shipped twice: " << rank_log;
+      EXPECT_EQ(group.groups_formed(1), 2u) << rank_log;
+    }
+  }
+  ASSERT_FALSE(logits[0].empty());
+  EXPECT_TRUE(logits[0] == logits[1]) << "a shipped shard's logits differ from a read one's";
+}
+
+// A rank without a checkpoint and a leader that ships nothing: the leader exits
+// naming the rank and saying what to do.
+TEST(TpProcesses, ARankWithoutACheckpointNeedsALeaderThatShips) {
+  TpGroup group(2, tessera::testing::fixture_dir("llama3_f32"), false, "lz4");
+  Cluster& cluster = group.cluster();
+  const auto log = cluster.dir() / "unshipped.log";
+  const int leader =
+      cluster.spawn(0,
+                    {TESSERA_BINARY, "generate", "--model", tessera::testing::fixture_dir("llama3_f32"), "--prompt-ids",
+                     "1,2", "-n", "1", "--threads", "1", "--tp", cluster.members(), "--identity",
+                     cluster.identity(0).string(), "--trust", cluster.trust_file().string()},
+                    log);
+  EXPECT_EQ(cluster.wait(leader, std::chrono::seconds(60)), 2) << slurp(log);
+  EXPECT_NE(slurp(log).find("rank 1 (node1) holds no weights"), std::string::npos) << slurp(log);
+  EXPECT_NE(slurp(log).find("--tp-ship-weights"), std::string::npos) << slurp(log);
+  EXPECT_TRUE(group.wait_for_log(1, "ships no weights", std::chrono::seconds(10))) << slurp(group.log(1));
 }
 
 // Starts a long request on the leader, sends rank 2 `sig` once the group has

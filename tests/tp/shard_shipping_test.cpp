@@ -1,0 +1,288 @@
+// Shipping tensor-parallel ranks their shards (pipeline/shard_shipping.h,
+// wire/tp_weights.h): over a real TcpGroup on loopback, a rank without weights
+// receives bitwise its cut of the leader's checkpoint (every tensor of
+// shard_tensors, for every layer range) and keeps it for the next offer of the
+// same weights; the refusals name the rank on the leader; the decoders refuse
+// what breaks their bounds (each guard's test fails with the guard reverted).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "model/fixtures.h"
+#include "model/shard.h"
+#include "pipeline/shard_shipping.h"
+#include "tp/tp_cluster.h"
+#include "wire/byte_io.h"
+#include "wire/tp_weights.h"
+
+namespace tessera {
+namespace {
+
+using testing::fixture_dir;
+using testing::TpCluster;
+
+struct Session {
+  Status leader, rank;
+  std::vector<std::string> log;  // the rank's lines
+};
+
+// One group of 2: the leader offers `whole` (shipping with `ship`), rank 1 takes
+// into `held` within max_bytes. Each side's status and the rank's log lines.
+Session ship_once(const Model& whole, const std::optional<pipeline::ShipEncoding>& ship, pipeline::HeldShard& held,
+                  uint64_t max_bytes = uint64_t{1} << 32) {
+  TpCluster cluster(2);
+  std::vector<Result<Group>> groups = cluster.connect(false);
+  Session s;
+  for (auto& g : groups) {
+    if (!g.ok()) {
+      ADD_FAILURE() << g.status().to_string();
+      return s;
+    }
+  }
+  std::thread rank([&] {
+    s.rank = pipeline::take_shard(*groups[1], held, max_bytes, [&](const std::string& line) { s.log.push_back(line); });
+  });
+  s.leader = pipeline::offer_shards(*groups[0], whole, ship, {"rank0", "rank1"});
+  rank.join();
+  return s;
+}
+
+// Rank 1's shard as shipped equals, tensor by tensor and bitwise, its cut of the leader's model.
+void expect_shard_is_cut(const Model& whole, const Model& shipped) {
+  ASSERT_EQ(shipped.range().begin, whole.range().begin);
+  ASSERT_EQ(shipped.range().end, whole.range().end);
+  auto cut = whole.cut(Shard{1, 2});
+  ASSERT_TRUE(cut.ok()) << cut.status().to_string();
+  std::map<std::string, TensorView> want;
+  for (auto& [name, view] : named_weights(*cut)) want[name] = view;
+  const auto got = named_weights(shipped);
+  ASSERT_FALSE(got.empty());
+  for (const auto& [name, view] : got) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(want.count(name));
+    const TensorView& w = want.at(name);
+    ASSERT_EQ(view.dtype, w.dtype);
+    ASSERT_EQ(view.shape, w.shape);
+    EXPECT_EQ(std::memcmp(view.data, w.data, view.nbytes()), 0);
+  }
+  EXPECT_EQ(shipped.weight_bytes() > 0, true);
+}
+
+TEST(ShardShipping, AShippedShardIsBitwiseTheRanksCutOfEveryLayerRange) {
+  for (const std::string& name : {std::string("llama3_f32"), std::string(testing::kShippedModel)}) {
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {0, 1}, {1, 2}}) {
+      SCOPED_TRACE(name + " layers [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+      auto whole = Model::load(fixture_dir(name), LayerRange{begin, end});
+      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+      for (const char* encoding : {"none", "lz4"}) {
+        pipeline::HeldShard held;
+        const Session s = ship_once(*whole, *pipeline::parse_ship_encoding(encoding), held);
+        ASSERT_TRUE(s.leader.ok()) << s.leader.to_string();
+        ASSERT_TRUE(s.rank.ok()) << s.rank.to_string();
+        ASSERT_TRUE(held.model);
+        expect_shard_is_cut(*whole, *held.model);
+      }
+    }
+  }
+}
+
+// int8 changes the matrices' values (within its rounding), never their shapes,
+// and ships norms exact.
+TEST(ShardShipping, Int8ShipsEveryTensorInItsShapeAndNormsExact) {
+  auto whole = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  pipeline::HeldShard held;
+  const Session s = ship_once(*whole, *pipeline::parse_ship_encoding("int8+lz4"), held);
+  ASSERT_TRUE(s.leader.ok() && s.rank.ok()) << s.leader.to_string() << s.rank.to_string();
+  auto cut = whole->cut(Shard{1, 2});
+  ASSERT_TRUE(cut.ok());
+  const auto want = named_weights(*cut), got = named_weights(*held.model);
+  ASSERT_EQ(want.size(), got.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].second.shape, want[i].second.shape) << want[i].first;
+    const bool same = std::memcmp(got[i].second.data, want[i].second.data, want[i].second.nbytes()) == 0;
+    if (want[i].second.shape.size() == 1) {
+      EXPECT_TRUE(same) << want[i].first << " (1-D) travels exact";
+    }
+    differ += same ? 0 : 1;
+  }
+  EXPECT_GT(differ, 0u) << "int8 left every matrix unchanged";
+}
+
+// A rank keeps a shard it received: the same offer again ships nothing; a rank
+// with its own checkpoint never asks.
+TEST(ShardShipping, TheSameOfferAgainShipsNothing) {
+  auto whole = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(whole.ok());
+  pipeline::HeldShard held;
+  const auto lz4 = *pipeline::parse_ship_encoding("lz4");
+  Session first = ship_once(*whole, lz4, held);
+  ASSERT_TRUE(first.leader.ok() && first.rank.ok()) << first.leader.to_string() << first.rank.to_string();
+  EXPECT_EQ(first.log.size(), 2u);  // receiving, received
+  const Model* kept = held.model.get();
+  Session second = ship_once(*whole, lz4, held);
+  ASSERT_TRUE(second.leader.ok() && second.rank.ok()) << second.leader.to_string() << second.rank.to_string();
+  EXPECT_TRUE(second.log.empty()) << second.log.front();
+  EXPECT_EQ(held.model.get(), kept);
+  // Other layers are other weights: shipped anew.
+  auto part = Model::load(fixture_dir("llama3_f32"), LayerRange{1, 2});
+  ASSERT_TRUE(part.ok());
+  Session third = ship_once(*part, lz4, held);
+  ASSERT_TRUE(third.leader.ok() && third.rank.ok()) << third.leader.to_string() << third.rank.to_string();
+  EXPECT_EQ(third.log.size(), 2u);
+  EXPECT_EQ(held.model->range().begin, 1);
+}
+
+TEST(ShardShipping, ARankWithoutWeightsAndALeaderThatShipsNoneFailBothNamingTheRank) {
+  auto whole = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(whole.ok());
+  pipeline::HeldShard held;
+  const Session s = ship_once(*whole, std::nullopt, held);
+  ASSERT_FALSE(s.leader.ok());
+  EXPECT_NE(s.leader.message().find("rank 1 (rank1) holds no weights"), std::string::npos) << s.leader.to_string();
+  EXPECT_NE(s.leader.message().find("--tp-ship-weights"), std::string::npos) << s.leader.to_string();
+  ASSERT_FALSE(s.rank.ok());
+  EXPECT_NE(s.rank.message().find("ships no weights"), std::string::npos) << s.rank.to_string();
+  // A rank with its own checkpoint needs nothing shipped.
+  pipeline::HeldShard own;
+  own.own = true;
+  const Session fine = ship_once(*whole, std::nullopt, own);
+  EXPECT_TRUE(fine.leader.ok() && fine.rank.ok()) << fine.leader.to_string() << fine.rank.to_string();
+}
+
+// The rank bounds the shard from the config before it takes a byte (fails with
+// the bound check in take_shard's turn removed: checked).
+TEST(ShardShipping, AShardLargerThanTheRanksBoundIsRefusedBeforeAnyTensorNamingTheRank) {
+  auto whole = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(whole.ok());
+  pipeline::HeldShard held;
+  const Session s = ship_once(*whole, *pipeline::parse_ship_encoding("lz4"), held, /*max_bytes=*/4096);
+  ASSERT_FALSE(s.leader.ok());
+  EXPECT_NE(s.leader.message().find("rank 1 (rank1) refused its shard: the shard is larger than the rank's bound"),
+            std::string::npos)
+      << s.leader.to_string();
+  ASSERT_FALSE(s.rank.ok());
+  EXPECT_NE(s.rank.message().find("more than this rank's bound of 4096"), std::string::npos) << s.rank.to_string();
+  EXPECT_TRUE(s.log.empty()) << s.log.front();
+  EXPECT_FALSE(held.model);
+}
+
+wire::TpOffer valid_offer() {
+  return {.ranks = 2,
+          .begin = 0,
+          .end = 2,
+          .shipping = true,
+          .config_bytes = 300,
+          .element_bytes = 4,
+          .digest = std::string(wire::kTpDigestChars, 'a')};
+}
+
+TEST(TpWeights, TheOfferRoundTripsAndItsBoundsRefuse) {
+  const std::vector<uint8_t> good = wire::encode_tp_offer(valid_offer());
+  ASSERT_EQ(good.size(), wire::kTpOfferBytes);
+  auto decoded = wire::decode_tp_offer(good, 2);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
+  EXPECT_EQ(decoded->config_bytes, 300u);
+  EXPECT_EQ(decoded->digest, valid_offer().digest);
+  auto refused = [](wire::TpOffer offer, uint32_t ranks, const std::string& named) {
+    const auto r = wire::decode_tp_offer(wire::encode_tp_offer(offer), ranks);
+    ASSERT_FALSE(r.ok()) << named;
+    EXPECT_EQ(r.status().kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(r.status().message().find(named), std::string::npos) << r.status().to_string();
+  };
+  refused(valid_offer(), 4, "ranks 2 in a group of 4");
+  auto o = valid_offer();
+  o.config_bytes = wire::kMaxTpConfigBytes + 1;
+  refused(o, 2, "config_bytes");
+  o = valid_offer();
+  o.element_bytes = 8;
+  refused(o, 2, "element_bytes");
+  o = valid_offer();
+  o.begin = 2;
+  refused(o, 2, "layers [2, 2)");
+  o = valid_offer();
+  o.digest = std::string(wire::kTpDigestChars, 'G');
+  refused(o, 2, "digest");
+  std::vector<uint8_t> bad = good;
+  bad[0] ^= 1;
+  EXPECT_FALSE(wire::decode_tp_offer(bad, 2).ok());
+  EXPECT_FALSE(wire::decode_tp_offer(std::span(good).first(95), 2).ok());
+  EXPECT_FALSE(wire::decode_tp_next(2, 2).ok());
+  EXPECT_TRUE(wire::decode_tp_next(1, 2).ok());
+  EXPECT_TRUE(wire::decode_tp_next(wire::kTpWeightsFailed, 2).ok());
+  EXPECT_FALSE(wire::decode_tp_answer(2).ok());
+  EXPECT_FALSE(wire::decode_tp_reply(3).ok());
+}
+
+// The chunks of one tensor through TpTensorReceiver as a rank receives them.
+Status receive(wire::TpTensorReceiver& receiver, const std::vector<wire::LayerChunk>& chunks) {
+  for (const wire::LayerChunk& chunk : chunks) {
+    TS_ASSIGN_OR_RETURN(const uint64_t padded, receiver.add_header(chunk.header));
+    std::vector<uint8_t> payload = chunk.payload;
+    payload.resize(padded);
+    TS_RETURN_IF_ERROR(receiver.add_payload(payload));
+  }
+  return {};
+}
+
+std::vector<uint8_t> floats(size_t n) {
+  std::vector<uint8_t> out(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    const float value = static_cast<float>(i) * 0.25f - 3.0f;
+    std::memcpy(out.data() + 4 * i, &value, 4);
+  }
+  return out;
+}
+
+TEST(TpWeights, ATensorsChunksRoundTripInEveryEncoding) {
+  const std::vector<uint8_t> data = floats(307200);
+  for (const uint8_t flags : {uint8_t{0}, wire::kFlagLz4, wire::kFlagInt8, uint8_t(wire::kFlagInt4 | wire::kFlagLz4)}) {
+    const bool quantized = (flags & (wire::kFlagInt8 | wire::kFlagInt4)) != 0;
+    const wire::Encoding encoding{DType::kF32, flags, static_cast<uint16_t>(quantized ? 64 : 0)};
+    wire::TpTensorReceiver receiver("t", 3, 307200, 4);
+    ASSERT_TRUE(receive(receiver, wire::encode_layer_chunks(3, encoding, data, wire::kTpShardChunkBytes)).ok());
+    ASSERT_TRUE(receiver.complete());
+    auto bytes = receiver.finish();
+    ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+    ASSERT_EQ(bytes->size(), data.size());
+    if (!quantized) {
+      EXPECT_EQ(*bytes, data);
+    }
+  }
+}
+
+// The first chunk must declare exactly the tensor's elements (fails with that
+// check in TpTensorReceiver::add_header removed: checked), in a dtype of at most
+// the offer's element_bytes, under the tensor's index.
+TEST(TpWeights, ATensorsChunksMustDeclareExactlyItsShape) {
+  const std::vector<uint8_t> data = floats(64);
+  const wire::Encoding f32{DType::kF32, 0, 0};
+  {
+    wire::TpTensorReceiver receiver("t", 0, 64, 4);
+    const Status fewer = receive(receiver, wire::encode_layer_chunks(0, f32, std::span(data).first(128), 1 << 20));
+    ASSERT_FALSE(fewer.ok());
+    EXPECT_NE(fewer.message().find("are not 64 elements"), std::string::npos) << fewer.to_string();
+  }
+  {
+    wire::TpTensorReceiver receiver("t", 0, 32, 2);  // 32 bf16 elements: 64 bytes; f32 is refused
+    const Status wider = receive(receiver, wire::encode_layer_chunks(0, f32, std::span(data).first(64), 1 << 20));
+    ASSERT_FALSE(wider.ok());
+  }
+  {
+    wire::TpTensorReceiver receiver("t", 1, 64, 4);
+    EXPECT_FALSE(receive(receiver, wire::encode_layer_chunks(0, f32, data, 1 << 20)).ok()) << "another index";
+  }
+  {
+    wire::TpTensorReceiver receiver("t", 0, 64, 4);
+    const auto chunks = wire::encode_layer_chunks(0, f32, data, 100);
+    ASSERT_TRUE(receiver.add_header(chunks[0].header).ok());
+    EXPECT_FALSE(receiver.add_header(chunks[0].header).ok()) << "a header where a payload was due";
+    EXPECT_FALSE(receiver.add_payload(std::vector<uint8_t>(96)).ok()) << "refuses everything after an error";
+  }
+}
+
+}  // namespace
+}  // namespace tessera
