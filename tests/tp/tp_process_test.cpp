@@ -389,32 +389,33 @@ TEST(TpProcesses, APipelineOfTwoTpStagesGivesOneProcesssTokens) {
   }
 }
 
-// A rank of a TP stage killed (-9) in the middle of a request fails it at the
-// coordinator within a second, naming the rank; the stage keeps running, and
-// once the rank is restarted the next request forms the stage's group anew and
-// gives one process's tokens.
-TEST(TpProcesses, AKilledRankOfATpStageFailsTheRequestAtOnceAndTheNextFormsTheGroupAnew) {
-  TpStages pp({{1, 0, 2}});
-  const std::string expected = one_process_tokens(pp.model());
+// Signals rank 1 of a one-stage pipeline's TP group with `sig` once the
+// coordinator has printed the layout (the setup is done, a 240-token request
+// under way): the coordinator exits 2 within a second naming the rank, and the
+// stage stays up. Returns the rank's process.
+int fail_stage_rank(TpStages& pp, int sig) {
   pp.start_stage(1);
   const int rank = pp.start_rank(1);
   const int coordinator = pp.start_coordinator(240);
-  // The layout is printed once every stage is set up: the group has formed and the request starts.
   const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (pp.coordinator_log().find("pipeline of") == std::string::npos && std::chrono::steady_clock::now() < by)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  ASSERT_NE(pp.coordinator_log().find("pipeline of"), std::string::npos) << pp.coordinator_log();
+  EXPECT_NE(pp.coordinator_log().find("pipeline of"), std::string::npos) << pp.coordinator_log();
   const auto sent = std::chrono::steady_clock::now();
-  pp.cluster().kill(rank, SIGKILL);
+  pp.cluster().kill(rank, sig);
   const int code = pp.cluster().wait(coordinator, std::chrono::seconds(20));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
-  std::cout << "the coordinator failed " << seconds << " s after the kill:\n" << pp.coordinator_log();
+  std::cout << "the coordinator failed " << seconds << " s after signal " << sig << ":\n" << pp.coordinator_log();
   EXPECT_EQ(code, 2) << pp.coordinator_log();
   EXPECT_LT(seconds, 1.0) << pp.coordinator_log() << slurp(pp.log(1));
   EXPECT_NE(pp.coordinator_log().find("rank 1 (" + pp.cluster().name(3) + ")"), std::string::npos)
       << pp.coordinator_log();
-  pp.cluster().wait(rank, std::chrono::seconds(5));
-  pp.start_rank(1);
+  return rank;
+}
+
+// The next request after a failed group: the stage forms it anew (its log
+// says so a second time) and the tokens are one process's.
+void expect_formed_anew(TpStages& pp, const std::string& expected) {
   ASSERT_EQ(pp.coordinate(8), 0) << pp.coordinator_log() << slurp(pp.log(1)) << slurp(pp.log(3));
   EXPECT_EQ(ids_line(pp.coordinator_log()), expected) << pp.coordinator_log();
   const std::string stage_log = slurp(pp.log(1));
@@ -422,6 +423,36 @@ TEST(TpProcesses, AKilledRankOfATpStageFailsTheRequestAtOnceAndTheNextFormsTheGr
   for (size_t at = stage_log.find("forming its"); at != std::string::npos; at = stage_log.find("forming its", at + 1))
     ++formed;
   EXPECT_EQ(formed, 2u) << stage_log;
+}
+
+// A rank of a TP stage killed (-9) in the middle of a request fails it at the
+// coordinator within a second, naming the rank; the stage keeps running, and
+// once the rank is restarted the next request forms the stage's group anew and
+// gives one process's tokens.
+TEST(TpProcesses, AKilledRankOfATpStageFailsTheRequestAtOnceAndTheNextFormsTheGroupAnew) {
+  TpStages pp({{1, 0, 2}});
+  const std::string expected = one_process_tokens(pp.model());
+  const int rank = fail_stage_rank(pp, SIGKILL);
+  pp.cluster().wait(rank, std::chrono::seconds(5));
+  pp.start_rank(1);
+  expect_formed_anew(pp, expected);
+}
+
+// A rank of a TP stage frozen (SIGSTOP) in the middle of a request fails it at
+// the coordinator within a second (its peers' heartbeat timeout, not the
+// progress timeout), naming the rank; once continued (SIGCONT) it finds the
+// group failed, forms it anew with the stage at the next setup, and the next
+// request gives one process's tokens over the same processes.
+TEST(TpProcesses, AFrozenRankOfATpStageFailsTheRequestWithinASecondAndTheGroupFormsAnewOnceItContinues) {
+  TpStages pp({{1, 0, 2}});
+  const std::string expected = one_process_tokens(pp.model());
+  const int rank = fail_stage_rank(pp, SIGSTOP);
+  pp.cluster().kill(rank, SIGCONT);
+  const auto by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (slurp(pp.log(3)).find("the group failed") == std::string::npos && std::chrono::steady_clock::now() < by)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_NE(slurp(pp.log(3)).find("the group failed"), std::string::npos) << slurp(pp.log(3));
+  expect_formed_anew(pp, expected);
 }
 
 // A rank of other layers than its stage's is refused when the group forms,
