@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   corpus.write("wire_control_fuzz", "start", encode_control(5, start_message(params, prompt)));
   corpus.write("wire_control_fuzz", "cancel", encode_control(5, {{"type", "cancel"}}));
   corpus.write("wire_control_fuzz", "error",
-               encode_control(5, {{"type", "error"}, {"stage", "stage1"}, {"message", "token_ids axis 0: 0 < min 1"}}));
+               encode_control(5, error_message("stage1", Status::invalid_input("token_ids axis 0: 0 < min 1"))));
+  corpus.write("wire_control_fuzz", "error_timed_out",
+               encode_control(0, error_message("stage2", Status::disconnected("next stage silent", Cause::kTimedOut))));
   return 0;
 }

@@ -2,8 +2,8 @@
 // of src/wire): a group's 16-byte rank control header (rank_control.h), then
 // the input as a wire frame holding a pipeline control message
 // (control_frame.h), read as each message type a receiver reads: fields, a
-// start message (start_message.h: sampling parameters, prompt) and a
-// weight-shipping manifest (ship_manifest.h). Any input is either accepted or
+// stage's typed error (kind and cause), a start message (start_message.h:
+// sampling parameters, prompt) and a weight-shipping manifest (ship_manifest.h). Any input is either accepted or
 // refused with kInvalidInput; none may crash, throw or allocate beyond the
 // receiver's bounds. Seeds: fuzz/corpus/wire_control_fuzz
 // (fuzz/make_control_corpus.cpp).
@@ -41,6 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   expect_refusal_or_ok(field<std::string>(*message, "model").status());
   expect_refusal_or_ok(field<bool>(*message, "plain").status());
   (void)text_or(*message, "message", "?");
+  const Result<ErrorReport> error = error_from_message(*message);  // a stage's error: kind and cause by name
+  expect_refusal_or_ok(error.status());
+  if (error.ok()) TS_CHECK(!error->status.ok(), "an error message read as OK");
   expect_refusal_or_ok(sampling_from_json(*message).status());
   expect_refusal_or_ok(prompt_from_json(*message, 1000).status());
   if (message->contains("ship")) expect_refusal_or_ok(check_manifest((*message)["ship"], 1 << 20).status());

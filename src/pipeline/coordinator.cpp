@@ -116,6 +116,20 @@ Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustF
   return status;
 }
 
+Status stage_failure(const std::string& who, const nlohmann::json& error) {
+  Result<wire::ErrorReport> report = wire::error_from_message(error);
+  if (!report.ok())
+    return Status::internal(who + " sent an error the coordinator cannot read: " + report.status().message());
+  const Status& reported = report->status;
+  const std::string text = who + ": " + reported.message();
+  switch (reported.kind()) {
+    case ErrorKind::kOverloaded: return Status::overloaded(text);
+    case ErrorKind::kDisconnected: return Status::disconnected(text, reported.cause());
+    default:
+      return Status::internal(who + ": " + std::string(error_kind_name(reported.kind())) + ": " + reported.message());
+  }
+}
+
 namespace {
 
 // Asks every stage of the plan for its free memory and gives each a share of
@@ -273,18 +287,16 @@ Status Pipeline::State::setup() {
       Status shipped = send_weights(*channel, *model, *options.ship, net::Clock::now() + options.timeout * 20);
       if (!shipped.ok()) {  // the stage may have refused the shipment: its reason is the better error
         Result<json> message = read_control(*channel, what);
-        if (message.ok())
-          return Status::invalid_input(what + " refused the weights: " + wire::text_or(*message, "message", "?"));
+        if (message.ok() && (*message)["type"] == "error")
+          return stage_failure(what + " refused the weights", *message);
         return shipped.with_context(what + " (--ship-weights)");
       }
     } else {
       TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
     }
     TS_ASSIGN_OR_RETURN(const json reply, read_control(*channel, what + " during setup"));
-    if (reply["type"] == "error") {
-      return Status::invalid_input(what + " refused the setup: " + wire::text_or(reply, "message", "?"));
-    }
-    if (reply["type"] != "ready") return Status::invalid_input(what + ": expected ready, got " + reply["type"].dump());
+    if (reply["type"] == "error") return stage_failure(what + " refused the setup", reply);
+    if (reply["type"] != "ready") return Status::internal(what + ": expected ready, got " + reply["type"].dump());
     if (options.plain) TS_RETURN_IF_ERROR(bind_plain(*channel, endpoint, deadline).with_context(what + " (--plain)"));
     opened[i] = channel;
   }
@@ -357,13 +369,13 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
       Result<json> message = wire::decode_control(*frame);
       if (message.ok() && (*message)["type"] == "heartbeat") continue;
       // Anything else a stage says is an error; an unknown message is one too, never dropped.
-      const std::string text = !message.ok() ? message.status().to_string()
-                               : (*message)["type"] == "error"
-                                   ? wire::text_or(*message, "message", "?")
-                                   : "unexpected control message " + (*message)["type"].dump() + " from the stage";
-      const Status error = Status::invalid_input(who + ": " + text);
-      if (message.ok() && (*message)["type"] != "error")
-        std::fprintf(stderr, "[pipeline] %s\n", error.message().c_str());
+      const bool reported = message.ok() && (*message)["type"] == "error";
+      const Status error =
+          reported ? stage_failure(who, *message)
+                   : Status::internal(who + " broke the protocol: " +
+                                      (message.ok() ? "unexpected control message " + (*message)["type"].dump()
+                                                    : message.status().to_string()));
+      if (!reported) std::fprintf(stderr, "[pipeline] %s\n", error.message().c_str());
       if (request == 0) {
         fail_all(error, session_id);
       } else {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,6 +59,16 @@ struct StageStatus {
 };
 Result<StageStatus> probe_stage(const net::Identity& identity, const net::TrustFile& trust, const std::string& stage,
                                 std::chrono::milliseconds timeout);
+
+// What a stage's `error` message (wire/control_frame.h) means to the
+// coordinator's caller, `who` naming the stage: the stage has no room
+// (kOverloaded: retry later), or a stage it depends on is gone or silent
+// (kDisconnected, its cause kept: kTimedOut for a silent one); any other kind
+// (the stage refused what the coordinator sent, holds other weights, failed
+// itself) or an error it cannot read is kInternal: the deployment is broken and
+// retrying does not help. Never kInvalidInput: the caller's input was checked
+// before it was sent, so a stage's refusal is not the caller's fault.
+Status stage_failure(const std::string& who, const nlohmann::json& error);
 
 struct PipelineOptions {
   int64_t context = 0;  // positions per request on every stage

@@ -105,7 +105,7 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     previous = std::exchange(coordinator, coordinator_channel);
   }
   if (previous && previous != coordinator_channel) {  // its requests would never be answered: say so now
-    send_error(*previous, 0, "session taken over by " + coordinator_channel->peer_name());
+    send_error(*previous, 0, Status::disconnected("session taken over by " + coordinator_channel->peer_name()));
   }
   return coordinator_channel->write_frame(
       wire::encode_control(0, {{"type", "ready"}, {"stage", options.identity.name}, {"begin", begin}, {"end", end}}),

@@ -145,7 +145,7 @@ void StageService::State::serve_connection(net::Socket socket, net::Admission::S
   if (!message.ok()) {
     std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
                  message.status().to_string().c_str());
-    if (frame.ok()) send_error(*channel, 0, message.status().to_string());  // a frame that broke no limit is answered
+    if (frame.ok()) send_error(*channel, 0, message.status());  // a frame that broke no limit is answered
     return;
   }
   const std::string type = (*message)["type"];
@@ -164,7 +164,7 @@ void StageService::State::serve_connection(net::Socket socket, net::Admission::S
   const std::string refusal = "a connection opens with setup, probe or upstream, not '" + type + "'";
   std::fprintf(stderr, "[stage %s] %s: %s\n", options.identity.name.c_str(), channel->peer_name().c_str(),
                refusal.c_str());
-  send_error(*channel, 0, refusal);
+  send_error(*channel, 0, Status::invalid_input(refusal));
 }
 
 // Receives shipped weights into work_dir/tessera-<stage>-<session>, replacing
@@ -248,7 +248,7 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   std::future<Status> ready = done.get_future();
   Result<uint64_t> session_id = wire::field<uint64_t>(setup_message, "session");
   if (!session_id.ok()) {
-    send_error(*channel, 0, session_id.status().to_string());
+    send_error(*channel, 0, session_id.status());
     return;
   }
   // Heartbeats from now until the coordinator leaves, through loading and shipping too.
@@ -261,7 +261,7 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
                                        std::to_string(wire::kMaxHeartbeatMs) + "]");
     }
     if (!interval.ok()) {
-      send_error(*channel, 0, interval.status().to_string());
+      send_error(*channel, 0, interval.status());
       return;
     }
     heartbeat.emplace(channel, std::chrono::milliseconds(*interval), options.timeout);
@@ -272,7 +272,7 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   if (setup_message.contains("ship")) {  // --ship-weights: the layers come on this connection
     Result<std::filesystem::path> shipped = receive_shipment(*channel, setup_message["ship"], *session_id);
     if (!shipped.ok()) {
-      send_error(*channel, 0, shipped.status().to_string());
+      send_error(*channel, 0, shipped.status());
       return;
     }
     work.message["model"] = shipped->string();
@@ -282,7 +282,7 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
   push(std::move(work));
   Status status = ready.get();
   if (!status.ok()) {
-    send_error(*channel, 0, status.to_string());
+    send_error(*channel, 0, status);
     return;
   }
   // Frames from the coordinator: token ids (stage 0) and cancels, until it leaves.

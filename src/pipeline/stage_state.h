@@ -140,17 +140,16 @@ struct StageService::State {
     std::lock_guard lock(mutex);
     return coordinator;
   }
-  // An `error` control message on `channel` (best effort: the peer may be gone).
-  void send_error(FrameChannel& channel, uint64_t request, const std::string& message) {
-    (void)channel.write_frame(
-        wire::encode_control(request, {{"type", "error"}, {"stage", options.identity.name}, {"message", message}}),
-        net::deadline_after(options.timeout));
+  // An `error` control message on `channel`, its kind typed (best effort: the peer may be gone).
+  void send_error(FrameChannel& channel, uint64_t request, const Status& status) {
+    (void)channel.write_frame(wire::encode_control(request, wire::error_message(options.identity.name, status)),
+                              net::deadline_after(options.timeout));
   }
   // Reports a failure of `request` (0: of the session) to the coordinator.
   void report(uint64_t request, const Status& status) {
     std::fprintf(stderr, "[stage %s] request %llu: %s\n", options.identity.name.c_str(),
                  static_cast<unsigned long long>(request), status.to_string().c_str());
-    if (auto channel = coordinator_channel()) send_error(*channel, request, status.to_string());
+    if (auto channel = coordinator_channel()) send_error(*channel, request, status);
   }
 
   // `slot`: the connection's place among strangers (authenticated by the handshake).

@@ -17,6 +17,15 @@ namespace {
 constexpr std::chrono::milliseconds kResultWait{5};
 }  // namespace
 
+Status pipeline_failure(Status status) {
+  switch (status.kind()) {
+    case ErrorKind::kOverloaded:
+    case ErrorKind::kDisconnected:
+    case ErrorKind::kInternal: return status;
+    default: return Status::internal(status.to_string());
+  }
+}
+
 Result<std::unique_ptr<PipelineBackend>> PipelineBackend::connect(const PipelineServing& serving,
                                                                   const ModelConfig& config,
                                                                   const std::string& model_dir, int64_t context) {
@@ -31,7 +40,10 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::connect(const Pipeline
   options.model_dir = model_dir;
   TS_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Pipeline> pipeline,
                       pipeline::Pipeline::connect(identity, trust, config, std::move(plan), options));
-  std::fprintf(stderr, "[serve] pipeline of %s:\n%s", serving.plan.c_str(), pipeline->layout().c_str());
+  std::fprintf(stderr,
+               "[serve] pipeline of %s:\n%s[serve] over a pipeline: no prefix cache and no preemption (each stage's KV "
+               "pool is its own; a stage without room answers 503, docs/serving.md)\n",
+               serving.plan.c_str(), pipeline->layout().c_str());
   return std::unique_ptr<PipelineBackend>(new PipelineBackend(std::move(pipeline), context, config.vocab_size));
 }
 
@@ -73,7 +85,7 @@ std::vector<StepOutput> PipelineBackend::step() {
       if (o.start) {
         fresh.push_back(std::move(o));
       } else if (Status sent = pipeline_->send(o.id, o.ids); !sent.ok()) {
-        outputs.push_back({.id = o.id, .status = std::move(sent)});
+        outputs.push_back({.id = o.id, .status = pipeline_failure(std::move(sent))});
       } else {
         in_flight_.insert(o.id);
       }
@@ -83,6 +95,7 @@ std::vector<StepOutput> PipelineBackend::step() {
     // requests in flight have their errors: setting up may wait for --timeout.
     if (in_flight_.empty() && outputs.empty() && !outgoing_.empty()) {
       if (Status up = pipeline_->reconnect(); !up.ok()) {
+        up = pipeline_failure(std::move(up));
         for (const Outgoing& o : std::exchange(outgoing_, {})) outputs.push_back({.id = o.id, .status = up});
       }
     }
@@ -96,7 +109,7 @@ std::vector<StepOutput> PipelineBackend::step() {
   for (Outgoing& o : std::exchange(outgoing_, {})) {
     const Status sent = pipeline_->send(o.id, o.ids, o.start ? &*o.start : nullptr, o.prompt);
     if (!sent.ok()) {
-      outputs.push_back({.id = o.id, .status = sent});
+      outputs.push_back({.id = o.id, .status = pipeline_failure(sent)});
       continue;
     }
     in_flight_.insert(o.id);
@@ -111,12 +124,7 @@ void PipelineBackend::collect(std::vector<StepOutput>& outputs) {
   for (pipeline::Pipeline::Completion& done : pipeline_->take_results(wait)) {
     if (in_flight_.erase(done.request) == 0) continue;  // cancelled meanwhile
     if (!done.result.ok()) {
-      // The server checked what it sent (ids in the vocabulary, prompts within the context), so
-      // whatever a stage reports is on the server's side: retry later (503), never the client's fault.
-      const Status& failed = done.result.status();
-      outputs.push_back(
-          {.id = done.request,
-           .status = failed.kind() == ErrorKind::kInvalidInput ? Status::disconnected(failed.message()) : failed});
+      outputs.push_back({.id = done.request, .status = pipeline_failure(done.result.status())});
     } else if (const auto here = sampled_here_.find(done.request); here != sampled_here_.end()) {
       outputs.push_back(sample_here(done.request, here->second, std::move(done.result->logits)));
     } else if (done.result->token < 0) {

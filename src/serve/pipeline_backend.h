@@ -9,13 +9,17 @@
 // tokens are those of one process).
 //
 // Failures, each its own answer (serve/api_error.h), on the next step (or an SSE
-// error event): a stage that reports an error fails that request (503: the
-// server checked what it sent, so a stage's failure is never the client's); a
-// stage whose connection drops fails every request in flight at once (503), one
-// that stops heartbeating too (504: Cause::kTimedOut, pipeline/coordinator.h);
-// a frame from a stage that the server refuses fails its request (500: the
-// stage broke the protocol). The next request sets the pipeline up again, so
-// the server serves again once the stage is back.
+// error event). The server checked what it sent, so a stage's failure is never
+// the client's; its kind travels typed (wire/control_frame.h's error message,
+// pipeline::stage_failure): a stage without room (its KV pool or --max-requests
+// full) fails that request with 503 overloaded; a stage whose connection drops,
+// or that reports its next stage gone, fails every request in flight at once
+// (503), one that stops heartbeating too (504: Cause::kTimedOut); anything else
+// a stage reports (it refused what the server sent, or holds other weights), a
+// frame from it that the server refuses, or a setup that fails for any other
+// reason is 500: the deployment is broken and retrying does not help. The next
+// request sets the pipeline up again, so the server serves again once the stage
+// is back.
 //
 // Logprobs: a request that asks for them is not started on the last stage,
 // which then returns its logits [vocab] (f32) each step instead of a token; the
@@ -50,6 +54,14 @@ struct PipelineServing {
   std::string trust;                    // the cluster's trust file
   pipeline::PipelineOptions options{};  // timeouts, --plain, --ship-weights; context and model_dir set on connect
 };
+
+// A pipeline's failure as a request's: the server checked what it sends (ids in
+// the vocabulary, prompts within the context), so it is never the client's
+// fault. kOverloaded (a stage without room: 503), kDisconnected (a stage gone:
+// 503, silent: 504) and kInternal (500) stay, as pipeline::stage_failure types
+// a stage's report; any other kind (the coordinator's own, in setting up: its
+// checkpoint, say) becomes kInternal, naming it.
+Status pipeline_failure(Status status);
 
 class PipelineBackend final : public LoopBackend {
  public:

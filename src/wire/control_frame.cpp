@@ -1,5 +1,8 @@
 #include "wire/control_frame.h"
 
+#include <iterator>
+#include <string_view>
+
 #include "core/text_file.h"
 
 namespace tessera::wire {
@@ -8,6 +11,48 @@ std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& m
   const std::string text = message.dump();
   return wire::encode_frame(wire::MessageKind::kControl, request_id, {},
                             {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+namespace {
+
+// The wire's names, by the enums' values: appending to ErrorKind or Cause breaks
+// the build here until the name is added.
+constexpr std::string_view kKindNames[] = {"ok",         "invalid_input", "not_found", "unsupported",
+                                           "overloaded", "disconnected",  "internal"};
+static_assert(std::size(kKindNames) == static_cast<size_t>(ErrorKind::kInternal) + 1);
+constexpr std::string_view kCauseNames[] = {"none", "interrupted", "closed_cleanly", "timed_out"};
+static_assert(std::size(kCauseNames) == static_cast<size_t>(Cause::kTimedOut) + 1);
+
+// The index of `name` among `names`, or -1.
+template <size_t N>
+int name_index(const std::string_view (&names)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+nlohmann::json error_message(const std::string& stage, const Status& status) {
+  return {{"type", "error"},
+          {"stage", stage},
+          {"kind", kKindNames[static_cast<size_t>(status.kind())]},
+          {"cause", kCauseNames[static_cast<size_t>(status.cause())]},
+          {"message", status.message()}};
+}
+
+Result<ErrorReport> error_from_message(const nlohmann::json& message) {
+  TS_ASSIGN_OR_RETURN(const std::string kind_name, field<std::string>(message, "kind"));
+  TS_ASSIGN_OR_RETURN(const std::string cause_name, field<std::string>(message, "cause"));
+  const int kind = name_index(kKindNames, kind_name);
+  if (kind <= 0) {  // "ok" is no error
+    return Status::invalid_input("control message error: kind '" + kind_name.substr(0, 64) + "' unknown");
+  }
+  const int cause = name_index(kCauseNames, cause_name);
+  if (cause < 0)
+    return Status::invalid_input("control message error: cause '" + cause_name.substr(0, 64) + "' unknown");
+  return ErrorReport{Status(static_cast<ErrorKind>(kind), text_or(message, "message", "?"), static_cast<Cause>(cause))};
 }
 
 Result<nlohmann::json> decode_control(const wire::Frame& frame) {

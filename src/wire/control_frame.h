@@ -21,7 +21,8 @@
 //   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
 //                      (start_message.h); passed along ahead of the hidden states
 //   C -> S    cancel   (request id): free the request's KV cache
-//   S -> C    error    {stage, message} (request id; 0: not about one request)
+//   S -> C    error    {stage, kind, cause, message} (request id; 0: not about
+//                      one request): the stage's Status, typed (error_message)
 //   S -> C    heartbeat {} (request id 0): alive, when the setup asked for it
 //
 // Pure functions; safe from any thread.
@@ -51,6 +52,21 @@ std::vector<uint8_t> encode_control(uint64_t request_id, const nlohmann::json& m
 // The frame must be kControl; its payload must be a JSON object with a string
 // "type", nested at most kMaxJsonDepth levels.
 Result<nlohmann::json> decode_control(const wire::Frame& frame);
+
+// An `error` message: the stage's name and its Status, whose kind and cause go
+// by name, so the coordinator acts on them without reading the text:
+//   "kind": "invalid_input" | "not_found" | "unsupported" | "overloaded" |
+//           "disconnected" | "internal"
+//   "cause": "none" | "interrupted" | "closed_cleanly" | "timed_out"
+// The names are the wire's own (not error_kind_name(), which is for people).
+nlohmann::json error_message(const std::string& stage, const Status& status);
+// What an `error` message reports: its kind and cause, and "message" as text
+// ("?" when absent), as a (non-OK) Status. A kind or cause that is missing, not
+// a string or not one of the names above is refused (kInvalidInput), as is "ok".
+struct ErrorReport {
+  Status status;
+};
+Result<ErrorReport> error_from_message(const nlohmann::json& message);
 
 // A string field for messages to people ("message" of an error), or `fallback`
 // when it is absent or not a string; never throws on a peer's JSON.

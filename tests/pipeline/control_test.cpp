@@ -111,6 +111,50 @@ TEST(ControlFrame, FieldsMustBePresentAndTyped) {
   EXPECT_EQ(text_or(json{{"type", "error"}, {"message", 5}}, "message", "?"), "?");
 }
 
+// A stage's error carries its Status typed: kind and cause by name. An unknown,
+// missing or "ok" kind and an unknown cause are refused. (Each refusal was
+// checked to fail with its check removed.)
+TEST(ErrorMessage, RoundTripsEveryKindAndCauseAndRefusesOthers) {
+  const Status statuses[] = {Status::invalid_input("bad ids"),
+                             Status::not_found("no such file"),
+                             Status::unsupported("no such mode"),
+                             Status::overloaded("the KV pool is full"),
+                             Status::disconnected("next stage gone"),
+                             Status::disconnected("next stage silent", Cause::kTimedOut),
+                             Status::disconnected("closed", Cause::kClosedCleanly),
+                             Status::disconnected("woken", Cause::kInterrupted),
+                             Status::internal("a bug")};
+  for (const Status& status : statuses) {
+    Result<json> message = decode(encode_control(4, wire::error_message("stage1", status)));
+    ASSERT_TRUE(message.ok()) << message.status().to_string();
+    EXPECT_EQ((*message)["type"], "error");
+    EXPECT_EQ((*message)["stage"], "stage1");
+    Result<wire::ErrorReport> back = wire::error_from_message(*message);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(back->status.kind(), status.kind()) << status.to_string();
+    EXPECT_EQ(back->status.cause(), status.cause()) << status.to_string();
+    EXPECT_EQ(back->status.message(), status.message());
+  }
+  EXPECT_EQ(wire::error_message("s", Status::overloaded("x"))["kind"], "overloaded");
+  EXPECT_EQ(wire::error_message("s", Status::disconnected("x", Cause::kTimedOut))["cause"], "timed_out");
+  const json good = wire::error_message("stage1", Status::overloaded("full"));
+  auto with = [&](const char* key, json value) {
+    json message = good;
+    message[key] = std::move(value);
+    return wire::error_from_message(message).status();
+  };
+  expect_refused(with("kind", "ok"), "kind 'ok' unknown");
+  expect_refused(with("kind", "Overloaded"), "kind 'Overloaded' unknown");
+  expect_refused(with("kind", 4), "field kind has the wrong type");
+  expect_refused(with("cause", "late"), "cause 'late' unknown");
+  json no_kind = good;
+  no_kind.erase("kind");
+  expect_refused(wire::error_from_message(no_kind).status(), "missing field kind");
+  json no_message = good;
+  no_message.erase("message");
+  EXPECT_EQ(wire::error_from_message(no_message)->status.message(), "?");
+}
+
 TEST(StartMessage, RoundTripsTheSamplingParameters) {
   SamplingParams params;
   params.temperature = 0.7f;

@@ -6,6 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include "pipeline/coordinator.h"
+#include "serve/pipeline_backend.h"
+#include "wire/control_frame.h"
+
 namespace tessera::serve {
 namespace {
 
@@ -269,6 +273,55 @@ TEST(ServeRequestTest, ApiErrorJsonHasTheOpenAiShape) {
   EXPECT_EQ(silent.retry_after_seconds(), 1);
   EXPECT_EQ(silent.type, "timeout_error");
   EXPECT_EQ(silent.code, "timeout");
+}
+
+// serve --pipeline: a stage's error reaches the client by the kind the stage put
+// on the wire (wire::error_message), through the coordinator
+// (pipeline::stage_failure) and the server (pipeline_failure): no room 503, gone
+// 503, silent 504, anything else 500 (never a 4xx: the client's request was
+// checked). Each mapping was reverted in turn (stage_failure keeping the
+// stage's kind, or making overloaded/disconnected internal, or dropping the
+// cause; pipeline_failure passing kinds through) and a case here failed.
+TEST(ServeRequestTest, AStagesErrorReachesTheClientByItsKind) {
+  struct Case {
+    Status reported;
+    int http_status;
+    std::string type;
+  };
+  const Case cases[] = {
+      {Status::overloaded("1 sequences are open, the most this engine runs"), 503, "overloaded_error"},
+      {Status::disconnected("sending to the next stage node3: connection reset"), 503, "service_unavailable_error"},
+      {Status::disconnected("next stage node3 silent", Cause::kTimedOut), 504, "timeout_error"},
+      {Status::invalid_input("setup: layers [2, 4) are not the coordinator's checkpoint"), 500, "internal_error"},
+      {Status::not_found("no such checkpoint"), 500, "internal_error"},
+      {Status::unsupported("no such mode"), 500, "internal_error"},
+      {Status::internal("a bug"), 500, "internal_error"},
+  };
+  const std::string who = "stage node2 (layers [2, 4))";
+  for (const Case& c : cases) {
+    const nlohmann::json message = wire::error_message("node2", c.reported);
+    const Status failure = pipeline::stage_failure(who, message);
+    EXPECT_NE(failure.kind(), ErrorKind::kInvalidInput) << failure.to_string();
+    const ApiError e = ApiError::from_status(pipeline_failure(failure));
+    EXPECT_EQ(e.http_status, c.http_status) << c.reported.to_string();
+    EXPECT_EQ(e.type, c.type) << c.reported.to_string();
+    EXPECT_NE(e.message.find(who), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find(c.reported.message()), std::string::npos) << e.message;
+    EXPECT_EQ(e.retry_after_seconds(), c.http_status == 500 ? 0 : 1) << c.reported.to_string();
+    // The coordinator alone: the stage's kind where it tells the caller what to do, else internal.
+    const bool kept = c.reported.kind() == ErrorKind::kOverloaded || c.reported.kind() == ErrorKind::kDisconnected;
+    EXPECT_EQ(failure.kind(), kept ? c.reported.kind() : ErrorKind::kInternal) << c.reported.to_string();
+    EXPECT_EQ(failure.cause(), c.reported.cause()) << c.reported.to_string();
+  }
+  // An error message the coordinator cannot read is the stage's protocol break: 500.
+  nlohmann::json unreadable = wire::error_message("node2", Status::overloaded("full"));
+  unreadable["kind"] = "exploded";
+  EXPECT_EQ(ApiError::from_status(pipeline::stage_failure(who, unreadable)).http_status, 500);
+  // The coordinator's own failures in setting up keep no 4xx either.
+  EXPECT_EQ(pipeline_failure(Status::not_found("--model: no config.json")).kind(), ErrorKind::kInternal);
+  EXPECT_EQ(pipeline_failure(Status::invalid_input("--ship-weights: a bad tensor")).kind(), ErrorKind::kInternal);
+  EXPECT_EQ(pipeline_failure(Status::overloaded("full")).kind(), ErrorKind::kOverloaded);
+  EXPECT_EQ(pipeline_failure(Status::disconnected("x", Cause::kTimedOut)).cause(), Cause::kTimedOut);
 }
 
 TEST(ServeRequestTest, TokenizeAndDetokenize) {

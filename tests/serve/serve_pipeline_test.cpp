@@ -39,15 +39,18 @@ using Clock = std::chrono::steady_clock;
 // The server on node 0, coordinating stages 1..3.
 class PipelineServer : public testing::ServeProcess {
  public:
-  explicit PipelineServer(PipelineCluster& pipeline, const std::vector<std::string>& more = {})
-      : ServeProcess(pipeline.cluster(), args(pipeline, more)) {}
+  // `plan`: stages.json (default: layers [0, 1), [1, 3), [3, 4) of kModel).
+  explicit PipelineServer(PipelineCluster& pipeline, const std::vector<std::string>& more = {},
+                          const std::string& plan = "")
+      : ServeProcess(pipeline.cluster(), args(pipeline, more, plan)) {}
 
  private:
-  static std::vector<std::string> args(PipelineCluster& pipeline, const std::vector<std::string>& more) {
+  static std::vector<std::string> args(PipelineCluster& pipeline, const std::vector<std::string>& more,
+                                       const std::string& plan) {
     std::vector<std::string> a = {"--model",
                                   kModel,
                                   "--pipeline",
-                                  pipeline.plan(kModel, {0, 1, 3, 4}),
+                                  plan.empty() ? pipeline.plan(kModel, {0, 1, 3, 4}) : plan,
                                   "--identity",
                                   pipeline.cluster().identity(0).string(),
                                   "--trust",
@@ -171,6 +174,72 @@ TEST(ServePipelineTest, AFrozenStageIsAGatewayTimeout) {
   const Json error = Json::parse(events[events.size() - 2]);
   ASSERT_TRUE(error.contains("error")) << stream_reply.body;
   EXPECT_EQ(error["error"]["type"], "timeout_error") << error.dump();
+}
+
+// A stage's own error report reaches the client by the kind the stage put on
+// the wire (wire/control_frame.h), not as one status for every report: a stage
+// without room (its --max-requests 1 taken by an endless answer) is 503
+// overloaded_error, naming the stage; a stage that refuses the setup because it
+// holds other weights than the server's (its checkpoint swapped while it was
+// down) is 500 internal_error, naming the digests: retrying does not help. Once
+// the stage is restarted on the right checkpoint, the server serves. (With
+// stage_failure and pipeline_failure both passing the stage's kind through,
+// the refusal reached the client as a 400: checked.)
+TEST(ServePipelineTest, AStagesReportedErrorKeepsItsKind) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  PipelineCluster pipeline({}, [](int node) {
+    return node == 2 ? std::vector<std::string>{"--max-requests", "1"} : std::vector<std::string>{};
+  });
+  // Stage node2 loads its layers through a link the test can point elsewhere.
+  const std::filesystem::path link = pipeline.cluster().dir() / "node2_model";
+  const std::filesystem::path other = pipeline.cluster().dir() / "other_weights";
+  std::filesystem::create_directory_symlink(kModel, link);
+  const auto made = tessera::testing::run_tessera("random-checkpoint --config " + kModel +
+                                                  "/config.json --seed 7 --dtype bf16 --out " + other.string());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  Json stages = Json::array();
+  const int cuts[] = {0, 1, 3, 4};
+  for (int i = 0; i < 3; ++i)
+    stages.push_back({{"name", pipeline.cluster().name(i + 1)},
+                      {"model", i == 1 ? link.string() : kModel},
+                      {"layers", {cuts[i], cuts[i + 1]}}});
+  const std::filesystem::path plan = pipeline.cluster().dir() / "linked_plan.json";
+  std::ofstream(plan) << Json{{"stages", stages}}.dump();
+  PipelineServer server(pipeline, {}, plan.string());
+  ASSERT_TRUE(server.wait_ready()) << server.log();
+
+  // Overloaded: node2 runs one request at most, and an endless one holds it.
+  const int endless =
+      server.start("/v1/completions",
+                   R"({"prompt": "Once upon a time", "max_tokens": 1500, "logit_bias": {"1": -100}, "stream": true})");
+  for (int i = 0; i < 6000 && !server.received(endless, "data: "); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(server.received(endless, "data: ")) << server.log();
+  const PipelineServer::Reply full = server.request("/v1/completions", completion(2, 8).dump());
+  EXPECT_EQ(full.status, 503) << full.body;
+  EXPECT_NE(full.body.find("overloaded_error"), std::string::npos) << full.body;
+  EXPECT_NE(full.body.find("stage node2"), std::string::npos) << full.body;
+  EXPECT_NE(full.body.find("--max-requests 1"), std::string::npos) << full.body;
+
+  // Internal: node2 comes back holding other weights and refuses the server's setup.
+  pipeline.kill_stage(2);  // ends the endless answer too (a 503 event: the dead-stage test checks those)
+  EXPECT_EQ(server.finish(endless, std::chrono::seconds(10)).status, 200);
+  std::filesystem::remove(link);
+  std::filesystem::create_directory_symlink(other, link);
+  pipeline.start_stage(2);
+  const PipelineServer::Reply refused = server.request("/v1/completions", completion(0, 8).dump());
+  EXPECT_EQ(refused.status, 500) << refused.body;
+  EXPECT_NE(refused.body.find("internal_error"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("refused the setup"), std::string::npos) << refused.body;
+  EXPECT_NE(refused.body.find("not the coordinator's checkpoint"), std::string::npos) << refused.body;
+
+  // The stage restarted on the right checkpoint: served, without restarting the server.
+  pipeline.kill_stage(2);
+  std::filesystem::remove(link);
+  std::filesystem::create_directory_symlink(kModel, link);
+  pipeline.start_stage(2);
+  const PipelineServer::Reply again = server.request("/v1/completions", completion(0, 8).dump());
+  EXPECT_EQ(again.status, 200) << again.body << server.log();
 }
 
 // Logprobs over a pipeline: the last stage returns the logits of a request that
