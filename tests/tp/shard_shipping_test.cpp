@@ -24,15 +24,16 @@ using testing::fixture_dir;
 using testing::TpCluster;
 
 struct Session {
-  Status leader, rank;
-  std::vector<std::string> log;  // the rank's lines
+  Status leader, rank;           // rank: the first failure among the ranks
+  std::vector<std::string> log;  // the last rank's lines
 };
 
-// One group of 2: the leader offers `whole` (shipping with `ship`), rank 1 takes
-// into `held` within max_bytes. Each side's status and the rank's log lines.
-Session ship_once(const Model& whole, const std::optional<pipeline::ShipEncoding>& ship, pipeline::HeldShard& held,
-                  uint64_t max_bytes = uint64_t{1} << 32) {
-  TpCluster cluster(2);
+// One group of `held`.size() + 1: the leader offers `whole` (shipping with
+// `ship`), rank r takes into held[r - 1] within max_bytes.
+Session ship_once(const Model& whole, const std::optional<pipeline::ShipEncoding>& ship,
+                  std::vector<pipeline::HeldShard>& held, uint64_t max_bytes = uint64_t{1} << 32) {
+  const int ranks = static_cast<int>(held.size()) + 1;
+  TpCluster cluster(ranks);
   std::vector<Result<Group>> groups = cluster.connect(false);
   Session s;
   for (auto& g : groups) {
@@ -41,19 +42,38 @@ Session ship_once(const Model& whole, const std::optional<pipeline::ShipEncoding
       return s;
     }
   }
-  std::thread rank([&] {
-    s.rank = pipeline::take_shard(*groups[1], held, max_bytes, [&](const std::string& line) { s.log.push_back(line); });
-  });
-  s.leader = pipeline::offer_shards(*groups[0], whole, ship, {"rank0", "rank1"});
-  rank.join();
+  std::vector<Status> status(held.size());
+  std::vector<std::thread> threads;
+  for (int r = 1; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      std::vector<std::string> lines;
+      status[r - 1] = pipeline::take_shard(*groups[r], held[r - 1], max_bytes,
+                                           [&](const std::string& line) { lines.push_back(line); });
+      if (r == ranks - 1) s.log = lines;
+    });
+  std::vector<std::string> members;
+  for (int r = 0; r < ranks; ++r) members.push_back("rank" + std::to_string(r));
+  s.leader = pipeline::offer_shards(*groups[0], whole, ship, members);
+  for (std::thread& t : threads) t.join();
+  for (const Status& st : status)
+    if (!st.ok() && s.rank.ok()) s.rank = st;
   return s;
 }
 
-// Rank 1's shard as shipped equals, tensor by tensor and bitwise, its cut of the leader's model.
-void expect_shard_is_cut(const Model& whole, const Model& shipped) {
+Session ship_once(const Model& whole, const std::optional<pipeline::ShipEncoding>& ship, pipeline::HeldShard& held,
+                  uint64_t max_bytes = uint64_t{1} << 32) {
+  std::vector<pipeline::HeldShard> one(1);
+  one[0] = std::move(held);
+  Session s = ship_once(whole, ship, one, max_bytes);
+  held = std::move(one[0]);
+  return s;
+}
+
+// Rank r's shard as shipped equals, tensor by tensor and bitwise, its cut of the leader's model.
+void expect_shard_is_cut(const Model& whole, const Model& shipped, Shard shard) {
   ASSERT_EQ(shipped.range().begin, whole.range().begin);
   ASSERT_EQ(shipped.range().end, whole.range().end);
-  auto cut = whole.cut(Shard{1, 2});
+  auto cut = whole.cut(shard);
   ASSERT_TRUE(cut.ok()) << cut.status().to_string();
   std::map<std::string, TensorView> want;
   for (auto& [name, view] : named_weights(*cut)) want[name] = view;
@@ -67,23 +87,42 @@ void expect_shard_is_cut(const Model& whole, const Model& shipped) {
     ASSERT_EQ(view.shape, w.shape);
     EXPECT_EQ(std::memcmp(view.data, w.data, view.nbytes()), 0);
   }
-  EXPECT_EQ(shipped.weight_bytes() > 0, true);
 }
 
-TEST(ShardShipping, AShippedShardIsBitwiseTheRanksCutOfEveryLayerRange) {
+// Ships `whole` to ranks 1..ranks-1 and checks each shard against its cut.
+void expect_shipped_as_cut(const Model& whole, int ranks, const char* encoding) {
+  std::vector<pipeline::HeldShard> held(static_cast<size_t>(ranks - 1));
+  const Session s = ship_once(whole, *pipeline::parse_ship_encoding(encoding), held);
+  ASSERT_TRUE(s.leader.ok()) << s.leader.to_string();
+  ASSERT_TRUE(s.rank.ok()) << s.rank.to_string();
+  for (int r = 1; r < ranks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(ranks));
+    ASSERT_TRUE(held[r - 1].model);
+    expect_shard_is_cut(whole, *held[r - 1].model, Shard{r, ranks});
+  }
+}
+
+// Every fixture family (fused projections, q/k norms, sandwich norms, biases,
+// MoE experts and shared experts, a tied LM head) at 2 and 4 ranks where its
+// heads split, and layer ranges that hold the entry, the exit or neither.
+TEST(ShardShipping, AShippedShardIsBitwiseTheRanksCutForEveryFamilyAndLayerRange) {
+  for (const std::string& name : testing::fixture_names()) {
+    auto whole = Model::load(fixture_dir(name));
+    ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+    for (const int ranks : {2, 4}) {
+      if (!plan_shard(whole->config(), whole->arch(), Shard{0, ranks}).ok()) continue;
+      SCOPED_TRACE(name + " at " + std::to_string(ranks) + " ranks");
+      expect_shipped_as_cut(*whole, ranks, "lz4");
+    }
+  }
   for (const std::string& name : {std::string("llama3_f32"), std::string(testing::kShippedModel)}) {
-    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {0, 1}, {1, 2}}) {
+    const int64_t layers = Model::load(fixture_dir(name))->config().num_hidden_layers;
+    for (const auto& [begin, end] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, layers}, {1, layers - 1}}) {
+      if (begin >= end) continue;
       SCOPED_TRACE(name + " layers [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
-      auto whole = Model::load(fixture_dir(name), LayerRange{begin, end});
-      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
-      for (const char* encoding : {"none", "lz4"}) {
-        pipeline::HeldShard held;
-        const Session s = ship_once(*whole, *pipeline::parse_ship_encoding(encoding), held);
-        ASSERT_TRUE(s.leader.ok()) << s.leader.to_string();
-        ASSERT_TRUE(s.rank.ok()) << s.rank.to_string();
-        ASSERT_TRUE(held.model);
-        expect_shard_is_cut(*whole, *held.model);
-      }
+      auto part = Model::load(fixture_dir(name), LayerRange{begin, end});
+      ASSERT_TRUE(part.ok()) << part.status().to_string();
+      for (const char* encoding : {"none", "lz4"}) expect_shipped_as_cut(*part, 2, encoding);
     }
   }
 }

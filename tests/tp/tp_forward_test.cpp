@@ -24,11 +24,20 @@ using testing::load_reference;
 using testing::max_relative_error;
 using testing::TpCluster;
 
-// Whether `name`'s heads, KV heads and intermediate sizes split over `ranks`.
+// Whether `name`'s heads, KV heads and intermediate sizes split over `ranks`;
+// when they do not, the refusal is kInvalidInput naming the ranks (the issue's
+// rule: any rank count that divides the heads works, others are refused).
 bool splits(const std::string& name, int ranks) {
   auto model = Model::load(fixture_dir(name));
   EXPECT_TRUE(model.ok()) << model.status().to_string();
-  return model.ok() && plan_shard(model->config(), model->arch(), Shard{0, ranks}).ok();
+  if (!model.ok()) return false;
+  const Result<ShardPlan> plan = plan_shard(model->config(), model->arch(), Shard{0, ranks});
+  if (!plan.ok()) {
+    EXPECT_EQ(plan.status().kind(), ErrorKind::kInvalidInput) << plan.status().to_string();
+    EXPECT_NE(plan.status().message().find(std::to_string(ranks) + " ranks"), std::string::npos)
+        << plan.status().to_string();
+  }
+  return plan.ok();
 }
 
 // The reference's prompt then its greedy tokens one at a time through `step`
@@ -74,7 +83,8 @@ class TpReferenceTest : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TpReferenceTest, MatchesTransformersAndSealedEqualsPlainBitwise) {
   const auto& [name, ranks] = GetParam();
-  if (!splits(name, ranks)) GTEST_SKIP() << name << " does not split over " << ranks << " ranks (refused; see below)";
+  // tessera-tiny's 6 heads do not split over 4 ranks (nor its 2 KV heads over 3 or its 1024 over 6): refused.
+  if (!splits(name, ranks)) GTEST_SKIP() << name << " does not split over " << ranks << " ranks: refused, checked";
   const std::vector<float> sealed = run_reference(name, ranks, false);
   const std::vector<float> plain = run_reference(name, ranks, true);
   ASSERT_FALSE(sealed.empty());
