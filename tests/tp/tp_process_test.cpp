@@ -315,12 +315,23 @@ class TpStages {
   Cluster& cluster() { return cluster_; }
   std::filesystem::path log(int node) const { return cluster_.dir() / ("node" + std::to_string(node) + ".log"); }
   std::string members(int stage) const { return cluster_.name(stage + 1) + "," + cluster_.name(stage + 2); }
-  int start_stage(int stage) {
-    return cluster_.spawn(stage,
-                          {TESSERA_BINARY, "stage", "--listen", cluster_.address(stage), "--identity",
-                           cluster_.identity(stage).string(), "--trust", trust_file_.string(), "--threads", "1", "--tp",
-                           members(stage), "--tp-identity", cluster_.identity(stage + 1).string()},
-                          log(stage));
+  int start_stage(int stage, const std::vector<std::string>& more = {}) {
+    std::vector<std::string> argv = {TESSERA_BINARY,  "stage",
+                                     "--listen",      cluster_.address(stage),
+                                     "--identity",    cluster_.identity(stage).string(),
+                                     "--trust",       trust_file_.string(),
+                                     "--threads",     "1",
+                                     "--tp",          members(stage),
+                                     "--tp-identity", cluster_.identity(stage + 1).string()};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return cluster_.spawn(stage, argv, log(stage));
+  }
+  // Rank 1 of `stage`'s group without a checkpoint: the stage ships it its shard.
+  int start_shipped_rank(int stage) {
+    return cluster_.spawn(stage + 2,
+                          {TESSERA_BINARY, "rank", "--members", members(stage), "--identity",
+                           cluster_.identity(stage + 2).string(), "--trust", trust_file_.string(), "--threads", "1"},
+                          log(stage + 2));
   }
   // Rank 1 of `stage`'s group, holding `layers` (default: the stage's).
   int start_rank(int stage, std::string layers = "", std::vector<std::string> more = {}) {
@@ -386,6 +397,30 @@ TEST(TpProcesses, APipelineOfTwoTpStagesGivesOneProcesssTokens) {
     EXPECT_EQ(rank_log.find("group formed"), rank_log.rfind("group formed")) << "formed more than once: " << rank_log;
     EXPECT_NE(rank_log.find("layers [" + std::string(stage == 1 ? "0, 1" : "1, 2") + ")"), std::string::npos)
         << rank_log;
+  }
+}
+
+// A TP stage ships its rank, started without a checkpoint, its shard of the
+// stage's layers (stage --tp-ship-weights): one process's tokens, twice, the
+// shard shipped once.
+TEST(TpProcesses, ATpStageShipsItsRankItsShard) {
+  TpStages pp({{1, 0, 1}, {4, 1, 2}});
+  const std::string expected = one_process_tokens(pp.model());
+  for (const int stage : {1, 4}) {
+    pp.start_stage(stage, {"--tp-ship-weights", "lz4"});
+    pp.start_shipped_rank(stage);
+  }
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_EQ(pp.coordinate(8), 0) << pp.coordinator_log() << slurp(pp.log(1)) << slurp(pp.log(3)) << slurp(pp.log(4))
+                                   << slurp(pp.log(6));
+    EXPECT_EQ(ids_line(pp.coordinator_log()), expected) << pp.coordinator_log();
+  }
+  for (const int stage : {1, 4}) {
+    const std::string rank_log = slurp(pp.log(stage + 2));
+    EXPECT_NE(rank_log.find("receiving its shard of layers [" + std::string(stage == 1 ? "0, 1" : "1, 2") + ")"),
+              std::string::npos)
+        << rank_log;
+    EXPECT_EQ(rank_log.find("receiving its shard"), rank_log.rfind("receiving its shard")) << rank_log;
   }
 }
 
