@@ -5,6 +5,8 @@
 // where it takes AVX-512 BF16 dot products or AMX tiles, of that instruction's loop).
 //   BM_Gemm/<dtype>/<rows>/<k>   counters: GFLOPs (per CPU second of the thread), fma_share,
 //                                dot_share, amx_share (of those loops' rates, also in CPU time)
+//   BM_Decode/<dtype>/<rows>/<k>  one token, the weights from memory; counter: GBs (GB of
+//                                weights per CPU second of the thread)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
@@ -80,9 +82,35 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
   state.SetLabel(tiles ? "AMX" : cpu::isa_name());
 }
 
+// Decode's matmul alone: one token against the same shapes on one thread, the weights read
+// once a call (32 MiB in 16 bits: from memory, not cache), in GB of weights per CPU second.
+void BM_Decode(benchmark::State& state, DType dtype) {
+  const int64_t rows = state.range(0), k = state.range(1);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(k)), w(static_cast<size_t>(rows * k));
+  for (float& v : x) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  std::vector<uint8_t> bytes(w.size() * tessera::dtype_size(dtype));
+  cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.data());
+  std::vector<float> y(static_cast<size_t>(rows));
+  int64_t runs = 0;
+  const double start = thread_seconds();
+  for (auto _ : state) {
+    cpu::matmul_rows(x.data(), 1, k, bytes.data(), dtype, rows, y.data(), rows);
+    benchmark::DoNotOptimize(y.data());
+    ++runs;
+  }
+  state.counters["GBs"] =
+      static_cast<double>(bytes.size()) * static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
+  state.SetLabel(cpu::isa_name());
+}
+
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::kF32)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Decode, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 
 void BM_Handoff(benchmark::State& state) {
   tessera::ThreadPool pool(static_cast<size_t>(state.range(0)));
