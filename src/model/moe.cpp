@@ -93,6 +93,52 @@ Route sigmoid_group_top_k(const MoeSpec& moe, const float* logits, const float* 
   return route;
 }
 
+// A lone token (a decode step of one sequence) on a device that routes on the
+// host: the gate and up of its top_k experts in one Device::matmuls call (the same
+// x for all: a device may run them as one job), one SiLU·mul over all, then each
+// expert's down and weighted add in ascending expert order. Bitwise the grouped
+// path's numbers (the same matmul rows, the same order of adds), with no gather
+// and fewer calls. gate and up [top_k, inter], down [top_k, hidden], scale [top_k]
+// are device scratch; out [1, hidden].
+struct LoneScratch {
+  float* gate = nullptr;
+  float* up = nullptr;
+  float* down = nullptr;
+  float* scale = nullptr;
+  std::vector<float>* zeros = nullptr;
+};
+
+void run_lone(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t hidden,
+              const Route& route, const LoneScratch& s, float* out) {
+  // Its experts in ascending order, the order their outputs are added in.
+  std::vector<size_t> order(route.experts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return route.experts[a] < route.experts[b]; });
+  const int64_t inter = moe.intermediate;
+  static const TensorView kNoBias{};
+  std::vector<Device::Projection> gate_up;
+  std::vector<float> scales;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto e = static_cast<size_t>(route.experts[order[i]]);
+    const auto at = static_cast<int64_t>(i) * inter;
+    gate_up.push_back({&w.expert_gate[e], &kNoBias, s.gate + at});
+    gate_up.push_back({&w.expert_up[e], &kNoBias, s.up + at});
+    scales.push_back(route.weights[order[i]]);
+  }
+  device.upload(scales.data(), scales.size() * sizeof(float), s.scale);
+  const auto k = static_cast<int64_t>(order.size());
+  device.matmuls(x, 1, gate_up);
+  device.silu_mul(s.gate, s.up, k * inter, s.gate);
+  s.zeros->assign(static_cast<size_t>(hidden), 0.0f);
+  device.upload(s.zeros->data(), s.zeros->size() * sizeof(float), out);
+  static constexpr int32_t kRow[] = {0};
+  for (int64_t i = 0; i < k; ++i) {
+    const auto e = static_cast<size_t>(route.experts[order[static_cast<size_t>(i)]]);
+    device.matmul(s.gate + i * inter, 1, w.expert_down[e], {}, s.down + i * hidden);
+    device.scatter_add_rows(s.down + i * hidden, s.scale + i, kRow, hidden, out);
+  }
+}
+
 }  // namespace
 
 Route route_token(const MoeSpec& moe, const float* logits, const float* bias) {
@@ -107,9 +153,11 @@ Status MoeMlp::reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64
   TS_RETURN_IF_ERROR(reserve_floats(device, logits_, tokens * moe.experts));
   TS_RETURN_IF_ERROR(reserve_floats(device, xe_, tokens * hidden));
   const int64_t widest = std::max(moe.intermediate, moe.shared_intermediate);
-  TS_RETURN_IF_ERROR(reserve_floats(device, gate_, tokens * widest));
-  TS_RETURN_IF_ERROR(reserve_floats(device, up_, tokens * widest));
-  TS_RETURN_IF_ERROR(reserve_floats(device, down_, tokens * hidden));
+  // An expert's rows are at most the step's tokens; a lone token's top_k experts sit side by side.
+  const int64_t rows = std::max(tokens, moe.top_k);
+  TS_RETURN_IF_ERROR(reserve_floats(device, gate_, rows * widest));
+  TS_RETURN_IF_ERROR(reserve_floats(device, up_, rows * widest));
+  TS_RETURN_IF_ERROR(reserve_floats(device, down_, rows * hidden));
   TS_RETURN_IF_ERROR(reserve_floats(device, experts_, tokens * moe.top_k));  // int32
   return reserve_floats(device, scale_, tokens * moe.top_k);
 }
@@ -152,6 +200,11 @@ void MoeMlp::run_on_host(Device& device, const LayerWeights& w, const MoeSpec& m
   device.download(logits_.data(), host_logits_.size() * sizeof(float), host_logits_.data());
 
   const float* bias = moe.routing == Routing::kSigmoidGroupTopK ? router_bias(device, w) : nullptr;
+
+  if (tokens == 1)
+    return run_lone(
+        device, w, moe, x, hidden, route_token(moe, host_logits_.data(), bias),
+        {.gate = gate_.f32(), .up = up_.f32(), .down = down_.f32(), .scale = scale_.f32(), .zeros = &zeros_}, out);
 
   // Group the tokens by expert: expert e's rows and weights sit at [begin[e], begin[e + 1]).
   std::vector<std::vector<std::pair<int32_t, float>>> by_expert(static_cast<size_t>(experts));
