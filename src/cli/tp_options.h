@@ -65,7 +65,8 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
   if (members_flag == "--tp")  // a leader's
     cmd.add_option("--tp-ship-weights", o.ship_weights,
                    "none|lz4|int8|int8+lz4|int4|int4+lz4: ship each rank started without --model its shard when "
-                   "the group forms (int8/int4 quantize matrices; default: every rank reads its own checkpoint)");
+                   "the group forms (int8/int4 quantize matrices; default: every rank reads its own checkpoint)")
+        ->needs(members);
 }
 
 // The leader's --tp-ship-weights (nullopt when unset).

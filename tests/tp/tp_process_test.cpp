@@ -514,6 +514,10 @@ TEST(TpProcesses, GenerateLeadsOnlyAsRankZeroAndNotBesideAPipeline) {
   tessera::testing::expect_refused(
       run_tessera(common + " --identity " + cluster.identity(0).string() + " --pipeline /nonexistent.json"),
       {"--tp with --pipeline", "tessera stage --tp"});
+  // Shipping is a leader's: without --tp there is no rank to ship to (fails without the option's needs(): checked).
+  const auto alone = run_tessera("generate --model " + model + " --prompt-ids 1,2 -n 1 --tp-ship-weights lz4");
+  EXPECT_NE(alone.exit_code, 0) << alone.out;
+  EXPECT_NE(alone.err.find("--tp-ship-weights requires --tp"), std::string::npos) << alone.err;
 }
 
 }  // namespace
