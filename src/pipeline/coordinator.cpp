@@ -213,7 +213,10 @@ struct Pipeline::State {
   std::set<uint64_t> sent;                                                  // guarded by mutex: send()'s requests
   std::vector<Pipeline::Completion> completed;                              // guarded by mutex: their results
   Status failure;                                                           // guarded by mutex: why session is 0
-  std::vector<std::thread> readers;                                         // setup_mutex
+  // guarded by mutex: the session each request of start() and step() began in. A
+  // request whose session failed fails too; only a new request sets up anew.
+  std::map<uint64_t, uint64_t> session_of;
+  std::vector<std::thread> readers;  // setup_mutex
   std::atomic<uint64_t> next_request{1};
 };
 
@@ -445,18 +448,33 @@ Result<std::shared_ptr<FrameChannel>> Pipeline::State::first_channel() {
 
 Status Pipeline::start(uint64_t request, const SamplingParams& params, std::span<const int32_t> prompt) {
   TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, state_->first_channel());
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->session_of[request] = state_->session;
+  }
   return first->write_frame(wire::encode_control(request, wire::start_message(params, prompt)),
                             net::deadline_after(state_->options.timeout));
 }
 
 Result<Pipeline::StepResult> Pipeline::step(uint64_t request, std::span<const int32_t> ids) {
   State& s = *state_;
+  {
+    // A request whose session failed between its steps fails now, with the
+    // session's failure (its stages' KV caches are gone): setting up anew here
+    // would retry a dead stage until --timeout.
+    std::lock_guard lock(s.mutex);
+    const auto began = s.session_of.find(request);
+    if (began != s.session_of.end() && began->second != s.session)
+      return s.failure.ok() ? Status::disconnected("the pipeline failed during request " + std::to_string(request))
+                            : s.failure;
+  }
   TS_ASSIGN_OR_RETURN(const std::shared_ptr<FrameChannel> first, s.first_channel());
   {
     std::lock_guard lock(s.mutex);
     // A session that failed since cannot answer (fail_all has run): say so now.
     if (s.session == 0 || s.channels.front() != first)
       return Status::disconnected("the pipeline failed while sending request " + std::to_string(request));
+    s.session_of.emplace(request, s.session);
     s.pending[request].reset();
   }
   const uint64_t shape[] = {ids.size()};
@@ -520,6 +538,7 @@ void Pipeline::cancel(uint64_t request) {
   {
     std::lock_guard lock(state_->mutex);
     state_->sent.erase(request);  // a result still on its way is dropped
+    state_->session_of.erase(request);
     channels = state_->channels;
   }
   for (auto& channel : channels) {
