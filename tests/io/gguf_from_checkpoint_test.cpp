@@ -40,6 +40,21 @@ std::string fixture_checkpoint(const std::string& name) {
 }
 std::string tiny_checkpoint() { return std::string(TESSERA_SOURCE_DIR) + "/models/tessera-tiny"; }
 
+// Every tensor of `ours` is the same name, type, dims and bytes as in `theirs`, in the same order.
+void expect_same_tensors(const GgufFile& ours, const GgufFile& theirs) {
+  const auto& a = ours.header().tensors;
+  const auto& b = theirs.header().tensors;
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(std::string(b[i].name));
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(ggml_type_name(a[i].type), ggml_type_name(b[i].type));
+    EXPECT_EQ(a[i].dims, b[i].dims);
+    const auto x = ours.bytes(a[i]), y = theirs.bytes(b[i]);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
+  }
+}
+
 TEST(GgufFromCheckpoint, TensorsAndKeysAreLlamaCppsRouteByteForByte) {
   const std::pair<const char*, const char*> cases[] = {
       {"llama3_f32", "q8_0"}, {"llama3_f32", "q4_0"}, {"qwen3_bf16", "q8_0"}, {"qwen3_bf16", "q4_0"}};
@@ -55,17 +70,7 @@ TEST(GgufFromCheckpoint, TensorsAndKeysAreLlamaCppsRouteByteForByte) {
     ASSERT_TRUE(ours.ok()) << ours.status().message();
     ASSERT_TRUE(theirs.ok()) << theirs.status().message();
 
-    const auto& a = ours->header().tensors;
-    const auto& b = theirs->header().tensors;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      SCOPED_TRACE(std::string(b[i].name));
-      EXPECT_EQ(a[i].name, b[i].name);
-      EXPECT_EQ(ggml_type_name(a[i].type), ggml_type_name(b[i].type));
-      EXPECT_EQ(a[i].dims, b[i].dims);
-      const auto x = ours->bytes(a[i]), y = theirs->bytes(b[i]);
-      EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
-    }
+    expect_same_tensors(*ours, *theirs);
     // The hyperparameters, general.file_type and general.quantization_version:
     // same type and value. (The converter's file of these fixtures has a
     // placeholder vocabulary; ours has none, as the checkpoints have no tokenizer.)
@@ -125,16 +130,7 @@ TEST(GgufFromCheckpoint, KQuantMixesFromTheCheckpointAreLlamaQuantizes) {
     auto ours = GgufFile::open(out);
     auto theirs = GgufFile::open(gguf_model(std::string("llama256_f16_") + type));
     ASSERT_TRUE(ours.ok() && theirs.ok());
-    const auto& a = ours->header().tensors;
-    const auto& b = theirs->header().tensors;
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      SCOPED_TRACE(std::string(b[i].name));
-      EXPECT_EQ(a[i].name, b[i].name);
-      EXPECT_EQ(ggml_type_name(a[i].type), ggml_type_name(b[i].type));
-      const auto x = ours->bytes(a[i]), y = theirs->bytes(b[i]);
-      EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end()));
-    }
+    expect_same_tensors(*ours, *theirs);
   }
 }
 
