@@ -174,7 +174,8 @@ void read_replies(FrameChannel& channel, uint64_t expected, Replies& replies) {
       ++replies.taken_over;
       return;
     }
-    if (text.rfind("overloaded:", 0) == 0 && text.find("KV cache") == std::string::npos) {
+    const bool overloaded = message.ok() && wire::text_or(*message, "kind", "") == "overloaded";  // error_message
+    if (overloaded && text.find("KV cache") == std::string::npos) {
       if (replies.first_overloaded.empty()) replies.first_overloaded = text;
       ++replies.overloaded;
     } else {
