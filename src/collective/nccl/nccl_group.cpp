@@ -87,13 +87,10 @@ class NcclGroup final : public GroupImpl {
     if (data.empty() || !on_device(data.data())) return control_.all_sum(data, dtype);
     const auto n = static_cast<int64_t>(data.size() / dtype_size(dtype));
     TS_ASSIGN_OR_RETURN(void* gathered, scratch(data.size() * static_cast<size_t>(size())));
-    return run("all_sum", [&] {
-      const ncclResult_t r =
-          ncclAllGather(data.data(), gathered, static_cast<size_t>(n), nccl_type(dtype), comm_, stream_);
-      if (r == ncclSuccess || r == ncclInProgress)
-        collective::rank_sum(stream_, gathered, size(), n, 0, n, dtype, data.data());
-      return r;
-    });
+    return run(
+        "all_sum",
+        [&] { return ncclAllGather(data.data(), gathered, static_cast<size_t>(n), nccl_type(dtype), comm_, stream_); },
+        [&] { collective::rank_sum(stream_, gathered, size(), n, 0, n, dtype, data.data()); });
   }
 
   Status reduce_scatter(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override {
@@ -106,13 +103,10 @@ class NcclGroup final : public GroupImpl {
     const auto all = static_cast<int64_t>(in.size() / dtype_size(dtype));
     const auto mine = static_cast<int64_t>(out.size() / dtype_size(dtype));
     TS_ASSIGN_OR_RETURN(void* gathered, scratch(in.size() * static_cast<size_t>(size())));
-    return run("reduce_scatter", [&] {
-      const ncclResult_t r =
-          ncclAllGather(in.data(), gathered, static_cast<size_t>(all), nccl_type(dtype), comm_, stream_);
-      if (r == ncclSuccess || r == ncclInProgress)
-        collective::rank_sum(stream_, gathered, size(), all, rank() * mine, mine, dtype, out.data());
-      return r;
-    });
+    return run(
+        "reduce_scatter",
+        [&] { return ncclAllGather(in.data(), gathered, static_cast<size_t>(all), nccl_type(dtype), comm_, stream_); },
+        [&] { collective::rank_sum(stream_, gathered, size(), all, rank() * mine, mine, dtype, out.data()); });
   }
 
   Status all_gather(std::span<const uint8_t> in, std::span<uint8_t> out, DType dtype) override {
@@ -166,10 +160,13 @@ class NcclGroup final : public GroupImpl {
   }
 
  private:
-  // Enqueues one NCCL call (and what follows it on the stream) once the
-  // device's earlier work is done, then waits for it, bounded.
-  template <typename Enqueue>
-  Status run(const char* what, Enqueue enqueue) {
+  // Enqueues one NCCL call once the device's earlier work is done, then `after`
+  // on the same stream once NCCL has taken the call (a non-blocking
+  // communicator may still be enqueuing when the call returns), then waits for
+  // the stream, every wait bounded.
+  template <typename Enqueue, typename After = void (*)()>
+  Status run(
+      const char* what, Enqueue enqueue, After after = [] {}) {
     TS_RETURN_IF_ERROR(failure());
     if (const cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess)
       return fail(what, cudaGetErrorString(e));
@@ -179,6 +176,7 @@ class NcclGroup final : public GroupImpl {
     if (r != ncclSuccess && r != ncclInProgress) return fail(what, ncclGetErrorString(r));
     const Clock::time_point deadline = Clock::now() + options_.timeout;
     TS_RETURN_IF_ERROR(wait_ready(what, deadline));
+    after();
     for (;;) {  // the stream's work done, or an error, or the deadline
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return {};
