@@ -435,7 +435,16 @@ TEST(ServeMetricsTest, LatencyHistogramsCountEveryRequestAndToken) {
         post(server->port(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 5, "logit_bias": {"1": -100}})")
             .status,
         200);
-  const std::string m = get(server->port(), "/metrics").body;
+  // The inference thread adds a step's iteration time after the step's answers
+  // go out: read the metrics once it has (CI once read 0.0572 s of iterations
+  // against 0.0582 s of steps).
+  std::string m = get(server->port(), "/metrics").body;
+  for (int i = 0;
+       i < 100 && metric_value(m, "engine_iteration_seconds_total") < metric_value(m, "engine_step_seconds_total");
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = get(server->port(), "/metrics").body;
+  }
   EXPECT_EQ(metric_value(m, "request_success_total{finished_reason=\"length\"}"), 3) << m;
   EXPECT_EQ(metric_value(m, "generation_tokens_total"), 15);
   EXPECT_EQ(metric_value(m, "e2e_request_latency_seconds_count"), 3);
