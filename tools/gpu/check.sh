@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench|ab|peer|kernels|profile|serve]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|ab|peer|kernels|profile|details|serve]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -71,6 +71,21 @@ for step in $STEPS; do
       python3 tools/gpu/steps.py "$OUT"/profile-*.csv >"$OUT/profile.txt" 2>&1
       rm -f "$OUT"/profile-*.csv "$OUT"/profile-*.err
       cat "$OUT/profile.txt" ;;
+    details)
+      # Nsight Compute's sections (speed of light, occupancy, warp stalls, memory) for the kernels named by
+      # $KERNELS (a regex) in the last decode steps of 64 sequences on the 8B shape, as text.
+      ncu --clock-control none --launch-skip-before-match ${SKIP64:-26000} --kernel-name "regex:${KERNELS:-mma_attention|gemm_kernel}" \
+        --launch-count ${DETAILS:-6} --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
+        --dtype bf16 --prompt 512 --decode 4 --sequences 64 >"$OUT/details.txt" 2>"$OUT/details.err"
+      echo "details rc $?"
+      # And the tiled GEMM of one 512-token prefill.
+      ncu --clock-control none --kernel-name regex:gemm_kernel --launch-skip 20 --launch-count 3 --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
+        --dtype bf16 --prompt 512 --decode 1 >"$OUT/details-prefill.txt" 2>>"$OUT/details.err"
+      echo "details prefill rc $?" ;;
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights --seed 1 \

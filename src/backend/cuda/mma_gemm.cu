@@ -51,9 +51,11 @@ struct ChunkWalk {
 // Where a block's output goes: with kOneSum the block runs one of the eight sums
 // (blockIdx.z) and writes it to sums [8][tokens][width] (the job's outputs side
 // by side: each weight's rows, or gate's then up's), for add_sums_kernel to add
-// in order; else it runs all eight and finishes the outputs itself.
+// in order; else it runs all eight and finishes the outputs itself. Up to 64
+// tokens a block, two blocks share an SM (registers capped at 128 a thread: at
+// 158 the 224 gate/up blocks of 64 sequences on the 8B shape ran in two waves).
 template <int kNTiles, bool kGateUp, bool kOneSum>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
                 int64_t width) {
   let_next_start();
