@@ -178,7 +178,8 @@ TEST_P(CudaMatmulTest, FusedCallsAreBitwiseTheSeparateCalls) {
 // A RowNorm before matmuls or gate_up gives bitwise rms_norm and then the call:
 // the decode kernel normalizes x as it loads it (bf16 weights, up to 8 tokens)
 // with rms_norm's own sums, for rows rms_norm holds in registers (k up to 4096)
-// and rows it loops over (5120); 31 and 40 tokens normalize first.
+// and rows it loops over (5120); the tiled kernel (40 tokens) as it rounds x to
+// bf16; 31 tokens normalize first.
 TEST(CudaDeviceTest, NormalizedMatmulsAreBitwiseTheNormThenTheMatmuls) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const DType dtype = DType::kBF16;

@@ -26,9 +26,10 @@ for step in $STEPS; do
       ctest --test-dir build-gpu -L gpu --output-on-failure -j1 >"$OUT/tests.log" 2>&1
       echo "gpu tests rc $?"; grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/tests.log" | tail -15 ;;
     memcheck)
-      # Every gpu test under memcheck. API errors are not counted: one test makes an
+      # Every gpu test (or those $MEMCHECK_FILTER names) under memcheck. API errors are not counted: one test makes an
       # allocation fail on purpose, and the device reports it as an error value.
       compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 build-gpu/bin/gpu_test \
+        ${MEMCHECK_FILTER:+--gtest_filter=$MEMCHECK_FILTER} \
         >"$OUT/memcheck.log" 2>&1
       echo "memcheck rc $?"; grep -E "tests? ran|PASSED|FAILED|ERROR SUMMARY" "$OUT/memcheck.log" | tail -5 ;;
     peer)
@@ -98,16 +99,20 @@ for step in $STEPS; do
           grep -E "decode x"
       done ;;
     ab)
-      # A switch judged in one call: the benches without and with $AB (VAR=value, e.g.
-      # AB=TESSERA_CUDA_OVERLAP=0), alternately, batch 1 on both shapes and 64 sequences on the 8B.
+      # Switches judged in one call: the benches as built and with each of $AB (comma-separated VAR=value,
+      # e.g. AB=TESSERA_CUDA_OVERLAP=0), in turn ${ROUNDS:-2} times, batch 1 on both shapes and 64 sequences
+      # on the 8B.
+      IFS=, read -ra switches <<<"$AB"
       for shape in llama-3.2-1b llama-3-8b; do
-        for with in - "$AB" - "$AB"; do
-          echo "== $shape ${with/-/as built}"
-          env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights \
-            --seed 1 --dtype bf16 2>&1 | grep -E "^(prefill|decode)"
+        for round in $(seq ${ROUNDS:-2}); do
+          for with in - "${switches[@]}"; do
+            echo "== $shape ${with/-/as built}"
+            env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights \
+              --seed 1 --dtype bf16 2>&1 | grep -E "^(prefill|decode)"
+          done
         done
       done
-      for with in - "$AB"; do
+      for with in - "${switches[@]}"; do
         echo "== llama-3-8b x64 ${with/-/as built}"
         env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights \
           --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences 64 2>&1 | grep -E "decode x"

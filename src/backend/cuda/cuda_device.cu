@@ -264,9 +264,9 @@ class CudaDevice final : public Device {
     launched("matmul");
   }
 
-  // The x that `job` reads: x itself, normalized in the decode kernel as it
-  // loads (a bf16 norm weight, when mma_norm_fits), or normalized into
-  // norm.scratch first.
+  // The x that `job` reads: x itself, normalized by the matmul (a bf16 norm
+  // weight, when mma_norm_fits: the decode kernel as it loads, the tiled one as
+  // it rounds x to bf16), or normalized into norm.scratch first.
   const float* normalize(const float* x, int64_t tokens, int64_t k, const RowNorm& norm, cuda::MmaJob& job) {
     select();
     if (norm.weight == nullptr) return x;

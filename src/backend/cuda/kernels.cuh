@@ -43,8 +43,10 @@ struct MmaJob {
   const __nv_bfloat16* norm = nullptr;  // the RMSNorm's weight [k]
   float eps = 0.0f;
 };
-// Whether mma_matmul normalizes x itself for this job (a few tokens, a chunk
-// of k for each warp; TESSERA_CUDA_NORM_IN_MATMUL=0 says never, to measure it).
+// Whether the matmul normalizes x itself for this job: mma_matmul as it loads
+// (up to 8 tokens, a chunk of k for each warp), or mma_gemm as it rounds x to
+// bf16 (mma_gemm_min_tokens() and more); TESSERA_CUDA_NORM_IN_MATMUL=0 says
+// never, to measure it.
 bool mma_norm_fits(int64_t tokens, int64_t k);
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged

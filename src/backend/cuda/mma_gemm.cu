@@ -229,6 +229,27 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint
   y[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
 
+// A row of x RMS-normalized and rounded to bf16 (a block of kNormThreads a row):
+// rms_norm's scale and products (weight * (x * scale)), then to_bf16's rounding,
+// so the GEMM reads bitwise what rms_norm and to_bf16_kernel would have written.
+__global__ void norm_to_bf16_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ weight,
+                                    float eps, uint4* __restrict__ y) {
+  let_next_start();
+  wait_for_earlier();
+  __shared__ float shared[32];
+  const float* row = x + blockIdx.x * k;
+  const float scale = block_rms_scale(row, k, eps, shared);
+  const auto n = [&](float value, __nv_bfloat16 w) { return __bfloat162float(w) * (value * scale); };
+  for (int64_t i = threadIdx.x; i < k / 8; i += kNormThreads) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(row) + 2 * i);
+    const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 2 * i + 1);
+    const __nv_bfloat16* w = weight + 8 * i;
+    y[blockIdx.x * (k / 8) + i] =
+        make_uint4(pack_bf16(n(a.x, w[0]), n(a.y, w[1])), pack_bf16(n(a.z, w[2]), n(a.w, w[3])),
+                   pack_bf16(n(b.x, w[4]), n(b.y, w[5])), pack_bf16(n(b.z, w[6]), n(b.w, w[7])));
+  }
+}
+
 // The outputs from the eight sums of a kOneSum launch, added in order 0..7 (as
 // mma.cuh's block_sum adds the decode kernel's warps'), then the bias, SiLU * up and the
 // accumulation as the kernels above finish theirs. Thread per (token, output row).
@@ -376,8 +397,12 @@ void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
   auto* x_bf16 = static_cast<__nv_bfloat16*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<char*>(scratch) + x_bytes(tokens, k));
   const int64_t count8 = tokens * k / 8;
-  launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
-                reinterpret_cast<uint4*>(x_bf16));
+  if (job.norm != nullptr)
+    launch_kernel(norm_to_bf16_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, x, k, job.norm, job.eps,
+                  reinterpret_cast<uint4*>(x_bf16));
+  else
+    launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
+                  reinterpret_cast<uint4*>(x_bf16));
   const Plan plan(tokens, k, job);
   if (job.gate_up)
     return plan.one_sum ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)

@@ -198,12 +198,13 @@ bool mma_matmul_fits(DType w_dtype, int64_t k) { return w_dtype == DType::kBF16 
 
 bool mma_norm_fits(int64_t tokens, int64_t k) {
   static const bool off = switched_off("TESSERA_CUDA_NORM_IN_MATMUL");
-  return !off && tokens <= 8 && k >= kSplit * kChunk;
+  return !off && ((tokens <= 8 && k >= kSplit * kChunk) || tokens >= mma_gemm_min_tokens());
 }
 
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job) {
   TS_CHECK(job.count >= 1 && job.count <= MmaJob::kMaxWeights, "mma job of ", job.count, " weights");
-  TS_CHECK(job.norm == nullptr || mma_norm_fits(tokens, k), "a normalizing job of k ", k, " for ", tokens, " tokens");
+  TS_CHECK(job.norm == nullptr || (tokens <= 8 && mma_norm_fits(tokens, k)), "a normalizing job of k ", k, " for ",
+           tokens, " tokens");
   job.first_tile[0] = 0;
   for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + 15) / 16;
   if (job.gate_up) {
