@@ -62,7 +62,7 @@ Status run_rank(const RankOptions& o) {
   }
   const auto log = [](const std::string& line) { std::fprintf(stderr, "[rank] %s\n", line.c_str()); };
   for (int done = 0; o.sessions == 0 || done < o.sessions;) {
-    Result<Group> group = connect_tp_group(o.tp, member);
+    Result<Group> group = connect_tp_group(o.tp, member, o.engine.device);
     if (!group.ok()) {
       std::fprintf(stderr, "[rank] forming the group: %s; trying again\n", group.status().to_string().c_str());
       continue;

@@ -57,7 +57,7 @@ Status run_stage(const StageCommandOptions& o) {
     options.tp_ranks = static_cast<int>(tp.members.size());
     options.tp_members = tp.members;
     TS_ASSIGN_OR_RETURN(options.tp_ship, tp_ship_encoding(tp));
-    options.tp_group = [tp, member] { return connect_tp_group(tp, member); };
+    options.tp_group = [tp, member, device = o.engine.device] { return connect_tp_group(tp, member, device); };
   }
   pipeline::StageService service(std::move(options));
   TS_RETURN_IF_ERROR(service.bind());

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/nccl/nccl_group.h"
 #include "collective/tcp/tcp_group.h"
 #include "engine/local_engine.h"
 #include "model/model.h"
@@ -30,6 +31,7 @@ struct TpOptions {
   double progress_timeout_s = 10;    // any one wait for a rank that is alive but silent on its data connection
   double heartbeat_timeout_s = 0.5;  // a rank silent this long (no heartbeat) is frozen: the group fails
   std::string ship_weights;          // the leader's --tp-ship-weights; empty: ranks read their own checkpoint
+  bool nccl = false;                 // GPU ranks of one host: device buffers summed through NCCL
 };
 
 // The members' flag is `members_flag` ("--tp" for generate, "--members" for
@@ -62,6 +64,10 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
                  "0.1 s, however busy; raise it on lossy links)")
       ->check(CLI::Range(0.3, 3600.0))
       ->capture_default_str();
+  cmd.add_flag("--nccl", o.nccl,
+               "GPU ranks of one host (--device cuda:N, one GPU each): sums through NCCL over the GPUs' links, "
+               "plain (GPUs of one host trust each other); the group's other messages stay on its authenticated "
+               "links. Every member passes it");
   if (members_flag == "--tp")  // a leader's
     cmd.add_option("--tp-ship-weights", o.ship_weights,
                    "none|lz4|int8|int8+lz4|int4|int4+lz4: ship each rank started without --model its shard when "
@@ -103,14 +109,21 @@ inline Result<TpMember> load_tp_member(const TpOptions& o) {
   return m;
 }
 
-inline Result<Group> connect_tp_group(const TpOptions& o, const TpMember& m) {
+// The group over TCP; with --nccl, the NCCL group over it on `device`'s GPU.
+inline Result<Group> connect_tp_group(const TpOptions& o, const TpMember& m, const std::string& device) {
+  std::optional<int> ordinal;
+  if (o.nccl) {
+    TS_ASSIGN_OR_RETURN(ordinal, nccl_ordinal(device));
+  }
   collective::GroupOptions options;
   options.members = o.members;
   options.plain = o.plain;
   options.connect_timeout = std::chrono::milliseconds(std::llround(o.connect_timeout_s * 1000));
   options.progress_timeout = std::chrono::milliseconds(std::llround(o.progress_timeout_s * 1000));
   options.heartbeat_timeout = std::chrono::milliseconds(std::llround(o.heartbeat_timeout_s * 1000));
-  return collective::connect_group(m.identity, m.trust, options);
+  TS_ASSIGN_OR_RETURN(Group group, collective::connect_group(m.identity, m.trust, options));
+  if (!ordinal) return group;
+  return make_nccl_group(std::move(group), {.device = *ordinal, .timeout = options.progress_timeout});
 }
 
 // Rank 0's engine (generate --tp, chat --tp): its shard of `model` (a view of
@@ -132,7 +145,7 @@ inline Result<TpEngine> make_tp_engine(const Model& model, const TpOptions& o, E
   TS_ASSIGN_OR_RETURN(const auto ship, tp_ship_encoding(o));
   TS_ASSIGN_OR_RETURN(Model shard, model.cut(Shard{0, ranks}));
   tp.shard = std::make_unique<Model>(std::move(shard));
-  TS_ASSIGN_OR_RETURN(Group group, connect_tp_group(o, member));
+  TS_ASSIGN_OR_RETURN(Group group, connect_tp_group(o, member, engine.device));
   TS_RETURN_IF_ERROR(pipeline::offer_shards(group, model, ship, o.members));
   engine.forward.group = std::move(group);
   TS_ASSIGN_OR_RETURN(tp.engine, LocalEngine::create(*tp.shard, engine));

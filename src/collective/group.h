@@ -48,6 +48,9 @@ class GroupImpl {
   virtual Status send(std::span<const uint8_t> data, DType dtype, int dst) = 0;
   virtual Status recv(std::span<uint8_t> data, DType dtype, int src) = 0;
   virtual Status rebuild() = 0;
+  // Whether the collectives take device memory (an NCCL group's, on the rank's
+  // GPU); otherwise every buffer is host memory.
+  virtual bool sums_device_memory() const { return false; }
 };
 
 class Group {
@@ -81,6 +84,8 @@ class Group {
   // Starts a new generation (fresh keys, counters from 0, new data connections)
   // after a failure, without restarting processes. Every rank must call it.
   Status rebuild() { return impl_->rebuild(); }
+  // Whether buffers may be device memory (GroupImpl::sums_device_memory).
+  bool sums_device_memory() const { return impl_->sums_device_memory(); }
 
  private:
   std::shared_ptr<GroupImpl> impl_;

@@ -515,6 +515,8 @@ Result<std::vector<float>> Forward::gather_logits(int64_t rows) {
 }
 
 Status Forward::sum_over_ranks(float* x, int64_t count) {
+  if (group_.sums_device_memory())  // NCCL: summed where it is, on the GPU
+    return timed([&] { return group_.all_sum({reinterpret_cast<uint8_t*>(x), floats(count)}, DType::kF32); });
   host_.resize(static_cast<size_t>(count));
   device_.download(x, floats(count), host_.data());
   TS_RETURN_IF_ERROR(timed([&] { return group_.all_sum(bytes_of(host_), DType::kF32); }));

@@ -80,12 +80,19 @@ class TpCluster {
   }
 
  public:
+  // What a rank runs on, when not a CPU device and its TCP group: its device,
+  // and the group it makes of its TCP group (every rank at once: an NCCL group).
+  struct RankSetup {
+    std::function<Result<std::unique_ptr<Device>>(int rank)> device;
+    std::function<Result<Group>(Group tcp, int rank)> group;
+  };
+
   // Loads `dir`'s shard (of `range`'s layers, or all) on every rank and runs
   // `lead` with rank 0's Forward while the others follow; every rank's Forward
   // setup and follow() must succeed. Returns false (with failures recorded)
   // when something did not.
   bool run(const std::string& dir, bool plain, const std::function<void(Forward&)>& lead, ForwardOptions options = {},
-           std::optional<LayerRange> range = std::nullopt) {
+           std::optional<LayerRange> range = std::nullopt, const RankSetup& setup = {}) {
     std::vector<Result<Group>> groups = connect(plain);
     for (auto& g : groups)
       if (!g.ok()) {
@@ -98,10 +105,15 @@ class TpCluster {
       threads.emplace_back([&, r] {
         auto model = Model::load(dir, range, Shard{r, ranks_});
         ASSERT_TRUE(model.ok()) << model.status().to_string();
-        auto device = make_cpu_device(1);
+        Result<std::unique_ptr<Device>> device =
+            setup.device ? setup.device(r) : Result<std::unique_ptr<Device>>(make_cpu_device(1));
+        ASSERT_TRUE(device.ok()) << "rank " << r << ": " << device.status().to_string();
+        Result<Group> group = *groups[static_cast<size_t>(r)];
+        if (setup.group) group = setup.group(*group, r);
+        ASSERT_TRUE(group.ok()) << "rank " << r << ": " << group.status().to_string();
         ForwardOptions mine = options;
-        mine.group = *groups[static_cast<size_t>(r)];
-        Forward forward(*model, *device, mine);
+        mine.group = *group;
+        Forward forward(*model, **device, mine);
         ASSERT_TRUE(forward.status().ok()) << "rank " << r << ": " << forward.status().to_string();
         if (r == 0) {
           lead(forward);

@@ -71,6 +71,7 @@ class NcclGroup final : public GroupImpl {
     return wait_ready("forming the communicator", Clock::now() + options_.timeout);
   }
 
+  bool sums_device_memory() const override { return true; }
   int rank() const override { return control_.rank(); }
   int size() const override { return control_.size(); }
   uint64_t generation() const override {

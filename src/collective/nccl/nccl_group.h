@@ -18,7 +18,10 @@
 // (NCCL_NVLS_ENABLE=0: the GPU machine's notes say why).
 #pragma once
 
+#include <charconv>
 #include <chrono>
+#include <string>
+#include <string_view>
 
 #include "collective/group.h"
 #include "core/status.h"
@@ -29,6 +32,20 @@ struct NcclOptions {
   int device = 0;                            // this rank's CUDA device
   std::chrono::milliseconds timeout{10000};  // each collective, and forming the communicator
 };
+
+// The CUDA ordinal of a rank's --device for its NCCL group ("cuda" is 0,
+// "cuda:N" is N); any other device is refused, naming it.
+inline Result<int> nccl_ordinal(std::string_view device) {
+  int ordinal = 0;
+  if (device == "cuda") return ordinal;
+  const std::string_view digits = device.substr(device.find(':') + 1);
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+  if (!device.starts_with("cuda:") || digits.empty() || error != std::errc() || end != digits.data() + digits.size() ||
+      ordinal < 0)
+    return Status::invalid_input("an NCCL group (--nccl) needs its rank on a GPU (--device cuda[:N]), not '" +
+                                 std::string(device) + "'");
+  return ordinal;
+}
 
 // Whether this build has NCCL (a build without it has no_nccl.cpp: false).
 bool nccl_built();
