@@ -37,7 +37,9 @@ using testing::random_values;
 using testing::rounded_x_dot;
 
 // The kernel run with the emulation, as amx.cpp runs it with the instructions: one token
-// by decode, more packed (in two ranges, as threads pack them) and the GEMM.
+// by decode, more packed (in two ranges, as threads pack them) and the GEMM, in two calls
+// past 32 tokens (tokens [0, 32) and the rest, as threads may cut a call: amx.cpp's
+// offset into the packed x).
 std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows) {
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const int64_t kp = kernel::padded_k(k);
@@ -55,7 +57,11 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
   kernel::pack_x<Emulated>(x, tokens, k, 0, split, packed.data(), rows16.data());
   std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats));
   std::vector<uint16_t> a(static_cast<size_t>(kernel::kPackedRowElements));
-  kernel::gemm<Emulated>(packed.data(), tokens, k, w, rows, y.data(), rows, acc.data(), a.data());
+  const int64_t cut = tokens > 32 ? 32 : tokens;
+  kernel::gemm<Emulated>(packed.data(), cut, k, w, rows, y.data(), rows, acc.data(), a.data());
+  if (cut < tokens)
+    kernel::gemm<Emulated>(packed.data() + cpu::bf16::packed_offset(cut, k), tokens - cut, k, w, rows,
+                           y.data() + cut * rows, rows, acc.data(), a.data());
   return y;
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "backend/cpu/bf16_dot_emulated.h"
 #include "backend/cpu/cpu_device.h"
+#include "hwy/aligned_allocator.h"
 #include "hwy/targets.h"
 #include "support/random_tensors.h"
 
@@ -193,6 +195,42 @@ void rows_alone_or_in_a_batch(DType dtype, int64_t k) {
 
 TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
   for (const int64_t k : {int64_t{2 * 512 + 37}, int64_t{8192 + 37}}) rows_alone_or_in_a_batch(GetParam(), k);
+}
+
+// CpuDevice::matmul cuts a GEMM call's tokens at the split's token blocks as well as its
+// rows at the split's rows: every piece, computed by itself from the call's one packed x,
+// gives bitwise the outputs of the whole call, on every target. 301 tokens (a last block
+// not whole) x 53 rows (a last piece not whole); k = 8229 takes shorter token blocks in
+// the f32 GEMM (matmul.cpp's token_block).
+TEST_P(MatmulTest, PiecesOfTokensAndRowsAreBitwiseTheWholeCall) {
+  const DType dtype = GetParam();
+  const int64_t tokens = 301, n = 53;
+  for (const int64_t k : {int64_t{2 * 512 + 37}, int64_t{8192 + 37}}) {
+    const auto x = random_values(static_cast<size_t>(tokens * k), 18);
+    auto w = random_values(static_cast<size_t>(n * k), 19);
+    const auto bytes = encode(w, dtype);
+    const auto row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k;
+    const int targets_run = for_each_target([&](int64_t target, size_t) {
+      std::vector<float> whole(static_cast<size_t>(tokens * n)), pieces(whole.size(), std::nanf(""));
+      cpu::matmul_rows(x.data(), tokens, k, bytes.data(), dtype, n, whole.data(), n);
+      const cpu::MatmulSplit split = cpu::matmul_split(k, dtype);
+      ASSERT_GT(split.tokens, 0);
+      ASSERT_GT(split.rows, 0);
+      auto packed = hwy::AllocateAligned<float>(static_cast<size_t>(cpu::matmul_packed_floats(tokens, k, dtype)));
+      cpu::matmul_pack_x(x.data(), tokens, k, dtype, 0, tokens, packed.get());
+      int calls = 0;
+      for (int64_t t0 = 0; t0 < tokens; t0 += split.tokens)
+        for (int64_t r0 = 0; r0 < n; r0 += split.rows, ++calls)
+          cpu::matmul_rows_packed(packed.get(), x.data(), tokens, t0, std::min(tokens, t0 + split.tokens), k,
+                                  bytes.data() + r0 * row_bytes, dtype, std::min(split.rows, n - r0),
+                                  pieces.data() + r0, n);
+      EXPECT_GT(calls, 2) << hwy::TargetName(target) << " k " << k;
+      EXPECT_EQ(0, std::memcmp(pieces.data(), whole.data(), whole.size() * sizeof(float)))
+          << hwy::TargetName(target) << " k " << k << ", pieces of " << split.tokens << " tokens x " << split.rows
+          << " rows";
+    });
+    EXPECT_GE(targets_run, 2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

@@ -148,11 +148,19 @@ __attribute__((target("avx2"))) void transpose8(const float* src, int64_t ss, fl
   }
 }
 
-void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                        int64_t ldy) {
+// Where a call may be cut (kernels.h's matmul_split): its tokens at pairs of token tiles
+// (the GEMM's 2 x 2 blocks stay whole), its rows at row blocks (the GEMM reads all of its
+// tokens' B tiles once a row block, so a piece of 32 rows read them once for 32 rows:
+// four times the bytes of x a product).
+constexpr int64_t kSplitTokens = 2 * kernel::kTileTokens;
+
+void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k, const uint16_t* w,
+                        int64_t rows, float* y, int64_t ldy) {
+  TS_CHECK(begin % kSplitTokens == 0 && begin < end && (end == tokens || end % kSplitTokens == 0),
+           "[cpu] AMX GEMM tokens [", begin, ", ", end, ") of ", tokens);
   Scratch& s = scratch_for(k);
-  kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, y, ldy, s.acc.data(),
-                               s.a.data());
+  kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
+                               k, w, rows, y + begin * ldy, ldy, s.acc.data(), s.a.data());
 }
 int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
 void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
@@ -167,7 +175,7 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   }
   std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
   pack_x(x, tokens, k, 0, tokens, packed.data());
-  matmul_rows_packed(packed.data(), tokens, k, w, rows, y, ldy);
+  matmul_rows_packed(packed.data(), tokens, 0, tokens, k, w, rows, y, ldy);
 }
 
 bool cpu_has_instruction() {
@@ -183,7 +191,8 @@ bool cpu_has_instruction() {
 }  // namespace
 
 const bf16::Matmul* instructions() {
-  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed};
+  static const bf16::Matmul matmul{matmul_rows,        packed_floats, pack_x,
+                                   matmul_rows_packed, kSplitTokens,  kernel::kRowBlock};
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 

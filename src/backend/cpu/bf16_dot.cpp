@@ -135,17 +135,20 @@ void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t en
   std::vector<uint16_t> row(static_cast<size_t>(kernel::padded_k(k)));
   run_pack_x(x, tokens, k, begin, end, reinterpret_cast<uint16_t*>(packed), row.data());
 }
-void matmul_rows_packed(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                        int64_t ldy) {
+void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k, const uint16_t* w,
+                        int64_t rows, float* y, int64_t ldy) {
+  TS_CHECK(begin % kernel::kMc == 0 && begin < end && (end == tokens || end % kernel::kMc == 0),
+           "[cpu] bf16 GEMM tokens [", begin, ", ", end, ") of ", tokens);
   auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kernel::kAccFloats));
   TS_CHECK(acc, "[cpu] matmul scratch");
-  run_gemm(reinterpret_cast<const uint16_t*>(packed), tokens, k, w, rows, y, ldy, acc.get());
+  run_gemm(reinterpret_cast<const uint16_t*>(packed + bf16::packed_offset(begin, k)), end - begin, k, w, rows,
+           y + begin * ldy, ldy, acc.get());
 }
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
   if (tokens >= kernel::kGemmTokens) {
     std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
     pack_x(x, tokens, k, 0, tokens, packed.data());
-    return matmul_rows_packed(packed.data(), tokens, k, w, rows, y, ldy);
+    return matmul_rows_packed(packed.data(), tokens, 0, tokens, k, w, rows, y, ldy);
   }
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(tokens * kernel::padded_k(k)));
@@ -163,7 +166,8 @@ bool cpu_has_instruction() {
 }  // namespace
 
 const bf16::Matmul* instructions() {
-  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed};
+  // Cut at token blocks (the packed layout's), rows at 32 as the f32 GEMM's.
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed, kernel::kMc, 32};
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 

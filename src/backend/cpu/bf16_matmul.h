@@ -13,16 +13,19 @@
 
 namespace tessera::cpu::bf16 {
 
-// The contracts are kernels.h's matmul_rows and its packed trio, for bf16 weights (w:
+// The contracts are kernels.h's matmul_rows and its packed functions, for bf16 weights (w:
 // their bits). packed_floats: floats (of 4 bytes: the packed x is bf16, two to a float) of
-// a call's packed x, 0 when the call packs none (then use matmul_rows).
+// a call's packed x, 0 when the call packs none (then use matmul_rows). split_tokens and
+// split_rows: kernels.h's matmul_split, whatever k.
 struct Matmul {
   void (*matmul_rows)(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
                       int64_t ldy) = nullptr;
   int64_t (*packed_floats)(int64_t tokens, int64_t k) = nullptr;
   void (*pack_x)(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) = nullptr;
-  void (*matmul_rows_packed)(const float* packed, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                             int64_t ldy) = nullptr;
+  void (*matmul_rows_packed)(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k,
+                             const uint16_t* w, int64_t rows, float* y, int64_t ldy) = nullptr;
+  int64_t split_tokens = 0;
+  int64_t split_rows = 0;
 };
 
 // Whether the environment variable `name`, a switch that turns one kernel off so that one
@@ -36,6 +39,11 @@ inline bool switched_on(const char* name) {
 inline constexpr int64_t kChunk = 32;
 
 inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
+
+// Where the packed x of tokens [begin, ...) starts, in floats, in either kernel's layout:
+// whole blocks of tokens (begin a multiple of the kernel's split_tokens), each token
+// padded_k(k) bf16 elements (kChunk is even, so whole floats).
+inline int64_t packed_offset(int64_t begin, int64_t k) { return begin * padded_k(k) / 2; }
 
 // x of one token rounded to bf16 by Ops::round_x (the kernel's instruction, or the tests'
 // emulation of it), zeros in [k, padded_k(k)).

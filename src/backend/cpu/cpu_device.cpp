@@ -56,10 +56,31 @@ void for_chunks(ThreadPool& pool, size_t n, size_t unit, const std::function<voi
     }
   });
 }
-// Rows in units of 16 (whole decode tiles and GEMM panels), or of 32 for the GEMM (whole
-// pairs of AMX row groups, which share each load of x's tiles).
-void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn, size_t unit = 16) {
-  for_chunks(pool, n, unit, fn);
+// Rows in units of 16 (whole decode tiles).
+void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
+  for_chunks(pool, n, 16, fn);
+}
+
+// How a GEMM call of `tokens` x n rows is cut into pieces for the threads: rows at the
+// kernel's unit, tokens into as few blocks of its unit as give every thread about
+// `per_thread` pieces (the guided chunks even them out), none where the row pieces are
+// that many already: a piece reads all of its tokens' packed x for its rows, and its
+// rows' weights once for its tokens. per_thread is TESSERA_GEMM_PIECES (default 2), read
+// once; 0 cuts only the rows, at 32, as before the tokens were cut (for measuring one
+// against the other in one binary). Which piece an output falls in never changes its bits.
+cpu::MatmulSplit gemm_split(int64_t tokens, int64_t n, int64_t k, DType dtype, size_t threads) {
+  static const int64_t per_thread = [] {
+    const char* text = std::getenv("TESSERA_GEMM_PIECES");
+    return text == nullptr ? 2 : std::max<int64_t>(0, std::strtoll(text, nullptr, 10));
+  }();
+  if (per_thread == 0) return {tokens, 32};
+  cpu::MatmulSplit split = cpu::matmul_split(k, dtype);
+  const int64_t row_pieces = (n + split.rows - 1) / split.rows;
+  const int64_t units = (tokens + split.tokens - 1) / split.tokens;
+  const int64_t wanted = (per_thread * static_cast<int64_t>(threads) + row_pieces - 1) / row_pieces;
+  const int64_t blocks = std::clamp<int64_t>(wanted, 1, units);
+  split.tokens = (units + blocks - 1) / blocks * split.tokens;
+  return split;
 }
 
 // Element-wise ops split over the threads in units of at least this many elements, so
@@ -113,7 +134,7 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
                        n);
     });
   } else {
-    // Prefill: the threads pack x once between them, then split the rows.
+    // Prefill: the threads pack x once between them, then split the rows and the tokens.
     const size_t bytes = static_cast<size_t>(packed_floats) * sizeof(float);
     if (packed_x_.bytes() < bytes) {
       auto buffer = alloc(bytes);
@@ -125,13 +146,22 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
     pool_.parallel_for(static_cast<size_t>(tokens), 16, [&](size_t begin, size_t end) {
       cpu::matmul_pack_x(x, tokens, k, w.dtype, static_cast<int64_t>(begin), static_cast<int64_t>(end), packed);
     });
-    for_row_chunks(
-        pool_, static_cast<size_t>(n),
-        [&](size_t begin, size_t end) {
-          cpu::matmul_rows_packed(packed, x, tokens, k, base + begin * row_bytes, w.dtype,
-                                  static_cast<int64_t>(end - begin), y + begin, n);
-        },
-        32);
+    // Pieces of split.rows rows x a block of tokens, the blocks in order: a thread's chunk
+    // of consecutive pieces is one call per block it spans.
+    const cpu::MatmulSplit split = gemm_split(tokens, n, k, w.dtype, pool_.size());
+    const int64_t row_pieces = (n + split.rows - 1) / split.rows;
+    const int64_t blocks = (tokens + split.tokens - 1) / split.tokens;
+    for_chunks(pool_, static_cast<size_t>(blocks * row_pieces), 1, [&](size_t begin, size_t end) {
+      for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end);) {
+        const int64_t block = i / row_pieces;
+        const int64_t stop = std::min(static_cast<int64_t>(end), (block + 1) * row_pieces);
+        const int64_t r0 = (i - block * row_pieces) * split.rows;
+        const int64_t r1 = std::min(n, (stop - block * row_pieces) * split.rows);
+        const int64_t t0 = block * split.tokens, t1 = std::min(tokens, t0 + split.tokens);
+        cpu::matmul_rows_packed(packed, x, tokens, t0, t1, k, base + r0 * row_bytes, w.dtype, r1 - r0, y + r0, n);
+        i = stop;
+      }
+    });
   }
   if (!bias.empty()) {
     TS_CHECK(bias.numel() == n, "bias ", shape_string(bias.shape), " for ", n, " rows");

@@ -30,18 +30,29 @@ bool amx_active();
 void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
               int64_t ldy);
 
-// The same matmul in two steps, so that the threads splitting one call's rows share one
-// packed copy of x instead of each packing all of it. matmul_packed_floats: the floats
-// the packed x of a call takes, 0 when the call is small enough to need none (then use
-// matmul_rows). matmul_pack_x packs tokens [begin, end), so disjoint ranges of one call
-// may be packed by different threads. matmul_rows_packed then computes `rows` rows from
-// the packed x (x itself is still read, for the sums' tails). packed: 64-byte aligned.
-// All three must run on the same instruction set, which dispatch keeps unless a test
-// changes it.
+// The same matmul in two steps, so that the threads splitting one call share one
+// packed copy of x instead of each packing all of it, and may split its tokens as well as
+// its rows. matmul_packed_floats: the floats the packed x of a call takes, 0 when the
+// call is small enough to need none (then use matmul_rows). matmul_pack_x packs tokens
+// [begin, end), so disjoint ranges of one call may be packed by different threads.
+// matmul_split: where a call may be cut: its tokens at multiples of `tokens` (whole
+// blocks of the packed layout), its rows at multiples of `rows` (the least a thread should
+// take: each piece reads all of its tokens' packed x once for its rows).
+// matmul_rows_packed then computes `rows` rows of tokens [begin, end) from the packed x
+// (x itself is still read, for the sums' tails) into y[t * ldy + r], t in [begin, end)
+// (y, like x, is the whole call's): begin a multiple of the split's tokens, end one too
+// or `tokens`. An output's bits do not depend on the range or the rows it was computed
+// among. packed: 64-byte aligned. All four must run on the same instruction set, which
+// dispatch keeps unless a test changes it.
+struct MatmulSplit {
+  int64_t tokens = 0;
+  int64_t rows = 0;
+};
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype);
 void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* packed);
-void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
-                        int64_t rows, float* y, int64_t ldy);
+MatmulSplit matmul_split(int64_t k, DType w_dtype);
+void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
+                        const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy);
 
 float dot(const float* a, const float* b, int64_t n);
 // y += a * x

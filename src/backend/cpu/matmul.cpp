@@ -22,8 +22,9 @@
 //   - many tokens (prefill): a cache-blocked GEMM. A block of kNc weight rows x kKc
 //     elements along k is widened into a packed f32 panel (kPanelRows rows interleaved
 //     vector by vector, so a micro-kernel reads one stream that stays in L1); x is
-//     packed likewise once per call (shared by the threads that split the rows), in
-//     blocks of kMc tokens and panels of kPanelTokens; the partial vectors of kMc x kNc
+//     packed likewise once per call (shared by the threads, which split the rows and
+//     the token blocks), in blocks of kMc tokens (fewer for long rows) and panels of
+//     kPanelTokens; the partial vectors of kMc x kNc
 //     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
 //     lives, never the order in which it is summed.
 // Every target multiplies in f32 FMAs, except for bf16 weights on an AVX-512 target whose
@@ -511,13 +512,27 @@ void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64
   });
 }
 
-void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
-                      int64_t rows, float* y, int64_t ldy) {
+// Tokens at whole token blocks (pack_x's layout), rows at 32 (two kNc row groups).
+MatmulSplit MatmulSplitOf(int64_t k, DType w_dtype) {
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return {m->split_tokens, m->split_rows};
+  return with_weight_type(w_dtype, [&](auto tag) {
+    using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
+    return MatmulSplit{token_block(chunked<WT>(DF(), k)), 2 * kNc};
+  });
+}
+
+void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
+                      const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy) {
   if (const bf16::Matmul* m = bf16_kernel(w_dtype))
-    return m->matmul_rows_packed(xp, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
+    return m->matmul_rows_packed(xp, tokens, begin, end, k, static_cast<const uint16_t*>(w), rows, y, ldy);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    gemm(xp, x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
+    const int64_t k_vec = chunked<WT>(DF(), k), mc = token_block(k_vec);
+    TS_CHECK(begin % mc == 0 && begin < end && (end == tokens || end % mc == 0), "[cpu] GEMM tokens [", begin, ", ",
+             end, ") of ", tokens);
+    // From a whole token block on, the packed x of [begin, end) is laid out as a call of
+    // end - begin tokens would pack it.
+    gemm(xp + begin * k_vec, x + begin * k, end - begin, k, static_cast<const WT*>(w), rows, y + begin * ldy, ldy);
   });
 }
 
@@ -534,6 +549,7 @@ HWY_EXPORT(Bf16DotActive);
 HWY_EXPORT(AmxActive);
 HWY_EXPORT(MatmulPackedFloats);
 HWY_EXPORT(MatmulPackX);
+HWY_EXPORT(MatmulSplitOf);
 HWY_EXPORT(MatmulRowsPacked);
 
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
@@ -553,9 +569,10 @@ void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int
                    float* packed) {
   HWY_DYNAMIC_DISPATCH(MatmulPackX)(x, tokens, k, w_dtype, begin, end, packed);
 }
-void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype,
-                        int64_t rows, float* y, int64_t ldy) {
-  HWY_DYNAMIC_DISPATCH(MatmulRowsPacked)(packed, x, tokens, k, w, w_dtype, rows, y, ldy);
+MatmulSplit matmul_split(int64_t k, DType w_dtype) { return HWY_DYNAMIC_DISPATCH(MatmulSplitOf)(k, w_dtype); }
+void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
+                        const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsPacked)(packed, x, tokens, begin, end, k, w, w_dtype, rows, y, ldy);
 }
 
 }  // namespace tessera::cpu
