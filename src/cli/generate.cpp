@@ -107,6 +107,15 @@ Result<Runner> make_runner(const GenerateOptions& o, const Model& model, int64_t
   return runner;
 }
 
+// The stats line on stderr: where it ran, prefill and decode speed, why it stopped.
+void print_stats(const Runner& runner, int64_t prompt_size, const GenerationResult& result) {
+  std::fprintf(stderr, "[generate] %s; prompt %lld tokens at %.1f tok/s; %zu tokens at %.1f tok/s (%s)\n",
+               runner.name.c_str(), static_cast<long long>(prompt_size),
+               static_cast<double>(prompt_size) / result.prefill_seconds, result.tokens.size(),
+               result.decode_seconds > 0 ? static_cast<double>(result.tokens.size()) / result.decode_seconds : 0.0,
+               result.finish_reason.c_str());
+}
+
 // Token ids in, token ids (and with --logits-out every row of logits) out.
 Status generate_ids(const GenerateOptions& o) {
   TS_ASSIGN_OR_RETURN(const Model model, Model::load(o.model_dir));
@@ -127,6 +136,8 @@ Status generate_ids(const GenerateOptions& o) {
     line += std::to_string(id);
   }
   std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  print_stats(runner, static_cast<int64_t>(o.prompt_ids.size()), result);
   if (request.keep_logits)
     TS_RETURN_IF_ERROR(
         write_npy_f32(o.logits_out, result.logits, {static_cast<int64_t>(result.logits.size()) / vocab, vocab}));
@@ -173,11 +184,7 @@ Status generate_text(const GenerateOptions& o) {
                       }));
   std::printf("\n");
   std::fflush(stdout);
-  std::fprintf(stderr, "[generate] %s; prompt %lld tokens at %.1f tok/s; %zu tokens at %.1f tok/s (%s)\n",
-               runner.name.c_str(), static_cast<long long>(prompt_size),
-               static_cast<double>(prompt_size) / result.prefill_seconds, result.tokens.size(),
-               result.decode_seconds > 0 ? static_cast<double>(result.tokens.size()) / result.decode_seconds : 0.0,
-               result.finish_reason.c_str());
+  print_stats(runner, prompt_size, result);
   return {};
 }
 
