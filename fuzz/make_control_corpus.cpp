@@ -8,6 +8,7 @@
 
 #include "corpus_writer.h"
 #include "wire/control_frame.h"
+#include "wire/prefix_message.h"
 #include "wire/start_message.h"
 
 int main(int argc, char** argv) {
@@ -24,16 +25,27 @@ int main(int argc, char** argv) {
       {"tensors",
        {{"model.embed_tokens.weight", "BF16", {16, 8}, 0}, {"model.layers.0.input_layernorm.weight", "BF16", {8}, 1}}}}
                                         .dump());
-  corpus.write("wire_control_fuzz", "setup_ship",
-               encode_control(0, {{"type", "setup"},
-                                  {"model", ""},
-                                  {"begin", 0},
-                                  {"end", 1},
-                                  {"next", "stage1"},
-                                  {"session", 77},
-                                  {"context", 64},
-                                  {"plain", false},
-                                  {"ship", manifest}}));
+  auto setup = [](const json& ship) {
+    return encode_control(0, {{"type", "setup"},
+                              {"model", ""},
+                              {"begin", 0},
+                              {"end", 1},
+                              {"next", "stage1"},
+                              {"session", 77},
+                              {"context", 64},
+                              {"plain", false},
+                              {"ship", ship}});
+  };
+  corpus.write("wire_control_fuzz", "setup_ship", setup(manifest));
+  // A GGUF's blocks (issue 19, point 7): a Q4_K_M layer's f32 norm, q4_k and q6_k matrices in one group.
+  const json blocks = json::parse(json{{"config", {{"num_hidden_layers", 2}}},
+                                       {"tensors",
+                                        {{"model.embed_tokens.weight", "Q8_0", {16, 64}, 0},
+                                         {"model.layers.0.input_layernorm.weight", "F32", {256}, 1},
+                                         {"model.layers.0.self_attn.q_proj.weight", "Q4_K", {256, 256}, 1},
+                                         {"model.layers.0.self_attn.v_proj.weight", "Q6_K", {64, 256}, 1}}}}
+                                      .dump());
+  corpus.write("wire_control_fuzz", "setup_ship_blocks", setup(blocks));
   SamplingParams params;
   params.temperature = 0.8f;
   params.top_k = 40;
@@ -42,6 +54,11 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
   corpus.write("wire_control_fuzz", "start", encode_control(5, start_message(params, prompt)));
   corpus.write("wire_control_fuzz", "cancel", encode_control(5, {{"type", "cancel"}}));
+  const std::vector<BlockDigest> chain = {BlockDigest{1, 2, 3}, BlockDigest{4, 5, 6}};
+  corpus.write("wire_control_fuzz", "prefix", encode_control(5, prefix_query(chain)));
+  corpus.write("wire_control_fuzz", "prefix_reply", encode_control(5, prefix_reply(1)));
+  corpus.write("wire_control_fuzz", "blocks", encode_control(5, blocks_message(1, chain)));
+  corpus.write("wire_control_fuzz", "heartbeat_kv", encode_control(0, heartbeat_message(KvUsage{64, 9})));
   corpus.write("wire_control_fuzz", "error",
                encode_control(5, error_message("stage1", Status::invalid_input("token_ids axis 0: 0 < min 1"))));
   corpus.write("wire_control_fuzz", "error_timed_out",

@@ -10,6 +10,8 @@ import os
 import struct
 
 SIZES = {"F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "U8": 1}
+# tessera's own names of ggml's blocks (a stage's shipped GGUF blocks): (elements, bytes) a block.
+BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
 
 
 def encode(tensors, metadata=None):
@@ -22,7 +24,11 @@ def encode(tensors, metadata=None):
         numel = 1
         for d in shape:
             numel *= d
-        assert len(data) == numel * SIZES[dtype], name
+        if dtype in BLOCKS:
+            elements, block_bytes = BLOCKS[dtype]
+            assert shape and shape[-1] % elements == 0 and len(data) == numel // elements * block_bytes, name
+        else:
+            assert len(data) == numel * SIZES[dtype], name
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -55,6 +61,16 @@ def main():
             ]
         ),
         "rank8.safetensors": encode([("r8", "U8", [1, 1, 1, 1, 1, 1, 2, 2], bytes(range(4)))]),
+        "blocks.safetensors": encode(
+            [
+                ("norm", "F32", [2], struct.pack("<2f", 1, 2)),
+                ("q8", "Q8_0", [2, 32], bytes(range(68))),
+                ("q4", "Q4_0", [1, 32], bytes(range(18))),
+                ("q4k", "Q4_K", [1, 256], bytes(range(144))),
+                ("q5k", "Q5_K", [1, 256], bytes(range(176))),
+                ("q6k", "Q6_K", [1, 256], bytes(range(210))),
+            ]
+        ),
     }
     # The fuzzer also frames an input that starts with '{' as header JSON + data
     # (it adds the length prefix), so one seed comes without its prefix.

@@ -30,11 +30,18 @@ void check_header(const SafetensorsHeader& header, std::span<const uint8_t> file
     TS_CHECK_LE(t.begin, t.end);
     TS_CHECK_LE(t.end, data_size);
     TS_CHECK_LE(t.shape.size(), size_t{8});
-    uint64_t nbytes = tessera::dtype_size(t.dtype);
+    // Re-derived here: elements, then whole blocks (a quantized dtype's rows), then bytes.
+    const auto block = static_cast<uint64_t>(tessera::dtype_block_elements(t.dtype));
+    uint64_t elements = 1;
     for (int64_t d : t.shape) {
       TS_CHECK(d >= 0 && d <= (int64_t{1} << 40), "dim=", d);
-      TS_CHECK(!__builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes), t.name);
+      TS_CHECK(!__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements), t.name);
     }
+    if (tessera::dtype_is_quantized(t.dtype)) {
+      TS_CHECK(!t.shape.empty() && static_cast<uint64_t>(t.shape.back()) % block == 0, t.name);
+    }
+    uint64_t nbytes = 0;
+    TS_CHECK(!__builtin_mul_overflow(elements / block, uint64_t{tessera::dtype_block_bytes(t.dtype)}, &nbytes), t.name);
     TS_CHECK_EQ(nbytes, t.end - t.begin);
     if (t.end > t.begin) {
       // Touch both ends of the span so ASan sees any read outside the input.

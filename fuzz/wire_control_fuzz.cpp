@@ -3,16 +3,19 @@
 // the input as a wire frame holding a pipeline control message
 // (control_frame.h), read as each message type a receiver reads: fields, a
 // stage's typed error (kind and cause), a start message (start_message.h:
-// sampling parameters, prompt) and a weight-shipping manifest (ship_manifest.h). Any input is either accepted or
-// refused with kInvalidInput; none may crash, throw or allocate beyond the
-// receiver's bounds. Seeds: fuzz/corpus/wire_control_fuzz
+// sampling parameters, prompt) and a weight-shipping manifest (ship_manifest.h;
+// an accepted one must keep its promises: bytes, payload dtypes, bound). Any
+// input is either accepted or refused with kInvalidInput; none may crash, throw
+// or allocate beyond the receiver's bounds. Seeds: fuzz/corpus/wire_control_fuzz
 // (fuzz/make_control_corpus.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/check.h"
 #include "wire/control_frame.h"
+#include "wire/prefix_message.h"
 #include "wire/rank_control.h"
 #include "wire/ship_manifest.h"
 #include "wire/start_message.h"
@@ -46,6 +49,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (error.ok()) TS_CHECK(!error->status.ok(), "an error message read as OK");
   expect_refusal_or_ok(sampling_from_json(*message).status());
   expect_refusal_or_ok(prompt_from_json(*message, 1000).status());
-  if (message->contains("ship")) expect_refusal_or_ok(check_manifest((*message)["ship"], 1 << 20).status());
+  // The prefix cache's messages (prefix_message.h), as a stage and the coordinator read them.
+  expect_refusal_or_ok(digests_from_json(*message, "blocks", 64).status());
+  expect_refusal_or_ok(digests_from_json(*message, "names", 64).status());
+  expect_refusal_or_ok(prefix_blocks_from_json(*message, 64).status());
+  expect_refusal_or_ok(kv_usage_from_heartbeat(*message).status());
+  if (!message->contains("ship")) return 0;
+  constexpr uint64_t kBound = 1 << 20;
+  const auto groups = check_manifest((*message)["ship"], kBound);
+  expect_refusal_or_ok(groups.status());
+  if (!groups.ok()) return 0;
+  // An accepted manifest keeps its promises: every tensor's bytes are its dims' (whole
+  // blocks for a quantized dtype), every group has the dtype its payload travels as, and
+  // all of it fits the bound.
+  uint64_t total = 0;
+  for (const auto& group : *groups) {
+    std::vector<DType> dtypes;
+    for (const ShipTensor& t : group) {
+      const std::optional<uint64_t> bytes = tensor_bytes(t.dtype, t.shape);
+      TS_CHECK(bytes && *bytes == t.bytes, "ship manifest tensor ", t.name, " bytes");
+      total += t.bytes;
+      dtypes.push_back(t.dtype);
+    }
+    TS_CHECK(payload_dtype(dtypes).has_value(), "a group without a payload dtype");
+  }
+  TS_CHECK(total <= kBound, "ship manifest beyond its bound: ", total);
   return 0;
 }

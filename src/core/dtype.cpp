@@ -12,21 +12,35 @@ struct DTypeInfo {
   std::string_view safetensors_name;
 };
 constexpr DTypeInfo kInfos[] = {
-    {DType::kF32, "f32", "F32"}, {DType::kF16, "f16", "F16"}, {DType::kBF16, "bf16", "BF16"},
-    {DType::kI64, "i64", "I64"}, {DType::kI32, "i32", "I32"}, {DType::kU8, "u8", "U8"},
-    {DType::kQ8_0, "q8_0", ""},  {DType::kQ4_0, "q4_0", ""},  {DType::kQ4_K, "q4_k", ""},
-    {DType::kQ5_K, "q5_k", ""},  {DType::kQ6_K, "q6_k", ""},
+    {DType::kF32, "f32", "F32"},    {DType::kF16, "f16", "F16"},    {DType::kBF16, "bf16", "BF16"},
+    {DType::kI64, "i64", "I64"},    {DType::kI32, "i32", "I32"},    {DType::kU8, "u8", "U8"},
+    {DType::kQ8_0, "q8_0", "Q8_0"}, {DType::kQ4_0, "q4_0", "Q4_0"}, {DType::kQ4_K, "q4_k", "Q4_K"},
+    {DType::kQ5_K, "q5_k", "Q5_K"}, {DType::kQ6_K, "q6_k", "Q6_K"},
 };
 static_assert(std::size(kInfos) == static_cast<size_t>(DType::kQ6_K) + 1);
 const DTypeInfo& info(DType dtype) { return kInfos[static_cast<int>(dtype)]; }
 }  // namespace
+
+std::optional<uint64_t> tensor_bytes(DType dtype, std::span<const int64_t> shape) {
+  const auto block = static_cast<uint64_t>(dtype_block_elements(dtype));
+  if (dtype_is_quantized(dtype) && (shape.empty() || static_cast<uint64_t>(shape.back()) % block != 0)) {
+    return std::nullopt;
+  }
+  uint64_t elements = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) return std::nullopt;
+  }
+  uint64_t bytes = 0;  // elements / block is exact here
+  if (__builtin_mul_overflow(elements / block, uint64_t{dtype_block_bytes(dtype)}, &bytes)) return std::nullopt;
+  return bytes;
+}
 
 std::string_view dtype_name(DType dtype) { return info(dtype).name; }
 std::string_view dtype_safetensors_name(DType dtype) { return info(dtype).safetensors_name; }
 
 std::optional<DType> dtype_from_safetensors(std::string_view name) {
   for (const auto& i : kInfos)
-    if (!i.safetensors_name.empty() && i.safetensors_name == name) return i.dtype;
+    if (i.safetensors_name == name) return i.dtype;
   return std::nullopt;
 }
 

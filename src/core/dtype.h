@@ -6,7 +6,9 @@
 // whole number of blocks of dtype_block_elements() elements, each
 // dtype_block_bytes() bytes. They have no per-element size: use dtype_bytes()
 // (or TensorView::nbytes) for a count of elements; dtype_size() is 0 for them.
-// Wire codecs never accept them (their tables end at kU8).
+// Wire codecs never accept them (their tables end at kU8): shipped blocks travel
+// as u8 bytes (wire/ship_manifest.h). Their safetensors names ("Q8_0" .. "Q6_K",
+// ggml's) are tessera's own, for a stage's container of shipped blocks.
 #pragma once
 
 #include <bit>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace tessera {
@@ -62,9 +65,15 @@ constexpr size_t dtype_bytes(DType dtype, int64_t elements) {
   return static_cast<size_t>(elements / dtype_block_elements(dtype)) * dtype_block_bytes(dtype);
 }
 
+// The bytes of a tensor of `shape` (dims >= 0) in `dtype`, checked: nullopt when
+// the count overflows u64, or for a quantized dtype when the tensor has no dims
+// or its rows (the last dim) are not a whole number of blocks.
+std::optional<uint64_t> tensor_bytes(DType dtype, std::span<const int64_t> shape);
+
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", "q4_k", ...
-// Parses safetensors' names: "F32", "F16", "BF16", "I64", "I32", "U8" (the
-// quantized types have none: their safetensors name is empty).
+// Parses safetensors' names: "F32", "F16", "BF16", "I64", "I32", "U8", and
+// tessera's own names of the quantized types, ggml's "Q8_0", "Q4_0", "Q4_K",
+// "Q5_K", "Q6_K" (the container of a stage's shipped blocks).
 std::optional<DType> dtype_from_safetensors(std::string_view name);
 std::string_view dtype_safetensors_name(DType dtype);
 

@@ -82,13 +82,16 @@ Result<SafetensorsEntry> parse_entry(const std::string& name, const json& value,
                                   " outside the data section of " + std::to_string(data_size) + " bytes");
   }
 
-  uint64_t nbytes = dtype_size(entry.dtype);
-  bool overflow = false;
-  for (int64_t d : entry.shape) overflow |= __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes);
+  const std::optional<uint64_t> nbytes = tensor_bytes(entry.dtype, entry.shape);
   const std::string described = "dtype " + dtype_name + " shape " + shape_string(entry.shape);
-  if (overflow) return tensor_error(name, described + " overflows a 64-bit byte count");
-  if (nbytes != entry.end - entry.begin) {
-    return tensor_error(name, described + " needs " + std::to_string(nbytes) + " bytes but data_offsets span " +
+  if (!nbytes) {
+    const std::string blocks =
+        " is not rows of whole blocks of " + std::to_string(dtype_block_elements(entry.dtype)) + " elements, or";
+    return tensor_error(name,
+                        described + (dtype_is_quantized(entry.dtype) ? blocks : "") + " overflows a 64-bit byte count");
+  }
+  if (*nbytes != entry.end - entry.begin) {
+    return tensor_error(name, described + " needs " + std::to_string(*nbytes) + " bytes but data_offsets span " +
                                   std::to_string(entry.end - entry.begin));
   }
   return entry;
@@ -180,9 +183,8 @@ std::vector<uint8_t> encode_safetensors(const std::vector<NamedTensor>& tensors,
   if (!metadata.empty()) header += "\"__metadata__\":" + json(metadata).dump();
   uint64_t offset = 0;
   for (const NamedTensor& t : tensors) {
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    TS_CHECK_EQ(t.bytes.size(), numel * dtype_size(t.dtype));
+    const std::optional<uint64_t> bytes = tensor_bytes(t.dtype, t.shape);
+    TS_CHECK(bytes && *bytes == t.bytes.size(), "tensor '", t.name, "': ", t.bytes.size(), " bytes");
     const json entry = {{"dtype", dtype_safetensors_name(t.dtype)},
                         {"shape", t.shape},
                         {"data_offsets", {offset, offset + t.bytes.size()}}};

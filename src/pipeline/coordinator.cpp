@@ -281,8 +281,7 @@ Status Pipeline::State::setup() {
     if (options.ship) {  // the stage's layers travel on this connection, right after the setup
       Result<Model> model = Model::load(options.model_dir, LayerRange{stage.begin, stage.end});
       if (!model.ok()) return model.status().with_context("--ship-weights");
-      TS_ASSIGN_OR_RETURN(setup["ship"],
-                          ship_manifest(*model, std::filesystem::path(options.model_dir) / "config.json"));
+      TS_ASSIGN_OR_RETURN(setup["ship"], ship_manifest(*model, options.model_dir, *options.ship));
       setup["model"] = "";
       TS_RETURN_IF_ERROR(channel->write_frame(wire::encode_control(0, setup), deadline).with_context(what));
       std::fprintf(stderr, "[pipeline] shipping layers [%lld, %lld) to %s\n", static_cast<long long>(stage.begin),

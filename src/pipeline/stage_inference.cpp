@@ -37,6 +37,9 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
                    static_cast<long long>(begin), static_cast<long long>(end), dir.c_str());
       TS_ASSIGN_OR_RETURN(Model loaded, Model::load(dir, LayerRange{begin, end}));
       model = std::make_unique<Model>(std::move(loaded));
+      // What the layers hold as loaded (GGUF blocks as they are): tests read it.
+      std::fprintf(stderr, "[stage %s] weights: %llu bytes\n", options.identity.name.c_str(),
+                   static_cast<unsigned long long>(model->weight_bytes()));
       model_dir = dir;
       range = {begin, end};
       model_digest = weights_digest(*model);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/text_file.h"
+#include "io/gguf_model.h"
 #include "io/safetensors.h"
 #include "wire/byte_io.h"
 #include "wire/frame.h"
@@ -29,23 +30,33 @@ int64_t layer_of(const std::string& name) {
   return std::strtoll(name.c_str() + at + 7, nullptr, 10);
 }
 
-Result<std::vector<WeightGroup>> groups_of(const Model& model) {
+// The groups in stream order, each with the dtype its payload travels as
+// (wire::payload_dtype). GGUF blocks ship as they are: never as INT8/INT4.
+Result<std::vector<WeightGroup>> groups_of(const Model& model, const ShipEncoding& ship) {
   const LayerRange range = model.range();
   std::vector<WeightGroup> groups(static_cast<size_t>(range.end - range.begin) + 1);
-  std::vector<bool> seen(groups.size(), false);
   for (auto& [name, view] : named_weights(model)) {
     const int64_t layer = layer_of(name);
     const size_t g = layer < 0 ? 0 : static_cast<size_t>(layer - range.begin + 1);
-    if (seen[g] && groups[g].dtype != view.dtype) {
-      return Status::unsupported("--ship-weights: " + name + " is " + std::string(dtype_name(view.dtype)) +
-                                 " but its layer's other tensors are " + std::string(dtype_name(groups[g].dtype)));
-    }
-    groups[g].dtype = view.dtype;
-    seen[g] = true;
     groups[g].tensors.push_back({name, view});
   }
   // A middle stage has nothing outside its layers: groups are numbered densely.
   std::erase_if(groups, [](const WeightGroup& group) { return group.tensors.empty(); });
+  for (WeightGroup& group : groups) {
+    std::vector<DType> dtypes;
+    for (const auto& [name, view] : group.tensors) dtypes.push_back(view.dtype);
+    const std::optional<DType> dtype = wire::payload_dtype(dtypes);
+    if (!dtype) {
+      return Status::unsupported("--ship-weights: " + group.tensors.front().first + " and " +
+                                 group.tensors.back().first + " are of two dtypes in one layer");
+    }
+    group.dtype = *dtype;
+    if (group.dtype == DType::kU8 && (ship.flags & (wire::kFlagInt8 | wire::kFlagInt4)) != 0) {
+      return Status::unsupported("--ship-weights: " + wire::flags_string(ship.flags) + " re-encodes weights, and " +
+                                 "the group of " + group.tensors.front().first +
+                                 " holds GGUF quantized blocks, which ship as they are: use none or lz4");
+    }
+  }
   return groups;
 }
 
@@ -69,9 +80,15 @@ Result<ShipEncoding> parse_ship_encoding(const std::string& text) {
   return ShipEncoding{it->second, static_cast<uint16_t>(quantized ? 64 : 0)};
 }
 
-Result<json> ship_manifest(const Model& model, const std::filesystem::path& config_path) {
-  TS_ASSIGN_OR_RETURN(json config, read_json_file(config_path.string()));
-  TS_ASSIGN_OR_RETURN(const std::vector<WeightGroup> groups, groups_of(model));
+Result<json> ship_manifest(const Model& model, const std::string& model_path, const ShipEncoding& ship) {
+  json config;
+  if (is_gguf_file(model_path)) {
+    TS_ASSIGN_OR_RETURN(const GgufFile file, GgufFile::open(model_path));
+    TS_ASSIGN_OR_RETURN(config, gguf_hf_config(file));
+  } else {
+    TS_ASSIGN_OR_RETURN(config, read_json_file((std::filesystem::path(model_path) / "config.json").string()));
+  }
+  TS_ASSIGN_OR_RETURN(const std::vector<WeightGroup> groups, groups_of(model, ship));
   json tensors = json::array();
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const auto& [name, view] : groups[g].tensors) {
@@ -82,7 +99,7 @@ Result<json> ship_manifest(const Model& model, const std::filesystem::path& conf
 }
 
 Status send_weights(FrameChannel& channel, const Model& model, const ShipEncoding& ship, net::Deadline deadline) {
-  TS_ASSIGN_OR_RETURN(const std::vector<WeightGroup> groups, groups_of(model));
+  TS_ASSIGN_OR_RETURN(const std::vector<WeightGroup> groups, groups_of(model, ship));
   for (size_t g = 0; g < groups.size(); ++g) {
     std::vector<uint8_t> bytes;
     for (const auto& [name, view] : groups[g].tensors) {
@@ -123,7 +140,9 @@ Status receive_weights(FrameChannel& channel, const json& manifest, uint64_t max
     wire::LayerLimits limits;
     limits.name = "weights group " + std::to_string(g);
     limits.layer = static_cast<uint32_t>(g);
-    limits.dtypes = {groups[g].front().dtype};
+    std::vector<DType> dtypes;
+    for (const wire::ShipTensor& t : groups[g]) dtypes.push_back(t.dtype);
+    limits.dtypes = {*wire::payload_dtype(dtypes)};  // check_manifest found one
     limits.flags = wire::kKnownFlags;
     limits.max_layer_bytes = expected;  // the manifest's own count: a larger payload is refused before it is kept
     wire::LayerAssembler assembler(limits);

@@ -5,12 +5,15 @@
 // (wire/ship_manifest.h, which also checks it on the stage side). Each group
 // travels as one layer payload (wire/layer_payload.h: kLayerChunk frames,
 // optionally int8/int4 and LZ4) whose bytes are the group's tensors back to
-// back, in one dtype. The stage assembles each group within the bytes the
+// back, in one dtype, or as u8 bytes for a group of GGUF quantized blocks
+// (ship_manifest.h). The stage assembles each group within the bytes the
 // manifest declares for it, and the manifest within the stage's own bound
 // (refused before anything is reserved), checks that the manifest accounts for
 // exactly those bytes, then writes config.json and model.safetensors into a
 // directory and loads it with the ordinary checkpoint loader, which checks every
-// tensor against the config.
+// tensor against the config (a quantized dtype for matrices only). Quantized
+// blocks keep tessera's own safetensors dtype names (core/dtype.h), so the stage
+// computes on them as they are and holds the quantized size, not a widened copy.
 //
 // Thread safety: functions of one connection's thread.
 #pragma once
@@ -33,8 +36,11 @@ struct ShipEncoding {
 // "none", "lz4", "int8", "int8+lz4", "int4", "int4+lz4".
 Result<ShipEncoding> parse_ship_encoding(const std::string& text);
 
-// The manifest of the weights `model` binds (its layer range), config included.
-Result<nlohmann::json> ship_manifest(const Model& model, const std::filesystem::path& config_path);
+// The manifest of the weights `model` binds (its layer range), with the config
+// of `model_path` (a checkpoint directory's config.json, or the one a GGUF
+// file's metadata stands for). GGUF quantized blocks ship as they are, so
+// `encoding` may not re-encode them (INT8/INT4: kUnsupported naming a tensor).
+Result<nlohmann::json> ship_manifest(const Model& model, const std::string& model_path, const ShipEncoding& encoding);
 // Sends every group of `model`'s weights as kLayerChunk frames.
 Status send_weights(FrameChannel& channel, const Model& model, const ShipEncoding& encoding, net::Deadline deadline);
 

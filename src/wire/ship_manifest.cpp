@@ -1,5 +1,6 @@
 #include "wire/ship_manifest.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -36,7 +37,17 @@ Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest
       }
       tensor.shape.push_back(dim.get<int64_t>());
     }
-    if (!wire::checked_mul(elements, dtype_size(tensor.dtype), &tensor.bytes) || tensor.bytes > max_bytes) {
+    const std::optional<uint64_t> bytes = tensor_bytes(tensor.dtype, tensor.shape);
+    if (!bytes) {
+      return Status::invalid_input(
+          at + "bad dims for " + std::string(dtype_name(tensor.dtype)) + ": " +
+          (dtype_is_quantized(tensor.dtype)
+               ? "rows of whole blocks of " + std::to_string(dtype_block_elements(tensor.dtype)) + " elements, and "
+               : "") +
+          "a byte count within 64 bits");
+    }
+    tensor.bytes = *bytes;
+    if (tensor.bytes > max_bytes) {
       return Status::invalid_input(at + "larger than the stage's bound of " + std::to_string(max_bytes) + " bytes");
     }
     const uint64_t group = entry[3];
@@ -44,12 +55,17 @@ Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest
       return Status::invalid_input(at + "group " + std::to_string(group) + " out of order");
     }
     if (group == groups.size()) groups.emplace_back();
-    if (!groups[group].empty() && groups[group].front().dtype != tensor.dtype) {
-      return Status::invalid_input(at + "a group holds one dtype");
-    }
     groups[group].push_back(std::move(tensor));
   }
   if (groups.empty()) return Status::invalid_input("ship manifest: no tensors");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::vector<DType> dtypes;
+    for (const ShipTensor& t : groups[g]) dtypes.push_back(t.dtype);
+    if (!payload_dtype(dtypes)) {
+      return Status::invalid_input("ship manifest group " + std::to_string(g) +
+                                   ": a group holds one dtype, or quantized blocks beside plain tensors");
+    }
+  }
   uint64_t total = 0;  // all of it must fit the same bound: many small groups cannot add up past it
   for (const auto& group : groups) {
     for (const ShipTensor& t : group) {
@@ -60,6 +76,13 @@ Result<std::vector<std::vector<ShipTensor>>> check_manifest(const json& manifest
     }
   }
   return groups;
+}
+
+std::optional<DType> payload_dtype(std::span<const DType> dtypes) {
+  if (std::any_of(dtypes.begin(), dtypes.end(), dtype_is_quantized)) return DType::kU8;
+  if (dtypes.empty() || std::any_of(dtypes.begin(), dtypes.end(), [&](DType d) { return d != dtypes.front(); }))
+    return std::nullopt;
+  return dtypes.front();
 }
 
 }  // namespace tessera::wire

@@ -33,19 +33,21 @@ TEST(DTypeTest, NamesAndSizes) {
 }
 
 // ggml's block formats (ggml-common.h: QK8_0 = QK4_0 = 32, QK_K = 256; the
-// block_* struct sizes): no per-element size, no safetensors name.
+// block_* struct sizes): no per-element size; ggml's type names as tessera's
+// own safetensors names (a stage's container of shipped blocks).
 TEST(DTypeTest, QuantizedTypesAreGgmlBlocks) {
   struct Case {
     DType dtype;
     int64_t block;
     size_t bytes;
     const char* name;
+    const char* safetensors;
   };
-  const Case cases[] = {{DType::kQ8_0, 32, 34, "q8_0"},
-                        {DType::kQ4_0, 32, 18, "q4_0"},
-                        {DType::kQ4_K, 256, 144, "q4_k"},
-                        {DType::kQ5_K, 256, 176, "q5_k"},
-                        {DType::kQ6_K, 256, 210, "q6_k"}};
+  const Case cases[] = {{DType::kQ8_0, 32, 34, "q8_0", "Q8_0"},
+                        {DType::kQ4_0, 32, 18, "q4_0", "Q4_0"},
+                        {DType::kQ4_K, 256, 144, "q4_k", "Q4_K"},
+                        {DType::kQ5_K, 256, 176, "q5_k", "Q5_K"},
+                        {DType::kQ6_K, 256, 210, "q6_k", "Q6_K"}};
   for (const Case& c : cases) {
     EXPECT_TRUE(dtype_is_quantized(c.dtype)) << c.name;
     EXPECT_EQ(dtype_block_elements(c.dtype), c.block) << c.name;
@@ -53,8 +55,19 @@ TEST(DTypeTest, QuantizedTypesAreGgmlBlocks) {
     EXPECT_EQ(dtype_bytes(c.dtype, 4 * c.block), 4 * c.bytes) << c.name;
     EXPECT_EQ(dtype_size(c.dtype), 0u) << c.name;
     EXPECT_EQ(dtype_name(c.dtype), c.name);
-    EXPECT_EQ(dtype_safetensors_name(c.dtype), "") << c.name;
+    EXPECT_EQ(dtype_safetensors_name(c.dtype), c.safetensors) << c.name;
+    EXPECT_EQ(dtype_from_safetensors(c.safetensors), c.dtype) << c.name;
+    const int64_t rows_of_3_blocks[] = {2, 3 * c.block};
+    EXPECT_EQ(tensor_bytes(c.dtype, rows_of_3_blocks), 6 * c.bytes) << c.name;
+    const int64_t part_block[] = {3 * c.block, c.block / 2};  // as many elements, rows of half a block
+    EXPECT_EQ(tensor_bytes(c.dtype, part_block), std::nullopt) << c.name;
+    EXPECT_EQ(tensor_bytes(c.dtype, {}), std::nullopt) << c.name;
   }
+  const int64_t huge[] = {int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_EQ(tensor_bytes(DType::kU8, huge), std::nullopt);
+  const int64_t scalar_shape[1] = {5};
+  EXPECT_EQ(tensor_bytes(DType::kF32, std::span<const int64_t>(scalar_shape, 0)), 4u);
+  EXPECT_EQ(tensor_bytes(DType::kBF16, scalar_shape), 10u);
   for (const DType plain : {DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kU8}) {
     EXPECT_FALSE(dtype_is_quantized(plain));
     EXPECT_EQ(dtype_block_elements(plain), 1);
@@ -63,7 +76,7 @@ TEST(DTypeTest, QuantizedTypesAreGgmlBlocks) {
 }
 
 TEST(DTypeTest, RejectsUnknownSafetensorsNames) {
-  for (const char* name : {"", "f32", "F64", "BOOL", "F8_E4M3", "I8", "F32 ", "BF1"}) {
+  for (const char* name : {"", "f32", "F64", "BOOL", "F8_E4M3", "I8", "F32 ", "BF1", "q4_k", "Q4_1", "Q8_K"}) {
     EXPECT_FALSE(dtype_from_safetensors(name).has_value()) << name;
   }
 }

@@ -185,8 +185,10 @@ TEST(SafetensorsTest, RejectsMissingOrNonStringDtype) {
 }
 
 TEST(SafetensorsTest, RejectsUnknownDtype) {
-  expect_entry_rejected(R"({"dtype":"Q4_K","shape":[1],"data_offsets":[0,4]})", 4,
-                        {"tensor 'w'", "unknown dtype 'Q4_K'"});
+  expect_entry_rejected(R"({"dtype":"Q4_X","shape":[1],"data_offsets":[0,4]})", 4,
+                        {"tensor 'w'", "unknown dtype 'Q4_X'"});
+  expect_entry_rejected(R"({"dtype":"q4_k","shape":[256],"data_offsets":[0,144]})", 144,
+                        {"tensor 'w'", "unknown dtype 'q4_k'"});
   expect_entry_rejected(R"({"dtype":"f32","shape":[1],"data_offsets":[0,4]})", 4, {"tensor 'w'", "dtype 'f32'"});
 }
 
@@ -247,6 +249,33 @@ TEST(SafetensorsTest, RejectsByteCountThatDiffersFromSpan) {
                         {"tensor 'w': dtype F32 shape [2, 3] needs 24 bytes but data_offsets span 20"});
   expect_entry_rejected(R"({"dtype":"BF16","shape":[2,3],"data_offsets":[0,24]})", 24,
                         {"tensor 'w': dtype BF16 shape [2, 3] needs 12 bytes but data_offsets span 24"});
+}
+
+// A stage's shipped GGUF blocks (pipeline/weight_shipping.h) under tessera's own
+// dtype names: rows of whole blocks, ggml's block sizes.
+TEST(SafetensorsTest, RoundTripsQuantizedBlocks) {
+  const std::vector<uint8_t> q4_k(2 * 144, 7), q8_0(3 * 34, 9);
+  const std::vector<NamedTensor> tensors = {{"a", DType::kQ4_K, {1, 512}, q4_k}, {"b", DType::kQ8_0, {3, 32}, q8_0}};
+  const std::vector<uint8_t> file = encode_safetensors(tensors);
+  const Result<SafetensorsHeader> header = parse_safetensors(file);
+  ASSERT_TRUE(header.ok()) << header.status().to_string();
+  ASSERT_EQ(header->tensors.size(), 2u);
+  EXPECT_EQ(header->tensors[0].dtype, DType::kQ4_K);
+  EXPECT_EQ(header->tensors[0].end - header->tensors[0].begin, 288u);
+  EXPECT_EQ(header->tensors[1].dtype, DType::kQ8_0);
+  EXPECT_EQ(header->tensors[1].shape, (std::vector<int64_t>{3, 32}));
+}
+
+TEST(SafetensorsTest, RejectsQuantizedRowsOfPartBlocks) {
+  // 128 elements are half a Q4_K block: without the block rule they count 0 bytes.
+  expect_entry_rejected(R"({"dtype":"Q4_K","shape":[2,128],"data_offsets":[0,0]})", 0,
+                        {"tensor 'w': dtype Q4_K shape [2, 128] is not rows of whole blocks of 256 elements"});
+  expect_entry_rejected(R"({"dtype":"Q8_0","shape":[48],"data_offsets":[0,34]})", 34,
+                        {"tensor 'w'", "whole blocks of 32 elements"});
+  expect_entry_rejected(R"({"dtype":"Q6_K","shape":[],"data_offsets":[0,210]})", 210,
+                        {"tensor 'w'", "whole blocks of 256"});
+  expect_entry_rejected(R"({"dtype":"Q5_K","shape":[1,512],"data_offsets":[0,176]})", 176,
+                        {"tensor 'w': dtype Q5_K shape [1, 512] needs 352 bytes but data_offsets span 176"});
 }
 
 TEST(SafetensorsTest, RejectsByteCountOverflow) {

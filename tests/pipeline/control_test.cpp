@@ -27,6 +27,7 @@ using wire::encode_control;
 using wire::field;
 using wire::kControlHeaderBytes;
 using wire::kMaxControlText;
+using wire::payload_dtype;
 using wire::prompt_from_json;
 using wire::sampling_from_json;
 using wire::start_message;
@@ -221,6 +222,30 @@ TEST(ShipManifest, AcceptsGroupsInOrder) {
   EXPECT_EQ((*groups)[1][1].bytes, 16u);
 }
 
+// A layer of a GGUF file (issue 19, point 7): f32 norms beside q4_k and q6_k
+// blocks, one group that travels as u8 bytes; each tensor's bytes are whole
+// blocks (ggml's block sizes: 144 and 210 bytes per 256 elements, 34 per 32).
+TEST(ShipManifest, QuantizedBlocksTravelAsBytesBesidePlainTensors) {
+  auto groups = check_manifest(manifest({{"e", "Q8_0", {4, 64}, 0},
+                                         {"l0.norm", "F32", {256}, 1},
+                                         {"l0.q", "Q4_K", {2, 512}, 1},
+                                         {"l0.v", "Q6_K", {1, 256}, 1}}),
+                               1 << 20);
+  ASSERT_TRUE(groups.ok()) << groups.status().to_string();
+  ASSERT_EQ(groups->size(), 2u);
+  EXPECT_EQ((*groups)[0][0].bytes, 8u * 34);
+  EXPECT_EQ((*groups)[1][0].bytes, 1024u);
+  EXPECT_EQ((*groups)[1][1].bytes, 4u * 144);
+  EXPECT_EQ((*groups)[1][2].bytes, 210u);
+  const DType layer[] = {DType::kF32, DType::kQ4_K, DType::kQ6_K, DType::kF16};
+  EXPECT_EQ(payload_dtype(layer), DType::kU8);
+  const DType plain[] = {DType::kBF16, DType::kBF16};
+  EXPECT_EQ(payload_dtype(plain), DType::kBF16);
+  const DType mixed[] = {DType::kBF16, DType::kF32};
+  EXPECT_EQ(payload_dtype(mixed), std::nullopt);
+  EXPECT_EQ(payload_dtype({}), std::nullopt);
+}
+
 TEST(ShipManifest, RefusesEveryMalformedEntry) {
   const uint64_t bound = 1 << 20;
   const std::vector<std::pair<json, std::string>> cases = {
@@ -232,12 +257,19 @@ TEST(ShipManifest, RefusesEveryMalformedEntry) {
       {manifest({{"a", "BF16", {4}, 0}, {"a", "BF16", {4}, 0}}), "empty or repeated name"},
       {manifest({{"a", "Q4", {4}, 0}}), "unknown dtype"},
       {manifest({{"a", "BF16", {-4}, 0}}), "bad dims"},
-      {manifest({{"a", "BF16", {uint64_t{1} << 62, 8}, 0}}), "bad dims"},                   // element count overflows
-      {manifest({{"a", "F32", {uint64_t{1} << 62}, 0}}), "larger than the stage's bound"},  // byte count overflows
+      {manifest({{"a", "BF16", {uint64_t{1} << 62, 8}, 0}}), "bad dims"},  // element count overflows
+      {manifest({{"a", "F32", {uint64_t{1} << 62}, 0}}), "bad dims for f32: a byte count within 64 bits"},
       {manifest({{"a", "BF16", {1 << 20}, 0}}), "larger than the stage's bound"},
       {manifest({{"a", "BF16", {4}, 1}}), "group 1 out of order"},
       {manifest({{"a", "BF16", {4}, 0}, {"b", "BF16", {4}, 1}, {"c", "BF16", {4}, 0}}), "group 0 out of order"},
       {manifest({{"a", "BF16", {4}, 0}, {"b", "F32", {4}, 0}}), "a group holds one dtype"},
+      // Blocks: rows of whole blocks, and at least one dim to hold the rows.
+      {manifest({{"a", "Q4_K", {2, 128}, 0}}), "bad dims for q4_k: rows of whole blocks of 256 elements"},
+      {manifest({{"a", "Q8_0", {4, 48}, 0}}), "bad dims for q8_0: rows of whole blocks of 32 elements"},
+      {manifest({{"a", "Q6_K", json::array(), 0}}), "bad dims for q6_k"},
+      {manifest({{"a", "Q4_0", {uint64_t{1} << 62, 64}, 0}}), "bad dims"},            // element count overflows
+      {manifest({{"a", "Q8_0", {uint64_t{31} << 54, 32}, 0}}), "bad dims for q8_0"},  // 34 x blocks overflows
+      {manifest({{"a", "q4_k", {1, 256}, 0}}), "unknown dtype"},
       {manifest({{"a", "BF16", {300 << 10}, 0}, {"b", "BF16", {300 << 10}, 1}}), "exceed the stage's bound"},
   };
   for (const auto& [bad, needle] : cases) {

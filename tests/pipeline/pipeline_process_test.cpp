@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "io/gguf.h"
 #include "model/fixtures.h"
 #include "support/pipeline_cluster.h"
 #include "support/run_tessera.h"
@@ -122,6 +123,72 @@ TEST(PipelineProcesses, ShippedWeightsGiveTheSameLogits) {
   const auto quantized =
       pipeline.coordinate({"--model", dir, "--prompt", "It is", "-n", "8", "--ship-weights", "int8+lz4"}, plan);
   EXPECT_EQ(quantized.exit_code, 0) << quantized.err;
+}
+
+// The bytes of `file`'s tensors that a stage of layers [begin, end) of `layers`
+// holds: its blocks, the embedding on the first stage, the final norm and the
+// LM head on the last.
+uint64_t gguf_stage_bytes(const std::string& file, int begin, int end, int layers) {
+  auto gguf = tessera::GgufFile::open(file);
+  EXPECT_TRUE(gguf.ok()) << gguf.status().to_string();
+  if (!gguf.ok()) return 0;
+  uint64_t bytes = 0;
+  for (const tessera::GgufTensorInfo& t : gguf->header().tensors) {
+    const std::string name(t.name);
+    bool mine = (begin == 0 && name == "token_embd.weight") ||
+                (end == layers && (name == "output_norm.weight" || name == "output.weight"));
+    for (int layer = begin; layer < end; ++layer) mine |= name.starts_with("blk." + std::to_string(layer) + ".");
+    if (mine) bytes += t.nbytes;
+  }
+  return bytes;
+}
+
+// What the stage's last "[stage NAME] weights: N bytes" line says it holds.
+uint64_t logged_weight_bytes(const std::string& log) {
+  const size_t at = log.rfind("] weights: ");
+  return at == std::string::npos ? 0 : std::stoull(log.substr(at + 11));
+}
+
+// --ship-weights from a GGUF (issue 19, point 7): each stage is shipped its
+// layers in the file's own blocks (Q4_K_M: q4_k and q6_k matrices beside f32
+// norms; Q8_0) and computes on them as they are, so it holds the file's bytes
+// of its tensors, not a widened copy; the greedy tokens and the logits are
+// bitwise one process's on the same file. INT8/INT4 would re-encode the blocks:
+// refused, naming why.
+TEST(PipelineProcesses, ShippedGgufBlocksGiveOneProcesssLogits) {
+  PipelineCluster pipeline;
+  const std::string plan = pipeline.plan("/nonexistent", {0, 1, 2});  // 2 stages of llama256's 2 layers
+  for (const std::string name : {"llama256_f16_q4_k_m", "llama256_f16_q8_0"}) {
+    SCOPED_TRACE(name);
+    const std::string file = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/" + name + ".gguf";
+    const auto reference = std::filesystem::path(::testing::TempDir()) / ("pipeline_gguf_ref_" + name + ".npy");
+    const auto local = run_tessera("generate --model " + file + " --prompt-ids 5,6,7,9 -n 6 --threads 1 --logits-out " +
+                                   reference.string());
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    const auto npy = pipeline.cluster().dir() / ("gguf_" + name + ".npy");
+    const auto run = pipeline.coordinate(
+        {"--model", file, "--prompt-ids", "5,6,7,9", "-n", "6", "--logits-out", npy.string(), "--ship-weights", "lz4"},
+        plan);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_FALSE(ids_line(local.out).empty());
+    EXPECT_EQ(ids_line(run.out), ids_line(local.out));
+    const std::string expected = slurp(reference);
+    EXPECT_FALSE(expected.empty());
+    EXPECT_TRUE(slurp(npy) == expected) << "logits differ from one process";
+    for (int node = 1; node <= 2; ++node) {
+      const uint64_t blocks = gguf_stage_bytes(file, node - 1, node, 2);
+      EXPECT_GT(blocks, 0u);
+      EXPECT_EQ(logged_weight_bytes(slurp(pipeline.cluster().dir() / ("stage" + std::to_string(node) + ".log"))),
+                blocks)
+          << "stage " << node;
+    }
+  }
+  const std::string q4_k_m = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/llama256_f16_q4_k_m.gguf";
+  const auto int8 =
+      pipeline.coordinate({"--model", q4_k_m, "--prompt-ids", "5,6", "-n", "2", "--ship-weights", "int8+lz4"}, plan);
+  EXPECT_NE(int8.exit_code, 0);
+  EXPECT_NE(int8.err.find("holds GGUF quantized blocks, which ship as they are: use none or lz4"), std::string::npos)
+      << int8.err;
 }
 
 // A plan without layer ranges: the coordinator asks each stage for its free

@@ -233,24 +233,27 @@ TEST(StageService, DropsAnUpstreamOfAnotherSession) {
 // --ship-weights: a manifest beyond the stage's bound (1 MiB here) is refused
 // before a byte of weights is read or reserved; so is a group that lies about
 // its size.
+// A coordinator's connection whose setup announces shipped `tensors` (a manifest).
+std::unique_ptr<FrameChannel> ship_setup(StageHarness& stage, const json& tensors) {
+  auto coordinator = std::move(stage.connect("coordinator")).value();
+  const json manifest = {{"config", {{"num_hidden_layers", 1}}}, {"tensors", tensors}};
+  EXPECT_TRUE(coordinator
+                  ->write_frame(wire::encode_control(0, {{"type", "setup"},
+                                                         {"model", ""},
+                                                         {"begin", 0},
+                                                         {"end", 1},
+                                                         {"next", ""},
+                                                         {"session", 5},
+                                                         {"context", 8},
+                                                         {"ship", manifest}}),
+                                net::deadline_after(milliseconds(5000)))
+                  .ok());
+  return coordinator;
+}
+
 TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
   StageHarness stage;
-  auto setup = [&](const json& tensors) {
-    auto coordinator = std::move(stage.connect("coordinator")).value();
-    const json manifest = {{"config", {{"num_hidden_layers", 1}}}, {"tensors", tensors}};
-    EXPECT_TRUE(coordinator
-                    ->write_frame(wire::encode_control(0, {{"type", "setup"},
-                                                           {"model", ""},
-                                                           {"begin", 0},
-                                                           {"end", 1},
-                                                           {"next", ""},
-                                                           {"session", 5},
-                                                           {"context", 8},
-                                                           {"ship", manifest}}),
-                                  net::deadline_after(milliseconds(5000)))
-                    .ok());
-    return coordinator;
-  };
+  auto setup = [&](const json& tensors) { return ship_setup(stage, tensors); };
   auto big = setup(json::array({{"model.embed_tokens.weight", "BF16", {1024, 1024}, 0}}));  // 2 MiB
   Result<json> refused = read_control(*big);
   ASSERT_TRUE(refused.ok());
@@ -273,6 +276,35 @@ TEST(StageService, RefusesShippedWeightsBeyondItsBound) {
   refused = read_control(*liar);
   ASSERT_TRUE(refused.ok());
   EXPECT_NE((*refused)["message"].get<std::string>().find("original_bytes: 64 > max_layer_bytes 32"), std::string::npos)
+      << refused->dump();
+}
+
+// A group of GGUF blocks (issue 19, point 7) travels as u8 bytes: chunks that
+// claim another dtype, or bytes re-encoded as INT8, are refused at the first
+// chunk, before anything is kept.
+TEST(StageService, ShippedBlocksTravelOnlyAsTheirBytes) {
+  StageHarness stage;
+  auto setup = [&] { return ship_setup(stage, json::array({{"a", "Q4_K", {1, 256}, 0}})); };
+  auto send = [](FrameChannel& channel, const std::vector<uint8_t>& header, const std::vector<uint8_t>& payload) {
+    EXPECT_TRUE(channel
+                    .write_frame(wire::encode_frame(wire::MessageKind::kLayerChunk, 0, header, payload),
+                                 net::deadline_after(milliseconds(5000)))
+                    .ok());
+  };
+  const std::vector<uint8_t> block(144, 1);  // one q4_k block
+  auto as_bf16 = setup();
+  const auto chunk = wire::encode_layer_chunks(0, wire::Encoding{DType::kBF16}, block, 1 << 20).front();
+  send(*as_bf16, chunk.header, chunk.payload);
+  Result<json> refused = read_control(*as_bf16);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE((*refused)["message"].get<std::string>().find("dtype: bf16 not allowed (allowed: u8)"), std::string::npos)
+      << refused->dump();
+  auto as_int8 = setup();  // 144 bytes as int8 in groups of 32: 4 f32 scales + 144 values
+  send(*as_int8, wire::encode_layer_chunk_header({wire::Encoding{DType::kU8, wire::kFlagInt8, 32}, 0, 144, 160, 0}),
+       std::vector<uint8_t>(160, 1));
+  refused = read_control(*as_int8);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_NE((*refused)["message"].get<std::string>().find("u8 cannot be quantized"), std::string::npos)
       << refused->dump();
 }
 
