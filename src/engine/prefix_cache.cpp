@@ -33,11 +33,22 @@ size_t PrefixCache::DigestHash::operator()(const Digest& d) const {
   return h;
 }
 
+std::vector<PrefixCache::Digest> PrefixCache::chain(std::span<const int32_t> tokens, std::string_view salt,
+                                                    int64_t block_size, int64_t blocks) {
+  std::vector<Digest> out;
+  const auto bs = static_cast<size_t>(block_size);
+  for (size_t i = 0; static_cast<int64_t>(i) < blocks && (i + 1) * bs <= tokens.size(); ++i)
+    out.push_back(digest(out.empty() ? nullptr : &out.back(), salt, tokens.subspan(i * bs, bs)));
+  return out;
+}
+
 PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> tokens, std::string_view salt, int64_t max_blocks) {
+  return find(chain(tokens, salt, pool_.block_size(), max_blocks));
+}
+
+PrefixCache::Hit PrefixCache::find(std::span<const Digest> chain) {
   Hit hit;
-  const auto bs = static_cast<size_t>(pool_.block_size());
-  for (size_t i = 0; static_cast<int64_t>(i) < max_blocks && (i + 1) * bs <= tokens.size(); ++i) {
-    const Digest d = digest(hit.chain.empty() ? nullptr : &hit.chain.back(), salt, tokens.subspan(i * bs, bs));
+  for (const Digest& d : chain) {
     const auto it = entries_.find(d);
     if (it == entries_.end()) break;
     hit.blocks.push_back(it->second->id());

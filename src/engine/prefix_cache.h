@@ -48,9 +48,15 @@ class PrefixCache {
     std::vector<int32_t> blocks;  // the cached blocks of the prefix, in order
     std::vector<Digest> chain;    // their digests
   };
+  // The digests of the first `blocks` full blocks of `tokens` (at most as many as it holds).
+  static std::vector<Digest> chain(std::span<const int32_t> tokens, std::string_view salt, int64_t block_size,
+                                   int64_t blocks);
   // The longest run of full blocks of `tokens` (at most max_blocks) that is
   // cached under `salt`; marks it used now.
   Hit lookup(std::span<const int32_t> tokens, std::string_view salt, int64_t max_blocks);
+  // The longest leading run of `chain` that is cached (digests named by a
+  // caller that has the tokens: a pipeline's coordinator); marks it used now.
+  Hit find(std::span<const Digest> chain);
   // Keeps `block` (full, holding the prefix that `chain` names; chain.back() is
   // its own digest) unless that digest is cached already, and marks the chain
   // used now.

@@ -15,7 +15,8 @@ Scheduler::Scheduler(Forward& forward, SchedulerOptions options)
       options_(options),
       hidden_size_(forward.model().config().hidden_size),
       vocab_size_(forward.model().config().vocab_size) {
-  if (options_.prefix_caching && forward.model().has_entry() && forward.status().ok())
+  TS_CHECK(!(options_.named_prefixes && options_.preemption), "named prefixes with preemption");
+  if (options_.prefix_caching && (forward.model().has_entry() || options_.named_prefixes) && forward.status().ok())
     prefix_cache_ = std::make_unique<PrefixCache>(forward.kv_pool());
 }
 
@@ -83,6 +84,7 @@ Result<int64_t> Scheduler::feed_prompt(uint64_t id, std::vector<int32_t> ids, co
                                    std::to_string(vocab_size_) + ")");
   int64_t cached = 0;
   if (prefix_cache_ && !ids.empty()) {
+    TS_CHECK(!options_.named_prefixes, "feed_prompt with named prefixes");
     const int64_t bs = forward_.kv_pool().block_size();
     // The last token always runs: its logits are the feed's output.
     const int64_t max_blocks = std::min(static_cast<int64_t>(ids.size()) - 1, sequence.cache.capacity()) / bs;
@@ -91,6 +93,7 @@ Result<int64_t> Scheduler::feed_prompt(uint64_t id, std::vector<int32_t> ids, co
     cached = sequence.cache.length();
     sequence.salt = cache_salt;
     sequence.chain = std::move(hit.chain);
+    sequence.cached = sequence.chain.size();
     sequence.tokens.assign(ids.begin(), ids.begin() + cached);
     prefix_queries_ += ids.size();
     prefix_hits_ += static_cast<uint64_t>(cached);
@@ -100,9 +103,51 @@ Result<int64_t> Scheduler::feed_prompt(uint64_t id, std::vector<int32_t> ids, co
     sequence.cache.truncate(0);
     sequence.tokens.clear();
     sequence.chain.clear();
+    sequence.cached = 0;
     return queued;
   }
   return cached;
+}
+
+Result<int64_t> Scheduler::take_cached(uint64_t id, std::span<const PrefixCache::Digest> chain) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
+  Sequence& sequence = it->second;
+  if (sequence.cache.length() != 0 || !sequence.feeds.empty())
+    return Status::invalid_input("sequence " + std::to_string(id) + " has started: it cannot take a cached prefix");
+  if (!prefix_cache_) return 0;
+  TS_CHECK(options_.named_prefixes, "take_cached without named prefixes");
+  const auto most = static_cast<size_t>(sequence.cache.capacity() / forward_.kv_pool().block_size());
+  PrefixCache::Hit hit = prefix_cache_->find(chain.first(std::min(chain.size(), most)));
+  sequence.cache.share_prefix(hit.blocks);
+  sequence.chain = std::move(hit.chain);
+  sequence.cached = sequence.chain.size();
+  return static_cast<int64_t>(sequence.cached);
+}
+
+Status Scheduler::name_blocks(uint64_t id, std::optional<int64_t> reuse, std::vector<PrefixCache::Digest> names) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
+  if (!prefix_cache_) return {};
+  TS_CHECK(options_.named_prefixes, "name_blocks without named prefixes");
+  Sequence& sequence = it->second;
+  const int64_t bs = forward_.kv_pool().block_size();
+  if (reuse) {
+    const int64_t held = sequence.cache.length() / bs;
+    if (*reuse < 0 || *reuse > held || !sequence.feeds.empty())
+      return Status::invalid_input("blocks: reuse " + std::to_string(*reuse) + " of sequence " + std::to_string(id) +
+                                   ", which holds " + std::to_string(held) + " cached blocks" +
+                                   (sequence.feeds.empty() ? "" : " and has input queued"));
+    sequence.cache.truncate(*reuse * bs);
+    sequence.chain.resize(static_cast<size_t>(*reuse));
+    sequence.cached = std::min(sequence.cached, sequence.chain.size());
+  }
+  if (sequence.chain.size() + names.size() > static_cast<size_t>(sequence.cache.capacity() / bs))
+    return Status::invalid_input("blocks: " + std::to_string(sequence.chain.size() + names.size()) +
+                                 " named blocks for sequence " + std::to_string(id) + " of " +
+                                 std::to_string(sequence.cache.capacity()) + " positions");
+  sequence.chain.insert(sequence.chain.end(), names.begin(), names.end());
+  return {};
 }
 
 Status Scheduler::feed_hidden(uint64_t id, std::vector<float> hidden) {
@@ -161,8 +206,11 @@ void Scheduler::truncate(uint64_t id, int64_t n) {
     return;
   }
   sequence.cache.truncate(n);
-  if (forward_.model().has_entry()) sequence.tokens.resize(static_cast<size_t>(n));
-  if (prefix_cache_) sequence.chain.resize(static_cast<size_t>(n / forward_.kv_pool().block_size()));
+  if (forward_.model().has_entry() && !options_.named_prefixes) sequence.tokens.resize(static_cast<size_t>(n));
+  if (prefix_cache_) {
+    sequence.chain.resize(std::min(sequence.chain.size(), static_cast<size_t>(n / forward_.kv_pool().block_size())));
+    sequence.cached = std::min(sequence.cached, sequence.chain.size());
+  }
 }
 
 std::optional<uint64_t> Scheduler::newest_victim(uint64_t age, const std::vector<Chosen>& chosen) const {
@@ -186,6 +234,7 @@ void Scheduler::preempt(uint64_t id) {
   std::vector<int32_t> held = std::exchange(sequence.tokens, {});
   sequence.cache.truncate(0);
   sequence.chain.clear();
+  sequence.cached = 0;
   ++preemptions_;
   if (sequence.feeds.empty()) {
     sequence.replay = std::move(held);
@@ -205,13 +254,15 @@ int64_t Scheduler::evict_cached(int64_t blocks) { return prefix_cache_ ? prefix_
 void Scheduler::cache_full_blocks(Sequence& sequence) {
   const int64_t bs = forward_.kv_pool().block_size();
   const auto full = static_cast<size_t>(sequence.cache.length() / bs);
-  while (sequence.chain.size() < full) {
+  while (!options_.named_prefixes && sequence.chain.size() < full) {
     const size_t i = sequence.chain.size();
     const auto tokens = std::span<const int32_t>(sequence.tokens).subspan(i * static_cast<size_t>(bs), bs);
     sequence.chain.push_back(
         PrefixCache::digest(sequence.chain.empty() ? nullptr : &sequence.chain.back(), sequence.salt, tokens));
-    prefix_cache_->insert(sequence.chain, sequence.cache.blocks()[i]);
   }
+  for (; sequence.cached < std::min(full, sequence.chain.size()); ++sequence.cached)
+    prefix_cache_->insert(std::span(sequence.chain).first(sequence.cached + 1),
+                          sequence.cache.blocks()[sequence.cached]);
 }
 
 uint64_t Scheduler::kv_bytes() const {
@@ -350,11 +401,10 @@ std::vector<StepOutput> Scheduler::step() {
     const int32_t greedy_token = greedy ? (*greedy_tokens)[part] : -1;
     ++part;
     if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
-    if (forward_.model().has_entry()) {
+    if (forward_.model().has_entry() && !options_.named_prefixes)
       sequence.tokens.insert(sequence.tokens.end(), feed.ids.begin() + feed.done,
                              feed.ids.begin() + feed.done + c.tokens);
-      if (prefix_cache_) cache_full_blocks(sequence);
-    }
+    if (prefix_cache_) cache_full_blocks(sequence);
     feed.done += c.tokens;
     if (feed.done < feed.tokens) continue;  // more chunks to come
 

@@ -19,6 +19,14 @@
 // its logits). Cached blocks no sequence uses are evicted, least recently used
 // first, when a step needs blocks the pool does not have free.
 //
+// With named_prefixes (a pipeline stage, which may not see the tokens: a later
+// range sees hidden states) the caller names each full block instead: its
+// coordinator computes the same hash chain from the tokens and the salt and
+// sends it (wire/prefix_message.h). take_cached() starts a fresh sequence from
+// the longest run of a chain the cache holds; name_blocks() keeps the first n
+// blocks taken and names the sequence's next full blocks, which go into the
+// cache once a step has written them (never before, so a block found is whole).
+//
 // With preemption (a whole model: entry and exit), a sequence that needs blocks
 // the pool does not have takes them from the newest sequences (opened later)
 // not running in this step, as vLLM's recompute preemption: the victim's blocks
@@ -65,6 +73,9 @@ struct SchedulerOptions {
   size_t max_queued_feeds = 4096;  // inputs waiting, over all sequences
   bool prefix_caching = false;     // keep full KV blocks for later prompts (entry ranges)
   bool preemption = false;         // recompute preemption when the pool is short (entry and exit ranges)
+  // With prefix_caching, on any range: blocks are named by the caller (name_blocks), not by their ids. Not
+  // with preemption (a preempted sequence would need its ids).
+  bool named_prefixes = false;
 };
 
 struct TokenLogprob {
@@ -111,6 +122,15 @@ class Scheduler {
   // `cache_salt` (with prefix_caching), then queues the rest. Returns the
   // positions taken from the cache.
   Result<int64_t> feed_prompt(uint64_t id, std::vector<int32_t> ids, const std::string& cache_salt = {});
+  // named_prefixes: a fresh open sequence takes the longest run of `chain` that
+  // the cache holds (pinned until it is cancelled or name_blocks drops it); returns
+  // the blocks taken (0 without a prefix cache).
+  Result<int64_t> take_cached(uint64_t id, std::span<const PrefixCache::Digest> chain);
+  // named_prefixes: with `reuse`, keeps the first `reuse` blocks it holds (no
+  // input queued yet), then appends `names`, the digests of its next full blocks.
+  // kInvalidInput when reuse is more than it holds, or the names more than its
+  // capacity's blocks.
+  Status name_blocks(uint64_t id, std::optional<int64_t> reuse, std::vector<PrefixCache::Digest> names);
   void cancel(uint64_t id);
   void cancel_all();
 
@@ -167,7 +187,8 @@ class Scheduler {
     std::vector<int32_t> tokens{};
     std::vector<int32_t> replay{};  // preempted with no input queued: ids to run before its next input
     std::string salt{};
-    std::vector<PrefixCache::Digest> chain{};
+    std::vector<PrefixCache::Digest> chain{};  // named_prefixes: its names, possibly ahead of what it wrote
+    size_t cached = 0;                         // its leading blocks that are in the prefix cache
   };
   struct Chosen {
     uint64_t id;

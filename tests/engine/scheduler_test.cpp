@@ -548,5 +548,72 @@ TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCann
   EXPECT_TRUE(scheduler.is_open(2));
 }
 
+// A pipeline stage's prefix cache (named_prefixes): blocks named by the
+// coordinator's digests, found again by them on a range that sees hidden states,
+// not tokens. A sequence that takes the first 4 blocks of an earlier one from the
+// cache and runs only its last token gets bitwise the hidden states (middle
+// range) and logits (last range) of that token run whole. Names beyond what a
+// sequence holds, or a reuse of more than it took, are refused by name (each
+// checked to fail with its check removed).
+TEST(SchedulerNamedPrefixTest, ALaterRangeReusesNamedBlocksBitwise) {
+  const std::string dir = fixture_dir("llama2_mqa_f32");
+  auto whole = Model::load(dir);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const int64_t layers = whole->config().num_hidden_layers;
+  auto head = Model::load(dir, LayerRange{0, 1});
+  auto middle = Model::load(dir, LayerRange{1, 2});
+  auto tail = Model::load(dir, LayerRange{1, layers});
+  ASSERT_TRUE(head.ok() && middle.ok() && tail.ok());
+  auto device = make_cpu_device(2);
+  Forward head_forward(*head, *device, {.kv_memory = kKvMemory});
+  const std::vector<int32_t> prompt = make_prompt(17, 5, whole->config().vocab_size);
+  KvCache head_cache = head_forward.make_cache(64);
+  auto hidden = head_forward.run_ids(prompt, head_cache);
+  ASSERT_TRUE(hidden.ok());
+  const auto row = static_cast<std::ptrdiff_t>(whole->config().hidden_size);
+  std::vector<PrefixCache::Digest> names(4);
+  for (size_t i = 0; i < names.size(); ++i) names[i].fill(static_cast<uint8_t>(i + 1));
+
+  for (const bool last : {false, true}) {
+    Forward forward(last ? *tail : *middle, *device, {.kv_memory = kKvMemory, .kv_block_size = 4});
+    Scheduler scheduler(forward, {.max_step_tokens = 5, .prefix_caching = true, .named_prefixes = true});
+    ASSERT_TRUE(scheduler.open(1, 64).ok());
+    ASSERT_TRUE(scheduler.name_blocks(1, std::nullopt, names).ok());
+    ASSERT_TRUE(scheduler.feed_hidden(1, *hidden).ok());
+    const StepOutput first = step_until(scheduler, 1);
+    ASSERT_TRUE(first.status.ok()) << first.status.to_string();
+    scheduler.cancel(1);
+
+    ASSERT_TRUE(scheduler.open(2, 64).ok());
+    std::vector<PrefixCache::Digest> broken = names;
+    broken[1].fill(0xee);                             // not cached
+    EXPECT_EQ(*scheduler.take_cached(2, broken), 1);  // the leading run only
+    scheduler.cancel(2);
+    ASSERT_TRUE(scheduler.open(2, 64).ok());
+    ASSERT_EQ(*scheduler.take_cached(2, names), 4);
+    const Status more = scheduler.name_blocks(2, 5, {});
+    EXPECT_EQ(more.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(more.message().find("reuse 5 of sequence 2, which holds 4"), std::string::npos) << more.to_string();
+    ASSERT_TRUE(scheduler.name_blocks(2, 4, {}).ok());
+    const Status beyond = scheduler.name_blocks(2, std::nullopt, std::vector<PrefixCache::Digest>(13));
+    EXPECT_EQ(beyond.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(beyond.message().find("17 named blocks for sequence 2 of 64 positions"), std::string::npos)
+        << beyond.to_string();
+    ASSERT_TRUE(scheduler.feed_hidden(2, std::vector<float>(hidden->end() - row, hidden->end())).ok());
+    const StepOutput second = step_until(scheduler, 2);
+    ASSERT_TRUE(second.status.ok()) << second.status.to_string();
+    if (last) {
+      EXPECT_EQ(second.values, first.values) << "the last token's logits";
+    } else {
+      EXPECT_EQ(second.values, std::vector<float>(first.values.end() - row, first.values.end()))
+          << "the last token's hidden states";
+    }
+    scheduler.cancel(2);
+    // Only the cache holds the 4 named blocks now: they count as free.
+    EXPECT_EQ(scheduler.prefix_evictable_blocks(), 4);
+    EXPECT_EQ(forward.kv_pool().free_blocks() + 4, forward.kv_pool().total_blocks());
+  }
+}
+
 }  // namespace
 }  // namespace tessera
