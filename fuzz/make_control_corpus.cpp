@@ -8,6 +8,7 @@
 
 #include "corpus_writer.h"
 #include "wire/control_frame.h"
+#include "wire/prefix_message.h"
 #include "wire/start_message.h"
 
 int main(int argc, char** argv) {
@@ -53,6 +54,11 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
   corpus.write("wire_control_fuzz", "start", encode_control(5, start_message(params, prompt)));
   corpus.write("wire_control_fuzz", "cancel", encode_control(5, {{"type", "cancel"}}));
+  const std::vector<BlockDigest> chain = {BlockDigest{1, 2, 3}, BlockDigest{4, 5, 6}};
+  corpus.write("wire_control_fuzz", "prefix", encode_control(5, prefix_query(chain)));
+  corpus.write("wire_control_fuzz", "prefix_reply", encode_control(5, prefix_reply(1)));
+  corpus.write("wire_control_fuzz", "blocks", encode_control(5, blocks_message(1, chain)));
+  corpus.write("wire_control_fuzz", "heartbeat_kv", encode_control(0, heartbeat_message(KvUsage{64, 9})));
   corpus.write("wire_control_fuzz", "error",
                encode_control(5, error_message("stage1", Status::invalid_input("token_ids axis 0: 0 < min 1"))));
   corpus.write("wire_control_fuzz", "error_timed_out",

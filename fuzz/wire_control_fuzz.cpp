@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "wire/control_frame.h"
+#include "wire/prefix_message.h"
 #include "wire/rank_control.h"
 #include "wire/ship_manifest.h"
 #include "wire/start_message.h"
@@ -48,6 +49,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (error.ok()) TS_CHECK(!error->status.ok(), "an error message read as OK");
   expect_refusal_or_ok(sampling_from_json(*message).status());
   expect_refusal_or_ok(prompt_from_json(*message, 1000).status());
+  // The prefix cache's messages (prefix_message.h), as a stage and the coordinator read them.
+  expect_refusal_or_ok(digests_from_json(*message, "blocks", 64).status());
+  expect_refusal_or_ok(digests_from_json(*message, "names", 64).status());
+  expect_refusal_or_ok(prefix_blocks_from_json(*message, 64).status());
+  expect_refusal_or_ok(kv_usage_from_heartbeat(*message).status());
   if (!message->contains("ship")) return 0;
   constexpr uint64_t kBound = 1 << 20;
   const auto groups = check_manifest((*message)["ship"], kBound);

@@ -78,6 +78,7 @@ Status serve_main(ServeOptions& o) {
     }
     if (o.pipeline.identity.empty() || o.pipeline.trust.empty())
       return Status::invalid_input("--pipeline needs --identity and --trust");
+    o.pipeline.prefix_caching = s.loop.prefix_caching;
     s.loop.backend = [serving = o.pipeline, model_dir = s.loop.model_dir](
                          const TextModel& model, int64_t context) -> Result<std::unique_ptr<serve::LoopBackend>> {
       TS_ASSIGN_OR_RETURN(std::unique_ptr<serve::PipelineBackend> backend,

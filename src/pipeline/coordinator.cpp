@@ -218,6 +218,16 @@ struct Pipeline::State {
   std::map<uint64_t, uint64_t> session_of;
   std::vector<std::thread> readers;  // setup_mutex
   std::atomic<uint64_t> next_request{1};
+  // guarded by mutex: find_prefix()'s questions, until every stage answered.
+  struct Query {
+    int64_t asked = 0;
+    size_t waiting = 0;  // stages yet to answer
+    int64_t fewest = 0;
+  };
+  std::map<uint64_t, Query> queries;
+  int64_t block_size = 0;                            // guarded by mutex: the stages' common one, 0: none
+  std::vector<std::optional<wire::KvUsage>> kv_use;  // guarded by mutex: per stage, from heartbeats
+  void answer(const std::string& who, uint64_t request, const json& reply);
 };
 
 namespace {
@@ -255,6 +265,7 @@ Status Pipeline::State::setup() {
   std::random_device random;
   const uint64_t session_id = (uint64_t{random()} << 32 | random()) | 1;  // nonzero
   std::vector<std::shared_ptr<FrameChannel>> opened(plan.size());
+  std::optional<int64_t> common_block_size;  // from every stage's ready
   // Last stage first: each stage connects to its next one during its setup.
   for (size_t i = plan.size(); i-- > 0;) {
     const StagePlan& stage = plan[i];
@@ -299,12 +310,17 @@ Status Pipeline::State::setup() {
     TS_ASSIGN_OR_RETURN(const json reply, read_control(*channel, what + " during setup"));
     if (reply["type"] == "error") return stage_failure(what + " refused the setup", reply);
     if (reply["type"] != "ready") return Status::internal(what + ": expected ready, got " + reply["type"].dump());
+    const Result<int64_t> stage_block_size = wire::field<int64_t>(reply, "block_size");  // absent before minor 2
+    const int64_t size = stage_block_size.ok() && *stage_block_size > 0 ? *stage_block_size : 0;
+    common_block_size = !common_block_size || *common_block_size == size ? size : 0;
     if (options.plain) TS_RETURN_IF_ERROR(bind_plain(*channel, endpoint, deadline).with_context(what + " (--plain)"));
     opened[i] = channel;
   }
   std::lock_guard lock(mutex);
   channels = opened;
   session = session_id;
+  block_size = common_block_size.value_or(0);
+  kv_use.assign(plan.size(), std::nullopt);
   for (size_t i = 0; i < channels.size(); ++i) {
     readers.emplace_back([this, i, channel = channels[i], session_id] { read_loop(i, channel, session_id); });
   }
@@ -322,6 +338,7 @@ void Pipeline::State::teardown() {
     }
     for (const uint64_t request : std::exchange(sent, {}))
       completed.push_back({request, Status::disconnected("the pipeline was torn down")});
+    queries.clear();
     cv.notify_all();
   }
   for (auto& channel : closing) channel->shutdown();
@@ -331,6 +348,7 @@ void Pipeline::State::teardown() {
 
 void Pipeline::State::deliver(uint64_t request, Result<Pipeline::StepResult> result) {
   std::lock_guard lock(mutex);
+  queries.erase(request);
   if (sent.erase(request) > 0) {
     completed.push_back({request, std::move(result)});
     cv.notify_all();
@@ -351,7 +369,28 @@ void Pipeline::State::fail_all(const Status& status, uint64_t session_id) {
     if (!result) result = status;
   }
   for (const uint64_t request : std::exchange(sent, {})) completed.push_back({request, status});
+  queries.clear();
   cv.notify_all();
+}
+
+// A stage's answer to find_prefix(): once every stage answered, the request's
+// result is the fewest blocks any took. An answer out of bounds breaks the protocol.
+void Pipeline::State::answer(const std::string& who, uint64_t request, const json& reply) {
+  std::optional<Result<Pipeline::StepResult>> result;
+  {
+    std::lock_guard lock(mutex);
+    const auto query = queries.find(request);
+    if (query == queries.end()) return;  // cancelled, or failed already
+    const Result<int64_t> taken = wire::prefix_blocks_from_json(reply, query->second.asked);
+    if (!taken.ok()) {
+      result = Status::internal(who + " broke the protocol: " + taken.status().message());
+    } else {
+      query->second.fewest = std::min(query->second.fewest, *taken);
+      if (--query->second.waiting == 0)
+        result = Pipeline::StepResult{.logits = {}, .token = -1, .cached_blocks = query->second.fewest};
+    }
+  }
+  if (result) deliver(request, std::move(*result));
 }
 
 void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> channel, uint64_t session_id) {
@@ -369,7 +408,17 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
     const uint64_t request = frame->prefix.request_id;
     if (frame->prefix.kind == wire::MessageKind::kControl) {
       Result<json> message = wire::decode_control(*frame);
-      if (message.ok() && (*message)["type"] == "heartbeat") continue;
+      if (message.ok() && (*message)["type"] == "heartbeat") {
+        // Its KV figures, when it sends them and they make sense (else none: /metrics shows what it knows).
+        Result<std::optional<wire::KvUsage>> use = wire::kv_usage_from_heartbeat(*message);
+        std::lock_guard lock(mutex);
+        if (session == session_id) kv_use[stage] = use.ok() ? *use : std::nullopt;
+        continue;
+      }
+      if (message.ok() && (*message)["type"] == "prefix" && request != 0) {
+        answer(who, request, *message);
+        continue;
+      }
       // Anything else a stage says is an error; an unknown message is one too, never dropped.
       const bool reported = message.ok() && (*message)["type"] == "error";
       const Status error =
@@ -499,7 +548,7 @@ bool Pipeline::is_up() const {
 Status Pipeline::reconnect() { return state_->first_channel().status(); }
 
 Status Pipeline::send(uint64_t request, std::span<const int32_t> ids, const SamplingParams* start,
-                      std::span<const int32_t> prompt) {
+                      std::span<const int32_t> prompt, const json* blocks) {
   State& s = *state_;
   std::shared_ptr<FrameChannel> first;
   {
@@ -513,6 +562,8 @@ Status Pipeline::send(uint64_t request, std::span<const int32_t> ids, const Samp
   if (start)
     status = first->write_frame(wire::encode_control(request, wire::start_message(*start, prompt)),
                                 net::deadline_after(s.options.timeout));
+  if (status.ok() && blocks)
+    status = first->write_frame(wire::encode_control(request, *blocks), net::deadline_after(s.options.timeout));
   if (status.ok())
     status = first->write_frame(
         wire::encode_tensor_frame(request, wire::Encoding{DType::kI32}, shape,
@@ -523,6 +574,40 @@ Status Pipeline::send(uint64_t request, std::span<const int32_t> ids, const Samp
   // Unless a reader has already given it a result (a stage's error, say), the failed send is the result.
   if (s.sent.erase(request) == 0) return {};
   return status.with_context("sending to stage " + s.plan[0].name);
+}
+
+Status Pipeline::find_prefix(uint64_t request, std::span<const wire::BlockDigest> chain) {
+  State& s = *state_;
+  std::vector<std::shared_ptr<FrameChannel>> channels;
+  {
+    std::lock_guard lock(s.mutex);
+    if (s.session == 0) return s.failure.ok() ? Status::disconnected("the pipeline is not set up") : s.failure;
+    channels = s.channels;
+    s.sent.insert(request);
+    const auto asked = static_cast<int64_t>(chain.size());
+    s.queries[request] = {.asked = asked, .waiting = channels.size(), .fewest = asked};
+  }
+  const std::vector<uint8_t> frame = wire::encode_control(request, wire::prefix_query(chain));
+  Status status;
+  for (size_t i = 0; i < channels.size() && status.ok(); ++i) {
+    status = channels[i]->write_frame(frame, net::deadline_after(s.options.timeout));
+    if (!status.ok()) status = status.with_context("sending to stage " + s.plan[i].name);
+  }
+  if (status.ok()) return {};
+  std::lock_guard lock(s.mutex);
+  s.queries.erase(request);
+  if (s.sent.erase(request) == 0) return {};  // a reader has given it a result already
+  return status;
+}
+
+int64_t Pipeline::block_size() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->session != 0 ? state_->block_size : 0;
+}
+
+std::vector<std::optional<wire::KvUsage>> Pipeline::kv_usage() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->kv_use;
 }
 
 std::vector<Pipeline::Completion> Pipeline::take_results(std::chrono::milliseconds wait) {
@@ -537,6 +622,7 @@ void Pipeline::cancel(uint64_t request) {
   {
     std::lock_guard lock(state_->mutex);
     state_->sent.erase(request);  // a result still on its way is dropped
+    state_->queries.erase(request);
     state_->session_of.erase(request);
     channels = state_->channels;
   }

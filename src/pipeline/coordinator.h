@@ -29,6 +29,7 @@
 #include "net/trust.h"
 #include "pipeline/weight_shipping.h"
 #include "sampling/sampler.h"
+#include "wire/prefix_message.h"
 
 namespace tessera::pipeline {
 
@@ -105,6 +106,7 @@ class Pipeline {
   struct StepResult {
     std::vector<float> logits;
     int32_t token = -1;
+    int64_t cached_blocks = -1;  // a find_prefix() answer: the blocks every stage took
   };
   Result<StepResult> step(uint64_t request, std::span<const int32_t> ids);
   // The same without waiting, for one thread that keeps many requests in flight
@@ -115,8 +117,21 @@ class Pipeline {
   // sets the pipeline up: while it is down (is_up() false; every request in
   // flight has its error waiting in take_results()) it fails at once, and
   // reconnect() sets it up again (blocking, up to the options' timeout).
+  // `blocks`, when given, goes ahead of the ids (and after the start).
   Status send(uint64_t request, std::span<const int32_t> ids, const SamplingParams* start = nullptr,
-              std::span<const int32_t> prompt = {});
+              std::span<const int32_t> prompt = {}, const nlohmann::json* blocks = nullptr);
+  // The prefix cache over the stages (wire/prefix_message.h), for send()'s
+  // caller: asks every stage for the longest run of `chain` it holds, which it
+  // takes for the new `request`; the answer comes out of take_results() as a
+  // StepResult whose cached_blocks is the fewest any stage took (a stage's error,
+  // or the pipeline's, as for send()). The request's first blocks message then
+  // keeps that many ("reuse") on every stage and names the rest.
+  Status find_prefix(uint64_t request, std::span<const wire::BlockDigest> chain);
+  // The KV block size every stage of the session reported in its `ready` (0: a
+  // stage did not, being older, or they differ: no prefix cache over them).
+  int64_t block_size() const;
+  // Each stage's KV pool, as its last heartbeat said (none yet, or an older stage: nullopt).
+  std::vector<std::optional<wire::KvUsage>> kv_usage() const;
   bool is_up() const;
   Status reconnect();
   struct Completion {

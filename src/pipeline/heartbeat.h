@@ -12,8 +12,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "pipeline/frame_channel.h"
@@ -23,7 +25,7 @@ namespace tessera::pipeline {
 class Heartbeat {
  public:
   Heartbeat(std::shared_ptr<FrameChannel> channel, std::chrono::milliseconds interval,
-            std::chrono::milliseconds write_timeout);
+            std::chrono::milliseconds write_timeout, std::function<nlohmann::json()> message = {});
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -32,6 +34,7 @@ class Heartbeat {
   void loop();
 
   std::shared_ptr<FrameChannel> channel_;
+  const std::function<nlohmann::json()> message_;
   const std::chrono::milliseconds interval_;
   const std::chrono::milliseconds write_timeout_;
   std::mutex mutex_;

@@ -9,6 +9,7 @@
 #include "model/digest.h"
 #include "pipeline/shard_shipping.h"
 #include "pipeline/stage_state.h"
+#include "wire/prefix_message.h"
 #include "wire/start_message.h"
 #include "wire/tensor_codec.h"
 
@@ -49,6 +50,10 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
       }
     }
     EngineOptions engine_options = options.engine;
+    // The coordinator names the blocks (wire/prefix_message.h); a stage never preempts (docs/serving.md).
+    engine_options.scheduler.prefix_caching = true;
+    engine_options.scheduler.named_prefixes = true;
+    engine_options.scheduler.preemption = false;
     if (options.tp_group) {
       std::fprintf(stderr, "[stage %s] forming its tensor-parallel group of %d ranks\n", options.identity.name.c_str(),
                    options.tp_ranks);
@@ -111,7 +116,11 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
     send_error(*previous, 0, Status::disconnected("session taken over by " + coordinator_channel->peer_name()));
   }
   return coordinator_channel->write_frame(
-      wire::encode_control(0, {{"type", "ready"}, {"stage", options.identity.name}, {"begin", begin}, {"end", end}}),
+      wire::encode_control(0, {{"type", "ready"},
+                               {"stage", options.identity.name},
+                               {"begin", begin},
+                               {"end", end},
+                               {"block_size", engine.forward->kv_pool().block_size()}}),
       net::deadline_after(options.timeout));
 }
 
@@ -164,6 +173,28 @@ void StageService::State::deliver(StepOutput& out) {
   if (!status.ok()) fail_request(out.id, status);
 }
 
+Status StageService::State::take_prefix(Work& work) {
+  TS_ASSIGN_OR_RETURN(const std::vector<wire::BlockDigest> chain,
+                      wire::digests_from_json(work.message, "blocks", static_cast<size_t>(max_blocks())));
+  TS_RETURN_IF_ERROR(open(work.request));
+  TS_ASSIGN_OR_RETURN(const int64_t taken, engine.scheduler->take_cached(work.request, chain));
+  return coordinator_channel()->write_frame(wire::encode_control(work.request, wire::prefix_reply(taken)),
+                                            net::deadline_after(options.timeout));
+}
+
+Status StageService::State::name_blocks(Work& work) {
+  TS_ASSIGN_OR_RETURN(std::vector<wire::BlockDigest> names,
+                      wire::digests_from_json(work.message, "names", static_cast<size_t>(max_blocks())));
+  std::optional<int64_t> reuse;
+  if (work.message.contains("reuse")) {
+    TS_ASSIGN_OR_RETURN(reuse, wire::field<int64_t>(work.message, "reuse"));
+  }
+  TS_RETURN_IF_ERROR(open(work.request));
+  TS_RETURN_IF_ERROR(engine.scheduler->name_blocks(work.request, reuse, std::move(names)));
+  if (last) return {};
+  return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
+}
+
 void StageService::State::fail_request(uint64_t request, const Status& status) {
   engine.scheduler->cancel(request);
   report(request, status);
@@ -179,9 +210,7 @@ Status StageService::State::start(Work& work) {
 }
 
 bool StageService::State::handle(Work& work) {
-  const bool for_request = work.kind == Work::Kind::kStart || work.kind == Work::Kind::kTokens ||
-                           work.kind == Work::Kind::kHidden || work.kind == Work::Kind::kCancel;
-  if (for_request && !engine.scheduler) {  // a later setup of this session failed while loading
+  if (work.bounded() && !engine.scheduler) {  // a later setup of this session failed while loading
     report(work.request, Status::invalid_input("the stage has no layers loaded (its last setup failed)"));
     return true;
   }
@@ -197,6 +226,12 @@ bool StageService::State::handle(Work& work) {
     case Work::Kind::kSetup: work.done->set_value(setup(work.message, work.coordinator)); break;
     case Work::Kind::kStart:
       if (Status status = start(work); !status.ok()) fail_request(work.request, status);
+      break;
+    case Work::Kind::kPrefix:
+      if (Status status = take_prefix(work); !status.ok()) fail_request(work.request, status);
+      break;
+    case Work::Kind::kBlocks:
+      if (Status status = name_blocks(work); !status.ok()) fail_request(work.request, status);
       break;
     case Work::Kind::kCancel: engine.scheduler->cancel(work.request); break;
     case Work::Kind::kEndSession: {

@@ -15,6 +15,7 @@
 #include "pipeline/stage_state.h"
 #include "pipeline/weight_shipping.h"
 #include "seal/hello.h"
+#include "wire/prefix_message.h"
 #include "wire/tensor_codec.h"
 
 namespace tessera::pipeline {
@@ -30,6 +31,17 @@ uint64_t available_memory_bytes() {
     if (key == "MemAvailable:") return kib * 1024;
   }
   return 0;
+}
+
+// A request's control message, as the inference thread's work: `start` and
+// `blocks` travel down the chain of stages in order with the request's input;
+// `prefix` queries come from the coordinator only.
+std::optional<Work::Kind> request_message(const json& message, bool from_coordinator) {
+  const auto& type = message["type"];
+  if (type == "start") return Work::Kind::kStart;
+  if (type == "blocks") return Work::Kind::kBlocks;
+  if (from_coordinator && type == "prefix") return Work::Kind::kPrefix;
+  return std::nullopt;
 }
 
 Result<std::vector<int32_t>> token_ids(const wire::DecodedTensor& tensor) {
@@ -264,7 +276,9 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
       send_error(*channel, 0, interval.status());
       return;
     }
-    heartbeat.emplace(channel, std::chrono::milliseconds(*interval), options.timeout);
+    heartbeat.emplace(channel, std::chrono::milliseconds(*interval), options.timeout, [this] {
+      return wire::heartbeat_message(wire::KvUsage{kv_blocks.load(), kv_used.load()});
+    });
   }
   Work work{Work::Kind::kSetup};
   work.session = *session_id;
@@ -316,13 +330,13 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
         report(request, message.status());
       } else if ((*message)["type"] == "cancel") {
         push(Work(Work::Kind::kCancel, *session_id, request));
-      } else if ((*message)["type"] == "start") {
-        Work work(Work::Kind::kStart, *session_id, request);
+      } else if (const std::optional<Work::Kind> kind = request_message(*message, true)) {
+        Work work(*kind, *session_id, request);
         work.message = std::move(*message);
         push(std::move(work));
       } else {  // never dropped silently: the coordinator hears what was refused
         report(request, Status::invalid_input("unexpected control message '" + (*message)["type"].dump() +
-                                              "' from the coordinator (expected start or cancel)"));
+                                              "' from the coordinator (expected start, prefix, blocks or cancel)"));
       }
       continue;
     }
@@ -369,10 +383,11 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
       }
       return;
     }
-    if (frame->prefix.kind == wire::MessageKind::kControl) {  // a request's start, passed along in order
+    if (frame->prefix.kind == wire::MessageKind::kControl) {  // a request's start or blocks, passed along in order
       Result<json> message = wire::decode_control(*frame);
-      if (message.ok() && (*message)["type"] == "start") {
-        Work work(Work::Kind::kStart, *session_id, frame->prefix.request_id);
+      const std::optional<Work::Kind> kind = message.ok() ? request_message(*message, false) : std::nullopt;
+      if (kind) {
+        Work work(*kind, *session_id, frame->prefix.request_id);
         work.message = std::move(*message);
         push(std::move(work));
       } else {

@@ -40,23 +40,21 @@ using json = nlohmann::json;
 
 // One unit of the inference thread's work, in arrival order.
 struct Work {
-  enum class Kind { kSetup, kStart, kTokens, kHidden, kCancel, kEndSession, kStop };
+  enum class Kind { kSetup, kStart, kPrefix, kBlocks, kTokens, kHidden, kCancel, kEndSession, kStop };
   explicit Work(Kind k = Kind::kStop, uint64_t s = 0, uint64_t r = 0) : kind(k), session(s), request(r) {}
   Kind kind;
   uint64_t session;
   uint64_t request;
   std::vector<int32_t> ids;
   std::vector<float> hidden;
-  json message;                               // kSetup: the setup; kStart: the start message
+  json message;                               // kSetup: the setup; kStart, kPrefix, kBlocks: the message
   std::shared_ptr<FrameChannel> coordinator;  // kSetup
   std::promise<Status>* done = nullptr;       // kSetup
   uint64_t bytes = 0;                         // what it holds, counted against max_queued_bytes (set by push)
 
   // A request's work, which a peer can send without end, is bounded; setup,
   // session end and stop come at most once per connection (or service) and never wait.
-  bool bounded() const {
-    return kind == Kind::kStart || kind == Kind::kTokens || kind == Kind::kHidden || kind == Kind::kCancel;
-  }
+  bool bounded() const { return kind != Kind::kSetup && kind != Kind::kEndSession && kind != Kind::kStop; }
   uint64_t footprint() const;
 };
 
@@ -172,6 +170,11 @@ struct StageService::State {
   // Sends a request's output on: a sampled token or logits to the coordinator
   // (last stage), else hidden states to the next stage.
   void deliver(StepOutput& out);
+  // The prefix cache (wire/prefix_message.h): a `prefix` query, answered with
+  // the blocks taken; a `blocks` message, passed on to the next stage.
+  Status take_prefix(Work& work);
+  Status name_blocks(Work& work);
+  int64_t max_blocks() const { return context / engine.forward->kv_pool().block_size(); }
   void fail_request(uint64_t request, const Status& status);
   const StageOptions options;
   net::Listener listener;
@@ -221,7 +224,9 @@ struct StageService::State {
   std::atomic<uint64_t> live_requests{0};
   std::atomic<uint64_t> kv_bytes{0};
   std::atomic<uint64_t> largest_step{0};  // most requests stepped at once this session
-  size_t counted_feeds = 0;               // the scheduler's queued inputs, as last counted in pending_*
+  // The KV pool for heartbeats: its blocks, and those requests hold (cached blocks nobody holds are free).
+  std::atomic<uint64_t> kv_blocks{0}, kv_used{0};
+  size_t counted_feeds = 0;  // the scheduler's queued inputs, as last counted in pending_*
   uint64_t counted_bytes = 0;
   // After each change: the probe's figures, and push's bound, less `done` (the
   // bounded work just handled, now in the scheduler or gone).
@@ -230,6 +235,12 @@ struct StageService::State {
     const uint64_t bytes = engine.scheduler ? engine.scheduler->queued_bytes() : 0;
     live_requests = engine.scheduler ? engine.scheduler->open_sequences() : 0;
     kv_bytes = engine.scheduler ? engine.scheduler->kv_bytes() : 0;
+    if (engine.scheduler) {
+      const KvPool& pool = engine.forward->kv_pool();
+      kv_blocks = static_cast<uint64_t>(pool.total_blocks());
+      kv_used =
+          static_cast<uint64_t>(pool.total_blocks() - pool.free_blocks() - engine.scheduler->prefix_evictable_blocks());
+    }
     {
       std::lock_guard lock(mutex);
       if (done && done->bounded()) {

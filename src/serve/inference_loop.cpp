@@ -12,6 +12,8 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 uint64_t ns_since(Clock::time_point t) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
 }
+constexpr std::chrono::milliseconds kIdleStats{250};
+
 Status cancelled_status() { return Status::disconnected("the client cancelled the request"); }
 }  // namespace
 
@@ -97,7 +99,13 @@ void InferenceLoop::run() {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      if (live_.empty()) wake_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      // Idle, the stats are still read now and then: a pipeline's stages report their KV pools on their own.
+      const auto woken = [&] { return stopping_ || !waiting_.empty(); };
+      if (live_.empty() && !wake_.wait_for(lock, kIdleStats, woken)) {
+        lock.unlock();
+        backend_->update_stats(stats_);
+        continue;
+      }
       if (stopping_) break;
     }
     const auto iteration_start = Clock::now();

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <utility>
 
+#include "engine/prefix_cache.h"
 #include "net/identity.h"
 #include "net/trust.h"
 #include "serve/inference_loop.h"
+#include "wire/prefix_message.h"
 
 namespace tessera::serve {
 
@@ -40,39 +42,117 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::connect(const Pipeline
   options.model_dir = model_dir;
   TS_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Pipeline> pipeline,
                       pipeline::Pipeline::connect(identity, trust, config, std::move(plan), options));
+  const int64_t block_size = pipeline->block_size();
   std::fprintf(stderr,
-               "[serve] pipeline of %s:\n%s[serve] over a pipeline: no prefix cache and no preemption (each stage's KV "
+               "[serve] pipeline of %s:\n%s[serve] over a pipeline: prefix cache %s; no preemption (each stage's KV "
                "pool is its own; a stage without room answers 503, docs/serving.md)\n",
-               serving.plan.c_str(), pipeline->layout().c_str());
-  return std::unique_ptr<PipelineBackend>(new PipelineBackend(std::move(pipeline), context, config.vocab_size));
+               serving.plan.c_str(), pipeline->layout().c_str(),
+               !serving.prefix_caching ? "off (--no-prefix-caching)"
+               : block_size > 0        ? ("on, in blocks of " + std::to_string(block_size)).c_str()
+                                       : "off (a stage keeps none: its ready has no block_size, an older tessera)");
+  return std::unique_ptr<PipelineBackend>(
+      new PipelineBackend(std::move(pipeline), context, config.vocab_size, serving.prefix_caching));
 }
 
 Status PipelineBackend::open(uint64_t id, int64_t /*capacity*/, const Submission& request) {
-  if (!request.cache_salt.empty())
-    return Status::unsupported(
-        "cache_salt is not available with --pipeline: the stages keep no prefix cache (docs/serving.md)");
   // The stages hold `context` positions per request; the loop ends the request at its capacity.
+  Outgoing o{.id = id, .first = true, .ids = request.prompt};
   if (request.logprobs >= 0) {  // no start message: the last stage returns logits
     sampled_here_.emplace(
         id,
         SampledHere{.sampler = Sampler(request.sampling, vocab_), .top = request.logprobs, .prompt = request.prompt});
-    outgoing_.push_back({.id = id, .ids = request.prompt});
-    return {};
+  } else {
+    o.start = request.sampling;
+    o.prompt = request.prompt;
   }
-  outgoing_.push_back({.id = id, .start = request.sampling, .prompt = request.prompt, .ids = request.prompt});
+  const int64_t bs = prefix_caching_ ? pipeline_->block_size() : 0;
+  if (bs > 0) {
+    const auto n = static_cast<int64_t>(request.prompt.size());
+    Chain& chain = chains_[id] = {.block_size = bs,
+                                  .salt = request.cache_salt,
+                                  .tokens = request.prompt,
+                                  .blocks = PrefixCache::chain(request.prompt, request.cache_salt, bs, n / bs)};
+    prefix_queries_ += static_cast<uint64_t>(n);
+    // The stages may hold the blocks before the last token, which always runs (its logits are the answer).
+    o.query.assign(chain.blocks.begin(), chain.blocks.begin() + (n - 1) / bs);
+    if (o.query.empty()) o.names = chain.blocks;
+  }
+  outgoing_.push_back(std::move(o));
   return {};
 }
 
 Status PipelineBackend::feed(uint64_t id, int32_t token) {
-  outgoing_.push_back({.id = id, .ids = {token}});
+  outgoing_.push_back(with_names(id, {token}));
   return {};
+}
+
+PipelineBackend::Outgoing PipelineBackend::with_names(uint64_t id, std::vector<int32_t> ids) {
+  Outgoing o{.id = id, .ids = std::move(ids)};
+  const auto chain = chains_.find(id);
+  if (chain == chains_.end()) return o;
+  Chain& c = chain->second;
+  c.tokens.insert(c.tokens.end(), o.ids.begin(), o.ids.end());
+  const auto bs = static_cast<size_t>(c.block_size);
+  for (size_t i = c.blocks.size(); (i + 1) * bs <= c.tokens.size(); ++i) {
+    c.blocks.push_back(PrefixCache::digest(c.blocks.empty() ? nullptr : &c.blocks.back(), c.salt,
+                                           std::span(c.tokens).subspan(i * bs, bs)));
+    o.names.push_back(c.blocks.back());
+  }
+  return o;
+}
+
+void PipelineBackend::reuse(uint64_t id, int64_t blocks) {
+  const auto asking = asking_.find(id);
+  const auto chain = chains_.find(id);
+  if (asking == asking_.end() || chain == chains_.end()) return;
+  Outgoing o = std::move(asking->second);
+  asking_.erase(asking);
+  const int64_t bs = chain->second.block_size;
+  prefix_hits_ += static_cast<uint64_t>(blocks * bs);
+  o.ids.erase(o.ids.begin(), o.ids.begin() + blocks * bs);
+  o.reuse = blocks;
+  o.names.assign(chain->second.blocks.begin() + blocks, chain->second.blocks.end());
+  outgoing_.push_back(std::move(o));
 }
 
 void PipelineBackend::cancel(uint64_t id) {
   std::erase_if(outgoing_, [id](const Outgoing& o) { return o.id == id; });
   in_flight_.erase(id);
   sampled_here_.erase(id);
+  chains_.erase(id);
+  asking_.erase(id);
   pipeline_->cancel(id);
+}
+
+// Sends one request's next message: its prefix query, or its ids (after its
+// start and its blocks' names, when it has them).
+void PipelineBackend::send(Outgoing& o, std::vector<StepOutput>& outputs) {
+  if (const auto chain = chains_.find(o.id);
+      o.first && chain != chains_.end() && chain->second.block_size != pipeline_->block_size()) {
+    chains_.erase(chain);  // set up anew with other stages: this request runs without the cache
+    o.query.clear();
+    o.names.clear();
+  }
+  Status sent;
+  if (!o.query.empty()) {
+    sent = pipeline_->find_prefix(o.id, o.query);
+    if (sent.ok()) {
+      o.query.clear();
+      o.first = false;  // the stages hold its blocks now: a new session cannot go on with it
+      in_flight_.insert(o.id);
+      asking_.emplace(o.id, std::move(o));
+      return;
+    }
+  } else {
+    std::optional<nlohmann::json> blocks;
+    if (o.reuse || !o.names.empty()) blocks = wire::blocks_message(o.reuse, o.names);
+    sent = pipeline_->send(o.id, o.ids, o.start ? &*o.start : nullptr, o.prompt, blocks ? &*blocks : nullptr);
+    if (sent.ok()) {
+      in_flight_.insert(o.id);
+      return;
+    }
+  }
+  outputs.push_back({.id = o.id, .status = pipeline_failure(std::move(sent))});
 }
 
 std::vector<StepOutput> PipelineBackend::step() {
@@ -82,12 +162,10 @@ std::vector<StepOutput> PipelineBackend::step() {
     // requests fail now (send() fails at once, with the failure) ...
     std::vector<Outgoing> fresh;
     for (Outgoing& o : std::exchange(outgoing_, {})) {
-      if (o.start) {
+      if (o.first) {
         fresh.push_back(std::move(o));
-      } else if (Status sent = pipeline_->send(o.id, o.ids); !sent.ok()) {
-        outputs.push_back({.id = o.id, .status = pipeline_failure(std::move(sent))});
       } else {
-        in_flight_.insert(o.id);
+        send(o, outputs);
       }
     }
     outgoing_ = std::move(fresh);
@@ -106,14 +184,7 @@ std::vector<StepOutput> PipelineBackend::step() {
   }
   // Sends fail at once if the pipeline fails meanwhile (then the requests in
   // flight have their errors waiting below), so nothing here holds those up.
-  for (Outgoing& o : std::exchange(outgoing_, {})) {
-    const Status sent = pipeline_->send(o.id, o.ids, o.start ? &*o.start : nullptr, o.prompt);
-    if (!sent.ok()) {
-      outputs.push_back({.id = o.id, .status = pipeline_failure(sent)});
-      continue;
-    }
-    in_flight_.insert(o.id);
-  }
+  for (Outgoing& o : std::exchange(outgoing_, {})) send(o, outputs);
   collect(outputs);
   return outputs;
 }
@@ -125,6 +196,8 @@ void PipelineBackend::collect(std::vector<StepOutput>& outputs) {
     if (in_flight_.erase(done.request) == 0) continue;  // cancelled meanwhile
     if (!done.result.ok()) {
       outputs.push_back({.id = done.request, .status = pipeline_failure(done.result.status())});
+    } else if (done.result->cached_blocks >= 0) {
+      reuse(done.request, done.result->cached_blocks);
     } else if (const auto here = sampled_here_.find(done.request); here != sampled_here_.end()) {
       outputs.push_back(sample_here(done.request, here->second, std::move(done.result->logits)));
     } else if (done.result->token < 0) {
@@ -147,9 +220,19 @@ StepOutput PipelineBackend::sample_here(uint64_t id, SampledHere& request, std::
   return {.id = id, .token = token, .logprobs = log_softmax(raw, token, request.top)};
 }
 
+// KV usage: the fullest stage's (the first to run out), as its last heartbeat said.
 void PipelineBackend::update_stats(LoopStats& stats) const {
-  stats.kv_blocks_total = 0;  // the KV caches are the stages' own (tessera probe)
-  stats.kv_blocks_free = 0;
+  wire::KvUsage fullest;
+  for (const std::optional<wire::KvUsage>& stage : pipeline_->kv_usage()) {
+    if (!stage || stage->blocks == 0) continue;
+    if (fullest.blocks == 0 || static_cast<double>(stage->used) / static_cast<double>(stage->blocks) >
+                                   static_cast<double>(fullest.used) / static_cast<double>(fullest.blocks))
+      fullest = *stage;
+  }
+  stats.kv_blocks_total = static_cast<int64_t>(fullest.blocks);
+  stats.kv_blocks_free = static_cast<int64_t>(fullest.blocks - fullest.used);
+  stats.prefix_cache_queries = prefix_queries_;
+  stats.prefix_cache_hits = prefix_hits_;
 }
 
 }  // namespace tessera::serve

@@ -27,9 +27,21 @@
 // and takes their log-softmax, so its tokens and logprobs are one process's (at
 // the cost of vocab x 4 bytes from the last stage a token).
 //
-// Not over a pipeline: the prefix cache (a request with cache_salt is refused)
-// and preemption (each stage's KV pool is its own; a stage whose pool is full
-// fails the request with 503). docs/serving.md says why.
+// The prefix cache: the server names every full KV block of a request by its
+// hash chain (engine/prefix_cache.h: tokens and cache_salt), which only it can
+// compute (the later stages see hidden states). A new request's prompt blocks go
+// to every stage as a `prefix` query first (wire/prefix_message.h): each takes
+// the longest run of them it still holds, and the request reuses the fewest any
+// took, so every stage skips the same positions; its first `blocks` message,
+// ahead of the rest of the prompt down the chain of stages, tells each to keep
+// that many and names the blocks it will write, as does each later feed that
+// fills a block. Each stage evicts its own cached blocks under its own pressure,
+// least recently used first, which is safe: what a stage took for a request is
+// held until the request ends. /metrics' KV usage is the fullest stage's (from
+// their heartbeats).
+//
+// Not over a pipeline: preemption (each stage's KV pool is its own; a stage
+// whose pool is full fails the request with 503). docs/serving.md says why.
 //
 // Thread safety: as LoopBackend (the inference thread).
 #pragma once
@@ -53,6 +65,7 @@ struct PipelineServing {
   std::string identity;                 // this node's identity directory (tessera keygen)
   std::string trust;                    // the cluster's trust file
   pipeline::PipelineOptions options{};  // timeouts, --plain, --ship-weights; context and model_dir set on connect
+  bool prefix_caching = true;           // --no-prefix-caching: false
 };
 
 // A pipeline's failure as a request's: the server checked what it sends (ids in
@@ -82,10 +95,24 @@ class PipelineBackend final : public LoopBackend {
  private:
   struct Outgoing {
     uint64_t id = 0;
+    bool first = false;                     // a new request's first: it may set a failed pipeline up again
     std::optional<SamplingParams> start{};  // a new request: its sampler goes to the last stage first
     std::vector<int32_t> prompt{};          // with start: for the penalties
     std::vector<int32_t> ids{};
+    std::vector<wire::BlockDigest> query{};  // not empty: ask the stages for these cached blocks first
+    std::optional<int64_t> reuse{};          // the blocks the stages keep of those (the request's first blocks)
+    std::vector<wire::BlockDigest> names{};  // the blocks its ids fill
   };
+  // A request's hash chain, with the prefix cache (the stages' block size).
+  struct Chain {
+    int64_t block_size = 0;
+    std::string salt;
+    std::vector<int32_t> tokens;            // prompt and fed tokens
+    std::vector<wire::BlockDigest> blocks;  // of its full blocks
+  };
+  // The request's ids, and the names of the blocks they fill.
+  Outgoing with_names(uint64_t id, std::vector<int32_t> ids);
+  void send(Outgoing& o, std::vector<StepOutput>& outputs);
   // A request with logprobs: sampled here, from the logits the last stage returns.
   struct SampledHere {
     Sampler sampler;
@@ -93,13 +120,19 @@ class PipelineBackend final : public LoopBackend {
     std::vector<int32_t> prompt{}, output{};
   };
   void collect(std::vector<StepOutput>& outputs);
+  // A find_prefix answer: the request's prompt goes on, less the blocks reused.
+  void reuse(uint64_t id, int64_t blocks);
   StepOutput sample_here(uint64_t id, SampledHere& request, std::vector<float> logits) const;
-  PipelineBackend(std::unique_ptr<pipeline::Pipeline> pipeline, int64_t context, int64_t vocab)
-      : pipeline_(std::move(pipeline)), context_(context), vocab_(vocab) {}
+  PipelineBackend(std::unique_ptr<pipeline::Pipeline> pipeline, int64_t context, int64_t vocab, bool prefix_caching)
+      : pipeline_(std::move(pipeline)), context_(context), vocab_(vocab), prefix_caching_(prefix_caching) {}
 
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   const int64_t context_, vocab_;
+  const bool prefix_caching_;
   std::map<uint64_t, SampledHere> sampled_here_;
+  std::map<uint64_t, Chain> chains_;
+  std::map<uint64_t, Outgoing> asking_;  // prompts waiting for their find_prefix answer
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
   std::vector<Outgoing> outgoing_;  // queued by open() and feed(), sent by the next step()
   std::set<uint64_t> in_flight_;    // sent, no result yet
 };

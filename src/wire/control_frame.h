@@ -13,7 +13,8 @@
 //                      "digest": the coordinator's weights digest of those layers
 //                      (model/digest.h), which the stage's own must equal;
 //                      with --ship-weights, "ship": a manifest (ship_manifest.h)
-//   S -> C    ready    {stage, begin, end}
+//   S -> C    ready    {stage, begin, end, block_size}: block_size (its KV
+//                      blocks' positions) says it reads prefix and blocks
 //   C -> S    probe    {}: answered by status {stage, free_bytes, requests,
 //                      kv_bytes}, then the connection ends (layers split by
 //                      free memory; `tessera probe`)
@@ -21,9 +22,12 @@
 //   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
 //                      (start_message.h); passed along ahead of the hidden states
 //   C -> S    cancel   (request id): free the request's KV cache
+//   C -> S    prefix   (request id), S -> C its answer; C -> S0 -> ... blocks:
+//                      the prefix cache over the stages (prefix_message.h)
 //   S -> C    error    {stage, kind, cause, message} (request id; 0: not about
 //                      one request): the stage's Status, typed (error_message)
-//   S -> C    heartbeat {} (request id 0): alive, when the setup asked for it
+//   S -> C    heartbeat {kv_blocks, kv_used} (request id 0): alive, when the
+//                      setup asked for it, with its KV pool (prefix_message.h)
 //
 // Pure functions; safe from any thread.
 #pragma once

@@ -7,13 +7,16 @@
 // reaches the clients in under a second (an SSE error event; a 503), and once the
 // stage is back the server serves again; SIGTERM ends it with exit code 0.
 // Logprobs (sampled by the server from the last stage's logits) are one
-// process's; cache_salt (no prefix cache over a pipeline) is refused by name.
+// process's. The prefix cache holds over the stages: answers with their prefix
+// from every stage's cache (greedy, seeded, logprobs, salted) are one process's,
+// /metrics counts the hits and shows the fullest stage's KV usage.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -245,8 +248,7 @@ TEST(ServePipelineTest, AStagesReportedErrorKeepsItsKind) {
 // Logprobs over a pipeline: the last stage returns the logits of a request that
 // asks for them and the server samples them, so tokens and logprobs (greedy and
 // seeded, chat and completions, streamed too) are those of one process's server.
-// The prefix cache is not over a pipeline: cache_salt is refused, naming it.
-TEST(ServePipelineTest, LogprobsAreOneProcessesAndCacheSaltIsRefused) {
+TEST(ServePipelineTest, LogprobsAreOneProcesses) {
   if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
   const std::vector<Json> requests = {
       {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"logprobs", 3}},
@@ -282,12 +284,100 @@ TEST(ServePipelineTest, LogprobsAreOneProcessesAndCacheSaltIsRefused) {
               expected[i].contains("text") ? expected[i]["text"] : expected[i]["message"]["content"])
         << "request " << i;
   }
-  const PipelineServer::Reply salted =
-      server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4, "cache_salt": "tenant-a"})");
-  EXPECT_EQ(salted.status, 400) << salted.body;
-  EXPECT_NE(salted.body.find("cache_salt"), std::string::npos) << salted.body;
-  EXPECT_NE(salted.body.find("--pipeline"), std::string::npos) << salted.body;
-  EXPECT_EQ(server.request("/v1/completions", R"({"prompt": "Once", "max_tokens": 4})").status, 200);
+}
+
+// A tessera:NAME sample of /metrics (-1 if absent).
+double metric(const std::string& metrics, const std::string& name) {
+  const std::string key = "\ntessera:" + name + " ";
+  const size_t at = metrics.find(key);
+  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + key.size()));
+}
+
+// The prefix cache over a pipeline (issue 17, points 6, 7 and 11): prompts that
+// share a prefix of several 32-token blocks take it from every stage's cache
+// (the server names the blocks; each stage keeps those it wrote), and each answer
+// (greedy, seeded, with logprobs, salted) is bitwise the one this process's own
+// server gives. A salt finds only its own blocks. /metrics counts the prompt
+// tokens looked up and found, and shows the fullest stage's KV usage while a
+// request runs (from the stages' heartbeats), back to 0 once it ended (its
+// blocks free, or cached and evictable).
+TEST(ServePipelineTest, PrefixCacheOverTheStagesIsBitwiseAndCounted) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  const std::string prefix =
+      "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of "
+      "a wife. However little known the feelings or views of such a man may be on his first entering a "
+      "neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered "
+      "the rightful property of some one or other of their daughters. ";
+  const std::vector<Json> requests = {
+      {{"prompt", prefix + "My dear Mr. Bennet,"}, {"max_tokens", 12}},
+      {{"prompt", prefix + "Is that his design"}, {"max_tokens", 12}, {"temperature", 0.8}, {"seed", 4}},
+      {{"prompt", prefix + "Mr. Bennet made no answer."}, {"max_tokens", 8}, {"logprobs", 2}},
+      {{"prompt", prefix + "My dear Mr. Bennet,"}, {"max_tokens", 12}, {"cache_salt", "tenant-a"}}};
+  std::vector<Json> expected;
+  {
+    const auto local = start_server(test_options());
+    for (const Json& r : requests) {
+      const testing::HttpReply reply = testing::post(local->port(), "/v1/completions", r.dump());
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      expected.push_back(reply.json()["choices"][0]);
+    }
+  }
+  PipelineCluster pipeline;
+  PipelineServer server(pipeline, {"--heartbeat-timeout", "1"});
+  ASSERT_TRUE(server.wait_ready()) << server.log();
+  auto check = [&](size_t i, const PipelineServer::Reply& reply) -> double {
+    EXPECT_EQ(reply.status, 200) << reply.body << server.log();
+    if (reply.status != 200) return 0;
+    const Json choice = Json::parse(reply.body)["choices"][0];
+    EXPECT_EQ(choice["text"], expected[i]["text"]) << "request " << i;
+    EXPECT_EQ(choice["logprobs"], expected[i]["logprobs"]) << "request " << i;
+    return Json::parse(reply.body)["usage"]["prompt_tokens"].get<double>();
+  };
+  auto metrics = [&] { return server.request("/metrics").body; };
+
+  // Cold: looked up, nothing found.
+  double prompt_tokens = 0;
+  prompt_tokens += check(0, server.request("/v1/completions", requests[0].dump()));
+  EXPECT_EQ(metric(metrics(), "prefix_cache_queries"), prompt_tokens);
+  EXPECT_EQ(metric(metrics(), "prefix_cache_hits"), 0);
+  // The same prefix again, three requests at once: each finds its blocks on every stage.
+  std::vector<int> running;
+  for (size_t i = 0; i < 3; ++i) running.push_back(server.start("/v1/completions", requests[i].dump()));
+  for (size_t i = 0; i < 3; ++i) prompt_tokens += check(i, server.finish(running[i]));
+  const std::string warm = metrics();
+  EXPECT_EQ(metric(warm, "prefix_cache_queries"), prompt_tokens);
+  const double hits = metric(warm, "prefix_cache_hits");
+  EXPECT_GE(hits, 3 * 64) << warm;  // at least two 32-token blocks each
+  EXPECT_EQ(std::fmod(hits, 32), 0) << warm;
+  // Salted: the unsalted blocks are not its own; then its own are.
+  prompt_tokens += check(3, server.request("/v1/completions", requests[3].dump()));
+  EXPECT_EQ(metric(metrics(), "prefix_cache_hits"), hits);
+  prompt_tokens += check(3, server.request("/v1/completions", requests[3].dump()));
+  EXPECT_GT(metric(metrics(), "prefix_cache_hits"), hits);
+  EXPECT_EQ(metric(metrics(), "prefix_cache_queries"), prompt_tokens);
+
+  // KV usage while a long answer runs (heartbeats every third of a second here), and none once it ended.
+  const int long_answer = server.start(
+      "/v1/completions", Json{{"prompt", prefix + "Long"}, {"max_tokens", 400}, {"ignore_eos", true}}.dump());
+  double busiest = 0;
+  for (int i = 0; i < 300 && busiest == 0 && !server.received(long_answer, "choices"); ++i) {
+    busiest = metric(metrics(), "kv_cache_usage_perc");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(busiest, 0) << metrics();
+  EXPECT_LT(busiest, 1) << metrics();
+  EXPECT_EQ(server.finish(long_answer).status, 200);
+  double after = 1;
+  for (int i = 0; i < 100 && after != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = metric(metrics(), "kv_cache_usage_perc");
+  }
+  EXPECT_EQ(after, 0) << metrics();
+  for (int node = 1; node <= 3; ++node) {  // and no stage holds a request
+    const auto probe = pipeline.run_as_coordinator({"probe", "--stage", pipeline.cluster().name(node)});
+    ASSERT_EQ(probe.exit_code, 0) << probe.out;
+    EXPECT_NE(probe.out.find("\"requests\":0"), std::string::npos) << "stage " << node << ": " << probe.out;
+  }
 }
 
 }  // namespace
