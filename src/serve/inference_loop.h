@@ -102,7 +102,8 @@ struct LoopOptions {
   bool prefix_caching = true;  // reuse the KV blocks of earlier prompts (engine/prefix_cache.h)
   // Where the layers run when not in this process: makes the backend once the
   // model is loaded (tessera serve --pipeline: PipelineBackend::connect; the
-  // engine and prefix-cache options are then the stages' own). Empty: here.
+  // engine options are then the stages' own, and prefix_caching goes to it
+  // through PipelineServing). Empty: here.
   std::function<Result<std::unique_ptr<LoopBackend>>(const TextModel& model, int64_t context)> backend{};
 };
 
