@@ -32,6 +32,7 @@ SEEDS = {
     "bf16_shard": offer(element_bytes=2) + words() + tensor(0, 64, BF16, 2) + tensor(1, 6, BF16, 2),
     "f16_in_f32_offer": offer(ranks=4, begin=1, end=3) + words(0, 3, 0) + tensor(0, 64, F16, 2) + tensor(1, 6, F16, 2),
     "not_shipping": offer(shipping=0, config_bytes=0, element_bytes=0) + words(0, 0, 2),
+    "another_checkpoint": offer(shipping=0, config_bytes=0, element_bytes=0) + words(2, 0, 0),
 }
 
 root = os.path.join(sys.argv[1], "wire_tp_weights_fuzz")

@@ -1,6 +1,7 @@
 // libFuzzer target for what a tensor-parallel rank decodes when its leader
 // ships it its shard (wire/tp_weights.h): the first 96 bytes as the offer (in a
-// group of 2 and of 4), the next 12 as the answer, next and reply words, and
+// group of 2 and of 4) and its last 64 as a rank's digest (2b., as the
+// offer's), the next 12 as the answer, next and reply words, and
 // the rest as the chunks of two tensors (64 and 6 elements, 4 or 2 bytes an
 // element) in the order a rank receives them: a 32-byte header, then the
 // payload whose length TpTensorReceiver derived from it. Any input is either
@@ -32,7 +33,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const Result<uint32_t> next = decode_tp_next(get_u32(input, kTpOfferBytes + 4), ranks);
     TS_CHECK(!next.ok() || *next == kTpWeightsDone || *next == kTpWeightsFailed || (*next >= 1 && *next < ranks));
   }
-  for (const Status& s : {decode_tp_answer(get_u32(input, kTpOfferBytes)).status(),
+  const Result<std::string> digest = decode_tp_digest(input.subspan(kTpOfferBytes - kTpDigestChars, kTpDigestChars));
+  TS_CHECK(!digest.ok() || digest->size() == kTpDigestChars);
+  for (const Status& s : {digest.status(), decode_tp_answer(get_u32(input, kTpOfferBytes)).status(),
                           decode_tp_reply(get_u32(input, kTpOfferBytes + 8)).status()})
     TS_CHECK(s.ok() || s.kind() == ErrorKind::kInvalidInput, s.to_string());
   input = input.subspan(kTpOfferBytes + 12);

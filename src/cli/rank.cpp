@@ -6,7 +6,9 @@
 // open), forms the group anew under fresh keys; the other ranks keep running.
 // With --layers A:B it holds its shard of layers [A, B) only: a rank of a
 // pipeline stage that is a TP group (tessera stage --tp), whose leader runs the
-// same range (checked when the group forms). Without --model it holds no
+// same range (checked when the group forms). With --model, a leader whose
+// checkpoint's weights digest for those layers is another is refused, naming
+// both digests (the rank keeps serving the next leader). Without --model it holds no
 // weights until a leader ships them (--tp-ship-weights): it receives its shard
 // of the leader's layers when the group forms (pipeline/shard_shipping.h),
 // bounded by --max-weight-bytes, and keeps it for the next leader that offers
@@ -20,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/tp_options.h"
+#include "model/digest.h"
 #include "model/forward.h"
 #include "pipeline/shard_shipping.h"
 
@@ -49,8 +52,13 @@ Status run_rank(const RankOptions& o) {
   if (!o.model_dir.empty()) {
     std::optional<LayerRange> range;
     if (!o.layers.empty()) range = LayerRange{o.layers[0], o.layers[1]};
-    TS_ASSIGN_OR_RETURN(Model model, Model::load(o.model_dir, range, Shard{member.rank, ranks}));
-    held.model = std::make_unique<Model>(std::move(model));
+    // Mapped whole (only its shard's rows and columns are read), for the digest
+    // that a leader's offer must match.
+    TS_ASSIGN_OR_RETURN(const Model whole, Model::load(o.model_dir, range));
+    held.digest = weights_digest(whole);
+    Result<Model> model = whole.cut(Shard{member.rank, ranks});
+    if (!model.ok()) return model.status().with_context(o.model_dir);
+    held.model = std::make_unique<Model>(std::move(model).value());
     held.own = true;
     std::fprintf(stderr, "[rank] %s: rank %d of %d, layers [%lld, %lld), on %s\n", member.identity.name.c_str(),
                  member.rank, ranks, static_cast<long long>(held.model->range().begin),

@@ -31,9 +31,10 @@ std::string named(const std::vector<std::string>& members, size_t rank) {
   return "rank " + std::to_string(rank) + (rank < members.size() ? " (" + members[rank] + ")" : "");
 }
 
-// Who asked (answers of every rank), and whether anything more travels.
+// Who asked (answers of every rank), who holds another checkpoint, and whether anything more travels.
 struct Answers {
   std::vector<uint32_t> needing{};
+  std::vector<uint32_t> other{};
   bool shipping = false;
   bool more() const { return shipping && !needing.empty(); }
 };
@@ -46,8 +47,31 @@ Result<Answers> gather_answers(Group& group, wire::TpShardAnswer mine, bool ship
   for (size_t r = 0; r < all.size(); ++r) {
     TS_ASSIGN_OR_RETURN(const wire::TpShardAnswer answer, wire::decode_tp_answer(all[r]));
     if (answer == wire::TpShardAnswer::kNeeds) answers.needing.push_back(static_cast<uint32_t>(r));
+    if (answer == wire::TpShardAnswer::kOther) answers.other.push_back(static_cast<uint32_t>(r));
   }
   return answers;
+}
+
+std::string short_digest(const std::string& digest) { return digest.substr(0, 16) + "..."; }
+
+// When a rank's own checkpoint is another than the leader's (2b): every rank
+// gathers every rank's digest (`mine`) and fails, naming the first such rank's
+// digest and the leader's.
+Status refuse_other_checkpoint(Group& group, const std::string& mine, const Answers& answers,
+                               const std::vector<std::string>& members) {
+  std::vector<uint8_t> digest(mine.begin(), mine.end());
+  std::vector<uint8_t> all(wire::kTpDigestChars * static_cast<size_t>(group.size()));
+  TS_RETURN_IF_ERROR(group.all_gather(digest, all, DType::kF32));
+  const auto of = [&](uint32_t r) {
+    return wire::decode_tp_digest(std::span(all).subspan(r * wire::kTpDigestChars, wire::kTpDigestChars));
+  };
+  const uint32_t r = answers.other.front();
+  TS_ASSIGN_OR_RETURN(const std::string theirs, of(r));
+  TS_ASSIGN_OR_RETURN(const std::string leaders, of(0));
+  return Status::invalid_input("[tp] " + named(members, r) + " holds another checkpoint than the leader's: weights " +
+                               "digest " + short_digest(theirs) + ", the leader's " + short_digest(leaders) +
+                               " (start the rank with the leader's checkpoint, or without --model and give the " +
+                               "leader --tp-ship-weights)");
 }
 
 // A tensor's encoding: the quantization for matrices whose elements fill its
@@ -125,6 +149,7 @@ Status offer_shards(Group& group, const Model& whole, const std::optional<ShipEn
   std::vector<uint8_t> bytes = wire::encode_tp_offer(offer);
   TS_RETURN_IF_ERROR(group.broadcast(bytes, DType::kF32, 0, Wait::kWhileAlive));
   TS_ASSIGN_OR_RETURN(const Answers answers, gather_answers(group, wire::TpShardAnswer::kHolds, offer.shipping));
+  if (!answers.other.empty()) return refuse_other_checkpoint(group, offer.digest, answers, members);
   if (!answers.shipping && !answers.needing.empty())
     return Status::invalid_input("[tp] " + named(members, answers.needing.front()) +
                                  " holds no weights (tessera rank without --model): give the leader "
@@ -238,11 +263,19 @@ Status take_shard(Group& group, HeldShard& held, uint64_t max_bytes,
   std::vector<uint8_t> bytes(wire::kTpOfferBytes);
   TS_RETURN_IF_ERROR(group.broadcast(bytes, DType::kF32, 0, Wait::kWhileAlive));
   TS_ASSIGN_OR_RETURN(const wire::TpOffer offer, wire::decode_tp_offer(bytes, static_cast<uint32_t>(group.size())));
-  const bool holds = held.own || (held.model && held.digest == offer.digest && held.range.begin == offer.begin &&
-                                  held.range.end == offer.end && held.model->shard().ranks == group.size());
-  TS_ASSIGN_OR_RETURN(
-      const Answers answers,
-      gather_answers(group, holds ? wire::TpShardAnswer::kHolds : wire::TpShardAnswer::kNeeds, offer.shipping));
+  if (held.own && (!held.model || held.digest.size() != wire::kTpDigestChars))
+    return Status::internal("[tp] this rank holds its own checkpoint without its weights digest");
+  const bool same_layers =
+      held.model && held.model->range().begin == offer.begin && held.model->range().end == offer.end;
+  const bool same_weights = same_layers && held.digest == offer.digest;
+  // Its own checkpoint of other layers is refused when the Forwards are set up, naming the layers.
+  const bool other = held.own && same_layers && !same_weights;
+  const bool holds = held.own || (same_weights && held.model->shard().ranks == group.size());
+  const wire::TpShardAnswer mine = other   ? wire::TpShardAnswer::kOther
+                                   : holds ? wire::TpShardAnswer::kHolds
+                                           : wire::TpShardAnswer::kNeeds;
+  TS_ASSIGN_OR_RETURN(const Answers answers, gather_answers(group, mine, offer.shipping));
+  if (!answers.other.empty()) return refuse_other_checkpoint(group, held.own ? held.digest : offer.digest, answers, {});
   if (!answers.shipping && !answers.needing.empty())
     return Status::invalid_input("[tp] the leader ships no weights (--tp-ship-weights) and rank " +
                                  std::to_string(answers.needing.front()) + " holds none");
@@ -264,7 +297,6 @@ Status take_shard(Group& group, HeldShard& held, uint64_t max_bytes,
     TS_ASSIGN_OR_RETURN(held.model, receive_turn(group, offer, max_bytes, log, refused));
     if (!held.model) continue;  // refused: the leader ends with kTpWeightsFailed
     held.digest = offer.digest;
-    held.range = {offer.begin, offer.end};
     received = true;
   }
   if (!refused.ok()) return Status::invalid_input("[tp] the leader ended well after this rank refused its shard");

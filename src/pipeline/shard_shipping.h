@@ -39,15 +39,18 @@ Status offer_shards(Group& group, const Model& whole, const std::optional<ShipEn
 struct HeldShard {
   std::unique_ptr<Model> model;
   bool own = false;  // its own checkpoint (--model): it never asks for another
-  // The offer a received shard came from.
+  // weights_digest of the whole layers `model` is a shard of: its own
+  // checkpoint's (an offer of another digest for the same layers is refused),
+  // or that of the offer it was received from.
   std::string digest;
-  LayerRange range;
 };
 
 // Rank side, right after the group formed: answers the leader's offer and,
 // when `held` is not the offered weights, receives its shard into `held` (all
 // of it at most max_bytes, refused before anything is received). `log` gets
-// one line when a shard starts and one when it is in.
+// one line when a shard starts and one when it is in. Every rank fails, the
+// leader too, naming both digests, when a rank's own checkpoint is another
+// than the leader's for the same layers.
 Status take_shard(Group& group, HeldShard& held, uint64_t max_bytes,
                   const std::function<void(const std::string&)>& log);
 

@@ -42,11 +42,18 @@ Result<TpOffer> decode_tp_offer(std::span<const uint8_t> bytes, uint32_t ranks) 
   if (o.shipping ? o.element_bytes != 2 && o.element_bytes != 4 : o.element_bytes != 0)
     return decode_error("tp weights offer: element_bytes ", o.element_bytes, " (shipping ", shipping, ")");
   if (get_u32(bytes, 28) != 0) return decode_error("tp weights offer: reserved word ", get_u32(bytes, 28));
-  o.digest.assign(bytes.begin() + 32, bytes.end());
-  for (const char c : o.digest)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      return decode_error("tp weights offer: the digest is not ", kTpDigestChars, " lowercase hex digits");
+  TS_ASSIGN_OR_RETURN(o.digest, decode_tp_digest(bytes.subspan(32)));
   return o;
+}
+
+Result<std::string> decode_tp_digest(std::span<const uint8_t> bytes) {
+  if (bytes.size() != kTpDigestChars)
+    return decode_error("tp weights: a digest of ", bytes.size(), " bytes, expected ", kTpDigestChars);
+  std::string digest(bytes.begin(), bytes.end());
+  for (const char c : digest)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return decode_error("tp weights: the digest is not ", kTpDigestChars, " lowercase hex digits");
+  return digest;
 }
 
 Result<uint32_t> decode_tp_next(uint32_t word, uint32_t ranks) {
@@ -55,7 +62,7 @@ Result<uint32_t> decode_tp_next(uint32_t word, uint32_t ranks) {
 }
 
 Result<TpShardAnswer> decode_tp_answer(uint32_t word) {
-  if (word > 1) return decode_error("tp weights: answer ", word, " is not 0 (holds) or 1 (needs)");
+  if (word > 2) return decode_error("tp weights: answer ", word, " is not 0 (holds), 1 (needs) or 2 (other)");
   return static_cast<TpShardAnswer>(word);
 }
 

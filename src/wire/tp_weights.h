@@ -19,7 +19,12 @@
 //      32 digest        64 lowercase hex digits: weights_digest of the leader's layers, whole
 //   2. answers (all_gather, one word per rank): 0 the rank holds its weights (its
 //      own checkpoint, or the shard of this very offer, received earlier), 1 it
-//      needs them.
+//      needs them, 2 its own checkpoint (tessera rank --model) is another: its
+//      weights digest of the offer's layers is not the offer's.
+//   When a rank answered 2, every rank fails after:
+//   2b. digests (all_gather, 64 bytes per rank): each rank's weights digest of
+//      the offer's layers, as the offer's (a rank that holds none sends the
+//      offer's), so that the leader names the other checkpoint's.
 //   When the leader ships and a rank needs its shard, rank by rank:
 //   3. next (broadcast from rank 0): r in [1, ranks), rank r's turn; every other
 //      rank waits for the next one (as long as the leader is alive).
@@ -63,9 +68,9 @@ inline constexpr uint64_t kTpShardChunkBytes = 1 << 20;
 inline constexpr uint32_t kTpWeightsDone = 0;
 inline constexpr uint32_t kTpWeightsFailed = 0xFFFFFFFF;
 
-enum class TpShardAnswer : uint32_t { kHolds = 0, kNeeds = 1 };
+enum class TpShardAnswer : uint32_t { kHolds = 0, kNeeds = 1, kOther = 2 };
 enum class TpShardReply : uint32_t { kTakes = 0, kBadConfig = 1, kOverBound = 2 };
-static_assert(static_cast<uint32_t>(TpShardAnswer::kNeeds) == 1, "the answers are on the wire");
+static_assert(static_cast<uint32_t>(TpShardAnswer::kOther) == 2, "the answers are on the wire");
 static_assert(static_cast<uint32_t>(TpShardReply::kOverBound) == 2, "the replies are on the wire");
 
 struct TpOffer {
@@ -82,6 +87,8 @@ std::vector<uint8_t> encode_tp_offer(const TpOffer& offer);
 // Checks every field as the header comment states; `ranks` is the receiver's group size.
 Result<TpOffer> decode_tp_offer(std::span<const uint8_t> bytes, uint32_t ranks);
 
+// A digest (the offer's, 2b.): exactly kTpDigestChars lowercase hex digits.
+Result<std::string> decode_tp_digest(std::span<const uint8_t> bytes);
 // The next word (3, 7) as the receiver of a group of `ranks` takes it.
 Result<uint32_t> decode_tp_next(uint32_t word, uint32_t ranks);
 Result<TpShardAnswer> decode_tp_answer(uint32_t word);

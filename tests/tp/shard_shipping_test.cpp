@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "model/digest.h"
 #include "model/fixtures.h"
 #include "model/shard.h"
 #include "pipeline/shard_shipping.h"
@@ -67,6 +68,17 @@ Session ship_once(const Model& whole, const std::optional<pipeline::ShipEncoding
   Session s = ship_once(whole, ship, one, max_bytes);
   held = std::move(one[0]);
   return s;
+}
+
+// What tessera rank --model holds: rank r of `ranks`'s cut of `whole`, and whole's digest.
+pipeline::HeldShard own_shard(const Model& whole, int r, int ranks) {
+  pipeline::HeldShard held;
+  held.own = true;
+  held.digest = weights_digest(whole);
+  auto cut = whole.cut(Shard{r, ranks});
+  EXPECT_TRUE(cut.ok()) << cut.status().to_string();
+  if (cut.ok()) held.model = std::make_unique<Model>(std::move(cut).value());
+  return held;
 }
 
 // Rank r's shard as shipped equals, tensor by tensor and bitwise, its cut of the leader's model.
@@ -186,10 +198,46 @@ TEST(ShardShipping, ARankWithoutWeightsAndALeaderThatShipsNoneFailBothNamingTheR
   ASSERT_FALSE(s.rank.ok());
   EXPECT_NE(s.rank.message().find("ships no weights"), std::string::npos) << s.rank.to_string();
   // A rank with its own checkpoint needs nothing shipped.
-  pipeline::HeldShard own;
-  own.own = true;
+  pipeline::HeldShard own = own_shard(*whole, 1, 2);
   const Session fine = ship_once(*whole, std::nullopt, own);
   EXPECT_TRUE(fine.leader.ok() && fine.rank.ok()) << fine.leader.to_string() << fine.rank.to_string();
+}
+
+// A rank started with its own checkpoint (tessera rank --model) whose weights
+// are not the leader's, for the same layers, fails the group on every rank,
+// named with both digests, shipping or not; its own checkpoint of other layers
+// is left to the Forwards' setup, which names the layers (fails with the digest
+// comparison in take_shard removed: checked).
+TEST(ShardShipping, ARankWithAnotherCheckpointIsRefusedNamingBothDigests) {
+  auto whole = Model::load(fixture_dir("llama3_f32"));
+  ASSERT_TRUE(whole.ok());
+  auto other = Model::random(whole->config(), DType::kF32, 2);
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  const std::string leaders = weights_digest(*whole), theirs = weights_digest(*other);
+  ASSERT_NE(leaders, theirs);
+  for (const auto& ship :
+       {std::optional<pipeline::ShipEncoding>(), std::optional(pipeline::parse_ship_encoding("lz4").value())}) {
+    std::vector<pipeline::HeldShard> held;
+    held.push_back(own_shard(*whole, 1, 4));
+    held.push_back(own_shard(*other, 2, 4));
+    held.push_back(own_shard(*whole, 3, 4));
+    const Session s = ship_once(*whole, ship, held);
+    for (const Status& st : {s.leader, s.rank}) {
+      ASSERT_FALSE(st.ok());
+      EXPECT_EQ(st.kind(), ErrorKind::kInvalidInput) << st.to_string();
+      EXPECT_NE(st.message().find("holds another checkpoint than the leader's"), std::string::npos) << st.to_string();
+      EXPECT_NE(st.message().find(theirs.substr(0, 16)), std::string::npos) << st.to_string();
+      EXPECT_NE(st.message().find(leaders.substr(0, 16)), std::string::npos) << st.to_string();
+    }
+    EXPECT_NE(s.leader.message().find("rank 2 (rank2)"), std::string::npos) << s.leader.to_string();
+    EXPECT_TRUE(s.log.empty()) << s.log.front();  // nothing was shipped
+  }
+  // Its own checkpoint of the leader's weights, for other layers: no refusal here.
+  auto part = Model::load(fixture_dir("llama3_f32"), LayerRange{1, 2});
+  ASSERT_TRUE(part.ok());
+  pipeline::HeldShard own = own_shard(*part, 1, 2);
+  const Session layers = ship_once(*whole, std::nullopt, own);
+  EXPECT_TRUE(layers.leader.ok() && layers.rank.ok()) << layers.leader.to_string() << layers.rank.to_string();
 }
 
 // The rank bounds the shard from the config before it takes a byte (fails with
@@ -252,8 +300,17 @@ TEST(TpWeights, TheOfferRoundTripsAndItsBoundsRefuse) {
   EXPECT_FALSE(wire::decode_tp_next(2, 2).ok());
   EXPECT_TRUE(wire::decode_tp_next(1, 2).ok());
   EXPECT_TRUE(wire::decode_tp_next(wire::kTpWeightsFailed, 2).ok());
-  EXPECT_FALSE(wire::decode_tp_answer(2).ok());
+  EXPECT_TRUE(wire::decode_tp_answer(2).ok());  // another checkpoint
+  EXPECT_FALSE(wire::decode_tp_answer(3).ok());
   EXPECT_FALSE(wire::decode_tp_reply(3).ok());
+  // A rank's digest (2b.): 64 lowercase hex digits, nothing else.
+  const std::string hex(wire::kTpDigestChars, 'f');
+  const std::vector<uint8_t> digest(hex.begin(), hex.end());
+  EXPECT_EQ(wire::decode_tp_digest(digest).value_or(""), hex);
+  EXPECT_FALSE(wire::decode_tp_digest(std::span(digest).first(63)).ok());
+  std::vector<uint8_t> upper = digest;
+  upper[63] = 'F';
+  EXPECT_FALSE(wire::decode_tp_digest(upper).ok());
 }
 
 // The chunks of one tensor through TpTensorReceiver as a rank receives them.

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "model/fixtures.h"
@@ -175,6 +176,41 @@ TEST(TpProcesses, ARankWithoutACheckpointNeedsALeaderThatShips) {
   EXPECT_NE(slurp(log).find("rank 1 (node1) holds no weights"), std::string::npos) << slurp(log);
   EXPECT_NE(slurp(log).find("--tp-ship-weights"), std::string::npos) << slurp(log);
   EXPECT_TRUE(group.wait_for_log(1, "ships no weights", std::chrono::seconds(10))) << slurp(group.log(1));
+}
+
+// A rank started with another checkpoint of the leader's shape (random weights
+// in llama3_f32's config) is refused when the group forms: the leader exits
+// naming the rank and both weights digests, the rank logs the same and stays
+// up, and a leader of its own checkpoint runs next over the same process
+// (without the digest comparison in take_shard the leader ran: checked).
+TEST(TpProcesses, ARankWithAnotherCheckpointIsRefusedNamingBothDigestsAndStaysUp) {
+  const std::string dir = tessera::testing::fixture_dir("llama3_f32");
+  const std::string other = ::testing::TempDir() + "/tp_process_another_checkpoint";
+  std::filesystem::remove_all(other);
+  const auto made =
+      run_tessera("random-checkpoint --config " + dir + "/config.json --seed 2 --dtype f32 --out " + other);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  TpGroup group(2, other, false);
+  Cluster& cluster = group.cluster();
+  const auto log = cluster.dir() / "another.log";
+  const int leader = cluster.spawn(
+      0,
+      {TESSERA_BINARY, "generate", "--model", dir, "--prompt-ids", "1,2", "-n", "1", "--threads", "1", "--tp",
+       cluster.members(), "--identity", cluster.identity(0).string(), "--trust", cluster.trust_file().string()},
+      log);
+  EXPECT_EQ(cluster.wait(leader, std::chrono::seconds(60)), 2) << slurp(log);
+  const std::regex refusal(
+      "rank 1 \\(node1\\) holds another checkpoint than the leader's: weights digest [0-9a-f]{16}\\.\\.\\., the "
+      "leader's [0-9a-f]{16}\\.\\.\\.");
+  const std::string leader_log = slurp(log);
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(leader_log, said, refusal)) << leader_log;
+  EXPECT_TRUE(group.wait_for_log(1, "holds another checkpoint", std::chrono::seconds(10))) << slurp(group.log(1));
+  const std::string digests = said.str().substr(said.str().find("digest"));
+  EXPECT_NE(slurp(group.log(1)).find(digests), std::string::npos) << slurp(group.log(1));
+  const auto run = group.lead({"--prompt-ids", "1,2", "-n", "1"});
+  EXPECT_EQ(run.exit_code, 0) << run.err << slurp(group.log(1));
+  EXPECT_EQ(group.groups_formed(1), 2u) << slurp(group.log(1));
 }
 
 // Starts a long request on the leader, sends rank 2 `sig` once the group has
