@@ -67,7 +67,8 @@ inline void add_tp_options(CLI::App& cmd, TpOptions& o, const std::string& membe
   cmd.add_flag("--nccl", o.nccl,
                "GPU ranks of one host (--device cuda:N, one GPU each): sums through NCCL over the GPUs' links, "
                "plain (GPUs of one host trust each other); the group's other messages stay on its authenticated "
-               "links. Every member passes it");
+               "links. Every member passes it")
+      ->needs(members);
   if (members_flag == "--tp")  // a leader's
     cmd.add_option("--tp-ship-weights", o.ship_weights,
                    "none|lz4|int8|int8+lz4|int4|int4+lz4: ship each rank started without --model its shard when "

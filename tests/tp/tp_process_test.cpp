@@ -284,6 +284,14 @@ TEST(TpProcesses, ARankCountThatDoesNotDivideIsRefused) {
   tessera::testing::expect_refused(run, {"6 attention heads are not divisible by 4 ranks"});
 }
 
+// --nccl belongs to a TP group: without one it is refused before anything runs,
+// not ignored (before the check, this generate ran and exited 0).
+TEST(TpProcesses, NcclWithoutAGroupIsRefused) {
+  const auto run = run_tessera("generate --model " + tessera::testing::fixture_dir(tessera::testing::kShippedModel) +
+                               " --prompt-ids 1,2 -n 1 --threads 1 --nccl");
+  tessera::testing::expect_refused(run, {"--nccl requires --tp"});
+}
+
 // chat --tp leads the group as generate --tp does: its first answer is the one
 // generate --tp --chat gives for the same message (both TP over 2 ranks, so
 // bitwise the same logits), and the second turn, on the same sequence (the
