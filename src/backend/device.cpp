@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 namespace tessera {
@@ -97,15 +98,19 @@ Result<double> measure_copy_bandwidth(Device& device) {
   return best;
 }
 
+std::optional<int> cuda_ordinal(std::string_view name) {
+  if (name == "cuda") return 0;
+  if (!name.starts_with("cuda:")) return std::nullopt;
+  int ordinal = -1;
+  const auto digits = name.substr(5);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+  if (ec != std::errc() || end != digits.data() + digits.size() || ordinal < 0) return std::nullopt;
+  return ordinal;
+}
+
 Result<std::unique_ptr<Device>> make_device(std::string_view name, size_t cpu_threads) {
   if (name == "cpu") return make_cpu_device(cpu_threads);
-  if (name == "cuda") return make_cuda_device(0);
-  if (name.starts_with("cuda:")) {
-    int ordinal = -1;
-    const auto digits = name.substr(5);
-    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
-    if (ec == std::errc() && end == digits.data() + digits.size() && ordinal >= 0) return make_cuda_device(ordinal);
-  }
+  if (const std::optional<int> ordinal = cuda_ordinal(name)) return make_cuda_device(*ordinal);
   return Status::invalid_input("unknown device '" + std::string(name) + "' (expected cpu, cuda or cuda:N)");
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -234,5 +235,7 @@ Result<std::unique_ptr<Device>> make_cuda_device(int ordinal);
 Result<double> measure_copy_bandwidth(Device& device);
 // "cpu" or "cuda[:N]".
 Result<std::unique_ptr<Device>> make_device(std::string_view name, size_t cpu_threads);
+// The GPU a device name stands for: "cuda" is 0, "cuda:N" is N; nullopt for any other name.
+std::optional<int> cuda_ordinal(std::string_view name);
 
 }  // namespace tessera

@@ -18,11 +18,11 @@
 // (NCCL_NVLS_ENABLE=0: the GPU machine's notes say why).
 #pragma once
 
-#include <charconv>
 #include <chrono>
 #include <string>
 #include <string_view>
 
+#include "backend/device.h"
 #include "collective/group.h"
 #include "core/status.h"
 
@@ -36,15 +36,9 @@ struct NcclOptions {
 // The CUDA ordinal of a rank's --device for its NCCL group ("cuda" is 0,
 // "cuda:N" is N); any other device is refused, naming it.
 inline Result<int> nccl_ordinal(std::string_view device) {
-  int ordinal = 0;
-  if (device == "cuda") return ordinal;
-  const std::string_view digits = device.substr(device.find(':') + 1);
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
-  if (!device.starts_with("cuda:") || digits.empty() || error != std::errc() || end != digits.data() + digits.size() ||
-      ordinal < 0)
-    return Status::invalid_input("an NCCL group (--nccl) needs its rank on a GPU (--device cuda[:N]), not '" +
-                                 std::string(device) + "'");
-  return ordinal;
+  if (const std::optional<int> ordinal = cuda_ordinal(device)) return *ordinal;
+  return Status::invalid_input("an NCCL group (--nccl) needs its rank on a GPU (--device cuda[:N]), not '" +
+                               std::string(device) + "'");
 }
 
 // Whether this build has NCCL (a build without it has no_nccl.cpp: false).
