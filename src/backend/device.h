@@ -140,6 +140,15 @@ class Device {
   virtual void upload(const void* host, size_t bytes, void* dst) = 0;
   virtual void download(const void* src, size_t bytes, void* host) = 0;
   virtual void copy(const void* src, size_t bytes, void* dst) = 0;
+  // A step's work as one unit: the calls between begin_step() and end_step()
+  // may be recorded and then run together (a GPU replays them as one CUDA
+  // graph, which saves the launches one by one), with bitwise the same results.
+  // A download, upload or place() among them ends the unit there. The defaults
+  // run every call as it comes.
+  virtual void begin_step() {}
+  virtual void end_step() {}
+  // How many steps this device has run as one unit (for tests and benchmarks).
+  virtual int64_t steps_as_graphs() const { return 0; }
   // A view of a weight in memory this device computes on: the CPU computes on the
   // mapped file itself; a GPU copies it into memory it owns and keeps it until the
   // device is destroyed.

@@ -337,7 +337,9 @@ Result<Forward::Output> Forward::embed_and_run(std::span<const int32_t> ids, std
   TS_RETURN_IF_ERROR(prepare_parts(parts, static_cast<int64_t>(ids.size()), copies));
   const std::vector<SeqSlice> slices = slices_of(parts);
   if (tp_) TS_RETURN_IF_ERROR(lead(ids, {}, slices, copies, logits));
+  begin_step(slices);
   auto out = embed_and_compute(ids, slices, logits);
+  device_.end_step();
   if (out.ok())
     for (const Part& part : parts) part.cache->advance(part.tokens);
   return out;
@@ -352,10 +354,20 @@ Result<Forward::Output> Forward::take_and_run(std::span<const float> hidden, std
   const std::vector<SeqSlice> slices = slices_of(parts);
   if (tp_) TS_RETURN_IF_ERROR(lead({}, hidden, slices, copies, logits));
   device_.upload(hidden.data(), hidden.size_bytes(), x_.data());
+  begin_step(slices);
   auto out = run_layers(slices, tokens, logits);
+  device_.end_step();
   if (out.ok())
     for (const Part& part : parts) part.cache->advance(part.tokens);
   return out;
+}
+
+void Forward::begin_step(std::span<const SeqSlice> slices) {
+  // Decode steps only (a token a part): they repeat their shapes step after
+  // step, so the device replays one recording with new positions, where a
+  // prompt's step would record a new one. A TP step's sums go between ranks.
+  const bool decode = std::all_of(slices.begin(), slices.end(), [](const SeqSlice& s) { return s.tokens == 1; });
+  if (decode && !tp_) device_.begin_step();
 }
 
 template <typename Call>

@@ -141,6 +141,8 @@ class Forward {
   // The setup after the weights: this rank's KV pool, as the leader's.
   Status make_kv_pool(const ForwardOptions& options, Status local);
   Status check_ids(std::span<const int32_t> ids) const;
+  // Device::begin_step for a step whose parts each run one token (end_step after it).
+  void begin_step(std::span<const SeqSlice> slices);
   Result<int64_t> hidden_rows(std::span<const float> hidden) const;
   // Room in each cache and in the pool, then the blocks every part needs; the
   // copy-on-write copies that made them writable into `copies`.

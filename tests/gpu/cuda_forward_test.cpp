@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 
 #include "model/fixtures.h"
 #include "model/forward.h"
@@ -170,6 +172,66 @@ TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOne
     }
     EXPECT_EQ(*tokens, ids) << "greedy tokens chosen on the device, step " << step;
   }
+}
+
+// CUDA graphs (issue 16, point 5): decode steps recorded and replayed as graphs
+// give bitwise the logits of the same steps launched kernel by kernel, while
+// sequences leave the batch, their block tables grow (blocks of 4 positions) and
+// their contexts cross a 64-position partition: each step's graph is an earlier
+// one updated to its parameters, and a stale one would give other logits.
+TEST_P(CudaBatchTest, DecodeStepsAsGraphsAreBitwiseTheStepsLaunchedOneByOne) {
+  ASSERT_EQ(setenv("TESSERA_CUDA_GRAPHS", "0", 1), 0);
+  auto one_by_one_made = make_cuda_device(0);
+  unsetenv("TESSERA_CUDA_GRAPHS");
+  if (!one_by_one_made.ok()) GTEST_SKIP() << "needs a GPU: " << one_by_one_made.status().to_string();
+  TESSERA_CUDA_OR_SKIP(graphs);
+  auto model = Model::load(fixture_dir(GetParam()));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const int64_t vocab = model->config().vocab_size;
+  constexpr int kSequences = 5, kDecode = 16;
+  std::vector<std::unique_ptr<Forward>> forwards;
+  for (Device* device : {one_by_one_made->get(), graphs.get()}) {
+    forwards.push_back(
+        std::make_unique<Forward>(*model, *device, ForwardOptions{.kv_memory = kKvMemory, .kv_block_size = 4}));
+    ASSERT_TRUE(forwards.back()->status().ok()) << forwards.back()->status().to_string();
+  }
+  std::vector<std::vector<KvCache>> caches(2);
+  std::vector<int32_t> prompt_ids;
+  std::vector<std::vector<Forward::Part>> parts(2);
+  for (int s = 0; s < kSequences; ++s) {
+    const std::vector<int32_t> prompt = make_prompt(52 + 3 * s, 11 * s + 2, vocab);  // 52..64: past 64 while decoding
+    prompt_ids.insert(prompt_ids.end(), prompt.begin(), prompt.end());
+    for (size_t f = 0; f < 2; ++f)
+      caches[f].push_back(forwards[f]->make_cache(static_cast<int64_t>(prompt.size()) + kDecode));
+  }
+  for (size_t f = 0; f < 2; ++f)
+    for (int s = 0; s < kSequences; ++s) parts[f].push_back({&caches[f][static_cast<size_t>(s)], 52 + 3 * int64_t{s}});
+  std::vector<std::vector<float>> logits(2);
+  for (size_t f = 0; f < 2; ++f) {
+    auto out = forwards[f]->step_ids(prompt_ids, parts[f]);
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    logits[f] = std::move(*out);
+  }
+  ASSERT_EQ(logits[0], logits[1]) << "the prompts' step";
+  for (int step = 0; step < kDecode; ++step) {
+    std::vector<int32_t> ids;
+    for (size_t s = 0; s < parts[0].size(); ++s)
+      ids.push_back(argmax(std::span(logits[0]).subspan(s * static_cast<size_t>(vocab), static_cast<size_t>(vocab))));
+    if (step % 5 == 4) {  // the last sequence leaves the batch
+      ids.pop_back();
+      parts[0].pop_back();
+      parts[1].pop_back();
+    }
+    for (size_t f = 0; f < 2; ++f) {
+      for (Forward::Part& part : parts[f]) part.tokens = 1;
+      auto out = forwards[f]->step_ids(ids, parts[f]);
+      ASSERT_TRUE(out.ok()) << out.status().to_string();
+      logits[f] = std::move(*out);
+    }
+    ASSERT_EQ(logits[0], logits[1]) << "decode step " << step << " of " << parts[0].size() << " sequences";
+  }
+  EXPECT_EQ((*one_by_one_made)->steps_as_graphs(), 0);
+  EXPECT_EQ(graphs->steps_as_graphs(), kDecode) << "every decode step ran as a graph";
 }
 
 // The MoE ones too: a token's experts and their sums do not depend on the step's other tokens (issue 18, point 3).

@@ -108,14 +108,14 @@ for step in $STEPS; do
           for with in - "${switches[@]}"; do
             echo "== $shape ${with/-/as built}"
             env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights \
-              --seed 1 --dtype bf16 2>&1 | grep -E "^(prefill|decode)"
+              --seed 1 --dtype bf16 2>&1 | grep -E "^(prefill|decode|cuda graphs)"
           done
         done
       done
       for with in - "${switches[@]}"; do
         echo "== llama-3-8b x64 ${with/-/as built}"
         env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights \
-          --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences 64 2>&1 | grep -E "decode x"
+          --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences 64 2>&1 | grep -E "decode x|cuda graphs"
       done ;;
     serve)
       # tessera serve on the 8B shape at concurrency 1, 8, 32 and 64 against tessera generate alone

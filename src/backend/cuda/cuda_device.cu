@@ -5,6 +5,15 @@
 // device through a staging arena (stage()) just before the kernel that reads
 // them; the stream keeps the copies and kernels in order.
 //
+// A decode step runs as a CUDA graph (begin_step/end_step): its launches are
+// recorded by stream capture, then run through the executable graph of an
+// earlier step with as many nodes, updated in place to this step's parameters
+// (positions, sizes, pointers), or a new one when CUDA refuses the update. The
+// kernels and their order are the recorded ones, so the bits are the same as
+// launched one by one (TESSERA_CUDA_GRAPHS=0 does that, to measure the gain).
+// Whatever must wait for the stream (a download, an upload from pageable
+// memory, growing a scratch buffer) first ends the recording and runs it.
+//
 // A GPU fault is a bug, not an input error: a failed launch or copy stops the
 // process with the CUDA error. Running out of memory is an input the caller
 // handles: alloc() and place() return kOverloaded naming what did not fit.
@@ -16,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/device.h"
@@ -40,10 +50,15 @@ std::string gib(size_t bytes) {
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, std::string name, cudaStream_t stream)
-      : ordinal_(ordinal), name_(std::move(name)), stream_(stream) {}
+      : ordinal_(ordinal),
+        name_(std::move(name)),
+        stream_(stream),
+        graphs_(!cuda::switched_off("TESSERA_CUDA_GRAPHS")) {}
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
+    run_recorded();
     cudaStreamSynchronize(stream_);
+    for (const auto& [nodes, exec] : execs_) cudaGraphExecDestroy(exec);
     placed_.clear();
     arena_ = Buffer();
     if (arena_host_ != nullptr) cudaFreeHost(arena_host_);
@@ -61,6 +76,7 @@ class CudaDevice final : public Device {
 
   double measure_bf16_peak() override {
     select();
+    run_recorded();
     return cuda::mma_peak(stream_);
   }
 
@@ -80,11 +96,13 @@ class CudaDevice final : public Device {
 
   void upload(const void* host, size_t bytes, void* dst) override {
     select();
+    run_recorded();  // host memory that may be pageable: copied now
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "upload");
   }
 
   void download(const void* src, size_t bytes, void* host) override {
     select();
+    run_recorded();
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
     check(cudaStreamSynchronize(stream_), "the work before a download");
   }
@@ -102,12 +120,24 @@ class CudaDevice final : public Device {
     if (!buffer.ok())
       return Status::overloaded("a " + std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape) +
                                 " weight does not fit: " + buffer.status().message());
+    run_recorded();
     check(cudaMemcpy(buffer->data(), host.data, host.nbytes(), cudaMemcpyHostToDevice), "copying a weight");
     TensorView placed = host;
     placed.data = buffer->data();
     placed_.push_back(std::move(*buffer));
     return placed;
   }
+
+  void begin_step() override {
+    if (!graphs_ || recording_) return;
+    select();
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "recording a step");
+    recording_ = true;
+  }
+
+  void end_step() override { run_recorded(); }
+
+  int64_t steps_as_graphs() const override { return graph_steps_; }
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override {
     launch_matmul(x, tokens, w, bias, y, false);
@@ -350,8 +380,10 @@ class CudaDevice final : public Device {
       if (tensor_cores) {
         const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(
             stage({reinterpret_cast<const int32_t*>(column_blocks.data()), column_blocks.size() * 3}));
+        int64_t block_tokens = 0;
+        for (const cuda::ColumnBlock& b : column_blocks) block_tokens = std::max<int64_t>(block_tokens, b.tokens);
         cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
-                            static_cast<int64_t>(column_blocks.size()), scratch);
+                            static_cast<int64_t>(column_blocks.size()), block_tokens, scratch);
         cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch);
         column_blocks.clear();
       } else {
@@ -392,7 +424,7 @@ class CudaDevice final : public Device {
   // before has finished with it.
   void* grow(Buffer& scratch, size_t bytes, const char* what) {
     if (scratch.bytes() < bytes) {
-      check(cudaStreamSynchronize(stream_), what);
+      drain(what);
       scratch = Buffer();
       auto buffer = alloc(std::max(bytes, size_t{16} << 20));
       TS_CHECK(buffer.ok(), what, ": ", buffer.status().to_string());
@@ -413,7 +445,7 @@ class CudaDevice final : public Device {
     const std::vector<int32_t> key(host.begin(), host.end());
     if (const auto it = staged_.find(key); it != staged_.end()) return arena_device() + it->second;
     if (arena_used_ + host.size() > arena_capacity_ || staged_.size() >= kMaxStaged) {
-      check(cudaStreamSynchronize(stream_), "the work before reusing the staging arena");
+      drain("the work before reusing the staging arena");
       staged_.clear();
       arena_used_ = 0;
       if (host.size() > arena_capacity_) grow_arena(host.size());
@@ -425,6 +457,44 @@ class CudaDevice final : public Device {
     arena_used_ += host.size();
     staged_.emplace(key, at);
     return arena_device() + at;
+  }
+
+  // Ends a recording begun by begin_step() and runs it (nothing when none is open).
+  void run_recorded() {
+    if (!recording_) return;
+    recording_ = false;
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "recording a step");
+    size_t nodes = 0;
+    check(cudaGraphGetNodes(graph, nullptr, &nodes), "counting a step's launches");
+    if (nodes > 0) {
+      if (execs_.size() >= kMaxGraphs && !execs_.contains(nodes)) forget_graphs();
+      cudaGraphExec_t& exec = execs_[nodes];
+      if (exec != nullptr) {
+        cudaGraphExecUpdateResultInfo info{};
+        if (cudaGraphExecUpdate(exec, graph, &info) != cudaSuccess) {  // another kernel, or other dependencies
+          cudaGetLastError();
+          cudaGraphExecDestroy(exec);
+          exec = nullptr;
+        }
+      }
+      if (exec == nullptr) check(cudaGraphInstantiate(&exec, graph, 0), "instantiating a step's graph");
+      check(cudaGraphLaunch(exec, stream_), "launching a step's graph");
+      ++graph_steps_;
+    }
+    check(cudaGraphDestroy(graph), "freeing a step's recording");
+  }
+
+  void forget_graphs() {
+    check(cudaStreamSynchronize(stream_), "the graphs' last launches");
+    for (const auto& [nodes, exec] : execs_) cudaGraphExecDestroy(exec);
+    execs_.clear();
+  }
+
+  // Runs what is recorded, then waits for the stream.
+  void drain(const char* what) {
+    run_recorded();
+    check(cudaStreamSynchronize(stream_), what);
   }
 
   void grow_arena(size_t elements) {
@@ -464,6 +534,12 @@ class CudaDevice final : public Device {
   int32_t* arena_host_ = nullptr;
   size_t arena_capacity_ = 0, arena_used_ = 0;
   std::unordered_map<std::vector<int32_t>, size_t, SpanHash> staged_;
+  // Decode steps as graphs (begin_step): the executable graphs by their node count.
+  static constexpr size_t kMaxGraphs = 16;
+  bool graphs_;
+  bool recording_ = false;
+  std::unordered_map<size_t, cudaGraphExec_t> execs_;
+  int64_t graph_steps_ = 0;
 
   // ---- Mixture of experts (moe.cu): routing and a layer's experts without the host.
  public:
@@ -517,7 +593,7 @@ class CudaDevice final : public Device {
     auto buffer = alloc(pointers.size() * sizeof(void*));
     TS_CHECK(buffer.ok(), "expert table: ", buffer.status().to_string());
     upload(pointers.data(), pointers.size() * sizeof(void*), buffer->data());
-    check(cudaStreamSynchronize(stream_), "copying an expert table");  // `pointers` goes out of scope
+    drain("copying an expert table");  // `pointers` goes out of scope
     const auto* table = static_cast<const void* const*>(buffer->data());
     cuda::ExpertState::Layer layer{std::move(*buffer), cuda::ExpertTable{.gate = table,
                                                                          .up = table + n,

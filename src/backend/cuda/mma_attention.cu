@@ -25,7 +25,7 @@ namespace tessera::cuda {
 namespace {
 
 constexpr int kPositions = 64;  // a partition, as attend.cu's kPartition
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;       // a block's warps; one for blocks of 16 columns at most (kOneWarp)
 constexpr int kColumns = 16 * kWarps;
 
 template <DType D>
@@ -54,12 +54,34 @@ __device__ __forceinline__ void mma16(float (&c)[4], const uint32_t (&a)[4], uin
   }
 }
 
+// Four 8 x 8 matrices of 16-bit elements from shared memory (ldmatrix): lane l
+// names row l % 8 of matrix l / 8 (16 bytes); r[m] receives lane (g, t)'s
+// fragment of matrix m, elements (g, 2t) and (g, 2t + 1), or with kTrans those of
+// the matrix transposed, (2t, g) and (2t + 1, g): the B operand of mma16 for keys
+// as they are and for values transposed, loaded in one instruction for four
+// registers instead of one load for each (or two for each, for the values).
+template <bool kTrans>
+__device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const uint16_t* row) {
+  const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+  }
+}
+
 // Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
 // elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
-template <DType D, int kHeadDim>
-__global__ void __launch_bounds__(kWarps * 32)
+template <DType D, int kHeadDim, bool kMatrices, int kBlockWarps>
+__global__ void __launch_bounds__(kBlockWarps * 32)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
-                         float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks,
+                         float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks, bool split_kv,
                          float* __restrict__ scratch) {
   let_next_start();
   constexpr int kStride = kHeadDim + 8;  // 16-bit elements a row in shared memory (rows 16 bytes apart in banks)
@@ -76,19 +98,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int32_t* blocks = map.tables + map.table[cb.first];
   const auto* base = static_cast<const uint16_t*>(p.base);
   constexpr int kUnits = kHeadDim * 2 / 16;  // 16-byte pieces of a row
+  // The keys, then the values: two groups of copies, all in flight at once.
   const auto copy_keys_and_values = [&] {
-    for (int i = static_cast<int>(threadIdx.x); i < 2 * kPositions * kUnits; i += kWarps * 32) {
-      const int kind = i / (kPositions * kUnits), j = i % (kPositions * kUnits) / kUnits, u = i % kUnits;
-      uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
-      if (j < rows) {  // every piece in flight at once
-        const int64_t at = start + j;
-        copy16(to,
-               base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) + at % p.block_size * kHeadDim + u * 8);
-      } else {
-        *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
+    for (int kind = 0; kind < 2; ++kind) {
+      for (int i = static_cast<int>(threadIdx.x); i < kPositions * kUnits; i += kBlockWarps * 32) {
+        const int j = i / kUnits, u = i % kUnits;
+        uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
+        if (j < rows) {
+          const int64_t at = start + j;
+          copy16(to, base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) + at % p.block_size * kHeadDim +
+                         u * 8);
+        } else {
+          *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
+        }
       }
+      copies_sent();
     }
-    copies_sent();
   };
   // The token map and column blocks were staged before the kernels of this
   // layer; keys and values of positions below `fresh` were stored by earlier
@@ -127,49 +152,71 @@ __global__ void __launch_bounds__(kWarps * 32)
       qa[kk][i] = pack2<D>(v.x, v.y);
     }
 
-  copies_wait<0>();
+  // The scores need the keys alone: with split_kv they are computed while the
+  // values are still on their way (the same numbers either way).
+  if (split_kv) {
+    copies_wait<1>();
+  } else {
+    copies_wait<0>();
+  }
   __syncthreads();
-  if (c0 >= columns) return;
+  const bool idle = c0 >= columns;  // a warp without columns still meets the barrier below
 
-  // S = Q K^T, eight tiles of 8 positions.
-  float s[kPositions / 8][4] = {};
+  float s[kPositions / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+  if (!idle) {
+    // S = Q K^T, eight tiles of 8 positions (kMatrices: two 16-dimension steps a load).
 #pragma unroll
-  for (int j = 0; j < kPositions / 8; ++j) {
-    const uint16_t* key = keys + (8 * j + g) * kStride + 2 * t;
+    for (int j = 0; j < kPositions / 8; ++j) {
+      if constexpr (kMatrices) {
+        const uint16_t* rows = keys + (8 * j + lane % 8) * kStride + 8 * (lane / 8);
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / 16; ++kk)
-      mma16<D>(s[j], qa[kk], *reinterpret_cast<const uint32_t*>(key + kk * 16),
-               *reinterpret_cast<const uint32_t*>(key + kk * 16 + 8));
-  }
-  float peak[2] = {-INFINITY, -INFINITY};
+        for (int kk = 0; kk < kHeadDim / 16; kk += 2) {
+          uint32_t b[4];
+          load_matrices<false>(b, rows + kk * 16);
+          mma16<D>(s[j], qa[kk], b[0], b[1]);
+          mma16<D>(s[j], qa[kk + 1], b[2], b[3]);
+        }
+      } else {
+        const uint16_t* key = keys + (8 * j + g) * kStride + 2 * t;
 #pragma unroll
-  for (int j = 0; j < kPositions / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = i / 2;
-      const int64_t at = start + 8 * j + 2 * t + i % 2;
-      s[j][i] = used[r] && at <= pos[r] ? s[j][i] * scale : -INFINITY;
-      peak[r] = fmaxf(peak[r], s[j][i]);
-    }
-  float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 1));
-    peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 2));
-  }
-#pragma unroll
-  for (int j = 0; j < kPositions / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = i / 2;
-      s[j][i] = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - peak[r]);
-      sum[r] += s[j][i];
+        for (int kk = 0; kk < kHeadDim / 16; ++kk)
+          mma16<D>(s[j], qa[kk], *reinterpret_cast<const uint32_t*>(key + kk * 16),
+                   *reinterpret_cast<const uint32_t*>(key + kk * 16 + 8));
+      }
     }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-    sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    for (int j = 0; j < kPositions / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2;
+        const int64_t at = start + 8 * j + 2 * t + i % 2;
+        s[j][i] = used[r] && at <= pos[r] ? s[j][i] * scale : -INFINITY;
+        peak[r] = fmaxf(peak[r], s[j][i]);
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 1));
+      peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 2));
+    }
+#pragma unroll
+    for (int j = 0; j < kPositions / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2;
+        s[j][i] = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - peak[r]);
+        sum[r] += s[j][i];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+    }
   }
+  if (split_kv) {  // now the values
+    copies_wait<0>();
+    __syncthreads();
+  }
+  if (idle) return;
 
   // O = P V: P's accumulators are already the A operand's layout, 16 positions at a time.
   float o[kHeadDim / 8][4] = {};
@@ -177,13 +224,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int ks = 0; ks < kPositions / 16; ++ks) {
     const uint32_t pa[4] = {pack2<D>(s[2 * ks][0], s[2 * ks][1]), pack2<D>(s[2 * ks][2], s[2 * ks][3]),
                             pack2<D>(s[2 * ks + 1][0], s[2 * ks + 1][1]), pack2<D>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-    const uint16_t* v0 = values + (16 * ks + 2 * t) * kStride + g;
+    if constexpr (kMatrices) {  // matrices: positions 16ks + 0..7 and + 8..15, of dimensions 8dt.. and 8(dt + 1)..
+      const uint16_t* rows = values + (16 * ks + 8 * (lane / 8 % 2) + lane % 8) * kStride + 8 * (lane / 16);
 #pragma unroll
-    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      const uint16_t* v = v0 + dt * 8;
-      const uint32_t b0 = v[0] | static_cast<uint32_t>(v[kStride]) << 16;
-      const uint32_t b1 = v[8 * kStride] | static_cast<uint32_t>(v[9 * kStride]) << 16;
-      mma16<D>(o[dt], pa, b0, b1);
+      for (int dt = 0; dt < kHeadDim / 8; dt += 2) {
+        uint32_t b[4];
+        load_matrices<true>(b, rows + dt * 8);
+        mma16<D>(o[dt], pa, b[0], b[1]);
+        mma16<D>(o[dt + 1], pa, b[2], b[3]);
+      }
+    } else {
+      const uint16_t* v0 = values + (16 * ks + 2 * t) * kStride + g;
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+        const uint16_t* v = v0 + dt * 8;
+        const uint32_t b0 = v[0] | static_cast<uint32_t>(v[kStride]) << 16;
+        const uint32_t b1 = v[8 * kStride] | static_cast<uint32_t>(v[9 * kStride]) << 16;
+        mma16<D>(o[dt], pa, b0, b1);
+      }
     }
   }
 #pragma unroll
@@ -214,17 +272,37 @@ int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads) {
 }
 
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
-                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch) {
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count,
+                   int64_t block_tokens, float* scratch) {
   if (count == 0) return;
   const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(count), static_cast<unsigned>(p.n_kv_heads));
-  const auto run = [&]<DType D>() {
-    if (p.head_dim == 64) {
-      launch_kernel(mma_attention_kernel<D, 64>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
-                    partitions, column_blocks, scratch);
+  // The keys and values as B operands by ldmatrix, or (TESSERA_CUDA_ATTENTION_MATRICES=0, to
+  // measure it) by loads of one or two elements: the same operands, so the same bits.
+  static const bool matrices = !switched_off("TESSERA_CUDA_ATTENTION_MATRICES");
+  // The scores computed while the values are still being copied (TESSERA_CUDA_ATTENTION_SPLIT_KV=0: after).
+  static const bool split_kv = !switched_off("TESSERA_CUDA_ATTENTION_SPLIT_KV");
+  // Blocks of at most 16 columns (decode: a token's query heads) in blocks of one
+  // warp, which is all that computes in them (TESSERA_CUDA_ATTENTION_ONE_WARP=0:
+  // four warps, three of which only copy): the same warp, so the same bits, and
+  // more blocks an SM with their keys and values in flight.
+  static const bool one_warp_on = !switched_off("TESSERA_CUDA_ATTENTION_ONE_WARP");
+  const bool one_warp = one_warp_on && block_tokens * (n_heads / p.n_kv_heads) <= 16;
+  const auto launch = [&]<DType D, int kHeadDim, bool kMatrices>() {
+    if (one_warp) {
+      launch_kernel(mma_attention_kernel<D, kHeadDim, kMatrices, 1>, grid, 32, 0, stream, q, n_heads, p, layer, map,
+                    scale, partitions, column_blocks, split_kv, scratch);
     } else {
-      launch_kernel(mma_attention_kernel<D, 128>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
-                    partitions, column_blocks, scratch);
+      launch_kernel(mma_attention_kernel<D, kHeadDim, kMatrices, kWarps>, grid, kWarps * 32, 0, stream, q, n_heads, p,
+                    layer, map, scale, partitions, column_blocks, split_kv, scratch);
     }
+  };
+  const auto with_loads = [&]<DType D, int kHeadDim>() {
+    if (matrices) return launch.template operator()<D, kHeadDim, true>();
+    launch.template operator()<D, kHeadDim, false>();
+  };
+  const auto run = [&]<DType D>() {
+    if (p.head_dim == 64) return with_loads.template operator()<D, 64>();
+    with_loads.template operator()<D, 128>();
   };
   if (p.dtype == DType::kBF16) return run.template operator()<DType::kBF16>();
   run.template operator()<DType::kF16>();
