@@ -14,10 +14,10 @@
 # these thread counts too, after the peer (issue 15's point 5 with --threads' counts);
 # --no-spin 0 leaves out the TESSERA_SPIN_US=0 run; --variants: tessera bf16 again at the
 # first thread count with each of these settings in its environment (one run each, after
-# the TESSERA_SPIN_US=0 one). GEMM_BENCH_BIN: cpu_matmul_bench's bf16 GEMM on one thread
-# (its share of the instruction's loop) after the tests; several (space-separated) take
-# turns, twice. MODEL_TEST_BIN: the model fixture
-# tests (model_test, built with TESSERA_SOURCE_DIR pointing at this checkout) run after
+# the TESSERA_SPIN_US=0 one; a variant of several settings joins them with commas).
+# GEMM_BENCH_BIN: cpu_matmul_bench's bf16 GEMM on one thread (its share of the
+# instruction's loop) after the tests; several (space-separated) take turns, twice.
+# MODEL_TEST_BIN: the model fixture tests (model_test, built with TESSERA_SOURCE_DIR pointing at this checkout) run after
 # backend_test, MODEL_TEST_FILTER (a gtest filter) choosing which, stopped after
 # MODEL_TEST_TIMEOUT seconds (90). LLAMA_BENCH: a
 # llama-bench built elsewhere for this machine's instruction set (peer_bench.sh), so
@@ -151,7 +151,7 @@ variant() {
   local t=$1 setting=$2 ckpt=$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-bf16-seed1
   (($(left) >= 40)) || { echo "skipped past the deadline: $setting at $t threads"; return; }
   note "tessera bf16 at $t threads with $setting"
-  env "$setting" "$tessera" bench --model "$ckpt" --threads "$t" --prompt 512 --decode "$decode" 2>&1 |
+  env ${setting//,/ } "$tessera" bench --model "$ckpt" --threads "$t" --prompt 512 --decode "$decode" 2>&1 |
     grep -E "^(device|read bandwidth|f32 FMA|bf16 dot|amx bf16|prefill|matmul alone|decode)"
 }
 

@@ -39,8 +39,9 @@ using testing::rounded_x_dot;
 // The kernel run with the emulation, as amx.cpp runs it with the instructions: one token
 // by decode, more packed (in two ranges, as threads pack them) and the GEMM, in two calls
 // past 32 tokens (tokens [0, 32) and the rest, as threads may cut a call: amx.cpp's
-// offset into the packed x).
-std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows) {
+// offset into the packed x), blocked as `tuning` says.
+std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows,
+                                   kernel::GemmTuning tuning = {}) {
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const int64_t kp = kernel::padded_k(k);
   std::vector<uint16_t> scratch(static_cast<size_t>(2 * kernel::kTileRows * kp));
@@ -58,10 +59,10 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
   std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats));
   std::vector<uint16_t> a(static_cast<size_t>(kernel::kPackedRowElements));
   const int64_t cut = tokens > 32 ? 32 : tokens;
-  kernel::gemm<Emulated>(packed.data(), cut, k, w, rows, y.data(), rows, acc.data(), a.data());
+  kernel::gemm<Emulated>(packed.data(), cut, k, w, rows, y.data(), rows, acc.data(), a.data(), tuning);
   if (cut < tokens)
     kernel::gemm<Emulated>(packed.data() + cpu::bf16::packed_offset(cut, k), tokens - cut, k, w, rows,
-                           y.data() + cut * rows, rows, acc.data(), a.data());
+                           y.data() + cut * rows, rows, acc.data(), a.data(), tuning);
   return y;
 }
 
@@ -127,23 +128,30 @@ float sum_in_order(const float* x, const uint16_t* w, int64_t k, Order order) {
 // blocks), k with and without a partial last chunk and over several k blocks (1061:
 // three), rows leaving partial row groups, and 300 rows (three row blocks, the last of
 // an odd number of groups): every output bitwise in the stated order, so a row is the
-// same alone or in any batch.
+// same alone or in any batch. The GEMM's tuning changes no bit: the default blocking of
+// k, blocks of 5 chunks (k = 1061's 34 chunks in 7 blocks, the last partial) with the B
+// tiles' streaming hint, and blocks of one chunk.
 TEST(AmxTest, EmulatedKernelSumsInTheStatedOrder) {
   struct Case {
     int64_t k, rows;
     std::vector<int64_t> tokens;
   };
+  const kernel::GemmTuning tunings[] = {{}, {5, true}, {1, false}};
   for (const Case& c : {Case{7, 21, {1, 2, 16, 40}}, Case{64, 53, {1, 2, 15, 16, 17, 40, 301, 530}},
                         Case{2 * 512 + 37, 21, {1, 3, 16, 301}}, Case{64, 300, {1, 20}}}) {
     const auto x = random_values(static_cast<size_t>(530 * c.k), 41);
     const auto w = random_bf16(static_cast<size_t>(c.rows * c.k), 42);
     for (const int64_t tokens : c.tokens) {
-      const auto y = emulated_matmul(x.data(), tokens, c.k, w.data(), c.rows);
-      for (int64_t t = 0; t < tokens; ++t)
-        for (int64_t r = 0; r < c.rows; ++r)
-          ASSERT_EQ(y[static_cast<size_t>(t * c.rows + r)],
-                    sum_in_order(x.data() + t * c.k, w.data() + r * c.k, c.k, Order::kStated))
-              << "k " << c.k << " rows " << c.rows << " tokens " << tokens << " t " << t << " row " << r;
+      for (const kernel::GemmTuning& tuning : tunings) {
+        if (tokens == 1 && tuning.k_chunks != kernel::kKcChunks) continue;  // decode has no tuning
+        const auto y = emulated_matmul(x.data(), tokens, c.k, w.data(), c.rows, tuning);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t r = 0; r < c.rows; ++r)
+            ASSERT_EQ(y[static_cast<size_t>(t * c.rows + r)],
+                      sum_in_order(x.data() + t * c.k, w.data() + r * c.k, c.k, Order::kStated))
+                << "k " << c.k << " rows " << c.rows << " tokens " << tokens << " t " << t << " row " << r
+                << " k_chunks " << tuning.k_chunks << " stream_b " << tuning.stream_b;
+      }
     }
   }
 }

@@ -58,6 +58,7 @@ static_assert(sizeof(TileConfig) == 64);
   } while (false)
 #define TESSERA_TILEZERO(N) __asm__ volatile("tilezero %%tmm" N ::: "memory")
 #define TESSERA_TILELOADD(N) __asm__ volatile("tileloadd (%0,%1,1), %%tmm" N ::"r"(p), "r"(stride) : "memory")
+#define TESSERA_TILELOADDT1(N) __asm__ volatile("tileloaddt1 (%0,%1,1), %%tmm" N ::"r"(p), "r"(stride) : "memory")
 #define TESSERA_TILESTORED(N) __asm__ volatile("tilestored %%tmm" N ", (%0,%1,1)" ::"r"(p), "r"(stride) : "memory")
 
 struct InstructionOps {
@@ -77,6 +78,10 @@ struct InstructionOps {
   template <int T>
   static void load(const void* p, int64_t stride) {
     TESSERA_TMM(T, TESSERA_TILELOADD);
+  }
+  template <int T>
+  static void load_streaming(const void* p, int64_t stride) {
+    TESSERA_TMM(T, TESSERA_TILELOADDT1);
   }
   template <int T>
   static void store(void* p, int64_t stride) {
@@ -102,6 +107,7 @@ struct InstructionOps {
 
 #undef TESSERA_TILEZERO
 #undef TESSERA_TILELOADD
+#undef TESSERA_TILELOADDT1
 #undef TESSERA_TILESTORED
 #undef TESSERA_TMM
 
@@ -126,6 +132,20 @@ Scratch& scratch_for(int64_t k) {
   if (s.acc.empty()) s.acc.resize(static_cast<size_t>(kernel::kAccFloats));
   if (s.a.empty()) s.a.resize(static_cast<size_t>(kernel::kPackedRowElements));
   return s;
+}
+
+// The GEMM's choices of speed (amx_kernel.h's GemmTuning), read once: TESSERA_AMX_KC, the
+// chunks of k a block (1 to 16), and TESSERA_AMX_STREAM_B=1, x's B tiles loaded with the
+// hint that they are not reused soon. Neither changes a bit of the results.
+kernel::GemmTuning gemm_tuning() {
+  static const kernel::GemmTuning tuning = [] {
+    kernel::GemmTuning t;
+    if (const char* text = std::getenv("TESSERA_AMX_KC"))
+      t.k_chunks = std::clamp<int64_t>(std::strtoll(text, nullptr, 10), 1, kernel::kKcChunks);
+    if (const char* text = std::getenv("TESSERA_AMX_STREAM_B")) t.stream_b = std::strcmp(text, "1") == 0;
+    return t;
+  }();
+  return tuning;
 }
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 8.
@@ -160,7 +180,7 @@ void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int6
            "[cpu] AMX GEMM tokens [", begin, ", ", end, ") of ", tokens);
   Scratch& s = scratch_for(k);
   kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
-                               k, w, rows, y + begin * ldy, ldy, s.acc.data(), s.a.data());
+                               k, w, rows, y + begin * ldy, ldy, s.acc.data(), s.a.data(), gemm_tuning());
 }
 int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
 void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {

@@ -49,6 +49,10 @@ struct EmulatedOps {
       std::memcpy(t.data[T] + r * 64, static_cast<const uint8_t*>(p) + r * stride, static_cast<size_t>(t.colsb[T]));
   }
   template <int T>
+  static void load_streaming(const void* p, int64_t stride) {  // a hint to the caches, the same load
+    load<T>(p, stride);
+  }
+  template <int T>
   static void store(void* p, int64_t stride) {
     const Tiles& t = tiles();
     for (int r = 0; r < t.rows[T]; ++r)

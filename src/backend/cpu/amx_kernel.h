@@ -33,7 +33,8 @@
 // tokens, x's pairs interleaved by token: the VNNI layout).
 //
 // Ops (all static): configure(cols) (palette 1: C and B tiles of `cols` tokens, A tiles
-// of 64 bytes, 16 rows each); release(); zero<T>(); load<T>(p, stride) and
+// of 64 bytes, 16 rows each); release(); zero<T>(); load<T>(p, stride),
+// load_streaming<T>(p, stride) (the same load, hinted as not reused soon) and
 // store<T>(p, stride) (16 rows, `stride` bytes apart); dot<C, A, B>(); round_x(x, n,
 // out) (n floats to bf16); transpose16(src, ss, dst, ds) (dst[j * ds + i] = src[i * ss +
 // j] for i, j < 16: 32-bit elements moved as bits, for C tiles out to y and x into B
@@ -67,6 +68,20 @@ inline constexpr int64_t kAccFloats = kRowBlock * kTokBlock;
 // Elements of the packed A tiles of one row pair at one k block (gemm's a_scratch).
 inline constexpr int64_t kPackedRowElements = 2 * kKcChunks * kTileElements;
 static_assert(kTokBlock % (2 * kTileTokens) == 0 && kRowBlock % (2 * kTileRows) == 0);
+
+// Choices of speed alone in the GEMM, for measuring one against another in one binary
+// (amx.cpp reads them from the environment): every output's sum is the same whatever they
+// are, since C tiles stored between k blocks and loaded again hold the same bits.
+struct GemmTuning {
+  // Chunks of k a block (1 to kKcChunks): a row pair's A tiles take 2 x k_chunks KiB of
+  // L1, twice that when a core's two hyperthreads both multiply; the C tiles go to acc
+  // and back once a k block.
+  int64_t k_chunks = kKcChunks;
+  // x's B tiles loaded with the hint that they will not be reused soon (tileloaddt1): they
+  // stream from L2 once a row pair, and the hint keeps them from pushing the A tiles,
+  // reused by every token tile, out of L1.
+  bool stream_b = false;
+};
 
 static inline int64_t padded_tokens(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens * kTileTokens; }
 // bf16 elements of a call's packed x (see pack_x).
@@ -146,9 +161,18 @@ struct TileRun {
   int64_t stride;
 };
 
+template <typename Ops, int T, bool kStream>
+void load_b(const uint32_t* p, int64_t stride) {
+  if constexpr (kStream) {
+    Ops::template load_streaming<T>(p, stride);
+  } else {
+    Ops::template load<T>(p, stride);
+  }
+}
+
 // kA A tiles x kB B tiles over `steps` chunks: C (i, j) starts from c[2i + j] (stride cs
 // bytes) when load_c, else from zeros, and is stored there at the end.
-template <typename Ops, int kA, int kB>
+template <typename Ops, int kA, int kB, bool kStreamB>
 void block(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps, float* const* c, int64_t cs,
            bool load_c) {
   static_assert(kA >= 1 && kA <= 2 && kB >= 1 && kB <= 2);
@@ -165,10 +189,10 @@ void block(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps
   }
   for (int64_t s = 0; s < steps; ++s) {
     Ops::template load<4>(a[0].data + s * a[0].step, a[0].stride);
-    Ops::template load<6>(b[0].data + s * b[0].step, b[0].stride);
+    load_b<Ops, 6, kStreamB>(b[0].data + s * b[0].step, b[0].stride);
     Ops::template dot<0, 4, 6>();
     if constexpr (kB == 2) {
-      Ops::template load<7>(b[1].data + s * b[1].step, b[1].stride);
+      load_b<Ops, 7, kStreamB>(b[1].data + s * b[1].step, b[1].stride);
       Ops::template dot<1, 4, 7>();
     }
     if constexpr (kA == 2) {
@@ -183,13 +207,13 @@ void block(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps
   if constexpr (kA == 2 && kB == 2) Ops::template store<3>(c[3], cs);
 }
 
-template <typename Ops>
+template <typename Ops, bool kStreamB = false>
 void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps,
                float* const* c, int64_t cs, bool load_c) {
-  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2>(a, b, steps, c, cs, load_c);
-  if (groups == 2) return block<Ops, 2, 1>(a, b, steps, c, cs, load_c);
-  if (token_tiles == 2) return block<Ops, 1, 2>(a, b, steps, c, cs, load_c);
-  block<Ops, 1, 1>(a, b, steps, c, cs, load_c);
+  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2, kStreamB>(a, b, steps, c, cs, load_c);
+  if (groups == 2) return block<Ops, 2, 1, kStreamB>(a, b, steps, c, cs, load_c);
+  if (token_tiles == 2) return block<Ops, 1, 2, kStreamB>(a, b, steps, c, cs, load_c);
+  block<Ops, 1, 1, kStreamB>(a, b, steps, c, cs, load_c);
 }
 
 // One token: y[r] for `rows` weight rows. xb: its x rounded (round_row). Tiles of one
@@ -223,16 +247,25 @@ void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, floa
 // The A tiles of `groups` (1 or 2) row groups from weight row `first`, chunks [c0, c1), in
 // tile order: group i's tile for chunk c0 + s at out + (i * kKcChunks + s) * kTileElements,
 // row r of it (weight row first + 16 i + r) 64 bytes on. Rows past `rows` and elements
-// past k are zeros.
+// past k are zeros. A chunk wholly inside its row is one copy of a constant 64 bytes,
+// which the compiler writes as a few vector moves (it was a call to memcpy a chunk).
 static inline void pack_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int groups, int64_t c0,
                              int64_t c1, uint16_t* out) {
+  constexpr size_t kChunkBytes = kChunk * sizeof(uint16_t);
+  const int64_t whole = std::clamp<int64_t>(k / kChunk, c0, c1);  // chunks [c0, whole) lie inside the rows
   for (int64_t r = 0; r < groups * kTileRows; ++r) {
     uint16_t* dst = out + (r / kTileRows) * kKcChunks * kTileElements + (r % kTileRows) * kChunk;
-    const uint16_t* src = w + (first + r) * k;
-    for (int64_t c = c0; c < c1; ++c, dst += kTileElements) {
-      const int64_t n = first + r < rows ? std::clamp<int64_t>(k - c * kChunk, 0, kChunk) : 0;
-      if (n > 0) std::memcpy(dst, src + c * kChunk, static_cast<size_t>(n) * sizeof(uint16_t));
-      if (n < kChunk) std::memset(dst + n, 0, static_cast<size_t>(kChunk - n) * sizeof(uint16_t));
+    if (first + r >= rows) {
+      for (int64_t c = c0; c < c1; ++c, dst += kTileElements) std::memset(dst, 0, kChunkBytes);
+      continue;
+    }
+    const uint16_t* row = w + (first + r) * k;
+    int64_t c = c0;
+    for (; c < whole; ++c, dst += kTileElements) std::memcpy(dst, row + c * kChunk, kChunkBytes);
+    for (; c < c1; ++c, dst += kTileElements) {
+      const int64_t n = std::max<int64_t>(k - c * kChunk, 0);  // below kChunk: the chunk is not whole
+      if (n > 0) std::memcpy(dst, row + c * kChunk, static_cast<size_t>(n) * sizeof(uint16_t));
+      std::memset(dst + n, 0, static_cast<size_t>(kChunk - n) * sizeof(uint16_t));
     }
   }
 }
@@ -240,25 +273,33 @@ static inline void pack_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t
 // Asks for the weight rows [first, first + 32) (those of them before `rows`), chunks
 // [c0, c1), to be brought into cache, lines [line, line + count) of the row pair's
 // 64-byte lines taken row by row: the next row pair's weights arrive while this one's
-// tile products run.
+// tile products run. One division a call, not one a line.
 static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int64_t c0, int64_t c1,
                                  int64_t line, int64_t count) {
   const int64_t per_row = c1 - c0;  // a chunk of bf16 is 64 bytes: a line, give or take alignment
-  for (int64_t l = line; l < line + count && l < 2 * kTileRows * per_row; ++l) {
-    const int64_t r = first + l / per_row;
-    if (r < rows) __builtin_prefetch(w + r * k + (c0 + l % per_row) * kChunk);
+  const int64_t end = std::min(line + count, 2 * kTileRows * per_row);
+  if (line >= end) return;
+  int64_t r = first + line / per_row, c = c0 + line % per_row;
+  for (int64_t l = line; l < end; ++l) {
+    if (r < rows) __builtin_prefetch(w + r * k + c * kChunk);
+    if (++c == c1) {
+      c = c0;
+      ++r;
+    }
   }
 }
 
 // More than one token: y[t * ldy + r] over x packed by pack_x (xp). acc: kAccFloats
 // floats, a_scratch: kPackedRowElements bf16 (both 64-byte aligned).
-// Order per token block and row block: for each k block, for each row pair, its A tiles
-// packed once, then every pair of token tiles over them (C tiles from acc, or zeros at
-// the first k block); then the row block's outputs transposed out of their C tiles into y.
+// Order per token block and row block: for each k block (tuning.k_chunks chunks), for
+// each row pair, its A tiles packed once, then every pair of token tiles over them (C
+// tiles from acc, or zeros at the first k block); then the row block's outputs transposed
+// out of their C tiles into y.
 template <typename Ops>
 void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-          float* acc, uint16_t* a_scratch) {
+          float* acc, uint16_t* a_scratch, GemmTuning tuning = {}) {
   const int64_t chunks = padded_k(k) / kChunk;
+  const int64_t kc = std::clamp<int64_t>(tuning.k_chunks, 1, kKcChunks);
   constexpr int64_t kBlockTiles = kTokBlock / kTileTokens;
   Ops::configure(static_cast<int>(kTileTokens));
   for (int64_t t0 = 0; t0 < tokens; t0 += kTokBlock) {
@@ -267,15 +308,15 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
     for (int64_t rb = 0; rb < rows; rb += kRowBlock) {
       const int64_t nrb = std::min(kRowBlock, rows - rb);
       const int64_t groups = (nrb + kTileRows - 1) / kTileRows;
-      for (int64_t c0 = 0; c0 < chunks; c0 += kKcChunks) {
-        const int64_t c1 = std::min(chunks, c0 + kKcChunks);
+      for (int64_t c0 = 0; c0 < chunks; c0 += kc) {
+        const int64_t c1 = std::min(chunks, c0 + kc);
         for (int64_t g = 0; g < groups; g += 2) {
           const int pair = groups - g >= 2 ? 2 : 1;
           pack_rows(w, k, rows, rb + g * kTileRows, pair, c0, c1, a_scratch);
           // The next row pair of this k block, else the first of the next k block.
           const bool last_pair = g + 2 >= groups;
           const int64_t next_first = last_pair ? rb : rb + (g + 2) * kTileRows;
-          const int64_t next_c0 = last_pair ? c1 : c0, next_c1 = std::min(chunks, next_c0 + kKcChunks);
+          const int64_t next_c0 = last_pair ? c1 : c0, next_c1 = std::min(chunks, next_c0 + kc);
           const int64_t lines = 2 * kTileRows * (next_c1 - next_c0), passes = (tiles + 1) / 2;
           const int64_t per_pass = (lines + passes - 1) / passes;
           const TileRun<uint16_t> a[2] = {{a_scratch, kTileElements, 64},
@@ -290,7 +331,11 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
               b[j] = {xp + ((t0 / kTileTokens + tt + j) * chunks + c0) * 256, 256, 4 * kTileTokens};
               for (int i = 0; i < pair; ++i) c[2 * i + j] = acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats;
             }
-            run_block<Ops>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
+            if (tuning.stream_b) {
+              run_block<Ops, true>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
+            } else {
+              run_block<Ops, false>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
+            }
           }
         }
       }
