@@ -358,9 +358,8 @@ Status bench(const BenchOptions& o) {
   std::printf("decode bytes/s    %.2f GB/s = %.1f%% of %s bandwidth\n", decode_bytes / 1e9,
               100.0 * decode_bytes / (on_cpu ? bandwidth : copy_bandwidth), on_cpu ? "read" : "copy");
   if (!on_cpu)
-    std::printf(
-        "cuda graphs       %lld steps ran as one graph each (TESSERA_CUDA_GRAPHS=0: kernels launched one by one)\n",
-        static_cast<long long>(device->steps_as_graphs()));
+    std::printf("cuda graphs       %lld steps ran as one graph each (TESSERA_CUDA_GRAPHS=1 asks for them)\n",
+                static_cast<long long>(device->steps_as_graphs()));
   if (many_tps > 0) {
     std::printf(
         "decode x %-8lld %.1f tok/s in all, %.1f each (%lld sequences of %lld-token prompts stepped together)\n",

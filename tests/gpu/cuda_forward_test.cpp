@@ -174,23 +174,24 @@ TEST_P(CudaBatchTest, SequenceGetsBitwiseItsLogitsAloneChunkedAndBesideThirtyOne
   }
 }
 
-// CUDA graphs (issue 16, point 5): decode steps recorded and replayed as graphs
+// CUDA graphs (issue 16, point 5; TESSERA_CUDA_GRAPHS=1): decode steps recorded and replayed as graphs
 // give bitwise the logits of the same steps launched kernel by kernel, while
 // sequences leave the batch, their block tables grow (blocks of 4 positions) and
 // their contexts cross a 64-position partition: each step's graph is an earlier
 // one updated to its parameters, and a stale one would give other logits.
 TEST_P(CudaBatchTest, DecodeStepsAsGraphsAreBitwiseTheStepsLaunchedOneByOne) {
-  ASSERT_EQ(setenv("TESSERA_CUDA_GRAPHS", "0", 1), 0);
-  auto one_by_one_made = make_cuda_device(0);
+  ASSERT_EQ(unsetenv("TESSERA_CUDA_GRAPHS"), 0);
+  TESSERA_CUDA_OR_SKIP(one_by_one);
+  ASSERT_EQ(setenv("TESSERA_CUDA_GRAPHS", "1", 1), 0);
+  auto graphs = make_cuda_device(0);
   unsetenv("TESSERA_CUDA_GRAPHS");
-  if (!one_by_one_made.ok()) GTEST_SKIP() << "needs a GPU: " << one_by_one_made.status().to_string();
-  TESSERA_CUDA_OR_SKIP(graphs);
+  ASSERT_TRUE(graphs.ok()) << graphs.status().to_string();
   auto model = Model::load(fixture_dir(GetParam()));
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   const int64_t vocab = model->config().vocab_size;
   constexpr int kSequences = 5, kDecode = 16;
   std::vector<std::unique_ptr<Forward>> forwards;
-  for (Device* device : {one_by_one_made->get(), graphs.get()}) {
+  for (Device* device : {one_by_one.get(), graphs->get()}) {
     forwards.push_back(
         std::make_unique<Forward>(*model, *device, ForwardOptions{.kv_memory = kKvMemory, .kv_block_size = 4}));
     ASSERT_TRUE(forwards.back()->status().ok()) << forwards.back()->status().to_string();
@@ -230,8 +231,8 @@ TEST_P(CudaBatchTest, DecodeStepsAsGraphsAreBitwiseTheStepsLaunchedOneByOne) {
     }
     ASSERT_EQ(logits[0], logits[1]) << "decode step " << step << " of " << parts[0].size() << " sequences";
   }
-  EXPECT_EQ((*one_by_one_made)->steps_as_graphs(), 0);
-  EXPECT_EQ(graphs->steps_as_graphs(), kDecode) << "every decode step ran as a graph";
+  EXPECT_EQ(one_by_one->steps_as_graphs(), 0);
+  EXPECT_EQ((*graphs)->steps_as_graphs(), kDecode) << "every decode step ran as a graph";
 }
 
 // The MoE ones too: a token's experts and their sums do not depend on the step's other tokens (issue 18, point 3).

@@ -102,8 +102,9 @@ for step in $STEPS; do
       # Switches judged in one call: the benches as built and with each of $AB (comma-separated VAR=value,
       # e.g. AB=TESSERA_CUDA_OVERLAP=0), in turn ${ROUNDS:-2} times, batch 1 on both shapes and 64 sequences
       # on the 8B.
+      # $AB_SHAPES (default both) limits the batch-1 benches; set empty, only the 64 sequences run.
       IFS=, read -ra switches <<<"$AB"
-      for shape in llama-3.2-1b llama-3-8b; do
+      for shape in ${AB_SHAPES-llama-3.2-1b llama-3-8b}; do
         for round in $(seq ${ROUNDS:-2}); do
           for with in - "${switches[@]}"; do
             echo "== $shape ${with/-/as built}"

@@ -5,14 +5,17 @@
 // device through a staging arena (stage()) just before the kernel that reads
 // them; the stream keeps the copies and kernels in order.
 //
-// A decode step runs as a CUDA graph (begin_step/end_step): its launches are
-// recorded by stream capture, then run through the executable graph of an
-// earlier step with as many nodes, updated in place to this step's parameters
-// (positions, sizes, pointers), or a new one when CUDA refuses the update. The
-// kernels and their order are the recorded ones, so the bits are the same as
-// launched one by one (TESSERA_CUDA_GRAPHS=0 does that, to measure the gain).
-// Whatever must wait for the stream (a download, an upload from pageable
-// memory, growing a scratch buffer) first ends the recording and runs it.
+// With TESSERA_CUDA_GRAPHS=1 a decode step runs as a CUDA graph
+// (begin_step/end_step): its launches are recorded by stream capture, then run
+// through the executable graph of an earlier step with as many nodes, updated
+// in place to this step's parameters (positions, sizes, pointers), or a new one
+// when CUDA refuses the update. The kernels and their order are the recorded
+// ones, so the bits are the same as launched one by one. Whatever must wait for
+// the stream (a download, an upload from pageable memory, growing a scratch
+// buffer) first ends the recording and runs it. Off by default: on the H200,
+// recording a step cost more than its launches (the host issues them faster
+// than the kernels run, and programmatic dependent launches already close the
+// gaps between kernels: docs/gpu.md).
 //
 // A GPU fault is a bug, not an input error: a failed launch or copy stops the
 // process with the CUDA error. Running out of memory is an input the caller
@@ -21,11 +24,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
-#include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/device.h"
@@ -41,6 +45,12 @@ void check(cudaError_t error, const char* what) {
 
 void free_device(void* data, size_t /*bytes*/) { cudaFree(data); }
 
+// Whether TESSERA_CUDA_GRAPHS is "1" (decode steps as CUDA graphs).
+bool graphs_asked() {
+  const char* value = std::getenv("TESSERA_CUDA_GRAPHS");
+  return value != nullptr && std::string_view(value) == "1";
+}
+
 std::string gib(size_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1u << 30));
@@ -50,10 +60,7 @@ std::string gib(size_t bytes) {
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, std::string name, cudaStream_t stream)
-      : ordinal_(ordinal),
-        name_(std::move(name)),
-        stream_(stream),
-        graphs_(!cuda::switched_off("TESSERA_CUDA_GRAPHS")) {}
+      : ordinal_(ordinal), name_(std::move(name)), stream_(stream), graphs_(graphs_asked()) {}
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
     run_recorded();
@@ -380,10 +387,8 @@ class CudaDevice final : public Device {
       if (tensor_cores) {
         const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(
             stage({reinterpret_cast<const int32_t*>(column_blocks.data()), column_blocks.size() * 3}));
-        int64_t block_tokens = 0;
-        for (const cuda::ColumnBlock& b : column_blocks) block_tokens = std::max<int64_t>(block_tokens, b.tokens);
         cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
-                            static_cast<int64_t>(column_blocks.size()), block_tokens, scratch);
+                            static_cast<int64_t>(column_blocks.size()), scratch);
         cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch);
         column_blocks.clear();
       } else {

@@ -98,10 +98,8 @@ struct ColumnBlock {
 };
 bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window);
 int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
-// `block_tokens`: the most tokens any of the `count` column blocks holds.
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
-                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count,
-                   int64_t block_tokens, float* scratch);
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch);
 // Merges each token's partitions from scratch into out (attend.cu).
 void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t n_heads, int64_t head_dim, TokenMap map,
                        int64_t window, int64_t partitions, const float* scratch);

@@ -25,7 +25,7 @@ namespace tessera::cuda {
 namespace {
 
 constexpr int kPositions = 64;  // a partition, as attend.cu's kPartition
-constexpr int kWarps = 4;       // a block's warps; one for blocks of 16 columns at most (kOneWarp)
+constexpr int kWarps = 4;
 constexpr int kColumns = 16 * kWarps;
 
 template <DType D>
@@ -78,8 +78,8 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const uint16_t* 
 
 // Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
 // elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
-template <DType D, int kHeadDim, bool kMatrices, int kBlockWarps>
-__global__ void __launch_bounds__(kBlockWarps * 32)
+template <DType D, int kHeadDim, bool kMatrices>
+__global__ void __launch_bounds__(kWarps * 32)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks, bool split_kv,
                          float* __restrict__ scratch) {
@@ -95,19 +95,26 @@ __global__ void __launch_bounds__(kBlockWarps * 32)
     return;
   }
   const int64_t rows = min(static_cast<int64_t>(kPositions), last - start + 1);
-  const int32_t* blocks = map.tables + map.table[cb.first];
+  // Where each position's key row is in the pages (its value row is value_step
+  // further), found once a row, not once a 16-byte piece.
+  __shared__ int64_t key_rows[kPositions];
+  if (threadIdx.x < rows) {
+    const int32_t* blocks = map.tables + map.table[cb.first];
+    const int at = static_cast<int>(start) + static_cast<int>(threadIdx.x), size = static_cast<int>(p.block_size);
+    key_rows[threadIdx.x] = kv_offset(p, blocks[at / size], layer, 0, kv) + at % size * kHeadDim;
+  }
+  __syncthreads();
+  const int64_t value_step = p.n_kv_heads * p.block_size * kHeadDim;
   const auto* base = static_cast<const uint16_t*>(p.base);
   constexpr int kUnits = kHeadDim * 2 / 16;  // 16-byte pieces of a row
   // The keys, then the values: two groups of copies, all in flight at once.
   const auto copy_keys_and_values = [&] {
     for (int kind = 0; kind < 2; ++kind) {
-      for (int i = static_cast<int>(threadIdx.x); i < kPositions * kUnits; i += kBlockWarps * 32) {
+      for (int i = static_cast<int>(threadIdx.x); i < kPositions * kUnits; i += kWarps * 32) {
         const int j = i / kUnits, u = i % kUnits;
         uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
         if (j < rows) {
-          const int64_t at = start + j;
-          copy16(to, base + kv_offset(p, blocks[at / p.block_size], layer, kind, kv) + at % p.block_size * kHeadDim +
-                         u * 8);
+          copy16(to, base + key_rows[j] + (kind == 0 ? 0 : value_step) + u * 8);
         } else {
           *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
         }
@@ -272,8 +279,7 @@ int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads) {
 }
 
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
-                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count,
-                   int64_t block_tokens, float* scratch) {
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch) {
   if (count == 0) return;
   const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(count), static_cast<unsigned>(p.n_kv_heads));
   // The keys and values as B operands by ldmatrix, or (TESSERA_CUDA_ATTENTION_MATRICES=0, to
@@ -281,20 +287,9 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   static const bool matrices = !switched_off("TESSERA_CUDA_ATTENTION_MATRICES");
   // The scores computed while the values are still being copied (TESSERA_CUDA_ATTENTION_SPLIT_KV=0: after).
   static const bool split_kv = !switched_off("TESSERA_CUDA_ATTENTION_SPLIT_KV");
-  // Blocks of at most 16 columns (decode: a token's query heads) in blocks of one
-  // warp, which is all that computes in them (TESSERA_CUDA_ATTENTION_ONE_WARP=0:
-  // four warps, three of which only copy): the same warp, so the same bits, and
-  // more blocks an SM with their keys and values in flight.
-  static const bool one_warp_on = !switched_off("TESSERA_CUDA_ATTENTION_ONE_WARP");
-  const bool one_warp = one_warp_on && block_tokens * (n_heads / p.n_kv_heads) <= 16;
   const auto launch = [&]<DType D, int kHeadDim, bool kMatrices>() {
-    if (one_warp) {
-      launch_kernel(mma_attention_kernel<D, kHeadDim, kMatrices, 1>, grid, 32, 0, stream, q, n_heads, p, layer, map,
-                    scale, partitions, column_blocks, split_kv, scratch);
-    } else {
-      launch_kernel(mma_attention_kernel<D, kHeadDim, kMatrices, kWarps>, grid, kWarps * 32, 0, stream, q, n_heads, p,
-                    layer, map, scale, partitions, column_blocks, split_kv, scratch);
-    }
+    launch_kernel(mma_attention_kernel<D, kHeadDim, kMatrices>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map,
+                  scale, partitions, column_blocks, split_kv, scratch);
   };
   const auto with_loads = [&]<DType D, int kHeadDim>() {
     if (matrices) return launch.template operator()<D, kHeadDim, true>();
