@@ -5,8 +5,9 @@
 // A block takes one 64-position partition of one KV head for up to 64 columns,
 // a column being one query head of one token; its columns are one sequence's
 // (ColumnBlock), so they share the partition's keys and values, copied once to
-// shared memory. Warp w takes columns [16w, 16w + 16) and, as FlashAttention-2
-// arranges it, computes S = Q K^T (q rounded to the pages' 16 bits, head_dim
+// shared memory (the keys first, so that the scores are computed while the
+// values are still coming). Warp w takes columns [16w, 16w + 16) and, as
+// FlashAttention-2 arranges it, computes S = Q K^T (q rounded to the pages' 16 bits, head_dim
 // summed 16 at a time in order), masks positions past each column's token and
 // scales, takes each column's max and sum of exp over the partition in a fixed
 // tree, and O = P V with P rounded to 16 bits (positions 16 at a time, in order).
@@ -57,9 +58,8 @@ __device__ __forceinline__ void mma16(float (&c)[4], const uint32_t (&a)[4], uin
 // Four 8 x 8 matrices of 16-bit elements from shared memory (ldmatrix): lane l
 // names row l % 8 of matrix l / 8 (16 bytes); r[m] receives lane (g, t)'s
 // fragment of matrix m, elements (g, 2t) and (g, 2t + 1), or with kTrans those of
-// the matrix transposed, (2t, g) and (2t + 1, g): the B operand of mma16 for keys
-// as they are and for values transposed, loaded in one instruction for four
-// registers instead of one load for each (or two for each, for the values).
+// the matrix transposed, (2t, g) and (2t + 1, g): the B operands of mma16 for
+// the keys as they are and for the values transposed, four registers a load.
 template <bool kTrans>
 __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const uint16_t* row) {
   const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
@@ -78,10 +78,10 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const uint16_t* 
 
 // Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
 // elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
-template <DType D, int kHeadDim, bool kMatrices>
+template <DType D, int kHeadDim>
 __global__ void __launch_bounds__(kWarps * 32)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
-                         float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks, bool split_kv,
+                         float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks,
                          float* __restrict__ scratch) {
   let_next_start();
   constexpr int kStride = kHeadDim + 8;  // 16-bit elements a row in shared memory (rows 16 bytes apart in banks)
@@ -159,36 +159,23 @@ __global__ void __launch_bounds__(kWarps * 32)
       qa[kk][i] = pack2<D>(v.x, v.y);
     }
 
-  // The scores need the keys alone: with split_kv they are computed while the
-  // values are still on their way (the same numbers either way).
-  if (split_kv) {
-    copies_wait<1>();
-  } else {
-    copies_wait<0>();
-  }
+  // The scores need the keys alone: they are computed while the values are still on their way.
+  copies_wait<1>();
   __syncthreads();
   const bool idle = c0 >= columns;  // a warp without columns still meets the barrier below
 
   float s[kPositions / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
   if (!idle) {
-    // S = Q K^T, eight tiles of 8 positions (kMatrices: two 16-dimension steps a load).
+    // S = Q K^T, eight tiles of 8 positions, two 16-dimension steps a load.
 #pragma unroll
     for (int j = 0; j < kPositions / 8; ++j) {
-      if constexpr (kMatrices) {
-        const uint16_t* rows = keys + (8 * j + lane % 8) * kStride + 8 * (lane / 8);
+      const uint16_t* rows = keys + (8 * j + lane % 8) * kStride + 8 * (lane / 8);
 #pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; kk += 2) {
-          uint32_t b[4];
-          load_matrices<false>(b, rows + kk * 16);
-          mma16<D>(s[j], qa[kk], b[0], b[1]);
-          mma16<D>(s[j], qa[kk + 1], b[2], b[3]);
-        }
-      } else {
-        const uint16_t* key = keys + (8 * j + g) * kStride + 2 * t;
-#pragma unroll
-        for (int kk = 0; kk < kHeadDim / 16; ++kk)
-          mma16<D>(s[j], qa[kk], *reinterpret_cast<const uint32_t*>(key + kk * 16),
-                   *reinterpret_cast<const uint32_t*>(key + kk * 16 + 8));
+      for (int kk = 0; kk < kHeadDim / 16; kk += 2) {
+        uint32_t b[4];
+        load_matrices<false>(b, rows + kk * 16);
+        mma16<D>(s[j], qa[kk], b[0], b[1]);
+        mma16<D>(s[j], qa[kk + 1], b[2], b[3]);
       }
     }
 #pragma unroll
@@ -219,10 +206,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
     }
   }
-  if (split_kv) {  // now the values
-    copies_wait<0>();
-    __syncthreads();
-  }
+  copies_wait<0>();  // now the values
+  __syncthreads();
   if (idle) return;
 
   // O = P V: P's accumulators are already the A operand's layout, 16 positions at a time.
@@ -231,24 +216,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int ks = 0; ks < kPositions / 16; ++ks) {
     const uint32_t pa[4] = {pack2<D>(s[2 * ks][0], s[2 * ks][1]), pack2<D>(s[2 * ks][2], s[2 * ks][3]),
                             pack2<D>(s[2 * ks + 1][0], s[2 * ks + 1][1]), pack2<D>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-    if constexpr (kMatrices) {  // matrices: positions 16ks + 0..7 and + 8..15, of dimensions 8dt.. and 8(dt + 1)..
-      const uint16_t* rows = values + (16 * ks + 8 * (lane / 8 % 2) + lane % 8) * kStride + 8 * (lane / 16);
+    // Matrices of positions 16ks + 0..7 and + 8..15, of dimensions 8dt.. and 8(dt + 1)..
+    const uint16_t* rows = values + (16 * ks + 8 * (lane / 8 % 2) + lane % 8) * kStride + 8 * (lane / 16);
 #pragma unroll
-      for (int dt = 0; dt < kHeadDim / 8; dt += 2) {
-        uint32_t b[4];
-        load_matrices<true>(b, rows + dt * 8);
-        mma16<D>(o[dt], pa, b[0], b[1]);
-        mma16<D>(o[dt + 1], pa, b[2], b[3]);
-      }
-    } else {
-      const uint16_t* v0 = values + (16 * ks + 2 * t) * kStride + g;
-#pragma unroll
-      for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-        const uint16_t* v = v0 + dt * 8;
-        const uint32_t b0 = v[0] | static_cast<uint32_t>(v[kStride]) << 16;
-        const uint32_t b1 = v[8 * kStride] | static_cast<uint32_t>(v[9 * kStride]) << 16;
-        mma16<D>(o[dt], pa, b0, b1);
-      }
+    for (int dt = 0; dt < kHeadDim / 8; dt += 2) {
+      uint32_t b[4];
+      load_matrices<true>(b, rows + dt * 8);
+      mma16<D>(o[dt], pa, b[0], b[1]);
+      mma16<D>(o[dt + 1], pa, b[2], b[3]);
     }
   }
 #pragma unroll
@@ -282,22 +257,14 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch) {
   if (count == 0) return;
   const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(count), static_cast<unsigned>(p.n_kv_heads));
-  // The keys and values as B operands by ldmatrix, or (TESSERA_CUDA_ATTENTION_MATRICES=0, to
-  // measure it) by loads of one or two elements: the same operands, so the same bits.
-  static const bool matrices = !switched_off("TESSERA_CUDA_ATTENTION_MATRICES");
-  // The scores computed while the values are still being copied (TESSERA_CUDA_ATTENTION_SPLIT_KV=0: after).
-  static const bool split_kv = !switched_off("TESSERA_CUDA_ATTENTION_SPLIT_KV");
-  const auto launch = [&]<DType D, int kHeadDim, bool kMatrices>() {
-    launch_kernel(mma_attention_kernel<D, kHeadDim, kMatrices>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map,
-                  scale, partitions, column_blocks, split_kv, scratch);
-  };
-  const auto with_loads = [&]<DType D, int kHeadDim>() {
-    if (matrices) return launch.template operator()<D, kHeadDim, true>();
-    launch.template operator()<D, kHeadDim, false>();
-  };
   const auto run = [&]<DType D>() {
-    if (p.head_dim == 64) return with_loads.template operator()<D, 64>();
-    with_loads.template operator()<D, 128>();
+    if (p.head_dim == 64) {
+      launch_kernel(mma_attention_kernel<D, 64>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
+                    partitions, column_blocks, scratch);
+    } else {
+      launch_kernel(mma_attention_kernel<D, 128>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
+                    partitions, column_blocks, scratch);
+    }
   };
   if (p.dtype == DType::kBF16) return run.template operator()<DType::kBF16>();
   run.template operator()<DType::kF16>();
