@@ -214,18 +214,27 @@ class Device {
   // each token's sum over its experts, in ascending expert order, of weight *
   // down(silu(gate x) * up x) (product, then sum, each rounded to f32), each
   // expert's matmuls bitwise what matmul gives them, a token's row the same
-  // whatever else shares the call. The defaults (the CPU) return false: the
+  // whatever else shares the call. Given the router's logits (`step.logits`),
+  // run_experts routes first itself, writing experts and weights as
+  // route_experts does (a GPU routes a lone token inside the experts' first
+  // launch); with `step.add` it adds the sum onto out (bitwise the sum, then
+  // add()) instead of writing it. The defaults (the CPU) return false: the
   // caller routes on the host and runs the experts through matmul, as before.
   struct ExpertWeights {
     std::span<const TensorView> gate{}, up{}, down{};  // [experts]: [inter, hidden], [inter, hidden], [hidden, inter]
+  };
+  struct ExpertStep {
+    const float* logits = nullptr;     // [tokens, experts]; null: experts and weights are given
+    const TensorView* bias = nullptr;  // route_experts' bias, with logits (null or empty: none)
+    bool add = false;
   };
   virtual bool route_experts(const float* /*logits*/, int64_t /*tokens*/, const ExpertRouting& /*routing*/,
                              const TensorView& /*bias*/, int32_t* /*experts*/, float* /*weights*/) {
     return false;
   }
   virtual bool run_experts(const float* /*x*/, int64_t /*tokens*/, const ExpertRouting& /*routing*/,
-                           const int32_t* /*experts*/, const float* /*weights*/, const ExpertWeights& /*w*/,
-                           float* /*out*/) {
+                           int32_t* /*experts*/, float* /*weights*/, const ExpertWeights& /*w*/, float* /*out*/,
+                           const ExpertStep& /*step*/) {
     return false;
   }
   // Greedy choice: y[r] = the index of the largest of x [rows, n]'s row r, the

@@ -152,6 +152,7 @@ Route route_token(const MoeSpec& moe, const float* logits, const float* bias) {
 Status MoeMlp::reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64_t tokens) {
   TS_RETURN_IF_ERROR(reserve_floats(device, logits_, tokens * moe.experts));
   TS_RETURN_IF_ERROR(reserve_floats(device, xe_, tokens * hidden));
+  TS_RETURN_IF_ERROR(reserve_floats(device, sum_, tokens * hidden));
   const int64_t widest = std::max(moe.intermediate, moe.shared_intermediate);
   // An expert's rows are at most the step's tokens; a lone token's top_k experts sit side by side.
   const int64_t rows = std::max(tokens, moe.top_k);
@@ -174,23 +175,26 @@ ExpertRouting expert_routing(const MoeSpec& moe) {
 }
 
 void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,
-                 int64_t hidden, float* out) {
+                 int64_t hidden, float* out, bool add) {
   device.matmul(x, tokens, w.router, {}, logits_.f32());
-  const ExpertRouting routing = expert_routing(moe);
   static const TensorView kNoBias{};
   const TensorView& bias = moe.routing == Routing::kSigmoidGroupTopK ? w.router_bias : kNoBias;
-  auto* experts = static_cast<int32_t*>(experts_.data());
-  if (device.route_experts(logits_.f32(), tokens, routing, bias, experts, scale_.f32())) {
-    const bool ran = device.run_experts(x, tokens, routing, experts, scale_.f32(),
-                                        {.gate = w.expert_gate, .up = w.expert_up, .down = w.expert_down}, out);
-    TS_CHECK(ran, "[", device.name(), "] routes experts but does not run them");
-  } else {
-    run_on_host(device, w, moe, x, tokens, hidden, out);
-  }
-  if (moe.shared_intermediate > 0) {  // routed sum + shared(x), as transformers adds them
+  // The routed sum goes onto out at once when the device adds it there and no
+  // shared expert is to be added to it first; else into `sum` (out itself
+  // without `add`), the shared expert onto it, and then onto out.
+  const bool shared = moe.shared_intermediate > 0, straight = add && !shared;
+  float* sum = add ? sum_.f32() : out;
+  const bool on_device =
+      device.run_experts(x, tokens, expert_routing(moe), static_cast<int32_t*>(experts_.data()), scale_.f32(),
+                         {.gate = w.expert_gate, .up = w.expert_up, .down = w.expert_down}, straight ? out : sum,
+                         {.logits = logits_.f32(), .bias = &bias, .add = straight});
+  if (on_device && straight) return;
+  if (!on_device) run_on_host(device, w, moe, x, tokens, hidden, sum);
+  if (shared) {  // routed sum + shared(x), as transformers adds them
     device.gate_up(x, tokens, w.shared_gate, {}, w.shared_up, {}, up_.f32(), gate_.f32());
-    device.matmul_add(gate_.f32(), tokens, w.shared_down, {}, down_.f32(), out);
+    device.matmul_add(gate_.f32(), tokens, w.shared_down, {}, down_.f32(), sum);
   }
+  if (add) device.add(sum, tokens * hidden, out);
 }
 
 void MoeMlp::run_on_host(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,

@@ -8,7 +8,7 @@
 //     out[rows] += weight * down(silu(gate(xe)) * up(xe))
 //   with a shared expert (GLM-4.5): out += shared(x)      (every token)
 //
-// A device that can (the GPU: Device::route_experts, run_experts) does the
+// A device that can (the GPU: Device::run_experts given the logits) does the
 // routing and the experts itself, with no trip to the host and bitwise the
 // same numbers; on the others (the CPU) routing runs on the host from the
 // downloaded logits (tokens * experts floats a layer, and the router's
@@ -59,9 +59,11 @@ class MoeMlp {
  public:
   // Grows the scratch for a step of `tokens` tokens.
   Status reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64_t tokens);
-  // out [tokens, hidden] = the experts' weighted sum for x [tokens, hidden] (device memory).
+  // out [tokens, hidden] = the experts' weighted sum for x [tokens, hidden]
+  // (device memory); with `add`, out += that sum, bitwise the sum and then
+  // Device::add (Forward's residual stream: a GPU adds it as it writes it).
   void run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens, int64_t hidden,
-           float* out);
+           float* out, bool add = false);
 
  private:
   // Routing on the host, then each expert hit through matmul (devices without route_experts).
@@ -70,8 +72,8 @@ class MoeMlp {
   // The router's correction bias of `w` as f32 on the host (downloaded each run: experts values).
   const float* router_bias(Device& device, const LayerWeights& w);
 
-  Buffer logits_, xe_, gate_, up_, down_, scale_;  // device scratch
-  Buffer experts_;                                 // int32 [tokens, top_k]: the routed experts (device routing)
+  Buffer logits_, xe_, gate_, up_, down_, scale_, sum_;  // device scratch
+  Buffer experts_;                                       // int32 [tokens, top_k]: the routed experts (device routing)
   std::vector<float> host_logits_, zeros_, bias_;
   std::vector<uint8_t> bias_bytes_;
 };

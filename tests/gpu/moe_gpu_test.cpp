@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <vector>
@@ -128,21 +129,88 @@ struct Experts {
   Device::ExpertWeights weights() const { return {.gate = gate, .up = up, .down = down}; }
 };
 
-// out [tokens, hidden] for x through route_experts and run_experts.
+// How run_on_device calls the device: route_experts and then run_experts, or
+// run_experts given the logits (a lone token's routing folded into the gate/up
+// launch), writing out or adding onto it.
+enum class Call { kRouteThenRun, kRunFromLogits, kRunFromLogitsAdding };
+
+// out [tokens, hidden] for x through route_experts and run_experts, from `out`
+// (kRunFromLogitsAdding adds onto it; the others overwrite it).
 std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeSpec& moe, const std::vector<float>& x,
-                                 const std::vector<float>& logits, int64_t tokens, int64_t hidden) {
+                                 const std::vector<float>& logits, int64_t tokens, int64_t hidden,
+                                 Call call = Call::kRouteThenRun, std::vector<float> out = {}) {
   Buffer d_x = put(gpu, x.data(), x.size() * sizeof(float));
   Buffer d_logits = put(gpu, logits.data(), logits.size() * sizeof(float));
   const auto pairs = static_cast<size_t>(tokens * moe.top_k);
   auto d_experts = gpu.alloc(pairs * sizeof(int32_t));
   auto d_weights = gpu.alloc(pairs * sizeof(float));
-  auto d_out = gpu.alloc(static_cast<size_t>(tokens * hidden) * sizeof(float));
-  EXPECT_TRUE(d_experts.ok() && d_weights.ok() && d_out.ok());
+  out.resize(static_cast<size_t>(tokens * hidden), std::nanf(""));
+  Buffer d_out = put(gpu, out.data(), out.size() * sizeof(float));
+  EXPECT_TRUE(d_experts.ok() && d_weights.ok());
   auto* ids = static_cast<int32_t*>(d_experts->data());
-  EXPECT_TRUE(gpu.route_experts(d_logits.f32(), tokens, expert_routing(moe), {}, ids, d_weights->f32()));
-  EXPECT_TRUE(
-      gpu.run_experts(d_x.f32(), tokens, expert_routing(moe), ids, d_weights->f32(), experts.weights(), d_out->f32()));
-  return get<float>(gpu, d_out->data(), static_cast<size_t>(tokens * hidden));
+  if (call == Call::kRouteThenRun) {
+    EXPECT_TRUE(gpu.route_experts(d_logits.f32(), tokens, expert_routing(moe), {}, ids, d_weights->f32()));
+    EXPECT_TRUE(gpu.run_experts(d_x.f32(), tokens, expert_routing(moe), ids, d_weights->f32(), experts.weights(),
+                                d_out.f32(), {}));
+  } else {
+    EXPECT_TRUE(
+        gpu.run_experts(d_x.f32(), tokens, expert_routing(moe), ids, d_weights->f32(), experts.weights(), d_out.f32(),
+                        {.logits = d_logits.f32(), .bias = nullptr, .add = call == Call::kRunFromLogitsAdding}));
+  }
+  return get<float>(gpu, d_out.data(), out.size());
+}
+
+// A lone token routed by run_experts from its logits (inside the gate/up launch
+// for up to kMaxFoldedExperts experts: tensor cores' blocks of 256 threads with
+// bf16 experts, FMA's of 128 with f32, so 256 experts take the one-at-a-time
+// choice there; by route_experts' launch for more): the experts and weights it
+// writes are bitwise route_token's, on the logits full of ties.
+TEST(CudaMoeTest, ALoneTokenRoutedByTheExpertsLaunchIsBitwiseTheHostsChoice) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const RoutingCase cases[] = {
+      {"mixtral 2 of 8", softmax_moe(8, 2, true)},
+      {"qwen3 8 of 128", softmax_moe(128, 8, true)},
+      {"qwen3 unnormalized 3 of 5", softmax_moe(5, 3, false)},
+      {"wide 6 of 600 (routed by its own launch)", softmax_moe(600, 6, true)},
+      {"glm4.5 8 of 128, 4 of 8 groups, x2.5, bf16 bias", sigmoid_groups_moe(128, 8, 8, 4, true, 2.5f), true,
+       DType::kBF16},
+      {"8 of 256, 4 of 8 groups, f32 bias", sigmoid_groups_moe(256, 8, 8, 4, true, 2.5f), true, DType::kF32},
+      {"one group, unnormalized, f16 bias", sigmoid_groups_moe(16, 4, 1, 1, false, 1.0f), true, DType::kF16},
+  };
+  constexpr int64_t kTokens = 6, kHidden = 64;
+  uint32_t seed = 50;
+  std::deque<Experts> layers;  // all alive: the device finds a layer's table by its first weight's address
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    for (const RoutingCase& c : cases) {
+      SCOPED_TRACE(std::string(c.name) + ", " + std::string(dtype_name(dtype)) + " experts");
+      const MoeSpec& moe = c.moe;
+      const Experts& experts = layers.emplace_back(*gpu, dtype, moe.experts, kHidden, kHidden);
+      const std::vector<float> logits = tied_logits(kTokens, moe.experts, seed++);
+      std::vector<float> bias = testing::random_values(static_cast<size_t>(moe.experts), seed++);
+      for (float& b : bias) b = std::round(b * 8.0f) / 8.0f;
+      const std::vector<uint8_t> bias_bytes = testing::encode(bias, c.bias_dtype);
+      Buffer d_bias = put(*gpu, bias_bytes.data(), bias_bytes.size());
+      const TensorView bias_view = c.with_bias ? TensorView{c.bias_dtype, {moe.experts}, d_bias.data()} : TensorView{};
+      const std::vector<float> x = testing::random_values(static_cast<size_t>(kHidden), seed++);
+      Buffer d_x = put(*gpu, x.data(), x.size() * sizeof(float));
+      auto d_experts = gpu->alloc(static_cast<size_t>(moe.top_k) * sizeof(int32_t));
+      auto d_weights = gpu->alloc(static_cast<size_t>(moe.top_k) * sizeof(float));
+      auto d_out = gpu->alloc(static_cast<size_t>(kHidden) * sizeof(float));
+      ASSERT_TRUE(d_experts.ok() && d_weights.ok() && d_out.ok());
+      for (int64_t t = 0; t < kTokens; ++t) {
+        Buffer d_logits = put(*gpu, logits.data() + t * moe.experts, static_cast<size_t>(moe.experts) * sizeof(float));
+        ASSERT_TRUE(gpu->run_experts(d_x.f32(), 1, expert_routing(moe), static_cast<int32_t*>(d_experts->data()),
+                                     d_weights->f32(), experts.weights(), d_out->f32(),
+                                     {.logits = d_logits.f32(), .bias = &bias_view, .add = false}));
+        const Route want = route_token(moe, logits.data() + t * moe.experts, c.with_bias ? bias.data() : nullptr);
+        const auto got_experts = get<int32_t>(*gpu, d_experts->data(), static_cast<size_t>(moe.top_k));
+        const auto got_weights = get<float>(*gpu, d_weights->data(), static_cast<size_t>(moe.top_k));
+        ASSERT_EQ(got_experts, want.experts) << "token " << t;
+        ASSERT_EQ(std::memcmp(got_weights.data(), want.weights.data(), want.weights.size() * sizeof(float)), 0)
+            << "token " << t << ": weight " << got_weights[0] << " against " << want.weights[0];
+      }
+    }
+  }
 }
 
 // The same through the device's own primitives, one expert at a time (MoeMlp's
@@ -210,7 +278,25 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
       };
       const auto alone = run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden);
       EXPECT_EQ(alone, row(together, c.hidden)) << "token " << t;
+      // Routed by the gate/up launch itself, and added onto a residual row.
+      EXPECT_EQ(run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden,
+                              Call::kRunFromLogits),
+                alone)
+          << "token " << t;
+      const std::vector<float> residual = testing::random_values(static_cast<size_t>(c.hidden), 9);
+      std::vector<float> want = residual;
+      for (size_t i = 0; i < want.size(); ++i) want[i] += alone[i];
+      EXPECT_EQ(run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden,
+                              Call::kRunFromLogitsAdding, residual),
+                want)
+          << "token " << t;
     }
+    // The whole step routed by run_experts and added onto a residual.
+    const std::vector<float> residual = testing::random_values(x.size(), 10);
+    std::vector<float> added = residual;
+    for (size_t i = 0; i < added.size(); ++i) added[i] += together[i];
+    EXPECT_EQ(run_on_device(*gpu, experts, moe, x, logits, tokens, c.hidden, Call::kRunFromLogitsAdding, residual),
+              added);
     // And close to the CPU's (f32 sums of the same products; the GPU's tensor cores round x to bf16).
     auto cpu = make_cpu_device(2);
     const Experts host(*cpu, c.dtype, moe.experts, c.hidden, c.inter);

@@ -560,12 +560,18 @@ class CudaDevice final : public Device {
     return true;
   }
 
-  bool run_experts(const float* x, int64_t tokens, const ExpertRouting& routing, const int32_t* experts,
-                   const float* weights, const ExpertWeights& w, float* out) override {
+  bool run_experts(const float* x, int64_t tokens, const ExpertRouting& routing, int32_t* experts, float* weights,
+                   const ExpertWeights& w, float* out, const ExpertStep& step) override {
+    if (step.logits != nullptr && routing.experts > cuda::kMaxRoutedExperts) return false;  // routed on the host
     const cuda::ExpertTable& table = expert_table(w);
     TS_CHECK(table.experts == routing.experts, table.experts, " experts' weights for ", routing.experts);
     void* scratch = grow(experts_.scratch, cuda::experts_scratch(tokens, routing.top_k, table), "expert scratch");
-    cuda::run_experts(stream_, x, tokens, routing.top_k, experts, weights, table, scratch, out);
+    const bool bias = step.bias != nullptr && !step.bias->empty();
+    TS_CHECK(!bias || step.bias->numel() == routing.experts, "router bias ", shape_string(step.bias->shape));
+    const cuda::RouterOutput router{step.logits, bias ? step.bias->data : nullptr,
+                                    bias ? step.bias->dtype : DType::kF32};
+    select();
+    cuda::run_experts(stream_, x, tokens, routing, router, experts, weights, table, scratch, out, step.add);
     launched("run_experts");
     return true;
   }

@@ -4,7 +4,10 @@
 //   route_experts   one block a token: softmax or sigmoid-group scores, the top_k
 //                   (expert_routing.h's arithmetic: bitwise route_token's choice
 //                   and weights on the host)
-//   run_experts     1. one block sorts the (token, expert) pairs by expert, then
+//   run_experts     0. given the router's logits, route_experts first (a lone
+//                      token of up to kMaxFoldedExperts experts skips this
+//                      launch: every block of step 2 routes it itself);
+//                   1. one block sorts the (token, expert) pairs by expert, then
 //                      token, and cuts each expert's pairs into items of up to 8
 //                      (or 32) pairs (a lone token skips this launch: its item i
 //                      is its i-th lowest expert, found by each block);
@@ -13,7 +16,8 @@
 //                      in device memory (each item reads them once for its pairs);
 //                   3. down for every item in one launch;
 //                   4. each token's outputs weighted and added in ascending expert
-//                      order into its row of out (no atomics).
+//                      order into its row of out (no atomics), or onto it (add:
+//                      the residual stream, one launch of Device::add fewer).
 //
 // The matmuls are the dense ones' sums: bf16 weights with k a multiple of 64 take
 // mma_matmul.cu's tensor-core order (the same mma_half on the same k positions,
@@ -38,11 +42,23 @@ namespace tessera::cuda {
 // The most routed experts a layer may have here (one block holds a token's scores).
 constexpr int64_t kMaxRoutedExperts = 4096;
 
+// The most experts a lone token's routing is folded into the gate/up launch for
+// (a block routes them from its shared memory).
+constexpr int64_t kMaxFoldedExperts = 256;
+
 // Each token's top_k experts and weights, int32 and f32 [tokens, top_k], from the
 // router's logits [tokens, routing.experts]; `bias` (null for none) is
 // kSigmoidGroups' correction bias of `bias_dtype`.
 void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
                    const void* bias, DType bias_dtype, int32_t* experts, float* weights);
+
+// What run_experts routes from: the router's logits [tokens, routing.experts]
+// and route_experts' bias; null logits: the experts and weights are given.
+struct RouterOutput {
+  const float* logits = nullptr;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::kF32;
+};
 
 // A layer's experts as the kernels find them: device arrays of `experts` weight
 // pointers, all of one dtype: gate and up [inter, hidden], down [hidden, inter].
@@ -59,9 +75,12 @@ struct ExpertTable {
 // Scratch bytes run_experts needs for `tokens` tokens.
 size_t experts_scratch(int64_t tokens, int64_t top_k, const ExpertTable& table);
 // out [tokens, hidden] = each token's sum over its experts (ascending) of weight *
-// down(silu(gate x) * up x), from route_experts' experts and weights.
-void run_experts(cudaStream_t stream, const float* x, int64_t tokens, int64_t top_k, const int32_t* experts,
-                 const float* weights, const ExpertTable& table, void* scratch, float* out);
+// down(silu(gate x) * up x), from route_experts' experts and weights [tokens,
+// top_k], which it writes first from `router` when that has logits; with `add`,
+// out += that sum (the sum rounded, then the add: what Device::add gives).
+void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const ExpertRouting& routing,
+                 const RouterOutput& router, int32_t* experts, float* weights, const ExpertTable& table, void* scratch,
+                 float* out, bool add);
 
 // What the CUDA device keeps for its experts between calls: the scratch, and each
 // layer's table, found by the layer's first gate weight (placed weights stay put
