@@ -9,12 +9,15 @@
 # start) is skipped and listed, so the call returns what it measured.
 #   tools/bench_cpu_host.sh [--threads "16 2"] [--big-threads 16] [--rounds 1]
 #     [--deadline 390] [--out DIR] [--dtypes bf16,f16] [--decode 128] [--sweep "1 4 8"] [--no-spin 1]
-#     [--variants "TESSERA_AMX=0 TESSERA_BF16_DOT=0"]
+#     [--variants "TESSERA_AMX=0 TESSERA_BF16_DOT=0"] [--variant-rounds 1]
 # --sweep: tessera alone (bf16 when in --dtypes, a 512-token prompt, 32 decode steps) at
 # these thread counts too, after the peer (issue 15's point 5 with --threads' counts);
 # --no-spin 0 leaves out the TESSERA_SPIN_US=0 run; --variants: tessera bf16 again at the
 # first thread count with each of these settings in its environment (one run each, after
-# the TESSERA_SPIN_US=0 one; a variant of several settings joins them with commas).
+# the TESSERA_SPIN_US=0 one; a variant of several settings joins them with commas);
+# --variant-rounds N > 1: N rounds of the same binary with no setting (`default`) and then
+# each variant, so that the machine's drift between runs shows in every round (one run of
+# the default after the peer's cannot tell a setting from a slower moment).
 # GEMM_BENCH_BIN: cpu_matmul_bench's bf16 GEMM on one thread (its share of the
 # instruction's loop) after the tests; several (space-separated) take turns, twice.
 # MODEL_TEST_BIN: the model fixture tests (model_test, built with TESSERA_SOURCE_DIR pointing at this checkout) run after
@@ -43,12 +46,12 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS
 threads="16 2" big_threads=16 rounds=1 deadline=390 out=${OUT:-/tmp/bench-cpu-host}
-dtypes=bf16,f16 decode=128 sweep="" no_spin=1 variants=""
+dtypes=bf16,f16 decode=128 sweep="" no_spin=1 variants="" variant_rounds=1
 while (($#)); do
   case $1 in
     --threads) threads=$2 ;; --big-threads) big_threads=$2 ;; --rounds) rounds=$2 ;;
     --deadline) deadline=$2 ;; --out) out=$2 ;; --dtypes) dtypes=$2 ;; --sweep) sweep=$2 ;;
-    --no-spin) no_spin=$2 ;; --decode) decode=$2 ;; --variants) variants=$2 ;;
+    --no-spin) no_spin=$2 ;; --decode) decode=$2 ;; --variants) variants=$2 ;; --variant-rounds) variant_rounds=$2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -150,7 +153,7 @@ big() {
 variant() {
   local t=$1 setting=$2 ckpt=$LLAMA_PEER_DIR/ckpt-llama-3.2-1b-bf16-seed1
   (($(left) >= 40)) || { echo "skipped past the deadline: $setting at $t threads"; return; }
-  note "tessera bf16 at $t threads with $setting"
+  note "tessera bf16 at $t threads with ${setting:-no setting}"
   env ${setting//,/ } "$tessera" bench --model "$ckpt" --threads "$t" --prompt 512 --decode "$decode" 2>&1 |
     grep -E "^(device|read bandwidth|f32 FMA|bf16 dot|amx bf16|prefill|matmul alone|decode)"
 }
@@ -170,7 +173,16 @@ alone() {
 set -- $threads
 peer "$1"
 ((no_spin)) && variant "$1" TESSERA_SPIN_US=0
-for v in $variants; do variant "$1" "$v"; done
+if ((variant_rounds > 1)); then
+  for ((round = 1; round <= variant_rounds; ++round)); do
+    for v in default $variants; do
+      echo "variant round $round: $v"
+      variant "$1" "$([[ $v == default ]] || echo "$v")"
+    done
+  done
+else
+  for v in $variants; do variant "$1" "$v"; done
+fi
 shift
 [[ -n $big_threads ]] && big
 for t in "$@"; do peer "$t"; done
