@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench|ab|peer|kernels|profile|details|serve]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|ab|peer|kernels|profile|details|serve|gguf]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -87,6 +87,25 @@ for step in $STEPS; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
         --dtype bf16 --prompt 512 --decode 1 >"$OUT/details-prefill.txt" 2>>"$OUT/details.err"
       echo "details prefill rc $?" ;;
+    gguf)
+      # Issue 19 point 8: tessera bench --device cuda on the Q8_0 and Q4_K_M files that tessera quantize makes from
+      # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (all of them take minutes
+      # to write and quantize; 2 layers with a 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, a minute).
+      q=/tmp/gguf-${GGUF_LAYERS:-32}-${GGUF_VOCAB:-128256}
+      if [ ! -d $q/ckpt ]; then
+        mkdir -p $q
+        python3 -c "import json, sys; c = json.load(open('bench/shapes/llama-3-8b.json'))
+c.update(num_hidden_layers=int(sys.argv[1]), vocab_size=int(sys.argv[2]), bos_token_id=1, eos_token_id=2)
+json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $q/config.json
+        build-gpu/bin/tessera random-checkpoint --config $q/config.json --seed 1 --dtype bf16 --out $q/ckpt \
+          >"$OUT/gguf.log" 2>&1
+      fi
+      for type in q8_0 q4_k_m; do
+        [ -f $q/$type.gguf ] || build-gpu/bin/tessera quantize --model $q/ckpt --type $type --out $q/$type.gguf \
+          --threads "$(nproc)" >>"$OUT/gguf.log" 2>&1
+        build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf --prompt 64 --decode 256 2>&1 |
+          tee "$OUT/bench-gguf-$type.log" | grep -E "^(device|model|copy|prefill|decode)"
+      done ;;
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/$shape.json --random-weights --seed 1 \

@@ -32,6 +32,7 @@
 
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/moe.cuh"
+#include "backend/cuda/quant.cuh"
 #include "backend/device.h"
 #include "core/check.h"
 
@@ -120,15 +121,20 @@ class CudaDevice final : public Device {
   }
 
   Result<TensorView> place(const TensorView& host) override {
-    if (host.dtype != DType::kF32 && host.dtype != DType::kBF16 && host.dtype != DType::kF16)
-      return Status::unsupported("[" + name_ + "] computes on f32, bf16 or f16 weights, not " +
+    const bool quantized = dtype_is_quantized(host.dtype);  // GGUF blocks (quant.cuh)
+    if (host.dtype != DType::kF32 && host.dtype != DType::kBF16 && host.dtype != DType::kF16 && !quantized)
+      return Status::unsupported("[" + name_ + "] computes on f32, bf16, f16 or GGUF block weights, not " +
                                  std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape));
-    auto buffer = alloc(host.nbytes());
+    // Blocks are read in 16-byte pieces: up to the next multiple of 16, zeroed.
+    const size_t padded = quantized ? (host.nbytes() + 15) / 16 * 16 : host.nbytes();
+    auto buffer = alloc(padded);
     if (!buffer.ok())
       return Status::overloaded("a " + std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape) +
                                 " weight does not fit: " + buffer.status().message());
     run_recorded();
     check(cudaMemcpy(buffer->data(), host.data, host.nbytes(), cudaMemcpyHostToDevice), "copying a weight");
+    if (padded > host.nbytes())
+      check(cudaMemset(static_cast<uint8_t*>(buffer->data()) + host.nbytes(), 0, padded - host.nbytes()), "padding");
     TensorView placed = host;
     placed.data = buffer->data();
     placed_.push_back(std::move(*buffer));
@@ -196,6 +202,11 @@ class CudaDevice final : public Device {
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override {
     for (const int32_t id : ids) TS_CHECK(id >= 0 && id < table.dim(0), "token id ", id);
     const int32_t* device_ids = stage(ids);
+    if (dtype_is_quantized(table.dtype)) {
+      cuda::quant_embed(stream_, table.data, table.dtype, table.dim(1), device_ids, static_cast<int64_t>(ids.size()),
+                        y);
+      return launched("quant_embed");
+    }
     cuda::embed(stream_, table.data, table.dtype, table.dim(1), device_ids, static_cast<int64_t>(ids.size()), y);
     launched("embed");
   }
@@ -288,6 +299,7 @@ class CudaDevice final : public Device {
 
   void launch_matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
                      bool accumulate) {
+    if (dtype_is_quantized(w.dtype)) return launch_quant(x, tokens, w, bias, y, accumulate);
     check_weight(w, bias);
     select();
     const int64_t k = w.dim(1);
@@ -299,6 +311,19 @@ class CudaDevice final : public Device {
       cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y, accumulate);
     }
     launched("matmul");
+  }
+
+  // GGUF blocks (quant.cuh): x rounded to 8 bits into quant_scratch_, then the integer products.
+  void launch_quant(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
+                    bool accumulate) {
+    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
+    TS_CHECK(bias.empty() || (bias.dtype == DType::kF32 && bias.numel() == w.dim(0)), "bias ", dtype_name(bias.dtype),
+             " ", shape_string(bias.shape), " for ", w.dim(0), " rows of blocks");
+    void* scratch = grow(quant_scratch_, cuda::quant_scratch_bytes(tokens, w.dim(1)), "quantized activations");
+    select();
+    cuda::quant_matmul(stream_, x, tokens, w.dim(1), w.data, w.dtype, w.dim(0), static_cast<const float*>(bias.data), y,
+                       accumulate, scratch);
+    launched("quant_matmul");
   }
 
   // The x that `job` reads: x itself, normalized by the matmul (a bf16 norm
@@ -532,6 +557,7 @@ class CudaDevice final : public Device {
   std::vector<Buffer> placed_;  // the weights place() copied here
   Buffer attention_scratch_;
   std::vector<cuda::ColumnBlock> column_blocks_;  // run_attention's, kept to reuse its memory
+  Buffer quant_scratch_;                          // launch_quant's rounded activations
   Buffer gemm_scratch_;                           // the tiled matmul's: x rounded to bf16, the sums of a split
   std::vector<int32_t> map_host_;
   // The staging arena (see stage()).

@@ -1,0 +1,35 @@
+// The CUDA kernels on weights kept in ggml's quantized blocks (DType kQ8_0, kQ4_0,
+// kQ4_K, kQ5_K, kQ6_K; core/dtype.h), as backend/cpu/quant_matmul.h computes on
+// them: each token's activations are rounded to 8 bits once a call, bitwise as the
+// CPU rounds them (Q8_0 blocks against Q8_0/Q4_0 weights, Q8_K against the K types,
+// ggml's reference rounding), then every weight row meets them in exact integer dot
+// products (dp4a). Only the f32 steps that scale and add the integer sums are in an
+// order of the GPU's own (quant_matmul.cu), which depends on the row's k alone: a
+// token's outputs are bitwise the same alone as in any batch. Every pointer is
+// device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+
+// Bytes of the scratch quant_matmul needs for `tokens` rows of k activations.
+size_t quant_scratch_bytes(int64_t tokens, int64_t k);
+
+// y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n], f32, when not null) for w
+// in `dtype`'s blocks (k a multiple of the block; w 16-byte aligned, its bytes
+// readable up to the next multiple of 16); with `accumulate`, y += that instead.
+void quant_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
+                  const float* bias, float* y, bool accumulate, void* scratch);
+
+// y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
+// gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.
+void quant_embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
+                 float* y);
+
+}  // namespace tessera::cuda

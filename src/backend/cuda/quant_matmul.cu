@@ -1,0 +1,452 @@
+// Matmul and embedding on ggml's quantized blocks (quant.cuh).
+//
+// Activations. round_q8_0 and round_q8_k restate cpu/quant_act.cpp's rounding (ggml's
+// quantize_row_q8_0_ref and quantize_row_q8_K_ref) with one warp a block, in IEEE f32
+// operations that nvcc may not fuse (__fmul_rn), so the 8-bit values, the scales and
+// Q8_K's sums of 16 are the CPU's bits. They go to the scratch: q [tokens][k] (int8),
+// the scales [tokens][k / 32] (f32; k / 256 of them for Q8_K) and the sums
+// [tokens][k / 16] (int16).
+//
+// Weights. A warp owns one weight row and up to kTile tokens. It streams the row's
+// bytes into its ring in shared memory with 16-byte cp.async copies (kAhead stages
+// of 512 bytes in flight), whatever the blocks' alignment (a Q8_0 block is 34 bytes,
+// a Q6_K one 210), and reads each block from there. The row's units (a block of 32
+// for Q8_0/Q4_0, a super-block of 256 for the K types) are dealt round-robin to G
+// groups of L lanes (L = 2, 1, 8, 8, 8 for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; G = 32 / L):
+// unit u to group u % G. The lanes of a group each take a fixed part of the unit and
+// add their integer products; the group adds the parts (exact, in int32), then every
+// unit in ascending order does
+//   acc = fma(d_w * d_x, float(P), acc)        and, Q4_K/Q5_K, acc = fma(-(dmin_w * d_x), float(M), acc)
+// with P the unit's integer sum of scale x q_w x q_x and M its mins times Q8_K's sums
+// (as quant_dot.h defines them). The row's output is then group 0's acc + group 1's
+// + ... in group order. Every order depends on the dtype and k alone; the tile, the
+// number of tokens, the grid and the ring do not touch it. The CPU adds the same
+// integer sums in another order of f32 steps (quant_dot.h), so the two devices agree
+// to within the rounding of those steps, not bitwise.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/quant.cuh"
+#include "core/check.h"
+
+namespace tessera::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;  // a block's warps, one weight row each
+constexpr int kStageBytes = 512;
+constexpr int kStages = 8;  // the ring of a warp: 4 KiB
+constexpr int kRingBytes = kStages * kStageBytes;
+constexpr int kAhead = kStages - 2;  // stages in flight (a round of units spans at most two stages)
+constexpr uint32_t kRingMask = kRingBytes / 4 - 1;
+
+// Where the rounded activations of a call lie in the scratch.
+struct Acts {
+  int8_t* q = nullptr;   // [tokens][k]
+  float* d = nullptr;    // [tokens][k / 32] (Q8_0) or [tokens][k / 256] (Q8_K)
+  int16_t* s = nullptr;  // [tokens][k / 16]: Q8_K's sums of 16 values
+};
+
+Acts acts_in(void* scratch, int64_t tokens, int64_t k) {
+  auto* base = static_cast<uint8_t*>(scratch);
+  const size_t q_bytes = (static_cast<size_t>(tokens * k) + 15) / 16 * 16;
+  const size_t d_bytes = (static_cast<size_t>(tokens * (k / 32)) * sizeof(float) + 15) / 16 * 16;
+  return {reinterpret_cast<int8_t*>(base), reinterpret_cast<float*>(base + q_bytes),
+          reinterpret_cast<int16_t*>(base + q_bytes + d_bytes)};
+}
+
+__device__ __forceinline__ float f16_bits(uint32_t bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xffffu)));
+}
+
+// ---- Activations ----
+
+// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i.
+__global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
+  let_next_start();
+  wait_for_earlier();
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t blocks = k / 32;
+  if (warp >= tokens * blocks) return;
+  const int64_t at = (warp / blocks) * k + (warp % blocks) * 32 + lane;
+  const float v = x[at];
+  const float amax = warp_max(fabsf(v));
+  const bool finite = __all_sync(0xffffffffu, isfinite(v));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float r = roundf(__fmul_rn(v, id));  // ties away from zero, as roundf on the CPU
+  a.q[at] = static_cast<int8_t>(isfinite(r) ? static_cast<int>(r) : 0);
+  if (lane == 0) a.d[warp] = finite ? __half2float(__float2half_rn(d)) : __int_as_float(0x7fc00000);
+}
+
+// One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7.
+__global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
+  let_next_start();
+  wait_for_earlier();
+  const int lane = threadIdx.x % 32;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int64_t blocks = k / 256;
+  if (warp >= tokens * blocks) return;
+  const int64_t at = (warp / blocks) * k + (warp % blocks) * 256 + 8 * lane;
+  float v[8];
+  const float4 v0 = *reinterpret_cast<const float4*>(x + at), v1 = *reinterpret_cast<const float4*>(x + at + 4);
+  v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+  // The element of largest |x|, the first such (the CPU's strict > in ascending order).
+  float amax = 0.0f, max = 0.0f;
+  int index = 1 << 30;  // past every element
+  bool finite = true;
+  for (int j = 0; j < 8; ++j) {
+    finite = finite && isfinite(v[j]);
+    if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j], index = 8 * lane + j;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other_amax = __shfl_xor_sync(0xffffffffu, amax, offset);
+    const float other_max = __shfl_xor_sync(0xffffffffu, max, offset);
+    const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
+    if (other_amax > amax || (other_amax == amax && other_index < index))
+      amax = other_amax, max = other_max, index = other_index;
+  }
+  finite = __all_sync(0xffffffffu, finite);
+  const int64_t block = warp;
+  int q[8] = {};
+  float d = 0.0f;
+  if (amax != 0.0f || !finite) {
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < 8; ++j) {
+      const float s = __fmul_rn(iscale, v[j]);
+      q[j] = min(127, isfinite(s) ? __float2int_rn(s) : 0);  // half to even, as ggml's nearest_int
+    }
+    d = finite ? 1.0f / iscale : __int_as_float(0x7fc00000);
+  }
+  uint32_t packed[2] = {};
+  int sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    packed[j / 4] |= (static_cast<uint32_t>(q[j]) & 0xffu) << (8 * (j % 4));
+    sum += q[j];
+  }
+  *reinterpret_cast<uint2*>(a.q + at) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_down_sync(0xffffffffu, sum, 1);
+  const int64_t t = warp / blocks;
+  if (lane % 2 == 0) a.s[t * (k / 16) + (warp % blocks) * 16 + lane / 2] = static_cast<int16_t>(sum);
+  if (lane == 0) a.d[block] = d;
+}
+
+// ---- Weights ----
+
+// A unit's bytes and elements, and how many lanes of a group share it.
+template <DType kT>
+struct Unit {
+  static constexpr int kBytes = static_cast<int>(dtype_block_bytes(kT));
+  static constexpr int kElems = static_cast<int>(dtype_block_elements(kT));
+  static constexpr int kLanes = kT == DType::kQ8_0 ? 2 : kT == DType::kQ4_0 ? 1 : 8;
+};
+
+// N 32-bit words of the stream from byte s on (any alignment), out of the ring.
+template <int N>
+__device__ __forceinline__ void ring_words(const uint32_t* ring, int64_t s, uint32_t (&out)[N]) {
+  const auto a = static_cast<uint32_t>(s >> 2);
+  const auto shift = static_cast<uint32_t>(s & 3) * 8;
+  uint32_t w[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) w[i] = ring[(a + i) & kRingMask];
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], shift);
+}
+
+__device__ __forceinline__ int dot16(const int4 x, const uint32_t* w) {
+  int s = __dp4a(static_cast<int>(w[0]), x.x, 0);
+  s = __dp4a(static_cast<int>(w[1]), x.y, s);
+  s = __dp4a(static_cast<int>(w[2]), x.z, s);
+  return __dp4a(static_cast<int>(w[3]), x.w, s);
+}
+// The sum of 16 activations times `times` (a byte repeated: 0x08080808 is 8).
+__device__ __forceinline__ int sum16(const int4 x, int times) {
+  int s = __dp4a(times, x.x, 0);
+  s = __dp4a(times, x.y, s);
+  s = __dp4a(times, x.z, s);
+  return __dp4a(times, x.w, s);
+}
+__device__ __forceinline__ int4 x16(const int8_t* p) { return *reinterpret_cast<const int4*>(p); }
+
+// Byte b of the 12 scale bytes of a Q4_K/Q5_K unit (shifts, not an indexed array,
+// which would live in local memory).
+__device__ __forceinline__ int scale_byte(const uint32_t (&s)[3], int b) {
+  const uint64_t low = s[0] | static_cast<uint64_t>(s[1]) << 32;
+  return static_cast<int>((b < 8 ? low >> (8 * b) : s[2] >> (8 * (b - 8))) & 0xff);
+}
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block g.
+__device__ __forceinline__ void scale_min(const uint32_t (&s)[3], int g, int& sc, int& m) {
+  if (g < 4) {
+    sc = scale_byte(s, g) & 63, m = scale_byte(s, g + 4) & 63;
+  } else {
+    sc = (scale_byte(s, g + 4) & 0xf) | ((scale_byte(s, g - 4) >> 6) << 4);
+    m = (scale_byte(s, g + 4) >> 4) | ((scale_byte(s, g) >> 6) << 4);
+  }
+}
+
+// One lane's part of unit u (stream byte su) for kTile tokens: P[t] (and M[t] for
+// Q4_K/Q5_K) into p/m; returns d_w (dmin_w into dmin). j: the lane within its group.
+template <DType kT, int kTile>
+__device__ __forceinline__ float lane_part(const uint32_t* ring, int64_t su, int j, int64_t u, const Acts& a,
+                                           const int64_t (&xt)[kTile], int64_t k, int (&p)[kTile], int (&m)[kTile],
+                                           float& dmin) {
+  if constexpr (kT == DType::kQ8_0) {
+    uint32_t d[1], w[4];
+    ring_words(ring, su, d);
+    ring_words(ring, su + 2 + 16 * j, w);
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) p[t] = dot16(x16(a.q + xt[t] * k + 32 * u + 16 * j), w);
+    return f16_bits(d[0]);
+  } else if constexpr (kT == DType::kQ4_0) {
+    uint32_t d[1], w[4], lo[4], hi[4];
+    ring_words(ring, su, d);
+    ring_words(ring, su + 2, w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) lo[i] = w[i] & 0x0f0f0f0fu, hi[i] = (w[i] >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* x = a.q + xt[t] * k + 32 * u;
+      const int4 x0 = x16(x), x1 = x16(x + 16);
+      p[t] = dot16(x0, lo) + dot16(x1, hi) - sum16(x0, 0x08080808) - sum16(x1, 0x08080808);
+    }
+    return f16_bits(d[0]);
+  } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
+    constexpr bool kFive = kT == DType::kQ5_K;
+    const int i = j >> 1, h = j & 1;  // sub-blocks 2i (low nibbles) and 2i + 1 (high), elements 16h..16h+15
+    uint32_t head[1], s[3], w[4], lo[4], hi[4];
+    ring_words(ring, su, head);
+    ring_words(ring, su + 4, s);
+    ring_words(ring, su + (kFive ? 48 : 16) + 16 * j, w);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) lo[e] = w[e] & 0x0f0f0f0fu, hi[e] = (w[e] >> 4) & 0x0f0f0f0fu;
+    if constexpr (kFive) {
+      uint32_t qh[4];
+      ring_words(ring, su + 16 + 16 * h, qh);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        lo[e] |= ((qh[e] >> (2 * i)) & 0x01010101u) << 4;
+        hi[e] |= ((qh[e] >> (2 * i + 1)) & 0x01010101u) << 4;
+      }
+    }
+    int sc_lo, m_lo, sc_hi, m_hi;
+    scale_min(s, 2 * i, sc_lo, m_lo);
+    scale_min(s, 2 * i + 1, sc_hi, m_hi);
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i + 16 * h;
+      p[t] = sc_lo * dot16(x16(x), lo) + sc_hi * dot16(x16(x + 32), hi);
+      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i + h;
+      m[t] = m_lo * sums[0] + m_hi * sums[2];
+    }
+    dmin = f16_bits(head[0] >> 16);
+    return f16_bits(head[0]);
+  } else {
+    static_assert(kT == DType::kQ6_K);
+    const int g = j >> 2, c = j & 3;  // elements 128g + 32c .. +31
+    uint32_t ql[8], qh[8], sc[1], d[1], q[8];
+    ring_words(ring, su + 64 * g + 32 * (c & 1), ql);
+    ring_words(ring, su + 128 + 32 * g, qh);
+    ring_words(ring, su + 192 + 8 * g + 2 * c, sc);
+    ring_words(ring, su + 208, d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      q[e] = ((ql[e] >> (4 * (c >> 1))) & 0x0f0f0f0fu) | (((qh[e] >> (2 * c)) & 0x03030303u) << 4);
+    const int sc_a = static_cast<int8_t>(sc[0] & 0xff), sc_b = static_cast<int8_t>((sc[0] >> 8) & 0xff);
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g + 32 * c;
+      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g + 2 * c;  // Q8_K's sums of x's two sixteens
+      p[t] = sc_a * (dot16(x16(x), q) - 32 * sums[0]) + sc_b * (dot16(x16(x + 16), q + 4) - 32 * sums[1]);
+    }
+    return f16_bits(d[0]);
+  }
+}
+
+template <DType kT, int kTile>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_matmul_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t tokens, Acts a,
+                        const float* __restrict__ bias, float* __restrict__ y, bool accumulate) {
+  using U = Unit<kT>;
+  constexpr int kLanes = U::kLanes, kGroups = 32 / kLanes;
+  constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
+  constexpr bool kBlock32 = U::kElems == 32;
+  __shared__ uint4 rings[kWarps][kRingBytes / 16];
+  let_next_start();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (row >= n) return;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(rings[warp]);
+  const int64_t units = k / U::kElems;
+  const int64_t row_bytes = units * U::kBytes;
+  // The row's stream: from the 16-byte boundary at or before its first byte.
+  const uint8_t* first = w + row * row_bytes;
+  const int64_t skew = reinterpret_cast<uintptr_t>(first) & 15;
+  const uint8_t* from = first - skew;
+  const int64_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
+  const auto issue = [&](int64_t stage) {
+    const int64_t c = stage * 32 + lane;
+    if (c < chunks) copy16(ring + ((c * 16) & (kRingBytes - 1)), from + c * 16);
+    copies_sent();
+  };
+  for (int s = 0; s < kAhead; ++s) issue(s);
+  wait_for_earlier();  // the weights are on their way; the activations are the last kernel's
+
+  int64_t xt[kTile];
+  const int64_t token0 = static_cast<int64_t>(blockIdx.y) * kTile;
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) xt[t] = min(token0 + t, tokens - 1);
+  const int group = lane / kLanes, j = lane % kLanes;
+  const auto* ring32 = reinterpret_cast<const uint32_t*>(ring);
+  float acc[kTile] = {};
+  const int64_t rounds = (units + kGroups - 1) / kGroups;
+  int64_t r = 0;
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    copies_wait<kAhead - 1>();
+    __syncwarp();
+    const int64_t landed = min((stage + 1) * kStageBytes, end);
+    for (; r < rounds && min(skew + (r + 1) * kGroups * U::kBytes, end) <= landed; ++r) {
+      const int64_t u = r * kGroups + group;
+      int p[kTile] = {}, m[kTile] = {};
+      float d = 0.0f, dmin = 0.0f;
+      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, a, xt, k, p, m, dmin);
+#pragma unroll
+      for (int offset = 1; offset < kLanes; offset *= 2)
+#pragma unroll
+        for (int t = 0; t < kTile; ++t) {
+          p[t] += __shfl_xor_sync(0xffffffffu, p[t], offset);
+          if constexpr (kMins) m[t] += __shfl_xor_sync(0xffffffffu, m[t], offset);
+        }
+      if (u < units)
+#pragma unroll
+        for (int t = 0; t < kTile; ++t) {
+          const float dx = a.d[xt[t] * (kBlock32 ? k / 32 : k / 256) + u];
+          acc[t] = fmaf(__fmul_rn(d, dx), static_cast<float>(p[t]), acc[t]);
+          if constexpr (kMins) acc[t] = fmaf(-__fmul_rn(dmin, dx), static_cast<float>(m[t]), acc[t]);
+        }
+    }
+    __syncwarp();  // the ring's oldest stage is read; it takes stage + kAhead
+    issue(stage + kAhead);
+  }
+  copies_wait<0>();
+  // Group 0's sum, then group 1's, ... in order.
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) {
+    float sum = __shfl_sync(0xffffffffu, acc[t], 0);
+    for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
+    if (lane == 0 && token0 + t < tokens) {
+      const float value = bias != nullptr ? sum + bias[row] : sum;
+      float& out = y[(token0 + t) * n + row];
+      out = accumulate ? out + value : value;
+    }
+  }
+}
+
+template <DType kT, int kTile>
+void launch(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t tokens, const Acts& a,
+            const float* bias, float* y, bool accumulate) {
+  const dim3 grid(static_cast<unsigned>((n + kWarps - 1) / kWarps),
+                  static_cast<unsigned>((tokens + kTile - 1) / kTile));
+  launch_kernel(quant_matmul_kernel<kT, kTile>, grid, kWarps * 32, 0, stream, w, n, k, tokens, a, bias, y, accumulate);
+}
+
+// ---- Embedding ----
+
+__device__ __forceinline__ float f16_at(const uint8_t* p) { return f16_bits(p[0] | p[1] << 8); }
+
+// Element i of the unit at b, as gguf-py's dequantizer (and cpu/quant_matmul.cpp) computes it.
+template <DType kT>
+__device__ __forceinline__ float dequantize(const uint8_t* b, int i) {
+  if constexpr (kT == DType::kQ8_0) {
+    return __fmul_rn(static_cast<float>(static_cast<int8_t>(b[2 + i])), f16_at(b));
+  } else if constexpr (kT == DType::kQ4_0) {
+    const int q = i < 16 ? b[2 + i] & 0xf : b[2 + i - 16] >> 4;
+    return __fmul_rn(f16_at(b), static_cast<float>(q - 8));
+  } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
+    constexpr bool kFive = kT == DType::kQ5_K;
+    const int g = i / 32, l = i % 32;
+    int q = (b[(kFive ? 48 : 16) + 32 * (g / 2) + l] >> (4 * (g % 2))) & 0xf;
+    if constexpr (kFive) q |= ((b[16 + l] >> g) & 1) << 4;
+    const uint32_t s[3] = {b[4] | b[5] << 8 | b[6] << 16 | static_cast<uint32_t>(b[7]) << 24,
+                           b[8] | b[9] << 8 | b[10] << 16 | static_cast<uint32_t>(b[11]) << 24,
+                           b[12] | b[13] << 8 | b[14] << 16 | static_cast<uint32_t>(b[15]) << 24};
+    int sc, m;
+    scale_min(s, g, sc, m);
+    const float dl = __fmul_rn(f16_at(b), static_cast<float>(sc)), ml = __fmul_rn(f16_at(b + 2), static_cast<float>(m));
+    return __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+  } else {
+    const int half = i / 128, r = i % 128;
+    const int lo = (b[64 * half + r % 64] >> (4 * (r / 64))) & 0xf;
+    const int hi = (b[128 + 32 * half + r % 32] >> (2 * (r / 32))) & 3;
+    const float ds = __fmul_rn(f16_at(b + 208), static_cast<float>(static_cast<int8_t>(b[192 + i / 16])));
+    return __fmul_rn(ds, static_cast<float>((lo | hi << 4) - 32));
+  }
+}
+
+template <DType kT>
+__global__ void quant_embed_kernel(const uint8_t* __restrict__ table, int64_t hidden, const int32_t* __restrict__ ids,
+                                   float* __restrict__ y) {
+  using U = Unit<kT>;
+  let_next_start();
+  wait_for_earlier();
+  const int64_t t = blockIdx.x;
+  const uint8_t* row = table + ids[t] * (hidden / U::kElems) * U::kBytes;
+  for (int64_t e = threadIdx.x; e < hidden; e += blockDim.x)
+    y[t * hidden + e] = dequantize<kT>(row + (e / U::kElems) * U::kBytes, static_cast<int>(e % U::kElems));
+}
+
+template <typename Fn>
+void with_quant_type(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kQ8_0: return fn.template operator()<DType::kQ8_0>();
+    case DType::kQ4_0: return fn.template operator()<DType::kQ4_0>();
+    case DType::kQ4_K: return fn.template operator()<DType::kQ4_K>();
+    case DType::kQ5_K: return fn.template operator()<DType::kQ5_K>();
+    case DType::kQ6_K: return fn.template operator()<DType::kQ6_K>();
+    default: TS_CHECK(false, "cuda quantized kernels take q8_0, q4_0, q4_k, q5_k or q6_k, not ", dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+size_t quant_scratch_bytes(int64_t tokens, int64_t k) {
+  const auto pad = [](size_t bytes) { return (bytes + 15) / 16 * 16; };
+  return pad(static_cast<size_t>(tokens * k)) + pad(static_cast<size_t>(tokens * (k / 32)) * sizeof(float)) +
+         pad(static_cast<size_t>(tokens * (k / 16)) * sizeof(int16_t));
+}
+
+void quant_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
+                  const float* bias, float* y, bool accumulate, void* scratch) {
+  TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
+           " elements");
+  TS_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0, "quantized weights must be 16-byte aligned");
+  if (tokens == 0 || n == 0) return;
+  const Acts a = acts_in(scratch, tokens, k);
+  const bool k_type = dtype_block_elements(dtype) == 256;
+  const int64_t warps = tokens * (k / (k_type ? 256 : 32));
+  const auto blocks = static_cast<unsigned>((warps + 7) / 8);
+  if (k_type) launch_kernel(round_q8_k_kernel, blocks, 256, 0, stream, x, tokens, k, a);
+  else launch_kernel(round_q8_0_kernel, blocks, 256, 0, stream, x, tokens, k, a);
+  const auto* bytes = static_cast<const uint8_t*>(w);
+  with_quant_type(dtype, [&]<DType kT>() {
+    // The tile only sets how many tokens share a weight load, never a sum's order.
+    if (tokens == 1) return launch<kT, 1>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
+    if (tokens == 2) return launch<kT, 2>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
+    if (tokens <= 4) return launch<kT, 4>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
+    launch<kT, 8>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
+  });
+}
+
+void quant_embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
+                 float* y) {
+  TS_CHECK(hidden % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", hidden, " elements");
+  if (count == 0) return;
+  with_quant_type(dtype, [&]<DType kT>() {
+    launch_kernel(quant_embed_kernel<kT>, static_cast<unsigned>(count), 256, 0, stream,
+                  static_cast<const uint8_t*>(table), hidden, ids, y);
+  });
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,296 @@
+// The CUDA kernels on GGUF blocks (backend/cuda/quant.cuh) against the CPU device
+// on the same blocks: the activations rounded to 8 bits bitwise as the CPU rounds
+// them (one-hot weight rows make each product one rounded value times its scale),
+// the products within the rounding of their f32 sums, the embedding bitwise, a
+// token's outputs bitwise the same alone as in any batch, and the fixture GGUF
+// models' logits near the CPU's. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/quant_matmul.h"
+#include "backend/device.h"
+#include "io/gguf_fixtures.h"
+#include "io/quantize.h"
+#include "model/forward.h"
+#include "support/gpu.h"
+#include "support/random_tensors.h"
+
+namespace tessera {
+namespace {
+
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// A device copy of host bytes, and back.
+struct OnDevice {
+  Buffer buffer;
+  OnDevice(Device& device, const void* data, size_t bytes) {
+    auto made = device.alloc(bytes);
+    EXPECT_TRUE(made.ok()) << made.status().to_string();
+    buffer = std::move(made).value();
+    device.upload(data, bytes, buffer.data());
+  }
+  float* f32() const { return static_cast<float*>(buffer.data()); }
+  std::vector<float> read(Device& device, size_t floats) const {
+    std::vector<float> out(floats);
+    device.download(buffer.data(), floats * sizeof(float), out.data());
+    return out;
+  }
+};
+
+// y [tokens, n] of `device` for the weight blocks (placed there), x and bias, plus
+// `y0` when accumulating (matmul_add).
+std::vector<float> run(Device& device, const TensorView& w, const std::vector<float>& x, int64_t tokens,
+                       const std::vector<float>* bias = nullptr, const std::vector<float>* y0 = nullptr) {
+  auto placed = device.place(w);
+  EXPECT_TRUE(placed.ok()) << placed.status().to_string();
+  if (!placed.ok()) return {};
+  const int64_t n = w.dim(0);
+  OnDevice xd(device, x.data(), x.size() * sizeof(float));
+  std::vector<float> start = y0 != nullptr ? *y0 : std::vector<float>(static_cast<size_t>(tokens * n), 0.0f);
+  OnDevice y(device, start.data(), start.size() * sizeof(float));
+  OnDevice b(device, bias != nullptr ? bias->data() : start.data(), static_cast<size_t>(n) * sizeof(float));
+  const TensorView bias_view = bias != nullptr ? TensorView{DType::kF32, {n}, b.f32()} : TensorView{};
+  if (y0 != nullptr) {
+    OnDevice scratch(device, start.data(), start.size() * sizeof(float));
+    device.matmul_add(xd.f32(), tokens, *placed, bias_view, scratch.f32(), y.f32());
+  } else {
+    device.matmul(xd.f32(), tokens, *placed, bias_view, y.f32());
+  }
+  return y.read(device, start.size());
+}
+
+// n rows of k elements of `type`, quantized by tessera quantize's reference quantizers
+// (llama-quantize's blocks) from random values.
+std::vector<uint8_t> real_blocks(DType type, int64_t n, int64_t k, uint32_t seed) {
+  const std::vector<float> values = testing::random_values(static_cast<size_t>(n * k), seed);
+  std::vector<uint8_t> blocks(dtype_bytes(type, n * k));
+  quantize_blocks(type, values, blocks);
+  return blocks;
+}
+
+// Row r of k rows is one-hot: its weight r is 1, every other 0 (scales 1, mins 0), so
+// its product with a token is that token's rounded activation r times its scale.
+std::vector<uint8_t> one_hot_rows(DType type, int64_t k) {
+  const int64_t elems = dtype_block_elements(type);
+  const uint16_t one = f32_to_f16(1.0f);
+  std::vector<uint8_t> bytes(dtype_bytes(type, k * k));
+  for (int64_t r = 0; r < k; ++r) {
+    for (int64_t u = 0; u < k / elems; ++u) {
+      uint8_t* b = bytes.data() + dtype_bytes(type, r * k + u * elems);
+      const int64_t hot = r / elems == u ? r % elems : -1;  // the element set to 1, if in this unit
+      switch (type) {
+        case DType::kQ8_0:
+          std::memcpy(b, &one, 2);
+          if (hot >= 0) b[2 + hot] = 1;
+          break;
+        case DType::kQ4_0:  // q - 8 with q = 8 everywhere but the hot element's 9
+          std::memcpy(b, &one, 2);
+          std::memset(b + 2, 0x88, 16);
+          if (hot >= 0) b[2 + hot % 16] = static_cast<uint8_t>(hot < 16 ? 0x89 : 0x98);
+          break;
+        case DType::kQ4_K:
+        case DType::kQ5_K: {  // d 1, dmin 0, every scale 1 and min 0
+          std::memcpy(b, &one, 2);
+          const uint8_t scales[12] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
+          std::memcpy(b + 4, scales, 12);
+          const int64_t qs = type == DType::kQ5_K ? 48 : 16;
+          if (hot >= 0) b[qs + 32 * (hot / 64) + hot % 32] = static_cast<uint8_t>((hot / 32) % 2 == 0 ? 0x01 : 0x10);
+          break;
+        }
+        case DType::kQ6_K: {  // q = 32 (0 after - 32) everywhere but the hot element's 33; scales 1, d 1
+          std::memset(b + 128, 0xaa, 64);
+          std::memset(b + 192, 1, 16);
+          std::memcpy(b + 208, &one, 2);
+          if (hot >= 0) b[64 * (hot / 128) + hot % 64] = static_cast<uint8_t>((hot % 128) / 64 == 0 ? 0x01 : 0x10);
+          break;
+        }
+        default: ADD_FAILURE() << dtype_name(type);
+      }
+    }
+  }
+  return bytes;
+}
+
+TEST(QuantGpu, OneHotRowsGiveTheCpusRoundedActivationsBitwise) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto cpu = make_cpu_device(2);
+  for (const DType type : kTypes) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t k = 512, tokens = 3;
+    std::vector<uint8_t> blocks = one_hot_rows(type, k);
+    const TensorView w{type, {k, k}, blocks.data()};
+    // The dequantized weights are the identity, so the rows are one-hot as meant.
+    std::vector<float> identity(static_cast<size_t>(k * k));
+    cpu::dequantize_rows(blocks.data(), type, k, k, identity.data());
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t c = 0; c < k; ++c) ASSERT_EQ(identity[r * k + c], r == c ? 1.0f : 0.0f) << r << ", " << c;
+    const std::vector<float> x = testing::random_values(static_cast<size_t>(tokens * k), 7);
+    const std::vector<float> want = run(*cpu, w, x, tokens);
+    const std::vector<float> got = run(*gpu, w, x, tokens);
+    ASSERT_EQ(got.size(), want.size());
+    int differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0) << "of " << want.size();
+  }
+}
+
+// Sum over k of |w| |x| for each output, the scale the f32 rounding of the sums is held to.
+std::vector<double> magnitudes(const std::vector<uint8_t>& blocks, DType type, int64_t n, int64_t k,
+                               const std::vector<float>& x, int64_t tokens) {
+  std::vector<float> w(static_cast<size_t>(n * k));
+  cpu::dequantize_rows(blocks.data(), type, n, k, w.data());
+  std::vector<double> out(static_cast<size_t>(tokens * n));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0;
+      for (int64_t i = 0; i < k; ++i) s += std::fabs(static_cast<double>(w[r * k + i]) * x[t * k + i]);
+      out[t * n + r] = s;
+    }
+  return out;
+}
+
+TEST(QuantGpu, ProductsAreTheCpusWithinTheRoundingOfTheirSums) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto cpu = make_cpu_device(2);
+  // Rows of whole 16-byte pieces and not (11 blocks: Q6_K's are 210 bytes, Q8_0's 34),
+  // rows longer than a warp's ring, a bias, and matmul_add.
+  for (const DType type : kTypes) {
+    for (const int64_t k : {11 * dtype_block_elements(type), int64_t{256}, int64_t{4096}, int64_t{14336}}) {
+      const int64_t n = 37;
+      std::vector<uint8_t> blocks = real_blocks(type, n, k, static_cast<uint32_t>(k));
+      const TensorView w{type, {n, k}, blocks.data()};
+      for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{13}}) {
+        SCOPED_TRACE(std::string(dtype_name(type)) + " k " + std::to_string(k) + " tokens " + std::to_string(tokens));
+        const std::vector<float> x =
+            testing::random_values(static_cast<size_t>(tokens * k), static_cast<uint32_t>(tokens));
+        const std::vector<float> bias = testing::random_values(static_cast<size_t>(n), 4);
+        const std::vector<float> y0 = testing::random_values(static_cast<size_t>(tokens * n), 5);
+        const bool add = tokens == 3;
+        const std::vector<float> want = run(*cpu, w, x, tokens, &bias, add ? &y0 : nullptr);
+        const std::vector<float> got = run(*gpu, w, x, tokens, &bias, add ? &y0 : nullptr);
+        ASSERT_EQ(got.size(), want.size());
+        const std::vector<double> scale = magnitudes(blocks, type, n, k, x, tokens);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_LE(std::fabs(got[i] - want[i]), 3e-5 * scale[i] + 1e-6)
+              << "output " << i << ": " << got[i] << " against the CPU's " << want[i];
+      }
+    }
+  }
+}
+
+TEST(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  for (const DType type : kTypes) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t n = 70, k = 2048;
+    std::vector<uint8_t> blocks = real_blocks(type, n, k, 11);
+    const TensorView w{type, {n, k}, blocks.data()};
+    const int64_t most = 301;
+    const std::vector<float> x = testing::random_values(static_cast<size_t>(most * k), 12);
+    const std::vector<float> all = run(*gpu, w, x, most);
+    // Token t alone, then among 2, 5, 8 and 32 (each tile of the decode kernel and
+    // more tokens than one tile), against its row among 301.
+    for (const int64_t tokens : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}}) {
+      for (const int64_t t : {int64_t{0}, tokens - 1}) {
+        const int64_t first = 17 - t;  // token 17 of the 301 sits at t of this call
+        const std::vector<float> part(x.begin() + first * k, x.begin() + (first + tokens) * k);
+        const std::vector<float> y = run(*gpu, w, part, tokens);
+        EXPECT_EQ(0, std::memcmp(y.data() + t * n, all.data() + 17 * n, static_cast<size_t>(n) * sizeof(float)))
+            << tokens << " tokens, at " << t;
+      }
+    }
+  }
+}
+
+TEST(QuantGpu, EmbedDequantizesBitwiseAsTheCpu) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  auto cpu = make_cpu_device(1);
+  for (const DType type : kTypes) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t rows = 9, hidden = 768;
+    std::vector<uint8_t> blocks = real_blocks(type, rows, hidden, 21);
+    // Random bytes too, with finite scales: every bit pattern of the values.
+    std::mt19937 rng(22);
+    std::vector<uint8_t> noise = blocks;
+    for (auto& b : noise) b = static_cast<uint8_t>(rng());
+    for (const auto* table_bytes : {&blocks, &noise}) {
+      std::vector<uint8_t> bytes = *table_bytes;
+      const size_t unit = dtype_block_bytes(type);
+      for (size_t at = 0; at < bytes.size(); at += unit) {  // f16 scales 0.01 (and -0.02), never NaN
+        const uint16_t d = f32_to_f16(0.01f), dmin = f32_to_f16(-0.02f);
+        std::memcpy(bytes.data() + at + (type == DType::kQ6_K ? 208 : 0), &d, 2);
+        if (type == DType::kQ4_K || type == DType::kQ5_K) std::memcpy(bytes.data() + at + 2, &dmin, 2);
+      }
+      const TensorView table{type, {rows, hidden}, bytes.data()};
+      const std::vector<int32_t> ids = {3, 0, 8, 3, 5};
+      std::vector<float> want(ids.size() * hidden);
+      cpu->embed(table, ids, want.data());
+      auto placed = gpu->place(table);
+      ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+      std::vector<float> zero(want.size(), 0.0f);
+      OnDevice y(*gpu, zero.data(), zero.size() * sizeof(float));
+      gpu->embed(*placed, ids, y.f32());
+      const std::vector<float> got = y.read(*gpu, want.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+    }
+  }
+}
+
+// The fixture GGUFs (llama.cpp's files: tests/fixtures/gguf/models) on the GPU: on
+// llama.cpp's greedy tokens, each step's logits within 2 % of the largest of the
+// CPU's on the same file, and the same greedy token wherever the CPU's is clear.
+TEST(QuantGpu, FixtureGgufModelsRunAsOnTheCpu) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  std::ifstream in(testing::gguf_models_dir() + "llama_cpp_greedy.json");
+  const auto recorded = nlohmann::json::parse(in);
+  ASSERT_GE(recorded.size(), 13u);
+  for (const auto& [file, entry] : recorded.items()) {
+    SCOPED_TRACE(file);
+    auto model = Model::load(testing::gguf_model(file));
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    std::vector<int32_t> ids = entry["prompt"].get<std::vector<int32_t>>();
+    const auto greedy = entry["greedy"].get<std::vector<int32_t>>();
+    const size_t prompt = ids.size();
+    ids.insert(ids.end(), greedy.begin(), greedy.end());
+    auto cpu = make_cpu_device(2);
+    const auto logits = [&](Device& device) {
+      Forward forward(*model, device);
+      KvCache cache = forward.make_cache(static_cast<int64_t>(ids.size()));
+      auto out = forward.run_ids(ids, cache, Logits::kAll);
+      EXPECT_TRUE(out.ok()) << out.status().to_string();
+      return out.ok() ? *out : std::vector<float>();
+    };
+    const std::vector<float> want = logits(*cpu), got = logits(*gpu);
+    ASSERT_EQ(got.size(), want.size());
+    const auto vocab = static_cast<size_t>(model->config().vocab_size);
+    double worst = 0;
+    for (size_t row = prompt - 1; row < ids.size(); ++row) {
+      const float* w = want.data() + row * vocab;
+      const float* g = got.data() + row * vocab;
+      float scale = 0, error = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        scale = std::max(scale, std::fabs(w[i]));
+        error = std::max(error, std::fabs(g[i] - w[i]));
+      }
+      worst = std::max(worst, static_cast<double>(error / scale));
+      std::vector<float> sorted(w, w + vocab);
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      if (sorted[0] - sorted[1] > 4 * error) {  // clear of the two devices' difference
+        EXPECT_EQ(std::max_element(g, g + vocab) - g, std::max_element(w, w + vocab) - w) << "row " << row;
+      }
+    }
+    EXPECT_LE(worst, 0.02);
+    std::printf("%s: largest difference from the CPU's logits %.3g of the largest\n", file.c_str(), worst);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
