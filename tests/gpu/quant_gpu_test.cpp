@@ -196,14 +196,15 @@ TEST(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
     const int64_t most = 301;
     const std::vector<float> x = testing::random_values(static_cast<size_t>(most * k), 12);
     const std::vector<float> all = run(*gpu, w, x, most);
-    // Token t alone, then among 2, 5, 8 and 32 (each tile of the decode kernel and
-    // more tokens than one tile), against its row among 301.
+    constexpr int64_t kToken = 40;
+    // Token kToken alone, then first and last among 2, 5, 8 and 32 (each tile of the
+    // decode kernel and more tokens than one tile), against its row among 301.
     for (const int64_t tokens : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{32}}) {
       for (const int64_t t : {int64_t{0}, tokens - 1}) {
-        const int64_t first = 17 - t;  // token 17 of the 301 sits at t of this call
+        const int64_t first = kToken - t;  // token kToken of the 301 sits at t of this call
         const std::vector<float> part(x.begin() + first * k, x.begin() + (first + tokens) * k);
         const std::vector<float> y = run(*gpu, w, part, tokens);
-        EXPECT_EQ(0, std::memcmp(y.data() + t * n, all.data() + 17 * n, static_cast<size_t>(n) * sizeof(float)))
+        EXPECT_EQ(0, std::memcmp(y.data() + t * n, all.data() + kToken * n, static_cast<size_t>(n) * sizeof(float)))
             << tokens << " tokens, at " << t;
       }
     }
