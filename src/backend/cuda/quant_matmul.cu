@@ -276,7 +276,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   __shared__ uint4 rings[kWarps][kRingBytes / 16];
   let_next_start();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  // Consecutive blocks take the same rows for successive tiles of tokens, so that
+  // prefill reads each row from memory once and then from L2.
+  const int64_t tiles = (tokens + kTile - 1) / kTile;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) / tiles * kWarps + warp;
   if (row >= n) return;
   uint8_t* ring = reinterpret_cast<uint8_t*>(rings[warp]);
   const int64_t units = k / U::kElems;
@@ -295,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   wait_for_earlier();  // the weights are on their way; the activations are the last kernel's
 
   int64_t xt[kTile];
-  const int64_t token0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t token0 = static_cast<int64_t>(blockIdx.x) % tiles * kTile;
 #pragma unroll
   for (int t = 0; t < kTile; ++t) xt[t] = min(token0 + t, tokens - 1);
   const int group = lane / kLanes, j = lane % kLanes;
@@ -347,9 +350,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <DType kT, int kTile>
 void launch(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t tokens, const Acts& a,
             const float* bias, float* y, bool accumulate) {
-  const dim3 grid(static_cast<unsigned>((n + kWarps - 1) / kWarps),
-                  static_cast<unsigned>((tokens + kTile - 1) / kTile));
-  launch_kernel(quant_matmul_kernel<kT, kTile>, grid, kWarps * 32, 0, stream, w, n, k, tokens, a, bias, y, accumulate);
+  const int64_t blocks = (n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
+  TS_CHECK(blocks <= 0x7fffffff, "a quantized matmul of ", n, " rows and ", tokens, " tokens");
+  launch_kernel(quant_matmul_kernel<kT, kTile>, static_cast<unsigned>(blocks), kWarps * 32, 0, stream, w, n, k, tokens,
+                a, bias, y, accumulate);
 }
 
 // ---- Embedding ----
