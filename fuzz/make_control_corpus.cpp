@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
   params.logit_bias = {{3, -100.0f}};
   const std::vector<int32_t> prompt = {1, 5, 9, 2};
   corpus.write("wire_control_fuzz", "start", encode_control(5, start_message(params, prompt)));
+  const std::vector<int32_t> output = {7, 7, 3};
+  corpus.write("wire_control_fuzz", "start_resume", encode_control(5, start_message(params, prompt, output)));
+  corpus.write("wire_control_fuzz", "preempted", encode_control(5, {{"type", "preempted"}, {"stage", "stage1"}}));
   corpus.write("wire_control_fuzz", "cancel", encode_control(5, {{"type", "cancel"}}));
   const std::vector<BlockDigest> chain = {BlockDigest{1, 2, 3}, BlockDigest{4, 5, 6}};
   corpus.write("wire_control_fuzz", "prefix", encode_control(5, prefix_query(chain)));

@@ -49,6 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (error.ok()) TS_CHECK(!error->status.ok(), "an error message read as OK");
   expect_refusal_or_ok(sampling_from_json(*message).status());
   expect_refusal_or_ok(prompt_from_json(*message, 1000).status());
+  const Result<std::vector<int32_t>> output = output_from_json(*message, 1000, 64);  // a preempted request's answer
+  expect_refusal_or_ok(output.status());
+  if (output.ok()) TS_CHECK(output->size() <= 64, "an output of ", output->size(), " ids passed a bound of 64");
   // The prefix cache's messages (prefix_message.h), as a stage and the coordinator read them.
   expect_refusal_or_ok(digests_from_json(*message, "blocks", 64).status());
   expect_refusal_or_ok(digests_from_json(*message, "names", 64).status());

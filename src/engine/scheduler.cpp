@@ -47,19 +47,23 @@ SampledLogprobs log_softmax(std::span<const float> logits, int32_t token, int to
   return out;
 }
 
-Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs) {
+Status Scheduler::start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs,
+                        std::vector<int32_t> output) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return Status::invalid_input("sequence " + std::to_string(id) + " is not open");
   TS_CHECK(forward_.model().has_exit(), "a sampler on a range that does not end the model");
   TS_RETURN_IF_ERROR(validate(params, vocab_size_));
-  for (const int32_t token : prompt)
-    if (token < 0 || token >= vocab_size_)
-      return Status::invalid_input("prompt token id " + std::to_string(token) + " is outside the vocabulary");
+  for (const auto* ids : {&prompt, &output})
+    for (const int32_t token : *ids)
+      if (token < 0 || token >= vocab_size_)
+        return Status::invalid_input(std::string(ids == &prompt ? "prompt" : "output") + " token id " +
+                                     std::to_string(token) + " is outside the vocabulary");
   Sequence& sequence = it->second;
   sequence.sampler.emplace(params, vocab_size_);
+  sequence.sampler->skip(output.size());
   sequence.top_logprobs = top_logprobs;
   sequence.prompt = std::move(prompt);
-  sequence.output.clear();
+  sequence.output = std::move(output);
   return {};
 }
 
@@ -249,6 +253,15 @@ void Scheduler::preempt(uint64_t id) {
   queued_bytes_ += head.bytes();
 }
 
+StepOutput Scheduler::closed_for_room(uint64_t id) {
+  ++preemptions_;
+  close(id);
+  return {.id = id,
+          .status = Status::overloaded("preempted: the KV pool is full (" +
+                                       std::to_string(forward_.kv_pool().total_blocks()) + " blocks, --kv-memory)"),
+          .preempted = true};
+}
+
 int64_t Scheduler::evict_cached(int64_t blocks) { return prefix_cache_ ? prefix_cache_->evict(blocks) : 0; }
 
 void Scheduler::cache_full_blocks(Sequence& sequence) {
@@ -291,6 +304,7 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
   auto available = [&] { return pool.free_blocks() - reserved; };
   for (const auto& [order, id] : waiting) {
     if (chosen.size() >= options_.max_step_sequences || budget == 0) break;
+    if (!sequences_.contains(id)) continue;  // closed to make room for an older one (close_preempted)
     Sequence& sequence = sequences_.at(id);
     const Feed& feed = sequence.feeds.front();
     const KvCache& cache = sequence.cache;
@@ -303,15 +317,19 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     const int64_t tokens = std::min(feed.tokens - feed.done, budget);
     const int64_t blocks = cache.blocks_needed(tokens);
     if (blocks > available()) evict_cached(blocks - available());
-    while (options_.preemption && blocks > available()) {
+    while ((options_.preemption || options_.close_preempted) && blocks > available()) {
       const std::optional<uint64_t> victim = newest_victim(sequence.age, chosen);
       if (!victim) break;
-      preempt(*victim);
+      if (options_.preemption) {
+        preempt(*victim);
+      } else {
+        failed.push_back(closed_for_room(*victim));
+      }
       if (blocks > available()) evict_cached(blocks - available());
     }
     if (blocks > available()) {
       const int64_t bs = pool.block_size();
-      if (!options_.preemption) {
+      if (!options_.preemption && !options_.close_preempted) {
         // Alone it cannot run: the pool is full of other sequences' blocks.
         if (chosen.empty()) failed.push_back({id, pool.check_free(blocks)});
       } else if (const int64_t whole = (cache.length() + tokens + bs - 1) / bs; whole > pool.total_blocks()) {
@@ -328,9 +346,19 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     budget -= tokens;
     chosen.push_back({id, tokens});
   }
-  // A step that runs nothing would leave it waiting for ever.
-  if (chosen.empty() && !short_of_blocks.empty())
-    failed.push_back({short_of_blocks.front().first, pool.check_free(short_of_blocks.front().second)});
+  // A step that runs nothing would leave it waiting for ever; on a pipeline
+  // stage, the newest of those short gives way instead (its elders hold the blocks).
+  std::erase_if(short_of_blocks, [&](const auto& s) { return !sequences_.contains(s.first); });
+  if (chosen.empty() && !short_of_blocks.empty()) {
+    if (options_.close_preempted) {
+      const auto newest = std::max_element(short_of_blocks.begin(), short_of_blocks.end(), [&](auto a, auto b) {
+        return sequences_.at(a.first).age < sequences_.at(b.first).age;
+      });
+      failed.push_back(closed_for_room(newest->first));
+    } else {
+      failed.push_back({short_of_blocks.front().first, pool.check_free(short_of_blocks.front().second)});
+    }
+  }
   for (const StepOutput& f : failed) close(f.id);
   return chosen;
 }

@@ -73,6 +73,13 @@ struct SchedulerOptions {
   size_t max_queued_feeds = 4096;  // inputs waiting, over all sequences
   bool prefix_caching = false;     // keep full KV blocks for later prompts (entry ranges)
   bool preemption = false;         // recompute preemption when the pool is short (entry and exit ranges)
+  // A pipeline stage's preemption (not with `preemption`): the victims, chosen
+  // as `preemption` chooses them, are closed and returned by step() with
+  // StepOutput::preempted, for the coordinator, which holds their tokens, to run
+  // them again; in a step that runs nothing, the newest sequence short of blocks
+  // gives way itself (on a stage, older sequences hold their blocks while their
+  // input is at another stage, and will come back).
+  bool close_preempted = false;
   // With prefix_caching, on any range: blocks are named by the caller (name_blocks), not by their ids. Not
   // with preemption (a preempted sequence would need its ids).
   bool named_prefixes = false;
@@ -99,6 +106,7 @@ struct StepOutput {
   std::vector<float> values{};  // logits [vocab] of the feed's last token, or hidden states [tokens, hidden]
   int32_t token = -1;           // the sampled token, for a sequence that samples here
   std::optional<SampledLogprobs> logprobs{};  // for a sequence started with top_logprobs >= 0
+  bool preempted = false;  // close_preempted: closed to make room (status kOverloaded), to be run again
 };
 
 class Scheduler {
@@ -111,8 +119,12 @@ class Scheduler {
   // Samples the open sequence's next feeds here (an exit range only), with a new
   // Sampler; `prompt` is the request's prompt, for the penalties. With
   // top_logprobs >= 0 each output carries its logprobs (and that many top ones).
+  // `output`: a preempted request's answer so far, run again as part of its
+  // input: the penalties count it and the sampler skips its samples
+  // (Sampler::skip), so it samples on as the uninterrupted run would.
   // kInvalidInput naming the parameter that is out of range.
-  Status start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs = -1);
+  Status start(uint64_t id, const SamplingParams& params, std::vector<int32_t> prompt, int top_logprobs = -1,
+               std::vector<int32_t> output = {});
   bool is_open(uint64_t id) const { return sequences_.contains(id); }
   // Queue input for an open sequence. Ids are checked against the vocabulary and
   // hidden states against hidden_size here, so a bad input fails only its own feed.
@@ -163,7 +175,7 @@ class Scheduler {
   uint64_t prefix_queries() const { return prefix_queries_; }
   uint64_t prefix_hits() const { return prefix_hits_; }
   int64_t prefix_evictable_blocks() const { return prefix_cache_ ? prefix_cache_->evictable() : 0; }
-  // Sequences preempted so far (their blocks freed, their ids run again later).
+  // Sequences preempted so far (their blocks freed, their ids run again later; or closed, with close_preempted).
   uint64_t preemptions() const { return preemptions_; }
 
  private:
@@ -200,6 +212,8 @@ class Scheduler {
   std::optional<uint64_t> newest_victim(uint64_t age, const std::vector<Chosen>& chosen) const;
   // Frees the sequence's blocks; the ids it held run again ahead of its input.
   void preempt(uint64_t id);
+  // close_preempted: closes it, and says so.
+  StepOutput closed_for_room(uint64_t id);
   void close(uint64_t id);
   // Frees up to `blocks` blocks only the prefix cache holds; returns how many.
   int64_t evict_cached(int64_t blocks);

@@ -225,7 +225,11 @@ struct Pipeline::State {
     int64_t fewest = 0;
   };
   std::map<uint64_t, Query> queries;
+  // guarded by mutex: requests find_prefix() opened on every stage that have
+  // sent nothing down the chain yet (a cancel goes to every stage then).
+  std::set<uint64_t> direct;
   int64_t block_size = 0;                            // guarded by mutex: the stages' common one, 0: none
+  int64_t revision = 1;                              // guarded by mutex: the stages' lowest (kStageRevision)
   std::vector<std::optional<wire::KvUsage>> kv_use;  // guarded by mutex: per stage, from heartbeats
   void answer(const std::string& who, uint64_t request, const json& reply);
 };
@@ -266,6 +270,7 @@ Status Pipeline::State::setup() {
   const uint64_t session_id = (uint64_t{random()} << 32 | random()) | 1;  // nonzero
   std::vector<std::shared_ptr<FrameChannel>> opened(plan.size());
   std::optional<int64_t> common_block_size;  // from every stage's ready
+  int64_t lowest_revision = wire::kStageRevision;
   // Last stage first: each stage connects to its next one during its setup.
   for (size_t i = plan.size(); i-- > 0;) {
     const StagePlan& stage = plan[i];
@@ -284,6 +289,7 @@ Status Pipeline::State::setup() {
                   {"context", options.context},
                   {"plain", options.plain},
                   {"heartbeat_ms", heartbeat_interval(options).count()}};
+    if (options.preemption) setup["preemption"] = true;
     if (!options.ship && !options.model_dir.empty()) {  // the stage proves it holds the same layers
       Result<Model> model = Model::load(options.model_dir, LayerRange{stage.begin, stage.end});
       if (!model.ok()) return model.status().with_context("--model");
@@ -313,6 +319,8 @@ Status Pipeline::State::setup() {
     const Result<int64_t> stage_block_size = wire::field<int64_t>(reply, "block_size");  // absent before minor 2
     const int64_t size = stage_block_size.ok() && *stage_block_size > 0 ? *stage_block_size : 0;
     common_block_size = !common_block_size || *common_block_size == size ? size : 0;
+    const Result<int64_t> stage_revision = wire::field<int64_t>(reply, "revision");  // absent: 1
+    lowest_revision = std::min(lowest_revision, stage_revision.ok() ? std::max<int64_t>(*stage_revision, 1) : 1);
     if (options.plain) TS_RETURN_IF_ERROR(bind_plain(*channel, endpoint, deadline).with_context(what + " (--plain)"));
     opened[i] = channel;
   }
@@ -320,6 +328,7 @@ Status Pipeline::State::setup() {
   channels = opened;
   session = session_id;
   block_size = common_block_size.value_or(0);
+  revision = lowest_revision;
   kv_use.assign(plan.size(), std::nullopt);
   for (size_t i = 0; i < channels.size(); ++i) {
     readers.emplace_back([this, i, channel = channels[i], session_id] { read_loop(i, channel, session_id); });
@@ -339,6 +348,7 @@ void Pipeline::State::teardown() {
     for (const uint64_t request : std::exchange(sent, {}))
       completed.push_back({request, Status::disconnected("the pipeline was torn down")});
     queries.clear();
+    direct.clear();
     cv.notify_all();
   }
   for (auto& channel : closing) channel->shutdown();
@@ -417,6 +427,16 @@ void Pipeline::State::read_loop(size_t stage, std::shared_ptr<FrameChannel> chan
       }
       if (message.ok() && (*message)["type"] == "prefix" && request != 0) {
         answer(who, request, *message);
+        continue;
+      }
+      if (message.ok() && (*message)["type"] == "preempted" && request != 0 && options.preemption) {
+        // Not through deliver(): the request may be idle on the stages (nothing sent, waiting for its next ids).
+        std::lock_guard lock(mutex);
+        if (session == session_id) {
+          completed.push_back(
+              {request, Pipeline::StepResult{.logits = {}, .token = -1, .cached_blocks = -1, .preempted = true}});
+          cv.notify_all();
+        }
         continue;
       }
       // Anything else a stage says is an error; an unknown message is one too, never dropped.
@@ -548,7 +568,7 @@ bool Pipeline::is_up() const {
 Status Pipeline::reconnect() { return state_->first_channel().status(); }
 
 Status Pipeline::send(uint64_t request, std::span<const int32_t> ids, const SamplingParams* start,
-                      std::span<const int32_t> prompt, const json* blocks) {
+                      std::span<const int32_t> prompt, const json* blocks, std::span<const int32_t> output) {
   State& s = *state_;
   std::shared_ptr<FrameChannel> first;
   {
@@ -556,11 +576,12 @@ Status Pipeline::send(uint64_t request, std::span<const int32_t> ids, const Samp
     if (s.session == 0) return s.failure.ok() ? Status::disconnected("the pipeline is not set up") : s.failure;
     first = s.channels.front();
     s.sent.insert(request);
+    s.direct.erase(request);  // its ids go down the chain now
   }
   const uint64_t shape[] = {ids.size()};
   Status status;
   if (start)
-    status = first->write_frame(wire::encode_control(request, wire::start_message(*start, prompt)),
+    status = first->write_frame(wire::encode_control(request, wire::start_message(*start, prompt, output)),
                                 net::deadline_after(s.options.timeout));
   if (status.ok() && blocks)
     status = first->write_frame(wire::encode_control(request, *blocks), net::deadline_after(s.options.timeout));
@@ -584,6 +605,7 @@ Status Pipeline::find_prefix(uint64_t request, std::span<const wire::BlockDigest
     if (s.session == 0) return s.failure.ok() ? Status::disconnected("the pipeline is not set up") : s.failure;
     channels = s.channels;
     s.sent.insert(request);
+    s.direct.insert(request);
     const auto asked = static_cast<int64_t>(chain.size());
     s.queries[request] = {.asked = asked, .waiting = channels.size(), .fewest = asked};
   }
@@ -598,6 +620,11 @@ Status Pipeline::find_prefix(uint64_t request, std::span<const wire::BlockDigest
   s.queries.erase(request);
   if (s.sent.erase(request) == 0) return {};  // a reader has given it a result already
   return status;
+}
+
+int64_t Pipeline::revision() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->revision;
 }
 
 int64_t Pipeline::block_size() const {
@@ -617,6 +644,12 @@ std::vector<Pipeline::Completion> Pipeline::take_results(std::chrono::millisecon
   return std::exchange(s.completed, {});
 }
 
+// Through stage 0, which passes it on after the request's hidden states (the
+// stages after it would otherwise get the cancel before hidden states stage 0
+// is still computing, which would open the request there again, held until the
+// session ends); to every stage itself while a prefix query has opened the
+// request on each and nothing of it is down the chain, or with stages that do
+// not pass it on (revision 1).
 void Pipeline::cancel(uint64_t request) {
   std::vector<std::shared_ptr<FrameChannel>> channels;
   {
@@ -625,6 +658,7 @@ void Pipeline::cancel(uint64_t request) {
     state_->queries.erase(request);
     state_->session_of.erase(request);
     channels = state_->channels;
+    if (state_->direct.erase(request) == 0 && state_->revision >= 2 && !channels.empty()) channels.resize(1);
   }
   for (auto& channel : channels) {
     (void)channel->write_frame(wire::encode_control(request, {{"type", "cancel"}}),

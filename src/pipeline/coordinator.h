@@ -89,6 +89,10 @@ struct PipelineOptions {
   // refuses. Empty: no check.
   std::string model_dir;
   std::optional<ShipEncoding> ship;
+  // The caller runs preempted requests again (tessera serve): the setup asks the
+  // stages to say `preempted` (a StepResult) when a full KV pool makes them
+  // close a request, instead of failing it as overloaded.
+  bool preemption = false;
 };
 
 class Pipeline {
@@ -107,6 +111,7 @@ class Pipeline {
     std::vector<float> logits;
     int32_t token = -1;
     int64_t cached_blocks = -1;  // a find_prefix() answer: the blocks every stage took
+    bool preempted = false;      // with PipelineOptions::preemption: a stage closed the request for room
   };
   Result<StepResult> step(uint64_t request, std::span<const int32_t> ids);
   // The same without waiting, for one thread that keeps many requests in flight
@@ -117,9 +122,11 @@ class Pipeline {
   // sets the pipeline up: while it is down (is_up() false; every request in
   // flight has its error waiting in take_results()) it fails at once, and
   // reconnect() sets it up again (blocking, up to the options' timeout).
-  // `blocks`, when given, goes ahead of the ids (and after the start).
+  // `blocks`, when given, goes ahead of the ids (and after the start); `output`
+  // with the start resumes a preempted request's sampler (start_message.h).
   Status send(uint64_t request, std::span<const int32_t> ids, const SamplingParams* start = nullptr,
-              std::span<const int32_t> prompt = {}, const nlohmann::json* blocks = nullptr);
+              std::span<const int32_t> prompt = {}, const nlohmann::json* blocks = nullptr,
+              std::span<const int32_t> output = {});
   // The prefix cache over the stages (wire/prefix_message.h), for send()'s
   // caller: asks every stage for the longest run of `chain` it holds, which it
   // takes for the new `request`; the answer comes out of take_results() as a
@@ -130,6 +137,8 @@ class Pipeline {
   // The KV block size every stage of the session reported in its `ready` (0: a
   // stage did not, being older, or they differ: no prefix cache over them).
   int64_t block_size() const;
+  // The lowest wire::kStageRevision of the session's stages (1: none sent one).
+  int64_t revision() const;
   // Each stage's KV pool, as its last heartbeat said (none yet, or an older stage: nullopt).
   std::vector<std::optional<wire::KvUsage>> kv_usage() const;
   bool is_up() const;

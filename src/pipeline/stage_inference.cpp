@@ -26,6 +26,10 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   if (message.contains("plain")) {
     TS_ASSIGN_OR_RETURN(session_plain, wire::field<bool>(message, "plain"));
   }
+  bool preemption = false;
+  if (message.contains("preemption")) {
+    TS_ASSIGN_OR_RETURN(preemption, wire::field<bool>(message, "preemption"));
+  }
   const bool same_layers = model && dir == model_dir && begin == range.begin && end == range.end;
   const bool group_failed = tp_group && !tp_group->failure().ok();
   if (!same_layers || !engine.scheduler || group_failed) {
@@ -50,10 +54,13 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
       }
     }
     EngineOptions engine_options = options.engine;
-    // The coordinator names the blocks (wire/prefix_message.h); a stage never preempts (docs/serving.md).
+    // The coordinator names the blocks (wire/prefix_message.h) and holds the
+    // tokens, so it runs a preempted request again (docs/serving.md): the stage
+    // closes the newest when its pool is full.
     engine_options.scheduler.prefix_caching = true;
     engine_options.scheduler.named_prefixes = true;
     engine_options.scheduler.preemption = false;
+    engine_options.scheduler.close_preempted = true;
     if (options.tp_group) {
       std::fprintf(stderr, "[stage %s] forming its tensor-parallel group of %d ranks\n", options.identity.name.c_str(),
                    options.tp_ranks);
@@ -85,6 +92,8 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
   TS_ASSIGN_OR_RETURN(wire::StageLimits stage_limits,
                       wire::make_stage_limits(model->config().hidden_size, model->config().vocab_size, limit_options));
   engine.scheduler->cancel_all();
+  closed.clear();
+  reports_preemption = preemption;
   next.reset();
   last = next_name.empty();
   if (last != model->has_exit()) {
@@ -120,7 +129,8 @@ Status StageService::State::setup(const json& message, std::shared_ptr<FrameChan
                                {"stage", options.identity.name},
                                {"begin", begin},
                                {"end", end},
-                               {"block_size", engine.forward->kv_pool().block_size()}}),
+                               {"block_size", engine.forward->kv_pool().block_size()},
+                               {"revision", wire::kStageRevision}}),
       net::deadline_after(options.timeout));
 }
 
@@ -152,7 +162,15 @@ Status StageService::State::feed(Work& work) {
 }
 
 void StageService::State::deliver(StepOutput& out) {
-  if (!out.status.ok()) return report(out.id, out.status);  // the scheduler has closed the sequence
+  if (!out.status.ok()) {  // the scheduler has closed the sequence
+    closed_here(out.id);
+    if (!out.preempted || !reports_preemption) return report(out.id, out.status);
+    if (auto channel = coordinator_channel())
+      (void)channel->write_frame(
+          wire::encode_control(out.id, {{"type", "preempted"}, {"stage", options.identity.name}}),
+          net::deadline_after(options.timeout));
+    return;
+  }
   Status status;
   if (last && out.token >= 0) {  // sampled here: one token id goes back, not [vocab] logits
     const uint64_t shape[] = {1};
@@ -197,7 +215,24 @@ Status StageService::State::name_blocks(Work& work) {
 
 void StageService::State::fail_request(uint64_t request, const Status& status) {
   engine.scheduler->cancel(request);
+  closed_here(request);
   report(request, status);
+}
+
+void StageService::State::closed_here(uint64_t request) {
+  closed.insert(request);
+  const size_t bound = 4 * options.engine.scheduler.max_sequences + 64;
+  while (closed.size() > bound) closed.erase(closed.begin());
+}
+
+bool StageService::State::dropped(const Work& work) const {
+  switch (work.kind) {
+    case Work::Kind::kStart:
+    case Work::Kind::kBlocks:
+    case Work::Kind::kTokens:
+    case Work::Kind::kHidden: return closed.contains(work.request);
+    default: return false;
+  }
 }
 
 Status StageService::State::start(Work& work) {
@@ -205,8 +240,10 @@ Status StageService::State::start(Work& work) {
     return next->write_frame(wire::encode_control(work.request, work.message), net::deadline_after(options.timeout));
   TS_ASSIGN_OR_RETURN(SamplingParams params, wire::sampling_from_json(work.message));
   TS_ASSIGN_OR_RETURN(std::vector<int32_t> prompt, wire::prompt_from_json(work.message, model->config().vocab_size));
+  TS_ASSIGN_OR_RETURN(std::vector<int32_t> output,
+                      wire::output_from_json(work.message, model->config().vocab_size, static_cast<size_t>(context)));
   TS_RETURN_IF_ERROR(open(work.request));
-  return engine.scheduler->start(work.request, params, std::move(prompt)).with_context("start");
+  return engine.scheduler->start(work.request, params, std::move(prompt), -1, std::move(output)).with_context("start");
 }
 
 bool StageService::State::handle(Work& work) {
@@ -214,6 +251,7 @@ bool StageService::State::handle(Work& work) {
     report(work.request, Status::invalid_input("the stage has no layers loaded (its last setup failed)"));
     return true;
   }
+  if (dropped(work)) return true;  // closed here: its cancel is on its way
   switch (work.kind) {
     case Work::Kind::kStop: {  // a setup still queued must not leave its connection waiting
       std::lock_guard lock(mutex);
@@ -233,9 +271,19 @@ bool StageService::State::handle(Work& work) {
     case Work::Kind::kBlocks:
       if (Status status = name_blocks(work); !status.ok()) fail_request(work.request, status);
       break;
-    case Work::Kind::kCancel: engine.scheduler->cancel(work.request); break;
+    case Work::Kind::kCancel:
+      // Passed on after the request's hidden states sent so far, so the next
+      // stage cannot open it again with them (wire/control_frame.h). Best
+      // effort: a next stage that is gone fails the session anyway.
+      engine.scheduler->cancel(work.request);
+      closed.erase(work.request);
+      if (next)
+        (void)next->write_frame(wire::encode_control(work.request, {{"type", "cancel"}}),
+                                net::deadline_after(options.timeout));
+      break;
     case Work::Kind::kEndSession: {
       if (engine.scheduler) engine.scheduler->cancel_all();
+      closed.clear();
       largest_step = 0;
       next.reset();
       std::lock_guard lock(mutex);

@@ -33,13 +33,14 @@ uint64_t available_memory_bytes() {
   return 0;
 }
 
-// A request's control message, as the inference thread's work: `start` and
-// `blocks` travel down the chain of stages in order with the request's input;
-// `prefix` queries come from the coordinator only.
+// A request's control message, as the inference thread's work: `start`,
+// `blocks` and `cancel` travel down the chain of stages in order with the
+// request's input; `prefix` queries come from the coordinator only.
 std::optional<Work::Kind> request_message(const json& message, bool from_coordinator) {
   const auto& type = message["type"];
   if (type == "start") return Work::Kind::kStart;
   if (type == "blocks") return Work::Kind::kBlocks;
+  if (type == "cancel") return Work::Kind::kCancel;
   if (from_coordinator && type == "prefix") return Work::Kind::kPrefix;
   return std::nullopt;
 }
@@ -328,8 +329,6 @@ void StageService::State::serve_coordinator(std::shared_ptr<FrameChannel> channe
       Result<json> message = wire::decode_control(*frame);
       if (!message.ok()) {
         report(request, message.status());
-      } else if ((*message)["type"] == "cancel") {
-        push(Work(Work::Kind::kCancel, *session_id, request));
       } else if (const std::optional<Work::Kind> kind = request_message(*message, true)) {
         Work work(*kind, *session_id, request);
         work.message = std::move(*message);
@@ -383,7 +382,7 @@ void StageService::State::serve_upstream(FrameChannel& channel, const json& hell
       }
       return;
     }
-    if (frame->prefix.kind == wire::MessageKind::kControl) {  // a request's start or blocks, passed along in order
+    if (frame->prefix.kind == wire::MessageKind::kControl) {  // a request's start, blocks or cancel, in order
       Result<json> message = wire::decode_control(*frame);
       const std::optional<Work::Kind> kind = message.ok() ? request_message(*message, false) : std::nullopt;
       if (kind) {

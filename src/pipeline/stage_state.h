@@ -21,6 +21,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -176,6 +177,12 @@ struct StageService::State {
   Status name_blocks(Work& work);
   int64_t max_blocks() const { return context / engine.forward->kv_pool().block_size(); }
   void fail_request(uint64_t request, const Status& status);
+  // A request this stage closed itself (failed or preempted): what still comes
+  // for it from upstream is dropped, not run as a new request, until the
+  // coordinator's cancel comes down the chain behind it (bounded: the oldest
+  // ids go first).
+  void closed_here(uint64_t request);
+  bool dropped(const Work& work) const;
   const StageOptions options;
   net::Listener listener;
   net::WakeFd stopping;
@@ -220,6 +227,9 @@ struct StageService::State {
   std::shared_ptr<FrameChannel> next;
   bool last = false;
   int64_t context = 0;
+  bool reports_preemption = false;  // the session's setup said "preemption": true (wire revision 3)
+  std::set<uint64_t> closed;        // closed_here(), until their cancel
+
   // What the scheduler holds, for probes from other threads (updated after each change).
   std::atomic<uint64_t> live_requests{0};
   std::atomic<uint64_t> kv_bytes{0};

@@ -48,6 +48,12 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
+void Sampler::skip(uint64_t samples) {
+  if (params_.temperature == 0.0f) return;
+  // The distribution sample() draws with: the generator's outputs a draw takes do not depend on its bounds.
+  for (uint64_t i = 0; i < samples; ++i) (void)std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
 bool Sampler::plain_greedy() const {
   return params_.temperature == 0.0f && params_.logit_bias.empty() && params_.repetition_penalty == 1.0f &&
          params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f;
@@ -68,7 +74,10 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     const float p = std::exp((logits[id] - max_logit) / params_.temperature);
     if (p > 0.0f) candidates_.emplace_back(p, static_cast<int32_t>(id));
   }
-  if (candidates_.empty()) return argmax();  // every logit is -inf: nothing to draw from
+  if (candidates_.empty()) {  // every logit is -inf: nothing to draw from (the draw is taken all the same: skip())
+    (void)std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+    return argmax();
+  }
   auto by_probability = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };

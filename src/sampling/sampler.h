@@ -34,6 +34,10 @@ class Sampler {
   // Picks the next token. `logits` [vocab] is modified (biases, penalties, scaling).
   // `prompt` and `output` are the tokens so far, for the penalties.
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
+  // Puts the generator where `samples` calls of sample() leave it: a sample
+  // with a temperature takes exactly one draw (greedy ones none), whatever its
+  // logits. How a preempted request's sampler resumes on another process.
+  void skip(uint64_t samples);
   // Whether sample() is the argmax of the raw logits: greedy, with no bias and
   // no penalty. A caller may then take the argmax where the logits are.
   bool plain_greedy() const;

@@ -40,50 +40,105 @@ Result<std::unique_ptr<PipelineBackend>> PipelineBackend::connect(const Pipeline
   pipeline::PipelineOptions options = serving.options;
   options.context = context;
   options.model_dir = model_dir;
+  options.preemption = true;
   TS_ASSIGN_OR_RETURN(std::unique_ptr<pipeline::Pipeline> pipeline,
                       pipeline::Pipeline::connect(identity, trust, config, std::move(plan), options));
   const int64_t block_size = pipeline->block_size();
-  std::fprintf(stderr,
-               "[serve] pipeline of %s:\n%s[serve] over a pipeline: prefix cache %s; no preemption (each stage's KV "
-               "pool is its own; a stage without room answers 503, docs/serving.md)\n",
+  std::fprintf(stderr, "[serve] pipeline of %s:\n%s[serve] over a pipeline: prefix cache %s; preemption %s\n",
                serving.plan.c_str(), pipeline->layout().c_str(),
                !serving.prefix_caching ? "off (--no-prefix-caching)"
                : block_size > 0        ? ("on, in blocks of " + std::to_string(block_size)).c_str()
-                                       : "off (a stage keeps none: its ready has no block_size, an older tessera)");
+                                       : "off (a stage keeps none: its ready has no block_size, an older tessera)",
+               pipeline->revision() >= 3 ? "on" : "off (a stage predates it: a full KV pool fails the request, 503)");
   return std::unique_ptr<PipelineBackend>(
       new PipelineBackend(std::move(pipeline), context, config.vocab_size, serving.prefix_caching));
 }
 
 Status PipelineBackend::open(uint64_t id, int64_t /*capacity*/, const Submission& request) {
   // The stages hold `context` positions per request; the loop ends the request at its capacity.
-  Outgoing o{.id = id, .first = true, .ids = request.prompt};
+  Request& r = requests_[id] = {.prompt = request.prompt, .salt = request.cache_salt};
   if (request.logprobs >= 0) {  // no start message: the last stage returns logits
     sampled_here_.emplace(
         id,
         SampledHere{.sampler = Sampler(request.sampling, vocab_), .top = request.logprobs, .prompt = request.prompt});
   } else {
-    o.start = request.sampling;
-    o.prompt = request.prompt;
+    r.sampling = request.sampling;
+  }
+  if (!held_.empty()) {  // preempted requests run first: it waits behind them
+    r.held = true;
+    held_.push_back(id);
+    return {};
+  }
+  launch(id);
+  return {};
+}
+
+void PipelineBackend::launch(uint64_t id) {
+  Request& r = requests_.at(id);
+  r.held = false;
+  r.wire = pipeline_->new_request_id();
+  loop_id_[r.wire] = id;
+  std::vector<int32_t> ids = r.prompt;
+  ids.insert(ids.end(), r.output.begin(), r.output.end());
+  Outgoing o{.id = id, .first = true, .ids = ids};
+  if (r.sampling) {
+    o.start = r.sampling;
+    o.prompt = r.prompt;
+    o.output = r.output;
   }
   const int64_t bs = prefix_caching_ ? pipeline_->block_size() : 0;
   if (bs > 0) {
-    const auto n = static_cast<int64_t>(request.prompt.size());
-    Chain& chain = chains_[id] = {.block_size = bs,
-                                  .salt = request.cache_salt,
-                                  .tokens = request.prompt,
-                                  .blocks = PrefixCache::chain(request.prompt, request.cache_salt, bs, n / bs)};
+    const auto n = static_cast<int64_t>(ids.size());
+    Chain& chain = chains_[id] = {
+        .block_size = bs, .salt = r.salt, .tokens = ids, .blocks = PrefixCache::chain(ids, r.salt, bs, n / bs)};
     prefix_queries_ += static_cast<uint64_t>(n);
     // The stages may hold the blocks before the last token, which always runs (its logits are the answer).
     o.query.assign(chain.blocks.begin(), chain.blocks.begin() + (n - 1) / bs);
     if (o.query.empty()) o.names = chain.blocks;
   }
   outgoing_.push_back(std::move(o));
-  return {};
 }
 
 Status PipelineBackend::feed(uint64_t id, int32_t token) {
+  if (const auto r = requests_.find(id); r != requests_.end()) {
+    r->second.output.push_back(token);
+    if (r->second.held) return {};  // it runs with the rest of its output once launched again
+  }
   outgoing_.push_back(with_names(id, {token}));
   return {};
+}
+
+void PipelineBackend::preempt(uint64_t id, std::vector<StepOutput>& outputs) {
+  if (pipeline_->revision() < 3) {  // a stage could not resume its sampler: fail it, as before preemption
+    outputs.push_back({.id = id,
+                       .status = Status::overloaded("a stage's KV pool is full (--kv-memory), and a stage predates "
+                                                    "preemption over a pipeline")});
+    return;
+  }
+  Request& r = requests_.at(id);
+  ++preemptions_;
+  left_ = 0;  // the pools are full now: wait for the next request to leave
+  std::erase_if(outgoing_, [id](const Outgoing& o) { return o.id == id; });
+  in_flight_.erase(id);
+  chains_.erase(id);
+  asking_.erase(id);
+  pipeline_->cancel(r.wire);
+  loop_id_.erase(r.wire);  // what still comes for its old id is dropped
+  r.held = true;
+  held_.insert(std::upper_bound(held_.begin(), held_.end(), id), id);  // oldest first
+}
+
+void PipelineBackend::release_held() {
+  if (held_.empty()) return;
+  const bool idle = in_flight_.empty() && outgoing_.empty() && asking_.empty();
+  if (left_ > 0) {
+    --left_;
+  } else if (!idle) {
+    return;
+  }
+  const uint64_t id = held_.front();
+  held_.pop_front();
+  launch(id);
 }
 
 PipelineBackend::Outgoing PipelineBackend::with_names(uint64_t id, std::vector<int32_t> ids) {
@@ -121,7 +176,16 @@ void PipelineBackend::cancel(uint64_t id) {
   sampled_here_.erase(id);
   chains_.erase(id);
   asking_.erase(id);
-  pipeline_->cancel(id);
+  const auto r = requests_.find(id);
+  if (r == requests_.end()) return;
+  if (r->second.held) {
+    std::erase(held_, id);
+  } else {
+    pipeline_->cancel(r->second.wire);
+    loop_id_.erase(r->second.wire);
+    ++left_;  // its blocks are free on every stage
+  }
+  requests_.erase(r);
 }
 
 // Sends one request's next message: its prefix query, or its ids (after its
@@ -133,9 +197,10 @@ void PipelineBackend::send(Outgoing& o, std::vector<StepOutput>& outputs) {
     o.query.clear();
     o.names.clear();
   }
+  const uint64_t wire = requests_.at(o.id).wire;
   Status sent;
   if (!o.query.empty()) {
-    sent = pipeline_->find_prefix(o.id, o.query);
+    sent = pipeline_->find_prefix(wire, o.query);
     if (sent.ok()) {
       o.query.clear();
       o.first = false;  // the stages hold its blocks now: a new session cannot go on with it
@@ -146,7 +211,7 @@ void PipelineBackend::send(Outgoing& o, std::vector<StepOutput>& outputs) {
   } else {
     std::optional<nlohmann::json> blocks;
     if (o.reuse || !o.names.empty()) blocks = wire::blocks_message(o.reuse, o.names);
-    sent = pipeline_->send(o.id, o.ids, o.start ? &*o.start : nullptr, o.prompt, blocks ? &*blocks : nullptr);
+    sent = pipeline_->send(wire, o.ids, o.start ? &*o.start : nullptr, o.prompt, blocks ? &*blocks : nullptr, o.output);
     if (sent.ok()) {
       in_flight_.insert(o.id);
       return;
@@ -157,6 +222,7 @@ void PipelineBackend::send(Outgoing& o, std::vector<StepOutput>& outputs) {
 
 std::vector<StepOutput> PipelineBackend::step() {
   std::vector<StepOutput> outputs;
+  release_held();
   if (!pipeline_->is_up()) {
     // A stage failed: what ran on the stages is gone with the session, so running
     // requests fail now (send() fails at once, with the failure) ...
@@ -193,17 +259,24 @@ std::vector<StepOutput> PipelineBackend::step() {
 void PipelineBackend::collect(std::vector<StepOutput>& outputs) {
   const auto wait = outputs.empty() ? kResultWait : std::chrono::milliseconds(0);
   for (pipeline::Pipeline::Completion& done : pipeline_->take_results(wait)) {
-    if (in_flight_.erase(done.request) == 0) continue;  // cancelled meanwhile
+    const auto request = loop_id_.find(done.request);
+    if (request == loop_id_.end()) continue;  // cancelled or preempted meanwhile
+    const uint64_t id = request->second;
+    if (done.result.ok() && done.result->preempted) {  // whether in flight or not: it may be idle on the stages
+      preempt(id, outputs);
+      continue;
+    }
+    if (in_flight_.erase(id) == 0) continue;
     if (!done.result.ok()) {
-      outputs.push_back({.id = done.request, .status = pipeline_failure(done.result.status())});
+      outputs.push_back({.id = id, .status = pipeline_failure(done.result.status())});
     } else if (done.result->cached_blocks >= 0) {
-      reuse(done.request, done.result->cached_blocks);
-    } else if (const auto here = sampled_here_.find(done.request); here != sampled_here_.end()) {
-      outputs.push_back(sample_here(done.request, here->second, std::move(done.result->logits)));
+      reuse(id, done.result->cached_blocks);
+    } else if (const auto here = sampled_here_.find(id); here != sampled_here_.end()) {
+      outputs.push_back(sample_here(id, here->second, std::move(done.result->logits)));
     } else if (done.result->token < 0) {
-      outputs.push_back({.id = done.request, .status = Status::internal("the last stage sent logits, not a token")});
+      outputs.push_back({.id = id, .status = Status::internal("the last stage sent logits, not a token")});
     } else {
-      outputs.push_back({.id = done.request, .token = done.result->token});
+      outputs.push_back({.id = id, .token = done.result->token});
     }
   }
 }
@@ -233,6 +306,7 @@ void PipelineBackend::update_stats(LoopStats& stats) const {
   stats.kv_blocks_free = static_cast<int64_t>(fullest.blocks - fullest.used);
   stats.prefix_cache_queries = prefix_queries_;
   stats.prefix_cache_hits = prefix_hits_;
+  stats.preemptions = preemptions_;
 }
 
 }  // namespace tessera::serve

@@ -40,12 +40,21 @@
 // held until the request ends. /metrics' KV usage is the fullest stage's (from
 // their heartbeats).
 //
-// Not over a pipeline: preemption (each stage's KV pool is its own; a stage
-// whose pool is full fails the request with 503). docs/serving.md says why.
+// Preemption: a stage whose KV pool is full closes the newest request it holds
+// and says `preempted` (wire revision 3). The server cancels that request on
+// every stage and holds it, with the requests opened after it, until another
+// request leaves (or nothing runs), then runs it again under a new id on the
+// stages: its prompt and the tokens it has so far as one prompt (from the
+// stages' prefix caches where they still hold its blocks), its last-stage
+// sampler restored by start's "output" (the penalties count it, and the
+// generator skips a draw a token), so its answer is the uninterrupted one. A
+// request sampled here keeps its sampler here. With a stage of an older
+// revision, a full pool still fails the request (503 overloaded).
 //
 // Thread safety: as LoopBackend (the inference thread).
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -88,16 +97,32 @@ class PipelineBackend final : public LoopBackend {
   Status open(uint64_t id, int64_t capacity, const Submission& request) override;
   Status feed(uint64_t id, int32_t token) override;
   void cancel(uint64_t id) override;
-  bool has_work() const override { return !outgoing_.empty() || !in_flight_.empty(); }
+  bool has_work() const override { return !outgoing_.empty() || !in_flight_.empty() || !held_.empty(); }
   std::vector<StepOutput> step() override;
   void update_stats(LoopStats& stats) const override;
 
  private:
+  // What the server keeps of a request, to run it again after a preemption.
+  struct Request {
+    uint64_t wire = 0;  // its id on the stages: a new one each time it runs again
+    std::vector<int32_t> prompt{};
+    std::optional<SamplingParams> sampling{};  // sampled on the last stage (not here)
+    std::string salt{};
+    std::vector<int32_t> output{};  // the tokens fed back so far
+    bool held = false;              // preempted, or opened behind one: not on the stages
+  };
+  // Sends the request to the stages (again): its prompt and output so far.
+  void launch(uint64_t id);
+  // A stage closed it for room: off every stage, held until there is room.
+  void preempt(uint64_t id, std::vector<StepOutput>& outputs);
+  // Launches the oldest held request when a request has left since the last, or nothing runs.
+  void release_held();
   struct Outgoing {
     uint64_t id = 0;
     bool first = false;                     // a new request's first: it may set a failed pipeline up again
     std::optional<SamplingParams> start{};  // a new request: its sampler goes to the last stage first
     std::vector<int32_t> prompt{};          // with start: for the penalties
+    std::vector<int32_t> output{};          // with start: what it sampled before a preemption
     std::vector<int32_t> ids{};
     std::vector<wire::BlockDigest> query{};  // not empty: ask the stages for these cached blocks first
     std::optional<int64_t> reuse{};          // the blocks the stages keep of those (the request's first blocks)
@@ -129,6 +154,11 @@ class PipelineBackend final : public LoopBackend {
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   const int64_t context_, vocab_;
   const bool prefix_caching_;
+  std::map<uint64_t, Request> requests_;
+  std::map<uint64_t, uint64_t> loop_id_;  // a wire id's request
+  std::deque<uint64_t> held_;             // preempted ones, oldest first, then those opened behind them
+  int64_t left_ = 0;                      // requests that left the stages since a held one was last launched
+  uint64_t preemptions_ = 0;
   std::map<uint64_t, SampledHere> sampled_here_;
   std::map<uint64_t, Chain> chains_;
   std::map<uint64_t, Outgoing> asking_;  // prompts waiting for their find_prefix answer

@@ -13,17 +13,26 @@
 //                      "digest": the coordinator's weights digest of those layers
 //                      (model/digest.h), which the stage's own must equal;
 //                      with --ship-weights, "ship": a manifest (ship_manifest.h)
-//   S -> C    ready    {stage, begin, end, block_size}: block_size (its KV
-//                      blocks' positions) says it reads prefix and blocks
+//   S -> C    ready    {stage, begin, end, block_size, revision}: block_size
+//                      (its KV blocks' positions) says it reads prefix and
+//                      blocks; revision (kStageRevision) what else it does
 //   C -> S    probe    {}: answered by status {stage, free_bytes, requests,
 //                      kv_bytes}, then the connection ends (layers split by
 //                      free memory; `tessera probe`)
 //   Si -> Si+1 upstream {session}: this connection carries hidden states
 //   C -> S0 -> ... -> Sn-1  start  (request id): sample on the last stage
 //                      (start_message.h); passed along ahead of the hidden states
-//   C -> S    cancel   (request id): free the request's KV cache
+//   C -> S0 -> ... -> Sn-1  cancel  (request id): free the request's KV
+//                      cache; each stage passes it on after what it sent of
+//                      the request (revision 2; the coordinator sends it to
+//                      every stage itself while a prefix query is out)
 //   C -> S    prefix   (request id), S -> C its answer; C -> S0 -> ... blocks:
 //                      the prefix cache over the stages (prefix_message.h)
+//   S -> C    preempted {stage} (request id; revision 3, when the setup has
+//                      "preemption": true): its KV pool was full, and the
+//                      stage closed this request, the newest it holds, to make
+//                      room; the coordinator cancels it on every stage and runs
+//                      it again later (start's "output", start_message.h)
 //   S -> C    error    {stage, kind, cause, message} (request id; 0: not about
 //                      one request): the stage's Status, typed (error_message)
 //   S -> C    heartbeat {kv_blocks, kv_used} (request id 0): alive, when the
@@ -47,6 +56,14 @@ inline constexpr uint64_t kMaxControlBytes = 1 << 20;  // a start message may ca
 // A setup's "heartbeat_ms": how often the stage says it is alive.
 inline constexpr int64_t kMinHeartbeatMs = 10;
 inline constexpr int64_t kMaxHeartbeatMs = 60000;
+
+// What a stage does beyond the messages above, in `ready` ("revision"; absent:
+// 1). 2: it passes each `cancel` on to its next stage, after the request's
+// hidden states it has sent, so that a coordinator may cancel through stage 0
+// alone. 3: it reads start's "output" and, when the setup says "preemption":
+// true, answers a full KV pool with `preempted` instead of an overloaded error.
+// The coordinator goes by the lowest revision of its stages.
+inline constexpr int64_t kStageRevision = 3;
 
 // Where only control messages are expected (a connection's first message, a
 // setup's reply): tensor frames are refused.

@@ -1,6 +1,7 @@
 #include "wire/start_message.h"
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "wire/control_frame.h"
@@ -9,7 +10,7 @@ namespace tessera::wire {
 
 using json = nlohmann::json;
 
-json start_message(const SamplingParams& params, std::span<const int32_t> prompt) {
+json start_message(const SamplingParams& params, std::span<const int32_t> prompt, std::span<const int32_t> output) {
   json bias = json::array();
   for (const auto& [id, value] : params.logit_bias) bias.push_back({id, value});
   json message = {{"type", "start"},
@@ -25,6 +26,7 @@ json start_message(const SamplingParams& params, std::span<const int32_t> prompt
                   {"prompt", json::array()}};
   // Only the repetition penalty looks at the prompt.
   if (params.repetition_penalty != 1.0f) message["prompt"] = std::vector<int32_t>(prompt.begin(), prompt.end());
+  if (!output.empty()) message["output"] = std::vector<int32_t>(output.begin(), output.end());
   return message;
 }
 
@@ -63,20 +65,38 @@ Result<SamplingParams> sampling_from_json(const json& start) {
   return params;
 }
 
-Result<std::vector<int32_t>> prompt_from_json(const json& start, int64_t vocab_size) {
-  auto prompt = start.find("prompt");
-  if (prompt == start.end() || !prompt->is_array()) return Status::invalid_input("start: prompt must be an array");
+namespace {
+
+Result<std::vector<int32_t>> token_ids(const json& array, const std::string& name, int64_t vocab_size) {
   std::vector<int32_t> ids;
-  ids.reserve(prompt->size());
-  for (const json& id : *prompt) {
+  ids.reserve(array.size());
+  for (const json& id : array) {
     if (!id.is_number_integer() || (id.is_number_unsigned() && id.get<uint64_t>() > INT64_MAX) ||
         id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
-      return Status::invalid_input("start: prompt[" + std::to_string(ids.size()) + "] is not a token id below " +
+      return Status::invalid_input("start: " + name + "[" + std::to_string(ids.size()) + "] is not a token id below " +
                                    std::to_string(vocab_size));
     }
     ids.push_back(id.get<int32_t>());
   }
   return ids;
+}
+
+}  // namespace
+
+Result<std::vector<int32_t>> prompt_from_json(const json& start, int64_t vocab_size) {
+  auto prompt = start.find("prompt");
+  if (prompt == start.end() || !prompt->is_array()) return Status::invalid_input("start: prompt must be an array");
+  return token_ids(*prompt, "prompt", vocab_size);
+}
+
+Result<std::vector<int32_t>> output_from_json(const json& start, int64_t vocab_size, size_t max_ids) {
+  auto output = start.find("output");
+  if (output == start.end()) return std::vector<int32_t>{};
+  if (!output->is_array()) return Status::invalid_input("start: output must be an array");
+  if (output->size() > max_ids)
+    return Status::invalid_input("start: output has " + std::to_string(output->size()) + " ids, more than the " +
+                                 std::to_string(max_ids) + " positions of a request");
+  return token_ids(*output, "output", vocab_size);
 }
 
 }  // namespace tessera::wire

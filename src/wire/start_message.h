@@ -6,7 +6,12 @@
 //
 //   {"type": "start", "temperature": f, "top_k": i, "top_p": f, "min_p": f,
 //    "repetition_penalty": f, "presence_penalty": f, "frequency_penalty": f,
-//    "seed": u, "logit_bias": [[id, bias], ...], "prompt": [ids]}
+//    "seed": u, "logit_bias": [[id, bias], ...], "prompt": [ids], "output": [ids]}
+//
+// "output" (optional; stage revision 3, control_frame.h) resumes a request the
+// stages preempted: the answer so far, which the penalties count, and one draw
+// of the sampler's generator skipped for each of its tokens, so the Sampler is
+// in the state of the uninterrupted run's (Sampler::skip).
 //
 // wire knows no Sampler: the SamplingParams (plain numbers) are checked here for
 // presence and type only; their ranges are the receiver's (sampling's validate(),
@@ -25,12 +30,17 @@
 
 namespace tessera::wire {
 
-// The prompt travels only when the repetition penalty (!= 1) looks at it.
-nlohmann::json start_message(const SamplingParams& params, std::span<const int32_t> prompt);
+// The prompt travels only when the repetition penalty (!= 1) looks at it; the
+// output when not empty.
+nlohmann::json start_message(const SamplingParams& params, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output = {});
 // Each refusal names the field: present, of its type; logit_bias entries are
 // [integer id, number]. Ranges are the caller's (validate()).
 Result<SamplingParams> sampling_from_json(const nlohmann::json& start);
 // Every id in [0, vocab_size).
 Result<std::vector<int32_t>> prompt_from_json(const nlohmann::json& start, int64_t vocab_size);
+// "output" (absent: none): at most max_ids ids (checked on the array's length
+// before an id is read), each in [0, vocab_size).
+Result<std::vector<int32_t>> output_from_json(const nlohmann::json& start, int64_t vocab_size, size_t max_ids);
 
 }  // namespace tessera::wire

@@ -548,6 +548,51 @@ TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCann
   EXPECT_TRUE(scheduler.is_open(2));
 }
 
+// A pipeline stage's preemption (close_preempted): the victim, the newest that
+// holds blocks, is closed and returned as preempted (kOverloaded), its blocks
+// free, for the coordinator to run again; never an older one. A newest sequence
+// short of blocks in a step that runs nothing gives way itself (its elders'
+// input is at other stages); one that the whole pool cannot hold still fails.
+TEST_F(SchedulerTest, ClosePreemptedClosesTheNewestAndSaysSo) {
+  auto forward = make_forward(4);
+  Scheduler scheduler(*forward, {.close_preempted = true});
+  ASSERT_TRUE(scheduler.open(1, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(1, prompt(10)).ok());  // 3 blocks
+  ASSERT_TRUE(step_until(scheduler, 1).status.ok());
+  ASSERT_TRUE(scheduler.open(2, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(2, prompt(4, 5)).ok());  // the last block
+  ASSERT_TRUE(step_until(scheduler, 2).status.ok());
+  // Sequence 1 grows into a fourth block: sequence 2 (newer) is closed for it.
+  ASSERT_TRUE(scheduler.feed_ids(1, {5, 6, 7}).ok());
+  std::vector<StepOutput> outputs = scheduler.step();
+  ASSERT_EQ(outputs.size(), 2u);
+  EXPECT_EQ(outputs[0].id, 2u);
+  EXPECT_TRUE(outputs[0].preempted);
+  EXPECT_EQ(outputs[0].status.kind(), ErrorKind::kOverloaded);
+  EXPECT_EQ(outputs[1].id, 1u);
+  EXPECT_TRUE(outputs[1].status.ok()) << outputs[1].status.to_string();
+  EXPECT_FALSE(scheduler.is_open(2));
+  EXPECT_EQ(scheduler.preemptions(), 1u);
+  EXPECT_EQ(forward->kv_pool().free_blocks(), 0);
+  // A newer sequence short of blocks, alone in its step (sequence 1's input is elsewhere): it gives way.
+  ASSERT_TRUE(scheduler.open(3, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(3, prompt(2, 9)).ok());
+  outputs = scheduler.step();
+  ASSERT_EQ(outputs.size(), 1u);
+  EXPECT_EQ(outputs[0].id, 3u);
+  EXPECT_TRUE(outputs[0].preempted);
+  EXPECT_FALSE(scheduler.is_open(3));
+  EXPECT_TRUE(scheduler.is_open(1)) << "an older sequence is never closed for a newer one";
+  // What the whole pool cannot hold fails as before, not preempted.
+  scheduler.cancel(1);
+  ASSERT_TRUE(scheduler.open(4, 64).ok());
+  ASSERT_TRUE(scheduler.feed_ids(4, prompt(17)).ok());
+  const StepOutput refused = step_until(scheduler, 4);
+  EXPECT_EQ(refused.status.kind(), ErrorKind::kOverloaded) << refused.status.to_string();
+  EXPECT_FALSE(refused.preempted);
+  EXPECT_EQ(forward->kv_pool().free_blocks(), 4);
+}
+
 // A pipeline stage's prefix cache (named_prefixes): blocks named by the
 // coordinator's digests, found again by them on a range that sees hidden states,
 // not tokens. A sequence that takes the first 4 blocks of an earlier one from the

@@ -1,7 +1,7 @@
 // The decoders of what a peer says on control channels, each guard on its own:
 // the Group's control header (wire/rank_control.h), pipeline control frames and
 // their fields (wire/control_frame.h), the start message of last-stage sampling
-// (wire/start_message.h), and
+// (wire/start_message.h, a preempted request's output too), and
 // the weight-shipping manifest (wire/ship_manifest.h).
 // Every case here was checked to fail with its guard removed (the check
 // deleted, the test run, the check restored).
@@ -27,6 +27,7 @@ using wire::encode_control;
 using wire::field;
 using wire::kControlHeaderBytes;
 using wire::kMaxControlText;
+using wire::output_from_json;
 using wire::payload_dtype;
 using wire::prompt_from_json;
 using wire::sampling_from_json;
@@ -208,6 +209,31 @@ TEST(StartMessage, RefusesMalformedOrInvalidFields) {
   expect_refused(prompt_from_json(with("prompt", json::array({1, 100})), 100).status(),
                  "prompt[1] is not a token id below 100");
   expect_refused(prompt_from_json(with("prompt", json::array({-1})), 100).status(), "prompt[0]");
+}
+
+// A preempted request's start (revision 3): its answer so far round-trips, is
+// absent from a fresh start, and is refused when it is not an array, longer than
+// the request's positions (checked on the array's length, before an id is read)
+// or holds an id outside the vocabulary.
+TEST(StartMessage, OutputOfAPreemptedRequestIsBoundedAndChecked) {
+  const std::vector<int32_t> prompt = {5, 6, 7}, output = {9, 9, 4};
+  const json resumed = start_message(SamplingParams{}, prompt, output);
+  ASSERT_TRUE(output_from_json(resumed, 100, 3).ok());
+  EXPECT_EQ(*output_from_json(resumed, 100, 3), output);
+  const json fresh = start_message(SamplingParams{}, prompt);
+  EXPECT_FALSE(fresh.contains("output"));
+  EXPECT_TRUE(output_from_json(fresh, 100, 3)->empty());
+  auto with = [&](json value) {
+    json start = fresh;
+    start["output"] = std::move(value);
+    return start;
+  };
+  expect_refused(output_from_json(with("9,9"), 100, 8).status(), "output must be an array");
+  expect_refused(output_from_json(resumed, 100, 2).status(), "output has 3 ids, more than the 2 positions");
+  expect_refused(output_from_json(with(json::array({1, 100})), 100, 8).status(),
+                 "output[1] is not a token id below 100");
+  expect_refused(output_from_json(with(json::array({-1})), 100, 8).status(), "output[0]");
+  expect_refused(output_from_json(with(json::array({"1"})), 100, 8).status(), "output[0]");
 }
 
 // Through text, as on the wire (where non-negative numbers parse as unsigned).

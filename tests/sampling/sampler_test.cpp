@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <vector>
 
 namespace tessera {
 namespace {
@@ -16,6 +18,42 @@ int32_t sample_once(SamplingParams params, std::vector<float> logits, std::vecto
                     std::vector<int32_t> output = {}) {
   Sampler sampler(std::move(params), static_cast<int64_t>(logits.size()));
   return sampler.sample(logits, prompt, output);
+}
+
+// A preempted request's sampler resumes on another process (the last pipeline
+// stage) from its seed: skip(k) leaves it where k samples would have, whatever
+// logits they drew from (a different vocabulary row each, top-k, top-p, all
+// -inf), so the tokens after are the uninterrupted sampler's.
+TEST(SamplerTest, SkipResumesWhereTheSamplesLeftTheGenerator) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 5;
+  p.top_p = 0.9f;
+  p.seed = 1234;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::vector<float>> rows = {{0.1f, 2.0f, 1.0f, -1.0f, 0.5f, 0.3f, 1.5f, 0.0f},
+                                                {-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf},
+                                                {3.0f, 2.9f, 2.8f, 2.7f, 2.6f, 2.5f, 2.4f, 2.3f},
+                                                {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 9.0f}};
+  const std::vector<float> next = {1.0f, 1.1f, 1.2f, 1.3f, 1.4f, 1.5f, 1.6f, 1.7f};
+  Sampler whole(p, 8);
+  for (std::vector<float> row : rows) (void)whole.sample(row, {}, {});
+  Sampler resumed(p, 8);
+  resumed.skip(rows.size());
+  Sampler fresh(p, 8);
+  bool differs_from_fresh = false;
+  for (int i = 0; i < 32; ++i) {
+    std::vector<float> a = next, b = next, c = next;
+    const int32_t token = whole.sample(a, {}, {});
+    EXPECT_EQ(resumed.sample(b, {}, {}), token) << "sample " << i;
+    differs_from_fresh |= fresh.sample(c, {}, {}) != token;
+  }
+  EXPECT_TRUE(differs_from_fresh);  // the skip mattered
+  p.temperature = 0;                // greedy samples take no draw: nothing to skip
+  Sampler greedy(p, 8);
+  greedy.skip(3);
+  std::vector<float> row = next;
+  EXPECT_EQ(greedy.sample(row, {}, {}), 7);
 }
 
 TEST(SamplerTest, GreedyPicksArgmax) { EXPECT_EQ(sample_once({}, logits_of({0.1f, 3.0f, 2.0f})), 1); }

@@ -293,6 +293,139 @@ double metric(const std::string& metrics, const std::string& name) {
   return at == std::string::npos ? -1 : std::stod(metrics.substr(at + key.size()));
 }
 
+// Whether every stage holds no request (tessera probe's `requests`), asking
+// each for up to `limit`.
+bool stages_hold_none(PipelineCluster& pipeline, std::chrono::seconds limit, std::string& last) {
+  const auto by = Clock::now() + limit;
+  for (int node = 1; node <= 3; ++node) {
+    for (;;) {
+      const auto probe = pipeline.run_as_coordinator({"probe", "--stage", pipeline.cluster().name(node)});
+      last = "stage " + std::to_string(node) + ": " + probe.out;
+      if (probe.exit_code == 0 && probe.out.find("\"requests\":0") != std::string::npos) break;
+      if (Clock::now() > by) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return true;
+}
+
+// Clients that leave mid-answer over a pipeline (issue 17, points 4 and 11):
+// each request is cancelled on every stage, not only the first, and the blocks
+// it held return to every stage's pool: the stages hold no request (probe) and
+// /metrics' KV usage (the fullest stage's, from heartbeats every third of a
+// second here) is back to its idle value, 0. Four clients send long prompts of
+// their own and leave while stage 0 still computes them (at uneven times), two
+// leave while their answers stream. (Before the cancel went down the chain of
+// stages, the stages after the first got it before the hidden states stage 0
+// was still computing, which then opened the request there again: they held it,
+// and its blocks, until the session ended. This test failed so.)
+TEST(ServePipelineTest, ClientsThatLeaveFreeTheirBlocksOnEveryStage) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  PipelineCluster pipeline;
+  PipelineServer server(pipeline, {"--heartbeat-timeout", "1"});
+  ASSERT_TRUE(server.wait_ready()) << server.log();
+  auto metrics = [&] { return server.request("/metrics").body; };
+  auto endless = [](const Json& prompt) {
+    return Json{{"prompt", prompt}, {"max_tokens", 1500}, {"logit_bias", {{"1", -100}}}, {"stream", true}}.dump();
+  };
+  std::vector<int> long_prompts, streams;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int> ids;
+    for (int k = 0; k < 1800; ++k) ids.push_back(3 + (97 * i + 13 + 89 * k) % 8000);
+    long_prompts.push_back(server.start("/v1/completions", endless(ids)));
+  }
+  for (int i = 0; i < 2; ++i) streams.push_back(server.start("/v1/completions", endless(completion(i, 1)["prompt"])));
+  for (size_t i = 0; i < long_prompts.size(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60 + 45 * i));
+    server.cut(long_prompts[i]);
+  }
+  for (const int n : streams) {
+    for (int i = 0; i < 6000 && !server.received(n, "data: "); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(server.received(n, "data: ")) << server.log();
+  }
+  double busy = 0;  // the stages' heartbeats say so
+  for (int i = 0; i < 100 && busy == 0; ++i) {
+    busy = metric(metrics(), "kv_cache_usage_perc");
+    if (busy == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(busy, 0) << metrics();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    server.cut(streams[i]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(7 + 23 * i));
+  }
+  std::string last;
+  EXPECT_TRUE(stages_hold_none(pipeline, std::chrono::seconds(10), last)) << last;
+  double usage = 1;
+  for (int i = 0; i < 100 && usage != 0; ++i) {
+    usage = metric(metrics(), "kv_cache_usage_perc");
+    if (usage != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string after = metrics();
+  EXPECT_EQ(usage, 0) << after;
+  EXPECT_EQ(metric(after, "num_requests_running"), 0) << after;
+  EXPECT_GE(metric(after, "request_cancelled_total"), 2) << after;  // a client cut before its request arrived is not
+  // And the pipeline serves on.
+  const PipelineServer::Reply again = server.request("/v1/completions", completion(0, 8).dump());
+  EXPECT_EQ(again.status, 200) << again.body << server.log();
+}
+
+// Preemption over a pipeline (issue 17, points 4, 7 and 11), as on one host
+// (kv_exhaustion_test.cpp): every stage's KV pool holds 8 blocks of 32
+// positions, and 6 requests that grow to 3 blocks each run at once, so the
+// stages' pools fill: a stage closes the newest request it holds and says
+// `preempted`, the server cancels it on every stage and runs it again later
+// (its prompt and tokens so far as one prompt; the last stage's sampler resumed
+// by start's "output"). Nothing fails, and every answer (greedy, seeded, with
+// logprobs sampled by the server) is bitwise the one it gets alone on a roomy
+// server; /metrics counts the preemptions; no stage holds a request after.
+TEST(ServePipelineTest, PreemptedRequestsGetBitwiseTheirAnswersAlone) {
+  if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
+  std::vector<Json> requests;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int> prompt;
+    for (int k = 0; k < 10 + 5 * i; ++k) prompt.push_back(3 + (31 * i + 7 + 89 * k) % 8000);
+    Json r = {{"prompt", prompt}, {"max_tokens", 60}, {"logit_bias", {{"1", -100}}}};  // all 60 tokens
+    if (i % 2) {
+      r["temperature"] = 0.9;
+      r["seed"] = 100 + i;
+      r["presence_penalty"] = 0.5;  // the resumed sampler counts the output so far
+    }
+    if (i % 3 == 2) r["logprobs"] = 2;  // sampled by the server
+    requests.push_back(r);
+  }
+  std::vector<Json> alone;
+  {
+    const auto roomy = start_server(test_options());
+    for (const Json& r : requests) {
+      const testing::HttpReply reply = testing::post(roomy->port(), "/v1/completions", r.dump());
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      alone.push_back(reply.json()["choices"][0]);
+    }
+  }
+  // 16 KiB a block a layer: 8 blocks on each stage (layers [0, 1), [1, 3), [3, 4)).
+  PipelineCluster pipeline({}, [](int node) {
+    return std::vector<std::string>{"--kv-memory", node == 2 ? "256KiB" : "128KiB"};
+  });
+  PipelineServer server(pipeline, {"--heartbeat-timeout", "1"});
+  ASSERT_TRUE(server.wait_ready()) << server.log();
+  std::vector<int> running;
+  for (const Json& r : requests) running.push_back(server.start("/v1/completions", r.dump()));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PipelineServer::Reply reply = server.finish(running[i], std::chrono::seconds(300));
+    ASSERT_EQ(reply.status, 200) << reply.body << server.log();
+    const Json body = Json::parse(reply.body);
+    EXPECT_EQ(body["choices"][0]["text"], alone[i]["text"]) << "request " << i;
+    EXPECT_EQ(body["choices"][0]["logprobs"], alone[i]["logprobs"]) << "request " << i;
+    EXPECT_EQ(body["usage"]["completion_tokens"], 60) << "request " << i;
+  }
+  const std::string metrics = server.request("/metrics").body;
+  EXPECT_GT(metric(metrics, "num_preemptions_total"), 0) << metrics;
+  EXPECT_EQ(metric(metrics, "request_failure_total"), 0) << metrics;
+  std::string last;
+  EXPECT_TRUE(stages_hold_none(pipeline, std::chrono::seconds(10), last)) << last;
+}
+
 // The prefix cache over a pipeline (issue 17, points 6, 7 and 11): prompts that
 // share a prefix of several 32-token blocks take it from every stage's cache
 // (the server names the blocks; each stage keeps those it wrote), and each answer

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -73,6 +74,11 @@ class ServeProcess {
     return reply;
   }
   Reply request(const std::string& target, const std::string& body = "") { return finish(start(target, body)); }
+  // The client of request n leaves (curl killed): the server sees its connection close.
+  void cut(int n) {
+    cluster_.kill(index_[static_cast<size_t>(n)], SIGKILL);
+    cluster_.wait(index_[static_cast<size_t>(n)], std::chrono::seconds(10));
+  }
   // Whether request n's reply so far holds `text`.
   bool received(int n, const std::string& text) const {
     return slurp(out_[static_cast<size_t>(n)]).find(text) != std::string::npos;
