@@ -61,9 +61,9 @@ struct RoutingCase {
 using testing::sigmoid_groups_moe;
 using testing::softmax_moe;
 
-TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
-  TESSERA_CUDA_OR_SKIP(gpu);
-  const RoutingCase cases[] = {
+// Every family's routing, and more experts than one block routes at once.
+std::vector<RoutingCase> routing_cases() {
+  return {
       {"mixtral 2 of 8", softmax_moe(8, 2, true)},
       {"qwen3 8 of 128", softmax_moe(128, 8, true)},
       {"qwen3 unnormalized 3 of 5", softmax_moe(5, 3, false)},
@@ -74,9 +74,13 @@ TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
       {"one group, unnormalized, f16 bias", sigmoid_groups_moe(16, 4, 1, 1, false, 1.0f), true, DType::kF16},
       {"no bias, 2 of 6 groups kept", sigmoid_groups_moe(12, 3, 6, 2, true, 1.0f)},
   };
+}
+
+TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
+  TESSERA_CUDA_OR_SKIP(gpu);
   constexpr int64_t kTokens = 37;
   uint32_t seed = 1;
-  for (const RoutingCase& c : cases) {
+  for (const RoutingCase& c : routing_cases()) {
     SCOPED_TRACE(c.name);
     const MoeSpec& moe = c.moe;
     const std::vector<float> logits = tied_logits(kTokens, moe.experts, seed++);
@@ -163,25 +167,15 @@ std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeS
 // A lone token routed by run_experts from its logits (inside the gate/up launch
 // for up to kMaxFoldedExperts experts: tensor cores' blocks of 256 threads with
 // bf16 experts, FMA's of 128 with f32, so 256 experts take the one-at-a-time
-// choice there; by route_experts' launch for more): the experts and weights it
+// choice there; by route_experts' launch for 600): the experts and weights it
 // writes are bitwise route_token's, on the logits full of ties.
 TEST(CudaMoeTest, ALoneTokenRoutedByTheExpertsLaunchIsBitwiseTheHostsChoice) {
   TESSERA_CUDA_OR_SKIP(gpu);
-  const RoutingCase cases[] = {
-      {"mixtral 2 of 8", softmax_moe(8, 2, true)},
-      {"qwen3 8 of 128", softmax_moe(128, 8, true)},
-      {"qwen3 unnormalized 3 of 5", softmax_moe(5, 3, false)},
-      {"wide 6 of 600 (routed by its own launch)", softmax_moe(600, 6, true)},
-      {"glm4.5 8 of 128, 4 of 8 groups, x2.5, bf16 bias", sigmoid_groups_moe(128, 8, 8, 4, true, 2.5f), true,
-       DType::kBF16},
-      {"8 of 256, 4 of 8 groups, f32 bias", sigmoid_groups_moe(256, 8, 8, 4, true, 2.5f), true, DType::kF32},
-      {"one group, unnormalized, f16 bias", sigmoid_groups_moe(16, 4, 1, 1, false, 1.0f), true, DType::kF16},
-  };
   constexpr int64_t kTokens = 6, kHidden = 64;
   uint32_t seed = 50;
   std::deque<Experts> layers;  // all alive: the device finds a layer's table by its first weight's address
   for (const DType dtype : {DType::kBF16, DType::kF32}) {
-    for (const RoutingCase& c : cases) {
+    for (const RoutingCase& c : routing_cases()) {
       SCOPED_TRACE(std::string(c.name) + ", " + std::string(dtype_name(dtype)) + " experts");
       const MoeSpec& moe = c.moe;
       const Experts& experts = layers.emplace_back(*gpu, dtype, moe.experts, kHidden, kHidden);
