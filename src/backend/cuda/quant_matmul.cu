@@ -63,15 +63,21 @@ __device__ __forceinline__ float f16_bits(uint32_t bits) {
 
 // ---- Activations ----
 
-// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i.
-__global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
+// The block of `size` activations (of all tokens' rows, back to back) that this
+// warp rounds, once the earlier kernels are done; -1 past the last.
+__device__ __forceinline__ int64_t block_of_warp(int64_t tokens, int64_t k, int size) {
   let_next_start();
   wait_for_earlier();
-  const int lane = threadIdx.x % 32;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t blocks = k / 32;
-  if (warp >= tokens * blocks) return;
-  const int64_t at = (warp / blocks) * k + (warp % blocks) * 32 + lane;
+  return warp < tokens * (k / size) ? warp : -1;
+}
+
+// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i.
+__global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
+  const int64_t block = block_of_warp(tokens, k, 32);
+  if (block < 0) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t at = block * 32 + lane;
   const float v = x[at];
   const float amax = warp_max(fabsf(v));
   const bool finite = __all_sync(0xffffffffu, isfinite(v));
@@ -79,18 +85,15 @@ __global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t tokens, i
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   const float r = roundf(__fmul_rn(v, id));  // ties away from zero, as roundf on the CPU
   a.q[at] = static_cast<int8_t>(isfinite(r) ? static_cast<int>(r) : 0);
-  if (lane == 0) a.d[warp] = finite ? __half2float(__float2half_rn(d)) : __int_as_float(0x7fc00000);
+  if (lane == 0) a.d[block] = finite ? __half2float(__float2half_rn(d)) : __int_as_float(0x7fc00000);
 }
 
 // One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7.
 __global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
-  let_next_start();
-  wait_for_earlier();
+  const int64_t block = block_of_warp(tokens, k, 256);
+  if (block < 0) return;
   const int lane = threadIdx.x % 32;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int64_t blocks = k / 256;
-  if (warp >= tokens * blocks) return;
-  const int64_t at = (warp / blocks) * k + (warp % blocks) * 256 + 8 * lane;
+  const int64_t at = block * 256 + 8 * lane;
   float v[8];
   const float4 v0 = *reinterpret_cast<const float4*>(x + at), v1 = *reinterpret_cast<const float4*>(x + at + 4);
   v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
@@ -110,7 +113,6 @@ __global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t tokens, i
       amax = other_amax, max = other_max, index = other_index;
   }
   finite = __all_sync(0xffffffffu, finite);
-  const int64_t block = warp;
   int q[8] = {};
   float d = 0.0f;
   if (amax != 0.0f || !finite) {
@@ -129,8 +131,7 @@ __global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t tokens, i
   }
   *reinterpret_cast<uint2*>(a.q + at) = make_uint2(packed[0], packed[1]);
   sum += __shfl_down_sync(0xffffffffu, sum, 1);
-  const int64_t t = warp / blocks;
-  if (lane % 2 == 0) a.s[t * (k / 16) + (warp % blocks) * 16 + lane / 2] = static_cast<int16_t>(sum);
+  if (lane % 2 == 0) a.s[block * 16 + lane / 2] = static_cast<int16_t>(sum);
   if (lane == 0) a.d[block] = d;
 }
 
