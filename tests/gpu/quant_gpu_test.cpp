@@ -263,7 +263,7 @@ TEST(QuantGpu, FixtureGgufModelsRunAsOnTheCpu) {
     ids.insert(ids.end(), greedy.begin(), greedy.end());
     auto cpu = make_cpu_device(2);
     const auto logits = [&](Device& device) {
-      Forward forward(*model, device);
+      Forward forward(*model, device, {.kv_memory = uint64_t{64} << 20});
       KvCache cache = forward.make_cache(static_cast<int64_t>(ids.size()));
       auto out = forward.run_ids(ids, cache, Logits::kAll);
       EXPECT_TRUE(out.ok()) << out.status().to_string();
