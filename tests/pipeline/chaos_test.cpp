@@ -108,9 +108,10 @@ TEST(PipelineChaos, EachStageKilledOrFrozenAtARandomPointFailsTheRunInTimeAndThe
 
 // KV exhaustion: with a 512 KiB KV budget per stage (16 blocks of 32 positions
 // on the stage of two layers, in the shipped model's bf16), a 600-token prompt
-// cannot get its blocks: that run fails at once with `overloaded` naming
-// --kv-memory, every stage stays up, and the next run is served with the ids of
-// one process.
+// cannot get its blocks: that run fails at once with `overloaded` naming the
+// blocks it needs, the pool's and --kv-memory (not preempted: the whole pool
+// cannot hold it), every stage stays up, and the next run is served with the ids
+// of one process.
 TEST(PipelineChaos, KvExhaustionFailsTheRequestThatDoesNotFitAndTheNextRunIsServed) {
   PipelineCluster pipeline({"--kv-memory", "512KiB"});
   const std::string dir = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
@@ -119,7 +120,7 @@ TEST(PipelineChaos, KvExhaustionFailsTheRequestThatDoesNotFitAndTheNextRunIsServ
   for (int i = 0; i < 600; ++i) long_prompt += (i ? "," : "") + std::to_string(2 + i % 5000);
   const auto too_long = pipeline.coordinate({"--model", dir, "--prompt-ids", long_prompt, "-n", "2"}, plan);
   EXPECT_EQ(too_long.exit_code, 2) << too_long.err;
-  EXPECT_NE(too_long.err.find("KV cache is full"), std::string::npos) << too_long.err;
+  EXPECT_NE(too_long.err.find("needs 19 KV blocks; the whole pool has 16"), std::string::npos) << too_long.err;
   EXPECT_NE(too_long.err.find("--kv-memory"), std::string::npos) << too_long.err;
   const auto local = tessera::testing::run_tessera("generate --model " + dir + " --prompt-ids 1,5,9 -n 8 --threads 1");
   const auto fits = pipeline.coordinate({"--model", dir, "--prompt-ids", "1,5,9", "-n", "8"}, plan);
