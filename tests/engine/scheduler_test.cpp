@@ -222,6 +222,16 @@ class SchedulerTest : public testing::Llama3Test {
     return forward;
   }
   std::vector<int32_t> prompt(int64_t n, int32_t first = 1) const { return make_prompt(n, first, vocab_); }
+  // A pool of 4 blocks full: sequence 1 holds 3 (10 positions), sequence 2 (newer) the last (4 positions).
+  void fill_pool(Scheduler& scheduler, const Forward& forward) const {
+    ASSERT_TRUE(scheduler.open(1, 64).ok());
+    ASSERT_TRUE(scheduler.feed_ids(1, prompt(10)).ok());
+    ASSERT_TRUE(step_until(scheduler, 1).status.ok());
+    ASSERT_TRUE(scheduler.open(2, 64).ok());
+    ASSERT_TRUE(scheduler.feed_ids(2, prompt(4, 5)).ok());
+    ASSERT_TRUE(step_until(scheduler, 2).status.ok());
+    ASSERT_EQ(forward.kv_pool().free_blocks(), 0);
+  }
 
   int64_t vocab_ = 0;
 };
@@ -513,13 +523,7 @@ TEST_F(SchedulerTest, PreemptedSequenceGetsBitwiseTheTokensOfAnUninterruptedRun)
 TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCannotHold) {
   auto forward = make_forward(4);
   Scheduler scheduler(*forward, {.preemption = true});
-  ASSERT_TRUE(scheduler.open(1, 64).ok());
-  ASSERT_TRUE(scheduler.feed_ids(1, prompt(10)).ok());  // 3 blocks
-  ASSERT_TRUE(step_until(scheduler, 1).status.ok());
-  ASSERT_TRUE(scheduler.open(2, 64).ok());
-  ASSERT_TRUE(scheduler.feed_ids(2, prompt(4, 5)).ok());  // the last block
-  ASSERT_TRUE(step_until(scheduler, 2).status.ok());
-  EXPECT_EQ(forward->kv_pool().free_blocks(), 0);
+  ASSERT_NO_FATAL_FAILURE(fill_pool(scheduler, *forward));
   // Sequence 1 grows into a fourth block: sequence 2 (newer) gives its block up.
   ASSERT_TRUE(scheduler.feed_ids(1, {5, 6, 7}).ok());
   ASSERT_TRUE(step_until(scheduler, 1).status.ok());
@@ -556,12 +560,7 @@ TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCann
 TEST_F(SchedulerTest, ClosePreemptedClosesTheNewestAndSaysSo) {
   auto forward = make_forward(4);
   Scheduler scheduler(*forward, {.close_preempted = true});
-  ASSERT_TRUE(scheduler.open(1, 64).ok());
-  ASSERT_TRUE(scheduler.feed_ids(1, prompt(10)).ok());  // 3 blocks
-  ASSERT_TRUE(step_until(scheduler, 1).status.ok());
-  ASSERT_TRUE(scheduler.open(2, 64).ok());
-  ASSERT_TRUE(scheduler.feed_ids(2, prompt(4, 5)).ok());  // the last block
-  ASSERT_TRUE(step_until(scheduler, 2).status.ok());
+  ASSERT_NO_FATAL_FAILURE(fill_pool(scheduler, *forward));
   // Sequence 1 grows into a fourth block: sequence 2 (newer) is closed for it.
   ASSERT_TRUE(scheduler.feed_ids(1, {5, 6, 7}).ok());
   std::vector<StepOutput> outputs = scheduler.step();

@@ -85,6 +85,24 @@ Json completion(int i, int max_tokens) {
   return r;
 }
 
+// Chat for a request with messages, else completions.
+const char* target(const Json& request) {
+  return request.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
+}
+
+// The first choice of each request alone on this process's own server (the
+// layers here, with room to spare): what the pipeline must answer.
+std::vector<Json> first_choices_alone(const std::vector<Json>& requests) {
+  std::vector<Json> choices;
+  const auto local = start_server(test_options());
+  for (const Json& r : requests) {
+    const testing::HttpReply reply = testing::post(local->port(), target(r), r.dump());
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    choices.push_back(reply.status == 200 ? reply.json()["choices"][0] : Json());
+  }
+  return choices;
+}
+
 TEST(ServePipelineTest, ConcurrentAnswersBatchingADeadStageAndRecovery) {
   if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl, as the client in the server's network namespace";
   PipelineCluster pipeline;
@@ -260,16 +278,7 @@ TEST(ServePipelineTest, LogprobsAreOneProcesses) {
        {"temperature", 0.7},
        {"top_p", 0.9},
        {"seed", 3}}};
-  auto target = [](const Json& r) { return r.contains("messages") ? "/v1/chat/completions" : "/v1/completions"; };
-  std::vector<Json> expected;
-  {
-    const auto local = start_server(test_options());
-    for (const Json& r : requests) {
-      const testing::HttpReply reply = testing::post(local->port(), target(r), r.dump());
-      ASSERT_EQ(reply.status, 200) << reply.body;
-      expected.push_back(reply.json()["choices"][0]);
-    }
-  }
+  const std::vector<Json> expected = first_choices_alone(requests);
   PipelineCluster pipeline;
   PipelineServer server(pipeline);
   ASSERT_TRUE(server.wait_ready()) << server.log();
@@ -394,15 +403,7 @@ TEST(ServePipelineTest, PreemptedRequestsGetBitwiseTheirAnswersAlone) {
     if (i % 3 == 2) r["logprobs"] = 2;  // sampled by the server
     requests.push_back(r);
   }
-  std::vector<Json> alone;
-  {
-    const auto roomy = start_server(test_options());
-    for (const Json& r : requests) {
-      const testing::HttpReply reply = testing::post(roomy->port(), "/v1/completions", r.dump());
-      ASSERT_EQ(reply.status, 200) << reply.body;
-      alone.push_back(reply.json()["choices"][0]);
-    }
-  }
+  const std::vector<Json> alone = first_choices_alone(requests);
   // 16 KiB a block a layer: 8 blocks on each stage (layers [0, 1), [1, 3), [3, 4)).
   PipelineCluster pipeline({}, [](int node) {
     return std::vector<std::string>{"--kv-memory", node == 2 ? "256KiB" : "128KiB"};
@@ -446,15 +447,7 @@ TEST(ServePipelineTest, PrefixCacheOverTheStagesIsBitwiseAndCounted) {
       {{"prompt", prefix + "Is that his design"}, {"max_tokens", 12}, {"temperature", 0.8}, {"seed", 4}},
       {{"prompt", prefix + "Mr. Bennet made no answer."}, {"max_tokens", 8}, {"logprobs", 2}},
       {{"prompt", prefix + "My dear Mr. Bennet,"}, {"max_tokens", 12}, {"cache_salt", "tenant-a"}}};
-  std::vector<Json> expected;
-  {
-    const auto local = start_server(test_options());
-    for (const Json& r : requests) {
-      const testing::HttpReply reply = testing::post(local->port(), "/v1/completions", r.dump());
-      ASSERT_EQ(reply.status, 200) << reply.body;
-      expected.push_back(reply.json()["choices"][0]);
-    }
-  }
+  const std::vector<Json> expected = first_choices_alone(requests);
   PipelineCluster pipeline;
   PipelineServer server(pipeline, {"--heartbeat-timeout", "1"});
   ASSERT_TRUE(server.wait_ready()) << server.log();
