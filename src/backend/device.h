@@ -216,10 +216,9 @@ class Device {
   // expert's matmuls bitwise what matmul gives them, a token's row the same
   // whatever else shares the call. Given the router's logits (`step.logits`),
   // run_experts routes first itself, writing experts and weights as
-  // route_experts does (a GPU routes a lone token inside the experts' first
-  // launch); with `step.add` it adds the sum onto out (bitwise the sum, then
-  // add()) instead of writing it. The defaults (the CPU) return false: the
-  // caller routes on the host and runs the experts through matmul, as before.
+  // route_experts does; with `step.add` it adds the sum onto out (bitwise the
+  // sum, then add()) instead of writing it. The defaults (the CPU) return false:
+  // the caller routes on the host and runs the experts through matmul, as before.
   struct ExpertWeights {
     std::span<const TensorView> gate{}, up{}, down{};  // [experts]: [inter, hidden], [inter, hidden], [hidden, inter]
   };

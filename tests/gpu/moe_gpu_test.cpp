@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,9 +60,9 @@ struct RoutingCase {
 using testing::sigmoid_groups_moe;
 using testing::softmax_moe;
 
-// Every family's routing, and more experts than one block routes at once.
-std::vector<RoutingCase> routing_cases() {
-  return {
+TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const RoutingCase cases[] = {
       {"mixtral 2 of 8", softmax_moe(8, 2, true)},
       {"qwen3 8 of 128", softmax_moe(128, 8, true)},
       {"qwen3 unnormalized 3 of 5", softmax_moe(5, 3, false)},
@@ -74,13 +73,9 @@ std::vector<RoutingCase> routing_cases() {
       {"one group, unnormalized, f16 bias", sigmoid_groups_moe(16, 4, 1, 1, false, 1.0f), true, DType::kF16},
       {"no bias, 2 of 6 groups kept", sigmoid_groups_moe(12, 3, 6, 2, true, 1.0f)},
   };
-}
-
-TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
-  TESSERA_CUDA_OR_SKIP(gpu);
   constexpr int64_t kTokens = 37;
   uint32_t seed = 1;
-  for (const RoutingCase& c : routing_cases()) {
+  for (const RoutingCase& c : cases) {
     SCOPED_TRACE(c.name);
     const MoeSpec& moe = c.moe;
     const std::vector<float> logits = tied_logits(kTokens, moe.experts, seed++);
@@ -134,8 +129,8 @@ struct Experts {
 };
 
 // How run_on_device calls the device: route_experts and then run_experts, or
-// run_experts given the logits (a lone token's routing folded into the gate/up
-// launch), writing out or adding onto it.
+// run_experts given the logits (it routes them itself), writing out or adding
+// onto it.
 enum class Call { kRouteThenRun, kRunFromLogits, kRunFromLogitsAdding };
 
 // out [tokens, hidden] for x through route_experts and run_experts, from `out`
@@ -162,49 +157,6 @@ std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeS
                         {.logits = d_logits.f32(), .bias = nullptr, .add = call == Call::kRunFromLogitsAdding}));
   }
   return get<float>(gpu, d_out.data(), out.size());
-}
-
-// A lone token routed by run_experts from its logits (inside the gate/up launch
-// for up to kMaxFoldedExperts experts: tensor cores' blocks of 256 threads with
-// bf16 experts, FMA's of 128 with f32, so 256 experts take the one-at-a-time
-// choice there; by route_experts' launch for 600): the experts and weights it
-// writes are bitwise route_token's, on the logits full of ties.
-TEST(CudaMoeTest, ALoneTokenRoutedByTheExpertsLaunchIsBitwiseTheHostsChoice) {
-  TESSERA_CUDA_OR_SKIP(gpu);
-  constexpr int64_t kTokens = 6, kHidden = 64;
-  uint32_t seed = 50;
-  std::deque<Experts> layers;  // all alive: the device finds a layer's table by its first weight's address
-  for (const DType dtype : {DType::kBF16, DType::kF32}) {
-    for (const RoutingCase& c : routing_cases()) {
-      SCOPED_TRACE(std::string(c.name) + ", " + std::string(dtype_name(dtype)) + " experts");
-      const MoeSpec& moe = c.moe;
-      const Experts& experts = layers.emplace_back(*gpu, dtype, moe.experts, kHidden, kHidden);
-      const std::vector<float> logits = tied_logits(kTokens, moe.experts, seed++);
-      std::vector<float> bias = testing::random_values(static_cast<size_t>(moe.experts), seed++);
-      for (float& b : bias) b = std::round(b * 8.0f) / 8.0f;
-      const std::vector<uint8_t> bias_bytes = testing::encode(bias, c.bias_dtype);
-      Buffer d_bias = put(*gpu, bias_bytes.data(), bias_bytes.size());
-      const TensorView bias_view = c.with_bias ? TensorView{c.bias_dtype, {moe.experts}, d_bias.data()} : TensorView{};
-      const std::vector<float> x = testing::random_values(static_cast<size_t>(kHidden), seed++);
-      Buffer d_x = put(*gpu, x.data(), x.size() * sizeof(float));
-      auto d_experts = gpu->alloc(static_cast<size_t>(moe.top_k) * sizeof(int32_t));
-      auto d_weights = gpu->alloc(static_cast<size_t>(moe.top_k) * sizeof(float));
-      auto d_out = gpu->alloc(static_cast<size_t>(kHidden) * sizeof(float));
-      ASSERT_TRUE(d_experts.ok() && d_weights.ok() && d_out.ok());
-      for (int64_t t = 0; t < kTokens; ++t) {
-        Buffer d_logits = put(*gpu, logits.data() + t * moe.experts, static_cast<size_t>(moe.experts) * sizeof(float));
-        ASSERT_TRUE(gpu->run_experts(d_x.f32(), 1, expert_routing(moe), static_cast<int32_t*>(d_experts->data()),
-                                     d_weights->f32(), experts.weights(), d_out->f32(),
-                                     {.logits = d_logits.f32(), .bias = &bias_view, .add = false}));
-        const Route want = route_token(moe, logits.data() + t * moe.experts, c.with_bias ? bias.data() : nullptr);
-        const auto got_experts = get<int32_t>(*gpu, d_experts->data(), static_cast<size_t>(moe.top_k));
-        const auto got_weights = get<float>(*gpu, d_weights->data(), static_cast<size_t>(moe.top_k));
-        ASSERT_EQ(got_experts, want.experts) << "token " << t;
-        ASSERT_EQ(std::memcmp(got_weights.data(), want.weights.data(), want.weights.size() * sizeof(float)), 0)
-            << "token " << t << ": weight " << got_weights[0] << " against " << want.weights[0];
-      }
-    }
-  }
 }
 
 // The same through the device's own primitives, one expert at a time (MoeMlp's
@@ -272,7 +224,7 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
       };
       const auto alone = run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden);
       EXPECT_EQ(alone, row(together, c.hidden)) << "token " << t;
-      // Routed by the gate/up launch itself, and added onto a residual row.
+      // Routed by run_experts itself, and added onto a residual row.
       EXPECT_EQ(run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden,
                               Call::kRunFromLogits),
                 alone)

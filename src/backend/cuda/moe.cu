@@ -19,88 +19,74 @@ namespace {
 // functions; every sum the host adds in order (the softmax's denominator, the
 // top_k weights' sum) is added in the same order by thread 0, and every choice
 // is the first in routing::ranks_before's order, which the host's partial sorts
-// also take, so the experts and the weights are bitwise route_token's, whatever
-// the block's size (route_kernel's 256 threads, or an experts kernel's 128 or
-// 256 when it routes a lone token itself).
+// also take, so the experts and the weights are bitwise route_token's.
 
 constexpr int kRouteThreads = 256;
-constexpr int kMaxRouteWarps = 8;  // blocks of up to 256 threads route
+constexpr int kRouteWarps = kRouteThreads / 32;
 
 // (value, index) of the candidate that ranks first; index < 0 is none yet.
 __device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t best_i) {
   return i >= 0 && (best_i < 0 || routing::ranks_before(v, i, best_v, best_i));
 }
 
-// kSigmoidGroups' correction bias of expert e (0 without one).
-__device__ __forceinline__ float bias_value(const void* bias, DType dtype, int e) {
-  if (bias == nullptr) return 0.0f;
-  if (dtype == DType::kF32) return static_cast<const float*>(bias)[e];
-  const uint16_t bits = static_cast<const uint16_t*>(bias)[e];
-  return dtype == DType::kBF16 ? widen<DType::kBF16>(bits) : widen<DType::kF16>(bits);
-}
-
-// A routing block's shared memory, for up to kCap experts.
-template <int kCap>
-struct RouteShared {
-  float choice[kCap];
-  unsigned char taken[kCap];
-  float group_score[kCap / 2];
-  unsigned char kept[kCap / 2];
-  float reduce[32];
-  float sum;
-  float warp_v[kMaxRouteWarps];
-  int32_t warp_i[kMaxRouteWarps];
-};
-
-// Routes the token of `l` [r.experts] (at most kCap): its top_k experts into
-// chosen and their weights into chosen_w (global or shared memory), written when
-// it returns. Every thread of the block calls it (blockDim.x a multiple of 32, at
-// most 32 * kMaxRouteWarps).
-template <int kCap>
-__device__ void route_token(const float* __restrict__ l, const ExpertRouting& r, const void* bias, DType bias_dtype,
-                            RouteShared<kCap>& s, int32_t* chosen, float* chosen_w) {
+template <DType D>
+__global__ void __launch_bounds__(kRouteThreads)
+    route_kernel(const float* __restrict__ logits, ExpertRouting r, const Storage<D>* __restrict__ bias,
+                 int32_t* __restrict__ experts, float* __restrict__ weights) {
+  __shared__ float choice[kMaxRoutedExperts];
+  __shared__ unsigned char taken[kMaxRoutedExperts];
+  __shared__ float group_score[kMaxRoutedExperts / 2];
+  __shared__ unsigned char kept[kMaxRoutedExperts / 2];
+  __shared__ float reduce[32];
+  __shared__ float shared_sum;
+  __shared__ float warp_v[kRouteWarps];
+  __shared__ int32_t warp_i[kRouteWarps];
+  let_next_start();
+  wait_for_earlier();
   const int n = static_cast<int>(r.experts), k = static_cast<int>(r.top_k);
-  const int threads = static_cast<int>(blockDim.x), warps = threads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const float* l = logits + blockIdx.x * static_cast<int64_t>(n);
+  int32_t* chosen = experts + blockIdx.x * static_cast<int64_t>(k);
+  float* chosen_w = weights + blockIdx.x * static_cast<int64_t>(k);
   const bool sigmoid = r.scoring == ExpertScoring::kSigmoidGroups;
 
   if (!sigmoid) {
     float m = -INFINITY;
-    for (int e = threadIdx.x; e < n; e += threads) m = fmaxf(m, l[e]);
-    m = block_reduce<true>(m, s.reduce);
-    for (int e = threadIdx.x; e < n; e += threads) {
-      s.choice[e] = routing::softmax_term(l[e], m);
-      s.taken[e] = 0;
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) m = fmaxf(m, l[e]);
+    m = block_reduce<true>(m, reduce);
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) {
+      choice[e] = routing::softmax_term(l[e], m);
+      taken[e] = 0;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       float sum = 0.0f;
-      for (int e = 0; e < n; ++e) sum = routing::add(sum, s.choice[e]);
-      s.sum = sum;
+      for (int e = 0; e < n; ++e) sum = routing::add(sum, choice[e]);
+      shared_sum = sum;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < n; e += threads) s.choice[e] = routing::div(s.choice[e], s.sum);
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) choice[e] = routing::div(choice[e], shared_sum);
   } else {
-    for (int e = threadIdx.x; e < n; e += threads) {
-      s.choice[e] = routing::add(routing::sigmoid(l[e]), bias_value(bias, bias_dtype, e));
-      s.taken[e] = 0;
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) {
+      choice[e] = routing::add(routing::sigmoid(l[e]), bias != nullptr ? widen<D>(bias[e]) : 0.0f);
+      taken[e] = 0;
     }
     __syncthreads();
     // Each group's score: its two best choices, added.
     const int groups = static_cast<int>(r.groups), per_group = n / groups;
-    for (int g = threadIdx.x; g < groups; g += threads) {
+    for (int g = threadIdx.x; g < groups; g += kRouteThreads) {
       float v1 = 0, v2 = 0;
       int32_t i1 = -1, i2 = -1;
       for (int e = g * per_group; e < (g + 1) * per_group; ++e) {
-        if (better(s.choice[e], e, v1, i1)) {
+        if (better(choice[e], e, v1, i1)) {
           v2 = v1, i2 = i1;
-          v1 = s.choice[e], i1 = e;
-        } else if (better(s.choice[e], e, v2, i2)) {
-          v2 = s.choice[e], i2 = e;
+          v1 = choice[e], i1 = e;
+        } else if (better(choice[e], e, v2, i2)) {
+          v2 = choice[e], i2 = e;
         }
       }
-      s.group_score[g] = routing::add(v1, v2);
-      s.kept[g] = 0;
+      group_score[g] = routing::add(v1, v2);
+      kept[g] = 0;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -108,26 +94,26 @@ __device__ void route_token(const float* __restrict__ l, const ExpertRouting& r,
         float v = 0;
         int32_t at = -1;
         for (int g = 0; g < groups; ++g)
-          if (!s.kept[g] && better(s.group_score[g], g, v, at)) v = s.group_score[g], at = g;
-        s.kept[at] = 1;
+          if (!kept[g] && better(group_score[g], g, v, at)) v = group_score[g], at = g;
+        kept[at] = 1;
       }
     }
     __syncthreads();
     // The other groups' experts score 0 (transformers' masked_fill), not -inf.
-    for (int e = threadIdx.x; e < n; e += threads)
-      if (!s.kept[e / per_group]) s.choice[e] = 0.0f;
+    for (int e = threadIdx.x; e < n; e += kRouteThreads)
+      if (!kept[e / per_group]) choice[e] = 0.0f;
   }
   __syncthreads();
 
-  if (n <= threads) {
+  if (n <= kRouteThreads) {
     // Each expert's rank in ranks_before's order (a strict order, so the ranks are
     // distinct): the top k are the experts ranked below k, in rank order, as the
     // one-at-a-time choice below finds them.
     if (threadIdx.x < n) {
       const int e = static_cast<int>(threadIdx.x);
-      const float v = s.choice[e];
+      const float v = choice[e];
       int rank = 0;
-      for (int o = 0; o < n; ++o) rank += routing::ranks_before(s.choice[o], o, v, e) ? 1 : 0;
+      for (int o = 0; o < n; ++o) rank += routing::ranks_before(choice[o], o, v, e) ? 1 : 0;
       if (rank < k) chosen[rank] = e;
     }
     __syncthreads();
@@ -136,20 +122,20 @@ __device__ void route_token(const float* __restrict__ l, const ExpertRouting& r,
     for (int j = 0; j < k; ++j) {
       float v = 0;
       int32_t at = -1;
-      for (int e = threadIdx.x; e < n; e += threads)
-        if (!s.taken[e] && better(s.choice[e], e, v, at)) v = s.choice[e], at = e;
+      for (int e = threadIdx.x; e < n; e += kRouteThreads)
+        if (!taken[e] && better(choice[e], e, v, at)) v = choice[e], at = e;
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) {
         const float other_v = __shfl_xor_sync(0xffffffffu, v, offset);
         const int32_t other_at = __shfl_xor_sync(0xffffffffu, at, offset);
         if (better(other_v, other_at, v, at)) v = other_v, at = other_at;
       }
-      if (lane == 0) s.warp_v[warp] = v, s.warp_i[warp] = at;
+      if (lane == 0) warp_v[warp] = v, warp_i[warp] = at;
       __syncthreads();
       if (threadIdx.x == 0) {
-        for (int w = 1; w < warps; ++w)
-          if (better(s.warp_v[w], s.warp_i[w], v, at)) v = s.warp_v[w], at = s.warp_i[w];
-        s.taken[at] = 1;
+        for (int w = 1; w < kRouteWarps; ++w)
+          if (better(warp_v[w], warp_i[w], v, at)) v = warp_v[w], at = warp_i[w];
+        taken[at] = 1;
         chosen[j] = at;
       }
       __syncthreads();
@@ -157,31 +143,19 @@ __device__ void route_token(const float* __restrict__ l, const ExpertRouting& r,
   }
 
   // The weights: the chosen experts' probabilities or (uncorrected) sigmoids.
-  if (threadIdx.x == 0) {
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const float w = sigmoid ? routing::sigmoid(l[chosen[j]]) : s.choice[chosen[j]];
-      chosen_w[j] = w;
-      sum = routing::add(sum, w);
-    }
-    if (r.normalize) {
-      if (sigmoid) sum = routing::add(sum, 1e-20f);
-      for (int j = 0; j < k; ++j) chosen_w[j] = routing::div(chosen_w[j], sum);
-    }
-    if (r.scaling != 1.0f)
-      for (int j = 0; j < k; ++j) chosen_w[j] = routing::mul(chosen_w[j], r.scaling);
+  if (threadIdx.x != 0) return;
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const float w = sigmoid ? routing::sigmoid(l[chosen[j]]) : choice[chosen[j]];
+    chosen_w[j] = w;
+    sum = routing::add(sum, w);
   }
-  __syncthreads();
-}
-
-__global__ void __launch_bounds__(kRouteThreads)
-    route_kernel(const float* __restrict__ logits, ExpertRouting r, const void* bias, DType bias_dtype,
-                 int32_t* __restrict__ experts, float* __restrict__ weights) {
-  __shared__ RouteShared<kMaxRoutedExperts> shared;
-  let_next_start();
-  wait_for_earlier();
-  route_token(logits + blockIdx.x * r.experts, r, bias, bias_dtype, shared, experts + blockIdx.x * r.top_k,
-              weights + blockIdx.x * r.top_k);
+  if (r.normalize) {
+    if (sigmoid) sum = routing::add(sum, 1e-20f);
+    for (int j = 0; j < k; ++j) chosen_w[j] = routing::div(chosen_w[j], sum);
+  }
+  if (r.scaling != 1.0f)
+    for (int j = 0; j < k; ++j) chosen_w[j] = routing::mul(chosen_w[j], r.scaling);
 }
 
 // ---- grouping ---------------------------------------------------------------
@@ -268,18 +242,6 @@ __device__ __forceinline__ int lone_slot(const int32_t* experts, int top_k, int3
   return below;
 }
 
-// A lone token that the gate/up launch routes itself (every block, from the
-// router's logits): block (0, 0) writes its experts and weights [top_k] for the
-// later launches.
-struct FoldedRoute {
-  const float* logits = nullptr;  // [experts]; null: routed already
-  ExpertRouting routing;
-  const void* bias = nullptr;
-  DType bias_dtype = DType::kF32;
-  int32_t* experts = nullptr;
-  float* weights = nullptr;
-};
-
 // Where a block of the matmuls finds its item.
 struct Items {
   const int32_t* table = nullptr;       // [max items, 3]: expert, first slot, count (null: a lone token)
@@ -287,25 +249,7 @@ struct Items {
   const int32_t* slot_token = nullptr;  // [pairs]: the token of each slot
   const int32_t* lone = nullptr;        // a lone token's [top_k] experts
   int top_k = 0;
-  FoldedRoute route;  // gate/up only
 };
-
-// A folded route (items.route.logits set): the block routes the lone token into
-// its shared memory, where items.lone then points, and block (0, 0) copies the
-// experts and weights out. Every thread of the block calls it.
-__device__ __forceinline__ void route_lone(Items& items) {
-  __shared__ RouteShared<kMaxFoldedExperts> shared;
-  __shared__ int32_t experts[kMaxLoneTopK];
-  __shared__ float weights[kMaxLoneTopK];
-  const FoldedRoute& r = items.route;
-  if (r.logits == nullptr) return;
-  route_token(r.logits, r.routing, r.bias, r.bias_dtype, shared, experts, weights);
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < items.top_k) {
-    r.experts[threadIdx.x] = experts[threadIdx.x];
-    r.weights[threadIdx.x] = weights[threadIdx.x];
-  }
-  items.lone = experts;
-}
 
 struct Item {
   int32_t expert = 0, first = 0, count = 0;
@@ -354,7 +298,6 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
   __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
   let_next_start();
   wait_for_earlier();
-  if constexpr (kGateUp && kTiles == 1) route_lone(items);  // a lone token's items are of one pair
   Item it;
   if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -446,7 +389,6 @@ __global__ void __launch_bounds__(kFmaThreads)
   __shared__ float partial[kGateUp ? 2 : 1][kFmaWarps][kFmaRows][kFmaCols];
   let_next_start();
   wait_for_earlier();
-  if constexpr (kGateUp) route_lone(items);
   Item it;
   if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -597,23 +539,22 @@ void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64
   });
 }
 
-void check_routing(const ExpertRouting& r) {
+}  // namespace
+
+void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
+                   const void* bias, DType bias_dtype, int32_t* experts, float* weights) {
+  const ExpertRouting& r = routing;
   TS_CHECK(r.experts >= 1 && r.experts <= kMaxRoutedExperts && r.top_k >= 1 && r.top_k <= r.experts, "routing ",
            r.top_k, " of ", r.experts, " experts");
   if (r.scoring == ExpertScoring::kSigmoidGroups)
     TS_CHECK(r.groups >= 1 && r.experts % r.groups == 0 && r.experts / r.groups >= 2 && r.top_groups >= 1 &&
                  r.top_groups <= r.groups,
              "experts ", r.experts, " in groups ", r.groups, ", keeping ", r.top_groups);
-}
-
-}  // namespace
-
-void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
-                   const void* bias, DType bias_dtype, int32_t* experts, float* weights) {
-  check_routing(routing);
   if (tokens == 0) return;
-  launch_kernel(route_kernel, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, routing, bias,
-                bias_dtype, experts, weights);
+  with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
+    launch_kernel(route_kernel<D>, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, r,
+                  static_cast<const Storage<D>*>(bias), experts, weights);
+  });
 }
 
 size_t experts_scratch(int64_t tokens, int64_t top_k, const ExpertTable& table) {
@@ -633,16 +574,12 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
            pairs, " routed pairs");
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
   // The switches (=0) turn each step saved off, to measure what it gains: a lone
-  // token grouped, routed by its own launch, its sum added by Device::add's.
+  // token grouped, its sum added by Device::add's launch.
   static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");
-  static const bool fold_on = !switched_off("TESSERA_CUDA_MOE_FOLD_ROUTING");
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
   const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
-  const bool fold = fold_on && lone && router.logits != nullptr && routing.experts <= kMaxFoldedExperts;
-  if (router.logits != nullptr) {
-    check_routing(routing);
-    if (!fold) route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
-  }
+  if (router.logits != nullptr)
+    route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
   Items by{.top_k = static_cast<int>(top_k)};
   if (lone) {
     by.lone = experts;
@@ -650,10 +587,8 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
     launch_kernel(group_kernel, 1, kGroupThreads, 0, stream, experts, tokens, top_k, table.experts, tile, s);
     by.table = s.items, by.count = s.n_items, by.slot_token = s.slot_token;
   }
-  Items gate_up = by;
-  if (fold) gate_up.route = {router.logits, routing, router.bias, router.bias_dtype, experts, weights};
   const int64_t grid_items = lone ? top_k : items;
-  launch_phase<true>(stream, table, tile, grid_items, gate_up, x, table.hidden, table.inter, table.gate, table.up, s.h);
+  launch_phase<true>(stream, table, tile, grid_items, by, x, table.hidden, table.inter, table.gate, table.up, s.h);
   launch_phase<false>(stream, table, tile, grid_items, by, s.h, table.inter, table.hidden, table.down, nullptr, s.y);
   const bool straight = add && add_on;
   launch_kernel(combine_kernel, static_cast<unsigned>(tokens), 256, 0, stream, s.y, weights, s.token_slots, s.slot_pair,

@@ -4,9 +4,7 @@
 //   route_experts   one block a token: softmax or sigmoid-group scores, the top_k
 //                   (expert_routing.h's arithmetic: bitwise route_token's choice
 //                   and weights on the host)
-//   run_experts     0. given the router's logits, route_experts first (a lone
-//                      token of up to kMaxFoldedExperts experts skips this
-//                      launch: every block of step 2 routes it itself);
+//   run_experts     0. given the router's logits, route_experts first;
 //                   1. one block sorts the (token, expert) pairs by expert, then
 //                      token, and cuts each expert's pairs into items of up to 8
 //                      (or 32) pairs (a lone token skips this launch: its item i
@@ -41,10 +39,6 @@ namespace tessera::cuda {
 
 // The most routed experts a layer may have here (one block holds a token's scores).
 constexpr int64_t kMaxRoutedExperts = 4096;
-
-// The most experts a lone token's routing is folded into the gate/up launch for
-// (a block routes them from its shared memory).
-constexpr int64_t kMaxFoldedExperts = 256;
 
 // Each token's top_k experts and weights, int32 and f32 [tokens, top_k], from the
 // router's logits [tokens, routing.experts]; `bias` (null for none) is
