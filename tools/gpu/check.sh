@@ -2,7 +2,7 @@
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
-#   tools/gpu/check.sh [tests|memcheck|bench|ab|peer|kernels|profile|details|serve|gguf]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|ab|moe|peer|kernels|profile|details|serve|gguf]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -136,6 +136,19 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
         echo "== llama-3-8b x64 ${with/-/as built}"
         env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights \
           --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences 64 2>&1 | grep -E "decode x|cuda graphs"
+      done ;;
+    moe)
+      # MoE batch-1 decode (issue 18, point 4; docs/benchmarks.md): Qwen3-30B-A3B's shape cut to 12 layers, as built
+      # and with each of $AB (comma-separated VAR=value) in turn, ${ROUNDS:-2} times.
+      python3 -c "import json; c = json.load(open('bench/shapes/qwen3-30b-a3b.json')); c['num_hidden_layers'] = 12
+json.dump(c, open('/tmp/qwen3-30b-a3b-12l.json', 'w'))"
+      IFS=, read -ra switches <<<"${AB:-}"
+      for round in $(seq ${ROUNDS:-2}); do
+        for with in - "${switches[@]}"; do
+          echo "== qwen3-30b-a3b 12 layers ${with/-/as built}"
+          env ${with/-/} build-gpu/bin/tessera bench --device cuda --config /tmp/qwen3-30b-a3b-12l.json --random-weights \
+            --seed 1 --dtype bf16 --threads 16 --prompt 64 --decode 32 2>&1 | grep -E "^(prefill|decode)"
+        done
       done ;;
     serve)
       # tessera serve on the 8B shape at concurrency 1, 8, 32 and 64 against tessera generate alone
