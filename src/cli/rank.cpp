@@ -60,9 +60,10 @@ Status run_rank(const RankOptions& o) {
     if (!model.ok()) return model.status().with_context(o.model_dir);
     held.model = std::make_unique<Model>(std::move(model).value());
     held.own = true;
-    std::fprintf(stderr, "[rank] %s: rank %d of %d, layers [%lld, %lld), on %s\n", member.identity.name.c_str(),
-                 member.rank, ranks, static_cast<long long>(held.model->range().begin),
-                 static_cast<long long>(held.model->range().end), device->name().c_str());
+    std::fprintf(stderr, "[rank] %s: rank %d of %d, layers [%lld, %lld), %llu bytes of weights, on %s\n",
+                 member.identity.name.c_str(), member.rank, ranks, static_cast<long long>(held.model->range().begin),
+                 static_cast<long long>(held.model->range().end),
+                 static_cast<unsigned long long>(held.model->weight_bytes()), device->name().c_str());
   } else {
     std::fprintf(stderr, "[rank] %s: rank %d of %d, on %s; its shard comes from the leader (at most %.1f MiB)\n",
                  member.identity.name.c_str(), member.rank, ranks, device->name().c_str(),

@@ -50,14 +50,13 @@ struct ShardStorage {
     view.data = copies.emplace_back(view.nbytes()).data();
     return view;
   }
-  // Columns [begin, + columns) of a 2-D `t`, copied; a quantized type's blocks must not be cut.
-  Result<TensorView> columns_of(const TensorView& t, int64_t begin, int64_t columns) {
+  // Columns [begin, + columns) of a 2-D `t`, copied; whole blocks of a quantized type (Model::cut checks).
+  TensorView columns_of(const TensorView& t, int64_t begin, int64_t columns) {
     TS_CHECK(t.shape.size() == 2 && begin >= 0 && begin + columns <= t.dim(1), "columns [", begin, ", +", columns,
              ") of ", shape_string(t.shape));
-    if (const int64_t block = dtype_block_elements(t.dtype); begin % block != 0 || columns % block != 0)
-      return Status::invalid_input("[shard] columns [" + std::to_string(begin) + ", +" + std::to_string(columns) +
-                                   ") cut " + std::string(dtype_name(t.dtype)) + "'s blocks of " +
-                                   std::to_string(block));
+    const int64_t block = dtype_block_elements(t.dtype);
+    TS_CHECK(begin % block == 0 && columns % block == 0, "columns [", begin, ", +", columns, ") cut ",
+             dtype_name(t.dtype), "'s blocks");
     TensorView out = make(t.dtype, {t.dim(0), columns});
     const size_t in_row = row_bytes(t), out_row = dtype_bytes(t.dtype, columns);
     const auto* src = static_cast<const uint8_t*>(t.data) + dtype_bytes(t.dtype, begin);
@@ -177,9 +176,15 @@ Result<Model> Model::cut(Shard shard) const {
       } else if (shape[0] != whole_tensor.dim(0)) {
         part = rows_of(whole_tensor, first_row(to[t].slot, plan, hd, shape[0]), shape[0]);
       } else {
-        auto columns = storage->columns_of(whole_tensor, plan.shard.rank * shape[1], shape[1]);
-        if (!columns.ok()) return columns.status().with_context("layer " + std::to_string(layer) + "'s " + to[t].name);
-        part = std::move(columns).value();
+        // A column cut of GGUF blocks (o, down) must leave each rank whole blocks of k.
+        if (const int64_t block = dtype_block_elements(whole_tensor.dtype); shape[1] % block != 0)
+          return Status::invalid_input(
+              "[shard] layer " + std::to_string(layer) + "'s " + to[t].name + " is " +
+              std::string(dtype_name(whole_tensor.dtype)) + " with k = " + std::to_string(whole_tensor.dim(1)) + ": " +
+              std::to_string(shard.ranks) + " ranks would cut it into " + std::to_string(shape[1]) +
+              " columns each, not whole blocks of " + std::to_string(block) +
+              " (run it on a rank count that divides k into whole blocks)");
+        part = storage->columns_of(whole_tensor, plan.shard.rank * shape[1], shape[1]);
       }
       TS_CHECK(part.shape == to[t].shape, "layer ", layer, "'s ", to[t].name, " cut to ", shape_string(part.shape),
                ", expected ", shape_string(to[t].shape));

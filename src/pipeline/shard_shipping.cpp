@@ -76,7 +76,9 @@ Status refuse_other_checkpoint(Group& group, const std::string& mine, const Answ
 
 // A tensor's encoding: the quantization for matrices whose elements fill its
 // groups (norms and biases travel exact), LZ4 for any.
+// GGUF blocks travel as their bytes, LZ4 or not (never re-encoded: offer_shards refuses int8/int4 for them).
 wire::Encoding encoding_of(const TensorView& t, const ShipEncoding& ship) {
+  if (dtype_is_quantized(t.dtype)) return {DType::kU8, static_cast<uint8_t>(ship.flags & wire::kFlagLz4), 0};
   const bool quantize = t.shape.size() == 2 && ship.group_size != 0 && t.numel() % ship.group_size == 0;
   const uint8_t flags = quantize ? ship.flags : static_cast<uint8_t>(ship.flags & wire::kFlagLz4);
   return {t.dtype, flags, static_cast<uint16_t>(quantize ? ship.group_size : 0)};
@@ -89,21 +91,37 @@ Status send_padded(Group& group, std::span<const uint8_t> bytes, int rank) {
   return group.send(padded, DType::kF32, rank);
 }
 
-// Sends rank `r` its shard's tensors (the order of shard_tensors).
-Status ship_rank(Group& group, const Model& whole, const ShipEncoding& ship, int r, const std::string& who) {
-  TS_ASSIGN_OR_RETURN(const Model part, whole.cut(Shard{r, group.size()}));
-  TS_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(whole.config(), whole.arch(), part.shard()));
+// Rank r's shard: its cut of the leader's layers, its tensors in the order
+// they travel (shard_tensors) and their views in the cut.
+struct RankShard {
+  Model part;
+  std::vector<ShardTensor> tensors;
+  std::vector<TensorView> views;
+};
+
+Result<RankShard> rank_shard(const Model& whole, int r, int ranks) {
+  RankShard out;
+  TS_ASSIGN_OR_RETURN(out.part, whole.cut(Shard{r, ranks}));
+  TS_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(whole.config(), whole.arch(), out.part.shard()));
   std::map<std::string, TensorView> views;
-  for (auto& [name, view] : named_weights(part)) views[name] = view;
-  const std::vector<ShardTensor> tensors = shard_tensors(whole.config(), whole.arch(), whole.range(), plan);
+  for (auto& [name, view] : named_weights(out.part)) views[name] = view;
+  out.tensors = shard_tensors(whole.config(), whole.arch(), whole.range(), plan);
+  for (const ShardTensor& t : out.tensors) {
+    out.views.push_back(views.at(t.name));
+    TS_CHECK(out.views.back().shape == t.shape, t.name, " is ", shape_string(out.views.back().shape), " in rank ", r,
+             "'s cut, ", shape_string(t.shape), " in its shard's list");
+  }
+  return out;
+}
+
+// Sends rank `r` its shard's tensors (the order of shard_tensors).
+Status ship_rank(Group& group, const RankShard& shard, const ShipEncoding& ship, int r, const std::string& who) {
   uint64_t total = 0;
-  for (const ShardTensor& t : tensors) total += views.at(t.name).nbytes();
-  std::fprintf(stderr, "[tp] shipping %s its shard: %zu tensors, %s\n", who.c_str(), tensors.size(),
+  for (const TensorView& view : shard.views) total += view.nbytes();
+  std::fprintf(stderr, "[tp] shipping %s its shard: %zu tensors, %s\n", who.c_str(), shard.tensors.size(),
                mib(total).c_str());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const TensorView& view = views.at(tensors[i].name);
-    TS_CHECK(view.shape == tensors[i].shape, tensors[i].name, " is ", shape_string(view.shape), " in rank ", r,
-             "'s cut, ", shape_string(tensors[i].shape), " in its shard's list");
+  for (size_t i = 0; i < shard.views.size(); ++i) {
+    const TensorView& view = shard.views[i];
     const std::span bytes(static_cast<const uint8_t*>(view.data), view.nbytes());
     for (const wire::LayerChunk& chunk : wire::encode_layer_chunks(static_cast<uint32_t>(i), encoding_of(view, ship),
                                                                    bytes, wire::kTpShardChunkBytes)) {
@@ -137,11 +155,26 @@ Status offer_shards(Group& group, const Model& whole, const std::optional<ShipEn
     if (config.size() > wire::kMaxTpConfigBytes)
       return Status::unsupported("--tp-ship-weights: config.json is " + std::to_string(config.size()) +
                                  " bytes, more than the ranks take (" + std::to_string(wire::kMaxTpConfigBytes) + ")");
+    bool blocks = false;
     for (const auto& [name, view] : named_weights(whole)) {
+      if (dtype_is_quantized(view.dtype)) {
+        if ((ship->flags & (wire::kFlagInt8 | wire::kFlagInt4)) != 0)
+          return Status::unsupported("--tp-ship-weights " + wire::flags_string(ship->flags) +
+                                     " re-encodes weights, and " + name + " holds GGUF " +
+                                     std::string(dtype_name(view.dtype)) +
+                                     " blocks, which ship as they are: use none or lz4");
+        blocks = true;
+        continue;
+      }
       if (view.dtype != DType::kF32 && view.dtype != DType::kBF16 && view.dtype != DType::kF16)
         return Status::unsupported("--tp-ship-weights: " + name + " is " + std::string(dtype_name(view.dtype)) +
-                                   "; only f32, bf16 and f16 weights are shipped");
+                                   "; only f32, bf16, f16 and GGUF blocks are shipped");
       offer.element_bytes = std::max<uint32_t>(offer.element_bytes, static_cast<uint32_t>(dtype_size(view.dtype)));
+    }
+    if (blocks) {  // every rank's shard has as many tensors
+      TS_ASSIGN_OR_RETURN(const ShardPlan plan, plan_shard(whole.config(), whole.arch(), Shard{0, group.size()}));
+      offer.block_tensors =
+          static_cast<uint32_t>(shard_tensors(whole.config(), whole.arch(), whole.range(), plan).size());
     }
     offer.shipping = true;
     offer.config_bytes = static_cast<uint32_t>(config.size());
@@ -159,8 +192,15 @@ Status offer_shards(Group& group, const Model& whole, const std::optional<ShipEn
   for (const uint32_t r : answers.needing) {
     uint32_t next = r;
     TS_RETURN_IF_ERROR(group.broadcast(bytes_of(next), DType::kF32, 0, Wait::kWhileAlive));
+    TS_ASSIGN_OR_RETURN(const RankShard shard, rank_shard(whole, static_cast<int>(r), group.size()));
     TS_RETURN_IF_ERROR(send_padded(group, std::span(reinterpret_cast<const uint8_t*>(config.data()), config.size()),
                                    static_cast<int>(r)));
+    if (offer.block_tensors != 0) {
+      std::vector<DType> dtypes;
+      for (const TensorView& view : shard.views) dtypes.push_back(view.dtype);
+      TS_ASSIGN_OR_RETURN(const std::vector<uint8_t> codes, wire::encode_tp_dtypes(dtypes));
+      TS_RETURN_IF_ERROR(group.send(codes, DType::kF32, static_cast<int>(r)));
+    }
     uint32_t word = 0;
     TS_RETURN_IF_ERROR(group.recv(bytes_of(word), DType::kF32, static_cast<int>(r)));
     TS_ASSIGN_OR_RETURN(const wire::TpShardReply reply, wire::decode_tp_reply(word));
@@ -168,7 +208,7 @@ Status offer_shards(Group& group, const Model& whole, const std::optional<ShipEn
       failed += "; " + named(members, r) + " refused its shard: " + reason(reply);
       continue;
     }
-    TS_RETURN_IF_ERROR(ship_rank(group, whole, *ship, static_cast<int>(r), named(members, r)));
+    TS_RETURN_IF_ERROR(ship_rank(group, shard, *ship, static_cast<int>(r), named(members, r)));
   }
   uint32_t end = failed.empty() ? wire::kTpWeightsDone : wire::kTpWeightsFailed;
   TS_RETURN_IF_ERROR(group.broadcast(bytes_of(end), DType::kF32, 0, Wait::kWhileAlive));
@@ -186,6 +226,8 @@ Result<std::unique_ptr<Model>> receive_turn(Group& group, const wire::TpOffer& o
   std::vector<uint8_t> text(wire::tp_padded_bytes(offer.config_bytes));
   TS_RETURN_IF_ERROR(group.recv(text, DType::kF32, 0));
   text.resize(offer.config_bytes);
+  std::vector<uint8_t> codes(wire::tp_padded_bytes(offer.block_tensors));
+  if (!codes.empty()) TS_RETURN_IF_ERROR(group.recv(codes, DType::kF32, 0));
   // Refusals are answered before they return, so that the leader can name them.
   auto refuse = [&](wire::TpShardReply reply, Status why) -> Result<std::unique_ptr<Model>> {
     uint32_t word = static_cast<uint32_t>(reply);
@@ -213,12 +255,39 @@ Result<std::unique_ptr<Model>> receive_turn(Group& group, const wire::TpOffer& o
   Result<ShardPlan> plan = plan_shard(*config, *arch, shard);
   if (!plan.ok()) return refuse(wire::TpShardReply::kBadConfig, plan.status());
   const std::vector<ShardTensor> tensors = shard_tensors(*config, *arch, range, *plan);
+  std::vector<std::optional<DType>> blocks(tensors.size());  // each tensor's GGUF block type, if any
+  if (offer.block_tensors != 0) {
+    Result<std::vector<std::optional<DType>>> decoded = wire::decode_tp_dtypes(codes, offer.block_tensors);
+    if (!decoded.ok()) return refuse(wire::TpShardReply::kBadConfig, decoded.status());
+    if (decoded->size() != tensors.size())
+      return refuse(wire::TpShardReply::kBadConfig,
+                    Status::invalid_input("[tp] the leader's dtypes are of " + std::to_string(decoded->size()) +
+                                          " tensors, this rank's shard has " + std::to_string(tensors.size())));
+    blocks = std::move(decoded).value();
+  }
   // Every shape is the config's (validated: positive and bounded by its parser); the sum is checked anyway.
+  // Blocks: a matrix whose rows are whole blocks (the loader binds them for matrices only), their exact bytes.
+  std::vector<uint64_t> sizes;  // each tensor's elements, or its blocks' bytes
   uint64_t most = 0;
-  for (const ShardTensor& t : tensors) {
-    uint64_t bytes = offer.element_bytes;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const ShardTensor& t = tensors[i];
+    uint64_t elements = 1;
     for (const int64_t dim : t.shape)
-      if (dim < 1 || !wire::checked_mul(bytes, static_cast<uint64_t>(dim), &bytes)) bytes = UINT64_MAX;
+      if (dim < 1 || !wire::checked_mul(elements, static_cast<uint64_t>(dim), &elements)) elements = UINT64_MAX;
+    uint64_t bytes = UINT64_MAX;
+    if (blocks[i]) {
+      const std::optional<uint64_t> exact = tensor_bytes(*blocks[i], t.shape);
+      if (t.shape.size() != 2 || !exact)
+        return refuse(wire::TpShardReply::kBadConfig,
+                      Status::invalid_input("[tp] the leader ships " + t.name + " " + shape_string(t.shape) + " as " +
+                                            std::string(dtype_name(*blocks[i])) +
+                                            " blocks: only a matrix whose rows are whole blocks of " +
+                                            std::to_string(dtype_block_elements(*blocks[i])) + " holds them"));
+      elements = bytes = *exact;
+    } else if (!wire::checked_mul(elements, offer.element_bytes, &bytes)) {
+      bytes = UINT64_MAX;
+    }
+    sizes.push_back(elements);
     if (!wire::checked_add(most, bytes, &most)) most = UINT64_MAX;
   }
   if (most > max_bytes)
@@ -237,10 +306,8 @@ Result<std::unique_ptr<Model>> receive_turn(Group& group, const wire::TpOffer& o
   std::vector<uint8_t> header(wire::kLayerChunkHeaderBytes), payload;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const ShardTensor& t = tensors[i];
-    uint64_t elements = 1;
-    for (const int64_t dim : t.shape) elements *= static_cast<uint64_t>(dim);  // within `most`, checked above
-    wire::TpTensorReceiver receiver("[tp] shard tensor " + t.name, static_cast<uint32_t>(i), elements,
-                                    offer.element_bytes);
+    wire::TpTensorReceiver receiver("[tp] shard tensor " + t.name, static_cast<uint32_t>(i), sizes[i],
+                                    offer.element_bytes, blocks[i]);
     do {
       TS_RETURN_IF_ERROR(group.recv(header, DType::kF32, 0));
       TS_ASSIGN_OR_RETURN(const uint64_t padded, receiver.add_header(header));
@@ -252,7 +319,8 @@ Result<std::unique_ptr<Model>> receive_turn(Group& group, const wire::TpOffer& o
     views.push_back({receiver.dtype(), t.shape, storage->emplace_back(std::move(bytes)).data()});
   }
   TS_ASSIGN_OR_RETURN(Model model, Model::assemble(*config, range, shard, views, storage));
-  log("received its shard: " + mib(model.weight_bytes()));
+  log("received its shard: " + std::to_string(model.weight_bytes()) + " bytes of weights (" +
+      mib(model.weight_bytes()) + ")");
   return std::make_unique<Model>(std::move(model));
 }
 

@@ -1,5 +1,8 @@
 #include "wire/tp_weights.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "wire/byte_io.h"
 
 namespace tessera::wire {
@@ -14,7 +17,7 @@ std::vector<uint8_t> encode_tp_offer(const TpOffer& offer) {
   put_u32(out, offer.shipping ? 1 : 0);
   put_u32(out, offer.config_bytes);
   put_u32(out, offer.element_bytes);
-  put_u32(out, 0);
+  put_u32(out, offer.block_tensors);
   std::string digest = offer.digest;
   digest.resize(kTpDigestChars, '0');
   out.insert(out.end(), digest.begin(), digest.end());
@@ -41,9 +44,43 @@ Result<TpOffer> decode_tp_offer(std::span<const uint8_t> bytes, uint32_t ranks) 
                         kMaxTpConfigBytes, ")");
   if (o.shipping ? o.element_bytes != 2 && o.element_bytes != 4 : o.element_bytes != 0)
     return decode_error("tp weights offer: element_bytes ", o.element_bytes, " (shipping ", shipping, ")");
-  if (get_u32(bytes, 28) != 0) return decode_error("tp weights offer: reserved word ", get_u32(bytes, 28));
+  o.block_tensors = get_u32(bytes, 28);
+  if (o.shipping ? o.block_tensors > kMaxTpShardTensors : o.block_tensors != 0)
+    return decode_error("tp weights offer: block_tensors ", o.block_tensors, " (shipping ", shipping, ", at most ",
+                        kMaxTpShardTensors, ")");
   TS_ASSIGN_OR_RETURN(o.digest, decode_tp_digest(bytes.subspan(32)));
   return o;
+}
+
+Result<std::vector<uint8_t>> encode_tp_dtypes(std::span<const DType> dtypes) {
+  std::vector<uint8_t> out;
+  for (const DType dtype : dtypes) {
+    const auto* code = std::find(std::begin(kTpBlockCodes), std::end(kTpBlockCodes), dtype);
+    if (dtype == DType::kBF16 || dtype == DType::kF16) code = std::begin(kTpBlockCodes);
+    if (code == std::end(kTpBlockCodes))
+      return Status::unsupported("tp weights: " + std::string(dtype_name(dtype)) + " is neither f32/bf16/f16 nor " +
+                                 "a GGUF block type tessera runs");
+    out.push_back(static_cast<uint8_t>(code - std::begin(kTpBlockCodes)));
+  }
+  out.resize(tp_padded_bytes(out.size()), 0);
+  return out;
+}
+
+Result<std::vector<std::optional<DType>>> decode_tp_dtypes(std::span<const uint8_t> bytes, uint32_t tensors) {
+  if (bytes.size() != tp_padded_bytes(tensors))
+    return decode_error("tp weights dtypes: ", bytes.size(), " bytes for ", tensors, " tensors");
+  std::vector<std::optional<DType>> out;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (i >= tensors) {
+      if (bytes[i] != 0) return decode_error("tp weights dtypes: padding byte ", i, " is ", bytes[i]);
+      continue;
+    }
+    if (bytes[i] >= std::size(kTpBlockCodes))
+      return decode_error("tp weights dtypes: tensor ", i, "'s code ", bytes[i], " is not 0..",
+                          std::size(kTpBlockCodes) - 1);
+    out.push_back(bytes[i] == 0 ? std::nullopt : std::optional(kTpBlockCodes[bytes[i]]));
+  }
+  return out;
 }
 
 Result<std::string> decode_tp_digest(std::span<const uint8_t> bytes) {
@@ -78,23 +115,25 @@ std::vector<DType> float_dtypes(uint32_t element_bytes) {
                             : std::vector<DType>{DType::kBF16, DType::kF16};
 }
 
-LayerLimits tensor_limits(std::string name, uint32_t index, uint64_t elements, uint32_t element_bytes) {
+// Blocks travel as their bytes (`elements` of them), never re-encoded.
+LayerLimits tensor_limits(std::string name, uint32_t index, uint64_t elements, uint32_t element_bytes, bool blocks) {
   LayerLimits limits;
   limits.name = std::move(name);
   limits.layer = index;
-  limits.dtypes = float_dtypes(element_bytes);
-  limits.flags = kKnownFlags;
+  limits.dtypes = blocks ? std::vector<DType>{DType::kU8} : float_dtypes(element_bytes);
+  limits.flags = kKnownFlags;  // int8/int4 quantize floats only (check_encoding): blocks come LZ4 or plain
   uint64_t bytes = 0;
-  limits.max_layer_bytes = checked_mul(elements, element_bytes, &bytes) ? bytes : 0;
+  limits.max_layer_bytes = checked_mul(elements, blocks ? 1 : element_bytes, &bytes) ? bytes : 0;
   return limits;
 }
 
 }  // namespace
 
-TpTensorReceiver::TpTensorReceiver(std::string name, uint32_t index, uint64_t elements, uint32_t element_bytes)
-    : dtypes_(float_dtypes(element_bytes)),
+TpTensorReceiver::TpTensorReceiver(std::string name, uint32_t index, uint64_t elements, uint32_t element_bytes,
+                                   std::optional<DType> blocks)
+    : blocks_(blocks),
       elements_(elements),
-      assembler_(tensor_limits(std::move(name), index, elements, element_bytes)) {}
+      assembler_(tensor_limits(std::move(name), index, elements, element_bytes, blocks.has_value())) {}
 
 Result<uint64_t> TpTensorReceiver::add_header(std::span<const uint8_t> header) {
   if (!header_.empty()) return decode_error("tp shard tensor: a header where its payload was due");
@@ -103,7 +142,7 @@ Result<uint64_t> TpTensorReceiver::add_header(std::span<const uint8_t> header) {
     if (h.original_bytes / dtype_size(h.encoding.dtype) != elements_)
       return decode_error("tp shard tensor: ", h.original_bytes, " bytes of ", dtype_name(h.encoding.dtype),
                           " are not ", elements_, " elements (its shape's)");
-    dtype_ = h.encoding.dtype;
+    dtype_ = blocks_.value_or(h.encoding.dtype);
   }
   header_.assign(header.begin(), header.end());
   payload_bytes_ = chunk_payload_bytes(h, kTpShardChunkBytes);

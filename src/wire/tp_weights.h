@@ -14,8 +14,11 @@
 //      12 end
 //      16 shipping      0: the leader ships nothing, 1: it ships shards
 //      20 config_bytes  the config.json text's length: [2, kMaxTpConfigBytes] when shipping, else 0
-//      24 element_bytes the largest element of the leader's tensors: 2 or 4 when shipping, else 0
-//      28 reserved      0
+//      24 element_bytes the largest element of the leader's f32/bf16/f16 tensors: 2 or 4 when shipping, else 0
+//      28 block_tensors 0 when every tensor ships in its own float dtype; when the leader
+//                       holds GGUF quantized blocks (shipping only), the number of
+//                       tensors in a shard, whose dtypes (4b.) follow the config: at
+//                       most kMaxTpShardTensors
 //      32 digest        64 lowercase hex digits: weights_digest of the leader's layers, whole
 //   2. answers (all_gather, one word per rank): 0 the rank holds its weights (its
 //      own checkpoint, or the shard of this very offer, received earlier), 1 it
@@ -29,18 +32,25 @@
 //   3. next (broadcast from rank 0): r in [1, ranks), rank r's turn; every other
 //      rank waits for the next one (as long as the leader is alive).
 //   4. config (rank 0 to r): config_bytes of config.json, zero-padded to a multiple of 4.
+//   4b. dtypes (rank 0 to r), when block_tensors > 0: one byte a tensor of the
+//      shard, in its order (below), zero-padded to a multiple of 4: 0 a tensor
+//      of f32, bf16 or f16 (its chunks say which), else the GGUF block type its
+//      bytes hold (kTpBlockCodes: 1 q8_0, 2 q4_0, 3 q4_k, 4 q5_k, 5 q6_k).
 //   5. reply (r to rank 0): 0 the rank takes its shard, 1 it refuses the config
-//      (does not parse, or its layers or rank count do not fit it), 2 the shard is
-//      larger than the rank's bound. The rank derives the shard's tensors and
-//      their shapes from the config, the layers and its rank (model/shard.h) and
-//      bounds them by element_bytes before it answers 0.
+//      (does not parse, or its layers or rank count do not fit it, or its
+//      dtypes are not one a tensor, or put blocks in a tensor that is not a
+//      matrix of rows of whole blocks), 2 the shard is larger than the rank's
+//      bound. The rank derives the shard's tensors and their shapes from the
+//      config, the layers and its rank (model/shard.h) and bounds them by
+//      element_bytes, or a block type's bytes of that shape, before it answers 0.
 //   6. tensors (rank 0 to r), when it took them: for each tensor of the shard in
 //      that order, its chunks as layer payloads (layer_payload.h, the tensor's
 //      index as the layer): a 32-byte chunk header, checked by the receiver, then
 //      the payload whose length the receiver derives from it (chunk_payload_bytes
 //      with kTpShardChunkBytes), zero-padded to a multiple of 4. A tensor's
 //      decoded size must be its shape's elements in the chunk's dtype, of at most
-//      element_bytes.
+//      element_bytes; a tensor of blocks travels as u8 bytes (LZ4 or nothing),
+//      exactly its block type's bytes of its shape (core/dtype.h tensor_bytes).
 //   7. next (broadcast from rank 0): kTpWeightsDone, every rank holds its weights,
 //      or kTpWeightsFailed, a rank refused or could not be shipped.
 //
@@ -48,6 +58,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,6 +74,10 @@ inline constexpr size_t kTpOfferBytes = 96;
 inline constexpr size_t kTpDigestChars = 64;
 inline constexpr uint32_t kMaxTpConfigBytes = 1 << 20;  // a config.json is a few KiB
 inline constexpr uint64_t kTpShardChunkBytes = 1 << 20;
+inline constexpr uint32_t kMaxTpShardTensors = 1 << 20;  // a shard of 100 MoE layers of 128 experts is ~40k
+// The codes of 4b.: index 0 is a float tensor (no block type).
+inline constexpr DType kTpBlockCodes[] = {DType::kF32,  DType::kQ8_0, DType::kQ4_0,
+                                          DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 // The `next` word (3, 7): a rank's turn, or the end.
 inline constexpr uint32_t kTpWeightsDone = 0;
@@ -80,12 +95,20 @@ struct TpOffer {
   bool shipping = false;
   uint32_t config_bytes = 0;
   uint32_t element_bytes = 0;
+  uint32_t block_tensors = 0;
   std::string digest;  // kTpDigestChars hex digits
 };
 
 std::vector<uint8_t> encode_tp_offer(const TpOffer& offer);
 // Checks every field as the header comment states; `ranks` is the receiver's group size.
 Result<TpOffer> decode_tp_offer(std::span<const uint8_t> bytes, uint32_t ranks);
+
+// A shard's dtypes (4b.), one a tensor: the codes of f32/bf16/f16 (0) and the
+// block types. Encoding fails (kUnsupported) on a dtype that is neither.
+Result<std::vector<uint8_t>> encode_tp_dtypes(std::span<const DType> dtypes);
+// `bytes` as received (padded); `tensors` is the offer's block_tensors. Each
+// tensor's block type, or nullopt for a float tensor.
+Result<std::vector<std::optional<DType>>> decode_tp_dtypes(std::span<const uint8_t> bytes, uint32_t tensors);
 
 // A digest (the offer's, 2b.): exactly kTpDigestChars lowercase hex digits.
 Result<std::string> decode_tp_digest(std::span<const uint8_t> bytes);
@@ -102,10 +125,13 @@ inline uint64_t tp_padded_bytes(uint64_t bytes) { return (bytes + 3) / 4 * 4; }
 // LayerAssembler does, the tensor's index as the layer) before the payload's
 // length is derived from it; the first one must declare exactly `elements`
 // elements of a float dtype of at most element_bytes, so nothing larger than
-// the tensor's shape is ever reserved. After any error it refuses everything.
+// the tensor's shape is ever reserved. A tensor of `blocks` (a GGUF block type,
+// `elements` then being its tensor_bytes) must come as exactly that many u8
+// bytes, LZ4-compressed or not. After any error it refuses everything.
 class TpTensorReceiver {
  public:
-  TpTensorReceiver(std::string name, uint32_t index, uint64_t elements, uint32_t element_bytes);
+  TpTensorReceiver(std::string name, uint32_t index, uint64_t elements, uint32_t element_bytes,
+                   std::optional<DType> blocks = std::nullopt);
 
   // The next chunk's 32-byte header; returns the length of the (padded)
   // payload that follows it on the group, at most tp_padded_bytes(kTpShardChunkBytes).
@@ -113,13 +139,13 @@ class TpTensorReceiver {
   // That payload, padded as add_header said.
   Status add_payload(std::span<const uint8_t> padded);
   bool complete() const { return assembler_.complete(); }
-  // The tensor's bytes (elements of dtype()) once complete.
+  // The tensor's bytes (elements of dtype(), or its blocks) once complete.
   Result<std::vector<uint8_t>> finish() { return assembler_.finish(); }
   DType dtype() const { return dtype_; }
 
  private:
   // Fixed at construction.
-  std::vector<DType> dtypes_;
+  std::optional<DType> blocks_;
   uint64_t elements_;
   LayerAssembler assembler_;
 

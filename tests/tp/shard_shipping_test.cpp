@@ -8,7 +8,9 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "model/digest.h"
 #include "model/fixtures.h"
@@ -257,6 +259,151 @@ TEST(ShardShipping, AShardLargerThanTheRanksBoundIsRefusedBeforeAnyTensorNamingT
   EXPECT_FALSE(held.model);
 }
 
+std::string gguf_file(const std::string& name) {
+  return std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/" + name + ".gguf";
+}
+
+// A GGUF's shard ships in the file's own blocks (llama256_f16_q8_0: q8_0
+// matrices, f32 norms), bitwise the rank's cut of the file, of the cut's
+// dtypes and bytes, whole and in layer ranges, LZ4 or not. The rank bounds it
+// at its blocks' bytes: a bound of exactly the shard's bytes takes it, one
+// byte less refuses it before anything travels (with the blocks bounded as 4
+// bytes an element, as floats, the exact bound was refused: checked).
+TEST(ShardShipping, AGgufShardShipsInTheFilesBlocksBoundedByTheirBytes) {
+  auto whole = Model::load(gguf_file("llama256_f16_q8_0"));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  bool blocks = false;
+  for (const auto& [name, view] : named_weights(*whole)) blocks = blocks || view.dtype == DType::kQ8_0;
+  ASSERT_TRUE(blocks);
+  for (const char* encoding : {"none", "lz4"}) {
+    SCOPED_TRACE(encoding);
+    expect_shipped_as_cut(*whole, 2, encoding);
+  }
+  auto part = Model::load(gguf_file("llama256_f16_q8_0"), LayerRange{1, 2});
+  ASSERT_TRUE(part.ok()) << part.status().to_string();
+  expect_shipped_as_cut(*part, 2, "lz4");
+
+  const uint64_t exact = whole->cut(Shard{1, 2})->weight_bytes();
+  EXPECT_EQ(exact, 840704u);  // tp_process_test derives it from the file's tensors
+  pipeline::HeldShard held;
+  const Session fits = ship_once(*whole, *pipeline::parse_ship_encoding("lz4"), held, exact);
+  ASSERT_TRUE(fits.leader.ok() && fits.rank.ok()) << fits.leader.to_string() << fits.rank.to_string();
+  EXPECT_EQ(held.model->weight_bytes(), exact);
+  pipeline::HeldShard none;
+  const Session over = ship_once(*whole, *pipeline::parse_ship_encoding("lz4"), none, exact - 1);
+  ASSERT_FALSE(over.rank.ok());
+  EXPECT_NE(over.rank.message().find("holds up to 840704 bytes"), std::string::npos) << over.rank.to_string();
+}
+
+// int8/int4 would re-encode the blocks: the leader refuses before the offer.
+TEST(ShardShipping, GgufBlocksAreNeverReencoded) {
+  auto whole = Model::load(gguf_file("llama256_f16_q8_0"));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  TpCluster cluster(2);
+  std::vector<Result<Group>> groups = cluster.connect(false);
+  ASSERT_TRUE(groups[0].ok());
+  const Status s = pipeline::offer_shards(*groups[0], *whole, *pipeline::parse_ship_encoding("int8+lz4"), {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.kind(), ErrorKind::kUnsupported);
+  EXPECT_NE(s.message().find("holds GGUF q8_0 blocks, which ship as they are: use none or lz4"), std::string::npos)
+      << s.to_string();
+}
+
+// A column cut (o, down) that would split a block is refused, naming the
+// tensor: llama256's Q4_K_M o_proj has k = 256, one q4_k block a row.
+TEST(ShardShipping, ACutThroughGgufBlocksIsRefusedNamingTheTensor) {
+  auto whole = Model::load(gguf_file("llama256_f16_q4_k_m"));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const Result<Model> cut = whole->cut(Shard{1, 2});
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().kind(), ErrorKind::kInvalidInput);
+  EXPECT_NE(cut.status().message().find(
+                "layer 0's self_attn.o_proj.weight is q4_k with k = 256: 2 ranks would cut it into 128 "
+                "columns each, not whole blocks of 256"),
+            std::string::npos)
+      << cut.status().to_string();
+}
+
+// A leader of hand-made messages (wire/tp_weights.h 1.-5.) offering `config`
+// with `codes` as the shard's dtypes (4b.) to rank 1 of 2; returns the rank's
+// reply and its status.
+std::pair<uint32_t, Status> offer_dtypes(const std::string& config, uint32_t tensors,
+                                         const std::vector<uint8_t>& codes) {
+  TpCluster cluster(2);
+  std::vector<Result<Group>> groups = cluster.connect(false);
+  if (!groups[0].ok() || !groups[1].ok()) {
+    ADD_FAILURE() << "no group";
+    return {};
+  }
+  Status rank;
+  pipeline::HeldShard held;
+  std::thread taker([&] { rank = pipeline::take_shard(*groups[1], held, uint64_t{1} << 32, [](const auto&) {}); });
+  Group& g = *groups[0];
+  wire::TpOffer offer = {.ranks = 2,
+                         .begin = 0,
+                         .end = 2,
+                         .shipping = true,
+                         .config_bytes = static_cast<uint32_t>(config.size()),
+                         .element_bytes = 4,
+                         .block_tensors = tensors,
+                         .digest = std::string(wire::kTpDigestChars, 'a')};
+  std::vector<uint8_t> bytes = wire::encode_tp_offer(offer);
+  uint32_t reply = 99;
+  const auto word = [](uint32_t& w) { return std::span(reinterpret_cast<uint8_t*>(&w), sizeof w); };
+  [&] {
+    ASSERT_TRUE(g.broadcast(bytes, DType::kF32, 0, Wait::kWhileAlive).ok());
+    std::vector<uint32_t> answers(2);
+    uint32_t holds = 0;
+    ASSERT_TRUE(g.all_gather(word(holds), std::span(reinterpret_cast<uint8_t*>(answers.data()), 8), DType::kF32).ok());
+    ASSERT_EQ(answers[1], 1u);  // needs
+    uint32_t next = 1;
+    ASSERT_TRUE(g.broadcast(word(next), DType::kF32, 0, Wait::kWhileAlive).ok());
+    std::vector<uint8_t> text(config.begin(), config.end());
+    text.resize(wire::tp_padded_bytes(text.size()), 0);
+    ASSERT_TRUE(g.send(text, DType::kF32, 1).ok());
+    ASSERT_TRUE(g.send(codes, DType::kF32, 1).ok());
+    ASSERT_TRUE(g.recv(word(reply), DType::kF32, 1).ok());
+    uint32_t end = wire::kTpWeightsFailed;
+    ASSERT_TRUE(g.broadcast(word(end), DType::kF32, 0, Wait::kWhileAlive).ok());
+  }();
+  taker.join();
+  return {reply, rank};
+}
+
+// The rank takes blocks only where they can be: dtypes of another tensor count,
+// or blocks for a tensor that is not a matrix of rows of whole blocks (a norm),
+// are refused with reply 1 (the config), named on the rank (each fails with
+// its check in receive_turn removed: checked).
+TEST(ShardShipping, BlocksWhereTheShardHoldsNoneAreRefused) {
+  auto whole = Model::load(gguf_file("llama256_f16_q8_0"));
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  const std::string config = whole->config().raw->dump();
+  auto plan = plan_shard(whole->config(), whole->arch(), Shard{1, 2});
+  ASSERT_TRUE(plan.ok());
+  const std::vector<ShardTensor> tensors = shard_tensors(whole->config(), whole->arch(), whole->range(), *plan);
+  std::vector<DType> dtypes;
+  for (const ShardTensor& t : tensors) dtypes.push_back(t.shape.size() == 2 ? DType::kQ8_0 : DType::kF32);
+  {
+    std::vector<DType> one_more = dtypes;
+    one_more.push_back(DType::kQ8_0);
+    const auto [reply, status] =
+        offer_dtypes(config, static_cast<uint32_t>(one_more.size()), *wire::encode_tp_dtypes(one_more));
+    EXPECT_EQ(reply, 1u);
+    EXPECT_NE(status.message().find("dtypes are of " + std::to_string(one_more.size()) + " tensors, this rank's "),
+              std::string::npos)
+        << status.to_string();
+  }
+  size_t norm = 0;
+  while (tensors[norm].shape.size() != 1) ++norm;
+  dtypes[norm] = DType::kQ8_0;
+  const auto [reply, status] =
+      offer_dtypes(config, static_cast<uint32_t>(dtypes.size()), *wire::encode_tp_dtypes(dtypes));
+  EXPECT_EQ(reply, 1u);
+  EXPECT_NE(status.message().find("ships " + tensors[norm].name + " [256] as q8_0 blocks: only a matrix"),
+            std::string::npos)
+      << status.to_string();
+}
+
 wire::TpOffer valid_offer() {
   return {.ranks = 2,
           .begin = 0,
@@ -377,6 +524,72 @@ TEST(TpWeights, ATensorsChunksMustDeclareExactlyItsShape) {
     ASSERT_TRUE(receiver.add_header(chunks[0].header).ok());
     EXPECT_FALSE(receiver.add_header(chunks[0].header).ok()) << "a header where a payload was due";
     EXPECT_FALSE(receiver.add_payload(std::vector<uint8_t>(96)).ok()) << "refuses everything after an error";
+  }
+}
+
+// 4b.: one code a tensor (0 a float, 1..5 a block type), padding zero; every
+// other byte is refused (each check removed, its line here failed: checked).
+TEST(TpWeights, TheDtypesRoundTripAndTheirBoundsRefuse) {
+  const std::vector<DType> dtypes = {DType::kF32, DType::kQ4_K, DType::kBF16, DType::kQ6_K, DType::kQ8_0};
+  auto codes = wire::encode_tp_dtypes(dtypes);
+  ASSERT_TRUE(codes.ok()) << codes.status().to_string();
+  ASSERT_EQ(codes->size(), 8u);
+  auto decoded = wire::decode_tp_dtypes(*codes, 5);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
+  const std::vector<std::optional<DType>> want = {std::nullopt, DType::kQ4_K, std::nullopt, DType::kQ6_K, DType::kQ8_0};
+  EXPECT_EQ(*decoded, want);
+  EXPECT_EQ(wire::encode_tp_dtypes(std::vector<DType>{DType::kI32}).status().kind(), ErrorKind::kUnsupported);
+  std::vector<uint8_t> bad = *codes;
+  bad[1] = 6;
+  EXPECT_NE(wire::decode_tp_dtypes(bad, 5).status().message().find("tensor 1's code 6"), std::string::npos);
+  bad = *codes;
+  bad[6] = 1;
+  EXPECT_NE(wire::decode_tp_dtypes(bad, 5).status().message().find("padding byte 6"), std::string::npos);
+  EXPECT_FALSE(wire::decode_tp_dtypes(*codes, 9).ok());
+  // The offer's block_tensors: only when shipping, at most kMaxTpShardTensors.
+  auto o = valid_offer();
+  o.block_tensors = 21;
+  EXPECT_EQ(wire::decode_tp_offer(wire::encode_tp_offer(o), 2).value().block_tensors, 21u);
+  o.block_tensors = wire::kMaxTpShardTensors + 1;
+  EXPECT_FALSE(wire::decode_tp_offer(wire::encode_tp_offer(o), 2).ok());
+  o = valid_offer();
+  o.shipping = false;
+  o.config_bytes = o.element_bytes = 0;
+  o.block_tensors = 1;
+  EXPECT_FALSE(wire::decode_tp_offer(wire::encode_tp_offer(o), 2).ok());
+}
+
+// A tensor of blocks comes as exactly its bytes, u8, LZ4 or not, and is kept as
+// its block type; f32 chunks, another byte count and int8 are refused.
+TEST(TpWeights, ATensorOfBlocksComesAsExactlyItsBytes) {
+  std::vector<uint8_t> blocks(2 * 144);  // [2, 256] of q4_k
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<uint8_t>(i * 13);
+  for (const uint8_t flags : {uint8_t{0}, wire::kFlagLz4}) {
+    wire::TpTensorReceiver receiver("t", 2, blocks.size(), 4, DType::kQ4_K);
+    ASSERT_TRUE(
+        receive(receiver, wire::encode_layer_chunks(2, {DType::kU8, flags, 0}, blocks, wire::kTpShardChunkBytes)).ok());
+    EXPECT_EQ(receiver.dtype(), DType::kQ4_K);
+    EXPECT_EQ(receiver.finish().value(), blocks);
+  }
+  {
+    wire::TpTensorReceiver receiver("t", 0, blocks.size(), 4, DType::kQ4_K);
+    const std::vector<uint8_t> f32 = floats(blocks.size() / 4);
+    const Status s = receive(receiver, wire::encode_layer_chunks(0, {DType::kF32, 0, 0}, f32, 1 << 20));
+    EXPECT_NE(s.message().find("f32 not allowed"), std::string::npos) << s.to_string();
+  }
+  {
+    wire::TpTensorReceiver receiver("t", 0, blocks.size(), 4, DType::kQ4_K);
+    const Status s =
+        receive(receiver, wire::encode_layer_chunks(0, {DType::kU8, 0, 0}, std::span(blocks).first(144), 1 << 20));
+    EXPECT_NE(s.message().find("are not 288 elements"), std::string::npos) << s.to_string();
+  }
+  {
+    wire::TpTensorReceiver receiver("t", 0, blocks.size(), 4, DType::kQ4_K);
+    std::vector<uint8_t> header = wire::encode_layer_chunks(0, {DType::kU8, 0, 0}, blocks, 1 << 20)[0].header;
+    header[1] = wire::kFlagInt8;  // the flags byte, and a group of 64: int8 quantizes floats only
+    header[2] = 64;
+    const Result<uint64_t> int8 = receiver.add_header(header);
+    EXPECT_NE(int8.status().message().find("u8 cannot be quantized"), std::string::npos) << int8.status().to_string();
   }
 }
 
