@@ -185,46 +185,101 @@ double worst_relative_error(const std::vector<float>& a, const std::vector<float
   return worst;
 }
 
-// A GGUF file on 2 ranks (issue 19, point 7): each rank holds its shard in the
-// file's own Q8_0 blocks, read from the file itself or shipped by the leader
-// (--tp-ship-weights lz4), and the group gives one process's greedy tokens on
-// the same file; its logits stay within the file's recorded tolerance of one
-// process's (tests/io/gguf_model_test.cpp: 0.05 of a row's largest logit for
-// Q8_0; the TP sums add in another order, so not bitwise), and a shipped
-// shard's are bitwise a read one's. Each rank reports its quantized share of
-// the file's bytes: llama256_f16_q8_0 holds the embedding whole (139264 bytes),
-// half of each layer's matrices (626688 / 2) and its norms (2048), twice, the
-// final norm (1024) and half the LM head (139264 / 2): 840704 bytes, where a
-// widened f32 shard would be about 3.6 times that.
-TEST(TpProcesses, GgufRanksHoldTheirShareOfTheFilesBlocksAndGiveOneProcesssTokens) {
-  const std::string file = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/llama256_f16_q8_0.gguf";
+// The bytes of weights a rank's log says it holds: "received its shard: N
+// bytes of weights" (shipped) or "rank 1 of 2, layers [A, B), N bytes of
+// weights" (read); 0 when neither.
+uint64_t logged_weight_bytes(const std::string& log) {
+  std::smatch m;
+  if (std::regex_search(log, m, std::regex("(received its shard: |\\), )([0-9]+) bytes of weights")))
+    return std::stoull(m[2].str());
+  return 0;
+}
+
+// Runs `file` in one process, then on 2 ranks that read it and on 2 that are
+// shipped it (lz4): one process's greedy tokens, logits within `tolerance` of
+// one process's (largest error over the row's largest logit), shipped logits
+// bitwise read ones; returns what rank 1 reported holding, read and shipped.
+std::array<uint64_t, 2> expect_gguf_on_two_ranks(const std::string& file, double tolerance, size_t vocab) {
+  std::array<uint64_t, 2> bytes{};
   const auto reference = std::filesystem::path(::testing::TempDir()) / "tp_gguf_reference.npy";
   const auto local = run_tessera("generate --model " + file + " --prompt-ids 5,6,7,9 -n 6 --threads 1 --logits-out " +
                                  reference.string());
-  ASSERT_EQ(local.exit_code, 0) << local.err;
-  ASSERT_FALSE(ids_line(local.out).empty());
+  EXPECT_EQ(local.exit_code, 0) << local.err;
+  EXPECT_FALSE(ids_line(local.out).empty());
   const std::vector<float> expected = npy_floats(slurp(reference));
-  ASSERT_FALSE(expected.empty());
+  EXPECT_FALSE(expected.empty());
   std::string logits[2];
   for (const bool ship : {false, true}) {
     SCOPED_TRACE(ship ? "shipped" : "read from the file");
     TpGroup group(2, file, false, ship ? "lz4" : "");
     const auto npy = group.cluster().dir() / "logits.npy";
     const auto run = group.lead({"--prompt-ids", "5,6,7,9", "-n", "6", "--logits-out", npy.string()});
-    ASSERT_EQ(run.exit_code, 0) << run.err << slurp(group.log(1));
+    EXPECT_EQ(run.exit_code, 0) << run.err << slurp(group.log(1));
     EXPECT_EQ(ids_line(run.out), ids_line(local.out));
     logits[ship] = slurp(npy);
     const std::vector<float> got = npy_floats(logits[ship]);
-    ASSERT_EQ(got.size(), expected.size());
-    const double worst = worst_relative_error(got, expected, 512);
-    EXPECT_LE(worst, 0.05);
-    std::printf("llama256_f16_q8_0 on 2 ranks: largest error against one process's logits %.3g\n", worst);
-    const std::string rank_log = slurp(group.log(1));
-    EXPECT_NE(rank_log.find(ship ? "received its shard: 840704 bytes of weights" : ", 840704 bytes of weights, on"),
-              std::string::npos)
-        << rank_log;
+    EXPECT_EQ(got.size(), expected.size());
+    if (got.size() != expected.size()) continue;
+    const double worst = worst_relative_error(got, expected, vocab);
+    EXPECT_LE(worst, tolerance);
+    std::printf("%s on 2 ranks: largest error against one process's logits %.3g\n", file.c_str(), worst);
+    bytes[ship] = logged_weight_bytes(slurp(group.log(1)));
   }
+  EXPECT_FALSE(logits[0].empty());
   EXPECT_TRUE(logits[0] == logits[1]) << "a shipped shard's logits differ from a read one's";
+  return bytes;
+}
+
+// A GGUF file on 2 ranks (issue 19, point 7): each rank holds its shard in the
+// file's own blocks, read from the file itself or shipped by the leader
+// (--tp-ship-weights lz4), and the group gives one process's greedy tokens on
+// the same file; its logits stay within the file's recorded tolerance of one
+// process's (tests/io/gguf_model_test.cpp: 0.05 of a row's largest logit for
+// Q8_0, 0.3 for Q4_K_M; the TP sums add in another order, so not bitwise), and
+// a shipped shard's are bitwise a read one's. Each rank reports its quantized
+// share of the file's bytes: llama256_f16_q8_0 holds the embedding whole (139264
+// bytes), half of each layer's matrices (626688 / 2) and its norms (2048),
+// twice, the final norm (1024) and half the LM head (139264 / 2): 840704 bytes,
+// where a widened f32 shard would be about 3.6 times that.
+// No Q4_K_M fixture splits in two (llama256's o_proj has k = 256: one q4_k block
+// a row), so the Q4_K_M file is made here by llama.cpp's route as tessera
+// restates it byte for byte (tessera quantize of a checkpoint,
+// docs/gguf.md): random weights of tessera-tiny's config with a hidden size of
+// 512 and 2 layers, with its tokenizer; q4_k, q6_k and f32 tensors.
+TEST(TpProcesses, GgufRanksHoldTheirShareOfTheFilesBlocksAndGiveOneProcesssTokens) {
+  const std::string q8_0 = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/llama256_f16_q8_0.gguf";
+  const std::array<uint64_t, 2> held = expect_gguf_on_two_ranks(q8_0, 0.05, 512);
+  EXPECT_EQ(held[0], 840704u);
+  EXPECT_EQ(held[1], 840704u);
+
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "tp_gguf_q4_k_m";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string tiny = tessera::testing::fixture_dir(tessera::testing::kShippedModel);
+  nlohmann::json config = nlohmann::json::parse(slurp(tiny + "/config.json"));
+  config.update({{"hidden_size", 512},
+                 {"head_dim", 128},
+                 {"num_attention_heads", 4},
+                 {"num_key_value_heads", 2},
+                 {"intermediate_size", 1024},
+                 {"num_hidden_layers", 2}});
+  std::ofstream(dir / "config.json") << config.dump();
+  const auto made = run_tessera("random-checkpoint --config " + (dir / "config.json").string() +
+                                " --seed 3 --dtype f32 --out " + (dir / "ckpt").string());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"})
+    std::filesystem::copy_file(tiny + "/" + name, dir / "ckpt" / name);
+  const std::string q4_k_m = (dir / "q4_k_m.gguf").string();
+  const auto quantized = run_tessera("quantize --model " + (dir / "ckpt").string() + " --type q4_k_m --out " + q4_k_m);
+  ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
+  EXPECT_NE(quantized.err.find("q4_k: 12 q6_k: 3"), std::string::npos) << quantized.err;
+  const std::array<uint64_t, 2> q4 = expect_gguf_on_two_ranks(q4_k_m, 0.3, 8192);
+  // Rank 1 holds the tied embedding whole (q6_k, 8192 x 2 blocks of 210 bytes: 3440640) and its 4096 rows as the
+  // LM head (1720320); half of layer 0 (q 73728, k 36864, v 53760 in q6_k, o 73728, gate and up 147456 each, down
+  // 215040 in q6_k, norms 4096: 752128) and of layer 1 (v 36864 and down 147456 in q4_k: 667648); the final norm
+  // (2048): 6582784 bytes. Widened to f32, the embedding alone would be 16777216.
+  EXPECT_EQ(q4[0], 6582784u);
+  EXPECT_EQ(q4[1], 6582784u);
 }
 
 // A Q4_K_M file on 2 ranks: llama256's o_proj is q4_k with k = 256, so each rank
