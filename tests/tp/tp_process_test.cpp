@@ -475,8 +475,10 @@ TEST(TpProcesses, ChatLeadsTheGroupAsGenerateDoes) {
 // another port) and its rank 1 is node s + 2.
 class TpStages {
  public:
-  // `stages`: the stages' nodes, each with its [begin, end) of llama3_f32's 2 layers.
-  explicit TpStages(const std::vector<std::array<int, 3>>& stages) : cluster_(1 + 3 * static_cast<int>(stages.size())) {
+  // `stages`: the stages' nodes, each with its [begin, end) of `model`'s 2 layers (llama3_f32's by default).
+  explicit TpStages(const std::vector<std::array<int, 3>>& stages,
+                    std::string model = tessera::testing::fixture_dir("llama3_f32"))
+      : model_(std::move(model)), cluster_(1 + 3 * static_cast<int>(stages.size())) {
     std::cout << (cluster_.in_namespaces() ? "nodes in network namespaces\n" : "nodes on loopback\n");
     std::ifstream in(cluster_.trust_file());
     nlohmann::json trust = nlohmann::json::parse(in);
@@ -532,22 +534,26 @@ class TpStages {
     argv.insert(argv.end(), more.begin(), more.end());
     return cluster_.spawn(stage + 2, argv, log(stage + 2));
   }
-  // Starts `generate --prompt-ids 1,5,9,2,7,3 -n <tokens> --pipeline` as node 0; its log is coordinator_log().
-  int start_coordinator(int tokens) {
+  // Starts `generate --prompt-ids 1,5,9,2,7,3 -n <tokens> --pipeline <more>` as node 0; its log is
+  // coordinator_log().
+  int start_coordinator(int tokens, const std::vector<std::string>& more = {}) {
     coordinator_log_ = cluster_.dir() / ("coordinator" + std::to_string(runs_++) + ".log");
-    return cluster_.spawn(
-        0,
-        {TESSERA_BINARY, "generate", "--model", model_, "--prompt-ids", "1,5,9,2,7,3", "-n", std::to_string(tokens),
-         "--pipeline", plan_.string(), "--identity", cluster_.identity(0).string(), "--trust", trust_file_.string()},
-        coordinator_log_);
+    std::vector<std::string> argv = {TESSERA_BINARY, "generate",          "--model",    model_,
+                                     "--prompt-ids", "1,5,9,2,7,3",       "-n",         std::to_string(tokens),
+                                     "--pipeline",   plan_.string(),      "--identity", cluster_.identity(0).string(),
+                                     "--trust",      trust_file_.string()};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return cluster_.spawn(0, argv, coordinator_log_);
   }
   std::string coordinator_log() const { return slurp(coordinator_log_); }
   // Runs a coordinator of `tokens` tokens to its end: its exit code.
-  int coordinate(int tokens) { return cluster_.wait(start_coordinator(tokens), std::chrono::seconds(120)); }
+  int coordinate(int tokens, const std::vector<std::string>& more = {}) {
+    return cluster_.wait(start_coordinator(tokens, more), std::chrono::seconds(120));
+  }
   const std::string& model() const { return model_; }
 
  private:
-  std::string model_ = tessera::testing::fixture_dir("llama3_f32");
+  std::string model_;
   Cluster cluster_;
   std::filesystem::path trust_file_ = cluster_.dir() / "trust-pp-tp.json", plan_ = cluster_.dir() / "stages.json";
   std::map<int, std::string> ranges_;
@@ -609,6 +615,28 @@ TEST(TpProcesses, ATpStageShipsItsRankItsShard) {
         << rank_log;
     EXPECT_EQ(rank_log.find("receiving its shard"), rank_log.rfind("receiving its shard")) << rank_log;
   }
+}
+
+// A pipeline of two TP stages on a GGUF file (issue 19, point 7): the
+// coordinator ships each stage its layers in the file's Q8_0 blocks
+// (--ship-weights lz4), and each stage ships its rank, started without a
+// checkpoint, its shard of those blocks (stage --tp-ship-weights lz4): one
+// process's tokens on the file, and each rank holds its share of the blocks
+// (stage 1: the embedding whole, 139264 bytes, and half of layer 0, 315392;
+// stage 4: half of layer 1, the final norm and half the LM head, 386048).
+TEST(TpProcesses, TpStagesOfAGgufShipTheirRanksTheFilesBlocks) {
+  const std::string file = std::string(TESSERA_SOURCE_DIR) + "/tests/fixtures/gguf/models/llama256_f16_q8_0.gguf";
+  TpStages pp({{1, 0, 1}, {4, 1, 2}}, file);
+  const std::string expected = one_process_tokens(file);
+  for (const int stage : {1, 4}) {
+    pp.start_stage(stage, {"--tp-ship-weights", "lz4"});
+    pp.start_shipped_rank(stage);
+  }
+  ASSERT_EQ(pp.coordinate(8, {"--ship-weights", "lz4"}), 0)
+      << pp.coordinator_log() << slurp(pp.log(1)) << slurp(pp.log(3)) << slurp(pp.log(4)) << slurp(pp.log(6));
+  EXPECT_EQ(ids_line(pp.coordinator_log()), expected) << pp.coordinator_log();
+  EXPECT_EQ(logged_weight_bytes(slurp(pp.log(3))), 139264u + 315392u) << slurp(pp.log(3));
+  EXPECT_EQ(logged_weight_bytes(slurp(pp.log(6))), 386048u) << slurp(pp.log(6));
 }
 
 // Signals rank 1 of a one-stage pipeline's TP group with `sig` once the
