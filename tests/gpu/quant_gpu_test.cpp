@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -121,24 +120,7 @@ std::vector<uint8_t> one_hot_rows(DType type, int64_t k) {
   return bytes;
 }
 
-// The kernels on blocks run only when asked for (TESSERA_CUDA_QUANT=1) until these
-// tests have run on a GPU; each test asks.
-class QuantGpu : public ::testing::Test {
- protected:
-  void SetUp() override { ASSERT_EQ(setenv("TESSERA_CUDA_QUANT", "1", 1), 0); }
-  void TearDown() override { unsetenv("TESSERA_CUDA_QUANT"); }
-};
-
-TEST_F(QuantGpu, BlocksAreRefusedUnlessAskedForNamingTheSwitch) {
-  TESSERA_CUDA_OR_SKIP(gpu);
-  unsetenv("TESSERA_CUDA_QUANT");
-  std::vector<uint8_t> blocks(34, 0);  // one q8_0 block: a row of 32
-  const auto placed = gpu->place(TensorView{DType::kQ8_0, {1, 32}, blocks.data()});
-  ASSERT_FALSE(placed.ok());
-  EXPECT_NE(placed.status().message().find("TESSERA_CUDA_QUANT=1"), std::string::npos) << placed.status().to_string();
-}
-
-TEST_F(QuantGpu, OneHotRowsGiveTheCpusRoundedActivationsBitwise) {
+TEST(QuantGpu, OneHotRowsGiveTheCpusRoundedActivationsBitwise) {
   TESSERA_CUDA_OR_SKIP(gpu);
   auto cpu = make_cpu_device(2);
   for (const DType type : kTypes) {
@@ -176,7 +158,7 @@ std::vector<double> magnitudes(const std::vector<uint8_t>& blocks, DType type, i
   return out;
 }
 
-TEST_F(QuantGpu, ProductsAreTheCpusWithinTheRoundingOfTheirSums) {
+TEST(QuantGpu, ProductsAreTheCpusWithinTheRoundingOfTheirSums) {
   TESSERA_CUDA_OR_SKIP(gpu);
   auto cpu = make_cpu_device(2);
   // Rows of whole 16-byte pieces and not (11 blocks: Q6_K's are 210 bytes, Q8_0's 34),
@@ -205,7 +187,7 @@ TEST_F(QuantGpu, ProductsAreTheCpusWithinTheRoundingOfTheirSums) {
   }
 }
 
-TEST_F(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
+TEST(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const DType type : kTypes) {
     SCOPED_TRACE(dtype_name(type));
@@ -230,7 +212,7 @@ TEST_F(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
   }
 }
 
-TEST_F(QuantGpu, EmbedDequantizesBitwiseAsTheCpu) {
+TEST(QuantGpu, EmbedDequantizesBitwiseAsTheCpu) {
   TESSERA_CUDA_OR_SKIP(gpu);
   auto cpu = make_cpu_device(1);
   for (const DType type : kTypes) {
@@ -267,7 +249,7 @@ TEST_F(QuantGpu, EmbedDequantizesBitwiseAsTheCpu) {
 // The fixture GGUFs (llama.cpp's files: tests/fixtures/gguf/models) on the GPU: on
 // llama.cpp's greedy tokens, each step's logits within 2 % of the largest of the
 // CPU's on the same file, and the same greedy token wherever the CPU's is clear.
-TEST_F(QuantGpu, FixtureGgufModelsRunAsOnTheCpu) {
+TEST(QuantGpu, FixtureGgufModelsRunAsOnTheCpu) {
   TESSERA_CUDA_OR_SKIP(gpu);
   std::ifstream in(testing::gguf_models_dir() + "llama_cpp_greedy.json");
   const auto recorded = nlohmann::json::parse(in);

@@ -91,7 +91,6 @@ for step in $STEPS; do
       # Issue 19 point 8: tessera bench --device cuda on the Q8_0 and Q4_K_M files that tessera quantize makes from
       # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (all of them take minutes
       # to write and quantize; 2 layers with a 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, a minute).
-      # TESSERA_CUDA_QUANT=1: the kernels on blocks run only when asked for until their tests have run on a GPU.
       q=/tmp/gguf-${GGUF_LAYERS:-32}-${GGUF_VOCAB:-128256}
       if [ ! -d $q/ckpt ]; then
         mkdir -p $q
@@ -104,7 +103,7 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
       for type in q8_0 q4_k_m; do
         [ -f $q/$type.gguf ] || build-gpu/bin/tessera quantize --model $q/ckpt --type $type --out $q/$type.gguf \
           --threads "$(nproc)" >>"$OUT/gguf.log" 2>&1
-        TESSERA_CUDA_QUANT=1 build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf --prompt 64 --decode 256 2>&1 |
+        build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf --prompt 64 --decode 256 2>&1 |
           tee "$OUT/bench-gguf-$type.log" | grep -E "^(device|model|copy|prefill|decode)"
       done ;;
     bench)

@@ -47,7 +47,7 @@ void check(cudaError_t error, const char* what) {
 void free_device(void* data, size_t /*bytes*/) { cudaFree(data); }
 
 // Whether the environment variable `name` is "1": what runs only when asked for
-// (TESSERA_CUDA_GRAPHS, TESSERA_CUDA_QUANT).
+// (TESSERA_CUDA_GRAPHS).
 bool asked(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && std::string_view(value) == "1";
@@ -126,12 +126,6 @@ class CudaDevice final : public Device {
     if (host.dtype != DType::kF32 && host.dtype != DType::kBF16 && host.dtype != DType::kF16 && !quantized)
       return Status::unsupported("[" + name_ + "] computes on f32, bf16, f16 or GGUF block weights, not " +
                                  std::string(dtype_name(host.dtype)) + " " + shape_string(host.shape));
-    // The kernels on GGUF blocks have not run on a GPU yet (docs/gguf.md): until
-    // their tests have, they run only when asked for.
-    if (quantized && !asked("TESSERA_CUDA_QUANT"))
-      return Status::unsupported("[" + name_ + "] computes on GGUF blocks (a " + std::string(dtype_name(host.dtype)) +
-                                 " " + shape_string(host.shape) +
-                                 " weight) only with TESSERA_CUDA_QUANT=1: those kernels have not run on a GPU yet");
     // Blocks are read in 16-byte pieces: up to the next multiple of 16, zeroed.
     const size_t padded = quantized ? (host.nbytes() + 15) / 16 * 16 : host.nbytes();
     auto buffer = alloc(padded);
