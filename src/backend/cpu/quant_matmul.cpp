@@ -28,6 +28,7 @@
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_unpack-inl.h"
 #include "backend/cpu/widen-inl.h"
+#include "backend/quant_types.h"
 #include "core/check.h"
 #include "hwy/aligned_allocator.h"
 
@@ -132,19 +133,6 @@ void dequantize_rows_typed(const uint8_t* w, int64_t rows, int64_t k, float* out
   constexpr size_t kBytes = dtype_block_bytes(kT);
   const int64_t blocks = rows * (k / kB);
   for (int64_t i = 0; i < blocks; ++i) dequantize_block<kT>(w + static_cast<size_t>(i) * kBytes, out + i * kB);
-}
-
-// Calls fn with the quantized type as a template argument.
-template <typename Fn>
-HWY_INLINE void with_quant_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kQ8_0: return fn.template operator()<DType::kQ8_0>();
-    case DType::kQ4_0: return fn.template operator()<DType::kQ4_0>();
-    case DType::kQ4_K: return fn.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return fn.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return fn.template operator()<DType::kQ6_K>();
-    default: TS_CHECK(false, "quantized matmul of dtype ", dtype_name(dtype));
-  }
 }
 
 void DequantizeRows(const void* w, DType dtype, int64_t rows, int64_t k, float* out) {

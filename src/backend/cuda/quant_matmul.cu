@@ -29,6 +29,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/quant.cuh"
+#include "backend/quant_types.h"
 #include "core/check.h"
 
 namespace tessera::cuda {
@@ -400,18 +401,6 @@ __global__ void quant_embed_kernel(const uint8_t* __restrict__ table, int64_t hi
   const uint8_t* row = table + ids[t] * (hidden / U::kElems) * U::kBytes;
   for (int64_t e = threadIdx.x; e < hidden; e += blockDim.x)
     y[t * hidden + e] = dequantize<kT>(row + (e / U::kElems) * U::kBytes, static_cast<int>(e % U::kElems));
-}
-
-template <typename Fn>
-void with_quant_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kQ8_0: return fn.template operator()<DType::kQ8_0>();
-    case DType::kQ4_0: return fn.template operator()<DType::kQ4_0>();
-    case DType::kQ4_K: return fn.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return fn.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return fn.template operator()<DType::kQ6_K>();
-    default: TS_CHECK(false, "cuda quantized kernels take q8_0, q4_0, q4_k, q5_k or q6_k, not ", dtype_name(dtype));
-  }
 }
 
 }  // namespace
