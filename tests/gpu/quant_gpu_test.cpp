@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/quant_matmul.h"
@@ -208,6 +209,69 @@ TEST(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
         EXPECT_EQ(0, std::memcmp(y.data() + t * n, all.data() + kToken * n, static_cast<size_t>(n) * sizeof(float)))
             << tokens << " tokens, at " << t;
       }
+    }
+  }
+}
+
+// matmuls (the q, k and v of one x, normalized on the way) and gate_up on blocks round
+// x once for every weight that takes the same rounding, and gate_up's SiLU is the up
+// matmul's epilogue: bitwise the norm, the matmuls one by one and silu_mul. The
+// projections mix the roundings (a q8_0 among the K types rounds x again).
+TEST(QuantGpu, ProjectionsOfOneXAreBitwiseTheMatmulsOneByOne) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const int64_t k = 512;
+  const float eps = 1e-5f;
+  const DType types[] = {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kQ5_K, DType::kQ4_0};
+  const int64_t rows[] = {40, 16, 24, 40, 24};
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<TensorView> w;
+  for (size_t i = 0; i < std::size(types); ++i) {
+    blocks.push_back(real_blocks(types[i], rows[i], k, static_cast<uint32_t>(30 + i)));
+    auto placed = gpu->place(TensorView{types[i], {rows[i], k}, blocks.back().data()});
+    ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+    w.push_back(*placed);
+  }
+  const std::vector<float> norm_values = testing::random_values(static_cast<size_t>(k), 40);
+  const std::vector<float> bias_values = testing::random_values(static_cast<size_t>(rows[1]), 41);
+  auto norm = gpu->place(TensorView{DType::kF32, {k}, norm_values.data()});
+  auto bias = gpu->place(TensorView{DType::kF32, {rows[1]}, bias_values.data()});
+  ASSERT_TRUE(norm.ok() && bias.ok());
+  const TensorView none{};
+  const auto zeros = [&](int64_t floats) {
+    const std::vector<float> z(static_cast<size_t>(floats), 0.0f);
+    return OnDevice(*gpu, z.data(), z.size() * sizeof(float));
+  };
+  for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{13}}) {
+    SCOPED_TRACE(std::to_string(tokens) + " tokens");
+    const std::vector<float> x = testing::random_values(static_cast<size_t>(tokens * k), static_cast<uint32_t>(tokens));
+    OnDevice xd(*gpu, x.data(), x.size() * sizeof(float));
+    OnDevice normed = zeros(tokens * k), scratch = zeros(tokens * k);
+    gpu->rms_norm(xd.f32(), tokens, k, *norm, eps, normed.f32());
+    // q, k, v: q4_k, q6_k with a bias, then q8_0.
+    std::vector<OnDevice> one, together;
+    std::vector<Device::Projection> outs;
+    for (size_t i = 0; i < 3; ++i) {
+      one.push_back(zeros(tokens * rows[i]));
+      together.push_back(zeros(tokens * rows[i]));
+      gpu->matmul(normed.f32(), tokens, w[i], i == 1 ? *bias : none, one.back().f32());
+    }
+    for (size_t i = 0; i < 3; ++i) outs.push_back({&w[i], i == 1 ? &*bias : &none, together[i].f32()});
+    gpu->matmuls(xd.f32(), tokens, outs, {&*norm, eps, scratch.f32()});
+    for (size_t i = 0; i < 3; ++i) {
+      const auto n = static_cast<size_t>(tokens * rows[i]);
+      EXPECT_EQ(one[i].read(*gpu, n), together[i].read(*gpu, n)) << dtype_name(types[i]);
+    }
+    // gate and up: q4_k and q5_k (Q8_K rounding), q8_0 and q4_0 (Q8_0 rounding).
+    for (const auto& [gate, up] : {std::pair<size_t, size_t>{0, 3}, std::pair<size_t, size_t>{2, 4}}) {
+      const int64_t n = rows[gate];
+      OnDevice g = zeros(tokens * n), u = zeros(tokens * n), out = zeros(tokens * n), up_scratch = zeros(tokens * n);
+      gpu->matmul(normed.f32(), tokens, w[gate], none, g.f32());
+      gpu->matmul(normed.f32(), tokens, w[up], none, u.f32());
+      gpu->silu_mul(g.f32(), u.f32(), tokens * n, g.f32());
+      gpu->gate_up(xd.f32(), tokens, w[gate], none, w[up], none, up_scratch.f32(), out.f32(),
+                   {&*norm, eps, scratch.f32()});
+      EXPECT_EQ(g.read(*gpu, static_cast<size_t>(tokens * n)), out.read(*gpu, static_cast<size_t>(tokens * n)))
+          << dtype_name(types[gate]) << " gate, " << dtype_name(types[up]) << " up";
     }
   }
 }

@@ -165,6 +165,10 @@ class CudaDevice final : public Device {
   // One launch when every weight takes the tensor-core kernel with the same k.
   void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) override {
     const int64_t k = outs.empty() ? 0 : outs[0].w->dim(1);
+    const bool blocks = !outs.empty() && std::all_of(outs.begin(), outs.end(), [&](auto& o) {
+      return dtype_is_quantized(o.w->dtype) && o.w->shape.size() == 2 && o.w->dim(1) == k;
+    });
+    if (blocks) return quant_matmuls(x, tokens, outs, norm);
     const bool together =
         outs.size() <= cuda::MmaJob::kMaxWeights && std::all_of(outs.begin(), outs.end(), [&](auto& o) {
           return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k;
@@ -181,6 +185,14 @@ class CudaDevice final : public Device {
 
   void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) override {
+    // GGUF blocks: x rounded once, then gate into out and up with SiLU(out) times it into out.
+    if (dtype_is_quantized(w_gate.dtype) && dtype_is_quantized(w_up.dtype) && w_up.shape == w_gate.shape &&
+        w_gate.shape.size() == 2 && cuda::quant_same_rounding(w_gate.dtype, w_up.dtype)) {
+      const Projection gate{&w_gate, &b_gate, out};
+      quant_matmuls(x, tokens, {&gate, 1}, norm);
+      void* scratch = quant_scratch(tokens, w_gate.dim(1));
+      return quant_products(tokens, w_up, b_up, out, false, out, scratch);
+    }
     const bool fused =
         cuda::mma_matmul_fits(w_gate.dtype, w_gate.dim(1)) && w_up.dtype == w_gate.dtype && w_up.shape == w_gate.shape;
     if (!fused) return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out, norm);
@@ -317,14 +329,43 @@ class CudaDevice final : public Device {
   // GGUF blocks (quant.cuh): x rounded to 8 bits into quant_scratch_, then the integer products.
   void launch_quant(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
                     bool accumulate) {
+    void* scratch = quant_scratch(tokens, w.dim(1));
+    cuda::quant_round(stream_, x, tokens, w.dim(1), w.dtype, scratch);
+    quant_products(tokens, w, bias, y, accumulate, nullptr, scratch);
+  }
+
+  // The scratch for x [tokens, k] rounded to 8 bits (grown before the rounding that fills it).
+  void* quant_scratch(int64_t tokens, int64_t k) {
+    void* scratch = grow(quant_scratch_, cuda::quant_scratch_bytes(tokens, k), "quantized activations");
+    select();
+    return scratch;
+  }
+
+  // The products of w's blocks with the x that the scratch holds, rounded for w's dtype.
+  void quant_products(int64_t tokens, const TensorView& w, const TensorView& bias, float* y, bool accumulate,
+                      const float* gate, void* scratch) {
     TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
     TS_CHECK(bias.empty() || (bias.dtype == DType::kF32 && bias.numel() == w.dim(0)), "bias ", dtype_name(bias.dtype),
              " ", shape_string(bias.shape), " for ", w.dim(0), " rows of blocks");
-    void* scratch = grow(quant_scratch_, cuda::quant_scratch_bytes(tokens, w.dim(1)), "quantized activations");
-    select();
-    cuda::quant_matmul(stream_, x, tokens, w.dim(1), w.data, w.dtype, w.dim(0), static_cast<const float*>(bias.data), y,
-                       accumulate, scratch);
+    cuda::quant_products(stream_, tokens, w.dim(1), w.data, w.dtype, w.dim(0), static_cast<const float*>(bias.data), y,
+                         accumulate, gate, scratch);
     launched("quant_matmul");
+  }
+
+  // Several matmuls of one x on GGUF blocks: x is rounded once for each run of
+  // weights that take the same rounding (quant_same_rounding), not once a matmul.
+  void quant_matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
+    const int64_t k = outs[0].w->dim(1);
+    if (norm.weight != nullptr) {
+      rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
+      x = norm.scratch;
+    }
+    void* scratch = quant_scratch(tokens, k);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      if (i == 0 || !cuda::quant_same_rounding(outs[i].w->dtype, outs[i - 1].w->dtype))
+        cuda::quant_round(stream_, x, tokens, k, outs[i].w->dtype, scratch);
+      quant_products(tokens, *outs[i].w, *outs[i].bias, outs[i].y, false, nullptr, scratch);
+    }
   }
 
   // The x that `job` reads: x itself, normalized by the matmul (a bf16 norm

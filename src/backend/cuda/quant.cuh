@@ -21,11 +21,19 @@ namespace tessera::cuda {
 // Bytes of the scratch quant_matmul needs for `tokens` rows of k activations.
 size_t quant_scratch_bytes(int64_t tokens, int64_t k);
 
+// Rounds x [tokens, k] to 8 bits into the scratch, as weights in `dtype`'s blocks
+// take them: Q8_0 blocks for Q8_0 and Q4_0, Q8_K blocks for the K types. One
+// rounding serves every matmul of that x whose dtype quant_same_rounding says.
+void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch);
+inline bool quant_same_rounding(DType a, DType b) { return dtype_block_elements(a) == dtype_block_elements(b); }
+
 // y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n], f32, when not null) for w
 // in `dtype`'s blocks (k a multiple of the block; w 16-byte aligned, its bytes
-// readable up to the next multiple of 16); with `accumulate`, y += that instead.
-void quant_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
-                  const float* bias, float* y, bool accumulate, void* scratch);
+// readable up to the next multiple of 16), x as quant_round left it in the scratch;
+// with `accumulate`, y += that instead; with `gate` [tokens, n] (which may be y),
+// y = silu(gate) * that, bitwise what silu_mul gives.
+void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
+                    const float* bias, float* y, bool accumulate, const float* gate, void* scratch);
 
 // y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
 // gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.

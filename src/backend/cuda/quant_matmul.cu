@@ -5,9 +5,14 @@
 // operations that nvcc may not fuse (__fmul_rn), so the 8-bit values, the scales and
 // Q8_K's sums of 16 are the CPU's bits. They go to the scratch: q [tokens][k] (int8),
 // the scales [tokens][k / 32] (f32; k / 256 of them for Q8_K) and the sums
-// [tokens][k / 16] (int16).
+// [tokens][k / 16] (int16). One rounding serves every matmul of the same x whose
+// weights take it (CudaDevice's matmuls and gate_up: q, k and v; gate and up).
 //
-// Weights. A warp owns one weight row and up to kTile tokens. It streams the row's
+// Weights. A warp owns one weight row and up to kTile tokens. Where the tile's
+// rounded activations take at most kStagedBytes (decode, and tiles of up to 4 tokens
+// on rows that are not too long), a block of 8 warps first copies them into shared
+// memory and its rounds read them from there, not from L2 (else a block of 4 warps
+// reads them from global memory). A warp streams the row's
 // bytes into its ring in shared memory with 16-byte cp.async copies (kAhead stages
 // of 512 bytes in flight), whatever the blocks' alignment (a Q8_0 block is 34 bytes,
 // a Q6_K one 210), and reads each block from there. The row's units (a block of 32
@@ -22,7 +27,8 @@
 // + ... in group order. Every order depends on the dtype and k alone; the tile, the
 // number of tokens, the grid and the ring do not touch it. The CPU adds the same
 // integer sums in another order of f32 steps (quant_dot.h), so the two devices agree
-// to within the rounding of those steps, not bitwise.
+// to within the rounding of those steps, not bitwise. gate_up's SiLU is the up
+// matmul's epilogue: silu_times(gate, value) on the value it would have stored.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -36,12 +42,18 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;  // a block's warps, one weight row each
 constexpr int kStageBytes = 512;
 constexpr int kStages = 8;  // the ring of a warp: 4 KiB
 constexpr int kRingBytes = kStages * kStageBytes;
 constexpr int kAhead = kStages - 2;  // stages in flight (a round of units spans at most two stages)
 constexpr uint32_t kRingMask = kRingBytes / 4 - 1;
+// A block copies its tile's rounded activations into shared memory when they take
+// at most this (decode, and short tiles), so that the rounds read them from there.
+constexpr int64_t kStagedBytes = 24 << 10;
+// A block's warps, one weight row each: 8 when the activations are staged (they
+// share one copy), else 4 (the 8-token tiles use 140 registers a thread).
+template <bool kStaged>
+constexpr int kWarpsOf = kStaged ? 8 : 4;
 
 // Where the rounded activations of a call lie in the scratch.
 struct Acts {
@@ -144,7 +156,15 @@ struct Unit {
   static constexpr int kBytes = static_cast<int>(dtype_block_bytes(kT));
   static constexpr int kElems = static_cast<int>(dtype_block_elements(kT));
   static constexpr int kLanes = kT == DType::kQ8_0 ? 2 : kT == DType::kQ4_0 ? 1 : 8;
+  static constexpr bool kSums = kElems == 256;  // Q8_K's sums of 16 are read
 };
+
+// Bytes of the rounded activations of `tile` tokens: q, the scales, Q8_K's sums.
+template <DType kT>
+int64_t staged_bytes(int tile, int64_t k) {
+  using U = Unit<kT>;
+  return tile * (k + k / U::kElems * int64_t{sizeof(float)} + (U::kSums ? k / 16 * int64_t{sizeof(int16_t)} : 0));
+}
 
 // N 32-bit words of the stream from byte s on (any alignment), out of the ring.
 template <int N>
@@ -267,23 +287,25 @@ __device__ __forceinline__ float lane_part(const uint32_t* ring, int64_t su, int
   }
 }
 
-template <DType kT, int kTile>
-__global__ void __launch_bounds__(kWarps * 32)
+template <DType kT, int kTile, bool kStaged>
+__global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
     quant_matmul_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t tokens, Acts a,
-                        const float* __restrict__ bias, float* __restrict__ y, bool accumulate) {
+                        const float* __restrict__ bias, const float* gate, float* y, bool accumulate) {
   using U = Unit<kT>;
+  constexpr int kWarps = kWarpsOf<kStaged>;
   constexpr int kLanes = U::kLanes, kGroups = 32 / kLanes;
   constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
-  constexpr bool kBlock32 = U::kElems == 32;
-  __shared__ uint4 rings[kWarps][kRingBytes / 16];
+  extern __shared__ uint4 shared[];  // the warps' rings, then (kStaged) the tile's activations
   let_next_start();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // Consecutive blocks take the same rows for successive tiles of tokens, so that
-  // prefill reads each row from memory once and then from L2.
+  // prefill reads each row from memory once and then from L2. A warp past the last
+  // row streams the last row again (every warp reaches the block's barrier) and
+  // stores nothing.
   const int64_t tiles = (tokens + kTile - 1) / kTile;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) / tiles * kWarps + warp;
-  if (row >= n) return;
-  uint8_t* ring = reinterpret_cast<uint8_t*>(rings[warp]);
+  const int64_t own_row = static_cast<int64_t>(blockIdx.x) / tiles * kWarps + warp;
+  const int64_t row = min(own_row, n - 1);
+  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingBytes;
   const int64_t units = k / U::kElems;
   const int64_t row_bytes = units * U::kBytes;
   // The row's stream: from the 16-byte boundary at or before its first byte.
@@ -299,10 +321,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int s = 0; s < kAhead; ++s) issue(s);
   wait_for_earlier();  // the weights are on their way; the activations are the last kernel's
 
+  // Where the tile's activations are read: token t of the tile is row xt[t] of x.
   int64_t xt[kTile];
   const int64_t token0 = static_cast<int64_t>(blockIdx.x) % tiles * kTile;
 #pragma unroll
   for (int t = 0; t < kTile; ++t) xt[t] = min(token0 + t, tokens - 1);
+  Acts x = a;
+  if constexpr (kStaged) {
+    // The block copies them to shared memory once (words of 16 and 4 bytes: the
+    // scales and sums of a token need not start on 16 bytes), then reads them from there.
+    const int64_t scales = k / U::kElems, sum_words = U::kSums ? k / 32 : 0;
+    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kRingBytes;
+    auto* d = reinterpret_cast<float*>(q + kTile * k);
+    auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) {
+      for (int64_t i = threadIdx.x; i < k / 16; i += kWarps * 32)
+        reinterpret_cast<int4*>(q + t * k)[i] = reinterpret_cast<const int4*>(a.q + xt[t] * k)[i];
+      for (int64_t i = threadIdx.x; i < scales; i += kWarps * 32) d[t * scales + i] = a.d[xt[t] * scales + i];
+      for (int64_t i = threadIdx.x; i < sum_words; i += kWarps * 32)
+        reinterpret_cast<int32_t*>(sums + t * (k / 16))[i] =
+            reinterpret_cast<const int32_t*>(a.s + xt[t] * (k / 16))[i];
+      xt[t] = t;
+    }
+    __syncthreads();
+    x = Acts{q, d, sums};
+  }
   const int group = lane / kLanes, j = lane % kLanes;
   const auto* ring32 = reinterpret_cast<const uint32_t*>(ring);
   float acc[kTile] = {};
@@ -316,7 +360,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t u = r * kGroups + group;
       int p[kTile] = {}, m[kTile] = {};
       float d = 0.0f, dmin = 0.0f;
-      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, a, xt, k, p, m, dmin);
+      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, x, xt, k, p, m, dmin);
 #pragma unroll
       for (int offset = 1; offset < kLanes; offset *= 2)
 #pragma unroll
@@ -327,7 +371,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (u < units)
 #pragma unroll
         for (int t = 0; t < kTile; ++t) {
-          const float dx = a.d[xt[t] * (kBlock32 ? k / 32 : k / 256) + u];
+          const float dx = x.d[xt[t] * (k / U::kElems) + u];
           acc[t] = fmaf(__fmul_rn(d, dx), static_cast<float>(p[t]), acc[t]);
           if constexpr (kMins) acc[t] = fmaf(-__fmul_rn(dmin, dx), static_cast<float>(m[t]), acc[t]);
         }
@@ -341,21 +385,40 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int t = 0; t < kTile; ++t) {
     float sum = __shfl_sync(0xffffffffu, acc[t], 0);
     for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
-    if (lane == 0 && token0 + t < tokens) {
+    if (lane == 0 && own_row < n && token0 + t < tokens) {
       const float value = bias != nullptr ? sum + bias[row] : sum;
       float& out = y[(token0 + t) * n + row];
-      out = accumulate ? out + value : value;
+      out = gate != nullptr ? silu_times(gate[(token0 + t) * n + row], value) : accumulate ? out + value : value;
     }
   }
 }
 
-template <DType kT, int kTile>
+template <DType kT, int kTile, bool kStaged>
 void launch(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t tokens, const Acts& a,
-            const float* bias, float* y, bool accumulate) {
+            const float* bias, const float* gate, float* y, bool accumulate) {
+  constexpr int kWarps = kWarpsOf<kStaged>;
   const int64_t blocks = (n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
   TS_CHECK(blocks <= 0x7fffffff, "a quantized matmul of ", n, " rows and ", tokens, " tokens");
-  launch_kernel(quant_matmul_kernel<kT, kTile>, static_cast<unsigned>(blocks), kWarps * 32, 0, stream, w, n, k, tokens,
-                a, bias, y, accumulate);
+  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged>;
+  const int64_t shared = kWarps * kRingBytes + (kStaged ? kStagedBytes : 0);  // the most a launch asks
+  static const cudaError_t allowed =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+  TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
+  const int64_t bytes = kWarps * kRingBytes + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, w, n, k, tokens,
+                a, bias, gate, y, accumulate);
+}
+
+// The tile of tokens that share a weight load; it never changes a sum's order.
+// Tiles of up to 4 tokens stage their activations when they fit (8 would spill).
+template <DType kT, int kTile>
+void launch_tile(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t tokens, const Acts& a,
+                 const float* bias, const float* gate, float* y, bool accumulate) {
+  if constexpr (kTile <= 4) {
+    if (staged_bytes<kT>(kTile, k) <= kStagedBytes)
+      return launch<kT, kTile, true>(stream, w, n, k, tokens, a, bias, gate, y, accumulate);
+  }
+  launch<kT, kTile, false>(stream, w, n, k, tokens, a, bias, gate, y, accumulate);
 }
 
 // ---- Embedding ----
@@ -411,25 +474,32 @@ size_t quant_scratch_bytes(int64_t tokens, int64_t k) {
          pad(static_cast<size_t>(tokens * (k / 16)) * sizeof(int16_t));
 }
 
-void quant_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
-                  const float* bias, float* y, bool accumulate, void* scratch) {
+void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
            " elements");
-  TS_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0, "quantized weights must be 16-byte aligned");
-  if (tokens == 0 || n == 0) return;
+  if (tokens == 0) return;
   const Acts a = acts_in(scratch, tokens, k);
   const bool k_type = dtype_block_elements(dtype) == 256;
   const int64_t warps = tokens * (k / (k_type ? 256 : 32));
   const auto blocks = static_cast<unsigned>((warps + 7) / 8);
   if (k_type) launch_kernel(round_q8_k_kernel, blocks, 256, 0, stream, x, tokens, k, a);
   else launch_kernel(round_q8_0_kernel, blocks, 256, 0, stream, x, tokens, k, a);
+}
+
+void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
+                    const float* bias, float* y, bool accumulate, const float* gate, void* scratch) {
+  TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
+           " elements");
+  TS_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0, "quantized weights must be 16-byte aligned");
+  TS_CHECK(gate == nullptr || !accumulate, "a quantized matmul either gates or accumulates its outputs");
+  if (tokens == 0 || n == 0) return;
+  const Acts a = acts_in(scratch, tokens, k);
   const auto* bytes = static_cast<const uint8_t*>(w);
   with_quant_type(dtype, [&]<DType kT>() {
-    // The tile only sets how many tokens share a weight load, never a sum's order.
-    if (tokens == 1) return launch<kT, 1>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
-    if (tokens == 2) return launch<kT, 2>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
-    if (tokens <= 4) return launch<kT, 4>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
-    launch<kT, 8>(stream, bytes, n, k, tokens, a, bias, y, accumulate);
+    if (tokens == 1) return launch_tile<kT, 1>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
+    if (tokens == 2) return launch_tile<kT, 2>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
+    if (tokens <= 4) return launch_tile<kT, 4>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
+    launch_tile<kT, 8>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
   });
 }
 
