@@ -121,7 +121,8 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
       # Switches judged in one call: the benches as built and with each of $AB (comma-separated VAR=value,
       # e.g. AB=TESSERA_CUDA_OVERLAP=0), in turn ${ROUNDS:-2} times, batch 1 on both shapes and 64 sequences
       # on the 8B.
-      # $AB_SHAPES (default both) limits the batch-1 benches; set empty, only the 64 sequences run.
+      # $AB_SHAPES (default both) limits the batch-1 benches; set empty, only the many sequences run
+      # ($AB_SEQUENCES, default 64: e.g. AB_SEQUENCES="32 64").
       IFS=, read -ra switches <<<"$AB"
       for shape in ${AB_SHAPES-llama-3.2-1b llama-3-8b}; do
         for round in $(seq ${ROUNDS:-2}); do
@@ -132,10 +133,12 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
           done
         done
       done
-      for with in - "${switches[@]}"; do
-        echo "== llama-3-8b x64 ${with/-/as built}"
-        env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights \
-          --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences 64 2>&1 | grep -E "decode x|cuda graphs"
+      for sequences in ${AB_SEQUENCES:-64}; do
+        for with in - "${switches[@]}"; do
+          echo "== llama-3-8b x$sequences ${with/-/as built}"
+          env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights \
+            --seed 1 --dtype bf16 --prompt 512 --decode 32 --sequences $sequences 2>&1 | grep -E "decode x|cuda graphs"
+        done
       done ;;
     moe)
       # MoE batch-1 decode (issue 18, point 4; docs/benchmarks.md): Qwen3-30B-A3B's shape cut to 12 layers, as built

@@ -154,6 +154,9 @@ __device__ __forceinline__ void copies_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// The 128-byte line holding `p` heads for L2 (nothing waits for it).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 // RMSNorm's scale of a row, 1 / sqrt(mean(row^2) + eps), by a block of
 // kNormThreads threads in one fixed order: thread i adds the squares of elements
 // i, i + kNormThreads, ... with FMAs, then block_reduce adds the threads' sums.
