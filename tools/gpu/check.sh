@@ -89,8 +89,10 @@ for step in $STEPS; do
       echo "details prefill rc $?" ;;
     gguf)
       # Issue 19 point 8: tessera bench --device cuda on the Q8_0 and Q4_K_M files that tessera quantize makes from
-      # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (all of them take minutes
-      # to write and quantize; 2 layers with a 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, a minute).
+      # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (2 layers with a
+      # 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, took 11 s to write and quantize on 16 cores; the
+      # whole shape, minutes). Then Nsight Compute's time per kernel of one decode step (tools/gpu/steps.py): a step
+      # is about 16 launches a layer and 6 more; the profile skips the prompt and 10 steps ($GGUF_PROFILE=0: none).
       q=/tmp/gguf-${GGUF_LAYERS:-32}-${GGUF_VOCAB:-128256}
       if [ ! -d $q/ckpt ]; then
         mkdir -p $q
@@ -105,6 +107,13 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
           --threads "$(nproc)" >>"$OUT/gguf.log" 2>&1
         build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf --prompt 64 --decode 256 2>&1 |
           tee "$OUT/bench-gguf-$type.log" | grep -E "^(device|model|copy|prefill|decode)"
+        [ "${GGUF_PROFILE:-1}" = 0 ] && continue
+        step=$((16 * ${GGUF_LAYERS:-32} + 6))
+        ncu --clock-control none --launch-skip $((11 * step)) --launch-count $((2 * step + 10)) \
+          --metrics gpu__time_duration.sum --csv build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf \
+          --prompt 64 --decode 14 >"$OUT/profile-gguf-$type.csv" 2>"$OUT/profile-gguf-$type.err"
+        python3 tools/gpu/steps.py "$OUT/profile-gguf-$type.csv" | tee "$OUT/profile-gguf-$type.txt"
+        rm -f "$OUT/profile-gguf-$type.csv" "$OUT/profile-gguf-$type.err"
       done ;;
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
