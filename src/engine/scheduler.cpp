@@ -239,6 +239,7 @@ void Scheduler::preempt(uint64_t id) {
   sequence.cache.truncate(0);
   sequence.chain.clear();
   sequence.cached = 0;
+  sequence.held = true;
   ++preemptions_;
   if (sequence.feeds.empty()) {
     sequence.replay = std::move(held);
@@ -276,6 +277,11 @@ void Scheduler::cache_full_blocks(Sequence& sequence) {
   for (; sequence.cached < std::min(full, sequence.chain.size()); ++sequence.cached)
     prefix_cache_->insert(std::span(sequence.chain).first(sequence.cached + 1),
                           sequence.cache.blocks()[sequence.cached]);
+}
+
+size_t Scheduler::held_sequences() const {
+  return static_cast<size_t>(
+      std::count_if(sequences_.begin(), sequences_.end(), [](const auto& s) { return s.second.held; }));
 }
 
 uint64_t Scheduler::kv_bytes() const {
@@ -339,11 +345,13 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
                                     std::to_string(pool.total_blocks()) + " (--kv-memory)")});
       } else {
         short_of_blocks.emplace_back(id, blocks);  // older sequences hold the blocks: it waits for them
+        sequence.held = true;
       }
       continue;
     }
     reserved += blocks;
     budget -= tokens;
+    sequence.held = false;
     chosen.push_back({id, tokens});
   }
   // A step that runs nothing would leave it waiting for ever; on a pipeline

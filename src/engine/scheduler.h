@@ -177,6 +177,9 @@ class Scheduler {
   int64_t prefix_evictable_blocks() const { return prefix_cache_ ? prefix_cache_->evictable() : 0; }
   // Sequences preempted so far (their blocks freed, their ids run again later; or closed, with close_preempted).
   uint64_t preemptions() const { return preemptions_; }
+  // Open sequences held for KV blocks: preempted and not yet run again, or left
+  // out of the last step for want of blocks (a scan). What vLLM counts as waiting.
+  size_t held_sequences() const;
 
  private:
   struct Feed {
@@ -201,6 +204,7 @@ class Scheduler {
     std::string salt{};
     std::vector<PrefixCache::Digest> chain{};  // named_prefixes: its names, possibly ahead of what it wrote
     size_t cached = 0;                         // its leading blocks that are in the prefix cache
+    bool held = false;                         // preempted or short of blocks since it last ran
   };
   struct Chosen {
     uint64_t id;

@@ -27,6 +27,18 @@ struct InferenceLoop::Live {
   std::vector<SampledLogprobs> logprobs{};  // not yet sent
 };
 
+Status check_kv_room(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t pool_positions) {
+  if (prompt_tokens >= pool_positions)
+    return Status::invalid_input("the prompt has " + std::to_string(prompt_tokens) + " tokens; the KV pool holds " +
+                                 std::to_string(pool_positions) + " positions (--kv-memory)");
+  if (max_tokens && prompt_tokens + *max_tokens - 1 > pool_positions)
+    return Status::invalid_input("the prompt's " + std::to_string(prompt_tokens) + " tokens and max_tokens " +
+                                 std::to_string(*max_tokens) + " need " +
+                                 std::to_string(prompt_tokens + *max_tokens - 1) + " positions; the KV pool holds " +
+                                 std::to_string(pool_positions) + " (--kv-memory)");
+  return {};
+}
+
 EngineOptions serving_engine_options(const LoopOptions& options) {
   EngineOptions engine = options.engine;
   engine.scheduler.prefix_caching = options.prefix_caching;
@@ -61,7 +73,7 @@ Status InferenceLoop::submit(std::vector<Submission> submissions) {
       s.arrived = now;
       waiting_.push_back(std::move(s));
     }
-    stats_.waiting = static_cast<int64_t>(waiting_.size());
+    stats_.waiting = static_cast<int64_t>(waiting_.size()) + held_.load();
   }
   wake_.notify_one();
   return {};
@@ -86,6 +98,7 @@ Status InferenceLoop::load() {
     backend_ = std::make_unique<LocalBackend>(std::move(local));
   }
   backend_->update_stats(stats_);
+  max_positions_ = backend_->max_positions();
   return {};
 }
 
@@ -137,7 +150,7 @@ void InferenceLoop::run() {
         }
       }
     }
-    stats_.running = static_cast<int64_t>(live_.size());
+    count_requests();
     backend_->update_stats(stats_);
     flush();
     stats_.iteration_ns += ns_since(iteration_start);
@@ -171,9 +184,17 @@ std::vector<Submission> InferenceLoop::take_waiting() {
     admitted.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
-  stats_.waiting = static_cast<int64_t>(waiting_.size());
-  stats_.running = static_cast<int64_t>(live_.size() + admitted.size());  // in flight throughout
+  stats_.waiting = static_cast<int64_t>(waiting_.size()) + held_.load();
+  stats_.running = static_cast<int64_t>(live_.size() + admitted.size()) - held_.load();  // in flight throughout
   return admitted;
+}
+
+void InferenceLoop::count_requests() {
+  held_ = static_cast<int64_t>(backend_->held());
+  max_positions_ = backend_->max_positions();
+  std::lock_guard lock(mutex_);
+  stats_.waiting = static_cast<int64_t>(waiting_.size()) + held_.load();
+  stats_.running = static_cast<int64_t>(live_.size()) - held_.load();
 }
 
 void InferenceLoop::admit(std::vector<Submission>& admitted) {
@@ -192,9 +213,7 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
                                      " tokens; the model's context is " + std::to_string(context()));
     // No request grows past what the whole pool holds (vLLM sizes max_model_len so).
     const int64_t pool_positions = backend_->max_positions();
-    if (status.ok() && prompt_size >= pool_positions)
-      status = Status::invalid_input("the prompt has " + std::to_string(prompt_size) + " tokens; the KV pool holds " +
-                                     std::to_string(pool_positions) + " positions (--kv-memory)");
+    if (status.ok()) status = check_kv_room(prompt_size, std::nullopt, pool_positions);
     const uint64_t id = next_id_++;
     const int64_t capacity = std::min({context(), prompt_size + s.max_tokens, pool_positions});
     if (status.ok()) status = backend_->open(id, capacity, s);

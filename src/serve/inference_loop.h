@@ -13,7 +13,8 @@
 // newest (its blocks return to the pool; its prompt and tokens so far run again
 // later, with its sampler kept), so its answer is bitwise an uninterrupted
 // run's. A request never runs past what the whole pool holds (finish "length";
-// a prompt that alone fills the pool is refused).
+// check_kv_room: the server refuses one that cannot fit it before submit()).
+// Requests the backend holds for blocks count as waiting, not running.
 //
 // Each request's sampler lives in the scheduler's sequence, seeded by the
 // request alone: nothing per batch is shared, so a request's tokens do not
@@ -107,6 +108,13 @@ struct LoopOptions {
   std::function<Result<std::unique_ptr<LoopBackend>>(const TextModel& model, int64_t context)> backend{};
 };
 
+// A request needs a KV position for its prompt and each token of its answer but
+// the last (which is not run): one whose prompt, or prompt and max_tokens when
+// the client set it, passes `pool_positions` (what the whole KV pool holds for
+// one request) can never run, and waiting would not help: kInvalidInput naming
+// the counts. OK otherwise.
+Status check_kv_room(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t pool_positions);
+
 // The engine options a server runs its requests with: options.engine, with the
 // prefix cache as asked and recompute preemption (a TP leader's engine too).
 EngineOptions serving_engine_options(const LoopOptions& options);
@@ -151,12 +159,16 @@ class InferenceLoop {
   // The model, once ready(); immutable (tokenizer and chat template are thread-safe).
   const TextModel& model() const { return *model_; }
   int64_t context() const;
+  // The most positions one request may hold (the KV pool's, or on a pipeline the
+  // model's context), once ready().
+  int64_t max_positions() const { return max_positions_.load(); }
 
   // Queues the sequences of one request (its n choices), all or none: kOverloaded
   // when they would pass max_waiting, while loading, or while stopping. Each sink
   // hears of its sequence from then on.
   Status submit(std::vector<Submission> submissions);
-  // Requests waiting or running: what a graceful shutdown waits for.
+  // Requests waiting (queued, or held by the backend for KV blocks) or running:
+  // what a graceful shutdown waits for.
   int64_t in_flight() const { return stats_.waiting.load() + stats_.running.load(); }
   const LoopStats& stats() const { return stats_; }
   // Ends the thread; requests still live fail with kOverloaded ("shutting down").
@@ -176,11 +188,16 @@ class InferenceLoop {
   // Queues an event for the end of the iteration; flush() hands the batch over.
   void emit(const std::shared_ptr<const Sink>& sink, GenerationEvent event);
   void flush();
+  // After a step: running and waiting as vLLM counts them (the requests the
+  // backend holds for KV blocks are waiting), and the pool's size.
+  void count_requests();
 
   const LoopOptions options_;
   std::function<void(EventBatch)> deliver_;  // set before start(); empty: sinks run on the inference thread
   LoopStats stats_;
   std::atomic<bool> ready_{false};
+  std::atomic<int64_t> max_positions_{0};
+  std::atomic<int64_t> held_{0};  // live requests the backend holds for KV blocks (counted as waiting)
   std::thread thread_;
 
   mutable std::mutex mutex_;

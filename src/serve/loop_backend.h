@@ -44,6 +44,9 @@ class LoopBackend {
   // Drops it; its KV cache is freed (on a pipeline: on every stage).
   virtual void cancel(uint64_t id) = 0;
   virtual bool has_work() const = 0;
+  // Open requests it holds without running them (preempted, or waiting for KV
+  // blocks): /metrics counts them as waiting, as vLLM does.
+  virtual size_t held() const = 0;
   // Runs what is pending: each request that got its next token, or failed (and is closed).
   virtual std::vector<StepOutput> step() = 0;
   // KV usage, prefix cache, batching and preemption counters for /metrics.
@@ -72,6 +75,7 @@ class LocalBackend final : public LoopBackend {
   Status feed(uint64_t id, int32_t token) override { return engine_.scheduler->feed_ids(id, {token}); }
   void cancel(uint64_t id) override { engine_.scheduler->cancel(id); }
   bool has_work() const override { return engine_.scheduler->has_work(); }
+  size_t held() const override { return engine_.scheduler->held_sequences(); }
   std::vector<StepOutput> step() override { return engine_.scheduler->step(); }
   void update_stats(LoopStats& stats) const override;
   StepSize last_step() const override {

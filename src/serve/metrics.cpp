@@ -25,9 +25,10 @@ void sample(std::string& out, const std::string& name_and_labels, double value) 
 
 std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
   std::string out;
-  metric(out, "num_requests_running", "gauge", "Requests in the scheduler.");
+  metric(out, "num_requests_running", "gauge", "Requests running: in the scheduler, not held for KV blocks.");
   sample(out, "num_requests_running", static_cast<double>(loop.running.load()));
-  metric(out, "num_requests_waiting", "gauge", "Requests queued for admission (for a free slot or KV blocks).");
+  metric(out, "num_requests_waiting", "gauge",
+         "Requests waiting: queued for admission, or preempted and held for KV blocks.");
   sample(out, "num_requests_waiting", static_cast<double>(loop.waiting.load()));
   metric(out, "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
   const double total = static_cast<double>(loop.kv_blocks_total.load());

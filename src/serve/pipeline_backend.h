@@ -98,6 +98,7 @@ class PipelineBackend final : public LoopBackend {
   Status feed(uint64_t id, int32_t token) override;
   void cancel(uint64_t id) override;
   bool has_work() const override { return !outgoing_.empty() || !in_flight_.empty() || !held_.empty(); }
+  size_t held() const override { return held_.size(); }
   std::vector<StepOutput> step() override;
   void update_stats(LoopStats& stats) const override;
 

@@ -158,6 +158,13 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
     e.code = "context_length_exceeded";
     return error(e, version, keep_alive);
   }
+  // One that the whole KV pool cannot hold is refused now, not queued (it would never run).
+  const int64_t pool = loop_.max_positions();
+  if (Status room = check_kv_room(prompt_size, r.max_tokens, pool); !room.ok()) {
+    ApiError e = ApiError::from_status(room, prompt_size >= pool ? param : "max_tokens");
+    e.code = "context_length_exceeded";
+    return error(e, version, keep_alive);
+  }
 
   Submission s;
   s.prompt = std::move(ids).value();

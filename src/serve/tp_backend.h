@@ -40,6 +40,7 @@ class TpBackend final : public LoopBackend {
   Status feed(uint64_t id, int32_t token) override;
   void cancel(uint64_t id) override;
   bool has_work() const override { return engine_ && engine_->has_work(); }
+  size_t held() const override { return engine_ ? engine_->held() : 0; }
   std::vector<StepOutput> step() override;
   void update_stats(LoopStats& stats) const override;
   StepSize last_step() const override { return engine_ ? engine_->last_step() : StepSize{}; }

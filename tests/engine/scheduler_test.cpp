@@ -530,6 +530,7 @@ TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCann
   EXPECT_EQ(scheduler.preemptions(), 1u);
   EXPECT_EQ(scheduler.length(1), 13);
   EXPECT_EQ(scheduler.length(2), 4) << "a preempted sequence still holds its ids, to run again";
+  EXPECT_EQ(scheduler.held_sequences(), 1u) << "the preempted one waits";
   // Sequence 2's next feed waits for blocks while sequence 1 runs; it never takes sequence 1's.
   ASSERT_TRUE(scheduler.feed_ids(2, {8}).ok());
   ASSERT_TRUE(scheduler.feed_ids(1, {9}).ok());
@@ -539,10 +540,12 @@ TEST_F(SchedulerTest, PreemptionTakesOnlyNewerSequencesAndRefusesWhatThePoolCann
   EXPECT_TRUE(outputs[0].status.ok()) << outputs[0].status.to_string();
   EXPECT_EQ(scheduler.length(1), 14);
   EXPECT_EQ(scheduler.preemptions(), 1u);
+  EXPECT_EQ(scheduler.held_sequences(), 1u);
   scheduler.cancel(1);  // blocks free: it runs its 4 ids again, then the new one
   const StepOutput out = step_until(scheduler, 2);
   EXPECT_TRUE(out.status.ok()) << out.status.to_string();
   EXPECT_EQ(scheduler.length(2), 5);
+  EXPECT_EQ(scheduler.held_sequences(), 0u) << "it ran";
   // 17 positions need 5 blocks: more than the pool has.
   ASSERT_TRUE(scheduler.open(3, 64).ok());
   ASSERT_TRUE(scheduler.feed_ids(3, prompt(17)).ok());

@@ -400,7 +400,7 @@ TEST(ServeLimitsTest, FullQueueGets429AndAPromptLargerThanTheKvPoolGets400) {
   std::string long_prompt;
   for (int i = 0; i < 400; ++i) long_prompt += " hello";
   const HttpReply too_big = post(server->port(), "/v1/completions", Json{{"prompt", long_prompt}}.dump());
-  expect_error(too_big, 400, "", "the KV pool holds 128 positions (--kv-memory)");
+  expect_error(too_big, 400, "prompt", "the KV pool holds 128 positions (--kv-memory)");
   EXPECT_EQ(too_big.headers.count("Retry-After"), 0u);
 
   net::io_context io;
