@@ -3,8 +3,10 @@
 // logits full of ties, every family's routing; the experts bitwise what the
 // GPU's own matmul, gather and scatter-add give one expert at a time (tensor
 // cores and FMA, decode and prefill tiles); a token's row the same alone and
-// among others. The fixtures run through it in cuda_forward_test.cpp. Skips
-// without a GPU.
+// among others (alone, with TESSERA_CUDA_MOE_DOWN_SUM=1, its down and weighted
+// sum in one launch; with TESSERA_CUDA_MOE_ROUTE_TAIL=1, routing's weights from
+// shared memory: both run only when asked for until they have run on a GPU).
+// The fixtures run through it in cuda_forward_test.cpp. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -261,7 +263,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ExpertsCase{"bf16_tensor_cores", DType::kBF16, 128, 192},
                       ExpertsCase{"bf16_down_by_fma", DType::kBF16, 64, 48},  // qwen3_moe_bf16's shape
                       ExpertsCase{"f32", DType::kF32, 72, 40}, ExpertsCase{"f16_odd", DType::kF16, 36, 20},
-                      ExpertsCase{"bf16_8_of_128_as_qwen3", DType::kBF16, 128, 64, 128, 8}),
+                      ExpertsCase{"bf16_8_of_128_as_qwen3", DType::kBF16, 128, 64, 128, 8},
+                      // down's rows of 12 chunks (Qwen3-30B-A3B's 768): sums 0-3 take two, 4-7 one
+                      ExpertsCase{"bf16_8_of_16_768_wide", DType::kBF16, 256, 768, 16, 8},
+                      // 72 rows: the last block of 16 has 8 (gate/up by FMA, down on tensor cores)
+                      ExpertsCase{"bf16_72_rows", DType::kBF16, 72, 128}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

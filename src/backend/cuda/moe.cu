@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -12,6 +14,14 @@
 namespace tessera::cuda {
 
 namespace {
+
+// Whether the environment variable `name` is "1": the kernels that run only when
+// asked for until they have run on a GPU (cuda_device.cu's `asked`, which this
+// goes with once they have).
+bool asked(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string_view(value) == "1";
+}
 
 // ---- routing ----------------------------------------------------------------
 //
@@ -32,8 +42,9 @@ __device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t
 template <DType D>
 __global__ void __launch_bounds__(kRouteThreads)
     route_kernel(const float* __restrict__ logits, ExpertRouting r, const Storage<D>* __restrict__ bias,
-                 int32_t* __restrict__ experts, float* __restrict__ weights) {
+                 int32_t* __restrict__ experts, float* __restrict__ weights, bool tail_in_shared) {
   __shared__ float choice[kMaxRoutedExperts];
+  __shared__ int32_t top[kRouteThreads];  // the first kRouteThreads chosen experts, in rank order
   __shared__ unsigned char taken[kMaxRoutedExperts];
   __shared__ float group_score[kMaxRoutedExperts / 2];
   __shared__ unsigned char kept[kMaxRoutedExperts / 2];
@@ -114,7 +125,7 @@ __global__ void __launch_bounds__(kRouteThreads)
       const float v = choice[e];
       int rank = 0;
       for (int o = 0; o < n; ++o) rank += routing::ranks_before(choice[o], o, v, e) ? 1 : 0;
-      if (rank < k) chosen[rank] = e;
+      if (rank < k) chosen[rank] = top[rank] = e;
     }
     __syncthreads();
   } else {
@@ -137,13 +148,35 @@ __global__ void __launch_bounds__(kRouteThreads)
           if (better(warp_v[w], warp_i[w], v, at)) v = warp_v[w], at = warp_i[w];
         taken[at] = 1;
         chosen[j] = at;
+        if (j < kRouteThreads) top[j] = at;
       }
       __syncthreads();
     }
   }
 
-  // The weights: the chosen experts' probabilities or (uncorrected) sigmoids.
+  // The weights: the chosen experts' probabilities or (uncorrected) sigmoids,
+  // by thread 0 in order: their sum, then each one divided and scaled as it is
+  // written. Each expert comes from `top` (shared memory), where reading it back
+  // from `experts` behind each weight's store took a trip to L2 an expert (and
+  // the division another). Only with TESSERA_CUDA_MOE_ROUTE_TAIL=1 until it has
+  // run on a GPU.
   if (threadIdx.x != 0) return;
+  if (tail_in_shared) {
+    const auto weight = [&](int j) {
+      const int32_t e = j < kRouteThreads ? top[j] : chosen[j];
+      return sigmoid ? routing::sigmoid(l[e]) : choice[e];
+    };
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum = routing::add(sum, weight(j));
+    if (r.normalize && sigmoid) sum = routing::add(sum, 1e-20f);
+    for (int j = 0; j < k; ++j) {
+      float w = weight(j);
+      if (r.normalize) w = routing::div(w, sum);
+      if (r.scaling != 1.0f) w = routing::mul(w, r.scaling);
+      chosen_w[j] = w;
+    }
+    return;
+  }
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) {
     const float w = sigmoid ? routing::sigmoid(l[chosen[j]]) : choice[chosen[j]];
@@ -483,6 +516,119 @@ __global__ void combine_kernel(const float* __restrict__ y, const float* __restr
   }
 }
 
+// ---- a lone token's down and weighted sum in one launch ------------------------
+//
+// A block takes 16 rows of out and every one of the token's experts: each row's
+// down output for slot j (the j-th lowest expert) is mma_experts_kernel's sum
+// (sum w of the eight adds k's chunks w, w + 8, ... with the same mma_half calls,
+// then block_sum adds the eight in order), and the block weights and adds them in
+// ascending slot order as combine_kernel does, so out is bitwise the down launch
+// and the weighted-sum launch, with one launch, and the y round trip, fewer.
+// Warp r adds sum (r - j) mod 8 of slot j: when k's chunks do not divide by 8 (a
+// 768-wide row has 12: sums 0-3 take two, 4-7 one), each warp gets the same
+// number of chunks. A warp keeps kDownSumDepth chunks' loads in flight, from one
+// slot into the next, so that a block (16 rows x top_k experts: 196 KB for
+// Qwen3-30B-A3B) streams its weights although there is one block an SM.
+
+constexpr int kMaxDownSumTopK = 8;
+constexpr int kDownSumDepth = 4;
+
+__global__ void __launch_bounds__(kMmaSplit * 32)
+    down_sum_kernel(const float* __restrict__ h, int64_t k, int64_t n, const void* const* __restrict__ down,
+                    const int32_t* __restrict__ experts, const float* __restrict__ weights, int top_k, bool add,
+                    float* __restrict__ out) {
+  constexpr int kDepth = kDownSumDepth;
+  __shared__ float partial[kMaxDownSumTopK][kMmaSplit][32][4];
+  __shared__ const __nv_bfloat16* slot_down[kMaxDownSumTopK];
+  __shared__ float slot_weight[kMaxDownSumTopK];
+  let_next_start();
+  wait_for_earlier();
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int g = lane / 4, t = lane % 4;
+  if (warp == 0) {
+    int32_t expert = 0;
+    const int slot = lone_slot(experts, top_k, expert);
+    if (lane < top_k) {
+      slot_down[slot] = static_cast<const __nv_bfloat16*>(down[expert]);
+      slot_weight[slot] = weights[lane];
+    }
+  }
+  __syncthreads();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
+  const int64_t chunks = k / kMmaChunk;
+  const auto sum_of = [&](int j) { return (warp - j % kMmaSplit + kMmaSplit) % kMmaSplit; };
+  // A sum with no chunks (k under 8 chunks) is 0, as the warp without chunks leaves it.
+  for (int j = 0; j < top_k; ++j)
+    if (sum_of(j) >= chunks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[j][sum_of(j)][lane][i] = 0.0f;
+
+  // This warp's steps, in order: slot j's chunks c = sum_of(j), + 8, ... (j == top_k: none left).
+  int j = 0;
+  int64_t c = sum_of(0);
+  const auto settle = [&] {
+    while (j < top_k && c >= chunks)
+      if (++j < top_k) c = sum_of(j);
+  };
+  settle();
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 wa0[kDepth], wb0[kDepth], wa1[kDepth], wb1[kDepth], x0[kDepth], x1[kDepth];
+  int step_slot[kDepth];
+  float acc[4] = {};
+  // A ring of kDepth steps: the first pass fills it, each later one computes
+  // entry d's step and then loads the step kDepth later into it.
+  for (bool fill = true, more = true; more; fill = false) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      if (!fill) {
+        const int slot = step_slot[d];
+        if (slot < 0) {
+          more = false;
+          break;
+        }
+        mma_half(acc, wa0[d], wb0[d], x0[d]);
+        mma_half(acc, wa1[d], wb1[d], x1[d]);
+        // A slot's steps are consecutive: the next one (loading already) says whether its sum is whole.
+        if (step_slot[(d + 1) % kDepth] != slot) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            partial[slot][sum_of(slot)][lane][i] = acc[i];
+            acc[i] = 0.0f;
+          }
+        }
+      }
+      step_slot[d] = j < top_k ? j : -1;
+      if (j < top_k) {  // x: h's row of the slot, for the token's column (g = 0)
+        const __nv_bfloat16* w = slot_down[j];
+        const int64_t at = c * kMmaChunk;
+        wa0[d] = __ldg(reinterpret_cast<const uint4*>(w + ra + at));
+        wb0[d] = __ldg(reinterpret_cast<const uint4*>(w + rb + at));
+        wa1[d] = __ldg(reinterpret_cast<const uint4*>(w + ra + at + 32));
+        wb1[d] = __ldg(reinterpret_cast<const uint4*>(w + rb + at + 32));
+        const float* xr = h + j * k + 8 * t + at;
+        x0[d] = g == 0 ? load_x(xr) : zero;
+        x1[d] = g == 0 ? load_x(xr + 32) : zero;
+        c += kMmaSplit;
+        settle();
+      }
+    }
+  }
+  __syncthreads();
+  // Accumulator i of lane (g, 0) holds row g (+8 for i = 2) of the token's column.
+  if (warp != 0 || t != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; i += 2) {
+    const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
+    if (row >= n) continue;
+    float sum = 0.0f;
+    for (int s = 0; s < top_k; ++s)
+      sum = __fadd_rn(sum, __fmul_rn(slot_weight[s], block_sum<1>(&partial[s][0][0][0], 0, i)));
+    float& to = out[row];
+    to = add ? __fadd_rn(to, sum) : sum;
+  }
+}
+
 // ---- launches -------------------------------------------------------------------
 
 // Slots of up to 8 pairs for a few pairs (decode), 32 for more: only how many
@@ -551,9 +697,11 @@ void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, con
                  r.top_groups <= r.groups,
              "experts ", r.experts, " in groups ", r.groups, ", keeping ", r.top_groups);
   if (tokens == 0) return;
+  static const bool tail_on = asked("TESSERA_CUDA_MOE_ROUTE_TAIL");
+  const bool tail_in_shared = tail_on;
   with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
     launch_kernel(route_kernel<D>, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, r,
-                  static_cast<const Storage<D>*>(bias), experts, weights);
+                  static_cast<const Storage<D>*>(bias), experts, weights, tail_in_shared);
   });
 }
 
@@ -574,9 +722,12 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
            pairs, " routed pairs");
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
   // The switches (=0) turn each step saved off, to measure what it gains: a lone
-  // token grouped, its sum added by Device::add's launch.
+  // token grouped, its sum added by Device::add's launch. A lone token's down and
+  // weighted sum in one launch runs only when asked for (=1) until it has run on
+  // a GPU.
   static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
+  static const bool down_sum_on = asked("TESSERA_CUDA_MOE_DOWN_SUM");
   const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
   if (router.logits != nullptr)
     route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
@@ -589,10 +740,16 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
   }
   const int64_t grid_items = lone ? top_k : items;
   launch_phase<true>(stream, table, tile, grid_items, by, x, table.hidden, table.inter, table.gate, table.up, s.h);
-  launch_phase<false>(stream, table, tile, grid_items, by, s.h, table.inter, table.hidden, table.down, nullptr, s.y);
   const bool straight = add && add_on;
-  launch_kernel(combine_kernel, static_cast<unsigned>(tokens), 256, 0, stream, s.y, weights, s.token_slots, s.slot_pair,
-                lone ? experts : nullptr, top_k, table.hidden, straight, add && !straight ? s.sum : out);
+  float* to = add && !straight ? s.sum : out;
+  if (lone && down_sum_on && top_k <= kMaxDownSumTopK && mma_matmul_fits(table.dtype, table.inter)) {
+    launch_kernel(down_sum_kernel, static_cast<unsigned>((table.hidden + 15) / 16), kMmaSplit * 32, 0, stream, s.h,
+                  table.inter, table.hidden, table.down, experts, weights, static_cast<int>(top_k), straight, to);
+  } else {
+    launch_phase<false>(stream, table, tile, grid_items, by, s.h, table.inter, table.hidden, table.down, nullptr, s.y);
+    launch_kernel(combine_kernel, static_cast<unsigned>(tokens), 256, 0, stream, s.y, weights, s.token_slots,
+                  s.slot_pair, lone ? experts : nullptr, top_k, table.hidden, straight, to);
+  }
   if (add && !straight) cuda::add(stream, s.sum, tokens * table.hidden, out);
 }
 

@@ -16,6 +16,10 @@
 //                   4. each token's outputs weighted and added in ascending expert
 //                      order into its row of out (no atomics), or onto it (add:
 //                      the residual stream, one launch of Device::add fewer).
+//                   A lone token of top_k <= 8 on tensor cores takes 3 and 4 in one
+//                   launch: a block computes 16 rows of every expert's down and
+//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=1 until it has
+//                   run on a GPU).
 //
 // The matmuls are the dense ones' sums: bf16 weights with k a multiple of 64 take
 // mma_matmul.cu's tensor-core order (the same mma_half on the same k positions,
