@@ -50,19 +50,18 @@ for step in $STEPS; do
     kernels)
       build-gpu/bin/cuda_bench | tee "$OUT/cuda_bench.log" ;;
     profile)
-      # Time per kernel of whole decode steps (Nsight Compute, clocks left alone), as CSV:
-      # the 1B and 8B shapes at batch 1 (after a 512-token prompt), and the 8B shape with
-      # 64 sequences (the last launches: its last decode steps). tools/gpu/steps.py sums them.
-      for shape in llama-3.2-1b:300 llama-3-8b:500; do
-        ncu --clock-control none --launch-skip ${shape#*:} --launch-count 400 --metrics gpu__time_duration.sum --csv \
-          build-gpu/bin/tessera bench --device cuda --config bench/shapes/${shape%:*}.json --random-weights --seed 1 \
-          --dtype bf16 --prompt 512 --decode 4 >"$OUT/profile-${shape%:*}.csv" 2>"$OUT/profile-${shape%:*}.err"
-        echo "profile ${shape%:*} rc $?"
+      # Time per kernel of whole decode steps (Nsight Compute, clocks left alone), as CSV: three decode steps
+      # (TESSERA_CUDA_PROFILE_STEPS=3 brackets them, so nothing else is profiled) of the 1B and 8B shapes at
+      # batch 1 after a 512-token prompt (steps 2-4), and of the 8B shape with 64 sequences (steps 10-12: the
+      # bench decodes 8 tokens of one sequence first). tools/gpu/steps.py sums them.
+      for run in llama-3.2-1b: llama-3-8b: llama-3-8b:64; do
+        shape=${run%:*} sequences=${run#*:}
+        TESSERA_CUDA_PROFILE_STEPS=3 TESSERA_CUDA_PROFILE_FROM=${sequences:+10} ncu --profile-from-start off --clock-control none \
+          --metrics gpu__time_duration.sum --csv build-gpu/bin/tessera bench --device cuda \
+          --config bench/shapes/$shape.json --random-weights --seed 1 --dtype bf16 --prompt 512 --decode 8 \
+          ${sequences:+--sequences $sequences} >"$OUT/profile-$shape${sequences:+-x$sequences}.csv" 2>"$OUT/profile.err"
+        echo "profile $shape${sequences:+ x$sequences} rc $?"
       done
-      ncu --clock-control none --launch-skip ${SKIP64:-26000} --launch-count 3000 --metrics gpu__time_duration.sum --csv \
-        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
-        --dtype bf16 --prompt 512 --decode 4 --sequences 64 >"$OUT/profile-64.csv" 2>"$OUT/profile-64.err"
-      echo "profile 64 rc $?"
       # One 512-token prefill of the 8B shape (steps.py takes the longest step).
       ncu --clock-control none --launch-count 1500 --metrics gpu__time_duration.sum --csv \
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
@@ -70,16 +69,19 @@ for step in $STEPS; do
       echo "profile prefill rc $?"
       # The sums come back; the CSVs (one file each) stay on the machine.
       python3 tools/gpu/steps.py "$OUT"/profile-*.csv >"$OUT/profile.txt" 2>&1
-      rm -f "$OUT"/profile-*.csv "$OUT"/profile-*.err
+      rm -f "$OUT"/profile-*.csv "$OUT"/profile*.err
       cat "$OUT/profile.txt" ;;
     details)
       # Nsight Compute's sections (speed of light, occupancy, warp stalls, memory) for the kernels named by
-      # $KERNELS (a regex) in the last decode steps of 64 sequences on the 8B shape, as text.
-      ncu --clock-control none --launch-skip-before-match ${SKIP64:-26000} --kernel-name "regex:${KERNELS:-mma_attention|gemm_kernel}" \
-        --launch-count ${DETAILS:-6} --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      # $KERNELS (a regex) in the second decode step of $SEQUENCES (default 64; empty: batch 1) sequences on the
+      # 8B shape (after the bench's 4 steps of one sequence), as text.
+      sequences=${SEQUENCES-64}
+      TESSERA_CUDA_PROFILE_STEPS=1 TESSERA_CUDA_PROFILE_FROM=${sequences:+6} ncu --profile-from-start off --clock-control none \
+        --kernel-name "regex:${KERNELS:-mma_attention|gemm_kernel}" --launch-count ${DETAILS:-6} \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
-        --dtype bf16 --prompt 512 --decode 4 --sequences 64 >"$OUT/details.txt" 2>"$OUT/details.err"
+        --dtype bf16 --prompt 512 --decode 4 ${sequences:+--sequences $sequences} >"$OUT/details.txt" 2>"$OUT/details.err"
       echo "details rc $?"
       # And the tiled GEMM of one 512-token prefill.
       ncu --clock-control none --kernel-name regex:gemm_kernel --launch-skip 20 --launch-count 3 --section SpeedOfLight \

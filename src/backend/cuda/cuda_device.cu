@@ -17,9 +17,15 @@
 // than the kernels run, and programmatic dependent launches already close the
 // gaps between kernels: docs/gpu.md).
 //
+// TESSERA_CUDA_PROFILE_STEPS=N brackets N decode steps, from the
+// TESSERA_CUDA_PROFILE_FROM-th (counted from 1, default 2), with
+// cudaProfilerStart/Stop, so that `ncu --profile-from-start off` (tools/gpu/check.sh
+// profile) times exactly those steps' kernels, whatever came before them.
+//
 // A GPU fault is a bug, not an input error: a failed launch or copy stops the
 // process with the CUDA error. Running out of memory is an input the caller
 // handles: alloc() and place() return kOverloaded naming what did not fit.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -51,6 +57,12 @@ void free_device(void* data, size_t /*bytes*/) { cudaFree(data); }
 bool asked(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && std::string_view(value) == "1";
+}
+
+// The number an environment variable holds (`unset` when it is not set or empty; 0 when it is not a number).
+int64_t count_in(const char* name, int64_t unset = 0) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::max<int64_t>(0, std::atoll(value)) : unset;
 }
 
 std::string gib(size_t bytes) {
@@ -143,13 +155,18 @@ class CudaDevice final : public Device {
   }
 
   void begin_step() override {
+    if (++decode_steps_ == profile_from_ && profile_steps_ > 0) check(cudaProfilerStart(), "starting the profiler");
     if (!graphs_ || recording_) return;
     select();
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "recording a step");
     recording_ = true;
   }
 
-  void end_step() override { run_recorded(); }
+  void end_step() override {
+    run_recorded();
+    if (profile_steps_ > 0 && decode_steps_ == profile_from_ + profile_steps_ - 1)
+      check(cudaProfilerStop(), "stopping the profiler");
+  }
 
   int64_t steps_as_graphs() const override { return graph_steps_; }
 
@@ -613,6 +630,10 @@ class CudaDevice final : public Device {
   bool recording_ = false;
   std::unordered_map<size_t, cudaGraphExec_t> execs_;
   int64_t graph_steps_ = 0;
+  // TESSERA_CUDA_PROFILE_STEPS and _FROM (see the top of this file), and the decode steps begun.
+  const int64_t profile_steps_ = count_in("TESSERA_CUDA_PROFILE_STEPS");
+  const int64_t profile_from_ = std::max<int64_t>(1, count_in("TESSERA_CUDA_PROFILE_FROM", 2));
+  int64_t decode_steps_ = 0;
 
   // ---- Mixture of experts (moe.cu): routing and a layer's experts without the host.
  public:

@@ -52,6 +52,8 @@ void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, 
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
 // in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
 // `scratch` holds mma_gemm_scratch(tokens, k, job) bytes.
+// The device's SMs (of the current device, asked once).
+int multiprocessors();
 int64_t mma_gemm_min_tokens();
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
 void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch);

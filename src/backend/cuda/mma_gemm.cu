@@ -291,17 +291,6 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
   out = job.accumulate ? out + value : value;
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    return cudaGetDevice(&device) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess
-               ? sms
-               : 1;
-  }();
-  return count;
-}
-
 // A job's blocks, their tokens and rows, and whether they run one sum each: when
 // the blocks for whole outputs would not fill half the device (few tokens, few
 // rows), eight times as many blocks each run one sum. (On the H200, 8B shape:
@@ -378,6 +367,17 @@ __global__ void __launch_bounds__(kThreads) mma_peak_kernel(float* out) {
 }
 
 }  // namespace
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess
+               ? sms
+               : 1;
+  }();
+  return count;
+}
 
 double mma_peak(cudaStream_t stream) {
   const int blocks = kPeakBlocksPerSm * multiprocessors();

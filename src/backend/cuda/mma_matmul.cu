@@ -186,7 +186,12 @@ void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
   // The token tile and the unrolling only set how many tokens share a weight load
   // and how many loads are in flight, never a sum's order. (Unrolling 2 streamed
   // the 8B shape's weights fastest at one token, of 1, 2, 4 and 8; 16 warps
-  // instead of 8 helped only 1024-row matmuls.)
+  // instead of 8 helped only 1024-row matmuls.) A matmul of at most a block an SM
+  // unrolls 4 (128 registers a thread, two blocks an SM): on the H200 the 1B
+  // shape's decode, whose o and down are 128 blocks, ran 863 and 853 tok/s against
+  // 837 and 832, while the 8B shape's o and down (256 blocks) lost 2 % that way.
+  if (tokens <= 8 && job.first_tile[job.count] <= multiprocessors())
+    return launch<1, 4, kGateUp>(stream, x, tokens, k, job);
   if (tokens <= 8) return launch<1, 2, kGateUp>(stream, x, tokens, k, job);
   if (tokens <= 32 || kGateUp) return launch<4, 2, kGateUp>(stream, x, tokens, k, job);
   return launch<8, 1, false>(stream, x, tokens, k, job);
