@@ -97,8 +97,7 @@ Status InferenceLoop::load() {
     TS_ASSIGN_OR_RETURN(LocalEngine local, LocalEngine::create(model_->model, serving_engine_options(options_)));
     backend_ = std::make_unique<LocalBackend>(std::move(local));
   }
-  backend_->update_stats(stats_);
-  max_positions_ = backend_->max_positions();
+  refresh_stats();
   return {};
 }
 
@@ -116,7 +115,7 @@ void InferenceLoop::run() {
       const auto woken = [&] { return stopping_ || !waiting_.empty(); };
       if (live_.empty() && !wake_.wait_for(lock, kIdleStats, woken)) {
         lock.unlock();
-        backend_->update_stats(stats_);
+        refresh_stats();
         continue;
       }
       if (stopping_) break;
@@ -151,7 +150,7 @@ void InferenceLoop::run() {
       }
     }
     count_requests();
-    backend_->update_stats(stats_);
+    refresh_stats();
     flush();
     stats_.iteration_ns += ns_since(iteration_start);
   }
@@ -189,9 +188,13 @@ std::vector<Submission> InferenceLoop::take_waiting() {
   return admitted;
 }
 
+void InferenceLoop::refresh_stats() {
+  backend_->update_stats(stats_);
+  max_positions_ = backend_->max_positions();  // a pipeline's, once its stages have told their pools
+}
+
 void InferenceLoop::count_requests() {
   held_ = static_cast<int64_t>(backend_->held());
-  max_positions_ = backend_->max_positions();
   std::lock_guard lock(mutex_);
   stats_.waiting = static_cast<int64_t>(waiting_.size()) + held_.load();
   stats_.running = static_cast<int64_t>(live_.size()) - held_.load();

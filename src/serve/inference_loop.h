@@ -189,8 +189,10 @@ class InferenceLoop {
   void emit(const std::shared_ptr<const Sink>& sink, GenerationEvent event);
   void flush();
   // After a step: running and waiting as vLLM counts them (the requests the
-  // backend holds for KV blocks are waiting), and the pool's size.
+  // backend holds for KV blocks are waiting).
   void count_requests();
+  // The backend's figures for /metrics, and max_positions().
+  void refresh_stats();
 
   const LoopOptions options_;
   std::function<void(EventBatch)> deliver_;  // set before start(); empty: sinks run on the inference thread

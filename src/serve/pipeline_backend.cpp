@@ -293,6 +293,16 @@ StepOutput PipelineBackend::sample_here(uint64_t id, SampledHere& request, std::
   return {.id = id, .token = token, .logprobs = log_softmax(raw, token, request.top)};
 }
 
+int64_t PipelineBackend::max_positions() const {
+  const int64_t bs = pipeline_->block_size();
+  int64_t most = context_;
+  if (bs <= 0) return most;  // stages that predate block_size send no KV figures either
+  for (const std::optional<wire::KvUsage>& stage : pipeline_->kv_usage())
+    if (stage && stage->blocks > 0)
+      most = std::min(most, static_cast<int64_t>(std::min(stage->blocks, static_cast<uint64_t>(context_))) * bs);
+  return most;
+}
+
 // KV usage: the fullest stage's (the first to run out), as its last heartbeat said.
 void PipelineBackend::update_stats(LoopStats& stats) const {
   wire::KvUsage fullest;

@@ -91,7 +91,9 @@ class PipelineBackend final : public LoopBackend {
   static Result<std::unique_ptr<PipelineBackend>> connect(const PipelineServing& serving, const ModelConfig& config,
                                                           const std::string& model_dir, int64_t context);
 
-  int64_t max_positions() const override { return context_; }
+  // The smallest stage's KV pool once the stages' heartbeats have told it (a
+  // request that outgrows it would fail there), else the context.
+  int64_t max_positions() const override;
   int64_t free_blocks() const override { return std::numeric_limits<int64_t>::max(); }
   int64_t blocks_for(int64_t /*tokens*/) const override { return 0; }
   Status open(uint64_t id, int64_t capacity, const Submission& request) override;

@@ -387,7 +387,8 @@ TEST(ServePipelineTest, ClientsThatLeaveFreeTheirBlocksOnEveryStage) {
 // (its prompt and tokens so far as one prompt; the last stage's sampler resumed
 // by start's "output"). Nothing fails, and every answer (greedy, seeded, with
 // logprobs sampled by the server) is bitwise the one it gets alone on a roomy
-// server; /metrics counts the preemptions; no stage holds a request after.
+// server; /metrics counts the preemptions; no stage holds a request after. A
+// request the stages' pools cannot hold is refused on arrival (400), as on one host.
 TEST(ServePipelineTest, PreemptedRequestsGetBitwiseTheirAnswersAlone) {
   if (access(kCurl, X_OK) != 0) GTEST_SKIP() << "needs curl";
   std::vector<Json> requests;
@@ -425,6 +426,13 @@ TEST(ServePipelineTest, PreemptedRequestsGetBitwiseTheirAnswersAlone) {
   EXPECT_EQ(metric(metrics, "request_failure_total"), 0) << metrics;
   std::string last;
   EXPECT_TRUE(stages_hold_none(pipeline, std::chrono::seconds(10), last)) << last;
+  // What the stages' pools cannot hold (their heartbeats said 8 blocks) is refused on arrival, as on one host.
+  Json too_long = requests[0];
+  too_long["max_tokens"] = 300;
+  const PipelineServer::Reply refused = server.request("/v1/completions", too_long.dump());
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_NE(refused.body.find("need 309 positions; the KV pool holds 256 (--kv-memory)"), std::string::npos)
+      << refused.body;
 }
 
 // The prefix cache over a pipeline (issue 17, points 6, 7 and 11): prompts that
