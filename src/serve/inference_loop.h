@@ -159,8 +159,8 @@ class InferenceLoop {
   // The model, once ready(); immutable (tokenizer and chat template are thread-safe).
   const TextModel& model() const { return *model_; }
   int64_t context() const;
-  // The most positions one request may hold (the KV pool's, or on a pipeline the
-  // model's context), once ready().
+  // The most positions one request may hold (the KV pool's; on a pipeline the
+  // smallest stage's, once their heartbeats told it), once ready().
   int64_t max_positions() const { return max_positions_.load(); }
 
   // Queues the sequences of one request (its n choices), all or none: kOverloaded
