@@ -3,9 +3,7 @@
 // logits full of ties, every family's routing; the experts bitwise what the
 // GPU's own matmul, gather and scatter-add give one expert at a time (tensor
 // cores and FMA, decode and prefill tiles); a token's row the same alone and
-// among others (alone, with TESSERA_CUDA_MOE_DOWN_SUM=1, its down and weighted
-// sum in one launch; with TESSERA_CUDA_MOE_ROUTE_TAIL=1, routing's weights from
-// shared memory: both run only when asked for until they have run on a GPU).
+// among others (alone, its down and weighted sum in one launch).
 // The fixtures run through it in cuda_forward_test.cpp. Skips without a GPU.
 #include <gtest/gtest.h>
 

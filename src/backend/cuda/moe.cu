@@ -3,8 +3,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -14,14 +12,6 @@
 namespace tessera::cuda {
 
 namespace {
-
-// Whether the environment variable `name` is "1": the kernels that run only when
-// asked for until they have run on a GPU (cuda_device.cu's `asked`, which this
-// goes with once they have).
-bool asked(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::string_view(value) == "1";
-}
 
 // ---- routing ----------------------------------------------------------------
 //
@@ -42,7 +32,7 @@ __device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t
 template <DType D>
 __global__ void __launch_bounds__(kRouteThreads)
     route_kernel(const float* __restrict__ logits, ExpertRouting r, const Storage<D>* __restrict__ bias,
-                 int32_t* __restrict__ experts, float* __restrict__ weights, bool tail_in_shared) {
+                 int32_t* __restrict__ experts, float* __restrict__ weights) {
   __shared__ float choice[kMaxRoutedExperts];
   __shared__ int32_t top[kRouteThreads];  // the first kRouteThreads chosen experts, in rank order
   __shared__ unsigned char taken[kMaxRoutedExperts];
@@ -158,37 +148,21 @@ __global__ void __launch_bounds__(kRouteThreads)
   // by thread 0 in order: their sum, then each one divided and scaled as it is
   // written. Each expert comes from `top` (shared memory), where reading it back
   // from `experts` behind each weight's store took a trip to L2 an expert (and
-  // the division another). Only with TESSERA_CUDA_MOE_ROUTE_TAIL=1 until it has
-  // run on a GPU.
+  // the division another).
   if (threadIdx.x != 0) return;
-  if (tail_in_shared) {
-    const auto weight = [&](int j) {
-      const int32_t e = j < kRouteThreads ? top[j] : chosen[j];
-      return sigmoid ? routing::sigmoid(l[e]) : choice[e];
-    };
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum = routing::add(sum, weight(j));
-    if (r.normalize && sigmoid) sum = routing::add(sum, 1e-20f);
-    for (int j = 0; j < k; ++j) {
-      float w = weight(j);
-      if (r.normalize) w = routing::div(w, sum);
-      if (r.scaling != 1.0f) w = routing::mul(w, r.scaling);
-      chosen_w[j] = w;
-    }
-    return;
-  }
+  const auto weight = [&](int j) {
+    const int32_t e = j < kRouteThreads ? top[j] : chosen[j];
+    return sigmoid ? routing::sigmoid(l[e]) : choice[e];
+  };
   float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum = routing::add(sum, weight(j));
+  if (r.normalize && sigmoid) sum = routing::add(sum, 1e-20f);
   for (int j = 0; j < k; ++j) {
-    const float w = sigmoid ? routing::sigmoid(l[chosen[j]]) : choice[chosen[j]];
+    float w = weight(j);
+    if (r.normalize) w = routing::div(w, sum);
+    if (r.scaling != 1.0f) w = routing::mul(w, r.scaling);
     chosen_w[j] = w;
-    sum = routing::add(sum, w);
   }
-  if (r.normalize) {
-    if (sigmoid) sum = routing::add(sum, 1e-20f);
-    for (int j = 0; j < k; ++j) chosen_w[j] = routing::div(chosen_w[j], sum);
-  }
-  if (r.scaling != 1.0f)
-    for (int j = 0; j < k; ++j) chosen_w[j] = routing::mul(chosen_w[j], r.scaling);
 }
 
 // ---- grouping ---------------------------------------------------------------
@@ -697,11 +671,9 @@ void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, con
                  r.top_groups <= r.groups,
              "experts ", r.experts, " in groups ", r.groups, ", keeping ", r.top_groups);
   if (tokens == 0) return;
-  static const bool tail_on = asked("TESSERA_CUDA_MOE_ROUTE_TAIL");
-  const bool tail_in_shared = tail_on;
   with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
     launch_kernel(route_kernel<D>, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, r,
-                  static_cast<const Storage<D>*>(bias), experts, weights, tail_in_shared);
+                  static_cast<const Storage<D>*>(bias), experts, weights);
   });
 }
 
@@ -722,12 +694,11 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
            pairs, " routed pairs");
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
   // The switches (=0) turn each step saved off, to measure what it gains: a lone
-  // token grouped, its sum added by Device::add's launch. A lone token's down and
-  // weighted sum in one launch runs only when asked for (=1) until it has run on
-  // a GPU.
+  // token grouped, its sum added by Device::add's launch, its down and weighted
+  // sum in two launches.
   static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
-  static const bool down_sum_on = asked("TESSERA_CUDA_MOE_DOWN_SUM");
+  static const bool down_sum_on = !switched_off("TESSERA_CUDA_MOE_DOWN_SUM");
   const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
   if (router.logits != nullptr)
     route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);

@@ -18,8 +18,7 @@
 //                      the residual stream, one launch of Device::add fewer).
 //                   A lone token of top_k <= 8 on tensor cores takes 3 and 4 in one
 //                   launch: a block computes 16 rows of every expert's down and
-//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=1 until it has
-//                   run on a GPU).
+//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=0: two launches).
 //
 // The matmuls are the dense ones' sums: bf16 weights with k a multiple of 64 take
 // mma_matmul.cu's tensor-core order (the same mma_half on the same k positions,
