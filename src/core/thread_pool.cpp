@@ -136,4 +136,20 @@ void ThreadPool::worker_loop() {
   }
 }
 
+void for_chunks(ThreadPool& pool, size_t n, size_t unit, const std::function<void(size_t, size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  const size_t parts = 2 * pool.size();
+  pool.parallel_for(pool.size(), 1, [&](size_t, size_t) {
+    size_t begin = next.load(std::memory_order_relaxed);
+    while (begin < n) {
+      const size_t size = std::max<size_t>(1, (n - begin) / parts / unit) * unit;
+      const size_t end = std::min(n, begin + size);
+      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+        fn(begin, end);
+        begin = next.load(std::memory_order_relaxed);
+      }
+    }
+  });
+}
+
 }  // namespace tessera

@@ -72,4 +72,14 @@ class ThreadPool {
   std::atomic<size_t> closed_{0};
 };
 
+// Calls fn(begin, end) over [0, n) in chunks taken by whichever thread is free next, so
+// that a thread slowed by other work on the machine takes fewer chunks instead of the
+// others waiting for its fixed share. Chunks shrink as the work runs out (guided
+// scheduling): each takes 1 / (2 * threads) of what is left, in multiples of `unit` and
+// at least `unit`, so that few chunks are taken and the threads still finish within about
+// one unit of each other (with equal chunks of 1 / (8 * threads) of the work, the last
+// thread could be left an eighth of its share to do alone). Which thread takes a chunk
+// must not change its results (the callers compute each element by one call, in one order).
+void for_chunks(ThreadPool& pool, size_t n, size_t unit, const std::function<void(size_t, size_t)>& fn);
+
 }  // namespace tessera

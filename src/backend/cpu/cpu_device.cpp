@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,29 +32,6 @@ void free_host(void* data, size_t bytes) {
   }
 }
 
-// Calls fn(begin, end) over [0, n) in chunks taken by whichever thread is free next, so
-// that a thread slowed by other work on the machine takes fewer chunks instead of the
-// others waiting for its fixed share. Chunks shrink as the work runs out (guided
-// scheduling): each takes 1 / (2 * threads) of what is left, in multiples of `unit` and
-// at least `unit`, so that few chunks are taken and the threads still finish within about
-// one unit of each other (with equal chunks of 1 / (8 * threads) of the work, the last
-// thread could be left an eighth of its share to do alone). An element is still computed by one call
-// in the order matmul.cpp states, so no result depends on which thread took it.
-void for_chunks(ThreadPool& pool, size_t n, size_t unit, const std::function<void(size_t, size_t)>& fn) {
-  std::atomic<size_t> next{0};
-  const size_t parts = 2 * pool.size();
-  pool.parallel_for(pool.size(), 1, [&](size_t, size_t) {
-    size_t begin = next.load(std::memory_order_relaxed);
-    while (begin < n) {
-      const size_t size = std::max<size_t>(1, (n - begin) / parts / unit) * unit;
-      const size_t end = std::min(n, begin + size);
-      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
-        fn(begin, end);
-        begin = next.load(std::memory_order_relaxed);
-      }
-    }
-  });
-}
 // Rows in units of 16 (whole decode tiles).
 void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
   for_chunks(pool, n, 16, fn);

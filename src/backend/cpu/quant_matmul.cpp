@@ -22,7 +22,6 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_matmul.h"
@@ -185,17 +184,12 @@ void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const Tensor
     });
   }
 
-  // Chunks of a multiple of 16 rows, about 8 a thread, taken by whichever thread is
-  // free next; a row is computed by one call in the one order, so no result depends on
-  // which thread took it (as CpuDevice::matmul splits 16-bit weights).
-  const size_t rows = static_cast<size_t>(n);
-  const size_t chunk = std::max<size_t>(16, (rows / (pool.size() * 8) + 15) / 16 * 16);
-  std::atomic<size_t> next{0};
-  pool.parallel_for(pool.size(), 1, [&](size_t, size_t) {
-    for (size_t begin = next.fetch_add(chunk); begin < rows; begin = next.fetch_add(chunk)) {
-      const size_t end = std::min(rows, begin + chunk);
-      quant_dot_rows(w.dtype, base + begin * row_bytes, static_cast<int64_t>(end - begin), k, xq, tokens, y + begin, n);
-    }
+  // Chunks of 16 rows or a multiple, shrinking as the rows run out (for_chunks), taken
+  // by whichever thread is free next; a row is computed by one call in the one order,
+  // so no result depends on which thread took it (as CpuDevice::matmul splits 16-bit
+  // weights).
+  for_chunks(pool, static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
+    quant_dot_rows(w.dtype, base + begin * row_bytes, static_cast<int64_t>(end - begin), k, xq, tokens, y + begin, n);
   });
 }
 
