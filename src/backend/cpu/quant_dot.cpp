@@ -18,6 +18,7 @@
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_unpack-inl.h"
 #include "core/check.h"
+#include "hwy/cache_control.h"
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
@@ -362,6 +363,14 @@ HWY_INLINE float finish(Acc acc) {
 
 #endif
 
+// Decode (one token) of the K-quant types (units of 144 bytes or more) waited on memory:
+// perf put most of Q6_K's samples on each unit's first load, although each row is a
+// sequential stream. So each unit's bytes kPrefetchAhead further on in every row are
+// asked for in advance (docs/benchmarks.md has the figures). A hint only: no result
+// changes, and a prefetch past the end of the weights does not fault.
+constexpr size_t kPrefetchAhead = 2048;
+constexpr size_t kPrefetchFrom = 144;
+
 // kRows rows (row_step bytes apart, their outputs y_step apart) against `tokens` (at
 // most kTile) tokens' activations (`units` blocks apart, outputs ldy apart), unit by
 // unit: each unit's weights are unpacked once for a whole tile; a partial tile takes
@@ -382,6 +391,10 @@ HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, cons
         continue;
       }
 #endif
+      if constexpr (kTile == 1 && kBytes >= kPrefetchFrom) {
+        for (int r = 0; r < kRows; ++r)
+          for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(wu + r * row_step + kPrefetchAhead + off);
+      }
       for (int r = 0; r < kRows; ++r) dot_unit<kT, kTile>(wu + r * row_step, x + u, units, acc[r]);
     } else {
       for (int r = 0; r < kRows; ++r) {
