@@ -21,7 +21,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
-
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_unpack-inl.h"
