@@ -15,7 +15,9 @@
 // reads them from global memory). A warp streams the row's
 // bytes into its ring in shared memory with 16-byte cp.async copies (kAhead stages
 // of 512 bytes in flight), whatever the blocks' alignment (a Q8_0 block is 34 bytes,
-// a Q6_K one 210), and reads each block from there. The row's units (a block of 32
+// a Q6_K one 210), and reads each block from there: the ring's first bytes repeat past
+// its end, so a part that wraps is read in a row, and Q4_K and Q5_K blocks (144 and
+// 176 bytes, so on 16-byte boundaries) take 16-byte reads. The row's units (a block of 32
 // for Q8_0/Q4_0, a super-block of 256 for the K types) are dealt round-robin to G
 // groups of L lanes (L = 2, 1, 8, 8, 8 for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; G = 32 / L):
 // unit u to group u % G. The lanes of a group each take a fixed part of the unit and
@@ -47,6 +49,10 @@ constexpr int kStages = 8;  // the ring of a warp: 4 KiB
 constexpr int kRingBytes = kStages * kStageBytes;
 constexpr int kAhead = kStages - 2;  // stages in flight (a round of units spans at most two stages)
 constexpr uint32_t kRingMask = kRingBytes / 4 - 1;
+// The ring's first bytes again past its end, so that the words of a part that wraps
+// are read in a row: a warp's ring takes kRingBytes + kRingTail of shared memory.
+constexpr int kRingTail = 48;
+constexpr int kRingStride = kRingBytes + kRingTail;
 // A block copies its tile's rounded activations into shared memory when they take
 // at most this (decode, and short tiles), so that the rounds read them from there.
 constexpr int64_t kStagedBytes = 24 << 10;
@@ -168,14 +174,20 @@ int64_t staged_bytes(int tile, int64_t k) {
 
 // N 32-bit words of the stream from byte s on (any alignment), out of the ring.
 template <int N>
-__device__ __forceinline__ void ring_words(const uint32_t* ring, int64_t s, uint32_t (&out)[N]) {
-  const auto a = static_cast<uint32_t>(s >> 2);
-  const auto shift = static_cast<uint32_t>(s & 3) * 8;
-  uint32_t w[N + 1];
-#pragma unroll
-  for (int i = 0; i <= N; ++i) w[i] = ring[(a + i) & kRingMask];
+__device__ __forceinline__ void ring_words(const uint32_t* ring, uint32_t s, uint32_t (&out)[N]) {
+  static_assert(4 * N <= kRingTail, "the words past the ring's end are its tail");
+  const uint32_t* w = ring + ((s >> 2) & kRingMask);
+  const uint32_t shift = (s & 3) * 8;
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], shift);
+}
+// The 16 bytes of the stream from byte s on, s a multiple of 16: one 16-byte read.
+__device__ __forceinline__ uint4 ring16(const uint32_t* ring, uint32_t s) {
+  return *reinterpret_cast<const uint4*>(ring + ((s >> 2) & kRingMask));
+}
+// The 2 bytes of the stream at byte s, s even (so they lie in one word), in the low half.
+__device__ __forceinline__ uint32_t ring_half(const uint32_t* ring, uint32_t s) {
+  return ring[(s >> 2) & kRingMask] >> ((s & 2) * 8);
 }
 
 __device__ __forceinline__ int dot16(const int4 x, const uint32_t* w) {
@@ -193,38 +205,36 @@ __device__ __forceinline__ int sum16(const int4 x, int times) {
 }
 __device__ __forceinline__ int4 x16(const int8_t* p) { return *reinterpret_cast<const int4*>(p); }
 
-// Byte b of the 12 scale bytes of a Q4_K/Q5_K unit (shifts, not an indexed array,
-// which would live in local memory).
-__device__ __forceinline__ int scale_byte(const uint32_t (&s)[3], int b) {
-  const uint64_t low = s[0] | static_cast<uint64_t>(s[1]) << 32;
-  return static_cast<int>((b < 8 ? low >> (8 * b) : s[2] >> (8 * (b - 8))) & 0xff);
+// ggml's get_scale_min_k4 for sub-blocks 2i and 2i + 1 of a Q4_K/Q5_K unit, whose 12
+// scale bytes are the words s0, s1, s2: their 6-bit scales (bytes 2 (i & 1) and
+// 2 (i & 1) + 1 of sc) and mins (of m), four sub-blocks a word in 32-bit operations.
+__device__ __forceinline__ void scales_mins(uint32_t s0, uint32_t s1, uint32_t s2, int i, uint32_t& sc, uint32_t& m) {
+  sc = i < 2 ? s0 & 0x3f3f3f3fu : (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
+  m = i < 2 ? s1 & 0x3f3f3f3fu : ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
 }
-// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block g.
+// The 6-bit scale and min of sub-block g (the embedding's dequantization).
 __device__ __forceinline__ void scale_min(const uint32_t (&s)[3], int g, int& sc, int& m) {
-  if (g < 4) {
-    sc = scale_byte(s, g) & 63, m = scale_byte(s, g + 4) & 63;
-  } else {
-    sc = (scale_byte(s, g + 4) & 0xf) | ((scale_byte(s, g - 4) >> 6) << 4);
-    m = (scale_byte(s, g + 4) >> 4) | ((scale_byte(s, g) >> 6) << 4);
-  }
+  uint32_t scs, ms;
+  scales_mins(s[0], s[1], s[2], g / 2, scs, ms);
+  sc = static_cast<int>((scs >> (8 * (g % 4))) & 0xff), m = static_cast<int>((ms >> (8 * (g % 4))) & 0xff);
 }
 
 // One lane's part of unit u (stream byte su) for kTile tokens: P[t] (and M[t] for
 // Q4_K/Q5_K) into p/m; returns d_w (dmin_w into dmin). j: the lane within its group.
+// Every unit starts on an even stream byte (the row on 16, the blocks even-sized);
+// Q4_K and Q5_K units (144 and 176 bytes) on 16, so their parts are 16-byte reads.
 template <DType kT, int kTile>
-__device__ __forceinline__ float lane_part(const uint32_t* ring, int64_t su, int j, int64_t u, const Acts& a,
+__device__ __forceinline__ float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const Acts& a,
                                            const int64_t (&xt)[kTile], int64_t k, int (&p)[kTile], int (&m)[kTile],
                                            float& dmin) {
   if constexpr (kT == DType::kQ8_0) {
-    uint32_t d[1], w[4];
-    ring_words(ring, su, d);
+    uint32_t w[4];
     ring_words(ring, su + 2 + 16 * j, w);
 #pragma unroll
     for (int t = 0; t < kTile; ++t) p[t] = dot16(x16(a.q + xt[t] * k + 32 * u + 16 * j), w);
-    return f16_bits(d[0]);
+    return f16_bits(ring_half(ring, su));
   } else if constexpr (kT == DType::kQ4_0) {
-    uint32_t d[1], w[4], lo[4], hi[4];
-    ring_words(ring, su, d);
+    uint32_t w[4], lo[4], hi[4];
     ring_words(ring, su + 2, w);
 #pragma unroll
     for (int i = 0; i < 4; ++i) lo[i] = w[i] & 0x0f0f0f0fu, hi[i] = (w[i] >> 4) & 0x0f0f0f0fu;
@@ -234,56 +244,62 @@ __device__ __forceinline__ float lane_part(const uint32_t* ring, int64_t su, int
       const int4 x0 = x16(x), x1 = x16(x + 16);
       p[t] = dot16(x0, lo) + dot16(x1, hi) - sum16(x0, 0x08080808) - sum16(x1, 0x08080808);
     }
-    return f16_bits(d[0]);
+    return f16_bits(ring_half(ring, su));
   } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
     constexpr bool kFive = kT == DType::kQ5_K;
-    const int i = j >> 1, h = j & 1;  // sub-blocks 2i (low nibbles) and 2i + 1 (high), elements 16h..16h+15
-    uint32_t head[1], s[3], w[4], lo[4], hi[4];
-    ring_words(ring, su, head);
-    ring_words(ring, su + 4, s);
-    ring_words(ring, su + (kFive ? 48 : 16) + 16 * j, w);
+    // Sub-blocks 2i (the low nibbles) and 2i + 1 (the high), elements 16h..16h+15 of
+    // each. The lanes with i >= 2 take the high nibbles' activations first, so that
+    // each 16-byte read of x by a group's 8 lanes hits 8 different bank quads.
+    const int i = j >> 1, h = j & 1, first = i >= 2 ? 1 : 0;
+    const uint4 head = ring16(ring, su);  // d, dmin, the 12 scale bytes
+    const uint4 q = ring16(ring, su + (kFive ? 48 : 16) + 16 * j);
+    const uint32_t qs[4] = {q.x, q.y, q.z, q.w};
+    uint32_t wa[4], wb[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) lo[e] = w[e] & 0x0f0f0f0fu, hi[e] = (w[e] >> 4) & 0x0f0f0f0fu;
+    for (int e = 0; e < 4; ++e)
+      wa[e] = (qs[e] >> (4 * first)) & 0x0f0f0f0fu, wb[e] = (qs[e] >> (4 - 4 * first)) & 0x0f0f0f0fu;
     if constexpr (kFive) {
-      uint32_t qh[4];
-      ring_words(ring, su + 16 + 16 * h, qh);
+      const uint4 qh4 = ring16(ring, su + 16 + 16 * h);
+      const uint32_t qh[4] = {qh4.x, qh4.y, qh4.z, qh4.w};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        lo[e] |= ((qh[e] >> (2 * i)) & 0x01010101u) << 4;
-        hi[e] |= ((qh[e] >> (2 * i + 1)) & 0x01010101u) << 4;
+        wa[e] |= ((qh[e] >> (2 * i + first)) & 0x01010101u) << 4;
+        wb[e] |= ((qh[e] >> (2 * i + 1 - first)) & 0x01010101u) << 4;
       }
     }
-    int sc_lo, m_lo, sc_hi, m_hi;
-    scale_min(s, 2 * i, sc_lo, m_lo);
-    scale_min(s, 2 * i + 1, sc_hi, m_hi);
+    uint32_t sc, mn;
+    scales_mins(head.y, head.z, head.w, i, sc, mn);
+    const int at = 16 * (i & 1);  // sub-block 2i's byte
+    const int sc_a = static_cast<int>((sc >> (at + 8 * first)) & 0xff);
+    const int sc_b = static_cast<int>((sc >> (at + 8 - 8 * first)) & 0xff);
+    const int m_lo = static_cast<int>((mn >> at) & 0xff), m_hi = static_cast<int>((mn >> (at + 8)) & 0xff);
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i + 16 * h;
-      p[t] = sc_lo * dot16(x16(x), lo) + sc_hi * dot16(x16(x + 32), hi);
+      p[t] = sc_a * dot16(x16(x + 32 * first), wa) + sc_b * dot16(x16(x + 32 - 32 * first), wb);
       const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i + h;
       m[t] = m_lo * sums[0] + m_hi * sums[2];
     }
-    dmin = f16_bits(head[0] >> 16);
-    return f16_bits(head[0]);
+    dmin = f16_bits(head.x >> 16);
+    return f16_bits(head.x);
   } else {
     static_assert(kT == DType::kQ6_K);
     const int g = j >> 2, c = j & 3;  // elements 128g + 32c .. +31
-    uint32_t ql[8], qh[8], sc[1], d[1], q[8];
+    uint32_t ql[8], qh[8], q[8];
     ring_words(ring, su + 64 * g + 32 * (c & 1), ql);
     ring_words(ring, su + 128 + 32 * g, qh);
-    ring_words(ring, su + 192 + 8 * g + 2 * c, sc);
-    ring_words(ring, su + 208, d);
+    const uint32_t sc = ring_half(ring, su + 192 + 8 * g + 2 * c);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       q[e] = ((ql[e] >> (4 * (c >> 1))) & 0x0f0f0f0fu) | (((qh[e] >> (2 * c)) & 0x03030303u) << 4);
-    const int sc_a = static_cast<int8_t>(sc[0] & 0xff), sc_b = static_cast<int8_t>((sc[0] >> 8) & 0xff);
+    const int sc_a = static_cast<int8_t>(sc & 0xff), sc_b = static_cast<int8_t>((sc >> 8) & 0xff);
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g + 32 * c;
       const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g + 2 * c;  // Q8_K's sums of x's two sixteens
       p[t] = sc_a * (dot16(x16(x), q) - 32 * sums[0]) + sc_b * (dot16(x16(x + 16), q + 4) - 32 * sums[1]);
     }
-    return f16_bits(d[0]);
+    return f16_bits(ring_half(ring, su + 208));
   }
 }
 
@@ -305,7 +321,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
   const int64_t tiles = (tokens + kTile - 1) / kTile;
   const int64_t own_row = static_cast<int64_t>(blockIdx.x) / tiles * kWarps + warp;
   const int64_t row = min(own_row, n - 1);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingBytes;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
   const int64_t units = k / U::kElems;
   const int64_t row_bytes = units * U::kBytes;
   // The row's stream: from the 16-byte boundary at or before its first byte.
@@ -315,7 +331,11 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
   const int64_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
   const auto issue = [&](int64_t stage) {
     const int64_t c = stage * 32 + lane;
-    if (c < chunks) copy16(ring + ((c * 16) & (kRingBytes - 1)), from + c * 16);
+    if (c < chunks) {
+      const int64_t at = (c * 16) & (kRingBytes - 1);
+      copy16(ring + at, from + c * 16);
+      if (at < kRingTail) copy16(ring + kRingBytes + at, from + c * 16);  // and into the tail
+    }
     copies_sent();
   };
   for (int s = 0; s < kAhead; ++s) issue(s);
@@ -331,7 +351,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
     // The block copies them to shared memory once (words of 16 and 4 bytes: the
     // scales and sums of a token need not start on 16 bytes), then reads them from there.
     const int64_t scales = k / U::kElems, sum_words = U::kSums ? k / 32 : 0;
-    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kRingBytes;
+    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kRingStride;
     auto* d = reinterpret_cast<float*>(q + kTile * k);
     auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
 #pragma unroll
@@ -350,17 +370,20 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
   const int group = lane / kLanes, j = lane % kLanes;
   const auto* ring32 = reinterpret_cast<const uint32_t*>(ring);
   float acc[kTile] = {};
-  const int64_t rounds = (units + kGroups - 1) / kGroups;
-  int64_t r = 0;
+  // Round r takes unit u = r * kGroups + group, at stream byte su; it needs the stream
+  // up to round_end. (A row's units and bytes fit in 32 bits: ring offsets wrap anyway.)
+  int u = group;
+  uint32_t su = static_cast<uint32_t>(skew) + group * U::kBytes;
+  int64_t round_end = skew + kGroups * U::kBytes;
   for (int64_t stage = 0; stage < stages; ++stage) {
     copies_wait<kAhead - 1>();
     __syncwarp();
     const int64_t landed = min((stage + 1) * kStageBytes, end);
-    for (; r < rounds && min(skew + (r + 1) * kGroups * U::kBytes, end) <= landed; ++r) {
-      const int64_t u = r * kGroups + group;
+    for (; u - group < units && min(round_end, end) <= landed;
+         u += kGroups, su += kGroups * U::kBytes, round_end += kGroups * U::kBytes) {
       int p[kTile] = {}, m[kTile] = {};
       float d = 0.0f, dmin = 0.0f;
-      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, x, xt, k, p, m, dmin);
+      if (u < units) d = lane_part<kT, kTile>(ring32, su, j, u, x, xt, k, p, m, dmin);
 #pragma unroll
       for (int offset = 1; offset < kLanes; offset *= 2)
 #pragma unroll
@@ -400,11 +423,11 @@ void launch(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t
   const int64_t blocks = (n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
   TS_CHECK(blocks <= 0x7fffffff, "a quantized matmul of ", n, " rows and ", tokens, " tokens");
   const auto kernel = quant_matmul_kernel<kT, kTile, kStaged>;
-  const int64_t shared = kWarps * kRingBytes + (kStaged ? kStagedBytes : 0);  // the most a launch asks
+  const int64_t shared = kWarps * kRingStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
-  const int64_t bytes = kWarps * kRingBytes + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
+  const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
   launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, w, n, k, tokens,
                 a, bias, gate, y, accumulate);
 }
