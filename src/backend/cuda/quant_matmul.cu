@@ -176,8 +176,11 @@ int64_t staged_bytes(int tile, int64_t k) {
 template <int N>
 __device__ __forceinline__ void ring_words(const uint32_t* ring, uint32_t s, uint32_t (&out)[N]) {
   static_assert(4 * N <= kRingTail, "the words past the ring's end are its tail");
-  const uint32_t* w = ring + ((s >> 2) & kRingMask);
+  const uint32_t* from = ring + ((s >> 2) & kRingMask);
   const uint32_t shift = (s & 3) * 8;
+  uint32_t w[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) w[i] = from[i];
 #pragma unroll
   for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], shift);
 }
