@@ -216,15 +216,18 @@ class Device {
   // expert's matmuls bitwise what matmul gives them, a token's row the same
   // whatever else shares the call. Given the router's logits (`step.logits`),
   // run_experts routes first itself, writing experts and weights as
-  // route_experts does; with `step.add` it adds the sum onto out (bitwise the
+  // route_experts does; given the router too (`step.router`), it first writes
+  // those logits itself, bitwise matmul(x, tokens, router), or returns false
+  // having done nothing. With `step.add` it adds the sum onto out (bitwise the
   // sum, then add()) instead of writing it. The defaults (the CPU) return false:
   // the caller routes on the host and runs the experts through matmul, as before.
   struct ExpertWeights {
     std::span<const TensorView> gate{}, up{}, down{};  // [experts]: [inter, hidden], [inter, hidden], [hidden, inter]
   };
   struct ExpertStep {
-    const float* logits = nullptr;     // [tokens, experts]; null: experts and weights are given
-    const TensorView* bias = nullptr;  // route_experts' bias, with logits (null or empty: none)
+    float* logits = nullptr;             // [tokens, experts]; null: experts and weights are given
+    const TensorView* router = nullptr;  // [experts, hidden]: the logits are x's through it (null: given)
+    const TensorView* bias = nullptr;    // route_experts' bias, with logits (null or empty: none)
     bool add = false;
   };
   virtual bool route_experts(const float* /*logits*/, int64_t /*tokens*/, const ExpertRouting& /*routing*/,

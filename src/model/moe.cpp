@@ -176,7 +176,6 @@ ExpertRouting expert_routing(const MoeSpec& moe) {
 
 void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,
                  int64_t hidden, float* out, bool add) {
-  device.matmul(x, tokens, w.router, {}, logits_.f32());
   static const TensorView kNoBias{};
   const TensorView& bias = moe.routing == Routing::kSigmoidGroupTopK ? w.router_bias : kNoBias;
   // The routed sum goes onto out at once when the device adds it there and no
@@ -187,9 +186,12 @@ void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, cons
   const bool on_device =
       device.run_experts(x, tokens, expert_routing(moe), static_cast<int32_t*>(experts_.data()), scale_.f32(),
                          {.gate = w.expert_gate, .up = w.expert_up, .down = w.expert_down}, straight ? out : sum,
-                         {.logits = logits_.f32(), .bias = &bias, .add = straight});
+                         {.logits = logits_.f32(), .router = &w.router, .bias = &bias, .add = straight});
   if (on_device && straight) return;
-  if (!on_device) run_on_host(device, w, moe, x, tokens, hidden, sum);
+  if (!on_device) {
+    device.matmul(x, tokens, w.router, {}, logits_.f32());
+    run_on_host(device, w, moe, x, tokens, hidden, sum);
+  }
   if (shared) {  // routed sum + shared(x), as transformers adds them
     device.gate_up(x, tokens, w.shared_gate, {}, w.shared_up, {}, up_.f32(), gate_.f32());
     device.matmul_add(gate_.f32(), tokens, w.shared_down, {}, down_.f32(), sum);

@@ -1,16 +1,16 @@
 // MoeMlp: the mixture-of-experts MLP of a decoder layer, run by Forward on its
 // Device for one step of any number of tokens.
 //
-//   router logits [tokens, experts] = x * router^T        (device matmul)
+//   router logits [tokens, experts] = x * router^T        (device matmul, or run_experts)
 //   each token's top_k experts and weights                 (fixed order)
 //   for each expert e hit, in ascending order, once for all its tokens:
 //     rows = the tokens routed to e (ascending); xe = x[rows]
 //     out[rows] += weight * down(silu(gate(xe)) * up(xe))
 //   with a shared expert (GLM-4.5): out += shared(x)      (every token)
 //
-// A device that can (the GPU: Device::run_experts given the logits) does the
-// routing and the experts itself, with no trip to the host and bitwise the
-// same numbers; on the others (the CPU) routing runs on the host from the
+// A device that can (the GPU: Device::run_experts given the router) does the
+// router's matmul, the routing and the experts itself, with no trip to the host
+// and bitwise the same numbers; on the others (the CPU) routing runs on the host from the
 // downloaded logits (tokens * experts floats a layer, and the router's
 // correction bias, experts floats, for kSigmoidGroupTopK), and the experts run
 // through matmul, one expert at a time (a lone token's gate and up of all its

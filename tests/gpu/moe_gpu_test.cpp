@@ -3,7 +3,8 @@
 // logits full of ties, every family's routing; the experts bitwise what the
 // GPU's own matmul, gather and scatter-add give one expert at a time (tensor
 // cores and FMA, decode and prefill tiles); a token's row the same alone and
-// among others (alone, its down and weighted sum in one launch).
+// among others (alone, its down and weighted sum in one launch, and its router's
+// matmul and routing in one launch: the logits bitwise the device's matmul).
 // The fixtures run through it in cuda_forward_test.cpp. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -130,16 +131,20 @@ struct Experts {
 
 // How run_on_device calls the device: route_experts and then run_experts, or
 // run_experts given the logits (it routes them itself), writing out or adding
-// onto it.
-enum class Call { kRouteThenRun, kRunFromLogits, kRunFromLogitsAdding };
+// onto it, or given the router's weight (it computes the logits too).
+enum class Call { kRouteThenRun, kRunFromLogits, kRunFromLogitsAdding, kRunFromRouter };
 
 // out [tokens, hidden] for x through route_experts and run_experts, from `out`
-// (kRunFromLogitsAdding adds onto it; the others overwrite it).
+// (kRunFromLogitsAdding adds onto it; the others overwrite it). kRunFromRouter
+// takes `router` and leaves the logits it computed (over NaNs) in `logits_out`.
 std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeSpec& moe, const std::vector<float>& x,
                                  const std::vector<float>& logits, int64_t tokens, int64_t hidden,
-                                 Call call = Call::kRouteThenRun, std::vector<float> out = {}) {
+                                 Call call = Call::kRouteThenRun, std::vector<float> out = {},
+                                 const TensorView* router = nullptr, std::vector<float>* logits_out = nullptr) {
   Buffer d_x = put(gpu, x.data(), x.size() * sizeof(float));
-  Buffer d_logits = put(gpu, logits.data(), logits.size() * sizeof(float));
+  const std::vector<float> nans(static_cast<size_t>(tokens * moe.experts), std::nanf(""));
+  const std::vector<float>& start = call == Call::kRunFromRouter ? nans : logits;
+  Buffer d_logits = put(gpu, start.data(), start.size() * sizeof(float));
   const auto pairs = static_cast<size_t>(tokens * moe.top_k);
   auto d_experts = gpu.alloc(pairs * sizeof(int32_t));
   auto d_weights = gpu.alloc(pairs * sizeof(float));
@@ -152,10 +157,14 @@ std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeS
     EXPECT_TRUE(gpu.run_experts(d_x.f32(), tokens, expert_routing(moe), ids, d_weights->f32(), experts.weights(),
                                 d_out.f32(), {}));
   } else {
-    EXPECT_TRUE(
-        gpu.run_experts(d_x.f32(), tokens, expert_routing(moe), ids, d_weights->f32(), experts.weights(), d_out.f32(),
-                        {.logits = d_logits.f32(), .bias = nullptr, .add = call == Call::kRunFromLogitsAdding}));
+    EXPECT_TRUE(gpu.run_experts(d_x.f32(), tokens, expert_routing(moe), ids, d_weights->f32(), experts.weights(),
+                                d_out.f32(),
+                                {.logits = d_logits.f32(),
+                                 .router = call == Call::kRunFromRouter ? router : nullptr,
+                                 .bias = nullptr,
+                                 .add = call == Call::kRunFromLogitsAdding}));
   }
+  if (logits_out != nullptr) *logits_out = get<float>(gpu, d_logits.data(), nans.size());
   return get<float>(gpu, d_out.data(), out.size());
 }
 
@@ -210,6 +219,19 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
   MoeSpec moe = softmax_moe(c.experts, c.top_k, true);
   moe.intermediate = c.inter;
   const Experts experts(*gpu, c.dtype, moe.experts, c.hidden, c.inter);
+  // The router [experts, hidden], of the experts' dtype.
+  std::vector<float> router_values = testing::random_values(static_cast<size_t>(moe.experts * c.hidden), 11);
+  const std::vector<uint8_t> router_bytes = testing::encode(router_values, c.dtype);
+  const Buffer d_router = put(*gpu, router_bytes.data(), router_bytes.size());
+  const TensorView router{c.dtype, {moe.experts, c.hidden}, d_router.data()};
+  // The logits of x's rows through the device's own matmul.
+  const auto matmul_logits = [&](const std::vector<float>& x, int64_t tokens) {
+    const Buffer d_x = put(*gpu, x.data(), x.size() * sizeof(float));
+    auto d_logits = gpu->alloc(static_cast<size_t>(tokens * moe.experts) * sizeof(float));
+    EXPECT_TRUE(d_logits.ok());
+    gpu->matmul(d_x.f32(), tokens, router, {}, d_logits->f32());
+    return get<float>(*gpu, d_logits->data(), static_cast<size_t>(tokens * moe.experts));
+  };
   // 5 tokens (decode tiles of 8 pairs) and 90 (prefill tiles of 32, several per
   // expert); each token alone skips the grouping (a lone token's slots).
   for (const int64_t tokens : {int64_t{5}, int64_t{90}}) {
@@ -236,7 +258,25 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
                               Call::kRunFromLogitsAdding, residual),
                 want)
           << "token " << t;
+      // Given the router (bf16 with hidden a multiple of 64: its matmul and the
+      // routing in one launch, the same counter each time): the logits are the
+      // matmul's and the output is the one routed from them.
+      const std::vector<float> x_row = row(x, c.hidden), want_logits = matmul_logits(x_row, 1);
+      std::vector<float> got_logits;
+      EXPECT_EQ(
+          run_on_device(*gpu, experts, moe, x_row, {}, 1, c.hidden, Call::kRunFromRouter, {}, &router, &got_logits),
+          run_on_device(*gpu, experts, moe, x_row, want_logits, 1, c.hidden))
+          << "token " << t;
+      EXPECT_EQ(std::memcmp(got_logits.data(), want_logits.data(), want_logits.size() * sizeof(float)), 0)
+          << "token " << t;
     }
+    // The whole step given the router (its matmul, then the routing launch).
+    const std::vector<float> step_logits = matmul_logits(x, tokens);
+    std::vector<float> got_logits;
+    EXPECT_EQ(
+        run_on_device(*gpu, experts, moe, x, {}, tokens, c.hidden, Call::kRunFromRouter, {}, &router, &got_logits),
+        run_on_device(*gpu, experts, moe, x, step_logits, tokens, c.hidden));
+    EXPECT_EQ(std::memcmp(got_logits.data(), step_logits.data(), step_logits.size() * sizeof(float)), 0);
     // The whole step routed by run_experts and added onto a residual.
     const std::vector<float> residual = testing::random_values(x.size(), 10);
     std::vector<float> added = residual;

@@ -657,8 +657,15 @@ class CudaDevice final : public Device {
     void* scratch = grow(experts_.scratch, cuda::experts_scratch(tokens, routing.top_k, table), "expert scratch");
     const bool bias = step.bias != nullptr && !step.bias->empty();
     TS_CHECK(!bias || step.bias->numel() == routing.experts, "router bias ", shape_string(step.bias->shape));
+    // Given the router: a lone token's logits come from the routing's launch, others' from matmul.
+    const TensorView* r = step.router;
+    TS_CHECK(
+        r == nullptr || (step.logits != nullptr && r->shape == std::vector<int64_t>{routing.experts, table.hidden}),
+        "router ", r != nullptr ? shape_string(r->shape) : "", " for ", routing.experts, " experts");
+    const bool fused = r != nullptr && cuda::router_fits(tokens, *r, routing);
+    if (r != nullptr && !fused) matmul(x, tokens, *r, {}, step.logits);
     const cuda::RouterOutput router{step.logits, bias ? step.bias->data : nullptr,
-                                    bias ? step.bias->dtype : DType::kF32};
+                                    bias ? step.bias->dtype : DType::kF32, fused ? r->data : nullptr};
     select();
     cuda::run_experts(stream_, x, tokens, routing, router, experts, weights, table, scratch, out, step.add);
     launched("run_experts");
@@ -676,7 +683,7 @@ class CudaDevice final : public Device {
     TS_CHECK(first.shape.size() == 2, "expert weight ", shape_string(first.shape));
     const int64_t inter = first.dim(0), hidden = first.dim(1);
     const size_t n = w.gate.size();
-    std::vector<const void*> pointers(3 * n);
+    std::vector<const void*> pointers(3 * n + 1);  // and a null: the router's counter (moe.cuh), zero
     const auto expect = [&](const TensorView& view, int64_t rows, int64_t cols, size_t e) {
       const bool alike = view.dtype == first.dtype && view.shape == std::vector<int64_t>{rows, cols};
       TS_CHECK(alike, "expert ", e, ": ", dtype_name(view.dtype), " ", shape_string(view.shape), " beside ",
@@ -695,13 +702,15 @@ class CudaDevice final : public Device {
     upload(pointers.data(), pointers.size() * sizeof(void*), buffer->data());
     drain("copying an expert table");  // `pointers` goes out of scope
     const auto* table = static_cast<const void* const*>(buffer->data());
+    auto* counter = reinterpret_cast<unsigned*>(static_cast<char*>(buffer->data()) + 3 * n * sizeof(void*));
     cuda::ExpertState::Layer layer{std::move(*buffer), cuda::ExpertTable{.gate = table,
                                                                          .up = table + n,
                                                                          .down = table + 2 * n,
                                                                          .dtype = first.dtype,
                                                                          .experts = static_cast<int64_t>(n),
                                                                          .hidden = hidden,
-                                                                         .inter = inter}};
+                                                                         .inter = inter,
+                                                                         .counter = counter}};
     return experts_.layers.emplace(w.gate[0].data, std::move(layer)).first->second.table;
   }
 

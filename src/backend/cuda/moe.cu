@@ -29,10 +29,13 @@ __device__ __forceinline__ bool better(float v, int32_t i, float best_v, int32_t
   return i >= 0 && (best_i < 0 || routing::ranks_before(v, i, best_v, best_i));
 }
 
+// One token's experts and weights, `chosen` and `chosen_w` [top_k], from its
+// logits [r.experts], by a whole block of kRouteThreads. The logits are read
+// from L2 (ld.global.cg): the fused router's other blocks wrote them in the
+// same launch, which the non-coherent read-only path would not see.
 template <DType D>
-__global__ void __launch_bounds__(kRouteThreads)
-    route_kernel(const float* __restrict__ logits, ExpertRouting r, const Storage<D>* __restrict__ bias,
-                 int32_t* __restrict__ experts, float* __restrict__ weights) {
+__device__ __forceinline__ void route_one(const float* l, const ExpertRouting& r, const Storage<D>* __restrict__ bias,
+                                          int32_t* __restrict__ chosen, float* __restrict__ chosen_w) {
   __shared__ float choice[kMaxRoutedExperts];
   __shared__ int32_t top[kRouteThreads];  // the first kRouteThreads chosen experts, in rank order
   __shared__ unsigned char taken[kMaxRoutedExperts];
@@ -42,21 +45,16 @@ __global__ void __launch_bounds__(kRouteThreads)
   __shared__ float shared_sum;
   __shared__ float warp_v[kRouteWarps];
   __shared__ int32_t warp_i[kRouteWarps];
-  let_next_start();
-  wait_for_earlier();
   const int n = static_cast<int>(r.experts), k = static_cast<int>(r.top_k);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const float* l = logits + blockIdx.x * static_cast<int64_t>(n);
-  int32_t* chosen = experts + blockIdx.x * static_cast<int64_t>(k);
-  float* chosen_w = weights + blockIdx.x * static_cast<int64_t>(k);
   const bool sigmoid = r.scoring == ExpertScoring::kSigmoidGroups;
 
   if (!sigmoid) {
     float m = -INFINITY;
-    for (int e = threadIdx.x; e < n; e += kRouteThreads) m = fmaxf(m, l[e]);
+    for (int e = threadIdx.x; e < n; e += kRouteThreads) m = fmaxf(m, __ldcg(l + e));
     m = block_reduce<true>(m, reduce);
     for (int e = threadIdx.x; e < n; e += kRouteThreads) {
-      choice[e] = routing::softmax_term(l[e], m);
+      choice[e] = routing::softmax_term(__ldcg(l + e), m);
       taken[e] = 0;
     }
     __syncthreads();
@@ -69,7 +67,7 @@ __global__ void __launch_bounds__(kRouteThreads)
     for (int e = threadIdx.x; e < n; e += kRouteThreads) choice[e] = routing::div(choice[e], shared_sum);
   } else {
     for (int e = threadIdx.x; e < n; e += kRouteThreads) {
-      choice[e] = routing::add(routing::sigmoid(l[e]), bias != nullptr ? widen<D>(bias[e]) : 0.0f);
+      choice[e] = routing::add(routing::sigmoid(__ldcg(l + e)), bias != nullptr ? widen<D>(bias[e]) : 0.0f);
       taken[e] = 0;
     }
     __syncthreads();
@@ -152,7 +150,7 @@ __global__ void __launch_bounds__(kRouteThreads)
   if (threadIdx.x != 0) return;
   const auto weight = [&](int j) {
     const int32_t e = j < kRouteThreads ? top[j] : chosen[j];
-    return sigmoid ? routing::sigmoid(l[e]) : choice[e];
+    return sigmoid ? routing::sigmoid(__ldcg(l + e)) : choice[e];
   };
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) sum = routing::add(sum, weight(j));
@@ -163,6 +161,93 @@ __global__ void __launch_bounds__(kRouteThreads)
     if (r.scaling != 1.0f) w = routing::mul(w, r.scaling);
     chosen_w[j] = w;
   }
+}
+
+template <DType D>
+__global__ void __launch_bounds__(kRouteThreads)
+    route_kernel(const float* __restrict__ logits, ExpertRouting r, const Storage<D>* __restrict__ bias,
+                 int32_t* __restrict__ experts, float* __restrict__ weights) {
+  let_next_start();
+  wait_for_earlier();
+  const int64_t t = blockIdx.x;
+  route_one<D>(logits + t * r.experts, r, bias, experts + t * r.top_k, weights + t * r.top_k);
+}
+
+// ---- a lone token's router and routing in one launch --------------------------
+//
+// Block b computes the router's logits of rows [16b, 16b + 16) as mma_matmul.cu
+// does for one token (warp w takes k's chunks w, w + 8, ... in order, the same
+// mma_half calls, the eight sums added in warp order: bitwise Device::matmul's
+// logits), loading its first weights before it waits for the kernel before it;
+// it writes them, and the last block to finish (a counter of the layer's,
+// incremented once a block after a fence, set back to zero by that block) routes
+// the token as route_kernel does (route_one). The counter is the only atomic: no sum depends
+// on the order the blocks finish in. One launch where the router's matmul and
+// routing took two, each waiting for the one before.
+
+constexpr int kRouterUnroll = 4;  // a warp's chunks in flight (k = 2048: all four of them)
+
+template <DType D>
+__global__ void __launch_bounds__(kRouteThreads)
+    router_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ router, ExpertRouting r,
+                  const Storage<D>* __restrict__ bias, float* logits, unsigned* counter, int32_t* __restrict__ experts,
+                  float* __restrict__ weights) {
+  static_assert(kRouteThreads == kMmaSplit * 32);
+  __shared__ float partial[kMmaSplit][32][4];
+  __shared__ bool last;
+  let_next_start();
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int g = lane / 4, t = lane % 4;
+  const int64_t n = r.experts, row0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
+  const int64_t chunks = k / kMmaChunk;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float c[4] = {};
+  for (int64_t base = warp; base < chunks; base += kMmaSplit * kRouterUnroll) {
+    uint4 wa0[kRouterUnroll], wb0[kRouterUnroll], wa1[kRouterUnroll], wb1[kRouterUnroll];
+#pragma unroll
+    for (int u = 0; u < kRouterUnroll; ++u) {
+      const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
+      if (base + u * kMmaSplit < chunks) {
+        wa0[u] = __ldg(reinterpret_cast<const uint4*>(router + ra + at));
+        wb0[u] = __ldg(reinterpret_cast<const uint4*>(router + rb + at));
+        wa1[u] = __ldg(reinterpret_cast<const uint4*>(router + ra + at + 32));
+        wb1[u] = __ldg(reinterpret_cast<const uint4*>(router + rb + at + 32));
+      }
+    }
+    if (base == warp) wait_for_earlier();  // the first weights are on their way; x is another kernel's
+#pragma unroll
+    for (int u = 0; u < kRouterUnroll; ++u) {
+      if (base + u * kMmaSplit >= chunks) break;
+      const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
+      // The token is column 0: lanes of g > 0 give the zero columns mma_matmul gives them.
+      const uint4 x0 = g == 0 ? load_x(x + at + 8 * t) : zero, x1 = g == 0 ? load_x(x + at + 32 + 8 * t) : zero;
+      mma_half(c, wa0[u], wb0[u], x0);
+      mma_half(c, wa1[u], wb1[u], x1);
+    }
+  }
+  wait_for_earlier();  // for a warp without chunks (waiting again costs nothing)
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][lane][i] = c[i];
+  __syncthreads();
+  if (warp == 0 && t == 0) {  // accumulators 0 and 2 of lane (g, 0): rows g and g + 8 of column 0
+#pragma unroll
+    for (int i = 0; i < 4; i += 2) {
+      const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
+      if (row < n) logits[row] = block_sum<1>(&partial[0][0][0], 0, i);
+    }
+    __threadfence();  // the logits reach L2 before the count says so
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    if (last) {
+      __threadfence();
+      *counter = 0;  // the next launch (the next step) waits for this one before it counts
+    }
+  }
+  __syncthreads();
+  if (last) route_one<D>(logits, r, bias, experts, weights);
 }
 
 // ---- grouping ---------------------------------------------------------------
@@ -256,6 +341,10 @@ struct Items {
   const int32_t* slot_token = nullptr;  // [pairs]: the token of each slot
   const int32_t* lone = nullptr;        // a lone token's [top_k] experts
   int top_k = 0;
+  // A lone token's gate/up: each expert's down weights [hidden, inter] (down_bytes
+  // each), which its blocks send to L2 for the down launch (null: none).
+  const void* const* down_ahead = nullptr;
+  int64_t down_bytes = 0;
 };
 
 struct Item {
@@ -282,6 +371,20 @@ template <bool kGateUp>
 __device__ __forceinline__ int64_t x_row(const Items& items, int64_t slot) {
   if constexpr (kGateUp) return items.table != nullptr ? items.slot_token[slot] : 0;
   return slot;
+}
+
+// This block's share of every one of a lone token's experts' down weights, sent
+// to L2 (nothing waits for it) as its gate/up block ends, so that the down
+// launch after it finds them there: the 128-byte lines of each expert's matrix
+// dealt out over the grid's threads.
+__device__ __forceinline__ void send_down_ahead(const Items& items) {
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x;
+  const int64_t first = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t lines = items.down_bytes / 128;
+  for (int j = 0; j < items.top_k; ++j) {
+    const auto* w = static_cast<const char*>(items.down_ahead[items.lone[j]]);
+    for (int64_t line = first; line < lines; line += threads) prefetch_l2(w + line * 128);
+  }
 }
 
 // ---- the experts' matmuls -----------------------------------------------------
@@ -359,6 +462,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
       }
     }
   }
+  if (kGateUp && items.down_ahead != nullptr) send_down_ahead(items);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
@@ -659,17 +763,27 @@ void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64
   });
 }
 
-}  // namespace
-
-void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
-                   const void* bias, DType bias_dtype, int32_t* experts, float* weights) {
-  const ExpertRouting& r = routing;
+void check_routing(const ExpertRouting& r) {
   TS_CHECK(r.experts >= 1 && r.experts <= kMaxRoutedExperts && r.top_k >= 1 && r.top_k <= r.experts, "routing ",
            r.top_k, " of ", r.experts, " experts");
   if (r.scoring == ExpertScoring::kSigmoidGroups)
     TS_CHECK(r.groups >= 1 && r.experts % r.groups == 0 && r.experts / r.groups >= 2 && r.top_groups >= 1 &&
                  r.top_groups <= r.groups,
              "experts ", r.experts, " in groups ", r.groups, ", keeping ", r.top_groups);
+}
+
+}  // namespace
+
+bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing) {
+  static const bool on = !switched_off("TESSERA_CUDA_MOE_ROUTER");
+  return on && tokens == 1 && router.shape.size() == 2 && router.dim(0) == routing.experts &&
+         routing.experts <= kMaxRoutedExperts && mma_matmul_fits(router.dtype, router.dim(1));
+}
+
+void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
+                   const void* bias, DType bias_dtype, int32_t* experts, float* weights) {
+  const ExpertRouting& r = routing;
+  check_routing(r);
   if (tokens == 0) return;
   with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
     launch_kernel(route_kernel<D>, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, r,
@@ -695,16 +809,33 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
   // The switches (=0) turn each step saved off, to measure what it gains: a lone
   // token grouped, its sum added by Device::add's launch, its down and weighted
-  // sum in two launches.
+  // sum in two launches, its down weights not sent to L2 by the gate/up launch
+  // (and router_fits' TESSERA_CUDA_MOE_ROUTER: the router's matmul and the
+  // routing in two launches).
   static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
   static const bool down_sum_on = !switched_off("TESSERA_CUDA_MOE_DOWN_SUM");
+  static const bool down_ahead_on = !switched_off("TESSERA_CUDA_MOE_DOWN_AHEAD");
   const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
-  if (router.logits != nullptr)
+  if (router.router != nullptr) {
+    TS_CHECK(tokens == 1 && router.logits != nullptr && table.counter != nullptr, "the router's launch for ", tokens,
+             " tokens");
+    check_routing(routing);
+    with_dtype(router.bias != nullptr ? router.bias_dtype : DType::kF32, [&]<DType D>() {
+      launch_kernel(router_kernel<D>, static_cast<unsigned>((routing.experts + 15) / 16), kRouteThreads, 0, stream, x,
+                    table.hidden, static_cast<const __nv_bfloat16*>(router.router), routing,
+                    static_cast<const Storage<D>*>(router.bias), router.logits, table.counter, experts, weights);
+    });
+  } else if (router.logits != nullptr) {
     route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
+  }
   Items by{.top_k = static_cast<int>(top_k)};
   if (lone) {
     by.lone = experts;
+    if (down_ahead_on && table.dtype == DType::kBF16) {
+      by.down_ahead = table.down;
+      by.down_bytes = table.hidden * table.inter * 2;
+    }
   } else {
     launch_kernel(group_kernel, 1, kGroupThreads, 0, stream, experts, tokens, top_k, table.experts, tile, s);
     by.table = s.items, by.count = s.n_items, by.slot_token = s.slot_token;

@@ -4,14 +4,17 @@
 //   route_experts   one block a token: softmax or sigmoid-group scores, the top_k
 //                   (expert_routing.h's arithmetic: bitwise route_token's choice
 //                   and weights on the host)
-//   run_experts     0. given the router's logits, route_experts first;
+//   run_experts     0. given the router's logits, route_experts first (a lone
+//                      token given the router's weight: its matmul and the
+//                      routing in one launch, the last block to finish routing);
 //                   1. one block sorts the (token, expert) pairs by expert, then
 //                      token, and cuts each expert's pairs into items of up to 8
 //                      (or 32) pairs (a lone token skips this launch: its item i
 //                      is its i-th lowest expert, found by each block);
 //                   2. gate and up with SiLU for every item in one launch, the
 //                      expert's weights found from its id in a table of pointers
-//                      in device memory (each item reads them once for its pairs);
+//                      in device memory (each item reads them once for its pairs;
+//                      a lone token's blocks then send down's weights to L2);
 //                   3. down for every item in one launch;
 //                   4. each token's outputs weighted and added in ascending expert
 //                      order into its row of out (no atomics), or onto it (add:
@@ -49,12 +52,19 @@ constexpr int64_t kMaxRoutedExperts = 4096;
 void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
                    const void* bias, DType bias_dtype, int32_t* experts, float* weights);
 
+// Whether run_experts takes the router's weight [experts, hidden] for `tokens`
+// tokens and computes the logits and the routing in one launch: a lone token,
+// bf16 (the tensor-core matmul's sums). TESSERA_CUDA_MOE_ROUTER=0: never.
+bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing);
+
 // What run_experts routes from: the router's logits [tokens, routing.experts]
-// and route_experts' bias; null logits: the experts and weights are given.
+// and route_experts' bias; null logits: the experts and weights are given. With
+// `router` (router_fits), the logits are x's through it, written there first.
 struct RouterOutput {
-  const float* logits = nullptr;
+  float* logits = nullptr;
   const void* bias = nullptr;
   DType bias_dtype = DType::kF32;
+  const void* router = nullptr;  // bf16 [routing.experts, hidden]
 };
 
 // A layer's experts as the kernels find them: device arrays of `experts` weight
@@ -67,6 +77,7 @@ struct ExpertTable {
   int64_t experts = 0;
   int64_t hidden = 0;
   int64_t inter = 0;
+  unsigned* counter = nullptr;  // a word of the layer's own, zero between launches (the router's launch counts in it)
 };
 
 // Scratch bytes run_experts needs for `tokens` tokens.
