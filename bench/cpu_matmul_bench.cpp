@@ -5,6 +5,9 @@
 // where it takes AVX-512 BF16 dot products or AMX tiles, of that instruction's loop).
 //   BM_Gemm/<dtype>/<rows>/<k>   counters: GFLOPs (per CPU second of the thread), fma_share,
 //                                dot_share, amx_share (of those loops' rates, also in CPU time)
+//   BM_GemmAllThreads/bf16/<rows>/<k>  the same through CpuDevice on every CPU (as prefill
+//                                cuts it), in wall time; counters: GFLOPs, amx_share (of the
+//                                tile loop on every CPU at once)
 //   BM_Decode/<dtype>/<rows>/<k>  one token, the weights from memory; counter: GBs (GB of
 //                                weights per CPU second of the thread)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
@@ -17,12 +20,15 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/cpu/amx.h"
 #include "backend/cpu/bf16_dot.h"
+#include "backend/cpu/cpu_device.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -50,17 +56,28 @@ double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t), int64_t iter
   return best;
 }
 
+// A GEMM's operands: 512 tokens of random x, `rows` x k random weights in `dtype`, y.
+struct GemmCase {
+  static constexpr int64_t kTokens = 512;
+  std::vector<float> x, y;
+  std::vector<uint8_t> bytes;
+  GemmCase(int64_t rows, int64_t k, DType dtype)
+      : x(static_cast<size_t>(kTokens * k)), y(static_cast<size_t>(kTokens * rows)) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> w(static_cast<size_t>(rows * k));
+    for (float& v : x) v = dist(rng);
+    for (float& v : w) v = dist(rng);
+    bytes.resize(w.size() * tessera::dtype_size(dtype));
+    cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.data());
+  }
+};
+
 void BM_Gemm(benchmark::State& state, DType dtype) {
-  constexpr int64_t kTokens = 512;
+  constexpr int64_t kTokens = GemmCase::kTokens;
   const int64_t rows = state.range(0), k = state.range(1);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(kTokens * k)), w(static_cast<size_t>(rows * k));
-  for (float& v : x) v = dist(rng);
-  for (float& v : w) v = dist(rng);
-  std::vector<uint8_t> bytes(w.size() * tessera::dtype_size(dtype));
-  cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.data());
-  std::vector<float> y(static_cast<size_t>(kTokens * rows));
+  GemmCase g(rows, k, dtype);
+  auto& [x, y, bytes] = g;
   static const double fma_rate = loop_rate(cpu::fma_loop, cpu::fma_loop_flops);
   const bool dots = dtype == DType::kBF16 && cpu::bf16_dot_active();
   const double dot_rate = dots ? loop_rate(cpu::bf16_dot::dot_loop, cpu::bf16_dot::dot_loop_flops) : 0;
@@ -81,6 +98,46 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
   if (tiles) state.counters["amx_share"] = rate / tile_rate;
   state.SetLabel(tiles ? "AMX" : cpu::isa_name());
 }
+
+// The same GEMM through CpuDevice on every CPU of the machine, cut over its threads as
+// prefill's are (cpu_device.cpp's gemm_split), in wall time: GFLOPs, and for bf16 on the
+// tiles amx_share, of the tile loop run on every thread at once (best of three).
+void BM_GemmAllThreads(benchmark::State& state, DType dtype) {
+  const int64_t rows = state.range(0), k = state.range(1);
+  GemmCase g(rows, k, dtype);
+  tessera::CpuDevice device(std::thread::hardware_concurrency());
+  const tessera::TensorView weight{dtype, {rows, k}, g.bytes.data()};
+  double tile_rate = 0;
+  for (int pass = 0; dtype == DType::kBF16 && cpu::amx_active() && pass < 3; ++pass) {
+    tessera::ThreadPool pool(std::thread::hardware_concurrency());
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(pool.size(), 1, [](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) benchmark::DoNotOptimize(cpu::amx::dot_loop(1'000'000));
+    });
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    tile_rate = std::max(
+        tile_rate,
+        static_cast<double>(static_cast<int64_t>(pool.size()) * cpu::amx::dot_loop_flops(1'000'000)) / took.count());
+  }
+  int64_t runs = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    device.matmul(g.x.data(), GemmCase::kTokens, weight, {}, g.y.data());
+    benchmark::DoNotOptimize(g.y.data());
+    ++runs;
+  }
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  const double rate = 2.0 * static_cast<double>(GemmCase::kTokens * rows * k) * static_cast<double>(runs) /
+                      took.count();  // FLOP per second of wall time
+  state.counters["GFLOPs"] = rate * 1e-9;
+  if (tile_rate > 0) state.counters["amx_share"] = rate / tile_rate;
+  state.counters["threads"] = static_cast<double>(std::thread::hardware_concurrency());
+}
+BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)
+    ->Args({8192, 2048})
+    ->Args({2048, 8192})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // Decode's matmul alone: one token against the same shapes on one thread, the weights read
 // once a call (32 MiB in 16 bits: from memory, not cache), in GB of weights per CPU second.
