@@ -8,6 +8,8 @@
 //   BM_GemmAllThreads/bf16/<rows>/<k>  the same through CpuDevice on every CPU (as prefill
 //                                cuts it), in wall time; counters: GFLOPs, amx_share (of the
 //                                tile loop on every CPU at once)
+//   BM_AmxLadder/<rung>/<threads>  the AMX GEMM's inner loop one part at a time (amx.h's
+//                                ladder), one thread or every CPU; GFLOPs, amx_share
 //   BM_Decode/<dtype>/<rows>/<k>  one token, the weights from memory; counter: GBs (GB of
 //                                weights per CPU second of the thread)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
@@ -138,6 +140,47 @@ BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)
     ->Args({2048, 8192})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// The AMX GEMM's inner loop in rungs (amx.h's ladder: 0, the tile loads from L1 only; 1,
+// the A tiles through a row pair's 32 KiB; 2, the B tiles through the k block's 512 KiB; 3,
+// the C tiles through the 256 KiB of partial sums), on one thread in its CPU time (threads
+// 1) or on every CPU at once in wall time (threads 0): GFLOPs and amx_share, of the tile
+// loop on as many threads. BM_Gemm is the rung above them: the whole GEMM.
+//   BM_AmxLadder/<rung>/<threads>
+void BM_AmxLadder(benchmark::State& state) {
+  if (!cpu::amx_active()) return state.SkipWithError("no AMX tiles on this CPU (or TESSERA_AMX=0)");
+  const int rung = static_cast<int>(state.range(0));
+  const size_t threads = state.range(1) == 0 ? std::thread::hardware_concurrency() : 1;
+  constexpr int64_t kPasses = 64;
+  tessera::ThreadPool pool(threads);
+  auto on_every_thread = [&](auto loop) {  // seconds: CPU time on one thread, else wall time
+    const double cpu_start = thread_seconds();
+    const auto start = std::chrono::steady_clock::now();
+    pool.parallel_for(pool.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) benchmark::DoNotOptimize(loop());
+    });
+    const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+    return threads == 1 ? thread_seconds() - cpu_start : wall.count();
+  };
+  double tile_seconds = 1e30;
+  for (int pass = 0; pass < 3; ++pass)
+    tile_seconds = std::min(tile_seconds, on_every_thread([] { return cpu::amx::dot_loop(1'000'000); }));
+  on_every_thread([&] { return cpu::amx::ladder(rung, 1); });  // each thread's operands made
+  double seconds = 0;
+  int64_t runs = 0;
+  for (auto _ : state) {
+    seconds += on_every_thread([&] { return cpu::amx::ladder(rung, kPasses); });
+    ++runs;
+  }
+  const double flop = static_cast<double>(pool.size()) * static_cast<double>(cpu::amx::ladder_flops(kPasses)) *
+                      static_cast<double>(runs);
+  const double tile_rate =
+      static_cast<double>(pool.size()) * static_cast<double>(cpu::amx::dot_loop_flops(1'000'000)) / tile_seconds;
+  state.counters["GFLOPs"] = flop / seconds * 1e-9;
+  state.counters["amx_share"] = flop / seconds / tile_rate;
+  state.counters["threads"] = static_cast<double>(pool.size());
+}
+BENCHMARK(BM_AmxLadder)->ArgsProduct({{0, 1, 2, 3}, {1, 0}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // Decode's matmul alone: one token against the same shapes on one thread, the weights read
 // once a call (32 MiB in 16 bits: from memory, not cache), in GB of weights per CPU second.

@@ -284,5 +284,21 @@ TEST(AmxTest, PeakLoopSumsItsProducts) {
   EXPECT_EQ(cpu::amx::dot_loop(1000), 1000 * 32 * 0x1p-24f);
 }
 
+// The ladder of the GEMM's inner loop (its benchmark's rungs) runs and sums what it
+// should: each block's 16 steps of 32 products of 1 x 2^-24 into every output, from zeros
+// at rungs 0-2; at rung 3 added to acc, where the last of five passes took the first pass's
+// row pair (p mod 4), so its C tiles hold two blocks' sums.
+TEST(AmxTest, LadderSumsItsProducts) {
+  std::vector<uint16_t> a(static_cast<size_t>(kernel::kPackedRowElements), 0x3F80);     // 1
+  std::vector<uint32_t> b(static_cast<size_t>(kernel::kLadderBElements), 0x33803380u);  // pairs of 2^-24
+  std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats), 0.0f);
+  for (int rung = 0; rung < 3; ++rung)
+    EXPECT_EQ(kernel::ladder<Emulated>(rung, 1, a.data(), b.data(), acc.data()), 0x1p-15f) << "rung " << rung;
+  EXPECT_EQ(kernel::ladder<Emulated>(3, 5, a.data(), b.data(), acc.data()), 0x1p-14f);
+  SKIP_WITHOUT_THE_INSTRUCTION();
+  for (int rung = 0; rung < 3; ++rung) EXPECT_EQ(cpu::amx::ladder(rung, 2), 0x1p-15f) << "rung " << rung;
+  EXPECT_EQ(cpu::amx::ladder(3, 5), 0x1p-14f);  // this thread's first rung-3 call: its acc was zeros
+}
+
 }  // namespace
 }  // namespace tessera

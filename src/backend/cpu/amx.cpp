@@ -231,15 +231,31 @@ float dot_loop(int64_t iterations) {
   return kernel::dot_loop<InstructionOps>(iterations);
 }
 
+float ladder(int rung, int64_t passes) {
+  TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
+  TS_CHECK(rung >= 0 && rung <= 3, "[cpu] AMX ladder rung ", rung, " (0 to 3)");
+  struct Operands {  // 1 x 2^-24 products, exact sums: the result says the loop ran
+    std::vector<uint16_t> a = std::vector<uint16_t>(static_cast<size_t>(kernel::kPackedRowElements), 0x3F80);
+    std::vector<uint32_t> b = std::vector<uint32_t>(static_cast<size_t>(kernel::kLadderBElements), 0x33803380u);
+    std::vector<float> acc = std::vector<float>(static_cast<size_t>(kernel::kAccFloats), 0.0f);
+  };
+  thread_local Operands o;
+  return kernel::ladder<InstructionOps>(rung, passes, o.a.data(), o.b.data(), o.acc.data());
+}
+
 #else  // not x86-64 Linux
 
 const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 float dot_loop(int64_t) { return 0; }
+float ladder(int, int64_t) { return 0; }
 
 #endif
 
 int64_t dot_loop_flops(int64_t iterations) { return iterations * 4 * kernel::kTileRows * kernel::kTileTokens * 64; }
+int64_t ladder_flops(int64_t passes) {
+  return passes * (kernel::kTokBlock / (2 * kernel::kTileTokens)) * kernel::kKcChunks * dot_loop_flops(1);
+}
 
 }  // namespace tessera::cpu::amx

@@ -36,4 +36,11 @@ void transpose16(const float* src, int64_t ss, float* dst, int64_t ds);
 float dot_loop(int64_t iterations);
 int64_t dot_loop_flops(int64_t iterations);
 
+// The GEMM's inner loop in rungs 0-3 (amx_kernel.h's ladder) on one thread, over operands
+// of its own (each thread's, made on its first call): what the k steps cost besides the
+// tile products, ladder_flops(passes) floating-point operations. Only where
+// instructions() is there.
+float ladder(int rung, int64_t passes);
+int64_t ladder_flops(int64_t passes);
+
 }  // namespace tessera::cpu::amx

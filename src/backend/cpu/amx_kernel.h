@@ -350,6 +350,45 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
   Ops::release();
 }
 
+// The GEMM's inner loop built up one part at a time, to find what its k steps cost
+// besides the tile products (cpu_matmul_bench's BM_AmxLadder puts each rung against
+// dot_loop's peak): `passes` passes of a row pair over kTokBlock tokens at one k block of
+// kKcChunks chunks, 2 x 2 blocks of kKcChunks steps in gemm's order, where
+//   rung 0: every step loads the same two A tiles and two B tiles (4 KiB, in L1); the C
+//           tiles start from zeros and go to one 4 KiB place;
+//   rung 1: the A tiles step through a row pair's packed tiles (a: 32 KiB), as gemm's;
+//   rung 2: and the B tiles through x's packed tiles of the k block (b: 512 KiB), as gemm's;
+//   rung 3: and the C tiles are loaded from and stored to acc (256 KiB: pass p takes the
+//           row pair p mod 4 of a row block) at gemm's places.
+// a: kPackedRowElements bf16, b: kLadderBElements u32, acc: kAccFloats f32 (rung 3 adds
+// to it). Returns the first element of the last block's first C tile.
+inline constexpr int64_t kLadderBElements = kTokBlock / kTileTokens * kKcChunks * 256;
+template <typename Ops>
+float ladder(int rung, int64_t passes, const uint16_t* a, const uint32_t* b, float* acc) {
+  constexpr int64_t kBlockTiles = kTokBlock / kTileTokens, kRowPairs = kRowBlock / (2 * kTileRows);
+  alignas(64) float place[4 * kTileFloats];
+  float* c[4] = {};
+  Ops::configure(static_cast<int>(kTileTokens));
+  for (int64_t p = 0; p < passes; ++p) {
+    const int64_t g = 2 * (p % kRowPairs);
+    for (int64_t tt = 0; tt < kBlockTiles; tt += 2) {
+      const int64_t a_step = rung >= 1 ? kTileElements : 0;
+      const TileRun<uint16_t> at[2] = {{a, a_step, 64}, {a + kKcChunks * kTileElements, a_step, 64}};
+      TileRun<uint32_t> bt[2];
+      for (int64_t j = 0; j < 2; ++j) {
+        bt[j] = rung >= 2 ? TileRun<uint32_t>{b + (tt + j) * kKcChunks * 256, 256, 4 * kTileTokens}
+                          : TileRun<uint32_t>{b + j * 256, 0, 4 * kTileTokens};
+        for (int64_t i = 0; i < 2; ++i)
+          c[2 * i + j] =
+              rung >= 3 ? acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats : place + (2 * i + j) * kTileFloats;
+      }
+      block<Ops, 2, 2, false>(at, bt, kKcChunks, c, 4 * kTileTokens, rung >= 3);
+    }
+  }
+  Ops::release();
+  return c[0][0];
+}
+
 // Register-only tile products on one thread: `iterations` x 4 tdpbf16ps of 16 x 16 x 32
 // (dot_loop_flops(n) = n x 4 x 16384 floating-point operations), the peak the AMX GEMM is
 // measured against. Every product is 1 x 2^-24, so the sum it returns is positive (the
