@@ -7,6 +7,8 @@
 // weights times the rounded activations (tests/fixtures/gguf/quant_dot.gguf, written by
 // make_quant_dot_fixture.py); the same bits on every instruction set; and rows bitwise
 // the same alone or in any batch at any thread count.
+// quant_dot.cpp compiles Highway's AVX3_DL target (VNNI) too: so HWY_TARGETS names it here.
+#define HWY_WANT_AVX3_DL
 #include "backend/cpu/quant_matmul.h"
 
 #include <gtest/gtest.h>
@@ -70,8 +72,8 @@ template <typename Fn>
 int for_each_target(Fn&& fn) {
   int targets_run = 0;
   const int64_t supported = hwy::SupportedTargets();
-  for (const int64_t target : {int64_t{HWY_AVX3}, int64_t{HWY_AVX2}, int64_t{HWY_SSE4}, int64_t{HWY_SSSE3},
-                               int64_t{HWY_EMU128}, int64_t{HWY_SCALAR}}) {
+  for (const int64_t target : {int64_t{HWY_AVX3_DL}, int64_t{HWY_AVX3}, int64_t{HWY_AVX2}, int64_t{HWY_SSE4},
+                               int64_t{HWY_SSSE3}, int64_t{HWY_EMU128}, int64_t{HWY_SCALAR}}) {
     if ((supported & target) == 0 || (HWY_TARGETS & target) == 0) continue;
     hwy::SetSupportedTargetsForTest(target);
     fn(target);

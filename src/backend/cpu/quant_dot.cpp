@@ -6,6 +6,11 @@
 // f32 operations in the order quant_dot.h states, so they give the same bits.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
+// AVX3_DL (AVX-512 with VNNI, VBMI2, ...) is compiled only on request in Highway 1.0:
+// its vpdpbusd halves the decode kernels' instructions (below).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
@@ -29,10 +34,16 @@ namespace tessera::cpu {
 namespace HWY_NAMESPACE {
 
 #undef TESSERA_QUANT_DOT_AVX2
+#undef TESSERA_QUANT_DOT_VNNI
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define TESSERA_QUANT_DOT_AVX2 1
 #else
 #define TESSERA_QUANT_DOT_AVX2 0
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
+#define TESSERA_QUANT_DOT_VNNI 1
+#else
+#define TESSERA_QUANT_DOT_VNNI 0
 #endif
 
 // The activation block that weights of kT meet, and the elements of one unit.
@@ -371,6 +382,202 @@ HWY_INLINE float finish(Acc acc) {
 constexpr size_t kPrefetchAhead = 2048;
 constexpr size_t kPrefetchFrom = 144;
 
+#if TESSERA_QUANT_DOT_VNNI
+// Decode (one token) on AVX-512 with VNNI. The kernels above were short of instructions,
+// not of memory, at 2 threads (docs/benchmarks.md). Here the 4 streams' rows go in 2
+// pairs, one row in each 256-bit half of a 512-bit register, so that each instruction
+// serves 2 rows, and vpdpbusd / vpdpwssd fuse the products with their sums. A half's
+// int32 lane l still gets quant_dot.h's P[l] exactly, and the f32 steps are the same
+// ones on the same values, so the bits are the same as on the other targets.
+// (Highway's AVX3_DL target implies AVX512_VNNI at run time but does not name it.)
+#define TESSERA_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+// GCC 12's AVX-512 intrinsics start from its own _mm512_undefined_*(), which its
+// -Wuninitialized reports at every inlined call (GCC bug 105593; as bf16_dot.cpp).
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// The 32 bytes at a in the low half, those at b in the high half.
+TESSERA_VNNI HWY_INLINE __m512i pair32(const uint8_t* a, const uint8_t* b) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(load32(a)), load32(b), 1);
+}
+// The 16 bytes at a in both 128-bit lanes of the low half, those at b in the high half.
+TESSERA_VNNI HWY_INLINE __m512i pair16(const uint8_t* a, const uint8_t* b) {
+  const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+// 32 activation bytes in both halves.
+TESSERA_VNNI HWY_INLINE __m512i both32(const int8_t* x) { return _mm512_broadcast_i64x4(load32(x)); }
+// A 32-byte vpshufb pattern (Pick) in both halves.
+TESSERA_VNNI HWY_INLINE __m512i both_pick(const Pick& p) { return both32(reinterpret_cast<const int8_t*>(p.bytes)); }
+
+HWY_INLINE uint64_t u16_at(const uint8_t* p) { return uint64_t{p[0]} | uint64_t{p[1]} << 8; }
+// The f16 at offset `at` of 4 units as 4 words.
+HWY_INLINE uint64_t f16x4(const uint8_t* const* b, size_t at) {
+  return u16_at(b[0] + at) | u16_at(b[1] + at) << 16 | u16_at(b[2] + at) << 32 | u16_at(b[3] + at) << 48;
+}
+
+// Q8_0 and Q4_0: the weights made unsigned, w + kOffset (kOffset 128 or 8: Q8_0's w
+// with its sign bit flipped, Q4_0's q), and `bias` the lanes' -kOffset (x0 + .. + x3).
+template <DType kT>
+TESSERA_VNNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
+  if constexpr (kT == DType::kQ8_0) {
+    return _mm512_dpbusd_epi32(bias, _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128)), xv);
+  } else {
+    const __m512i nibble_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);  // high nibbles in lanes 1 and 3
+    const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(pair16(a + 2, b + 2), nibble_shift), _mm512_set1_epi8(0x0f));
+    return _mm512_dpbusd_epi32(bias, q, xv);
+  }
+}
+
+// Q4_K and Q5_K (layout in dot_unit_k); sc the rows' 8 scales as int16, a's in both
+// 128-bit lanes of the low half, b's in the high half.
+template <bool kFive>
+TESSERA_VNNI HWY_INLINE __m512i pair_k(const uint8_t* a, const uint8_t* b, __m512i sc, const Q8KBlock& x) {
+  const size_t qs = kFive ? 48 : 16;
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  [[maybe_unused]] const __m512i bit4 = _mm512_set1_epi8(0x10);
+  [[maybe_unused]] __m512i qh = kFive ? pair32(a + 16, b + 16) : __m512i{};
+  __m512i p = _mm512_setzero_si512();
+  for (int i = 0; i < 4; ++i) {
+    const __m512i v = pair32(a + qs + 32 * i, b + qs + 32 * i);
+    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    if constexpr (kFive) {
+      lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(qh, 4), bit4));
+      hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(qh, 3), bit4));
+      qh = _mm512_srli_epi16(qh, 2);
+    }
+    const int8_t* xq = x.qs + 64 * i;
+    p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(lo, both32(xq)), _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i])));
+    p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(hi, both32(xq + 32)),
+                            _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i + 1])));
+  }
+  return p;
+}
+
+// Q6_K (layout in dot_unit_q6_k); bias32[g] = 32 x's int16 pairs of group g.
+TESSERA_VNNI HWY_INLINE __m512i pair_q6_k(const uint8_t* a, const uint8_t* b, const Q8KBlock& x,
+                                          const __m512i* bias32) {
+  const __m256i sc8 =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 192))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), 1);
+  const __m512i sc16 = _mm512_cvtepi8_epi16(sc8);  // lanes: a's scales 0-7, 8-15, b's 0-7, 8-15
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
+  __m512i p = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512i sc = _mm512_shuffle_i64x2(sc16, sc16, h ? 0xf5 : 0xa0);  // lanes h, h, 2 + h, 2 + h
+    const __m512i l0 = pair32(a + 64 * h, b + 64 * h), l1 = pair32(a + 64 * h + 32, b + 64 * h + 32);
+    const __m512i hb = pair32(a + 128 + 32 * h, b + 128 + 32 * h);
+    const __m512i q[4] = {_mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2)),
+                          _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m2)),
+                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(hb, m2)),
+                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                          _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2))};
+    for (int i = 0; i < 4; ++i) {
+      const int g = 4 * h + i;
+      const __m512i pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(q[i], both32(x.qs + 32 * g)), bias32[g]);
+      p = _mm512_dpwssd_epi32(p, pairs, _mm512_shuffle_epi8(sc, both_pick(kPick6[i])));
+    }
+  }
+  return p;
+}
+
+// The 8 scales and 8 mins of 4 Q4_K/Q5_K units (scale_min's 12 bytes at b[s] + 4), as
+// dot_unit_k unpacks them: scales of unit s in 128-bit lane s of the low 256 bits as
+// int16, mins likewise in the high 256 bits.
+TESSERA_VNNI HWY_INLINE __m512i scales_mins4(const uint8_t* const* b) {
+  const auto load16 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
+  __m512i v = _mm512_castsi128_si512(load16(b[0] + 4));
+  for (int s = 1; s < 4; ++s) v = _mm512_inserti32x4(v, load16(b[s] + 4), s);
+  // In each lane, dwords u0, u1, u2 to scales (dwords 0, 1) and mins (dwords 2, 3).
+  constexpr int k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, kHigh = 0x30303030;
+  const __m512i low =
+      _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(0x98)),  // u0, u2, u1, u2
+                                         _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0)),
+                       _mm512_set_epi32(k4, k6, k4, k6, k4, k6, k4, k6, k4, k6, k4, k6, k4, k6, k4, k6));
+  const __m512i high = _mm512_and_si512(
+      _mm512_srli_epi32(_mm512_shuffle_epi32(v, static_cast<_MM_PERM_ENUM>(0x50)), 2),  // u0, u0, u1, u1
+      _mm512_set_epi32(kHigh, 0, kHigh, 0, kHigh, 0, kHigh, 0, kHigh, 0, kHigh, 0, kHigh, 0, kHigh, 0));
+  return _mm512_permutexvar_epi64(_mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0), _mm512_or_si512(low, high));
+}
+
+// Q4_K/Q5_K's mins: M of 4 rows (their 8 mins as int16 in 128-bit lane s) against the
+// token's 8 pair sums of bsums, the same int32 as dot_unit_k's.
+TESSERA_VNNI HWY_INLINE __m128i mins4(__m512i mins, __m128i pair_sums) {
+  __m512i m = _mm512_madd_epi16(mins, _mm512_broadcast_i32x4(pair_sums));
+  m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
+  m = _mm512_add_epi32(m, _mm512_shuffle_epi32(m, _MM_PERM_CDAB));
+  return _mm512_castsi512_si128(
+      _mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), m));
+}
+
+// Rows r, r + part, r + 2 part, r + 3 part (of `part` rows row_bytes apart), for r < part,
+// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it.
+template <DType kT>
+TESSERA_VNNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
+                                            const Act<kT>* x, float* y) {
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
+  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+  const size_t step = static_cast<size_t>(part) * row_bytes;
+  for (int64_t r = 0; r < part; ++r) {
+    const uint8_t* b[4] = {w + static_cast<size_t>(r) * row_bytes};
+    for (int s = 1; s < 4; ++s) b[s] = b[s - 1] + step;
+    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+    __m128 m = _mm_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const Act<kT>& xt = x[u];
+      if constexpr (kBytes >= kPrefetchFrom) {
+        for (const uint8_t* br : b)
+          for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(br + kPrefetchAhead + off);
+      }
+      __m512i p01, p23;
+      if constexpr (kBlock32<kT>) {
+        const __m512i xv = both32(xt.qs), zero = _mm512_setzero_si512();
+        const __m512i offset = _mm512_set1_epi8(kT == DType::kQ8_0 ? -128 : 8);
+        const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
+        p01 = pair_block32<kT>(b[0], b[1], xv, bias);
+        p23 = pair_block32<kT>(b[2], b[3], xv, bias);
+      } else if constexpr (kT == DType::kQ6_K) {
+        __m512i bias32[8];
+        for (int g = 0; g < 8; ++g) bias32[g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xt.qs + 32 * g));
+        p01 = pair_q6_k(b[0], b[1], xt, bias32);
+        p23 = pair_q6_k(b[2], b[3], xt, bias32);
+      } else {
+        const __m512i bytes = scales_mins4(b);
+        const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
+        p01 = pair_k<kT == DType::kQ5_K>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xt);  // lanes 0, 0, 1, 1
+        p23 = pair_k<kT == DType::kQ5_K>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xt);  // lanes 2, 2, 3, 3
+        const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums)),
+                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums + 8)));
+        const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+        m = _mm_fmadd_ps(_mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
+                         _mm_cvtepi32_ps(mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), pair_sums)),
+                         m);
+      }
+      const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt))));
+      const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
+      acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
+      acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
+      for (const uint8_t*& br : b) br += kBytes;
+    }
+    HWY_ALIGN float mins[4];
+    _mm_store_ps(mins, m);
+    y[r] = finish(Acc{_mm512_castps512_ps256(acc01), mins[0]});
+    y[r + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), mins[1]});
+    y[r + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), mins[2]});
+    y[r + 3 * part] = finish(Acc{_mm512_extractf32x8_ps(acc23, 1), mins[3]});
+  }
+}
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 // kRows rows (row_step bytes apart, their outputs y_step apart) against `tokens` (at
 // most kTile) tokens' activations (`units` blocks apart, outputs ldy apart), unit by
 // unit: each unit's weights are unpacked once for a whole tile; a partial tile takes
@@ -415,9 +622,13 @@ constexpr int kStreams = 4;
 template <DType kT>
 void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_bytes, int64_t units, const Act<kT>* x, float* y) {
   const int64_t part = rows / kStreams;
+#if TESSERA_QUANT_DOT_VNNI
+  decode_pairs<kT>(w, part, row_bytes, units, x, y);
+#else
   for (int64_t r = 0; r < part; ++r)
     dot_block<kT, kStreams, 1>(w + static_cast<size_t>(r) * row_bytes, static_cast<size_t>(part) * row_bytes, units, x,
                                1, y + r, part, 0);
+#endif
   for (int64_t r = kStreams * part; r < rows; ++r)
     dot_block<kT, 1, 1>(w + static_cast<size_t>(r) * row_bytes, row_bytes, units, x, 1, y + r, 1, 0);
 }
