@@ -258,9 +258,10 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
                               Call::kRunFromLogitsAdding, residual),
                 want)
           << "token " << t;
-      // Given the router (bf16 with hidden a multiple of 64: its matmul and the
-      // routing in one launch, the same counter each time): the logits are the
-      // matmul's and the output is the one routed from them.
+      // Given the router (bf16 with hidden a multiple of 64 and
+      // TESSERA_CUDA_MOE_ROUTER=1: its matmul and the routing in one launch, the
+      // same counter each time): the logits are the matmul's and the output is
+      // the one routed from them.
       const std::vector<float> x_row = row(x, c.hidden), want_logits = matmul_logits(x_row, 1);
       std::vector<float> got_logits;
       EXPECT_EQ(

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -12,6 +14,13 @@
 namespace tessera::cuda {
 
 namespace {
+
+// Whether the environment variable `name` is "1": the steps that run only when
+// asked for until they have run on a GPU (TESSERA_CUDA_MOE_ROUTER, _DOWN_AHEAD).
+bool asked(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string_view(value) == "1";
+}
 
 // ---- routing ----------------------------------------------------------------
 //
@@ -775,7 +784,7 @@ void check_routing(const ExpertRouting& r) {
 }  // namespace
 
 bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing) {
-  static const bool on = !switched_off("TESSERA_CUDA_MOE_ROUTER");
+  static const bool on = asked("TESSERA_CUDA_MOE_ROUTER");
   return on && tokens == 1 && router.shape.size() == 2 && router.dim(0) == routing.experts &&
          routing.experts <= kMaxRoutedExperts && mma_matmul_fits(router.dtype, router.dim(1));
 }
@@ -809,13 +818,13 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
   // The switches (=0) turn each step saved off, to measure what it gains: a lone
   // token grouped, its sum added by Device::add's launch, its down and weighted
-  // sum in two launches, its down weights not sent to L2 by the gate/up launch
-  // (and router_fits' TESSERA_CUDA_MOE_ROUTER: the router's matmul and the
-  // routing in two launches).
+  // sum in two launches. Asked for (=1) until they have run on a GPU: its down
+  // weights sent to L2 by the gate/up launch (and router_fits'
+  // TESSERA_CUDA_MOE_ROUTER: the router's matmul and the routing in one launch).
   static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
   static const bool down_sum_on = !switched_off("TESSERA_CUDA_MOE_DOWN_SUM");
-  static const bool down_ahead_on = !switched_off("TESSERA_CUDA_MOE_DOWN_AHEAD");
+  static const bool down_ahead_on = asked("TESSERA_CUDA_MOE_DOWN_AHEAD");
   const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
   if (router.router != nullptr) {
     TS_CHECK(tokens == 1 && router.logits != nullptr && table.counter != nullptr, "the router's launch for ", tokens,

@@ -54,7 +54,8 @@ void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, con
 
 // Whether run_experts takes the router's weight [experts, hidden] for `tokens`
 // tokens and computes the logits and the routing in one launch: a lone token,
-// bf16 (the tensor-core matmul's sums). TESSERA_CUDA_MOE_ROUTER=0: never.
+// bf16 (the tensor-core matmul's sums), when asked for (TESSERA_CUDA_MOE_ROUTER=1)
+// until it has run on a GPU.
 bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing);
 
 // What run_experts routes from: the router's logits [tokens, routing.experts]
