@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/quant_act.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/device.h"
 #include "io/gguf_fixtures.h"
@@ -186,6 +187,147 @@ TEST(QuantGpu, ProductsAreTheCpusWithinTheRoundingOfTheirSums) {
       }
     }
   }
+}
+
+// One unit of a weight row as ggml lays it out: each element's integer (Q8_0 q, Q4_0
+// q - 8, Q4_K/Q5_K q, Q6_K q - 32) and integer sub-scale (1 for Q8_0/Q4_0), Q4_K/Q5_K's
+// 8 mins, d and dmin.
+struct UnitInts {
+  int q[256] = {}, s[256] = {}, m[8] = {};
+  float d = 0, dmin = 0;
+};
+
+UnitInts unit_ints(DType type, const uint8_t* b) {
+  UnitInts w;
+  const auto f16 = [&](int at) { return f16_to_f32(static_cast<uint16_t>(b[at] | b[at + 1] << 8)); };
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+    w.d = f16(0);
+    for (int e = 0; e < 32; ++e) {
+      w.q[e] = type == DType::kQ8_0 ? static_cast<int8_t>(b[2 + e]) : (e < 16 ? b[2 + e] & 15 : b[2 + e - 16] >> 4) - 8;
+      w.s[e] = 1;
+    }
+  } else if (type == DType::kQ4_K || type == DType::kQ5_K) {
+    const bool five = type == DType::kQ5_K;
+    w.d = f16(0), w.dmin = f16(2);
+    const uint8_t* sc = b + 4;  // ggml's get_scale_min_k4
+    for (int g = 0; g < 8; ++g) {
+      const int scale = g < 4 ? sc[g] & 63 : (sc[g + 4] & 15) | (sc[g - 4] >> 6) << 4;
+      w.m[g] = g < 4 ? sc[g + 4] & 63 : (sc[g + 4] >> 4) | (sc[g] >> 6) << 4;
+      for (int l = 0; l < 32; ++l) {
+        const int e = 32 * g + l;
+        w.q[e] = (b[(five ? 48 : 16) + 32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
+        if (five) w.q[e] |= ((b[16 + l] >> g) & 1) << 4;
+        w.s[e] = scale;
+      }
+    }
+  } else {
+    w.d = f16(208);
+    for (int e = 0; e < 256; ++e) {
+      const int half = e / 128, r = e % 128;
+      const int lo = (b[64 * half + r % 64] >> (4 * (r / 64))) & 15,
+                hi = (b[128 + 32 * half + r % 32] >> (2 * (r / 32))) & 3;
+      w.q[e] = (lo | hi << 4) - 32;
+      w.s[e] = static_cast<int8_t>(b[192 + e / 16]);
+    }
+  }
+  return w;
+}
+
+// The GPU's order of f32 steps (quant_matmul.cu), restated from the units' exact integer
+// sums: unit u's P = sum of s q_w q_x (and, Q4_K/Q5_K, M = sum of min_j times the x's
+// two sums of 16 of sub-block j) goes to group u % G (G = 16 for Q8_0, 32 for Q4_0, 4
+// for the K types); each group takes its units in ascending order, acc = fma(d_w d_x,
+// P, acc) then acc = fma(-(dmin_w d_x), M, acc); the output is group 0's acc + group
+// 1's + ... in order, + the bias, + y0 (matmul_add).
+std::vector<float> gpu_order(const std::vector<uint8_t>& blocks, DType type, int64_t n, int64_t k,
+                             const std::vector<float>& x, int64_t tokens, const std::vector<float>& bias,
+                             const std::vector<float>* y0) {
+  const bool k_type = dtype_block_elements(type) == 256;
+  const int elems = k_type ? 256 : 32, groups = type == DType::kQ8_0 ? 16 : type == DType::kQ4_0 ? 32 : 4;
+  const int64_t units = k / elems;
+  std::vector<cpu::Q8Block> x32(static_cast<size_t>(tokens * (k / 32)));
+  std::vector<cpu::Q8KBlock> x256(static_cast<size_t>(tokens * (k / 256)));
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (k_type) cpu::quantize_q8_K(x.data() + t * k, k, x256.data() + t * units);
+    else cpu::quantize_q8_0(x.data() + t * k, k, x32.data() + t * units);
+  }
+  std::vector<float> y(static_cast<size_t>(tokens * n));
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<float> acc(static_cast<size_t>(groups), 0.0f);
+      for (int64_t u = 0; u < units; ++u) {
+        const UnitInts w = unit_ints(type, blocks.data() + dtype_bytes(type, r * k + u * elems));
+        const int8_t* qx = k_type ? x256[t * units + u].qs : x32[t * units + u].qs;
+        const float dx = k_type ? x256[t * units + u].d : x32[t * units + u].d;
+        int32_t p = 0, m = 0;
+        for (int e = 0; e < elems; ++e) p += w.s[e] * w.q[e] * qx[e];
+        float& a = acc[static_cast<size_t>(u % groups)];
+        const float scale = w.d * dx;
+        a = std::fma(scale, static_cast<float>(p), a);
+        if (type == DType::kQ4_K || type == DType::kQ5_K) {
+          const int16_t* sums = x256[t * units + u].bsums;
+          for (int j = 0; j < 8; ++j) m += w.m[j] * (sums[2 * j] + sums[2 * j + 1]);
+          const float min_scale = w.dmin * dx;
+          a = std::fma(-min_scale, static_cast<float>(m), a);
+        }
+      }
+      float sum = acc[0];
+      for (int g = 1; g < groups; ++g) sum += acc[static_cast<size_t>(g)];
+      const float value = sum + bias[r];
+      y[t * n + r] = y0 != nullptr ? (*y0)[t * n + r] + value : value;
+    }
+  }
+  return y;
+}
+
+// The integers above are the blocks' (their scaled values are cpu::dequantize_rows's,
+// which is gguf-py's, bitwise), the restated order is within the f32 rounding of the
+// CPU's products (both checked without a GPU), and the GPU's outputs are that order's,
+// bit for bit: each output's sum order is fixed by the dtype and k, never by the tile,
+// the token count or the grid.
+TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
+  auto cpu = make_cpu_device(2);
+  auto gpu_made = make_cuda_device(0);
+  for (const DType type : kTypes) {
+    for (const int64_t k : {11 * dtype_block_elements(type), int64_t{4096}, int64_t{14336}}) {
+      const int64_t n = 37, elems = dtype_block_elements(type);
+      const std::vector<uint8_t> blocks = real_blocks(type, n, k, static_cast<uint32_t>(k + 1));
+      SCOPED_TRACE(std::string(dtype_name(type)) + " k " + std::to_string(k));
+      std::vector<float> want(static_cast<size_t>(n * k));
+      cpu::dequantize_rows(blocks.data(), type, n, k, want.data());
+      for (int64_t i = 0; i < n * k; i += 7) {  // every 7th element of every row
+        const UnitInts w = unit_ints(type, blocks.data() + dtype_bytes(type, i / elems * elems));
+        const int e = static_cast<int>(i % elems);
+        const float value = type == DType::kQ4_K || type == DType::kQ5_K
+                                ? (w.d * static_cast<float>(w.s[e])) * static_cast<float>(w.q[e]) -
+                                      w.dmin * static_cast<float>(w.m[e / 32])
+                            : type == DType::kQ6_K ? (w.d * static_cast<float>(w.s[e])) * static_cast<float>(w.q[e])
+                                                   : static_cast<float>(w.q[e]) * w.d;
+        ASSERT_EQ(value, want[static_cast<size_t>(i)]) << "element " << i;
+      }
+      const TensorView w{type, {n, k}, blocks.data()};
+      const std::vector<float> bias = testing::random_values(static_cast<size_t>(n), 6);
+      for (const int64_t tokens : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{13}}) {
+        SCOPED_TRACE(std::to_string(tokens) + " tokens");
+        const std::vector<float> x = testing::random_values(static_cast<size_t>(tokens * k), static_cast<uint32_t>(k));
+        const std::vector<float> y0 = testing::random_values(static_cast<size_t>(tokens * n), 8);
+        const std::vector<float>* add = tokens == 8 ? &y0 : nullptr;
+        const std::vector<float> stated = gpu_order(blocks, type, n, k, x, tokens, bias, add);
+        const std::vector<float> on_cpu = run(*cpu, w, x, tokens, &bias, add);
+        const std::vector<double> scale = magnitudes(blocks, type, n, k, x, tokens);
+        for (size_t i = 0; i < stated.size(); ++i)
+          ASSERT_LE(std::fabs(stated[i] - on_cpu[i]), 3e-5 * scale[i] + 1e-6) << "output " << i;
+        if (!gpu_made.ok()) continue;
+        const std::vector<float> got = run(**gpu_made, w, x, tokens, &bias, add);
+        ASSERT_EQ(got.size(), stated.size());
+        int differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &stated[i], sizeof(float)) != 0;
+        EXPECT_EQ(differ, 0) << "of " << got.size() << " outputs; the first: " << got[0] << " against " << stated[0];
+      }
+    }
+  }
+  if (!gpu_made.ok())
+    GTEST_SKIP() << "checked without a GPU; the GPU's bits need one: " << gpu_made.status().to_string();
 }
 
 TEST(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
