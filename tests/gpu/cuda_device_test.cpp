@@ -343,6 +343,24 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
   }
 }
 
+// A block may take several partitions one after another (TESSERA_CUDA_ATTENTION_SPAN,
+// else chosen by the number of blocks): every span gives bitwise the outputs of
+// one partition a block, also when the last block's span is cut short (3 of 5).
+TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  for (const AttentionCase c :
+       {AttentionCase{GetParam(), 128, 300, 200, 0}, AttentionCase{GetParam(), 64, 300, 3, 0}}) {
+    const int64_t first = c.positions - c.tokens;
+    ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", "1", 1), 0);
+    const auto one = run_attention(*gpu, c, first, c.tokens);
+    for (const char* span : {"2", "3", "4", "8"}) {
+      ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
+      EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span;
+    }
+    unsetenv("TESSERA_CUDA_ATTENTION_SPAN");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

@@ -18,8 +18,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "core/check.h"
 
 namespace tessera::cuda {
 
@@ -76,45 +80,70 @@ __device__ __forceinline__ void load_matrices(uint32_t (&r)[4], const uint16_t* 
   }
 }
 
+// The keys and values of one partition in shared memory (rows kHeadDim + 8
+// elements apart: 16 bytes apart in banks).
+template <int kHeadDim>
+struct Stage {
+  static constexpr int kStride = kHeadDim + 8;
+  uint16_t keys[kPositions * kStride];
+  uint16_t values[kPositions * kStride];
+};
+
 // Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
 // elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
+//
+// A block takes `span` consecutive partitions of its column block and KV head,
+// one after another, with the next partition's keys and values on their way
+// while it computes one (two stages of shared memory): each partition's numbers
+// are what a block of one partition computes, written to its own place in
+// scratch, so the span changes no bit.
 template <DType D, int kHeadDim>
 __global__ void __launch_bounds__(kWarps * 32)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
-                         float scale, int64_t partitions, const ColumnBlock* __restrict__ column_blocks,
+                         float scale, int64_t partitions, int64_t span, const ColumnBlock* __restrict__ column_blocks,
                          float* __restrict__ scratch) {
   let_next_start();
-  constexpr int kStride = kHeadDim + 8;  // 16-bit elements a row in shared memory (rows 16 bytes apart in banks)
-  __shared__ __align__(16) uint16_t keys[kPositions * kStride];
-  __shared__ __align__(16) uint16_t values[kPositions * kStride];
+  constexpr int kStride = Stage<kHeadDim>::kStride;
+  extern __shared__ __align__(16) unsigned char shared[];
+  auto* stages = reinterpret_cast<Stage<kHeadDim>*>(shared);
+  auto* key_rows = reinterpret_cast<int64_t*>(stages + 2);  // [span * kPositions]
   const ColumnBlock cb = column_blocks[blockIdx.y];
-  const int64_t part = blockIdx.x, kv = blockIdx.z, group = n_heads / p.n_kv_heads;
-  const int64_t start = part * kPositions, last = map.pos[cb.first + cb.tokens - 1];
-  if (start > last) {  // every token of the block sees fewer partitions
+  const int64_t kv = blockIdx.z, group = n_heads / p.n_kv_heads;
+  const int64_t part0 = blockIdx.x * span, last = map.pos[cb.first + cb.tokens - 1];
+  // The partitions of the span that hold a position some token of the block sees.
+  const int64_t parts = min(span, min(partitions - part0, last / kPositions + 1 - part0));
+  if (parts <= 0) {  // every token of the block sees fewer partitions
     wait_for_earlier();
     return;
   }
-  const int64_t rows = min(static_cast<int64_t>(kPositions), last - start + 1);
   // Where each position's key row is in the pages (its value row is value_step
   // further), found once a row, not once a 16-byte piece.
-  __shared__ int64_t key_rows[kPositions];
-  if (threadIdx.x < rows) {
+  const int64_t first_at = part0 * kPositions, count = min(parts * kPositions, last - first_at + 1);
+  {
     const int32_t* blocks = map.tables + map.table[cb.first];
-    const int at = static_cast<int>(start) + static_cast<int>(threadIdx.x), size = static_cast<int>(p.block_size);
-    key_rows[threadIdx.x] = kv_offset(p, blocks[at / size], layer, 0, kv) + at % size * kHeadDim;
+    const int size = static_cast<int>(p.block_size);
+    for (int i = static_cast<int>(threadIdx.x); i < count; i += kWarps * 32) {
+      const int at = static_cast<int>(first_at) + i;
+      key_rows[i] = kv_offset(p, blocks[at / size], layer, 0, kv) + at % size * kHeadDim;
+    }
   }
   __syncthreads();
   const int64_t value_step = p.n_kv_heads * p.block_size * kHeadDim;
   const auto* base = static_cast<const uint16_t*>(p.base);
   constexpr int kUnits = kHeadDim * 2 / 16;  // 16-byte pieces of a row
-  // The keys, then the values: two groups of copies, all in flight at once.
-  const auto copy_keys_and_values = [&] {
+  const auto rows_of = [&](int64_t i) {
+    return min(static_cast<int64_t>(kPositions), last - (part0 + i) * kPositions + 1);
+  };
+  // Partition i's keys, then its values, into stage i % 2: two groups of copies.
+  const auto copy_keys_and_values = [&](int64_t i) {
+    Stage<kHeadDim>& stage = stages[i % 2];
+    const int64_t rows = rows_of(i);
     for (int kind = 0; kind < 2; ++kind) {
-      for (int i = static_cast<int>(threadIdx.x); i < kPositions * kUnits; i += kWarps * 32) {
-        const int j = i / kUnits, u = i % kUnits;
-        uint16_t* to = (kind == 0 ? keys : values) + j * kStride + u * 8;
+      for (int u = static_cast<int>(threadIdx.x); u < kPositions * kUnits; u += kWarps * 32) {
+        const int j = u / kUnits, piece = u % kUnits;
+        uint16_t* to = (kind == 0 ? stage.keys : stage.values) + j * kStride + piece * 8;
         if (j < rows) {
-          copy16(to, base + key_rows[j] + (kind == 0 ? 0 : value_step) + u * 8);
+          copy16(to, base + key_rows[i * kPositions + j] + (kind == 0 ? 0 : value_step) + piece * 8);
         } else {
           *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
         }
@@ -124,25 +153,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   // The token map and column blocks were staged before the kernels of this
   // layer; keys and values of positions below `fresh` were stored by earlier
-  // steps. A partition of those alone is copied while the kernels before this
-  // one (rope and the store of this step's keys) still run.
-  const bool older = start + rows <= cb.fresh;
-  if (older) copy_keys_and_values();
+  // steps. A first partition of those alone is copied while the kernels before
+  // this one (rope and the store of this step's keys) still run.
+  const bool older = first_at + rows_of(0) <= cb.fresh;
+  if (older) copy_keys_and_values(0);
   wait_for_earlier();
-  if (!older) copy_keys_and_values();
+  if (!older) copy_keys_and_values(0);
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t columns = cb.tokens * group, c0 = warp * 16;  // a warp past the columns only helps to copy
+  const bool idle = c0 >= columns;
   int64_t token[2], head[2], pos[2];
-  bool used[2];
+  bool mine[2];
   for (int r = 0; r < 2; ++r) {
     const int64_t c = c0 + g + 8 * r;
-    used[r] = c < columns;
-    token[r] = cb.first + (used[r] ? c / group : 0);
-    head[r] = kv * group + (used[r] ? c % group : 0);
+    mine[r] = c < columns;
+    token[r] = cb.first + (mine[r] ? c / group : 0);
+    head[r] = kv * group + (mine[r] ? c % group : 0);
     pos[r] = map.pos[token[r]];
-    used[r] = used[r] && start <= pos[r];
   }
 
   // Q as the A operand: rows (columns) g and g + 8, dimensions 2t.. and 2t + 8.. of each 16.
@@ -153,95 +182,112 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int i = 0; i < 4; ++i) {
       const int r = i % 2, half = i / 2;
       float2 v = make_float2(0.0f, 0.0f);
-      if (used[r])
+      if (mine[r])
         v = *reinterpret_cast<const float2*>(q + (token[r] * n_heads + head[r]) * kHeadDim + kk * 16 + 2 * t +
                                              8 * half);
       qa[kk][i] = pack2<D>(v.x, v.y);
     }
 
-  // The scores need the keys alone: they are computed while the values are still on their way.
-  copies_wait<1>();
-  __syncthreads();
-  const bool idle = c0 >= columns;  // a warp without columns still meets the barrier below
+  for (int64_t i = 0; i < parts; ++i) {
+    const int64_t part = part0 + i, start = part * kPositions;
+    const Stage<kHeadDim>& stage = stages[i % 2];
+    const bool more = i + 1 < parts;
+    if (more) copy_keys_and_values(i + 1);  // its stage was freed by the barrier at the end of the last round
+    bool used[2];
+    for (int r = 0; r < 2; ++r) used[r] = mine[r] && start <= pos[r];
 
-  float s[kPositions / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
-  if (!idle) {
-    // S = Q K^T, eight tiles of 8 positions, two 16-dimension steps a load.
-#pragma unroll
-    for (int j = 0; j < kPositions / 8; ++j) {
-      const uint16_t* rows = keys + (8 * j + lane % 8) * kStride + 8 * (lane / 8);
-#pragma unroll
-      for (int kk = 0; kk < kHeadDim / 16; kk += 2) {
-        uint32_t b[4];
-        load_matrices<false>(b, rows + kk * 16);
-        mma16<D>(s[j], qa[kk], b[0], b[1]);
-        mma16<D>(s[j], qa[kk + 1], b[2], b[3]);
-      }
+    // The scores need the keys alone: they are computed while the values are still on their way.
+    if (more) {
+      copies_wait<3>();
+    } else {
+      copies_wait<1>();
     }
+    __syncthreads();
+    float s[kPositions / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+    if (!idle) {
+      // S = Q K^T, eight tiles of 8 positions, two 16-dimension steps a load.
 #pragma unroll
-    for (int j = 0; j < kPositions / 8; ++j)
+      for (int j = 0; j < kPositions / 8; ++j) {
+        const uint16_t* rows = stage.keys + (8 * j + lane % 8) * kStride + 8 * (lane / 8);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = i / 2;
-        const int64_t at = start + 8 * j + 2 * t + i % 2;
-        s[j][i] = used[r] && at <= pos[r] ? s[j][i] * scale : -INFINITY;
-        peak[r] = fmaxf(peak[r], s[j][i]);
+        for (int kk = 0; kk < kHeadDim / 16; kk += 2) {
+          uint32_t b[4];
+          load_matrices<false>(b, rows + kk * 16);
+          mma16<D>(s[j], qa[kk], b[0], b[1]);
+          mma16<D>(s[j], qa[kk + 1], b[2], b[3]);
+        }
       }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 1));
-      peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 2));
-    }
+      for (int j = 0; j < kPositions / 8; ++j)
 #pragma unroll
-    for (int j = 0; j < kPositions / 8; ++j)
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2;
+          const int64_t at = start + 8 * j + 2 * t + e % 2;
+          s[j][e] = used[r] && at <= pos[r] ? s[j][e] * scale : -INFINITY;
+          peak[r] = fmaxf(peak[r], s[j][e]);
+        }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = i / 2;
-        s[j][i] = s[j][i] == -INFINITY ? 0.0f : expf(s[j][i] - peak[r]);
-        sum[r] += s[j][i];
+      for (int r = 0; r < 2; ++r) {
+        peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 1));
+        peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 2));
       }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      for (int j = 0; j < kPositions / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2;
+          s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - peak[r]);
+          sum[r] += s[j][e];
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      }
     }
-  }
-  copies_wait<0>();  // now the values
-  __syncthreads();
-  if (idle) return;
+    if (more) {  // now the values
+      copies_wait<2>();
+    } else {
+      copies_wait<0>();
+    }
+    __syncthreads();
 
-  // O = P V: P's accumulators are already the A operand's layout, 16 positions at a time.
-  float o[kHeadDim / 8][4] = {};
+    if (!idle) {
+      // O = P V: P's accumulators are already the A operand's layout, 16 positions at a time.
+      float o[kHeadDim / 8][4] = {};
 #pragma unroll
-  for (int ks = 0; ks < kPositions / 16; ++ks) {
-    const uint32_t pa[4] = {pack2<D>(s[2 * ks][0], s[2 * ks][1]), pack2<D>(s[2 * ks][2], s[2 * ks][3]),
-                            pack2<D>(s[2 * ks + 1][0], s[2 * ks + 1][1]), pack2<D>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
-    // Matrices of positions 16ks + 0..7 and + 8..15, of dimensions 8dt.. and 8(dt + 1)..
-    const uint16_t* rows = values + (16 * ks + 8 * (lane / 8 % 2) + lane % 8) * kStride + 8 * (lane / 16);
+      for (int ks = 0; ks < kPositions / 16; ++ks) {
+        const uint32_t pa[4] = {pack2<D>(s[2 * ks][0], s[2 * ks][1]), pack2<D>(s[2 * ks][2], s[2 * ks][3]),
+                                pack2<D>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                pack2<D>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+        // Matrices of positions 16ks + 0..7 and + 8..15, of dimensions 8dt.. and 8(dt + 1)..
+        const uint16_t* rows = stage.values + (16 * ks + 8 * (lane / 8 % 2) + lane % 8) * kStride + 8 * (lane / 16);
 #pragma unroll
-    for (int dt = 0; dt < kHeadDim / 8; dt += 2) {
-      uint32_t b[4];
-      load_matrices<true>(b, rows + dt * 8);
-      mma16<D>(o[dt], pa, b[0], b[1]);
-      mma16<D>(o[dt + 1], pa, b[2], b[3]);
+        for (int dt = 0; dt < kHeadDim / 8; dt += 2) {
+          uint32_t b[4];
+          load_matrices<true>(b, rows + dt * 8);
+          mma16<D>(o[dt], pa, b[0], b[1]);
+          mma16<D>(o[dt + 1], pa, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (!used[r]) continue;
+        float* out = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+          out[dt * 8 + 2 * t] = o[dt][2 * r];
+          out[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+        }
+        if (t == 0) {
+          out[kHeadDim] = peak[r];
+          out[kHeadDim + 1] = sum[r];
+        }
+      }
     }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!used[r]) continue;
-    float* out = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
-#pragma unroll
-    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      out[dt * 8 + 2 * t] = o[dt][2 * r];
-      out[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
-    }
-    if (t == 0) {
-      out[kHeadDim] = peak[r];
-      out[kHeadDim + 1] = sum[r];
-    }
+    __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
   }
 }
-
 }  // namespace
 
 bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window) {
@@ -253,18 +299,40 @@ int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads) {
   return kColumns / (n_heads / n_kv_heads);
 }
 
+constexpr int64_t kMaxSpan = 8;
+
+// Partitions a block (1, 2 or 4): as many as leave at least four blocks an SM,
+// so that a few sequences still spread over every SM while many sequences'
+// blocks each hide one partition's copies behind another's products.
+// TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
+// compare spans in one process).
+int64_t partitions_a_block(int64_t blocks) {
+  if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_SPAN"); asked != nullptr)
+    return std::clamp<int64_t>(std::atoll(asked), 1, kMaxSpan);
+  int64_t span = 4;
+  while (span > 1 && blocks / span < 4 * multiprocessors()) span /= 2;
+  return span;
+}
+
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch) {
   if (count == 0) return;
-  const dim3 grid(static_cast<unsigned>(partitions), static_cast<unsigned>(count), static_cast<unsigned>(p.n_kv_heads));
+  const int64_t span = partitions_a_block(partitions * count * p.n_kv_heads);
+  const dim3 grid(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
+                  static_cast<unsigned>(p.n_kv_heads));
+  const auto launch = [&]<DType D, int kHeadDim>() {
+    const auto kernel = mma_attention_kernel<D, kHeadDim>;
+    constexpr size_t kMostShared = 2 * sizeof(Stage<kHeadDim>) + kMaxSpan * kPositions * sizeof(int64_t);
+    static const bool sized = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kMostShared)) == cudaSuccess;
+    TS_CHECK(sized, "the attention kernel cannot have ", kMostShared, " bytes of shared memory");
+    const size_t shared = 2 * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t);
+    launch_kernel(kernel, grid, kWarps * 32, shared, stream, q, n_heads, p, layer, map, scale, partitions, span,
+                  column_blocks, scratch);
+  };
   const auto run = [&]<DType D>() {
-    if (p.head_dim == 64) {
-      launch_kernel(mma_attention_kernel<D, 64>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
-                    partitions, column_blocks, scratch);
-    } else {
-      launch_kernel(mma_attention_kernel<D, 128>, grid, kWarps * 32, 0, stream, q, n_heads, p, layer, map, scale,
-                    partitions, column_blocks, scratch);
-    }
+    if (p.head_dim == 64) return launch.template operator()<D, 64>();
+    launch.template operator()<D, 128>();
   };
   if (p.dtype == DType::kBF16) return run.template operator()<DType::kBF16>();
   run.template operator()<DType::kF16>();
