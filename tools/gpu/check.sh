@@ -116,6 +116,18 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
           --prompt 64 --decode 14 >"$OUT/profile-gguf-$type.csv" 2>"$OUT/profile-gguf-$type.err"
         python3 tools/gpu/steps.py "$OUT/profile-gguf-$type.csv" | tee "$OUT/profile-gguf-$type.txt"
         rm -f "$OUT/profile-gguf-$type.csv" "$OUT/profile-gguf-$type.err"
+        # What bounds the matmuls: Nsight Compute's sections for the first 15 matmuls of the fourth decode step (7 a
+        # layer, then the LM head), one line each: time, warp instructions, issue slots busy, DRAM busy.
+        layers=${GGUF_LAYERS:-32}
+        ncu --clock-control none --kernel-name regex:quant_matmul --launch-skip $((4 * (7 * layers + 1))) \
+          --launch-count 15 --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+          --section ComputeWorkloadAnalysis --section InstructionStats build-gpu/bin/tessera bench --device cuda \
+          --model $q/$type.gguf --prompt 64 --decode 8 >"$OUT/details-gguf-$type.txt" 2>/dev/null
+        awk '/^  [a-z].*quant_matmul_kernel</ { k = $0; sub(/.*quant_matmul_kernel/, "", k); sub(/\(const.*\) \(/, " (", k)
+               sub(/x\(.*/, "", k) }
+             /DRAM Throughput/ { dram = $NF } /^ +Duration/ { us = $NF } /Issue Slots Busy/ { busy = $NF }
+             /^ +Executed Instructions / { printf "  %-22s %7s us %12s warp instructions, issue %6s %%, DRAM %6s %%\n",
+               k, us, $NF, busy, dram }' "$OUT/details-gguf-$type.txt" | tee -a "$OUT/profile-gguf-$type.txt"
       done ;;
     bench)
       for shape in llama-3.2-1b llama-3-8b; do
