@@ -33,6 +33,27 @@ __device__ __forceinline__ void mma_half(float (&c)[4], uint4 a, uint4 b, uint4 
   mma_bf16(c, a.z, b.z, a.w, b.w, x.z, x.w);
 }
 
+// One 64-wide chunk of k's weights for lane (g, t), as mma_half takes them: the
+// 16 bytes at 8t of rows g (a) and g + 8 (b), in the chunk's lower half (0) and
+// upper half (1).
+struct WeightChunk {
+  uint4 a0, b0, a1, b1;
+};
+
+// The chunk at `at` of rows `row_a` and `row_b` (rows g and g + 8, offset by 8t).
+__device__ __forceinline__ WeightChunk load_chunk(const __nv_bfloat16* __restrict__ row_a,
+                                                  const __nv_bfloat16* __restrict__ row_b, int64_t at) {
+  return {__ldg(reinterpret_cast<const uint4*>(row_a + at)), __ldg(reinterpret_cast<const uint4*>(row_b + at)),
+          __ldg(reinterpret_cast<const uint4*>(row_a + at + 32)),
+          __ldg(reinterpret_cast<const uint4*>(row_b + at + 32))};
+}
+
+// c += the chunk times x's pieces of its two halves: the lower half, then the upper.
+__device__ __forceinline__ void mma_chunk(float (&c)[4], const WeightChunk& w, uint4 x0, uint4 x1) {
+  mma_half(c, w.a0, w.b0, x0);
+  mma_half(c, w.a1, w.b1, x1);
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
   return *reinterpret_cast<uint32_t*>(&v);

@@ -213,17 +213,11 @@ __global__ void __launch_bounds__(kRouteThreads)
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float c[4] = {};
   for (int64_t base = warp; base < chunks; base += kMmaSplit * kRouterUnroll) {
-    uint4 wa0[kRouterUnroll], wb0[kRouterUnroll], wa1[kRouterUnroll], wb1[kRouterUnroll];
+    WeightChunk w[kRouterUnroll];
 #pragma unroll
-    for (int u = 0; u < kRouterUnroll; ++u) {
-      const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
-      if (base + u * kMmaSplit < chunks) {
-        wa0[u] = __ldg(reinterpret_cast<const uint4*>(router + ra + at));
-        wb0[u] = __ldg(reinterpret_cast<const uint4*>(router + rb + at));
-        wa1[u] = __ldg(reinterpret_cast<const uint4*>(router + ra + at + 32));
-        wb1[u] = __ldg(reinterpret_cast<const uint4*>(router + rb + at + 32));
-      }
-    }
+    for (int u = 0; u < kRouterUnroll; ++u)
+      if (base + u * kMmaSplit < chunks)
+        w[u] = load_chunk(router + ra, router + rb, (base + u * kMmaSplit) * kMmaChunk);
     if (base == warp) wait_for_earlier();  // the first weights are on their way; x is another kernel's
 #pragma unroll
     for (int u = 0; u < kRouterUnroll; ++u) {
@@ -231,8 +225,7 @@ __global__ void __launch_bounds__(kRouteThreads)
       const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
       // The token is column 0: lanes of g > 0 give the zero columns mma_matmul gives them.
       const uint4 x0 = g == 0 ? load_x(x + at + 8 * t) : zero, x1 = g == 0 ? load_x(x + at + 32 + 8 * t) : zero;
-      mma_half(c, wa0[u], wb0[u], x0);
-      mma_half(c, wa1[u], wb1[u], x1);
+      mma_chunk(c, w[u], x0, x1);
     }
   }
   wait_for_earlier();  // for a warp without chunks (waiting again costs nothing)
@@ -436,22 +429,13 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
   const int64_t chunks = k / kMmaChunk;
   float c[kTiles][4] = {}, up[kTiles][4] = {};
   for (int64_t base = warp; base < chunks; base += kMmaSplit * kUnroll) {
-    uint4 wa0[kUnroll], wb0[kUnroll], wa1[kUnroll], wb1[kUnroll];
-    uint4 ua0[kUnroll], ub0[kUnroll], ua1[kUnroll], ub1[kUnroll];
+    WeightChunk wg[kUnroll], wu[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
       if (base + u * kMmaSplit < chunks) {
-        wa0[u] = __ldg(reinterpret_cast<const uint4*>(w0 + ra + at));
-        wb0[u] = __ldg(reinterpret_cast<const uint4*>(w0 + rb + at));
-        wa1[u] = __ldg(reinterpret_cast<const uint4*>(w0 + ra + at + 32));
-        wb1[u] = __ldg(reinterpret_cast<const uint4*>(w0 + rb + at + 32));
-        if constexpr (kGateUp) {
-          ua0[u] = __ldg(reinterpret_cast<const uint4*>(w1 + ra + at));
-          ub0[u] = __ldg(reinterpret_cast<const uint4*>(w1 + rb + at));
-          ua1[u] = __ldg(reinterpret_cast<const uint4*>(w1 + ra + at + 32));
-          ub1[u] = __ldg(reinterpret_cast<const uint4*>(w1 + rb + at + 32));
-        }
+        wg[u] = load_chunk(w0 + ra, w0 + rb, at);
+        if constexpr (kGateUp) wu[u] = load_chunk(w1 + ra, w1 + rb, at);
       }
     }
 #pragma unroll
@@ -462,12 +446,8 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
       for (int j = 0; j < kTiles; ++j) {
         const uint4 x0 = xr[j] != nullptr ? load_x(xr[j] + at) : zero;
         const uint4 x1 = xr[j] != nullptr ? load_x(xr[j] + at + 32) : zero;
-        mma_half(c[j], wa0[u], wb0[u], x0);
-        mma_half(c[j], wa1[u], wb1[u], x1);
-        if constexpr (kGateUp) {
-          mma_half(up[j], ua0[u], ub0[u], x0);
-          mma_half(up[j], ua1[u], ub1[u], x1);
-        }
+        mma_chunk(c[j], wg[u], x0, x1);
+        if constexpr (kGateUp) mma_chunk(up[j], wu[u], x0, x1);
       }
     }
   }
@@ -660,7 +640,8 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
   };
   settle();
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 wa0[kDepth], wb0[kDepth], wa1[kDepth], wb1[kDepth], x0[kDepth], x1[kDepth];
+  WeightChunk wd[kDepth];
+  uint4 x0[kDepth], x1[kDepth];
   int step_slot[kDepth];
   float acc[4] = {};
   // A ring of kDepth steps: the first pass fills it, each later one computes
@@ -674,8 +655,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
           more = false;
           break;
         }
-        mma_half(acc, wa0[d], wb0[d], x0[d]);
-        mma_half(acc, wa1[d], wb1[d], x1[d]);
+        mma_chunk(acc, wd[d], x0[d], x1[d]);
         // A slot's steps are consecutive: the next one (loading already) says whether its sum is whole.
         if (step_slot[(d + 1) % kDepth] != slot) {
 #pragma unroll
@@ -689,10 +669,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
       if (j < top_k) {  // x: h's row of the slot, for the token's column (g = 0)
         const __nv_bfloat16* w = slot_down[j];
         const int64_t at = c * kMmaChunk;
-        wa0[d] = __ldg(reinterpret_cast<const uint4*>(w + ra + at));
-        wb0[d] = __ldg(reinterpret_cast<const uint4*>(w + rb + at));
-        wa1[d] = __ldg(reinterpret_cast<const uint4*>(w + ra + at + 32));
-        wb1[d] = __ldg(reinterpret_cast<const uint4*>(w + rb + at + 32));
+        wd[d] = load_chunk(w + ra, w + rb, at);
         const float* xr = h + j * k + 8 * t + at;
         x0[d] = g == 0 ? load_x(xr) : zero;
         x1[d] = g == 0 ? load_x(xr + 32) : zero;
