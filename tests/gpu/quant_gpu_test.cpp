@@ -23,6 +23,7 @@
 #include "io/gguf_fixtures.h"
 #include "io/quantize.h"
 #include "model/forward.h"
+#include "support/gguf_units.h"
 #include "support/gpu.h"
 #include "support/random_tensors.h"
 
@@ -189,50 +190,6 @@ TEST(QuantGpu, ProductsAreTheCpusWithinTheRoundingOfTheirSums) {
   }
 }
 
-// One unit of a weight row as ggml lays it out: each element's integer (Q8_0 q, Q4_0
-// q - 8, Q4_K/Q5_K q, Q6_K q - 32) and integer sub-scale (1 for Q8_0/Q4_0), Q4_K/Q5_K's
-// 8 mins, d and dmin.
-struct UnitInts {
-  int q[256] = {}, s[256] = {}, m[8] = {};
-  float d = 0, dmin = 0;
-};
-
-UnitInts unit_ints(DType type, const uint8_t* b) {
-  UnitInts w;
-  const auto f16 = [&](int at) { return f16_to_f32(static_cast<uint16_t>(b[at] | b[at + 1] << 8)); };
-  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
-    w.d = f16(0);
-    for (int e = 0; e < 32; ++e) {
-      w.q[e] = type == DType::kQ8_0 ? static_cast<int8_t>(b[2 + e]) : (e < 16 ? b[2 + e] & 15 : b[2 + e - 16] >> 4) - 8;
-      w.s[e] = 1;
-    }
-  } else if (type == DType::kQ4_K || type == DType::kQ5_K) {
-    const bool five = type == DType::kQ5_K;
-    w.d = f16(0), w.dmin = f16(2);
-    const uint8_t* sc = b + 4;  // ggml's get_scale_min_k4
-    for (int g = 0; g < 8; ++g) {
-      const int scale = g < 4 ? sc[g] & 63 : (sc[g + 4] & 15) | (sc[g - 4] >> 6) << 4;
-      w.m[g] = g < 4 ? sc[g + 4] & 63 : (sc[g + 4] >> 4) | (sc[g] >> 6) << 4;
-      for (int l = 0; l < 32; ++l) {
-        const int e = 32 * g + l;
-        w.q[e] = (b[(five ? 48 : 16) + 32 * (g / 2) + l] >> (4 * (g % 2))) & 15;
-        if (five) w.q[e] |= ((b[16 + l] >> g) & 1) << 4;
-        w.s[e] = scale;
-      }
-    }
-  } else {
-    w.d = f16(208);
-    for (int e = 0; e < 256; ++e) {
-      const int half = e / 128, r = e % 128;
-      const int lo = (b[64 * half + r % 64] >> (4 * (r / 64))) & 15,
-                hi = (b[128 + 32 * half + r % 32] >> (2 * (r / 32))) & 3;
-      w.q[e] = (lo | hi << 4) - 32;
-      w.s[e] = static_cast<int8_t>(b[192 + e / 16]);
-    }
-  }
-  return w;
-}
-
 // The GPU's order of f32 steps (quant_matmul.cu), restated from the units' exact integer
 // sums: unit u's P = sum of s q_w q_x (and, Q4_K/Q5_K, M = sum of min_j times the x's
 // two sums of 16 of sub-block j) goes to group u % G (G = 16 for Q8_0, 32 for Q4_0, 4
@@ -256,17 +213,15 @@ std::vector<float> gpu_order(const std::vector<uint8_t>& blocks, DType type, int
     for (int64_t t = 0; t < tokens; ++t) {
       std::vector<float> acc(static_cast<size_t>(groups), 0.0f);
       for (int64_t u = 0; u < units; ++u) {
-        const UnitInts w = unit_ints(type, blocks.data() + dtype_bytes(type, r * k + u * elems));
+        const testing::UnitInts w = testing::unit_ints(type, blocks.data() + dtype_bytes(type, r * k + u * elems));
         const int8_t* qx = k_type ? x256[t * units + u].qs : x32[t * units + u].qs;
         const float dx = k_type ? x256[t * units + u].d : x32[t * units + u].d;
         int32_t p = 0, m = 0;
-        for (int e = 0; e < elems; ++e) p += w.s[e] * w.q[e] * qx[e];
+        testing::unit_sums(type, w, qx, k_type ? x256[t * units + u].bsums : nullptr, p, m);
         float& a = acc[static_cast<size_t>(u % groups)];
         const float scale = w.d * dx;
         a = std::fma(scale, static_cast<float>(p), a);
         if (type == DType::kQ4_K || type == DType::kQ5_K) {
-          const int16_t* sums = x256[t * units + u].bsums;
-          for (int j = 0; j < 8; ++j) m += w.m[j] * (sums[2 * j] + sums[2 * j + 1]);
           const float min_scale = w.dmin * dx;
           a = std::fma(-min_scale, static_cast<float>(m), a);
         }
@@ -296,7 +251,7 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
       std::vector<float> want(static_cast<size_t>(n * k));
       cpu::dequantize_rows(blocks.data(), type, n, k, want.data());
       for (int64_t i = 0; i < n * k; i += 7) {  // every 7th element of every row
-        const UnitInts w = unit_ints(type, blocks.data() + dtype_bytes(type, i / elems * elems));
+        const testing::UnitInts w = testing::unit_ints(type, blocks.data() + dtype_bytes(type, i / elems * elems));
         const int e = static_cast<int>(i % elems);
         const float value = type == DType::kQ4_K || type == DType::kQ5_K
                                 ? (w.d * static_cast<float>(w.s[e])) * static_cast<float>(w.q[e]) -
