@@ -40,10 +40,15 @@ namespace HWY_NAMESPACE {
 #else
 #define TESSERA_QUANT_DOT_AVX2 0
 #endif
+#undef TESSERA_VNNI
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
 #define TESSERA_QUANT_DOT_VNNI 1
+// Highway's AVX3_DL target implies AVX512_VNNI at run time but does not name it: the
+// functions that use it (and those they are inlined into) name it themselves.
+#define TESSERA_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 #else
 #define TESSERA_QUANT_DOT_VNNI 0
+#define TESSERA_VNNI
 #endif
 
 // The activation block that weights of kT meet, and the elements of one unit.
@@ -76,6 +81,41 @@ HWY_INLINE __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast
 // The products of one group as 16 int16 pairs (elements 2 j, 2 j + 1), for weights w in
 // [0, 63] (unsigned) and x in [-127, 127]: at most 2 * 63 * 127, no saturation.
 HWY_INLINE __m256i pairs_u(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
+
+// acc + each int32 lane's 4 products of unsigned w and signed x (at most 2 * 128 * 127
+// a pair, so vpmaddubsw does not saturate): one vpdpbusd with VNNI.
+TESSERA_VNNI HWY_INLINE __m256i dot4_add(__m256i acc, __m256i w, __m256i x) {
+#if TESSERA_QUANT_DOT_VNNI
+  return _mm256_dpbusd_epi32(acc, w, x);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs_u(w, x), _mm256_set1_epi16(1)));
+#endif
+}
+// Q4_0's lanes (q - 8) x, from its unsigned q and the token's `bias`, q4_0_bias(x): with
+// VNNI the lanes' -8 (x0 + .. + x3) and one vpdpbusd a row, else 8 x's int16 pairs and
+// q x - 8 x in them.
+TESSERA_VNNI HWY_INLINE __m256i q4_0_bias(__m256i x) {
+#if TESSERA_QUANT_DOT_VNNI
+  return _mm256_sub_epi32(_mm256_setzero_si256(), dot4_add(_mm256_setzero_si256(), _mm256_set1_epi8(8), x));
+#else
+  return pairs_u(_mm256_set1_epi8(8), x);
+#endif
+}
+TESSERA_VNNI HWY_INLINE __m256i q4_0_lanes(__m256i q, __m256i x, __m256i bias) {
+#if TESSERA_QUANT_DOT_VNNI
+  return dot4_add(bias, q, x);
+#else
+  return _mm256_madd_epi16(_mm256_sub_epi16(pairs_u(q, x), bias), _mm256_set1_epi16(1));
+#endif
+}
+// acc + the int16 pairs of a times b, summed in pairs: one vpdpwssd with VNNI.
+TESSERA_VNNI HWY_INLINE __m256i madd_add(__m256i acc, __m256i a, __m256i b) {
+#if TESSERA_QUANT_DOT_VNNI
+  return _mm256_dpwssd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
 
 // The eight lane accumulators in one register, and the mins' accumulator. (No
 // default member initializers: an implicit constructor would lack the target's ISA.)
@@ -115,27 +155,24 @@ HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
   return _mm256_shuffle_epi8(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bytes)));
 }
 
-// dot_unit<kT, kTile>(b, x, x_step, acc): the unit at b against kTile tokens' activation
-// blocks (token t's at x + t * x_step) into acc[t]. Each group's weight vector is made
-// once and meets every token.
-template <DType kT, int kTile>
-HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc);
+// dot_unit<kT, kTile>(b, x, x_step, acc) (below): the unit at b against kTile tokens'
+// activation blocks (token t's at x + t * x_step) into acc[t]. Each group's weight
+// vector is made once and meets every token.
 
 // Q8_0: signed weights, so |w| times x * sign(w) (at most 2 * 128 * 127).
 template <int kTile>
-HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
+TESSERA_VNNI HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
   const __m256i w = load32(b + 2), abs_w = _mm256_sign_epi8(w, w);
   const float d = f16_at(b);
   for (int t = 0; t < kTile; ++t) {
     const Q8Block& xt = x[t * x_step];
-    const __m256i pairs = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(load32(xt.qs), w));
-    add_unit(d, xt.d, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), acc[t]);
+    add_unit(d, xt.d, dot4_add(_mm256_setzero_si256(), abs_w, _mm256_sign_epi8(load32(xt.qs), w)), acc[t]);
   }
 }
 
-// Q4_0: (q - 8) x is computed as q x - 8 x in the int16 pairs (q in [0, 15]).
+// Q4_0: (q - 8) x is computed as q x - 8 x (q in [0, 15]; q4_0_lanes).
 template <int kTile>
-HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
+TESSERA_VNNI HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
   // The 16 bytes in both halves; the high half shifted down by 4: low nibbles, then high.
   const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
   const __m256i q =
@@ -144,8 +181,7 @@ HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step
   for (int t = 0; t < kTile; ++t) {
     const Q8Block& xt = x[t * x_step];
     const __m256i xv = load32(xt.qs);
-    const __m256i pairs = _mm256_sub_epi16(pairs_u(q, xv), pairs_u(_mm256_set1_epi8(8), xv));
-    add_unit(d, xt.d, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), acc[t]);
+    add_unit(d, xt.d, q4_0_lanes(q, xv, q4_0_bias(xv)), acc[t]);
   }
 }
 
@@ -153,7 +189,7 @@ HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step
 // qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4; the 12 bytes at b + 4 hold
 // the 6-bit scales and mins (scale_min's layout, unpacked here 4 at a time).
 template <DType kT, int kTile>
-HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
+TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   constexpr bool kFive = kT == DType::kQ5_K;
   uint32_t u[3];
   std::memcpy(u, b + 4, sizeof u);
@@ -179,8 +215,8 @@ HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, 
     const __m256i scale_lo = pick(scales, kPickK[2 * i]), scale_hi = pick(scales, kPickK[2 * i + 1]);
     for (int t = 0; t < kTile; ++t) {
       const int8_t* xq = x[t * x_step].qs + 64 * i;
-      p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(pairs_u(lo, load32(xq)), scale_lo));
-      p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(pairs_u(hi, load32(xq + 32)), scale_hi));
+      p[t] = madd_add(p[t], pairs_u(lo, load32(xq)), scale_lo);
+      p[t] = madd_add(p[t], pairs_u(hi, load32(xq + 32)), scale_hi);
     }
   }
   const float d = f16_at(b), dmin = f16_at(b + 2);
@@ -203,7 +239,7 @@ HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, 
 // computed as q x - 32 x in the int16 pairs. Group g's first 16 elements (lanes 0-3)
 // take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
 template <int kTile>
-HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
+TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
   // int16 scales 0-7 in both halves (for h = 0), then 8-15 in both halves (h = 1).
   const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
@@ -223,7 +259,7 @@ HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_ste
       for (int t = 0; t < kTile; ++t) {
         const __m256i xv = load32(x[t * x_step].qs + 32 * (4 * h + i));
         const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
-        p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(pairs, scale));
+        p[t] = madd_add(p[t], pairs, scale);
       }
     }
   }
@@ -233,9 +269,10 @@ HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_ste
 
 // Q4_0 for kRows rows at once: each token's 8 x (the -8 of q - 8) is made once for the
 // rows (in dot_unit_q4_0 every row made it again), and d_w * d_x is one vector
-// multiply (the same f32 products). The same int16 pairs and f32 steps, so the same bits.
+// multiply (the same f32 products). The same integers and f32 steps, so the same bits.
 template <int kRows, int kTile>
-HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, const Q8Block* x, int64_t x_step, Acc (*acc)[kTile]) {
+TESSERA_VNNI HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, const Q8Block* x, int64_t x_step,
+                                           Acc (*acc)[kTile]) {
   __m256i q[kRows];
   __m256 dw[kRows];
   for (int r = 0; r < kRows; ++r) {
@@ -247,17 +284,17 @@ HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, const Q8Block* 
   for (int t = 0; t < kTile; ++t) {
     const Q8Block& xt = x[t * x_step];
     const __m256i xv = load32(xt.qs);
-    const __m256i x8 = pairs_u(_mm256_set1_epi8(8), xv);
+    const __m256i bias = q4_0_bias(xv);
     const __m256 dx = _mm256_set1_ps(xt.d);
     for (int r = 0; r < kRows; ++r) {
-      const __m256i p = _mm256_madd_epi16(_mm256_sub_epi16(pairs_u(q[r], xv), x8), _mm256_set1_epi16(1));
+      const __m256i p = q4_0_lanes(q[r], xv, bias);
       acc[r][t].lane = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], dx), _mm256_cvtepi32_ps(p), acc[r][t].lane);
     }
   }
 }
 
 template <DType kT, int kTile>
-HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
+TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
   if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ4_0) return dot_unit_q4_0<kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) return dot_unit_k<kT, kTile>(b, x, x_step, acc);
@@ -389,8 +426,6 @@ constexpr size_t kPrefetchFrom = 144;
 // serves 2 rows, and vpdpbusd / vpdpwssd fuse the products with their sums. A half's
 // int32 lane l still gets quant_dot.h's P[l] exactly, and the f32 steps are the same
 // ones on the same values, so the bits are the same as on the other targets.
-// (Highway's AVX3_DL target implies AVX512_VNNI at run time but does not name it.)
-#define TESSERA_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 // GCC 12's AVX-512 intrinsics start from its own _mm512_undefined_*(), which its
 // -Wuninitialized reports at every inlined call (GCC bug 105593; as bf16_dot.cpp).
 #if HWY_COMPILER_GCC_ACTUAL
@@ -583,8 +618,8 @@ TESSERA_VNNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size
 // unit: each unit's weights are unpacked once for a whole tile; a partial tile takes
 // its tokens one at a time (a token's operations are the same either way).
 template <DType kT, int kRows, int kTile>
-HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, const Act<kT>* x, int64_t tokens, float* y,
-                          int64_t y_step, int64_t ldy) {
+TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, const Act<kT>* x,
+                                       int64_t tokens, float* y, int64_t y_step, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
   Acc acc[kRows][kTile];
   for (auto& row : acc)
@@ -620,7 +655,8 @@ HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, cons
 constexpr int kStreams = 4;
 
 template <DType kT>
-void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_bytes, int64_t units, const Act<kT>* x, float* y) {
+TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_bytes, int64_t units, const Act<kT>* x,
+                                     float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
   decode_pairs<kT>(w, part, row_bytes, units, x, y);
@@ -640,8 +676,8 @@ constexpr int64_t kRowBlock = 16;
 constexpr int kTokenTile = 8;
 
 template <DType kT>
-void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Act<kT>* x, int64_t tokens, float* y,
-                    int64_t ldy) {
+TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Act<kT>* x, int64_t tokens, float* y,
+                                 int64_t ldy) {
   const int64_t units = k / dtype_block_elements(kT);
   const size_t row_bytes = dtype_bytes(kT, k);
   if (tokens == 1) return dot_rows_one_token<kT>(w, rows, row_bytes, units, x, y);
