@@ -467,5 +467,50 @@ TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
   }
 }
 
+// CpuDevice::matmuls deals the rows of all its weights out in one region when a few
+// tokens meet f32, bf16 or f16 weights: each output bitwise what matmul gives it, with a
+// norm and biases, at any thread count; weights of ragged heights (chunks span weights).
+TEST(CpuDeviceTest, MatmulsAreBitwiseEachWeightsMatmul) {
+  const int64_t k = 200;
+  const std::vector<int64_t> heights{37, 5, 70, 16, 1};
+  const auto x = random_values(static_cast<size_t>(20 * k), 26);
+  auto norm = random_values(static_cast<size_t>(k), 27);
+  const auto norm_bytes = encode(norm, DType::kF32);
+  const TensorView norm_weight{DType::kF32, {k}, norm_bytes.data()};
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<std::vector<uint8_t>> bytes, bias_bytes;
+    std::vector<TensorView> weights, biases;
+    for (size_t i = 0; i < heights.size(); ++i) {
+      auto w = random_values(static_cast<size_t>(heights[i] * k), static_cast<uint32_t>(30 + i));
+      bytes.push_back(encode(w, dtype));
+      auto b = random_values(static_cast<size_t>(heights[i]), static_cast<uint32_t>(40 + i));
+      bias_bytes.push_back(encode(b, DType::kF32));
+    }
+    for (size_t i = 0; i < heights.size(); ++i) {
+      weights.push_back({dtype, {heights[i], k}, bytes[i].data()});
+      biases.push_back(i % 2 == 0 ? TensorView{} : TensorView{DType::kF32, {heights[i]}, bias_bytes[i].data()});
+    }
+    for (const int64_t tokens : {1, 3, 20}) {
+      for (const size_t threads : {1, 2, 3}) {
+        CpuDevice device(threads);
+        std::vector<float> normed(static_cast<size_t>(tokens * k)), scratch(normed.size());
+        device.rms_norm(x.data(), tokens, k, norm_weight, 1e-5f, normed.data());
+        std::vector<std::vector<float>> each, together;
+        std::vector<Device::Projection> outs;
+        for (size_t i = 0; i < heights.size(); ++i) {
+          each.emplace_back(static_cast<size_t>(tokens * heights[i]));
+          together.emplace_back(each.back().size(), std::nanf(""));
+          device.matmul(normed.data(), tokens, weights[i], biases[i], each.back().data());
+        }
+        for (size_t i = 0; i < heights.size(); ++i) outs.push_back({&weights[i], &biases[i], together[i].data()});
+        device.matmuls(x.data(), tokens, outs, {&norm_weight, 1e-5f, scratch.data()});
+        for (size_t i = 0; i < heights.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(each[i].data(), together[i].data(), each[i].size() * sizeof(float)))
+              << dtype_name(dtype) << ", weight " << i << ", " << tokens << " tokens, " << threads << " threads";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

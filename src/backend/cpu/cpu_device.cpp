@@ -139,12 +139,56 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
       }
     });
   }
-  if (!bias.empty()) {
-    TS_CHECK(bias.numel() == n, "bias ", shape_string(bias.shape), " for ", n, " rows");
-    std::vector<float> b(static_cast<size_t>(n));
-    cpu::to_f32(bias.data, bias.dtype, n, b.data());
-    for (int64_t t = 0; t < tokens; ++t) add(b.data(), n, y + t * n);
+  add_bias(tokens, bias, n, y);
+}
+
+void CpuDevice::add_bias(int64_t tokens, const TensorView& bias, int64_t n, float* y) {
+  if (bias.empty()) return;
+  TS_CHECK(bias.numel() == n, "bias ", shape_string(bias.shape), " for ", n, " rows");
+  std::vector<float> b(static_cast<size_t>(n));
+  cpu::to_f32(bias.data, bias.dtype, n, b.data());
+  for (int64_t t = 0; t < tokens; ++t) add(b.data(), n, y + t * n);
+}
+
+void CpuDevice::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
+  static const bool together = [] {
+    const char* text = std::getenv("TESSERA_MATMULS_TOGETHER");
+    return text == nullptr || std::strcmp(text, "0") != 0;
+  }();
+  const auto tiles = [&](const Projection& out) {
+    const TensorView& w = *out.w;
+    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
+    return !dtype_is_quantized(w.dtype) && cpu::matmul_packed_floats(tokens, w.dim(1), w.dtype) == 0;
+  };
+  if (!together || outs.size() < 2 || !std::all_of(outs.begin(), outs.end(), tiles))
+    return Device::matmuls(x, tokens, outs, norm);
+  const int64_t k = outs[0].w->dim(1);
+  if (norm.weight != nullptr) {
+    rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
+    x = norm.scratch;
   }
+  // Weight i's rows are units [first[i], first[i + 1]) of 16 rows (whole decode tiles,
+  // as matmul deals them); a chunk of units may span several weights.
+  constexpr int64_t kUnit = 16;
+  std::vector<int64_t> first{0};
+  for (const Projection& out : outs) {
+    TS_CHECK(out.w->dim(1) == k, "matmuls of one x: weight ", shape_string(out.w->shape), " for k ", k);
+    first.push_back(first.back() + (out.w->dim(0) + kUnit - 1) / kUnit);
+  }
+  for_chunks(pool_, static_cast<size_t>(first.back()), 1, [&](size_t begin, size_t end) {
+    auto i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), static_cast<int64_t>(begin)) -
+                                 first.begin() - 1);
+    for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++i) {
+      const TensorView& w = *outs[i].w;
+      const int64_t n = w.dim(0), stop = std::min(static_cast<int64_t>(end), first[i + 1]);
+      const int64_t r0 = (unit - first[i]) * kUnit, r1 = std::min(n, (stop - first[i]) * kUnit);
+      const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
+      cpu::matmul_rows(x, tokens, k, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * row_bytes, w.dtype,
+                       r1 - r0, outs[i].y + r0, n);
+      unit = stop;
+    }
+  });
+  for (const Projection& out : outs) add_bias(tokens, *out.bias, out.w->dim(0), out.y);
 }
 
 void CpuDevice::rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) {

@@ -25,6 +25,12 @@ class CpuDevice final : public Device {
   Result<TensorView> place(const TensorView& host) override { return host; }
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
+  // A few tokens (decode) through f32, bf16 or f16 weights: the rows of all the
+  // weights dealt out in one parallel region (a lone token's q, k and v, or its top_k
+  // experts' gates and ups), each output bitwise what matmul gives it. Prefill and
+  // GGUF blocks run one matmul a weight; so does everything when
+  // TESSERA_MATMULS_TOGETHER=0 (read once; for measuring one against the other).
+  void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {}) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override;
   void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) override;
@@ -42,6 +48,9 @@ class CpuDevice final : public Device {
   ThreadPool& pool() { return pool_; }
 
  private:
+  // y [tokens, n] += bias (matmul's last step), when bias is non-empty.
+  void add_bias(int64_t tokens, const TensorView& bias, int64_t n, float* y);
+
   ThreadPool pool_;
   // x of the last prefill matmul, packed for the GEMM and shared by the threads; grows
   // to the largest call's size and is kept (one inference thread calls matmul).
