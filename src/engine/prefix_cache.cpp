@@ -63,6 +63,7 @@ void PrefixCache::insert(std::span<const Digest> chain, int32_t block) {
   if (!entries_.contains(chain.back())) {
     KvCache held(pool_, pool_.block_size());
     held.share_prefix(std::span(&block, 1));
+    pool_.set_cached(block, true);
     lru_.push_back(Node{chain.back(), std::move(held)});
     entries_.emplace(chain.back(), std::prev(lru_.end()));
   }
@@ -83,22 +84,20 @@ int64_t PrefixCache::evict(int64_t blocks) {
       ++node;
       continue;
     }
-    entries_.erase(node->digest);
-    node = lru_.erase(node);  // its KvCache gives the block back
+    node = drop(node);
     ++released;
   }
   return released;
 }
 
-int64_t PrefixCache::evictable() const {
-  int64_t n = 0;
-  for (const Node& node : lru_) n += pool_.holders(node.id()) == 1 ? 1 : 0;
-  return n;
+std::list<PrefixCache::Node>::iterator PrefixCache::drop(std::list<Node>::iterator node) {
+  pool_.set_cached(node->id(), false);
+  entries_.erase(node->digest);
+  return lru_.erase(node);  // its KvCache gives the block back
 }
 
 void PrefixCache::clear() {
-  entries_.clear();
-  lru_.clear();
+  for (auto node = lru_.begin(); node != lru_.end();) node = drop(node);
 }
 
 }  // namespace tessera

@@ -38,6 +38,7 @@ class PrefixCache {
   using Digest = std::array<uint8_t, 32>;
 
   explicit PrefixCache(KvPool& pool) : pool_(pool) {}
+  ~PrefixCache() { clear(); }
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
 
@@ -65,8 +66,9 @@ class PrefixCache {
   // used first; returns how many it released.
   int64_t evict(int64_t blocks);
   size_t size() const { return entries_.size(); }
-  // Blocks only the cache holds: free for the taking, at the cost of a scan.
-  int64_t evictable() const;
+  // Blocks only the cache holds: free for the taking (the pool counts them as
+  // their holders change: KvPool::cached_alone, no scan).
+  int64_t evictable() const { return pool_.cached_alone(); }
   // Drops every block (they return to the pool when no sequence holds them).
   void clear();
 
@@ -81,6 +83,8 @@ class PrefixCache {
   };
   // Marks the chain's entries used now, its first block the most recent.
   void touch(std::span<const Digest> chain);
+  // Drops an entry: its mark in the pool, then its reference.
+  std::list<Node>::iterator drop(std::list<Node>::iterator node);
 
   KvPool& pool_;
   std::list<Node> lru_;  // front: least recently used

@@ -37,6 +37,7 @@ Result<std::unique_ptr<KvPool>> KvPool::create(Device& device, Geometry geometry
 KvPool::KvPool(Device& device, Buffer memory, KvPages pages, uint64_t budget_bytes)
     : device_(device), memory_(std::move(memory)), pages_(pages), budget_bytes_(budget_bytes) {
   refs_.assign(static_cast<size_t>(pages_.blocks), 0);
+  cached_.assign(static_cast<size_t>(pages_.blocks), 0);
   free_.reserve(static_cast<size_t>(pages_.blocks));
   for (int64_t b = pages_.blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -71,7 +72,18 @@ int32_t KvPool::take() {
 void KvPool::release(int32_t block) {
   int32_t& refs = refs_[static_cast<size_t>(block)];
   TS_CHECK(refs > 0, "KV block ", block, " released while free");
+  const bool cached = cached_[static_cast<size_t>(block)] != 0;
+  TS_CHECK(refs > 1 || !cached, "KV block ", block, " freed while the prefix cache marks it");
   if (--refs == 0) free_.push_back(block);
+  if (refs == 1 && cached) ++cached_alone_;
+}
+
+void KvPool::set_cached(int32_t block, bool cached) {
+  uint8_t& mark = cached_[static_cast<size_t>(block)];
+  TS_CHECK(holders(block) > 0, "marking free KV block ", block);
+  if (mark == static_cast<uint8_t>(cached)) return;
+  mark = static_cast<uint8_t>(cached);
+  if (holders(block) == 1) cached_alone_ += cached ? 1 : -1;
 }
 
 KvCache::KvCache(KvPool& pool, int64_t capacity) : pool_(&pool), capacity_(capacity) {}

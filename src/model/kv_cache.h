@@ -62,20 +62,29 @@ class KvPool {
   int32_t holders(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
   // kOverloaded: needed blocks are more than the free ones.
   Status check_free(int64_t needed) const;
+  // The prefix cache's mark on a block it holds (engine/prefix_cache.h): the pool
+  // counts the marked blocks that have no other holder as holders come and go, so
+  // that what the cache alone holds (free for the taking) is known without a scan.
+  void set_cached(int32_t block, bool cached);
+  int64_t cached_alone() const { return cached_alone_; }
 
  private:
   friend class KvCache;
   KvPool(Device& device, Buffer memory, KvPages pages, uint64_t budget_bytes);
   int32_t take();  // a free block, with one holder; precondition: one is free
-  void hold(int32_t block) { ++refs_[static_cast<size_t>(block)]; }
+  void hold(int32_t block) {
+    if (++refs_[static_cast<size_t>(block)] == 2 && cached_[static_cast<size_t>(block)]) --cached_alone_;
+  }
   void release(int32_t block);
 
   Device& device_;
   Buffer memory_;
   KvPages pages_;
   uint64_t budget_bytes_;
-  std::vector<int32_t> refs_;  // holders per block
-  std::vector<int32_t> free_;  // free blocks, the last freed taken first
+  std::vector<int32_t> refs_;    // holders per block
+  std::vector<int32_t> free_;    // free blocks, the last freed taken first
+  std::vector<uint8_t> cached_;  // set_cached's marks, per block
+  int64_t cached_alone_ = 0;     // marked blocks with one holder
 };
 
 class KvCache {

@@ -2,12 +2,15 @@
 // Python's hashlib), salts that no other salt or unsalted prompt can reach, the
 // longest cached prefix found, least-recently-used eviction with the deepest
 // block of a chain first, and reference counts (the cache holds one reference;
-// a block a sequence still holds is never evicted).
+// a block a sequence still holds is never evicted; the count of blocks the cache
+// alone holds follows every change of holders).
 #include "engine/prefix_cache.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -174,6 +177,74 @@ TEST_F(PrefixCacheTest, EvictsLeastRecentlyUsedFirstAndTheDeepestBlockOfAChainFi
   ASSERT_EQ(prefix.evict(2), 2);
   EXPECT_EQ(prefix.size(), 0u);
   EXPECT_EQ(pool_->free_blocks(), 8);
+}
+
+// evictable() is counted by the pool as holders come and go (no scan): through a
+// seeded random walk of sequences that write, share cached prefixes, fork,
+// truncate and end, and of evictions and clears, it always equals the blocks
+// with one holder that no live sequence holds (the cache is the only other holder).
+TEST_F(PrefixCacheTest, EvictableFollowsEveryChangeOfHolders) {
+  auto prefix = std::make_unique<PrefixCache>(*pool_);
+  std::vector<KvCache> live;
+  std::mt19937 rng(7);
+  const auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const auto alone = [&] {
+    int64_t n = 0;
+    for (int32_t b = 0; b < pool_->total_blocks(); ++b) {
+      bool in_sequence = false;
+      for (const KvCache& s : live) in_sequence = in_sequence || std::ranges::count(s.blocks(), b) > 0;
+      n += pool_->holders(b) == 1 && !in_sequence ? 1 : 0;
+    }
+    return n;
+  };
+  int64_t checked_nonzero = 0;
+  for (int op = 0; op < 3000; ++op) {
+    switch (pick(8)) {
+      case 0:
+      case 1: {  // a new sequence: a cached prefix of its tokens if any, then its own blocks, all cached
+        std::vector<int32_t> t(static_cast<size_t>(kBlock) * (1 + pick(3)));
+        for (int32_t& id : t) id = static_cast<int32_t>(pick(2));  // two ids: prefixes recur
+        KvCache s(*pool_, 64);
+        s.share_prefix(prefix->lookup(t, "", 8).blocks);
+        const int64_t rest = static_cast<int64_t>(t.size()) - s.length();
+        if (pool_->free_blocks() < s.blocks_needed(rest)) prefix->evict(s.blocks_needed(rest));
+        if (pool_->free_blocks() < s.blocks_needed(rest)) break;  // sequences hold the pool
+        s.prepare(rest);
+        s.advance(rest);
+        insert_all(*prefix, s, t);
+        live.push_back(std::move(s));
+        break;
+      }
+      case 2:
+      case 3:  // a sequence ends
+        if (!live.empty()) live.erase(live.begin() + static_cast<std::ptrdiff_t>(pick(live.size())));
+        break;
+      case 4:  // a fork shares a sequence's blocks
+        if (!live.empty()) {
+          const size_t i = pick(live.size());
+          live.push_back(live[i].fork(live[i].length()));
+        }
+        break;
+      case 5:  // a sequence gives back its last block
+        if (!live.empty()) {
+          const size_t i = pick(live.size());
+          live[i].truncate(std::max<int64_t>(0, live[i].length() - kBlock));
+        }
+        break;
+      case 6: prefix->evict(1 + static_cast<int64_t>(pick(3))); break;
+      default:
+        if (pick(20) == 0) prefix->clear();
+        break;
+    }
+    ASSERT_EQ(prefix->evictable(), alone()) << "after operation " << op;
+    checked_nonzero += prefix->evictable() > 0 ? 1 : 0;
+  }
+  EXPECT_GT(checked_nonzero, 300) << "the walk reached states where the cache alone holds blocks";
+  live.clear();
+  EXPECT_EQ(prefix->evictable(), static_cast<int64_t>(prefix->size()));
+  prefix.reset();  // its blocks go back, unmarked
+  EXPECT_EQ(pool_->free_blocks(), pool_->total_blocks());
+  EXPECT_EQ(pool_->cached_alone(), 0);
 }
 
 }  // namespace
