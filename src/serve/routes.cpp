@@ -158,6 +158,17 @@ std::variant<HttpResponse, Generation> Routes::completion(const HttpRequest& req
     e.code = "context_length_exceeded";
     return error(e, version, keep_alive);
   }
+  // As vLLM: a prompt and the max_tokens asked for past the context are refused, not cut short
+  // (positions: the prompt and every token but the last, which is not run).
+  if (r.max_tokens && prompt_size + *r.max_tokens - 1 > context) {
+    ApiError e = ApiError::invalid("the prompt's " + std::to_string(prompt_size) + " tokens and max_tokens " +
+                                       std::to_string(*r.max_tokens) + " need " +
+                                       std::to_string(prompt_size + *r.max_tokens - 1) +
+                                       " positions; the model's context is " + std::to_string(context),
+                                   "max_tokens");
+    e.code = "context_length_exceeded";
+    return error(e, version, keep_alive);
+  }
   // One that the whole KV pool cannot hold is refused now, not queued (it would never run).
   const int64_t pool = loop_.max_positions();
   if (Status room = check_kv_room(prompt_size, r.max_tokens, pool); !room.ok()) {

@@ -309,6 +309,10 @@ TEST_F(ServeTest, ErrorsHaveTheirCodes) {
   const HttpReply too_long = post(port(), "/v1/completions", Json{{"prompt", long_prompt}}.dump());
   expect_error(too_long, 400, "prompt", "the model's context is 2048");
   EXPECT_EQ(Json::parse(too_long.body)["error"]["code"], "context_length_exceeded");
+  // A prompt and max_tokens past the context are refused, not cut short (as vLLM does).
+  const HttpReply past = post(port(), "/v1/completions", R"({"prompt": "x", "max_tokens": 2100})");
+  expect_error(past, 400, "max_tokens", "max_tokens 2100 need 2101 positions; the model's context is 2048");
+  EXPECT_EQ(Json::parse(past.body)["error"]["code"], "context_length_exceeded");
   expect_error(get(port(), "/v1/nothing"), 404, "", "no route /v1/nothing");
   const HttpReply wrong_method = get(port(), "/v1/completions");
   expect_error(wrong_method, 405, "", "GET is not allowed");

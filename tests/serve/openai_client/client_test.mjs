@@ -128,6 +128,8 @@ test('errors: 400, 404, 413 raise the client\'s error classes with OpenAI\'s bod
   const long = 'hello '.repeat(3000);
   await assert.rejects(client.completions.create({ model: 'm', prompt: long }),
     (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
+  await assert.rejects(client.completions.create({ model: 'm', prompt: 'x', max_tokens: 5000 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded' && e.param === 'max_tokens');
   await assert.rejects(client.models.retrieve('nope'), (e) => e instanceof OpenAI.NotFoundError);
   await assert.rejects(client.completions.create({ model: 'm', prompt: 'x'.repeat(2 << 20) }),
     (e) => e instanceof OpenAI.APIError && e.status === 413 && /over the limit/.test(e.message));
