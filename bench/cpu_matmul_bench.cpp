@@ -16,6 +16,9 @@
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
 //   BM_Handoff/<threads>          time per parallel_for; spin as TESSERA_SPIN_US says
+// And a lone token's experts, a matmul a weight against CpuDevice::matmuls and matmuls_each
+// (one parallel region for all of their rows), in turn within one run.
+//   BM_LoneExperts/<threads>      counters each_GBs, together_GBs, gain
 // Run: build/bin/cpu_matmul_bench   (docs/benchmarks.md, "f16 prefill")
 #include <benchmark/benchmark.h>
 
@@ -211,6 +214,71 @@ BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 
 BENCHMARK_CAPTURE(BM_Gemm, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Decode, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+
+// A lone token's experts through CpuDevice on <threads> threads, in wall time: Qwen3-30B-A3B's
+// 8 experts a layer (gate and up [768, 2048], down [2048, 768], bf16) of 16 layers (1.1 GiB,
+// from memory), each iteration one pass of the layers as a matmul a weight (24 parallel
+// regions a layer; TESSERA_MATMULS_TOGETHER=0 in tessera) and one as model/moe.cpp calls
+// them (matmuls for the gates and ups, matmuls_each for the downs: 2 regions), in turn, so
+// that the machine's drift falls on both. Counters: each_GBs, together_GBs (GB of weights a
+// second) and gain (together / each - 1).
+//   BM_LoneExperts/<threads>
+void BM_LoneExperts(benchmark::State& state) {
+  constexpr int64_t kHidden = 2048, kInter = 768, kExperts = 8, kLayers = 16;
+  const int64_t matrix = kInter * kHidden;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(matrix)), x(static_cast<size_t>(kHidden));
+  for (float& v : w) v = dist(rng);
+  for (float& v : x) v = dist(rng);
+  std::vector<uint8_t> one(static_cast<size_t>(matrix) * 2);
+  cpu::from_f32(w.data(), matrix, DType::kBF16, one.data());
+  const int64_t count = kLayers * kExperts * 3;  // every matrix its own copy of `one`
+  std::vector<uint8_t> bytes(one.size() * static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) std::copy(one.begin(), one.end(), bytes.begin() + i * matrix * 2);
+  std::vector<tessera::TensorView> views;
+  for (int64_t i = 0; i < count; ++i) {
+    const bool down = i % 3 == 2;
+    views.push_back({DType::kBF16, down ? std::vector<int64_t>{kHidden, kInter} : std::vector<int64_t>{kInter, kHidden},
+                     bytes.data() + i * matrix * 2});
+  }
+  tessera::CpuDevice device(static_cast<size_t>(state.range(0)));
+  std::vector<float> gate_up(static_cast<size_t>(2 * kExperts * kInter)), down(static_cast<size_t>(kExperts * kHidden));
+  const tessera::TensorView no_bias{};
+  const auto pass = [&](bool together) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t l = 0; l < kLayers; ++l) {
+      std::vector<tessera::Device::Projection> ups, downs;
+      std::vector<const float*> xs;
+      for (int64_t e = 0; e < kExperts; ++e) {
+        const auto at = static_cast<size_t>((l * kExperts + e) * 3);
+        ups.push_back({&views[at], &no_bias, gate_up.data() + 2 * e * kInter});
+        ups.push_back({&views[at + 1], &no_bias, gate_up.data() + (2 * e + 1) * kInter});
+        downs.push_back({&views[at + 2], &no_bias, down.data() + e * kHidden});
+        xs.push_back(gate_up.data() + 2 * e * kInter);
+      }
+      if (together) {
+        device.matmuls(x.data(), 1, ups);
+        device.matmuls_each(1, xs, downs);
+      } else {
+        for (const auto& p : ups) device.matmul(x.data(), 1, *p.w, no_bias, p.y);
+        for (size_t e = 0; e < downs.size(); ++e) device.matmul(xs[e], 1, *downs[e].w, no_bias, downs[e].y);
+      }
+    }
+    benchmark::DoNotOptimize(down.data());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double each = 0, together = 0;
+  for (auto _ : state) {
+    each += pass(false);
+    together += pass(true);
+  }
+  const double read = static_cast<double>(bytes.size()) * static_cast<double>(state.iterations());
+  state.counters["each_GBs"] = read / each * 1e-9;
+  state.counters["together_GBs"] = read / together * 1e-9;
+  state.counters["gain"] = each / together - 1;
+}
+BENCHMARK(BM_LoneExperts)->Arg(1)->Arg(2)->Iterations(40)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void BM_Handoff(benchmark::State& state) {
   tessera::ThreadPool pool(static_cast<size_t>(state.range(0)));

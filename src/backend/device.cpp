@@ -62,6 +62,10 @@ void Device::matmuls(const float* x, int64_t tokens, std::span<const Projection>
   for (const Projection& out : outs) matmul(x, tokens, *out.w, *out.bias, out.y);
 }
 
+void Device::matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) {
+  for (size_t i = 0; i < outs.size(); ++i) matmul(xs[i], tokens, *outs[i].w, *outs[i].bias, outs[i].y);
+}
+
 void Device::gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                      const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) {
   x = normed(*this, x, tokens, w_gate.dim(1), norm);

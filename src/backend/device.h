@@ -185,6 +185,10 @@ class Device {
     float* y = nullptr;
   };
   virtual void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {});
+  // Several matmuls of `tokens` rows each, outs[i] of its own xs[i] (a lone token's
+  // experts' downs): each output bitwise what matmul gives it (the default calls
+  // matmul for each).
+  virtual void matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
   // out [tokens, N] = silu(x * w_gate^T + b_gate) * (x * w_up^T + b_up), bitwise
   // what matmul, matmul and silu_mul give (the default; `up` is scratch [tokens, N]).
   virtual void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,

@@ -95,11 +95,11 @@ Route sigmoid_group_top_k(const MoeSpec& moe, const float* logits, const float* 
 
 // A lone token (a decode step of one sequence) on a device that routes on the
 // host: the gate and up of its top_k experts in one Device::matmuls call (the same
-// x for all: a device may run them as one job), one SiLU·mul over all, then each
-// expert's down and weighted add in ascending expert order. Bitwise the grouped
-// path's numbers (the same matmul rows, the same order of adds), with no gather
-// and fewer calls. gate and up [top_k, inter], down [top_k, hidden], scale [top_k]
-// are device scratch; out [1, hidden].
+// x for all: a device may run them as one job), one SiLU·mul over all, their downs
+// in one Device::matmuls_each call, then each expert's weighted add in ascending
+// expert order. Bitwise the grouped path's numbers (the same matmul rows, the same
+// order of adds), with no gather and fewer calls. gate and up [top_k, inter], down
+// [top_k, hidden], scale [top_k] are device scratch; out [1, hidden].
 struct LoneScratch {
   float* gate = nullptr;
   float* up = nullptr;
@@ -131,12 +131,16 @@ void run_lone(Device& device, const LayerWeights& w, const MoeSpec& moe, const f
   device.silu_mul(s.gate, s.up, k * inter, s.gate);
   s.zeros->assign(static_cast<size_t>(hidden), 0.0f);
   device.upload(s.zeros->data(), s.zeros->size() * sizeof(float), out);
-  static constexpr int32_t kRow[] = {0};
+  std::vector<Device::Projection> downs;
+  std::vector<const float*> xs;
   for (int64_t i = 0; i < k; ++i) {
     const auto e = static_cast<size_t>(route.experts[order[static_cast<size_t>(i)]]);
-    device.matmul(s.gate + i * inter, 1, w.expert_down[e], {}, s.down + i * hidden);
-    device.scatter_add_rows(s.down + i * hidden, s.scale + i, kRow, hidden, out);
+    downs.push_back({&w.expert_down[e], &kNoBias, s.down + i * hidden});
+    xs.push_back(s.gate + i * inter);
   }
+  device.matmuls_each(1, xs, downs);
+  static constexpr int32_t kRow[] = {0};
+  for (int64_t i = 0; i < k; ++i) device.scatter_add_rows(s.down + i * hidden, s.scale + i, kRow, hidden, out);
 }
 
 }  // namespace

@@ -14,7 +14,8 @@
 // downloaded logits (tokens * experts floats a layer, and the router's
 // correction bias, experts floats, for kSigmoidGroupTopK), and the experts run
 // through matmul, one expert at a time (a lone token's gate and up of all its
-// experts in one Device::matmuls call, x being the same for all of them).
+// experts in one Device::matmuls call, x being the same for all of them, and
+// their downs in one Device::matmuls_each call).
 //
 // So each expert's weights are read once per step for all the tokens routed to
 // it (on the GPU, once per item of up to 32 of them: cuda/moe.cuh), and an

@@ -467,13 +467,14 @@ TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
   }
 }
 
-// CpuDevice::matmuls deals the rows of all its weights out in one region when a few
-// tokens meet f32, bf16 or f16 weights: each output bitwise what matmul gives it, with a
-// norm and biases, at any thread count; weights of ragged heights (chunks span weights).
+// CpuDevice::matmuls and matmuls_each deal the rows of all their weights out in one
+// region when a few tokens meet f32, bf16 or f16 weights: each output bitwise what
+// matmul gives it, with a norm (matmuls) and biases, at any thread count; weights of
+// ragged heights (chunks span weights).
 TEST(CpuDeviceTest, MatmulsAreBitwiseEachWeightsMatmul) {
   const int64_t k = 200;
   const std::vector<int64_t> heights{37, 5, 70, 16, 1};
-  const auto x = random_values(static_cast<size_t>(20 * k), 26);
+  const auto x = random_values(static_cast<size_t>(25 * k), 26);
   auto norm = random_values(static_cast<size_t>(k), 27);
   const auto norm_bytes = encode(norm, DType::kF32);
   const TensorView norm_weight{DType::kF32, {k}, norm_bytes.data()};
@@ -507,6 +508,18 @@ TEST(CpuDeviceTest, MatmulsAreBitwiseEachWeightsMatmul) {
         for (size_t i = 0; i < heights.size(); ++i)
           EXPECT_EQ(0, std::memcmp(each[i].data(), together[i].data(), each[i].size() * sizeof(float)))
               << dtype_name(dtype) << ", weight " << i << ", " << tokens << " tokens, " << threads << " threads";
+        // matmuls_each: weight i's x starts i rows further into x.
+        std::vector<const float*> xs;
+        for (size_t i = 0; i < heights.size(); ++i) {
+          xs.push_back(x.data() + static_cast<int64_t>(i) * k);
+          device.matmul(xs.back(), tokens, weights[i], biases[i], each[i].data());
+          std::fill(together[i].begin(), together[i].end(), std::nanf(""));
+        }
+        device.matmuls_each(tokens, xs, outs);
+        for (size_t i = 0; i < heights.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(each[i].data(), together[i].data(), each[i].size() * sizeof(float)))
+              << dtype_name(dtype) << ", each x, weight " << i << ", " << tokens << " tokens, " << threads
+              << " threads";
       }
     }
   }

@@ -150,41 +150,50 @@ void CpuDevice::add_bias(int64_t tokens, const TensorView& bias, int64_t n, floa
   for (int64_t t = 0; t < tokens; ++t) add(b.data(), n, y + t * n);
 }
 
-void CpuDevice::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
-  static const bool together = [] {
+bool CpuDevice::together(int64_t tokens, std::span<const Projection> outs) const {
+  static const bool on = [] {
     const char* text = std::getenv("TESSERA_MATMULS_TOGETHER");
     return text == nullptr || std::strcmp(text, "0") != 0;
   }();
-  const auto tiles = [&](const Projection& out) {
-    const TensorView& w = *out.w;
-    TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
-    return !dtype_is_quantized(w.dtype) && cpu::matmul_packed_floats(tokens, w.dim(1), w.dtype) == 0;
-  };
-  if (!together || outs.size() < 2 || !std::all_of(outs.begin(), outs.end(), tiles))
-    return Device::matmuls(x, tokens, outs, norm);
-  const int64_t k = outs[0].w->dim(1);
+  return on && outs.size() > 1 && std::all_of(outs.begin(), outs.end(), [&](const Projection& out) {
+           const TensorView& w = *out.w;
+           TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
+           return !dtype_is_quantized(w.dtype) && cpu::matmul_packed_floats(tokens, w.dim(1), w.dtype) == 0;
+         });
+}
+
+void CpuDevice::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
+  if (!together(tokens, outs)) return Device::matmuls(x, tokens, outs, norm);
   if (norm.weight != nullptr) {
-    rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
+    rms_norm(x, tokens, outs[0].w->dim(1), *norm.weight, norm.eps, norm.scratch);
     x = norm.scratch;
   }
+  const std::vector<const float*> xs(outs.size(), x);
+  tiles_together(tokens, xs, outs);
+}
+
+void CpuDevice::matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) {
+  TS_CHECK(xs.size() == outs.size(), xs.size(), " xs for ", outs.size(), " matmuls");
+  if (!together(tokens, outs)) return Device::matmuls_each(tokens, xs, outs);
+  tiles_together(tokens, xs, outs);
+}
+
+void CpuDevice::tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) {
   // Weight i's rows are units [first[i], first[i + 1]) of 16 rows (whole decode tiles,
   // as matmul deals them); a chunk of units may span several weights.
   constexpr int64_t kUnit = 16;
   std::vector<int64_t> first{0};
-  for (const Projection& out : outs) {
-    TS_CHECK(out.w->dim(1) == k, "matmuls of one x: weight ", shape_string(out.w->shape), " for k ", k);
-    first.push_back(first.back() + (out.w->dim(0) + kUnit - 1) / kUnit);
-  }
+  for (const Projection& out : outs) first.push_back(first.back() + (out.w->dim(0) + kUnit - 1) / kUnit);
   for_chunks(pool_, static_cast<size_t>(first.back()), 1, [&](size_t begin, size_t end) {
     auto i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), static_cast<int64_t>(begin)) -
                                  first.begin() - 1);
     for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++i) {
       const TensorView& w = *outs[i].w;
-      const int64_t n = w.dim(0), stop = std::min(static_cast<int64_t>(end), first[i + 1]);
+      const int64_t n = w.dim(0), k = w.dim(1), stop = std::min(static_cast<int64_t>(end), first[i + 1]);
       const int64_t r0 = (unit - first[i]) * kUnit, r1 = std::min(n, (stop - first[i]) * kUnit);
       const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
-      cpu::matmul_rows(x, tokens, k, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * row_bytes, w.dtype,
-                       r1 - r0, outs[i].y + r0, n);
+      cpu::matmul_rows(xs[i], tokens, k, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * row_bytes,
+                       w.dtype, r1 - r0, outs[i].y + r0, n);
       unit = stop;
     }
   });

@@ -26,11 +26,12 @@ class CpuDevice final : public Device {
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
   // A few tokens (decode) through f32, bf16 or f16 weights: the rows of all the
-  // weights dealt out in one parallel region (a lone token's q, k and v, or its top_k
-  // experts' gates and ups), each output bitwise what matmul gives it. Prefill and
-  // GGUF blocks run one matmul a weight; so does everything when
+  // weights dealt out in one parallel region (a lone token's q, k and v, its top_k
+  // experts' gates and ups, or their downs), each output bitwise what matmul gives
+  // it. Prefill and GGUF blocks run one matmul a weight; so does everything when
   // TESSERA_MATMULS_TOGETHER=0 (read once; for measuring one against the other).
   void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {}) override;
+  void matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override;
   void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) override;
@@ -50,6 +51,9 @@ class CpuDevice final : public Device {
  private:
   // y [tokens, n] += bias (matmul's last step), when bias is non-empty.
   void add_bias(int64_t tokens, const TensorView& bias, int64_t n, float* y);
+  // Whether matmuls and matmuls_each take all of outs in one region (tiles_together).
+  bool together(int64_t tokens, std::span<const Projection> outs) const;
+  void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
 
   ThreadPool pool_;
   // x of the last prefill matmul, packed for the GEMM and shared by the threads; grows
