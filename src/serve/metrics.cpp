@@ -33,10 +33,10 @@ std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
   metric(out, "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
   const double total = static_cast<double>(loop.kv_blocks_total.load());
   sample(out, "kv_cache_usage_perc", total > 0 ? 1.0 - static_cast<double>(loop.kv_blocks_free.load()) / total : 0.0);
-  metric(out, "prefix_cache_queries", "counter", "Prompt tokens looked up in the prefix cache.");
-  sample(out, "prefix_cache_queries", static_cast<double>(loop.prefix_cache_queries.load()));
-  metric(out, "prefix_cache_hits", "counter", "Prompt tokens found in the prefix cache.");
-  sample(out, "prefix_cache_hits", static_cast<double>(loop.prefix_cache_hits.load()));
+  metric(out, "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
+  sample(out, "prefix_cache_queries_total", static_cast<double>(loop.prefix_cache_queries.load()));
+  metric(out, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
+  sample(out, "prefix_cache_hits_total", static_cast<double>(loop.prefix_cache_hits.load()));
   metric(out, "num_preemptions_total", "counter", "Requests preempted (KV blocks freed, recomputed later).");
   sample(out, "num_preemptions_total", static_cast<double>(loop.preemptions.load()));
   metric(out, "prompt_tokens_total", "counter", "Prompt tokens admitted.");

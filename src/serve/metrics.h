@@ -5,8 +5,9 @@
 //   tessera:num_requests_running       gauge    requests in the scheduler
 //   tessera:num_requests_waiting       gauge    requests queued for admission
 //   tessera:kv_cache_usage_perc        gauge    KV blocks in use, 0..1
-//   tessera:prefix_cache_queries       counter  prompt tokens looked up in the prefix cache
-//   tessera:prefix_cache_hits          counter  of them, found (their KV blocks reused)
+//   tessera:prefix_cache_queries_total counter  prompt tokens looked up in the prefix cache
+//   tessera:prefix_cache_hits_total    counter  of them, found (their KV blocks reused)
+// (vLLM's counters are prometheus_client's, which adds _total: vllm:prefix_cache_hits_total.)
 //   tessera:prompt_tokens_total        counter
 //   tessera:generation_tokens_total    counter
 //   tessera:request_success_total{finished_reason="stop"|"length"}

@@ -71,20 +71,20 @@ TEST(PrefixCacheServeTest, AnswerIsBitwiseTheSameAloneFromTheCacheAndAmong63Othe
   {
     const auto reference = start_server(options(false));
     for (const Json& r : requests) alone.push_back(answer(reference->port(), r));
-    EXPECT_EQ(metric(reference->port(), "prefix_cache_queries"), 0);
+    EXPECT_EQ(metric(reference->port(), "prefix_cache_queries_total"), 0);
   }
   const auto server = start_server(options(true));
   const uint16_t port = server->port();
 
   // The shared prefix, cached by a first request, then found by every later one.
   answer(port, body(concat(system, ids(4, 77))));
-  const double queries = metric(port, "prefix_cache_queries");
+  const double queries = metric(port, "prefix_cache_queries_total");
   EXPECT_EQ(queries, static_cast<double>(system.size() + 4));
-  EXPECT_EQ(metric(port, "prefix_cache_hits"), 0);
+  EXPECT_EQ(metric(port, "prefix_cache_hits_total"), 0);
   for (const int i : {1, 3, 4}) {  // seeded and greedy with the prefix cached, and one with nothing to find
-    const double hits = metric(port, "prefix_cache_hits");
+    const double hits = metric(port, "prefix_cache_hits_total");
     EXPECT_EQ(answer(port, requests[i]), alone[i]) << "request " << i << " with its prefix from the cache";
-    EXPECT_EQ(metric(port, "prefix_cache_hits") - hits, i % 2 ? 3 * kBlock : 0) << "request " << i;
+    EXPECT_EQ(metric(port, "prefix_cache_hits_total") - hits, i % 2 ? 3 * kBlock : 0) << "request " << i;
   }
 
   // All 64 at once.
@@ -92,7 +92,7 @@ TEST(PrefixCacheServeTest, AnswerIsBitwiseTheSameAloneFromTheCacheAndAmong63Othe
   for (const Json& r : requests) together.push_back(std::async(std::launch::async, [&, r] { return answer(port, r); }));
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(together[i].get(), alone[i]) << "request " << i;
   EXPECT_GE(server->loop().stats().largest_step.load(), 8u) << "the requests hardly shared forward passes";
-  EXPECT_GE(metric(port, "prefix_cache_hits"), 32 * 3 * kBlock) << "the odd requests found the shared prefix";
+  EXPECT_GE(metric(port, "prefix_cache_hits_total"), 32 * 3 * kBlock) << "the odd requests found the shared prefix";
   const LoopStats& stats = server->loop().stats();
   EXPECT_TRUE(eventually([&] { return stats.kv_blocks_free.load() == stats.kv_blocks_total.load(); }))
       << "cached blocks no request holds count as free";
@@ -103,9 +103,9 @@ TEST(PrefixCacheServeTest, ASaltedRequestOnlyHitsBlocksCachedUnderItsOwnSalt) {
   const uint16_t port = server->port();
   const std::vector<int32_t> prompt = ids(2 * kBlock + 1, 5);
   auto hits_of = [&](const std::string& salt) {
-    const double before = metric(port, "prefix_cache_hits");
+    const double before = metric(port, "prefix_cache_hits_total");
     const Json got = answer(port, body(prompt, 3, salt));
-    return std::make_pair(metric(port, "prefix_cache_hits") - before, got);
+    return std::make_pair(metric(port, "prefix_cache_hits_total") - before, got);
   };
   const auto [unsalted, expected] = hits_of("");
   EXPECT_EQ(unsalted, 0);

@@ -472,23 +472,23 @@ TEST(ServePipelineTest, PrefixCacheOverTheStagesIsBitwiseAndCounted) {
   // Cold: looked up, nothing found.
   double prompt_tokens = 0;
   prompt_tokens += check(0, server.request("/v1/completions", requests[0].dump()));
-  EXPECT_EQ(metric(metrics(), "prefix_cache_queries"), prompt_tokens);
-  EXPECT_EQ(metric(metrics(), "prefix_cache_hits"), 0);
+  EXPECT_EQ(metric(metrics(), "prefix_cache_queries_total"), prompt_tokens);
+  EXPECT_EQ(metric(metrics(), "prefix_cache_hits_total"), 0);
   // The same prefix again, three requests at once: each finds its blocks on every stage.
   std::vector<int> running;
   for (size_t i = 0; i < 3; ++i) running.push_back(server.start("/v1/completions", requests[i].dump()));
   for (size_t i = 0; i < 3; ++i) prompt_tokens += check(i, server.finish(running[i]));
   const std::string warm = metrics();
-  EXPECT_EQ(metric(warm, "prefix_cache_queries"), prompt_tokens);
-  const double hits = metric(warm, "prefix_cache_hits");
+  EXPECT_EQ(metric(warm, "prefix_cache_queries_total"), prompt_tokens);
+  const double hits = metric(warm, "prefix_cache_hits_total");
   EXPECT_GE(hits, 3 * 64) << warm;  // at least two 32-token blocks each
   EXPECT_EQ(std::fmod(hits, 32), 0) << warm;
   // Salted: the unsalted blocks are not its own; then its own are.
   prompt_tokens += check(3, server.request("/v1/completions", requests[3].dump()));
-  EXPECT_EQ(metric(metrics(), "prefix_cache_hits"), hits);
+  EXPECT_EQ(metric(metrics(), "prefix_cache_hits_total"), hits);
   prompt_tokens += check(3, server.request("/v1/completions", requests[3].dump()));
-  EXPECT_GT(metric(metrics(), "prefix_cache_hits"), hits);
-  EXPECT_EQ(metric(metrics(), "prefix_cache_queries"), prompt_tokens);
+  EXPECT_GT(metric(metrics(), "prefix_cache_hits_total"), hits);
+  EXPECT_EQ(metric(metrics(), "prefix_cache_queries_total"), prompt_tokens);
 
   // KV usage while a long answer runs (heartbeats every third of a second here), and none once it ended.
   const int long_answer = server.start(

@@ -62,5 +62,5 @@ test('1,000 requests at 64 concurrency: none lost, each equal to its run alone, 
     assert.equal(delta(name), 0, name);
   assert.equal(after.num_requests_running, 0);
   assert.equal(after.num_requests_waiting, 0);
-  assert.ok(delta('prefix_cache_queries') >= prompt, 'every prompt was looked up in the prefix cache');
+  assert.ok(delta('prefix_cache_queries_total') >= prompt, 'every prompt was looked up in the prefix cache');
 });
