@@ -10,8 +10,12 @@ ResponseHeader new_response_header(Endpoint endpoint, std::string model) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string id = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
   for (int i = 0; i < 24; ++i) id += kHex[rng() % 16];
+  return {endpoint, std::move(id), unix_seconds(), std::move(model)};
+}
+
+int64_t unix_seconds() {
   const auto now = std::chrono::system_clock::now().time_since_epoch();
-  return {endpoint, std::move(id), std::chrono::duration_cast<std::chrono::seconds>(now).count(), std::move(model)};
+  return std::chrono::duration_cast<std::chrono::seconds>(now).count();
 }
 
 namespace {

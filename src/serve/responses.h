@@ -35,6 +35,8 @@ struct ResponseHeader {
 
 // A fresh header: a random id and the current time.
 ResponseHeader new_response_header(Endpoint endpoint, std::string model);
+// Seconds since the Unix epoch: the `created` of responses and of /v1/models' entries.
+int64_t unix_seconds();
 
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 struct Choice {

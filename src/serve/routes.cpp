@@ -117,7 +117,7 @@ std::variant<HttpResponse, Generation> Routes::handle(const HttpRequest& request
                                  {"data",
                                   {{{"id", options_.model_name},
                                     {"object", "model"},
-                                    {"created", 0},
+                                    {"created", unix_seconds()},
                                     {"owned_by", "tessera"},
                                     {"max_model_len", loop_.context()}}}}};
     return json(200, dump(list), version, keep_alive);

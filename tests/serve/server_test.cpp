@@ -104,6 +104,8 @@ TEST_F(ServeTest, HealthModelsAndMetrics) {
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.json()["data"][0]["id"], "tessera-tiny");
   EXPECT_EQ(models.json()["data"][0]["max_model_len"], 2048);
+  // A Unix time, as OpenAI and vLLM answer (clients show it as a date): not 0, 1970.
+  EXPECT_GT(models.json()["data"][0]["created"].get<int64_t>(), 1'700'000'000) << models.body;
   const HttpReply metrics = get(port(), "/metrics");
   ASSERT_EQ(metrics.status, 200);
   EXPECT_NE(metrics.body.find("\ntessera:num_requests_waiting 0\n"), std::string::npos) << metrics.body;
