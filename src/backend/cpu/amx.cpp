@@ -135,14 +135,18 @@ Scratch& scratch_for(int64_t k) {
 }
 
 // The GEMM's choices of speed (amx_kernel.h's GemmTuning), read once: TESSERA_AMX_KC, the
-// chunks of k a block (1 to 16), and TESSERA_AMX_STREAM_B=1, x's B tiles loaded with the
-// hint that they are not reused soon. Neither changes a bit of the results.
+// chunks of k a block (1 to 16), TESSERA_AMX_STREAM_B=1, x's B tiles loaded with the hint
+// that they are not reused soon, TESSERA_AMX_PIPE=1, the 2 x 2 blocks' steps
+// software-pipelined, and TESSERA_AMX_PREFETCH=0, no weights asked for ahead. None
+// changes a bit of the results.
 kernel::GemmTuning gemm_tuning() {
   static const kernel::GemmTuning tuning = [] {
     kernel::GemmTuning t;
     if (const char* text = std::getenv("TESSERA_AMX_KC"))
       t.k_chunks = std::clamp<int64_t>(std::strtoll(text, nullptr, 10), 1, kernel::kKcChunks);
     if (const char* text = std::getenv("TESSERA_AMX_STREAM_B")) t.stream_b = std::strcmp(text, "1") == 0;
+    if (const char* text = std::getenv("TESSERA_AMX_PIPE")) t.pipelined = std::strcmp(text, "1") == 0;
+    if (const char* text = std::getenv("TESSERA_AMX_PREFETCH")) t.prefetch_w = std::strcmp(text, "0") != 0;
     return t;
   }();
   return tuning;
@@ -240,7 +244,7 @@ float ladder(int rung, int64_t passes) {
     std::vector<float> acc = std::vector<float>(static_cast<size_t>(kernel::kAccFloats), 0.0f);
   };
   thread_local Operands o;
-  return kernel::ladder<InstructionOps>(rung, passes, o.a.data(), o.b.data(), o.acc.data());
+  return kernel::ladder<InstructionOps>(rung, passes, o.a.data(), o.b.data(), o.acc.data(), gemm_tuning());
 }
 
 #else  // not x86-64 Linux
@@ -255,7 +259,12 @@ float ladder(int, int64_t) { return 0; }
 
 int64_t dot_loop_flops(int64_t iterations) { return iterations * 4 * kernel::kTileRows * kernel::kTileTokens * 64; }
 int64_t ladder_flops(int64_t passes) {
-  return passes * (kernel::kTokBlock / (2 * kernel::kTileTokens)) * kernel::kKcChunks * dot_loop_flops(1);
+#if TESSERA_AMX
+  const int64_t steps = std::clamp<int64_t>(gemm_tuning().k_chunks, 1, kernel::kKcChunks);
+#else
+  const int64_t steps = kernel::kKcChunks;
+#endif
+  return passes * (kernel::kTokBlock / (2 * kernel::kTileTokens)) * steps * dot_loop_flops(1);
 }
 
 }  // namespace tessera::cpu::amx

@@ -37,9 +37,9 @@ float dot_loop(int64_t iterations);
 int64_t dot_loop_flops(int64_t iterations);
 
 // The GEMM's inner loop in rungs 0-3 (amx_kernel.h's ladder) on one thread, over operands
-// of its own (each thread's, made on its first call): what the k steps cost besides the
-// tile products, ladder_flops(passes) floating-point operations. Only where
-// instructions() is there.
+// of its own (each thread's, made on its first call), blocked as the GEMM's switches say
+// (TESSERA_AMX_KC, TESSERA_AMX_PIPE): what the k steps cost besides the tile products,
+// ladder_flops(passes) floating-point operations. Only where instructions() is there.
 float ladder(int rung, int64_t passes);
 int64_t ladder_flops(int64_t passes);
 

@@ -81,6 +81,13 @@ struct GemmTuning {
   // stream from L2 once a row pair, and the hint keeps them from pushing the A tiles,
   // reused by every token tile, out of L1.
   bool stream_b = false;
+  // The 2 x 2 blocks' steps software-pipelined (block_pipelined): each tile of the next
+  // step loaded as soon as this step's last product that reads its register is issued,
+  // not just before its first product, so that a tile load has one to three products'
+  // time before the product that waits for it.
+  bool pipelined = false;
+  // The next row pair's weights asked for (prefetch_rows) while this one's products run.
+  bool prefetch_w = true;
 };
 
 static inline int64_t padded_tokens(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens * kTileTokens; }
@@ -207,10 +214,57 @@ void block(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps
   if constexpr (kA == 2 && kB == 2) Ops::template store<3>(c[3], cs);
 }
 
+// block<Ops, 2, 2, kStreamB>'s sums in the same order (each C tile's chain of products
+// along k unchanged), the steps overlapped: step s + 1's A and B tiles are loaded while
+// step s's products run, each as soon as the last product of step s that reads its
+// register has been issued (A0 after C1, B0 after C2, B1 and A1 after C3), where block
+// loads each just before its first product, which then waits for the load.
+template <typename Ops, bool kStreamB>
+void block_pipelined(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps, float* const* c, int64_t cs,
+                     bool load_c) {
+  if (load_c) {
+    Ops::template load<0>(c[0], cs);
+    Ops::template load<1>(c[1], cs);
+    Ops::template load<2>(c[2], cs);
+    Ops::template load<3>(c[3], cs);
+  } else {
+    Ops::template zero<0>();
+    Ops::template zero<1>();
+    Ops::template zero<2>();
+    Ops::template zero<3>();
+  }
+  Ops::template load<4>(a[0].data, a[0].stride);
+  load_b<Ops, 6, kStreamB>(b[0].data, b[0].stride);
+  load_b<Ops, 7, kStreamB>(b[1].data, b[1].stride);
+  Ops::template load<5>(a[1].data, a[1].stride);
+  for (int64_t s = 1; s < steps; ++s) {
+    Ops::template dot<0, 4, 6>();
+    Ops::template dot<1, 4, 7>();
+    Ops::template load<4>(a[0].data + s * a[0].step, a[0].stride);
+    Ops::template dot<2, 5, 6>();
+    load_b<Ops, 6, kStreamB>(b[0].data + s * b[0].step, b[0].stride);
+    Ops::template dot<3, 5, 7>();
+    load_b<Ops, 7, kStreamB>(b[1].data + s * b[1].step, b[1].stride);
+    Ops::template load<5>(a[1].data + s * a[1].step, a[1].stride);
+  }
+  Ops::template dot<0, 4, 6>();
+  Ops::template dot<1, 4, 7>();
+  Ops::template dot<2, 5, 6>();
+  Ops::template dot<3, 5, 7>();
+  Ops::template store<0>(c[0], cs);
+  Ops::template store<1>(c[1], cs);
+  Ops::template store<2>(c[2], cs);
+  Ops::template store<3>(c[3], cs);
+}
+
+// A block of `groups` x `token_tiles` tiles (each 1 or 2) over `steps` >= 1 chunks, 2 x 2
+// pipelined when `pipelined`.
 template <typename Ops, bool kStreamB = false>
 void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps,
-               float* const* c, int64_t cs, bool load_c) {
-  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2, kStreamB>(a, b, steps, c, cs, load_c);
+               float* const* c, int64_t cs, bool load_c, bool pipelined = false) {
+  if (groups == 2 && token_tiles == 2)
+    return pipelined ? block_pipelined<Ops, kStreamB>(a, b, steps, c, cs, load_c)
+                     : block<Ops, 2, 2, kStreamB>(a, b, steps, c, cs, load_c);
   if (groups == 2) return block<Ops, 2, 1, kStreamB>(a, b, steps, c, cs, load_c);
   if (token_tiles == 2) return block<Ops, 1, 2, kStreamB>(a, b, steps, c, cs, load_c);
   block<Ops, 1, 1, kStreamB>(a, b, steps, c, cs, load_c);
@@ -322,7 +376,7 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
           const TileRun<uint16_t> a[2] = {{a_scratch, kTileElements, 64},
                                           {a_scratch + kKcChunks * kTileElements, kTileElements, 64}};
           for (int64_t tt = 0; tt < tiles; tt += 2) {
-            if (next_c0 < chunks)
+            if (tuning.prefetch_w && next_c0 < chunks)
               prefetch_rows(w, k, std::min(rows, rb + nrb), next_first, next_c0, next_c1, tt / 2 * per_pass, per_pass);
             const int token_tiles = tiles - tt >= 2 ? 2 : 1;
             TileRun<uint32_t> b[2];
@@ -332,9 +386,9 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
               for (int i = 0; i < pair; ++i) c[2 * i + j] = acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats;
             }
             if (tuning.stream_b) {
-              run_block<Ops, true>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
+              run_block<Ops, true>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0, tuning.pipelined);
             } else {
-              run_block<Ops, false>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
+              run_block<Ops, false>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0, tuning.pipelined);
             }
           }
         }
@@ -353,7 +407,8 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
 // The GEMM's inner loop built up one part at a time, to find what its k steps cost
 // besides the tile products (cpu_matmul_bench's BM_AmxLadder puts each rung against
 // dot_loop's peak): `passes` passes of a row pair over kTokBlock tokens at one k block of
-// kKcChunks chunks, 2 x 2 blocks of kKcChunks steps in gemm's order, where
+// tuning.k_chunks chunks, 2 x 2 blocks of that many steps in gemm's order (pipelined as
+// tuning says), where
 //   rung 0: every step loads the same two A tiles and two B tiles (4 KiB, in L1); the C
 //           tiles start from zeros and go to one 4 KiB place;
 //   rung 1: the A tiles step through a row pair's packed tiles (a: 32 KiB), as gemm's;
@@ -364,8 +419,9 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
 // to it). Returns the first element of the last block's first C tile.
 inline constexpr int64_t kLadderBElements = kTokBlock / kTileTokens * kKcChunks * 256;
 template <typename Ops>
-float ladder(int rung, int64_t passes, const uint16_t* a, const uint32_t* b, float* acc) {
+float ladder(int rung, int64_t passes, const uint16_t* a, const uint32_t* b, float* acc, GemmTuning tuning = {}) {
   constexpr int64_t kBlockTiles = kTokBlock / kTileTokens, kRowPairs = kRowBlock / (2 * kTileRows);
+  const int64_t kc = std::clamp<int64_t>(tuning.k_chunks, 1, kKcChunks);
   alignas(64) float place[4 * kTileFloats];
   float* c[4] = {};
   Ops::configure(static_cast<int>(kTileTokens));
@@ -376,13 +432,13 @@ float ladder(int rung, int64_t passes, const uint16_t* a, const uint32_t* b, flo
       const TileRun<uint16_t> at[2] = {{a, a_step, 64}, {a + kKcChunks * kTileElements, a_step, 64}};
       TileRun<uint32_t> bt[2];
       for (int64_t j = 0; j < 2; ++j) {
-        bt[j] = rung >= 2 ? TileRun<uint32_t>{b + (tt + j) * kKcChunks * 256, 256, 4 * kTileTokens}
+        bt[j] = rung >= 2 ? TileRun<uint32_t>{b + (tt + j) * kc * 256, 256, 4 * kTileTokens}
                           : TileRun<uint32_t>{b + j * 256, 0, 4 * kTileTokens};
         for (int64_t i = 0; i < 2; ++i)
           c[2 * i + j] =
               rung >= 3 ? acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats : place + (2 * i + j) * kTileFloats;
       }
-      block<Ops, 2, 2, false>(at, bt, kKcChunks, c, 4 * kTileTokens, rung >= 3);
+      run_block<Ops, false>(2, 2, at, bt, kc, c, 4 * kTileTokens, rung >= 3, tuning.pipelined);
     }
   }
   Ops::release();
