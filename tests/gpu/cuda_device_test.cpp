@@ -214,6 +214,82 @@ TEST(CudaDeviceTest, NormalizedMatmulsAreBitwiseTheNormThenTheMatmuls) {
   }
 }
 
+// A split tiled matmul's blocks may each run 1, 2, 4 or all 8 of the eight sums
+// (TESSERA_CUDA_GEMM_SUMS, else chosen so that the blocks make one wave): every
+// choice gives bitwise what each token gets alone from the decode kernel, for
+// q/k/v-like jobs and gate/up, with k's chunks dealt evenly (1024) or not (576: sum
+// 0 takes two chunks, the rest one) and rows that leave a tile part empty.
+TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const DType dtype = DType::kBF16;
+  const int64_t tokens = 40;
+  for (const int64_t k : {576, 1024}) {
+    const auto place = [&](int64_t rows, uint32_t seed) {
+      const auto values = testing::random_weights(static_cast<size_t>(rows * k), dtype, seed);
+      auto placed = gpu->place(view(dtype, {rows, k}, values.data()));
+      EXPECT_TRUE(placed.ok());
+      return *placed;
+    };
+    const TensorView wq = place(200, 1), wk = place(72, 2), gate = place(90, 3), up = place(90, 4), none{};
+    const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 5));
+    const auto n = [&](int64_t rows) { return static_cast<size_t>(tokens * rows); };
+    const Buffer q = zeros(*gpu, n(200)), kk = zeros(*gpu, n(72)), g = zeros(*gpu, n(90)),
+                 up_scratch = zeros(*gpu, n(90));
+    const auto run = [&] {
+      const Device::Projection qk[] = {{&wq, &none, q.f32()}, {&wk, &none, kk.f32()}};
+      gpu->matmuls(x.f32(), tokens, qk);
+      gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
+      return std::tuple{get(*gpu, q, n(200)), get(*gpu, kk, n(72)), get(*gpu, g, n(90))};
+    };
+    // Each token alone (one token takes the decode kernel).
+    std::vector<float> q1(n(200)), k1(n(72)), g1(n(90));
+    for (int64_t t = 0; t < tokens; ++t) {
+      const Buffer qt = zeros(*gpu, 200), kt = zeros(*gpu, 72), gt = zeros(*gpu, 90), ut = zeros(*gpu, 90);
+      const Device::Projection qk[] = {{&wq, &none, qt.f32()}, {&wk, &none, kt.f32()}};
+      gpu->matmuls(x.f32() + t * k, 1, qk);
+      gpu->gate_up(x.f32() + t * k, 1, gate, none, up, none, ut.f32(), gt.f32());
+      std::ranges::copy(get(*gpu, qt, 200), q1.begin() + t * 200);
+      std::ranges::copy(get(*gpu, kt, 72), k1.begin() + t * 72);
+      std::ranges::copy(get(*gpu, gt, 90), g1.begin() + t * 90);
+    }
+    for (const char* sums : {"", "1", "2", "4", "8"}) {
+      ASSERT_EQ(setenv("TESSERA_CUDA_GEMM_SUMS", sums, 1), 0);
+      const auto [q2, k2, g2] = run();
+      EXPECT_EQ(q2, q1) << "k " << k << ", sums a block " << sums << ", q";
+      EXPECT_EQ(k2, k1) << "k " << k << ", sums a block " << sums << ", k";
+      EXPECT_EQ(g2, g1) << "k " << k << ", sums a block " << sums << ", gate/up";
+    }
+    unsetenv("TESSERA_CUDA_GEMM_SUMS");
+  }
+}
+
+// A tiled matmul right after gate_up reads gate_up's output as gate_up also wrote it
+// rounded to bf16, instead of rounding it again: bitwise the matmul of a copy of it
+// (rounded by the matmul), with whole outputs a block (8192 rows) and split ones.
+TEST(CudaDeviceTest, MatmulAfterGateUpIsBitwiseTheMatmulOfACopy) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const DType dtype = DType::kBF16;
+  const int64_t k = 512, tokens = 40;
+  for (const int64_t rows : {128, 8192}) {
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
+      const auto values = testing::random_weights(static_cast<size_t>(shape[0] * shape[1]), dtype, seed);
+      auto placed = gpu->place(view(dtype, shape, values.data()));
+      EXPECT_TRUE(placed.ok());
+      return *placed;
+    };
+    const TensorView gate = place({rows, k}, 1), up = place({rows, k}, 2), down = place({96, rows}, 3), none{};
+    const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 4));
+    const auto n = [&](int64_t width) { return static_cast<size_t>(tokens * width); };
+    const Buffer g = zeros(*gpu, n(rows)), copied = zeros(*gpu, n(rows)), up_scratch = zeros(*gpu, n(rows));
+    const Buffer y1 = zeros(*gpu, n(96)), y2 = zeros(*gpu, n(96));
+    gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
+    gpu->matmul(g.f32(), tokens, down, none, y1.f32());
+    gpu->copy(g.data(), n(rows) * sizeof(float), copied.data());
+    gpu->matmul(copied.f32(), tokens, down, none, y2.f32());
+    EXPECT_EQ(get(*gpu, y1, n(96)), get(*gpu, y2, n(96))) << rows << " rows";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaMatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

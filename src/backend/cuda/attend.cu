@@ -202,7 +202,8 @@ __global__ void __launch_bounds__(kPartition)
 
 // Block (token, head): the token's partitions merged in order.
 __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_t window, int64_t partitions,
-                               const float* __restrict__ scratch, float* __restrict__ out) {
+                               const float* __restrict__ scratch, float* __restrict__ out,
+                               __nv_bfloat16* __restrict__ rounded) {
   let_next_start();
   wait_for_earlier();
   const int64_t t = blockIdx.x, h = blockIdx.y;
@@ -219,6 +220,7 @@ __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_
     float acc = 0.0f;
     for (int64_t i = 0; i < used; ++i) acc += expf(parts[i * stride + hd] - peak) * parts[i * stride + d];
     result[d] = acc / total;
+    if (rounded != nullptr) rounded[(t * n_heads + h) * hd + d] = __float2bfloat16_rn(result[d]);
   }
 }
 
@@ -265,10 +267,11 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
 }
 
 void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t n_heads, int64_t head_dim, TokenMap map,
-                       int64_t window, int64_t partitions, const float* scratch) {
+                       int64_t window, int64_t partitions, const float* scratch, __nv_bfloat16* rounded) {
   const dim3 merge(static_cast<unsigned>(tokens), static_cast<unsigned>(n_heads));
   const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim, 32, 256));
-  launch_kernel(combine_kernel, merge, threads, 0, stream, n_heads, head_dim, map, window, partitions, scratch, out);
+  launch_kernel(combine_kernel, merge, threads, 0, stream, n_heads, head_dim, map, window, partitions, scratch, out,
+                rounded);
 }
 
 }  // namespace tessera::cuda

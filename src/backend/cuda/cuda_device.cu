@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/quant.cuh"
@@ -118,6 +119,7 @@ class CudaDevice final : public Device {
   void upload(const void* host, size_t bytes, void* dst) override {
     select();
     run_recorded();  // host memory that may be pageable: copied now
+    ++launches_;
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "upload");
   }
 
@@ -130,6 +132,7 @@ class CudaDevice final : public Device {
 
   void copy(const void* src, size_t bytes, void* dst) override {
     select();
+    ++launches_;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
   }
 
@@ -218,8 +221,10 @@ class CudaDevice final : public Device {
     cuda::MmaJob job{.count = 1, .gate_up = true};
     add_to_job(job, 0, w_gate, b_gate, out);
     add_to_job(job, 1, w_up, b_up, nullptr);
+    job.y_bf16 = rounded_for(tokens, w_gate.dim(0));
     run_mma(normalize(x, tokens, w_gate.dim(1), norm, job), tokens, w_gate.dim(1), job);
     launched("gate_up");
+    if (job.y_bf16 != nullptr) rounded_ = {out, tokens, w_gate.dim(0), launches_};
   }
 
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override {
@@ -276,7 +281,11 @@ class CudaDevice final : public Device {
     cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
                      a.rotary);
     launched("rope_store");
-    run_attention(a.q, a.out, a.n_heads, p, a.layer, a.parts, tokens_map, a.sliding_window, a.scale);
+    const int64_t width = a.n_heads * p.head_dim;
+    __nv_bfloat16* rounded =
+        cuda::mma_attention_fits(p, a.n_heads, a.sliding_window) ? rounded_for(tokens, width) : nullptr;
+    run_attention(a.q, a.out, a.n_heads, p, a.layer, a.parts, tokens_map, a.sliding_window, a.scale, rounded);
+    if (rounded != nullptr) rounded_ = {a.out, tokens, width, launches_};
   }
 
   void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override {
@@ -325,7 +334,20 @@ class CudaDevice final : public Device {
  private:
   // CUDA keeps the current device per host thread; every entry point selects ours.
   void select() const { check(cudaSetDevice(ordinal_), "selecting the device"); }
-  static void launched(const char* kernel) { check(cudaGetLastError(), kernel); }
+  void launched(const char* kernel) {
+    check(cudaGetLastError(), kernel);
+    ++launches_;
+  }
+
+  // Where a tiled matmul's output or attention's writes its values rounded to bf16
+  // as well ([tokens, width]), when the next call may be a tiled matmul of them
+  // (TESSERA_CUDA_ROUNDED_X=0: never); rounded_ then names them, and run_mma
+  // takes them instead of rounding x again if nothing was launched in between.
+  __nv_bfloat16* rounded_for(int64_t tokens, int64_t width) {
+    static const bool off = cuda::switched_off("TESSERA_CUDA_ROUNDED_X");
+    if (off || tokens < cuda::mma_gemm_min_tokens() || !cuda::mma_matmul_fits(DType::kBF16, width)) return nullptr;
+    return static_cast<__nv_bfloat16*>(grow(rounded_buffer_, sizeof(__nv_bfloat16) * tokens * width, "rounded x"));
+  }
 
   void launch_matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
                      bool accumulate) {
@@ -404,8 +426,11 @@ class CudaDevice final : public Device {
   // The tensor-core kernel for a few tokens, the tiled one for many: the same sums.
   void run_mma(const float* x, int64_t tokens, int64_t k, const cuda::MmaJob& job) {
     if (tokens < cuda::mma_gemm_min_tokens()) return cuda::mma_matmul(stream_, x, tokens, k, job);
-    cuda::mma_gemm(stream_, x, tokens, k, job,
-                   grow(gemm_scratch_, cuda::mma_gemm_scratch(tokens, k, job), "matmul scratch"));
+    const bool rounded = rounded_.x == x && rounded_.tokens == tokens && rounded_.width == k &&
+                         rounded_.after == launches_ && job.norm == nullptr;
+    void* scratch = grow(gemm_scratch_, cuda::mma_gemm_scratch(tokens, k, job), "matmul scratch");
+    cuda::mma_gemm(stream_, x, tokens, k, job, scratch,
+                   rounded ? static_cast<const __nv_bfloat16*>(rounded_buffer_.data()) : nullptr);
   }
 
   static void check_weight(const TensorView& w, const TensorView& bias) {
@@ -451,9 +476,11 @@ class CudaDevice final : public Device {
   }
 
   // Attention for the parts' tokens, in slices of tokens whose partial outputs fit
-  // the scratch budget (slicing changes no token's result).
+  // the scratch budget (slicing changes no token's result). With `rounded` (tensor
+  // cores only), out is written rounded to bf16 there too.
   void run_attention(const float* q, float* out, int64_t n_heads, const KvPages& p, int64_t layer,
-                     std::span<const SeqSlice> parts, cuda::TokenMap all, int64_t window, float scale) {
+                     std::span<const SeqSlice> parts, cuda::TokenMap all, int64_t window, float scale,
+                     __nv_bfloat16* rounded = nullptr) {
     const int64_t row_floats = n_heads * (p.head_dim + 2);  // one partition of one token
     int64_t begin = 0;                                      // the first token of the slice, over all parts
     int64_t partitions = 0, tokens = 0;
@@ -473,7 +500,8 @@ class CudaDevice final : public Device {
             stage({reinterpret_cast<const int32_t*>(column_blocks.data()), column_blocks.size() * 3}));
         cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
                             static_cast<int64_t>(column_blocks.size()), scratch);
-        cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch);
+        cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch,
+                                rounded != nullptr ? rounded + begin * n_heads * p.head_dim : nullptr);
         column_blocks.clear();
       } else {
         cuda::attention(stream_, q_slice, out_slice, tokens, n_heads, p, layer, slice, window, scale, partitions,
@@ -618,6 +646,13 @@ class CudaDevice final : public Device {
   std::vector<cuda::ColumnBlock> column_blocks_;  // run_attention's, kept to reuse its memory
   Buffer quant_scratch_;                          // launch_quant's rounded activations
   Buffer gemm_scratch_;                           // the tiled matmul's: x rounded to bf16, the sums of a split
+  Buffer rounded_buffer_;                         // rounded_for's
+  struct Rounded {
+    const float* x = nullptr;  // the values rounded_buffer_ holds, rounded
+    int64_t tokens = 0, width = 0;
+    uint64_t after = 0;  // launches_ when they were written
+  } rounded_;
+  uint64_t launches_ = 0;  // every launch and copy on the stream, counted
   std::vector<int32_t> map_host_;
   // The staging arena (see stage()).
   Buffer arena_;

@@ -42,6 +42,9 @@ struct MmaJob {
   bool gate_up = false;
   const __nv_bfloat16* norm = nullptr;  // the RMSNorm's weight [k]
   float eps = 0.0f;
+  // mma_gemm only, one weight or gate_up: y[0] also rounded to bf16 here [tokens, n[0]],
+  // as mma_gemm rounds its x (so a tiled matmul of y[0] next need not round it again).
+  __nv_bfloat16* y_bf16 = nullptr;
 };
 // Whether the matmul normalizes x itself for this job: mma_matmul as it loads
 // (up to 8 tokens, a chunk of k for each warp), or mma_gemm as it rounds x to
@@ -51,12 +54,15 @@ bool mma_norm_fits(int64_t tokens, int64_t k);
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
 // in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
-// `scratch` holds mma_gemm_scratch(tokens, k, job) bytes.
+// `scratch` holds mma_gemm_scratch(tokens, k, job) bytes. `x_rounded`, when not
+// null, is x already rounded to bf16 (a job's y_bf16, or attention_combine's
+// `rounded`): the launch that would round it is skipped.
 // The device's SMs (of the current device, asked once).
 int multiprocessors();
 int64_t mma_gemm_min_tokens();
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
-void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch);
+void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
+              const __nv_bfloat16* x_rounded = nullptr);
 // FLOP/s of mma.sync m16n8k16 (bf16, f32 accumulators) over every SM, registers
 // only: the best of three timed launches (Device::measure_bf16_peak).
 double mma_peak(cudaStream_t stream);
@@ -102,9 +108,10 @@ bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window);
 int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch);
-// Merges each token's partitions from scratch into out (attend.cu).
+// Merges each token's partitions from scratch into out (attend.cu), and into
+// `rounded` rounded to bf16 as well when it is not null (mma_gemm's x_rounded).
 void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t n_heads, int64_t head_dim, TokenMap map,
-                       int64_t window, int64_t partitions, const float* scratch);
+                       int64_t window, int64_t partitions, const float* scratch, __nv_bfloat16* rounded = nullptr);
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
 void gelu_tanh_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);
 void scale(cudaStream_t stream, float* x, int64_t n, float factor);

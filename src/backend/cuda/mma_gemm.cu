@@ -12,6 +12,8 @@
 // finished ones added up in `total`; there eight warps run one each.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
@@ -48,20 +50,21 @@ struct ChunkWalk {
   }
 };
 
-// Where a block's output goes: with kOneSum the block runs one of the eight sums
-// (blockIdx.z) and writes it to sums [8][tokens][width] (the job's outputs side
-// by side: each weight's rows, or gate's then up's), for add_sums_kernel to add
-// in order; else it runs all eight and finishes the outputs itself. Up to 64
+// Where a block's output goes: with kSplit the block runs `sums_per_block` of the
+// eight sums (from blockIdx.z * sums_per_block on, each from zero) and writes each
+// as it ends to sums [8][tokens][width] (the job's outputs side by side: each
+// weight's rows, or gate's then up's), for add_sums_kernel to add in order; else
+// it runs all eight and finishes the outputs itself. Up to 64
 // tokens a block, two blocks share an SM (registers capped at 128 a thread: at
 // 158 the 224 gate/up blocks of 64 sequences on the 8B shape ran in two waves).
 // A warp computes kM 16-row tiles by kN 8-token tiles. Up to 64 tokens a block,
 // the warps are four (32 rows each) by two: a warp reads a quarter fewer bytes of
 // shared memory a chunk than as two by four for the same outputs (64 sequences on
 // the 8B shape: 7,353 against 7,252 tok/s, 32: 4,809 against 4,726).
-template <int kNTiles, bool kGateUp, bool kOneSum>
+template <int kNTiles, bool kGateUp, bool kSplit>
 __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
-                int64_t width) {
+                int64_t width, int sums_per_block) {
   let_next_start();
   constexpr int kTokens = 32 * kNTiles;
   constexpr int kStageUnits = (kBlockRows + kTokens) * 8;
@@ -118,9 +121,10 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
   const int chunks = static_cast<int>(k / kMmaChunk);
   ChunkWalk loading{chunks / kMmaSplit, chunks % kMmaSplit};
   int steps = chunks;
-  if constexpr (kOneSum) {
-    loading.sum = static_cast<int>(blockIdx.z);
-    steps = loading.q + (loading.sum < loading.r ? 1 : 0);
+  if constexpr (kSplit) {
+    loading.sum = static_cast<int>(blockIdx.z) * sums_per_block;
+    steps = 0;
+    for (int z = loading.sum; z < loading.sum + sums_per_block; ++z) steps += loading.q + (z < loading.r ? 1 : 0);
   }
   ChunkWalk computing = loading;
 #pragma unroll
@@ -130,6 +134,24 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
   }
   float acc[kM][kN][4] = {}, total[kM][kN][4] = {};
   int sums_done = 0;  // sums finished and added into total
+  // Accumulator i of lane (g, t) in tile (m, j): row g (+8 for i >= 2), token 2t (+1 for odd i).
+  int64_t col0 = 0;  // kSplit: where weight s's rows start in a row of sums
+  for (int i = 0; i < s; ++i) col0 += job.n[i];
+  const auto store_sum = [&](int sum) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = warp_m * kWarpRows + m * 16 + g + (i >= 2 ? 8 : 0);
+          const int64_t row = row0 + (kGateUp ? r % 64 : r);
+          const int64_t token = token0 + warp_n * 8 * kN + j * 8 + 2 * t + i % 2;
+          if (row < n && token < tokens)
+            sums[(sum * tokens + token) * width + col0 + (kGateUp && r >= 64 ? n : 0) + row] = acc[m][j][i];
+          acc[m][j][i] = 0.0f;
+        }
+  };
   for (int step = 0; step < steps; ++step) {
     copies_wait<kStages - 2>();
     __syncthreads();  // this chunk is in; every warp is done with the stage refilled next
@@ -155,8 +177,11 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
         for (int j = 0; j < kN; ++j) mma_half(acc[m][j], a[m], b[m], xs[j]);
     }
     const bool ends_sum = computing.ends_sum();
+    const int sum = computing.sum;
     computing.next();
-    if (!kOneSum && ends_sum) {
+    if (kSplit && ends_sum) {
+      store_sum(sum);
+    } else if (ends_sum) {
 #pragma unroll
       for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -169,24 +194,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
       ++sums_done;
     }
   }
-  // Accumulator i of lane (g, t) in tile (m, j): row g (+8 for i >= 2), token 2t (+1 for odd i).
-  if constexpr (kOneSum) {
-    int64_t col0 = 0;
-    for (int i = 0; i < s; ++i) col0 += job.n[i];
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-      for (int j = 0; j < kN; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = warp_m * kWarpRows + m * 16 + g + (i >= 2 ? 8 : 0);
-          const int64_t row = row0 + (kGateUp ? r % 64 : r);
-          const int64_t token = token0 + warp_n * 8 * kN + j * 8 + 2 * t + i % 2;
-          if (row >= n || token >= tokens) continue;
-          const int64_t col = col0 + (kGateUp && r >= 64 ? n : 0) + row;
-          sums[(blockIdx.z * tokens + token) * width + col] = acc[m][j][i];
-        }
-  } else {
+  if constexpr (!kSplit) {
     // With fewer than eight chunks the other sums are zero, and still added.
     for (; sums_done < kMmaSplit; ++sums_done)
 #pragma unroll
@@ -231,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
           if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
           float& out = y[token * n + row];
           out = job.accumulate ? out + value : value;
+          if (job.y_bf16 != nullptr) job.y_bf16[token * n + row] = __float2bfloat16_rn(out);
         }
   }
 }
@@ -267,7 +276,7 @@ __global__ void norm_to_bf16_kernel(const float* __restrict__ x, int64_t k, cons
   }
 }
 
-// The outputs from the eight sums of a kOneSum launch, added in order 0..7 (as
+// The outputs from the eight sums of a kSplit launch, added in order 0..7 (as
 // mma.cuh's block_sum adds the decode kernel's warps'), then the bias, SiLU * up and the
 // accumulation as the kernels above finish theirs. Thread per (token, output row).
 __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const float* __restrict__ sums) {
@@ -289,17 +298,22 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
   if (job.gate_up) value = silu_times(value, with_bias(sum_at(job.n[0] + row), job.bias[1], row));
   float& out = job.y[s][token * job.n[s] + row];
   out = job.accumulate ? out + value : value;
+  if (job.y_bf16 != nullptr) job.y_bf16[token * job.n[s] + row] = __float2bfloat16_rn(out);
 }
 
-// A job's blocks, their tokens and rows, and whether they run one sum each: when
-// the blocks for whole outputs would not fill half the device (few tokens, few
-// rows), eight times as many blocks each run one sum. (On the H200, 8B shape:
+// A job's blocks, their tokens and rows, and whether they split the eight sums:
+// when the blocks for whole outputs would not fill half the device (few tokens,
+// few rows), eight times as many blocks each run one sum. (On the H200, 8B shape:
 // 4096 rows at 64 tokens, 32 blocks, 55 -> 26 us split; at 512 tokens, 128 blocks,
-// 80 us whole against 125 split.)
+// 80 us whole against 125 split.) When one sum a block would take more than one
+// wave of blocks (two an SM up to 64 tokens), a block runs two or four sums one
+// after the other instead, so that the split launch is one wave
+// (TESSERA_CUDA_GEMM_SUMS=1, 2, 4 or 8 sets it, read at every call).
 struct Plan {
   int n_tiles;  // 8-token tiles per warp
   int64_t token_tiles, row_tiles, width;
-  bool one_sum;
+  bool split;
+  int sums_per_block = kMmaSplit;
   Plan(int64_t tokens, int64_t k, const MmaJob& job) {
     n_tiles = tokens >= 128 ? 4 : tokens >= 64 ? 2 : 1;
     const int rows = job.gate_up ? 64 : kBlockRows;
@@ -307,11 +321,19 @@ struct Plan {
     row_tiles = width = 0;
     for (int s = 0; s < job.count; ++s) row_tiles += (job.n[s] + rows - 1) / rows, width += job.n[s];
     if (job.gate_up) width = 2 * job.n[0];
-    one_sum = 2 * token_tiles * row_tiles <= multiprocessors() && k >= kMmaSplit * kMmaChunk;
+    split = 2 * token_tiles * row_tiles <= multiprocessors() && k >= kMmaSplit * kMmaChunk;
+    if (!split) return;
+    const int64_t wave = static_cast<int64_t>(multiprocessors()) * (n_tiles <= 2 ? 2 : 1);
+    sums_per_block = 1;
+    while (sums_per_block < 4 && kMmaSplit / sums_per_block * token_tiles * row_tiles > wave) sums_per_block *= 2;
+    if (const char* asked = std::getenv("TESSERA_CUDA_GEMM_SUMS"); asked != nullptr) {
+      const int n = std::atoi(asked);
+      if (n == 1 || n == 2 || n == 4 || n == 8) sums_per_block = n;
+    }
   }
 };
 
-template <int kNTiles, bool kGateUp, bool kOneSum>
+template <int kNTiles, bool kGateUp, bool kSplit>
 void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, const Plan& plan,
             float* sums) {
   const int rows = kGateUp ? 64 : kBlockRows;
@@ -320,27 +342,27 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   constexpr int kTokens = 32 * kNTiles;
   constexpr size_t kSmem = size_t{kStages} * (kBlockRows + kTokens) * 8 * sizeof(uint4);
   static const bool sized = [] {
-    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kOneSum>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem)) == cudaSuccess;
   }();
   TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
-                  kOneSum ? kMmaSplit : 1);
-  launch_kernel(gemm_kernel<kNTiles, kGateUp, kOneSum>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
-                plan.width);
-  if constexpr (kOneSum) {
+                  kSplit ? kMmaSplit / plan.sums_per_block : 1);
+  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
+                plan.width, plan.sums_per_block);
+  if constexpr (kSplit) {
     const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
     launch_kernel(add_sums_kernel, static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream, job, tokens,
                   plan.width, sums);
   }
 }
 
-template <bool kGateUp, bool kOneSum>
+template <bool kGateUp, bool kSplit>
 void launch_tiles(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, const MmaJob& job,
                   const Plan& plan, float* sums) {
-  if (plan.n_tiles == 4) return launch<4, kGateUp, kOneSum>(stream, x, tokens, k, job, plan, sums);
-  if (plan.n_tiles == 2) return launch<2, kGateUp, kOneSum>(stream, x, tokens, k, job, plan, sums);
-  launch<1, kGateUp, kOneSum>(stream, x, tokens, k, job, plan, sums);
+  if (plan.n_tiles == 4) return launch<4, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
+  if (plan.n_tiles == 2) return launch<2, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
+  launch<1, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
 }
 
 size_t x_bytes(int64_t tokens, int64_t k) {
@@ -407,14 +429,17 @@ int64_t mma_gemm_min_tokens() { return 32; }
 
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job) {
   const Plan plan(tokens, k, job);
-  return x_bytes(tokens, k) + (plan.one_sum ? static_cast<size_t>(kMmaSplit * tokens * plan.width) * sizeof(float) : 0);
+  return x_bytes(tokens, k) + (plan.split ? static_cast<size_t>(kMmaSplit * tokens * plan.width) * sizeof(float) : 0);
 }
 
-void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch) {
+void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
+              const __nv_bfloat16* x_rounded) {
   auto* x_bf16 = static_cast<__nv_bfloat16*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<char*>(scratch) + x_bytes(tokens, k));
   const int64_t count8 = tokens * k / 8;
-  if (job.norm != nullptr)
+  TS_CHECK(x_rounded == nullptr || job.norm == nullptr, "a normalizing matmul of x already rounded");
+  if (x_rounded != nullptr) x_bf16 = const_cast<__nv_bfloat16*>(x_rounded);
+  else if (job.norm != nullptr)
     launch_kernel(norm_to_bf16_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, x, k, job.norm, job.eps,
                   reinterpret_cast<uint4*>(x_bf16));
   else
@@ -422,9 +447,9 @@ void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
                   reinterpret_cast<uint4*>(x_bf16));
   const Plan plan(tokens, k, job);
   if (job.gate_up)
-    return plan.one_sum ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)
-                        : launch_tiles<true, false>(stream, x_bf16, tokens, k, job, plan, sums);
-  if (plan.one_sum) return launch_tiles<false, true>(stream, x_bf16, tokens, k, job, plan, sums);
+    return plan.split ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)
+                      : launch_tiles<true, false>(stream, x_bf16, tokens, k, job, plan, sums);
+  if (plan.split) return launch_tiles<false, true>(stream, x_bf16, tokens, k, job, plan, sums);
   launch_tiles<false, false>(stream, x_bf16, tokens, k, job, plan, sums);
 }
 
