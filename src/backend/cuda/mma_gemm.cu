@@ -23,7 +23,6 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr int kStages = 4;       // chunks in flight
 constexpr int kBlockRows = 128;  // weight rows of a block (64 of gate, then the same 64 of up)
 constexpr int kThreads = 256;    // eight warps: kRowWarps across the rows, the rest across the tokens
 
@@ -61,7 +60,7 @@ struct ChunkWalk {
 // the warps are four (32 rows each) by two: a warp reads a quarter fewer bytes of
 // shared memory a chunk than as two by four for the same outputs (64 sequences on
 // the 8B shape: 7,353 against 7,252 tok/s, 32: 4,809 against 4,726).
-template <int kNTiles, bool kGateUp, bool kSplit>
+template <int kNTiles, bool kGateUp, bool kSplit, int kStages>
 __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
                 int64_t width, int sums_per_block) {
@@ -333,7 +332,8 @@ struct Plan {
   }
 };
 
-template <int kNTiles, bool kGateUp, bool kSplit>
+// kStages chunks staged in shared memory, kStages - 1 of them in flight.
+template <int kNTiles, bool kGateUp, bool kSplit, int kStages>
 void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, const Plan& plan,
             float* sums) {
   const int rows = kGateUp ? 64 : kBlockRows;
@@ -342,13 +342,13 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   constexpr int kTokens = 32 * kNTiles;
   constexpr size_t kSmem = size_t{kStages} * (kBlockRows + kTokens) * 8 * sizeof(uint4);
   static const bool sized = [] {
-    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kSmem)) == cudaSuccess;
+    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit, kStages>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)) == cudaSuccess;
   }();
   TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
                   kSplit ? kMmaSplit / plan.sums_per_block : 1);
-  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
+  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit, kStages>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
                 plan.width, plan.sums_per_block);
   if constexpr (kSplit) {
     const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
@@ -360,9 +360,18 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
 template <bool kGateUp, bool kSplit>
 void launch_tiles(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, const MmaJob& job,
                   const Plan& plan, float* sums) {
-  if (plan.n_tiles == 4) return launch<4, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
-  if (plan.n_tiles == 2) return launch<2, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
-  launch<1, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
+  // Up to 64 tokens TESSERA_CUDA_GEMM_STAGES=3 or 5 stages instead of 4 (read at every call, to measure).
+  const char* asked = std::getenv("TESSERA_CUDA_GEMM_STAGES");
+  const int stages = asked != nullptr ? std::atoi(asked) : 4;
+  if (plan.n_tiles == 4) return launch<4, kGateUp, kSplit, 4>(stream, x, tokens, k, job, plan, sums);
+  if (plan.n_tiles == 2) {
+    if (stages == 3) return launch<2, kGateUp, kSplit, 3>(stream, x, tokens, k, job, plan, sums);
+    if (stages == 5) return launch<2, kGateUp, kSplit, 5>(stream, x, tokens, k, job, plan, sums);
+    return launch<2, kGateUp, kSplit, 4>(stream, x, tokens, k, job, plan, sums);
+  }
+  if (stages == 3) return launch<1, kGateUp, kSplit, 3>(stream, x, tokens, k, job, plan, sums);
+  if (stages == 5) return launch<1, kGateUp, kSplit, 5>(stream, x, tokens, k, job, plan, sums);
+  launch<1, kGateUp, kSplit, 4>(stream, x, tokens, k, job, plan, sums);
 }
 
 size_t x_bytes(int64_t tokens, int64_t k) {
