@@ -97,8 +97,8 @@ def scrape(base):
     values = {}
     for line in text.splitlines():
         if line.startswith("tessera:engine_") or line.startswith("tessera:generation_tokens_total"):
-            name, value = line.split()
-            values[name[len("tessera:"):]] = float(value)
+            sample, value = line.rsplit(" ", 1)  # the sample's labels: the model's name alone
+            values[sample[len("tessera:") :].split("{")[0]] = float(value)
     return values if "engine_steps_total" in values else None
 
 

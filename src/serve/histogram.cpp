@@ -16,7 +16,8 @@ void Histogram::observe(double seconds) {
   sum_ns_ += static_cast<uint64_t>(seconds * 1e9);
 }
 
-void Histogram::write(std::string& out, const std::string& name, const std::string& help) const {
+void Histogram::write(std::string& out, const std::string& name, const std::string& help,
+                      const std::string& labels) const {
   out += "# HELP tessera:" + name + " " + help + "\n# TYPE tessera:" + name + " histogram\n";
   // No fixed buffer: a long name once cut the _count line short (1100 read as 11).
   const std::string prefix = "tessera:" + name;
@@ -25,13 +26,14 @@ void Histogram::write(std::string& out, const std::string& name, const std::stri
     cumulative += buckets_[i].load();
     char le[32];
     std::snprintf(le, sizeof le, "%g", kBounds[i]);
-    out += prefix + "_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+    out += prefix + "_bucket{le=\"" + le + "\"," + labels + "} " + std::to_string(cumulative) + "\n";
   }
   const std::string count = std::to_string(count_.load());
   char sum[64];
   std::snprintf(sum, sizeof sum, "%.9f", static_cast<double>(sum_ns_.load()) / 1e9);
-  out += prefix + "_bucket{le=\"+Inf\"} " + count + "\n" + prefix + "_sum " + sum + "\n" + prefix + "_count " + count +
-         "\n";
+  const std::string own = "{" + labels + "} ";
+  out += prefix + "_bucket{le=\"+Inf\"," + labels + "} " + count + "\n" + prefix + "_sum" + own + sum + "\n" + prefix +
+         "_count" + own + count + "\n";
 }
 
 }  // namespace tessera::serve

@@ -16,8 +16,9 @@ class Histogram {
                                                   0.5,   1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
   void observe(double seconds);
   uint64_t count() const { return count_.load(); }
-  // The _bucket (cumulative, le="+Inf" last), _sum and _count lines of "tessera:<name>".
-  void write(std::string& out, const std::string& name, const std::string& help) const;
+  // The _bucket (cumulative, le="+Inf" last), _sum and _count lines of "tessera:<name>",
+  // each with `labels` (label="value" pairs that sort after "le", written after it).
+  void write(std::string& out, const std::string& name, const std::string& help, const std::string& labels) const;
 
  private:
   std::array<std::atomic<uint64_t>, kBounds.size()> buckets_{};  // per bucket, not cumulative

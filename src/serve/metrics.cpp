@@ -11,73 +11,100 @@ void HttpCounters::count(int code) {
 
 namespace {
 
-void metric(std::string& out, const char* name, const char* type, const char* help) {
-  out += std::string("# HELP tessera:") + name + " " + help + "\n# TYPE tessera:" + name + " " + type + "\n";
-}
+// Writes metrics and their samples, each sample with the model_name label last
+// (labels in name order; every other label of ours sorts before it).
+struct Writer {
+  std::string& out;
+  std::string model;  // model_name="..."
 
-void sample(std::string& out, const std::string& name_and_labels, double value) {
-  char number[64];
-  std::snprintf(number, sizeof number, "%.17g", value);
-  out += "tessera:" + name_and_labels + " " + number + "\n";
-}
+  void metric(const char* name, const char* type, const char* help) const {
+    out += std::string("# HELP tessera:") + name + " " + help + "\n# TYPE tessera:" + name + " " + type + "\n";
+  }
+  // `labels`: the sample's own, before model_name (`finished_reason="stop"`), or none.
+  void sample(const std::string& name, double value, const std::string& labels = "") const {
+    char number[64];
+    std::snprintf(number, sizeof number, "%.17g", value);
+    out += "tessera:" + name + "{" + (labels.empty() ? "" : labels + ",") + model + "} " + number + "\n";
+  }
+};
 
 }  // namespace
 
-std::string write_metrics(const LoopStats& loop, const HttpCounters& http) {
+std::string model_label(const std::string& name) {
+  std::string label = "model_name=\"";
+  for (const char c : name) {
+    if (c == '\\') {
+      label += "\\\\";
+    } else if (c == '"') {
+      label += "\\\"";
+    } else if (c == '\n') {
+      label += "\\n";
+    } else {
+      label += c;
+    }
+  }
+  return label + "\"";
+}
+
+std::string write_metrics(const LoopStats& loop, const HttpCounters& http, const std::string& model_name) {
   std::string out;
-  metric(out, "num_requests_running", "gauge", "Requests running: in the scheduler, not held for KV blocks.");
-  sample(out, "num_requests_running", static_cast<double>(loop.running.load()));
-  metric(out, "num_requests_waiting", "gauge",
-         "Requests waiting: queued for admission, or preempted and held for KV blocks.");
-  sample(out, "num_requests_waiting", static_cast<double>(loop.waiting.load()));
-  metric(out, "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
+  const Writer w{out, model_label(model_name)};
+  w.metric("num_requests_running", "gauge", "Requests running: in the scheduler, not held for KV blocks.");
+  w.sample("num_requests_running", static_cast<double>(loop.running.load()));
+  w.metric("num_requests_waiting", "gauge",
+           "Requests waiting: queued for admission, or preempted and held for KV blocks.");
+  w.sample("num_requests_waiting", static_cast<double>(loop.waiting.load()));
+  w.metric("kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0 to 1).");
   const double total = static_cast<double>(loop.kv_blocks_total.load());
-  sample(out, "kv_cache_usage_perc", total > 0 ? 1.0 - static_cast<double>(loop.kv_blocks_free.load()) / total : 0.0);
-  metric(out, "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
-  sample(out, "prefix_cache_queries_total", static_cast<double>(loop.prefix_cache_queries.load()));
-  metric(out, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
-  sample(out, "prefix_cache_hits_total", static_cast<double>(loop.prefix_cache_hits.load()));
-  metric(out, "num_preemptions_total", "counter", "Requests preempted (KV blocks freed, recomputed later).");
-  sample(out, "num_preemptions_total", static_cast<double>(loop.preemptions.load()));
-  metric(out, "prompt_tokens_total", "counter", "Prompt tokens admitted.");
-  sample(out, "prompt_tokens_total", static_cast<double>(loop.prompt_tokens.load()));
-  metric(out, "generation_tokens_total", "counter", "Tokens generated.");
-  sample(out, "generation_tokens_total", static_cast<double>(loop.generation_tokens.load()));
-  metric(out, "request_success_total", "counter", "Requests finished, by finish reason.");
-  sample(out, "request_success_total{finished_reason=\"stop\"}", static_cast<double>(loop.finished_stop.load()));
-  sample(out, "request_success_total{finished_reason=\"length\"}", static_cast<double>(loop.finished_length.load()));
-  metric(out, "request_failure_total", "counter", "Requests that failed in the engine.");
-  sample(out, "request_failure_total", static_cast<double>(loop.failed.load()));
-  metric(out, "request_cancelled_total", "counter", "Requests cancelled because the client went away.");
-  sample(out, "request_cancelled_total", static_cast<double>(loop.cancelled.load()));
-  metric(out, "request_rejected_total", "counter", "Requests refused because the queue was full.");
-  sample(out, "request_rejected_total", static_cast<double>(http.rejected.load()));
-  metric(out, "http_requests_total", "counter", "HTTP responses by status code.");
+  w.sample("kv_cache_usage_perc", total > 0 ? 1.0 - static_cast<double>(loop.kv_blocks_free.load()) / total : 0.0);
+  w.metric("prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
+  w.sample("prefix_cache_queries_total", static_cast<double>(loop.prefix_cache_queries.load()));
+  w.metric("prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.");
+  w.sample("prefix_cache_hits_total", static_cast<double>(loop.prefix_cache_hits.load()));
+  w.metric("num_preemptions_total", "counter", "Requests preempted (KV blocks freed, recomputed later).");
+  w.sample("num_preemptions_total", static_cast<double>(loop.preemptions.load()));
+  w.metric("prompt_tokens_total", "counter", "Prompt tokens admitted.");
+  w.sample("prompt_tokens_total", static_cast<double>(loop.prompt_tokens.load()));
+  w.metric("generation_tokens_total", "counter", "Tokens generated.");
+  w.sample("generation_tokens_total", static_cast<double>(loop.generation_tokens.load()));
+  w.metric("request_success_total", "counter", "Requests finished, by finish reason.");
+  w.sample("request_success_total", static_cast<double>(loop.finished_stop.load()), "finished_reason=\"stop\"");
+  w.sample("request_success_total", static_cast<double>(loop.finished_length.load()), "finished_reason=\"length\"");
+  w.metric("request_failure_total", "counter", "Requests that failed in the engine.");
+  w.sample("request_failure_total", static_cast<double>(loop.failed.load()));
+  w.metric("request_cancelled_total", "counter", "Requests cancelled because the client went away.");
+  w.sample("request_cancelled_total", static_cast<double>(loop.cancelled.load()));
+  w.metric("request_rejected_total", "counter", "Requests refused because the queue was full.");
+  w.sample("request_rejected_total", static_cast<double>(http.rejected.load()));
+  w.metric("http_requests_total", "counter", "HTTP responses by status code.");
   for (size_t i = 0; i < HttpCounters::kCodes.size(); ++i)
-    sample(out, "http_requests_total{code=\"" + std::to_string(HttpCounters::kCodes[i]) + "\"}",
-           static_cast<double>(http.responses[i].load()));
-  metric(out, "engine_steps_total", "counter",
-         "Steps of the inference thread (forward passes of every running request).");
-  sample(out, "engine_steps_total", static_cast<double>(loop.steps.load()));
-  metric(out, "engine_step_sequences_total", "counter",
-         "Sequences run in this process's forward passes, summed over steps (over engine_steps_total: the batch).");
-  sample(out, "engine_step_sequences_total", static_cast<double>(loop.step_sequences.load()));
-  metric(out, "engine_step_tokens_total", "counter",
-         "Tokens run in this process's forward passes (decode tokens and prompt chunks), summed over steps.");
-  sample(out, "engine_step_tokens_total", static_cast<double>(loop.step_tokens.load()));
-  metric(out, "engine_largest_step", "gauge", "Most sequences one forward pass has run.");
-  sample(out, "engine_largest_step", static_cast<double>(loop.largest_step.load()));
-  metric(out, "engine_step_seconds_total", "counter",
-         "Seconds the inference thread spent in steps (forward pass and sampling).");
-  sample(out, "engine_step_seconds_total", static_cast<double>(loop.step_ns.load()) * 1e-9);
-  metric(out, "engine_iteration_seconds_total", "counter",
-         "Seconds the inference thread was busy: steps and the serving work around them (admission, stop rules, "
-         "detokenizing, events).");
-  sample(out, "engine_iteration_seconds_total", static_cast<double>(loop.iteration_ns.load()) * 1e-9);
-  loop.queue_time.write(out, "request_queue_time_seconds", "Seconds from arrival to admission into the scheduler.");
-  loop.time_to_first_token.write(out, "time_to_first_token_seconds", "Seconds from arrival to the first token.");
-  loop.inter_token_latency.write(out, "inter_token_latency_seconds", "Seconds between two tokens of a request.");
-  loop.e2e_latency.write(out, "e2e_request_latency_seconds", "Seconds from arrival to finish, of finished requests.");
+    w.sample("http_requests_total", static_cast<double>(http.responses[i].load()),
+             "code=\"" + std::to_string(HttpCounters::kCodes[i]) + "\"");
+  w.metric("engine_steps_total", "counter", "Steps of the inference thread (forward passes of every running request).");
+  w.sample("engine_steps_total", static_cast<double>(loop.steps.load()));
+  w.metric("engine_step_sequences_total", "counter",
+           "Sequences run in this process's forward passes, summed over steps (over engine_steps_total: the batch).");
+  w.sample("engine_step_sequences_total", static_cast<double>(loop.step_sequences.load()));
+  w.metric("engine_step_tokens_total", "counter",
+           "Tokens run in this process's forward passes (decode tokens and prompt chunks), summed over steps.");
+  w.sample("engine_step_tokens_total", static_cast<double>(loop.step_tokens.load()));
+  w.metric("engine_largest_step", "gauge", "Most sequences one forward pass has run.");
+  w.sample("engine_largest_step", static_cast<double>(loop.largest_step.load()));
+  w.metric("engine_step_seconds_total", "counter",
+           "Seconds the inference thread spent in steps (forward pass and sampling).");
+  w.sample("engine_step_seconds_total", static_cast<double>(loop.step_ns.load()) * 1e-9);
+  w.metric("engine_iteration_seconds_total", "counter",
+           "Seconds the inference thread was busy: steps and the serving work around them (admission, stop rules, "
+           "detokenizing, events).");
+  w.sample("engine_iteration_seconds_total", static_cast<double>(loop.iteration_ns.load()) * 1e-9);
+  loop.queue_time.write(out, "request_queue_time_seconds", "Seconds from arrival to admission into the scheduler.",
+                        w.model);
+  loop.time_to_first_token.write(out, "time_to_first_token_seconds", "Seconds from arrival to the first token.",
+                                 w.model);
+  loop.inter_token_latency.write(out, "inter_token_latency_seconds", "Seconds between two tokens of a request.",
+                                 w.model);
+  loop.e2e_latency.write(out, "e2e_request_latency_seconds", "Seconds from arrival to finish, of finished requests.",
+                         w.model);
   return out;
 }
 

@@ -18,6 +18,12 @@
 //   tessera:request_queue_time_seconds, time_to_first_token_seconds, inter_token_latency_seconds,
 //   e2e_request_latency_seconds        histograms (histogram.h)
 //
+// Every sample carries the label model_name (the served model's name), as
+// vLLM's do, so that a dashboard's queries (sum by model_name, or
+// {model_name="..."}) fit; labels are written in name order, as
+// prometheus_client writes vLLM's: tessera:request_success_total{finished_reason="stop",model_name="m"},
+// tessera:time_to_first_token_seconds_bucket{le="0.5",model_name="m"}.
+//
 // Counters are atomics; any thread may bump or read them.
 #pragma once
 
@@ -38,6 +44,10 @@ struct HttpCounters {
   void count(int code);
 };
 
-std::string write_metrics(const LoopStats& loop, const HttpCounters& http);
+// `model_name` as it is (escaped here as the format asks: backslash, double quote, newline).
+std::string write_metrics(const LoopStats& loop, const HttpCounters& http, const std::string& model_name);
+
+// The label model_name="..." of `name`, its value escaped for the text format.
+std::string model_label(const std::string& name);
 
 }  // namespace tessera::serve

@@ -106,7 +106,8 @@ std::variant<HttpResponse, Generation> Routes::handle(const HttpRequest& request
                  version, keep_alive);
   }
   if (route->path == "/metrics") {
-    HttpResponse response = json(200, write_metrics(loop_.stats(), counters_), version, keep_alive);
+    HttpResponse response =
+        json(200, write_metrics(loop_.stats(), counters_, options_.model_name), version, keep_alive);
     response.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     return response;
   }

@@ -296,11 +296,7 @@ TEST(ServePipelineTest, LogprobsAreOneProcesses) {
 }
 
 // A tessera:NAME sample of /metrics (-1 if absent).
-double metric(const std::string& metrics, const std::string& name) {
-  const std::string key = "\ntessera:" + name + " ";
-  const size_t at = metrics.find(key);
-  return at == std::string::npos ? -1 : std::stod(metrics.substr(at + key.size()));
-}
+double metric(const std::string& metrics, const std::string& name) { return metric_value(metrics, name); }
 
 // Whether every stage holds no request (tessera probe's `requests`), asking
 // each for up to `limit`.

@@ -108,7 +108,8 @@ TEST_F(ServeTest, HealthModelsAndMetrics) {
   EXPECT_GT(models.json()["data"][0]["created"].get<int64_t>(), 1'700'000'000) << models.body;
   const HttpReply metrics = get(port(), "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find("\ntessera:num_requests_waiting 0\n"), std::string::npos) << metrics.body;
+  // vLLM's label: tessera:num_requests_waiting{model_name="tessera-tiny"} 0
+  EXPECT_EQ(metric_value(metrics.body, "num_requests_waiting"), 0) << metrics.body;
   EXPECT_NE(metrics.body.find("# TYPE tessera:generation_tokens_total counter"), std::string::npos);
 }
 
@@ -429,7 +430,7 @@ TEST(ServeLimitsTest, FullQueueGets429AndAPromptLargerThanTheKvPoolGets400) {
   expect_error(refused, 429, "", "requests are waiting");
   EXPECT_EQ(refused.headers.at("Retry-After"), "1");
   const HttpReply metrics = get(server->port(), "/metrics");
-  EXPECT_NE(metrics.body.find("\ntessera:request_rejected_total 1\n"), std::string::npos) << metrics.body;
+  EXPECT_EQ(metric_value(metrics.body, "request_rejected_total"), 1) << metrics.body;
   running.close();
   waiting.close();
   EXPECT_TRUE(eventually([&] {
@@ -539,7 +540,7 @@ TEST(ServeSignalTest, SigtermFinishesTheRequestInFlightAndExitsZero) {
   });
   ASSERT_TRUE(eventually([&] {
     const std::string m = get(port, "/metrics").body;
-    return m.find("\ntessera:num_requests_running 1\n") != std::string::npos;
+    return metric_value(m, "num_requests_running") == 1;
   }));
   kill(pid, SIGTERM);
   const HttpReply r = reply.get();

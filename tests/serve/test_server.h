@@ -47,9 +47,17 @@ inline std::unique_ptr<Server> start_server(const ServerOptions& options) {
   return server;
 }
 
-// The value of one sample line of /metrics ("tessera:<name> <value>"); -1 when absent.
+// A sample's name and labels as /metrics writes them: `name` ("prompt_tokens_total",
+// or with its own labels, "request_success_total{finished_reason=\"stop\"}") with
+// the served model's name last.
+inline std::string sample_key(const std::string& name, const std::string& model = "tessera-tiny") {
+  const std::string label = "model_name=\"" + model + "\"}";
+  return name.ends_with("}") ? name.substr(0, name.size() - 1) + "," + label : name + "{" + label;
+}
+
+// The value of one sample line of /metrics ("tessera:<name>{...} <value>"); -1 when absent.
 inline double metric_value(const std::string& metrics, const std::string& name) {
-  const std::string key = "\ntessera:" + name + " ";
+  const std::string key = "\ntessera:" + sample_key(name) + " ";
   const size_t at = metrics.find(key);
   return at == std::string::npos ? -1 : std::stod(metrics.substr(at + key.size()));
 }

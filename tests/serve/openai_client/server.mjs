@@ -41,12 +41,15 @@ export async function startServer(extra = []) {
   };
 }
 
-// "tessera:name{labels} value" lines to {"name{labels}": value}.
+// "tessera:name{labels,model_name="M"} value" lines to {"name{labels}": value}
+// (`name` alone without other labels); a sample without vLLM's model_name label throws.
 export function parseMetrics(text) {
   const out = {};
   for (const line of text.split('\n')) {
-    const m = /^tessera:(\S+) (\S+)$/.exec(line);
-    if (m) out[m[1]] = Number(m[2]);
+    if (!line.startsWith('tessera:')) continue;
+    const m = /^tessera:([a-z0-9_]+)\{(.*?),?model_name="(?:[^"\\]|\\.)*"\} (\S+)$/.exec(line);
+    if (!m) throw new Error(`a /metrics sample without model_name: ${line}`);
+    out[m[2] ? `${m[1]}{${m[2]}}` : m[1]] = Number(m[3]);
   }
   return out;
 }
