@@ -273,6 +273,49 @@ TEST(KernelsTest, AxpyRowsIsAxpyRowByRow) {
   }
 }
 
+// argmax is std::max_element's index on every target: ties (the first wins, -0 and +0
+// among them), the largest in the tail after the last whole vector, and rows with a NaN
+// or an infinity anywhere, where max_element's answer depends on the NaN's place.
+TEST(KernelsTest, ArgmaxIsMaxElementsIndex) {
+  const int targets_run = for_each_target([&](int64_t target, size_t) {
+    for (const int64_t n : {1, 3, 16, 17, 40, 1000, 4099}) {
+      const auto base = random_values(static_cast<size_t>(n), static_cast<uint32_t>(60 + n));
+      std::vector<std::vector<float>> rows{base};
+      for (const int64_t at : {int64_t{0}, n / 2, n - 1}) {
+        auto row = base;
+        row[static_cast<size_t>(at)] = 5.0f;
+        rows.push_back(row);
+        row[static_cast<size_t>(n - 1 - at)] = 5.0f;  // a tie: the first 5 wins
+        rows.push_back(row);
+        for (const float odd : {std::nanf(""), INFINITY, -INFINITY}) {
+          row = base;
+          row[static_cast<size_t>(at)] = odd;
+          rows.push_back(row);
+        }
+      }
+      std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+      zeros[0] = -0.0f;
+      rows.push_back(zeros);
+      rows.push_back(std::vector<float>(static_cast<size_t>(n), -3.0f));
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const std::vector<float>& row = rows[r];
+        EXPECT_EQ(cpu::argmax(row.data(), n), std::max_element(row.begin(), row.end()) - row.begin())
+            << hwy::TargetName(target) << ", n " << n << ", row " << r;
+      }
+    }
+  });
+  EXPECT_GE(targets_run, 2);
+  // CpuDevice::argmax: each row's own index.
+  CpuDevice device(2);
+  const int64_t rows = 3, n = 4099;
+  const auto x = random_values(static_cast<size_t>(rows * n), 70);
+  std::vector<int32_t> ids(static_cast<size_t>(rows), -1);
+  device.argmax(x.data(), rows, n, ids.data());
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(ids[static_cast<size_t>(r)],
+              std::max_element(x.begin() + r * n, x.begin() + (r + 1) * n) - (x.begin() + r * n));
+}
+
 struct NaiveAttention {
   const float* q;  // [tokens, heads, hd]
   const float* k;  // [positions, kv_heads, hd]

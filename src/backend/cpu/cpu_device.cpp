@@ -385,6 +385,10 @@ void CpuDevice::add(const float* x, int64_t n, float* y) {
   });
 }
 
+void CpuDevice::argmax(const float* x, int64_t rows, int64_t n, int32_t* y) {
+  for (int64_t r = 0; r < rows; ++r) y[r] = static_cast<int32_t>(cpu::argmax(x + r * n, n));
+}
+
 void CpuDevice::gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) {
   for (size_t r = 0; r < rows.size(); ++r)
     std::memcpy(y + static_cast<int64_t>(r) * dim, x + rows[r] * dim, static_cast<size_t>(dim) * sizeof(float));

@@ -42,6 +42,9 @@ class CpuDevice final : public Device {
   void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override;
   void scale(float* x, int64_t n, float factor) override;
   void add(const float* x, int64_t n, float* y) override;
+  // In place, in vectors (the default copies the rows first): a decode step's LM head
+  // row is 150k floats on Qwen's vocabularies.
+  void argmax(const float* x, int64_t rows, int64_t n, int32_t* y) override;
   void gather_rows(const float* x, std::span<const int32_t> rows, int64_t dim, float* y) override;
   void scatter_add_rows(const float* x, const float* scale, std::span<const int32_t> rows, int64_t dim,
                         float* y) override;

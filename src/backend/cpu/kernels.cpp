@@ -118,6 +118,35 @@ void ToF32(const void* src, DType dtype, int64_t n, float* dst) {
   }
 }
 
+// The first index of x's largest element, std::max_element's answer: the largest by
+// vectors, then the first element equal to it. A row with a NaN or an infinity (x - x
+// is not 0 in some lane) takes std::max_element itself, whose answer there depends on
+// where the NaN sits.
+int64_t Argmax(const float* HWY_RESTRICT x, int64_t n) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  if (n < lanes) return std::max_element(x, x + n) - x;
+  VF best = hn::LoadU(df, x), finite = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const VF v = hn::LoadU(df, x + i);
+    best = hn::Max(best, v);
+    finite = hn::Add(finite, hn::Sub(v, v));
+  }
+  float max = hn::GetLane(hn::MaxOfLanes(df, best));
+  for (int64_t j = i; j < n; ++j) {
+    if (x[j] - x[j] != 0.0f) return std::max_element(x, x + n) - x;
+    max = std::max(max, x[j]);
+  }
+  if (!hn::AllTrue(df, hn::Eq(finite, hn::Zero(df)))) return std::max_element(x, x + n) - x;
+  const VF target = hn::Set(df, max);
+  for (i = 0; i + lanes <= n; i += lanes) {
+    const intptr_t at = hn::FindFirstTrue(df, hn::Eq(hn::LoadU(df, x + i), target));
+    if (at >= 0) return i + at;
+  }
+  return std::find(x + i, x + n, max) - x;
+}
+
 // Reads n words as a decode tile reads weight rows: blocks of kStreams consecutive rows
 // of kRowWords words, the rows of a block side by side (one stream per core leaves
 // memory bandwidth unused, and how many it takes differs between CPUs).
@@ -184,6 +213,7 @@ HWY_EXPORT(AxpyAs);
 HWY_EXPORT(AxpyRows);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(ReadSum);
+HWY_EXPORT(Argmax);
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(FmaLoopFlops);
 HWY_EXPORT(IsaName);
@@ -197,6 +227,7 @@ void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float
   HWY_DYNAMIC_DISPATCH(AxpyRows)(a, x, x_dtype, rows, y, n);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
+int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }
 uint64_t read_sum(const uint64_t* data, int64_t n, int streams) {
   return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, streams);
 }

@@ -66,6 +66,9 @@ void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float
 void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 // dst[i] = src[i] rounded to nearest even in f32, bf16 or f16.
 void from_f32(const float* src, int64_t n, DType dtype, void* dst);
+// The index of the first largest of x[0, n): std::max_element's answer (0 for n = 0),
+// read in vectors where x holds no NaN or infinity.
+int64_t argmax(const float* x, int64_t n);
 // Sum of n u64 words, read as `streams` (4, 8 or 16) sequential streams at once; used
 // to measure memory read bandwidth.
 uint64_t read_sum(const uint64_t* data, int64_t n, int streams);
