@@ -23,6 +23,7 @@
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_unpack-inl.h"
 #include "core/check.h"
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 
 #if HWY_ARCH_X86
@@ -468,6 +469,63 @@ TESSERA_VNNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b,
   }
 }
 
+// One unit of 4 rows (at r[s] + off) against the token's block xt, whose lanes' bias
+// (pair_block32) is `bias`, into acc01 (rows 0, 1) and acc23 (rows 2, 3).
+template <DType kT>
+TESSERA_VNNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, const Q8Block& xt, __m512i bias,
+                                          __m512& acc01, __m512& acc23) {
+  const __m512i xv = both32(xt.qs);
+  const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
+  const __m512i p01 = pair_block32<kT>(b[0], b[1], xv, bias), p23 = pair_block32<kT>(b[2], b[3], xv, bias);
+  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
+  const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
+  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+  acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
+  acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
+}
+
+// Q8_0 and Q4_0 rows as decode_pairs (below) takes them, with fewer instructions around
+// each unit, the pair kernels being short of them (docs/benchmarks.md): the lanes' bias of
+// every unit is made once a call, not once a unit and 4 rows; two units go a step, and
+// each row has one line prefetched kPrefetchAhead on a step, unconditionally (a step is
+// 36 or 68 bytes, so every line is asked for), where a test of each unit's offset cost
+// more. The same integers and f32 steps, so the same bits.
+template <DType kT>
+TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
+                                              const Q8Block* x, float* y) {
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  thread_local hwy::AlignedFreeUniquePtr<int32_t[]> biases;  // 8 int32 lanes a unit
+  thread_local int64_t capacity = 0;
+  if (units > capacity) {
+    biases = hwy::AllocateAligned<int32_t>(8 * static_cast<size_t>(units));
+    TS_CHECK(biases, "[cpu] cannot allocate the biases of ", units, " units");
+    capacity = units;
+  }
+  const __m256i zero = _mm256_setzero_si256(), offset = _mm256_set1_epi8(kT == DType::kQ8_0 ? -128 : 8);
+  auto* bias = reinterpret_cast<__m256i*>(biases.get());
+  for (int64_t u = 0; u < units; ++u) bias[u] = _mm256_sub_epi32(zero, dot4_add(zero, offset, load32(x[u].qs)));
+  const size_t step = static_cast<size_t>(part) * row_bytes;
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
+    for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
+    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
+    int64_t u = 0;
+    for (; u + 2 <= units; u += 2) {
+      const size_t off = static_cast<size_t>(u) * kBytes;
+      for (const uint8_t* rs : r) hwy::Prefetch(rs + off + kPrefetchAhead);
+      quad_block32<kT>(r, off, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
+      quad_block32<kT>(r, off + kBytes, x[u + 1], _mm512_broadcast_i64x4(bias[u + 1]), acc01, acc23);
+    }
+    if (u < units)
+      quad_block32<kT>(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
+    y[i] = finish(Acc{_mm512_castps512_ps256(acc01), 0.0f});
+    y[i + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
+    y[i + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), 0.0f});
+    y[i + 3 * part] = finish(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f});
+  }
+}
+
 // Q4_K and Q5_K (layout in dot_unit_k); sc the rows' 8 scales as int16, a's in both
 // 128-bit lanes of the low half, b's in the high half.
 template <bool kFive>
@@ -550,10 +608,12 @@ TESSERA_VNNI HWY_INLINE __m128i mins4(__m512i mins, __m128i pair_sums) {
 }
 
 // Rows r, r + part, r + 2 part, r + 3 part (of `part` rows row_bytes apart), for r < part,
-// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it.
+// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it. The K types; Q8_0 and
+// Q4_0 take decode_pairs32 (above).
 template <DType kT>
 TESSERA_VNNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
                                             const Act<kT>* x, float* y) {
+  static_assert(!kBlock32<kT>);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -566,23 +626,10 @@ TESSERA_VNNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size
     __m128 m = _mm_setzero_ps();
     for (int64_t u = 0; u < units; ++u) {
       const Act<kT>& xt = x[u];
-      if constexpr (kBytes >= kPrefetchFrom) {
-        for (const uint8_t* br : b)
-          for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(br + kPrefetchAhead + off);
-      } else if (static_cast<size_t>(u) * kBytes % 64 < kBytes) {
-        // Q8_0's and Q4_0's small blocks: one line a row, when a block starts a new one.
-        // These kernels wait on memory since they take half the instructions (7bea4b8;
-        // not the AVX2 ones, where it did not help).
-        for (const uint8_t* br : b) hwy::Prefetch(br + kPrefetchAhead);
-      }
+      for (const uint8_t* br : b)
+        for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(br + kPrefetchAhead + off);
       __m512i p01, p23;
-      if constexpr (kBlock32<kT>) {
-        const __m512i xv = both32(xt.qs), zero = _mm512_setzero_si512();
-        const __m512i offset = _mm512_set1_epi8(kT == DType::kQ8_0 ? -128 : 8);
-        const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
-        p01 = pair_block32<kT>(b[0], b[1], xv, bias);
-        p23 = pair_block32<kT>(b[2], b[3], xv, bias);
-      } else if constexpr (kT == DType::kQ6_K) {
+      if constexpr (kT == DType::kQ6_K) {
         __m512i bias32[8];
         for (int g = 0; g < 8; ++g) bias32[g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xt.qs + 32 * g));
         p01 = pair_q6_k(b[0], b[1], xt, bias32);
@@ -664,7 +711,11 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
                                      float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
-  decode_pairs<kT>(w, part, row_bytes, units, x, y);
+  if constexpr (kBlock32<kT>) {
+    decode_pairs32<kT>(w, part, row_bytes, units, x, y);
+  } else {
+    decode_pairs<kT>(w, part, row_bytes, units, x, y);
+  }
 #else
   for (int64_t r = 0; r < part; ++r)
     dot_block<kT, kStreams, 1>(w + static_cast<size_t>(r) * row_bytes, static_cast<size_t>(part) * row_bytes, units, x,
