@@ -35,11 +35,10 @@ struct alignas(16) uint4 {
 };
 #endif
 
-// A warp's ring: kStages stages of kStageBytes, kAhead of them in flight.
+// A warp's ring: kStages stages of kStageBytes, Unit<kT>::kAhead of them in flight.
 constexpr int kStageBytes = 512;
 constexpr int kStages = 8;  // the ring of a warp: 4 KiB
 constexpr int kRingBytes = kStages * kStageBytes;
-constexpr int kAhead = kStages - 2;  // stages in flight (a round of units spans at most two stages)
 constexpr uint32_t kRingMask = kRingBytes / 4 - 1;
 // The ring's first bytes again past its end, so that the words of a part that wraps
 // are read in a row: a warp's ring takes kRingBytes + kRingTail of shared memory.
@@ -60,6 +59,26 @@ TS_LANE int dp4a(int a, int b, int c) {
 #else
   for (int i = 0; i < 32; i += 8) c += static_cast<int8_t>(a >> i) * static_cast<int8_t>(b >> i);
   return c;
+#endif
+}
+// c + the two signed 16-bit halves of a times the two low (signed) bytes of b.
+TS_LANE int dp2a_lo(int a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  return __dp2a_lo(a, b, c);
+#else
+  return c + static_cast<int16_t>(a) * static_cast<int8_t>(b) +
+         static_cast<int16_t>(a >> 16) * static_cast<int8_t>(b >> 8);
+#endif
+}
+// Bytes of y:x (x bytes 0-3, y bytes 4-7), byte i of the result chosen by nibble i of s (each < 8).
+TS_LANE uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, y, s);
+#else
+  const uint64_t v = uint64_t{y} << 32 | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
 #endif
 }
 // The 32 bits of hi:lo from bit `shift` (< 32) on.
@@ -90,13 +109,23 @@ TS_LANE T load16(const void* p) {
 #endif
 }
 
-// A unit's bytes and elements, and how many lanes of a group share it.
+// A unit's bytes and elements; the lanes that share one; the groups of a row's units
+// (unit u to group u % kGroups, quant_matmul.cu), which fix the order of its f32 steps;
+// and the halves of the warp (two when a group's lanes take half of it: half 0 takes
+// units u of a round, half 1 units u + kGroups, so that each lane reads more bytes of a
+// unit a round and the per-unit work is shared by fewer bytes).
 template <DType kT>
 struct Unit {
   static constexpr int kBytes = static_cast<int>(dtype_block_bytes(kT));
   static constexpr int kElems = static_cast<int>(dtype_block_elements(kT));
-  static constexpr int kLanes = kT == DType::kQ8_0 ? 2 : kT == DType::kQ4_0 ? 1 : 8;
-  static constexpr bool kSums = kElems == 256;  // Q8_K's sums of 16 are read
+  static constexpr int kLanes = kT == DType::kQ8_0 || kT == DType::kQ4_0 ? 1 : 4;
+  static constexpr int kGroups = kT == DType::kQ8_0 ? 16 : kT == DType::kQ4_0 ? 32 : 4;
+  static constexpr int kHalves = 32 / (kLanes * kGroups);
+  static constexpr int kRound = kHalves * kGroups;  // units a round of the warp
+  static constexpr bool kSums = kElems == 256;      // Q8_K's sums of 16 are read
+  // Stages in flight: a round of kRound units spans at most kStages - kAhead + 1 stages.
+  static constexpr int kAhead = kStages - (kRound * kBytes + kStageBytes - 1) / kStageBytes;
+  static_assert(kHalves * kLanes * kGroups == 32 && kAhead >= 3);
 };
 
 // N 32-bit words of the stream from byte s on (any alignment), out of the ring.
@@ -116,11 +145,12 @@ TS_LANE uint4 ring16(const uint32_t* ring, uint32_t s) { return load16<uint4>(ri
 // The 2 bytes of the stream at byte s, s even (so they lie in one word), in the low half.
 TS_LANE uint32_t ring_half(const uint32_t* ring, uint32_t s) { return ring[(s >> 2) & kRingMask] >> ((s & 2) * 8); }
 
-TS_LANE int dot16(const int4 x, const uint32_t* w) {
-  int s = dp4a(static_cast<int>(w[0]), x.x, 0);
-  s = dp4a(static_cast<int>(w[1]), x.y, s);
-  s = dp4a(static_cast<int>(w[2]), x.z, s);
-  return dp4a(static_cast<int>(w[3]), x.w, s);
+// c + the 16 products of the activations x and the bytes of w[0..3].
+TS_LANE int dot16(const int4 x, const uint32_t* w, int c = 0) {
+  c = dp4a(static_cast<int>(w[0]), x.x, c);
+  c = dp4a(static_cast<int>(w[1]), x.y, c);
+  c = dp4a(static_cast<int>(w[2]), x.z, c);
+  return dp4a(static_cast<int>(w[3]), x.w, c);
 }
 // The sum of 16 activations times `times` (a byte repeated: 0x08080808 is 8).
 TS_LANE int sum16(const int4 x, int times) {
@@ -130,6 +160,16 @@ TS_LANE int sum16(const int4 x, int times) {
   return dp4a(times, x.w, s);
 }
 TS_LANE int4 x16(const int8_t* p) { return load16<int4>(p); }
+// The two int16 at p (4-byte aligned) as one word, the first in the low half.
+TS_LANE int pair16(const int16_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const int*>(p);
+#else
+  int v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
 
 // ggml's get_scale_min_k4 for sub-blocks 2i and 2i + 1 of a Q4_K/Q5_K unit, whose 12
 // scale bytes are the words s0, s1, s2: their 6-bit scales (bytes 2 (i & 1) and
@@ -142,14 +182,22 @@ TS_LANE void scales_mins(uint32_t s0, uint32_t s1, uint32_t s2, int i, uint32_t&
 // Q4_K/Q5_K) into p/m; returns d_w (dmin_w into dmin). j: the lane within its group.
 // Every unit starts on an even stream byte (the row on 16, the blocks even-sized);
 // Q4_K and Q5_K units (144 and 176 bytes) on 16, so their parts are 16-byte reads.
+// A lane reads x in pieces of 16 bytes in an order of its own (from u and j), so that
+// the 8 lanes of a quarter warp read 8 different bank quads of shared memory.
 template <DType kT, int kTile>
 TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const Acts& a, const int64_t (&xt)[kTile],
                         int64_t k, int (&p)[kTile], int (&m)[kTile], float& dmin) {
   if constexpr (kT == DType::kQ8_0) {
-    uint32_t w[4];
-    ring_words(ring, su + 2 + 16 * j, w);
+    // The whole unit: its sixteens in the order r, 1 - r.
+    const int r = (u >> 2) & 1;
+    uint32_t wa[4], wb[4];
+    ring_words(ring, su + 2 + 16 * r, wa);
+    ring_words(ring, su + 18 - 16 * r, wb);
     TS_UNROLL
-    for (int t = 0; t < kTile; ++t) p[t] = dot16(x16(a.q + xt[t] * k + 32 * u + 16 * j), w);
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* x = a.q + xt[t] * k + 32 * u;
+      p[t] = dot16(x16(x + 16 - 16 * r), wb, dot16(x16(x + 16 * r), wa));
+    }
     return f16_bits(ring_half(ring, su));
   } else if constexpr (kT == DType::kQ4_0) {
     uint32_t w[4], lo[4], hi[4];
@@ -165,57 +213,86 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     return f16_bits(ring_half(ring, su));
   } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
     constexpr bool kFive = kT == DType::kQ5_K;
-    // Sub-blocks 2i (the low nibbles) and 2i + 1 (the high), elements 16h..16h+15 of
-    // each. The lanes with i >= 2 take the high nibbles' activations first, so that
-    // each 16-byte read of x by a group's 8 lanes hits 8 different bank quads.
-    const int i = j >> 1, h = j & 1, first = i >= 2 ? 1 : 0;
+    // Lane i = j takes sub-blocks 2i (the low nibbles of qs bytes 32i..32i+31) and 2i + 1
+    // (the high ones), each as two sixteens h. Its reads 0, 1 take sub-block 2i + rb,
+    // reads 2, 3 the other; reads 0, 2 its sixteen r0, reads 1, 3 the other.
+    const int i = j, rb = i >> 1, r0 = u & 1;
     const uint4 head = ring16(ring, su);  // d, dmin, the 12 scale bytes
-    const uint4 q = ring16(ring, su + (kFive ? 48 : 16) + 16 * j);
-    const uint32_t qs[4] = {q.x, q.y, q.z, q.w};
-    uint32_t wa[4], wb[4];
+    const uint32_t at = su + (kFive ? 48 : 16) + 32 * i;
+    const uint4 qa4 = ring16(ring, at + 16 * r0), qb4 = ring16(ring, at + 16 - 16 * r0);
+    const uint32_t qa[4] = {qa4.x, qa4.y, qa4.z, qa4.w}, qb[4] = {qb4.x, qb4.y, qb4.z, qb4.w};
+    uint32_t w[4][4];  // the weights of reads 0..3
     TS_UNROLL
-    for (int e = 0; e < 4; ++e)
-      wa[e] = (qs[e] >> (4 * first)) & 0x0f0f0f0fu, wb[e] = (qs[e] >> (4 - 4 * first)) & 0x0f0f0f0fu;
+    for (int e = 0; e < 4; ++e) {
+      w[0][e] = (qa[e] >> (4 * rb)) & 0x0f0f0f0fu, w[1][e] = (qb[e] >> (4 * rb)) & 0x0f0f0f0fu;
+      w[2][e] = (qa[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu, w[3][e] = (qb[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu;
+    }
     if constexpr (kFive) {
-      const uint4 qh4 = ring16(ring, su + 16 + 16 * h);
-      const uint32_t qh[4] = {qh4.x, qh4.y, qh4.z, qh4.w};
+      const uint4 ha4 = ring16(ring, su + 16 + 16 * r0), hb4 = ring16(ring, su + 32 - 16 * r0);
+      const uint32_t ha[4] = {ha4.x, ha4.y, ha4.z, ha4.w}, hb[4] = {hb4.x, hb4.y, hb4.z, hb4.w};
       TS_UNROLL
       for (int e = 0; e < 4; ++e) {
-        wa[e] |= ((qh[e] >> (2 * i + first)) & 0x01010101u) << 4;
-        wb[e] |= ((qh[e] >> (2 * i + 1 - first)) & 0x01010101u) << 4;
+        w[0][e] |= ((ha[e] >> (2 * i + rb)) & 0x01010101u) << 4, w[1][e] |= ((hb[e] >> (2 * i + rb)) & 0x01010101u)
+                                                                            << 4;
+        w[2][e] |= ((ha[e] >> (2 * i + 1 - rb)) & 0x01010101u) << 4;
+        w[3][e] |= ((hb[e] >> (2 * i + 1 - rb)) & 0x01010101u) << 4;
       }
     }
     uint32_t sc, mn;
     scales_mins(head.y, head.z, head.w, i, sc, mn);
-    const int at = 16 * (i & 1);  // sub-block 2i's byte
-    const int sc_a = static_cast<int>((sc >> (at + 8 * first)) & 0xff);
-    const int sc_b = static_cast<int>((sc >> (at + 8 - 8 * first)) & 0xff);
-    const int m_lo = static_cast<int>((mn >> at) & 0xff), m_hi = static_cast<int>((mn >> (at + 8)) & 0xff);
+    const int b = 2 * (i & 1);  // sub-block 2i's byte of sc and mn
+    const int sc_a = static_cast<int>((sc >> (8 * (b + rb))) & 0xff),
+              sc_b = static_cast<int>((sc >> (8 * (b + 1 - rb))) & 0xff);
+    // The mins of sub-blocks 2i and 2i + 1, each in both low bytes: dp2a with x's two sums of 16.
+    const int m_lo = static_cast<int>(byte_perm(mn, 0, b * 0x11)),
+              m_hi = static_cast<int>(byte_perm(mn, 0, (b + 1) * 0x11));
     TS_UNROLL
     for (int t = 0; t < kTile; ++t) {
-      const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i + 16 * h;
-      p[t] = sc_a * dot16(x16(x + 32 * first), wa) + sc_b * dot16(x16(x + 32 - 32 * first), wb);
-      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i + h;
-      m[t] = m_lo * sums[0] + m_hi * sums[2];
+      const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i;
+      const int8_t *xa = x + 32 * rb, *xb = x + 32 - 32 * rb;
+      const int pa = dot16(x16(xa + 16 - 16 * r0), w[1], dot16(x16(xa + 16 * r0), w[0]));
+      const int pb = dot16(x16(xb + 16 - 16 * r0), w[3], dot16(x16(xb + 16 * r0), w[2]));
+      p[t] = sc_a * pa + sc_b * pb;
+      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i;  // Q8_K's sums of x's four sixteens
+      m[t] = dp2a_lo(pair16(sums + 2), m_hi, dp2a_lo(pair16(sums), m_lo, 0));
     }
     dmin = f16_bits(head.x >> 16);
     return f16_bits(head.x);
   } else {
     static_assert(kT == DType::kQ6_K);
-    const int g = j >> 2, c = j & 3;  // elements 128g + 32c .. +31
-    uint32_t ql[8], qh[8], q[8];
-    ring_words(ring, su + 64 * g + 32 * (c & 1), ql);
-    ring_words(ring, su + 128 + 32 * g, qh);
-    const uint32_t sc = ring_half(ring, su + 192 + 8 * g + 2 * c);
+    // Lane j takes elements 128g + 32c + 0..31 for c = c0 and c0 + 2 (g = j >> 1, c0 = j & 1):
+    // the low and the high nibbles of ql bytes 64g + 32c0.., the bits 2c of qh bytes 128 + 32g..,
+    // each as two sixteens h. Its reads 0, 1 take c = ca, reads 2, 3 c = cb; reads 0, 2 its
+    // sixteen r0, reads 1, 3 the other.
+    const int g = j >> 1, c0 = j & 1, rb = g, r0 = u & 1;
+    const int ca = c0 + 2 * rb, cb = c0 + 2 - 2 * rb;
+    uint32_t la[4], lb[4], ha[4], hb[4];
+    ring_words(ring, su + 64 * g + 32 * c0 + 16 * r0, la);
+    ring_words(ring, su + 64 * g + 32 * c0 + 16 - 16 * r0, lb);
+    ring_words(ring, su + 128 + 32 * g + 16 * r0, ha);
+    ring_words(ring, su + 128 + 32 * g + 16 - 16 * r0, hb);
+    uint32_t w[4][4];  // the weights of reads 0..3
     TS_UNROLL
-    for (int e = 0; e < 8; ++e)
-      q[e] = ((ql[e] >> (4 * (c >> 1))) & 0x0f0f0f0fu) | (((qh[e] >> (2 * c)) & 0x03030303u) << 4);
-    const int sc_a = static_cast<int8_t>(sc & 0xff), sc_b = static_cast<int8_t>((sc >> 8) & 0xff);
+    for (int e = 0; e < 4; ++e) {
+      w[0][e] = ((la[e] >> (4 * rb)) & 0x0f0f0f0fu) | (((ha[e] >> (2 * ca)) & 0x03030303u) << 4);
+      w[1][e] = ((lb[e] >> (4 * rb)) & 0x0f0f0f0fu) | (((hb[e] >> (2 * ca)) & 0x03030303u) << 4);
+      w[2][e] = ((la[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu) | (((ha[e] >> (2 * cb)) & 0x03030303u) << 4);
+      w[3][e] = ((lb[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu) | (((hb[e] >> (2 * cb)) & 0x03030303u) << 4);
+    }
+    // The int8 scales of c's sixteens 0 (the low byte) and 1, at 192 + 8g + 2c.
+    const uint32_t sa = ring_half(ring, su + 192 + 8 * g + 2 * ca), sb = ring_half(ring, su + 192 + 8 * g + 2 * cb);
+    const int sc0 = static_cast<int8_t>(sa >> (8 * r0)), sc1 = static_cast<int8_t>(sa >> (8 - 8 * r0));
+    const int sc2 = static_cast<int8_t>(sb >> (8 * r0)), sc3 = static_cast<int8_t>(sb >> (8 - 8 * r0));
     TS_UNROLL
     for (int t = 0; t < kTile; ++t) {
-      const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g + 32 * c;
-      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g + 2 * c;  // Q8_K's sums of x's two sixteens
-      p[t] = sc_a * (dot16(x16(x), q) - 32 * sums[0]) + sc_b * (dot16(x16(x + 16), q + 4) - 32 * sums[1]);
+      const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g;
+      const int8_t *xa = x + 32 * ca, *xb = x + 32 * cb;
+      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g;  // Q8_K's sums of x's sixteens
+      const int s_a = pair16(sums + 2 * ca), s_b = pair16(sums + 2 * cb);
+      const int s0 = static_cast<int16_t>(s_a >> (16 * r0)), s1 = static_cast<int16_t>(s_a >> (16 - 16 * r0));
+      const int s2 = static_cast<int16_t>(s_b >> (16 * r0)), s3 = static_cast<int16_t>(s_b >> (16 - 16 * r0));
+      p[t] = sc0 * (dot16(x16(xa + 16 * r0), w[0]) - 32 * s0) + sc1 * (dot16(x16(xa + 16 - 16 * r0), w[1]) - 32 * s1) +
+             sc2 * (dot16(x16(xb + 16 * r0), w[2]) - 32 * s2) + sc3 * (dot16(x16(xb + 16 - 16 * r0), w[3]) - 32 * s3);
     }
     return f16_bits(ring_half(ring, su + 208));
   }

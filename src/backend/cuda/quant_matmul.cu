@@ -13,16 +13,19 @@
 // on rows that are not too long), a block of 8 warps first copies them into shared
 // memory and its rounds read them from there, not from L2 (else a block of 4 warps
 // reads them from global memory). A warp streams the row's
-// bytes into its ring in shared memory with 16-byte cp.async copies (kAhead stages
-// of 512 bytes in flight), whatever the blocks' alignment (a Q8_0 block is 34 bytes,
-// a Q6_K one 210), and reads each block from there: the ring's first bytes repeat past
-// its end, so a part that wraps is read in a row, and Q4_K and Q5_K blocks (144 and
-// 176 bytes, so on 16-byte boundaries) take 16-byte reads. The row's units (a block of 32
-// for Q8_0/Q4_0, a super-block of 256 for the K types) are dealt round-robin to G
-// groups of L lanes (L = 2, 1, 8, 8, 8 for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; G = 32 / L):
-// unit u to group u % G. The lanes of a group each take a fixed part of the unit and
-// add their integer products; the group adds the parts (exact, in int32), then every
-// unit in ascending order does
+// bytes into its ring in shared memory with 16-byte cp.async copies (Unit::kAhead
+// stages of 512 bytes in flight), whatever the blocks' alignment (a Q8_0 block is 34
+// bytes, a Q6_K one 210), and reads each block from there: the ring's first bytes
+// repeat past its end, so a part that wraps is read in a row, and Q4_K and Q5_K blocks
+// (144 and 176 bytes, so on 16-byte boundaries) take 16-byte reads. The row's units (a
+// block of 32 for Q8_0/Q4_0, a super-block of 256 for the K types) are dealt
+// round-robin to G groups (G = 16, 32, 4, 4, 4 for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): unit
+// u to group u % G. L lanes take a unit (L = 1, 1, 4, 4, 4), each a fixed part of it;
+// where G L is 16 (Q8_0 and the K types) the warp's two halves take two units of each
+// group a round (half 0 unit u, half 1 unit u + G), so that a lane's part of a unit is
+// twice as large as with one unit a group and the per-unit work costs half as much a
+// byte. The lanes of a unit add their integer products (exact, in int32), then every
+// unit of a group in ascending order does
 //   acc = fma(d_w * d_x, float(P), acc)        and, Q4_K/Q5_K, acc = fma(-(dmin_w * d_x), float(M), acc)
 // with P the unit's integer sum of scale x q_w x q_x and M its mins times Q8_K's sums
 // (as quant_dot.h defines them). The row's output is then group 0's acc + group 1's
@@ -153,36 +156,38 @@ __device__ __forceinline__ void scale_min(const uint32_t (&s)[3], int g, int& sc
 
 template <DType kT, int kTile, bool kStaged>
 __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
-    quant_matmul_kernel(const uint8_t* __restrict__ w, int64_t n, int64_t k, int64_t tokens, Acts a,
-                        const float* __restrict__ bias, const float* gate, float* y, bool accumulate) {
+    quant_matmul_kernel(const uint8_t* __restrict__ w, int n, int k, int tokens, Acts a, const float* __restrict__ bias,
+                        const float* gate, float* y, bool accumulate) {
   using U = Unit<kT>;
   constexpr int kWarps = kWarpsOf<kStaged>;
-  constexpr int kLanes = U::kLanes, kGroups = 32 / kLanes;
+  constexpr int kLanes = U::kLanes, kGroups = U::kGroups, kAhead = U::kAhead;
   constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
   extern __shared__ uint4 shared[];  // the warps' rings, then (kStaged) the tile's activations
   let_next_start();
+  // 32-bit arithmetic throughout (launch checks that rows, tokens and a row's bytes fit).
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // Consecutive blocks take the same rows for successive tiles of tokens, so that
   // prefill reads each row from memory once and then from L2. A warp past the last
   // row streams the last row again (every warp reaches the block's barrier) and
   // stores nothing.
-  const int64_t tiles = (tokens + kTile - 1) / kTile;
-  const int64_t own_row = static_cast<int64_t>(blockIdx.x) / tiles * kWarps + warp;
-  const int64_t row = min(own_row, n - 1);
+  const unsigned tiles = (tokens + kTile - 1) / kTile, rows = blockIdx.x / tiles;
+  const int own_row = static_cast<int>(rows) * kWarps + warp,
+            token0 = static_cast<int>(blockIdx.x - rows * tiles) * kTile;
+  const int row = min(own_row, n - 1);
   uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
-  const int64_t units = k / U::kElems;
-  const int64_t row_bytes = units * U::kBytes;
-  // The row's stream: from the 16-byte boundary at or before its first byte.
-  const uint8_t* first = w + row * row_bytes;
-  const int64_t skew = reinterpret_cast<uintptr_t>(first) & 15;
-  const uint8_t* from = first - skew;
-  const int64_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
-  const auto issue = [&](int64_t stage) {
-    const int64_t c = stage * 32 + lane;
-    if (c < chunks) {
-      const int64_t at = (c * 16) & (kRingBytes - 1);
-      copy16(ring + at, from + c * 16);
-      if (at < kRingTail) copy16(ring + kRingBytes + at, from + c * 16);  // and into the tail
+  const int units = k / U::kElems;
+  const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes;
+  // The row's stream: from the 16-byte boundary at or before its first byte; this lane
+  // copies bytes 16 lane.. of each stage.
+  const uint8_t* first = w + static_cast<size_t>(row) * row_bytes;
+  const uint32_t skew = reinterpret_cast<uintptr_t>(first) & 15;
+  const uint8_t* from = first - skew + 16 * lane;
+  const uint32_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
+  const auto issue = [&](uint32_t stage) {
+    if (stage * 32 + lane < chunks) {
+      const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
+      copy16(ring + at, from + stage * kStageBytes);
+      if (at < kRingTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
     }
     copies_sent();
   };
@@ -191,47 +196,62 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
 
   // Where the tile's activations are read: token t of the tile is row xt[t] of x.
   int64_t xt[kTile];
-  const int64_t token0 = static_cast<int64_t>(blockIdx.x) % tiles * kTile;
 #pragma unroll
   for (int t = 0; t < kTile; ++t) xt[t] = min(token0 + t, tokens - 1);
   Acts x = a;
+  const int scales = k / U::kElems;
   if constexpr (kStaged) {
     // The block copies them to shared memory once (words of 16 and 4 bytes: the
     // scales and sums of a token need not start on 16 bytes), then reads them from there.
-    const int64_t scales = k / U::kElems, sum_words = U::kSums ? k / 32 : 0;
+    const int sum_words = U::kSums ? k / 32 : 0;
     auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kRingStride;
     auto* d = reinterpret_cast<float*>(q + kTile * k);
     auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
-      for (int64_t i = threadIdx.x; i < k / 16; i += kWarps * 32)
-        reinterpret_cast<int4*>(q + t * k)[i] = reinterpret_cast<const int4*>(a.q + xt[t] * k)[i];
-      for (int64_t i = threadIdx.x; i < scales; i += kWarps * 32) d[t * scales + i] = a.d[xt[t] * scales + i];
-      for (int64_t i = threadIdx.x; i < sum_words; i += kWarps * 32)
-        reinterpret_cast<int32_t*>(sums + t * (k / 16))[i] =
-            reinterpret_cast<const int32_t*>(a.s + xt[t] * (k / 16))[i];
+      const auto* q_from = reinterpret_cast<const int4*>(a.q + xt[t] * k);
+      const float* d_from = a.d + xt[t] * scales;
+      const auto* sums_from = reinterpret_cast<const int32_t*>(a.s + xt[t] * (k / 16));
+      for (int i = threadIdx.x; i < k / 16; i += kWarps * 32) reinterpret_cast<int4*>(q + t * k)[i] = q_from[i];
+      for (int i = threadIdx.x; i < scales; i += kWarps * 32) d[t * scales + i] = d_from[i];
+      for (int i = threadIdx.x; i < sum_words; i += kWarps * 32)
+        reinterpret_cast<int32_t*>(sums + t * (k / 16))[i] = sums_from[i];
       xt[t] = t;
     }
     __syncthreads();
     x = Acts{q, d, sums};
   }
-  const int group = lane / kLanes, j = lane % kLanes;
+  const float* dx[kTile];  // the tile's scales of x
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) dx[t] = x.d + xt[t] * scales;
+  // Lane (half, group, j): round r's unit u0 + mine (u0 = r * kRound).
+  const int half = lane / (kLanes * kGroups), group = lane / kLanes % kGroups, j = lane % kLanes;
+  const int mine = half * kGroups + group;
   const auto* ring32 = reinterpret_cast<const uint32_t*>(ring);
   float acc[kTile] = {};
-  // Round r takes unit u = r * kGroups + group, at stream byte su; it needs the stream
-  // up to round_end. (A row's units and bytes fit in 32 bits: ring offsets wrap anyway.)
-  int u = group;
-  uint32_t su = static_cast<uint32_t>(skew) + group * U::kBytes;
-  int64_t round_end = skew + kGroups * U::kBytes;
-  for (int64_t stage = 0; stage < stages; ++stage) {
+  // Unit v's f32 steps, with its d_w, dmin_w and integer sums.
+  const auto add = [&](int v, float d, float dmin, const int(&p)[kTile], const int(&m)[kTile]) {
+    if (v < units)
+#pragma unroll
+      for (int t = 0; t < kTile; ++t) {
+        const float d_x = dx[t][v];
+        acc[t] = fmaf(__fmul_rn(d, d_x), static_cast<float>(p[t]), acc[t]);
+        if constexpr (kMins) acc[t] = fmaf(-__fmul_rn(dmin, d_x), static_cast<float>(m[t]), acc[t]);
+      }
+  };
+  // A round needs the stream up to round_end. (A row's units and bytes fit in 32 bits:
+  // ring offsets wrap anyway.)
+  int u0 = 0;
+  uint32_t round_end = skew + U::kRound * U::kBytes;
+  for (uint32_t stage = 0; stage < stages; ++stage) {
     copies_wait<kAhead - 1>();
     __syncwarp();
-    const int64_t landed = min((stage + 1) * kStageBytes, end);
-    for (; u - group < units && min(round_end, end) <= landed;
-         u += kGroups, su += kGroups * U::kBytes, round_end += kGroups * U::kBytes) {
+    const uint32_t landed = min((stage + 1) * kStageBytes, end);
+    for (; u0 < units && min(round_end, end) <= landed; u0 += U::kRound, round_end += U::kRound * U::kBytes) {
+      const int u = u0 + mine;
       int p[kTile] = {}, m[kTile] = {};
       float d = 0.0f, dmin = 0.0f;
-      if (u < units) d = lane_part<kT, kTile>(ring32, su, j, u, x, xt, k, p, m, dmin);
+      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, x, xt, k, p, m, dmin);
 #pragma unroll
       for (int offset = 1; offset < kLanes; offset *= 2)
 #pragma unroll
@@ -239,13 +259,20 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
           p[t] += __shfl_xor_sync(0xffffffffu, p[t], offset);
           if constexpr (kMins) m[t] += __shfl_xor_sync(0xffffffffu, m[t], offset);
         }
-      if (u < units)
+      // The group's units of the round in ascending order: half 0's, then half 1's,
+      // whose sums the lanes of half 0 take from lane + 16. (The lanes of half 1 add
+      // them the other way round, into sums that are never read.)
+      add(u0 + group, d, dmin, p, m);
+      if constexpr (U::kHalves == 2) {
+        d = __shfl_xor_sync(0xffffffffu, d, 16);
+        if constexpr (kMins) dmin = __shfl_xor_sync(0xffffffffu, dmin, 16);
 #pragma unroll
         for (int t = 0; t < kTile; ++t) {
-          const float dx = x.d[xt[t] * (k / U::kElems) + u];
-          acc[t] = fmaf(__fmul_rn(d, dx), static_cast<float>(p[t]), acc[t]);
-          if constexpr (kMins) acc[t] = fmaf(-__fmul_rn(dmin, dx), static_cast<float>(m[t]), acc[t]);
+          p[t] = __shfl_xor_sync(0xffffffffu, p[t], 16);
+          if constexpr (kMins) m[t] = __shfl_xor_sync(0xffffffffu, m[t], 16);
         }
+        add(u0 + kGroups + group, d, dmin, p, m);
+      }
     }
     __syncwarp();  // the ring's oldest stage is read; it takes stage + kAhead
     issue(stage + kAhead);
@@ -258,8 +285,8 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
     for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
     if (lane == 0 && own_row < n && token0 + t < tokens) {
       const float value = bias != nullptr ? sum + bias[row] : sum;
-      float& out = y[(token0 + t) * n + row];
-      out = gate != nullptr ? silu_times(gate[(token0 + t) * n + row], value) : accumulate ? out + value : value;
+      const size_t at = static_cast<size_t>(token0 + t) * n + row;
+      y[at] = gate != nullptr ? silu_times(gate[at], value) : accumulate ? y[at] + value : value;
     }
   }
 }
@@ -269,15 +296,17 @@ void launch(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t
             const float* bias, const float* gate, float* y, bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
   const int64_t blocks = (n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
-  TS_CHECK(blocks <= 0x7fffffff, "a quantized matmul of ", n, " rows and ", tokens, " tokens");
+  TS_CHECK(blocks <= 0x7fffffff && n <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff &&
+               dtype_bytes(kT, k) <= 0x7fffffff,
+           "a quantized matmul of ", n, " rows of ", k, " and ", tokens, " tokens");
   const auto kernel = quant_matmul_kernel<kT, kTile, kStaged>;
   const int64_t shared = kWarps * kRingStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
   const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
-  launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, w, n, k, tokens,
-                a, bias, gate, y, accumulate);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, w,
+                static_cast<int>(n), static_cast<int>(k), static_cast<int>(tokens), a, bias, gate, y, accumulate);
 }
 
 // The tile of tokens that share a weight load; it never changes a sum's order.
