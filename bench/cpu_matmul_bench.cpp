@@ -9,7 +9,11 @@
 //                                cuts it), in wall time; counters: GFLOPs, amx_share (of the
 //                                tile loop on every CPU at once)
 //   BM_AmxLadder/<rung>/<threads>  the AMX GEMM's inner loop one part at a time (amx.h's
-//                                ladder), one thread or every CPU; GFLOPs, amx_share
+//                                ladder), one thread, 8 or every CPU (0); GFLOPs, amx_share
+//   BM_AmxOutside/<rows>/<k>     BM_Gemm/bf16's GEMM without its tile operations (amx.h's
+//                                outside), on one thread: what it costs besides its inner
+//                                loop; counter: ceiling_GFLOPs (its FLOP over that time),
+//                                on any CPU with AVX-512 BF16
 //   BM_Decode/<dtype>/<rows>/<k>  one token, the weights from memory; counter: GBs (GB of
 //                                weights per CPU second of the thread)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
@@ -146,14 +150,17 @@ BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)
 
 // The AMX GEMM's inner loop in rungs (amx.h's ladder: 0, the tile loads from L1 only; 1,
 // the A tiles through a row pair's 32 KiB; 2, the B tiles through the k block's 512 KiB; 3,
-// the C tiles through the 256 KiB of partial sums), on one thread in its CPU time (threads
-// 1) or on every CPU at once in wall time (threads 0): GFLOPs and amx_share, of the tile
-// loop on as many threads. BM_Gemm is the rung above them: the whole GEMM.
+// the C tiles through the 256 KiB of partial sums; and rung 0's probes: 4, its loads
+// alone, counted as if its products ran; 5, only its A tiles loaded each step), on one
+// thread in its CPU time (threads 1) or on 8 or every CPU (threads 0) at once in wall
+// time: GFLOPs and amx_share, of the tile loop on as many threads. BM_Gemm is the rung
+// above them: the whole GEMM.
 //   BM_AmxLadder/<rung>/<threads>
 void BM_AmxLadder(benchmark::State& state) {
   if (!cpu::amx_active()) return state.SkipWithError("no AMX tiles on this CPU (or TESSERA_AMX=0)");
   const int rung = static_cast<int>(state.range(0));
-  const size_t threads = state.range(1) == 0 ? std::thread::hardware_concurrency() : 1;
+  const size_t threads =
+      state.range(1) == 0 ? std::thread::hardware_concurrency() : static_cast<size_t>(state.range(1));
   constexpr int64_t kPasses = 64;
   tessera::ThreadPool pool(threads);
   auto on_every_thread = [&](auto loop) {  // seconds: CPU time on one thread, else wall time
@@ -183,7 +190,25 @@ void BM_AmxLadder(benchmark::State& state) {
   state.counters["amx_share"] = flop / seconds / tile_rate;
   state.counters["threads"] = static_cast<double>(pool.size());
 }
-BENCHMARK(BM_AmxLadder)->ArgsProduct({{0, 1, 2, 3}, {1, 0}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AmxLadder)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 8, 0}})->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// BM_Gemm/bf16's GEMM with no tile operation (amx.h's outside), one thread, CPU time.
+void BM_AmxOutside(benchmark::State& state) {
+  if (!cpu::amx::outside_runs()) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  const int64_t rows = state.range(0), k = state.range(1);
+  GemmCase g(rows, k, DType::kBF16);
+  const auto* w = reinterpret_cast<const uint16_t*>(g.bytes.data());
+  int64_t runs = 0;
+  const double start = thread_seconds();
+  for (auto _ : state) {
+    cpu::amx::outside(g.x.data(), GemmCase::kTokens, k, w, rows, g.y.data(), rows);
+    benchmark::DoNotOptimize(g.y.data());
+    ++runs;
+  }
+  state.counters["ceiling_GFLOPs"] = 2.0 * static_cast<double>(GemmCase::kTokens * rows * k) *
+                                     static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
+}
+BENCHMARK(BM_AmxOutside)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 
 // Decode's matmul alone: one token against the same shapes on one thread, the weights read
 // once a call (32 MiB in 16 bits: from memory, not cache), in GB of weights per CPU second.

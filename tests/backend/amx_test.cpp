@@ -130,16 +130,13 @@ float sum_in_order(const float* x, const uint16_t* w, int64_t k, Order order) {
 // an odd number of groups): every output bitwise in the stated order, so a row is the
 // same alone or in any batch. The GEMM's tuning changes no bit: the default blocking of
 // k, blocks of 5 chunks (k = 1061's 34 chunks in 7 blocks, the last partial) with the B
-// tiles' streaming hint, blocks of one chunk, and the pipelined steps (blocks of 16, 5
-// (without the weights asked for ahead) and one chunk: a block of one step has no step
-// to overlap).
+// tiles' streaming hint, and blocks of one chunk.
 TEST(AmxTest, EmulatedKernelSumsInTheStatedOrder) {
   struct Case {
     int64_t k, rows;
     std::vector<int64_t> tokens;
   };
-  const kernel::GemmTuning tunings[] = {
-      {}, {5, true}, {1, false}, {kernel::kKcChunks, false, true}, {5, true, true, false}, {1, false, true}};
+  const kernel::GemmTuning tunings[] = {{}, {5, true}, {1, false}};
   for (const Case& c : {Case{7, 21, {1, 2, 16, 40}}, Case{64, 53, {1, 2, 15, 16, 17, 40, 301, 530}},
                         Case{2 * 512 + 37, 21, {1, 3, 16, 301}}, Case{64, 300, {1, 20}}}) {
     const auto x = random_values(static_cast<size_t>(530 * c.k), 41);
@@ -153,8 +150,7 @@ TEST(AmxTest, EmulatedKernelSumsInTheStatedOrder) {
             ASSERT_EQ(y[static_cast<size_t>(t * c.rows + r)],
                       sum_in_order(x.data() + t * c.k, w.data() + r * c.k, c.k, Order::kStated))
                 << "k " << c.k << " rows " << c.rows << " tokens " << tokens << " t " << t << " row " << r
-                << " k_chunks " << tuning.k_chunks << " stream_b " << tuning.stream_b << " pipelined "
-                << tuning.pipelined;
+                << " k_chunks " << tuning.k_chunks << " stream_b " << tuning.stream_b;
       }
     }
   }
@@ -289,30 +285,43 @@ TEST(AmxTest, PeakLoopSumsItsProducts) {
 }
 
 // The ladder of the GEMM's inner loop (its benchmark's rungs) runs and sums what it
-// should: each block's steps (16, or 5 with a tuning of 5 chunks, pipelined or not) of 32
-// products of 1 x 2^-24 into every output, from zeros at rungs 0-2; at rung 3 added to
-// acc, where the last of five passes took the first pass's row pair (p mod 4), so its C
-// tiles hold two blocks' sums. The instruction's ladder blocks as the switches of the
-// environment say (ladder_flops tells how many steps).
+// should: each block's steps (16, or 5 with a tuning of 5 chunks) of 32 products of 1 x
+// 2^-24 into every output, from zeros at rungs 0-2 and 5; at rung 3 added to acc, where
+// the last of five passes took the first pass's row pair (p mod 4), so its C tiles hold
+// two blocks' sums; rung 4 (loads alone) leaves zeros. The instruction's ladder blocks as
+// the switches of the environment say (ladder_flops tells how many steps).
 TEST(AmxTest, LadderSumsItsProducts) {
   std::vector<uint16_t> a(static_cast<size_t>(kernel::kPackedRowElements), 0x3F80);     // 1
   std::vector<uint32_t> b(static_cast<size_t>(kernel::kLadderBElements), 0x33803380u);  // pairs of 2^-24
-  for (const kernel::GemmTuning& tuning :
-       {kernel::GemmTuning{}, kernel::GemmTuning{kernel::kKcChunks, false, true}, kernel::GemmTuning{5, false, true}}) {
+  for (const kernel::GemmTuning& tuning : {kernel::GemmTuning{}, kernel::GemmTuning{5, false}}) {
     std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats), 0.0f);
     const float block = static_cast<float>(tuning.k_chunks) * 0x1p-19f;  // steps x 32 x 2^-24
-    for (int rung = 0; rung < 3; ++rung)
+    for (const int rung : {0, 1, 2, 5})
       EXPECT_EQ(kernel::ladder<Emulated>(rung, 1, a.data(), b.data(), acc.data(), tuning), block)
-          << "rung " << rung << " k_chunks " << tuning.k_chunks << " pipelined " << tuning.pipelined;
+          << "rung " << rung << " k_chunks " << tuning.k_chunks;
     EXPECT_EQ(kernel::ladder<Emulated>(3, 5, a.data(), b.data(), acc.data(), tuning), 2 * block)
-        << "k_chunks " << tuning.k_chunks << " pipelined " << tuning.pipelined;
+        << "k_chunks " << tuning.k_chunks;
+    EXPECT_EQ(kernel::ladder<Emulated>(4, 1, a.data(), b.data(), acc.data(), tuning), 0.0f);
   }
   SKIP_WITHOUT_THE_INSTRUCTION();
   const int64_t steps =
       cpu::amx::ladder_flops(1) / (kernel::kTokBlock / (2 * kernel::kTileTokens)) / cpu::amx::dot_loop_flops(1);
   const float block = static_cast<float>(steps) * 0x1p-19f;
-  for (int rung = 0; rung < 3; ++rung) EXPECT_EQ(cpu::amx::ladder(rung, 2), block) << "rung " << rung;
+  for (const int rung : {0, 1, 2, 5}) EXPECT_EQ(cpu::amx::ladder(rung, 2), block) << "rung " << rung;
   EXPECT_EQ(cpu::amx::ladder(3, 5), 2 * block);  // this thread's first rung-3 call: its acc was zeros
+  EXPECT_EQ(cpu::amx::ladder(4, 1), 0.0f);
+}
+
+// The GEMM without its tiles runs its work around them, writing every output (with
+// what acc held: finite).
+TEST(AmxTest, OutsideRunsWithoutTheTiles) {
+  if (!cpu::amx::outside_runs()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or no AVX2)";
+  const int64_t tokens = 40, k = 1061, rows = 53;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 45);
+  const auto w = random_bf16(static_cast<size_t>(rows * k), 46);
+  std::vector<float> y(static_cast<size_t>(tokens * rows), std::nanf(""));
+  cpu::amx::outside(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+  EXPECT_TRUE(std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); }));
 }
 
 }  // namespace

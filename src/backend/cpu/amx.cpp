@@ -105,6 +105,28 @@ struct InstructionOps {
   static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) { amx::transpose16(src, ss, dst, ds); }
 };
 
+// InstructionOps without the tiles: every tile operation does nothing, so that gemm runs
+// only its work around them (packing the A tiles, asking for the next weights, taking the
+// outputs out of acc), for outside().
+struct NoTileOps {
+  static void configure(int) {}
+  static void release() {}
+  template <int T>
+  static void zero() {}
+  template <int T>
+  static void load(const void*, int64_t) {}
+  template <int T>
+  static void load_streaming(const void*, int64_t) {}
+  template <int T>
+  static void store(void*, int64_t) {}
+  template <int C, int A, int B>
+  static void dot() {}
+  static void round_x(const float* x, int64_t n, uint16_t* out) { InstructionOps::round_x(x, n, out); }
+  static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
+    InstructionOps::transpose16(src, ss, dst, ds);
+  }
+};
+
 #undef TESSERA_TILEZERO
 #undef TESSERA_TILELOADD
 #undef TESSERA_TILELOADDT1
@@ -119,10 +141,11 @@ bool os_grants_tiles() {
 }
 
 // Scratch of one thread: rounded x and two zero-padded row groups (decode); the GEMM's
-// partial sums and a row pair's packed A tiles.
+// partial sums and a row pair's packed A tiles; a whole call's packed x (matmul_rows and
+// outside, as CpuDevice keeps its own: no pages to fault in and zero every call).
 struct Scratch {
   std::vector<uint16_t> x, rows, a;
-  std::vector<float> acc;
+  std::vector<float> acc, packed;
 };
 Scratch& scratch_for(int64_t k) {
   thread_local Scratch s;
@@ -135,18 +158,14 @@ Scratch& scratch_for(int64_t k) {
 }
 
 // The GEMM's choices of speed (amx_kernel.h's GemmTuning), read once: TESSERA_AMX_KC, the
-// chunks of k a block (1 to 16), TESSERA_AMX_STREAM_B=1, x's B tiles loaded with the hint
-// that they are not reused soon, TESSERA_AMX_PIPE=1, the 2 x 2 blocks' steps
-// software-pipelined, and TESSERA_AMX_PREFETCH=0, no weights asked for ahead. None
-// changes a bit of the results.
+// chunks of k a block (1 to 16), and TESSERA_AMX_STREAM_B=1, x's B tiles loaded with the
+// hint that they are not reused soon. Neither changes a bit of the results.
 kernel::GemmTuning gemm_tuning() {
   static const kernel::GemmTuning tuning = [] {
     kernel::GemmTuning t;
     if (const char* text = std::getenv("TESSERA_AMX_KC"))
       t.k_chunks = std::clamp<int64_t>(std::strtoll(text, nullptr, 10), 1, kernel::kKcChunks);
     if (const char* text = std::getenv("TESSERA_AMX_STREAM_B")) t.stream_b = std::strcmp(text, "1") == 0;
-    if (const char* text = std::getenv("TESSERA_AMX_PIPE")) t.pipelined = std::strcmp(text, "1") == 0;
-    if (const char* text = std::getenv("TESSERA_AMX_PREFETCH")) t.prefetch_w = std::strcmp(text, "0") != 0;
     return t;
   }();
   return tuning;
@@ -197,9 +216,10 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
     kernel::round_row<InstructionOps>(x, k, s.x.data());
     return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, y, s.rows.data());
   }
-  std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
-  pack_x(x, tokens, k, 0, tokens, packed.data());
-  matmul_rows_packed(packed.data(), tokens, 0, tokens, k, w, rows, y, ldy);
+  if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
+    s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
+  pack_x(x, tokens, k, 0, tokens, s.packed.data());
+  matmul_rows_packed(s.packed.data(), tokens, 0, tokens, k, w, rows, y, ldy);
 }
 
 bool cpu_has_instruction() {
@@ -226,8 +246,12 @@ bool enabled() {
 }
 
 __attribute__((target("avx2"))) void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
-  for (int64_t i = 0; i < 16; i += 8)
-    for (int64_t j = 0; j < 16; j += 8) transpose8(src + i * ss + j, ss, dst + j * ds + i, ds);
+  // dst's rows 0-7 whole (both of their 8-element halves), then rows 8-15: with dst rows
+  // 4 KiB apart or a multiple of it (y's tokens, for most models' widths) all 16 fall in
+  // one L1 set, and half-written, more of them than its ways, they were evicted between
+  // their halves and read in again.
+  for (int64_t j = 0; j < 16; j += 8)
+    for (int64_t i = 0; i < 16; i += 8) transpose8(src + i * ss + j, ss, dst + j * ds + i, ds);
 }
 
 float dot_loop(int64_t iterations) {
@@ -237,7 +261,7 @@ float dot_loop(int64_t iterations) {
 
 float ladder(int rung, int64_t passes) {
   TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
-  TS_CHECK(rung >= 0 && rung <= 3, "[cpu] AMX ladder rung ", rung, " (0 to 3)");
+  TS_CHECK(rung >= 0 && rung <= 5, "[cpu] AMX ladder rung ", rung, " (0 to 5)");
   struct Operands {  // 1 x 2^-24 products, exact sums: the result says the loop ran
     std::vector<uint16_t> a = std::vector<uint16_t>(static_cast<size_t>(kernel::kPackedRowElements), 0x3F80);
     std::vector<uint32_t> b = std::vector<uint32_t>(static_cast<size_t>(kernel::kLadderBElements), 0x33803380u);
@@ -247,6 +271,20 @@ float ladder(int rung, int64_t passes) {
   return kernel::ladder<InstructionOps>(rung, passes, o.a.data(), o.b.data(), o.acc.data(), gemm_tuning());
 }
 
+bool outside_runs() { return bf16_dot::instructions() != nullptr && __builtin_cpu_supports("avx2"); }
+
+void outside(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+  TS_CHECK(outside_runs(), "[cpu] the AMX GEMM's work outside the tiles needs AVX-512 BF16 and AVX2");
+  TS_CHECK(tokens > 1, "[cpu] the AMX GEMM takes more than one token, not ", tokens);
+  Scratch& s = scratch_for(k);
+  if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
+    s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
+  std::vector<uint16_t> rows16(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
+  kernel::pack_x<NoTileOps>(x, tokens, k, 0, tokens, reinterpret_cast<uint32_t*>(s.packed.data()), rows16.data());
+  kernel::gemm<NoTileOps>(reinterpret_cast<const uint32_t*>(s.packed.data()), tokens, k, w, rows, y, ldy, s.acc.data(),
+                          s.a.data(), gemm_tuning());
+}
+
 #else  // not x86-64 Linux
 
 const bf16::Matmul* instructions() { return nullptr; }
@@ -254,6 +292,10 @@ bool enabled() { return false; }
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 float dot_loop(int64_t) { return 0; }
 float ladder(int, int64_t) { return 0; }
+bool outside_runs() { return false; }
+void outside(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] the AMX GEMM needs x86-64 Linux");
+}
 
 #endif
 

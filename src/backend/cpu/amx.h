@@ -36,11 +36,21 @@ void transpose16(const float* src, int64_t ss, float* dst, int64_t ds);
 float dot_loop(int64_t iterations);
 int64_t dot_loop_flops(int64_t iterations);
 
-// The GEMM's inner loop in rungs 0-3 (amx_kernel.h's ladder) on one thread, over operands
-// of its own (each thread's, made on its first call), blocked as the GEMM's switches say
-// (TESSERA_AMX_KC, TESSERA_AMX_PIPE): what the k steps cost besides the tile products,
-// ladder_flops(passes) floating-point operations. Only where instructions() is there.
+// The GEMM's inner loop in rungs 0-3 and its probes 4-5 (amx_kernel.h's ladder) on one
+// thread, over operands of its own (each thread's, made on its first call), blocked as
+// the GEMM's switches say (TESSERA_AMX_KC): what the k steps cost besides the tile
+// products, ladder_flops(passes) floating-point operations (rung 4 does none: the loads
+// alone, counted as if its products ran). Only where instructions() is there.
 float ladder(int rung, int64_t passes);
 int64_t ladder_flops(int64_t passes);
+
+// The GEMM of matmul_rows (tokens > 1, x packed as it packs it) with every tile operation
+// left out, on one thread: its work around the tiles (x packed, the A tiles packed, the
+// next weights asked for, the outputs taken out of the partial sums into y), what the
+// GEMM costs besides its inner loop (cpu_matmul_bench's BM_AmxOutside). y gets whatever
+// acc held. On any CPU where outside_runs() (AVX-512 BF16 rounds x, AVX2 transposes), the
+// tiles or not.
+bool outside_runs();
+void outside(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy);
 
 }  // namespace tessera::cpu::amx

@@ -81,13 +81,6 @@ struct GemmTuning {
   // stream from L2 once a row pair, and the hint keeps them from pushing the A tiles,
   // reused by every token tile, out of L1.
   bool stream_b = false;
-  // The 2 x 2 blocks' steps software-pipelined (block_pipelined): each tile of the next
-  // step loaded as soon as this step's last product that reads its register is issued,
-  // not just before its first product, so that a tile load has one to three products'
-  // time before the product that waits for it.
-  bool pipelined = false;
-  // The next row pair's weights asked for (prefetch_rows) while this one's products run.
-  bool prefetch_w = true;
 };
 
 static inline int64_t padded_tokens(int64_t tokens) { return (tokens + kTileTokens - 1) / kTileTokens * kTileTokens; }
@@ -214,57 +207,10 @@ void block(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps
   if constexpr (kA == 2 && kB == 2) Ops::template store<3>(c[3], cs);
 }
 
-// block<Ops, 2, 2, kStreamB>'s sums in the same order (each C tile's chain of products
-// along k unchanged), the steps overlapped: step s + 1's A and B tiles are loaded while
-// step s's products run, each as soon as the last product of step s that reads its
-// register has been issued (A0 after C1, B0 after C2, B1 and A1 after C3), where block
-// loads each just before its first product, which then waits for the load.
-template <typename Ops, bool kStreamB>
-void block_pipelined(const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps, float* const* c, int64_t cs,
-                     bool load_c) {
-  if (load_c) {
-    Ops::template load<0>(c[0], cs);
-    Ops::template load<1>(c[1], cs);
-    Ops::template load<2>(c[2], cs);
-    Ops::template load<3>(c[3], cs);
-  } else {
-    Ops::template zero<0>();
-    Ops::template zero<1>();
-    Ops::template zero<2>();
-    Ops::template zero<3>();
-  }
-  Ops::template load<4>(a[0].data, a[0].stride);
-  load_b<Ops, 6, kStreamB>(b[0].data, b[0].stride);
-  load_b<Ops, 7, kStreamB>(b[1].data, b[1].stride);
-  Ops::template load<5>(a[1].data, a[1].stride);
-  for (int64_t s = 1; s < steps; ++s) {
-    Ops::template dot<0, 4, 6>();
-    Ops::template dot<1, 4, 7>();
-    Ops::template load<4>(a[0].data + s * a[0].step, a[0].stride);
-    Ops::template dot<2, 5, 6>();
-    load_b<Ops, 6, kStreamB>(b[0].data + s * b[0].step, b[0].stride);
-    Ops::template dot<3, 5, 7>();
-    load_b<Ops, 7, kStreamB>(b[1].data + s * b[1].step, b[1].stride);
-    Ops::template load<5>(a[1].data + s * a[1].step, a[1].stride);
-  }
-  Ops::template dot<0, 4, 6>();
-  Ops::template dot<1, 4, 7>();
-  Ops::template dot<2, 5, 6>();
-  Ops::template dot<3, 5, 7>();
-  Ops::template store<0>(c[0], cs);
-  Ops::template store<1>(c[1], cs);
-  Ops::template store<2>(c[2], cs);
-  Ops::template store<3>(c[3], cs);
-}
-
-// A block of `groups` x `token_tiles` tiles (each 1 or 2) over `steps` >= 1 chunks, 2 x 2
-// pipelined when `pipelined`.
 template <typename Ops, bool kStreamB = false>
 void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps,
-               float* const* c, int64_t cs, bool load_c, bool pipelined = false) {
-  if (groups == 2 && token_tiles == 2)
-    return pipelined ? block_pipelined<Ops, kStreamB>(a, b, steps, c, cs, load_c)
-                     : block<Ops, 2, 2, kStreamB>(a, b, steps, c, cs, load_c);
+               float* const* c, int64_t cs, bool load_c) {
+  if (groups == 2 && token_tiles == 2) return block<Ops, 2, 2, kStreamB>(a, b, steps, c, cs, load_c);
   if (groups == 2) return block<Ops, 2, 1, kStreamB>(a, b, steps, c, cs, load_c);
   if (token_tiles == 2) return block<Ops, 1, 2, kStreamB>(a, b, steps, c, cs, load_c);
   block<Ops, 1, 1, kStreamB>(a, b, steps, c, cs, load_c);
@@ -348,7 +294,7 @@ static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t rows, int
 // Order per token block and row block: for each k block (tuning.k_chunks chunks), for
 // each row pair, its A tiles packed once, then every pair of token tiles over them (C
 // tiles from acc, or zeros at the first k block); then the row block's outputs transposed
-// out of their C tiles into y.
+// out of their C tiles into y, token tile by token tile.
 template <typename Ops>
 void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
           float* acc, uint16_t* a_scratch, GemmTuning tuning = {}) {
@@ -376,7 +322,7 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
           const TileRun<uint16_t> a[2] = {{a_scratch, kTileElements, 64},
                                           {a_scratch + kKcChunks * kTileElements, kTileElements, 64}};
           for (int64_t tt = 0; tt < tiles; tt += 2) {
-            if (tuning.prefetch_w && next_c0 < chunks)
+            if (next_c0 < chunks)
               prefetch_rows(w, k, std::min(rows, rb + nrb), next_first, next_c0, next_c1, tt / 2 * per_pass, per_pass);
             const int token_tiles = tiles - tt >= 2 ? 2 : 1;
             TileRun<uint32_t> b[2];
@@ -386,15 +332,17 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
               for (int i = 0; i < pair; ++i) c[2 * i + j] = acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats;
             }
             if (tuning.stream_b) {
-              run_block<Ops, true>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0, tuning.pipelined);
+              run_block<Ops, true>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
             } else {
-              run_block<Ops, false>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0, tuning.pipelined);
+              run_block<Ops, false>(pair, token_tiles, a, b, c1 - c0, c, 4 * kTileTokens, c0 > 0);
             }
           }
         }
       }
-      for (int64_t g = 0; g < groups; ++g)
-        for (int64_t tt = 0; tt < tiles; ++tt)
+      // Token tile by token tile, so that each token's outputs of the row block (up to
+      // 512 bytes) are written in order, not 64 bytes a visit over every token.
+      for (int64_t tt = 0; tt < tiles; ++tt)
+        for (int64_t g = 0; g < groups; ++g)
           store_transposed<Ops>(acc + (g * kBlockTiles + tt) * kTileFloats,
                                 static_cast<int>(std::min(kTileRows, nrb - g * kTileRows)),
                                 static_cast<int>(std::min(kTileTokens, nt - tt * kTileTokens)),
@@ -407,17 +355,54 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
 // The GEMM's inner loop built up one part at a time, to find what its k steps cost
 // besides the tile products (cpu_matmul_bench's BM_AmxLadder puts each rung against
 // dot_loop's peak): `passes` passes of a row pair over kTokBlock tokens at one k block of
-// tuning.k_chunks chunks, 2 x 2 blocks of that many steps in gemm's order (pipelined as
-// tuning says), where
+// tuning.k_chunks chunks, 2 x 2 blocks of that many steps in gemm's order, where
 //   rung 0: every step loads the same two A tiles and two B tiles (4 KiB, in L1); the C
 //           tiles start from zeros and go to one 4 KiB place;
 //   rung 1: the A tiles step through a row pair's packed tiles (a: 32 KiB), as gemm's;
 //   rung 2: and the B tiles through x's packed tiles of the k block (b: 512 KiB), as gemm's;
 //   rung 3: and the C tiles are loaded from and stored to acc (256 KiB: pass p takes the
-//           row pair p mod 4 of a row block) at gemm's places.
+//           row pair p mod 4 of a row block) at gemm's places;
+// and two probes of rung 0, for what its loads cost:
+//   rung 4: rung 0's tile loads alone, no products (its C tiles zeros, stored as rung 0's);
+//   rung 5: rung 0 with the B tiles loaded once a block, so a step loads only the two A
+//           tiles for its four products (the same sums as rung 0).
 // a: kPackedRowElements bf16, b: kLadderBElements u32, acc: kAccFloats f32 (rung 3 adds
 // to it). Returns the first element of the last block's first C tile.
 inline constexpr int64_t kLadderBElements = kTokBlock / kTileTokens * kKcChunks * 256;
+// The ladder's rungs 4 (products false: the loads of a 2 x 2 block alone) and 5 (products
+// true: B tiles loaded once, each step loading the A tiles for its products), from zeros.
+template <typename Ops>
+void probe(bool products, const TileRun<uint16_t>* a, const TileRun<uint32_t>* b, int64_t steps, float* const* c,
+           int64_t cs) {
+  Ops::template zero<0>();
+  Ops::template zero<1>();
+  Ops::template zero<2>();
+  Ops::template zero<3>();
+  if (products) {
+    Ops::template load<6>(b[0].data, b[0].stride);
+    Ops::template load<7>(b[1].data, b[1].stride);
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    Ops::template load<4>(a[0].data + s * a[0].step, a[0].stride);
+    if (products) {
+      Ops::template dot<0, 4, 6>();
+      Ops::template dot<1, 4, 7>();
+    } else {
+      Ops::template load<6>(b[0].data + s * b[0].step, b[0].stride);
+      Ops::template load<7>(b[1].data + s * b[1].step, b[1].stride);
+    }
+    Ops::template load<5>(a[1].data + s * a[1].step, a[1].stride);
+    if (products) {
+      Ops::template dot<2, 5, 6>();
+      Ops::template dot<3, 5, 7>();
+    }
+  }
+  Ops::template store<0>(c[0], cs);
+  Ops::template store<1>(c[1], cs);
+  Ops::template store<2>(c[2], cs);
+  Ops::template store<3>(c[3], cs);
+}
+
 template <typename Ops>
 float ladder(int rung, int64_t passes, const uint16_t* a, const uint32_t* b, float* acc, GemmTuning tuning = {}) {
   constexpr int64_t kBlockTiles = kTokBlock / kTileTokens, kRowPairs = kRowBlock / (2 * kTileRows);
@@ -428,17 +413,21 @@ float ladder(int rung, int64_t passes, const uint16_t* a, const uint32_t* b, flo
   for (int64_t p = 0; p < passes; ++p) {
     const int64_t g = 2 * (p % kRowPairs);
     for (int64_t tt = 0; tt < kBlockTiles; tt += 2) {
-      const int64_t a_step = rung >= 1 ? kTileElements : 0;
+      const int64_t a_step = rung >= 1 && rung <= 3 ? kTileElements : 0;  // rungs 4-5: rung 0's
       const TileRun<uint16_t> at[2] = {{a, a_step, 64}, {a + kKcChunks * kTileElements, a_step, 64}};
       TileRun<uint32_t> bt[2];
       for (int64_t j = 0; j < 2; ++j) {
-        bt[j] = rung >= 2 ? TileRun<uint32_t>{b + (tt + j) * kc * 256, 256, 4 * kTileTokens}
-                          : TileRun<uint32_t>{b + j * 256, 0, 4 * kTileTokens};
+        bt[j] = rung == 2 || rung == 3 ? TileRun<uint32_t>{b + (tt + j) * kc * 256, 256, 4 * kTileTokens}
+                                       : TileRun<uint32_t>{b + j * 256, 0, 4 * kTileTokens};
         for (int64_t i = 0; i < 2; ++i)
           c[2 * i + j] =
-              rung >= 3 ? acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats : place + (2 * i + j) * kTileFloats;
+              rung == 3 ? acc + ((g + i) * kBlockTiles + tt + j) * kTileFloats : place + (2 * i + j) * kTileFloats;
       }
-      run_block<Ops, false>(2, 2, at, bt, kc, c, 4 * kTileTokens, rung >= 3, tuning.pipelined);
+      if (rung >= 4) {
+        probe<Ops>(rung == 5, at, bt, kc, c, 4 * kTileTokens);
+      } else {
+        block<Ops, 2, 2, false>(at, bt, kc, c, 4 * kTileTokens, rung == 3);
+      }
     }
   }
   Ops::release();
