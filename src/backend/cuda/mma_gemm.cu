@@ -23,6 +23,7 @@ namespace tessera::cuda {
 
 namespace {
 
+constexpr int kStages = 4;       // chunks staged in shared memory, three of them in flight
 constexpr int kBlockRows = 128;  // weight rows of a block (64 of gate, then the same 64 of up)
 constexpr int kThreads = 256;    // eight warps: kRowWarps across the rows, the rest across the tokens
 
@@ -60,7 +61,7 @@ struct ChunkWalk {
 // the warps are four (32 rows each) by two: a warp reads a quarter fewer bytes of
 // shared memory a chunk than as two by four for the same outputs (64 sequences on
 // the 8B shape: 7,353 against 7,252 tok/s, 32: 4,809 against 4,726).
-template <int kNTiles, bool kGateUp, bool kSplit, int kStages>
+template <int kNTiles, bool kGateUp, bool kSplit>
 __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
                 int64_t width, int sums_per_block) {
@@ -304,10 +305,12 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
 // when the blocks for whole outputs would not fill half the device (few tokens,
 // few rows), eight times as many blocks each run one sum. (On the H200, 8B shape:
 // 4096 rows at 64 tokens, 32 blocks, 55 -> 26 us split; at 512 tokens, 128 blocks,
-// 80 us whole against 125 split.) When one sum a block would take more than one
-// wave of blocks (two an SM up to 64 tokens), a block runs two or four sums one
-// after the other instead, so that the split launch is one wave
-// (TESSERA_CUDA_GEMM_SUMS=1, 2, 4 or 8 sets it, read at every call).
+// 80 us whole against 125 split.) Blocks of 32 tokens run two or four sums one
+// after the other when one sum a block would take more than one wave of blocks
+// (two an SM), so that the launch is one wave: on the H200, 8B shape, 32 sequences
+// (q/k/v: 384 blocks -> 192) 4,893 and 4,888 tok/s against 4,841 and 4,859 with one
+// sum a block; at 64 tokens the same change lost (7,088 and 7,098 against 7,209 and
+// 7,151). TESSERA_CUDA_GEMM_SUMS=1, 2, 4 or 8 sets it (read at every call).
 struct Plan {
   int n_tiles;  // 8-token tiles per warp
   int64_t token_tiles, row_tiles, width;
@@ -322,9 +325,10 @@ struct Plan {
     if (job.gate_up) width = 2 * job.n[0];
     split = 2 * token_tiles * row_tiles <= multiprocessors() && k >= kMmaSplit * kMmaChunk;
     if (!split) return;
-    const int64_t wave = static_cast<int64_t>(multiprocessors()) * (n_tiles <= 2 ? 2 : 1);
+    const int64_t wave = 2 * static_cast<int64_t>(multiprocessors());
     sums_per_block = 1;
-    while (sums_per_block < 4 && kMmaSplit / sums_per_block * token_tiles * row_tiles > wave) sums_per_block *= 2;
+    while (n_tiles == 1 && sums_per_block < 4 && kMmaSplit / sums_per_block * token_tiles * row_tiles > wave)
+      sums_per_block *= 2;
     if (const char* asked = std::getenv("TESSERA_CUDA_GEMM_SUMS"); asked != nullptr) {
       const int n = std::atoi(asked);
       if (n == 1 || n == 2 || n == 4 || n == 8) sums_per_block = n;
@@ -332,8 +336,7 @@ struct Plan {
   }
 };
 
-// kStages chunks staged in shared memory, kStages - 1 of them in flight.
-template <int kNTiles, bool kGateUp, bool kSplit, int kStages>
+template <int kNTiles, bool kGateUp, bool kSplit>
 void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, const Plan& plan,
             float* sums) {
   const int rows = kGateUp ? 64 : kBlockRows;
@@ -342,13 +345,13 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   constexpr int kTokens = 32 * kNTiles;
   constexpr size_t kSmem = size_t{kStages} * (kBlockRows + kTokens) * 8 * sizeof(uint4);
   static const bool sized = [] {
-    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit, kStages>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)) == cudaSuccess;
+    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmem)) == cudaSuccess;
   }();
   TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
                   kSplit ? kMmaSplit / plan.sums_per_block : 1);
-  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit, kStages>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
+  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
                 plan.width, plan.sums_per_block);
   if constexpr (kSplit) {
     const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
@@ -360,18 +363,9 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
 template <bool kGateUp, bool kSplit>
 void launch_tiles(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, const MmaJob& job,
                   const Plan& plan, float* sums) {
-  // Up to 64 tokens TESSERA_CUDA_GEMM_STAGES=3 or 5 stages instead of 4 (read at every call, to measure).
-  const char* asked = std::getenv("TESSERA_CUDA_GEMM_STAGES");
-  const int stages = asked != nullptr ? std::atoi(asked) : 4;
-  if (plan.n_tiles == 4) return launch<4, kGateUp, kSplit, 4>(stream, x, tokens, k, job, plan, sums);
-  if (plan.n_tiles == 2) {
-    if (stages == 3) return launch<2, kGateUp, kSplit, 3>(stream, x, tokens, k, job, plan, sums);
-    if (stages == 5) return launch<2, kGateUp, kSplit, 5>(stream, x, tokens, k, job, plan, sums);
-    return launch<2, kGateUp, kSplit, 4>(stream, x, tokens, k, job, plan, sums);
-  }
-  if (stages == 3) return launch<1, kGateUp, kSplit, 3>(stream, x, tokens, k, job, plan, sums);
-  if (stages == 5) return launch<1, kGateUp, kSplit, 5>(stream, x, tokens, k, job, plan, sums);
-  launch<1, kGateUp, kSplit, 4>(stream, x, tokens, k, job, plan, sums);
+  if (plan.n_tiles == 4) return launch<4, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
+  if (plan.n_tiles == 2) return launch<2, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
+  launch<1, kGateUp, kSplit>(stream, x, tokens, k, job, plan, sums);
 }
 
 size_t x_bytes(int64_t tokens, int64_t k) {
