@@ -395,14 +395,15 @@ class CudaDevice final : public Device {
   // weights that take the same rounding (quant_same_rounding), not once a matmul.
   void quant_matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
     const int64_t k = outs[0].w->dim(1);
+    cuda::QuantNorm fold;  // the norm, applied by the rounding as rms_norm applies it
     if (norm.weight != nullptr) {
-      rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
-      x = norm.scratch;
+      TS_CHECK(norm.weight->numel() == k, "norm weight ", shape_string(norm.weight->shape), " for dim ", k);
+      fold = {norm.weight->data, norm.weight->dtype, norm.eps};
     }
     void* scratch = quant_scratch(tokens, k);
     for (size_t i = 0; i < outs.size(); ++i) {
       if (i == 0 || !cuda::quant_same_rounding(outs[i].w->dtype, outs[i - 1].w->dtype))
-        cuda::quant_round(stream_, x, tokens, k, outs[i].w->dtype, scratch);
+        cuda::quant_round(stream_, x, tokens, k, outs[i].w->dtype, scratch, fold);
       quant_products(tokens, *outs[i].w, *outs[i].bias, outs[i].y, false, nullptr, scratch);
     }
   }

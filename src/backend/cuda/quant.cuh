@@ -21,10 +21,20 @@ namespace tessera::cuda {
 // Bytes of the scratch quant_matmul needs for `tokens` rows of k activations.
 size_t quant_scratch_bytes(int64_t tokens, int64_t k);
 
-// Rounds x [tokens, k] to 8 bits into the scratch, as weights in `dtype`'s blocks
-// take them: Q8_0 blocks for Q8_0 and Q4_0, Q8_K blocks for the K types. One
-// rounding serves every matmul of that x whose dtype quant_same_rounding says.
-void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch);
+// An RMSNorm of x's rows that quant_round applies as it reads them: bitwise
+// rms_norm's (weight [k] in f32, bf16 or f16, on the device). No weight: none.
+struct QuantNorm {
+  const void* weight = nullptr;
+  DType dtype = DType::kF32;
+  float eps = 0.0f;
+};
+
+// Rounds x [tokens, k] (normalized by `norm` on the way) to 8 bits into the scratch,
+// as weights in `dtype`'s blocks take them: Q8_0 blocks for Q8_0 and Q4_0, Q8_K
+// blocks for the K types. One rounding serves every matmul of that x whose dtype
+// quant_same_rounding says.
+void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch,
+                 const QuantNorm& norm = {});
 inline bool quant_same_rounding(DType a, DType b) { return dtype_block_elements(a) == dtype_block_elements(b); }
 
 // y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n], f32, when not null) for w

@@ -66,22 +66,41 @@ Acts acts_in(void* scratch, int64_t tokens, int64_t k) {
 
 // ---- Activations ----
 
-// The block of `size` activations (of all tokens' rows, back to back) that this
-// warp rounds, once the earlier kernels are done; -1 past the last.
-__device__ __forceinline__ int64_t block_of_warp(int64_t tokens, int64_t k, int size) {
+// A block of kNormThreads threads rounds 8 blocks of `size` activations of one row of
+// x (blockIdx.x the row, blockIdx.y which 8), one warp a block; with a norm weight
+// (kNorm) it first takes the row's RMSNorm scale as rms_norm does (block_rms_scale,
+// the same threads), and normalizes each value as rms_norm does, so that the rounding
+// reads rms_norm's bits. Returns this warp's block of the row, -1 past the last.
+template <bool kNorm>
+__device__ __forceinline__ int64_t row_block_of_warp(const float* row, int64_t k, int size, float eps, float& scale) {
   let_next_start();
   wait_for_earlier();
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  return warp < tokens * (k / size) ? warp : -1;
+  if constexpr (kNorm) {
+    __shared__ float shared[32];
+    scale = block_rms_scale(row, k, eps, shared);
+  }
+  const int64_t block = static_cast<int64_t>(blockIdx.y) * (kNormThreads / 32) + threadIdx.x / 32;
+  return block < k / size ? block : -1;
+}
+
+// x's element e of `row`, normalized (kNorm) as rms_norm does.
+template <DType D, bool kNorm>
+__device__ __forceinline__ float normed(float v, const Storage<D>* weight, int64_t e, float scale) {
+  if constexpr (kNorm) return widen<D>(weight[e]) * (v * scale);
+  return v;
 }
 
 // One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i.
-__global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
-  const int64_t block = block_of_warp(tokens, k, 32);
-  if (block < 0) return;
+template <DType D, bool kNorm>
+__global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t k, const Storage<D>* __restrict__ weight,
+                                  float eps, Acts a) {
+  const float* row = x + blockIdx.x * k;
+  float scale = 0.0f;
+  const int64_t b = row_block_of_warp<kNorm>(row, k, 32, eps, scale);
+  if (b < 0) return;
   const int lane = threadIdx.x % 32;
-  const int64_t at = block * 32 + lane;
-  const float v = x[at];
+  const int64_t block = blockIdx.x * (k / 32) + b, at = block * 32 + lane;
+  const float v = normed<D, kNorm>(row[32 * b + lane], weight, 32 * b + lane, scale);
   const float amax = warp_max(fabsf(v));
   const bool finite = __all_sync(0xffffffffu, isfinite(v));
   const float d = amax / 127.0f;
@@ -92,14 +111,20 @@ __global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t tokens, i
 }
 
 // One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7.
-__global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, Acts a) {
-  const int64_t block = block_of_warp(tokens, k, 256);
-  if (block < 0) return;
+template <DType D, bool kNorm>
+__global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t k, const Storage<D>* __restrict__ weight,
+                                  float eps, Acts a) {
+  const float* row = x + blockIdx.x * k;
+  float scale = 0.0f;
+  const int64_t b = row_block_of_warp<kNorm>(row, k, 256, eps, scale);
+  if (b < 0) return;
   const int lane = threadIdx.x % 32;
-  const int64_t at = block * 256 + 8 * lane;
+  const int64_t block = blockIdx.x * (k / 256) + b, e = 256 * b + 8 * lane, at = block * 256 + 8 * lane;
   float v[8];
-  const float4 v0 = *reinterpret_cast<const float4*>(x + at), v1 = *reinterpret_cast<const float4*>(x + at + 4);
+  const float4 v0 = *reinterpret_cast<const float4*>(row + e), v1 = *reinterpret_cast<const float4*>(row + e + 4);
   v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = normed<D, kNorm>(v[j], weight, e + j, scale);
   // The element of largest |x|, the first such (the CPU's strict > in ascending order).
   float amax = 0.0f, max = 0.0f;
   int index = 1 << 30;  // past every element
@@ -374,16 +399,23 @@ size_t quant_scratch_bytes(int64_t tokens, int64_t k) {
          pad(static_cast<size_t>(tokens * (k / 16)) * sizeof(int16_t));
 }
 
-void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch) {
+void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch,
+                 const QuantNorm& norm) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
            " elements");
   if (tokens == 0) return;
   const Acts a = acts_in(scratch, tokens, k);
   const bool k_type = dtype_block_elements(dtype) == 256;
-  const int64_t warps = tokens * (k / (k_type ? 256 : 32));
-  const auto blocks = static_cast<unsigned>((warps + 7) / 8);
-  if (k_type) launch_kernel(round_q8_k_kernel, blocks, 256, 0, stream, x, tokens, k, a);
-  else launch_kernel(round_q8_0_kernel, blocks, 256, 0, stream, x, tokens, k, a);
+  const int64_t eighths = (k / (k_type ? 256 : 32) + 7) / 8;  // blocks of 8 warps a row
+  TS_CHECK(tokens <= 0x7fffffff && eighths <= 0xffff, "rounding ", tokens, " rows of ", k);
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(eighths));
+  const auto run = [&]<DType D, bool kNorm>() {
+    const auto* weight = static_cast<const Storage<D>*>(norm.weight);
+    if (k_type) launch_kernel(round_q8_k_kernel<D, kNorm>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
+    else launch_kernel(round_q8_0_kernel<D, kNorm>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
+  };
+  if (norm.weight == nullptr) return run.template operator()<DType::kF32, false>();
+  with_dtype(norm.dtype, [&]<DType D>() { run.template operator()<D, true>(); });
 }
 
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
