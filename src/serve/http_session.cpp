@@ -7,6 +7,8 @@
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <chrono>
+#include <iterator>
+#include <utility>
 
 namespace tessera::serve {
 
@@ -26,8 +28,9 @@ struct HttpSession::Stream {
   unsigned version = 11;
   bool keep_alive = true;
   std::vector<Choice> choices;
+  std::vector<TextStream> texts;                       // per choice: its tokens as text (answer_text)
   std::vector<LogprobsWriter> logprobs;                // per choice, when asked
-  std::vector<std::vector<SampledLogprobs>> gathered;  // per choice, for a whole answer
+  std::vector<std::vector<SampledLogprobs>> gathered;  // per choice: for a whole answer, or those of held-back text
   size_t pending = 0;                                  // choices whose last event has not come
   int64_t prompt_tokens = 0, completion_tokens = 0;
   Status error{};            // the first failure of a choice; the others are cancelled
@@ -152,10 +155,11 @@ void HttpSession::generate(Generation generation, unsigned version, bool keep_al
   s.keep_alive = keep_alive;
   s.cancelled = s.g.submissions.front().cancelled;
   s.choices.resize(s.g.submissions.size());
-  if (s.g.request.logprobs >= 0) {
+  for (const Submission& submission : s.g.submissions)
+    s.texts.push_back(answer_text(context_.loop.model(), submission.stop));
+  if (s.g.request.logprobs >= 0)
     s.logprobs.assign(s.choices.size(), LogprobsWriter(s.g.request.endpoint, context_.loop.model().tokenizer));
-    s.gathered.resize(s.choices.size());
-  }
+  s.gathered.resize(s.choices.size());
   s.pending = s.choices.size();
   std::vector<Submission> submissions = s.g.submissions;
   for (size_t i = 0; i < submissions.size(); ++i)
@@ -220,9 +224,16 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
     }
   }
   const bool logprobs = !s.logprobs.empty();
+  // The event's tokens as text here, off the inference thread; a stop string ends
+  // this stream at the token where the loop's own stream of it stopped.
+  std::string text;
+  for (const int32_t token : event.tokens) text += s.texts[index].push(token);
+  const std::string last = event.done && event.error.ok() ? s.texts[index].finish() : std::string();
+  std::vector<SampledLogprobs>& gathered = s.gathered[index];
+  gathered.insert(gathered.end(), std::make_move_iterator(event.logprobs.begin()),
+                  std::make_move_iterator(event.logprobs.end()));
   if (!s.g.request.stream) {
-    choice.text += event.text;
-    if (logprobs) s.gathered[index].insert(s.gathered[index].end(), event.logprobs.begin(), event.logprobs.end());
+    choice.text += text + last;
     if (s.pending > 0) return;
     for (size_t i = 0; logprobs && i < s.choices.size(); ++i)
       s.choices[i].logprobs = s.logprobs[i].write(s.gathered[i]);
@@ -231,6 +242,7 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
     gen_.reset();
     return respond(std::move(response));
   }
+  if (!event.done && text.empty()) return;  // all held back (a partial character, a stop string's start)
   if (!s.started) {
     s.started = true;
     s.head.emplace(http::status::ok, s.version);
@@ -245,11 +257,13 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
       for (size_t i = 0; i < s.choices.size(); ++i)
         s.out.push_back(sse_event(stream_chunk(h, i, "", std::nullopt, /*role=*/true)));
   }
-  auto chunk_logprobs = [&] { return logprobs ? s.logprobs[index].write(event.logprobs) : nlohmann::json(nullptr); };
-  if (!event.done && !event.text.empty())
-    s.out.push_back(sse_event(stream_chunk(h, index, event.text, std::nullopt, false, chunk_logprobs())));
+  // A chunk's logprobs: those of its tokens, and of tokens whose text was held back before.
+  auto chunk_logprobs = [&] {
+    return logprobs ? s.logprobs[index].write(std::exchange(gathered, {})) : nlohmann::json(nullptr);
+  };
+  if (!text.empty()) s.out.push_back(sse_event(stream_chunk(h, index, text, std::nullopt, false, chunk_logprobs())));
   if (event.done && event.error.ok())
-    s.out.push_back(sse_event(stream_chunk(h, index, event.text, event.finish_reason, false, chunk_logprobs())));
+    s.out.push_back(sse_event(stream_chunk(h, index, last, event.finish_reason, false, chunk_logprobs())));
   if (event.done && s.pending == 0) {
     if (!s.error.ok()) {
       s.out.push_back(sse_event(ApiError::from_status(s.error).to_json()));

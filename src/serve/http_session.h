@@ -1,8 +1,10 @@
 // HttpSession: one client connection (Boost.Beast, async, on its own strand).
 // It reads a request (the body bounded by body_limit before a byte of it is
 // read: 413 past it), answers it through Routes, and for a completion hands a
-// Submission to the InferenceLoop and relays what comes back: one JSON response,
-// or Server-Sent Events (chunked) as text arrives. While a request generates,
+// Submission to the InferenceLoop and relays what comes back: it turns each
+// choice's tokens into text here (answer_text, with the request's stop strings:
+// off the inference thread), and writes one JSON response, or Server-Sent
+// Events (chunked) as text becomes safe to show. While a request generates,
 // the session watches the socket: a client that closes it (or whose writes
 // fail) sets the request's cancel flag, and the inference loop drops the
 // sequence and its KV blocks on its next iteration.

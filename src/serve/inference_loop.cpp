@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "engine/text_stream.h"
-
 namespace tessera::serve {
 
 namespace {
@@ -20,12 +18,19 @@ Status cancelled_status() { return Status::disconnected("the client cancelled th
 struct InferenceLoop::Live {
   Submission submission;  // its sink moved to `sink`
   std::shared_ptr<const Sink> sink;
-  TextStream stream;
+  std::optional<TextStream> stop_text;  // with stop strings: the answer's text, to find where it stops
   int64_t capacity = 0;
   std::vector<int32_t> output;
   std::optional<Clock::time_point> last_token;
-  std::vector<SampledLogprobs> logprobs{};  // not yet sent
 };
+
+TextStream answer_text(const TextModel& model, std::vector<std::string> stop) {
+  return TextStream(
+      [&model](std::span<const int32_t> ids) {
+        return model.tokenizer.decode(ids, /*skip_special=*/true).value_or("");
+      },
+      std::move(stop));
+}
 
 Status check_kv_room(int64_t prompt_tokens, std::optional<int64_t> max_tokens, int64_t pool_positions) {
   if (prompt_tokens >= pool_positions)
@@ -227,14 +232,10 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
     }
     stats_.prompt_tokens += static_cast<uint64_t>(prompt_size);
     stats_.queue_time.observe(seconds_since(s.arrived));
-    const TextModel& model = *model_;
-    TextStream stream(
-        [&model](std::span<const int32_t> ids) {
-          return model.tokenizer.decode(ids, /*skip_special=*/true).value_or("");
-        },
-        s.stop);
+    std::optional<TextStream> stop_text;
+    if (!s.stop.empty()) stop_text.emplace(answer_text(*model_, s.stop));
     live_.emplace(id, std::make_unique<Live>(
-                          Live{std::move(s), std::move(sink), std::move(stream), capacity, {}, std::nullopt, {}}));
+                          Live{std::move(s), std::move(sink), std::move(stop_text), capacity, {}, std::nullopt}));
   }
 }
 
@@ -248,32 +249,35 @@ void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
   live.last_token = Clock::now();
   const std::vector<int32_t>& stop_ids = model_->stop_ids;
   if (!live.submission.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end())
-    return finish(id, "stop");
+    return finish(id, "stop", {});
   live.output.push_back(token);
   ++stats_.generation_tokens;
-  if (out.logprobs) live.logprobs.push_back(std::move(*out.logprobs));
-  if (std::string text = live.stream.push(token); !text.empty())
-    emit(live.sink, {.text = std::move(text), .logprobs = std::exchange(live.logprobs, {})});
-  if (live.stream.stopped()) return finish(id, "stop");
+  GenerationEvent event{.tokens = {token}};
+  if (out.logprobs) event.logprobs.push_back(std::move(*out.logprobs));
+  if (live.stop_text) {
+    live.stop_text->push(token);
+    if (live.stop_text->stopped()) return finish(id, "stop", std::move(event));
+  }
   const auto produced = static_cast<int64_t>(live.output.size());
-  if (produced >= live.submission.max_tokens) return finish(id, "length");
+  if (produced >= live.submission.max_tokens) return finish(id, "length", std::move(event));
   // Positions held: the prompt and every output token but this one, which is not yet run.
-  if (static_cast<int64_t>(live.submission.prompt.size()) + produced - 1 >= live.capacity) return finish(id, "length");
+  if (static_cast<int64_t>(live.submission.prompt.size()) + produced - 1 >= live.capacity)
+    return finish(id, "length", std::move(event));
+  emit(live.sink, std::move(event));
   if (Status fed = backend_->feed(id, token); !fed.ok()) fail(id, fed);
 }
 
-void InferenceLoop::finish(uint64_t id, const std::string& reason) {
+void InferenceLoop::finish(uint64_t id, const std::string& reason, GenerationEvent last) {
   const auto it = live_.find(id);
   Live& live = *it->second;
   backend_->cancel(id);
   ++(reason == "stop" ? stats_.finished_stop : stats_.finished_length);
   stats_.e2e_latency.observe(seconds_since(live.submission.arrived));
-  emit(live.sink, {.text = live.stream.finish(),
-                   .done = true,
-                   .finish_reason = reason,
-                   .prompt_tokens = static_cast<int64_t>(live.submission.prompt.size()),
-                   .completion_tokens = static_cast<int64_t>(live.output.size()),
-                   .logprobs = std::move(live.logprobs)});
+  last.done = true;
+  last.finish_reason = reason;
+  last.prompt_tokens = static_cast<int64_t>(live.submission.prompt.size());
+  last.completion_tokens = static_cast<int64_t>(live.output.size());
+  emit(live.sink, std::move(last));
   live_.erase(it);
 }
 

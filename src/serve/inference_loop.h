@@ -3,7 +3,7 @@
 // together: each iteration admits waiting requests (open + start + feed the
 // prompt), runs one Scheduler::step() (the decode steps of running requests
 // plus chunks of new prompts: continuous batching with chunked prefill), and
-// turns each sampled token into text through the request's own TextStream.
+// hands each sampled token to its request's sink.
 // A finished or cancelled request leaves the scheduler at once, so its KV
 // blocks return to the pool before the next step.
 //
@@ -24,6 +24,12 @@
 // model's stop ids end a request before the id (finish "stop"), a stop string
 // ends it with the text before it ("stop"), max_tokens or the sequence's
 // capacity ends it ("length").
+//
+// Text is made off this thread: events carry token ids, and the receiver turns
+// them into text with answer_text() (the HTTP session, on its own strand), so
+// detokenizing is not on the step's critical path. Only a request with stop
+// strings is detokenized here too, with the same answer_text(), to see where
+// its text stops: the receiver's stream stops at the same token.
 //
 // With LoopOptions::backend the requests run elsewhere instead (a pipeline of
 // stages: pipeline_backend.h), through the same admission, stop rules and events.
@@ -58,26 +64,36 @@
 #include "core/status.h"
 #include "engine/local_engine.h"
 #include "engine/text_model.h"
+#include "engine/text_stream.h"
 #include "sampling/sampling_params.h"
 #include "serve/histogram.h"
 #include "serve/loop_backend.h"
 
 namespace tessera::serve {
 
-// What a request hears from the inference thread: text as it becomes safe to
-// show, then one final event (done) with the finish reason or the error.
+// What a request hears from the inference thread: the tokens of its answer as
+// they are sampled (one event a step), then one final event (done) with the
+// finish reason or the error.
 struct GenerationEvent {
-  std::string text{};
+  // The answer's tokens since the last event, for answer_text() (a model stop
+  // id that ended the answer is not one of them; the done event may carry the
+  // last step's token, and a stop string's tokens come in full).
+  std::vector<int32_t> tokens{};
   bool done = false;
   Status error{};               // done with an error: the request failed (no finish reason)
   bool cancelled = false;       // done with an error because the request's cancel flag was set
   std::string finish_reason{};  // done and OK: "stop" or "length"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  // With logprobs asked: those of the tokens generated since the last event (a
-  // token's text may come in a later event than its logprobs, never earlier).
+  // With logprobs asked: those of `tokens`.
   std::vector<SampledLogprobs> logprobs{};
 };
+
+// An answer's text as it becomes safe to show (engine/text_stream.h): its
+// tokens decoded without special tokens, never split inside a UTF-8 character,
+// cut before the first of `stop` and holding back what may begin one. The
+// model's tokenizer is thread-safe, so any thread may run one.
+TextStream answer_text(const TextModel& model, std::vector<std::string> stop);
 
 using Sink = std::function<void(GenerationEvent)>;
 // One iteration's events, in order, each with its request's sink.
@@ -182,7 +198,8 @@ class InferenceLoop {
   std::vector<Submission> take_waiting();
   void admit(std::vector<Submission>& admitted);
   void on_token(uint64_t id, Live& live, StepOutput& out);
-  void finish(uint64_t id, const std::string& reason);
+  // `last`: the event of the step's token (its tokens and logprobs), made the done one.
+  void finish(uint64_t id, const std::string& reason, GenerationEvent last);
   // `cancelled`: the request's cancel flag (the client left), not a failure.
   void fail(uint64_t id, Status error, bool cancelled = false);
   // Queues an event for the end of the iteration; flush() hands the batch over.

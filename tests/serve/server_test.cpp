@@ -195,6 +195,68 @@ TEST_F(ServeTest, StopStringEndsTheTextAndNeverLeaks) {
   EXPECT_EQ(s.finish_reason, "stop");
 }
 
+// The answer's text is made on the HTTP side from the tokens the inference
+// thread sends, and only the inference thread sees where a stop string ends a
+// request: each choice's text must stop at the same token, streamed or whole,
+// its logprobs cover every token generated (the stop string's included, as
+// completion_tokens counts them) and its chunks' logprobs join to the whole
+// answer's. Fails with the HTTP side's text made without the stop strings
+// (tried: the stop string leaks into the text).
+TEST_F(ServeTest, StopStringsWithLogprobsAndNChoicesStopWhereTheLoopStops) {
+  Json request = {{"prompt", "The queen"}, {"max_tokens", 24}, {"temperature", 0.9}, {"seed", 11}, {"n", 2},
+                  {"logprobs", 2}};
+  const Json free = post(port(), "/v1/completions", request.dump()).json();
+  const std::string first = free["choices"][0]["text"];
+  const size_t from = first.find(' ', first.size() / 3);
+  ASSERT_NE(from, std::string::npos) << first;
+  const size_t end = first.find(' ', from + 1);
+  const std::string stop = first.substr(from, end == std::string::npos ? end : end - from);
+  request["stop"] = Json::array({stop});
+  const HttpReply whole = post(port(), "/v1/completions", request.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const Json answer = whole.json();
+  const Json& choices = answer["choices"];
+  ASSERT_EQ(choices.size(), 2u);
+  EXPECT_EQ(choices[0]["text"], first.substr(0, first.find(stop)));
+  EXPECT_EQ(choices[0]["finish_reason"], "stop");
+  size_t tokens = 0;
+  for (const Json& choice : choices) {
+    const Json& lp = choice["logprobs"];
+    tokens += lp["tokens"].size();
+    std::string joined;
+    for (const Json& token : lp["tokens"]) joined += token.get<std::string>();
+    const std::string text = choice["text"];
+    EXPECT_TRUE(joined.starts_with(text)) << joined << " | " << text;
+    if (choice["finish_reason"] == "stop") {
+      EXPECT_NE(joined.find(stop, text.size()), std::string::npos) << "the stop string's tokens have logprobs";
+    }
+    EXPECT_EQ(text.find(stop), std::string::npos) << text;
+  }
+  EXPECT_EQ(answer["usage"]["completion_tokens"], tokens);
+
+  request["stream"] = true;
+  std::vector<std::string> texts(2);
+  std::vector<Json> streamed(2, Json{{"tokens", Json::array()},
+                                     {"token_logprobs", Json::array()},
+                                     {"top_logprobs", Json::array()},
+                                     {"text_offset", Json::array()}});
+  std::vector<std::string> finishes(2);
+  for (const std::string& data : sse_data(post(port(), "/v1/completions", request.dump()).body)) {
+    if (data == "[DONE]") continue;
+    const Json chunk = Json::parse(data)["choices"][0];
+    const size_t i = chunk["index"];
+    texts[i] += chunk["text"].get<std::string>();
+    if (!chunk["finish_reason"].is_null()) finishes[i] = chunk["finish_reason"];
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      for (const Json& v : chunk["logprobs"][key]) streamed[i][key].push_back(v);
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(texts[i], choices[i]["text"]) << "choice " << i;
+    EXPECT_EQ(finishes[i], choices[i]["finish_reason"]) << "choice " << i;
+    EXPECT_EQ(streamed[i], choices[i]["logprobs"]) << "choice " << i;
+  }
+}
+
 TEST_F(ServeTest, SeededSamplingIsTheSameAloneAndAmongOthers) {
   auto body = [](int seed) {
     return R"({"prompt": "In the morning", "max_tokens": 20, "temperature": 1.0, "top_p": 0.9, "seed": )" +
