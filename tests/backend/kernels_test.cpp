@@ -253,6 +253,22 @@ TEST(KernelsTest, DotAxpyAndConversion) {
   for (const int streams : {4, 8, 16}) EXPECT_EQ(cpu::read_sum(words.data(), 1001, streams), 3003u) << streams;
 }
 
+// read_sum adds every word once in both layouts: sizes of whole blocks or parts, and
+// of a part or block short, so the tail is summed too.
+TEST(KernelsTest, ReadSumAddsEveryWordOnce) {
+  for (const int64_t n : {1, 1001, 16 * 512, 16 * 512 + 77, 100'003}) {
+    std::vector<uint64_t> words(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) words[static_cast<size_t>(i)] = static_cast<uint64_t>(i) * 7 + 1;
+    const uint64_t want = static_cast<uint64_t>(n) * static_cast<uint64_t>(n - 1) / 2 * 7 + static_cast<uint64_t>(n);
+    for (const int streams : {4, 8, 16})
+      EXPECT_EQ(cpu::read_sum(words.data(), n, streams, cpu::ReadLayout::kRows), want)
+          << n << " words, rows " << streams;
+    for (const int streams : {1, 2, 4})
+      EXPECT_EQ(cpu::read_sum(words.data(), n, streams, cpu::ReadLayout::kParts), want)
+          << n << " words, parts " << streams;
+  }
+}
+
 // axpy_rows gives the bits of one axpy per row, in row order, for every dtype and sizes
 // that take its 8-vector groups, single vectors and a scalar tail.
 TEST(KernelsTest, AxpyRowsIsAxpyRowByRow) {
@@ -494,19 +510,23 @@ TEST(CpuDeviceTest, ElementWiseOpsAreBitwiseIndependentOfThreadCount) {
   }
 }
 
+// 37 rows run on the calling thread alone; 2,777 (533 KB of bf16, more than a decode
+// matmul takes there) split over the threads.
 TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
-  const int64_t tokens = 3, k = 96, n = 37;
+  const int64_t tokens = 3, k = 96;
   const auto x = random_values(static_cast<size_t>(tokens * k), 12);
-  auto w = random_values(static_cast<size_t>(n * k), 13);
-  const auto bytes = encode(w, DType::kBF16);
-  const TensorView weight{DType::kBF16, {n, k}, bytes.data()};
-  std::vector<float> reference;
-  for (const size_t threads : {1, 2, 3, 5}) {
-    CpuDevice device(threads);
-    std::vector<float> y(static_cast<size_t>(tokens * n));
-    device.matmul(x.data(), tokens, weight, {}, y.data());
-    if (reference.empty()) reference = y;
-    EXPECT_EQ(y, reference) << threads << " threads";
+  for (const int64_t n : {37, 2777}) {
+    auto w = random_values(static_cast<size_t>(n * k), 13);
+    const auto bytes = encode(w, DType::kBF16);
+    const TensorView weight{DType::kBF16, {n, k}, bytes.data()};
+    std::vector<float> reference;
+    for (const size_t threads : {1, 2, 3, 5}) {
+      CpuDevice device(threads);
+      std::vector<float> y(static_cast<size_t>(tokens * n));
+      device.matmul(x.data(), tokens, weight, {}, y.data());
+      if (reference.empty()) reference = y;
+      EXPECT_EQ(y, reference) << n << " rows, " << threads << " threads";
+    }
   }
 }
 

@@ -59,6 +59,12 @@ cpu::MatmulSplit gemm_split(int64_t tokens, int64_t n, int64_t k, DType dtype, s
   return split;
 }
 
+// A decode matmul of at most this many weight bytes runs on the calling thread alone:
+// a parallel region's hand-offs cost more than the other threads save it (a lone
+// token's router in Qwen3-30B-A3B, 512 KiB: 24 us alone against 31-142 us in a region
+// on the 2-core dev VM, load average 6-8). Each row is the same matmul_rows sum either way.
+constexpr size_t kCallerBytes = size_t{512} << 10;
+
 // Element-wise ops split over the threads in units of at least this many elements, so
 // that a decode step's small ones (one token) stay on the calling thread. Every element
 // is computed as before, by whichever thread, so the results do not change.
@@ -104,6 +110,8 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   const int64_t packed_floats = quantized ? 0 : cpu::matmul_packed_floats(tokens, k, w.dtype);
   if (quantized) {
     cpu::quant_matmul(pool_, x, tokens, w, y);  // GGUF blocks (quant_matmul.h)
+  } else if (packed_floats == 0 && static_cast<size_t>(n) * row_bytes <= kCallerBytes) {
+    cpu::matmul_rows(x, tokens, k, base, w.dtype, n, y, n);
   } else if (packed_floats == 0) {
     for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
       cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin,
@@ -298,9 +306,11 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const size_t elem = dtype_size(p.dtype);
   const auto* base = static_cast<const uint8_t*>(p.base);
   const auto threads = static_cast<int64_t>(pool_.size());
-  // A prompt's units take a KV head's whole group (its keys read once for all of them);
-  // a few tokens' take one head each, so that every thread has some.
-  const int64_t per_unit = a.tokens * p.n_kv_heads >= 4 * threads ? group : 1;
+  // A unit takes a KV head's whole group (its keys and values read once for all of them)
+  // where that leaves every thread two units or more; else a head each, so that every
+  // thread has some. (A lone token's 32 heads in 4 groups on 2 threads: 38-44 us a layer
+  // by groups against 78-158 us by heads on the dev VM.)
+  const int64_t per_unit = a.tokens * p.n_kv_heads >= 2 * threads ? group : 1;
   const int64_t units_per_token = a.n_heads / per_unit;
   // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
   // thread is free, the last token's first: in a causal prompt a token's units cost in proportion to its position, and
