@@ -13,6 +13,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/widen-inl.h"
 #include "core/check.h"
+#include "hwy/cache_control.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
@@ -169,7 +170,42 @@ uint64_t read_sum_streams(const uint64_t* HWY_RESTRICT data, int64_t n) {
   return sum;
 }
 
-uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n, int streams) {
+// Reads n words as the quantized decode reads its rows (quant_dot.cpp): kStreams
+// contiguous parts of them at once, a line of each in turn, each a long sequential
+// stream that asks for its line kAheadWords further on (a hint; past the end it does
+// not fault).
+constexpr int64_t kLineWords = 8;     // 64 bytes
+constexpr int64_t kAheadWords = 256;  // 2 KiB, the decode's distance
+
+template <int kStreams>
+uint64_t read_sum_parts(const uint64_t* HWY_RESTRICT data, int64_t n) {
+  const hn::ScalableTag<uint64_t> du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  hn::Vec<decltype(du)> acc[kStreams];
+  for (int s = 0; s < kStreams; ++s) acc[s] = hn::Zero(du);
+  const int64_t part = n / kStreams / kLineWords * kLineWords;
+  for (int64_t i = 0; i < part; i += kLineWords) {
+    for (int s = 0; s < kStreams; ++s) {
+      const uint64_t* line = data + s * part + i;
+      hwy::Prefetch(line + kAheadWords);
+      for (int64_t j = 0; j < kLineWords; j += lanes) acc[s] = hn::Add(acc[s], hn::LoadU(du, line + j));
+    }
+  }
+  for (int s = 1; s < kStreams; ++s) acc[0] = hn::Add(acc[0], acc[s]);
+  uint64_t sum = hn::GetLane(hn::SumOfLanes(du, acc[0]));
+  for (int64_t i = kStreams * part; i < n; ++i) sum += data[i];
+  return sum;
+}
+
+uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n, int streams, ReadLayout layout) {
+  if (layout == ReadLayout::kParts) {
+    switch (streams) {
+      case 1: return read_sum_parts<1>(data, n);
+      case 2: return read_sum_parts<2>(data, n);
+      case 4: return read_sum_parts<4>(data, n);
+      default: TS_CHECK(false, "read_sum parts ", streams);
+    }
+  }
   switch (streams) {
     case 4: return read_sum_streams<4>(data, n);
     case 8: return read_sum_streams<8>(data, n);
@@ -228,8 +264,8 @@ void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }
-uint64_t read_sum(const uint64_t* data, int64_t n, int streams) {
-  return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, streams);
+uint64_t read_sum(const uint64_t* data, int64_t n, int streams, ReadLayout layout) {
+  return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, streams, layout);
 }
 float fma_loop(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoop)(iterations); }
 int64_t fma_loop_flops(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoopFlops)(iterations); }

@@ -69,9 +69,13 @@ void from_f32(const float* src, int64_t n, DType dtype, void* dst);
 // The index of the first largest of x[0, n): std::max_element's answer (0 for n = 0),
 // read in vectors where x holds no NaN or infinity.
 int64_t argmax(const float* x, int64_t n);
-// Sum of n u64 words, read as `streams` (4, 8 or 16) sequential streams at once; used
-// to measure memory read bandwidth.
-uint64_t read_sum(const uint64_t* data, int64_t n, int streams);
+// How read_sum walks its words. kRows: blocks of `streams` (4, 8 or 16) rows of 4 KiB,
+// the rows of a block side by side, as a 16-bit decode tile reads weight rows. kParts:
+// `streams` (1, 2 or 4) contiguous parts at once, each one long stream that asks for its
+// bytes 2 KiB ahead, as the quantized decode reads its rows.
+enum class ReadLayout { kRows, kParts };
+// Sum of n u64 words, read as `layout` says; used to measure memory read bandwidth.
+uint64_t read_sum(const uint64_t* data, int64_t n, int streams, ReadLayout layout = ReadLayout::kRows);
 
 // fma_loop_flops(n) floating-point operations of fused multiply-adds on registers
 // only (no memory), in the widest f32 vectors of the chosen target: the peak the
