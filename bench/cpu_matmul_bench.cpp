@@ -8,8 +8,10 @@
 //   BM_GemmAllThreads/bf16/<rows>/<k>  the same through CpuDevice on every CPU (as prefill
 //                                cuts it), in wall time; counters: GFLOPs, amx_share (of the
 //                                tile loop on every CPU at once)
-//   BM_AmxLadder/<rung>/<threads>  the AMX GEMM's inner loop one part at a time (amx.h's
-//                                ladder), one thread, 8 or every CPU (0); GFLOPs, amx_share
+//   BM_AmxLadder/<rung>/<threads>/<place>  the AMX GEMM's inner loop one part at a time
+//                                (amx.h's ladder), one thread, 8 or every CPU (0), where the
+//                                OS puts them or pinned (1: CPUs 0, 1, 2, ..; 2: CPUs 0, 2,
+//                                4, .., then the odd ones); GFLOPs, amx_share
 //   BM_AmxOutside/<rows>/<k>     BM_Gemm/bf16's GEMM without its tile operations (amx.h's
 //                                outside), on one thread: what it costs besides its inner
 //                                loop; counter: ceiling_GFLOPs (its FLOP over that time),
@@ -26,6 +28,7 @@
 // Run: build/bin/cpu_matmul_bench   (docs/benchmarks.md, "f16 prefill")
 #include <benchmark/benchmark.h>
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -153,21 +156,36 @@ BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)
 // the C tiles through the 256 KiB of partial sums; and rung 0's probes: 4, its loads
 // alone, counted as if its products ran; 5, only its A tiles loaded each step), on one
 // thread in its CPU time (threads 1) or on 8 or every CPU (threads 0) at once in wall
-// time: GFLOPs and amx_share, of the tile loop on as many threads. BM_Gemm is the rung
-// above them: the whole GEMM.
-//   BM_AmxLadder/<rung>/<threads>
+// time: GFLOPs and amx_share, of the tile loop on as many threads placed alike. BM_Gemm is
+// the rung above them: the whole GEMM. Pinning the threads to consecutive CPUs or to every
+// other one tells whether two of them sharing a core (a VM may not say which CPUs do) is
+// what lowers the share on every CPU.
+//   BM_AmxLadder/<rung>/<threads>/<place>
 void BM_AmxLadder(benchmark::State& state) {
   if (!cpu::amx_active()) return state.SkipWithError("no AMX tiles on this CPU (or TESSERA_AMX=0)");
   const int rung = static_cast<int>(state.range(0));
-  const size_t threads =
-      state.range(1) == 0 ? std::thread::hardware_concurrency() : static_cast<size_t>(state.range(1));
+  const size_t cpus = std::thread::hardware_concurrency();
+  const size_t threads = state.range(1) == 0 ? cpus : static_cast<size_t>(state.range(1));
+  const int64_t place = state.range(2);
   constexpr int64_t kPasses = 64;
+  cpu_set_t caller{};
+  sched_getaffinity(0, sizeof(caller), &caller);  // the calling thread runs a share too: restored below
+  auto pin = [&](size_t i) {                      // the calling thread to the CPU of index i
+    if (place == 0) return;
+    const size_t to = place == 1 ? i % cpus : (2 * i) % cpus + (2 * i / cpus) % 2;
+    cpu_set_t one{};
+    CPU_SET(to, &one);
+    sched_setaffinity(0, sizeof(one), &one);
+  };
   tessera::ThreadPool pool(threads);
   auto on_every_thread = [&](auto loop) {  // seconds: CPU time on one thread, else wall time
     const double cpu_start = thread_seconds();
     const auto start = std::chrono::steady_clock::now();
     pool.parallel_for(pool.size(), 1, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) benchmark::DoNotOptimize(loop());
+      for (size_t i = begin; i < end; ++i) {
+        pin(i);
+        benchmark::DoNotOptimize(loop());
+      }
     });
     const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
     return threads == 1 ? thread_seconds() - cpu_start : wall.count();
@@ -189,8 +207,13 @@ void BM_AmxLadder(benchmark::State& state) {
   state.counters["GFLOPs"] = flop / seconds * 1e-9;
   state.counters["amx_share"] = flop / seconds / tile_rate;
   state.counters["threads"] = static_cast<double>(pool.size());
+  sched_setaffinity(0, sizeof(caller), &caller);
 }
-BENCHMARK(BM_AmxLadder)->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 8, 0}})->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AmxLadder)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1, 8, 0}, {0}})
+    ->ArgsProduct({{0, 3}, {8}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 // BM_Gemm/bf16's GEMM with no tile operation (amx.h's outside), one thread, CPU time.
 void BM_AmxOutside(benchmark::State& state) {
