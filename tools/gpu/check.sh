@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine: builds tessera with CUDA, runs the tests labelled gpu, runs
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
-# Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry.
+# Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry. $TARGETS (ninja targets)
+# builds less, e.g. TARGETS=chain_probe for the chain step alone.
 #   tools/gpu/check.sh [tests|memcheck|bench|ab|moe|peer|kernels|chain|profile|details|serve|gguf]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
@@ -17,7 +18,7 @@ if [ -d .deps ]; then
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON "${PREFIX[@]}" >"$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; exit 1; }
-ninja -C build-gpu tessera gpu_test gpu_process_test nccl_test cuda_bench chain_probe >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+ninja -C build-gpu ${TARGETS:-tessera gpu_test gpu_process_test nccl_test cuda_bench chain_probe} >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 for step in $STEPS; do
