@@ -97,9 +97,9 @@ TS_LANE float f16_bits(uint32_t bits) {
   return f16_to_f32(static_cast<uint16_t>(bits & 0xffffu));
 #endif
 }
-// 16 bytes at p, 16-byte aligned.
+// The T at p (aligned to sizeof(T): 16 bytes for the vector types).
 template <typename T>
-TS_LANE T load16(const void* p) {
+TS_LANE T load(const void* p) {
 #if defined(__CUDA_ARCH__)
   return *static_cast<const T*>(p);
 #else
@@ -141,7 +141,7 @@ TS_LANE void ring_words(const uint32_t* ring, uint32_t s, uint32_t (&out)[N]) {
   for (int i = 0; i < N; ++i) out[i] = funnel_right(w[i], w[i + 1], shift);
 }
 // The 16 bytes of the stream from byte s on, s a multiple of 16: one 16-byte read.
-TS_LANE uint4 ring16(const uint32_t* ring, uint32_t s) { return load16<uint4>(ring + ((s >> 2) & kRingMask)); }
+TS_LANE uint4 ring16(const uint32_t* ring, uint32_t s) { return load<uint4>(ring + ((s >> 2) & kRingMask)); }
 // The 2 bytes of the stream at byte s, s even (so they lie in one word), in the low half.
 TS_LANE uint32_t ring_half(const uint32_t* ring, uint32_t s) { return ring[(s >> 2) & kRingMask] >> ((s & 2) * 8); }
 
@@ -159,17 +159,9 @@ TS_LANE int sum16(const int4 x, int times) {
   s = dp4a(times, x.z, s);
   return dp4a(times, x.w, s);
 }
-TS_LANE int4 x16(const int8_t* p) { return load16<int4>(p); }
+TS_LANE int4 x16(const int8_t* p) { return load<int4>(p); }
 // The two int16 at p (4-byte aligned) as one word, the first in the low half.
-TS_LANE int pair16(const int16_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const int*>(p);
-#else
-  int v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-#endif
-}
+TS_LANE int pair16(const int16_t* p) { return load<int>(p); }
 
 // ggml's get_scale_min_k4 for sub-blocks 2i and 2i + 1 of a Q4_K/Q5_K unit, whose 12
 // scale bytes are the words s0, s1, s2: their 6-bit scales (bytes 2 (i & 1) and

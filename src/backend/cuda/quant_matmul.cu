@@ -66,23 +66,6 @@ Acts acts_in(void* scratch, int64_t tokens, int64_t k) {
 
 // ---- Activations ----
 
-// A block of kNormThreads threads rounds 8 blocks of `size` activations of one row of
-// x (blockIdx.x the row, blockIdx.y which 8), one warp a block; with a norm weight
-// (kNorm) it first takes the row's RMSNorm scale as rms_norm does (block_rms_scale,
-// the same threads), and normalizes each value as rms_norm does, so that the rounding
-// reads rms_norm's bits. Returns this warp's block of the row, -1 past the last.
-template <bool kNorm>
-__device__ __forceinline__ int64_t row_block_of_warp(const float* row, int64_t k, int size, float eps, float& scale) {
-  let_next_start();
-  wait_for_earlier();
-  if constexpr (kNorm) {
-    __shared__ float shared[32];
-    scale = block_rms_scale(row, k, eps, shared);
-  }
-  const int64_t block = static_cast<int64_t>(blockIdx.y) * (kNormThreads / 32) + threadIdx.x / 32;
-  return block < k / size ? block : -1;
-}
-
 // x's element e of `row`, normalized (kNorm) as rms_norm does.
 template <DType D, bool kNorm>
 __device__ __forceinline__ float normed(float v, const Storage<D>* weight, int64_t e, float scale) {
@@ -90,36 +73,28 @@ __device__ __forceinline__ float normed(float v, const Storage<D>* weight, int64
   return v;
 }
 
-// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i.
+// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i of the
+// row's block b, the scratch's block `block`.
 template <DType D, bool kNorm>
-__global__ void round_q8_0_kernel(const float* __restrict__ x, int64_t k, const Storage<D>* __restrict__ weight,
-                                  float eps, Acts a) {
-  const float* row = x + blockIdx.x * k;
-  float scale = 0.0f;
-  const int64_t b = row_block_of_warp<kNorm>(row, k, 32, eps, scale);
-  if (b < 0) return;
+__device__ __forceinline__ void round_q8_0(const float* row, const Storage<D>* weight, float scale, int64_t b,
+                                           int64_t block, Acts a) {
   const int lane = threadIdx.x % 32;
-  const int64_t block = blockIdx.x * (k / 32) + b, at = block * 32 + lane;
   const float v = normed<D, kNorm>(row[32 * b + lane], weight, 32 * b + lane, scale);
   const float amax = warp_max(fabsf(v));
   const bool finite = __all_sync(0xffffffffu, isfinite(v));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   const float r = roundf(__fmul_rn(v, id));  // ties away from zero, as roundf on the CPU
-  a.q[at] = static_cast<int8_t>(isfinite(r) ? static_cast<int>(r) : 0);
+  a.q[block * 32 + lane] = static_cast<int8_t>(isfinite(r) ? static_cast<int>(r) : 0);
   if (lane == 0) a.d[block] = finite ? __half2float(__float2half_rn(d)) : __int_as_float(0x7fc00000);
 }
 
 // One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7.
 template <DType D, bool kNorm>
-__global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t k, const Storage<D>* __restrict__ weight,
-                                  float eps, Acts a) {
-  const float* row = x + blockIdx.x * k;
-  float scale = 0.0f;
-  const int64_t b = row_block_of_warp<kNorm>(row, k, 256, eps, scale);
-  if (b < 0) return;
+__device__ __forceinline__ void round_q8_k(const float* row, const Storage<D>* weight, float scale, int64_t b,
+                                           int64_t block, Acts a) {
   const int lane = threadIdx.x % 32;
-  const int64_t block = blockIdx.x * (k / 256) + b, e = 256 * b + 8 * lane, at = block * 256 + 8 * lane;
+  const int64_t e = 256 * b + 8 * lane, at = block * 256 + 8 * lane;
   float v[8];
   const float4 v0 = *reinterpret_cast<const float4*>(row + e), v1 = *reinterpret_cast<const float4*>(row + e + 4);
   v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
@@ -161,6 +136,28 @@ __global__ void round_q8_k_kernel(const float* __restrict__ x, int64_t k, const 
   sum += __shfl_down_sync(0xffffffffu, sum, 1);
   if (lane % 2 == 0) a.s[block * 16 + lane / 2] = static_cast<int16_t>(sum);
   if (lane == 0) a.d[block] = d;
+}
+
+// A block of kNormThreads threads rounds 8 blocks of kSize activations of one row of
+// x (blockIdx.x the row, blockIdx.y which 8), one warp a block, once the earlier
+// kernels are done. With a norm weight (kNorm) it first takes the row's RMSNorm scale
+// as rms_norm does (block_rms_scale, the same threads) and normalizes each value as
+// rms_norm does, so that the rounding reads rms_norm's bits.
+template <DType D, bool kNorm, int kSize>
+__global__ void round_kernel(const float* __restrict__ x, int64_t k, const Storage<D>* __restrict__ weight, float eps,
+                             Acts a) {
+  let_next_start();
+  wait_for_earlier();
+  const float* row = x + blockIdx.x * k;
+  float scale = 0.0f;
+  if constexpr (kNorm) {
+    __shared__ float shared[32];
+    scale = block_rms_scale(row, k, eps, shared);
+  }
+  const int64_t b = static_cast<int64_t>(blockIdx.y) * (kNormThreads / 32) + threadIdx.x / 32;  // the warp's block
+  if (b >= k / kSize) return;
+  if constexpr (kSize == 32) round_q8_0<D, kNorm>(row, weight, scale, b, blockIdx.x * (k / 32) + b, a);
+  else round_q8_k<D, kNorm>(row, weight, scale, b, blockIdx.x * (k / 256) + b, a);
 }
 
 // ---- Weights ----
@@ -411,8 +408,8 @@ void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k,
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(eighths));
   const auto run = [&]<DType D, bool kNorm>() {
     const auto* weight = static_cast<const Storage<D>*>(norm.weight);
-    if (k_type) launch_kernel(round_q8_k_kernel<D, kNorm>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
-    else launch_kernel(round_q8_0_kernel<D, kNorm>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
+    if (k_type) launch_kernel(round_kernel<D, kNorm, 256>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
+    else launch_kernel(round_kernel<D, kNorm, 32>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
   };
   if (norm.weight == nullptr) return run.template operator()<DType::kF32, false>();
   with_dtype(norm.dtype, [&]<DType D>() { run.template operator()<D, true>(); });
