@@ -144,13 +144,14 @@ __global__ void __launch_bounds__(128)
 template <int kDepth, int kWarps>
 void launch_chain(cudaStream_t stream, const __nv_bfloat16* w, int64_t n, int64_t k, const float* x, float* y) {
   const size_t smem = static_cast<size_t>(k / 8 + kWarps * kDepth * 4 * 32) * sizeof(uint4);
-  static bool sized = false;
-  if (!sized) {
-    must(cudaFuncSetAttribute(chain_kernel<kDepth, kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(smem)),
+  static const bool sized = [] {  // as much as an SM has, whatever k
+    int most = 0;
+    cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+    must(cudaFuncSetAttribute(chain_kernel<kDepth, kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
          "shared memory");
-    sized = true;
-  }
+    return true;
+  }();
+  (void)sized;
   const auto blocks = static_cast<unsigned>((n / 16 + kWarps - 1) / kWarps);
   launch_kernel(chain_kernel<kDepth, kWarps>, blocks, 32 * kWarps, smem, stream, w, n, k, x, y);
 }
@@ -232,6 +233,7 @@ void order(cudaStream_t stream) {
 }
 
 int probe() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is printed
   cudaStream_t stream;
   must(cudaStreamCreate(&stream), "stream");
   cudaEvent_t begin, end;
