@@ -6,6 +6,7 @@
 // the order of their f32 steps is quant_gpu_test's (on a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -84,6 +85,40 @@ void check_lanes(int64_t units, uint32_t seed) {
       }
     }
   }
+}
+
+// The ring's schedule in quant_matmul_kernel, restated: while a warp reads at stage s,
+// the copies of stages s + 1 .. s + kAhead - 1 are in flight into their ring slots, and
+// each round of units is read at the first stage whose landed bytes reach its end. So
+// a round must lie in stages s - (kStages - kAhead) .. s, the ones no copy in flight
+// overwrites: Unit::kAhead leaves room for it, at every row length and skew.
+template <DType kT>
+void check_schedule() {
+  using U = cuda::Unit<kT>;
+  SCOPED_TRACE(dtype_name(kT));
+  for (int64_t skew = 0; skew < 16; skew += 2) {
+    for (int64_t units = 1; units <= 200; ++units) {
+      const int64_t end = skew + units * U::kBytes, stages = (end + cuda::kStageBytes - 1) / cuda::kStageBytes;
+      int64_t u0 = 0;  // the next round's first unit
+      for (int64_t stage = 0; stage < stages; ++stage) {
+        const int64_t landed = std::min((stage + 1) * cuda::kStageBytes, end);
+        for (; u0 < units && std::min(skew + (u0 + U::kRound) * U::kBytes, end) <= landed; u0 += U::kRound) {
+          const int64_t first = (skew + u0 * U::kBytes) / cuda::kStageBytes;
+          ASSERT_LE(stage - first, cuda::kStages - U::kAhead)
+              << units << " units at skew " << skew << ": a round from stage " << first << " read at stage " << stage;
+        }
+      }
+      ASSERT_GE(u0, units) << units << " units at skew " << skew << ": rounds left unread";
+    }
+  }
+}
+
+TEST(QuantLanes, EveryRoundLiesInStagesNoCopyInFlightOverwrites) {
+  check_schedule<DType::kQ8_0>();
+  check_schedule<DType::kQ4_0>();
+  check_schedule<DType::kQ4_K>();
+  check_schedule<DType::kQ5_K>();
+  check_schedule<DType::kQ6_K>();
 }
 
 // Units enough that a row wraps the 4 KiB ring (Q4_K's 31 x 144 bytes; Q8_0's rows of
