@@ -45,26 +45,31 @@ struct BenchOptions {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Best of three passes of summing a 1 GiB buffer with `threads` threads, each reading 4,
-// 8 and 16 streams at once (the best count differs between CPUs), in bytes/s. Shared
-// machines drift, so bench measures it before and after the timed runs and takes the
-// higher figure (the lower, more conservative ratio).
+// Best of three passes of summing a 1 GiB buffer with `threads` threads, each reading its
+// contiguous share in the ways the decode kernels read weights (cpu::ReadLayout): 4, 8
+// and 16 rows of 4 KiB side by side, and 1, 2 and 4 long sequential streams (the best
+// way differs between CPUs), in bytes/s. Shared machines drift, so bench
+// measures it before and after the timed runs and takes the higher figure (the lower,
+// more conservative ratio).
 double measure_read_bandwidth(size_t threads) {
   const size_t words = (size_t{1} << 30) / sizeof(uint64_t);
   std::vector<uint64_t> buffer(words, 1);
   ThreadPool pool(threads);
   std::atomic<uint64_t> total{0};
+  constexpr std::pair<cpu::ReadLayout, int> kWays[] = {{cpu::ReadLayout::kRows, 4},  {cpu::ReadLayout::kRows, 8},
+                                                       {cpu::ReadLayout::kRows, 16}, {cpu::ReadLayout::kParts, 1},
+                                                       {cpu::ReadLayout::kParts, 2}, {cpu::ReadLayout::kParts, 4}};
   double best = 0;
   for (int pass = 0; pass < 3; ++pass) {
-    for (const int streams : {4, 8, 16}) {
+    for (const auto& [layout, streams] : kWays) {
       const auto start = Clock::now();
       pool.parallel_for(words, 4096, [&](size_t begin, size_t end) {
-        total += cpu::read_sum(buffer.data() + begin, static_cast<int64_t>(end - begin), streams);
+        total += cpu::read_sum(buffer.data() + begin, static_cast<int64_t>(end - begin), streams, layout);
       });
       best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds_since(start));
     }
   }
-  if (total.load() != 9 * words) std::fprintf(stderr, "[bench] bandwidth buffer sum is wrong\n");
+  if (total.load() != 3 * std::size(kWays) * words) std::fprintf(stderr, "[bench] bandwidth buffer sum is wrong\n");
   return best;
 }
 
@@ -309,8 +314,8 @@ Status bench(const BenchOptions& o) {
   const double decode_bytes = step_bytes * decode_tps;
   if (on_cpu) {
     std::printf(
-        "read bandwidth    %.2f GB/s (1 GiB, 4, 8 or 16 streams a thread, best of 9 before and 9 after, same "
-        "threads)\n",
+        "read bandwidth    %.2f GB/s (1 GiB; 4, 8 or 16 rows side by side or 1, 2 or 4 long streams a thread; "
+        "best of 18 before and 18 after, same threads)\n",
         bandwidth / 1e9);
     std::printf("f32 FMA peak      %.1f GFLOP/s (%s registers only, every thread, best of 3 before and 3 after)\n",
                 fma_peak / 1e9, cpu::isa_name());

@@ -13,7 +13,6 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/widen-inl.h"
 #include "core/check.h"
-#include "hwy/cache_control.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
@@ -170,12 +169,11 @@ uint64_t read_sum_streams(const uint64_t* HWY_RESTRICT data, int64_t n) {
   return sum;
 }
 
-// Reads n words as the quantized decode reads its rows (quant_dot.cpp): kStreams
-// contiguous parts of them at once, a line of each in turn, each a long sequential
-// stream that asks for its line kAheadWords further on (a hint; past the end it does
-// not fault).
-constexpr int64_t kLineWords = 8;     // 64 bytes
-constexpr int64_t kAheadWords = 256;  // 2 KiB, the decode's distance
+// Reads n words as kStreams contiguous parts of them at once, a line of each in turn:
+// each part is one long sequential stream, as each of the quantized decode's streams is
+// (quant_dot.cpp). Nothing is asked for ahead: on the AVX-512 dev VM that read slower
+// (docs/benchmarks.md).
+constexpr int64_t kLineWords = 8;  // 64 bytes
 
 template <int kStreams>
 uint64_t read_sum_parts(const uint64_t* HWY_RESTRICT data, int64_t n) {
@@ -187,7 +185,6 @@ uint64_t read_sum_parts(const uint64_t* HWY_RESTRICT data, int64_t n) {
   for (int64_t i = 0; i < part; i += kLineWords) {
     for (int s = 0; s < kStreams; ++s) {
       const uint64_t* line = data + s * part + i;
-      hwy::Prefetch(line + kAheadWords);
       for (int64_t j = 0; j < kLineWords; j += lanes) acc[s] = hn::Add(acc[s], hn::LoadU(du, line + j));
     }
   }

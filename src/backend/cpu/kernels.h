@@ -71,8 +71,8 @@ void from_f32(const float* src, int64_t n, DType dtype, void* dst);
 int64_t argmax(const float* x, int64_t n);
 // How read_sum walks its words. kRows: blocks of `streams` (4, 8 or 16) rows of 4 KiB,
 // the rows of a block side by side, as a 16-bit decode tile reads weight rows. kParts:
-// `streams` (1, 2 or 4) contiguous parts at once, each one long stream that asks for its
-// bytes 2 KiB ahead, as the quantized decode reads its rows.
+// `streams` (1, 2 or 4) contiguous parts at once, each one long sequential stream, as
+// the quantized decode reads its rows.
 enum class ReadLayout { kRows, kParts };
 // Sum of n u64 words, read as `layout` says; used to measure memory read bandwidth.
 uint64_t read_sum(const uint64_t* data, int64_t n, int streams, ReadLayout layout = ReadLayout::kRows);
