@@ -511,7 +511,7 @@ TEST(CpuDeviceTest, ElementWiseOpsAreBitwiseIndependentOfThreadCount) {
 }
 
 // 37 rows run on the calling thread alone; 2,777 (533 KB of bf16, more than a decode
-// matmul takes there) split over the threads.
+// matmul takes there: kCallerBytes) split over the threads.
 TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
   const int64_t tokens = 3, k = 96;
   const auto x = random_values(static_cast<size_t>(tokens * k), 12);

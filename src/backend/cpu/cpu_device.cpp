@@ -59,11 +59,13 @@ cpu::MatmulSplit gemm_split(int64_t tokens, int64_t n, int64_t k, DType dtype, s
   return split;
 }
 
-// A decode matmul of at most this many weight bytes runs on the calling thread alone:
-// a parallel region's hand-offs cost more than the other threads save it (a lone
-// token's router in Qwen3-30B-A3B, 512 KiB: 24 us alone against 31-142 us in a region
-// on the 2-core dev VM, load average 6-8). Each row is the same matmul_rows sum either way.
-constexpr size_t kCallerBytes = size_t{512} << 10;
+// A decode matmul of at most this many weight bytes runs on the calling thread alone,
+// where a parallel region's hand-offs cost more than the other threads save it. On the
+// 2-core dev VM, quiet, a region costs about 3.5 us more than its work (Qwen3-30B-A3B's
+// router, 512 KiB: 15 us in a region, 23 us alone; loaded, 31-142 us against 24), so
+// with one thread reading about 23 GB/s the region wins above about 160 KB. Each row is
+// the same matmul_rows sum either way.
+constexpr size_t kCallerBytes = size_t{128} << 10;
 
 // Element-wise ops split over the threads in units of at least this many elements, so
 // that a decode step's small ones (one token) stay on the calling thread. Every element
