@@ -33,14 +33,15 @@ using testing::random_values;
 using testing::rounded_x_dot;
 
 // The kernel run with the emulation, as bf16_dot.cpp runs it with the instruction: tiles
-// below kGemmTokens tokens, else x packed and the GEMM.
+// below kGemmTokens tokens (one token's rows asked for 2,048 bytes ahead, its default), else
+// x packed and the GEMM.
 std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows) {
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const int64_t kp = kernel::padded_k(k);
   if (tokens < kernel::kGemmTokens) {
     std::vector<uint16_t> rounded(static_cast<size_t>(tokens * kp));
     for (int64_t t = 0; t < tokens; ++t) kernel::round_row<Emulated>(x + t * k, k, rounded.data() + t * kp);
-    kernel::tiles<Emulated>(rounded.data(), tokens, k, w, rows, y.data(), rows);
+    kernel::tiles<Emulated>(rounded.data(), tokens, k, w, rows, y.data(), rows, 2048);
   } else {
     std::vector<uint16_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k)), 0xFFFF);
     std::vector<uint16_t> row(static_cast<size_t>(kp));

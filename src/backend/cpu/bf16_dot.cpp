@@ -95,8 +95,9 @@ void round_rows(const float* x, int64_t tokens, int64_t k, uint16_t* out) {
   for (int64_t t = 0; t < tokens; ++t) kernel::round_row<InstructionOps>(x + t * k, k, out + t * kernel::padded_k(k));
 }
 void run_round_x(const float* x, int64_t n, uint16_t* out) { InstructionOps::round_x(x, n, out); }
-void run_tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
-  kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy);
+void run_tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+               int64_t ahead) {
+  kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy, ahead);
 }
 void run_pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint16_t* xp, uint16_t* row) {
   kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, xp, row);
@@ -153,7 +154,13 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(tokens * kernel::padded_k(k)));
   round_rows(x, tokens, k, rounded.data());
-  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy);
+  // Decode asks for each row's line this many bytes ahead: TESSERA_BF16_PREFETCH, read
+  // once (default 2,048; 0: none, for measuring one against the other).
+  static const int64_t ahead = [] {
+    const char* text = std::getenv("TESSERA_BF16_PREFETCH");
+    return text == nullptr ? 2048 : std::max<int64_t>(0, std::strtoll(text, nullptr, 10));
+  }();
+  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy, ahead);
 }
 
 bool cpu_has_instruction() {

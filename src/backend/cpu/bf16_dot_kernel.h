@@ -99,14 +99,25 @@ inline void tile_step(typename Ops::Acc (&acc)[kRows][kTok], const uint16_t* xb,
 // kRows weight rows (row pointers; rows past `nr` repeat a valid row and are not
 // written) x kTok tokens over the whole of k. xb: the tokens' rounded x, a stride of
 // padded_k(k); y: output (token 0, row 0), a stride of ldy between tokens.
+// `ahead` > 0: each whole chunk first asks for the line that many bytes further along
+// each row (a hint: the same bits).
 template <typename Ops, int kRows, int kTok>
-void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, float* y, int64_t ldy) {
+void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, float* y, int64_t ldy,
+          int64_t ahead = 0) {
   using Acc = typename Ops::Acc;
   const int64_t kp = padded_k(k), full = k / kChunk, partial = k % kChunk;
   Acc acc[kRows][kTok];
   for (int r = 0; r < kRows; ++r)
     for (int t = 0; t < kTok; ++t) acc[r][t] = Ops::zero();
-  for (int64_t s = 0; s < full; ++s) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
+  if (ahead > 0) {
+    for (int64_t s = 0; s < full; ++s) {
+      for (int r = 0; r < kRows; ++r)
+        __builtin_prefetch(reinterpret_cast<const char*>(rows[r] + s * kChunk) + ahead, 0, 3);
+      tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
+    }
+  } else {
+    for (int64_t s = 0; s < full; ++s) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
+  }
   if (partial > 0) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, full, partial);
   for (int t = 0; t < kTok; ++t) {
     Acc column[kRows];
@@ -131,17 +142,19 @@ void tiles_of_four_rows(const uint16_t* xb, int64_t k, const uint16_t* w, int64_
 }
 
 // y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
-// padded_k(k). One token: 16-row tiles (decode streams the weights once); more: 4 rows
-// x up to 4 tokens, the rows' data reused from cache by the next tokens.
+// padded_k(k). One token: 16-row tiles (decode streams the weights once, each row asked
+// for `ahead` bytes ahead when that is > 0); more: 4 rows x up to 4 tokens, the rows'
+// data reused from cache by the next tokens.
 template <typename Ops>
-void tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+void tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+           int64_t ahead = 0) {
   const int64_t kp = padded_k(k);
   if (tokens == 1) {
     for (int64_t r0 = 0; r0 < rows; r0 += kDecodeRows) {
       const uint16_t* pointers[kDecodeRows];
       row_pointers(w, k, rows, r0, kDecodeRows, pointers);
       tile<Ops, kDecodeRows, 1>(xb, k, pointers, static_cast<int>(std::min<int64_t>(kDecodeRows, rows - r0)), y + r0,
-                                ldy);
+                                ldy, ahead);
     }
     return;
   }
