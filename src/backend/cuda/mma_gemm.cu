@@ -134,10 +134,20 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
   }
   float acc[kM][kN][4] = {}, total[kM][kN][4] = {};
   int sums_done = 0;  // sums finished and added into total
-  // Accumulator i of lane (g, t) in tile (m, j): row g (+8 for i >= 2), token 2t (+1 for odd i).
+  // f(m, j, i, r, tok) for accumulator i of lane (g, t) in tile (m, j): row r of the
+  // block (g, +8 for i >= 2) and token tok of the block (2t, +1 for odd i).
+  const auto each = [&](auto&& f) {
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          f(m, j, i, warp_m * kWarpRows + m * 16 + g + (i >= 2 ? 8 : 0), warp_n * 8 * kN + j * 8 + 2 * t + i % 2);
+  };
   int64_t col0 = 0;  // kSplit: where weight s's rows start in a row of sums
   for (int i = 0; i < s; ++i) col0 += job.n[i];
-  const auto store_sum = [&](int sum) {
+  const auto store_sum = [&](int sum) {  // written out: through each() the 64-token kernel spilled 28 bytes, not 4
 #pragma unroll
     for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -179,30 +189,19 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     const bool ends_sum = computing.ends_sum();
     const int sum = computing.sum;
     computing.next();
-    if (kSplit && ends_sum) {
-      store_sum(sum);
+    if constexpr (kSplit) {
+      if (ends_sum) store_sum(sum);
     } else if (ends_sum) {
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int j = 0; j < kN; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            total[m][j][i] = sums_done == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
-            acc[m][j][i] = 0.0f;
-          }
+      each([&](int m, int j, int i, int, int) {
+        total[m][j][i] = sums_done == 0 ? acc[m][j][i] : total[m][j][i] + acc[m][j][i];
+        acc[m][j][i] = 0.0f;
+      });
       ++sums_done;
     }
   }
   if constexpr (!kSplit) {
     // With fewer than eight chunks the other sums are zero, and still added.
-    for (; sums_done < kMmaSplit; ++sums_done)
-#pragma unroll
-      for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int j = 0; j < kN; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) total[m][j][i] += 0.0f;
+    for (; sums_done < kMmaSplit; ++sums_done) each([&](int m, int j, int i, int, int) { total[m][j][i] += 0.0f; });
 
     float* up = reinterpret_cast<float*>(smem);     // gate/up: the up rows' values [64][kTokens]
     const bool up_warp = warp_m * kWarpRows >= 64;  // gate/up: this warp's rows are up's
@@ -210,37 +209,23 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
       copies_wait<0>();
       __syncthreads();
       if (up_warp)
-#pragma unroll
-        for (int m = 0; m < kM; ++m)
-#pragma unroll
-          for (int j = 0; j < kN; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int r = warp_m * kWarpRows - 64 + m * 16 + g + (i >= 2 ? 8 : 0);
-              const int tok = warp_n * 8 * kN + j * 8 + 2 * t + i % 2;
-              up[r * kTokens + tok] = with_bias(total[m][j][i], job.bias[1], min(row0 + r, n - 1));
-            }
+        each([&](int m, int j, int i, int r, int tok) {
+          up[(r - 64) * kTokens + tok] = with_bias(total[m][j][i], job.bias[1], min(row0 + r - 64, n - 1));
+        });
       __syncthreads();
       if (up_warp) return;
     }
     const __nv_bfloat16* bias = job.bias[s];
     float* y = job.y[s];
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-      for (int j = 0; j < kN; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = warp_m * kWarpRows + m * 16 + g + (i >= 2 ? 8 : 0),
-                    tok = warp_n * 8 * kN + j * 8 + 2 * t + i % 2;
-          const int64_t row = row0 + r, token = token0 + tok;
-          if (row >= n || token >= tokens) continue;
-          float value = with_bias(total[m][j][i], bias, row);
-          if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
-          float& out = y[token * n + row];
-          out = job.accumulate ? out + value : value;
-          if (job.y_bf16 != nullptr) job.y_bf16[token * n + row] = __float2bfloat16_rn(out);
-        }
+    each([&](int m, int j, int i, int r, int tok) {
+      const int64_t row = row0 + r, token = token0 + tok;
+      if (row >= n || token >= tokens) return;
+      float value = with_bias(total[m][j][i], bias, row);
+      if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
+      float& out = y[token * n + row];
+      out = job.accumulate ? out + value : value;
+      if (job.y_bf16 != nullptr) job.y_bf16[token * n + row] = __float2bfloat16_rn(out);
+    });
   }
 }
 
