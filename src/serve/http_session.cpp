@@ -224,10 +224,9 @@ void HttpSession::on_event(size_t index, GenerationEvent event) {
     }
   }
   const bool logprobs = !s.logprobs.empty();
-  // The event's tokens as text here, off the inference thread; a stop string ends
+  // The event's token as text here, off the inference thread; a stop string ends
   // this stream at the token where the loop's own stream of it stopped.
-  std::string text;
-  for (const int32_t token : event.tokens) text += s.texts[index].push(token);
+  const std::string text = event.token ? s.texts[index].push(*event.token) : std::string();
   const std::string last = event.done && event.error.ok() ? s.texts[index].finish() : std::string();
   std::vector<SampledLogprobs>& gathered = s.gathered[index];
   gathered.insert(gathered.end(), std::make_move_iterator(event.logprobs.begin()),

@@ -252,7 +252,7 @@ void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
     return finish(id, "stop", {});
   live.output.push_back(token);
   ++stats_.generation_tokens;
-  GenerationEvent event{.tokens = {token}};
+  GenerationEvent event{.token = token};
   if (out.logprobs) event.logprobs.push_back(std::move(*out.logprobs));
   if (live.stop_text) {
     live.stop_text->push(token);

@@ -71,21 +71,21 @@
 
 namespace tessera::serve {
 
-// What a request hears from the inference thread: the tokens of its answer as
-// they are sampled (one event a step), then one final event (done) with the
+// What a request hears from the inference thread: each token of its answer as
+// it is sampled (one event a step), then one final event (done) with the
 // finish reason or the error.
 struct GenerationEvent {
-  // The answer's tokens since the last event, for answer_text() (a model stop
-  // id that ended the answer is not one of them; the done event may carry the
-  // last step's token, and a stop string's tokens come in full).
-  std::vector<int32_t> tokens{};
+  // The step's token of the answer, for answer_text(); none when a model stop
+  // id ended the answer (it is not part of it). The done event may carry the
+  // last step's token (a stop string's last token, or the one at max_tokens).
+  std::optional<int32_t> token{};
   bool done = false;
   Status error{};               // done with an error: the request failed (no finish reason)
   bool cancelled = false;       // done with an error because the request's cancel flag was set
   std::string finish_reason{};  // done and OK: "stop" or "length"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  // With logprobs asked: those of `tokens`.
+  // With logprobs asked: those of `token`.
   std::vector<SampledLogprobs> logprobs{};
 };
 
