@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "core/check.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/base.h"
@@ -154,13 +155,7 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(tokens * kernel::padded_k(k)));
   round_rows(x, tokens, k, rounded.data());
-  // Decode asks for each row's line this many bytes ahead: TESSERA_BF16_PREFETCH, read
-  // once (default 2,048; 0: none, for measuring one against the other).
-  static const int64_t ahead = [] {
-    const char* text = std::getenv("TESSERA_BF16_PREFETCH");
-    return text == nullptr ? 2048 : std::max<int64_t>(0, std::strtoll(text, nullptr, 10));
-  }();
-  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy, ahead);
+  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy, decode_prefetch_bytes());
 }
 
 bool cpu_has_instruction() {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -261,6 +262,13 @@ void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }
+int64_t decode_prefetch_bytes() {
+  static const int64_t ahead = [] {
+    const char* text = std::getenv("TESSERA_DECODE_PREFETCH");
+    return text == nullptr ? int64_t{2048} : std::max<int64_t>(0, std::strtoll(text, nullptr, 10));
+  }();
+  return ahead;
+}
 uint64_t read_sum(const uint64_t* data, int64_t n, int streams, ReadLayout layout) {
   return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, streams, layout);
 }

@@ -265,10 +265,11 @@ HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const 
 // xo: the tokens' x in chunk order (order_x), x: as given (for the tails); both with a
 // stride of k. One token with f32 or f16 weights (a chunk of one vector) takes two chunks
 // a step, in order into the same accumulators (so the same sums): each row's reads a
-// whole 64-byte line a step with AVX-512 f16, and half the loop's overhead.
+// whole 64-byte line a step with AVX-512 f16, and half the loop's overhead. `ahead` > 0:
+// each step first asks for the lines that many bytes further along each row (a hint).
 template <int kRows, int kTok, typename WT>
 HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
-                         float* HWY_RESTRICT y, int64_t ldy) {
+                         float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0) {
   constexpr int64_t kChunk = kChunkVectors<WT>;
   constexpr int kChunks = kTok == 1 && kChunk == 1 ? 2 : 1;
   const DF df;
@@ -278,6 +279,15 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
   for (int r = 0; r < kRows; ++r)
     for (int t = 0; t < kTok; ++t) acc[r][t] = hn::Zero(df);
   int64_t i = 0;
+  if (ahead > 0) {
+    const auto step_bytes = static_cast<int64_t>(kChunks * kChunk * lanes * sizeof(WT));
+    for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes) {
+      for (int r = 0; r < kRows; ++r)
+        for (int64_t b = 0; b < step_bytes; b += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(w + r * k + i) + ahead + b, 0, 3);
+      tile_step<kRows, kTok, kChunks>(df, xo, k, w, i, acc);
+    }
+  }
   for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes)
     tile_step<kRows, kTok, kChunks>(df, xo, k, w, i, acc);
   for (; i < k_vec; i += kChunk * lanes) tile_step<kRows, kTok, 1>(df, xo, k, w, i, acc);
@@ -301,7 +311,8 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
   }
   int64_t r = 0;
   if (tokens == 1) {
-    for (; r + kDecodeRows <= rows; r += kDecodeRows) dot_tile<kDecodeRows, 1>(xo, x, k, w + r * k, y + r, ldy);
+    const int64_t ahead = decode_prefetch_bytes();
+    for (; r + kDecodeRows <= rows; r += kDecodeRows) dot_tile<kDecodeRows, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
   }
   for (; r + 4 <= rows; r += 4) {
     int64_t t = 0;
