@@ -148,66 +148,45 @@ int64_t Argmax(const float* HWY_RESTRICT x, int64_t n) {
   return std::find(x + i, x + n, max) - x;
 }
 
-// Reads n words as a decode tile reads weight rows: blocks of kStreams consecutive rows
-// of kRowWords words, the rows of a block side by side (one stream per core leaves
-// memory bandwidth unused, and how many it takes differs between CPUs).
+// Reads n words as kStreams streams at once, a vector of each in turn (one stream per
+// core leaves memory bandwidth unused, and how many it takes differs between CPUs).
+// Rows: blocks of kStreams consecutive rows of kRowWords words, the rows of a block side
+// by side, as a decode tile reads 16-bit weight rows. Parts: one block of kStreams rows
+// of n / kStreams words, so each stream is one long sequential read, as each of the
+// quantized decode's streams is (quant_dot.cpp). Nothing is asked for ahead: on the
+// AVX-512 dev VM that read slower (docs/benchmarks.md).
 constexpr int64_t kRowWords = 512;  // 4 KiB: a bf16 row of 2048
 
-template <int kStreams>
+template <int kStreams, bool kParts>
 uint64_t read_sum_streams(const uint64_t* HWY_RESTRICT data, int64_t n) {
   const hn::ScalableTag<uint64_t> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  const int64_t row = kParts ? n / kStreams / lanes * lanes : kRowWords, block = kStreams * row;
+  const int64_t end = kParts ? block : n / block * block;
   hn::Vec<decltype(du)> acc[kStreams];
   for (int s = 0; s < kStreams; ++s) acc[s] = hn::Zero(du);
-  constexpr int64_t kBlock = kStreams * kRowWords;
-  int64_t b = 0;
-  for (; b + kBlock <= n; b += kBlock)
-    for (int64_t i = 0; i < kRowWords; i += lanes)
-      for (int s = 0; s < kStreams; ++s) acc[s] = hn::Add(acc[s], hn::LoadU(du, data + b + s * kRowWords + i));
+  for (int64_t b = 0; b < end; b += block)
+    for (int64_t i = 0; i < row; i += lanes)
+      for (int s = 0; s < kStreams; ++s) acc[s] = hn::Add(acc[s], hn::LoadU(du, data + b + s * row + i));
   for (int s = 1; s < kStreams; ++s) acc[0] = hn::Add(acc[0], acc[s]);
   uint64_t sum = hn::GetLane(hn::SumOfLanes(du, acc[0]));
-  for (int64_t i = b; i < n; ++i) sum += data[i];
-  return sum;
-}
-
-// Reads n words as kStreams contiguous parts of them at once, a line of each in turn:
-// each part is one long sequential stream, as each of the quantized decode's streams is
-// (quant_dot.cpp). Nothing is asked for ahead: on the AVX-512 dev VM that read slower
-// (docs/benchmarks.md).
-constexpr int64_t kLineWords = 8;  // 64 bytes
-
-template <int kStreams>
-uint64_t read_sum_parts(const uint64_t* HWY_RESTRICT data, int64_t n) {
-  const hn::ScalableTag<uint64_t> du;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
-  hn::Vec<decltype(du)> acc[kStreams];
-  for (int s = 0; s < kStreams; ++s) acc[s] = hn::Zero(du);
-  const int64_t part = n / kStreams / kLineWords * kLineWords;
-  for (int64_t i = 0; i < part; i += kLineWords) {
-    for (int s = 0; s < kStreams; ++s) {
-      const uint64_t* line = data + s * part + i;
-      for (int64_t j = 0; j < kLineWords; j += lanes) acc[s] = hn::Add(acc[s], hn::LoadU(du, line + j));
-    }
-  }
-  for (int s = 1; s < kStreams; ++s) acc[0] = hn::Add(acc[0], acc[s]);
-  uint64_t sum = hn::GetLane(hn::SumOfLanes(du, acc[0]));
-  for (int64_t i = kStreams * part; i < n; ++i) sum += data[i];
+  for (int64_t i = end; i < n; ++i) sum += data[i];
   return sum;
 }
 
 uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n, int streams, ReadLayout layout) {
   if (layout == ReadLayout::kParts) {
     switch (streams) {
-      case 1: return read_sum_parts<1>(data, n);
-      case 2: return read_sum_parts<2>(data, n);
-      case 4: return read_sum_parts<4>(data, n);
+      case 1: return read_sum_streams<1, true>(data, n);
+      case 2: return read_sum_streams<2, true>(data, n);
+      case 4: return read_sum_streams<4, true>(data, n);
       default: TS_CHECK(false, "read_sum parts ", streams);
     }
   }
   switch (streams) {
-    case 4: return read_sum_streams<4>(data, n);
-    case 8: return read_sum_streams<8>(data, n);
-    case 16: return read_sum_streams<16>(data, n);
+    case 4: return read_sum_streams<4, false>(data, n);
+    case 8: return read_sum_streams<8, false>(data, n);
+    case 16: return read_sum_streams<16, false>(data, n);
     default: TS_CHECK(false, "read_sum streams ", streams);
   }
 }
