@@ -34,7 +34,7 @@
 // With LoopOptions::backend the requests run elsewhere instead (a pipeline of
 // stages: pipeline_backend.h), through the same admission, stop rules and events.
 //
-// Events: each iteration gathers the events of its step (text, finishes,
+// Events: each iteration gathers the events of its step (tokens, finishes,
 // failures) and hands them over at its end, at once: to the delivery function
 // when one is set (the server posts the whole batch to its I/O threads, one
 // hand-over a step instead of one a token on the inference thread), otherwise
