@@ -561,7 +561,8 @@ TESSERA_VNNI HWY_INLINE __m512i pair_q6_k(const uint8_t* a, const uint8_t* b, co
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
   __m512i p = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h) {
-    const __m512i sc = _mm512_shuffle_i64x2(sc16, sc16, h ? 0xf5 : 0xa0);  // lanes h, h, 2 + h, 2 + h
+    // lanes h, h, 2 + h, 2 + h (an immediate each way: unoptimized builds do not fold h)
+    const __m512i sc = h ? _mm512_shuffle_i64x2(sc16, sc16, 0xf5) : _mm512_shuffle_i64x2(sc16, sc16, 0xa0);
     const __m512i l0 = pair32(a + 64 * h, b + 64 * h), l1 = pair32(a + 64 * h + 32, b + 64 * h + 32);
     const __m512i hb = pair32(a + 128 + 32 * h, b + 128 + 32 * h);
     const __m512i q[4] = {_mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2)),
@@ -584,7 +585,9 @@ TESSERA_VNNI HWY_INLINE __m512i pair_q6_k(const uint8_t* a, const uint8_t* b, co
 TESSERA_VNNI HWY_INLINE __m512i scales_mins4(const uint8_t* const* b) {
   const auto load16 = [](const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
   __m512i v = _mm512_castsi128_si512(load16(b[0] + 4));
-  for (int s = 1; s < 4; ++s) v = _mm512_inserti32x4(v, load16(b[s] + 4), s);
+  v = _mm512_inserti32x4(v, load16(b[1] + 4), 1);  // lane numbers as immediates, for unoptimized builds too
+  v = _mm512_inserti32x4(v, load16(b[2] + 4), 2);
+  v = _mm512_inserti32x4(v, load16(b[3] + 4), 3);
   // In each lane, dwords u0, u1, u2 to scales (dwords 0, 1) and mins (dwords 2, 3).
   constexpr int k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, kHigh = 0x30303030;
   const __m512i low =
