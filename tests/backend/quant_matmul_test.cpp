@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_device.h"
 #include "backend/cpu/quant_act.h"
+#include "backend/cpu/quant_dot.h"
 #include "hwy/targets.h"
 #include "io/gguf.h"
 #include "io/gguf_quant.h"
@@ -149,6 +150,44 @@ TEST(QuantActTest, RoundingIsGgmlsReference) {
     ties += std::abs(float(static_cast<int8_t>(q8_0[(kFixtureK / 32 + i / 32) * 34 + 2 + i % 32])) +
                      q8_k[kFixtureK + i]) > 0.0f;  // Q8_K's scale is -1 there: q = -x rounded
   EXPECT_GT(ties, 100);
+}
+
+// quantize_activations rounds a token for Q8_0 and Q4_0 weights in vectors where the
+// target has them (quant_dot.cpp's RoundQ8_0): the bytes of quantize_q8_0 (gguf-py's,
+// above) on every target, for the fixture's x (its ties among them), random values,
+// and blocks of zeros, of subnormals (whose 1 / d overflows), of 0.5 steps, and with an
+// infinity or a NaN.
+TEST(QuantActTest, RoundingInVectorsIsQuantizeQ8_0sOnEveryTarget) {
+  const QuantDotFixture fixture;
+  ASSERT_TRUE(fixture.ok());
+  std::vector<float> x = fixture.floats("x");
+  const auto more = random_values(32 * 40, 21);
+  x.insert(x.end(), more.begin(), more.end());
+  std::vector<float> odd(32 * 6, 0.0f);
+  for (int j = 0; j < 32; ++j) {
+    odd[32 + j] = 1e-40f * static_cast<float>(j - 16);
+    odd[64 + j] = 0.5f * static_cast<float>(j - 16);
+    odd[96 + j] = odd[128 + j] = odd[160 + j] = static_cast<float>(j);
+  }
+  odd[96 + 5] = std::numeric_limits<float>::infinity();
+  odd[128 + 31] = std::nanf("");
+  odd[160] = -std::numeric_limits<float>::infinity();
+  x.insert(x.end(), odd.begin(), odd.end());
+  const auto k = static_cast<int64_t>(x.size());
+  std::vector<cpu::Q8Block> want(static_cast<size_t>(k / 32));
+  cpu::quantize_q8_0(x.data(), k, want.data());
+  const int targets = for_each_target([&](int64_t target) {
+    for (const DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+      std::vector<cpu::Q8Block> got(want.size());
+      cpu::quantize_activations(dtype, x.data(), 1, k, got.data());
+      for (size_t b = 0; b < want.size(); ++b) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[b].d), std::bit_cast<uint32_t>(want[b].d))
+            << hwy::TargetName(target) << " block " << b;
+        ASSERT_EQ(std::memcmp(got[b].qs, want[b].qs, 32), 0) << hwy::TargetName(target) << " block " << b;
+      }
+    }
+  });
+  EXPECT_GE(targets, 2);
 }
 
 // A block of activations holding an infinity or a NaN (where ggml is undefined) gives a

@@ -760,6 +760,52 @@ TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, cons
   }
 }
 
+// One token's k activations rounded to Q8_0 blocks, the bytes quantize_q8_0 (quant_act.h)
+// writes, in 256-bit vectors where the target has AVX2: the same f32 operations on each
+// element (a block's largest |x| is exact in any order). A block holding an infinity or
+// a NaN, or whose 1 / d overflows, takes quantize_q8_0 itself. A decode rounds x before
+// every matmul on one thread, so the scalar loops were on its critical path.
+void RoundQ8_0(const float* x, int64_t k, Q8Block* out) {
+#if TESSERA_QUANT_DOT_AVX2
+  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), minus_half = _mm256_set1_ps(-0.5f);
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    __m256 v[4], amax = _mm256_setzero_ps();
+    __m256i special = _mm256_setzero_si256();  // all exponent bits set: an infinity or a NaN
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+      special =
+          _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v[i]), exponent), exponent));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (!_mm256_testz_si256(special, special) || !std::isfinite(id)) {
+      quantize_q8_0(x, 32, out + b);
+      continue;
+    }
+    out[b].d = f16_to_f32(f32_to_f16(d));
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) {  // quant_act.cpp's round_away: t + (fraction >= 0.5) - (fraction <= -0.5)
+      const __m256 s = _mm256_mul_ps(v[i], _mm256_set1_ps(id));
+      const __m256i t = _mm256_cvttps_epi32(s);
+      const __m256 fraction = _mm256_sub_ps(s, _mm256_cvtepi32_ps(t));
+      q[i] = _mm256_add_epi32(_mm256_sub_epi32(t, _mm256_castps_si256(_mm256_cmp_ps(fraction, half, _CMP_GE_OQ))),
+                              _mm256_castps_si256(_mm256_cmp_ps(fraction, minus_half, _CMP_LE_OQ)));
+    }
+    // Packed per 128-bit half: dwords q0[0-3], q1[0-3], q2[0-3], q3[0-3], q0[4-7], ...
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs),
+                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+#else
+  quantize_q8_0(x, k, out);
+#endif
+}
+
 void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                   int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -786,6 +832,7 @@ HWY_AFTER_NAMESPACE();
 namespace tessera::cpu {
 
 HWY_EXPORT(QuantDotRows);
+HWY_EXPORT(RoundQ8_0);
 
 namespace {
 bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
@@ -802,7 +849,7 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
   auto* out = static_cast<uint8_t*>(xq);
   for (int64_t t = 0; t < tokens; ++t) {
     if (block32(dtype)) {
-      quantize_q8_0(x + t * k, k, reinterpret_cast<Q8Block*>(out + static_cast<size_t>(t) * bytes));
+      HWY_DYNAMIC_DISPATCH(RoundQ8_0)(x + t * k, k, reinterpret_cast<Q8Block*>(out + static_cast<size_t>(t) * bytes));
     } else {
       quantize_q8_K(x + t * k, k, reinterpret_cast<Q8KBlock*>(out + static_cast<size_t>(t) * bytes));
     }
