@@ -152,30 +152,34 @@ TEST(QuantActTest, RoundingIsGgmlsReference) {
   EXPECT_GT(ties, 100);
 }
 
-// quantize_activations rounds a token for Q8_0 and Q4_0 weights in vectors where the
-// target has them (quant_dot.cpp's RoundQ8_0): the bytes of quantize_q8_0 (gguf-py's,
-// above) on every target, for the fixture's x (its ties among them), random values,
-// and blocks of zeros, of subnormals (whose 1 / d overflows), of 0.5 steps, and with an
-// infinity or a NaN.
-TEST(QuantActTest, RoundingInVectorsIsQuantizeQ8_0sOnEveryTarget) {
+// quantize_activations rounds a token in vectors where the target has them (quant_dot.cpp's
+// RoundQ8_0 and RoundQ8_K): the bytes of quantize_q8_0 and quantize_q8_K (gguf-py's,
+// above) on every target, for the fixture's x (its ties among them), random values, and
+// blocks of 256 of zeros, of subnormals (1 / d and Q8_K's scale overflow), of 0.5 steps
+// whose largest |x| comes first negative then positive, and with infinities and a NaN.
+TEST(QuantActTest, RoundingInVectorsIsTheReferencesOnEveryTarget) {
   const QuantDotFixture fixture;
   ASSERT_TRUE(fixture.ok());
   std::vector<float> x = fixture.floats("x");
-  const auto more = random_values(32 * 40, 21);
+  const auto more = random_values(256 * 5, 21);
   x.insert(x.end(), more.begin(), more.end());
-  std::vector<float> odd(32 * 6, 0.0f);
-  for (int j = 0; j < 32; ++j) {
-    odd[32 + j] = 1e-40f * static_cast<float>(j - 16);
-    odd[64 + j] = 0.5f * static_cast<float>(j - 16);
-    odd[96 + j] = odd[128 + j] = odd[160 + j] = static_cast<float>(j);
+  std::vector<float> odd(256 * 4, 0.0f);
+  for (int j = 0; j < 256; ++j) {
+    odd[256 + j] = 1e-40f * static_cast<float>(j - 128);
+    odd[512 + j] = 0.5f * static_cast<float>(j - 128);
+    odd[768 + j] = static_cast<float>(j);
   }
-  odd[96 + 5] = std::numeric_limits<float>::infinity();
-  odd[128 + 31] = std::nanf("");
-  odd[160] = -std::numeric_limits<float>::infinity();
+  odd[512 + 10] = -70.0f;
+  odd[512 + 20] = 70.0f;
+  odd[768 + 5] = std::numeric_limits<float>::infinity();
+  odd[768 + 100] = std::nanf("");
+  odd[768 + 200] = -std::numeric_limits<float>::infinity();
   x.insert(x.end(), odd.begin(), odd.end());
   const auto k = static_cast<int64_t>(x.size());
   std::vector<cpu::Q8Block> want(static_cast<size_t>(k / 32));
   cpu::quantize_q8_0(x.data(), k, want.data());
+  std::vector<cpu::Q8KBlock> want_k(static_cast<size_t>(k / 256));
+  cpu::quantize_q8_K(x.data(), k, want_k.data());
   const int targets = for_each_target([&](int64_t target) {
     for (const DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
       std::vector<cpu::Q8Block> got(want.size());
@@ -185,6 +189,15 @@ TEST(QuantActTest, RoundingInVectorsIsQuantizeQ8_0sOnEveryTarget) {
             << hwy::TargetName(target) << " block " << b;
         ASSERT_EQ(std::memcmp(got[b].qs, want[b].qs, 32), 0) << hwy::TargetName(target) << " block " << b;
       }
+    }
+    std::vector<cpu::Q8KBlock> got(want_k.size());
+    cpu::quantize_activations(DType::kQ4_K, x.data(), 1, k, got.data());
+    for (size_t b = 0; b < want_k.size(); ++b) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[b].d), std::bit_cast<uint32_t>(want_k[b].d))
+          << hwy::TargetName(target) << " K block " << b;
+      ASSERT_EQ(std::memcmp(got[b].qs, want_k[b].qs, 256), 0) << hwy::TargetName(target) << " K block " << b;
+      ASSERT_EQ(std::memcmp(got[b].bsums, want_k[b].bsums, sizeof got[b].bsums), 0)
+          << hwy::TargetName(target) << " K block " << b;
     }
   });
   EXPECT_GE(targets, 2);

@@ -806,6 +806,77 @@ void RoundQ8_0(const float* x, int64_t k, Q8Block* out) {
 #endif
 }
 
+// The same for Q8_K blocks (the K types' activations): quantize_q8_K's bytes, in vectors
+// where the target has AVX2. The scale comes from the first element of the largest |x|
+// (found again by comparing |x| with the exact largest), each q is ggml's nearest_int of
+// the same f32 product, capped at 127, and bsums are the exact sums of 16 q. A block
+// holding an infinity or a NaN, all zeros, or whose scale overflows takes quantize_q8_K
+// itself.
+void RoundQ8_K(const float* x, int64_t k, Q8KBlock* out) {
+#if TESSERA_QUANT_DOT_AVX2
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  for (int64_t b = 0; b < k / 256; ++b, x += 256) {
+    __m256 amax = _mm256_setzero_ps();
+    __m256i special = _mm256_setzero_si256();
+    for (int i = 0; i < 32; ++i) {
+      const __m256 v = _mm256_loadu_ps(x + 8 * i);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
+      special =
+          _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), exponent), exponent));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float largest = _mm_cvtss_f32(m);
+    if (!_mm256_testz_si256(special, special) || largest == 0.0f) {
+      quantize_q8_K(x, 256, out + b);
+      continue;
+    }
+    const __m256 target = _mm256_set1_ps(largest);
+    int first = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int hits =
+          _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * i)), target, _CMP_EQ_OQ));
+      if (hits != 0) {
+        first = 8 * i + __builtin_ctz(static_cast<unsigned>(hits));
+        break;
+      }
+    }
+    const float iscale = -127.0f / x[first];
+    if (!std::isfinite(iscale)) {  // a subnormal largest: quantize_q8_K takes its products as 0
+      quantize_q8_K(x, 256, out + b);
+      continue;
+    }
+    Q8KBlock& y = out[b];
+    const __m256 scale = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.f);
+    const __m256i mantissa = _mm256_set1_epi32(0x007fffff), offset = _mm256_set1_epi32(0x00400000),
+                  cap = _mm256_set1_epi32(127);
+    for (int g = 0; g < 8; ++g) {  // 32 q a group, then their 2 bsums
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) {  // quant_act.cpp's nearest_int, capped at 127
+        const __m256 shifted = _mm256_add_ps(_mm256_mul_ps(scale, _mm256_loadu_ps(x + 32 * g + 8 * i)), magic);
+        q[i] =
+            _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(shifted), mantissa), offset), cap);
+      }
+      const __m256i bytes = _mm256_permutevar8x32_epi32(
+          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y.qs + 32 * g), bytes);
+      // Each 128-bit half is 16 consecutive q: their sum, exact in int32.
+      __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes), _mm256_set1_epi16(1));
+      sums = _mm256_hadd_epi32(sums, sums);
+      sums = _mm256_hadd_epi32(sums, sums);
+      y.bsums[2 * g] = static_cast<int16_t>(_mm256_cvtsi256_si32(sums));
+      y.bsums[2 * g + 1] = static_cast<int16_t>(_mm256_extract_epi32(sums, 4));
+    }
+    y.d = 1.0f / iscale;
+  }
+#else
+  quantize_q8_K(x, k, out);
+#endif
+}
+
 void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                   int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -833,6 +904,7 @@ namespace tessera::cpu {
 
 HWY_EXPORT(QuantDotRows);
 HWY_EXPORT(RoundQ8_0);
+HWY_EXPORT(RoundQ8_K);
 
 namespace {
 bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
@@ -851,7 +923,7 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
     if (block32(dtype)) {
       HWY_DYNAMIC_DISPATCH(RoundQ8_0)(x + t * k, k, reinterpret_cast<Q8Block*>(out + static_cast<size_t>(t) * bytes));
     } else {
-      quantize_q8_K(x + t * k, k, reinterpret_cast<Q8KBlock*>(out + static_cast<size_t>(t) * bytes));
+      HWY_DYNAMIC_DISPATCH(RoundQ8_K)(x + t * k, k, reinterpret_cast<Q8KBlock*>(out + static_cast<size_t>(t) * bytes));
     }
   }
 }
