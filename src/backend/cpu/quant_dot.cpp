@@ -760,6 +760,34 @@ TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, cons
   }
 }
 
+#if TESSERA_QUANT_DOT_AVX2
+// The largest |x| of the n floats at x (n a multiple of 8): exact in any order. False
+// where one of them is an infinity or a NaN (all exponent bits set).
+HWY_INLINE bool largest_abs(const float* x, int n, float& largest) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  __m256 amax = _mm256_setzero_ps();
+  __m256i special = _mm256_setzero_si256();
+  for (int i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
+    special =
+        _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), exponent), exponent));
+  }
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  largest = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+  return _mm256_testz_si256(special, special);
+}
+
+// 4 vectors of int32 in [-128, 127] as their 32 bytes in order.
+HWY_INLINE __m256i bytes_of(const __m256i* q) {
+  // packs works per 128-bit half: dwords q0[0-3], q1[0-3], q2[0-3], q3[0-3], q0[4-7], ...
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
 // One token's k activations rounded to Q8_0 blocks, the bytes quantize_q8_0 (quant_act.h)
 // writes, in 256-bit vectors where the target has AVX2: the same f32 operations on each
 // element (a block's largest |x| is exact in any order). A block holding an infinity or
@@ -767,39 +795,26 @@ TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, cons
 // every matmul on one thread, so the scalar loops were on its critical path.
 void RoundQ8_0(const float* x, int64_t k, Q8Block* out) {
 #if TESSERA_QUANT_DOT_AVX2
-  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), minus_half = _mm256_set1_ps(-0.5f);
-  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
+  const __m256 half = _mm256_set1_ps(0.5f), minus_half = _mm256_set1_ps(-0.5f);
   for (int64_t b = 0; b < k / 32; ++b, x += 32) {
-    __m256 v[4], amax = _mm256_setzero_ps();
-    __m256i special = _mm256_setzero_si256();  // all exponent bits set: an infinity or a NaN
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
-      special =
-          _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v[i]), exponent), exponent));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float d = _mm_cvtss_f32(m) / 127.0f;
+    float largest = 0.0f;
+    const bool finite = largest_abs(x, 32, largest);
+    const float d = largest / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (!_mm256_testz_si256(special, special) || !std::isfinite(id)) {
+    if (!finite || !std::isfinite(id)) {
       quantize_q8_0(x, 32, out + b);
       continue;
     }
     out[b].d = f16_to_f32(f32_to_f16(d));
     __m256i q[4];
     for (int i = 0; i < 4; ++i) {  // quant_act.cpp's round_away: t + (fraction >= 0.5) - (fraction <= -0.5)
-      const __m256 s = _mm256_mul_ps(v[i], _mm256_set1_ps(id));
+      const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), _mm256_set1_ps(id));
       const __m256i t = _mm256_cvttps_epi32(s);
       const __m256 fraction = _mm256_sub_ps(s, _mm256_cvtepi32_ps(t));
       q[i] = _mm256_add_epi32(_mm256_sub_epi32(t, _mm256_castps_si256(_mm256_cmp_ps(fraction, half, _CMP_GE_OQ))),
                               _mm256_castps_si256(_mm256_cmp_ps(fraction, minus_half, _CMP_LE_OQ)));
     }
-    // Packed per 128-bit half: dwords q0[0-3], q1[0-3], q2[0-3], q3[0-3], q0[4-7], ...
-    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs),
-                        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), bytes_of(q));
   }
 #else
   quantize_q8_0(x, k, out);
@@ -815,21 +830,9 @@ void RoundQ8_0(const float* x, int64_t k, Q8Block* out) {
 void RoundQ8_K(const float* x, int64_t k, Q8KBlock* out) {
 #if TESSERA_QUANT_DOT_AVX2
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256i exponent = _mm256_set1_epi32(0x7f800000);
   for (int64_t b = 0; b < k / 256; ++b, x += 256) {
-    __m256 amax = _mm256_setzero_ps();
-    __m256i special = _mm256_setzero_si256();
-    for (int i = 0; i < 32; ++i) {
-      const __m256 v = _mm256_loadu_ps(x + 8 * i);
-      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v));
-      special =
-          _mm256_or_si256(special, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(v), exponent), exponent));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float largest = _mm_cvtss_f32(m);
-    if (!_mm256_testz_si256(special, special) || largest == 0.0f) {
+    float largest = 0.0f;
+    if (!largest_abs(x, 256, largest) || largest == 0.0f) {
       quantize_q8_K(x, 256, out + b);
       continue;
     }
@@ -859,9 +862,7 @@ void RoundQ8_K(const float* x, int64_t k, Q8KBlock* out) {
         q[i] =
             _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(shifted), mantissa), offset), cap);
       }
-      const __m256i bytes = _mm256_permutevar8x32_epi32(
-          _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
-          _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      const __m256i bytes = bytes_of(q);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(y.qs + 32 * g), bytes);
       // Each 128-bit half is 16 consecutive q: their sum, exact in int32.
       __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes), _mm256_set1_epi16(1));
