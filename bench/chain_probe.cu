@@ -35,6 +35,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
+#include "core/dtype.h"
 
 namespace tessera::cuda {
 namespace {
@@ -156,19 +157,6 @@ void launch_chain(cudaStream_t stream, const __nv_bfloat16* w, int64_t n, int64_
   launch_kernel(chain_kernel<kDepth, kWarps>, blocks, 32 * kWarps, smem, stream, w, n, k, x, y);
 }
 
-float bf16_value(uint16_t bits) {
-  const uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, 4);
-  return value;
-}
-
-uint16_t bf16_bits(float value) {  // round to nearest even (values here are finite)
-  uint32_t word;
-  std::memcpy(&word, &value, 4);
-  return static_cast<uint16_t>((word + 0x7fff + ((word >> 16) & 1)) >> 16);
-}
-
 struct Run {
   const char* name;
   void (*launch)(cudaStream_t, const __nv_bfloat16*, int64_t, int64_t, const float*, float*);
@@ -191,8 +179,8 @@ void order(cudaStream_t stream) {
   const auto value = [&] { return std::ldexp(unit(rng), exponent(rng)); };
   std::vector<uint16_t> a(static_cast<size_t>(trials) * 64 * 64), b(static_cast<size_t>(trials) * 8 * 64);
   std::vector<float> d(static_cast<size_t>(trials) * 64 * 8);
-  for (auto& v : a) v = bf16_bits(value());
-  for (auto& v : b) v = bf16_bits(value());
+  for (auto& v : a) v = f32_to_bf16(value());
+  for (auto& v : b) v = f32_to_bf16(value());
   for (auto& v : d) v = value();
   uint16_t *da, *db;
   float *dd, *dm, *dw;
@@ -217,8 +205,8 @@ void order(cudaStream_t stream) {
         const size_t i = (static_cast<size_t>(trial) * 64 + r) * 8 + n;
         double sum = d[i], magnitude = std::fabs(d[i]);
         for (int k = 0; k < 64; ++k) {
-          const double p = double{bf16_value(a[(static_cast<size_t>(trial) * 64 + r) * 64 + k])} *
-                           bf16_value(b[(static_cast<size_t>(trial) * 8 + n) * 64 + k]);
+          const double p = double{bf16_to_f32(a[(static_cast<size_t>(trial) * 64 + r) * 64 + k])} *
+                           bf16_to_f32(b[(static_cast<size_t>(trial) * 8 + n) * 64 + k]);
           sum += p, magnitude += std::fabs(p);
         }
         err_m = std::max(err_m, std::fabs(m[i] - sum) / magnitude);
@@ -280,7 +268,7 @@ int probe() {
     const int copies = static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes + 1, 1, 16));
     std::vector<uint16_t> host(elements);
     std::vector<float> xh(static_cast<size_t>(s.k));
-    for (auto& v : host) v = bf16_bits(dist(rng));
+    for (auto& v : host) v = f32_to_bf16(dist(rng));
     for (auto& v : xh) v = dist(rng);
     std::vector<__nv_bfloat16*> weights(static_cast<size_t>(copies));
     for (auto& w : weights) {
@@ -297,8 +285,8 @@ int probe() {
     for (int64_t r = 0; r < s.n; ++r) {
       double sum = 0;
       for (int64_t i = 0; i < s.k; ++i)
-        sum += double{bf16_value(host[static_cast<size_t>(r * s.k + i)])} *
-               bf16_value(bf16_bits(xh[static_cast<size_t>(i)]));
+        sum += double{bf16_to_f32(host[static_cast<size_t>(r * s.k + i)])} *
+               bf16_to_f32(f32_to_bf16(xh[static_cast<size_t>(i)]));
       want[static_cast<size_t>(r)] = sum;
       scale = std::max(scale, std::fabs(sum));
     }
