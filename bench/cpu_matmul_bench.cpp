@@ -12,6 +12,11 @@
 //                                (amx.h's ladder), one thread, 8 or every CPU (0), where the
 //                                OS puts them or pinned (1: CPUs 0, 1, 2, ..; 2: CPUs 0, 2,
 //                                4, .., then the odd ones); GFLOPs, amx_share
+//   BM_LoopThreads/<loop>/<threads>  the tile loop (0) or the f32 FMA loop (1) alone on 1 to
+//                                16 threads at once: a thread's rate beside others; GFLOPs,
+//                                per_thread_GFLOPs
+//   BM_OnednnGemm, BM_OnednnRows  oneDNN's bf16 GEMM as a peer, where it is found
+//                                (onednn_gemm.cpp)
 //   BM_AmxOutside/<rows>/<k>     BM_Gemm/bf16's GEMM without its tile operations (amx.h's
 //                                outside), on one thread: what it costs besides its inner
 //                                loop; counter: ceiling_GFLOPs (its FLOP over that time),
@@ -29,7 +34,6 @@
 #include <benchmark/benchmark.h>
 
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,17 +48,16 @@
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "cpu_bench.h"
 
 namespace {
 
 using tessera::DType;
 namespace cpu = tessera::cpu;
 
-double thread_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-}
+using tessera::bench::GemmCase;
+using tessera::bench::on_every_thread;
+using tessera::bench::thread_seconds;
 
 // FLOP per CPU second of a register-only loop (best of three).
 double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t), int64_t iterations = 20'000'000) {
@@ -67,23 +70,6 @@ double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t), int64_t iter
   }
   return best;
 }
-
-// A GEMM's operands: 512 tokens of random x, `rows` x k random weights in `dtype`, y.
-struct GemmCase {
-  static constexpr int64_t kTokens = 512;
-  std::vector<float> x, y;
-  std::vector<uint8_t> bytes;
-  GemmCase(int64_t rows, int64_t k, DType dtype)
-      : x(static_cast<size_t>(kTokens * k)), y(static_cast<size_t>(kTokens * rows)) {
-    std::mt19937 rng(1);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    std::vector<float> w(static_cast<size_t>(rows * k));
-    for (float& v : x) v = dist(rng);
-    for (float& v : w) v = dist(rng);
-    bytes.resize(w.size() * tessera::dtype_size(dtype));
-    cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.data());
-  }
-};
 
 void BM_Gemm(benchmark::State& state, DType dtype) {
   constexpr int64_t kTokens = GemmCase::kTokens;
@@ -119,18 +105,8 @@ void BM_GemmAllThreads(benchmark::State& state, DType dtype) {
   GemmCase g(rows, k, dtype);
   tessera::CpuDevice device(std::thread::hardware_concurrency());
   const tessera::TensorView weight{dtype, {rows, k}, g.bytes.data()};
-  double tile_rate = 0;
-  for (int pass = 0; dtype == DType::kBF16 && cpu::amx_active() && pass < 3; ++pass) {
-    tessera::ThreadPool pool(std::thread::hardware_concurrency());
-    const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(pool.size(), 1, [](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) benchmark::DoNotOptimize(cpu::amx::dot_loop(1'000'000));
-    });
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    tile_rate = std::max(
-        tile_rate,
-        static_cast<double>(static_cast<int64_t>(pool.size()) * cpu::amx::dot_loop_flops(1'000'000)) / took.count());
-  }
+  const double tile_rate =
+      dtype == DType::kBF16 && cpu::amx_active() ? tessera::bench::tile_rate(std::thread::hardware_concurrency()) : 0;
   int64_t runs = 0;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
@@ -178,26 +154,20 @@ void BM_AmxLadder(benchmark::State& state) {
     sched_setaffinity(0, sizeof(one), &one);
   };
   tessera::ThreadPool pool(threads);
-  auto on_every_thread = [&](auto loop) {  // seconds: CPU time on one thread, else wall time
-    const double cpu_start = thread_seconds();
-    const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(pool.size(), 1, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        pin(i);
-        benchmark::DoNotOptimize(loop());
-      }
+  auto pinned = [&](auto loop) {  // seconds: CPU time on one thread, else wall time
+    return on_every_thread(pool, [&](size_t i) {
+      pin(i);
+      benchmark::DoNotOptimize(loop());
     });
-    const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-    return threads == 1 ? thread_seconds() - cpu_start : wall.count();
   };
   double tile_seconds = 1e30;
   for (int pass = 0; pass < 3; ++pass)
-    tile_seconds = std::min(tile_seconds, on_every_thread([] { return cpu::amx::dot_loop(1'000'000); }));
-  on_every_thread([&] { return cpu::amx::ladder(rung, 1); });  // each thread's operands made
+    tile_seconds = std::min(tile_seconds, pinned([] { return cpu::amx::dot_loop(1'000'000); }));
+  pinned([&] { return cpu::amx::ladder(rung, 1); });  // each thread's operands made
   double seconds = 0;
   int64_t runs = 0;
   for (auto _ : state) {
-    seconds += on_every_thread([&] { return cpu::amx::ladder(rung, kPasses); });
+    seconds += pinned([&] { return cpu::amx::ladder(rung, kPasses); });
     ++runs;
   }
   const double flop = static_cast<double>(pool.size()) * static_cast<double>(cpu::amx::ladder_flops(kPasses)) *
@@ -214,6 +184,35 @@ BENCHMARK(BM_AmxLadder)
     ->ArgsProduct({{0, 3}, {8}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+// The register-only loops alone (0: the tile loop, amx.h's dot_loop; 1: the f32 FMA loop)
+// on <threads> threads at once, where the OS puts them, in wall time (CPU time on one
+// thread): what a thread's rate becomes as others run beside it, with no memory traffic
+// at all. A fall that both loops share is the CPUs' (their clock, or hardware threads the
+// VM does not show as such), not the tile unit's or the GEMM's blocking.
+//   BM_LoopThreads/<loop>/<threads>   counters GFLOPs, per_thread_GFLOPs
+void BM_LoopThreads(benchmark::State& state) {
+  const bool tiles = state.range(0) == 0;
+  const auto threads = static_cast<size_t>(state.range(1));
+  if (tiles && !cpu::amx_active()) return state.SkipWithError("no AMX tiles on this CPU (or TESSERA_AMX=0)");
+  if (threads > std::thread::hardware_concurrency()) return state.SkipWithError("more threads than CPUs");
+  const int64_t iterations = tiles ? 200'000 : 2'000'000;  // about 5 ms on one thread
+  tessera::ThreadPool pool(threads);
+  double seconds = 0;
+  int64_t runs = 0;
+  for (auto _ : state) {
+    seconds += on_every_thread(pool, [&](size_t) {
+      benchmark::DoNotOptimize(tiles ? cpu::amx::dot_loop(iterations) : cpu::fma_loop(iterations));
+    });
+    ++runs;
+  }
+  const double flop =
+      static_cast<double>(threads) * static_cast<double>(runs) *
+      static_cast<double>(tiles ? cpu::amx::dot_loop_flops(iterations) : cpu::fma_loop_flops(iterations));
+  state.counters["GFLOPs"] = flop / seconds * 1e-9;
+  state.counters["per_thread_GFLOPs"] = flop / seconds / static_cast<double>(threads) * 1e-9;
+}
+BENCHMARK(BM_LoopThreads)->ArgsProduct({{0, 1}, {1, 2, 4, 8, 12, 16}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // BM_Gemm/bf16's GEMM with no tile operation (amx.h's outside), one thread, CPU time.
 void BM_AmxOutside(benchmark::State& state) {
