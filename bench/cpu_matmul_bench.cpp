@@ -190,7 +190,8 @@ BENCHMARK(BM_AmxLadder)
 // thread): what a thread's rate becomes as others run beside it, with no memory traffic
 // at all. A fall that both loops share is the CPUs' (their clock, or hardware threads the
 // VM does not show as such), not the tile unit's or the GEMM's blocking.
-//   BM_LoopThreads/<loop>/<threads>   counters GFLOPs, per_thread_GFLOPs
+//   BM_LoopThreads/<loop>/<threads>   counters GFLOPs, per_thread_GFLOPs, running (the share
+//                                     of the time the threads ran), running_GFLOPs
 void BM_LoopThreads(benchmark::State& state) {
   const bool tiles = state.range(0) == 0;
   const auto threads = static_cast<size_t>(state.range(1));
@@ -198,19 +199,29 @@ void BM_LoopThreads(benchmark::State& state) {
   if (threads > std::thread::hardware_concurrency()) return state.SkipWithError("more threads than CPUs");
   const int64_t iterations = tiles ? 200'000 : 2'000'000;  // about 5 ms on one thread
   tessera::ThreadPool pool(threads);
+  std::vector<double> ran(threads);  // each thread's CPU seconds in the loop
   double seconds = 0;
   int64_t runs = 0;
   for (auto _ : state) {
-    seconds += on_every_thread(pool, [&](size_t) {
+    seconds += on_every_thread(pool, [&](size_t i) {
+      const double cpu_start = thread_seconds();
       benchmark::DoNotOptimize(tiles ? cpu::amx::dot_loop(iterations) : cpu::fma_loop(iterations));
+      ran[i] += thread_seconds() - cpu_start;
     });
     ++runs;
   }
   const double flop =
       static_cast<double>(threads) * static_cast<double>(runs) *
       static_cast<double>(tiles ? cpu::amx::dot_loop_flops(iterations) : cpu::fma_loop_flops(iterations));
+  double cpu_seconds = 0;
+  for (const double r : ran) cpu_seconds += r;
   state.counters["GFLOPs"] = flop / seconds * 1e-9;
   state.counters["per_thread_GFLOPs"] = flop / seconds / static_cast<double>(threads) * 1e-9;
+  // The share of the time the OS ran the threads, and a thread's rate while it ran: a fall
+  // of that rate is below the OS (the CPU's clock, or a host's hardware threads), a fall
+  // of the share is other work on the CPUs (or, in a VM, the host's).
+  state.counters["running"] = cpu_seconds / (seconds * static_cast<double>(threads));
+  state.counters["running_GFLOPs"] = flop / cpu_seconds * 1e-9;
 }
 BENCHMARK(BM_LoopThreads)->ArgsProduct({{0, 1}, {1, 2, 4, 8, 12, 16}})->UseRealTime()->Unit(benchmark::kMillisecond);
 
