@@ -12,6 +12,7 @@
 //       kernel's layout inside each call), or reordered into its own layout once,
 //       untimed (1). Counters GFLOPs, amx_share (of bench::tile_rate on as many threads);
 //       label: the kernel oneDNN chose and its ISA.
+//   BM_OnednnDecode/<rows>/<k>  one token, weights as given: GB of weights a second.
 //   BM_OnednnRows/<rows>/<k>/<packed>  whether oneDNN's sums are batch invariant: the
 //       share of outputs of tokens computed in calls of 1, 16 and 256 tokens that differ
 //       in any bit from the same tokens' outputs in the 512-token call (differ_1,
@@ -123,6 +124,32 @@ void Shapes(benchmark::internal::Benchmark* b) {
     for (const int64_t packed : {0, 1}) b->Args({rows, k, packed});
 }
 BENCHMARK(BM_OnednnGemm)->Apply(Shapes)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// One token, as decode calls it: GB of weights read a second (32 MiB of bf16, from memory),
+// against BM_Decode/bf16 (tessera's, one thread): what oneDNN would cost decode if it took
+// prefill and decode had to sum in its order. Weights as tessera holds them.
+//   BM_OnednnDecode/<rows>/<k>   counter GBs
+void BM_OnednnDecode(benchmark::State& state) {
+  const int64_t rows = state.range(0), k = state.range(1);
+  bench::GemmCase g(rows, k, tessera::DType::kBF16);
+  const size_t threads = omp_threads();
+  Gemm gemm(g.x.data(), 1, k, g.bytes.data(), rows, g.y.data(), false);
+  gemm.run();
+  int64_t runs = 0;
+  const double cpu_start = bench::thread_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    gemm.run();
+    benchmark::DoNotOptimize(g.y.data());
+    ++runs;
+  }
+  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+  const double seconds = threads == 1 ? bench::thread_seconds() - cpu_start : wall.count();
+  state.counters["GBs"] = static_cast<double>(g.bytes.size()) * static_cast<double>(runs) / seconds * 1e-9;
+  state.counters["threads"] = static_cast<double>(threads);
+  state.SetLabel(gemm.kernel());
+}
+BENCHMARK(BM_OnednnDecode)->Args({8192, 2048})->Args({2048, 8192})->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The FNV-1a hash of n floats' bits, in hexadecimal.
 std::string hash(const float* y, size_t n) {
