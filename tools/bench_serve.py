@@ -16,7 +16,10 @@ second table shows what the inference thread did in the level: steps, the mean
 sequences and tokens a step ran (the batch reached), the share of the wall time
 inside steps (forward pass and sampling) and in the serving work around them,
 and "engine tok/s": generated tokens over the time inside steps, what the engine
-alone would give on the same steps.
+alone would give on the same steps. "launch ms/step" is the part of a step spent
+choosing it and starting its pass (on the CPU the whole pass), and "between
+ms/step" the serving work from a step's outputs to the next launch, which the
+device waits for (the rest of the serving work runs while it computes).
 
   tools/bench_serve.py --base http://127.0.0.1:8000 [--concurrency 1,8,32,64]
                        [--rounds 2] [--prompt-words 128] [--max-tokens 64]
@@ -169,12 +172,14 @@ def main():
                 f"| {c} | {d['engine_steps_total']:.0f} | {d['engine_step_sequences_total'] / steps:.1f} "
                 f"| {d['engine_step_tokens_total'] / steps:.1f} | {100 * in_steps / seconds:.1f} "
                 f"| {100 * serving / seconds:.1f} | {1000 * serving / steps:.3f} "
-                f"| {d['generation_tokens_total'] / in_steps if in_steps > 0 else float('nan'):.1f} |")
+                f"| {d['generation_tokens_total'] / in_steps if in_steps > 0 else float('nan'):.1f} "
+                f"| {1000 * d.get('engine_launch_seconds_total', float('nan')) / steps:.3f} "
+                f"| {1000 * d.get('engine_between_steps_seconds_total', float('nan')) / steps:.3f} |")
     if engine_rows:
         print()
         print("| concurrency | steps | sequences/step | tokens/step | in steps % of wall | serving work % of wall "
-              "| serving ms/step | engine tok/s |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| serving ms/step | engine tok/s | launch ms/step | between ms/step |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         print("\n".join(engine_rows), flush=True)
 
 

@@ -352,7 +352,7 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     reserved += blocks;
     budget -= tokens;
     sequence.held = false;
-    chosen.push_back({id, tokens});
+    chosen.push_back({id, tokens, sequence.age});
   }
   // A step that runs nothing would leave it waiting for ever; on a pipeline
   // stage, the newest of those short gives way instead (its elders hold the blocks).
@@ -371,13 +371,15 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
   return chosen;
 }
 
-std::vector<StepOutput> Scheduler::step() {
-  std::vector<StepOutput> outputs;
+void Scheduler::launch() {
+  TS_CHECK(!launched_, "a step launched before the last one's outputs were taken");
+  Launched& launched = launched_.emplace();
+  std::vector<StepOutput>& outputs = launched.outputs;
   forward_failure_ = {};
   last_step_size_ = 0;
   last_step_tokens_ = 0;
-  const std::vector<Chosen> chosen = choose(outputs);
-  if (chosen.empty()) return outputs;
+  std::vector<Chosen> chosen = choose(outputs);
+  if (chosen.empty()) return;
 
   std::vector<Forward::Part> parts;
   std::vector<int32_t> ids;
@@ -396,7 +398,7 @@ std::vector<StepOutput> Scheduler::step() {
   }
   // When every sequence of the step takes the plain greedy token (or finishes no
   // feed this step), the device chooses the tokens and no logits come back.
-  const bool greedy =
+  launched.greedy =
       forward_.model().has_entry() && forward_.model().has_exit() &&
       std::all_of(chosen.begin(), chosen.end(), [&](const Chosen& c) {
         const Sequence& sequence = sequences_.at(c.id);
@@ -404,38 +406,65 @@ std::vector<StepOutput> Scheduler::step() {
         const bool finishes = feed.done + c.tokens == feed.tokens;
         return !finishes || (sequence.sampler && sequence.sampler->plain_greedy() && sequence.top_logprobs < 0);
       });
-  Result<std::vector<float>> out = std::vector<float>{};
-  Result<std::vector<int32_t>> greedy_tokens = std::vector<int32_t>{};
-  if (greedy) {
-    greedy_tokens = forward_.step_greedy(ids, parts);
+  Status status;
+  if (launched.greedy) {
+    status = forward_.launch_greedy(ids, parts);
   } else {
-    out = forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
+    Result<std::vector<float>> out =
+        forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
+    status = out.status();
+    if (out.ok()) launched.values = std::move(*out);
   }
-  if (const Status status = greedy ? greedy_tokens.status() : out.status(); !status.ok()) {
+  if (!status.ok()) {
     // checked inputs make this rare; every sequence of the step gets the error
     forward_failure_ = status;
     for (const Chosen& c : chosen) {
       outputs.push_back({c.id, status});
       close(c.id);
     }
-    return outputs;
+    return;
   }
   last_step_size_ = chosen.size();
   for (const Chosen& c : chosen) last_step_tokens_ += c.tokens;
   largest_step_ = std::max(largest_step_, chosen.size());
+  launched.chosen = std::move(chosen);
+}
+
+std::vector<StepOutput> Scheduler::step() {
+  if (!launched_) launch();
+  Launched launched = std::move(*launched_);
+  launched_.reset();
+  std::vector<StepOutput> outputs = std::move(launched.outputs);
+  if (launched.chosen.empty()) return outputs;
+  std::vector<int32_t> greedy_tokens;
+  if (launched.greedy) {
+    Result<std::vector<int32_t>> tokens = forward_.greedy_tokens();
+    if (!tokens.ok()) {
+      forward_failure_ = tokens.status();
+      for (const Chosen& c : launched.chosen) {
+        if (!sequences_.contains(c.id) || sequences_.at(c.id).age != c.age) continue;
+        outputs.push_back({c.id, tokens.status()});
+        close(c.id);
+      }
+      return outputs;
+    }
+    greedy_tokens = std::move(*tokens);
+  }
 
   const bool exit = forward_.model().has_exit();
   size_t offset = 0, part = 0;
-  for (const Chosen& c : chosen) {
-    Sequence& sequence = sequences_.at(c.id);
-    Feed& feed = sequence.feeds.front();
-    const size_t width = greedy ? 0
-                         : exit ? static_cast<size_t>(vocab_size_)
-                                : static_cast<size_t>(c.tokens * hidden_size_);
-    const auto rows = std::span<float>(*out).subspan(offset, width);
+  for (const Chosen& c : launched.chosen) {
+    const size_t width = launched.greedy ? 0
+                         : exit          ? static_cast<size_t>(vocab_size_)
+                                         : static_cast<size_t>(c.tokens * hidden_size_);
+    const auto rows = std::span<float>(launched.values).subspan(offset, width);
     offset += width;
-    const int32_t greedy_token = greedy ? (*greedy_tokens)[part] : -1;
+    const int32_t greedy_token = launched.greedy ? greedy_tokens[part] : -1;
     ++part;
+    const auto it = sequences_.find(c.id);
+    if (it == sequences_.end() || it->second.age != c.age) continue;  // cancelled since launch()
+    Sequence& sequence = it->second;
+    Feed& feed = sequence.feeds.front();
     if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
     if (forward_.model().has_entry() && !options_.named_prefixes)
       sequence.tokens.insert(sequence.tokens.end(), feed.ids.begin() + feed.done,
@@ -447,7 +476,7 @@ std::vector<StepOutput> Scheduler::step() {
     StepOutput result{.id = c.id};
     if (!exit) {
       result.values = std::exchange(sequence.hidden_out, {});
-    } else if (greedy) {
+    } else if (launched.greedy) {
       result.token = greedy_token;  // what sample() gives these rows (Sampler::plain_greedy)
       sequence.output.push_back(result.token);
     } else if (sequence.sampler) {

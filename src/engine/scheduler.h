@@ -152,6 +152,14 @@ class Scheduler {
   size_t queued_feeds() const { return queued_; }
   uint64_t queued_bytes() const { return queued_bytes_; }
   std::vector<StepOutput> step();
+  // step() in two halves, for a caller that works while the device computes:
+  // launch() chooses the step's feeds and starts its forward pass, and step()
+  // then waits for the pass and returns its outputs (step() alone does both).
+  // In between the caller may open, start, feed and cancel sequences (one
+  // cancelled drops out of the outputs), not truncate or launch again. Only a
+  // pass of greedy tokens chosen on the device runs on while the caller works;
+  // another runs within launch().
+  void launch();
   // The error of the last step's forward pass (the device's, or a TP group's
   // that has failed and stays failed), which every sequence in that step got;
   // OK when it ran or nothing ran. How a TP leader tells a dead group from one
@@ -209,6 +217,14 @@ class Scheduler {
   struct Chosen {
     uint64_t id;
     int64_t tokens;
+    uint64_t age = 0;  // its sequence's, to know it after launch() (cancelled and opened again: another)
+  };
+  // What launch() started, for step().
+  struct Launched {
+    std::vector<StepOutput> outputs{};  // the feeds that failed
+    std::vector<Chosen> chosen{};       // empty: nothing ran
+    bool greedy = false;                // tokens chosen by the device (Forward::greedy_tokens)
+    std::vector<float> values{};        // else the pass's logits or hidden states
   };
   Status queue(uint64_t id, Feed feed);
   std::vector<Chosen> choose(std::vector<StepOutput>& failed);
@@ -239,6 +255,7 @@ class Scheduler {
   size_t last_step_size_ = 0;
   int64_t last_step_tokens_ = 0;
   Status forward_failure_{};
+  std::optional<Launched> launched_;
 };
 
 }  // namespace tessera

@@ -312,8 +312,26 @@ Result<std::vector<float>> Forward::step_hidden(std::span<const float> hidden, s
 }
 
 Result<std::vector<int32_t>> Forward::step_greedy(std::span<const int32_t> ids, std::span<const Part> parts) {
+  TS_RETURN_IF_ERROR(launch_greedy(ids, parts));
+  return greedy_tokens();
+}
+
+Status Forward::launch_greedy(std::span<const int32_t> ids, std::span<const Part> parts) {
   TS_CHECK(model_.has_exit(), "greedy tokens from a range ending at layer ", model_.range().end);
+  TS_CHECK(!launched_, "a greedy step launched before the last one's tokens were taken");
   TS_ASSIGN_OR_RETURN(Output out, embed_and_run(ids, parts, Logits::kGreedy));
+  launched_ = std::move(out);
+  return {};
+}
+
+Result<std::vector<int32_t>> Forward::greedy_tokens() {
+  TS_CHECK(launched_, "greedy tokens taken before a greedy step was launched");
+  Output out = std::move(*launched_);
+  launched_.reset();
+  if (out.on_device > 0) {  // the wait: the download follows the pass on the device
+    out.tokens.resize(static_cast<size_t>(out.on_device));
+    device_.download(greedy_.data(), out.tokens.size() * sizeof(int32_t), out.tokens.data());
+  }
   return std::move(out.tokens);
 }
 
@@ -486,9 +504,7 @@ Result<Forward::Output> Forward::logits_of(int64_t rows, Logits logits) {
     TS_RETURN_IF_ERROR(reserve(device_, greedy_, rows));
     auto* ids = static_cast<int32_t*>(greedy_.data());
     device_.argmax(logits_.f32(), rows, vocab, ids);
-    Output out{.tokens = std::vector<int32_t>(static_cast<size_t>(rows))};
-    device_.download(ids, out.tokens.size() * sizeof(int32_t), out.tokens.data());
-    return out;
+    return Output{.on_device = rows};  // greedy_tokens() downloads them once the pass is done
   }
   Output out;
   TS_ASSIGN_OR_RETURN(out.values, gather_logits(rows));

@@ -122,6 +122,13 @@ class Forward {
   // so that only the ids leave it instead of [parts, vocab] logits. Needs an
   // entry and an exit range.
   Result<std::vector<int32_t>> step_greedy(std::span<const int32_t> ids, std::span<const Part> parts);
+  // step_greedy in two halves, so that the caller works while the device
+  // computes: launch_greedy() checks the step, starts its pass and advances the
+  // caches; greedy_tokens() waits for its tokens. Between them no other pass
+  // runs on this Forward; caches may be made and dropped (a dropped cache's
+  // blocks go to later passes, which the device runs after this one).
+  Status launch_greedy(std::span<const int32_t> ids, std::span<const Part> parts);
+  Result<std::vector<int32_t>> greedy_tokens();
 
   // A rank > 0 of a TP group: runs the leader's steps until it stops (OK: the
   // leader's Forward was destroyed) or a step fails (the group's error, or a
@@ -152,6 +159,7 @@ class Forward {
   struct Output {
     std::vector<float> values{};
     std::vector<int32_t> tokens{};
+    int64_t on_device = 0;  // Logits::kGreedy chosen on the device: the tokens in greedy_, for greedy_tokens()
   };
   // What run_* and step_* share: the checks, then the ids' embeddings or the
   // hidden states into the residual stream, then the layers.
@@ -189,6 +197,7 @@ class Forward {
   std::unique_ptr<KvPool> kv_pool_;
   // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
   Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_, greedy_;
+  std::optional<Output> launched_;      // launch_greedy's, until greedy_tokens()
   MoeMlp moe_;                          // the experts' scratch, for a family with them
   std::vector<float> host_, gathered_;  // host staging of the collectives
   double collective_seconds_ = 0;

@@ -7,9 +7,10 @@ namespace tessera::serve {
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-uint64_t ns_since(Clock::time_point t) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t).count());
+uint64_t ns_between(Clock::time_point from, Clock::time_point to) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(to - from).count());
 }
+uint64_t ns_since(Clock::time_point t) { return ns_between(t, Clock::now()); }
 constexpr std::chrono::milliseconds kIdleStats{250};
 
 Status cancelled_status() { return Status::disconnected("the client cancelled the request"); }
@@ -113,7 +114,13 @@ void InferenceLoop::run() {
     return;
   }
   ready_ = true;
+  // When the last step's outputs came back, while steps run back to back (else the epoch).
+  Clock::time_point outputs_at{};
   for (;;) {
+    if (live_.empty()) {  // the last step's events, before waiting
+      settle();
+      outputs_at = {};
+    }
     {
       std::unique_lock lock(mutex_);
       // Idle, the stats are still read now and then: a pipeline's stages report their KV pools on their own.
@@ -136,27 +143,38 @@ void InferenceLoop::run() {
       ++stats_.cancelled;
       fail(id, cancelled_status(), /*cancelled=*/true);
     }
-    if (backend_->has_work()) {
+    const bool stepping = backend_->has_work();
+    Clock::time_point launched;
+    uint64_t launch_ns = 0;
+    if (stepping) {
       ++stats_.steps;
-      const auto step_start = Clock::now();
+      launched = Clock::now();
+      if (outputs_at != Clock::time_point{}) stats_.between_steps_ns += ns_between(outputs_at, launched);
+      backend_->launch();
+      launch_ns = ns_since(launched);
+      stats_.launch_ns += launch_ns;
+    }
+    // The last step's events and counts: while the device runs this step, where the backend launched it.
+    settle();
+    outputs_at = {};
+    if (stepping) {
+      const auto waited = Clock::now();
       std::vector<StepOutput> outputs = backend_->step();
-      stats_.step_ns += ns_since(step_start);
+      stats_.step_ns += launch_ns + ns_since(waited);
       const LoopBackend::StepSize size = backend_->last_step();
       stats_.step_sequences += size.sequences;
       stats_.step_tokens += static_cast<uint64_t>(size.tokens);
+      outputs_at = Clock::now();
       for (StepOutput& out : outputs) {
         const auto it = live_.find(out.id);
         if (it == live_.end()) continue;
         if (!out.status.ok()) {
           fail(out.id, out.status);
         } else {
-          on_token(out.id, *it->second, out);
+          on_token(out.id, *it->second, out, outputs_at);
         }
       }
     }
-    count_requests();
-    refresh_stats();
-    flush();
     stats_.iteration_ns += ns_since(iteration_start);
   }
   // Shutting down: whatever is still live or waiting hears so.
@@ -239,14 +257,15 @@ void InferenceLoop::admit(std::vector<Submission>& admitted) {
   }
 }
 
-void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out) {
+void InferenceLoop::on_token(uint64_t id, Live& live, StepOutput& out, Clock::time_point now) {
   const int32_t token = out.token;
+  const auto seconds = [&](Clock::time_point t) { return std::chrono::duration<double>(now - t).count(); };
   if (live.last_token) {
-    stats_.inter_token_latency.observe(seconds_since(*live.last_token));
+    stats_.inter_token_latency.observe(seconds(*live.last_token));
   } else {
-    stats_.time_to_first_token.observe(seconds_since(live.submission.arrived));
+    stats_.time_to_first_token.observe(seconds(live.submission.arrived));
   }
-  live.last_token = Clock::now();
+  live.last_token = now;
   const std::vector<int32_t>& stop_ids = model_->stop_ids;
   if (!live.submission.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end())
     return finish(id, "stop", {});
@@ -296,6 +315,12 @@ void InferenceLoop::emit(const std::shared_ptr<const Sink>& sink, GenerationEven
   } else {
     (*sink)(std::move(event));
   }
+}
+
+void InferenceLoop::settle() {
+  count_requests();
+  refresh_stats();
+  flush();
 }
 
 void InferenceLoop::flush() {

@@ -35,11 +35,18 @@
 // stages: pipeline_backend.h), through the same admission, stop rules and events.
 //
 // Events: each iteration gathers the events of its step (tokens, finishes,
-// failures) and hands them over at its end, at once: to the delivery function
-// when one is set (the server posts the whole batch to its I/O threads, one
-// hand-over a step instead of one a token on the inference thread), otherwise
-// by calling each sink there. Batches go in order, and a request's events keep
-// theirs.
+// failures) and hands them over at once: to the delivery function when one is
+// set (the server posts the whole batch to its I/O threads, one hand-over a
+// step instead of one a token on the inference thread), otherwise by calling
+// each sink there. Batches go in order, and a request's events keep theirs.
+//
+// Between steps the thread does only what the next step needs: the stop rules
+// and the feed of each token, admission and cancellations. Then it launches the
+// next step (LoopBackend::launch) and, while the device runs it, hands the last
+// step's events over and counts what /metrics shows (vLLM's async scheduling
+// does the same host work beside the next step; its input ids stay on the
+// device, which this engine's cannot: the tokens come back before the next
+// launch). Idle, it hands them over at once.
 //
 // Thread safety: submit(), cancel flags, ready(), model(), stats() and stop()
 // may be called from any thread; deliver_events_with() before start(). Sinks
@@ -150,6 +157,11 @@ struct LoopStats {
   std::atomic<uint64_t> steps{0};
   std::atomic<uint64_t> step_sequences{0}, step_tokens{0};
   std::atomic<uint64_t> step_ns{0}, iteration_ns{0};
+  // Of step_ns, the nanoseconds in the backend's launch(): choosing the step and
+  // starting its pass (on the CPU, the whole pass). And the nanoseconds from a
+  // step's outputs to the next launch() while steps run back to back: the host
+  // work between them that the device waits for (stop rules, feeds, admission).
+  std::atomic<uint64_t> launch_ns{0}, between_steps_ns{0};
   std::atomic<uint64_t> preemptions{0};   // running requests preempted for KV space (recomputed later)
   std::atomic<uint64_t> largest_step{0};  // most sequences one forward pass has run (continuous batching)
   // Seconds: arrival to admission; arrival to the first token; between tokens; arrival to a finish.
@@ -197,7 +209,8 @@ class InferenceLoop {
   // Takes waiting submissions, oldest first, while a slot and KV blocks for their prompts are free.
   std::vector<Submission> take_waiting();
   void admit(std::vector<Submission>& admitted);
-  void on_token(uint64_t id, Live& live, StepOutput& out);
+  // `now`: when the step's outputs came back.
+  void on_token(uint64_t id, Live& live, StepOutput& out, std::chrono::steady_clock::time_point now);
   // `last`: the event of the step's token (its tokens and logprobs), made the done one.
   void finish(uint64_t id, const std::string& reason, GenerationEvent last);
   // `cancelled`: the request's cancel flag (the client left), not a failure.
@@ -205,6 +218,8 @@ class InferenceLoop {
   // Queues an event for the end of the iteration; flush() hands the batch over.
   void emit(const std::shared_ptr<const Sink>& sink, GenerationEvent event);
   void flush();
+  // The work that waits for no step: count_requests(), refresh_stats(), flush().
+  void settle();
   // After a step: running and waiting as vLLM counts them (the requests the
   // backend holds for KV blocks are waiting).
   void count_requests();

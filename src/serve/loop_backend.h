@@ -49,6 +49,11 @@ class LoopBackend {
   virtual size_t held() const = 0;
   // Runs what is pending: each request that got its next token, or failed (and is closed).
   virtual std::vector<StepOutput> step() = 0;
+  // Starts the next step early, so that the device runs it while the loop does
+  // the last step's host work (its events, /metrics); step() then completes it.
+  // In between the loop may open, feed and cancel requests. A backend that
+  // cannot start early does nothing here.
+  virtual void launch() {}
   // KV usage, prefix cache, batching and preemption counters for /metrics.
   virtual void update_stats(LoopStats& stats) const = 0;
   // What the last step() ran in this process's forward pass: sequences and tokens
@@ -77,6 +82,7 @@ class LocalBackend final : public LoopBackend {
   bool has_work() const override { return engine_.scheduler->has_work(); }
   size_t held() const override { return engine_.scheduler->held_sequences(); }
   std::vector<StepOutput> step() override { return engine_.scheduler->step(); }
+  void launch() override { engine_.scheduler->launch(); }
   void update_stats(LoopStats& stats) const override;
   StepSize last_step() const override {
     return {engine_.scheduler->last_step_size(), engine_.scheduler->last_step_tokens()};

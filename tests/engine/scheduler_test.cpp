@@ -468,6 +468,72 @@ TEST_F(SchedulerTest, PerSequenceSamplerGivesTheTokensOfLocalRunnerAlone) {
   EXPECT_NE(greedy_tokens, expected);
 }
 
+// launch() and step() apart, as the server runs them: between them a sequence
+// joins, one that the launched step runs is cancelled, and another starts. Each
+// gets bitwise the tokens step() gives it alone, greedy (steps whose tokens the
+// device chooses: Forward::launch_greedy) or seeded (steps of logits); the
+// cancelled one's blocks return at the cancel and it has no output after it.
+TEST_F(SchedulerTest, LaunchedStepGivesTheTokensOfStepWhileSequencesComeAndGo) {
+  auto forward = make_forward(256);
+  KvPool& pool = forward->kv_pool();
+  constexpr size_t kTokens = 8;
+  struct Request {
+    uint64_t id;
+    float temperature;  // 0: greedy
+    std::vector<int32_t> prompt;
+  };
+  const std::vector<Request> requests = {
+      {1, 0, prompt(9, 4)}, {2, 0, prompt(5, 8)}, {3, 0, prompt(13, 2)}, {4, 1.3f, prompt(6, 3)}};
+  auto start = [&](Scheduler& scheduler, const Request& r) {
+    ASSERT_TRUE(scheduler.open(r.id, 128).ok());
+    ASSERT_TRUE(scheduler.start(r.id, sampling(r.temperature, 40 + r.id), r.prompt).ok());
+    ASSERT_TRUE(scheduler.feed_ids(r.id, r.prompt).ok());
+  };
+  std::map<uint64_t, std::vector<int32_t>> alone;
+  for (const Request& r : requests) {
+    Scheduler scheduler(*forward);
+    start(scheduler, r);
+    while (alone[r.id].size() < kTokens) {
+      const StepOutput out = step_until(scheduler, r.id);
+      ASSERT_TRUE(out.status.ok()) << out.status.to_string();
+      alone[r.id].push_back(out.token);
+      ASSERT_TRUE(scheduler.feed_ids(r.id, {out.token}).ok());
+    }
+  }
+
+  Scheduler scheduler(*forward, {.max_step_tokens = 8});
+  start(scheduler, requests[0]);
+  start(scheduler, requests[1]);
+  std::map<uint64_t, std::vector<int32_t>> together;
+  bool cancelled = false;
+  for (int step = 0; step < 200 && scheduler.has_work(); ++step) {
+    scheduler.launch();
+    if (step == 2) start(scheduler, requests[2]);  // joins while a step runs
+    if (together[2].size() == 3 && !cancelled) {   // its fourth token is in the launched step
+      const int64_t free = pool.free_blocks();
+      scheduler.cancel(2);
+      EXPECT_GT(pool.free_blocks(), free);
+      cancelled = true;
+      start(scheduler, requests[3]);
+    }
+    for (const StepOutput& out : scheduler.step()) {
+      ASSERT_TRUE(out.status.ok()) << out.status.to_string();
+      ASSERT_FALSE(cancelled && out.id == 2) << "an output for the cancelled sequence";
+      together[out.id].push_back(out.token);
+      if (together[out.id].size() < kTokens) {
+        ASSERT_TRUE(scheduler.feed_ids(out.id, {out.token}).ok());
+      }
+    }
+  }
+  EXPECT_TRUE(cancelled);
+  EXPECT_GE(scheduler.largest_step(), 3u);
+  for (const uint64_t id : {1, 3, 4}) EXPECT_EQ(together[id], alone[id]) << "sequence " << id;
+  EXPECT_EQ(together[2], std::vector<int32_t>(alone[2].begin(), alone[2].begin() + 3));
+  EXPECT_NE(alone[4], alone[1]);
+  scheduler.cancel_all();
+  EXPECT_EQ(pool.free_blocks(), pool.total_blocks());
+}
+
 // Recompute preemption: three sequences that each grow to 4 blocks share a pool
 // of 8, so the older ones take the newest one's blocks; it runs its ids again
 // later. Each gets bitwise the tokens it gets alone (greedy and seeded

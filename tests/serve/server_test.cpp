@@ -532,6 +532,10 @@ TEST(ServeMetricsTest, LatencyHistogramsCountEveryRequestAndToken) {
   EXPECT_EQ(metric_value(m, "engine_largest_step"), 1);
   EXPECT_GT(metric_value(m, "engine_step_seconds_total"), 0);
   EXPECT_GE(metric_value(m, "engine_iteration_seconds_total"), metric_value(m, "engine_step_seconds_total"));
+  EXPECT_GT(metric_value(m, "engine_launch_seconds_total"), 0);
+  EXPECT_LE(metric_value(m, "engine_launch_seconds_total"), metric_value(m, "engine_step_seconds_total"));
+  // A request's steps after its first run back to back (its prompt's, after waiting, does not).
+  EXPECT_GT(metric_value(m, "engine_between_steps_seconds_total"), 0);
   for (const char* name : {"e2e_request_latency_seconds", "request_queue_time_seconds", "time_to_first_token_seconds",
                            "inter_token_latency_seconds"}) {
     const std::string n(name);
