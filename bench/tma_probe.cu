@@ -1,0 +1,384 @@
+// A probe for the tiled GEMM's next step (docs/gpu.md, "Prefill"): bae9813 moved its
+// products to wgmma and ran no faster, and Nsight Compute found its blocks waiting
+// on their cp.async tiles with L2 at half its throughput. Would TMA copies (the
+// tensor memory accelerator moves a whole tile per instruction, completing on an
+// mbarrier), and x shared by the two blocks of a cluster (each loads half of the
+// 128-token tile and multicasts it to both: a quarter fewer L2 bytes a product),
+// lift it?
+//
+// tma_gemm_kernel: bae9813's computation (two warpgroups, wgmma.m64n128k16 with the
+// weights' fragments from registers as mma_half takes them and x in mma slot order,
+// the eight sums of k's chunks as chains) with the tiles brought by TMA: a stage
+// holds a chunk's 128 weight rows ([row][64] bf16, no swizzling: lanes read rows g
+// and g + 1 at units t and t + 4 in turn, so a quarter-warp's reads hit 32 banks)
+// and its 128 tokens of x ([unit][token] of 16 bytes, wgmma's core matrices). Thread
+// 0 refills a stage once every block of the cluster has released it (an mbarrier
+// each stage counts the cluster's blocks).
+//
+// For the 8B shape's matmuls at 512 and 2,048 tokens the probe checks every output
+// bitwise against tessera's tiled matmul (cuda::mma_gemm) and prints TFLOP/s of both.
+//   tma_probe
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
+#include "core/dtype.h"
+
+namespace tessera::cuda {
+namespace {
+
+void must(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+  std::exit(1);
+}
+
+constexpr int kTokens = 128, kRows = 128, kThreads = 256;
+constexpr int kWeightBytes = kRows * 128, kStageBytes = kWeightBytes + kTokens * 128;
+
+template <int kStages>
+constexpr size_t smem_bytes() {
+  return size_t{kStages} * kStageBytes + 2 * kStages * sizeof(uint64_t);
+}
+
+// Position p of a row of x, stored in mma slot order (bae9813's mma_slot).
+__host__ __device__ constexpr int64_t mma_slot(int64_t p) {
+  const int64_t in_half = p % 32, t = in_half / 8, q = in_half % 8 / 2;
+  return p - in_half + 16 * (q / 2) + 8 * (q % 2) + 2 * t + p % 2;
+}
+
+__global__ void slots_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) y[mma_slot(i)] = __float2bfloat16_rn(x[i]);  // rows are whole halves, so flat positions work
+}
+
+__device__ __forceinline__ void wgmma_128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
+}
+
+__device__ __forceinline__ void pin(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+}
+// Waits for the barrier's phase of this parity; kCluster: acquiring what the
+// cluster's other blocks released with their arrivals.
+template <bool kCluster = false>
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+  uint32_t done = 0;
+  while (!done) {
+    if constexpr (kCluster)
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(smem_address(bar)), "r"(parity)
+          : "memory");
+    else
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                   : "=r"(done)
+                   : "r"(smem_address(bar)), "r"(parity)
+                   : "memory");
+  }
+}
+// An arrival on the barrier at the same place in block `rank` of the cluster.
+__device__ __forceinline__ void mbar_arrive_at(uint64_t* bar, int rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_address(bar)),
+      "r"(rank)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return static_cast<int>(rank);
+}
+// The box at (c0, c1) of `map` into `dst`, completing on `bar`; with a mask, into
+// the same place of each block of the cluster that the mask names (and their bars).
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_address(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar))
+      : "memory");
+}
+__device__ __forceinline__ void tma_multicast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
+                                              uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(smem_address(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(mask)
+      : "memory");
+}
+
+// Chunk of step i in the eight sums' order (sum 0's chunks 0, 8, ..., then sum 1's):
+// sums below r have q + 1 chunks, the rest q.
+__device__ __forceinline__ int chunk_of(int i, int q, int r) {
+  const int long_steps = r * (q + 1);
+  if (i < long_steps) return i / (q + 1) + kMmaSplit * (i % (q + 1));
+  i -= long_steps;
+  return r + i / q + kMmaSplit * (i % q);
+}
+
+template <int kCluster, int kStages>
+__global__ void __launch_bounds__(kThreads, 1)
+    tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                    int64_t tokens, int64_t n, int64_t k, float* __restrict__ y) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  auto* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* empty = full + kStages;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int rank = kCluster > 1 ? cluster_rank() : 0;
+  const int row0 = static_cast<int>(blockIdx.y) * kRows, token0 = static_cast<int>(blockIdx.x) * kTokens;
+  const int chunks = static_cast<int>(k / kMmaChunk), q = chunks / kMmaSplit, r = chunks % kMmaSplit;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kCluster);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (kCluster > 1) cluster_sync();
+  __syncthreads();
+  const auto issue = [&](int stage, int chunk) {  // thread 0
+    uint8_t* at = smem + stage * kStageBytes;
+    mbar_expect(&full[stage], kStageBytes);
+    tma_load(at, &w_map, chunk * kMmaChunk, row0, &full[stage]);
+    for (int u = 0; u < 8; ++u) {
+      uint8_t* to = at + kWeightBytes + u * kTokens * 16 + rank * (kTokens / kCluster) * 16;
+      if constexpr (kCluster > 1)
+        tma_multicast(to, &x_map, chunk * kMmaChunk + u * 8, token0 + rank * (kTokens / kCluster), &full[stage],
+                      static_cast<uint16_t>((1 << kCluster) - 1));
+      else tma_load(to, &x_map, chunk * kMmaChunk + u * 8, token0, &full[stage]);
+    }
+  };
+  if (threadIdx.x == 0)
+    for (int s = 0; s < kStages && s < chunks; ++s) issue(s, chunk_of(s, q, r));
+
+  float acc[64], total[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f, total[i] = 0.0f;
+  int sums_done = 0, sum = 0, index = 0;
+  const int row = 16 * warp + g, odd = g & 1;
+  for (int step = 0; step < chunks; ++step) {
+    const int stage = step % kStages, parity = (step / kStages) & 1;
+    mbar_wait(&full[stage], parity);
+    const auto* w_tile = reinterpret_cast<const uint4*>(smem + stage * kStageBytes);
+    const uint8_t* x_tile = smem + stage * kStageBytes + kWeightBytes;
+    // Rows g (even) read unit t then t + 4; odd rows t + 4 then t: conflict-free.
+    const uint4 a_first = w_tile[row * 8 + t + 4 * odd], a_second = w_tile[row * 8 + t + 4 * (1 - odd)];
+    const uint4 b_first = w_tile[(row + 8) * 8 + t + 4 * odd], b_second = w_tile[(row + 8) * 8 + t + 4 * (1 - odd)];
+    const uint4 a0 = odd ? a_second : a_first, a1 = odd ? a_first : a_second;
+    const uint4 b0 = odd ? b_second : b_first, b1 = odd ? b_first : b_second;
+    const auto descriptor = [&](int s) {  // k16 step s: units 2s, 2s + 1 (2,048 bytes apart), 8 tokens 128 bytes apart
+      const uint64_t address = smem_address(x_tile + 2 * s * kTokens * 16);
+      return ((address & 0x3ffff) >> 4) | (uint64_t{(kTokens * 16) >> 4} << 16) | (uint64_t{128 >> 4} << 32);
+    };
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_128(acc, a0.x, b0.x, a0.y, b0.y, descriptor(0));
+    wgmma_128(acc, a0.z, b0.z, a0.w, b0.w, descriptor(1));
+    wgmma_128(acc, a1.x, b1.x, a1.y, b1.y, descriptor(2));
+    wgmma_128(acc, a1.z, b1.z, a1.w, b1.w, descriptor(3));
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (++index == q + (sum < r ? 1 : 0)) {
+      pin(acc);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) {
+        total[i] = sums_done == 0 ? acc[i] : total[i] + acc[i];
+        acc[i] = 0.0f;
+      }
+      ++sums_done, ++sum, index = 0;
+    }
+    __syncthreads();  // every warp is done with the stage
+    if (threadIdx.x == 0) {
+      for (int c = 0; c < kCluster; ++c) mbar_arrive_at(&empty[stage], c);
+      if (step + kStages < chunks) {
+        mbar_wait<true>(&empty[stage], parity);  // every block of the cluster is done with it
+        issue(stage, chunk_of(step + kStages, q, r));
+      }
+    }
+    __syncwarp();
+  }
+  for (; sums_done < kMmaSplit; ++sums_done)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] += 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t out_row = row0 + row + (i >= 2 ? 8 : 0), token = token0 + 8 * j + 2 * t + i % 2;
+      if (out_row < n && token < tokens) y[token * n + out_row] = total[4 * j + i];
+    }
+  if constexpr (kCluster > 1) cluster_sync();  // no block leaves while the others may still write to it
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    must(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found),
+         "cuTensorMapEncodeTiled");
+    if (found != cudaDriverEntryPointSuccess) std::exit((std::fprintf(stderr, "no cuTensorMapEncodeTiled\n"), 1));
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 2D map of a row-major bf16 matrix [rows][cols], boxes of box_cols x box_rows.
+CUtensorMap matrix_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result =
+      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) std::exit((std::fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", result), 1));
+  return map;
+}
+
+template <int kCluster, int kStages>
+void launch_tma(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16* x_slots, int64_t tokens, int64_t n,
+                int64_t k, float* y) {
+  static const bool sized = [] {
+    must(cudaFuncSetAttribute(tma_gemm_kernel<kCluster, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes<kStages>())),
+         "shared memory");
+    return true;
+  }();
+  (void)sized;
+  const CUtensorMap w_map = matrix_map(w, n, k, kMmaChunk, kRows),
+                    x_map = matrix_map(x_slots, tokens, k, 8, kTokens / kCluster);
+  const auto row_tiles = static_cast<unsigned>(((n + kRows - 1) / kRows + kCluster - 1) / kCluster * kCluster);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = kCluster, cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((tokens + kTokens - 1) / kTokens), row_tiles);
+  config.blockDim = kThreads;
+  config.dynamicSmemBytes = smem_bytes<kStages>();
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  must(cudaLaunchKernelEx(&config, tma_gemm_kernel<kCluster, kStages>, w_map, x_map, tokens, n, k, y), "launch");
+}
+
+int probe() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  cudaStream_t stream;
+  must(cudaStreamCreate(&stream), "stream");
+  cudaEvent_t begin, end;
+  cudaEventCreate(&begin);
+  cudaEventCreate(&end);
+  const auto seconds = [&](int reps, auto&& call) {
+    for (int i = 0; i < 2; ++i) call();
+    cudaEventRecord(begin, stream);
+    for (int i = 0; i < reps; ++i) call();
+    cudaEventRecord(end, stream);
+    must(cudaEventSynchronize(end), "timing");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, begin, end);
+    return ms * 1e-3 / reps;
+  };
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"q/o 4096x4096", 4096, 4096},
+                          {"gate 14336x4096", 14336, 4096},
+                          {"down 4096x14336", 4096, 14336},
+                          {"odd 3000x576", 3000, 576}};
+  std::printf("%-18s %6s %12s %12s %12s %12s %10s\n", "matmul", "tokens", "mma_gemm", "tma", "tma x2", "tma x2 s6",
+              "bitwise");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    std::vector<uint16_t> wh(static_cast<size_t>(s.n * s.k));
+    for (auto& v : wh) v = f32_to_bf16(dist(rng));
+    __nv_bfloat16* w = nullptr;
+    must(cudaMalloc(&w, wh.size() * 2), "w");
+    must(cudaMemcpy(w, wh.data(), wh.size() * 2, cudaMemcpyHostToDevice), "w");
+    for (const int64_t tokens : {int64_t{300}, int64_t{512}, int64_t{2048}}) {
+      std::vector<float> xh(static_cast<size_t>(tokens * s.k));
+      for (auto& v : xh) v = dist(rng);
+      float *x = nullptr, *y_ref = nullptr, *y = nullptr;
+      __nv_bfloat16* x_slots = nullptr;
+      void* scratch = nullptr;
+      MmaJob job{.count = 1};
+      job.n[0] = s.n;
+      must(cudaMalloc(&x, xh.size() * 4), "x");
+      must(cudaMalloc(&x_slots, xh.size() * 2), "x slots");
+      must(cudaMalloc(&y_ref, sizeof(float) * tokens * s.n), "y");
+      must(cudaMalloc(&y, sizeof(float) * tokens * s.n), "y");
+      must(cudaMalloc(&scratch, mma_gemm_scratch(tokens, s.k, job)), "scratch");
+      must(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice), "x");
+      job.w[0] = w, job.y[0] = y_ref;
+      slots_kernel<<<static_cast<unsigned>((xh.size() + 255) / 256), 256, 0, stream>>>(
+          x, static_cast<int64_t>(xh.size()), x_slots);
+      const double flops = 2.0 * tokens * s.n * s.k;
+      const double t_ref = seconds(5, [&] { mma_gemm(stream, x, tokens, s.k, job, scratch); });
+      std::vector<float> want(static_cast<size_t>(tokens * s.n)), got(want.size());
+      must(cudaMemcpy(want.data(), y_ref, want.size() * 4, cudaMemcpyDeviceToHost), "y");
+      const auto run = [&](auto launch) {
+        must(cudaMemset(y, 0xff, got.size() * 4), "y");
+        const double t = seconds(5, [&] { launch(stream, w, x_slots, tokens, s.n, s.k, y); });
+        must(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost), "y");
+        return std::pair{t, std::memcmp(got.data(), want.data(), got.size() * 4) == 0};
+      };
+      const auto [t1, ok1] = run(launch_tma<1, 4>);
+      const auto [t2, ok2] = run(launch_tma<2, 4>);
+      const auto [t3, ok3] = run(launch_tma<2, 6>);
+      std::printf("%-18s %6lld %8.1f TF %8.1f TF %8.1f TF %8.1f TF %4s%s%s\n", s.name, static_cast<long long>(tokens),
+                  flops / t_ref / 1e12, flops / t1 / 1e12, flops / t2 / 1e12, flops / t3 / 1e12, ok1 ? "yes" : "NO",
+                  ok2 ? "/yes" : "/NO", ok3 ? "/yes" : "/NO");
+      cudaFree(x), cudaFree(x_slots), cudaFree(y_ref), cudaFree(y), cudaFree(scratch);
+    }
+    cudaFree(w);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::cuda
+
+int main() { return tessera::cuda::probe(); }
