@@ -42,11 +42,15 @@ namespace HWY_NAMESPACE {
 #define TESSERA_QUANT_DOT_AVX2 0
 #endif
 #undef TESSERA_VNNI
+#undef TESSERA_VNNI_GFNI
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3_DL
 #define TESSERA_QUANT_DOT_VNNI 1
 // Highway's AVX3_DL target implies AVX512_VNNI at run time but does not name it: the
 // functions that use it (and those they are inlined into) name it themselves.
 #define TESSERA_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+// The same with GFNI, which AVX3_DL does not imply in Highway 1.0: functions with it run
+// only where __builtin_cpu_supports("gfni") (dot_rows_one_token).
+#define TESSERA_VNNI_GFNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,gfni")))
 #else
 #define TESSERA_QUANT_DOT_VNNI 0
 #define TESSERA_VNNI
@@ -458,10 +462,19 @@ HWY_INLINE uint64_t f16x4(const uint8_t* const* b, size_t at) {
 
 // Q8_0 and Q4_0: the weights made unsigned, w + kOffset (kOffset 128 or 8: Q8_0's w
 // with its sign bit flipped, Q4_0's q), and `bias` the lanes' -kOffset (x0 + .. + x3).
-template <DType kT>
-TESSERA_VNNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
+// Q4_0's nibbles (low ones in 128-bit lanes 0 and 2, high ones in 1 and 3) by a shift
+// and a mask, or with kGfni by one vgf2p8affineqb, whose bit matrix (one a 64-bit lane)
+// copies bits 0-3 of each byte, or bits 4-7 down to 0-3, and clears the rest: the same
+// bytes in one instruction of the two (the kernel is short of vector instructions).
+template <DType kT, bool kGfni>
+TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
   if constexpr (kT == DType::kQ8_0) {
     return _mm512_dpbusd_epi32(bias, _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128)), xv);
+  } else if constexpr (kGfni) {
+    constexpr int64_t kLow = 0x0102040800000000, kHigh = 0x1020408000000000;  // output bit i from byte 7 - i
+    const __m512i q = _mm512_gf2p8affine_epi64_epi8(
+        pair16(a + 2, b + 2), _mm512_set_epi64(kHigh, kHigh, kLow, kLow, kHigh, kHigh, kLow, kLow), 0);
+    return _mm512_dpbusd_epi32(bias, q, xv);
   } else {
     const __m512i nibble_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);  // high nibbles in lanes 1 and 3
     const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(pair16(a + 2, b + 2), nibble_shift), _mm512_set1_epi8(0x0f));
@@ -471,12 +484,13 @@ TESSERA_VNNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b,
 
 // One unit of 4 rows (at r[s] + off) against the token's block xt, whose lanes' bias
 // (pair_block32) is `bias`, into acc01 (rows 0, 1) and acc23 (rows 2, 3).
-template <DType kT>
-TESSERA_VNNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, const Q8Block& xt, __m512i bias,
-                                          __m512& acc01, __m512& acc23) {
+template <DType kT, bool kGfni>
+TESSERA_VNNI_GFNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, const Q8Block& xt, __m512i bias,
+                                               __m512& acc01, __m512& acc23) {
   const __m512i xv = both32(xt.qs);
   const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
-  const __m512i p01 = pair_block32<kT>(b[0], b[1], xv, bias), p23 = pair_block32<kT>(b[2], b[3], xv, bias);
+  const __m512i p01 = pair_block32<kT, kGfni>(b[0], b[1], xv, bias),
+                p23 = pair_block32<kT, kGfni>(b[2], b[3], xv, bias);
   const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
   const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -491,9 +505,9 @@ TESSERA_VNNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, c
 // each row has one line prefetched kPrefetchAhead on a step, unconditionally (a step is
 // 36 or 68 bytes, so every line is asked for), where a test of each unit's offset cost
 // more. The same integers and f32 steps, so the same bits.
-template <DType kT>
-TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
-                                              const Q8Block* x, float* y) {
+template <DType kT, bool kGfni>
+TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
+                                                   const Q8Block* x, float* y) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
   thread_local hwy::AlignedFreeUniquePtr<int32_t[]> biases;  // 8 int32 lanes a unit
   thread_local int64_t capacity = 0;
@@ -514,11 +528,11 @@ TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, si
     for (; u + 2 <= units; u += 2) {
       const size_t off = static_cast<size_t>(u) * kBytes;
       for (const uint8_t* rs : r) hwy::Prefetch(rs + off + kPrefetchAhead);
-      quad_block32<kT>(r, off, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
-      quad_block32<kT>(r, off + kBytes, x[u + 1], _mm512_broadcast_i64x4(bias[u + 1]), acc01, acc23);
+      quad_block32<kT, kGfni>(r, off, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
+      quad_block32<kT, kGfni>(r, off + kBytes, x[u + 1], _mm512_broadcast_i64x4(bias[u + 1]), acc01, acc23);
     }
     if (u < units)
-      quad_block32<kT>(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
+      quad_block32<kT, kGfni>(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
     y[i] = finish(Acc{_mm512_castps512_ps256(acc01), 0.0f});
     y[i + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
     y[i + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), 0.0f});
@@ -715,7 +729,12 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
   if constexpr (kBlock32<kT>) {
-    decode_pairs32<kT>(w, part, row_bytes, units, x, y);
+    static const bool gfni = kT == DType::kQ4_0 && __builtin_cpu_supports("gfni");
+    if (gfni) {
+      decode_pairs32<kT, true>(w, part, row_bytes, units, x, y);
+    } else {
+      decode_pairs32<kT, false>(w, part, row_bytes, units, x, y);
+    }
   } else {
     decode_pairs<kT>(w, part, row_bytes, units, x, y);
   }
