@@ -85,6 +85,27 @@ TEST(Bf16DotTest, EmulatedKernelSumsInTheStatedOrder) {
   }
 }
 
+// One token's tiles of 4, 8 and 16 rows side by side (TESSERA_DECODE_ROWS), asking for
+// the bytes past them or not: every row bitwise in the stated order, so a row is the same
+// whatever the tile (21 rows: partial tiles of each size).
+TEST(Bf16DotTest, OneTokenTilesOfAnyRowsSumInTheStatedOrder) {
+  for (const int64_t k : {7, 64, 2 * 512 + 37}) {
+    const int64_t rows = 21;
+    const auto x = random_values(static_cast<size_t>(k), 41);
+    const auto w = random_bf16(static_cast<size_t>(rows * k), 42);
+    std::vector<uint16_t> rounded(static_cast<size_t>(kernel::padded_k(k)));
+    kernel::round_row<Emulated>(x.data(), k, rounded.data());
+    for (const int decode_rows : {4, 8, 16})
+      for (const int64_t ahead : {0, 2048}) {
+        std::vector<float> y(static_cast<size_t>(rows));
+        kernel::tiles<Emulated>(rounded.data(), 1, k, w.data(), rows, y.data(), rows, ahead, decode_rows);
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(y[static_cast<size_t>(r)], in_stated_order(x.data(), w.data() + r * k, k))
+              << "k " << k << " rows a tile " << decode_rows << " ahead " << ahead << " row " << r;
+      }
+  }
+}
+
 // The emulated products are those of the weights and x rounded to bf16, summed in f32.
 TEST(Bf16DotTest, EmulationSumsTheProductsOfXRoundedToBf16) {
   const int64_t tokens = 3, k = 1061, rows = 5;

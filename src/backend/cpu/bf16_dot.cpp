@@ -97,8 +97,8 @@ void round_rows(const float* x, int64_t tokens, int64_t k, uint16_t* out) {
 }
 void run_round_x(const float* x, int64_t n, uint16_t* out) { InstructionOps::round_x(x, n, out); }
 void run_tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-               int64_t ahead) {
-  kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy, ahead);
+               int64_t ahead, int decode_rows) {
+  kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy, ahead, decode_rows);
 }
 void run_pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint16_t* xp, uint16_t* row) {
   kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, xp, row);
@@ -155,7 +155,7 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(tokens * kernel::padded_k(k)));
   round_rows(x, tokens, k, rounded.data());
-  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy, decode_prefetch_bytes());
+  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy, decode_prefetch_bytes(), decode_tile_rows());
 }
 
 bool cpu_has_instruction() {

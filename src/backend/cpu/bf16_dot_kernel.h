@@ -51,7 +51,7 @@ inline constexpr int64_t kNc = 16;
 inline constexpr int64_t kMc = 192;
 inline constexpr int kPanelRows = 4;
 inline constexpr int kPanelTokens = 6;  // 24 accumulators + 4 weight chunks + 1 of x: 29 of 32 registers
-inline constexpr int kDecodeRows = 16;
+inline constexpr int kDecodeRows = 8;   // one token's tiles, unless told otherwise (tiles)
 static_assert(kKc % kChunk == 0 && kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kNc <= kLanes);
 
 static inline int64_t padded_tokens(int64_t tokens) {
@@ -99,8 +99,10 @@ inline void tile_step(typename Ops::Acc (&acc)[kRows][kTok], const uint16_t* xb,
 // kRows weight rows (row pointers; rows past `nr` repeat a valid row and are not
 // written) x kTok tokens over the whole of k. xb: the tokens' rounded x, a stride of
 // padded_k(k); y: output (token 0, row 0), a stride of ldy between tokens.
-// `ahead` > 0: each whole chunk first asks for the line that many bytes further along
-// each row (a hint: the same bits).
+// `ahead` > 0 (rows[0] .. rows[kRows - 1] then lie one after another, as decode's do):
+// whole chunk s first asks for kRows lines in memory order, those from byte
+// ahead + s * kRows * 64 of the tile, so that the tile asks for the bytes `ahead` past its
+// own as one sequential stream, each line once (a hint: the same bits).
 template <typename Ops, int kRows, int kTok>
 void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, float* y, int64_t ldy,
           int64_t ahead = 0) {
@@ -110,9 +112,9 @@ void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, fl
   for (int r = 0; r < kRows; ++r)
     for (int t = 0; t < kTok; ++t) acc[r][t] = Ops::zero();
   if (ahead > 0) {
+    const char* next = reinterpret_cast<const char*>(rows[0]) + ahead;
     for (int64_t s = 0; s < full; ++s) {
-      for (int r = 0; r < kRows; ++r)
-        __builtin_prefetch(reinterpret_cast<const char*>(rows[r] + s * kChunk) + ahead, 0, 3);
+      for (int r = 0; r < kRows; ++r) __builtin_prefetch(next + (s * kRows + r) * 64, 0, 3);
       tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
     }
   } else {
@@ -120,7 +122,7 @@ void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, fl
   }
   if (partial > 0) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, full, partial);
   for (int t = 0; t < kTok; ++t) {
-    Acc column[kRows];
+    Acc column[kLanes];  // all 16 (finish reads nr <= kRows of them), which GCC's bounds check cannot see
     for (int r = 0; r < kRows; ++r) column[r] = acc[r][t];
     finish<Ops>(column, nr, y + t * ldy);
   }
@@ -141,22 +143,32 @@ void tiles_of_four_rows(const uint16_t* xb, int64_t k, const uint16_t* w, int64_
   tile<Ops, 4, kTok>(xb, k, pointers, static_cast<int>(std::min<int64_t>(4, rows - r0)), y + r0, ldy);
 }
 
+// One token's rows in tiles of kRows (see tiles).
+template <typename Ops, int kRows>
+void decode_tiles(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+                  int64_t ahead) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const uint16_t* pointers[kRows];
+    row_pointers(w, k, rows, r0, kRows, pointers);
+    tile<Ops, kRows, 1>(xb, k, pointers, static_cast<int>(std::min<int64_t>(kRows, rows - r0)), y + r0, ldy, ahead);
+  }
+}
+
 // y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
-// padded_k(k). One token: 16-row tiles (decode streams the weights once, each row asked
-// for `ahead` bytes ahead when that is > 0); more: 4 rows x up to 4 tokens, the rows'
-// data reused from cache by the next tokens.
+// padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; decode streams the
+// weights once, the bytes `ahead` past each tile asked for when that is > 0); more: 4
+// rows x up to 4 tokens, the rows' data reused from cache by the next tokens. A row's sum
+// is the same whatever the tile's rows.
 template <typename Ops>
 void tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-           int64_t ahead = 0) {
+           int64_t ahead = 0, int decode_rows = kDecodeRows) {
   const int64_t kp = padded_k(k);
   if (tokens == 1) {
-    for (int64_t r0 = 0; r0 < rows; r0 += kDecodeRows) {
-      const uint16_t* pointers[kDecodeRows];
-      row_pointers(w, k, rows, r0, kDecodeRows, pointers);
-      tile<Ops, kDecodeRows, 1>(xb, k, pointers, static_cast<int>(std::min<int64_t>(kDecodeRows, rows - r0)), y + r0,
-                                ldy, ahead);
+    switch (decode_rows) {
+      case 4: return decode_tiles<Ops, 4>(xb, k, w, rows, y, ldy, ahead);
+      case 16: return decode_tiles<Ops, 16>(xb, k, w, rows, y, ldy, ahead);
+      default: return decode_tiles<Ops, 8>(xb, k, w, rows, y, ldy, ahead);
     }
-    return;
   }
   for (int64_t r0 = 0; r0 < rows; r0 += 4) {
     int64_t t = 0;

@@ -248,6 +248,14 @@ int64_t decode_prefetch_bytes() {
   }();
   return ahead;
 }
+int decode_tile_rows() {
+  static const int rows = [] {
+    const char* text = std::getenv("TESSERA_DECODE_ROWS");
+    const long value = text == nullptr ? 8 : std::strtol(text, nullptr, 10);
+    return value == 4 || value == 16 ? static_cast<int>(value) : 8;
+  }();
+  return rows;
+}
 uint64_t read_sum(const uint64_t* data, int64_t n, int streams, ReadLayout layout) {
   return HWY_DYNAMIC_DISPATCH(ReadSum)(data, n, streams, layout);
 }

@@ -74,9 +74,9 @@ constexpr int64_t kMc = 192;
 // 16 registers of AVX2, 24 of the 32 of AVX-512.
 constexpr int kPanelRows = 4;
 constexpr int kPanelTokens = HWY_MAX_BYTES >= 64 ? 6 : 3;
-// Decode tiles: weight rows in flight per thread (more reads outstanding), as many as
-// the registers hold without spilling.
-constexpr int kDecodeRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
+// Decode tiles: at most this many weight rows in flight per thread (decode_tile_rows says
+// how many), as many as the registers hold without spilling.
+constexpr int kMaxDecodeRows = HWY_MAX_BYTES >= 64 ? 16 : 8;
 static_assert(kNc % kPanelRows == 0 && kMc % kPanelTokens == 0 && kKc % 32 == 0);  // 32: a bf16 chunk of AVX-512
 
 // Tokens of a GEMM token block for rows of k_vec chunked elements: kMc, or fewer for long
@@ -265,8 +265,10 @@ HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const 
 // xo: the tokens' x in chunk order (order_x), x: as given (for the tails); both with a
 // stride of k. One token with f32 or f16 weights (a chunk of one vector) takes two chunks
 // a step, in order into the same accumulators (so the same sums): each row's reads a
-// whole 64-byte line a step with AVX-512 f16, and half the loop's overhead. `ahead` > 0:
-// each step first asks for the lines that many bytes further along each row (a hint).
+// whole 64-byte line a step with AVX-512 f16, and half the loop's overhead. `ahead` > 0
+// (one token): each step first asks for the tile's next kRows steps' bytes `ahead` bytes
+// further on, in memory order, so that the tile asks for the bytes past its own as one
+// sequential stream (a hint).
 template <int kRows, int kTok, typename WT>
 HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
                          float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0) {
@@ -280,11 +282,11 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
     for (int t = 0; t < kTok; ++t) acc[r][t] = hn::Zero(df);
   int64_t i = 0;
   if (ahead > 0) {
-    const auto step_bytes = static_cast<int64_t>(kChunks * kChunk * lanes * sizeof(WT));
+    const auto tile_step_bytes = static_cast<int64_t>(kRows * kChunks * kChunk * lanes * sizeof(WT));
+    const char* next = reinterpret_cast<const char*>(w) + ahead;
     for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes) {
-      for (int r = 0; r < kRows; ++r)
-        for (int64_t b = 0; b < step_bytes; b += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(w + r * k + i) + ahead + b, 0, 3);
+      const char* line = next + i * static_cast<int64_t>(sizeof(WT)) * kRows;
+      for (int64_t b = 0; b < tile_step_bytes; b += 64) __builtin_prefetch(line + b, 0, 3);
       tile_step<kRows, kTok, kChunks>(df, xo, k, w, i, acc);
     }
   }
@@ -312,7 +314,15 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
   int64_t r = 0;
   if (tokens == 1) {
     const int64_t ahead = decode_prefetch_bytes();
-    for (; r + kDecodeRows <= rows; r += kDecodeRows) dot_tile<kDecodeRows, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
+    const int n = std::min(decode_tile_rows(), kMaxDecodeRows);
+    if (n == 16) {
+      for (; r + kMaxDecodeRows <= rows; r += kMaxDecodeRows)
+        dot_tile<kMaxDecodeRows, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
+    }
+    if (n >= 8) {
+      for (; r + 8 <= rows; r += 8) dot_tile<8, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
+    }
+    for (; r + 4 <= rows; r += 4) dot_tile<4, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
   }
   for (; r + 4 <= rows; r += 4) {
     int64_t t = 0;
