@@ -460,20 +460,29 @@ HWY_INLINE uint64_t f16x4(const uint8_t* const* b, size_t at) {
   return u16_at(b[0] + at) | u16_at(b[1] + at) << 16 | u16_at(b[2] + at) << 32 | u16_at(b[3] + at) << 48;
 }
 
+// The kernels below are short of vector instructions. Where the CPU has GFNI (kGfni),
+// one vgf2p8affineqb moves bits within each byte and clears the others, where a shift
+// and a mask took two: output bit i is the parity of the byte's bits set in byte 7 - i
+// of the bit matrix (one a 64-bit lane). The same bytes, so the same bits.
+constexpr int64_t kGfLow = 0x0102040800000000;   // bits 0-3 kept
+constexpr int64_t kGfHigh = 0x1020408000000000;  // bits 4-7 to 0-3
+TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, __m512i matrix) {
+  return _mm512_gf2p8affine_epi64_epi8(v, matrix, 0);
+}
+TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, int64_t matrix) {
+  return gf_bits(v, _mm512_set1_epi64(matrix));
+}
+
 // Q8_0 and Q4_0: the weights made unsigned, w + kOffset (kOffset 128 or 8: Q8_0's w
 // with its sign bit flipped, Q4_0's q), and `bias` the lanes' -kOffset (x0 + .. + x3).
-// Q4_0's nibbles (low ones in 128-bit lanes 0 and 2, high ones in 1 and 3) by a shift
-// and a mask, or with kGfni by one vgf2p8affineqb, whose bit matrix (one a 64-bit lane)
-// copies bits 0-3 of each byte, or bits 4-7 down to 0-3, and clears the rest: the same
-// bytes in one instruction of the two (the kernel is short of vector instructions).
+// Q4_0's low nibbles go to 128-bit lanes 0 and 2, its high ones to 1 and 3.
 template <DType kT, bool kGfni>
 TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
   if constexpr (kT == DType::kQ8_0) {
     return _mm512_dpbusd_epi32(bias, _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128)), xv);
   } else if constexpr (kGfni) {
-    constexpr int64_t kLow = 0x0102040800000000, kHigh = 0x1020408000000000;  // output bit i from byte 7 - i
-    const __m512i q = _mm512_gf2p8affine_epi64_epi8(
-        pair16(a + 2, b + 2), _mm512_set_epi64(kHigh, kHigh, kLow, kLow, kHigh, kHigh, kLow, kLow), 0);
+    const __m512i q = gf_bits(pair16(a + 2, b + 2),
+                              _mm512_set_epi64(kGfHigh, kGfHigh, kGfLow, kGfLow, kGfHigh, kGfHigh, kGfLow, kGfLow));
     return _mm512_dpbusd_epi32(bias, q, xv);
   } else {
     const __m512i nibble_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);  // high nibbles in lanes 1 and 3
@@ -542,8 +551,8 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t par
 
 // Q4_K and Q5_K (layout in dot_unit_k); sc the rows' 8 scales as int16, a's in both
 // 128-bit lanes of the low half, b's in the high half.
-template <bool kFive>
-TESSERA_VNNI HWY_INLINE __m512i pair_k(const uint8_t* a, const uint8_t* b, __m512i sc, const Q8KBlock& x) {
+template <bool kFive, bool kGfni>
+TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_k(const uint8_t* a, const uint8_t* b, __m512i sc, const Q8KBlock& x) {
   const size_t qs = kFive ? 48 : 16;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   [[maybe_unused]] const __m512i bit4 = _mm512_set1_epi8(0x10);
@@ -551,7 +560,8 @@ TESSERA_VNNI HWY_INLINE __m512i pair_k(const uint8_t* a, const uint8_t* b, __m51
   __m512i p = _mm512_setzero_si512();
   for (int i = 0; i < 4; ++i) {
     const __m512i v = pair32(a + qs + 32 * i, b + qs + 32 * i);
-    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    __m512i lo = _mm512_and_si512(v, m4),
+            hi = kGfni ? gf_bits(v, kGfHigh) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     if constexpr (kFive) {
       lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi16(qh, 4), bit4));
       hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(qh, 3), bit4));
@@ -627,9 +637,9 @@ TESSERA_VNNI HWY_INLINE __m128i mins4(__m512i mins, __m128i pair_sums) {
 // Rows r, r + part, r + 2 part, r + 3 part (of `part` rows row_bytes apart), for r < part,
 // against one token: y[r + s part] as dot_block<kT, 4, 1> gives it. The K types; Q8_0 and
 // Q4_0 take decode_pairs32 (above).
-template <DType kT>
-TESSERA_VNNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
-                                            const Act<kT>* x, float* y) {
+template <DType kT, bool kGfni>
+TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
+                                                 const Act<kT>* x, float* y) {
   static_assert(!kBlock32<kT>);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
@@ -654,8 +664,10 @@ TESSERA_VNNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size
       } else {
         const __m512i bytes = scales_mins4(b);
         const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
-        p01 = pair_k<kT == DType::kQ5_K>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xt);  // lanes 0, 0, 1, 1
-        p23 = pair_k<kT == DType::kQ5_K>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xt);  // lanes 2, 2, 3, 3
+        p01 =
+            pair_k<kT == DType::kQ5_K, kGfni>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xt);  // lanes 0, 0, 1, 1
+        p23 =
+            pair_k<kT == DType::kQ5_K, kGfni>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xt);  // lanes 2, 2, 3, 3
         const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums)),
                                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums + 8)));
         const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
@@ -728,15 +740,19 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
                                      float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
+  // GFNI unpacks the 4-bit types' nibbles (pair_block32, pair_k); Q6_K's bits gained nothing.
+  static const bool gfni =
+      (kT == DType::kQ4_0 || kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
   if constexpr (kBlock32<kT>) {
-    static const bool gfni = kT == DType::kQ4_0 && __builtin_cpu_supports("gfni");
     if (gfni) {
       decode_pairs32<kT, true>(w, part, row_bytes, units, x, y);
     } else {
       decode_pairs32<kT, false>(w, part, row_bytes, units, x, y);
     }
+  } else if (gfni) {
+    decode_pairs<kT, true>(w, part, row_bytes, units, x, y);
   } else {
-    decode_pairs<kT>(w, part, row_bytes, units, x, y);
+    decode_pairs<kT, false>(w, part, row_bytes, units, x, y);
   }
 #else
   for (int64_t r = 0; r < part; ++r)
