@@ -6,10 +6,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
 namespace tessera {
+
+void advise_huge_pages(const void* data, size_t bytes) {
+  static const bool on = [] {
+    const char* text = std::getenv("TESSERA_HUGEPAGES");
+    return text == nullptr || std::strcmp(text, "0") != 0;
+  }();
+  if (on && bytes > 0) ::madvise(const_cast<void*>(data), bytes, MADV_HUGEPAGE);
+}
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not a regular file).
@@ -35,6 +44,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
       return Status::internal(path + ": mmap failed: " + std::strerror(err));
     }
     file.data_ = static_cast<const uint8_t*>(p);
+    advise_huge_pages(p, file.size_);
   }
   ::close(fd);
   return file;

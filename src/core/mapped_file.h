@@ -1,6 +1,6 @@
 // MappedFile: a read-only memory map of a whole file (RAII). Weights are used in
 // place from the map, never copied. Immutable after open; safe to read from any
-// thread.
+// thread. The map is advised for huge pages (advise_huge_pages).
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,14 @@
 #include "core/status.h"
 
 namespace tessera {
+
+// Asks the kernel to back [data, data + bytes) (data: the start of a mapping, so
+// page-aligned) with transparent huge pages
+// (madvise(MADV_HUGEPAGE)) unless TESSERA_HUGEPAGES is "0" (read once; for measuring one
+// against the other). Weights are read once a decode step, and 2 MiB pages take the
+// TLB misses out of that stream. A hint: where the kernel does not take it, nothing
+// changes. Call it before the memory is first touched.
+void advise_huge_pages(const void* data, size_t bytes);
 
 class MappedFile {
  public:

@@ -3,18 +3,70 @@
 // (the usual initializer range); norm weights act as 1. Each tensor is filled in
 // fixed-size chunks, each from its own generator seeded by (seed, tensor, chunk),
 // so the weights do not depend on the thread count. A layer has the tensors its
-// family's ArchSpec lists (layer_tensors), filled in that order.
+// family's ArchSpec lists (layer_tensors), filled in that order. The tensors lie one
+// after another in anonymous mappings advised for huge pages before they are written
+// (Arena), as a checkpoint's mapped files are, so that decode reads both alike.
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 
 namespace tessera {
 
 namespace {
+
+// Memory for tensors, handed out in order (64-byte aligned) from anonymous mappings of
+// at least kRegion bytes, each advised for huge pages (advise_huge_pages) before any of
+// it is touched: with one mapping a tensor, a 3 MiB expert would hold at most one 2 MiB
+// page. A region's untouched tail costs no memory.
+class Arena {
+ public:
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena() {
+    for (const Region& r : regions_) ::munmap(r.data, r.bytes);
+  }
+
+  // `bytes` of zeros, or nullptr when the memory cannot be mapped (status() says so).
+  uint8_t* take(size_t bytes) {
+    constexpr size_t kRegion = size_t{64} << 20, kHuge = size_t{2} << 20;
+    bytes = (bytes + 63) / 64 * 64;
+    if (regions_.empty() || used_ + bytes > regions_.back().bytes) {
+      const size_t size = (std::max(bytes, kRegion) + kHuge - 1) / kHuge * kHuge;
+      void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (data == MAP_FAILED) {
+        status_ = Status::overloaded("[random weights] cannot map " + std::to_string(size) +
+                                     " bytes: " + std::strerror(errno));
+        return nullptr;
+      }
+      advise_huge_pages(data, size);
+      regions_.push_back({static_cast<uint8_t*>(data), size});
+      used_ = 0;
+    }
+    uint8_t* out = regions_.back().data + used_;
+    used_ += bytes;
+    return out;
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  struct Region {
+    uint8_t* data;
+    size_t bytes;
+  };
+  std::vector<Region> regions_;
+  size_t used_ = 0;
+  Status status_;
+};
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);
@@ -28,10 +80,11 @@ class RandomFiller {
   RandomFiller(DType dtype, uint64_t seed) : dtype_(dtype), seed_(seed) {}
 
   // A tensor of `shape`, uniform in [-a, a] with a = 0.02 * sqrt(3); or all `constant` when set.
+  // Its data is nullptr when the memory cannot be had (status() says so).
   TensorView make(std::vector<int64_t> shape, std::optional<float> constant = std::nullopt) {
     TensorView view{dtype_, std::move(shape), nullptr};
-    auto& buffer = buffers_.emplace_back(view.nbytes());
-    view.data = buffer.data();
+    view.data = arena_->take(view.nbytes());
+    if (view.data == nullptr) return view;
     const int64_t n = view.numel();
     const uint64_t tensor_seed = seed_ ^ (0x51ed2701f3a5c7b9ull * ++tensors_);
     constexpr int64_t kChunk = 1 << 16;
@@ -52,9 +105,8 @@ class RandomFiller {
     return view;
   }
 
-  std::shared_ptr<const void> take_storage() {
-    return std::make_shared<std::vector<std::vector<uint8_t>>>(std::move(buffers_));
-  }
+  const Status& status() const { return arena_->status(); }
+  std::shared_ptr<const void> take_storage() { return std::move(arena_); }
 
  private:
   void store(const void* data, int64_t i, float value) const {
@@ -70,7 +122,7 @@ class RandomFiller {
   uint64_t seed_;
   uint64_t tensors_ = 0;
   ThreadPool pool_;
-  std::vector<std::vector<uint8_t>> buffers_;
+  std::shared_ptr<Arena> arena_ = std::make_shared<Arena>();
 };
 
 }  // namespace
@@ -98,6 +150,7 @@ Result<Model> Model::random(const ModelConfig& config, DType dtype, uint64_t see
   }
   w.final_norm = fill.make({h}, norm_one);
   w.lm_head = model.config_.tie_word_embeddings ? w.embed : fill.make({c.vocab_size, h});
+  TS_RETURN_IF_ERROR(fill.status());
   model.storage_ = fill.take_storage();
   model.layer_config_ = model.config_;
   if (shard.ranks == 1 && shard.rank == 0) return model;
