@@ -65,7 +65,7 @@ enum class Logits { kLast, kAll, kGreedy };
 
 struct ForwardOptions {
   uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default(device)
-  // f32, bf16 or f16; unset: default_kv_dtype(model), the weights' own dtype.
+  // f32, bf16 or f16; unset: default_kv_dtype(model, device).
   std::optional<DType> kv_dtype{};
   int64_t kv_block_size = 32;
   // The tensor-parallel group this Forward's shard belongs to: its rank and size
@@ -80,7 +80,10 @@ struct ForwardOptions {
 // (half the bytes a position, twice the positions a --kv-memory budget holds,
 // half the bytes attention reads); an f32 checkpoint keeps f32. Every layer
 // range of one checkpoint gets the same, so a pipeline stage and one process agree.
-DType default_kv_dtype(const Model& model);
+// GGUF blocks name no 16-bit dtype: the device's blocks_kv_dtype() (f32 on the
+// CPU, f16 on CUDA, llama.cpp's default cache, whose attention reads 16-bit pages
+// on tensor cores).
+DType default_kv_dtype(const Model& model, const Device& device);
 
 class Forward {
  public:
