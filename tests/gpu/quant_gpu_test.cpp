@@ -318,8 +318,10 @@ TEST(QuantGpu, ProjectionsOfOneXAreBitwiseTheMatmulsOneByOne) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const int64_t k = 512;
   const float eps = 1e-5f;
-  const DType types[] = {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kQ5_K, DType::kQ4_0};
-  const int64_t rows[] = {40, 16, 24, 40, 24};
+  // 5 and 6: more q4_k, of rows that are not whole blocks of warps.
+  const DType types[] = {DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kQ5_K,
+                         DType::kQ4_0, DType::kQ4_K, DType::kQ4_K};
+  const int64_t rows[] = {40, 16, 24, 40, 24, 12, 21};
   std::vector<std::vector<uint8_t>> blocks;
   std::vector<TensorView> w;
   for (size_t i = 0; i < std::size(types); ++i) {
@@ -329,10 +331,12 @@ TEST(QuantGpu, ProjectionsOfOneXAreBitwiseTheMatmulsOneByOne) {
     w.push_back(*placed);
   }
   const std::vector<float> norm_values = testing::random_values(static_cast<size_t>(k), 40);
-  const std::vector<float> bias_values = testing::random_values(static_cast<size_t>(rows[1]), 41);
+  const std::vector<float> bias_values = testing::random_values(static_cast<size_t>(rows[1]), 41),
+                           bias5_values = testing::random_values(static_cast<size_t>(rows[5]), 42);
   auto norm = gpu->place(TensorView{DType::kF32, {k}, norm_values.data()});
   auto bias = gpu->place(TensorView{DType::kF32, {rows[1]}, bias_values.data()});
-  ASSERT_TRUE(norm.ok() && bias.ok());
+  auto bias5 = gpu->place(TensorView{DType::kF32, {rows[5]}, bias5_values.data()});
+  ASSERT_TRUE(norm.ok() && bias.ok() && bias5.ok());
   const TensorView none{};
   const auto zeros = [&](int64_t floats) {
     const std::vector<float> z(static_cast<size_t>(floats), 0.0f);
@@ -357,6 +361,23 @@ TEST(QuantGpu, ProjectionsOfOneXAreBitwiseTheMatmulsOneByOne) {
     for (size_t i = 0; i < 3; ++i) {
       const auto n = static_cast<size_t>(tokens * rows[i]);
       EXPECT_EQ(one[i].read(*gpu, n), together[i].read(*gpu, n)) << dtype_name(types[i]);
+    }
+    // Four in one dtype (q4_k: 40 rows, 12 with a bias, 21, then 40 again): the first
+    // three take one launch (cuda::kMaxQuantJobs), the fourth another.
+    const size_t same[] = {0, 5, 6, 0};
+    std::vector<OnDevice> alone, joined;
+    std::vector<Device::Projection> four;
+    for (const size_t i : same) {
+      const TensorView& b = i == 5 ? *bias5 : none;
+      alone.push_back(zeros(tokens * rows[i]));
+      joined.push_back(zeros(tokens * rows[i]));
+      gpu->matmul(normed.f32(), tokens, w[i], b, alone.back().f32());
+      four.push_back({&w[i], &b, joined.back().f32()});
+    }
+    gpu->matmuls(xd.f32(), tokens, four, {&*norm, eps, scratch.f32()});
+    for (size_t j = 0; j < std::size(same); ++j) {
+      const auto n = static_cast<size_t>(tokens * rows[same[j]]);
+      EXPECT_EQ(alone[j].read(*gpu, n), joined[j].read(*gpu, n)) << "q4_k projection " << j;
     }
     // gate and up: q4_k and q5_k (Q8_K rounding), q8_0 and q4_0 (Q8_0 rounding).
     for (const auto& [gate, up] : {std::pair<size_t, size_t>{0, 3}, std::pair<size_t, size_t>{2, 4}}) {

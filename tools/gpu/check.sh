@@ -101,7 +101,7 @@ for step in $STEPS; do
       # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (2 layers with a
       # 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, took 11 s to write and quantize on 16 cores; the
       # whole shape, minutes). Then Nsight Compute's time per kernel of one decode step (tools/gpu/steps.py): a step
-      # is about 16 launches a layer and 6 more; the profile skips the prompt and 10 steps ($GGUF_PROFILE=0: none).
+      # is about 12 launches a layer and 6 more; the profile skips the prompt and 10 steps ($GGUF_PROFILE=0: none).
       q=/tmp/gguf-${GGUF_LAYERS:-32}-${GGUF_VOCAB:-128256}
       if [ ! -d $q/ckpt ]; then
         mkdir -p $q
@@ -117,16 +117,17 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
         build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf --prompt 64 --decode 256 2>&1 |
           tee "$OUT/bench-gguf-$type.log" | grep -E "^(device|model|copy|prefill|decode)"
         [ "${GGUF_PROFILE:-1}" = 0 ] && continue
-        step=$((16 * ${GGUF_LAYERS:-32} + 6))
+        step=$((12 * ${GGUF_LAYERS:-32} + 6))
         ncu --clock-control none --launch-skip $((11 * step)) --launch-count $((2 * step + 10)) \
           --metrics gpu__time_duration.sum --csv build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf \
           --prompt 64 --decode 14 >"$OUT/profile-gguf-$type.csv" 2>"$OUT/profile-gguf-$type.err"
         python3 tools/gpu/steps.py "$OUT/profile-gguf-$type.csv" | tee "$OUT/profile-gguf-$type.txt"
         rm -f "$OUT/profile-gguf-$type.csv" "$OUT/profile-gguf-$type.err"
-        # What bounds the matmuls: Nsight Compute's sections for the first 15 matmuls of the fourth decode step (7 a
-        # layer, then the LM head), one line each: time, warp instructions, issue slots busy, DRAM busy.
+        # What bounds the matmuls: Nsight Compute's sections for 15 matmuls from about the fourth decode step (5 or 6
+        # a layer: q, k and v take one launch where they share a dtype; then the LM head), one line each: time, warp
+        # instructions, issue slots busy, DRAM busy.
         layers=${GGUF_LAYERS:-32}
-        ncu --clock-control none --kernel-name regex:quant_matmul --launch-skip $((4 * (7 * layers + 1))) \
+        ncu --clock-control none --kernel-name regex:quant_matmul --launch-skip $((4 * (5 * layers + 1))) \
           --launch-count 15 --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
           --section ComputeWorkloadAnalysis --section InstructionStats build-gpu/bin/tessera bench --device cuda \
           --model $q/$type.gguf --prompt 64 --decode 8 >"$OUT/details-gguf-$type.txt" 2>/dev/null

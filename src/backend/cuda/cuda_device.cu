@@ -385,12 +385,15 @@ class CudaDevice final : public Device {
   // The products of w's blocks with the x that the scratch holds, rounded for w's dtype.
   void quant_products(int64_t tokens, const TensorView& w, const TensorView& bias, float* y, bool accumulate,
                       const float* gate, void* scratch) {
+    const cuda::QuantJob job = quant_job(w, bias, y);
+    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, gate, scratch);
+    launched("quant_matmul");
+  }
+  static cuda::QuantJob quant_job(const TensorView& w, const TensorView& bias, float* y) {
     TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
     TS_CHECK(bias.empty() || (bias.dtype == DType::kF32 && bias.numel() == w.dim(0)), "bias ", dtype_name(bias.dtype),
              " ", shape_string(bias.shape), " for ", w.dim(0), " rows of blocks");
-    cuda::quant_products(stream_, tokens, w.dim(1), w.data, w.dtype, w.dim(0), static_cast<const float*>(bias.data), y,
-                         accumulate, gate, scratch);
-    launched("quant_matmul");
+    return {w.data, w.dim(0), static_cast<const float*>(bias.data), y};
   }
 
   // Several matmuls of one x on GGUF blocks: x is rounded once for each run of
@@ -403,10 +406,15 @@ class CudaDevice final : public Device {
       fold = {norm.weight->data, norm.weight->dtype, norm.eps};
     }
     void* scratch = quant_scratch(tokens, k);
-    for (size_t i = 0; i < outs.size(); ++i) {
+    for (size_t i = 0, end = 0; i < outs.size(); i = end) {
       if (i == 0 || !cuda::quant_same_rounding(outs[i].w->dtype, outs[i - 1].w->dtype))
         cuda::quant_round(stream_, x, tokens, k, outs[i].w->dtype, scratch, fold);
-      quant_products(tokens, *outs[i].w, *outs[i].bias, outs[i].y, false, nullptr, scratch);
+      // The run of weights in outs[i]'s dtype: one launch.
+      cuda::QuantJob jobs[cuda::kMaxQuantJobs];
+      for (end = i; end < outs.size() && end - i < cuda::kMaxQuantJobs && outs[end].w->dtype == outs[i].w->dtype; ++end)
+        jobs[end - i] = quant_job(*outs[end].w, *outs[end].bias, outs[end].y);
+      cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, nullptr, scratch);
+      launched("quant_matmul");
     }
   }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/dtype.h"
 
@@ -37,13 +38,25 @@ void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k,
                  const QuantNorm& norm = {});
 inline bool quant_same_rounding(DType a, DType b) { return dtype_block_elements(a) == dtype_block_elements(b); }
 
-// y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias [n], f32, when not null) for w
-// in `dtype`'s blocks (k a multiple of the block; w 16-byte aligned, its bytes
-// readable up to the next multiple of 16), x as quant_round left it in the scratch;
-// with `accumulate`, y += that instead; with `gate` [tokens, n] (which may be y),
-// y = silu(gate) * that, bitwise what silu_mul gives.
-void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
-                    const float* bias, float* y, bool accumulate, const float* gate, void* scratch);
+// One matmul of quant_products: y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias
+// [n], f32, when not null), w in the call's dtype (16-byte aligned, its bytes
+// readable up to the next multiple of 16).
+struct QuantJob {
+  const void* w = nullptr;
+  int64_t n = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+// The most matmuls one launch takes (q, k and v).
+constexpr size_t kMaxQuantJobs = 3;
+
+// Each job's y for x as quant_round left it in the scratch, all in one launch (each
+// job's rows their own blocks: every output is bitwise what a launch of its job alone
+// gives), for weights in `dtype`'s blocks with rows of k (a multiple of the block);
+// with `accumulate`, y += that instead; with `gate` [tokens, n] (which may be y; one
+// job), y = silu(gate) * that, bitwise what silu_mul gives.
+void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
+                    bool accumulate, const float* gate, void* scratch);
 
 // y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
 // gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.

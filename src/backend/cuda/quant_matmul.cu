@@ -8,7 +8,10 @@
 // [tokens][k / 16] (int16). One rounding serves every matmul of the same x whose
 // weights take it (CudaDevice's matmuls and gate_up: q, k and v; gate and up).
 //
-// Weights. A warp owns one weight row and up to kTile tokens. Where the tile's
+// Weights. A launch takes up to kMaxQuantJobs matmuls of one x and one dtype (q, k
+// and v), each job's rows in blocks of their own, so a job's outputs are what a
+// launch of it alone gives, and small matrices (k, v) do not each pay a launch's ramp
+// and tail. A warp owns one weight row and up to kTile tokens. Where the tile's
 // rounded activations take at most kStagedBytes (decode, and tiles of up to 4 tokens
 // on rows that are not too long), a block of 8 warps first copies them into shared
 // memory and its rounds read them from there, not from L2 (else a block of 4 warps
@@ -176,10 +179,31 @@ __device__ __forceinline__ void scale_min(const uint32_t (&s)[3], int g, int& sc
   sc = static_cast<int>((scs >> (8 * (g % 4))) & 0xff), m = static_cast<int>((ms >> (8 * (g % 4))) & 0xff);
 }
 
+// A launch's jobs (QuantJob): job j takes the blocks from first[j] to the next job's
+// first (or the launch's end), its rows in blocks of a block's warps, each block of
+// rows for every tile of tokens; an unused job's first is the launch's blocks.
+struct Jobs {
+  const uint8_t* w[kMaxQuantJobs];
+  const float* bias[kMaxQuantJobs];
+  float* y[kMaxQuantJobs];
+  int n[kMaxQuantJobs];
+  unsigned first[kMaxQuantJobs];
+};
+
+// Blocks an SM that ptxas must leave room for (0: its own choice), for the decode
+// kernels of the two common files: left alone, ptxas gives Q8_0's 48 registers (5
+// blocks of 8 warps an SM) and Q4_K's 64 (4); held to 40 and 48, as they were before
+// the jobs, 6 and 5 blocks fit beside their shared memory at k = 4096.
 template <DType kT, int kTile, bool kStaged>
-__global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
-    quant_matmul_kernel(const uint8_t* __restrict__ w, int n, int k, int tokens, Acts a, const float* __restrict__ bias,
-                        const float* gate, float* y, bool accumulate) {
+constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
+                             : kT == DType::kQ8_0  ? 6
+                             : kT == DType::kQ4_K  ? 5
+                                                   : 0;
+
+template <DType kT, int kTile, bool kStaged>
+__global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged>))
+    quant_matmul_kernel(const __grid_constant__ Jobs jobs, int k, int tokens, Acts a, const float* gate,
+                        bool accumulate) {
   using U = Unit<kT>;
   constexpr int kWarps = kWarpsOf<kStaged>;
   constexpr int kLanes = U::kLanes, kGroups = U::kGroups, kAhead = U::kAhead;
@@ -188,13 +212,18 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
   let_next_start();
   // 32-bit arithmetic throughout (launch checks that rows, tokens and a row's bytes fit).
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // The block's job (__grid_constant__: its fields are read where they lie).
+  static_assert(kMaxQuantJobs == 3);
+  const int job = (blockIdx.x >= jobs.first[1]) + (blockIdx.x >= jobs.first[2]);
+  const uint8_t* __restrict__ w = jobs.w[job];
+  const int n = jobs.n[job];
+  const unsigned block = blockIdx.x - jobs.first[job];
   // Consecutive blocks take the same rows for successive tiles of tokens, so that
-  // prefill reads each row from memory once and then from L2. A warp past the last
-  // row streams the last row again (every warp reaches the block's barrier) and
+  // prefill reads each row from memory once and then from L2. A warp past the job's
+  // last row streams that row again (every warp reaches the block's barrier) and
   // stores nothing.
-  const unsigned tiles = (tokens + kTile - 1) / kTile, rows = blockIdx.x / tiles;
-  const int own_row = static_cast<int>(rows) * kWarps + warp,
-            token0 = static_cast<int>(blockIdx.x - rows * tiles) * kTile;
+  const unsigned tiles = (tokens + kTile - 1) / kTile, rows = block / tiles;
+  const int own_row = static_cast<int>(rows) * kWarps + warp, token0 = static_cast<int>(block - rows * tiles) * kTile;
   const int row = min(own_row, n - 1);
   uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
   const int units = k / U::kElems;
@@ -306,6 +335,8 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
     float sum = __shfl_sync(0xffffffffu, acc[t], 0);
     for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
     if (lane == 0 && own_row < n && token0 + t < tokens) {
+      const float* bias = jobs.bias[job];
+      float* y = jobs.y[job];
       const float value = bias != nullptr ? sum + bias[row] : sum;
       const size_t at = static_cast<size_t>(token0 + t) * n + row;
       y[at] = gate != nullptr ? silu_times(gate[at], value) : accumulate ? y[at] + value : value;
@@ -314,33 +345,43 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32)
 }
 
 template <DType kT, int kTile, bool kStaged>
-void launch(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t tokens, const Acts& a,
-            const float* bias, const float* gate, float* y, bool accumulate) {
+void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
+            const float* gate, bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
-  const int64_t blocks = (n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
-  TS_CHECK(blocks <= 0x7fffffff && n <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff &&
-               dtype_bytes(kT, k) <= 0x7fffffff,
-           "a quantized matmul of ", n, " rows of ", k, " and ", tokens, " tokens");
+  Jobs jobs{};
+  int64_t blocks = 0;
+  for (size_t j = 0; j < kMaxQuantJobs; ++j) {
+    jobs.first[j] = static_cast<unsigned>(blocks);
+    if (j >= each.size()) continue;
+    const QuantJob& job = each[j];
+    TS_CHECK(reinterpret_cast<uintptr_t>(job.w) % 16 == 0, "quantized weights must be 16-byte aligned");
+    TS_CHECK(job.n > 0 && job.n <= 0x7fffffff, "a quantized matmul of ", job.n, " rows");
+    jobs.w[j] = static_cast<const uint8_t*>(job.w), jobs.bias[j] = job.bias, jobs.y[j] = job.y;
+    jobs.n[j] = static_cast<int>(job.n);
+    blocks += (job.n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
+    TS_CHECK(blocks <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(kT, k) <= 0x7fffffff,
+             "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
+  }
   const auto kernel = quant_matmul_kernel<kT, kTile, kStaged>;
   const int64_t shared = kWarps * kRingStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
   const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
-  launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, w,
-                static_cast<int>(n), static_cast<int>(k), static_cast<int>(tokens), a, bias, gate, y, accumulate);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
+                static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
 }
 
 // The tile of tokens that share a weight load; it never changes a sum's order.
 // Tiles of up to 4 tokens stage their activations when they fit (8 would spill).
 template <DType kT, int kTile>
-void launch_tile(cudaStream_t stream, const uint8_t* w, int64_t n, int64_t k, int64_t tokens, const Acts& a,
-                 const float* bias, const float* gate, float* y, bool accumulate) {
+void launch_tile(cudaStream_t stream, std::span<const QuantJob> jobs, int64_t k, int64_t tokens, const Acts& a,
+                 const float* gate, bool accumulate) {
   if constexpr (kTile <= 4) {
     if (staged_bytes<kT>(kTile, k) <= kStagedBytes)
-      return launch<kT, kTile, true>(stream, w, n, k, tokens, a, bias, gate, y, accumulate);
+      return launch<kT, kTile, true>(stream, jobs, k, tokens, a, gate, accumulate);
   }
-  launch<kT, kTile, false>(stream, w, n, k, tokens, a, bias, gate, y, accumulate);
+  launch<kT, kTile, false>(stream, jobs, k, tokens, a, gate, accumulate);
 }
 
 // ---- Embedding ----
@@ -415,20 +456,26 @@ void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k,
   with_dtype(norm.dtype, [&]<DType D>() { run.template operator()<D, true>(); });
 }
 
-void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, const void* w, DType dtype, int64_t n,
-                    const float* bias, float* y, bool accumulate, const float* gate, void* scratch) {
+void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
+                    bool accumulate, const float* gate, void* scratch) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
            " elements");
-  TS_CHECK(reinterpret_cast<uintptr_t>(w) % 16 == 0, "quantized weights must be 16-byte aligned");
-  TS_CHECK(gate == nullptr || !accumulate, "a quantized matmul either gates or accumulates its outputs");
-  if (tokens == 0 || n == 0) return;
+  TS_CHECK(jobs.size() <= kMaxQuantJobs, jobs.size(), " quantized matmuls in one launch, at most ", kMaxQuantJobs);
+  TS_CHECK(gate == nullptr || (!accumulate && jobs.size() == 1),
+           "a quantized matmul either gates or accumulates its outputs, and gates one matmul");
+  // Jobs without rows take no blocks.
+  QuantJob some[kMaxQuantJobs];
+  size_t count = 0;
+  for (const QuantJob& job : jobs)
+    if (job.n > 0) some[count++] = job;
+  if (tokens == 0 || count == 0) return;
   const Acts a = acts_in(scratch, tokens, k);
-  const auto* bytes = static_cast<const uint8_t*>(w);
+  const std::span<const QuantJob> run(some, count);
   with_quant_type(dtype, [&]<DType kT>() {
-    if (tokens == 1) return launch_tile<kT, 1>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
-    if (tokens == 2) return launch_tile<kT, 2>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
-    if (tokens <= 4) return launch_tile<kT, 4>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
-    launch_tile<kT, 8>(stream, bytes, n, k, tokens, a, bias, gate, y, accumulate);
+    if (tokens == 1) return launch_tile<kT, 1>(stream, run, k, tokens, a, gate, accumulate);
+    if (tokens == 2) return launch_tile<kT, 2>(stream, run, k, tokens, a, gate, accumulate);
+    if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, gate, accumulate);
+    launch_tile<kT, 8>(stream, run, k, tokens, a, gate, accumulate);
   });
 }
 
