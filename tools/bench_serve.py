@@ -16,10 +16,11 @@ second table shows what the inference thread did in the level: steps, the mean
 sequences and tokens a step ran (the batch reached), the share of the wall time
 inside steps (forward pass and sampling) and in the serving work around them,
 and "engine tok/s": generated tokens over the time inside steps, what the engine
-alone would give on the same steps. "launch ms/step" is the part of a step spent
-choosing it and starting its pass (on the CPU the whole pass), and "between
-ms/step" the serving work from a step's outputs to the next launch, which the
-device waits for (the rest of the serving work runs while it computes).
+alone would give on the same steps. "launch ms/step" is the part of a step
+before the device computes on its own (choosing it and queueing its pass; on the
+CPU the choosing alone), and "between ms/step" the serving work from a step's
+outputs to the next step, which the device waits for (on a GPU the rest of the
+serving work runs while it computes).
 
   tools/bench_serve.py --base http://127.0.0.1:8000 [--concurrency 1,8,32,64]
                        [--rounds 2] [--prompt-words 128] [--max-tokens 64]

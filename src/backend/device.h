@@ -153,6 +153,10 @@ class Device {
   virtual void end_step() {}
   // How many steps this device has run as one unit (for tests and benchmarks).
   virtual int64_t steps_as_graphs() const { return 0; }
+  // Whether each call has done its work when it returns (the CPU's threads
+  // compute in the call). A GPU's calls queue the work and return, so the host
+  // can do other work while the device computes, until a download waits for it.
+  virtual bool computes_in_calls() const { return false; }
   // A view of a weight in memory this device computes on: the CPU computes on the
   // mapped file itself; a GPU copies it into memory it owns and keeps it until the
   // device is destroyed.

@@ -352,7 +352,7 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
     reserved += blocks;
     budget -= tokens;
     sequence.held = false;
-    chosen.push_back({id, tokens, sequence.age});
+    chosen.push_back({id, tokens});
   }
   // A step that runs nothing would leave it waiting for ever; on a pipeline
   // stage, the newest of those short gives way instead (its elders hold the blocks).
@@ -371,15 +371,16 @@ std::vector<Scheduler::Chosen> Scheduler::choose(std::vector<StepOutput>& failed
   return chosen;
 }
 
-void Scheduler::launch() {
-  TS_CHECK(!launched_, "a step launched before the last one's outputs were taken");
-  Launched& launched = launched_.emplace();
-  std::vector<StepOutput>& outputs = launched.outputs;
+std::vector<StepOutput> Scheduler::step(const std::function<void()>& meanwhile) {
+  std::vector<StepOutput> outputs;
   forward_failure_ = {};
   last_step_size_ = 0;
   last_step_tokens_ = 0;
-  std::vector<Chosen> chosen = choose(outputs);
-  if (chosen.empty()) return;
+  const std::vector<Chosen> chosen = choose(outputs);
+  if (chosen.empty()) {
+    if (meanwhile) meanwhile();
+    return outputs;
+  }
 
   std::vector<Forward::Part> parts;
   std::vector<int32_t> ids;
@@ -398,7 +399,7 @@ void Scheduler::launch() {
   }
   // When every sequence of the step takes the plain greedy token (or finishes no
   // feed this step), the device chooses the tokens and no logits come back.
-  launched.greedy =
+  const bool greedy =
       forward_.model().has_entry() && forward_.model().has_exit() &&
       std::all_of(chosen.begin(), chosen.end(), [&](const Chosen& c) {
         const Sequence& sequence = sequences_.at(c.id);
@@ -406,65 +407,44 @@ void Scheduler::launch() {
         const bool finishes = feed.done + c.tokens == feed.tokens;
         return !finishes || (sequence.sampler && sequence.sampler->plain_greedy() && sequence.top_logprobs < 0);
       });
-  Status status;
-  if (launched.greedy) {
-    status = forward_.launch_greedy(ids, parts);
+  Result<std::vector<float>> out = std::vector<float>{};
+  Result<std::vector<int32_t>> greedy_tokens = std::vector<int32_t>{};
+  // A pass of greedy tokens that the device queues leaves the host free until
+  // the tokens are taken: `meanwhile` runs then. Otherwise it runs first.
+  const bool queued = greedy && !forward_.device().computes_in_calls();
+  if (meanwhile && !queued) meanwhile();
+  if (greedy) {
+    const Status launched = forward_.launch_greedy(ids, parts);
+    if (meanwhile && queued) meanwhile();
+    greedy_tokens = launched.ok() ? forward_.greedy_tokens() : Result<std::vector<int32_t>>(launched);
   } else {
-    Result<std::vector<float>> out =
-        forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
-    status = out.status();
-    if (out.ok()) launched.values = std::move(*out);
+    out = forward_.model().has_entry() ? forward_.step_ids(ids, parts) : forward_.step_hidden(hidden, parts);
   }
-  if (!status.ok()) {
+  if (const Status status = greedy ? greedy_tokens.status() : out.status(); !status.ok()) {
     // checked inputs make this rare; every sequence of the step gets the error
     forward_failure_ = status;
     for (const Chosen& c : chosen) {
       outputs.push_back({c.id, status});
       close(c.id);
     }
-    return;
+    return outputs;
   }
   last_step_size_ = chosen.size();
   for (const Chosen& c : chosen) last_step_tokens_ += c.tokens;
   largest_step_ = std::max(largest_step_, chosen.size());
-  launched.chosen = std::move(chosen);
-}
-
-std::vector<StepOutput> Scheduler::step() {
-  if (!launched_) launch();
-  Launched launched = std::move(*launched_);
-  launched_.reset();
-  std::vector<StepOutput> outputs = std::move(launched.outputs);
-  if (launched.chosen.empty()) return outputs;
-  std::vector<int32_t> greedy_tokens;
-  if (launched.greedy) {
-    Result<std::vector<int32_t>> tokens = forward_.greedy_tokens();
-    if (!tokens.ok()) {
-      forward_failure_ = tokens.status();
-      for (const Chosen& c : launched.chosen) {
-        if (!sequences_.contains(c.id) || sequences_.at(c.id).age != c.age) continue;
-        outputs.push_back({c.id, tokens.status()});
-        close(c.id);
-      }
-      return outputs;
-    }
-    greedy_tokens = std::move(*tokens);
-  }
 
   const bool exit = forward_.model().has_exit();
   size_t offset = 0, part = 0;
-  for (const Chosen& c : launched.chosen) {
-    const size_t width = launched.greedy ? 0
-                         : exit          ? static_cast<size_t>(vocab_size_)
-                                         : static_cast<size_t>(c.tokens * hidden_size_);
-    const auto rows = std::span<float>(launched.values).subspan(offset, width);
-    offset += width;
-    const int32_t greedy_token = launched.greedy ? greedy_tokens[part] : -1;
-    ++part;
-    const auto it = sequences_.find(c.id);
-    if (it == sequences_.end() || it->second.age != c.age) continue;  // cancelled since launch()
-    Sequence& sequence = it->second;
+  for (const Chosen& c : chosen) {
+    Sequence& sequence = sequences_.at(c.id);
     Feed& feed = sequence.feeds.front();
+    const size_t width = greedy ? 0
+                         : exit ? static_cast<size_t>(vocab_size_)
+                                : static_cast<size_t>(c.tokens * hidden_size_);
+    const auto rows = std::span<float>(*out).subspan(offset, width);
+    offset += width;
+    const int32_t greedy_token = greedy ? (*greedy_tokens)[part] : -1;
+    ++part;
     if (!exit) sequence.hidden_out.insert(sequence.hidden_out.end(), rows.begin(), rows.end());
     if (forward_.model().has_entry() && !options_.named_prefixes)
       sequence.tokens.insert(sequence.tokens.end(), feed.ids.begin() + feed.done,
@@ -476,7 +456,7 @@ std::vector<StepOutput> Scheduler::step() {
     StepOutput result{.id = c.id};
     if (!exit) {
       result.values = std::exchange(sequence.hidden_out, {});
-    } else if (launched.greedy) {
+    } else if (greedy) {
       result.token = greedy_token;  // what sample() gives these rows (Sampler::plain_greedy)
       sequence.output.push_back(result.token);
     } else if (sequence.sampler) {

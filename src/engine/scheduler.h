@@ -52,6 +52,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -151,15 +152,11 @@ class Scheduler {
   // states hold: what a caller that bounds its own queue counts as still pending.
   size_t queued_feeds() const { return queued_; }
   uint64_t queued_bytes() const { return queued_bytes_; }
-  std::vector<StepOutput> step();
-  // step() in two halves, for a caller that works while the device computes:
-  // launch() chooses the step's feeds and starts its forward pass, and step()
-  // then waits for the pass and returns its outputs (step() alone does both).
-  // In between the caller may open, start, feed and cancel sequences (one
-  // cancelled drops out of the outputs), not truncate or launch again. Only a
-  // pass of greedy tokens chosen on the device runs on while the caller works;
-  // another runs within launch().
-  void launch();
+  // `meanwhile`, when given, is called once in the step, while the device
+  // computes the pass where it can (a GPU computing greedy tokens: the pass is
+  // queued, then `meanwhile` runs, then the step waits for the tokens), else
+  // before the pass. It may read this scheduler, not change it.
+  std::vector<StepOutput> step(const std::function<void()>& meanwhile = {});
   // The error of the last step's forward pass (the device's, or a TP group's
   // that has failed and stays failed), which every sequence in that step got;
   // OK when it ran or nothing ran. How a TP leader tells a dead group from one
@@ -217,14 +214,6 @@ class Scheduler {
   struct Chosen {
     uint64_t id;
     int64_t tokens;
-    uint64_t age = 0;  // its sequence's, to know it after launch() (cancelled and opened again: another)
-  };
-  // What launch() started, for step().
-  struct Launched {
-    std::vector<StepOutput> outputs{};  // the feeds that failed
-    std::vector<Chosen> chosen{};       // empty: nothing ran
-    bool greedy = false;                // tokens chosen by the device (Forward::greedy_tokens)
-    std::vector<float> values{};        // else the pass's logits or hidden states
   };
   Status queue(uint64_t id, Feed feed);
   std::vector<Chosen> choose(std::vector<StepOutput>& failed);
@@ -255,7 +244,6 @@ class Scheduler {
   size_t last_step_size_ = 0;
   int64_t last_step_tokens_ = 0;
   Status forward_failure_{};
-  std::optional<Launched> launched_;
 };
 
 }  // namespace tessera

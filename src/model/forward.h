@@ -93,6 +93,7 @@ class Forward {
   // run returns this error.
   const Status& status() const { return status_; }
   const Model& model() const { return model_; }
+  const Device& device() const { return device_; }
   KvPool& kv_pool() const;
   // A sequence of at most `capacity` positions in this range's KV pool.
   KvCache make_cache(int64_t capacity) const { return KvCache(kv_pool(), capacity); }
@@ -125,11 +126,10 @@ class Forward {
   // so that only the ids leave it instead of [parts, vocab] logits. Needs an
   // entry and an exit range.
   Result<std::vector<int32_t>> step_greedy(std::span<const int32_t> ids, std::span<const Part> parts);
-  // step_greedy in two halves, so that the caller works while the device
-  // computes: launch_greedy() checks the step, starts its pass and advances the
-  // caches; greedy_tokens() waits for its tokens. Between them no other pass
-  // runs on this Forward; caches may be made and dropped (a dropped cache's
-  // blocks go to later passes, which the device runs after this one).
+  // step_greedy in two halves, so that the caller works while a device that
+  // queues its work (Device::computes_in_calls) computes: launch_greedy() checks
+  // the step, starts its pass and advances the caches; greedy_tokens() waits for
+  // its tokens. No other pass runs between them.
   Status launch_greedy(std::span<const int32_t> ids, std::span<const Part> parts);
   Result<std::vector<int32_t>> greedy_tokens();
 

@@ -143,24 +143,19 @@ void InferenceLoop::run() {
       ++stats_.cancelled;
       fail(id, cancelled_status(), /*cancelled=*/true);
     }
-    const bool stepping = backend_->has_work();
-    Clock::time_point launched;
-    uint64_t launch_ns = 0;
-    if (stepping) {
+    if (backend_->has_work()) {
       ++stats_.steps;
-      launched = Clock::now();
-      if (outputs_at != Clock::time_point{}) stats_.between_steps_ns += ns_between(outputs_at, launched);
-      backend_->launch();
-      launch_ns = ns_since(launched);
-      stats_.launch_ns += launch_ns;
-    }
-    // The last step's events and counts: while the device runs this step, where the backend launched it.
-    settle();
-    outputs_at = {};
-    if (stepping) {
-      const auto waited = Clock::now();
-      std::vector<StepOutput> outputs = backend_->step();
-      stats_.step_ns += launch_ns + ns_since(waited);
+      const auto step_start = Clock::now();
+      if (outputs_at != Clock::time_point{}) stats_.between_steps_ns += ns_between(outputs_at, step_start);
+      // The last step's events and counts, while the device computes this step where it can.
+      uint64_t settle_ns = 0;
+      std::vector<StepOutput> outputs = backend_->step([&] {
+        const auto settle_start = Clock::now();
+        stats_.launch_ns += ns_between(step_start, settle_start);
+        settle();
+        settle_ns = ns_since(settle_start);
+      });
+      stats_.step_ns += ns_since(step_start) - settle_ns;
       const LoopBackend::StepSize size = backend_->last_step();
       stats_.step_sequences += size.sequences;
       stats_.step_tokens += static_cast<uint64_t>(size.tokens);
@@ -174,6 +169,9 @@ void InferenceLoop::run() {
           on_token(out.id, *it->second, out, outputs_at);
         }
       }
+    } else {
+      settle();
+      outputs_at = {};
     }
     stats_.iteration_ns += ns_since(iteration_start);
   }

@@ -41,12 +41,14 @@
 // each sink there. Batches go in order, and a request's events keep theirs.
 //
 // Between steps the thread does only what the next step needs: the stop rules
-// and the feed of each token, admission and cancellations. Then it launches the
-// next step (LoopBackend::launch) and, while the device runs it, hands the last
-// step's events over and counts what /metrics shows (vLLM's async scheduling
-// does the same host work beside the next step; its input ids stay on the
-// device, which this engine's cannot: the tokens come back before the next
-// launch). Idle, it hands them over at once.
+// and the feed of each token, admission and cancellations. It hands the last
+// step's events over and counts what /metrics shows in the next step, while the
+// device computes it (LoopBackend::step's `meanwhile`; on the CPU, whose
+// threads compute in the calls, before the pass). vLLM's async scheduling does
+// the same host work beside the next step; it also launches that step before
+// this one's tokens are on the host (its input ids stay on the device), which
+// this engine's Device::embed, reading ids from the host, cannot. Idle, the
+// thread hands the events over at once.
 //
 // Thread safety: submit(), cancel flags, ready(), model(), stats() and stop()
 // may be called from any thread; deliver_events_with() before start(). Sinks
@@ -157,10 +159,12 @@ struct LoopStats {
   std::atomic<uint64_t> steps{0};
   std::atomic<uint64_t> step_sequences{0}, step_tokens{0};
   std::atomic<uint64_t> step_ns{0}, iteration_ns{0};
-  // Of step_ns, the nanoseconds in the backend's launch(): choosing the step and
-  // starting its pass (on the CPU, the whole pass). And the nanoseconds from a
-  // step's outputs to the next launch() while steps run back to back: the host
-  // work between them that the device waits for (stop rules, feeds, admission).
+  // step_ns leaves out the host work done while the device computes (the last
+  // step's events, the counts). Of step_ns, launch_ns: from a step's start until
+  // the device computes on its own (choosing the step and queueing its pass; on
+  // the CPU, the choosing alone). between_steps_ns: from a step's outputs to the
+  // next step's start while steps run back to back, the host work the device
+  // waits for (stop rules, feeds, admission).
   std::atomic<uint64_t> launch_ns{0}, between_steps_ns{0};
   std::atomic<uint64_t> preemptions{0};   // running requests preempted for KV space (recomputed later)
   std::atomic<uint64_t> largest_step{0};  // most sequences one forward pass has run (continuous batching)

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -47,13 +48,11 @@ class LoopBackend {
   // Open requests it holds without running them (preempted, or waiting for KV
   // blocks): /metrics counts them as waiting, as vLLM does.
   virtual size_t held() const = 0;
-  // Runs what is pending: each request that got its next token, or failed (and is closed).
-  virtual std::vector<StepOutput> step() = 0;
-  // Starts the next step early, so that the device runs it while the loop does
-  // the last step's host work (its events, /metrics); step() then completes it.
-  // In between the loop may open, feed and cancel requests. A backend that
-  // cannot start early does nothing here.
-  virtual void launch() {}
+  // Runs what is pending: each request that got its next token, or failed (and
+  // is closed). Calls `meanwhile` once: while the device computes the step
+  // where it can (Scheduler::step), else before it. `meanwhile` may read the
+  // backend (held(), update_stats()), not change it.
+  virtual std::vector<StepOutput> step(const std::function<void()>& meanwhile) = 0;
   // KV usage, prefix cache, batching and preemption counters for /metrics.
   virtual void update_stats(LoopStats& stats) const = 0;
   // What the last step() ran in this process's forward pass: sequences and tokens
@@ -81,8 +80,9 @@ class LocalBackend final : public LoopBackend {
   void cancel(uint64_t id) override { engine_.scheduler->cancel(id); }
   bool has_work() const override { return engine_.scheduler->has_work(); }
   size_t held() const override { return engine_.scheduler->held_sequences(); }
-  std::vector<StepOutput> step() override { return engine_.scheduler->step(); }
-  void launch() override { engine_.scheduler->launch(); }
+  std::vector<StepOutput> step(const std::function<void()>& meanwhile) override {
+    return engine_.scheduler->step(meanwhile);
+  }
   void update_stats(LoopStats& stats) const override;
   StepSize last_step() const override {
     return {engine_.scheduler->last_step_size(), engine_.scheduler->last_step_tokens()};

@@ -93,14 +93,15 @@ std::string write_metrics(const LoopStats& loop, const HttpCounters& http, const
   w.one("engine_largest_step", "gauge", "Most sequences one forward pass has run.",
         static_cast<double>(loop.largest_step.load()));
   w.one("engine_step_seconds_total", "counter",
-        "Seconds the inference thread spent in steps (forward pass and sampling).",
+        "Seconds the inference thread spent in steps (forward pass and sampling), less the serving work it did "
+        "while the device computed.",
         static_cast<double>(loop.step_ns.load()) * 1e-9);
   w.one("engine_launch_seconds_total", "counter",
-        "Of engine_step_seconds_total, the seconds spent choosing steps and starting their forward passes "
-        "(the whole pass where the device computes on the inference thread, the CPU).",
+        "Of engine_step_seconds_total, the seconds from a step's start until the device computes it on its own "
+        "(choosing the step and queueing its forward pass; on the CPU, the choosing alone).",
         static_cast<double>(loop.launch_ns.load()) * 1e-9);
   w.one("engine_between_steps_seconds_total", "counter",
-        "Seconds from a step's outputs to the next step's launch while steps ran back to back: the serving work "
+        "Seconds from a step's outputs to the next step's start while steps ran back to back: the serving work "
         "the device waits for (stop rules, feeds, admission).",
         static_cast<double>(loop.between_steps_ns.load()) * 1e-9);
   w.one("engine_iteration_seconds_total", "counter",

@@ -220,7 +220,7 @@ void PipelineBackend::send(Outgoing& o, std::vector<StepOutput>& outputs) {
   outputs.push_back({.id = o.id, .status = pipeline_failure(std::move(sent))});
 }
 
-std::vector<StepOutput> PipelineBackend::step() {
+std::vector<StepOutput> PipelineBackend::step(const std::function<void()>& meanwhile) {
   std::vector<StepOutput> outputs;
   release_held();
   if (!pipeline_->is_up()) {
@@ -244,6 +244,7 @@ std::vector<StepOutput> PipelineBackend::step() {
       }
     }
     if (!in_flight_.empty() || !outputs.empty()) {  // the new ones wait for the next step
+      meanwhile();
       collect(outputs);
       return outputs;
     }
@@ -251,6 +252,7 @@ std::vector<StepOutput> PipelineBackend::step() {
   // Sends fail at once if the pipeline fails meanwhile (then the requests in
   // flight have their errors waiting below), so nothing here holds those up.
   for (Outgoing& o : std::exchange(outgoing_, {})) send(o, outputs);
+  meanwhile();  // while the stages compute
   collect(outputs);
   return outputs;
 }

@@ -101,7 +101,7 @@ class PipelineBackend final : public LoopBackend {
   void cancel(uint64_t id) override;
   bool has_work() const override { return !outgoing_.empty() || !in_flight_.empty() || !held_.empty(); }
   size_t held() const override { return held_.size(); }
-  std::vector<StepOutput> step() override;
+  std::vector<StepOutput> step(const std::function<void()>& meanwhile) override;
   void update_stats(LoopStats& stats) const override;
 
  private:

@@ -52,8 +52,8 @@ void TpBackend::cancel(uint64_t id) {
   if (open_.erase(id) != 0 && engine_) engine_->cancel(id);
 }
 
-std::vector<StepOutput> TpBackend::step() {
-  std::vector<StepOutput> outputs = engine_->step();
+std::vector<StepOutput> TpBackend::step(const std::function<void()>& meanwhile) {
+  std::vector<StepOutput> outputs = engine_->step(meanwhile);
   const Status failure = engine_->forward_failure();
   if (failure.ok()) {
     for (StepOutput& out : outputs)

@@ -41,7 +41,7 @@ class TpBackend final : public LoopBackend {
   void cancel(uint64_t id) override;
   bool has_work() const override { return engine_ && engine_->has_work(); }
   size_t held() const override { return engine_ ? engine_->held() : 0; }
-  std::vector<StepOutput> step() override;
+  std::vector<StepOutput> step(const std::function<void()>& meanwhile) override;
   void update_stats(LoopStats& stats) const override;
   StepSize last_step() const override { return engine_ ? engine_->last_step() : StepSize{}; }
 

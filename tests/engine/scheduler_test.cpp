@@ -468,22 +468,20 @@ TEST_F(SchedulerTest, PerSequenceSamplerGivesTheTokensOfLocalRunnerAlone) {
   EXPECT_NE(greedy_tokens, expected);
 }
 
-// launch() and step() apart, as the server runs them: between them a sequence
-// joins, one that the launched step runs is cancelled, and another starts. Each
-// gets bitwise the tokens step() gives it alone, greedy (steps whose tokens the
-// device chooses: Forward::launch_greedy) or seeded (steps of logits); the
-// cancelled one's blocks return at the cancel and it has no output after it.
-TEST_F(SchedulerTest, LaunchedStepGivesTheTokensOfStepWhileSequencesComeAndGo) {
+// step(meanwhile), as the server runs it: `meanwhile` runs once a step (a step
+// that runs nothing too), on the CPU before the pass (its threads compute in
+// the calls, so the work it does is not held back by a pass), and each sequence
+// gets bitwise the tokens step() gives it alone, greedy or seeded.
+TEST_F(SchedulerTest, MeanwhileRunsOnceAStepBeforeTheCpusPassAndChangesNoToken) {
   auto forward = make_forward(256);
-  KvPool& pool = forward->kv_pool();
+  ASSERT_TRUE(device_->computes_in_calls());
   constexpr size_t kTokens = 8;
   struct Request {
     uint64_t id;
     float temperature;  // 0: greedy
     std::vector<int32_t> prompt;
   };
-  const std::vector<Request> requests = {
-      {1, 0, prompt(9, 4)}, {2, 0, prompt(5, 8)}, {3, 0, prompt(13, 2)}, {4, 1.3f, prompt(6, 3)}};
+  const std::vector<Request> requests = {{1, 0, prompt(9, 4)}, {2, 0, prompt(5, 8)}, {3, 1.3f, prompt(6, 3)}};
   auto start = [&](Scheduler& scheduler, const Request& r) {
     ASSERT_TRUE(scheduler.open(r.id, 128).ok());
     ASSERT_TRUE(scheduler.start(r.id, sampling(r.temperature, 40 + r.id), r.prompt).ok());
@@ -502,36 +500,31 @@ TEST_F(SchedulerTest, LaunchedStepGivesTheTokensOfStepWhileSequencesComeAndGo) {
   }
 
   Scheduler scheduler(*forward, {.max_step_tokens = 8});
-  start(scheduler, requests[0]);
-  start(scheduler, requests[1]);
+  for (const Request& r : requests) start(scheduler, r);
   std::map<uint64_t, std::vector<int32_t>> together;
-  bool cancelled = false;
   for (int step = 0; step < 200 && scheduler.has_work(); ++step) {
-    scheduler.launch();
-    if (step == 2) start(scheduler, requests[2]);  // joins while a step runs
-    if (together[2].size() == 3 && !cancelled) {   // its fourth token is in the launched step
-      const int64_t free = pool.free_blocks();
-      scheduler.cancel(2);
-      EXPECT_GT(pool.free_blocks(), free);
-      cancelled = true;
-      start(scheduler, requests[3]);
-    }
-    for (const StepOutput& out : scheduler.step()) {
+    std::map<uint64_t, int64_t> lengths;
+    for (const Request& r : requests) lengths[r.id] = scheduler.length(r.id);
+    int calls = 0;
+    const std::vector<StepOutput> outputs = scheduler.step([&] {
+      ++calls;
+      for (const auto& [id, length] : lengths) EXPECT_EQ(scheduler.length(id), length) << "the pass ran first";
+    });
+    EXPECT_EQ(calls, 1);
+    for (const StepOutput& out : outputs) {
       ASSERT_TRUE(out.status.ok()) << out.status.to_string();
-      ASSERT_FALSE(cancelled && out.id == 2) << "an output for the cancelled sequence";
       together[out.id].push_back(out.token);
       if (together[out.id].size() < kTokens) {
         ASSERT_TRUE(scheduler.feed_ids(out.id, {out.token}).ok());
       }
     }
   }
-  EXPECT_TRUE(cancelled);
+  int calls = 0;
+  EXPECT_TRUE(scheduler.step([&] { ++calls; }).empty());
+  EXPECT_EQ(calls, 1);
   EXPECT_GE(scheduler.largest_step(), 3u);
-  for (const uint64_t id : {1, 3, 4}) EXPECT_EQ(together[id], alone[id]) << "sequence " << id;
-  EXPECT_EQ(together[2], std::vector<int32_t>(alone[2].begin(), alone[2].begin() + 3));
-  EXPECT_NE(alone[4], alone[1]);
-  scheduler.cancel_all();
-  EXPECT_EQ(pool.free_blocks(), pool.total_blocks());
+  for (const Request& r : requests) EXPECT_EQ(together[r.id], alone[r.id]) << "sequence " << r.id;
+  EXPECT_NE(alone[3], alone[1]);
 }
 
 // Recompute preemption: three sequences that each grow to 4 blocks share a pool

@@ -18,6 +18,7 @@ class CpuDevice final : public Device {
   explicit CpuDevice(size_t threads) : pool_(threads) {}
 
   std::string name() const override;
+  bool computes_in_calls() const override { return true; }
   Result<Buffer> alloc(size_t bytes) override;
   void upload(const void* host, size_t bytes, void* dst) override;
   void download(const void* src, size_t bytes, void* host) override;
