@@ -14,12 +14,12 @@
 //       label: the kernel oneDNN chose and its ISA.
 //   BM_OnednnDecode/<rows>/<k>  one token, weights as given: GB of weights a second.
 //   BM_OnednnRows/<rows>/<k>/<packed>  whether oneDNN's sums are batch invariant: the
-//       share of outputs of tokens computed in calls of 1, 16 and 256 tokens that differ
-//       in any bit from the same tokens' outputs in the 512-token call (differ_1,
-//       differ_16, differ_256), and the share that differ from tessera's own GEMM's
-//       (cpu::matmul_rows on one thread: differ_tessera); the label names the kernels and ends with an FNV-1a hash
-//       of the 512-token call's outputs, to hold runs at different OMP_NUM_THREADS (or on
-//       different machines) against each other.
+//       share of outputs of tokens computed in calls of 1, 7, 16, 100 and 256 tokens that
+//       differ in any bit from the same tokens' outputs in the 512-token call (differ_1 ..
+//       differ_256), and the share that differ from tessera's own GEMM's (cpu::matmul_rows
+//       on one thread: differ_tessera); the label names the kernels and ends with an FNV-1a
+//       hash of the 512-token call's outputs, to hold runs at different OMP_NUM_THREADS (or
+//       on different machines) against each other.
 #include <benchmark/benchmark.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -171,7 +171,7 @@ void BM_OnednnRows(benchmark::State& state) {
   std::string kernels = whole.kernel();
   for (auto _ : state) {
     // Tokens [first, first + count) in a call of their own, against the whole call's rows.
-    for (const int64_t count : {1, 16, 256}) {
+    for (const int64_t count : {1, 7, 16, 100, 256}) {
       const int64_t first = count == 256 ? 256 : 100 - count / 2;
       std::vector<float> y(static_cast<size_t>(count * rows));
       Gemm part(g.x.data() + first * k, count, k, g.bytes.data(), rows, y.data(), packed);
