@@ -93,6 +93,21 @@ class Gemm {
   std::string kernel_;
 };
 
+// Runs gemm once untimed (oneDNN's kernels generated, its threads started), then once an
+// iteration of `state`, counting them in `runs`: seconds of wall time, or of the calling
+// thread's CPU time when oneDNN runs on that thread alone.
+double timed_runs(benchmark::State& state, Gemm& gemm, size_t threads, int64_t& runs) {
+  gemm.run();
+  const double cpu_start = bench::thread_seconds();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    gemm.run();
+    ++runs;
+  }
+  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
+  return threads == 1 ? bench::thread_seconds() - cpu_start : wall.count();
+}
+
 void BM_OnednnGemm(benchmark::State& state) {
   constexpr int64_t kTokens = bench::GemmCase::kTokens;
   const int64_t rows = state.range(0), k = state.range(1);
@@ -101,17 +116,8 @@ void BM_OnednnGemm(benchmark::State& state) {
   // Before oneDNN's first parallel region: its threads spin a while after each one.
   const double tile_rate = cpu::amx_active() ? bench::tile_rate(threads) : 0;
   Gemm gemm(g.x.data(), kTokens, k, g.bytes.data(), rows, g.y.data(), state.range(2) != 0);
-  gemm.run();  // oneDNN's kernels generated, its threads started
   int64_t runs = 0;
-  const double cpu_start = bench::thread_seconds();
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    gemm.run();
-    benchmark::DoNotOptimize(g.y.data());
-    ++runs;
-  }
-  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-  const double seconds = threads == 1 ? bench::thread_seconds() - cpu_start : wall.count();
+  const double seconds = timed_runs(state, gemm, threads, runs);
   const double rate = 2.0 * static_cast<double>(kTokens * rows * k) * static_cast<double>(runs) / seconds;
   state.counters["GFLOPs"] = rate * 1e-9;
   if (tile_rate > 0) state.counters["amx_share"] = rate / tile_rate;
@@ -134,17 +140,8 @@ void BM_OnednnDecode(benchmark::State& state) {
   bench::GemmCase g(rows, k, tessera::DType::kBF16);
   const size_t threads = omp_threads();
   Gemm gemm(g.x.data(), 1, k, g.bytes.data(), rows, g.y.data(), false);
-  gemm.run();
   int64_t runs = 0;
-  const double cpu_start = bench::thread_seconds();
-  const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) {
-    gemm.run();
-    benchmark::DoNotOptimize(g.y.data());
-    ++runs;
-  }
-  const std::chrono::duration<double> wall = std::chrono::steady_clock::now() - start;
-  const double seconds = threads == 1 ? bench::thread_seconds() - cpu_start : wall.count();
+  const double seconds = timed_runs(state, gemm, threads, runs);
   state.counters["GBs"] = static_cast<double>(g.bytes.size()) * static_cast<double>(runs) / seconds * 1e-9;
   state.counters["threads"] = static_cast<double>(threads);
   state.SetLabel(gemm.kernel());
