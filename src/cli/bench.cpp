@@ -22,8 +22,8 @@
 #include "backend/device.h"
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/mapped_file.h"
 #include "core/thread_pool.h"
-#include "hwy/aligned_allocator.h"
 #include "model/forward.h"
 
 namespace tessera {
@@ -50,15 +50,18 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // Best of three passes of summing a 1 GiB buffer with `threads` threads, each reading its
 // contiguous share in the ways the decode kernels read weights (cpu::ReadLayout): 4, 8
 // and 16 rows of 4 KiB side by side, and 1, 2 and 4 long sequential streams (the best
-// way differs between CPUs), in bytes/s. The buffer is aligned to 64 bytes (a vector's
-// data sat 16 bytes past a line, which cost the long streams a third of their rate on
-// the AVX-512 dev VM). Shared machines drift, so bench measures it before and after the
-// timed runs and takes the higher figure (the lower, more conservative ratio).
+// way differs between CPUs), in bytes/s. The buffer is a mapping of its own (aligned to
+// a page: a vector's data sat 16 bytes past a line, which cost the long streams a third
+// of their rate on the AVX-512 dev VM), advised for huge pages as the weights are
+// (map_advised), so that both are read through the same pages. Shared machines drift,
+// so bench measures it before and after the timed runs and takes the higher figure (the
+// lower, more conservative ratio).
 double measure_read_bandwidth(size_t threads) {
   const size_t words = (size_t{1} << 30) / sizeof(uint64_t);
-  const auto buffer = hwy::AllocateAligned<uint64_t>(words);
-  TS_CHECK(buffer, "[bench] cannot allocate the 1 GiB bandwidth buffer");
-  std::fill(buffer.get(), buffer.get() + words, 1);
+  const auto memory = map_advised(words * sizeof(uint64_t));
+  TS_CHECK(memory, "[bench] cannot map the 1 GiB bandwidth buffer");
+  auto* buffer = reinterpret_cast<uint64_t*>(memory.get());
+  std::fill(buffer, buffer + words, 1);
   ThreadPool pool(threads);
   std::atomic<uint64_t> total{0};
   constexpr std::pair<cpu::ReadLayout, int> kWays[] = {{cpu::ReadLayout::kRows, 4},  {cpu::ReadLayout::kRows, 8},
@@ -69,7 +72,7 @@ double measure_read_bandwidth(size_t threads) {
     for (const auto& [layout, streams] : kWays) {
       const auto start = Clock::now();
       pool.parallel_for(words, 4096, [&](size_t begin, size_t end) {
-        total += cpu::read_sum(buffer.get() + begin, static_cast<int64_t>(end - begin), streams, layout);
+        total += cpu::read_sum(buffer + begin, static_cast<int64_t>(end - begin), streams, layout);
       });
       best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds_since(start));
     }

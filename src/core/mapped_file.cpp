@@ -20,6 +20,13 @@ void advise_huge_pages(const void* data, size_t bytes) {
   if (on && bytes > 0) ::madvise(const_cast<void*>(data), bytes, MADV_HUGEPAGE);
 }
 
+std::shared_ptr<uint8_t> map_advised(size_t bytes) {
+  void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) return nullptr;
+  advise_huge_pages(data, bytes);
+  return {static_cast<uint8_t*>(data), [bytes](uint8_t* p) { ::munmap(p, bytes); }};
+}
+
 Result<MappedFile> MappedFile::open(const std::string& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not a regular file).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -19,6 +20,11 @@ namespace tessera {
 // TLB misses out of that stream. A hint: where the kernel does not take it, nothing
 // changes. Call it before the memory is first touched.
 void advise_huge_pages(const void* data, size_t bytes);
+
+// `bytes` of zeros in an anonymous mapping of their own (page-aligned), advised for huge
+// pages before any of it is touched; nullptr when it cannot be mapped (errno says why).
+// The memory that reads stand in for weights, or hold them, in the weights' pages.
+std::shared_ptr<uint8_t> map_advised(size_t bytes);
 
 class MappedFile {
  public:

@@ -6,8 +6,6 @@
 // family's ArchSpec lists (layer_tensors), filled in that order. The tensors lie one
 // after another in anonymous mappings advised for huge pages before they are written
 // (Arena), as a checkpoint's mapped files are, so that decode reads both alike.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -23,48 +21,37 @@ namespace tessera {
 
 namespace {
 
-// Memory for tensors, handed out in order (64-byte aligned) from anonymous mappings of
-// at least kRegion bytes, each advised for huge pages (advise_huge_pages) before any of
-// it is touched: with one mapping a tensor, a 3 MiB expert would hold at most one 2 MiB
+// Memory for tensors, handed out in order (64-byte aligned) from regions of at least
+// kRegion bytes, each its own mapping advised for huge pages before any of it is touched
+// (map_advised): with one mapping a tensor, a 3 MiB expert would hold at most one 2 MiB
 // page. A region's untouched tail costs no memory.
 class Arena {
  public:
-  Arena() = default;
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  ~Arena() {
-    for (const Region& r : regions_) ::munmap(r.data, r.bytes);
-  }
-
   // `bytes` of zeros, or nullptr when the memory cannot be mapped (status() says so).
   uint8_t* take(size_t bytes) {
     constexpr size_t kRegion = size_t{64} << 20, kHuge = size_t{2} << 20;
     bytes = (bytes + 63) / 64 * 64;
-    if (regions_.empty() || used_ + bytes > regions_.back().bytes) {
-      const size_t size = (std::max(bytes, kRegion) + kHuge - 1) / kHuge * kHuge;
-      void* data = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (data == MAP_FAILED) {
-        status_ = Status::overloaded("[random weights] cannot map " + std::to_string(size) +
+    if (regions_.empty() || used_ + bytes > size_) {
+      size_ = (std::max(bytes, kRegion) + kHuge - 1) / kHuge * kHuge;
+      auto region = map_advised(size_);
+      if (!region) {
+        status_ = Status::overloaded("[random weights] cannot map " + std::to_string(size_) +
                                      " bytes: " + std::strerror(errno));
         return nullptr;
       }
-      advise_huge_pages(data, size);
-      regions_.push_back({static_cast<uint8_t*>(data), size});
+      regions_.push_back(std::move(region));
       used_ = 0;
     }
-    uint8_t* out = regions_.back().data + used_;
+    uint8_t* out = regions_.back().get() + used_;
     used_ += bytes;
     return out;
   }
   const Status& status() const { return status_; }
 
  private:
-  struct Region {
-    uint8_t* data;
-    size_t bytes;
-  };
-  std::vector<Region> regions_;
-  size_t used_ = 0;
+  std::vector<std::shared_ptr<uint8_t>> regions_;
+  size_t size_ = 0;  // the last region's
+  size_t used_ = 0;  // of it
   Status status_;
 };
 
