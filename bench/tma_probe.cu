@@ -161,7 +161,7 @@ __device__ __forceinline__ int chunk_of(int i, int q, int r) {
   return r + i / q + kMmaSplit * (i % q);
 }
 
-template <int kCluster, int kStages>
+template <int kCluster, int kStages, bool kDeep>
 __global__ void __launch_bounds__(kThreads, 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     int64_t tokens, int64_t n, int64_t k, float* __restrict__ y) {
@@ -194,52 +194,67 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages && s < chunks; ++s) issue(s, chunk_of(s, q, r));
 
   float acc[64], total[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f, total[i] = 0.0f;
-  int sums_done = 0, sum = 0, index = 0;
-  const int row = 16 * warp + g, odd = g & 1;
-  for (int step = 0; step < chunks; ++step) {
-    const int stage = step % kStages, parity = (step / kStages) & 1;
-    mbar_wait(&full[stage], parity);
-    const auto* w_tile = reinterpret_cast<const uint4*>(smem + stage * kStageBytes);
-    const uint8_t* x_tile = smem + stage * kStageBytes + kWeightBytes;
-    // Rows g (even) read unit t then t + 4; odd rows t + 4 then t: conflict-free.
-    const uint4 a_first = w_tile[row * 8 + t + 4 * odd], a_second = w_tile[row * 8 + t + 4 * (1 - odd)];
-    const uint4 b_first = w_tile[(row + 8) * 8 + t + 4 * odd], b_second = w_tile[(row + 8) * 8 + t + 4 * (1 - odd)];
-    const uint4 a0 = odd ? a_second : a_first, a1 = odd ? a_first : a_second;
-    const uint4 b0 = odd ? b_second : b_first, b1 = odd ? b_first : b_second;
-    const auto descriptor = [&](int s) {  // k16 step s: units 2s, 2s + 1 (2,048 bytes apart), 8 tokens 128 bytes apart
-      const uint64_t address = smem_address(x_tile + 2 * s * kTokens * 16);
-      return ((address & 0x3ffff) >> 4) | (uint64_t{(kTokens * 16) >> 4} << 16) | (uint64_t{128 >> 4} << 32);
-    };
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    wgmma_128(acc, a0.x, b0.x, a0.y, b0.y, descriptor(0));
-    wgmma_128(acc, a0.z, b0.z, a0.w, b0.w, descriptor(1));
-    wgmma_128(acc, a1.x, b1.x, a1.y, b1.y, descriptor(2));
-    wgmma_128(acc, a1.z, b1.z, a1.w, b1.w, descriptor(3));
-    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    if (++index == q + (sum < r ? 1 : 0)) {
-      pin(acc);
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        total[i] = sums_done == 0 ? acc[i] : total[i] + acc[i];
-        acc[i] = 0.0f;
+  int released = 0;  // steps whose stages went back to the cluster (thread 0)
+  // Once every warp has the products of the steps before `done`: their stages go
+  // back to the cluster's blocks, and are refilled once all have released them.
+  const auto release = [&](int done) {
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (; released < done; ++released) {
+        const int at = released % kStages;
+        for (int c = 0; c < kCluster; ++c) mbar_arrive_at(&empty[at], c);
+        if (released + kStages < chunks) {
+          mbar_wait<true>(&empty[at], (released / kStages) & 1);
+          issue(at, chunk_of(released + kStages, q, r));
+        }
       }
-      ++sums_done, ++sum, index = 0;
-    }
-    __syncthreads();  // every warp is done with the stage
-    if (threadIdx.x == 0) {
-      for (int c = 0; c < kCluster; ++c) mbar_arrive_at(&empty[stage], c);
-      if (step + kStages < chunks) {
-        mbar_wait<true>(&empty[stage], parity);  // every block of the cluster is done with it
-        issue(stage, chunk_of(step + kStages, q, r));
-      }
-    }
     __syncwarp();
-  }
-  for (; sums_done < kMmaSplit; ++sums_done)
+  };
+  const int row = 16 * warp + g, odd = g & 1;
+  // Sum by sum: the accumulators are zeroed and read only between sums, after
+  // waiting for every product (kDeep: within a sum each step waits for the step
+  // before's products only, so the tensor cores always have one step queued).
+  for (int sum = 0, step = 0; sum < kMmaSplit; ++sum) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) total[i] += 0.0f;
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const int count = q + (sum < r ? 1 : 0);
+    for (int index = 0; index < count; ++index, ++step) {
+      const int stage = step % kStages;
+      mbar_wait(&full[stage], (step / kStages) & 1);
+      const auto* w_tile = reinterpret_cast<const uint4*>(smem + stage * kStageBytes);
+      const uint8_t* x_tile = smem + stage * kStageBytes + kWeightBytes;
+      // Rows g (even) read unit t then t + 4; odd rows t + 4 then t: conflict-free.
+      const uint4 a_first = w_tile[row * 8 + t + 4 * odd], a_second = w_tile[row * 8 + t + 4 * (1 - odd)];
+      const uint4 b_first = w_tile[(row + 8) * 8 + t + 4 * odd], b_second = w_tile[(row + 8) * 8 + t + 4 * (1 - odd)];
+      const uint4 a0 = odd ? a_second : a_first, a1 = odd ? a_first : a_second;
+      const uint4 b0 = odd ? b_second : b_first, b1 = odd ? b_first : b_second;
+      const auto descriptor =
+          [&](int s) {  // k16 step s: units 2s, 2s + 1 (2,048 bytes apart), 8 tokens 128 bytes apart
+            const uint64_t address = smem_address(x_tile + 2 * s * kTokens * 16);
+            return ((address & 0x3ffff) >> 4) | (uint64_t{(kTokens * 16) >> 4} << 16) | (uint64_t{128 >> 4} << 32);
+          };
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      wgmma_128(acc, a0.x, b0.x, a0.y, b0.y, descriptor(0));
+      wgmma_128(acc, a0.z, b0.z, a0.w, b0.w, descriptor(1));
+      wgmma_128(acc, a1.x, b1.x, a1.y, b1.y, descriptor(2));
+      wgmma_128(acc, a1.z, b1.z, a1.w, b1.w, descriptor(3));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      if constexpr (kDeep) {
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        release(step);
+      } else {
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        release(step + 1);
+      }
+    }
+    if constexpr (kDeep) {
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      release(step);
+    }
+    pin(acc);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];  // a sum without chunks adds 0
+  }
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -277,11 +292,11 @@ CUtensorMap matrix_map(const void* base, int64_t rows, int64_t cols, int box_col
   return map;
 }
 
-template <int kCluster, int kStages>
+template <int kCluster, int kStages, bool kDeep = false>
 void launch_tma(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16* x_slots, int64_t tokens, int64_t n,
                 int64_t k, float* y) {
   static const bool sized = [] {
-    must(cudaFuncSetAttribute(tma_gemm_kernel<kCluster, kStages>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    must(cudaFuncSetAttribute(tma_gemm_kernel<kCluster, kStages, kDeep>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(smem_bytes<kStages>())),
          "shared memory");
     return true;
@@ -300,7 +315,7 @@ void launch_tma(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  must(cudaLaunchKernelEx(&config, tma_gemm_kernel<kCluster, kStages>, w_map, x_map, tokens, n, k, y), "launch");
+  must(cudaLaunchKernelEx(&config, tma_gemm_kernel<kCluster, kStages, kDeep>, w_map, x_map, tokens, n, k, y), "launch");
 }
 
 int probe() {
@@ -369,7 +384,8 @@ int probe() {
       };
       std::printf("%-18s %6lld %9.1f", s.name, static_cast<long long>(tokens), flops / t_ref / 1e12);
       bool all = true;
-      for (const auto launch : {launch_tma<1, 4>, launch_tma<2, 4>, launch_tma<2, 6>, launch_tma<4, 4>}) {
+      for (const auto launch :
+           {launch_tma<1, 4>, launch_tma<1, 4, true>, launch_tma<1, 6, true>, launch_tma<2, 4>, launch_tma<4, 4>}) {
         const auto [t, same] = run(launch);
         std::printf(" %9.1f", flops / t / 1e12);
         all = all && same;
