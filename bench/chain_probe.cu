@@ -36,15 +36,10 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 #include "core/dtype.h"
+#include "probe.cuh"
 
 namespace tessera::cuda {
 namespace {
-
-void must(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
-  std::exit(1);
-}
 
 // Block: kWarps tiles of 16 rows, one token. Shared memory: x as bf16 [k], then
 // each warp's ring of kDepth chunks, a chunk as four 16-byte pieces a lane
@@ -224,19 +219,7 @@ int probe() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is printed
   cudaStream_t stream;
   must(cudaStreamCreate(&stream), "stream");
-  cudaEvent_t begin, end;
-  cudaEventCreate(&begin);
-  cudaEventCreate(&end);
-  const auto seconds = [&](int reps, auto&& call) {
-    for (int i = 0; i < 3; ++i) call(i);
-    cudaEventRecord(begin, stream);
-    for (int i = 0; i < reps; ++i) call(i);
-    cudaEventRecord(end, stream);
-    must(cudaEventSynchronize(end), "timing");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, begin, end);
-    return ms * 1e-3 / reps;
-  };
+  const auto seconds = [&](int reps, auto&& call) { return seconds_per_call(stream, reps, call); };
   // The copy bandwidth as tessera bench measures it: bytes read plus written by a 1 GiB copy.
   const size_t copy_bytes = size_t{1} << 30;
   void *from = nullptr, *to = nullptr;

@@ -38,15 +38,10 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 #include "core/dtype.h"
+#include "probe.cuh"
 
 namespace tessera::cuda {
 namespace {
-
-void must(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
-  std::exit(1);
-}
 
 constexpr int kTokens = 128, kRows = 128, kThreads = 256;
 constexpr int kWeightBytes = kRows * 128, kStageBytes = kWeightBytes + kTokens * 128;
@@ -333,19 +328,7 @@ int probe() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaStream_t stream;
   must(cudaStreamCreate(&stream), "stream");
-  cudaEvent_t begin, end;
-  cudaEventCreate(&begin);
-  cudaEventCreate(&end);
-  const auto seconds = [&](int reps, auto&& call) {
-    for (int i = 0; i < 2; ++i) call();
-    cudaEventRecord(begin, stream);
-    for (int i = 0; i < reps; ++i) call();
-    cudaEventRecord(end, stream);
-    must(cudaEventSynchronize(end), "timing");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, begin, end);
-    return ms * 1e-3 / reps;
-  };
+  const auto seconds = [&](int reps, auto&& call) { return seconds_per_call(stream, reps, call); };
   struct Shape {
     const char* name;
     int64_t n, k;
@@ -385,12 +368,12 @@ int probe() {
       slots_kernel<<<static_cast<unsigned>((xh.size() + 255) / 256), 256, 0, stream>>>(
           x, static_cast<int64_t>(xh.size()), x_slots);
       const double flops = 2.0 * tokens * s.n * s.k;
-      const double t_ref = seconds(5, [&] { mma_gemm(stream, x, tokens, s.k, job, scratch); });
+      const double t_ref = seconds(5, [&](int) { mma_gemm(stream, x, tokens, s.k, job, scratch); });
       std::vector<float> want(static_cast<size_t>(tokens * s.n)), got(want.size());
       must(cudaMemcpy(want.data(), y_ref, want.size() * 4, cudaMemcpyDeviceToHost), "y");
       const auto run = [&](auto launch) {
         must(cudaMemset(y, 0xff, got.size() * 4), "y");
-        const double t = seconds(5, [&] { launch(stream, w, x_slots, tokens, s.n, s.k, y); });
+        const double t = seconds(5, [&](int) { launch(stream, w, x_slots, tokens, s.n, s.k, y); });
         must(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost), "y");
         return std::pair{t, std::memcmp(got.data(), want.data(), got.size() * 4) == 0};
       };
