@@ -23,8 +23,6 @@
 // output bitwise against tessera's tiled matmul (cuda::mma_gemm) and prints TFLOP/s
 // of each ('!' where a variant's bits differ).
 //   tma_probe
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
@@ -38,7 +36,7 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
 #include "core/dtype.h"
-#include "probe.cuh"
+#include "tma.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -86,79 +84,6 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], uint32_t a0, uint32_t 
 __device__ __forceinline__ void pin(float (&d)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint64_t* bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-// Waits for the barrier's phase of this parity; kCluster: acquiring what the
-// cluster's other blocks released with their arrivals.
-template <bool kCluster = false>
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-  uint32_t done = 0;
-  while (!done) {
-    if constexpr (kCluster)
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-          "selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(smem_address(bar)), "r"(parity)
-          : "memory");
-    else
-      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(smem_address(bar)), "r"(parity)
-                   : "memory");
-  }
-}
-// An arrival on the barrier at the same place in block `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_at(uint64_t* bar, int rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_address(bar)),
-      "r"(rank)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return static_cast<int>(rank);
-}
-// The box at (c0, c1) of `map` into `dst`, completing on `bar`; with a mask, into
-// the same place of each block of the cluster that the mask names (and their bars).
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_address(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar))
-      : "memory");
-}
-__device__ __forceinline__ void tma_multicast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
-                                              uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3}], [%4], %5;\n" ::"r"(smem_address(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(mask)
-      : "memory");
-}
-
-// Chunk of step i in the eight sums' order (sum 0's chunks 0, 8, ..., then sum 1's):
-// sums below r have q + 1 chunks, the rest q.
-__device__ __forceinline__ int chunk_of(int i, int q, int r) {
-  const int long_steps = r * (q + 1);
-  if (i < long_steps) return i / (q + 1) + kMmaSplit * (i % (q + 1));
-  i -= long_steps;
-  return r + i / q + kMmaSplit * (i % q);
 }
 
 template <int kCluster, int kStages, bool kDeep>
@@ -269,33 +194,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (out_row < n && token < tokens) y[token * n + out_row] = total[4 * j + i];
     }
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while the others may still write to it
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    must(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found),
-         "cuTensorMapEncodeTiled");
-    if (found != cudaDriverEntryPointSuccess) std::exit((std::fprintf(stderr, "no cuTensorMapEncodeTiled\n"), 1));
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A 2D map of a row-major bf16 matrix [rows][cols], boxes of box_cols x box_rows.
-CUtensorMap matrix_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result =
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-                     element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) std::exit((std::fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", result), 1));
-  return map;
 }
 
 template <int kCluster, int kStages, bool kDeep = false>

@@ -1,0 +1,350 @@
+// A probe for the tiled GEMM's next step (docs/gpu.md, "Prefill"): a
+// warp-specialized kernel in the shape Hopper's fast GEMMs take. One warpgroup
+// produces (a thread issues TMA copies of a chunk's weight rows and tokens into
+// a ring of stages, each completing on an mbarrier), two consume: wgmma with A
+// (64 weight rows) and B (the tile's tokens) both read from shared memory, 128-byte
+// swizzled as the TMA wrote them. Both operands are then in natural k order, so
+// this is not tessera's order (x in mma slot order, docs/gpu.md), and the probe
+// checks values against a double-precision reference on the host, not bits.
+//
+// What it asks: how fast can such a kernel sum in the eight sums' order that
+// batch invariance needs (chunk c of k's 64-wide chunks to sum c mod 8, each sum a
+// chain, the sums added in order at the end; two accumulator sets a thread, the
+// sum in progress and the total), against one chain over all of k (one set; what
+// a plain GEMM does, with tiles of 128 or 256 tokens), x multicast over a cluster
+// of two blocks, tessera's mma_gemm, and cuBLAS (cublasGemmEx, bf16 in, f32 out)?
+//   ws_probe
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
+#include "core/dtype.h"
+#include "tma.cuh"
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int kRows = 128;                 // weight rows a block: two consumer warpgroups of 64
+constexpr int kThreads = 384;              // the producer warpgroup, then the two consumers
+constexpr int kWeightBytes = kRows * 128;  // a chunk: 64 k-values, 128 bytes a row (one swizzle row)
+
+template <int kN>
+__host__ __device__ constexpr int stage_bytes() {
+  return kWeightBytes + kN * 128;
+}
+template <int kN, int kStages>
+constexpr size_t smem_bytes() {
+  return 1024 + size_t{kStages} * stage_bytes<kN>() + 3 * kStages * sizeof(uint64_t);
+}
+
+template <int kN>
+__device__ __forceinline__ void wgmma_ss(float (&d)[kN / 2], uint64_t a, uint64_t b);
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<256>(float (&d)[128], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b));
+}
+
+// A K-major operand in shared memory, 128-byte swizzled (rows of 128 bytes, eight
+// rows a 1,024-byte atom); k16 step s starts 32 bytes further along the row.
+__device__ __forceinline__ uint64_t descriptor(const void* tile, int s) {
+  const uint64_t address = smem_address(tile) + 32 * s;
+  return ((address & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+__global__ void round_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// y [tokens][n] = x [tokens][k] times w [n][k] transposed, k a multiple of 64.
+// kOrdered: the eight sums' order; else one chain in k's order.
+template <int kN, int kStages, bool kOrdered, int kCluster>
+__global__ void __launch_bounds__(kThreads, 1)
+    ws_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, int64_t tokens,
+                   int64_t n, int64_t k, float* __restrict__ y) {
+  extern __shared__ uint8_t smem_raw[];
+  // Swizzled tiles start on 1,024 bytes.
+  uint8_t* smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
+  auto* full = reinterpret_cast<uint64_t*>(smem + kStages * stage_bytes<kN>());
+  uint64_t* consumed = full + kStages;   // this block's consumer warps are done with a stage
+  uint64_t* empty = consumed + kStages;  // every block of the cluster is (kCluster > 1)
+  const int warpgroup = threadIdx.x / 128;
+  const int rank = kCluster > 1 ? cluster_rank() : 0;
+  const int row0 = static_cast<int>(blockIdx.y) * kRows, token0 = static_cast<int>(blockIdx.x) * kN;
+  const int chunks = static_cast<int>(k / kMmaChunk), q = chunks / kMmaSplit, r = chunks % kMmaSplit;
+  const auto chunk_at = [&](int step) { return kOrdered ? chunk_of(step, q, r) : step; };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s)
+      mbar_init(&full[s], 1), mbar_init(&consumed[s], 8), mbar_init(&empty[s], kCluster);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (kCluster > 1) cluster_sync();
+  __syncthreads();
+
+  if (warpgroup == 0) {  // the producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0)
+      for (int step = 0; step < chunks; ++step) {
+        const int stage = step % kStages;
+        if (step >= kStages) {  // the stage's last chunk, consumed here (and in the cluster's other blocks)
+          const int parity = (step / kStages - 1) & 1;
+          mbar_wait(&consumed[stage], parity);
+          if constexpr (kCluster > 1) {
+            for (int c = 0; c < kCluster; ++c) mbar_arrive_at(&empty[stage], c);
+            mbar_wait<true>(&empty[stage], parity);
+          }
+        }
+        uint8_t* at = smem + stage * stage_bytes<kN>();
+        const int col = chunk_at(step) * kMmaChunk;
+        mbar_expect(&full[stage], stage_bytes<kN>());
+        tma_load(at, &w_map, col, row0, &full[stage]);
+        if constexpr (kCluster > 1)
+          tma_multicast(at + kWeightBytes + rank * (kN / kCluster) * 128, &x_map, col, token0 + rank * (kN / kCluster),
+                        &full[stage], static_cast<uint16_t>((1 << kCluster) - 1));
+        else tma_load(at + kWeightBytes, &x_map, col, token0, &full[stage]);
+      }
+  } else {  // a consumer: weight rows 64 (warpgroup - 1) onwards, all kN tokens
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int half = warpgroup - 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    float acc[kN / 2], total[kN / 2];
+    const auto release = [&](int step) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&consumed[step % kStages]);
+    };
+    const int sums = kOrdered ? kMmaSplit : 1;
+    for (int sum = 0, step = 0; sum < sums; ++sum) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
+      const int count = kOrdered ? q + (sum < r ? 1 : 0) : chunks;
+      int unreleased = -1;
+      for (int index = 0; index < count; ++index, ++step) {
+        const int stage = step % kStages;
+        mbar_wait(&full[stage], (step / kStages) & 1);
+        const uint8_t* at = smem + stage * stage_bytes<kN>();
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          wgmma_ss<kN>(acc, descriptor(at + half * 64 * 128, s), descriptor(at + kWeightBytes, s));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the step before's products are in
+        if (unreleased >= 0) release(unreleased);
+        unreleased = step;
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      if (unreleased >= 0) release(unreleased);
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
+    }
+    // D's fragments: warp w's rows 16w + g and + 8, tokens 8j + 2t and + 1.
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t out_row = row0 + 64 * half + 16 * warp + g + (i >= 2 ? 8 : 0);
+        const int64_t token = token0 + 8 * j + 2 * t + i % 2;
+        if (out_row < n && token < tokens) y[token * n + out_row] = total[4 * j + i];
+      }
+  }
+  if constexpr (kCluster > 1) cluster_sync();  // no block leaves while another may still write to it
+}
+
+template <int kN, int kStages, bool kOrdered, int kCluster>
+void launch_ws(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16* x, int64_t tokens, int64_t n,
+               int64_t k, float* y) {
+  static const bool sized = [] {
+    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered, kCluster>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kN, kStages>())),
+         "shared memory");
+    return true;
+  }();
+  (void)sized;
+  const CUtensorMap w_map = matrix_map(w, n, k, kMmaChunk, kRows, CU_TENSOR_MAP_SWIZZLE_128B),
+                    x_map = matrix_map(x, tokens, k, kMmaChunk, kN / kCluster, CU_TENSOR_MAP_SWIZZLE_128B);
+  const auto row_tiles = static_cast<unsigned>(((n + kRows - 1) / kRows + kCluster - 1) / kCluster * kCluster);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = kCluster, cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>((tokens + kN - 1) / kN), row_tiles);
+  config.blockDim = kThreads;
+  config.dynamicSmemBytes = smem_bytes<kN, kStages>();
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  must(cudaLaunchKernelEx(&config, ws_gemm_kernel<kN, kStages, kOrdered, kCluster>, w_map, x_map, tokens, n, k, y),
+       "launch");
+}
+
+using Launch = void (*)(cudaStream_t, const __nv_bfloat16*, const __nv_bfloat16*, int64_t, int64_t, int64_t, float*);
+struct Variant {
+  const char* name;
+  Launch launch;
+};
+constexpr Variant kVariants[] = {
+    {"8sums", launch_ws<128, 5, true, 1>},        {"8sums s4", launch_ws<128, 4, true, 1>},
+    {"8sums s6", launch_ws<128, 6, true, 1>},     {"8sums x2", launch_ws<128, 5, true, 2>},
+    {"1chain", launch_ws<128, 5, false, 1>},      {"1chain x2", launch_ws<128, 5, false, 2>},
+    {"1chain n256", launch_ws<256, 4, false, 1>}, {"1chain n256x2", launch_ws<256, 4, false, 2>},
+};
+
+// The largest |got - want| over a sample of outputs, in units of the sum of |x w|
+// (the size a rounding of the products' sum can have), against double precision.
+double worst_error(const std::vector<float>& got, const std::vector<uint16_t>& xh, const std::vector<uint16_t>& wh,
+                   int64_t tokens, int64_t n, int64_t k) {
+  double worst = 0;
+  std::mt19937 rng(7);
+  for (int sample = 0; sample < 2000; ++sample) {
+    const int64_t token = rng() % tokens, row = rng() % n;
+    double want = 0, size = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const double p = static_cast<double>(bf16_to_f32(xh[token * k + i])) * bf16_to_f32(wh[row * k + i]);
+      want += p, size += std::fabs(p);
+    }
+    worst = std::max(worst, std::fabs(got[token * n + row] - want) / size);
+  }
+  return worst;
+}
+
+int probe() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  cudaStream_t stream;
+  must(cudaStreamCreate(&stream), "stream");
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return (std::fprintf(stderr, "cublasCreate failed\n"), 1);
+  cublasSetStream(blas, stream);
+  const auto seconds = [&](int reps, auto&& call) { return seconds_per_call(stream, reps, call); };
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"q/o 4096x4096", 4096, 4096},
+                          {"gate 14336x4096", 14336, 4096},
+                          {"down 4096x14336", 4096, 14336},
+                          {"odd 3000x576", 3000, 576}};
+  std::printf(
+      "TFLOP/s (error: the worst |y - exact| / sum |x w| over 2,000 outputs, x 1e-7); '=' marks a variant "
+      "bitwise the first of its order\n%-16s %6s %14s %14s",
+      "matmul", "tokens", "mma_gemm", "cublas");
+  for (const Variant& v : kVariants) std::printf(" %14s", v.name);
+  std::printf("\n");
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    std::vector<uint16_t> wh(static_cast<size_t>(s.n * s.k));
+    for (auto& v : wh) v = f32_to_bf16(dist(rng));
+    __nv_bfloat16* w = nullptr;
+    must(cudaMalloc(&w, wh.size() * 2), "w");
+    must(cudaMemcpy(w, wh.data(), wh.size() * 2, cudaMemcpyHostToDevice), "w");
+    for (const int64_t tokens : {int64_t{300}, int64_t{512}, int64_t{2048}, int64_t{8192}}) {
+      std::vector<float> xf(static_cast<size_t>(tokens * s.k));
+      std::vector<uint16_t> xh(xf.size());
+      for (size_t i = 0; i < xf.size(); ++i) xh[i] = f32_to_bf16(dist(rng)), xf[i] = bf16_to_f32(xh[i]);
+      float *x = nullptr, *y = nullptr;
+      __nv_bfloat16* xb = nullptr;
+      void* scratch = nullptr;
+      MmaJob job{.count = 1};
+      job.n[0] = s.n;
+      must(cudaMalloc(&x, xf.size() * 4), "x");
+      must(cudaMalloc(&xb, xf.size() * 2), "x bf16");
+      must(cudaMalloc(&y, sizeof(float) * tokens * s.n), "y");
+      must(cudaMalloc(&scratch, mma_gemm_scratch(tokens, s.k, job)), "scratch");
+      must(cudaMemcpy(x, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice), "x");
+      round_kernel<<<static_cast<unsigned>((xf.size() + 255) / 256), 256, 0, stream>>>(
+          x, static_cast<int64_t>(xf.size()), xb);
+      job.w[0] = w, job.y[0] = y;
+      const double flops = 2.0 * tokens * s.n * s.k;
+      std::vector<float> got(static_cast<size_t>(tokens * s.n)), first_ordered, first_chain;
+      const auto report = [&](double t) {
+        must(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost), "y");
+        std::printf(" %7.1f (%4.1f)", flops / t / 1e12, worst_error(got, xh, wh, tokens, s.n, s.k) * 1e7);
+      };
+      std::printf("%-16s %6lld", s.name, static_cast<long long>(tokens));
+      report(seconds(5, [&](int) { mma_gemm(stream, x, tokens, s.k, job, scratch); }));
+      const float one = 1.0f, zero = 0.0f;
+      report(seconds(5, [&](int) {
+        cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(tokens),
+                     static_cast<int>(s.k), &one, w, CUDA_R_16BF, static_cast<int>(s.k), xb, CUDA_R_16BF,
+                     static_cast<int>(s.k), &zero, y, CUDA_R_32F, static_cast<int>(s.n), CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+      }));
+      for (const Variant& v : kVariants) {
+        must(cudaMemset(y, 0xff, got.size() * 4), "y");
+        const double t = seconds(5, [&](int) { v.launch(stream, w, xb, tokens, s.n, s.k, y); });
+        report(t);
+        auto& first = std::strstr(v.name, "8sums") != nullptr ? first_ordered : first_chain;
+        if (first.empty()) first = got;
+        else std::printf("%s", std::memcmp(first.data(), got.data(), got.size() * 4) == 0 ? "=" : "!");
+      }
+      std::printf("\n");
+      cudaFree(x), cudaFree(xb), cudaFree(y), cudaFree(scratch);
+    }
+    cudaFree(w);
+  }
+  cublasDestroy(blas);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::cuda
+
+int main() { return tessera::cuda::probe(); }
