@@ -1,18 +1,20 @@
 // A probe for the tiled GEMM's next step (docs/gpu.md, "Prefill"): a
 // warp-specialized kernel in the shape Hopper's fast GEMMs take. One warpgroup
 // produces (a thread issues TMA copies of a chunk's weight rows and tokens into
-// a ring of stages, each completing on an mbarrier), two consume: wgmma with A
-// (64 weight rows) and B (the tile's tokens) both read from shared memory, 128-byte
-// swizzled as the TMA wrote them. Both operands are then in natural k order, so
-// this is not tessera's order (x in mma slot order, docs/gpu.md), and the probe
-// checks values against a double-precision reference on the host, not bits.
+// a ring of stages, each completing on an mbarrier), two consume with wgmma, x
+// (the tile's tokens) read from shared memory, 128-byte swizzled as the TMA wrote it.
 //
-// What it asks: how fast can such a kernel sum in the eight sums' order that
-// batch invariance needs (chunk c of k's 64-wide chunks to sum c mod 8, each sum a
-// chain, the sums added in order at the end; two accumulator sets a thread, the
-// sum in progress and the total), against one chain over all of k (one set; what
-// a plain GEMM does, with tiles of 128 or 256 tokens), x multicast over a cluster
-// of two blocks, tessera's mma_gemm, and cuBLAS (cublasGemmEx, bf16 in, f32 out)?
+// "ss": the weights (A) from shared memory too. Both operands are then in natural
+// k order, which is not tessera's (x in mma slot order, docs/gpu.md), so these are
+// checked against a double-precision reference on the host, not bit for bit.
+// "rs": A from registers in mma slot order, as tessera's kernels take the weights,
+// and x stored in slot order: '=' marks outputs bitwise tessera's mma_gemm.
+//
+// "8sums": the order batch invariance needs (chunk c of k's 64-wide chunks to sum
+// c mod 8, each sum a chain, the sums added in order at the end: two accumulator
+// sets a thread); "1chain": one chain over all of k, what a plain GEMM does, with
+// tiles of 128 or 256 tokens. Beside them, tessera's mma_gemm and cuBLAS
+// (cublasGemmEx, bf16 in, f32 out) in the same run.
 //   ws_probe
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -116,8 +118,10 @@ __global__ void round_kernel(const float* __restrict__ x, int64_t count, __nv_bf
 }
 
 // y [tokens][n] = x [tokens][k] times w [n][k] transposed, k a multiple of 64.
-// kOrdered: the eight sums' order; else one chain in k's order.
-template <int kN, int kStages, bool kOrdered, int kCluster>
+// kOrdered: the eight sums' order; else one chain in k's order. kRegisters: A
+// (the weights) from registers in mma slot order, as tessera's kernels take them,
+// and x stored in slot order (slots_kernel): then each output is bitwise mma_gemm's.
+template <int kN, int kStages, bool kOrdered, int kCluster, bool kRegisters = false>
 __global__ void __launch_bounds__(kThreads, 1)
     ws_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, int64_t tokens,
                    int64_t n, int64_t k, float* __restrict__ y) {
@@ -166,6 +170,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int half = warpgroup - 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     float acc[kN / 2], total[kN / 2];
+    const int g = lane / 4, t = lane % 4, row = 64 * half + 16 * warp + g, odd = g & 1;
+    uint4 held[4] = {};  // kRegisters: the weight fragments of the step in flight
+    const auto keep = [](const uint4& v) { asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)); };
     const auto release = [&](int step) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&consumed[step % kStages]);
@@ -180,12 +187,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = step % kStages;
         mbar_wait(&full[stage], (step / kStages) & 1);
         const uint8_t* at = smem + stage * stage_bytes<kN>();
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        if constexpr (kRegisters) {
+          // Row r's unit u (16 bytes) lies at unit u ^ (r % 8) of the swizzled row. Even rows read unit t, then
+          // t + 4; odd rows the other way round: a quarter-warp's reads hit 32 banks.
+          const auto unit = [&](int r, int u) {
+            return *reinterpret_cast<const uint4*>(at + r * 128 + ((u ^ (r & 7)) << 4));
+          };
+          const uint4 a_first = unit(row, t + 4 * odd), a_second = unit(row, t + 4 * (1 - odd));
+          const uint4 b_first = unit(row + 8, t + 4 * odd), b_second = unit(row + 8, t + 4 * (1 - odd));
+          const uint4 a0 = odd ? a_second : a_first, a1 = odd ? a_first : a_second;
+          const uint4 b0 = odd ? b_second : b_first, b1 = odd ? b_first : b_second;
+          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+          wgmma_128(acc, a0.x, b0.x, a0.y, b0.y, descriptor(at + kWeightBytes, 0));
+          wgmma_128(acc, a0.z, b0.z, a0.w, b0.w, descriptor(at + kWeightBytes, 1));
+          wgmma_128(acc, a1.x, b1.x, a1.y, b1.y, descriptor(at + kWeightBytes, 2));
+          wgmma_128(acc, a1.z, b1.z, a1.w, b1.w, descriptor(at + kWeightBytes, 3));
+          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+          asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+          // The step before's wgmma read its fragments from registers until now: keeping them alive to here
+          // keeps this step's loads out of them.
+          keep(held[0]), keep(held[1]), keep(held[2]), keep(held[3]);
+          held[0] = a0, held[1] = b0, held[2] = a1, held[3] = b1;
+        } else {
+          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int s = 0; s < 4; ++s)
-          wgmma_ss<kN>(acc, descriptor(at + half * 64 * 128, s), descriptor(at + kWeightBytes, s));
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the step before's products are in
+          for (int s = 0; s < 4; ++s)
+            wgmma_ss<kN>(acc, descriptor(at + half * 64 * 128, s), descriptor(at + kWeightBytes, s));
+          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+          asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the step before's products are in
+        }
         if (unreleased >= 0) release(unreleased);
         unreleased = step;
       }
@@ -195,7 +225,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < kN / 2; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
     }
     // D's fragments: warp w's rows 16w + g and + 8, tokens 8j + 2t and + 1.
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
@@ -208,11 +237,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while another may still write to it
 }
 
-template <int kN, int kStages, bool kOrdered, int kCluster>
+template <int kN, int kStages, bool kOrdered, int kCluster, bool kRegisters = false>
 void launch_ws(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16* x, int64_t tokens, int64_t n,
                int64_t k, float* y) {
   static const bool sized = [] {
-    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered, kCluster>,
+    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered, kCluster, kRegisters>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kN, kStages>())),
          "shared memory");
     return true;
@@ -231,7 +260,8 @@ void launch_ws(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16*
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  must(cudaLaunchKernelEx(&config, ws_gemm_kernel<kN, kStages, kOrdered, kCluster>, w_map, x_map, tokens, n, k, y),
+  must(cudaLaunchKernelEx(&config, ws_gemm_kernel<kN, kStages, kOrdered, kCluster, kRegisters>, w_map, x_map, tokens, n,
+                          k, y),
        "launch");
 }
 
@@ -239,12 +269,13 @@ using Launch = void (*)(cudaStream_t, const __nv_bfloat16*, const __nv_bfloat16*
 struct Variant {
   const char* name;
   Launch launch;
+  bool slots;  // A from registers, x in slot order: compared bit for bit with mma_gemm
 };
 constexpr Variant kVariants[] = {
-    {"8sums", launch_ws<128, 5, true, 1>},        {"8sums s4", launch_ws<128, 4, true, 1>},
-    {"8sums s6", launch_ws<128, 6, true, 1>},     {"8sums x2", launch_ws<128, 5, true, 2>},
-    {"1chain", launch_ws<128, 5, false, 1>},      {"1chain x2", launch_ws<128, 5, false, 2>},
-    {"1chain n256", launch_ws<256, 4, false, 1>}, {"1chain n256x2", launch_ws<256, 4, false, 2>},
+    {"ss 8sums", launch_ws<128, 5, true, 1>, false},         {"ss 1chain", launch_ws<128, 5, false, 1>, false},
+    {"ss 1ch n256", launch_ws<256, 4, false, 1>, false},     {"rs 8sums", launch_ws<128, 5, true, 1, true>, true},
+    {"rs 8sums s4", launch_ws<128, 4, true, 1, true>, true}, {"rs 8sums s6", launch_ws<128, 6, true, 1, true>, true},
+    {"rs 1chain", launch_ws<128, 5, false, 1, true>, true},
 };
 
 // The largest |got - want| over a sample of outputs, in units of the sum of |x w|
@@ -283,7 +314,7 @@ int probe() {
                           {"odd 3000x576", 3000, 576}};
   std::printf(
       "TFLOP/s (error: the worst |y - exact| / sum |x w| over 2,000 outputs, x 1e-7); '=' marks a variant "
-      "bitwise the first of its order\n%-16s %6s %14s %14s",
+      "bitwise mma_gemm\n%-16s %6s %14s %14s",
       "matmul", "tokens", "mma_gemm", "cublas");
   for (const Variant& v : kVariants) std::printf(" %14s", v.name);
   std::printf("\n");
@@ -300,26 +331,30 @@ int probe() {
       std::vector<uint16_t> xh(xf.size());
       for (size_t i = 0; i < xf.size(); ++i) xh[i] = f32_to_bf16(dist(rng)), xf[i] = bf16_to_f32(xh[i]);
       float *x = nullptr, *y = nullptr;
-      __nv_bfloat16* xb = nullptr;
+      __nv_bfloat16 *xb = nullptr, *xs = nullptr;  // x in bf16, in k's order and in slot order
       void* scratch = nullptr;
       MmaJob job{.count = 1};
       job.n[0] = s.n;
       must(cudaMalloc(&x, xf.size() * 4), "x");
       must(cudaMalloc(&xb, xf.size() * 2), "x bf16");
+      must(cudaMalloc(&xs, xf.size() * 2), "x slots");
       must(cudaMalloc(&y, sizeof(float) * tokens * s.n), "y");
       must(cudaMalloc(&scratch, mma_gemm_scratch(tokens, s.k, job)), "scratch");
       must(cudaMemcpy(x, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice), "x");
       round_kernel<<<static_cast<unsigned>((xf.size() + 255) / 256), 256, 0, stream>>>(
           x, static_cast<int64_t>(xf.size()), xb);
+      slots_kernel<<<static_cast<unsigned>((xf.size() + 255) / 256), 256, 0, stream>>>(
+          x, static_cast<int64_t>(xf.size()), xs);
       job.w[0] = w, job.y[0] = y;
       const double flops = 2.0 * tokens * s.n * s.k;
-      std::vector<float> got(static_cast<size_t>(tokens * s.n)), first_ordered, first_chain;
+      std::vector<float> got(static_cast<size_t>(tokens * s.n));
       const auto report = [&](double t) {
         must(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost), "y");
         std::printf(" %7.1f (%4.1f)", flops / t / 1e12, worst_error(got, xh, wh, tokens, s.n, s.k) * 1e7);
       };
       std::printf("%-16s %6lld", s.name, static_cast<long long>(tokens));
       report(seconds(5, [&](int) { mma_gemm(stream, x, tokens, s.k, job, scratch); }));
+      const std::vector<float> reference = got;
       const float one = 1.0f, zero = 0.0f;
       report(seconds(5, [&](int) {
         cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(tokens),
@@ -329,14 +364,13 @@ int probe() {
       }));
       for (const Variant& v : kVariants) {
         must(cudaMemset(y, 0xff, got.size() * 4), "y");
-        const double t = seconds(5, [&](int) { v.launch(stream, w, xb, tokens, s.n, s.k, y); });
+        const double t = seconds(5, [&](int) { v.launch(stream, w, v.slots ? xs : xb, tokens, s.n, s.k, y); });
         report(t);
-        auto& first = std::strstr(v.name, "8sums") != nullptr ? first_ordered : first_chain;
-        if (first.empty()) first = got;
-        else std::printf("%s", std::memcmp(first.data(), got.data(), got.size() * 4) == 0 ? "=" : "!");
+        if (v.slots && std::strstr(v.name, "8sums") != nullptr)
+          std::printf("%s", std::memcmp(reference.data(), got.data(), got.size() * 4) == 0 ? "=" : "!");
       }
       std::printf("\n");
-      cudaFree(x), cudaFree(xb), cudaFree(y), cudaFree(scratch);
+      cudaFree(x), cudaFree(xb), cudaFree(xs), cudaFree(y), cudaFree(scratch);
     }
     cudaFree(w);
   }
