@@ -91,13 +91,19 @@ void check_lanes(int64_t units, uint32_t seed) {
 // the copies of stages s + 1 .. s + kAhead - 1 are in flight into their ring slots, and
 // each round of units is read at the first stage whose landed bytes reach its end. So
 // a round must lie in stages s - (kStages - kAhead) .. s, the ones no copy in flight
-// overwrites: Unit::kAhead leaves room for it, at every row length and skew.
+// overwrites: Unit::kAhead leaves room for it, at every row length and skew, and on the
+// long streams of a warp's consecutive rows (spread rows: 1,000 and 4,000 units, every
+// phase of rounds against stages in their middle).
 template <DType kT>
 void check_schedule() {
   using U = cuda::Unit<kT>;
   SCOPED_TRACE(dtype_name(kT));
+  std::vector<int64_t> lengths;
+  for (int64_t units = 1; units <= 200; ++units) lengths.push_back(units);
+  lengths.push_back(1000);
+  lengths.push_back(4000);
   for (int64_t skew = 0; skew < 16; skew += 2) {
-    for (int64_t units = 1; units <= 200; ++units) {
+    for (const int64_t units : lengths) {
       const int64_t end = skew + units * U::kBytes, stages = (end + cuda::kStageBytes - 1) / cuda::kStageBytes;
       int64_t u0 = 0;  // the next round's first unit
       for (int64_t stage = 0; stage < stages; ++stage) {

@@ -285,6 +285,67 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
     GTEST_SKIP() << "checked without a GPU; the GPU's bits need one: " << gpu_made.status().to_string();
 }
 
+// One token on many rows of whole rounds (here 20,003 rows of 4096): the warps of one
+// wave take a few consecutive rows each as one stream (quant_matmul.cu's spread_rows;
+// on an H200 3-4 rows a warp, and warps of a 3-row job with none), each row's sums
+// finished where it ends. The outputs are still the stated order's bit for bit, a
+// matmul_add's too, and q, k and v of one launch (20,003, 5,001 and 3 rows, spread by
+// their share of a wave) and gate_up are bitwise the matmuls one by one.
+TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const int64_t n = 20003, k = 4096, distinct = 61;
+  for (const DType type : kTypes) {
+    SCOPED_TRACE(dtype_name(type));
+    // Real blocks, 61 distinct rows repeated (quantizing 20,003 rows would take long).
+    const std::vector<uint8_t> some = real_blocks(type, distinct, k, 50);
+    const size_t row_bytes = dtype_bytes(type, k);
+    std::vector<uint8_t> blocks(row_bytes * n);
+    for (int64_t r = 0; r < n; ++r)
+      std::memcpy(blocks.data() + row_bytes * r, some.data() + row_bytes * (r % distinct), row_bytes);
+    const TensorView w{type, {n, k}, blocks.data()};
+    const std::vector<float> x = testing::random_values(static_cast<size_t>(k), 51);
+    const std::vector<float> bias = testing::random_values(static_cast<size_t>(n), 52);
+    const std::vector<float> y0 = testing::random_values(static_cast<size_t>(n), 53);
+    for (const std::vector<float>* add : {static_cast<const std::vector<float>*>(nullptr), &y0}) {
+      const std::vector<float> stated = gpu_order(blocks, type, n, k, x, 1, bias, add);
+      const std::vector<float> got = run(*gpu, w, x, 1, &bias, add);
+      ASSERT_EQ(got.size(), stated.size());
+      int differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &stated[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "of " << got.size() << (add != nullptr ? " accumulated" : "") << " outputs";
+    }
+    auto placed = gpu->place(w);
+    ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+    OnDevice xd(*gpu, x.data(), x.size() * sizeof(float));
+    const std::vector<float> zero(static_cast<size_t>(n), 0.0f);
+    const auto zeros = [&] { return OnDevice(*gpu, zero.data(), zero.size() * sizeof(float)); };
+    const TensorView none{};
+    const int64_t rows[] = {n, 5001, 3};
+    std::vector<TensorView> views;
+    std::vector<OnDevice> alone, joined;
+    std::vector<Device::Projection> outs;
+    for (const int64_t m : rows) views.push_back(TensorView{type, {m, k}, placed->data});
+    for (size_t i = 0; i < std::size(rows); ++i) {
+      alone.push_back(zeros());
+      joined.push_back(zeros());
+      gpu->matmul(xd.f32(), 1, views[i], none, alone.back().f32());
+      outs.push_back({&views[i], &none, joined.back().f32()});
+    }
+    gpu->matmuls(xd.f32(), 1, outs);
+    for (size_t i = 0; i < std::size(rows); ++i) {
+      const auto m = static_cast<size_t>(rows[i]);
+      EXPECT_EQ(alone[i].read(*gpu, m), joined[i].read(*gpu, m)) << rows[i] << " rows";
+    }
+    OnDevice g = zeros(), u = zeros(), out = zeros(), up_scratch = zeros();
+    gpu->matmul(xd.f32(), 1, views[1], none, g.f32());  // gate and up: the first 5,001 rows
+    gpu->matmul(xd.f32(), 1, views[1], none, u.f32());
+    gpu->silu_mul(g.f32(), u.f32(), rows[1], g.f32());
+    gpu->gate_up(xd.f32(), 1, views[1], none, views[1], none, up_scratch.f32(), out.f32());
+    const std::vector<float> gated = g.read(*gpu, static_cast<size_t>(rows[1]));
+    EXPECT_EQ(gated, out.read(*gpu, static_cast<size_t>(rows[1]))) << "gate_up";
+  }
+}
+
 TEST(QuantGpu, RowsAreBitwiseTheSameAloneOrInABatch) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const DType type : kTypes) {
