@@ -46,6 +46,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -206,9 +207,10 @@ struct Jobs {
 template <typename Kernel>
 int64_t resident_blocks(Kernel kernel, int threads, int64_t shared) {
   static std::mutex mutex;
-  static std::map<int64_t, int64_t> known;  // by shared bytes: a process uses one kind of GPU
+  // By kernel and shared bytes (a process uses one kind of GPU).
+  static std::map<std::pair<const void*, int64_t>, int64_t> known;
   const std::lock_guard lock(mutex);
-  auto [at, added] = known.try_emplace(shared, 0);
+  auto [at, added] = known.try_emplace({reinterpret_cast<const void*>(kernel), shared}, 0);
   if (added) {
     int per_sm = 0;
     const cudaError_t status =
