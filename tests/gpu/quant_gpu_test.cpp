@@ -287,10 +287,11 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
 
 // One token on many rows of whole rounds (here 20,003 rows of 4096): the warps of one
 // wave take a few consecutive rows each as one stream (quant_matmul.cu's spread_rows;
-// on an H200 3-4 rows a warp, and warps of a 3-row job with none), each row's sums
+// on an H200 3-5 rows a warp, and warps of a 3-row job with none), each row's sums
 // finished where it ends. The outputs are still the stated order's bit for bit, a
-// matmul_add's too, and q, k and v of one launch (20,003, 5,001 and 3 rows, spread by
-// their share of a wave) and gate_up are bitwise the matmuls one by one.
+// matmul_add's too; q, k and v of one launch (20,003, 5,001 and 3 rows, spread by their
+// share of a wave; 5,001 rows alone fit a wave a warp a row) are bitwise the matmuls
+// alone, and gate_up (SiLU in the up launch's epilogue) bitwise matmul, matmul, silu_mul.
 TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const int64_t n = 20003, k = 4096, distinct = 61;
@@ -337,12 +338,11 @@ TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
       EXPECT_EQ(alone[i].read(*gpu, m), joined[i].read(*gpu, m)) << rows[i] << " rows";
     }
     OnDevice g = zeros(), u = zeros(), out = zeros(), up_scratch = zeros();
-    gpu->matmul(xd.f32(), 1, views[1], none, g.f32());  // gate and up: the first 5,001 rows
-    gpu->matmul(xd.f32(), 1, views[1], none, u.f32());
-    gpu->silu_mul(g.f32(), u.f32(), rows[1], g.f32());
-    gpu->gate_up(xd.f32(), 1, views[1], none, views[1], none, up_scratch.f32(), out.f32());
-    const std::vector<float> gated = g.read(*gpu, static_cast<size_t>(rows[1]));
-    EXPECT_EQ(gated, out.read(*gpu, static_cast<size_t>(rows[1]))) << "gate_up";
+    gpu->matmul(xd.f32(), 1, *placed, none, g.f32());  // gate and up: all 20,003 rows
+    gpu->matmul(xd.f32(), 1, *placed, none, u.f32());
+    gpu->silu_mul(g.f32(), u.f32(), n, g.f32());
+    gpu->gate_up(xd.f32(), 1, *placed, none, *placed, none, up_scratch.f32(), out.f32());
+    EXPECT_EQ(g.read(*gpu, static_cast<size_t>(n)), out.read(*gpu, static_cast<size_t>(n))) << "gate_up";
   }
 }
 
