@@ -49,6 +49,15 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], uint32_t a0, uint32_t 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
 }
 
+// The compiler must not move reads or writes of the accumulators across the
+// points where wgmma may be using them (its asm statements name them only as
+// operands of the instruction that starts the products).
+template <int kCount>
+__device__ __forceinline__ void pin(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -49,11 +49,6 @@ constexpr size_t smem_bytes() {
   return size_t{kStages} * kStageBytes + 2 * kStages * sizeof(uint64_t);
 }
 
-__device__ __forceinline__ void pin(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 template <int kCluster, int kStages, bool kDeep>
 __global__ void __launch_bounds__(kThreads, 1)
     tma_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,

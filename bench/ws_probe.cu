@@ -220,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         unreleased = step;
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      pin(acc);  // the products are in: read after the wait, not before
       if (unreleased >= 0) release(unreleased);
 #pragma unroll
       for (int i = 0; i < kN / 2; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
