@@ -231,8 +231,12 @@ class Device {
   // route_experts does; given the router too (`step.router`), it first writes
   // those logits itself, bitwise matmul(x, tokens, router), or returns false
   // having done nothing. With `step.add` it adds the sum onto out (bitwise the
-  // sum, then add()) instead of writing it. The defaults (the CPU) return false:
-  // the caller routes on the host and runs the experts through matmul, as before.
+  // sum, then add()) instead of writing it. With `step.norm`, x's rows are
+  // RMS-normalized first (bitwise rms_norm into norm.scratch and the call on it;
+  // a GPU may normalize them as its kernels load them, leaving the scratch
+  // unwritten; out may then be x itself). The defaults (the CPU) return false
+  // having done nothing: the caller normalizes, routes on the host and runs the
+  // experts through matmul, as before.
   struct ExpertWeights {
     std::span<const TensorView> gate{}, up{}, down{};  // [experts]: [inter, hidden], [inter, hidden], [hidden, inter]
   };
@@ -241,6 +245,7 @@ class Device {
     const TensorView* router = nullptr;  // [experts, hidden]: the logits are x's through it (null: given)
     const TensorView* bias = nullptr;    // route_experts' bias, with logits (null or empty: none)
     bool add = false;
+    RowNorm norm{};  // x's RMSNorm (no weight: x as it is)
   };
   virtual bool route_experts(const float* /*logits*/, int64_t /*tokens*/, const ExpertRouting& /*routing*/,
                              const TensorView& /*bias*/, int32_t* /*experts*/, float* /*weights*/) {

@@ -615,11 +615,11 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
   const RowNorm ffn_norm{&w.ffn_norm, eps, norm};
   if (arch.has_experts(model_layer)) {
-    device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
-    if (!sandwich && !tp_) {  // the experts' sum straight onto x (moe.h: bitwise into proj, then added)
-      moe_.run(device_, w, arch.moe, norm, tokens, h, x, /*add=*/true);
+    if (!sandwich && !tp_) {  // the experts' sum straight onto x, x normalized by MoeMlp (moe.h: bitwise, then added)
+      moe_.run(device_, w, arch.moe, x, tokens, h, x, /*add=*/true, ffn_norm);
       return {};
     }
+    device_.rms_norm(x, tokens, h, w.ffn_norm, eps, norm);
     moe_.run(device_, w, arch.moe, norm, tokens, h, proj);
     if (tp_) TS_RETURN_IF_ERROR(sum_over_ranks(proj, tokens * h));
     if (sandwich) device_.rms_norm(proj, tokens, h, w.post_ffn_norm, eps, proj);

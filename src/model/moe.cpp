@@ -179,7 +179,7 @@ ExpertRouting expert_routing(const MoeSpec& moe) {
 }
 
 void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens,
-                 int64_t hidden, float* out, bool add) {
+                 int64_t hidden, float* out, bool add, const RowNorm& norm) {
   static const TensorView kNoBias{};
   const TensorView& bias = moe.routing == Routing::kSigmoidGroupTopK ? w.router_bias : kNoBias;
   // The routed sum goes onto out at once when the device adds it there and no
@@ -187,12 +187,22 @@ void MoeMlp::run(Device& device, const LayerWeights& w, const MoeSpec& moe, cons
   // without `add`), the shared expert onto it, and then onto out.
   const bool shared = moe.shared_intermediate > 0, straight = add && !shared;
   float* sum = add ? sum_.f32() : out;
-  const bool on_device =
-      device.run_experts(x, tokens, expert_routing(moe), static_cast<int32_t*>(experts_.data()), scale_.f32(),
-                         {.gate = w.expert_gate, .up = w.expert_up, .down = w.expert_down}, straight ? out : sum,
-                         {.logits = logits_.f32(), .router = &w.router, .bias = &bias, .add = straight});
+  // x normalized here (the shared expert reads it too, or the device declined), or by the device.
+  RowNorm device_norm = norm;
+  const auto normalize = [&] {
+    if (device_norm.weight == nullptr) return;
+    device.rms_norm(x, tokens, hidden, *norm.weight, norm.eps, norm.scratch);
+    x = norm.scratch;
+    device_norm = {};
+  };
+  if (shared) normalize();
+  const bool on_device = device.run_experts(
+      x, tokens, expert_routing(moe), static_cast<int32_t*>(experts_.data()), scale_.f32(),
+      {.gate = w.expert_gate, .up = w.expert_up, .down = w.expert_down}, straight ? out : sum,
+      {.logits = logits_.f32(), .router = &w.router, .bias = &bias, .add = straight, .norm = device_norm});
   if (on_device && straight) return;
   if (!on_device) {
+    normalize();
     device.matmul(x, tokens, w.router, {}, logits_.f32());
     run_on_host(device, w, moe, x, tokens, hidden, sum);
   }

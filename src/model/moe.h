@@ -61,10 +61,12 @@ class MoeMlp {
   // Grows the scratch for a step of `tokens` tokens.
   Status reserve(Device& device, int64_t hidden, const MoeSpec& moe, int64_t tokens);
   // out [tokens, hidden] = the experts' weighted sum for x [tokens, hidden]
-  // (device memory); with `add`, out += that sum, bitwise the sum and then
-  // Device::add (Forward's residual stream: a GPU adds it as it writes it).
+  // (device memory), x RMS-normalized by `norm` first when it has a weight
+  // (into norm.scratch, or by a GPU's experts as they load x); with `add`, out
+  // += that sum, bitwise the sum and then Device::add (Forward's residual stream:
+  // a GPU adds it as it writes it; out may be x itself then).
   void run(Device& device, const LayerWeights& w, const MoeSpec& moe, const float* x, int64_t tokens, int64_t hidden,
-           float* out, bool add = false);
+           float* out, bool add = false, const RowNorm& norm = {});
 
  private:
   // Routing on the host, then each expert hit through matmul (devices without route_experts).

@@ -3,8 +3,9 @@
 // logits full of ties, every family's routing; the experts bitwise what the
 // GPU's own matmul, gather and scatter-add give one expert at a time (tensor
 // cores and FMA, decode and prefill tiles); a token's row the same alone and
-// among others (alone, its down and weighted sum in one launch, and its router's
-// matmul and routing in one launch: the logits bitwise the device's matmul).
+// among others (alone, its down and weighted sum in one launch, its router's
+// matmul and routing in one launch: the logits bitwise the device's matmul, and
+// its x normalized by those launches: bitwise the device's rms_norm first).
 // The fixtures run through it in cuda_forward_test.cpp. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -137,11 +138,15 @@ enum class Call { kRouteThenRun, kRunFromLogits, kRunFromLogitsAdding, kRunFromR
 // out [tokens, hidden] for x through route_experts and run_experts, from `out`
 // (kRunFromLogitsAdding adds onto it; the others overwrite it). kRunFromRouter
 // takes `router` and leaves the logits it computed (over NaNs) in `logits_out`.
+// With `norm` (kNormEps), run_experts is given x unnormalized and the norm.
+constexpr float kNormEps = 1e-6f;
 std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeSpec& moe, const std::vector<float>& x,
                                  const std::vector<float>& logits, int64_t tokens, int64_t hidden,
                                  Call call = Call::kRouteThenRun, std::vector<float> out = {},
-                                 const TensorView* router = nullptr, std::vector<float>* logits_out = nullptr) {
+                                 const TensorView* router = nullptr, std::vector<float>* logits_out = nullptr,
+                                 const TensorView* norm = nullptr) {
   Buffer d_x = put(gpu, x.data(), x.size() * sizeof(float));
+  Buffer d_scratch = put(gpu, x.data(), x.size() * sizeof(float));
   const std::vector<float> nans(static_cast<size_t>(tokens * moe.experts), std::nanf(""));
   const std::vector<float>& start = call == Call::kRunFromRouter ? nans : logits;
   Buffer d_logits = put(gpu, start.data(), start.size() * sizeof(float));
@@ -162,7 +167,8 @@ std::vector<float> run_on_device(Device& gpu, const Experts& experts, const MoeS
                                 {.logits = d_logits.f32(),
                                  .router = call == Call::kRunFromRouter ? router : nullptr,
                                  .bias = nullptr,
-                                 .add = call == Call::kRunFromLogitsAdding}));
+                                 .add = call == Call::kRunFromLogitsAdding,
+                                 .norm = {norm, kNormEps, d_scratch.f32()}}));
   }
   if (logits_out != nullptr) *logits_out = get<float>(gpu, d_logits.data(), nans.size());
   return get<float>(gpu, d_out.data(), out.size());
@@ -224,6 +230,18 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
   const std::vector<uint8_t> router_bytes = testing::encode(router_values, c.dtype);
   const Buffer d_router = put(*gpu, router_bytes.data(), router_bytes.size());
   const TensorView router{c.dtype, {moe.experts, c.hidden}, d_router.data()};
+  // A bf16 RMSNorm weight [hidden], and x's rows through the device's rms_norm.
+  std::vector<float> norm_values = testing::random_values(static_cast<size_t>(c.hidden), 12);
+  for (float& v : norm_values) v += 1.0f;
+  const std::vector<uint8_t> norm_bytes = testing::encode(norm_values, DType::kBF16);
+  const Buffer d_norm = put(*gpu, norm_bytes.data(), norm_bytes.size());
+  const TensorView norm{DType::kBF16, {c.hidden}, d_norm.data()};
+  const auto normalized = [&](const std::vector<float>& x) {
+    const Buffer d_x = put(*gpu, x.data(), x.size() * sizeof(float));
+    const Buffer d_y = put(*gpu, x.data(), x.size() * sizeof(float));
+    gpu->rms_norm(d_x.f32(), static_cast<int64_t>(x.size()) / c.hidden, c.hidden, norm, kNormEps, d_y.f32());
+    return get<float>(*gpu, d_y.data(), x.size());
+  };
   // The logits of x's rows through the device's own matmul.
   const auto matmul_logits = [&](const std::vector<float>& x, int64_t tokens) {
     const Buffer d_x = put(*gpu, x.data(), x.size() * sizeof(float));
@@ -270,7 +288,26 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
           << "token " << t;
       EXPECT_EQ(std::memcmp(got_logits.data(), want_logits.data(), want_logits.size() * sizeof(float)), 0)
           << "token " << t;
+      // Given x unnormalized and its norm (TESSERA_CUDA_MOE_NORM=1: normalized by
+      // the router's and the experts' launches), with the router and from logits
+      // onto a residual: bitwise the device's rms_norm first.
+      const std::vector<float> x_normed = normalized(x_row), normed_logits = matmul_logits(x_normed, 1);
+      EXPECT_EQ(run_on_device(*gpu, experts, moe, x_row, {}, 1, c.hidden, Call::kRunFromRouter, {}, &router,
+                              &got_logits, &norm),
+                run_on_device(*gpu, experts, moe, x_normed, normed_logits, 1, c.hidden))
+          << "token " << t;
+      EXPECT_EQ(std::memcmp(got_logits.data(), normed_logits.data(), normed_logits.size() * sizeof(float)), 0)
+          << "token " << t;
+      EXPECT_EQ(run_on_device(*gpu, experts, moe, x_row, row(logits, moe.experts), 1, c.hidden,
+                              Call::kRunFromLogitsAdding, residual, nullptr, nullptr, &norm),
+                run_on_device(*gpu, experts, moe, x_normed, row(logits, moe.experts), 1, c.hidden,
+                              Call::kRunFromLogitsAdding, residual))
+          << "token " << t;
     }
+    // The whole step given its norm (normalized into the scratch first).
+    EXPECT_EQ(run_on_device(*gpu, experts, moe, x, logits, tokens, c.hidden, Call::kRunFromLogits, {}, nullptr, nullptr,
+                            &norm),
+              run_on_device(*gpu, experts, moe, normalized(x), logits, tokens, c.hidden));
     // The whole step given the router (its matmul, then the routing launch).
     const std::vector<float> step_logits = matmul_logits(x, tokens);
     std::vector<float> got_logits;
@@ -306,7 +343,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // down's rows of 12 chunks (Qwen3-30B-A3B's 768): sums 0-3 take two, 4-7 one
                       ExpertsCase{"bf16_8_of_16_768_wide", DType::kBF16, 256, 768, 16, 8},
                       // 72 rows: the last block of 16 has 8 (gate/up by FMA, down on tensor cores)
-                      ExpertsCase{"bf16_72_rows", DType::kBF16, 72, 128}),
+                      ExpertsCase{"bf16_72_rows", DType::kBF16, 72, 128},
+                      // 8 chunks of hidden: a lone token's norm in the router's matmul and after gate/up's first loads
+                      ExpertsCase{"bf16_512_wide", DType::kBF16, 512, 128, 16, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -703,17 +703,34 @@ class CudaDevice final : public Device {
     void* scratch = grow(experts_.scratch, cuda::experts_scratch(tokens, routing.top_k, table), "expert scratch");
     const bool bias = step.bias != nullptr && !step.bias->empty();
     TS_CHECK(!bias || step.bias->numel() == routing.experts, "router bias ", shape_string(step.bias->shape));
+    // x's norm: in the experts' and the router's launches (a lone bf16 token), else into its scratch first.
+    const RowNorm& norm = step.norm;
+    TS_CHECK(norm.weight == nullptr || norm.weight->numel() == table.hidden, "norm weight ",
+             norm.weight != nullptr ? shape_string(norm.weight->shape) : "", " for hidden ", table.hidden);
+    const bool normed =
+        norm.weight != nullptr && cuda::experts_norm_fits(tokens, routing.top_k, table, norm.weight->dtype);
+    if (norm.weight != nullptr && !normed) {
+      rms_norm(x, tokens, table.hidden, *norm.weight, norm.eps, norm.scratch);
+      x = norm.scratch;
+    }
     // Given the router: a lone token's logits come from the routing's launch, others' from matmul.
     const TensorView* r = step.router;
     TS_CHECK(
         r == nullptr || (step.logits != nullptr && r->shape == std::vector<int64_t>{routing.experts, table.hidden}),
         "router ", r != nullptr ? shape_string(r->shape) : "", " for ", routing.experts, " experts");
-    const bool fused = r != nullptr && cuda::router_fits(tokens, *r, routing);
-    if (r != nullptr && !fused) matmul(x, tokens, *r, {}, step.logits);
+    const bool fused = r != nullptr && cuda::router_fits(tokens, *r, routing, normed);
+    if (r != nullptr && !fused && normed) {  // the decode matmul's normalizing job
+      static const TensorView kNoBias{};
+      const Projection logits{r, &kNoBias, step.logits};
+      matmuls(x, tokens, {&logits, 1}, norm);
+    } else if (r != nullptr && !fused) {
+      matmul(x, tokens, *r, {}, step.logits);
+    }
     const cuda::RouterOutput router{step.logits, bias ? step.bias->data : nullptr,
                                     bias ? step.bias->dtype : DType::kF32, fused ? r->data : nullptr};
     select();
-    cuda::run_experts(stream_, x, tokens, routing, router, experts, weights, table, scratch, out, step.add);
+    cuda::run_experts(stream_, x, tokens, routing, router, experts, weights, table, scratch, out, step.add,
+                      {.weight = normed ? norm.weight->data : nullptr, .eps = norm.eps});
     launched("run_experts");
     return true;
   }

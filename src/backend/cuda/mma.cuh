@@ -66,6 +66,20 @@ __device__ __forceinline__ uint4 load_x(const float* __restrict__ p) {
   return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
 }
 
+// load_x, RMS-normalized on the way: weight * (x * scale), as rms_norm writes it
+// (the decode matmul's normalizing jobs and a lone token's experts, moe.cu).
+__device__ __forceinline__ uint4 load_normed_x(const float* __restrict__ p, const __nv_bfloat16* __restrict__ w,
+                                               float scale) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(w));
+  const auto n = [&](float x, uint32_t word, bool high) {
+    return __uint_as_float(high ? word & 0xffff0000u : word << 16) * (x * scale);
+  };
+  return make_uint4(pack_bf16(n(a.x, u.x, false), n(a.y, u.x, true)), pack_bf16(n(a.z, u.y, false), n(a.w, u.y, true)),
+                    pack_bf16(n(b.x, u.z, false), n(b.y, u.z, true)), pack_bf16(n(b.z, u.w, false), n(b.w, u.w, true)));
+}
+
 // The eight warps' sums of accumulator i of this lane, added in warp order (the
 // block's warps wrote theirs to `partial` [kMmaSplit][kTiles][32][4]).
 template <int kTiles>

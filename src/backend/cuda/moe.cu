@@ -198,11 +198,12 @@ constexpr int kRouterUnroll = 4;  // a warp's chunks in flight (k = 2048: all fo
 
 template <DType D>
 __global__ void __launch_bounds__(kRouteThreads)
-    router_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ router, ExpertRouting r,
-                  const Storage<D>* __restrict__ bias, float* logits, unsigned* counter, int32_t* __restrict__ experts,
-                  float* __restrict__ weights) {
-  static_assert(kRouteThreads == kMmaSplit * 32);
+    router_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ norm, float eps,
+                  const __nv_bfloat16* __restrict__ router, ExpertRouting r, const Storage<D>* __restrict__ bias,
+                  float* logits, unsigned* counter, int32_t* __restrict__ experts, float* __restrict__ weights) {
+  static_assert(kRouteThreads == kMmaSplit * 32 && kRouteThreads == kNormThreads);
   __shared__ float partial[kMmaSplit][32][4];
+  __shared__ float squares[32];
   __shared__ bool last;
   let_next_start();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -212,19 +213,30 @@ __global__ void __launch_bounds__(kRouteThreads)
   const int64_t chunks = k / kMmaChunk;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float c[4] = {};
+  float scale = 1.0f;
   for (int64_t base = warp; base < chunks; base += kMmaSplit * kRouterUnroll) {
     WeightChunk w[kRouterUnroll];
 #pragma unroll
     for (int u = 0; u < kRouterUnroll; ++u)
       if (base + u * kMmaSplit < chunks)
         w[u] = load_chunk(router + ra, router + rb, (base + u * kMmaSplit) * kMmaChunk);
-    if (base == warp) wait_for_earlier();  // the first weights are on their way; x is another kernel's
+    if (base == warp) {  // the first weights are on their way; x is another kernel's
+      wait_for_earlier();
+      // With the norm every warp has chunks (router_fits), so all of them are here.
+      if (norm != nullptr) scale = block_rms_scale(x, k, eps, squares);
+    }
 #pragma unroll
     for (int u = 0; u < kRouterUnroll; ++u) {
       if (base + u * kMmaSplit >= chunks) break;
       const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
       // The token is column 0: lanes of g > 0 give the zero columns mma_matmul gives them.
-      const uint4 x0 = g == 0 ? load_x(x + at + 8 * t) : zero, x1 = g == 0 ? load_x(x + at + 32 + 8 * t) : zero;
+      uint4 x0 = zero, x1 = zero;
+      if (g == 0 && norm != nullptr) {
+        x0 = load_normed_x(x + at + 8 * t, norm + at + 8 * t, scale);
+        x1 = load_normed_x(x + at + 32 + 8 * t, norm + at + 32 + 8 * t, scale);
+      } else if (g == 0) {
+        x0 = load_x(x + at + 8 * t), x1 = load_x(x + at + 32 + 8 * t);
+      }
       mma_chunk(c, w[u], x0, x1);
     }
   }
@@ -401,13 +413,17 @@ __device__ __forceinline__ void send_down_ahead(const Items& items) {
 
 // Tensor cores: 16 rows a block; with kGateUp, gate and up side by side and
 // silu(gate) * up out. The chunk order, the loads and the mma_half calls are
-// mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up.
-template <int kTiles, bool kGateUp>
+// mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up. kNorm (a
+// lone token's gate/up): x normalized by `norm` as it loads, its scale computed
+// once the first weights are on their way (before them when a warp has no chunk).
+template <int kTiles, bool kGateUp, bool kNorm = false>
 __global__ void __launch_bounds__(kMmaSplit * 32)
     mma_experts_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
-                       const void* const* __restrict__ w_second, Items items, float* __restrict__ y) {
+                       const void* const* __restrict__ w_second, Items items, ExpertNorm norm, float* __restrict__ y) {
+  static_assert(!kNorm || (kTiles == 1 && kGateUp && kMmaSplit * 32 == kNormThreads));
   constexpr int kUnroll = 2;
   __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
+  __shared__ float squares[kNorm ? 32 : 1];
   let_next_start();
   wait_for_earlier();
   Item it;
@@ -427,6 +443,9 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
   }
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int64_t chunks = k / kMmaChunk;
+  const __nv_bfloat16* nw = kNorm ? static_cast<const __nv_bfloat16*>(norm.weight) + 8 * t : nullptr;
+  const bool scale_first = kNorm && chunks < kMmaSplit;
+  float scale = scale_first ? block_rms_scale(x, k, norm.eps, squares) : 1.0f;
   float c[kTiles][4] = {}, up[kTiles][4] = {};
   for (int64_t base = warp; base < chunks; base += kMmaSplit * kUnroll) {
     WeightChunk wg[kUnroll], wu[kUnroll];
@@ -438,14 +457,19 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
         if constexpr (kGateUp) wu[u] = load_chunk(w1 + ra, w1 + rb, at);
       }
     }
+    if (kNorm && !scale_first && base == warp) scale = block_rms_scale(x, k, norm.eps, squares);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (base + u * kMmaSplit >= chunks) break;
       const int64_t at = (base + u * kMmaSplit) * kMmaChunk;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
-        const uint4 x0 = xr[j] != nullptr ? load_x(xr[j] + at) : zero;
-        const uint4 x1 = xr[j] != nullptr ? load_x(xr[j] + at + 32) : zero;
+        uint4 x0 = zero, x1 = zero;
+        if (xr[j] != nullptr && kNorm) {
+          x0 = load_normed_x(xr[j] + at, nw + at, scale), x1 = load_normed_x(xr[j] + at + 32, nw + at + 32, scale);
+        } else if (xr[j] != nullptr) {
+          x0 = load_x(xr[j] + at), x1 = load_x(xr[j] + at + 32);
+        }
         mma_chunk(c[j], wg[u], x0, x1);
         if constexpr (kGateUp) mma_chunk(up[j], wu[u], x0, x1);
       }
@@ -695,6 +719,12 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
 
 // ---- launches -------------------------------------------------------------------
 
+// Whether a step's tokens take a lone token's path (TESSERA_CUDA_MOE_LONE=0: grouped).
+bool lone_token(int64_t tokens, int64_t top_k) {
+  static const bool on = !switched_off("TESSERA_CUDA_MOE_LONE");
+  return on && tokens == 1 && top_k <= kMaxLoneTopK;
+}
+
 // Slots of up to 8 pairs for a few pairs (decode), 32 for more: only how many
 // pairs share a weight load, never a sum's order.
 int tile_for(int64_t pairs) { return pairs <= 64 ? 8 : 32; }
@@ -730,18 +760,22 @@ Slots layout(void* scratch, int64_t tokens, int64_t top_k, const ExpertTable& ta
 }
 
 // One matmul phase over every item: y [slots, n] from x's rows (x_row) of k,
-// with the weights of w_first (and w_second: gate/up).
+// with the weights of w_first (and w_second: gate/up); x normalized by `norm`
+// (a lone token's gate/up on tensor cores: experts_norm_fits).
 template <bool kGateUp>
 void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64_t items, const Items& table_items,
                   const float* x, int64_t k, int64_t n, const void* const* w_first, const void* const* w_second,
-                  float* y) {
+                  float* y, const ExpertNorm& norm = {}) {
   const auto grid_y = static_cast<unsigned>(items);
   if (mma_matmul_fits(table.dtype, k)) {
     const dim3 grid(static_cast<unsigned>((n + 15) / 16), grid_y);
-    const auto kernel = tile == 8 ? mma_experts_kernel<1, kGateUp> : mma_experts_kernel<4, kGateUp>;
-    launch_kernel(kernel, grid, kMmaSplit * 32, 0, stream, x, k, n, w_first, w_second, table_items, y);
+    auto kernel = tile == 8 ? mma_experts_kernel<1, kGateUp> : mma_experts_kernel<4, kGateUp>;
+    if constexpr (kGateUp)
+      if (norm.weight != nullptr) kernel = mma_experts_kernel<1, true, true>;
+    launch_kernel(kernel, grid, kMmaSplit * 32, 0, stream, x, k, n, w_first, w_second, table_items, norm, y);
     return;
   }
+  TS_CHECK(norm.weight == nullptr, "a normalizing experts' launch of k ", k);
   const dim3 grid(static_cast<unsigned>((n + kFmaRows - 1) / kFmaRows), grid_y);
   with_dtype(table.dtype, [&]<DType D>() {
     const auto kernel = k % 8 == 0 ? fma_experts_kernel<D, true, kGateUp> : fma_experts_kernel<D, false, kGateUp>;
@@ -760,10 +794,16 @@ void check_routing(const ExpertRouting& r) {
 
 }  // namespace
 
-bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing) {
+bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing, bool normed) {
   static const bool on = asked("TESSERA_CUDA_MOE_ROUTER");
   return on && tokens == 1 && router.shape.size() == 2 && router.dim(0) == routing.experts &&
-         routing.experts <= kMaxRoutedExperts && mma_matmul_fits(router.dtype, router.dim(1));
+         routing.experts <= kMaxRoutedExperts && mma_matmul_fits(router.dtype, router.dim(1)) &&
+         (!normed || router.dim(1) >= kMmaSplit * kMmaChunk);
+}
+
+bool experts_norm_fits(int64_t tokens, int64_t top_k, const ExpertTable& table, DType norm_dtype) {
+  static const bool on = asked("TESSERA_CUDA_MOE_NORM");
+  return on && lone_token(tokens, top_k) && mma_matmul_fits(table.dtype, table.hidden) && norm_dtype == DType::kBF16;
 }
 
 void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, const ExpertRouting& routing,
@@ -785,7 +825,7 @@ size_t experts_scratch(int64_t tokens, int64_t top_k, const ExpertTable& table) 
 
 void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const ExpertRouting& routing,
                  const RouterOutput& router, int32_t* experts, float* weights, const ExpertTable& table, void* scratch,
-                 float* out, bool add) {
+                 float* out, bool add, const ExpertNorm& norm) {
   if (tokens == 0) return;
   const int64_t top_k = routing.top_k, pairs = tokens * top_k;
   const int tile = tile_for(pairs);
@@ -794,22 +834,26 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
            pairs, " routed pairs");
   const Slots s = layout(scratch, tokens, top_k, table, nullptr);
   // The switches (=0) turn each step saved off, to measure what it gains: a lone
-  // token grouped, its sum added by Device::add's launch, its down and weighted
-  // sum in two launches. Asked for (=1) until they have run on a GPU: its down
-  // weights sent to L2 by the gate/up launch (and router_fits'
-  // TESSERA_CUDA_MOE_ROUTER: the router's matmul and the routing in one launch).
-  static const bool lone_on = !switched_off("TESSERA_CUDA_MOE_LONE");
+  // token grouped (lone_token), its sum added by Device::add's launch, its down and
+  // weighted sum in two launches. Asked for (=1): its down weights sent to L2 by
+  // the gate/up launch (measured slower so far), and router_fits'
+  // TESSERA_CUDA_MOE_ROUTER and experts_norm_fits' TESSERA_CUDA_MOE_NORM.
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
   static const bool down_sum_on = !switched_off("TESSERA_CUDA_MOE_DOWN_SUM");
   static const bool down_ahead_on = asked("TESSERA_CUDA_MOE_DOWN_AHEAD");
-  const bool lone = lone_on && tokens == 1 && top_k <= kMaxLoneTopK;
+  const bool lone = lone_token(tokens, top_k);
+  const bool normed = norm.weight != nullptr;
+  TS_CHECK(!normed || (lone && mma_matmul_fits(table.dtype, table.hidden)),
+           "x normalized by the experts' launches for ", tokens, " tokens of ", dtype_name(table.dtype), " experts");
   if (router.router != nullptr) {
-    TS_CHECK(tokens == 1 && router.logits != nullptr && table.counter != nullptr, "the router's launch for ", tokens,
-             " tokens");
+    TS_CHECK(tokens == 1 && router.logits != nullptr && table.counter != nullptr &&
+                 (!normed || table.hidden >= kMmaSplit * kMmaChunk),
+             "the router's launch for ", tokens, " tokens of hidden ", table.hidden);
     check_routing(routing);
     with_dtype(router.bias != nullptr ? router.bias_dtype : DType::kF32, [&]<DType D>() {
       launch_kernel(router_kernel<D>, static_cast<unsigned>((routing.experts + 15) / 16), kRouteThreads, 0, stream, x,
-                    table.hidden, static_cast<const __nv_bfloat16*>(router.router), routing,
+                    table.hidden, static_cast<const __nv_bfloat16*>(norm.weight), norm.eps,
+                    static_cast<const __nv_bfloat16*>(router.router), routing,
                     static_cast<const Storage<D>*>(router.bias), router.logits, table.counter, experts, weights);
     });
   } else if (router.logits != nullptr) {
@@ -827,7 +871,8 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
     by.table = s.items, by.count = s.n_items, by.slot_token = s.slot_token;
   }
   const int64_t grid_items = lone ? top_k : items;
-  launch_phase<true>(stream, table, tile, grid_items, by, x, table.hidden, table.inter, table.gate, table.up, s.h);
+  launch_phase<true>(stream, table, tile, grid_items, by, x, table.hidden, table.inter, table.gate, table.up, s.h,
+                     norm);
   const bool straight = add && add_on;
   float* to = add && !straight ? s.sum : out;
   if (lone && down_sum_on && top_k <= kMaxDownSumTopK && mma_matmul_fits(table.dtype, table.inter)) {

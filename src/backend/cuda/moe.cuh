@@ -7,6 +7,9 @@
 //   run_experts     0. given the router's logits, route_experts first (a lone
 //                      token given the router's weight: its matmul and the
 //                      routing in one launch, the last block to finish routing);
+//                      a lone token's x may come unnormalized with its RMSNorm
+//                      (ExpertNorm): the router's and gate/up's blocks normalize
+//                      it as they load it, and the norm's launch goes;
 //                   1. one block sorts the (token, expert) pairs by expert, then
 //                      token, and cuts each expert's pairs into items of up to 8
 //                      (or 32) pairs (a lone token skips this launch: its item i
@@ -54,9 +57,10 @@ void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, con
 
 // Whether run_experts takes the router's weight [experts, hidden] for `tokens`
 // tokens and computes the logits and the routing in one launch: a lone token,
-// bf16 (the tensor-core matmul's sums), when asked for (TESSERA_CUDA_MOE_ROUTER=1)
-// until it has run on a GPU.
-bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing);
+// bf16 (the tensor-core matmul's sums), when asked for (TESSERA_CUDA_MOE_ROUTER=1;
+// measured slower so far); `normed`: x normalized in that launch too (hidden of
+// at least 8 chunks, so that every warp is there to add the squares).
+bool router_fits(int64_t tokens, const TensorView& router, const ExpertRouting& routing, bool normed);
 
 // What run_experts routes from: the router's logits [tokens, routing.experts]
 // and route_experts' bias; null logits: the experts and weights are given. With
@@ -81,15 +85,30 @@ struct ExpertTable {
   unsigned* counter = nullptr;  // a word of the layer's own, zero between launches (the router's launch counts in it)
 };
 
+// x's RMSNorm as the experts' kernels apply it while they load x (null weight:
+// x as it is): weight * (x * scale), bitwise rms_norm's row, scale from
+// block_rms_scale (common.cuh) as rms_norm computes it.
+struct ExpertNorm {
+  const void* weight = nullptr;  // bf16 [hidden]
+  float eps = 0.0f;
+};
+
+// Whether run_experts normalizes x itself for `tokens` tokens (ExpertNorm): a
+// lone token of at most 32 experts whose gate/up take the tensor cores, a bf16
+// norm weight, when asked for (TESSERA_CUDA_MOE_NORM=1) until it has run on a GPU.
+// Its router's matmul then normalizes too (the decode matmul's normalizing job).
+bool experts_norm_fits(int64_t tokens, int64_t top_k, const ExpertTable& table, DType norm_dtype);
+
 // Scratch bytes run_experts needs for `tokens` tokens.
 size_t experts_scratch(int64_t tokens, int64_t top_k, const ExpertTable& table);
 // out [tokens, hidden] = each token's sum over its experts (ascending) of weight *
 // down(silu(gate x) * up x), from route_experts' experts and weights [tokens,
 // top_k], which it writes first from `router` when that has logits; with `add`,
-// out += that sum (the sum rounded, then the add: what Device::add gives).
+// out += that sum (the sum rounded, then the add: what Device::add gives). With
+// `norm` (experts_norm_fits), x is normalized as it is read: out may be x then.
 void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const ExpertRouting& routing,
                  const RouterOutput& router, int32_t* experts, float* weights, const ExpertTable& table, void* scratch,
-                 float* out, bool add);
+                 float* out, bool add, const ExpertNorm& norm = {});
 
 // What the CUDA device keeps for its experts between calls: the scratch, and each
 // layer's table, found by the layer's first gate weight (placed weights stay put
