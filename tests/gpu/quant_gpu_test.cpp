@@ -291,7 +291,8 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
 // finished where it ends. The outputs are still the stated order's bit for bit, a
 // matmul_add's too; q, k and v of one launch (20,003, 5,001 and 3 rows, spread by their
 // share of a wave; 5,001 rows alone fit a wave a warp a row) are bitwise the matmuls
-// alone, and gate_up (SiLU in the up launch's epilogue) bitwise matmul, matmul, silu_mul.
+// alone, and gate_up (10,001 rows each, with biases: one launch, each warp its gate
+// rows, then the same up rows) bitwise matmul, matmul and silu_mul.
 TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const int64_t n = 20003, k = 4096, distinct = 61;
@@ -337,12 +338,19 @@ TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
       const auto m = static_cast<size_t>(rows[i]);
       EXPECT_EQ(alone[i].read(*gpu, m), joined[i].read(*gpu, m)) << rows[i] << " rows";
     }
+    // gate and up: rows 0.. and 10,001.. (other rows), each with a bias; one launch.
+    const int64_t m = 10001;
+    const TensorView gate_w{type, {m, k}, placed->data},
+        up_w{type, {m, k}, static_cast<const uint8_t*>(placed->data) + row_bytes * m};
+    auto gate_b = gpu->place(TensorView{DType::kF32, {m}, bias.data()});
+    auto up_b = gpu->place(TensorView{DType::kF32, {m}, bias.data() + m});
+    ASSERT_TRUE(gate_b.ok() && up_b.ok());
     OnDevice g = zeros(), u = zeros(), out = zeros(), up_scratch = zeros();
-    gpu->matmul(xd.f32(), 1, *placed, none, g.f32());  // gate and up: all 20,003 rows
-    gpu->matmul(xd.f32(), 1, *placed, none, u.f32());
-    gpu->silu_mul(g.f32(), u.f32(), n, g.f32());
-    gpu->gate_up(xd.f32(), 1, *placed, none, *placed, none, up_scratch.f32(), out.f32());
-    EXPECT_EQ(g.read(*gpu, static_cast<size_t>(n)), out.read(*gpu, static_cast<size_t>(n))) << "gate_up";
+    gpu->matmul(xd.f32(), 1, gate_w, *gate_b, g.f32());
+    gpu->matmul(xd.f32(), 1, up_w, *up_b, u.f32());
+    gpu->silu_mul(g.f32(), u.f32(), m, g.f32());
+    gpu->gate_up(xd.f32(), 1, gate_w, *gate_b, up_w, *up_b, up_scratch.f32(), out.f32());
+    EXPECT_EQ(g.read(*gpu, static_cast<size_t>(m)), out.read(*gpu, static_cast<size_t>(m))) << "gate_up";
   }
 }
 

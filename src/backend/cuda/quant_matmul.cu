@@ -202,6 +202,17 @@ struct Jobs {
   int more[kMaxQuantJobs];
 };
 
+// Whether one token's rows may spread (TESSERA_CUDA_QUANT_SPREAD=0: never), and gate
+// and up take one launch where they do (TESSERA_CUDA_QUANT_GATE_UP=0: two).
+bool spread_on() {
+  static const bool on = !switched_off("TESSERA_CUDA_QUANT_SPREAD");
+  return on;
+}
+bool gate_up_on() {
+  static const bool on = spread_on() && !switched_off("TESSERA_CUDA_QUANT_GATE_UP");
+  return on;
+}
+
 // Blocks of `kernel` (`threads` threads, `shared` bytes of shared memory) that the
 // device's SMs hold at once.
 template <typename Kernel>
@@ -246,7 +257,9 @@ constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
                                                    : 0;
 
 // kSpread: the warps take the rows as Jobs says (rows of whole rounds), else row w.
-template <DType kT, int kTile, bool kStaged, bool kSpread>
+// kPair (spread, one job: gate_up): each warp's rows of job 0, then the same rows of
+// job 1's weights, which stores silu(job 0's y) times its value in job 1's y.
+template <DType kT, int kTile, bool kStaged, bool kSpread, bool kPair = false>
 __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged, kSpread>))
     quant_matmul_kernel(const __grid_constant__ Jobs jobs, int k, int tokens, Acts a, const float* gate,
                         bool accumulate) {
@@ -276,20 +289,24 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
     row0 = min(own * each + min(own, more), n), count = min(each + (own < more), n - row0);
   }
   uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
-  const int units = k / U::kElems, stream_units = count * units;
-  const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes;
-  // The rows' stream: from the 16-byte boundary at or before their first byte; this
-  // lane copies bytes 16 lane.. of each stage.
+  constexpr int kPasses = kPair ? 2 : 1;  // the rows' streams: job 0's, then (kPair) job 1's
+  const int units = k / U::kElems, stream_units = kPasses * count * units;
+  const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes, rows_bytes = count * row_bytes;
+  // The rows' stream: from the 16-byte boundary at or before their first byte (kPair:
+  // rows of whole 16-byte pieces, so on one); this lane copies bytes 16 lane.. of each
+  // stage.
   const uint8_t* first = w + static_cast<size_t>(row0) * row_bytes;
   const uint32_t skew = reinterpret_cast<uintptr_t>(first) & 15;
   const uint8_t* from = first - skew + 16 * lane;
-  const uint32_t end = count > 0 ? skew + count * row_bytes : 0, chunks = (end + 15) / 16,
+  const uint8_t* from_up = kPair ? jobs.w[1] + static_cast<size_t>(row0) * row_bytes + 16 * lane : nullptr;
+  const uint32_t end = count > 0 ? skew + kPasses * rows_bytes : 0, chunks = (end + 15) / 16,
                  stages = (end + kStageBytes - 1) / kStageBytes;
   const auto issue = [&](uint32_t stage) {
     if (stage * 32 + lane < chunks) {
-      const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
-      copy16(ring + at, from + stage * kStageBytes);
-      if (at < kRingTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
+      const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1), o = stage * kStageBytes;
+      const uint8_t* src = kPair && o + 16 * lane >= rows_bytes ? from_up + (int64_t{o} - rows_bytes) : from + o;
+      copy16(ring + at, src);
+      if (at < kRingTail) copy16(ring + kRingBytes + at, src);  // and into the tail
     }
     copies_sent();
   };
@@ -342,22 +359,25 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
       }
   };
   // Group 0's sum, then group 1's, ... in order, for the row that ends: its outputs.
-  int row = row0;
+  // kPair: job 0's rows, then (pass 1) job 1's, gated by job 0's outputs (this lane's).
+  int row = row0, pass = 0;
   const auto finish = [&]() {
+    const int of = kPair ? pass : job;
+    const float* gated = kPair && pass == 1 ? jobs.y[0] : gate;
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
       float sum = __shfl_sync(0xffffffffu, acc[t], 0);
       for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
       acc[t] = 0.0f;
       if (lane == 0 && (kSpread || own < n) && token0 + t < tokens) {
-        const float* bias = jobs.bias[job];
-        float* y = jobs.y[job];
+        const float* bias = jobs.bias[of];
+        float* y = jobs.y[of];
         const float value = bias != nullptr ? sum + bias[row] : sum;
         const size_t at = static_cast<size_t>(token0 + t) * n + row;
-        y[at] = gate != nullptr ? silu_times(gate[at], value) : accumulate ? y[at] + value : value;
+        y[at] = gated != nullptr ? silu_times(gated[at], value) : accumulate ? y[at] + value : value;
       }
     }
-    ++row;
+    if (++row == row0 + count && kPair) row = row0, pass = 1;
   };
   // A round needs the stream up to round_end; u0 is its first unit in the stream, r0
   // in its row (rows of whole rounds where a warp has more than one). (The stream's
@@ -408,9 +428,9 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
 }
 
 // The kernel, allowed the most shared memory a launch of it asks.
-template <DType kT, int kTile, bool kStaged, bool kSpread>
+template <DType kT, int kTile, bool kStaged, bool kSpread, bool kPair = false>
 auto kernel_of() {
-  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kSpread>;
+  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kSpread, kPair>;
   const int64_t shared = kWarpsOf<kStaged> * kRingStride + (kStaged ? kStagedBytes : 0);
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
@@ -418,16 +438,18 @@ auto kernel_of() {
   return kernel;
 }
 
+// With `up` (one token, one job, staged, rows of whole rounds): gate_up in one launch
+// (kPair), the job's rows spread as they would be alone.
 template <DType kT, int kTile, bool kStaged>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
-            const float* gate, bool accumulate) {
+            const float* gate, bool accumulate, const QuantJob* up = nullptr) {
   constexpr int kWarps = kWarpsOf<kStaged>;
   const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
   const int64_t tiles = (tokens + kTile - 1) / kTile;
   TS_CHECK(tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(kT, k) <= 0x7fffffff,
            "a quantized matmul of rows of ", k, " and ", tokens, " tokens");
   // Each job's blocks of warps (a tile's): a warp a row, or, one token's rows of whole
-  // rounds, spread (TESSERA_CUDA_QUANT_SPREAD=0: never).
+  // rounds, spread (spread_on).
   int64_t groups[kMaxQuantJobs] = {}, rows = 0;
   for (size_t j = 0; j < each.size(); ++j) {
     TS_CHECK(each[j].n > 0 && each[j].n <= 0x7fffffff, "a quantized matmul of ", each[j].n, " rows");
@@ -435,8 +457,9 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
   }
   bool spread = false;
   if constexpr (kStaged && kTile == 1) {
-    static const bool spread_on = !switched_off("TESSERA_CUDA_QUANT_SPREAD");
-    if (spread_on && k / Unit<kT>::kElems % Unit<kT>::kRound == 0)
+    if (up != nullptr)
+      spread_rows(resident_blocks(kernel_of<kT, 1, true, true, true>(), kWarps * 32, bytes), each, rows, groups);
+    else if (spread_on() && k / Unit<kT>::kElems % Unit<kT>::kRound == 0)
       spread = spread_rows(resident_blocks(kernel_of<kT, 1, true, true>(), kWarps * 32, bytes), each, rows, groups);
   }
   Jobs jobs{};
@@ -451,14 +474,20 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
     const int64_t warps = groups[j] * kWarps;
     jobs.rows_each[j] = static_cast<int>(job.n / warps), jobs.more[j] = static_cast<int>(job.n % warps);
     blocks += groups[j] * tiles;
-    TS_CHECK(blocks <= 0x7fffffff && (job.n / warps + 1) * dtype_bytes(kT, k) <= 0x7fffffff, "a quantized matmul of ",
-             job.n, " rows of ", k, " and ", tokens, " tokens");
+    TS_CHECK(blocks <= 0x7fffffff && (job.n / warps + 1) * dtype_bytes(kT, k) * (up != nullptr ? 2 : 1) <= 0x7fffffff,
+             "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
+  }
+  if (up != nullptr) {
+    TS_CHECK(each.size() == 1 && up->n == each[0].n && reinterpret_cast<uintptr_t>(up->w) % 16 == 0, "gate and up of ",
+             each[0].n, " and ", up->n, " rows");
+    jobs.w[1] = static_cast<const uint8_t*>(up->w), jobs.bias[1] = up->bias, jobs.y[1] = up->y;
   }
   const auto go = [&](auto kernel) {
     launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
                   static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
   };
   if constexpr (kStaged && kTile == 1) {
+    if (up != nullptr) return go(kernel_of<kT, 1, true, true, true>());
     if (spread) return go(kernel_of<kT, 1, true, true>());
   }
   go(kernel_of<kT, kTile, kStaged, false>());
@@ -569,6 +598,24 @@ void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype,
     if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, gate, accumulate);
     launch_tile<kT, 8>(stream, run, k, tokens, a, gate, accumulate);
   });
+}
+
+void quant_gate_up(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, const QuantJob& gate,
+                   const QuantJob& up, void* scratch) {
+  TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
+           " elements");
+  TS_CHECK(gate.n == up.n && gate.y == up.y, "gate_up of ", gate.n, " and ", up.n, " rows into two outputs");
+  bool paired = false;
+  if (tokens == 1 && gate.n > 0 && gate_up_on()) {
+    with_quant_type(dtype, [&]<DType kT>() {
+      if (staged_bytes<kT>(1, k) > kStagedBytes || k / Unit<kT>::kElems % Unit<kT>::kRound != 0) return;
+      launch<kT, 1, true>(stream, {&gate, 1}, k, 1, acts_in(scratch, 1, k), nullptr, false, &up);
+      paired = true;
+    });
+  }
+  if (paired) return;
+  quant_products(stream, tokens, k, dtype, {&gate, 1}, false, nullptr, scratch);
+  quant_products(stream, tokens, k, dtype, {&up, 1}, false, gate.y, scratch);
 }
 
 void quant_embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
