@@ -1,131 +1,19 @@
-// What the Hopper probes (tma_probe.cu, ws_probe.cu) share: shared-memory
-// addresses, mbarriers, clusters and TMA copies (sm_90a), and the host's tensor
-// maps of row-major bf16 matrices.
+// What the Hopper probes (tma_probe.cu, ws_probe.cu) share beyond the kernels'
+// own helpers (backend/cuda/tma.cuh): x rounded in mma slot order, and the eight
+// sums' order of k's chunks.
 #pragma once
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
-#include <cuda_runtime_api.h>
-
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/tma.cuh"
 #include "probe.cuh"
 
 namespace tessera::cuda {
 
-// Position p of a row of x, stored in mma slot order (bae9813's mma_slot).
-__host__ __device__ constexpr int64_t mma_slot(int64_t p) {
-  const int64_t in_half = p % 32, t = in_half / 8, q = in_half % 8 / 2;
-  return p - in_half + 16 * (q / 2) + 8 * (q % 2) + 2 * t + p % 2;
-}
-
 __global__ void slots_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ y) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) y[mma_slot(i)] = __float2bfloat16_rn(x[i]);  // rows are whole halves, so flat positions work
-}
-
-__device__ __forceinline__ void wgmma_128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
-}
-
-// The compiler must not move reads or writes of the accumulators across the
-// points where wgmma may be using them (its asm statements name them only as
-// operands of the instruction that starts the products).
-template <int kCount>
-__device__ __forceinline__ void pin(float (&d)[kCount]) {
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint64_t* bar, int bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
-// Waits for the barrier's phase of this parity; kCluster: acquiring what the
-// cluster's other blocks released with their arrivals. A probe that would hang
-// (a barrier never completing: a bug) traps after about four seconds instead.
-template <bool kCluster = false>
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
-  uint32_t done = 0;
-  const long long start = clock64();
-  while (!done) {
-    if constexpr (kCluster)
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-          "selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(smem_address(bar)), "r"(parity)
-          : "memory");
-    else
-      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(smem_address(bar)), "r"(parity)
-                   : "memory");
-    if (!done && clock64() - start > 8'000'000'000LL) __trap();
-  }
-}
-// An arrival on the barrier at the same place in block `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_at(uint64_t* bar, int rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_address(bar)),
-      "r"(rank)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return static_cast<int>(rank);
-}
-// The box at (c0, c1) of `map` into `dst`, completing on `bar`; with a mask, into
-// the same place of each block of the cluster that the mask names (and their bars).
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_address(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar))
-      : "memory");
-}
-__device__ __forceinline__ void tma_multicast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
-                                              uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3}], [%4], %5;\n" ::"r"(smem_address(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(mask)
-      : "memory");
 }
 
 // Chunk of step i in the eight sums' order (sum 0's chunks 0, 8, ..., then sum 1's):
@@ -135,33 +23,6 @@ __device__ __forceinline__ int chunk_of(int i, int q, int r) {
   if (i < long_steps) return i / (q + 1) + kMmaSplit * (i % (q + 1));
   i -= long_steps;
   return r + i / q + kMmaSplit * (i % q);
-}
-
-inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    must(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found),
-         "cuTensorMapEncodeTiled");
-    if (found != cudaDriverEntryPointSuccess) std::exit((std::fprintf(stderr, "no cuTensorMapEncodeTiled\n"), 1));
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// A 2D map of a row-major bf16 matrix [rows][cols], boxes of box_cols x box_rows.
-inline CUtensorMap matrix_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows,
-                              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
-  CUtensorMap map{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
-                                         strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) std::exit((std::fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", result), 1));
-  return map;
 }
 
 }  // namespace tessera::cuda

@@ -4,11 +4,11 @@
 // a ring of stages, each completing on an mbarrier), two consume with wgmma, x
 // (the tile's tokens) read from shared memory, 128-byte swizzled as the TMA wrote it.
 //
-// "ss": the weights (A) from shared memory too. Both operands are then in natural
-// k order, which is not tessera's (x in mma slot order, docs/gpu.md), so these are
-// checked against a double-precision reference on the host, not bit for bit.
-// "rs": A from registers in mma slot order, as tessera's kernels take the weights,
-// and x stored in slot order: '=' marks outputs bitwise tessera's mma_gemm.
+// The weights (A) come from shared memory too ("ss"). Both operands are then in
+// natural k order, which is not tessera's (x in mma slot order, docs/gpu.md), so
+// these are checked against a double-precision reference on the host, not bit for
+// bit; tessera's own kernel on wgmma (wgmma_gemm.cu, the weights from registers in
+// slot order) runs as mma_gemm (TESSERA_CUDA_WGMMA=0: its mma.sync kernel).
 //
 // "8sums": the order batch invariance needs (chunk c of k's 64-wide chunks to sum
 // c mod 8, each sum a chain, the sums added in order at the end: two accumulator
@@ -105,23 +105,14 @@ __device__ __forceinline__ void wgmma_ss<256>(float (&d)[128], uint64_t a, uint6
       : "l"(a), "l"(b));
 }
 
-// A K-major operand in shared memory, 128-byte swizzled (rows of 128 bytes, eight
-// rows a 1,024-byte atom); k16 step s starts 32 bytes further along the row.
-__device__ __forceinline__ uint64_t descriptor(const void* tile, int s) {
-  const uint64_t address = smem_address(tile) + 32 * s;
-  return ((address & 0x3ffff) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-
 __global__ void round_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ y) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) y[i] = __float2bfloat16_rn(x[i]);
 }
 
 // y [tokens][n] = x [tokens][k] times w [n][k] transposed, k a multiple of 64.
-// kOrdered: the eight sums' order; else one chain in k's order. kRegisters: A
-// (the weights) from registers in mma slot order, as tessera's kernels take them,
-// and x stored in slot order (slots_kernel): then each output is bitwise mma_gemm's.
-template <int kN, int kStages, bool kOrdered, int kCluster, bool kRegisters = false>
+// kOrdered: the eight sums' order; else one chain in k's order.
+template <int kN, int kStages, bool kOrdered, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     ws_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, int64_t tokens,
                    int64_t n, int64_t k, float* __restrict__ y) {
@@ -170,9 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int half = warpgroup - 1, lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
     float acc[kN / 2], total[kN / 2];
-    const int g = lane / 4, t = lane % 4, row = 64 * half + 16 * warp + g, odd = g & 1;
-    uint4 held[4] = {};  // kRegisters: the weight fragments of the step in flight
-    const auto keep = [](const uint4& v) { asm volatile("" ::"r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)); };
+    const int g = lane / 4, t = lane % 4;
     const auto release = [&](int step) {
       __syncwarp();
       if (lane == 0) mbar_arrive(&consumed[step % kStages]);
@@ -187,35 +176,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int stage = step % kStages;
         mbar_wait(&full[stage], (step / kStages) & 1);
         const uint8_t* at = smem + stage * stage_bytes<kN>();
-        if constexpr (kRegisters) {
-          // Row r's unit u (16 bytes) lies at unit u ^ (r % 8) of the swizzled row. Even rows read unit t, then
-          // t + 4; odd rows the other way round: a quarter-warp's reads hit 32 banks.
-          const auto unit = [&](int r, int u) {
-            return *reinterpret_cast<const uint4*>(at + r * 128 + ((u ^ (r & 7)) << 4));
-          };
-          const uint4 a_first = unit(row, t + 4 * odd), a_second = unit(row, t + 4 * (1 - odd));
-          const uint4 b_first = unit(row + 8, t + 4 * odd), b_second = unit(row + 8, t + 4 * (1 - odd));
-          const uint4 a0 = odd ? a_second : a_first, a1 = odd ? a_first : a_second;
-          const uint4 b0 = odd ? b_second : b_first, b1 = odd ? b_first : b_second;
-          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-          wgmma_128(acc, a0.x, b0.x, a0.y, b0.y, descriptor(at + kWeightBytes, 0));
-          wgmma_128(acc, a0.z, b0.z, a0.w, b0.w, descriptor(at + kWeightBytes, 1));
-          wgmma_128(acc, a1.x, b1.x, a1.y, b1.y, descriptor(at + kWeightBytes, 2));
-          wgmma_128(acc, a1.z, b1.z, a1.w, b1.w, descriptor(at + kWeightBytes, 3));
-          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-          asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-          // The step before's wgmma read its fragments from registers until now: keeping them alive to here
-          // keeps this step's loads out of them.
-          keep(held[0]), keep(held[1]), keep(held[2]), keep(held[3]);
-          held[0] = a0, held[1] = b0, held[2] = a1, held[3] = b1;
-        } else {
-          asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-          for (int s = 0; s < 4; ++s)
-            wgmma_ss<kN>(acc, descriptor(at + half * 64 * 128, s), descriptor(at + kWeightBytes, s));
-          asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-          asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the step before's products are in
-        }
+        for (int s = 0; s < 4; ++s)
+          wgmma_ss<kN>(acc, swizzled_descriptor(at + half * 64 * 128, s), swizzled_descriptor(at + kWeightBytes, s));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // the step before's products are in
         if (unreleased >= 0) release(unreleased);
         unreleased = step;
       }
@@ -238,11 +204,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kCluster > 1) cluster_sync();  // no block leaves while another may still write to it
 }
 
-template <int kN, int kStages, bool kOrdered, int kCluster, bool kRegisters = false>
+template <int kN, int kStages, bool kOrdered, int kCluster>
 void launch_ws(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16* x, int64_t tokens, int64_t n,
                int64_t k, float* y) {
   static const bool sized = [] {
-    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered, kCluster, kRegisters>,
+    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered, kCluster>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kN, kStages>())),
          "shared memory");
     return true;
@@ -261,8 +227,7 @@ void launch_ws(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16*
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  must(cudaLaunchKernelEx(&config, ws_gemm_kernel<kN, kStages, kOrdered, kCluster, kRegisters>, w_map, x_map, tokens, n,
-                          k, y),
+  must(cudaLaunchKernelEx(&config, ws_gemm_kernel<kN, kStages, kOrdered, kCluster>, w_map, x_map, tokens, n, k, y),
        "launch");
 }
 
@@ -270,13 +235,11 @@ using Launch = void (*)(cudaStream_t, const __nv_bfloat16*, const __nv_bfloat16*
 struct Variant {
   const char* name;
   Launch launch;
-  bool slots;  // A from registers, x in slot order: compared bit for bit with mma_gemm
 };
 constexpr Variant kVariants[] = {
-    {"ss 8sums", launch_ws<128, 5, true, 1>, false},         {"ss 1chain", launch_ws<128, 5, false, 1>, false},
-    {"ss 1ch n256", launch_ws<256, 4, false, 1>, false},     {"rs 8sums", launch_ws<128, 5, true, 1, true>, true},
-    {"rs 8sums s4", launch_ws<128, 4, true, 1, true>, true}, {"rs 8sums s6", launch_ws<128, 6, true, 1, true>, true},
-    {"rs 1chain", launch_ws<128, 5, false, 1, true>, true},
+    {"ss 8sums", launch_ws<128, 5, true, 1>},
+    {"ss 1chain", launch_ws<128, 5, false, 1>},
+    {"ss 1ch n256", launch_ws<256, 4, false, 1>},
 };
 
 // The largest |got - want| over a sample of outputs, in units of the sum of |x w|
@@ -313,10 +276,8 @@ int probe() {
                           {"gate 14336x4096", 14336, 4096},
                           {"down 4096x14336", 4096, 14336},
                           {"odd 3000x576", 3000, 576}};
-  std::printf(
-      "TFLOP/s (error: the worst |y - exact| / sum |x w| over 2,000 outputs, x 1e-7); '=' marks a variant "
-      "bitwise mma_gemm\n%-16s %6s %14s %14s",
-      "matmul", "tokens", "mma_gemm", "cublas");
+  std::printf("TFLOP/s (error: the worst |y - exact| / sum |x w| over 2,000 outputs, x 1e-7)\n%-16s %6s %14s %14s",
+              "matmul", "tokens", "mma_gemm", "cublas");
   for (const Variant& v : kVariants) std::printf(" %14s", v.name);
   std::printf("\n");
   std::mt19937 rng(1);
@@ -332,20 +293,17 @@ int probe() {
       std::vector<uint16_t> xh(xf.size());
       for (size_t i = 0; i < xf.size(); ++i) xh[i] = f32_to_bf16(dist(rng)), xf[i] = bf16_to_f32(xh[i]);
       float *x = nullptr, *y = nullptr;
-      __nv_bfloat16 *xb = nullptr, *xs = nullptr;  // x in bf16, in k's order and in slot order
+      __nv_bfloat16* xb = nullptr;  // x in bf16
       void* scratch = nullptr;
       MmaJob job{.count = 1};
       job.n[0] = s.n;
       must(cudaMalloc(&x, xf.size() * 4), "x");
       must(cudaMalloc(&xb, xf.size() * 2), "x bf16");
-      must(cudaMalloc(&xs, xf.size() * 2), "x slots");
       must(cudaMalloc(&y, sizeof(float) * tokens * s.n), "y");
       must(cudaMalloc(&scratch, mma_gemm_scratch(tokens, s.k, job)), "scratch");
       must(cudaMemcpy(x, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice), "x");
       round_kernel<<<static_cast<unsigned>((xf.size() + 255) / 256), 256, 0, stream>>>(
           x, static_cast<int64_t>(xf.size()), xb);
-      slots_kernel<<<static_cast<unsigned>((xf.size() + 255) / 256), 256, 0, stream>>>(
-          x, static_cast<int64_t>(xf.size()), xs);
       job.w[0] = w, job.y[0] = y;
       const double flops = 2.0 * tokens * s.n * s.k;
       std::vector<float> got(static_cast<size_t>(tokens * s.n));
@@ -355,7 +313,6 @@ int probe() {
       };
       std::printf("%-16s %6lld", s.name, static_cast<long long>(tokens));
       report(seconds(5, [&](int) { mma_gemm(stream, x, tokens, s.k, job, scratch); }));
-      const std::vector<float> reference = got;
       const float one = 1.0f, zero = 0.0f;
       report(seconds(5, [&](int) {
         cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(s.n), static_cast<int>(tokens),
@@ -365,13 +322,10 @@ int probe() {
       }));
       for (const Variant& v : kVariants) {
         must(cudaMemset(y, 0xff, got.size() * 4), "y");
-        const double t = seconds(5, [&](int) { v.launch(stream, w, v.slots ? xs : xb, tokens, s.n, s.k, y); });
-        report(t);
-        if (v.slots && std::strstr(v.name, "8sums") != nullptr)
-          std::printf("%s", std::memcmp(reference.data(), got.data(), got.size() * 4) == 0 ? "=" : "!");
+        report(seconds(5, [&](int) { v.launch(stream, w, xb, tokens, s.n, s.k, y); }));
       }
       std::printf("\n");
-      cudaFree(x), cudaFree(xb), cudaFree(xs), cudaFree(y), cudaFree(scratch);
+      cudaFree(x), cudaFree(xb), cudaFree(y), cudaFree(scratch);
     }
     cudaFree(w);
   }

@@ -263,14 +263,58 @@ TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
   }
 }
 
+// Tiles of 128 tokens with whole outputs a block run on wgmma where the device has
+// it: bitwise what the mma.sync kernel gives (TESSERA_CUDA_WGMMA=0), for q/k-like
+// jobs with a bias, gate/up, and matmul_add, with k's chunks dealt evenly (1024) or
+// not (576), rows that leave a tile part empty, and a last token tile part empty.
+TEST(CudaDeviceTest, TiledMatmulsOnWgmmaAreBitwiseTheMmaSyncKernels) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const DType dtype = DType::kBF16;
+  for (const int64_t k : {576, 1024}) {
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
+      const auto values =
+          testing::random_weights(static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)), dtype, seed);
+      auto placed = gpu->place(view(dtype, shape, values.data()));
+      EXPECT_TRUE(placed.ok());
+      return *placed;
+    };
+    const TensorView wq = place({3000, k}, 1), bq = place({3000}, 2), wk = place({520, k}, 3),
+                     gate = place({1500, k}, 4), up = place({1500, k}, 5), none{};
+    for (const int64_t tokens : {300, 513}) {
+      const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 6));
+      const auto n = [&](int64_t rows) { return static_cast<size_t>(tokens * rows); };
+      const auto residual = random_values(n(3000), 7);
+      const auto run = [&](const char* wgmma) {
+        EXPECT_EQ(setenv("TESSERA_CUDA_WGMMA", wgmma, 1), 0);
+        const Buffer q = zeros(*gpu, n(3000)), kk = zeros(*gpu, n(520)), g = zeros(*gpu, n(1500)),
+                     up_scratch = zeros(*gpu, n(1500)), r = put(*gpu, residual), tmp = zeros(*gpu, n(3000));
+        const Device::Projection qk[] = {{&wq, &bq, q.f32()}, {&wk, &none, kk.f32()}};
+        gpu->matmuls(x.f32(), tokens, qk);
+        gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
+        gpu->matmul_add(x.f32(), tokens, wq, bq, tmp.f32(), r.f32());
+        unsetenv("TESSERA_CUDA_WGMMA");
+        return std::tuple{get(*gpu, q, n(3000)), get(*gpu, kk, n(520)), get(*gpu, g, n(1500)), get(*gpu, r, n(3000))};
+      };
+      const auto [q1, k1, g1, r1] = run("0");
+      const auto [q2, k2, g2, r2] = run("1");
+      EXPECT_EQ(q2, q1) << "k " << k << ", " << tokens << " tokens, q";
+      EXPECT_EQ(k2, k1) << "k " << k << ", " << tokens << " tokens, k";
+      EXPECT_EQ(g2, g1) << "k " << k << ", " << tokens << " tokens, gate/up";
+      EXPECT_EQ(r2, r1) << "k " << k << ", " << tokens << " tokens, matmul_add";
+    }
+  }
+}
+
 // A tiled matmul right after gate_up reads gate_up's output as gate_up also wrote it
 // rounded to bf16, instead of rounding it again: bitwise the matmul of a copy of it
-// (rounded by the matmul), with whole outputs a block (8192 rows) and split ones.
+// (rounded by the matmul), with whole outputs a block (8192 rows; at 300 tokens on
+// wgmma where the device has it) and split ones.
 TEST(CudaDeviceTest, MatmulAfterGateUpIsBitwiseTheMatmulOfACopy) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const DType dtype = DType::kBF16;
-  const int64_t k = 512, tokens = 40;
-  for (const int64_t rows : {128, 8192}) {
+  const int64_t k = 512;
+  for (const auto& shape : {std::pair<int64_t, int64_t>{128, 40}, {8192, 40}, {8192, 300}}) {
+    const int64_t rows = shape.first, tokens = shape.second;
     const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
       const auto values = testing::random_weights(static_cast<size_t>(shape[0] * shape[1]), dtype, seed);
       auto placed = gpu->place(view(dtype, shape, values.data()));
@@ -286,7 +330,7 @@ TEST(CudaDeviceTest, MatmulAfterGateUpIsBitwiseTheMatmulOfACopy) {
     gpu->matmul(g.f32(), tokens, down, none, y1.f32());
     gpu->copy(g.data(), n(rows) * sizeof(float), copied.data());
     gpu->matmul(copied.f32(), tokens, down, none, y2.f32());
-    EXPECT_EQ(get(*gpu, y1, n(96)), get(*gpu, y2, n(96))) << rows << " rows";
+    EXPECT_EQ(get(*gpu, y1, n(96)), get(*gpu, y2, n(96))) << rows << " rows, " << tokens << " tokens";
   }
 }
 

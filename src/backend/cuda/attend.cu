@@ -13,6 +13,7 @@
 // run in chunks gets what it gets in one pass.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/mma.cuh"
 
 #include <algorithm>
 
@@ -220,7 +221,7 @@ __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_
     float acc = 0.0f;
     for (int64_t i = 0; i < used; ++i) acc += expf(parts[i * stride + hd] - peak) * parts[i * stride + d];
     result[d] = acc / total;
-    if (rounded != nullptr) rounded[(t * n_heads + h) * hd + d] = __float2bfloat16_rn(result[d]);
+    if (rounded != nullptr) rounded[t * n_heads * hd + mma_slot(h * hd + d)] = __float2bfloat16_rn(result[d]);
   }
 }
 

@@ -43,7 +43,8 @@ struct MmaJob {
   const __nv_bfloat16* norm = nullptr;  // the RMSNorm's weight [k]
   float eps = 0.0f;
   // mma_gemm only, one weight or gate_up: y[0] also rounded to bf16 here [tokens, n[0]],
-  // as mma_gemm rounds its x (so a tiled matmul of y[0] next need not round it again).
+  // as mma_gemm rounds its x and in its order (mma.cuh's mma_slot), so a tiled matmul
+  // of y[0] next need not round it again.
   __nv_bfloat16* y_bf16 = nullptr;
 };
 // Whether the matmul normalizes x itself for this job: mma_matmul as it loads
@@ -55,8 +56,8 @@ void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, 
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
 // in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
 // `scratch` holds mma_gemm_scratch(tokens, k, job) bytes. `x_rounded`, when not
-// null, is x already rounded to bf16 (a job's y_bf16, or attention_combine's
-// `rounded`): the launch that would round it is skipped.
+// null, is x already rounded to bf16 in mma_slot order (a job's y_bf16, or
+// attention_combine's `rounded`): the launch that would round it is skipped.
 // The device's SMs (of the current device, asked once).
 int multiprocessors();
 int64_t mma_gemm_min_tokens();
@@ -109,7 +110,8 @@ int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch);
 // Merges each token's partitions from scratch into out (attend.cu), and into
-// `rounded` rounded to bf16 as well when it is not null (mma_gemm's x_rounded).
+// `rounded` rounded to bf16 as well when it is not null (mma_gemm's x_rounded, in
+// mma_slot order).
 void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t n_heads, int64_t head_dim, TokenMap map,
                        int64_t window, int64_t partitions, const float* scratch, __nv_bfloat16* rounded = nullptr);
 void silu_mul(cudaStream_t stream, const float* gate, const float* up, int64_t n, float* out);

@@ -54,6 +54,19 @@ __device__ __forceinline__ void mma_chunk(float (&c)[4], const WeightChunk& w, u
   mma_half(c, w.a1, w.b1, x1);
 }
 
+// Where position p of a row of x rounded to bf16 for the tiled matmuls (mma_gemm.cu)
+// sits: in mma slot order. mma_half gives lane t positions 8t..8t+7 of a 32-wide
+// half as pairs 2t (first mma, a.x/x.x), 2t + 8 (x.y), then the second mma's; so
+// the half's 16 slots of its first k16 step hold positions 0, 1, 8, 9, 16, 17, 24,
+// 25, 2, 3, 10, 11, 18, 19, 26, 27 and its second step's the same plus 4. Stored so,
+// a row's 16-byte units are whole mma operands (ldmatrix's rows, wgmma's core
+// matrices): unit u of a 64-wide chunk holds k16 step u / 2, its slots 8 (u % 2)..
+// Rows must be whole halves (k % 32 == 0).
+__host__ __device__ constexpr int64_t mma_slot(int64_t p) {
+  const int64_t in_half = p % 32, t = in_half / 8, q = in_half % 8 / 2;
+  return p - in_half + 16 * (q / 2) + 8 * (q % 2) + 2 * t + p % 2;
+}
+
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
   return *reinterpret_cast<uint32_t*>(&v);

@@ -14,41 +14,33 @@
 
 #include <cstdlib>
 
-#include "backend/cuda/common.cuh"
-#include "backend/cuda/kernels.cuh"
-#include "backend/cuda/mma.cuh"
+#include "backend/cuda/gemm_tile.cuh"
 #include "core/check.h"
 
 namespace tessera::cuda {
 
 namespace {
 
-constexpr int kStages = 4;       // chunks staged in shared memory, three of them in flight
-constexpr int kBlockRows = 128;  // weight rows of a block (64 of gate, then the same 64 of up)
-constexpr int kThreads = 256;    // eight warps: kRowWarps across the rows, the rest across the tokens
+constexpr int kStages = 4;              // chunks staged in shared memory, three of them in flight
+constexpr int kThreads = kGemmThreads;  // eight warps: kRowWarps across the rows, the rest across the tokens
 
-// Shared memory holds rows of 64 bf16 as eight 16-byte units; unit u of row r
-// sits at u ^ 4 (r & 1), so the eight lanes of a quarter-warp that read rows g and
-// g + 1 at units t (or t + 4) hit eight different banks.
-__device__ __forceinline__ int unit_at(int row, int unit) { return row * 8 + (unit ^ ((row & 1) << 2)); }
+// x's rows (tokens, in mma slot order: mma.cuh's mma_slot) sit at unit ^ (row % 8), so
+// that ldmatrix's eight rows of one unit hit eight different banks.
+__device__ __forceinline__ int x_unit_at(int row, int unit) { return row * 8 + (unit ^ (row & 7)); }
 
-// The block's order of chunks: sum 0's (0, 8, 16, ...), then sum 1's, ...
-// Sums 0..r-1 have q + 1 chunks, the rest q (chunks = 8q + r). Walked one step at
-// a time (no divisions in the loop).
-struct ChunkWalk {
-  int q, r;
-  int sum = 0, index = 0;  // the step's sum and its place in it
-  __device__ int chunk() const { return sum + kMmaSplit * index; }
-  __device__ bool ends_sum() const { return index + 1 == q + (sum < r ? 1 : 0); }
-  __device__ void next() {
-    if (ends_sum()) {
-      ++sum;
-      index = 0;
-    } else {
-      ++index;
-    }
-  }
-};
+// x_half(tile, row, half): lane (g, t)'s operand for mma_half of tokens row..row + 7
+// (row % 8 == 0) in half `half` of the staged chunk: units 4 half .. 4 half + 3 of
+// the token g, their words t (slots 2t, 2t + 1 of each), as ldmatrix gives them.
+__device__ __forceinline__ uint4 x_half(const uint4* tile, int row, int half) {
+  const int lane = threadIdx.x % 32;
+  const auto at =
+      static_cast<uint32_t>(__cvta_generic_to_shared(tile + x_unit_at(row + lane % 8, 4 * half + lane / 8)));
+  uint4 v;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(at));
+  return v;
+}
 
 // Where a block's output goes: with kSplit the block runs `sums_per_block` of the
 // eight sums (from blockIdx.z * sums_per_block on, each from zero) and writes each
@@ -114,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
       const int unit = threadIdx.x + kThreads * j;
-      copy16(at + kBlockRows * 8 + unit_at(unit / 8, unit % 8), x_from[j] + static_cast<int64_t>(chunk) * kMmaChunk);
+      copy16(at + kBlockRows * 8 + x_unit_at(unit / 8, unit % 8), x_from[j] + static_cast<int64_t>(chunk) * kMmaChunk);
     }
   };
 
@@ -180,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
         b[m] = a_tile[unit_at(row + 8, t + 4 * half)];
       }
 #pragma unroll
-      for (int j = 0; j < kN; ++j) xs[j] = x_tile[unit_at(warp_n * 8 * kN + j * 8 + g, t + 4 * half)];
+      for (int j = 0; j < kN; ++j) xs[j] = x_half(x_tile, warp_n * 8 * kN + j * 8, half);
 #pragma unroll
       for (int m = 0; m < kM; ++m)
 #pragma unroll
@@ -203,48 +195,35 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     // With fewer than eight chunks the other sums are zero, and still added.
     for (; sums_done < kMmaSplit; ++sums_done) each([&](int m, int j, int i, int, int) { total[m][j][i] += 0.0f; });
 
-    float* up = reinterpret_cast<float*>(smem);     // gate/up: the up rows' values [64][kTokens]
-    const bool up_warp = warp_m * kWarpRows >= 64;  // gate/up: this warp's rows are up's
-    if constexpr (kGateUp) {
-      copies_wait<0>();
-      __syncthreads();
-      if (up_warp)
-        each([&](int m, int j, int i, int r, int tok) {
-          up[(r - 64) * kTokens + tok] = with_bias(total[m][j][i], job.bias[1], min(row0 + r - 64, n - 1));
-        });
-      __syncthreads();
-      if (up_warp) return;
-    }
-    const __nv_bfloat16* bias = job.bias[s];
-    float* y = job.y[s];
-    each([&](int m, int j, int i, int r, int tok) {
-      const int64_t row = row0 + r, token = token0 + tok;
-      if (row >= n || token >= tokens) return;
-      float value = with_bias(total[m][j][i], bias, row);
-      if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
-      float& out = y[token * n + row];
-      out = job.accumulate ? out + value : value;
-      if (job.y_bf16 != nullptr) job.y_bf16[token * n + row] = __float2bfloat16_rn(out);
+    finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, warp_m * kWarpRows >= 64, smem, [&](auto&& f) {
+      each([&](int m, int j, int i, int r, int tok) { f(total[m][j][i], r, tok); });
     });
   }
 }
 
-// x rounded to bf16 as mma.cuh's load_x rounds it, eight elements a thread.
-__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint4* __restrict__ y) {
+// Positions 8 unit .. 8 unit + 7 of a row (a, b) rounded to bf16 pairs, stored in
+// mma slot order (mma_slot): pair q of the unit goes to word 4q + unit % 4 of its half.
+__device__ __forceinline__ void store_in_slots(uint32_t* __restrict__ row, int64_t unit, float4 a, float4 b) {
+  uint32_t* at = row + unit / 4 * 16 + unit % 4;
+  at[0] = pack_bf16(a.x, a.y), at[4] = pack_bf16(a.z, a.w), at[8] = pack_bf16(b.x, b.y), at[12] = pack_bf16(b.z, b.w);
+}
+
+// x rounded to bf16 as mma.cuh's load_x rounds it, eight elements a thread, in mma
+// slot order (rows are whole halves, so the units of all rows count on).
+__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint32_t* __restrict__ y) {
   let_next_start();
   wait_for_earlier();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count8) return;
-  const float4 a = __ldg(reinterpret_cast<const float4*>(x) + 2 * i);
-  const float4 b = __ldg(reinterpret_cast<const float4*>(x) + 2 * i + 1);
-  y[i] = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+  store_in_slots(y, i, __ldg(reinterpret_cast<const float4*>(x) + 2 * i),
+                 __ldg(reinterpret_cast<const float4*>(x) + 2 * i + 1));
 }
 
 // A row of x RMS-normalized and rounded to bf16 (a block of kNormThreads a row):
 // rms_norm's scale and products (weight * (x * scale)), then to_bf16's rounding,
 // so the GEMM reads bitwise what rms_norm and to_bf16_kernel would have written.
 __global__ void norm_to_bf16_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ weight,
-                                    float eps, uint4* __restrict__ y) {
+                                    float eps, uint32_t* __restrict__ y) {
   let_next_start();
   wait_for_earlier();
   __shared__ float shared[32];
@@ -255,9 +234,8 @@ __global__ void norm_to_bf16_kernel(const float* __restrict__ x, int64_t k, cons
     const float4 a = __ldg(reinterpret_cast<const float4*>(row) + 2 * i);
     const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 2 * i + 1);
     const __nv_bfloat16* w = weight + 8 * i;
-    y[blockIdx.x * (k / 8) + i] =
-        make_uint4(pack_bf16(n(a.x, w[0]), n(a.y, w[1])), pack_bf16(n(a.z, w[2]), n(a.w, w[3])),
-                   pack_bf16(n(b.x, w[4]), n(b.y, w[5])), pack_bf16(n(b.z, w[6]), n(b.w, w[7])));
+    store_in_slots(y + blockIdx.x * (k / 2), i, make_float4(n(a.x, w[0]), n(a.y, w[1]), n(a.z, w[2]), n(a.w, w[3])),
+                   make_float4(n(b.x, w[4]), n(b.y, w[5]), n(b.z, w[6]), n(b.w, w[7])));
   }
 }
 
@@ -283,7 +261,7 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
   if (job.gate_up) value = silu_times(value, with_bias(sum_at(job.n[0] + row), job.bias[1], row));
   float& out = job.y[s][token * job.n[s] + row];
   out = job.accumulate ? out + value : value;
-  if (job.y_bf16 != nullptr) job.y_bf16[token * job.n[s] + row] = __float2bfloat16_rn(out);
+  if (job.y_bf16 != nullptr) job.y_bf16[token * job.n[s] + mma_slot(row)] = __float2bfloat16_rn(out);
 }
 
 // A job's blocks, their tokens and rows, and whether they split the eight sums:
@@ -429,11 +407,16 @@ void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
   if (x_rounded != nullptr) x_bf16 = const_cast<__nv_bfloat16*>(x_rounded);
   else if (job.norm != nullptr)
     launch_kernel(norm_to_bf16_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, x, k, job.norm, job.eps,
-                  reinterpret_cast<uint4*>(x_bf16));
+                  reinterpret_cast<uint32_t*>(x_bf16));
   else
     launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
-                  reinterpret_cast<uint4*>(x_bf16));
+                  reinterpret_cast<uint32_t*>(x_bf16));
   const Plan plan(tokens, k, job);
+  // 128 tokens a block and whole outputs: on wgmma where this build and the device
+  // have it (TESSERA_CUDA_WGMMA=0: never, read at every call).
+  if (!plan.split && plan.n_tiles == 4 && !switched_off("TESSERA_CUDA_WGMMA") &&
+      wgmma_gemm(stream, x_bf16, tokens, k, job))
+    return;
   if (job.gate_up)
     return plan.split ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)
                       : launch_tiles<true, false>(stream, x_bf16, tokens, k, job, plan, sums);
