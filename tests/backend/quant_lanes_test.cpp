@@ -91,8 +91,8 @@ void check_lanes(int64_t units, uint32_t seed) {
 // the copies of stages s + 1 .. s + kAhead - 1 are in flight into their ring slots, and
 // each round of units is read at the first stage whose landed bytes reach its end. So
 // a round must lie in stages s - (kStages - kAhead) .. s, the ones no copy in flight
-// overwrites: Unit::kAhead leaves room for it, at every row length and skew, and on the
-// long streams of a warp's consecutive rows (spread rows: 1,000 and 4,000 units, every
+// overwrites: Unit::kAhead leaves room for it, at every row length and skew, and on
+// long rows (a Q8_0 or Q4_0 row of 14,336 is 448 units; 1,000 and 4,000 units: every
 // phase of rounds against stages in their middle).
 template <DType kT>
 void check_schedule() {

@@ -285,15 +285,12 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
     GTEST_SKIP() << "checked without a GPU; the GPU's bits need one: " << gpu_made.status().to_string();
 }
 
-// One token on many rows of whole rounds (here 20,003 rows of 4096): the warps of one
-// wave take a few consecutive rows each as one stream (quant_matmul.cu's spread_rows;
-// on an H200 3-5 rows a warp, and warps of a 3-row job with none), each row's sums
-// finished where it ends. The outputs are still the stated order's bit for bit, a
-// matmul_add's too; q, k and v of one launch (20,003, 5,001 and 3 rows, spread by their
-// share of a wave; 5,001 rows alone fit a wave a warp a row) are bitwise the matmuls
-// alone, and gate_up (10,001 rows each, with biases: one launch, each warp its gate
-// rows, then the same up rows) bitwise matmul, matmul and silu_mul.
-TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
+// One token on many rows (20,003 of 4096: more blocks than the SMs hold at once): the
+// outputs and a matmul_add's are the stated order's bit for bit; q, k and v of 20,003,
+// 5,001 and 3 rows in one launch (the last job smaller than a block of warps) are bitwise
+// each matmul alone; and gate_up of 10,001 gate rows and 10,001 other up rows, each with
+// a bias, is bitwise matmul, matmul and silu_mul.
+TEST(QuantGpu, ManyRowsAndJobsAreTheirStatedOrderBitwise) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const int64_t n = 20003, k = 4096, distinct = 61;
   for (const DType type : kTypes) {
@@ -338,7 +335,7 @@ TEST(QuantGpu, RowsSpreadOverOneWaveAreTheirStatedOrderBitwise) {
       const auto m = static_cast<size_t>(rows[i]);
       EXPECT_EQ(alone[i].read(*gpu, m), joined[i].read(*gpu, m)) << rows[i] << " rows";
     }
-    // gate and up: rows 0.. and 10,001.. (other rows), each with a bias; one launch.
+    // gate and up: rows 0.. and 10,001.. (other rows), each with a bias.
     const int64_t m = 10001;
     const TensorView gate_w{type, {m, k}, placed->data},
         up_w{type, {m, k}, static_cast<const uint8_t*>(placed->data) + row_bytes * m};

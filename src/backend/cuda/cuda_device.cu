@@ -210,8 +210,7 @@ class CudaDevice final : public Device {
     // GGUF blocks: x rounded once, then gate into out and up with SiLU(out) times it into out.
     if (dtype_is_quantized(w_gate.dtype) && dtype_is_quantized(w_up.dtype) && w_up.shape == w_gate.shape &&
         w_gate.shape.size() == 2 && cuda::quant_same_rounding(w_gate.dtype, w_up.dtype)) {
-      const Projection gate{&w_gate, &b_gate, out}, gated_up{&w_up, &b_up, out};
-      if (w_up.dtype == w_gate.dtype) return quant_matmuls(x, tokens, {&gate, 1}, norm, &gated_up);
+      const Projection gate{&w_gate, &b_gate, out};
       quant_matmuls(x, tokens, {&gate, 1}, norm);
       void* scratch = quant_scratch(tokens, w_gate.dim(1));
       return quant_products(tokens, w_up, b_up, out, false, out, scratch);
@@ -399,9 +398,7 @@ class CudaDevice final : public Device {
 
   // Several matmuls of one x on GGUF blocks: x is rounded once for each run of
   // weights that take the same rounding (quant_same_rounding), not once a matmul.
-  // With `up` (one gate in outs, up in its dtype): gate_up, up.y = silu(gate's) * up's.
-  void quant_matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm,
-                     const Projection* up = nullptr) {
+  void quant_matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
     const int64_t k = outs[0].w->dim(1);
     cuda::QuantNorm fold;  // the norm, applied by the rounding as rms_norm applies it
     if (norm.weight != nullptr) {
@@ -416,9 +413,7 @@ class CudaDevice final : public Device {
       cuda::QuantJob jobs[cuda::kMaxQuantJobs];
       for (end = i; end < outs.size() && end - i < cuda::kMaxQuantJobs && outs[end].w->dtype == outs[i].w->dtype; ++end)
         jobs[end - i] = quant_job(*outs[end].w, *outs[end].bias, outs[end].y);
-      if (up != nullptr)
-        cuda::quant_gate_up(stream_, tokens, k, up->w->dtype, jobs[0], quant_job(*up->w, *up->bias, up->y), scratch);
-      else cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, nullptr, scratch);
+      cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, nullptr, scratch);
       launched("quant_matmul");
     }
   }

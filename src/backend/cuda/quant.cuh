@@ -58,13 +58,6 @@ constexpr size_t kMaxQuantJobs = 3;
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
                     bool accumulate, const float* gate, void* scratch);
 
-// gate_up on blocks: gate.y = x w_gate^T (+ its bias), then up.y (the same buffer) =
-// silu(that) * (x w_up^T + its bias), x as quant_round left it for `dtype`: bitwise
-// quant_products of gate, then of up gated by gate.y. One token's rows of whole rounds
-// take one launch (each warp its gate rows, then the same up rows), else two.
-void quant_gate_up(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, const QuantJob& gate,
-                   const QuantJob& up, void* scratch);
-
 // y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
 // gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.
 void quant_embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,

@@ -11,11 +11,7 @@
 // Weights. A launch takes up to kMaxQuantJobs matmuls of one x and one dtype (q, k
 // and v), each job's rows in blocks of their own, so a job's outputs are what a
 // launch of it alone gives, and small matrices (k, v) do not each pay a launch's ramp
-// and tail. A warp owns consecutive weight rows (one stream of bytes; a row's sums are
-// finished where it ends) and up to kTile tokens: one row a warp, or, where the
-// activations are staged and a row is whole rounds, the job's rows shared evenly by as
-// many warps as the SMs hold at once (spread_rows: one wave, the rows' fixed work
-// shared, no stream restarted at each row). Where the tile's
+// and tail. A warp owns one weight row and up to kTile tokens. Where the tile's
 // rounded activations take at most kStagedBytes (decode, and tiles of up to 4 tokens
 // on rows that are not too long), a block of 8 warps first copies them into shared
 // memory and its rounds read them from there, not from L2 (else a block of 4 warps
@@ -44,12 +40,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
-#include <utility>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/kernels.cuh"
 #include "backend/cuda/quant.cuh"
 #include "backend/cuda/quant_lanes.cuh"
 #include "backend/quant_types.h"
@@ -189,78 +181,27 @@ __device__ __forceinline__ void scale_min(const uint32_t (&s)[3], int g, int& sc
 
 // A launch's jobs (QuantJob): job j takes the blocks from first[j] to the next job's
 // first (or the launch's end), its rows in blocks of a block's warps, each block of
-// rows for every tile of tokens; an unused job's first is the launch's blocks. The
-// job's warp w (of a tile) takes rows_each[j] rows, one more where w < more[j], from
-// row w rows_each[j] + min(w, more[j]) on: with as many warps as rows (or more), row w.
+// rows for every tile of tokens; an unused job's first is the launch's blocks.
 struct Jobs {
   const uint8_t* w[kMaxQuantJobs];
   const float* bias[kMaxQuantJobs];
   float* y[kMaxQuantJobs];
   int n[kMaxQuantJobs];
   unsigned first[kMaxQuantJobs];
-  int rows_each[kMaxQuantJobs];
-  int more[kMaxQuantJobs];
 };
-
-// Whether one token's rows may spread (TESSERA_CUDA_QUANT_SPREAD=0: never), and gate
-// and up take one launch where they do (TESSERA_CUDA_QUANT_GATE_UP=0: two).
-bool spread_on() {
-  static const bool on = !switched_off("TESSERA_CUDA_QUANT_SPREAD");
-  return on;
-}
-bool gate_up_on() {
-  static const bool on = spread_on() && !switched_off("TESSERA_CUDA_QUANT_GATE_UP");
-  return on;
-}
-
-// Blocks of `kernel` (`threads` threads, `shared` bytes of shared memory) that the
-// device's SMs hold at once.
-template <typename Kernel>
-int64_t resident_blocks(Kernel kernel, int threads, int64_t shared) {
-  static std::mutex mutex;
-  // By kernel and shared bytes (a process uses one kind of GPU).
-  static std::map<std::pair<const void*, int64_t>, int64_t> known;
-  const std::lock_guard lock(mutex);
-  auto [at, added] = known.try_emplace({reinterpret_cast<const void*>(kernel), shared}, 0);
-  if (added) {
-    int per_sm = 0;
-    const cudaError_t status =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<size_t>(shared));
-    TS_CHECK(status == cudaSuccess, "[cuda] blocks of a quantized matmul an SM: ", cudaGetErrorString(status));
-    at->second = int64_t{per_sm} * multiprocessors();
-  }
-  return at->second;
-}
-
-// Where the jobs' blocks of warps (`groups`, a warp a row) are more than `fit`, the
-// rows spread over `fit` blocks instead (true), each job's share as its rows' (at least one
-// block, at most a warp a row): one wave of warps of a few consecutive rows each, so a
-// row's fixed work (the staged activations, the stream's start) is shared and no
-// partial wave is left.
-bool spread_rows(int64_t fit, std::span<const QuantJob> each, int64_t rows, int64_t (&groups)[kMaxQuantJobs]) {
-  int64_t blocks = 0;
-  for (size_t j = 0; j < each.size(); ++j) blocks += groups[j];
-  if (blocks <= fit) return false;
-  for (size_t j = 0; j < each.size(); ++j) groups[j] = std::clamp(fit * each[j].n / rows, int64_t{1}, groups[j]);
-  return true;
-}
 
 // Blocks an SM that ptxas must leave room for (0: its own choice), for the decode
 // kernels of the two common files: left alone, ptxas gives Q8_0's 48 registers (5
 // blocks of 8 warps an SM) and Q4_K's 64 (4); held to 40 and 48, as they were before
-// the jobs, 6 and 5 blocks fit beside their shared memory at k = 4096. Q8_0's spread
-// kernel gets 48 (at 40 it spills 52 bytes).
-template <DType kT, int kTile, bool kStaged, bool kSpread>
+// the jobs, 6 and 5 blocks fit beside their shared memory at k = 4096.
+template <DType kT, int kTile, bool kStaged>
 constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
-                             : kT == DType::kQ8_0  ? (kSpread ? 5 : 6)
+                             : kT == DType::kQ8_0  ? 6
                              : kT == DType::kQ4_K  ? 5
                                                    : 0;
 
-// kSpread: the warps take the rows as Jobs says (rows of whole rounds), else row w.
-// kPair (spread, one job: gate_up): each warp's rows of job 0, then the same rows of
-// job 1's weights, which stores silu(job 0's y) times its value in job 1's y.
-template <DType kT, int kTile, bool kStaged, bool kSpread, bool kPair = false>
-__global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged, kSpread>))
+template <DType kT, int kTile, bool kStaged>
+__global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged>))
     quant_matmul_kernel(const __grid_constant__ Jobs jobs, int k, int tokens, Acts a, const float* gate,
                         bool accumulate) {
   using U = Unit<kT>;
@@ -279,34 +220,25 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   const unsigned block = blockIdx.x - jobs.first[job];
   // Consecutive blocks take the same rows for successive tiles of tokens, so that
   // prefill reads each row from memory once and then from L2. A warp past the job's
-  // last row streams that row again (one row a warp) or nothing (spread), reaches the
-  // block's barrier and stores nothing.
+  // last row streams that row again (every warp reaches the block's barrier) and
+  // stores nothing.
   const unsigned tiles = (tokens + kTile - 1) / kTile, rows = block / tiles;
-  const int own = static_cast<int>(rows) * kWarps + warp, token0 = static_cast<int>(block - rows * tiles) * kTile;
-  int row0 = min(own, n - 1), count = 1;
-  if constexpr (kSpread) {
-    const int each = jobs.rows_each[job], more = jobs.more[job];
-    row0 = min(own * each + min(own, more), n), count = min(each + (own < more), n - row0);
-  }
+  const int own_row = static_cast<int>(rows) * kWarps + warp, token0 = static_cast<int>(block - rows * tiles) * kTile;
+  const int row = min(own_row, n - 1);
   uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
-  constexpr int kPasses = kPair ? 2 : 1;  // the rows' streams: job 0's, then (kPair) job 1's
-  const int units = k / U::kElems, stream_units = kPasses * count * units;
-  const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes, rows_bytes = count * row_bytes;
-  // The rows' stream: from the 16-byte boundary at or before their first byte (kPair:
-  // rows of whole 16-byte pieces, so on one); this lane copies bytes 16 lane.. of each
-  // stage.
-  const uint8_t* first = w + static_cast<size_t>(row0) * row_bytes;
+  const int units = k / U::kElems;
+  const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes;
+  // The row's stream: from the 16-byte boundary at or before its first byte; this lane
+  // copies bytes 16 lane.. of each stage.
+  const uint8_t* first = w + static_cast<size_t>(row) * row_bytes;
   const uint32_t skew = reinterpret_cast<uintptr_t>(first) & 15;
   const uint8_t* from = first - skew + 16 * lane;
-  const uint8_t* from_up = kPair ? jobs.w[1] + static_cast<size_t>(row0) * row_bytes + 16 * lane : nullptr;
-  const uint32_t end = count > 0 ? skew + kPasses * rows_bytes : 0, chunks = (end + 15) / 16,
-                 stages = (end + kStageBytes - 1) / kStageBytes;
+  const uint32_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
   const auto issue = [&](uint32_t stage) {
     if (stage * 32 + lane < chunks) {
-      const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1), o = stage * kStageBytes;
-      const uint8_t* src = kPair && o + 16 * lane >= rows_bytes ? from_up + (int64_t{o} - rows_bytes) : from + o;
-      copy16(ring + at, src);
-      if (at < kRingTail) copy16(ring + kRingBytes + at, src);  // and into the tail
+      const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
+      copy16(ring + at, from + stage * kStageBytes);
+      if (at < kRingTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
     }
     copies_sent();
   };
@@ -343,14 +275,14 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   const float* dx[kTile];  // the tile's scales of x
 #pragma unroll
   for (int t = 0; t < kTile; ++t) dx[t] = x.d + xt[t] * scales;
-  // Lane (half, group, j): unit r + mine of a round whose first unit in its row is r.
+  // Lane (half, group, j): round r's unit u0 + mine (u0 = r * kRound).
   const int half = lane / (kLanes * kGroups), group = lane / kLanes % kGroups, j = lane % kLanes;
   const int mine = half * kGroups + group;
   const auto* ring32 = reinterpret_cast<const uint32_t*>(ring);
   float acc[kTile] = {};
   // Unit v's f32 steps, with its d_w, dmin_w and integer sums.
   const auto add = [&](int v, float d, float dmin, const int(&p)[kTile], const int(&m)[kTile]) {
-    if (kSpread || v < units)
+    if (v < units)
 #pragma unroll
       for (int t = 0; t < kTile; ++t) {
         const float d_x = dx[t][v];
@@ -358,42 +290,19 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
         if constexpr (kMins) acc[t] = fmaf(-__fmul_rn(dmin, d_x), static_cast<float>(m[t]), acc[t]);
       }
   };
-  // Group 0's sum, then group 1's, ... in order, for the row that ends: its outputs.
-  // kPair: job 0's rows, then (pass 1) job 1's, gated by job 0's outputs (this lane's).
-  int row = row0, pass = 0;
-  const auto finish = [&]() {
-    const int of = kPair ? pass : job;
-    const float* gated = kPair && pass == 1 ? jobs.y[0] : gate;
-#pragma unroll
-    for (int t = 0; t < kTile; ++t) {
-      float sum = __shfl_sync(0xffffffffu, acc[t], 0);
-      for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
-      acc[t] = 0.0f;
-      if (lane == 0 && (kSpread || own < n) && token0 + t < tokens) {
-        const float* bias = jobs.bias[of];
-        float* y = jobs.y[of];
-        const float value = bias != nullptr ? sum + bias[row] : sum;
-        const size_t at = static_cast<size_t>(token0 + t) * n + row;
-        y[at] = gated != nullptr ? silu_times(gated[at], value) : accumulate ? y[at] + value : value;
-      }
-    }
-    if (++row == row0 + count && kPair) row = row0, pass = 1;
-  };
-  // A round needs the stream up to round_end; u0 is its first unit in the stream, r0
-  // in its row (rows of whole rounds where a warp has more than one). (The stream's
-  // units and bytes fit in 32 bits: ring offsets wrap anyway.)
-  int u0 = 0, r0 = 0;
+  // A round needs the stream up to round_end. (A row's units and bytes fit in 32 bits:
+  // ring offsets wrap anyway.)
+  int u0 = 0;
   uint32_t round_end = skew + U::kRound * U::kBytes;
   for (uint32_t stage = 0; stage < stages; ++stage) {
     copies_wait<kAhead - 1>();
     __syncwarp();
     const uint32_t landed = min((stage + 1) * kStageBytes, end);
-    for (; u0 < stream_units && min(round_end, end) <= landed; u0 += U::kRound, round_end += U::kRound * U::kBytes) {
-      const int r = kSpread ? r0 : u0, u = r + mine;  // the round's first unit in its row, this lane's
+    for (; u0 < units && min(round_end, end) <= landed; u0 += U::kRound, round_end += U::kRound * U::kBytes) {
+      const int u = u0 + mine;
       int p[kTile] = {}, m[kTile] = {};
       float d = 0.0f, dmin = 0.0f;
-      if (kSpread || u < units)
-        d = lane_part<kT, kTile>(ring32, skew + (u0 + mine) * U::kBytes, j, u, x, xt, k, p, m, dmin);
+      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, x, xt, k, p, m, dmin);
 #pragma unroll
       for (int offset = 1; offset < kLanes; offset *= 2)
 #pragma unroll
@@ -404,7 +313,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
       // The group's units of the round in ascending order: half 0's, then half 1's,
       // whose sums the lanes of half 0 take from lane + 16. (The lanes of half 1 add
       // them the other way round, into sums that are never read.)
-      add(r + group, d, dmin, p, m);
+      add(u0 + group, d, dmin, p, m);
       if constexpr (U::kHalves == 2) {
         d = __shfl_xor_sync(0xffffffffu, d, 16);
         if constexpr (kMins) dmin = __shfl_xor_sync(0xffffffffu, dmin, 16);
@@ -413,55 +322,32 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
           p[t] = __shfl_xor_sync(0xffffffffu, p[t], 16);
           if constexpr (kMins) m[t] = __shfl_xor_sync(0xffffffffu, m[t], 16);
         }
-        add(r + kGroups + group, d, dmin, p, m);
-      }
-      if constexpr (kSpread) {
-        r0 += U::kRound;
-        if (r0 == units) finish(), r0 = 0;
+        add(u0 + kGroups + group, d, dmin, p, m);
       }
     }
     __syncwarp();  // the ring's oldest stage is read; it takes stage + kAhead
     issue(stage + kAhead);
   }
   copies_wait<0>();
-  if constexpr (!kSpread) finish();
+  // Group 0's sum, then group 1's, ... in order.
+#pragma unroll
+  for (int t = 0; t < kTile; ++t) {
+    float sum = __shfl_sync(0xffffffffu, acc[t], 0);
+    for (int g = 1; g < kGroups; ++g) sum += __shfl_sync(0xffffffffu, acc[t], g * kLanes);
+    if (lane == 0 && own_row < n && token0 + t < tokens) {
+      const float* bias = jobs.bias[job];
+      float* y = jobs.y[job];
+      const float value = bias != nullptr ? sum + bias[row] : sum;
+      const size_t at = static_cast<size_t>(token0 + t) * n + row;
+      y[at] = gate != nullptr ? silu_times(gate[at], value) : accumulate ? y[at] + value : value;
+    }
+  }
 }
 
-// The kernel, allowed the most shared memory a launch of it asks.
-template <DType kT, int kTile, bool kStaged, bool kSpread, bool kPair = false>
-auto kernel_of() {
-  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kSpread, kPair>;
-  const int64_t shared = kWarpsOf<kStaged> * kRingStride + (kStaged ? kStagedBytes : 0);
-  static const cudaError_t allowed =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-  TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
-  return kernel;
-}
-
-// With `up` (one token, one job, staged, rows of whole rounds): gate_up in one launch
-// (kPair), the job's rows spread as they would be alone.
 template <DType kT, int kTile, bool kStaged>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
-            const float* gate, bool accumulate, const QuantJob* up = nullptr) {
+            const float* gate, bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
-  const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
-  const int64_t tiles = (tokens + kTile - 1) / kTile;
-  TS_CHECK(tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(kT, k) <= 0x7fffffff,
-           "a quantized matmul of rows of ", k, " and ", tokens, " tokens");
-  // Each job's blocks of warps (a tile's): a warp a row, or, one token's rows of whole
-  // rounds, spread (spread_on).
-  int64_t groups[kMaxQuantJobs] = {}, rows = 0;
-  for (size_t j = 0; j < each.size(); ++j) {
-    TS_CHECK(each[j].n > 0 && each[j].n <= 0x7fffffff, "a quantized matmul of ", each[j].n, " rows");
-    groups[j] = (each[j].n + kWarps - 1) / kWarps, rows += each[j].n;
-  }
-  bool spread = false;
-  if constexpr (kStaged && kTile == 1) {
-    if (up != nullptr)
-      spread_rows(resident_blocks(kernel_of<kT, 1, true, true, true>(), kWarps * 32, bytes), each, rows, groups);
-    else if (spread_on() && k / Unit<kT>::kElems % Unit<kT>::kRound == 0)
-      spread = spread_rows(resident_blocks(kernel_of<kT, 1, true, true>(), kWarps * 32, bytes), each, rows, groups);
-  }
   Jobs jobs{};
   int64_t blocks = 0;
   for (size_t j = 0; j < kMaxQuantJobs; ++j) {
@@ -469,28 +355,21 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
     if (j >= each.size()) continue;
     const QuantJob& job = each[j];
     TS_CHECK(reinterpret_cast<uintptr_t>(job.w) % 16 == 0, "quantized weights must be 16-byte aligned");
+    TS_CHECK(job.n > 0 && job.n <= 0x7fffffff, "a quantized matmul of ", job.n, " rows");
     jobs.w[j] = static_cast<const uint8_t*>(job.w), jobs.bias[j] = job.bias, jobs.y[j] = job.y;
     jobs.n[j] = static_cast<int>(job.n);
-    const int64_t warps = groups[j] * kWarps;
-    jobs.rows_each[j] = static_cast<int>(job.n / warps), jobs.more[j] = static_cast<int>(job.n % warps);
-    blocks += groups[j] * tiles;
-    TS_CHECK(blocks <= 0x7fffffff && (job.n / warps + 1) * dtype_bytes(kT, k) * (up != nullptr ? 2 : 1) <= 0x7fffffff,
+    blocks += (job.n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
+    TS_CHECK(blocks <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(kT, k) <= 0x7fffffff,
              "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
   }
-  if (up != nullptr) {
-    TS_CHECK(each.size() == 1 && up->n == each[0].n && reinterpret_cast<uintptr_t>(up->w) % 16 == 0, "gate and up of ",
-             each[0].n, " and ", up->n, " rows");
-    jobs.w[1] = static_cast<const uint8_t*>(up->w), jobs.bias[1] = up->bias, jobs.y[1] = up->y;
-  }
-  const auto go = [&](auto kernel) {
-    launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
-                  static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
-  };
-  if constexpr (kStaged && kTile == 1) {
-    if (up != nullptr) return go(kernel_of<kT, 1, true, true, true>());
-    if (spread) return go(kernel_of<kT, 1, true, true>());
-  }
-  go(kernel_of<kT, kTile, kStaged, false>());
+  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged>;
+  const int64_t shared = kWarps * kRingStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
+  static const cudaError_t allowed =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+  TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
+  const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
+                static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
 }
 
 // The tile of tokens that share a weight load; it never changes a sum's order.
@@ -598,24 +477,6 @@ void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype,
     if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, gate, accumulate);
     launch_tile<kT, 8>(stream, run, k, tokens, a, gate, accumulate);
   });
-}
-
-void quant_gate_up(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, const QuantJob& gate,
-                   const QuantJob& up, void* scratch) {
-  TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
-           " elements");
-  TS_CHECK(gate.n == up.n && gate.y == up.y, "gate_up of ", gate.n, " and ", up.n, " rows into two outputs");
-  bool paired = false;
-  if (tokens == 1 && gate.n > 0 && gate_up_on()) {
-    with_quant_type(dtype, [&]<DType kT>() {
-      if (staged_bytes<kT>(1, k) > kStagedBytes || k / Unit<kT>::kElems % Unit<kT>::kRound != 0) return;
-      launch<kT, 1, true>(stream, {&gate, 1}, k, 1, acts_in(scratch, 1, k), nullptr, false, &up);
-      paired = true;
-    });
-  }
-  if (paired) return;
-  quant_products(stream, tokens, k, dtype, {&gate, 1}, false, nullptr, scratch);
-  quant_products(stream, tokens, k, dtype, {&up, 1}, false, gate.y, scratch);
 }
 
 void quant_embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
