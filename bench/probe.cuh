@@ -1,4 +1,4 @@
-// What the CUDA probes (chain_probe.cu, tma_probe.cu) share: a failed call ends
+// What the CUDA probes (chain_probe.cu, ws_probe.cu) share: a failed call ends
 // the probe, saying what failed, and a call's time on a stream.
 #pragma once
 

@@ -31,8 +31,9 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/tma.cuh"
 #include "core/dtype.h"
-#include "tma.cuh"
+#include "probe.cuh"
 
 namespace tessera::cuda {
 namespace {
@@ -47,7 +48,7 @@ __host__ __device__ constexpr int stage_bytes() {
 }
 template <int kN, int kStages>
 constexpr size_t smem_bytes() {
-  return 1024 + size_t{kStages} * stage_bytes<kN>() + 3 * kStages * sizeof(uint64_t);
+  return 1024 + size_t{kStages} * stage_bytes<kN>() + 2 * kStages * sizeof(uint64_t);
 }
 
 template <int kN>
@@ -105,6 +106,15 @@ __device__ __forceinline__ void wgmma_ss<256>(float (&d)[128], uint64_t a, uint6
       : "l"(a), "l"(b));
 }
 
+// Chunk of step i in the eight sums' order (sum 0's chunks 0, 8, ..., then sum 1's):
+// sums below r have q + 1 chunks, the rest q.
+__device__ __forceinline__ int chunk_of(int i, int q, int r) {
+  const int long_steps = r * (q + 1);
+  if (i < long_steps) return i / (q + 1) + kMmaSplit * (i % (q + 1));
+  i -= long_steps;
+  return r + i / q + kMmaSplit * (i % q);
+}
+
 __global__ void round_kernel(const float* __restrict__ x, int64_t count, __nv_bfloat16* __restrict__ y) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) y[i] = __float2bfloat16_rn(x[i]);
@@ -112,7 +122,7 @@ __global__ void round_kernel(const float* __restrict__ x, int64_t count, __nv_bf
 
 // y [tokens][n] = x [tokens][k] times w [n][k] transposed, k a multiple of 64.
 // kOrdered: the eight sums' order; else one chain in k's order.
-template <int kN, int kStages, bool kOrdered, int kCluster>
+template <int kN, int kStages, bool kOrdered>
 __global__ void __launch_bounds__(kThreads, 1)
     ws_gemm_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, int64_t tokens,
                    int64_t n, int64_t k, float* __restrict__ y) {
@@ -120,19 +130,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Swizzled tiles start on 1,024 bytes.
   uint8_t* smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
   auto* full = reinterpret_cast<uint64_t*>(smem + kStages * stage_bytes<kN>());
-  uint64_t* consumed = full + kStages;   // this block's consumer warps are done with a stage
-  uint64_t* empty = consumed + kStages;  // every block of the cluster is (kCluster > 1)
+  uint64_t* consumed = full + kStages;  // the consumer warps are done with a stage
   const int warpgroup = threadIdx.x / 128;
-  const int rank = kCluster > 1 ? cluster_rank() : 0;
   const int row0 = static_cast<int>(blockIdx.y) * kRows, token0 = static_cast<int>(blockIdx.x) * kN;
   const int chunks = static_cast<int>(k / kMmaChunk), q = chunks / kMmaSplit, r = chunks % kMmaSplit;
   const auto chunk_at = [&](int step) { return kOrdered ? chunk_of(step, q, r) : step; };
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s)
-      mbar_init(&full[s], 1), mbar_init(&consumed[s], 8), mbar_init(&empty[s], kCluster);
+    for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1), mbar_init(&consumed[s], 8);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (kCluster > 1) cluster_sync();
   __syncthreads();
 
   if (warpgroup == 0) {  // the producer
@@ -140,22 +146,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0)
       for (int step = 0; step < chunks; ++step) {
         const int stage = step % kStages;
-        if (step >= kStages) {  // the stage's last chunk, consumed here (and in the cluster's other blocks)
-          const int parity = (step / kStages - 1) & 1;
-          mbar_wait(&consumed[stage], parity);
-          if constexpr (kCluster > 1) {
-            for (int c = 0; c < kCluster; ++c) mbar_arrive_at(&empty[stage], c);
-            mbar_wait<true>(&empty[stage], parity);
-          }
-        }
+        if (step >= kStages) mbar_wait(&consumed[stage], (step / kStages - 1) & 1);  // its last chunk consumed
         uint8_t* at = smem + stage * stage_bytes<kN>();
         const int col = chunk_at(step) * kMmaChunk;
         mbar_expect(&full[stage], stage_bytes<kN>());
         tma_load(at, &w_map, col, row0, &full[stage]);
-        if constexpr (kCluster > 1)
-          tma_multicast(at + kWeightBytes + rank * (kN / kCluster) * 128, &x_map, col, token0 + rank * (kN / kCluster),
-                        &full[stage], static_cast<uint16_t>((1 << kCluster) - 1));
-        else tma_load(at + kWeightBytes, &x_map, col, token0, &full[stage]);
+        tma_load(at + kWeightBytes, &x_map, col, token0, &full[stage]);
       }
   } else {  // a consumer: weight rows 64 (warpgroup - 1) onwards, all kN tokens
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -201,34 +197,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (out_row < n && token < tokens) y[token * n + out_row] = total[4 * j + i];
       }
   }
-  if constexpr (kCluster > 1) cluster_sync();  // no block leaves while another may still write to it
 }
 
-template <int kN, int kStages, bool kOrdered, int kCluster>
+template <int kN, int kStages, bool kOrdered>
 void launch_ws(cudaStream_t stream, const __nv_bfloat16* w, const __nv_bfloat16* x, int64_t tokens, int64_t n,
                int64_t k, float* y) {
   static const bool sized = [] {
-    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered, kCluster>,
-                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes<kN, kStages>())),
+    must(cudaFuncSetAttribute(ws_gemm_kernel<kN, kStages, kOrdered>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem_bytes<kN, kStages>())),
          "shared memory");
     return true;
   }();
   (void)sized;
   const CUtensorMap w_map = matrix_map(w, n, k, kMmaChunk, kRows, CU_TENSOR_MAP_SWIZZLE_128B),
-                    x_map = matrix_map(x, tokens, k, kMmaChunk, kN / kCluster, CU_TENSOR_MAP_SWIZZLE_128B);
-  const auto row_tiles = static_cast<unsigned>(((n + kRows - 1) / kRows + kCluster - 1) / kCluster * kCluster);
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1, cluster.val.clusterDim.y = kCluster, cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((tokens + kN - 1) / kN), row_tiles);
-  config.blockDim = kThreads;
-  config.dynamicSmemBytes = smem_bytes<kN, kStages>();
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  must(cudaLaunchKernelEx(&config, ws_gemm_kernel<kN, kStages, kOrdered, kCluster>, w_map, x_map, tokens, n, k, y),
-       "launch");
+                    x_map = matrix_map(x, tokens, k, kMmaChunk, kN, CU_TENSOR_MAP_SWIZZLE_128B);
+  const dim3 grid(static_cast<unsigned>((tokens + kN - 1) / kN), static_cast<unsigned>((n + kRows - 1) / kRows));
+  ws_gemm_kernel<kN, kStages, kOrdered>
+      <<<grid, kThreads, smem_bytes<kN, kStages>(), stream>>>(w_map, x_map, tokens, n, k, y);
+  must(cudaGetLastError(), "launch");
 }
 
 using Launch = void (*)(cudaStream_t, const __nv_bfloat16*, const __nv_bfloat16*, int64_t, int64_t, int64_t, float*);
@@ -237,9 +223,9 @@ struct Variant {
   Launch launch;
 };
 constexpr Variant kVariants[] = {
-    {"ss 8sums", launch_ws<128, 5, true, 1>},
-    {"ss 1chain", launch_ws<128, 5, false, 1>},
-    {"ss 1ch n256", launch_ws<256, 4, false, 1>},
+    {"ss 8sums", launch_ws<128, 5, true>},
+    {"ss 1chain", launch_ws<128, 5, false>},
+    {"ss 1ch n256", launch_ws<256, 4, false>},
 };
 
 // The largest |got - want| over a sample of outputs, in units of the sum of |x w|

@@ -3,7 +3,7 @@
 # them again under compute-sanitizer's memcheck, and benches the CUDA device.
 # Logs go to $OUT (or /tmp/gpu-check). See docs/gpu.md for what to carry. $TARGETS (ninja targets)
 # builds less, e.g. TARGETS=chain_probe for the chain step alone.
-#   tools/gpu/check.sh [tests|memcheck|bench|ab|moe|peer|kernels|chain|tma|ws|profile|details|serve|gguf]...   (default: tests memcheck bench)
+#   tools/gpu/check.sh [tests|memcheck|bench|ab|moe|peer|kernels|chain|ws|profile|details|serve|gguf]...   (default: tests memcheck bench)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -18,7 +18,7 @@ if [ -d .deps ]; then
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON "${PREFIX[@]}" >"$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; exit 1; }
-ninja -C build-gpu ${TARGETS:-tessera gpu_test gpu_process_test nccl_test cuda_bench chain_probe tma_probe ws_probe} >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+ninja -C build-gpu ${TARGETS:-tessera gpu_test gpu_process_test nccl_test cuda_bench chain_probe ws_probe} >"$OUT/build.log" 2>&1 || { grep -A5 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 
 for step in $STEPS; do
@@ -56,9 +56,6 @@ for step in $STEPS; do
     ws)
       # A warp-specialized wgmma GEMM in natural k order against mma_gemm and cuBLAS (bench/ws_probe.cu).
       timeout 300 build-gpu/bin/ws_probe | tee "$OUT/ws_probe.log" ;;
-    tma)
-      # The tiled GEMM's tiles by TMA, x multicast over a cluster of two, against mma_gemm (bench/tma_probe.cu).
-      build-gpu/bin/tma_probe | tee "$OUT/tma_probe.log" ;;
     profile)
       # Time per kernel of whole decode steps (Nsight Compute, clocks left alone), as CSV: three decode steps
       # (TESSERA_CUDA_PROFILE_STEPS=3 brackets them, so nothing else is profiled) of the 1B and 8B shapes at

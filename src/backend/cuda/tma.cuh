@@ -1,7 +1,7 @@
 // Hopper's asynchronous copies and tensor-core instructions (sm_90a), for the
 // kernels of tessera_cuda_sm90a (wgmma_gemm.cu) and the probes in bench/:
 // shared-memory addresses, mbarriers, TMA copies of tiles described by tensor
-// maps, clusters, wgmma with the weights' fragments from registers, and the
+// maps, wgmma with the weights' fragments from registers, and the
 // host's tensor maps of row-major bf16 matrices.
 #pragma once
 
@@ -70,47 +70,20 @@ __device__ __forceinline__ void mbar_arrive_if_first(uint64_t* bar, int lane) {
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
-// Waits for the barrier's phase of this parity; kCluster: acquiring what the
-// cluster's other blocks released with their arrivals. A kernel that would hang
-// (a barrier never completing: a bug) traps after about four seconds instead.
-template <bool kCluster = false>
+// Waits for the barrier's phase of this parity. A kernel that would hang (a
+// barrier never completing: a bug) traps after about four seconds instead.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
   uint32_t done = 0;
   const long long start = clock64();
   while (!done) {
-    if constexpr (kCluster)
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-          "selp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(done)
-          : "r"(smem_address(bar)), "r"(parity)
-          : "memory");
-    else
-      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(smem_address(bar)), "r"(parity)
-                   : "memory");
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(smem_address(bar)), "r"(parity)
+                 : "memory");
     if (!done && clock64() - start > 8'000'000'000LL) __trap();
   }
 }
-// An arrival on the barrier at the same place in block `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_at(uint64_t* bar, int rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_address(bar)),
-      "r"(rank)
-      : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return static_cast<int>(rank);
-}
-// The box at (c0, c1) of `map` into `dst`, completing on `bar`; with a mask, into
-// the same place of each block of the cluster that the mask names (and their bars).
+// The box at (c0, c1) of `map` into `dst`, completing on `bar`.
 __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
@@ -118,15 +91,6 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar))
       : "memory");
 }
-__device__ __forceinline__ void tma_multicast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
-                                              uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3}], [%4], %5;\n" ::"r"(smem_address(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(smem_address(bar)), "h"(mask)
-      : "memory");
-}
-
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
