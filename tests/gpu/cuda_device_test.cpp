@@ -42,6 +42,16 @@ std::vector<float> get(Device& device, const Buffer& buffer, size_t floats) {
 
 TensorView view(DType dtype, std::vector<int64_t> shape, const void* data) { return {dtype, std::move(shape), data}; }
 
+// Seeded random bf16 weights of `shape` ([n] or [n, k]), placed on the device.
+TensorView place_random(Device& device, std::vector<int64_t> shape, uint32_t seed) {
+  const DType dtype = DType::kBF16;
+  const auto values =
+      testing::random_weights(static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)), dtype, seed);
+  auto placed = device.place(view(dtype, shape, values.data()));
+  EXPECT_TRUE(placed.ok());
+  return *placed;
+}
+
 // |got - want| within `relative` of `scale` at every element.
 void expect_close(const std::vector<float>& got, const std::vector<float>& want, double relative, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -182,16 +192,9 @@ TEST_P(CudaMatmulTest, FusedCallsAreBitwiseTheSeparateCalls) {
 // bf16; 31 tokens normalize first.
 TEST(CudaDeviceTest, NormalizedMatmulsAreBitwiseTheNormThenTheMatmuls) {
   TESSERA_CUDA_OR_SKIP(gpu);
-  const DType dtype = DType::kBF16;
   const float eps = 1e-5f;
   for (const int64_t k : {512, 4096, 5120}) {
-    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
-      const auto values =
-          testing::random_weights(static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)), dtype, seed);
-      auto placed = gpu->place(view(dtype, shape, values.data()));
-      EXPECT_TRUE(placed.ok());
-      return *placed;
-    };
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
     const TensorView norm = place({k}, 1), wq = place({96, k}, 2), wk = place({32, k}, 3), bk = place({32}, 4),
                      gate = place({160, k}, 5), up = place({160, k}, 6), none{};
     for (const int64_t tokens : {1, 7, 31, 40}) {
@@ -269,15 +272,8 @@ TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
 // not (576), rows that leave a tile part empty, and a last token tile part empty.
 TEST(CudaDeviceTest, TiledMatmulsOnWgmmaAreBitwiseTheMmaSyncKernels) {
   TESSERA_CUDA_OR_SKIP(gpu);
-  const DType dtype = DType::kBF16;
   for (const int64_t k : {576, 1024}) {
-    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
-      const auto values =
-          testing::random_weights(static_cast<size_t>(shape[0] * (shape.size() > 1 ? shape[1] : 1)), dtype, seed);
-      auto placed = gpu->place(view(dtype, shape, values.data()));
-      EXPECT_TRUE(placed.ok());
-      return *placed;
-    };
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
     const TensorView wq = place({3000, k}, 1), bq = place({3000}, 2), wk = place({520, k}, 3),
                      gate = place({1500, k}, 4), up = place({1500, k}, 5), none{};
     for (const int64_t tokens : {300, 513}) {
@@ -311,16 +307,10 @@ TEST(CudaDeviceTest, TiledMatmulsOnWgmmaAreBitwiseTheMmaSyncKernels) {
 // wgmma where the device has it) and split ones.
 TEST(CudaDeviceTest, MatmulAfterGateUpIsBitwiseTheMatmulOfACopy) {
   TESSERA_CUDA_OR_SKIP(gpu);
-  const DType dtype = DType::kBF16;
   const int64_t k = 512;
   for (const auto& shape : {std::pair<int64_t, int64_t>{128, 40}, {8192, 40}, {8192, 300}}) {
     const int64_t rows = shape.first, tokens = shape.second;
-    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) {
-      const auto values = testing::random_weights(static_cast<size_t>(shape[0] * shape[1]), dtype, seed);
-      auto placed = gpu->place(view(dtype, shape, values.data()));
-      EXPECT_TRUE(placed.ok());
-      return *placed;
-    };
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
     const TensorView gate = place({rows, k}, 1), up = place({rows, k}, 2), down = place({96, rows}, 3), none{};
     const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 4));
     const auto n = [&](int64_t width) { return static_cast<size_t>(tokens * width); };
