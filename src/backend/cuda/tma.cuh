@@ -76,7 +76,8 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 // Waits for the barrier's phase of this parity. A kernel that would hang (a
-// barrier never completing: a bug) traps after about four seconds instead.
+// barrier never completing: a bug) traps after about a minute of the SM's clock
+// instead (far above any wait, even with other processes' kernels time-sliced in).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
   uint32_t done = 0;
   const long long start = clock64();
@@ -85,7 +86,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
                  : "=r"(done)
                  : "r"(smem_address(bar)), "r"(parity)
                  : "memory");
-    if (!done && clock64() - start > 8'000'000'000LL) __trap();
+    if (!done && clock64() - start > 120'000'000'000LL) __trap();
   }
 }
 // The box at (c0, c1) of `map` into `dst`, completing on `bar`.
