@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int g = lane / 4, t = lane % 4;
     const auto release = [&](int step) {
       __syncwarp();
-      if (lane == 0) mbar_arrive(&consumed[step % kStages]);
+      mbar_arrive_if_first(&consumed[step % kStages], lane);
     };
     const int sums = kOrdered ? kMmaSplit : 1;
     for (int sum = 0, step = 0; sum < sums; ++sum) {

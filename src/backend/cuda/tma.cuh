@@ -72,9 +72,6 @@ __device__ __forceinline__ void mbar_arrive_if_first(uint64_t* bar, int lane) {
                "r"(lane)
                : "memory");
 }
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-}
 // Waits for the barrier's phase of this parity. A kernel that would hang (a
 // barrier never completing: a bug) traps after about a minute of the SM's clock
 // instead (far above any wait, even with other processes' kernels time-sliced in).
