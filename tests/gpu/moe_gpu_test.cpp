@@ -1,11 +1,13 @@
 // Mixture of experts on the GPU without the host (Device::route_experts and
 // run_experts, backend/cuda/moe.cu): routing bitwise the host's route_token on
-// logits full of ties, every family's routing; the experts bitwise what the
+// logits full of ties, every family's routing (softmax by one warp a token up to
+// 256 experts and 32 chosen, by a block past that); the experts bitwise what the
 // GPU's own matmul, gather and scatter-add give one expert at a time (tensor
 // cores and FMA, decode and prefill tiles); a token's row the same alone and
 // among others (alone, its down and weighted sum in one launch, its router's
-// matmul and routing in one launch: the logits bitwise the device's matmul, and
-// its x normalized by those launches: bitwise the device's rms_norm first).
+// matmul and routing in one launch: the logits bitwise the device's matmul, its
+// routing inside the gate/up launch, and its x normalized by those launches:
+// bitwise the device's rms_norm first; the switches come from the environment).
 // The fixtures run through it in cuda_forward_test.cpp. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -69,6 +71,9 @@ TEST(CudaMoeTest, RoutingIsBitwiseTheHostsOnLogitsWithTies) {
       {"qwen3 8 of 128", softmax_moe(128, 8, true)},
       {"qwen3 unnormalized 3 of 5", softmax_moe(5, 3, false)},
       {"wide 6 of 600", softmax_moe(600, 6, true)},
+      // one warp's most: 8 experts a lane, 32 chosen; then more chosen than a warp's lanes (a block routes)
+      {"32 of 256, unnormalized", softmax_moe(256, 32, false)},
+      {"33 of 64", softmax_moe(64, 33, true)},
       {"glm4.5 8 of 128, 4 of 8 groups, x2.5, bf16 bias", sigmoid_groups_moe(128, 8, 8, 4, true, 2.5f), true,
        DType::kBF16},
       {"8 of 256, 4 of 8 groups, f32 bias", sigmoid_groups_moe(256, 8, 8, 4, true, 2.5f), true, DType::kF32},
@@ -264,7 +269,8 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
       };
       const auto alone = run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden);
       EXPECT_EQ(alone, row(together, c.hidden)) << "token " << t;
-      // Routed by run_experts itself, and added onto a residual row.
+      // Routed by run_experts itself (with TESSERA_CUDA_MOE_FOLD_ROUTING=1, inside the
+      // gate/up launch on tensor cores), and added onto a residual row.
       EXPECT_EQ(run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden,
                               Call::kRunFromLogits),
                 alone)

@@ -182,6 +182,111 @@ __global__ void __launch_bounds__(kRouteThreads)
   route_one<D>(logits + t * r.experts, r, bias, experts + t * r.top_k, weights + t * r.top_k);
 }
 
+// ---- a token routed by one warp (softmax, up to 256 experts) -------------------
+//
+// The same experts and weights as route_one with no block barrier: lane L holds
+// experts L, L + 32, ...; the largest logit by shuffles (fmaxf, as block_reduce:
+// the order of a max does not change it); every lane adds the softmax terms from
+// shared memory in expert order, as route_one's thread 0 does (so every lane has
+// the sum); the top k one at a time, each the warp's largest key by two redux
+// instructions (order_key's word, then the lower index); lane j keeps the j-th
+// chosen, and the weights' sum is added in rank order as route_one's thread 0
+// adds it. Mixtral's and Qwen3-MoE's routing at batch 1 is then a few hundred
+// cycles of one warp, where route_one took a block and five barriers.
+
+constexpr int kWarpRoutePer = 8;  // experts a lane holds
+constexpr int kMaxWarpRouted = 32 * kWarpRoutePer;
+constexpr int kMaxWarpTopK = 32;
+
+// Whether one warp routes a token of `r` (TESSERA_CUDA_MOE_WARP_ROUTE=0: never).
+bool warp_routes(const ExpertRouting& r) {
+  static const bool on = !switched_off("TESSERA_CUDA_MOE_WARP_ROUTE");
+  return on && r.scoring == ExpertScoring::kSoftmax && r.experts <= kMaxWarpRouted && r.top_k <= kMaxWarpTopK;
+}
+
+// routing::ranks_before's order of scores as one word (the larger word first,
+// equal words for equal scores): -0 as +0, NaN the lowest (0).
+__device__ __forceinline__ unsigned order_key(float v) {
+  if (v != v) return 0u;
+  const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) != 0 ? ~u : u | 0x80000000u;
+}
+
+// One token's experts and weights, `chosen` and `chosen_w` [top_k] (global or
+// shared memory), from its logits [r.experts] (read from L2, as route_one does),
+// by all 32 lanes of a warp; warp_routes(r) holds.
+__device__ __forceinline__ void route_warp(const float* l, const ExpertRouting& r, int32_t* chosen, float* chosen_w) {
+  __shared__ float terms[kMaxWarpRouted];
+  constexpr unsigned kAll = 0xffffffffu;
+  const int n = static_cast<int>(r.experts), k = static_cast<int>(r.top_k);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float p[kWarpRoutePer];
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kWarpRoutePer; ++j) {
+    const int e = lane + 32 * j;
+    p[j] = e < n ? __ldcg(l + e) : -INFINITY;
+    m = fmaxf(m, p[j]);
+  }
+  m = warp_max(m);
+#pragma unroll
+  for (int j = 0; j < kWarpRoutePer; ++j) {
+    const int e = lane + 32 * j;
+    if (e < n) terms[e] = p[j] = routing::softmax_term(p[j], m);
+  }
+  __syncwarp();
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int e = 0; e < n; ++e) sum = routing::add(sum, terms[e]);
+  __syncwarp();  // every lane has read the terms before they become probabilities
+  // Each candidate's key: its score's word, then the complement of its index (the
+  // lower index first); 0 once taken, or past the experts.
+  uint64_t key[kWarpRoutePer];
+#pragma unroll
+  for (int j = 0; j < kWarpRoutePer; ++j) {
+    const int e = lane + 32 * j;
+    key[j] = 0;
+    if (e < n) {
+      terms[e] = p[j] = routing::div(p[j], sum);
+      key[j] = static_cast<uint64_t>(order_key(p[j])) << 32 | ~static_cast<uint32_t>(e);
+    }
+  }
+  __syncwarp();
+  int32_t mine = 0;
+  float mine_w = 0.0f, top_sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    uint64_t best = 0;
+#pragma unroll
+    for (int i = 0; i < kWarpRoutePer; ++i) best = key[i] > best ? key[i] : best;
+    const auto hi = static_cast<unsigned>(best >> 32);
+    const unsigned top_hi = __reduce_max_sync(kAll, hi);
+    const unsigned top_lo = __reduce_max_sync(kAll, hi == top_hi ? static_cast<unsigned>(best) : 0u);
+    const auto e = static_cast<int32_t>(~top_lo);
+#pragma unroll
+    for (int i = 0; i < kWarpRoutePer; ++i)
+      if (lane + 32 * i == e) key[i] = 0;
+    const float w = terms[e];
+    top_sum = routing::add(top_sum, w);
+    if (lane == j) mine = e, mine_w = w;
+  }
+  if (lane < k) {
+    float w = mine_w;
+    if (r.normalize) w = routing::div(w, top_sum);
+    if (r.scaling != 1.0f) w = routing::mul(w, r.scaling);
+    chosen[lane] = mine;
+    chosen_w[lane] = w;
+  }
+}
+
+// One warp a token (warp_routes).
+__global__ void __launch_bounds__(32) route_warp_kernel(const float* __restrict__ logits, ExpertRouting r,
+                                                        int32_t* __restrict__ experts, float* __restrict__ weights) {
+  let_next_start();
+  wait_for_earlier();
+  const int64_t t = blockIdx.x;
+  route_warp(logits + t * r.experts, r, experts + t * r.top_k, weights + t * r.top_k);
+}
+
 // ---- a lone token's router and routing in one launch --------------------------
 //
 // Block b computes the router's logits of rows [16b, 16b + 16) as mma_matmul.cu
@@ -190,7 +295,8 @@ __global__ void __launch_bounds__(kRouteThreads)
 // logits), loading its first weights before it waits for the kernel before it;
 // it writes them, and the last block to finish (a counter of the layer's,
 // incremented once a block after a fence, set back to zero by that block) routes
-// the token as route_kernel does (route_one). The counter is the only atomic: no sum depends
+// the token as route_kernel does (route_one, or route_warp's warp 0 when
+// warp_routes). The counter is the only atomic: no sum depends
 // on the order the blocks finish in. One launch where the router's matmul and
 // routing took two, each waiting for the one before.
 
@@ -200,7 +306,8 @@ template <DType D>
 __global__ void __launch_bounds__(kRouteThreads)
     router_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ norm, float eps,
                   const __nv_bfloat16* __restrict__ router, ExpertRouting r, const Storage<D>* __restrict__ bias,
-                  float* logits, unsigned* counter, int32_t* __restrict__ experts, float* __restrict__ weights) {
+                  float* logits, unsigned* counter, int32_t* __restrict__ experts, float* __restrict__ weights,
+                  bool by_warp) {
   static_assert(kRouteThreads == kMmaSplit * 32 && kRouteThreads == kNormThreads);
   __shared__ float partial[kMmaSplit][32][4];
   __shared__ float squares[32];
@@ -261,7 +368,12 @@ __global__ void __launch_bounds__(kRouteThreads)
     }
   }
   __syncthreads();
-  if (last) route_one<D>(logits, r, bias, experts, weights);
+  if (!last) return;
+  if (!by_warp) {
+    route_one<D>(logits, r, bias, experts, weights);
+  } else if (warp == 0) {
+    route_warp(logits, r, experts, weights);
+  }
 }
 
 // ---- grouping ---------------------------------------------------------------
@@ -359,14 +471,22 @@ struct Items {
   // each), which its blocks send to L2 for the down launch (null: none).
   const void* const* down_ahead = nullptr;
   int64_t down_bytes = 0;
+  // A lone token's gate/up routing it itself (mma_experts_kernel's kRoute): its
+  // logits [routing.experts], and where block (0, 0) writes the experts and
+  // weights [top_k] for the launches after it.
+  const float* route_logits = nullptr;
+  ExpertRouting routing;
+  int32_t* routed = nullptr;
+  float* routed_w = nullptr;
 };
 
 struct Item {
   int32_t expert = 0, first = 0, count = 0;
 };
 
-// Item `i` of the step, or false past the last (every thread of the block calls it).
-__device__ __forceinline__ bool find_item(const Items& items, int i, Item& item) {
+// Item `i` of the step, or false past the last (every thread of the block calls
+// it); `lone`: a lone token's experts (items.lone, or the block's own routing).
+__device__ __forceinline__ bool find_item(const Items& items, const int32_t* lone, int i, Item& item) {
   if (items.table != nullptr) {
     if (i >= *items.count) return false;
     item = {items.table[3 * i], items.table[3 * i + 1], items.table[3 * i + 2]};
@@ -374,7 +494,7 @@ __device__ __forceinline__ bool find_item(const Items& items, int i, Item& item)
   }
   if (i >= items.top_k) return false;
   int32_t expert = 0;
-  const int slot = lone_slot(items.lone, items.top_k, expert);
+  const int slot = lone_slot(lone, items.top_k, expert);
   const unsigned holder = __ballot_sync(0xffffffffu, static_cast<int>(threadIdx.x % 32) < items.top_k && slot == i);
   item = {__shfl_sync(0xffffffffu, expert, __ffs(holder) - 1), i, 1};
   return true;
@@ -391,12 +511,12 @@ __device__ __forceinline__ int64_t x_row(const Items& items, int64_t slot) {
 // to L2 (nothing waits for it) as its gate/up block ends, so that the down
 // launch after it finds them there: the 128-byte lines of each expert's matrix
 // dealt out over the grid's threads.
-__device__ __forceinline__ void send_down_ahead(const Items& items) {
+__device__ __forceinline__ void send_down_ahead(const Items& items, const int32_t* lone) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x;
   const int64_t first = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t lines = items.down_bytes / 128;
   for (int j = 0; j < items.top_k; ++j) {
-    const auto* w = static_cast<const char*>(items.down_ahead[items.lone[j]]);
+    const auto* w = static_cast<const char*>(items.down_ahead[lone[j]]);
     for (int64_t line = first; line < lines; line += threads) prefetch_l2(w + line * 128);
   }
 }
@@ -416,18 +536,34 @@ __device__ __forceinline__ void send_down_ahead(const Items& items) {
 // mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up. kNorm (a
 // lone token's gate/up): x normalized by `norm` as it loads, its scale computed
 // once the first weights are on their way (before them when a warp has no chunk).
-template <int kTiles, bool kGateUp, bool kNorm = false>
+// kRoute (a lone token's gate/up, TESSERA_CUDA_MOE_FOLD_ROUTING=1): warp 0 of
+// every block routes the token from items.route_logits (route_warp) before the
+// block finds its expert, and block (0, 0) writes the experts and weights out:
+// the routing launch goes.
+template <int kTiles, bool kGateUp, bool kNorm = false, bool kRoute = false>
 __global__ void __launch_bounds__(kMmaSplit * 32)
     mma_experts_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
                        const void* const* __restrict__ w_second, Items items, ExpertNorm norm, float* __restrict__ y) {
   static_assert(!kNorm || (kTiles == 1 && kGateUp && kMmaSplit * 32 == kNormThreads));
+  static_assert(!kRoute || (kTiles == 1 && kGateUp));
   constexpr int kUnroll = 2;
   __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
   __shared__ float squares[kNorm ? 32 : 1];
+  __shared__ int32_t routed[kRoute ? kMaxWarpTopK : 1];
+  __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
   let_next_start();
   wait_for_earlier();
+  if constexpr (kRoute) {
+    if (threadIdx.x < 32) route_warp(items.route_logits, items.routing, routed, routed_w);
+    __syncthreads();
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < items.top_k) {
+      items.routed[threadIdx.x] = routed[threadIdx.x];
+      items.routed_w[threadIdx.x] = routed_w[threadIdx.x];
+    }
+  }
+  const int32_t* lone = kRoute ? routed : items.lone;
   Item it;
-  if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
+  if (!find_item(items, lone, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int32_t expert = it.expert, first = it.first, count = it.count;
@@ -475,7 +611,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
       }
     }
   }
-  if (kGateUp && items.down_ahead != nullptr) send_down_ahead(items);
+  if (kGateUp && items.down_ahead != nullptr) send_down_ahead(items, lone);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
@@ -514,7 +650,7 @@ __global__ void __launch_bounds__(kFmaThreads)
   let_next_start();
   wait_for_earlier();
   Item it;
-  if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
+  if (!find_item(items, items.lone, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t expert = it.expert, first = it.first, count = it.count;
   const auto* w0 = static_cast<const Storage<D>*>(w_first[expert]);
@@ -770,12 +906,17 @@ void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64
   if (mma_matmul_fits(table.dtype, k)) {
     const dim3 grid(static_cast<unsigned>((n + 15) / 16), grid_y);
     auto kernel = tile == 8 ? mma_experts_kernel<1, kGateUp> : mma_experts_kernel<4, kGateUp>;
-    if constexpr (kGateUp)
-      if (norm.weight != nullptr) kernel = mma_experts_kernel<1, true, true>;
+    if constexpr (kGateUp) {
+      const bool route = table_items.route_logits != nullptr;
+      if (norm.weight != nullptr)
+        kernel = route ? mma_experts_kernel<1, true, true, true> : mma_experts_kernel<1, true, true>;
+      else if (route) kernel = mma_experts_kernel<1, true, false, true>;
+    }
     launch_kernel(kernel, grid, kMmaSplit * 32, 0, stream, x, k, n, w_first, w_second, table_items, norm, y);
     return;
   }
-  TS_CHECK(norm.weight == nullptr, "a normalizing experts' launch of k ", k);
+  TS_CHECK(norm.weight == nullptr && (!kGateUp || table_items.route_logits == nullptr),
+           "a normalizing or routing experts' launch of k ", k);
   const dim3 grid(static_cast<unsigned>((n + kFmaRows - 1) / kFmaRows), grid_y);
   with_dtype(table.dtype, [&]<DType D>() {
     const auto kernel = k % 8 == 0 ? fma_experts_kernel<D, true, kGateUp> : fma_experts_kernel<D, false, kGateUp>;
@@ -811,6 +952,10 @@ void route_experts(cudaStream_t stream, const float* logits, int64_t tokens, con
   const ExpertRouting& r = routing;
   check_routing(r);
   if (tokens == 0) return;
+  if (warp_routes(r)) {
+    launch_kernel(route_warp_kernel, static_cast<unsigned>(tokens), 32, 0, stream, logits, r, experts, weights);
+    return;
+  }
   with_dtype(bias != nullptr ? bias_dtype : DType::kF32, [&]<DType D>() {
     launch_kernel(route_kernel<D>, static_cast<unsigned>(tokens), kRouteThreads, 0, stream, logits, r,
                   static_cast<const Storage<D>*>(bias), experts, weights);
@@ -841,6 +986,7 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
   static const bool down_sum_on = !switched_off("TESSERA_CUDA_MOE_DOWN_SUM");
   static const bool down_ahead_on = asked("TESSERA_CUDA_MOE_DOWN_AHEAD");
+  static const bool fold_on = asked("TESSERA_CUDA_MOE_FOLD_ROUTING");
   const bool lone = lone_token(tokens, top_k);
   const bool normed = norm.weight != nullptr;
   TS_CHECK(!normed || (lone && mma_matmul_fits(table.dtype, table.hidden)),
@@ -854,12 +1000,21 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
       launch_kernel(router_kernel<D>, static_cast<unsigned>((routing.experts + 15) / 16), kRouteThreads, 0, stream, x,
                     table.hidden, static_cast<const __nv_bfloat16*>(norm.weight), norm.eps,
                     static_cast<const __nv_bfloat16*>(router.router), routing,
-                    static_cast<const Storage<D>*>(router.bias), router.logits, table.counter, experts, weights);
+                    static_cast<const Storage<D>*>(router.bias), router.logits, table.counter, experts, weights,
+                    warp_routes(routing));
     });
-  } else if (router.logits != nullptr) {
-    route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
   }
   Items by{.top_k = static_cast<int>(top_k)};
+  // A lone token's routing folded into its gate/up launch: given the logits, one
+  // warp's work (warp_routes), and gate/up on tensor cores.
+  const bool fold = fold_on && lone && router.router == nullptr && router.logits != nullptr && warp_routes(routing) &&
+                    mma_matmul_fits(table.dtype, table.hidden);
+  if (fold) {
+    check_routing(routing);
+    by.route_logits = router.logits, by.routing = routing, by.routed = experts, by.routed_w = weights;
+  } else if (router.router == nullptr && router.logits != nullptr) {
+    route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
+  }
   if (lone) {
     by.lone = experts;
     if (down_ahead_on && table.dtype == DType::kBF16) {

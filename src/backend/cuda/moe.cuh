@@ -1,12 +1,17 @@
 // A mixture-of-experts layer on the GPU with no trip to the host
 // (Device::route_experts and Device::run_experts; moe.cu):
 //
-//   route_experts   one block a token: softmax or sigmoid-group scores, the top_k
+//   route_experts   one warp a token for softmax scores of up to 256 experts and
+//                   a top_k of up to 32 (TESSERA_CUDA_MOE_WARP_ROUTE=0: never),
+//                   else one block: softmax or sigmoid-group scores, the top_k
 //                   (expert_routing.h's arithmetic: bitwise route_token's choice
 //                   and weights on the host)
 //   run_experts     0. given the router's logits, route_experts first (a lone
 //                      token given the router's weight: its matmul and the
-//                      routing in one launch, the last block to finish routing);
+//                      routing in one launch, the last block to finish routing;
+//                      a lone token whose gate/up takes the tensor cores and one
+//                      warp routes, with TESSERA_CUDA_MOE_FOLD_ROUTING=1: warp 0
+//                      of every gate/up block routes it, and no routing launch);
 //                      a lone token's x may come unnormalized with its RMSNorm
 //                      (ExpertNorm): the router's and gate/up's blocks normalize
 //                      it as they load it, and the norm's launch goes;
