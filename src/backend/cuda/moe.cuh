@@ -19,7 +19,9 @@
 //                      token, and cuts each expert's pairs into items of up to 8
 //                      (or 32) pairs (a lone token skips this launch: its item i
 //                      is its i-th lowest expert, found by each block);
-//                   2. gate and up with SiLU for every item in one launch, the
+//                   2. gate and up with SiLU for every item in one launch (a lone
+//                      token's in blocks of four warps with
+//                      TESSERA_CUDA_MOE_GATE_UP_WARPS=4: one wave), the
 //                      expert's weights found from its id in a table of pointers
 //                      in device memory (each item reads them once for its pairs;
 //                      a lone token's blocks then send down's weights to L2);
@@ -29,7 +31,10 @@
 //                      the residual stream, one launch of Device::add fewer).
 //                   A lone token of top_k <= 8 on tensor cores takes 3 and 4 in one
 //                   launch: a block computes 16 rows of every expert's down and
-//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=0: two launches).
+//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=0: two launches);
+//                   with TESSERA_CUDA_MOE_FUSED=1, 2 to 4 in one launch of one block
+//                   an SM, a grid-wide barrier between gate/up and down (it counts
+//                   in ExpertTable::counter's second word).
 //
 // The matmuls are the dense ones' sums: bf16 weights with k a multiple of 64 take
 // mma_matmul.cu's tensor-core order (the same mma_half on the same k positions,
@@ -87,7 +92,8 @@ struct ExpertTable {
   int64_t experts = 0;
   int64_t hidden = 0;
   int64_t inter = 0;
-  unsigned* counter = nullptr;  // a word of the layer's own, zero between launches (the router's launch counts in it)
+  unsigned* counter = nullptr;  // two words of the layer's own, zero between launches (the router's launch counts in
+                                // the first, the fused experts' launch in the second)
 };
 
 // x's RMSNorm as the experts' kernels apply it while they load x (null weight:
