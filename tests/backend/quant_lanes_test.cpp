@@ -21,11 +21,12 @@
 namespace tessera {
 namespace {
 
-template <DType kT, int kTile>
+template <DType kT, int kTile, bool kLean = true>
 void check_lanes(int64_t units, uint32_t seed) {
   using U = cuda::Unit<kT>;
   const int64_t k = units * U::kElems, n = 5, row_bytes = units * U::kBytes;
-  SCOPED_TRACE(std::string(dtype_name(kT)) + ", " + std::to_string(units) + " units, tile " + std::to_string(kTile));
+  SCOPED_TRACE(std::string(dtype_name(kT)) + ", " + std::to_string(units) + " units, tile " + std::to_string(kTile) +
+               (kLean ? "" : ", not lean"));
   const std::vector<float> values = testing::random_values(static_cast<size_t>(n * k), seed);
   std::vector<uint8_t> blocks(dtype_bytes(kT, n * k));
   quantize_blocks(kT, values, blocks);
@@ -69,7 +70,7 @@ void check_lanes(int64_t units, uint32_t seed) {
       for (int j = 0; j < U::kLanes; ++j) {
         int p[kTile] = {}, m[kTile] = {};
         float dmin = 0;
-        const float d = cuda::lane_part<kT, kTile>(ring, su, j, static_cast<int>(u), acts, xt, k, p, m, dmin);
+        const float d = cuda::lane_part<kT, kTile, kLean>(ring, su, j, static_cast<int>(u), acts, xt, k, p, m, dmin);
         ASSERT_EQ(d, w.d) << "row " << r << " unit " << u << " lane " << j;
         if (kT == DType::kQ4_K || kT == DType::kQ5_K) {
           ASSERT_EQ(dmin, w.dmin) << "row " << r << " unit " << u;
@@ -140,6 +141,11 @@ TEST(QuantLanes, LanePartsAddUpToTheUnitsIntegerSums) {
   check_lanes<DType::kQ5_K, 4>(31, 8);
   check_lanes<DType::kQ6_K, 1>(31, 9);
   check_lanes<DType::kQ6_K, 4>(31, 10);
+  // The kernels before the lean unpacking (TESSERA_CUDA_QUANT_LEAN_LANES=0), which differ for Q4_K and Q6_K.
+  check_lanes<DType::kQ4_K, 1, false>(31, 5);
+  check_lanes<DType::kQ4_K, 4, false>(31, 6);
+  check_lanes<DType::kQ6_K, 1, false>(31, 9);
+  check_lanes<DType::kQ6_K, 4, false>(31, 10);
 }
 
 }  // namespace

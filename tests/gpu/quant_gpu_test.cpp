@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -278,6 +279,14 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
         int differ = 0;
         for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &stated[i], sizeof(float)) != 0;
         EXPECT_EQ(differ, 0) << "of " << got.size() << " outputs; the first: " << got[0] << " against " << stated[0];
+        if (tokens != 1) continue;
+        // A token's kernels before the lean ones (quant_matmul.cu), which the benches measure against them.
+        for (const char* off : {"TESSERA_CUDA_QUANT_LEAN_LANES", "TESSERA_CUDA_QUANT_LEAN"}) {
+          ::setenv(off, "0", 1);
+          const std::vector<float> before = run(**gpu_made, w, x, tokens, &bias, add);
+          ::unsetenv(off);
+          EXPECT_EQ(std::memcmp(before.data(), stated.data(), stated.size() * sizeof(float)), 0) << off << "=0";
+        }
       }
     }
   }

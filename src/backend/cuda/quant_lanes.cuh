@@ -70,6 +70,27 @@ TS_LANE int dp2a_lo(int a, int b, int c) {
          static_cast<int16_t>(a >> 16) * static_cast<int8_t>(b >> 8);
 #endif
 }
+// c + the 4 products of a's bytes (unsigned) and b's (signed).
+TS_LANE int dp4a_us(uint32_t a, int b, int c) {
+#if defined(__CUDA_ARCH__)
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  for (int i = 0; i < 32; i += 8) c += static_cast<int>((a >> i) & 0xff) * static_cast<int8_t>(b >> i);
+  return c;
+#endif
+}
+// Byte b (0 or 1) of x, signed.
+TS_LANE int signed_byte(uint32_t x, int b) {
+#if defined(__CUDA_ARCH__)
+  int d;  // prmt: byte b, then its sign in bytes 1-3
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(d) : "r"(x), "r"(0x8880 + 0x1111 * b));
+  return d;
+#else
+  return static_cast<int8_t>(x >> (8 * b));
+#endif
+}
 // Bytes of y:x (x bytes 0-3, y bytes 4-7), byte i of the result chosen by nibble i of s (each < 8).
 TS_LANE uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 #if defined(__CUDA_ARCH__)
@@ -159,6 +180,13 @@ TS_LANE int sum16(const int4 x, int times) {
   s = dp4a(times, x.z, s);
   return dp4a(times, x.w, s);
 }
+// c + the 16 products of the activations x and the bytes of w[0..3], taken unsigned.
+TS_LANE int dot16_us(const int4 x, const uint32_t* w, int c = 0) {
+  c = dp4a_us(w[0], x.x, c);
+  c = dp4a_us(w[1], x.y, c);
+  c = dp4a_us(w[2], x.z, c);
+  return dp4a_us(w[3], x.w, c);
+}
 TS_LANE int4 x16(const int8_t* p) { return load<int4>(p); }
 // The two int16 at p (4-byte aligned) as one word, the first in the low half.
 TS_LANE int pair16(const int16_t* p) { return load<int>(p); }
@@ -176,7 +204,8 @@ TS_LANE void scales_mins(uint32_t s0, uint32_t s1, uint32_t s2, int i, uint32_t&
 // Q4_K and Q5_K units (144 and 176 bytes) on 16, so their parts are 16-byte reads.
 // A lane reads x in pieces of 16 bytes in an order of its own (from u and j), so that
 // the 8 lanes of a quarter warp read 8 different bank quads of shared memory.
-template <DType kT, int kTile>
+// kLean: Q4_K's and Q6_K's weights unpacked in fewer operations (the same integers).
+template <DType kT, int kTile, bool kLean = true>
 TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const Acts& a, const int64_t (&xt)[kTile],
                         int64_t k, int (&p)[kTile], int (&m)[kTile], float& dmin) {
   if constexpr (kT == DType::kQ8_0) {
@@ -203,6 +232,39 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
       p[t] = dot16(x0, lo) + dot16(x1, hi) - sum16(x0, 0x08080808) - sum16(x1, 0x08080808);
     }
     return f16_bits(ring_half(ring, su));
+  } else if constexpr (kT == DType::kQ4_K && kLean) {
+    // As below, but each word of weights takes one operation: the high nibbles stay where
+    // they lie (unsigned bytes, 16 times their values), the low ones' scales are taken 16
+    // times, and the lane's sum, 16 times its part exactly, is divided by 16.
+    const int i = j, rb = i >> 1, r0 = u & 1;
+    const uint4 head = ring16(ring, su);  // d, dmin, the 12 scale bytes
+    const uint32_t at = su + 16 + 32 * i;
+    const uint4 qa4 = ring16(ring, at + 16 * r0), qb4 = ring16(ring, at + 16 - 16 * r0);
+    const uint32_t qa[4] = {qa4.x, qa4.y, qa4.z, qa4.w}, qb[4] = {qb4.x, qb4.y, qb4.z, qb4.w};
+    const uint32_t mask = 0x0f0f0f0fu << (4 * rb);  // reads 0, 1: sub-block 2i + rb's nibbles
+    uint32_t w[4][4];                               // the weights of reads 0..3
+    TS_UNROLL
+    for (int e = 0; e < 4; ++e)
+      w[0][e] = qa[e] & mask, w[1][e] = qb[e] & mask, w[2][e] = qa[e] ^ w[0][e], w[3][e] = qb[e] ^ w[1][e];
+    uint32_t sc, mn;
+    scales_mins(head.y, head.z, head.w, i, sc, mn);
+    const int b = 2 * (i & 1);  // sub-block 2i's byte of sc and mn
+    const int sc_a = static_cast<int>((sc >> (8 * (b + rb))) & 0xff) << (4 - 4 * rb),
+              sc_b = static_cast<int>((sc >> (8 * (b + 1 - rb))) & 0xff) << (4 * rb);
+    const int m_lo = static_cast<int>(byte_perm(mn, 0, b * 0x11)),
+              m_hi = static_cast<int>(byte_perm(mn, 0, (b + 1) * 0x11));
+    TS_UNROLL
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i;
+      const int8_t *xa = x + 32 * rb, *xb = x + 32 - 32 * rb;
+      const int pa = dot16_us(x16(xa + 16 - 16 * r0), w[1], dot16_us(x16(xa + 16 * r0), w[0]));
+      const int pb = dot16_us(x16(xb + 16 - 16 * r0), w[3], dot16_us(x16(xb + 16 * r0), w[2]));
+      p[t] = (sc_a * pa + sc_b * pb) >> 4;
+      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i;
+      m[t] = dp2a_lo(pair16(sums + 2), m_hi, dp2a_lo(pair16(sums), m_lo, 0));
+    }
+    dmin = f16_bits(head.x >> 16);
+    return f16_bits(head.x);
   } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
     constexpr bool kFive = kT == DType::kQ5_K;
     // Lane i = j takes sub-blocks 2i (the low nibbles of qs bytes 32i..32i+31) and 2i + 1
@@ -264,27 +326,57 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     ring_words(ring, su + 128 + 32 * g + 16 * r0, ha);
     ring_words(ring, su + 128 + 32 * g + 16 - 16 * r0, hb);
     uint32_t w[4][4];  // the weights of reads 0..3
-    TS_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      w[0][e] = ((la[e] >> (4 * rb)) & 0x0f0f0f0fu) | (((ha[e] >> (2 * ca)) & 0x03030303u) << 4);
-      w[1][e] = ((lb[e] >> (4 * rb)) & 0x0f0f0f0fu) | (((hb[e] >> (2 * ca)) & 0x03030303u) << 4);
-      w[2][e] = ((la[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu) | (((ha[e] >> (2 * cb)) & 0x03030303u) << 4);
-      w[3][e] = ((lb[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu) | (((hb[e] >> (2 * cb)) & 0x03030303u) << 4);
-    }
-    // The int8 scales of c's sixteens 0 (the low byte) and 1, at 192 + 8g + 2c.
-    const uint32_t sa = ring_half(ring, su + 192 + 8 * g + 2 * ca), sb = ring_half(ring, su + 192 + 8 * g + 2 * cb);
-    const int sc0 = static_cast<int8_t>(sa >> (8 * r0)), sc1 = static_cast<int8_t>(sa >> (8 - 8 * r0));
-    const int sc2 = static_cast<int8_t>(sb >> (8 * r0)), sc3 = static_cast<int8_t>(sb >> (8 - 8 * r0));
-    TS_UNROLL
-    for (int t = 0; t < kTile; ++t) {
-      const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g;
-      const int8_t *xa = x + 32 * ca, *xb = x + 32 * cb;
-      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g;  // Q8_K's sums of x's sixteens
-      const int s_a = pair16(sums + 2 * ca), s_b = pair16(sums + 2 * cb);
-      const int s0 = static_cast<int16_t>(s_a >> (16 * r0)), s1 = static_cast<int16_t>(s_a >> (16 - 16 * r0));
-      const int s2 = static_cast<int16_t>(s_b >> (16 * r0)), s3 = static_cast<int16_t>(s_b >> (16 - 16 * r0));
-      p[t] = sc0 * (dot16(x16(xa + 16 * r0), w[0]) - 32 * s0) + sc1 * (dot16(x16(xa + 16 - 16 * r0), w[1]) - 32 * s1) +
-             sc2 * (dot16(x16(xb + 16 * r0), w[2]) - 32 * s2) + sc3 * (dot16(x16(xb + 16 - 16 * r0), w[3]) - 32 * s3);
+    if constexpr (kLean) {
+      // t = qh >> 2 c0 & 0x33333333 holds c0's bits at 0-1 and c0 + 2's at 4-5 of each byte, so
+      // c0's weights are (l & 0x0f) | (t << 4 & 0xf0) and c0 + 2's (l >> 4 & 0x0f) | (t & 0xf0).
+      const int l_a = 4 * rb, t_a = 4 - 4 * rb;  // reads 0, 1 (c = ca); reads 2, 3 the other way
+      TS_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t ta = (ha[e] >> (2 * c0)) & 0x33333333u, tb = (hb[e] >> (2 * c0)) & 0x33333333u;
+        w[0][e] = ((la[e] >> l_a) & 0x0f0f0f0fu) | ((ta << t_a) & 0xf0f0f0f0u);
+        w[1][e] = ((lb[e] >> l_a) & 0x0f0f0f0fu) | ((tb << t_a) & 0xf0f0f0f0u);
+        w[2][e] = ((la[e] >> t_a) & 0x0f0f0f0fu) | ((ta << l_a) & 0xf0f0f0f0u);
+        w[3][e] = ((lb[e] >> t_a) & 0x0f0f0f0fu) | ((tb << l_a) & 0xf0f0f0f0u);
+      }
+      // The int8 scales of c's sixteens 0 (the low byte) and 1, at 192 + 8g + 2c; their sums
+      // with Q8_K's sums of x by dp2a (the same pairs, whichever sixteen comes first).
+      const uint32_t sa = ring_half(ring, su + 192 + 8 * g + 2 * ca), sb = ring_half(ring, su + 192 + 8 * g + 2 * cb);
+      const int sc0 = signed_byte(sa, r0), sc1 = signed_byte(sa, 1 - r0);
+      const int sc2 = signed_byte(sb, r0), sc3 = signed_byte(sb, 1 - r0);
+      TS_UNROLL
+      for (int t = 0; t < kTile; ++t) {
+        const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g;
+        const int8_t *xa = x + 32 * ca, *xb = x + 32 * cb;
+        const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g;
+        const int mins = dp2a_lo(pair16(sums + 2 * cb), static_cast<int>(sb),
+                                 dp2a_lo(pair16(sums + 2 * ca), static_cast<int>(sa), 0));
+        p[t] = sc0 * dot16(x16(xa + 16 * r0), w[0]) + sc1 * dot16(x16(xa + 16 - 16 * r0), w[1]) +
+               sc2 * dot16(x16(xb + 16 * r0), w[2]) + sc3 * dot16(x16(xb + 16 - 16 * r0), w[3]) - 32 * mins;
+      }
+    } else {
+      TS_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        w[0][e] = ((la[e] >> (4 * rb)) & 0x0f0f0f0fu) | (((ha[e] >> (2 * ca)) & 0x03030303u) << 4);
+        w[1][e] = ((lb[e] >> (4 * rb)) & 0x0f0f0f0fu) | (((hb[e] >> (2 * ca)) & 0x03030303u) << 4);
+        w[2][e] = ((la[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu) | (((ha[e] >> (2 * cb)) & 0x03030303u) << 4);
+        w[3][e] = ((lb[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu) | (((hb[e] >> (2 * cb)) & 0x03030303u) << 4);
+      }
+      // The int8 scales of c's sixteens 0 (the low byte) and 1, at 192 + 8g + 2c.
+      const uint32_t sa = ring_half(ring, su + 192 + 8 * g + 2 * ca), sb = ring_half(ring, su + 192 + 8 * g + 2 * cb);
+      const int sc0 = static_cast<int8_t>(sa >> (8 * r0)), sc1 = static_cast<int8_t>(sa >> (8 - 8 * r0));
+      const int sc2 = static_cast<int8_t>(sb >> (8 * r0)), sc3 = static_cast<int8_t>(sb >> (8 - 8 * r0));
+      TS_UNROLL
+      for (int t = 0; t < kTile; ++t) {
+        const int8_t* x = a.q + xt[t] * k + 256 * u + 128 * g;
+        const int8_t *xa = x + 32 * ca, *xb = x + 32 * cb;
+        const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 8 * g;  // Q8_K's sums of x's sixteens
+        const int s_a = pair16(sums + 2 * ca), s_b = pair16(sums + 2 * cb);
+        const int s0 = static_cast<int16_t>(s_a >> (16 * r0)), s1 = static_cast<int16_t>(s_a >> (16 - 16 * r0));
+        const int s2 = static_cast<int16_t>(s_b >> (16 * r0)), s3 = static_cast<int16_t>(s_b >> (16 - 16 * r0));
+        p[t] = sc0 * (dot16(x16(xa + 16 * r0), w[0]) - 32 * s0) +
+               sc1 * (dot16(x16(xa + 16 - 16 * r0), w[1]) - 32 * s1) +
+               sc2 * (dot16(x16(xb + 16 * r0), w[2]) - 32 * s2) + sc3 * (dot16(x16(xb + 16 - 16 * r0), w[3]) - 32 * s3);
+      }
     }
     return f16_bits(ring_half(ring, su + 208));
   }

@@ -190,6 +190,18 @@ struct Jobs {
   unsigned first[kMaxQuantJobs];
 };
 
+// The lean kernels (kLean, bits of): kLeanStages streams the row with running pointers
+// (each stage's copy an add, not its address again from the row), kLeanLanes unpacks
+// Q4_K's and Q6_K's weights in fewer operations (lane_part's kLean). Both are the
+// default; TESSERA_CUDA_QUANT_LEAN_LANES=0 and TESSERA_CUDA_QUANT_LEAN=0 (neither)
+// give a token's matmuls the kernels before, to measure them against each other.
+constexpr int kLeanStages = 1, kLeanLanes = 2, kLean = kLeanStages | kLeanLanes;
+
+// A shared-memory address (the ring's), for copies into it.
+__device__ __forceinline__ void copy16_at(uint32_t to, const void* from) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from));
+}
+
 // Blocks an SM that ptxas must leave room for (0: its own choice), for the decode
 // kernels of the two common files: left alone, ptxas gives Q8_0's 48 registers (5
 // blocks of 8 warps an SM) and Q4_K's 64 (4); held to 40 and 48, as they were before
@@ -200,7 +212,7 @@ constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
                              : kT == DType::kQ4_K  ? 5
                                                    : 0;
 
-template <DType kT, int kTile, bool kStaged>
+template <DType kT, int kTile, bool kStaged, int kLeanBits>
 __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged>))
     quant_matmul_kernel(const __grid_constant__ Jobs jobs, int k, int tokens, Acts a, const float* gate,
                         bool accumulate) {
@@ -222,7 +234,8 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   // prefill reads each row from memory once and then from L2. A warp past the job's
   // last row streams that row again (every warp reaches the block's barrier) and
   // stores nothing.
-  const unsigned tiles = (tokens + kTile - 1) / kTile, rows = block / tiles;
+  const unsigned tiles = (tokens + kTile - 1) / kTile;
+  const unsigned rows = (kLeanBits & kLeanStages) != 0 && tiles == 1 ? block : block / tiles;
   const int own_row = static_cast<int>(rows) * kWarps + warp, token0 = static_cast<int>(block - rows * tiles) * kTile;
   const int row = min(own_row, n - 1);
   uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
@@ -234,8 +247,18 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   const uint32_t skew = reinterpret_cast<uintptr_t>(first) & 15;
   const uint8_t* from = first - skew + 16 * lane;
   const uint32_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
+  // (kLeanStages) This lane's next copy (a running pointer), into the ring's bytes at.
+  const uint8_t* next = from;
+  const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
   const auto issue = [&](uint32_t stage) {
-    if (stage * 32 + lane < chunks) {
+    if constexpr ((kLeanBits & kLeanStages) != 0) {
+      if (stage * 32 + lane < chunks) {
+        const uint32_t at = (stage * kStageBytes) & (kRingBytes - 1);  // and 16 lane
+        copy16_at(ring_at + at, next);
+        if (at + 16 * lane < kRingTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
+      }
+      next += kStageBytes;
+    } else if (stage * 32 + lane < chunks) {
       const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
       copy16(ring + at, from + stage * kStageBytes);
       if (at < kRingTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
@@ -302,7 +325,9 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
       const int u = u0 + mine;
       int p[kTile] = {}, m[kTile] = {};
       float d = 0.0f, dmin = 0.0f;
-      if (u < units) d = lane_part<kT, kTile>(ring32, skew + u * U::kBytes, j, u, x, xt, k, p, m, dmin);
+      if (u < units)
+        d = lane_part<kT, kTile, (kLeanBits & kLeanLanes) != 0>(ring32, skew + u * U::kBytes, j, u, x, xt, k, p, m,
+                                                                dmin);
 #pragma unroll
       for (int offset = 1; offset < kLanes; offset *= 2)
 #pragma unroll
@@ -344,7 +369,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   }
 }
 
-template <DType kT, int kTile, bool kStaged>
+template <DType kT, int kTile, bool kStaged, int kLeanBits = kLean>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
             const float* gate, bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
@@ -362,7 +387,7 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
     TS_CHECK(blocks <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(kT, k) <= 0x7fffffff,
              "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
   }
-  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged>;
+  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kLeanBits>;
   const int64_t shared = kWarps * kRingStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
@@ -377,6 +402,15 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
 template <DType kT, int kTile>
 void launch_tile(cudaStream_t stream, std::span<const QuantJob> jobs, int64_t k, int64_t tokens, const Acts& a,
                  const float* gate, bool accumulate) {
+  if constexpr (kTile == 1) {
+    // A token's matmuls as the kernels before the lean ones, where switched off (read at each call).
+    const int lean = switched_off("TESSERA_CUDA_QUANT_LEAN")         ? 0
+                     : switched_off("TESSERA_CUDA_QUANT_LEAN_LANES") ? kLeanStages
+                                                                     : kLean;
+    if (lean != kLean && staged_bytes<kT>(kTile, k) <= kStagedBytes)
+      return lean == 0 ? launch<kT, kTile, true, 0>(stream, jobs, k, tokens, a, gate, accumulate)
+                       : launch<kT, kTile, true, kLeanStages>(stream, jobs, k, tokens, a, gate, accumulate);
+  }
   if constexpr (kTile <= 4) {
     if (staged_bytes<kT>(kTile, k) <= kStagedBytes)
       return launch<kT, kTile, true>(stream, jobs, k, tokens, a, gate, accumulate);
