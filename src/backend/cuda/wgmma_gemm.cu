@@ -4,7 +4,9 @@
 // TMA copies of each 64-wide chunk's 128 weight rows and 128 tokens into a ring of
 // stages, each completing on an mbarrier), two consume (each takes 64 of the
 // block's weight rows for all 128 tokens, one wgmma m64n128k16 a k16 step) and
-// hand each stage back on a second mbarrier once its products are in.
+// hand each stage back on a second mbarrier once its products are in. A consumer
+// loads a step's weight fragments in two halves, each while the other half's
+// products run (TESSERA_CUDA_WGMMA_PIPE=0: all four products waited for at once).
 //
 // Bitwise: a warp loads its 16 rows' weight fragments from the staged tile into
 // registers exactly as mma.cuh's mma_half takes them (A from registers), and x (B)
@@ -39,7 +41,7 @@ struct WeightMaps {
   CUtensorMap w[MmaJob::kMaxWeights];
 };
 
-template <bool kGateUp>
+template <bool kGateUp, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ WeightMaps maps, const __grid_constant__ CUtensorMap x_map,
                       int64_t tokens, int64_t k, MmaJob job) {
@@ -65,24 +67,108 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
-      wait_for_earlier();  // x is the kernel before's output
       // Rows 0..63 and 64..127 of a stage: weight s's rows row0.., row0 + 64.. (gate/up: gate's and up's row0..).
       const CUtensorMap* lower = &maps.w[kGateUp ? 0 : s];
       const CUtensorMap* upper = &maps.w[kGateUp ? 1 : s];
-      ChunkWalk walk{chunks / kMmaSplit, chunks % kMmaSplit};
-      for (int step = 0; step < chunks; ++step, walk.next()) {
-        const int stage = step % kStages;
-        if (step >= kStages) mbar_wait(&consumed[stage], (step / kStages - 1) & 1);
+      const auto weights = [&](int stage, int col) {
         uint8_t* at = smem + stage * kStageBytes;
-        const int col = walk.chunk() * kMmaChunk;
         mbar_expect(&full[stage], kStageBytes);
         tma_load(at, lower, col, row0, &full[stage]);
         tma_load(at + kWeightBytes / 2, upper, col, kGateUp ? row0 : row0 + 64, &full[stage]);
-        tma_load(at + kWeightBytes, &x_map, col, token0, &full[stage]);
+      };
+      const auto tokens_of = [&](int stage, int col) {
+        tma_load(smem + stage * kStageBytes + kWeightBytes, &x_map, col, token0, &full[stage]);
+      };
+      // The first stages' weights, which no kernel writes, while the kernel before may still run; then its
+      // output, x.
+      const int first = min(chunks, kStages);
+      ChunkWalk walk{chunks / kMmaSplit, chunks % kMmaSplit};
+      for (int step = 0; step < first; ++step, walk.next()) weights(step, walk.chunk() * kMmaChunk);
+      wait_for_earlier();
+      ChunkWalk again{chunks / kMmaSplit, chunks % kMmaSplit};
+      for (int step = 0; step < first; ++step, again.next()) tokens_of(step, again.chunk() * kMmaChunk);
+      for (int step = first; step < chunks; ++step, walk.next()) {
+        const int stage = step % kStages;
+        mbar_wait(&consumed[stage], (step / kStages - 1) & 1);
+        const int col = walk.chunk() * kMmaChunk;
+        weights(stage, col);
+        tokens_of(stage, col);
       }
     }
     // gate/up's exchange has block barriers, which every thread passes; the producer has no outputs.
     finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, false, smem, [](auto&&) {});
+  } else if constexpr (kPipelined) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    wait_for_earlier();  // the outputs may be the kernel before's inputs
+    // A thread's rows: row and row + 8, row g of its warp's 16 being tile row (g >> 1) + 4 (g & 1), so that a
+    // quarter-warp's loads of one unit hit all 32 banks (rows 4 apart lie in opposite halves of the swizzle).
+    const int mine = 16 * (threadIdx.x / 32 - 4) + (g >> 1) + 4 * (g & 1);
+    float acc[64], total[64];
+    // A step's fragments in two halves: `lower` (unit t of both rows) for its first two k16 products, `upper`
+    // (unit t + 4) for the last two, each committed as its own group. A half is loaded once its group before is
+    // in, while the other half's group still runs: a group is always on the tensor cores.
+    uint4 a_lower, b_lower, a_upper, b_upper;
+    const auto stage_of = [&](int step) { return smem + (step % kStages) * kStageBytes; };
+    const auto unit = [&](const uint8_t* at, int r, int u) {
+      return *reinterpret_cast<const uint4*>(at + r * 128 + ((u ^ (r & 7)) << 4));
+    };
+    const auto load_lower = [&](int step) {
+      mbar_wait(&full[step % kStages], (step / kStages) & 1);
+      a_lower = unit(stage_of(step), mine, t), b_lower = unit(stage_of(step), mine + 8, t);
+    };
+    const auto load_upper = [&](int step) {
+      a_upper = unit(stage_of(step), mine, t + 4), b_upper = unit(stage_of(step), mine + 8, t + 4);
+    };
+    const auto first_half = [&](int step) {
+      const uint8_t* x_tile = stage_of(step) + kWeightBytes;
+      wgmma_fence();
+      wgmma_128(acc, a_lower.x, b_lower.x, a_lower.y, b_lower.y, swizzled_descriptor(x_tile, 0));
+      wgmma_128(acc, a_lower.z, b_lower.z, a_lower.w, b_lower.w, swizzled_descriptor(x_tile, 1));
+      wgmma_commit();
+    };
+    const auto second_half = [&](int step) {
+      const uint8_t* x_tile = stage_of(step) + kWeightBytes;
+      wgmma_fence();
+      wgmma_128(acc, a_upper.x, b_upper.x, a_upper.y, b_upper.y, swizzled_descriptor(x_tile, 2));
+      wgmma_128(acc, a_upper.z, b_upper.z, a_upper.w, b_upper.w, swizzled_descriptor(x_tile, 3));
+      wgmma_commit();
+    };
+    const auto release = [&](int step) {
+      __syncwarp();
+      mbar_arrive_if_first(&consumed[step % kStages], lane);  // the stage goes back to the producer
+    };
+    const int q = chunks / kMmaSplit, r = chunks % kMmaSplit;
+    for (int sum = 0, step = 0; sum < kMmaSplit; ++sum) {
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+      const int count = q + (sum < r ? 1 : 0);
+      if (count > 0) {
+        load_lower(step);
+        load_upper(step);
+        first_half(step);
+        second_half(step);
+        for (int index = 1; index < count; ++index, ++step) {
+          wgmma_wait<1>();  // the step before's first half is in
+          load_lower(step + 1);
+          first_half(step + 1);
+          wgmma_wait<1>();  // and its second
+          release(step);
+          load_upper(step + 1);
+          second_half(step + 1);
+        }
+        wgmma_wait<0>();
+        release(step++);
+      }
+      pin(acc);  // the products are in: read after the waits, not before
+#pragma unroll
+      for (int i = 0; i < 64; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
+    }
+    finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, mine >= 64, smem, [&](auto&& f) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f(total[4 * j + i], mine + (i >= 2 ? 8 : 0), 8 * j + 2 * t + i % 2);
+    });
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     wait_for_earlier();  // the outputs may be the kernel before's inputs
@@ -147,12 +233,12 @@ const CUtensorMap& weight_map(const __nv_bfloat16* w, int64_t n, int64_t k) {
   return made.map;
 }
 
-template <bool kGateUp>
+template <bool kGateUp, bool kPipelined>
 bool launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
   static const bool ready = [] {
     cudaFuncAttributes attributes{};  // fails where this build holds no kernel for the device
-    return cudaFuncGetAttributes(&attributes, wgmma_gemm_kernel<kGateUp>) == cudaSuccess &&
-           cudaFuncSetAttribute(wgmma_gemm_kernel<kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncGetAttributes(&attributes, wgmma_gemm_kernel<kGateUp, kPipelined>) == cudaSuccess &&
+           cudaFuncSetAttribute(wgmma_gemm_kernel<kGateUp, kPipelined>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem)) == cudaSuccess;
   }();
   if (!ready) {
@@ -170,14 +256,18 @@ bool launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   const CUtensorMap x_map = matrix_map(x, tokens, k, kMmaChunk, kTokens, CU_TENSOR_MAP_SWIZZLE_128B);
   const dim3 grid(static_cast<unsigned>((tokens + kTokens - 1) / kTokens),
                   static_cast<unsigned>(job.first_tile[job.count]));
-  launch_kernel(wgmma_gemm_kernel<kGateUp>, grid, kThreads, kSmem, stream, maps, x_map, tokens, k, job);
+  launch_kernel(wgmma_gemm_kernel<kGateUp, kPipelined>, grid, kThreads, kSmem, stream, maps, x_map, tokens, k, job);
   return true;
 }
 
 }  // namespace
 
 bool wgmma_gemm(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
-  return job.gate_up ? launch<true>(stream, x, tokens, k, job) : launch<false>(stream, x, tokens, k, job);
+  // TESSERA_CUDA_WGMMA_PIPE=0: a step's four products waited for at once (read at every call).
+  if (switched_off("TESSERA_CUDA_WGMMA_PIPE"))
+    return job.gate_up ? launch<true, false>(stream, x, tokens, k, job)
+                       : launch<false, false>(stream, x, tokens, k, job);
+  return job.gate_up ? launch<true, true>(stream, x, tokens, k, job) : launch<false, true>(stream, x, tokens, k, job);
 }
 
 }  // namespace tessera::cuda
