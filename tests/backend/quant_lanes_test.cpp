@@ -52,7 +52,7 @@ void check_lanes(int64_t units, uint32_t seed) {
   int64_t xt[kTile];
   for (int t = 0; t < kTile; ++t) xt[t] = t;
   std::mt19937 rng(seed + 2);
-  alignas(16) uint32_t ring[cuda::kRingStride / 4];
+  alignas(16) uint32_t ring[U::kStride / 4];
   // Row r starts at byte r * row_bytes of 16-byte aligned weights; its stream starts at
   // the 16-byte boundary before it, at ring byte 0, so unit u is at stream byte su.
   for (int64_t r = 0; r < n; ++r) {
@@ -64,7 +64,7 @@ void check_lanes(int64_t units, uint32_t seed) {
       for (auto& word : ring) word = static_cast<uint32_t>(rng());
       auto* bytes = reinterpret_cast<uint8_t*>(ring);
       for (int i = 0; i < U::kBytes; ++i) bytes[(su + i) & (cuda::kRingBytes - 1)] = row[u * U::kBytes + i];
-      std::memcpy(bytes + cuda::kRingBytes, bytes, cuda::kRingTail);
+      std::memcpy(bytes + cuda::kRingBytes, bytes, U::kTail);
       const testing::UnitInts w = testing::unit_ints(kT, row + u * U::kBytes);
       int p_sum[kTile] = {}, m_sum[kTile] = {};
       for (int j = 0; j < U::kLanes; ++j) {

@@ -41,9 +41,9 @@ constexpr int kStages = 8;  // the ring of a warp: 4 KiB
 constexpr int kRingBytes = kStages * kStageBytes;
 constexpr uint32_t kRingMask = kRingBytes / 4 - 1;
 // The ring's first bytes again past its end, so that the words of a part that wraps
-// are read in a row: a warp's ring takes kRingBytes + kRingTail of shared memory.
+// are read in a row: a warp's ring takes kRingBytes and a tail of at least kRingTail
+// bytes (Unit::kStride) of shared memory.
 constexpr int kRingTail = 48;
-constexpr int kRingStride = kRingBytes + kRingTail;
 
 // Where the rounded activations of a call lie in the scratch.
 struct Acts {
@@ -147,19 +147,28 @@ struct Unit {
   // Stages in flight: a round of kRound units spans at most kStages - kAhead + 1 stages.
   static constexpr int kAhead = kStages - (kRound * kBytes + kStageBytes - 1) / kStageBytes;
   static_assert(kHalves * kLanes * kGroups == 32 && kAhead >= 3);
+  // The ring's tail: Q4_K's and Q6_K's hold a whole unit, so that a lane reads its unit's
+  // words from one index into the ring (lane_part's kLean); the others kRingTail.
+  static constexpr int kTail = kT == DType::kQ4_K || kT == DType::kQ6_K ? (kBytes + 15) / 16 * 16 : kRingTail;
+  static constexpr int kStride = kRingBytes + kTail;  // a warp's ring in shared memory
 };
 
 // N 32-bit words of the stream from byte s on (any alignment), out of the ring.
+// N words from word `from` of the ring on, shifted right by `shift` bits (a unit's words
+// past the ring's end lie in its tail).
 template <int N>
-TS_LANE void ring_words(const uint32_t* ring, uint32_t s, uint32_t (&out)[N]) {
-  static_assert(4 * N <= kRingTail, "the words past the ring's end are its tail");
-  const uint32_t* from = ring + ((s >> 2) & kRingMask);
-  const uint32_t shift = (s & 3) * 8;
+TS_LANE void words_at(const uint32_t* from, uint32_t shift, uint32_t (&out)[N]) {
   uint32_t w[N + 1];
   TS_UNROLL
   for (int i = 0; i <= N; ++i) w[i] = from[i];
   TS_UNROLL
   for (int i = 0; i < N; ++i) out[i] = funnel_right(w[i], w[i + 1], shift);
+}
+// N 32-bit words of the stream from byte s on (any alignment), out of the ring.
+template <int N>
+TS_LANE void ring_words(const uint32_t* ring, uint32_t s, uint32_t (&out)[N]) {
+  static_assert(4 * N <= kRingTail, "the words past the ring's end are its tail");
+  words_at(ring + ((s >> 2) & kRingMask), (s & 3) * 8, out);
 }
 // The 16 bytes of the stream from byte s on, s a multiple of 16: one 16-byte read.
 TS_LANE uint4 ring16(const uint32_t* ring, uint32_t s) { return load<uint4>(ring + ((s >> 2) & kRingMask)); }
@@ -236,10 +245,12 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     // As below, but each word of weights takes one operation: the high nibbles stay where
     // they lie (unsigned bytes, 16 times their values), the low ones' scales are taken 16
     // times, and the lane's sum, 16 times its part exactly, is divided by 16.
+    // The unit's words from one index (Unit::kTail holds a unit past the ring's end).
     const int i = j, rb = i >> 1, r0 = u & 1;
-    const uint4 head = ring16(ring, su);  // d, dmin, the 12 scale bytes
-    const uint32_t at = su + 16 + 32 * i;
-    const uint4 qa4 = ring16(ring, at + 16 * r0), qb4 = ring16(ring, at + 16 - 16 * r0);
+    const uint32_t* unit = ring + ((su >> 2) & kRingMask);
+    const uint4 head = load<uint4>(unit);  // d, dmin, the 12 scale bytes
+    const uint32_t* at = unit + 4 + 8 * i;
+    const uint4 qa4 = load<uint4>(at + 4 * r0), qb4 = load<uint4>(at + 4 - 4 * r0);
     const uint32_t qa[4] = {qa4.x, qa4.y, qa4.z, qa4.w}, qb[4] = {qb4.x, qb4.y, qb4.z, qb4.w};
     const uint32_t mask = 0x0f0f0f0fu << (4 * rb);  // reads 0, 1: sub-block 2i + rb's nibbles
     uint32_t w[4][4];                               // the weights of reads 0..3
@@ -321,10 +332,18 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     const int g = j >> 1, c0 = j & 1, rb = g, r0 = u & 1;
     const int ca = c0 + 2 * rb, cb = c0 + 2 - 2 * rb;
     uint32_t la[4], lb[4], ha[4], hb[4];
-    ring_words(ring, su + 64 * g + 32 * c0 + 16 * r0, la);
-    ring_words(ring, su + 64 * g + 32 * c0 + 16 - 16 * r0, lb);
-    ring_words(ring, su + 128 + 32 * g + 16 * r0, ha);
-    ring_words(ring, su + 128 + 32 * g + 16 - 16 * r0, hb);
+    if constexpr (kLean) {  // from one index (Unit::kTail holds a unit past the ring's end)
+      const uint32_t *unit = ring + ((su >> 2) & kRingMask), shift = (su & 3) * 8;
+      words_at(unit + 16 * g + 8 * c0 + 4 * r0, shift, la);
+      words_at(unit + 16 * g + 8 * c0 + 4 - 4 * r0, shift, lb);
+      words_at(unit + 32 + 8 * g + 4 * r0, shift, ha);
+      words_at(unit + 32 + 8 * g + 4 - 4 * r0, shift, hb);
+    } else {
+      ring_words(ring, su + 64 * g + 32 * c0 + 16 * r0, la);
+      ring_words(ring, su + 64 * g + 32 * c0 + 16 - 16 * r0, lb);
+      ring_words(ring, su + 128 + 32 * g + 16 * r0, ha);
+      ring_words(ring, su + 128 + 32 * g + 16 - 16 * r0, hb);
+    }
     uint32_t w[4][4];  // the weights of reads 0..3
     if constexpr (kLean) {
       // t = qh >> 2 c0 & 0x33333333 holds c0's bits at 0-1 and c0 + 2's at 4-5 of each byte, so

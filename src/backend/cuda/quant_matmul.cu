@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   const unsigned rows = (kLeanBits & kLeanStages) != 0 && tiles == 1 ? block : block / tiles;
   const int own_row = static_cast<int>(rows) * kWarps + warp, token0 = static_cast<int>(block - rows * tiles) * kTile;
   const int row = min(own_row, n - 1);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kRingStride;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * U::kStride;
   const int units = k / U::kElems;
   const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes;
   // The row's stream: from the 16-byte boundary at or before its first byte; this lane
@@ -255,13 +255,13 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
       if (stage * 32 + lane < chunks) {
         const uint32_t at = (stage * kStageBytes) & (kRingBytes - 1);  // and 16 lane
         copy16_at(ring_at + at, next);
-        if (at + 16 * lane < kRingTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
+        if (at + 16 * lane < U::kTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
       }
       next += kStageBytes;
     } else if (stage * 32 + lane < chunks) {
       const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
       copy16(ring + at, from + stage * kStageBytes);
-      if (at < kRingTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
+      if (at < U::kTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
     }
     copies_sent();
   };
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
     // The block copies them to shared memory once (words of 16 and 4 bytes: the
     // scales and sums of a token need not start on 16 bytes), then reads them from there.
     const int sum_words = U::kSums ? k / 32 : 0;
-    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kRingStride;
+    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * U::kStride;
     auto* d = reinterpret_cast<float*>(q + kTile * k);
     auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
 #pragma unroll
@@ -388,11 +388,11 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
              "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
   }
   const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kLeanBits>;
-  const int64_t shared = kWarps * kRingStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
+  const int64_t shared = kWarps * Unit<kT>::kStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
-  const int64_t bytes = kWarps * kRingStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
+  const int64_t bytes = kWarps * Unit<kT>::kStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
   launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
                 static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
 }
