@@ -540,16 +540,16 @@ __device__ __forceinline__ void send_down_ahead(const Items& items, const int32_
 // output is bitwise what Device::matmul gives it.
 
 // Rows [row0, row0 + 16) of item `it` (mma_experts_kernel's sums, below), by the
-// whole block; `partial` and `squares` are the block's (free again after the
-// block's next barrier).
-template <int kTiles, bool kGateUp, bool kNorm>
+// whole block, with kUnroll chunks of each weight in flight a warp (the order of
+// the sums does not depend on it); `partial` and `squares` are the block's (free
+// again after the block's next barrier).
+template <int kTiles, bool kGateUp, bool kNorm, int kUnroll = 2>
 __device__ __forceinline__ void experts_rows(const float* __restrict__ x, int64_t k, int64_t n,
                                              const void* const* __restrict__ w_first,
                                              const void* const* __restrict__ w_second, const Items& items,
                                              const int32_t* lone, const Item& it, const ExpertNorm& norm, int64_t row0,
                                              float (&partial)[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4],
                                              float* squares, float* __restrict__ y) {
-  constexpr int kUnroll = 2;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int32_t expert = it.expert, first = it.first, count = it.count;
@@ -981,6 +981,9 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
 // that makes it 2 x grid sets it back to zero; a wait past about two seconds of
 // the SM's clock traps (a block that never came: no hang).
 constexpr long long kBarrierTrapCycles = 1ll << 32;
+// Gate/up chunks in flight a warp: with one block an SM, a 2,048-wide row's four
+// chunks a warp all at once (two blocks of two an SM before).
+constexpr int kFusedUnroll = 4;
 // The counter is the null pointer that ends the layer's table (cuda_device.cu): two words.
 static_assert(sizeof(void*) >= 2 * sizeof(unsigned));
 
@@ -1011,8 +1014,8 @@ __global__ void __launch_bounds__(kMmaSplit * 32, 1)
   for (int64_t tile = blockIdx.x; tile < up_tiles * top_k; tile += gridDim.x) {
     Item it;
     find_item(items, lone, static_cast<int>(tile / up_tiles), it);
-    experts_rows<1, true, false>(x, hidden, inter, table.gate, table.up, items, lone, it, ExpertNorm{},
-                                 tile % up_tiles * 16, up_partial, nullptr, h);
+    experts_rows<1, true, false, kFusedUnroll>(x, hidden, inter, table.gate, table.up, items, lone, it, ExpertNorm{},
+                                               tile % up_tiles * 16, up_partial, nullptr, h);
     __syncthreads();  // up_partial is read by warp 0 before the next tile writes it
   }
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
