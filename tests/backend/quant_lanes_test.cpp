@@ -92,26 +92,28 @@ void check_lanes(int64_t units, uint32_t seed) {
 // the copies of stages s + 1 .. s + kAhead - 1 are in flight into their ring slots, and
 // each round of units is read at the first stage whose landed bytes reach its end. So
 // a round must lie in stages s - (kStages - kAhead) .. s, the ones no copy in flight
-// overwrites: Unit::kAhead leaves room for it, at every row length and skew, and on
+// overwrites: Unit::kAheadOf leaves room for it, at every row length and skew, and on
 // long rows (a Q8_0 or Q4_0 row of 14,336 is 448 units; 1,000 and 4,000 units: every
-// phase of rounds against stages in their middle).
-template <DType kT>
+// phase of rounds against stages in their middle); for stages of 512 bytes and the lean
+// kernels' 1 KiB.
+template <DType kT, int kStage>
 void check_schedule() {
   using U = cuda::Unit<kT>;
-  SCOPED_TRACE(dtype_name(kT));
+  constexpr int64_t kAhead = U::template kAheadOf<kStage>, kStages = cuda::kRingBytes / kStage;
+  SCOPED_TRACE(std::string(dtype_name(kT)) + ", stages of " + std::to_string(kStage));
   std::vector<int64_t> lengths;
   for (int64_t units = 1; units <= 200; ++units) lengths.push_back(units);
   lengths.push_back(1000);
   lengths.push_back(4000);
   for (int64_t skew = 0; skew < 16; skew += 2) {
     for (const int64_t units : lengths) {
-      const int64_t end = skew + units * U::kBytes, stages = (end + cuda::kStageBytes - 1) / cuda::kStageBytes;
+      const int64_t end = skew + units * U::kBytes, stages = (end + kStage - 1) / kStage;
       int64_t u0 = 0;  // the next round's first unit
       for (int64_t stage = 0; stage < stages; ++stage) {
-        const int64_t landed = std::min((stage + 1) * cuda::kStageBytes, end);
+        const int64_t landed = std::min((stage + 1) * kStage, end);
         for (; u0 < units && std::min(skew + (u0 + U::kRound) * U::kBytes, end) <= landed; u0 += U::kRound) {
-          const int64_t first = (skew + u0 * U::kBytes) / cuda::kStageBytes;
-          ASSERT_LE(stage - first, cuda::kStages - U::kAhead)
+          const int64_t first = (skew + u0 * U::kBytes) / kStage;
+          ASSERT_LE(stage - first, kStages - kAhead)
               << units << " units at skew " << skew << ": a round from stage " << first << " read at stage " << stage;
         }
       }
@@ -121,11 +123,13 @@ void check_schedule() {
 }
 
 TEST(QuantLanes, EveryRoundLiesInStagesNoCopyInFlightOverwrites) {
-  check_schedule<DType::kQ8_0>();
-  check_schedule<DType::kQ4_0>();
-  check_schedule<DType::kQ4_K>();
-  check_schedule<DType::kQ5_K>();
-  check_schedule<DType::kQ6_K>();
+  for (const auto check :
+       {check_schedule<DType::kQ8_0, cuda::kStageBytes>, check_schedule<DType::kQ4_0, cuda::kStageBytes>,
+        check_schedule<DType::kQ4_K, cuda::kStageBytes>, check_schedule<DType::kQ5_K, cuda::kStageBytes>,
+        check_schedule<DType::kQ6_K, cuda::kStageBytes>, check_schedule<DType::kQ8_0, cuda::kLeanStageBytes>,
+        check_schedule<DType::kQ4_0, cuda::kLeanStageBytes>, check_schedule<DType::kQ4_K, cuda::kLeanStageBytes>,
+        check_schedule<DType::kQ5_K, cuda::kLeanStageBytes>, check_schedule<DType::kQ6_K, cuda::kLeanStageBytes>})
+    check();
 }
 
 // Units enough that a row wraps the 4 KiB ring (Q4_K's 31 x 144 bytes; Q8_0's rows of

@@ -35,8 +35,10 @@ struct alignas(16) uint4 {
 };
 #endif
 
-// A warp's ring: kStages stages of kStageBytes, Unit<kT>::kAhead of them in flight.
+// A warp's ring: kStages stages of kStageBytes, Unit<kT>::kAhead of them in flight (the
+// lean kernels: stages of kLeanStageBytes, Unit<kT>::kAheadOf<kLeanStageBytes>).
 constexpr int kStageBytes = 512;
+constexpr int kLeanStageBytes = 1024;
 constexpr int kStages = 8;  // the ring of a warp: 4 KiB
 constexpr int kRingBytes = kStages * kStageBytes;
 constexpr uint32_t kRingMask = kRingBytes / 4 - 1;
@@ -144,9 +146,12 @@ struct Unit {
   static constexpr int kHalves = 32 / (kLanes * kGroups);
   static constexpr int kRound = kHalves * kGroups;  // units a round of the warp
   static constexpr bool kSums = kElems == 256;      // Q8_K's sums of 16 are read
-  // Stages in flight: a round of kRound units spans at most kStages - kAhead + 1 stages.
-  static constexpr int kAhead = kStages - (kRound * kBytes + kStageBytes - 1) / kStageBytes;
-  static_assert(kHalves * kLanes * kGroups == 32 && kAhead >= 3);
+  // Stages of kStage bytes in flight: a round of kRound units spans at most
+  // kRingBytes / kStage - kAheadOf + 1 stages.
+  template <int kStage>
+  static constexpr int kAheadOf = kRingBytes / kStage - (kRound * kBytes + kStage - 1) / kStage;
+  static constexpr int kAhead = kAheadOf<kStageBytes>;
+  static_assert(kHalves * kLanes * kGroups == 32 && kAhead >= 3 && kAheadOf<kLeanStageBytes> >= 2);
   // The ring's tail: Q4_K's and Q6_K's hold a whole unit, so that a lane reads its unit's
   // words from one index into the ring (lane_part's kLean); the others kRingTail.
   static constexpr int kTail = kT == DType::kQ4_K || kT == DType::kQ6_K ? (kBytes + 15) / 16 * 16 : kRingTail;

@@ -190,8 +190,9 @@ struct Jobs {
   unsigned first[kMaxQuantJobs];
 };
 
-// The lean kernels (kLean, bits of): kLeanStages streams the row with running pointers
-// (each stage's copy an add, not its address again from the row), kLeanLanes unpacks
+// The lean kernels (kLean, bits of): kLeanStages streams the row in stages of 1 KiB (half
+// the stages' fixed work a byte; Unit::kAheadOf of them in flight) with a running pointer
+// (each stage's copies an add, not their address again from the row), kLeanLanes unpacks
 // Q4_K's and Q6_K's weights in fewer operations (lane_part's kLean). Both are the
 // default; TESSERA_CUDA_QUANT_LEAN_LANES=0 and TESSERA_CUDA_QUANT_LEAN=0 (neither)
 // give a token's matmuls the kernels before, to measure them against each other.
@@ -218,7 +219,9 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
                         bool accumulate) {
   using U = Unit<kT>;
   constexpr int kWarps = kWarpsOf<kStaged>;
-  constexpr int kLanes = U::kLanes, kGroups = U::kGroups, kAhead = U::kAhead;
+  constexpr int kLanes = U::kLanes, kGroups = U::kGroups;
+  constexpr bool kLeanS = (kLeanBits & kLeanStages) != 0;
+  constexpr int kStage = kLeanS ? kLeanStageBytes : kStageBytes, kAhead = U::template kAheadOf<kStage>;
   constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
   extern __shared__ uint4 shared[];  // the warps' rings, then (kStaged) the tile's activations
   let_next_start();
@@ -246,18 +249,21 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   const uint8_t* first = w + static_cast<size_t>(row) * row_bytes;
   const uint32_t skew = reinterpret_cast<uintptr_t>(first) & 15;
   const uint8_t* from = first - skew + 16 * lane;
-  const uint32_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStageBytes - 1) / kStageBytes;
+  const uint32_t end = skew + row_bytes, chunks = (end + 15) / 16, stages = (end + kStage - 1) / kStage;
   // (kLeanStages) This lane's next copy (a running pointer), into the ring's bytes at.
   const uint8_t* next = from;
   const uint32_t ring_at = static_cast<uint32_t>(__cvta_generic_to_shared(ring)) + 16 * lane;
   const auto issue = [&](uint32_t stage) {
-    if constexpr ((kLeanBits & kLeanStages) != 0) {
-      if (stage * 32 + lane < chunks) {
-        const uint32_t at = (stage * kStageBytes) & (kRingBytes - 1);  // and 16 lane
-        copy16_at(ring_at + at, next);
-        if (at + 16 * lane < U::kTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
+    if constexpr (kLeanS) {                                     // the lane's 16 bytes of each 512 of the stage
+      const uint32_t at = (stage * kStage) & (kRingBytes - 1);  // and 16 lane
+#pragma unroll
+      for (int c = 0; c < kStage / kStageBytes; ++c) {
+        if (stage * (kStage / 16) + 32 * c + lane < chunks) {
+          copy16_at(ring_at + at + c * kStageBytes, next + c * kStageBytes);
+          if (c == 0 && at + 16 * lane < U::kTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
+        }
       }
-      next += kStageBytes;
+      next += kStage;
     } else if (stage * 32 + lane < chunks) {
       const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
       copy16(ring + at, from + stage * kStageBytes);
@@ -320,7 +326,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   for (uint32_t stage = 0; stage < stages; ++stage) {
     copies_wait<kAhead - 1>();
     __syncwarp();
-    const uint32_t landed = min((stage + 1) * kStageBytes, end);
+    const uint32_t landed = min((stage + 1) * kStage, end);
     for (; u0 < units && min(round_end, end) <= landed; u0 += U::kRound, round_end += U::kRound * U::kBytes) {
       const int u = u0 + mine;
       int p[kTile] = {}, m[kTile] = {};
