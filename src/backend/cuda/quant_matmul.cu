@@ -16,11 +16,12 @@
 // on rows that are not too long), a block of 8 warps first copies them into shared
 // memory and its rounds read them from there, not from L2 (else a block of 4 warps
 // reads them from global memory). A warp streams the row's
-// bytes into its ring in shared memory with 16-byte cp.async copies (Unit::kAhead
-// stages of 512 bytes in flight), whatever the blocks' alignment (a Q8_0 block is 34
-// bytes, a Q6_K one 210), and reads each block from there: the ring's first bytes
-// repeat past its end, so a part that wraps is read in a row, and Q4_K and Q5_K blocks
-// (144 and 176 bytes, so on 16-byte boundaries) take 16-byte reads. The row's units (a
+// bytes into its ring in shared memory with 16-byte cp.async copies (stages of 1 KiB,
+// Unit::kAheadOf of them in flight; the kernels before the lean ones, stages of 512
+// bytes), whatever the blocks' alignment (a Q8_0 block is 34 bytes, a Q6_K one 210),
+// and reads each block from there: the ring's first bytes repeat past its end (a whole
+// unit of Q4_K and Q6_K), so a part that wraps is read in a row, and Q4_K and Q5_K
+// blocks (144 and 176 bytes, so on 16-byte boundaries) take 16-byte reads. The row's units (a
 // block of 32 for Q8_0/Q4_0, a super-block of 256 for the K types) are dealt
 // round-robin to G groups (G = 16, 32, 4, 4, 4 for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): unit
 // u to group u % G. L lanes take a unit (L = 1, 1, 4, 4, 4), each a fixed part of it;
