@@ -246,56 +246,38 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
       p[t] = dot16(x0, lo) + dot16(x1, hi) - sum16(x0, 0x08080808) - sum16(x1, 0x08080808);
     }
     return f16_bits(ring_half(ring, su));
-  } else if constexpr (kT == DType::kQ4_K && kLean) {
-    // As below, but each word of weights takes one operation: the high nibbles stay where
-    // they lie (unsigned bytes, 16 times their values), the low ones' scales are taken 16
-    // times, and the lane's sum, 16 times its part exactly, is divided by 16.
-    // The unit's words from one index (Unit::kTail holds a unit past the ring's end).
-    const int i = j, rb = i >> 1, r0 = u & 1;
-    const uint32_t* unit = ring + ((su >> 2) & kRingMask);
-    const uint4 head = load<uint4>(unit);  // d, dmin, the 12 scale bytes
-    const uint32_t* at = unit + 4 + 8 * i;
-    const uint4 qa4 = load<uint4>(at + 4 * r0), qb4 = load<uint4>(at + 4 - 4 * r0);
-    const uint32_t qa[4] = {qa4.x, qa4.y, qa4.z, qa4.w}, qb[4] = {qb4.x, qb4.y, qb4.z, qb4.w};
-    const uint32_t mask = 0x0f0f0f0fu << (4 * rb);  // reads 0, 1: sub-block 2i + rb's nibbles
-    uint32_t w[4][4];                               // the weights of reads 0..3
-    TS_UNROLL
-    for (int e = 0; e < 4; ++e)
-      w[0][e] = qa[e] & mask, w[1][e] = qb[e] & mask, w[2][e] = qa[e] ^ w[0][e], w[3][e] = qb[e] ^ w[1][e];
-    uint32_t sc, mn;
-    scales_mins(head.y, head.z, head.w, i, sc, mn);
-    const int b = 2 * (i & 1);  // sub-block 2i's byte of sc and mn
-    const int sc_a = static_cast<int>((sc >> (8 * (b + rb))) & 0xff) << (4 - 4 * rb),
-              sc_b = static_cast<int>((sc >> (8 * (b + 1 - rb))) & 0xff) << (4 * rb);
-    const int m_lo = static_cast<int>(byte_perm(mn, 0, b * 0x11)),
-              m_hi = static_cast<int>(byte_perm(mn, 0, (b + 1) * 0x11));
-    TS_UNROLL
-    for (int t = 0; t < kTile; ++t) {
-      const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i;
-      const int8_t *xa = x + 32 * rb, *xb = x + 32 - 32 * rb;
-      const int pa = dot16_us(x16(xa + 16 - 16 * r0), w[1], dot16_us(x16(xa + 16 * r0), w[0]));
-      const int pb = dot16_us(x16(xb + 16 - 16 * r0), w[3], dot16_us(x16(xb + 16 * r0), w[2]));
-      p[t] = (sc_a * pa + sc_b * pb) >> 4;
-      const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i;
-      m[t] = dp2a_lo(pair16(sums + 2), m_hi, dp2a_lo(pair16(sums), m_lo, 0));
-    }
-    dmin = f16_bits(head.x >> 16);
-    return f16_bits(head.x);
   } else if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) {
     constexpr bool kFive = kT == DType::kQ5_K;
     // Lane i = j takes sub-blocks 2i (the low nibbles of qs bytes 32i..32i+31) and 2i + 1
     // (the high ones), each as two sixteens h. Its reads 0, 1 take sub-block 2i + rb,
     // reads 2, 3 the other; reads 0, 2 its sixteen r0, reads 1, 3 the other.
+    // kMasked (Q4_K, kLean): the unit's words from one index (Unit::kTail holds a unit past
+    // the ring's end), and each word of weights takes one operation: the high nibbles stay
+    // where they lie (unsigned bytes, 16 times their values), the low ones' scales are
+    // taken 16 times, and the lane's sum, 16 times its part exactly, is divided by 16.
+    constexpr bool kMasked = !kFive && kLean;
     const int i = j, rb = i >> 1, r0 = u & 1;
-    const uint4 head = ring16(ring, su);  // d, dmin, the 12 scale bytes
-    const uint32_t at = su + (kFive ? 48 : 16) + 32 * i;
-    const uint4 qa4 = ring16(ring, at + 16 * r0), qb4 = ring16(ring, at + 16 - 16 * r0);
+    uint4 head, qa4, qb4;  // d, dmin and the 12 scale bytes; the lane's 32 bytes of qs
+    if constexpr (kMasked) {
+      const uint32_t *unit = ring + ((su >> 2) & kRingMask), *at = unit + 4 + 8 * i;
+      head = load<uint4>(unit), qa4 = load<uint4>(at + 4 * r0), qb4 = load<uint4>(at + 4 - 4 * r0);
+    } else {
+      const uint32_t at = su + (kFive ? 48 : 16) + 32 * i;
+      head = ring16(ring, su), qa4 = ring16(ring, at + 16 * r0), qb4 = ring16(ring, at + 16 - 16 * r0);
+    }
     const uint32_t qa[4] = {qa4.x, qa4.y, qa4.z, qa4.w}, qb[4] = {qb4.x, qb4.y, qb4.z, qb4.w};
     uint32_t w[4][4];  // the weights of reads 0..3
-    TS_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      w[0][e] = (qa[e] >> (4 * rb)) & 0x0f0f0f0fu, w[1][e] = (qb[e] >> (4 * rb)) & 0x0f0f0f0fu;
-      w[2][e] = (qa[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu, w[3][e] = (qb[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu;
+    if constexpr (kMasked) {
+      const uint32_t mask = 0x0f0f0f0fu << (4 * rb);  // reads 0, 1: sub-block 2i + rb's nibbles
+      TS_UNROLL
+      for (int e = 0; e < 4; ++e)
+        w[0][e] = qa[e] & mask, w[1][e] = qb[e] & mask, w[2][e] = qa[e] ^ w[0][e], w[3][e] = qb[e] ^ w[1][e];
+    } else {
+      TS_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        w[0][e] = (qa[e] >> (4 * rb)) & 0x0f0f0f0fu, w[1][e] = (qb[e] >> (4 * rb)) & 0x0f0f0f0fu;
+        w[2][e] = (qa[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu, w[3][e] = (qb[e] >> (4 - 4 * rb)) & 0x0f0f0f0fu;
+      }
     }
     if constexpr (kFive) {
       const uint4 ha4 = ring16(ring, su + 16 + 16 * r0), hb4 = ring16(ring, su + 32 - 16 * r0);
@@ -311,8 +293,8 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     uint32_t sc, mn;
     scales_mins(head.y, head.z, head.w, i, sc, mn);
     const int b = 2 * (i & 1);  // sub-block 2i's byte of sc and mn
-    const int sc_a = static_cast<int>((sc >> (8 * (b + rb))) & 0xff),
-              sc_b = static_cast<int>((sc >> (8 * (b + 1 - rb))) & 0xff);
+    const int sc_a = static_cast<int>((sc >> (8 * (b + rb))) & 0xff) << (kMasked ? 4 - 4 * rb : 0),
+              sc_b = static_cast<int>((sc >> (8 * (b + 1 - rb))) & 0xff) << (kMasked ? 4 * rb : 0);
     // The mins of sub-blocks 2i and 2i + 1, each in both low bytes: dp2a with x's two sums of 16.
     const int m_lo = static_cast<int>(byte_perm(mn, 0, b * 0x11)),
               m_hi = static_cast<int>(byte_perm(mn, 0, (b + 1) * 0x11));
@@ -320,9 +302,9 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     for (int t = 0; t < kTile; ++t) {
       const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i;
       const int8_t *xa = x + 32 * rb, *xb = x + 32 - 32 * rb;
-      const int pa = dot16(x16(xa + 16 - 16 * r0), w[1], dot16(x16(xa + 16 * r0), w[0]));
-      const int pb = dot16(x16(xb + 16 - 16 * r0), w[3], dot16(x16(xb + 16 * r0), w[2]));
-      p[t] = sc_a * pa + sc_b * pb;
+      const int pa = dot16_us(x16(xa + 16 - 16 * r0), w[1], dot16_us(x16(xa + 16 * r0), w[0]));
+      const int pb = dot16_us(x16(xb + 16 - 16 * r0), w[3], dot16_us(x16(xb + 16 * r0), w[2]));
+      p[t] = kMasked ? (sc_a * pa + sc_b * pb) >> 4 : sc_a * pa + sc_b * pb;
       const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i;  // Q8_K's sums of x's four sixteens
       m[t] = dp2a_lo(pair16(sums + 2), m_hi, dp2a_lo(pair16(sums), m_lo, 0));
     }
