@@ -26,22 +26,30 @@ constexpr int kMaxHeadDim = 512;
 // Query heads one block takes from its KV head's group (more become more blocks).
 constexpr int64_t kHeadsPerBlock = 8;
 
+// Heads a block of rope_store_kernel takes, so that a prefill's thousands of tokens
+// are not a block each of 64 threads per head.
+constexpr int64_t kRopeHeads = 8;
+
+// Block (token, chunk of kRopeHeads heads among the q heads, then the k heads).
 template <DType D>
 __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const float* __restrict__ v, int64_t kv_heads,
                                   int64_t hd, KvPages p, int64_t layer, TokenMap map, Rotary r) {
   let_next_start();
   wait_for_earlier();
-  const int64_t t = blockIdx.x, head = blockIdx.y;
+  const int64_t t = blockIdx.x, first = blockIdx.y * kRopeHeads;
+  const int64_t heads = min(kRopeHeads, q_heads + kv_heads - first);
   const int64_t pos = map.pos[t];
-  const bool is_q = head < q_heads;
-  const int64_t kv = head - q_heads;
-  float* x = is_q ? q + (t * q_heads + head) * hd : k + (t * kv_heads + kv) * hd;
+  const auto row_of = [&](int64_t head) {
+    return head < q_heads ? q + (t * q_heads + head) * hd : k + (t * kv_heads + head - q_heads) * hd;
+  };
   if (r.inv_freq != nullptr) {
     const int64_t half = (r.dim > 0 ? r.dim : hd) / 2;
     // Pair i: dimensions (i, i + half), or (2i, 2i + 1) when interleaved (CpuDevice::rope).
     const int64_t first_step = r.interleaved ? 2 : 1, second = r.interleaved ? 1 : half;
     const auto position = static_cast<float>(pos);
-    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    for (int64_t j = threadIdx.x; j < heads * half; j += blockDim.x) {
+      float* x = row_of(first + j / half);
+      const int64_t i = j % half;
       const float angle = position * r.inv_freq[i];
       const float c = cosf(angle) * r.scaling, s = sinf(angle) * r.scaling;
       const int64_t ia = i * first_step, ib = ia + second;
@@ -50,17 +58,18 @@ __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const flo
       x[ib] = b * c + a * s;
     }
   }
-  if (is_q || p.base == nullptr) return;
-  __syncthreads();  // the rotated row, written by the block's threads
+  if (first + heads <= q_heads || p.base == nullptr) return;
+  __syncthreads();  // the rotated rows, written by the block's threads
   const int32_t* blocks = map.tables + map.table[t];
   const int64_t row = (pos % p.block_size) * hd;
   auto* base = static_cast<Storage<D>*>(p.base);
-  Storage<D>* keys = base + kv_offset(p, blocks[pos / p.block_size], layer, 0, kv) + row;
-  Storage<D>* values = base + kv_offset(p, blocks[pos / p.block_size], layer, 1, kv) + row;
-  const float* vr = v + (t * kv_heads + kv) * hd;
-  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
-    keys[i] = narrow<D>(x[i]);
-    values[i] = narrow<D>(vr[i]);
+  const int64_t first_kv = max(first, q_heads);
+  for (int64_t j = threadIdx.x; j < (first + heads - first_kv) * hd; j += blockDim.x) {
+    const int64_t head = first_kv + j / hd, kv = head - q_heads, i = j % hd;
+    Storage<D>* keys = base + kv_offset(p, blocks[pos / p.block_size], layer, 0, kv) + row;
+    Storage<D>* values = base + kv_offset(p, blocks[pos / p.block_size], layer, 1, kv) + row;
+    keys[i] = narrow<D>(row_of(head)[i]);
+    values[i] = narrow<D>(v[(t * kv_heads + kv) * hd + i]);
   }
 }
 
@@ -231,8 +240,9 @@ void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const 
                 int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
                 const Rotary& rotary) {
   if (tokens == 0 || q_heads + kv_heads == 0) return;
-  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(q_heads + kv_heads));
-  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim / 2, 32, 256));
+  const dim3 grid(static_cast<unsigned>(tokens),
+                  static_cast<unsigned>((q_heads + kv_heads + kRopeHeads - 1) / kRopeHeads));
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(kRopeHeads * head_dim / 2, 32, 256));
   const KvPages p = pages != nullptr ? *pages : KvPages{};
   with_dtype(pages != nullptr ? p.dtype : DType::kF32, [&]<DType D>() {
     launch_kernel(rope_store_kernel<D>, grid, threads, 0, stream, q, q_heads, k, v, kv_heads, head_dim, p, layer, map,
