@@ -488,6 +488,19 @@ struct Items {
   float* routed_w = nullptr;
 };
 
+// A lone token routed by the block it is in (the folded routing): warp 0 routes
+// it from items.route_logits into `routed` and `routed_w` [top_k] (the block's
+// shared memory), and the grid's first block writes them out to items.routed
+// and items.routed_w for the launches after it. Every thread of the block calls it.
+__device__ __forceinline__ void route_in_block(const Items& items, int32_t* routed, float* routed_w) {
+  if (threadIdx.x < 32) route_warp(items.route_logits, items.routing, routed, routed_w);
+  __syncthreads();
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < items.top_k) {
+    items.routed[threadIdx.x] = routed[threadIdx.x];
+    items.routed_w[threadIdx.x] = routed_w[threadIdx.x];
+  }
+}
+
 struct Item {
   int32_t expert = 0, first = 0, count = 0;
 };
@@ -641,14 +654,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32)
   __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
   let_next_start();
   wait_for_earlier();
-  if constexpr (kRoute) {
-    if (threadIdx.x < 32) route_warp(items.route_logits, items.routing, routed, routed_w);
-    __syncthreads();
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < items.top_k) {
-      items.routed[threadIdx.x] = routed[threadIdx.x];
-      items.routed_w[threadIdx.x] = routed_w[threadIdx.x];
-    }
-  }
+  if constexpr (kRoute) route_in_block(items, routed, routed_w);
   const int32_t* lone = kRoute ? routed : items.lone;
   Item it;
   if (!find_item(items, lone, static_cast<int>(blockIdx.y), it)) return;
@@ -676,14 +682,7 @@ __global__ void __launch_bounds__(kQuadWarps * 32, 4)
   __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
   let_next_start();
   wait_for_earlier();
-  if constexpr (kRoute) {
-    if (threadIdx.x < 32) route_warp(items.route_logits, items.routing, routed, routed_w);
-    __syncthreads();
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < items.top_k) {
-      items.routed[threadIdx.x] = routed[threadIdx.x];
-      items.routed_w[threadIdx.x] = routed_w[threadIdx.x];
-    }
-  }
+  if constexpr (kRoute) route_in_block(items, routed, routed_w);
   Item it;
   if (!find_item(items, kRoute ? routed : items.lone, static_cast<int>(blockIdx.y), it)) return;
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
@@ -999,14 +998,7 @@ __global__ void __launch_bounds__(kMmaSplit * 32, 1)
   __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
   let_next_start();
   wait_for_earlier();
-  if constexpr (kRoute) {
-    if (threadIdx.x < 32) route_warp(items.route_logits, items.routing, routed, routed_w);
-    __syncthreads();
-    if (blockIdx.x == 0 && threadIdx.x < items.top_k) {
-      items.routed[threadIdx.x] = routed[threadIdx.x];
-      items.routed_w[threadIdx.x] = routed_w[threadIdx.x];
-    }
-  }
+  if constexpr (kRoute) route_in_block(items, routed, routed_w);
   const int32_t* lone = kRoute ? routed : items.lone;
   const int top_k = items.top_k;
   const int64_t hidden = table.hidden, inter = table.inter;
