@@ -455,7 +455,9 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 
 // A block may take several partitions one after another (TESSERA_CUDA_ATTENTION_SPAN,
 // else chosen by the number of blocks): every span gives bitwise the outputs of
-// one partition a block, also when the last block's span is cut short (3 of 5).
+// one partition a block, also when the last block's span is cut short (3 of 5),
+// and so does a block that takes all its tokens' partitions and merges them
+// itself (span 0) instead of the combine kernel.
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const AttentionCase c :
@@ -463,7 +465,7 @@ TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes)
     const int64_t first = c.positions - c.tokens;
     ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", "1", 1), 0);
     const auto one = run_attention(*gpu, c, first, c.tokens);
-    for (const char* span : {"2", "3", "4", "8"}) {
+    for (const char* span : {"2", "3", "4", "8", "0"}) {
       ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
       EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span;
     }

@@ -13,6 +13,7 @@
 // run in chunks gets what it gets in one pass.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/merge.cuh"
 #include "backend/cuda/mma.cuh"
 
 #include <algorithm>
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kPartition)
   }
 }
 
-// Block (token, head): the token's partitions merged in order.
+// Block (token, head): the token's partitions merged in order (merge.cuh).
 __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_t window, int64_t partitions,
                                const float* __restrict__ scratch, float* __restrict__ out,
                                __nv_bfloat16* __restrict__ rounded) {
@@ -221,15 +222,14 @@ __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_
   const int64_t used = (pos - first_visible(pos, window)) / kPartition + 1;
   const float* parts = scratch + (t * n_heads + h) * partitions * (hd + 2);
   const int64_t stride = hd + 2;
-  float peak = -INFINITY;
-  for (int64_t i = 0; i < used; ++i) peak = fmaxf(peak, parts[i * stride + hd]);
-  float total = 0.0f;
-  for (int64_t i = 0; i < used; ++i) total += expf(parts[i * stride + hd] - peak) * parts[i * stride + hd + 1];
   float* result = out + (t * n_heads + h) * hd;
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    RunningMerge run;
     float acc = 0.0f;
-    for (int64_t i = 0; i < used; ++i) acc += expf(parts[i * stride + hd] - peak) * parts[i * stride + d];
-    result[d] = acc / total;
+    for (int64_t i = 0; i < used; ++i)
+      acc = merge_output(acc, parts[i * stride + d],
+                         merge_partition(run, parts[i * stride + hd], parts[i * stride + hd + 1]));
+    result[d] = __fdiv_rn(acc, run.sum);
     if (rounded != nullptr) rounded[t * n_heads * hd + mma_slot(h * hd + d)] = __float2bfloat16_rn(result[d]);
   }
 }

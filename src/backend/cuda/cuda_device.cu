@@ -510,9 +510,8 @@ class CudaDevice final : public Device {
         const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(
             stage({reinterpret_cast<const int32_t*>(column_blocks.data()), column_blocks.size() * 3}));
         cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
-                            static_cast<int64_t>(column_blocks.size()), scratch);
-        cuda::attention_combine(stream_, out_slice, tokens, n_heads, p.head_dim, slice, window, partitions, scratch,
-                                rounded != nullptr ? rounded + begin * n_heads * p.head_dim : nullptr);
+                            static_cast<int64_t>(column_blocks.size()), tokens, scratch, out_slice,
+                            rounded != nullptr ? rounded + begin * n_heads * p.head_dim : nullptr);
         column_blocks.clear();
       } else {
         cuda::attention(stream_, q_slice, out_slice, tokens, n_heads, p, layer, slice, window, scale, partitions,

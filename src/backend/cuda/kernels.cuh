@@ -98,9 +98,11 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
 // The tensor-core attention (mma_attention.cu) for pages of bf16 or f16, head_dim
 // 64 or 128 and no sliding window: when it fits a layer, every token of that
 // layer takes it. A ColumnBlock is up to mma_attention_tokens_per_block()
-// consecutive tokens of one sequence (launch-relative indices); each block
-// writes the same partial outputs into scratch as attention's first kernel, and
-// attention_combine merges them.
+// consecutive tokens of one sequence (launch-relative indices). Where the launch
+// has enough blocks, each takes every partition of its tokens and writes out
+// (and `rounded`, as attention_combine does) itself; else each block writes the
+// same partial outputs into scratch as attention's first kernel, and
+// attention_combine merges them. Either way the same bits (merge.cuh).
 struct ColumnBlock {
   int32_t first = 0, tokens = 0;
   int32_t fresh = 0;  // the first position of its sequence that this step writes (keys below it are older)
@@ -108,7 +110,8 @@ struct ColumnBlock {
 bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window);
 int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
-                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch);
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
+                   float* scratch, float* out, __nv_bfloat16* rounded);
 // Merges each token's partitions from scratch into out (attend.cu), and into
 // `rounded` rounded to bf16 as well when it is not null (mma_gemm's x_rounded, in
 // mma_slot order).

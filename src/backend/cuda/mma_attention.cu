@@ -23,6 +23,8 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
+#include "backend/cuda/merge.cuh"
+#include "backend/cuda/mma.cuh"
 #include "core/check.h"
 
 namespace tessera::cuda {
@@ -97,11 +99,16 @@ struct Stage {
 // while it computes one (two stages of shared memory): each partition's numbers
 // are what a block of one partition computes, written to its own place in
 // scratch, so the span changes no bit.
-template <DType D, int kHeadDim>
+//
+// kWhole: the block takes every partition its tokens see and merges them itself, in
+// order, as the combine kernel would (merge.cuh), writing out (and `rounded`)
+// instead of scratch: the same bits without the partial sums' round trip through
+// memory and the combine launch.
+template <DType D, int kHeadDim, bool kWhole>
 __global__ void __launch_bounds__(kWarps * 32)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, int64_t span, const ColumnBlock* __restrict__ column_blocks,
-                         float* __restrict__ scratch) {
+                         float* __restrict__ scratch, float* __restrict__ out, __nv_bfloat16* __restrict__ rounded) {
   let_next_start();
   constexpr int kStride = Stage<kHeadDim>::kStride;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -188,6 +195,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       qa[kk][i] = pack2<D>(v.x, v.y);
     }
 
+  RunningMerge run[2];
+  float merged[kWhole ? kHeadDim / 8 : 1][4] = {};
   for (int64_t i = 0; i < parts; ++i) {
     const int64_t part = part0 + i, start = part * kPositions;
     const Stage<kHeadDim>& stage = stages[i % 2];
@@ -273,19 +282,46 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (!used[r]) continue;
-        float* out = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
+        if constexpr (kWhole) {
+          const float2 w = merge_partition(run[r], peak[r], sum[r]);
+#pragma unroll
+          for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+            merged[dt][2 * r] = merge_output(merged[dt][2 * r], o[dt][2 * r], w);
+            merged[dt][2 * r + 1] = merge_output(merged[dt][2 * r + 1], o[dt][2 * r + 1], w);
+          }
+          continue;
+        }
+        float* to = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
 #pragma unroll
         for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-          out[dt * 8 + 2 * t] = o[dt][2 * r];
-          out[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+          to[dt * 8 + 2 * t] = o[dt][2 * r];
+          to[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
         }
         if (t == 0) {
-          out[kHeadDim] = peak[r];
-          out[kHeadDim + 1] = sum[r];
+          to[kHeadDim] = peak[r];
+          to[kHeadDim + 1] = sum[r];
         }
       }
     }
     __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
+  }
+  if constexpr (kWhole) {
+    if (idle) return;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (!mine[r]) continue;
+      const int64_t row = token[r] * n_heads + head[r];
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t d = dt * 8 + 2 * t + e;
+          const float value = __fdiv_rn(merged[dt][2 * r + e], run[r].sum);
+          out[row * kHeadDim + d] = value;
+          if (rounded != nullptr)
+            rounded[token[r] * n_heads * kHeadDim + mma_slot(head[r] * kHeadDim + d)] = __float2bfloat16_rn(value);
+        }
+    }
   }
 }
 }  // namespace
@@ -300,42 +336,62 @@ int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads) {
 }
 
 constexpr int64_t kMaxSpan = 8;
+// The most partitions a block that takes all of its tokens' partitions may see (its
+// table of key rows in shared memory: 16 KiB).
+constexpr int64_t kMaxWhole = 32;
 
 // Partitions a block (1, 2 or 4): as many as leave at least four blocks an SM,
 // so that a few sequences still spread over every SM while many sequences'
-// blocks each hide one partition's copies behind another's products.
+// blocks each hide one partition's copies behind another's products. 0 (every
+// partition of its tokens, merged in the block) where the launch has a block an
+// SM without splitting its tokens' partitions and they are at most kMaxWhole.
 // TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
-// compare spans in one process).
-int64_t partitions_a_block(int64_t blocks) {
-  if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_SPAN"); asked != nullptr)
-    return std::clamp<int64_t>(std::atoll(asked), 1, kMaxSpan);
+// compare spans in one process; 0 asks for the whole where it fits).
+int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks) {
+  if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_SPAN"); asked != nullptr) {
+    const int64_t span = std::clamp<int64_t>(std::atoll(asked), 0, kMaxSpan);
+    return span == 0 && partitions > kMaxWhole ? 1 : span;
+  }
+  if (partitions <= kMaxWhole && unsplit_blocks >= multiprocessors()) return 0;
   int64_t span = 4;
-  while (span > 1 && blocks / span < 4 * multiprocessors()) span /= 2;
+  while (span > 1 && partitions * unsplit_blocks / span < 4 * multiprocessors()) span /= 2;
   return span;
 }
 
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
-                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, float* scratch) {
+                   float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
+                   float* scratch, float* out, __nv_bfloat16* rounded) {
   if (count == 0) return;
-  const int64_t span = partitions_a_block(partitions * count * p.n_kv_heads);
+  const int64_t asked = partitions_a_block(partitions, count * p.n_kv_heads);
+  const bool whole = asked == 0;
+  const int64_t span = whole ? partitions : asked;
   const dim3 grid(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
                   static_cast<unsigned>(p.n_kv_heads));
-  const auto launch = [&]<DType D, int kHeadDim>() {
-    const auto kernel = mma_attention_kernel<D, kHeadDim>;
-    constexpr size_t kMostShared = 2 * sizeof(Stage<kHeadDim>) + kMaxSpan * kPositions * sizeof(int64_t);
+  const auto launch = [&]<DType D, int kHeadDim, bool kWhole>() {
+    const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole>;
+    constexpr size_t kMostShared =
+        2 * sizeof(Stage<kHeadDim>) + (kWhole ? kMaxWhole : kMaxSpan) * kPositions * sizeof(int64_t);
     static const bool sized = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kMostShared)) == cudaSuccess;
     TS_CHECK(sized, "the attention kernel cannot have ", kMostShared, " bytes of shared memory");
     const size_t shared = 2 * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t);
     launch_kernel(kernel, grid, kWarps * 32, shared, stream, q, n_heads, p, layer, map, scale, partitions, span,
-                  column_blocks, scratch);
+                  column_blocks, scratch, out, rounded);
   };
   const auto run = [&]<DType D>() {
-    if (p.head_dim == 64) return launch.template operator()<D, 64>();
-    launch.template operator()<D, 128>();
+    if (p.head_dim == 64) {
+      if (whole) return launch.template operator()<D, 64, true>();
+      return launch.template operator()<D, 64, false>();
+    }
+    if (whole) return launch.template operator()<D, 128, true>();
+    launch.template operator()<D, 128, false>();
   };
-  if (p.dtype == DType::kBF16) return run.template operator()<DType::kBF16>();
-  run.template operator()<DType::kF16>();
+  if (p.dtype == DType::kBF16) {
+    run.template operator()<DType::kBF16>();
+  } else {
+    run.template operator()<DType::kF16>();
+  }
+  if (!whole) attention_combine(stream, out, tokens, n_heads, p.head_dim, map, 0, partitions, scratch, rounded);
 }
 
 }  // namespace tessera::cuda
