@@ -6,7 +6,7 @@
 // block's weight rows for all 128 tokens, one wgmma m64n128k16 a k16 step) and
 // hand each stage back on a second mbarrier once its products are in. A consumer
 // loads a step's weight fragments in two halves, each while the other half's
-// products run (TESSERA_CUDA_WGMMA_PIPE=0: all four products waited for at once).
+// products run (session 27: +11-16 % over waiting for all four at once).
 //
 // Bitwise: a warp loads its 16 rows' weight fragments from the staged tile into
 // registers exactly as mma.cuh's mma_half takes them (A from registers), and x (B)
@@ -41,7 +41,7 @@ struct WeightMaps {
   CUtensorMap w[MmaJob::kMaxWeights];
 };
 
-template <bool kGateUp, bool kPipelined>
+template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ WeightMaps maps, const __grid_constant__ CUtensorMap x_map,
                       int64_t tokens, int64_t k, MmaJob job) {
@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const int warpgroup = threadIdx.x / 128, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int row = 16 * (threadIdx.x / 32 - 4) + g;  // a consumer's rows in the block: row and row + 8
   if (warpgroup == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
@@ -97,12 +96,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // gate/up's exchange has block barriers, which every thread passes; the producer has no outputs.
     finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, false, smem, [](auto&&) {});
-  } else if constexpr (kPipelined) {
+  } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     wait_for_earlier();  // the outputs may be the kernel before's inputs
     // A thread's rows: row and row + 8, row g of its warp's 16 being tile row (g >> 1) + 4 (g & 1), so that a
     // quarter-warp's loads of one unit hit all 32 banks (rows 4 apart lie in opposite halves of the swizzle).
-    const int mine = 16 * (threadIdx.x / 32 - 4) + (g >> 1) + 4 * (g & 1);
+    const int row = 16 * (threadIdx.x / 32 - 4) + (g >> 1) + 4 * (g & 1);
     float acc[64], total[64];
     // A step's fragments in two halves: `lower` (unit t of both rows) for its first two k16 products, `upper`
     // (unit t + 4) for the last two, each committed as its own group. A half is loaded once its group before is
@@ -114,10 +113,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     const auto load_lower = [&](int step) {
       mbar_wait(&full[step % kStages], (step / kStages) & 1);
-      a_lower = unit(stage_of(step), mine, t), b_lower = unit(stage_of(step), mine + 8, t);
+      a_lower = unit(stage_of(step), row, t), b_lower = unit(stage_of(step), row + 8, t);
     };
     const auto load_upper = [&](int step) {
-      a_upper = unit(stage_of(step), mine, t + 4), b_upper = unit(stage_of(step), mine + 8, t + 4);
+      a_upper = unit(stage_of(step), row, t + 4), b_upper = unit(stage_of(step), row + 8, t + 4);
     };
     const auto first_half = [&](int step) {
       const uint8_t* x_tile = stage_of(step) + kWeightBytes;
@@ -163,53 +162,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 64; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
     }
-    finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, mine >= 64, smem, [&](auto&& f) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) f(total[4 * j + i], mine + (i >= 2 ? 8 : 0), 8 * j + 2 * t + i % 2);
-    });
-  } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    wait_for_earlier();  // the outputs may be the kernel before's inputs
-    const int odd = g & 1;
-    float acc[64], total[64];
-    const int q = chunks / kMmaSplit, r = chunks % kMmaSplit;
-    // Sum by sum (a sum without chunks adds 0, as mma_gemm.cu's). Each step waits for its own products before
-    // the next loads its weights into the same registers (wgmma reads them until then); meanwhile the other
-    // consumer warpgroup's products keep the tensor cores busy.
-    for (int sum = 0, step = 0; sum < kMmaSplit; ++sum) {
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-      const int count = q + (sum < r ? 1 : 0);
-      for (int index = 0; index < count; ++index, ++step) {
-        const int stage = step % kStages;
-        mbar_wait(&full[stage], (step / kStages) & 1);
-        const uint8_t* at = smem + stage * kStageBytes;
-        // Row r's unit u (16 bytes) lies at unit u ^ (r % 8) of the swizzled row. Even rows read unit t, then
-        // t + 4; odd rows the other way round: a quarter-warp's reads hit 32 banks.
-        const auto unit = [&](int r, int u) {
-          return *reinterpret_cast<const uint4*>(at + r * 128 + ((u ^ (r & 7)) << 4));
-        };
-        const uint4 a_first = unit(row, t + 4 * odd), a_second = unit(row, t + 4 * (1 - odd));
-        const uint4 b_first = unit(row + 8, t + 4 * odd), b_second = unit(row + 8, t + 4 * (1 - odd));
-        const uint4 a0 = odd ? a_second : a_first, a1 = odd ? a_first : a_second;  // rows g: lower, upper half
-        const uint4 b0 = odd ? b_second : b_first, b1 = odd ? b_first : b_second;  // rows g + 8
-        const uint8_t* x_tile = at + kWeightBytes;
-        wgmma_fence();
-        wgmma_128(acc, a0.x, b0.x, a0.y, b0.y, swizzled_descriptor(x_tile, 0));
-        wgmma_128(acc, a0.z, b0.z, a0.w, b0.w, swizzled_descriptor(x_tile, 1));
-        wgmma_128(acc, a1.x, b1.x, a1.y, b1.y, swizzled_descriptor(x_tile, 2));
-        wgmma_128(acc, a1.z, b1.z, a1.w, b1.w, swizzled_descriptor(x_tile, 3));
-        wgmma_commit();
-        wgmma_wait<0>();
-        __syncwarp();
-        mbar_arrive_if_first(&consumed[stage], lane);  // the stage goes back to the producer
-      }
-      pin(acc);  // the products are in: read after the waits, not before
-#pragma unroll
-      for (int i = 0; i < 64; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
-    }
     finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, row >= 64, smem, [&](auto&& f) {
 #pragma unroll
       for (int j = 0; j < 16; ++j)
@@ -233,12 +185,12 @@ const CUtensorMap& weight_map(const __nv_bfloat16* w, int64_t n, int64_t k) {
   return made.map;
 }
 
-template <bool kGateUp, bool kPipelined>
+template <bool kGateUp>
 bool launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
   static const bool ready = [] {
     cudaFuncAttributes attributes{};  // fails where this build holds no kernel for the device
-    return cudaFuncGetAttributes(&attributes, wgmma_gemm_kernel<kGateUp, kPipelined>) == cudaSuccess &&
-           cudaFuncSetAttribute(wgmma_gemm_kernel<kGateUp, kPipelined>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncGetAttributes(&attributes, wgmma_gemm_kernel<kGateUp>) == cudaSuccess &&
+           cudaFuncSetAttribute(wgmma_gemm_kernel<kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem)) == cudaSuccess;
   }();
   if (!ready) {
@@ -256,18 +208,14 @@ bool launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   const CUtensorMap x_map = matrix_map(x, tokens, k, kMmaChunk, kTokens, CU_TENSOR_MAP_SWIZZLE_128B);
   const dim3 grid(static_cast<unsigned>((tokens + kTokens - 1) / kTokens),
                   static_cast<unsigned>(job.first_tile[job.count]));
-  launch_kernel(wgmma_gemm_kernel<kGateUp, kPipelined>, grid, kThreads, kSmem, stream, maps, x_map, tokens, k, job);
+  launch_kernel(wgmma_gemm_kernel<kGateUp>, grid, kThreads, kSmem, stream, maps, x_map, tokens, k, job);
   return true;
 }
 
 }  // namespace
 
 bool wgmma_gemm(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
-  // TESSERA_CUDA_WGMMA_PIPE=0: a step's four products waited for at once (read at every call).
-  if (switched_off("TESSERA_CUDA_WGMMA_PIPE"))
-    return job.gate_up ? launch<true, false>(stream, x, tokens, k, job)
-                       : launch<false, false>(stream, x, tokens, k, job);
-  return job.gate_up ? launch<true, true>(stream, x, tokens, k, job) : launch<false, true>(stream, x, tokens, k, job);
+  return job.gate_up ? launch<true>(stream, x, tokens, k, job) : launch<false>(stream, x, tokens, k, job);
 }
 
 }  // namespace tessera::cuda
