@@ -41,6 +41,15 @@ struct ChunkWalk {
   }
 };
 
+// Where row r's token tok lies in gate/up's exchange ([64][kTokens] floats): swizzled
+// within each 32 tokens, so that the 8 rows (of distinct r % 8) and 4 token pairs
+// a warp's store or load touches fall in 32 different banks.
+template <int kTokens>
+__device__ __forceinline__ int exchange_at(int r, int tok) {
+  static_assert(kTokens % 32 == 0, "the swizzle stays within 32 tokens");
+  return r * kTokens + (tok ^ (8 * (r & 3) + ((r >> 2) & 1)));
+}
+
 // A block's outputs from the totals of its eight sums, for weight s of the job
 // (rows from row0, tokens from token0): `each(f)` calls f(total, r, tok) for each
 // total the thread holds (r: the block's row, tok: its token). Then the bias,
@@ -57,7 +66,7 @@ __device__ __forceinline__ void finish_outputs(const MmaJob& job, int s, int64_t
     __syncthreads();
     if (up_rows)
       each([&](float total, int r, int tok) {
-        up[(r - 64) * kTokens + tok] = with_bias(total, job.bias[1], min(row0 + r - 64, n - 1));
+        up[exchange_at<kTokens>(r - 64, tok)] = with_bias(total, job.bias[1], min(row0 + r - 64, n - 1));
       });
     __syncthreads();
     if (up_rows) return;
@@ -68,7 +77,7 @@ __device__ __forceinline__ void finish_outputs(const MmaJob& job, int s, int64_t
     const int64_t row = row0 + r, token = token0 + tok;
     if (row >= n || token >= tokens) return;
     float value = with_bias(total, bias, row);
-    if constexpr (kGateUp) value = silu_times(value, up[r * kTokens + tok]);
+    if constexpr (kGateUp) value = silu_times(value, up[exchange_at<kTokens>(r, tok)]);
     float& out = y[token * n + row];
     out = job.accumulate ? out + value : value;
     if (job.y_bf16 != nullptr) job.y_bf16[token * n + mma_slot(row)] = __float2bfloat16_rn(out);
