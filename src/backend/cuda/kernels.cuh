@@ -98,8 +98,8 @@ void attention(cudaStream_t stream, const float* q, float* out, int64_t tokens, 
 // The tensor-core attention (mma_attention.cu) for pages of bf16 or f16, head_dim
 // 64 or 128 and no sliding window: when it fits a layer, every token of that
 // layer takes it. A ColumnBlock is up to mma_attention_tokens_per_block()
-// consecutive tokens of one sequence (launch-relative indices). Where the launch
-// has enough blocks, each takes every partition of its tokens and writes out
+// consecutive tokens of one sequence (launch-relative indices). For prompt chunks
+// whose launch has enough blocks, each takes every partition of its tokens and writes out
 // (and `rounded`, as attention_combine does) itself; else each block writes the
 // same partial outputs into scratch as attention's first kernel, and
 // attention_combine merges them. Either way the same bits (merge.cuh).
