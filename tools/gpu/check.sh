@@ -90,11 +90,13 @@ for step in $STEPS; do
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
         --dtype bf16 --prompt 512 --decode 4 ${sequences:+--sequences $sequences} >"$OUT/details.txt" 2>"$OUT/details.err"
       echo "details rc $?"
-      # And the tiled GEMM of one 512-token prefill.
-      ncu --clock-control none --kernel-name regex:gemm_kernel --launch-skip 20 --launch-count 3 --section SpeedOfLight \
-        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      # And the kernels named by $PREFILL_KERNELS (default the tiled GEMM) of one prefill of $PREFILL tokens
+      # (default 512), past their first 40 launches (the first kernels of a process pay for loading).
+      ncu --clock-control none --kernel-name "regex:${PREFILL_KERNELS:-gemm_kernel}" --launch-skip 40 --launch-count 3 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section SourceCounters \
         build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
-        --dtype bf16 --prompt 512 --decode 1 >"$OUT/details-prefill.txt" 2>>"$OUT/details.err"
+        --dtype bf16 --prompt ${PREFILL:-512} --decode 1 >"$OUT/details-prefill.txt" 2>>"$OUT/details.err"
       echo "details prefill rc $?" ;;
     gguf)
       # Issue 19 point 8: tessera bench --device cuda on the Q8_0 and Q4_K_M files that tessera quantize makes from
