@@ -5,9 +5,8 @@
 // GPU's own matmul, gather and scatter-add give one expert at a time (tensor
 // cores and FMA, decode and prefill tiles); a token's row the same alone and
 // among others (alone, its down and weighted sum in one launch, its router's
-// matmul and routing in one launch: the logits bitwise the device's matmul, its
-// routing inside the gate/up launch, and its x normalized by those launches:
-// bitwise the device's rms_norm first; the switches come from the environment).
+// matmul and routing in one launch: the logits bitwise the device's matmul, and
+// its x normalized by those launches: bitwise the device's rms_norm first).
 // The fixtures run through it in cuda_forward_test.cpp. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -269,8 +268,7 @@ TEST_P(CudaExpertsTest, BitwiseTheDevicesMatmulsExpertByExpertAndATokenAloneIsIt
       };
       const auto alone = run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden);
       EXPECT_EQ(alone, row(together, c.hidden)) << "token " << t;
-      // Routed by run_experts itself (with TESSERA_CUDA_MOE_FOLD_ROUTING=1, inside the
-      // gate/up launch on tensor cores), and added onto a residual row.
+      // Routed by run_experts itself, and added onto a residual row.
       EXPECT_EQ(run_on_device(*gpu, experts, moe, row(x, c.hidden), row(logits, moe.experts), 1, c.hidden,
                               Call::kRunFromLogits),
                 alone)

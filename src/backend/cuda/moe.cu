@@ -460,14 +460,6 @@ __device__ __forceinline__ int lone_slot(const int32_t* experts, int top_k, int3
   return below;
 }
 
-// mma.cuh's load_x from L2 (ld.global.cg): for what another block of the same
-// launch wrote.
-__device__ __forceinline__ uint4 load_x_l2(const float* __restrict__ p) {
-  const float4 a = __ldcg(reinterpret_cast<const float4*>(p));
-  const float4 b = __ldcg(reinterpret_cast<const float4*>(p) + 1);
-  return make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
-}
-
 // Where a block of the matmuls finds its item.
 struct Items {
   const int32_t* table = nullptr;       // [max items, 3]: expert, first slot, count (null: a lone token)
@@ -479,35 +471,14 @@ struct Items {
   // each), which its blocks send to L2 for the down launch (null: none).
   const void* const* down_ahead = nullptr;
   int64_t down_bytes = 0;
-  // A lone token's gate/up routing it itself (mma_experts_kernel's kRoute): its
-  // logits [routing.experts], and where block (0, 0) writes the experts and
-  // weights [top_k] for the launches after it.
-  const float* route_logits = nullptr;
-  ExpertRouting routing;
-  int32_t* routed = nullptr;
-  float* routed_w = nullptr;
 };
-
-// A lone token routed by the block it is in (the folded routing): warp 0 routes
-// it from items.route_logits into `routed` and `routed_w` [top_k] (the block's
-// shared memory), and the grid's first block writes them out to items.routed
-// and items.routed_w for the launches after it. Every thread of the block calls it.
-__device__ __forceinline__ void route_in_block(const Items& items, int32_t* routed, float* routed_w) {
-  if (threadIdx.x < 32) route_warp(items.route_logits, items.routing, routed, routed_w);
-  __syncthreads();
-  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x < items.top_k) {
-    items.routed[threadIdx.x] = routed[threadIdx.x];
-    items.routed_w[threadIdx.x] = routed_w[threadIdx.x];
-  }
-}
 
 struct Item {
   int32_t expert = 0, first = 0, count = 0;
 };
 
-// Item `i` of the step, or false past the last (every thread of the block calls
-// it); `lone`: a lone token's experts (items.lone, or the block's own routing).
-__device__ __forceinline__ bool find_item(const Items& items, const int32_t* lone, int i, Item& item) {
+// Item `i` of the step, or false past the last (every thread of the block calls it).
+__device__ __forceinline__ bool find_item(const Items& items, int i, Item& item) {
   if (items.table != nullptr) {
     if (i >= *items.count) return false;
     item = {items.table[3 * i], items.table[3 * i + 1], items.table[3 * i + 2]};
@@ -515,7 +486,7 @@ __device__ __forceinline__ bool find_item(const Items& items, const int32_t* lon
   }
   if (i >= items.top_k) return false;
   int32_t expert = 0;
-  const int slot = lone_slot(lone, items.top_k, expert);
+  const int slot = lone_slot(items.lone, items.top_k, expert);
   const unsigned holder = __ballot_sync(0xffffffffu, static_cast<int>(threadIdx.x % 32) < items.top_k && slot == i);
   item = {__shfl_sync(0xffffffffu, expert, __ffs(holder) - 1), i, 1};
   return true;
@@ -532,12 +503,12 @@ __device__ __forceinline__ int64_t x_row(const Items& items, int64_t slot) {
 // to L2 (nothing waits for it) as its gate/up block ends, so that the down
 // launch after it finds them there: the 128-byte lines of each expert's matrix
 // dealt out over the grid's threads.
-__device__ __forceinline__ void send_down_ahead(const Items& items, const int32_t* lone) {
+__device__ __forceinline__ void send_down_ahead(const Items& items) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x;
   const int64_t first = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t lines = items.down_bytes / 128;
   for (int j = 0; j < items.top_k; ++j) {
-    const auto* w = static_cast<const char*>(items.down_ahead[lone[j]]);
+    const auto* w = static_cast<const char*>(items.down_ahead[items.lone[j]]);
     for (int64_t line = first; line < lines; line += threads) prefetch_l2(w + line * 128);
   }
 }
@@ -552,20 +523,27 @@ __device__ __forceinline__ void send_down_ahead(const Items& items, const int32_
 // mma_matmul.cu's (tensor cores) or kernels.cu's matmul_kernel's (FMA), so each
 // output is bitwise what Device::matmul gives it.
 
-// Rows [row0, row0 + 16) of item `it` (mma_experts_kernel's sums, below), by the
-// whole block, with kUnroll chunks of each weight in flight a warp (the order of
-// the sums does not depend on it); `partial` and `squares` are the block's (free
-// again after the block's next barrier).
-template <int kTiles, bool kGateUp, bool kNorm, int kUnroll = 2>
-__device__ __forceinline__ void experts_rows(const float* __restrict__ x, int64_t k, int64_t n,
-                                             const void* const* __restrict__ w_first,
-                                             const void* const* __restrict__ w_second, const Items& items,
-                                             const int32_t* lone, const Item& it, const ExpertNorm& norm, int64_t row0,
-                                             float (&partial)[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4],
-                                             float* squares, float* __restrict__ y) {
+// Tensor cores: 16 rows a block; with kGateUp, gate and up side by side and
+// silu(gate) * up out. The chunk order, the loads and the mma_half calls are
+// mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up. kNorm (a
+// lone token's gate/up): x normalized by `norm` as it loads, its scale computed
+// once the first weights are on their way (before them when a warp has no chunk).
+template <int kTiles, bool kGateUp, bool kNorm = false>
+__global__ void __launch_bounds__(kMmaSplit * 32)
+    mma_experts_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
+                       const void* const* __restrict__ w_second, Items items, ExpertNorm norm, float* __restrict__ y) {
+  static_assert(!kNorm || (kTiles == 1 && kGateUp && kMmaSplit * 32 == kNormThreads));
+  constexpr int kUnroll = 2;
+  __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
+  __shared__ float squares[kNorm ? 32 : 1];
+  let_next_start();
+  wait_for_earlier();
+  Item it;
+  if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int32_t expert = it.expert, first = it.first, count = it.count;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
   const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
   const auto* w0 = static_cast<const __nv_bfloat16*>(w_first[expert]);
   const auto* w1 = kGateUp ? static_cast<const __nv_bfloat16*>(w_second[expert]) : nullptr;
@@ -609,7 +587,7 @@ __device__ __forceinline__ void experts_rows(const float* __restrict__ x, int64_
       }
     }
   }
-  if (kGateUp && items.down_ahead != nullptr) send_down_ahead(items, lone);
+  if (kGateUp && items.down_ahead != nullptr) send_down_ahead(items);
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
@@ -633,109 +611,6 @@ __device__ __forceinline__ void experts_rows(const float* __restrict__ x, int64_
     }
 }
 
-// Tensor cores: 16 rows a block; with kGateUp, gate and up side by side and
-// silu(gate) * up out. The chunk order, the loads and the mma_half calls are
-// mma_matmul.cu's warp_sums (kUnroll 2), with the x rows looked up. kNorm (a
-// lone token's gate/up): x normalized by `norm` as it loads, its scale computed
-// once the first weights are on their way (before them when a warp has no chunk).
-// kRoute (a lone token's gate/up, TESSERA_CUDA_MOE_FOLD_ROUTING=1): warp 0 of
-// every block routes the token from items.route_logits (route_warp) before the
-// block finds its expert, and block (0, 0) writes the experts and weights out:
-// the routing launch goes.
-template <int kTiles, bool kGateUp, bool kNorm = false, bool kRoute = false>
-__global__ void __launch_bounds__(kMmaSplit * 32)
-    mma_experts_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
-                       const void* const* __restrict__ w_second, Items items, ExpertNorm norm, float* __restrict__ y) {
-  static_assert(!kNorm || (kTiles == 1 && kGateUp && kMmaSplit * 32 == kNormThreads));
-  static_assert(!kRoute || (kTiles == 1 && kGateUp));
-  __shared__ float partial[kGateUp ? 2 : 1][kMmaSplit][kTiles][32][4];
-  __shared__ float squares[kNorm ? 32 : 1];
-  __shared__ int32_t routed[kRoute ? kMaxWarpTopK : 1];
-  __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
-  let_next_start();
-  wait_for_earlier();
-  if constexpr (kRoute) route_in_block(items, routed, routed_w);
-  const int32_t* lone = kRoute ? routed : items.lone;
-  Item it;
-  if (!find_item(items, lone, static_cast<int>(blockIdx.y), it)) return;
-  experts_rows<kTiles, kGateUp, kNorm>(x, k, n, w_first, w_second, items, lone, it, norm,
-                                       static_cast<int64_t>(blockIdx.x) * 16, partial, squares, y);
-}
-
-// A lone token's gate/up in blocks of four warps (TESSERA_CUDA_MOE_GATE_UP_WARPS=4,
-// asked for until measured): mma_experts_kernel<1, true>'s sums, each warp adding
-// two of the eight (sums w and w + 4: chunks w, w + 8, ... and w + 4, w + 12, ...,
-// each in its own accumulators in the same order), one chunk of each in flight,
-// then the eight added in order as before: bitwise the same outputs. Blocks of
-// 128 threads fit four an SM, so Qwen3-30B-A3B's 384 blocks (48 tiles x 8
-// experts) are all resident at once, where blocks of 256 fit two an SM: 264 at
-// once, then the other 120 (1.45 waves). kRoute: warp 0 routes first, as there.
-constexpr int kQuadWarps = 4;
-
-template <bool kRoute>
-__global__ void __launch_bounds__(kQuadWarps * 32, 4)
-    quad_gate_up_kernel(const float* __restrict__ x, int64_t k, int64_t n, const void* const* __restrict__ w_first,
-                        const void* const* __restrict__ w_second, Items items, float* __restrict__ y) {
-  constexpr int kPer = kMmaSplit / kQuadWarps;  // sums a warp adds
-  __shared__ float partial[2][kMmaSplit][1][32][4];
-  __shared__ int32_t routed[kRoute ? kMaxWarpTopK : 1];
-  __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
-  let_next_start();
-  wait_for_earlier();
-  if constexpr (kRoute) route_in_block(items, routed, routed_w);
-  Item it;
-  if (!find_item(items, kRoute ? routed : items.lone, static_cast<int>(blockIdx.y), it)) return;
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  const int g = lane / 4, t = lane % 4;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
-  const auto* w0 = static_cast<const __nv_bfloat16*>(w_first[it.expert]);
-  const auto* w1 = static_cast<const __nv_bfloat16*>(w_second[it.expert]);
-  // The token is column 0 (x's row 0): lanes of g > 0 give the zero columns.
-  const float* xr = g == 0 ? x + 8 * t : nullptr;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  const int64_t chunks = k / kMmaChunk;
-  float c[kPer][4] = {}, up[kPer][4] = {};
-  for (int64_t base = 0; base < chunks; base += kMmaSplit) {
-    WeightChunk wg[kPer], wu[kPer];
-#pragma unroll
-    for (int s = 0; s < kPer; ++s) {
-      const int64_t chunk = base + warp + s * kQuadWarps;
-      if (chunk < chunks) {
-        wg[s] = load_chunk(w0 + ra, w0 + rb, chunk * kMmaChunk);
-        wu[s] = load_chunk(w1 + ra, w1 + rb, chunk * kMmaChunk);
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < kPer; ++s) {
-      const int64_t chunk = base + warp + s * kQuadWarps;
-      if (chunk >= chunks) break;
-      const int64_t at = chunk * kMmaChunk;
-      uint4 x0 = zero, x1 = zero;
-      if (xr != nullptr) x0 = load_x(xr + at), x1 = load_x(xr + at + 32);
-      mma_chunk(c[s], wg[s], x0, x1);
-      mma_chunk(up[s], wu[s], x0, x1);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < kPer; ++s)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      partial[0][warp + s * kQuadWarps][0][lane][i] = c[s][i];
-      partial[1][warp + s * kQuadWarps][0][lane][i] = up[s][i];
-    }
-  __syncthreads();
-  if (warp != 0 || t != 0) return;
-    // Accumulators 0 and 2 of lane (g, 0): rows g and g + 8 of the token's column.
-#pragma unroll
-  for (int i = 0; i < 4; i += 2) {
-    const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
-    if (row >= n) continue;
-    y[it.first * n + row] =
-        silu_times(block_sum<1>(&partial[0][0][0][0][0], 0, i), block_sum<1>(&partial[1][0][0][0][0], 0, i));
-  }
-}
-
 // FMA (f32 and f16 weights, bf16 of other row lengths): kernels.cu's
 // matmul_kernel, 4 rows a block of 128 threads, 8 columns at a time.
 constexpr int kFmaWarps = 4;
@@ -751,7 +626,7 @@ __global__ void __launch_bounds__(kFmaThreads)
   let_next_start();
   wait_for_earlier();
   Item it;
-  if (!find_item(items, items.lone, static_cast<int>(blockIdx.y), it)) return;
+  if (!find_item(items, static_cast<int>(blockIdx.y), it)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int32_t expert = it.expert, first = it.first, count = it.count;
   const auto* w0 = static_cast<const Storage<D>*>(w_first[expert]);
@@ -861,17 +736,28 @@ __global__ void combine_kernel(const float* __restrict__ y, const float* __restr
 constexpr int kMaxDownSumTopK = 8;
 constexpr int kDownSumDepth = 4;
 
-// Rows [row0, row0 + 16) of out: down_sum_kernel's sums (below) of the slots'
-// down weights and weights, by the whole block; kFresh: h was written in this
-// launch (read from L2, not through the read-only path).
-template <bool kFresh>
-__device__ __forceinline__ void down_sum_rows(const float* __restrict__ h, int64_t k, int64_t n,
-                                              const __nv_bfloat16* const* slot_down, const float* slot_weight,
-                                              int top_k, bool add, float* __restrict__ out, int64_t row0,
-                                              float (&partial)[kMaxDownSumTopK][kMmaSplit][32][4]) {
+__global__ void __launch_bounds__(kMmaSplit * 32)
+    down_sum_kernel(const float* __restrict__ h, int64_t k, int64_t n, const void* const* __restrict__ down,
+                    const int32_t* __restrict__ experts, const float* __restrict__ weights, int top_k, bool add,
+                    float* __restrict__ out) {
   constexpr int kDepth = kDownSumDepth;
+  __shared__ float partial[kMaxDownSumTopK][kMmaSplit][32][4];
+  __shared__ const __nv_bfloat16* slot_down[kMaxDownSumTopK];
+  __shared__ float slot_weight[kMaxDownSumTopK];
+  let_next_start();
+  wait_for_earlier();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int g = lane / 4, t = lane % 4;
+  if (warp == 0) {
+    int32_t expert = 0;
+    const int slot = lone_slot(experts, top_k, expert);
+    if (lane < top_k) {
+      slot_down[slot] = static_cast<const __nv_bfloat16*>(down[expert]);
+      slot_weight[slot] = weights[lane];
+    }
+  }
+  __syncthreads();
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 16;
   const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
   const int64_t chunks = k / kMmaChunk;
   const auto sum_of = [&](int j) { return (warp - j % kMmaSplit + kMmaSplit) % kMmaSplit; };
@@ -921,8 +807,8 @@ __device__ __forceinline__ void down_sum_rows(const float* __restrict__ h, int64
         const int64_t at = c * kMmaChunk;
         wd[d] = load_chunk(w + ra, w + rb, at);
         const float* xr = h + j * k + 8 * t + at;
-        x0[d] = g == 0 ? (kFresh ? load_x_l2(xr) : load_x(xr)) : zero;
-        x1[d] = g == 0 ? (kFresh ? load_x_l2(xr + 32) : load_x(xr + 32)) : zero;
+        x0[d] = g == 0 ? load_x(xr) : zero;
+        x1[d] = g == 0 ? load_x(xr + 32) : zero;
         c += kMmaSplit;
         settle();
       }
@@ -941,124 +827,6 @@ __device__ __forceinline__ void down_sum_rows(const float* __restrict__ h, int64
     float& to = out[row];
     to = add ? __fadd_rn(to, sum) : sum;
   }
-}
-
-__global__ void __launch_bounds__(kMmaSplit * 32)
-    down_sum_kernel(const float* __restrict__ h, int64_t k, int64_t n, const void* const* __restrict__ down,
-                    const int32_t* __restrict__ experts, const float* __restrict__ weights, int top_k, bool add,
-                    float* __restrict__ out) {
-  __shared__ float partial[kMaxDownSumTopK][kMmaSplit][32][4];
-  __shared__ const __nv_bfloat16* slot_down[kMaxDownSumTopK];
-  __shared__ float slot_weight[kMaxDownSumTopK];
-  let_next_start();
-  wait_for_earlier();
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  if (warp == 0) {
-    int32_t expert = 0;
-    const int slot = lone_slot(experts, top_k, expert);
-    if (lane < top_k) {
-      slot_down[slot] = static_cast<const __nv_bfloat16*>(down[expert]);
-      slot_weight[slot] = weights[lane];
-    }
-  }
-  __syncthreads();
-  down_sum_rows<false>(h, k, n, slot_down, slot_weight, top_k, add, out, static_cast<int64_t>(blockIdx.x) * 16,
-                       partial);
-}
-
-// ---- a lone token's gate/up and down in one launch -----------------------------
-//
-// TESSERA_CUDA_MOE_FUSED=1 (asked for until measured): one block an SM, all
-// resident at once (the grid is the SM count). Each block takes gate/up tiles
-// blockIdx.x, + gridDim.x, ... (experts_rows: 16 rows of one slot, into h), then
-// sends its own down rows' weights (16 rows of every slot's expert) to L2, then
-// waits at a grid-wide barrier until every block's h is written, then takes its
-// down tiles (down_sum_rows, onto out): bitwise the gate/up and down_sum launches,
-// without the ramp and tail between the two, and with down's weights on their way
-// while the last gate/up tiles finish. The barrier counts in the layer's second
-// counter word: each block adds 1 as it arrives and 1 as it leaves, and the block
-// that makes it 2 x grid sets it back to zero; a wait past about two seconds of
-// the SM's clock traps (a block that never came: no hang).
-constexpr long long kBarrierTrapCycles = 1ll << 32;
-// Gate/up chunks in flight a warp: with one block an SM, a 2,048-wide row's four
-// chunks a warp all at once (two blocks of two an SM before).
-constexpr int kFusedUnroll = 4;
-// The counter is the null pointer that ends the layer's table (cuda_device.cu): two words.
-static_assert(sizeof(void*) >= 2 * sizeof(unsigned));
-
-template <bool kRoute>
-__global__ void __launch_bounds__(kMmaSplit * 32, 1)
-    lone_experts_kernel(const float* __restrict__ x, ExpertTable table, Items items, const float* weights, float* h,
-                        bool add, float* __restrict__ out) {
-  __shared__ float up_partial[2][kMmaSplit][1][32][4];
-  __shared__ float down_partial[kMaxDownSumTopK][kMmaSplit][32][4];
-  __shared__ const __nv_bfloat16* slot_down[kMaxDownSumTopK];
-  __shared__ float slot_weight[kMaxDownSumTopK];
-  __shared__ int32_t routed[kRoute ? kMaxWarpTopK : 1];
-  __shared__ float routed_w[kRoute ? kMaxWarpTopK : 1];
-  let_next_start();
-  wait_for_earlier();
-  if constexpr (kRoute) route_in_block(items, routed, routed_w);
-  const int32_t* lone = kRoute ? routed : items.lone;
-  const int top_k = items.top_k;
-  const int64_t hidden = table.hidden, inter = table.inter;
-  const int64_t up_tiles = (inter + 15) / 16, down_tiles = (hidden + 15) / 16;
-  for (int64_t tile = blockIdx.x; tile < up_tiles * top_k; tile += gridDim.x) {
-    Item it;
-    find_item(items, lone, static_cast<int>(tile / up_tiles), it);
-    experts_rows<1, true, false, kFusedUnroll>(x, hidden, inter, table.gate, table.up, items, lone, it, ExpertNorm{},
-                                               tile % up_tiles * 16, up_partial, nullptr, h);
-    __syncthreads();  // up_partial is read by warp 0 before the next tile writes it
-  }
-  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  if (warp == 0) {
-    int32_t expert = 0;
-    const int slot = lone_slot(lone, top_k, expert);
-    if (lane < top_k) {
-      slot_down[slot] = static_cast<const __nv_bfloat16*>(table.down[expert]);
-      slot_weight[slot] = kRoute ? routed_w[lane] : weights[lane];
-    }
-  }
-  __syncthreads();
-  for (int64_t tile = blockIdx.x; tile < down_tiles; tile += gridDim.x) {
-    const int64_t lines = (min(int64_t{16}, hidden - tile * 16) * inter * 2 + 127) / 128;
-    for (int j = 0; j < top_k; ++j) {
-      const auto* rows = reinterpret_cast<const char*>(slot_down[j] + tile * 16 * inter);
-      for (int64_t line = threadIdx.x; line < lines; line += blockDim.x) prefetch_l2(rows + line * 128);
-    }
-  }
-  unsigned* bar = table.counter + 1;
-  __threadfence();  // this block's rows of h reach L2 before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    atomicAdd(bar, 1u);
-    const long long start = clock64();
-    while (*static_cast<volatile unsigned*>(bar) < gridDim.x)
-      if (clock64() - start > kBarrierTrapCycles) __trap();
-    __threadfence();
-  }
-  __syncthreads();
-  for (int64_t tile = blockIdx.x; tile < down_tiles; tile += gridDim.x) {
-    down_sum_rows<true>(h, inter, hidden, slot_down, slot_weight, top_k, add, out, tile * 16, down_partial);
-    __syncthreads();  // down_partial likewise
-  }
-  if (threadIdx.x == 0 && atomicAdd(bar, 1u) == 2 * gridDim.x - 1) *bar = 0;  // every block is past the wait
-}
-
-// The fused launch's grid: the SM count, when one block fits an SM (0: it does not).
-unsigned lone_experts_grid() {
-  static const unsigned grid = [] {
-    int device = 0, sms = 0, per_sm = 0, per_sm_routed = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lone_experts_kernel<false>, kMmaSplit * 32, 0) !=
-            cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_routed, lone_experts_kernel<true>, kMmaSplit * 32, 0) !=
-            cudaSuccess)
-      return 0u;
-    return std::min(per_sm, per_sm_routed) >= 1 ? static_cast<unsigned>(sms) : 0u;
-  }();
-  return grid;
 }
 
 // ---- launches -------------------------------------------------------------------
@@ -1114,26 +882,12 @@ void launch_phase(cudaStream_t stream, const ExpertTable& table, int tile, int64
   if (mma_matmul_fits(table.dtype, k)) {
     const dim3 grid(static_cast<unsigned>((n + 15) / 16), grid_y);
     auto kernel = tile == 8 ? mma_experts_kernel<1, kGateUp> : mma_experts_kernel<4, kGateUp>;
-    if constexpr (kGateUp) {
-      const bool route = table_items.route_logits != nullptr;
-      static const bool quad_on = [] {
-        const char* value = std::getenv("TESSERA_CUDA_MOE_GATE_UP_WARPS");
-        return value != nullptr && std::string_view(value) == "4";
-      }();
-      if (quad_on && table_items.table == nullptr && norm.weight == nullptr) {  // a lone token
-        launch_kernel(route ? quad_gate_up_kernel<true> : quad_gate_up_kernel<false>, grid, kQuadWarps * 32, 0, stream,
-                      x, k, n, w_first, w_second, table_items, y);
-        return;
-      }
-      if (norm.weight != nullptr)
-        kernel = route ? mma_experts_kernel<1, true, true, true> : mma_experts_kernel<1, true, true>;
-      else if (route) kernel = mma_experts_kernel<1, true, false, true>;
-    }
+    if constexpr (kGateUp)
+      if (norm.weight != nullptr) kernel = mma_experts_kernel<1, true, true>;
     launch_kernel(kernel, grid, kMmaSplit * 32, 0, stream, x, k, n, w_first, w_second, table_items, norm, y);
     return;
   }
-  TS_CHECK(norm.weight == nullptr && (!kGateUp || table_items.route_logits == nullptr),
-           "a normalizing or routing experts' launch of k ", k);
+  TS_CHECK(norm.weight == nullptr, "a normalizing experts' launch of k ", k);
   const dim3 grid(static_cast<unsigned>((n + kFmaRows - 1) / kFmaRows), grid_y);
   with_dtype(table.dtype, [&]<DType D>() {
     const auto kernel = k % 8 == 0 ? fma_experts_kernel<D, true, kGateUp> : fma_experts_kernel<D, false, kGateUp>;
@@ -1203,8 +957,6 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
   static const bool add_on = !switched_off("TESSERA_CUDA_MOE_ADD");
   static const bool down_sum_on = !switched_off("TESSERA_CUDA_MOE_DOWN_SUM");
   static const bool down_ahead_on = asked("TESSERA_CUDA_MOE_DOWN_AHEAD");
-  static const bool fold_on = asked("TESSERA_CUDA_MOE_FOLD_ROUTING");
-  static const bool fused_on = asked("TESSERA_CUDA_MOE_FUSED");
   const bool lone = lone_token(tokens, top_k);
   const bool normed = norm.weight != nullptr;
   TS_CHECK(!normed || (lone && mma_matmul_fits(table.dtype, table.hidden)),
@@ -1221,18 +973,10 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
                     static_cast<const Storage<D>*>(router.bias), router.logits, table.counter, experts, weights,
                     warp_routes(routing));
     });
-  }
-  Items by{.top_k = static_cast<int>(top_k)};
-  // A lone token's routing folded into its gate/up launch: given the logits, one
-  // warp's work (warp_routes), and gate/up on tensor cores.
-  const bool fold = fold_on && lone && router.router == nullptr && router.logits != nullptr && warp_routes(routing) &&
-                    mma_matmul_fits(table.dtype, table.hidden);
-  if (fold) {
-    check_routing(routing);
-    by.route_logits = router.logits, by.routing = routing, by.routed = experts, by.routed_w = weights;
-  } else if (router.router == nullptr && router.logits != nullptr) {
+  } else if (router.logits != nullptr) {
     route_experts(stream, router.logits, tokens, routing, router.bias, router.bias_dtype, experts, weights);
   }
+  Items by{.top_k = static_cast<int>(top_k)};
   if (lone) {
     by.lone = experts;
     if (down_ahead_on && table.dtype == DType::kBF16) {
@@ -1243,21 +987,11 @@ void run_experts(cudaStream_t stream, const float* x, int64_t tokens, const Expe
     launch_kernel(group_kernel, 1, kGroupThreads, 0, stream, experts, tokens, top_k, table.experts, tile, s);
     by.table = s.items, by.count = s.n_items, by.slot_token = s.slot_token;
   }
-  const bool straight = add && add_on;
-  float* to = add && !straight ? s.sum : out;
-  const bool fused = fused_on && lone && !normed && down_sum_on && top_k <= kMaxDownSumTopK &&
-                     mma_matmul_fits(table.dtype, table.hidden) && mma_matmul_fits(table.dtype, table.inter) &&
-                     table.counter != nullptr && lone_experts_grid() > 0;
-  if (fused) {
-    by.down_ahead = nullptr;
-    launch_kernel(fold ? lone_experts_kernel<true> : lone_experts_kernel<false>, lone_experts_grid(), kMmaSplit * 32, 0,
-                  stream, x, table, by, weights, s.h, straight, to);
-    if (add && !straight) cuda::add(stream, s.sum, tokens * table.hidden, out);
-    return;
-  }
   const int64_t grid_items = lone ? top_k : items;
   launch_phase<true>(stream, table, tile, grid_items, by, x, table.hidden, table.inter, table.gate, table.up, s.h,
                      norm);
+  const bool straight = add && add_on;
+  float* to = add && !straight ? s.sum : out;
   if (lone && down_sum_on && top_k <= kMaxDownSumTopK && mma_matmul_fits(table.dtype, table.inter)) {
     launch_kernel(down_sum_kernel, static_cast<unsigned>((table.hidden + 15) / 16), kMmaSplit * 32, 0, stream, s.h,
                   table.inter, table.hidden, table.down, experts, weights, static_cast<int>(top_k), straight, to);

@@ -8,10 +8,7 @@
 //                   and weights on the host)
 //   run_experts     0. given the router's logits, route_experts first (a lone
 //                      token given the router's weight: its matmul and the
-//                      routing in one launch, the last block to finish routing;
-//                      a lone token whose gate/up takes the tensor cores and one
-//                      warp routes, with TESSERA_CUDA_MOE_FOLD_ROUTING=1: warp 0
-//                      of every gate/up block routes it, and no routing launch);
+//                      routing in one launch, the last block to finish routing);
 //                      a lone token's x may come unnormalized with its RMSNorm
 //                      (ExpertNorm): the router's and gate/up's blocks normalize
 //                      it as they load it, and the norm's launch goes;
@@ -19,9 +16,7 @@
 //                      token, and cuts each expert's pairs into items of up to 8
 //                      (or 32) pairs (a lone token skips this launch: its item i
 //                      is its i-th lowest expert, found by each block);
-//                   2. gate and up with SiLU for every item in one launch (a lone
-//                      token's in blocks of four warps with
-//                      TESSERA_CUDA_MOE_GATE_UP_WARPS=4: one wave), the
+//                   2. gate and up with SiLU for every item in one launch, the
 //                      expert's weights found from its id in a table of pointers
 //                      in device memory (each item reads them once for its pairs;
 //                      a lone token's blocks then send down's weights to L2);
@@ -31,10 +26,7 @@
 //                      the residual stream, one launch of Device::add fewer).
 //                   A lone token of top_k <= 8 on tensor cores takes 3 and 4 in one
 //                   launch: a block computes 16 rows of every expert's down and
-//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=0: two launches);
-//                   with TESSERA_CUDA_MOE_FUSED=1, 2 to 4 in one launch of one block
-//                   an SM, a grid-wide barrier between gate/up and down (it counts
-//                   in ExpertTable::counter's second word).
+//                   adds them up itself (TESSERA_CUDA_MOE_DOWN_SUM=0: two launches).
 //
 // The matmuls are the dense ones' sums: bf16 weights with k a multiple of 64 take
 // mma_matmul.cu's tensor-core order (the same mma_half on the same k positions,
@@ -92,8 +84,7 @@ struct ExpertTable {
   int64_t experts = 0;
   int64_t hidden = 0;
   int64_t inter = 0;
-  unsigned* counter = nullptr;  // two words of the layer's own, zero between launches (the router's launch counts in
-                                // the first, the fused experts' launch in the second)
+  unsigned* counter = nullptr;  // a word of the layer's own, zero between launches (the router's launch counts in it)
 };
 
 // x's RMSNorm as the experts' kernels apply it while they load x (null weight:
