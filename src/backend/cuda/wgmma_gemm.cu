@@ -118,20 +118,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto load_upper = [&](int step) {
       a_upper = unit(stage_of(step), row, t + 4), b_upper = unit(stage_of(step), row + 8, t + 4);
     };
-    const auto first_half = [&](int step) {
+    // A half's two k16 products, its k16 steps s and s + 1 (a, b: rows row and row + 8), as one group.
+    const auto half_products = [&](int step, const uint4& a, const uint4& b, int s) {
       const uint8_t* x_tile = stage_of(step) + kWeightBytes;
       wgmma_fence();
-      wgmma_128(acc, a_lower.x, b_lower.x, a_lower.y, b_lower.y, swizzled_descriptor(x_tile, 0));
-      wgmma_128(acc, a_lower.z, b_lower.z, a_lower.w, b_lower.w, swizzled_descriptor(x_tile, 1));
+      wgmma_128(acc, a.x, b.x, a.y, b.y, swizzled_descriptor(x_tile, s));
+      wgmma_128(acc, a.z, b.z, a.w, b.w, swizzled_descriptor(x_tile, s + 1));
       wgmma_commit();
     };
-    const auto second_half = [&](int step) {
-      const uint8_t* x_tile = stage_of(step) + kWeightBytes;
-      wgmma_fence();
-      wgmma_128(acc, a_upper.x, b_upper.x, a_upper.y, b_upper.y, swizzled_descriptor(x_tile, 2));
-      wgmma_128(acc, a_upper.z, b_upper.z, a_upper.w, b_upper.w, swizzled_descriptor(x_tile, 3));
-      wgmma_commit();
-    };
+    const auto first_half = [&](int step) { half_products(step, a_lower, b_lower, 0); };
+    const auto second_half = [&](int step) { half_products(step, a_upper, b_upper, 2); };
     const auto release = [&](int step) {
       __syncwarp();
       mbar_arrive_if_first(&consumed[step % kStages], lane);  // the stage goes back to the producer
