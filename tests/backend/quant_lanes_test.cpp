@@ -145,7 +145,7 @@ TEST(QuantLanes, LanePartsAddUpToTheUnitsIntegerSums) {
   check_lanes<DType::kQ5_K, 4>(31, 8);
   check_lanes<DType::kQ6_K, 1>(31, 9);
   check_lanes<DType::kQ6_K, 4>(31, 10);
-  // The kernels before the lean unpacking (TESSERA_CUDA_QUANT_LEAN_LANES=0), which differ for Q4_K and Q6_K.
+  // The lanes of the kernels that are not lean (the default), which differ for Q4_K and Q6_K.
   check_lanes<DType::kQ4_K, 1, false>(31, 5);
   check_lanes<DType::kQ4_K, 4, false>(31, 6);
   check_lanes<DType::kQ6_K, 1, false>(31, 9);

@@ -280,12 +280,13 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
         for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &stated[i], sizeof(float)) != 0;
         EXPECT_EQ(differ, 0) << "of " << got.size() << " outputs; the first: " << got[0] << " against " << stated[0];
         if (tokens != 1) continue;
-        // A token's kernels before the lean ones (quant_matmul.cu), which the benches measure against them.
-        for (const char* off : {"TESSERA_CUDA_QUANT_LEAN_LANES", "TESSERA_CUDA_QUANT_LEAN"}) {
-          ::setenv(off, "0", 1);
-          const std::vector<float> before = run(**gpu_made, w, x, tokens, &bias, add);
-          ::unsetenv(off);
-          EXPECT_EQ(std::memcmp(before.data(), stated.data(), stated.size() * sizeof(float)), 0) << off << "=0";
+        // A token's lean kernels (quant_matmul.cu), taken where asked for.
+        for (const char* lean : {"1", "stages"}) {
+          ::setenv("TESSERA_CUDA_QUANT_LEAN", lean, 1);
+          const std::vector<float> leaner = run(**gpu_made, w, x, tokens, &bias, add);
+          ::unsetenv("TESSERA_CUDA_QUANT_LEAN");
+          EXPECT_EQ(std::memcmp(leaner.data(), stated.data(), stated.size() * sizeof(float)), 0)
+              << "TESSERA_CUDA_QUANT_LEAN=" << lean;
         }
       }
     }

@@ -180,8 +180,15 @@ TS_LANE uint4 ring16(const uint32_t* ring, uint32_t s) { return load<uint4>(ring
 // The 2 bytes of the stream at byte s, s even (so they lie in one word), in the low half.
 TS_LANE uint32_t ring_half(const uint32_t* ring, uint32_t s) { return ring[(s >> 2) & kRingMask] >> ((s & 2) * 8); }
 
-// c + the 16 products of the activations x and the bytes of w[0..3].
+// c + the 16 products of the activations x and the bytes of w[0..3] (kUnsigned: taken unsigned).
+template <bool kUnsigned = false>
 TS_LANE int dot16(const int4 x, const uint32_t* w, int c = 0) {
+  if constexpr (kUnsigned) {
+    c = dp4a_us(w[0], x.x, c);
+    c = dp4a_us(w[1], x.y, c);
+    c = dp4a_us(w[2], x.z, c);
+    return dp4a_us(w[3], x.w, c);
+  }
   c = dp4a(static_cast<int>(w[0]), x.x, c);
   c = dp4a(static_cast<int>(w[1]), x.y, c);
   c = dp4a(static_cast<int>(w[2]), x.z, c);
@@ -193,13 +200,6 @@ TS_LANE int sum16(const int4 x, int times) {
   s = dp4a(times, x.y, s);
   s = dp4a(times, x.z, s);
   return dp4a(times, x.w, s);
-}
-// c + the 16 products of the activations x and the bytes of w[0..3], taken unsigned.
-TS_LANE int dot16_us(const int4 x, const uint32_t* w, int c = 0) {
-  c = dp4a_us(w[0], x.x, c);
-  c = dp4a_us(w[1], x.y, c);
-  c = dp4a_us(w[2], x.z, c);
-  return dp4a_us(w[3], x.w, c);
 }
 TS_LANE int4 x16(const int8_t* p) { return load<int4>(p); }
 // The two int16 at p (4-byte aligned) as one word, the first in the low half.
@@ -218,7 +218,8 @@ TS_LANE void scales_mins(uint32_t s0, uint32_t s1, uint32_t s2, int i, uint32_t&
 // Q4_K and Q5_K units (144 and 176 bytes) on 16, so their parts are 16-byte reads.
 // A lane reads x in pieces of 16 bytes in an order of its own (from u and j), so that
 // the 8 lanes of a quarter warp read 8 different bank quads of shared memory.
-// kLean: Q4_K's and Q6_K's weights unpacked in fewer operations (the same integers).
+// kLean (the lean kernels, where asked for): Q4_K's and Q6_K's weights unpacked in fewer
+// operations, from one index into the ring (Unit::kTail), to the same integers.
 template <DType kT, int kTile, bool kLean = true>
 TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const Acts& a, const int64_t (&xt)[kTile],
                         int64_t k, int (&p)[kTile], int (&m)[kTile], float& dmin) {
@@ -257,14 +258,11 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     // taken 16 times, and the lane's sum, 16 times its part exactly, is divided by 16.
     constexpr bool kMasked = !kFive && kLean;
     const int i = j, rb = i >> 1, r0 = u & 1;
-    uint4 head, qa4, qb4;  // d, dmin and the 12 scale bytes; the lane's 32 bytes of qs
-    if constexpr (kMasked) {
-      const uint32_t *unit = ring + ((su >> 2) & kRingMask), *at = unit + 4 + 8 * i;
-      head = load<uint4>(unit), qa4 = load<uint4>(at + 4 * r0), qb4 = load<uint4>(at + 4 - 4 * r0);
-    } else {
-      const uint32_t at = su + (kFive ? 48 : 16) + 32 * i;
-      head = ring16(ring, su), qa4 = ring16(ring, at + 16 * r0), qb4 = ring16(ring, at + 16 - 16 * r0);
-    }
+    const uint32_t* unit = ring + ((su >> 2) & kRingMask);              // (kMasked) the unit's words from here
+    const uint4 head = kMasked ? load<uint4>(unit) : ring16(ring, su);  // d, dmin, the 12 scale bytes
+    const uint32_t at = su + (kFive ? 48 : 16) + 32 * i;
+    const uint4 qa4 = kMasked ? load<uint4>(unit + 4 + 8 * i + 4 * r0) : ring16(ring, at + 16 * r0),
+                qb4 = kMasked ? load<uint4>(unit + 8 + 8 * i - 4 * r0) : ring16(ring, at + 16 - 16 * r0);
     const uint32_t qa[4] = {qa4.x, qa4.y, qa4.z, qa4.w}, qb[4] = {qb4.x, qb4.y, qb4.z, qb4.w};
     uint32_t w[4][4];  // the weights of reads 0..3
     if constexpr (kMasked) {
@@ -302,8 +300,8 @@ TS_LANE float lane_part(const uint32_t* ring, uint32_t su, int j, int u, const A
     for (int t = 0; t < kTile; ++t) {
       const int8_t* x = a.q + xt[t] * k + 256 * u + 64 * i;
       const int8_t *xa = x + 32 * rb, *xb = x + 32 - 32 * rb;
-      const int pa = dot16_us(x16(xa + 16 - 16 * r0), w[1], dot16_us(x16(xa + 16 * r0), w[0]));
-      const int pb = dot16_us(x16(xb + 16 - 16 * r0), w[3], dot16_us(x16(xb + 16 * r0), w[2]));
+      const int pa = dot16<kMasked>(x16(xa + 16 - 16 * r0), w[1], dot16<kMasked>(x16(xa + 16 * r0), w[0]));
+      const int pb = dot16<kMasked>(x16(xb + 16 - 16 * r0), w[3], dot16<kMasked>(x16(xb + 16 * r0), w[2]));
       p[t] = kMasked ? (sc_a * pa + sc_b * pb) >> 4 : sc_a * pa + sc_b * pb;
       const int16_t* sums = a.s + xt[t] * (k / 16) + 16 * u + 4 * i;  // Q8_K's sums of x's four sixteens
       m[t] = dp2a_lo(pair16(sums + 2), m_hi, dp2a_lo(pair16(sums), m_lo, 0));

@@ -16,11 +16,11 @@
 // on rows that are not too long), a block of 8 warps first copies them into shared
 // memory and its rounds read them from there, not from L2 (else a block of 4 warps
 // reads them from global memory). A warp streams the row's
-// bytes into its ring in shared memory with 16-byte cp.async copies (stages of 1 KiB,
-// Unit::kAheadOf of them in flight; the kernels before the lean ones, stages of 512
-// bytes), whatever the blocks' alignment (a Q8_0 block is 34 bytes, a Q6_K one 210),
-// and reads each block from there: the ring's first bytes repeat past its end (a whole
-// unit of Q4_K and Q6_K), so a part that wraps is read in a row, and Q4_K and Q5_K
+// bytes into its ring in shared memory with 16-byte cp.async copies (stages of 512
+// bytes, Unit::kAhead of them in flight; the lean kernels, where asked for, 1 KiB),
+// whatever the blocks' alignment (a Q8_0 block is 34 bytes, a Q6_K one 210), and reads
+// each block from there: the ring's first bytes repeat past its end (the lean kernels:
+// a whole unit of Q4_K and Q6_K), so a part that wraps is read in a row, and Q4_K and Q5_K
 // blocks (144 and 176 bytes, so on 16-byte boundaries) take 16-byte reads. The row's units (a
 // block of 32 for Q8_0/Q4_0, a super-block of 256 for the K types) are dealt
 // round-robin to G groups (G = 16, 32, 4, 4, 4 for Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): unit
@@ -41,6 +41,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/quant.cuh"
@@ -194,10 +196,24 @@ struct Jobs {
 // The lean kernels (kLean, bits of): kLeanStages streams the row in stages of 1 KiB (half
 // the stages' fixed work a byte; Unit::kAheadOf of them in flight) with a running pointer
 // (each stage's copies an add, not their address again from the row), kLeanLanes unpacks
-// Q4_K's and Q6_K's weights in fewer operations (lane_part's kLean). Both are the
-// default; TESSERA_CUDA_QUANT_LEAN_LANES=0 and TESSERA_CUDA_QUANT_LEAN=0 (neither)
-// give a token's matmuls the kernels before, to measure them against each other.
+// Q4_K's and Q6_K's weights in fewer operations (lane_part's kLean; their rings' tails
+// hold a unit, Unit::kTail). A token's matmuls take them only when asked for, until a
+// device call has run and measured them (lean_asked): TESSERA_CUDA_QUANT_LEAN=1 (both)
+// or =stages; every other launch takes the kernels before.
 constexpr int kLeanStages = 1, kLeanLanes = 2, kLean = kLeanStages | kLeanLanes;
+
+// The ring's tail and a warp's ring in shared memory (Unit::kStride for the lean lanes).
+template <DType kT, int kLeanBits>
+constexpr int kTailOf = (kLeanBits & kLeanLanes) != 0 ? Unit<kT>::kTail : kRingTail;
+template <DType kT, int kLeanBits>
+constexpr int kStrideOf = kRingBytes + kTailOf<kT, kLeanBits>;
+
+// The lean kernels' bits a token's matmuls are asked to take (read at each call).
+int lean_asked() {
+  const char* value = std::getenv("TESSERA_CUDA_QUANT_LEAN");
+  const std::string_view asked = value != nullptr ? value : "";
+  return asked == "1" ? kLean : asked == "stages" ? kLeanStages : 0;
+}
 
 // A shared-memory address (the ring's), for copies into it.
 __device__ __forceinline__ void copy16_at(uint32_t to, const void* from) {
@@ -242,7 +258,8 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   const unsigned rows = (kLeanBits & kLeanStages) != 0 && tiles == 1 ? block : block / tiles;
   const int own_row = static_cast<int>(rows) * kWarps + warp, token0 = static_cast<int>(block - rows * tiles) * kTile;
   const int row = min(own_row, n - 1);
-  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * U::kStride;
+  constexpr int kTail = kTailOf<kT, kLeanBits>;
+  uint8_t* ring = reinterpret_cast<uint8_t*>(shared) + warp * kStrideOf<kT, kLeanBits>;
   const int units = k / U::kElems;
   const uint32_t row_bytes = static_cast<uint32_t>(units) * U::kBytes;
   // The row's stream: from the 16-byte boundary at or before its first byte; this lane
@@ -261,14 +278,14 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
       for (int c = 0; c < kStage / kStageBytes; ++c) {
         if (stage * (kStage / 16) + 32 * c + lane < chunks) {
           copy16_at(ring_at + at + c * kStageBytes, next + c * kStageBytes);
-          if (c == 0 && at + 16 * lane < U::kTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
+          if (c == 0 && at + 16 * lane < kTail) copy16_at(ring_at + kRingBytes + at, next);  // and into the tail
         }
       }
       next += kStage;
     } else if (stage * 32 + lane < chunks) {
       const uint32_t at = (stage * kStageBytes + 16 * lane) & (kRingBytes - 1);
       copy16(ring + at, from + stage * kStageBytes);
-      if (at < U::kTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
+      if (at < kTail) copy16(ring + kRingBytes + at, from + stage * kStageBytes);  // and into the tail
     }
     copies_sent();
   };
@@ -285,7 +302,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
     // The block copies them to shared memory once (words of 16 and 4 bytes: the
     // scales and sums of a token need not start on 16 bytes), then reads them from there.
     const int sum_words = U::kSums ? k / 32 : 0;
-    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * U::kStride;
+    auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kStrideOf<kT, kLeanBits>;
     auto* d = reinterpret_cast<float*>(q + kTile * k);
     auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
 #pragma unroll
@@ -376,7 +393,7 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   }
 }
 
-template <DType kT, int kTile, bool kStaged, int kLeanBits = kLean>
+template <DType kT, int kTile, bool kStaged, int kLeanBits = 0>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
             const float* gate, bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
@@ -395,11 +412,11 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
              "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
   }
   const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kLeanBits>;
-  const int64_t shared = kWarps * Unit<kT>::kStride + (kStaged ? kStagedBytes : 0);  // the most a launch asks
+  const int64_t shared = kWarps * kStrideOf<kT, kLeanBits> + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
-  const int64_t bytes = kWarps * Unit<kT>::kStride + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
+  const int64_t bytes = kWarps * kStrideOf<kT, kLeanBits> + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
   launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
                 static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
 }
@@ -410,13 +427,10 @@ template <DType kT, int kTile>
 void launch_tile(cudaStream_t stream, std::span<const QuantJob> jobs, int64_t k, int64_t tokens, const Acts& a,
                  const float* gate, bool accumulate) {
   if constexpr (kTile == 1) {
-    // A token's matmuls as the kernels before the lean ones, where switched off (read at each call).
-    const int lean = switched_off("TESSERA_CUDA_QUANT_LEAN")         ? 0
-                     : switched_off("TESSERA_CUDA_QUANT_LEAN_LANES") ? kLeanStages
-                                                                     : kLean;
-    if (lean != kLean && staged_bytes<kT>(kTile, k) <= kStagedBytes)
-      return lean == 0 ? launch<kT, kTile, true, 0>(stream, jobs, k, tokens, a, gate, accumulate)
-                       : launch<kT, kTile, true, kLeanStages>(stream, jobs, k, tokens, a, gate, accumulate);
+    const int lean = lean_asked();  // a token's matmuls on the lean kernels, where asked for
+    if (lean != 0 && staged_bytes<kT>(kTile, k) <= kStagedBytes)
+      return lean == kLean ? launch<kT, kTile, true, kLean>(stream, jobs, k, tokens, a, gate, accumulate)
+                           : launch<kT, kTile, true, kLeanStages>(stream, jobs, k, tokens, a, gate, accumulate);
   }
   if constexpr (kTile <= 4) {
     if (staged_bytes<kT>(kTile, k) <= kStagedBytes)
