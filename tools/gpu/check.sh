@@ -118,6 +118,16 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
           --threads "$(nproc)" >>"$OUT/gguf.log" 2>&1
         build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf --prompt 64 --decode 256 2>&1 |
           tee "$OUT/bench-gguf-$type.log" | grep -E "^(device|model|copy|prefill|decode)"
+        # $AB (comma-separated VAR=value, e.g. AB=TESSERA_CUDA_QUANT_LEAN=1): the bench again with each switch,
+        # then as built, ${ROUNDS:-2} times.
+        IFS=, read -ra switches <<<"${AB:-}"
+        for round in $(seq ${ROUNDS:-2}); do
+          [ -n "${AB:-}" ] || break
+          for with in "${switches[@]}" -; do
+            echo "== $type ${with/-/as built}, round $round: $(env ${with/-/} build-gpu/bin/tessera bench --device cuda \
+              --model $q/$type.gguf --prompt 64 --decode 256 2>&1 | grep -E "^decode" | tr -s ' ')"
+          done
+        done
         [ "${GGUF_PROFILE:-1}" = 0 ] && continue
         step=$((12 * ${GGUF_LAYERS:-32} + 6))
         ncu --clock-control none --launch-skip $((11 * step)) --launch-count $((2 * step + 10)) \
