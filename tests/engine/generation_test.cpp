@@ -35,6 +35,18 @@ class GenerationTest : public ::testing::Test {
   LocalEngine engine_;
 };
 
+// A new engine has run one position through its layers (the first request then pays
+// nothing that happens once) and given that position's block back.
+TEST_F(GenerationTest, ANewEngineHasWarmedUpAndGivenItsBlockBack) {
+  const KvPool& pool = engine_.forward->kv_pool();
+  EXPECT_EQ(pool.free_blocks(), pool.total_blocks());
+  const KvPages& pages = pool.pages();
+  ASSERT_EQ(pages.dtype, DType::kF32);
+  const auto* values = static_cast<const float*>(pages.base);
+  EXPECT_TRUE(std::any_of(values, values + pages.blocks * pages.block_elements(), [](float v) { return v != 0.0f; }))
+      << "no position was written: the engine did not warm up";
+}
+
 TEST_F(GenerationTest, ASecondRequestReusesTheHeldPrefixAndGetsWhatAFreshRunnerGets) {
   LocalRunner runner(*engine_.scheduler, 64, SamplingParams{});
   auto first = run(runner, {5, 9, 2, 7});
