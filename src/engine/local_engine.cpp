@@ -6,7 +6,8 @@ namespace {
 
 // One position through the range's layers on a scratch sequence, so that the first
 // request does not pay what happens once: the weights paged in from the mapped file
-// on a CPU, kernels loaded and scratch allocated on a GPU.
+// on a CPU; on a GPU the decode path's kernels loaded and its scratch allocated (a
+// prompt's tiled kernels still load with the first prompt of 32 tokens or more).
 Status warm_up(Forward& forward) {
   KvCache scratch = forward.make_cache(1);
   if (forward.model().has_entry()) return forward.run_ids(std::vector<int32_t>{0}, scratch).status();
