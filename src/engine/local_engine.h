@@ -1,7 +1,9 @@
 // LocalEngine: a model's layers running in this process — the device, the
 // Forward over the model's range with its paged KV pool, and the Scheduler
 // every sequence goes through. What `generate`, `chat` and a pipeline stage
-// build from their options (cli/engine_options.h).
+// build from their options (cli/engine_options.h). create() warms the engine up
+// (one position through its layers on a scratch sequence) unless it is a rank of
+// a tensor-parallel group.
 //
 // Thread safety: as Scheduler: one inference thread.
 #pragma once
