@@ -280,8 +280,8 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
         for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &stated[i], sizeof(float)) != 0;
         EXPECT_EQ(differ, 0) << "of " << got.size() << " outputs; the first: " << got[0] << " against " << stated[0];
         if (tokens != 1) continue;
-        // A token's lean kernels (quant_matmul.cu), taken where asked for.
-        for (const char* lean : {"1", "stages"}) {
+        // A token's kernels before the lean ones, and the lean stages alone (quant_matmul.cu).
+        for (const char* lean : {"0", "stages"}) {
           ::setenv("TESSERA_CUDA_QUANT_LEAN", lean, 1);
           const std::vector<float> leaner = run(**gpu_made, w, x, tokens, &bias, add);
           ::unsetenv("TESSERA_CUDA_QUANT_LEAN");
