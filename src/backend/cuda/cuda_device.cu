@@ -496,13 +496,16 @@ class CudaDevice final : public Device {
     int64_t begin = 0;                                      // the first token of the slice, over all parts
     int64_t partitions = 0, tokens = 0;
     const bool tensor_cores = cuda::mma_attention_fits(p, n_heads, window);
+    const int64_t per_block = tensor_cores ? cuda::mma_attention_tokens_per_block(n_heads, p.n_kv_heads) : 1;
+    // Blocks that take the whole write out themselves, without scratch: one launch for every token.
+    const bool whole = tensor_cores && takes_whole(parts, per_block, p.n_kv_heads);
     // Tensor cores: the slice's tokens in blocks of one sequence's tokens each.
     std::vector<cuda::ColumnBlock>& column_blocks = column_blocks_;
     column_blocks.clear();
     int64_t part_first = 0;  // the current part's first token, over all parts
     const auto flush = [&] {
       if (tokens == 0) return;
-      float* scratch = attention_scratch(static_cast<size_t>(tokens * partitions * row_floats));
+      float* scratch = whole ? nullptr : attention_scratch(static_cast<size_t>(tokens * partitions * row_floats));
       const cuda::TokenMap slice{all.pos + begin, all.table + begin, all.tables};
       const float* q_slice = q + begin * n_heads * p.head_dim;
       float* out_slice = out + begin * n_heads * p.head_dim;
@@ -521,13 +524,12 @@ class CudaDevice final : public Device {
       begin += tokens;
       tokens = partitions = 0;
     };
-    const int64_t per_block = tensor_cores ? cuda::mma_attention_tokens_per_block(n_heads, p.n_kv_heads) : 1;
     for (const SeqSlice& part : parts) {
       for (int64_t t = 0; t < part.tokens; ++t) {
         const int64_t pos = part.pos0 + t;
         const int64_t visible = window > 0 ? std::min(window, pos + 1) : pos + 1;
         const int64_t need = std::max(partitions, cuda::attention_partitions(visible));
-        if (tokens > 0 && (tokens + 1) * need * row_floats > kAttentionScratchFloats) flush();
+        if (!whole && tokens > 0 && (tokens + 1) * need * row_floats > kAttentionScratchFloats) flush();
         partitions = std::max(partitions, cuda::attention_partitions(visible));
         // A new block at the part's first token, every per_block tokens, and after a flush.
         const int64_t in_slice = part_first + t - begin;
@@ -541,6 +543,17 @@ class CudaDevice final : public Device {
       part_first += part.tokens;
     }
     flush();
+  }
+
+  // Whether mma_attention takes the whole for the parts' tokens in one launch.
+  static bool takes_whole(std::span<const SeqSlice> parts, int64_t per_block, int64_t n_kv_heads) {
+    int64_t tokens = 0, blocks = 0, partitions = 0;
+    for (const SeqSlice& part : parts) {
+      tokens += part.tokens;
+      blocks += (part.tokens + per_block - 1) / per_block;
+      partitions = std::max(partitions, cuda::attention_partitions(part.pos0 + part.tokens));
+    }
+    return cuda::mma_attention_whole(partitions, blocks, tokens, n_kv_heads);
   }
 
   float* attention_scratch(size_t floats) {

@@ -9,12 +9,14 @@
 // values are still coming). Warp w takes columns [16w, 16w + 16) and, as
 // FlashAttention-2 arranges it, computes S = Q K^T (q rounded to the pages' 16 bits, head_dim
 // summed 16 at a time in order), masks positions past each column's token and
-// scales, takes each column's max and sum of exp over the partition in a fixed
-// tree, and O = P V with P rounded to 16 bits (positions 16 at a time, in order).
+// scales (by log2(e) too), takes each column's max and sum of 2^(s - max) (one
+// MUFU.EX2 each) over the partition in a fixed tree, and O = P V with P rounded
+// to 16 bits (positions 16 at a time, in order).
 // Each column's numbers depend on its own query and the partition alone: the
 // other columns of a block only share its instructions. The output per (token,
 // head, partition) is what attend.cu's combine kernel merges: the unnormalised
-// sum [head_dim], then the max and the sum of the weights.
+// sum [head_dim], then the max (times ln 2: in base e, as the combine kernel takes
+// it) and the sum of the weights.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,6 +36,15 @@ namespace {
 constexpr int kPositions = 64;  // a partition, as attend.cu's kPartition
 constexpr int kWarps = 4;
 constexpr int kColumns = 16 * kWarps;
+
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+// 2^x in one instruction (MUFU.EX2: about 2 ulp; subnormal results flush to 0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 template <DType D>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -103,9 +114,13 @@ struct Stage {
 // kWhole: the block takes every partition its tokens see and merges them itself, in
 // order, as the combine kernel would (merge.cuh), writing out (and `rounded`)
 // instead of scratch: the same bits without the partial sums' round trip through
-// memory and the combine launch.
+// memory and the combine launch. Its grid is (KV head, column block), column
+// blocks last first: a prompt's last tokens see the most partitions, and start
+// first, so that the short blocks fill in behind them.
+// Split, three blocks fit an SM's registers and shared memory (168 registers at most); whole, two
+// (its shared memory).
 template <DType D, int kHeadDim, bool kWhole>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, int64_t span, const ColumnBlock* __restrict__ column_blocks,
                          float* __restrict__ scratch, float* __restrict__ out, __nv_bfloat16* __restrict__ rounded) {
@@ -114,9 +129,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) unsigned char shared[];
   auto* stages = reinterpret_cast<Stage<kHeadDim>*>(shared);
   auto* key_rows = reinterpret_cast<int64_t*>(stages + 2);  // [span * kPositions]
-  const ColumnBlock cb = column_blocks[blockIdx.y];
-  const int64_t kv = blockIdx.z, group = n_heads / p.n_kv_heads;
-  const int64_t part0 = blockIdx.x * span, last = map.pos[cb.first + cb.tokens - 1];
+  const ColumnBlock cb = column_blocks[kWhole ? gridDim.y - 1 - blockIdx.y : blockIdx.y];
+  const int64_t kv = kWhole ? blockIdx.x : blockIdx.z, group = n_heads / p.n_kv_heads;
+  const int64_t part0 = kWhole ? 0 : blockIdx.x * span, last = map.pos[cb.first + cb.tokens - 1];
   // The partitions of the span that hold a position some token of the block sees.
   const int64_t parts = min(span, min(partitions - part0, last / kPositions + 1 - part0));
   if (parts <= 0) {  // every token of the block sees fewer partitions
@@ -141,18 +156,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   const auto rows_of = [&](int64_t i) {
     return min(static_cast<int64_t>(kPositions), last - (part0 + i) * kPositions + 1);
   };
-  // Partition i's keys, then its values, into stage i % 2: two groups of copies.
+  // Partition i's keys, then its values, into stage i % 2: two groups of copies. A thread copies
+  // the same 16-byte piece of rows j0, j0 + kRowsARound, ...
+  constexpr int kRowsARound = kWarps * 32 / kUnits;
+  const int piece = static_cast<int>(threadIdx.x) % kUnits, j0 = static_cast<int>(threadIdx.x) / kUnits;
   const auto copy_keys_and_values = [&](int64_t i) {
     Stage<kHeadDim>& stage = stages[i % 2];
     const int64_t rows = rows_of(i);
+    const int64_t* at = key_rows + i * kPositions;
+#pragma unroll
     for (int kind = 0; kind < 2; ++kind) {
-      for (int u = static_cast<int>(threadIdx.x); u < kPositions * kUnits; u += kWarps * 32) {
-        const int j = u / kUnits, piece = u % kUnits;
-        uint16_t* to = (kind == 0 ? stage.keys : stage.values) + j * kStride + piece * 8;
+      const uint16_t* from = base + (kind == 0 ? 0 : value_step) + piece * 8;
+      uint16_t* to = (kind == 0 ? stage.keys : stage.values) + piece * 8;
+#pragma unroll 2
+      for (int n = 0; n < kPositions / kRowsARound; ++n) {
+        const int j = j0 + n * kRowsARound;
         if (j < rows) {
-          copy16(to, base + key_rows[i * kPositions + j] + (kind == 0 ? 0 : value_step) + piece * 8);
-        } else {
-          *reinterpret_cast<uint4*>(to) = make_uint4(0, 0, 0, 0);  // positions past the last: zero (masked, never NaN)
+          copy16(to + j * kStride, from + at[j]);
+        } else {  // positions past the last: zero (masked, never NaN)
+          *reinterpret_cast<uint4*>(to + j * kStride) = make_uint4(0, 0, 0, 0);
         }
       }
       copies_sent();
@@ -195,6 +217,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       qa[kk][i] = pack2<D>(v.x, v.y);
     }
 
+  const float scale2 = __fmul_rn(scale, kLog2e);
   RunningMerge run[2];
   float merged[kWhole ? kHeadDim / 8 : 1][4] = {};
   for (int64_t i = 0; i < parts; ++i) {
@@ -226,13 +249,17 @@ __global__ void __launch_bounds__(kWarps * 32)
           mma16<D>(s[j], qa[kk + 1], b[2], b[3]);
         }
       }
+      // Scores in base 2 (scaled by log2(e) too); row r sees the partition's positions 2t + seen[r]
+      // and before (counted from its start; below 0: none of this lane's).
+      int seen[2];
+      for (int r = 0; r < 2; ++r)
+        seen[r] = used[r] ? static_cast<int>(min(pos[r] - start, static_cast<int64_t>(kPositions))) - 2 * t : -1;
 #pragma unroll
       for (int j = 0; j < kPositions / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e / 2;
-          const int64_t at = start + 8 * j + 2 * t + e % 2;
-          s[j][e] = used[r] && at <= pos[r] ? s[j][e] * scale : -INFINITY;
+          s[j][e] = 8 * j + e % 2 <= seen[r] ? s[j][e] * scale2 : -INFINITY;
           peak[r] = fmaxf(peak[r], s[j][e]);
         }
 #pragma unroll
@@ -240,12 +267,14 @@ __global__ void __launch_bounds__(kWarps * 32)
         peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 1));
         peak[r] = fmaxf(peak[r], __shfl_xor_sync(0xffffffffu, peak[r], 2));
       }
+      // Masked scores give 2^-inf = 0, without a branch; a row that sees none subtracts 0, not -inf (NaN).
+      const float floor[2] = {peak[0] == -INFINITY ? 0.0f : peak[0], peak[1] == -INFINITY ? 0.0f : peak[1]};
 #pragma unroll
       for (int j = 0; j < kPositions / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e / 2;
-          s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - peak[r]);
+          s[j][e] = exp2_approx(s[j][e] - floor[r]);
           sum[r] += s[j][e];
         }
 #pragma unroll
@@ -282,8 +311,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (!used[r]) continue;
+        const float top = __fmul_rn(peak[r], kLn2);  // the partition's max score, in base e again
         if constexpr (kWhole) {
-          const float2 w = merge_partition(run[r], peak[r], sum[r]);
+          const float2 w = merge_partition(run[r], top, sum[r]);
 #pragma unroll
           for (int dt = 0; dt < kHeadDim / 8; ++dt) {
             merged[dt][2 * r] = merge_output(merged[dt][2 * r], o[dt][2 * r], w);
@@ -298,7 +328,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           to[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
         }
         if (t == 0) {
-          to[kHeadDim] = peak[r];
+          to[kHeadDim] = top;
           to[kHeadDim + 1] = sum[r];
         }
       }
@@ -360,6 +390,10 @@ int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chun
   return span;
 }
 
+bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads) {
+  return partitions_a_block(partitions, count * n_kv_heads, tokens > count) == 0;
+}
+
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
                    float* scratch, float* out, __nv_bfloat16* rounded) {
@@ -367,8 +401,10 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const int64_t asked = partitions_a_block(partitions, count * p.n_kv_heads, tokens > count);
   const bool whole = asked == 0;
   const int64_t span = whole ? partitions : asked;
-  const dim3 grid(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
-                  static_cast<unsigned>(p.n_kv_heads));
+  // Whole: (KV head, column block), the last column blocks (a prompt's longest) first.
+  const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(count))
+                          : dim3(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
+                                 static_cast<unsigned>(p.n_kv_heads));
   const auto launch = [&]<DType D, int kHeadDim, bool kWhole>() {
     const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole>;
     constexpr size_t kMostShared =
