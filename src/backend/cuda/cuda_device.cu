@@ -487,8 +487,9 @@ class CudaDevice final : public Device {
   }
 
   // Attention for the parts' tokens, in slices of tokens whose partial outputs fit
-  // the scratch budget (slicing changes no token's result). With `rounded` (tensor
-  // cores only), out is written rounded to bf16 there too.
+  // the scratch budget (slicing changes no token's result), or in one launch when
+  // its blocks take the whole (they need no scratch). With `rounded` (tensor cores
+  // only), out is written rounded to bf16 there too.
   void run_attention(const float* q, float* out, int64_t n_heads, const KvPages& p, int64_t layer,
                      std::span<const SeqSlice> parts, cuda::TokenMap all, int64_t window, float scale,
                      __nv_bfloat16* rounded = nullptr) {
