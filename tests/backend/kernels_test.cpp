@@ -16,6 +16,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/targets.h"
 #include "support/random_tensors.h"
+#include "support/rows_alone.h"
 
 namespace tessera {
 namespace {
@@ -170,27 +171,7 @@ void rows_alone_or_in_a_batch(DType dtype, int64_t k) {
   auto w = random_values(static_cast<size_t>(n * k), 17);
   const auto bytes = encode(w, dtype);
   const TensorView weight{dtype, {n, k}, bytes.data()};
-  const auto bits = [](const float* y, int64_t count) {
-    std::vector<uint32_t> out(static_cast<size_t>(count));
-    std::memcpy(out.data(), y, out.size() * sizeof(float));
-    return out;
-  };
-  std::vector<uint32_t> reference;
-  for (const size_t threads : {1, 2, 3}) {
-    CpuDevice device(threads);
-    std::vector<float> all(static_cast<size_t>(tokens * n));
-    device.matmul(x.data(), tokens, weight, {}, all.data());
-    if (reference.empty()) reference = bits(all.data(), tokens * n);
-    EXPECT_EQ(bits(all.data(), tokens * n), reference) << threads << " threads";
-    for (const int64_t t : {0, 1, 150, 300}) {
-      std::vector<float> alone(static_cast<size_t>(n));
-      device.matmul(x.data() + t * k, 1, weight, {}, alone.data());
-      EXPECT_EQ(bits(alone.data(), n), bits(all.data() + t * n, n)) << "token " << t << ", " << threads << " threads";
-    }
-    std::vector<float> some(static_cast<size_t>(20 * n));
-    device.matmul(x.data() + 100 * k, 20, weight, {}, some.data());
-    EXPECT_EQ(bits(some.data(), 20 * n), bits(all.data() + 100 * n, 20 * n)) << threads << " threads";
-  }
+  testing::expect_rows_alone_or_in_a_batch(weight, x, 20);
 }
 
 TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {

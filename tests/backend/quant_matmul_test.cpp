@@ -30,6 +30,7 @@
 #include "io/gguf.h"
 #include "io/gguf_quant.h"
 #include "support/random_tensors.h"
+#include "support/rows_alone.h"
 
 namespace tessera {
 namespace {
@@ -61,11 +62,7 @@ std::vector<float> reference_dequantized(DType dtype, const std::vector<uint8_t>
   return out;
 }
 
-std::vector<uint32_t> bits(const float* y, int64_t count) {
-  std::vector<uint32_t> out(static_cast<size_t>(count));
-  std::memcpy(out.data(), y, out.size() * sizeof(float));
-  return out;
-}
+using testing::bits;
 
 // Calls fn(target) with dispatch narrowed to each x86 instruction set that this CPU
 // supports and the build compiled (as kernels_test does), then restores it.
@@ -277,22 +274,7 @@ TEST_P(QuantMatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
   const auto x = random_values(static_cast<size_t>(tokens * k), 4);
   const auto blocks = random_blocks(dtype, n, k, 5);
   const TensorView weight{dtype, {n, k}, blocks.data()};
-  std::vector<uint32_t> reference;
-  for (const size_t threads : {1, 2, 3}) {
-    CpuDevice device(threads);
-    std::vector<float> all(static_cast<size_t>(tokens * n));
-    device.matmul(x.data(), tokens, weight, {}, all.data());
-    if (reference.empty()) reference = bits(all.data(), tokens * n);
-    EXPECT_EQ(bits(all.data(), tokens * n), reference) << threads << " threads";
-    for (const int64_t t : {0, 1, 150, 300}) {
-      std::vector<float> alone(static_cast<size_t>(n));
-      device.matmul(x.data() + t * k, 1, weight, {}, alone.data());
-      EXPECT_EQ(bits(alone.data(), n), bits(all.data() + t * n, n)) << "token " << t << ", " << threads << " threads";
-    }
-    std::vector<float> some(static_cast<size_t>(5 * n));
-    device.matmul(x.data() + 100 * k, 5, weight, {}, some.data());
-    EXPECT_EQ(bits(some.data(), 5 * n), bits(all.data() + 100 * n, 5 * n)) << threads << " threads";
-  }
+  testing::expect_rows_alone_or_in_a_batch(weight, x, 5);
 }
 
 // An embedding table in blocks gives each id's dequantized row.
