@@ -267,29 +267,37 @@ TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
 }
 
 // Tiles of 128 tokens with whole outputs a block run on wgmma where the device has
-// it: bitwise what the mma.sync kernel gives (TESSERA_CUDA_WGMMA=0), for q/k-like
-// jobs with a bias, gate/up, and matmul_add, with k's chunks dealt evenly (1024) or
-// not (576), rows that leave a tile part empty, and a last token tile part empty.
+// it, and tiles of 64 and 32 when asked for (TESSERA_CUDA_WGMMA_SMALL=1): bitwise
+// what the mma.sync kernel gives (TESSERA_CUDA_WGMMA=0), for q/k-like jobs with a
+// bias, gate/up, and matmul_add, with k's chunks dealt evenly (1024) or not (576),
+// rows that leave a tile part empty, and a last token tile part empty. Few tokens
+// take whole outputs only on many rows (else the blocks split the sums): q of 9,000
+// rows and gate/up of 4,500 for 32, 40, 64 and 100 tokens.
 TEST(CudaDeviceTest, TiledMatmulsOnWgmmaAreBitwiseTheMmaSyncKernels) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const int64_t k : {576, 1024}) {
     const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
-    const TensorView wq = place({3000, k}, 1), bq = place({3000}, 2), wk = place({520, k}, 3),
-                     gate = place({1500, k}, 4), up = place({1500, k}, 5), none{};
-    for (const int64_t tokens : {300, 513}) {
+    for (const int64_t tokens : {300, 513, 32, 40, 64, 100}) {
+      const bool small = tokens < 128;
+      const int64_t q_rows = small ? 9000 : 3000, ff_rows = small ? 4500 : 1500;
+      const TensorView wq = place({q_rows, k}, 1), bq = place({q_rows}, 2), wk = place({520, k}, 3),
+                       gate = place({ff_rows, k}, 4), up = place({ff_rows, k}, 5), none{};
       const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 6));
       const auto n = [&](int64_t rows) { return static_cast<size_t>(tokens * rows); };
-      const auto residual = random_values(n(3000), 7);
+      const auto residual = random_values(n(q_rows), 7);
       const auto run = [&](const char* wgmma) {
         EXPECT_EQ(setenv("TESSERA_CUDA_WGMMA", wgmma, 1), 0);
-        const Buffer q = zeros(*gpu, n(3000)), kk = zeros(*gpu, n(520)), g = zeros(*gpu, n(1500)),
-                     up_scratch = zeros(*gpu, n(1500)), r = put(*gpu, residual), tmp = zeros(*gpu, n(3000));
+        EXPECT_EQ(setenv("TESSERA_CUDA_WGMMA_SMALL", "1", 1), 0);
+        const Buffer q = zeros(*gpu, n(q_rows)), kk = zeros(*gpu, n(520)), g = zeros(*gpu, n(ff_rows)),
+                     up_scratch = zeros(*gpu, n(ff_rows)), r = put(*gpu, residual), tmp = zeros(*gpu, n(q_rows));
         const Device::Projection qk[] = {{&wq, &bq, q.f32()}, {&wk, &none, kk.f32()}};
         gpu->matmuls(x.f32(), tokens, qk);
         gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
         gpu->matmul_add(x.f32(), tokens, wq, bq, tmp.f32(), r.f32());
         unsetenv("TESSERA_CUDA_WGMMA");
-        return std::tuple{get(*gpu, q, n(3000)), get(*gpu, kk, n(520)), get(*gpu, g, n(1500)), get(*gpu, r, n(3000))};
+        unsetenv("TESSERA_CUDA_WGMMA_SMALL");
+        return std::tuple{get(*gpu, q, n(q_rows)), get(*gpu, kk, n(520)), get(*gpu, g, n(ff_rows)),
+                          get(*gpu, r, n(q_rows))};
       };
       const auto [q1, k1, g1, r1] = run("0");
       const auto [q2, k2, g2, r2] = run("1");

@@ -118,6 +118,8 @@ __device__ __forceinline__ void wait_for_earlier() {
 // Whether the environment variable `name` is "0": the switches that turn an
 // optimisation off, to measure what it gains.
 bool switched_off(const char* name);
+// Whether it is "1": what runs only when asked for (read at every call).
+bool asked(const char* name);
 
 // Whether launch_kernel() lets kernels overlap (TESSERA_CUDA_OVERLAP=0 turns it off).
 bool overlap_launches();

@@ -53,13 +53,6 @@ void check(cudaError_t error, const char* what) {
 
 void free_device(void* data, size_t /*bytes*/) { cudaFree(data); }
 
-// Whether the environment variable `name` is "1": what runs only when asked for
-// (TESSERA_CUDA_GRAPHS).
-bool asked(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::string_view(value) == "1";
-}
-
 // The number an environment variable holds (`unset` when it is not set or empty; 0 when it is not a number).
 int64_t count_in(const char* name, int64_t unset = 0) {
   const char* value = std::getenv(name);
@@ -75,7 +68,7 @@ std::string gib(size_t bytes) {
 class CudaDevice final : public Device {
  public:
   CudaDevice(int ordinal, std::string name, cudaStream_t stream)
-      : ordinal_(ordinal), name_(std::move(name)), stream_(stream), graphs_(asked("TESSERA_CUDA_GRAPHS")) {}
+      : ordinal_(ordinal), name_(std::move(name)), stream_(stream), graphs_(cuda::asked("TESSERA_CUDA_GRAPHS")) {}
   ~CudaDevice() override {
     cudaSetDevice(ordinal_);
     run_recorded();

@@ -227,6 +227,11 @@ bool switched_off(const char* name) {
   return value != nullptr && std::string_view(value) == "0";
 }
 
+bool asked(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string_view(value) == "1";
+}
+
 bool overlap_launches() {
   static const bool on = !switched_off("TESSERA_CUDA_OVERLAP");
   return on;

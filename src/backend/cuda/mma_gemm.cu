@@ -413,9 +413,10 @@ void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
                   reinterpret_cast<uint32_t*>(x_bf16));
   const Plan plan(tokens, k, job);
   // 128 tokens a block and whole outputs: on wgmma where this build and the device
-  // have it (TESSERA_CUDA_WGMMA=0: never, read at every call).
-  if (!plan.split && plan.n_tiles == 4 && !switched_off("TESSERA_CUDA_WGMMA") &&
-      wgmma_gemm(stream, x_bf16, tokens, k, job))
+  // have it (TESSERA_CUDA_WGMMA=0: never, read at every call); 64 or 32 tokens a
+  // block too when asked for (TESSERA_CUDA_WGMMA_SMALL=1; not yet measured).
+  if (!plan.split && (plan.n_tiles == 4 || asked("TESSERA_CUDA_WGMMA_SMALL")) && !switched_off("TESSERA_CUDA_WGMMA") &&
+      wgmma_gemm(stream, x_bf16, tokens, k, job, 32 * plan.n_tiles))
     return;
   if (job.gate_up)
     return plan.split ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)

@@ -15,13 +15,6 @@ namespace tessera::cuda {
 
 namespace {
 
-// Whether the environment variable `name` is "1": the steps that run only when
-// asked for until they have run on a GPU (TESSERA_CUDA_MOE_ROUTER, _DOWN_AHEAD).
-bool asked(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::string_view(value) == "1";
-}
-
 // ---- routing ----------------------------------------------------------------
 //
 // One block a token. The scores are computed in parallel with expert_routing.h's
