@@ -44,7 +44,7 @@ void Device::attend(const AttendArgs& a) {
 }
 
 void Device::matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* scratch,
-                        float* y) {
+                        float* y, const RowNorm& /*next*/) {
   matmul(x, tokens, w, bias, scratch);
   add(scratch, tokens * w.dim(0), y);
 }

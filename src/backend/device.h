@@ -183,8 +183,11 @@ class Device {
   virtual void attend(const AttendArgs& args);
   // y += x [tokens, K] * w [N, K]^T (+ bias), bitwise what matmul into `scratch`
   // [tokens, N] then add gives (the default does exactly that; a GPU fuses them).
+  // `next`, when it has a weight, is the norm with which the next call (matmuls or
+  // gate_up) will read y: a GPU may normalize y's rows for it while it finishes
+  // them, and that call, given the same norm, then reads them (the default ignores it).
   virtual void matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* scratch,
-                          float* y);
+                          float* y, const RowNorm& next = {});
   // Several matmuls of one x (q, k and v): each output bitwise what matmul gives
   // it (the default calls matmul for each; a GPU runs them in one launch).
   struct Projection {

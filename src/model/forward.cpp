@@ -597,11 +597,12 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   // projections each hold a part of the input), its post-norm when sandwiched,
   // then onto x. The bias is added once: by rank 0.
   const TensorView kNoBias{};
-  const auto add_block = [&](const float* in, const TensorView& w, const TensorView& bias,
-                             const TensorView& post) -> Status {
+  // `next`: the norm with which the next matmul reads x (matmul_add's hint).
+  const auto add_block = [&](const float* in, const TensorView& w, const TensorView& bias, const TensorView& post,
+                             const RowNorm& next) -> Status {
     const TensorView& own_bias = group_.rank() == 0 ? bias : kNoBias;
     if (!sandwich && !tp_) {
-      device_.matmul_add(in, tokens, w, own_bias, proj, x);
+      device_.matmul_add(in, tokens, w, own_bias, proj, x, next);
       return {};
     }
     device_.matmul(in, tokens, w, own_bias, proj);
@@ -610,11 +611,11 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
     device_.add(proj, tokens * h, x);
     return {};
   };
-  TS_RETURN_IF_ERROR(add_block(attn, w.wo, w.bo, w.post_attn_norm));
-
   // MLP block: gate/up f32 [tokens, intermediate], or the experts (moe.h).
   const RowNorm ffn_norm{&w.ffn_norm, eps, norm};
-  if (arch.has_experts(model_layer)) {
+  const bool experts = arch.has_experts(model_layer);
+  TS_RETURN_IF_ERROR(add_block(attn, w.wo, w.bo, w.post_attn_norm, experts ? RowNorm{} : ffn_norm));
+  if (experts) {
     if (!sandwich && !tp_) {  // the experts' sum straight onto x, x normalized by MoeMlp (moe.h: bitwise, then added)
       moe_.run(device_, w, arch.moe, x, tokens, h, x, /*add=*/true, ffn_norm);
       return {};
@@ -633,7 +634,9 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   } else {
     device_.gate_up(x, tokens, w.w_gate, w.b_gate, w.w_up, w.b_up, up, gate, ffn_norm);
   }
-  return add_block(gate, w.w_down, w.b_down, w.post_ffn_norm);
+  const bool last = index + 1 == weights_.layers.size();
+  return add_block(gate, w.w_down, w.b_down, w.post_ffn_norm,
+                   last ? RowNorm{} : RowNorm{&weights_.layers[index + 1].attn_norm, eps, norm});
 }
 
 }  // namespace tessera

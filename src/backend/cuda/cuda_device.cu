@@ -173,8 +173,8 @@ class CudaDevice final : public Device {
   }
 
   void matmul_add(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* /*scratch*/,
-                  float* y) override {
-    launch_matmul(x, tokens, w, bias, y, true);
+                  float* y, const RowNorm& next) override {
+    launch_matmul(x, tokens, w, bias, y, true, next);
   }
 
   // One launch when every weight takes the tensor-core kernel with the same k.
@@ -216,10 +216,10 @@ class CudaDevice final : public Device {
     cuda::MmaJob job{.count = 1, .gate_up = true};
     add_to_job(job, 0, w_gate, b_gate, out);
     add_to_job(job, 1, w_up, b_up, nullptr);
-    job.y_bf16 = rounded_for(tokens, w_gate.dim(0));
+    job.y_bf16 = rounded_for(tokens, w_gate.dim(0), rounded_buffer_);
     run_mma(normalize(x, tokens, w_gate.dim(1), norm, job), tokens, w_gate.dim(1), job);
     launched("gate_up");
-    if (job.y_bf16 != nullptr) rounded_ = {out, tokens, w_gate.dim(0), launches_};
+    if (job.y_bf16 != nullptr) rounded_ = {out, tokens, w_gate.dim(0), launches_, job.y_bf16};
   }
 
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override {
@@ -277,10 +277,11 @@ class CudaDevice final : public Device {
                      a.rotary);
     launched("rope_store");
     const int64_t width = a.n_heads * p.head_dim;
-    __nv_bfloat16* rounded =
-        cuda::mma_attention_fits(p, a.n_heads, a.sliding_window) ? rounded_for(tokens, width) : nullptr;
+    __nv_bfloat16* rounded = cuda::mma_attention_fits(p, a.n_heads, a.sliding_window)
+                                 ? rounded_for(tokens, width, rounded_buffer_)
+                                 : nullptr;
     run_attention(a.q, a.out, a.n_heads, p, a.layer, a.parts, tokens_map, a.sliding_window, a.scale, rounded);
-    if (rounded != nullptr) rounded_ = {a.out, tokens, width, launches_};
+    if (rounded != nullptr) rounded_ = {a.out, tokens, width, launches_, rounded};
   }
 
   void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override {
@@ -335,29 +336,42 @@ class CudaDevice final : public Device {
   }
 
   // Where a tiled matmul's output or attention's writes its values rounded to bf16
-  // as well ([tokens, width]), when the next call may be a tiled matmul of them
-  // (TESSERA_CUDA_ROUNDED_X=0: never); rounded_ then names them, and run_mma
-  // takes them instead of rounding x again if nothing was launched in between.
-  __nv_bfloat16* rounded_for(int64_t tokens, int64_t width) {
+  // as well ([tokens, width], into `buffer`), when the next call may be a tiled
+  // matmul of them (TESSERA_CUDA_ROUNDED_X=0: never); rounded_ then names them, and
+  // run_mma takes them instead of rounding x again if nothing was launched in between.
+  __nv_bfloat16* rounded_for(int64_t tokens, int64_t width, Buffer& buffer) {
     static const bool off = cuda::switched_off("TESSERA_CUDA_ROUNDED_X");
     if (off || tokens < cuda::mma_gemm_min_tokens() || !cuda::mma_matmul_fits(DType::kBF16, width)) return nullptr;
-    return static_cast<__nv_bfloat16*>(grow(rounded_buffer_, sizeof(__nv_bfloat16) * tokens * width, "rounded x"));
+    return static_cast<__nv_bfloat16*>(grow(buffer, sizeof(__nv_bfloat16) * tokens * width, "rounded x"));
+  }
+
+  // `next` (matmul_add's) for a tiled matmul that adds split sums: y normalized into
+  // normed_buffer_ by that launch (TESSERA_CUDA_NORM_AHEAD=0: never, read at every call).
+  void normalize_ahead(cuda::MmaJob& job, int64_t tokens, const RowNorm& next) {
+    if (next.weight == nullptr || next.weight->dtype != DType::kBF16 || next.weight->numel() != job.n[0] ||
+        cuda::switched_off("TESSERA_CUDA_NORM_AHEAD"))
+      return;
+    job.next_norm = static_cast<const __nv_bfloat16*>(next.weight->data);
+    job.next_eps = next.eps;
+    job.next_x = rounded_for(tokens, job.n[0], normed_buffer_);
   }
 
   void launch_matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
-                     bool accumulate) {
+                     bool accumulate, const RowNorm& next = {}) {
     if (dtype_is_quantized(w.dtype)) return launch_quant(x, tokens, w, bias, y, accumulate);
     check_weight(w, bias);
     select();
     const int64_t k = w.dim(1);
-    if (cuda::mma_matmul_fits(w.dtype, k)) {
-      cuda::MmaJob job{.count = 1, .accumulate = accumulate};
-      add_to_job(job, 0, w, bias, y);
-      run_mma(x, tokens, k, job);
-    } else {
+    if (!cuda::mma_matmul_fits(w.dtype, k)) {
       cuda::matmul(stream_, x, tokens, k, w.data, w.dtype, w.dim(0), bias.data, bias.dtype, y, accumulate);
+      return launched("matmul");
     }
+    cuda::MmaJob job{.count = 1, .accumulate = accumulate};
+    add_to_job(job, 0, w, bias, y);
+    normalize_ahead(job, tokens, next);
+    const bool normed = run_mma(x, tokens, k, job);
     launched("matmul");
+    if (normed) rounded_ = {y, tokens, w.dim(0), launches_, job.next_x, job.next_norm, job.next_eps};
   }
 
   // GGUF blocks (quant.cuh): x rounded to 8 bits into quant_scratch_, then the integer products.
@@ -428,13 +442,18 @@ class CudaDevice final : public Device {
   }
 
   // The tensor-core kernel for a few tokens, the tiled one for many: the same sums.
-  void run_mma(const float* x, int64_t tokens, int64_t k, const cuda::MmaJob& job) {
-    if (tokens < cuda::mma_gemm_min_tokens()) return cuda::mma_matmul(stream_, x, tokens, k, job);
+  // Returns whether it wrote job.next_x (mma_gemm's).
+  bool run_mma(const float* x, int64_t tokens, int64_t k, cuda::MmaJob job) {
+    if (tokens < cuda::mma_gemm_min_tokens()) {
+      cuda::mma_matmul(stream_, x, tokens, k, job);
+      return false;
+    }
     const bool rounded = rounded_.x == x && rounded_.tokens == tokens && rounded_.width == k &&
-                         rounded_.after == launches_ && job.norm == nullptr;
+                         rounded_.after == launches_ && rounded_.norm == job.norm &&
+                         (job.norm == nullptr || rounded_.eps == job.eps);
+    if (rounded) job.norm = nullptr;  // rounded_ holds x normalized by it
     void* scratch = grow(gemm_scratch_, cuda::mma_gemm_scratch(tokens, k, job), "matmul scratch");
-    cuda::mma_gemm(stream_, x, tokens, k, job, scratch,
-                   rounded ? static_cast<const __nv_bfloat16*>(rounded_buffer_.data()) : nullptr);
+    return cuda::mma_gemm(stream_, x, tokens, k, job, scratch, rounded ? rounded_.data : nullptr);
   }
 
   static void check_weight(const TensorView& w, const TensorView& bias) {
@@ -663,11 +682,15 @@ class CudaDevice final : public Device {
   std::vector<cuda::ColumnBlock> column_blocks_;  // run_attention's, kept to reuse its memory
   Buffer quant_scratch_;                          // launch_quant's rounded activations
   Buffer gemm_scratch_;                           // the tiled matmul's: x rounded to bf16, the sums of a split
-  Buffer rounded_buffer_;                         // rounded_for's
+  Buffer rounded_buffer_;                         // rounded_for's for outputs
+  Buffer normed_buffer_;                          // and for normalize_ahead's, which the next output may not overwrite
   struct Rounded {
-    const float* x = nullptr;  // the values rounded_buffer_ holds, rounded
+    const float* x = nullptr;  // the values `data` holds rounded (normalized by `norm` first, when it is set)
     int64_t tokens = 0, width = 0;
     uint64_t after = 0;  // launches_ when they were written
+    const __nv_bfloat16* data = nullptr;
+    const __nv_bfloat16* norm = nullptr;
+    float eps = 0.0f;
   } rounded_;
   uint64_t launches_ = 0;  // every launch and copy on the stream, counted
   std::vector<int32_t> map_host_;

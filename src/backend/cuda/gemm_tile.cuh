@@ -84,9 +84,9 @@ __device__ __forceinline__ void finish_outputs(const MmaJob& job, int s, int64_t
   });
 }
 
-// The tiled matmul of `tile_tokens` (128, 64 or 32) tokens a block on wgmma
-// (wgmma_gemm.cu, sm_90a), whole outputs a block: false when this build or device
-// has no such kernel (then mma_gemm.cu's runs). x is rounded to bf16 in mma_slot order.
-bool wgmma_gemm(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, int tile_tokens);
+// The tiled matmul of 128 tokens a block on wgmma (wgmma_gemm.cu, sm_90a), whole
+// outputs a block: false when this build or device has no such kernel (then
+// mma_gemm.cu's runs). x is rounded to bf16 in mma_slot order.
+bool wgmma_gemm(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job);
 
 }  // namespace tessera::cuda

@@ -46,6 +46,13 @@ struct MmaJob {
   // as mma_gemm rounds its x and in its order (mma.cuh's mma_slot), so a tiled matmul
   // of y[0] next need not round it again.
   __nv_bfloat16* y_bf16 = nullptr;
+  // mma_gemm only, a job of one weight added to y (accumulate): y[0] after the
+  // addition also RMS-normalized by next_norm and rounded to bf16 into next_x
+  // [tokens, n[0]], bitwise what a normalizing mma_gemm of y[0] would round, when
+  // the launch that adds the split sums can do it (mma_gemm returns whether it did).
+  const __nv_bfloat16* next_norm = nullptr;
+  float next_eps = 0.0f;
+  __nv_bfloat16* next_x = nullptr;
 };
 // Whether the matmul normalizes x itself for this job: mma_matmul as it loads
 // (up to 8 tokens, a chunk of k for each warp), or mma_gemm as it rounds x to
@@ -53,16 +60,17 @@ struct MmaJob {
 // never, to measure it.
 bool mma_norm_fits(int64_t tokens, int64_t k);
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job);
+// The device's SMs (of the current device, asked once).
+int multiprocessors();
 // The same job for many tokens (at least mma_gemm_min_tokens()) from tiles staged
 // in shared memory (mma_gemm.cu), each output bitwise what mma_matmul gives it;
 // `scratch` holds mma_gemm_scratch(tokens, k, job) bytes. `x_rounded`, when not
-// null, is x already rounded to bf16 in mma_slot order (a job's y_bf16, or
-// attention_combine's `rounded`): the launch that would round it is skipped.
-// The device's SMs (of the current device, asked once).
-int multiprocessors();
+// null, is x already rounded to bf16 in mma_slot order (a job's y_bf16 or next_x,
+// or attention_combine's `rounded`): the launch that would round it is skipped,
+// and the job must not normalize. Returns whether it wrote job.next_x.
 int64_t mma_gemm_min_tokens();
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
-void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
+bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
               const __nv_bfloat16* x_rounded = nullptr);
 // FLOP/s of mma.sync m16n8k16 (bf16, f32 accumulators) over every SM, registers
 // only: the best of three timed launches (Device::measure_bf16_peak).

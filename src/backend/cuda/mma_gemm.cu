@@ -219,8 +219,22 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t count8, uint
                  __ldg(reinterpret_cast<const float4*>(x) + 2 * i + 1));
 }
 
-// A row of x RMS-normalized and rounded to bf16 (a block of kNormThreads a row):
-// rms_norm's scale and products (weight * (x * scale)), then to_bf16's rounding,
+// A row of k values times `scale` (block_rms_scale's) and the norm's weight, rounded
+// to bf16 in mma slot order into y_row (k / 2 words): rms_norm's products (weight *
+// (x * scale)), then to_bf16's rounding. A block of kNormThreads.
+__device__ __forceinline__ void norm_row_to_bf16(const float* row, int64_t k, const __nv_bfloat16* weight, float scale,
+                                                 uint32_t* y_row) {
+  const auto n = [&](float value, __nv_bfloat16 w) { return __bfloat162float(w) * (value * scale); };
+  for (int64_t i = threadIdx.x; i < k / 8; i += kNormThreads) {
+    const float4 a = reinterpret_cast<const float4*>(row)[2 * i];
+    const float4 b = reinterpret_cast<const float4*>(row)[2 * i + 1];
+    const __nv_bfloat16* w = weight + 8 * i;
+    store_in_slots(y_row, i, make_float4(n(a.x, w[0]), n(a.y, w[1]), n(a.z, w[2]), n(a.w, w[3])),
+                   make_float4(n(b.x, w[4]), n(b.y, w[5]), n(b.z, w[6]), n(b.w, w[7])));
+  }
+}
+
+// A row of x RMS-normalized and rounded to bf16 (a block of kNormThreads a row),
 // so the GEMM reads bitwise what rms_norm and to_bf16_kernel would have written.
 __global__ void norm_to_bf16_kernel(const float* __restrict__ x, int64_t k, const __nv_bfloat16* __restrict__ weight,
                                     float eps, uint32_t* __restrict__ y) {
@@ -228,15 +242,7 @@ __global__ void norm_to_bf16_kernel(const float* __restrict__ x, int64_t k, cons
   wait_for_earlier();
   __shared__ float shared[32];
   const float* row = x + blockIdx.x * k;
-  const float scale = block_rms_scale(row, k, eps, shared);
-  const auto n = [&](float value, __nv_bfloat16 w) { return __bfloat162float(w) * (value * scale); };
-  for (int64_t i = threadIdx.x; i < k / 8; i += kNormThreads) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(row) + 2 * i);
-    const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 2 * i + 1);
-    const __nv_bfloat16* w = weight + 8 * i;
-    store_in_slots(y + blockIdx.x * (k / 2), i, make_float4(n(a.x, w[0]), n(a.y, w[1]), n(a.z, w[2]), n(a.w, w[3])),
-                   make_float4(n(b.x, w[4]), n(b.y, w[5]), n(b.z, w[6]), n(b.w, w[7])));
-  }
+  norm_row_to_bf16(row, k, weight, block_rms_scale(row, k, eps, shared), y + blockIdx.x * (k / 2));
 }
 
 // The outputs from the eight sums of a kSplit launch, added in order 0..7 (as
@@ -262,6 +268,38 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
   float& out = job.y[s][token * job.n[s] + row];
   out = job.accumulate ? out + value : value;
   if (job.y_bf16 != nullptr) job.y_bf16[token * job.n[s] + mma_slot(row)] = __float2bfloat16_rn(out);
+}
+
+// add_sums_kernel's outputs for a job of one weight that accumulates, a block a
+// token, and then the token's row normalized into job.next_x as norm_to_bf16_kernel
+// normalizes it (the same block_rms_scale and products), for the normalizing
+// matmul that comes next: one launch instead of two. Each thread adds four
+// outputs' sums at a time (the sums of each in order 0..7, as add_sums_kernel).
+__global__ void add_sums_norm_kernel(MmaJob job, int64_t tokens, const float* __restrict__ sums) {
+  let_next_start();
+  wait_for_earlier();
+  __shared__ float shared[32];
+  const int64_t width = job.n[0], token = blockIdx.x;
+  float* row = job.y[0] + token * width;
+  const auto sums4 = [&](int z, int64_t i) {
+    return reinterpret_cast<const float4*>(sums + (z * tokens + token) * width)[i];
+  };
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < width / 4; i += kNormThreads) {
+    float4 total = sums4(0, i);
+#pragma unroll
+    for (int z = 1; z < kMmaSplit; ++z) {
+      const float4 more = sums4(z, i);
+      total.x += more.x, total.y += more.y, total.z += more.z, total.w += more.w;
+    }
+    float4 out = reinterpret_cast<float4*>(row)[i];
+    out.x += with_bias(total.x, job.bias[0], 4 * i), out.y += with_bias(total.y, job.bias[0], 4 * i + 1);
+    out.z += with_bias(total.z, job.bias[0], 4 * i + 2), out.w += with_bias(total.w, job.bias[0], 4 * i + 3);
+    reinterpret_cast<float4*>(row)[i] = out;
+  }
+  __syncthreads();  // the row, whole, for every thread of the block
+  norm_row_to_bf16(row, width, job.next_norm, block_rms_scale(row, width, job.next_eps, shared),
+                   reinterpret_cast<uint32_t*>(job.next_x) + token * (width / 2));
 }
 
 // A job's blocks, their tokens and rows, and whether they split the eight sums:
@@ -317,6 +355,9 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
                 plan.width, plan.sums_per_block);
   if constexpr (kSplit) {
+    if (job.next_x != nullptr)
+      return launch_kernel(add_sums_norm_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, job, tokens,
+                           sums);
     const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
     launch_kernel(add_sums_kernel, static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream, job, tokens,
                   plan.width, sums);
@@ -398,31 +439,36 @@ size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job) {
   return x_bytes(tokens, k) + (plan.split ? static_cast<size_t>(kMmaSplit * tokens * plan.width) * sizeof(float) : 0);
 }
 
-void mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
+bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& given, void* scratch,
               const __nv_bfloat16* x_rounded) {
   auto* x_bf16 = static_cast<__nv_bfloat16*>(scratch);
   auto* sums = reinterpret_cast<float*>(static_cast<char*>(scratch) + x_bytes(tokens, k));
   const int64_t count8 = tokens * k / 8;
-  TS_CHECK(x_rounded == nullptr || job.norm == nullptr, "a normalizing matmul of x already rounded");
+  TS_CHECK(x_rounded == nullptr || given.norm == nullptr, "a normalizing matmul of x already rounded");
   if (x_rounded != nullptr) x_bf16 = const_cast<__nv_bfloat16*>(x_rounded);
-  else if (job.norm != nullptr)
-    launch_kernel(norm_to_bf16_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, x, k, job.norm, job.eps,
-                  reinterpret_cast<uint32_t*>(x_bf16));
+  else if (given.norm != nullptr)
+    launch_kernel(norm_to_bf16_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, x, k, given.norm,
+                  given.eps, reinterpret_cast<uint32_t*>(x_bf16));
   else
     launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
                   reinterpret_cast<uint32_t*>(x_bf16));
-  const Plan plan(tokens, k, job);
+  const Plan plan(tokens, k, given);
+  // y normalized for the next matmul only by the split sums' adding launch of one weight's outputs added to y.
+  MmaJob job = given;
+  const bool next = plan.split && job.next_x != nullptr && job.next_norm != nullptr && job.count == 1 &&
+                    job.accumulate && !job.gate_up && job.y_bf16 == nullptr && job.n[0] % 8 == 0;
+  if (!next) job.next_x = nullptr;
   // 128 tokens a block and whole outputs: on wgmma where this build and the device
-  // have it (TESSERA_CUDA_WGMMA=0: never, read at every call); 64 or 32 tokens a
-  // block too when asked for (TESSERA_CUDA_WGMMA_SMALL=1; not yet measured).
-  if (!plan.split && (plan.n_tiles == 4 || asked("TESSERA_CUDA_WGMMA_SMALL")) && !switched_off("TESSERA_CUDA_WGMMA") &&
-      wgmma_gemm(stream, x_bf16, tokens, k, job, 32 * plan.n_tiles))
-    return;
+  // have it (TESSERA_CUDA_WGMMA=0: never, read at every call).
+  if (!plan.split && plan.n_tiles == 4 && !switched_off("TESSERA_CUDA_WGMMA") &&
+      wgmma_gemm(stream, x_bf16, tokens, k, job))
+    return false;
   if (job.gate_up)
-    return plan.split ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)
-                      : launch_tiles<true, false>(stream, x_bf16, tokens, k, job, plan, sums);
-  if (plan.split) return launch_tiles<false, true>(stream, x_bf16, tokens, k, job, plan, sums);
-  launch_tiles<false, false>(stream, x_bf16, tokens, k, job, plan, sums);
+    plan.split ? launch_tiles<true, true>(stream, x_bf16, tokens, k, job, plan, sums)
+               : launch_tiles<true, false>(stream, x_bf16, tokens, k, job, plan, sums);
+  else if (plan.split) launch_tiles<false, true>(stream, x_bf16, tokens, k, job, plan, sums);
+  else launch_tiles<false, false>(stream, x_bf16, tokens, k, job, plan, sums);
+  return next;
 }
 
 }  // namespace tessera::cuda

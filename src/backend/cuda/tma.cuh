@@ -31,50 +31,18 @@ namespace tessera::cuda {
       "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
       "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
       "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-// The same for m64n64 (d[32]) and m64n32 (d[16]).
-#define TESSERA_WGMMA_D32                                                  \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define TESSERA_WGMMA_D32_OPERANDS(d)                                                                         \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
-      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
-      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-#define TESSERA_WGMMA_D16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-#define TESSERA_WGMMA_D16_OPERANDS(d)                                                                         \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
-      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 
 // d (lane (g, t) of warp w of the warpgroup: rows 16w + g (+8 for d[4j + 2, 3]),
 // tokens 8j + 2t (+1 for odd d)) += a (the warp's 16 x 16 fragment, as mma.sync's)
-// times B (16 x N tokens from shared memory, described by b): m64nNk16 for N = 128,
-// 64 or 32, d holding N / 2 floats.
-template <int N>
-__device__ __forceinline__ void wgmma(float (&d)[N / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                      uint64_t b) {
-  static_assert(N == 128 || N == 64 || N == 32, "wgmma tiles of 128, 64 or 32 tokens");
-  if constexpr (N == 128) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" TESSERA_WGMMA_D64
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : TESSERA_WGMMA_D64_OPERANDS(d)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
-  } else if constexpr (N == 64) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" TESSERA_WGMMA_D32
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : TESSERA_WGMMA_D32_OPERANDS(d)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" TESSERA_WGMMA_D16
-        "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : TESSERA_WGMMA_D16_OPERANDS(d)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
-  }
+// times B (16 x 128 from shared memory, described by b).
+__device__ __forceinline__ void wgmma_128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {" TESSERA_WGMMA_D64
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : TESSERA_WGMMA_D64_OPERANDS(d)
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));
 }
 
 // The compiler must not move reads or writes of the accumulators across the

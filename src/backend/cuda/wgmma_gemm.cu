@@ -1,13 +1,12 @@
 // The tiled bf16 matmul on wgmma (sm_90a) for 128 tokens a block and more
-// (prefill), and, when asked for, 64 or 32 (Shape): what mma_gemm.cu's kernel
-// computes, bitwise, in the shape Hopper's fast GEMMs take. Warp-specialized: a
-// producer (one thread) issues TMA copies of each 64-wide chunk's 128 weight rows
-// and the block's tokens into a ring of stages, each completing on an mbarrier;
-// two consumer warpgroups (each takes 64 of the block's weight rows for all the
-// tokens, one wgmma m64nNk16 a k16 step) hand each stage back on a second
-// mbarrier once its products are in. A consumer loads a step's weight fragments
-// in two halves, each while the other half's products run (session 27: +11-16 %
-// over waiting for all four at once).
+// (prefill): what mma_gemm.cu's kernel computes, bitwise, in the shape Hopper's
+// fast GEMMs take. Warp-specialized: one warpgroup produces (one thread issues
+// TMA copies of each 64-wide chunk's 128 weight rows and 128 tokens into a ring of
+// stages, each completing on an mbarrier), two consume (each takes 64 of the
+// block's weight rows for all 128 tokens, one wgmma m64n128k16 a k16 step) and
+// hand each stage back on a second mbarrier once its products are in. A consumer
+// loads a step's weight fragments in two halves, each while the other half's
+// products run (session 27: +11-16 % over waiting for all four at once).
 //
 // Bitwise: a warp loads its 16 rows' weight fragments from the staged tile into
 // registers exactly as mma.cuh's mma_half takes them (A from registers), and x (B)
@@ -30,42 +29,22 @@ namespace tessera::cuda {
 
 namespace {
 
-constexpr int kWeightBytes = kBlockRows * 128;
-
-// A block of tiles of kTokens tokens. 128: a producer warpgroup (40 registers), then
-// the two consumer warpgroups (232, by setmaxnreg), five stages, one block an SM.
-// 64 and 32 (the decode steps of many sequences; only when asked for,
-// TESSERA_CUDA_WGMMA_SMALL=1, until a device call has measured them): the two
-// consumer warpgroups, then one producer warp (no setmaxnreg), four stages, two
-// blocks an SM, so that a step's 224 gate/up tiles make one wave as mma_gemm's do.
-// Two blocks of nine warps leave 96 registers a thread (a consumer's sums are
-// kTokens / 2 floats, twice): ptxas spills 40-48 bytes of the 64-token kernels,
-// nothing of the 32-token ones.
-template <int kTokens>
-struct Shape {
-  static_assert(kTokens == 128 || kTokens == 64 || kTokens == 32, "tiles of 128, 64 or 32 tokens");
-  static constexpr bool kWide = kTokens == 128;
-  static constexpr int kThreads = kWide ? 384 : 288;
-  static constexpr int kConsumer0 = kWide ? 128 : 0;  // the first consumer thread
-  static constexpr int kProducer = kWide ? 0 : 256;   // the thread that issues the copies
-  static constexpr int kStages = kWide ? 5 : 4;
-  static constexpr int kBlocksPerSm = kWide ? 1 : 2;
-  static constexpr int kStageBytes = kWeightBytes + kTokens * 128;
-  static constexpr size_t kSmem = 1024 + size_t{kStages} * kStageBytes + 2 * kStages * sizeof(uint64_t);
-  static_assert(kBlockRows * kTokens * sizeof(float) / 2 <= size_t{kStages} * kStageBytes, "gate/up's exchange");
-};
+constexpr int kTokens = 128;
+constexpr int kThreads = 384;  // the producer warpgroup, then the two consumers
+constexpr int kStages = 5;
+constexpr int kWeightBytes = kBlockRows * 128, kStageBytes = kWeightBytes + kTokens * 128;
+constexpr size_t kSmem = 1024 + size_t{kStages} * kStageBytes + 2 * kStages * sizeof(uint64_t);
+static_assert(kBlockRows * kTokens * sizeof(float) / 2 <= size_t{kStages} * kStageBytes, "gate/up's exchange");
 
 // The job's weights as TMA tensor maps (boxes of 64 rows x one chunk, 128-byte swizzled).
 struct WeightMaps {
   CUtensorMap w[MmaJob::kMaxWeights];
 };
 
-template <int kTokens, bool kGateUp>
-__global__ void __launch_bounds__(Shape<kTokens>::kThreads, Shape<kTokens>::kBlocksPerSm)
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1)
     wgmma_gemm_kernel(const __grid_constant__ WeightMaps maps, const __grid_constant__ CUtensorMap x_map,
                       int64_t tokens, int64_t k, MmaJob job) {
-  constexpr int kStages = Shape<kTokens>::kStages, kStageBytes = Shape<kTokens>::kStageBytes;
-  constexpr int kSums = kTokens / 2;  // a consumer thread's accumulators
   let_next_start();
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024;  // swizzled tiles start on 1,024 bytes
@@ -83,11 +62,10 @@ __global__ void __launch_bounds__(Shape<kTokens>::kThreads, Shape<kTokens>::kBlo
   }
   __syncthreads();
 
-  using S = Shape<kTokens>;
   const int warpgroup = threadIdx.x / 128, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  if (S::kWide ? warpgroup == 0 : threadIdx.x >= S::kProducer) {
-    if constexpr (S::kWide) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (threadIdx.x == S::kProducer) {
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
       // Rows 0..63 and 64..127 of a stage: weight s's rows row0.., row0 + 64.. (gate/up: gate's and up's row0..).
       const CUtensorMap* lower = &maps.w[kGateUp ? 0 : s];
       const CUtensorMap* upper = &maps.w[kGateUp ? 1 : s];
@@ -119,12 +97,12 @@ __global__ void __launch_bounds__(Shape<kTokens>::kThreads, Shape<kTokens>::kBlo
     // gate/up's exchange has block barriers, which every thread passes; the producer has no outputs.
     finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, false, smem, [](auto&&) {});
   } else {
-    if constexpr (S::kWide) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     wait_for_earlier();  // the outputs may be the kernel before's inputs
     // A thread's rows: row and row + 8, row g of its warp's 16 being tile row (g >> 1) + 4 (g & 1), so that a
     // quarter-warp's loads of one unit hit all 32 banks (rows 4 apart lie in opposite halves of the swizzle).
-    const int row = 16 * (threadIdx.x / 32 - S::kConsumer0 / 32) + (g >> 1) + 4 * (g & 1);
-    float acc[kSums], total[kSums];
+    const int row = 16 * (threadIdx.x / 32 - 4) + (g >> 1) + 4 * (g & 1);
+    float acc[64], total[64];
     // A step's fragments in two halves: `lower` (unit t of both rows) for its first two k16 products, `upper`
     // (unit t + 4) for the last two, each committed as its own group. A half is loaded once its group before is
     // in, while the other half's group still runs: a group is always on the tensor cores.
@@ -144,8 +122,8 @@ __global__ void __launch_bounds__(Shape<kTokens>::kThreads, Shape<kTokens>::kBlo
     const auto half_products = [&](int step, const uint4& a, const uint4& b, int s) {
       const uint8_t* x_tile = stage_of(step) + kWeightBytes;
       wgmma_fence();
-      wgmma<kTokens>(acc, a.x, b.x, a.y, b.y, swizzled_descriptor(x_tile, s));
-      wgmma<kTokens>(acc, a.z, b.z, a.w, b.w, swizzled_descriptor(x_tile, s + 1));
+      wgmma_128(acc, a.x, b.x, a.y, b.y, swizzled_descriptor(x_tile, s));
+      wgmma_128(acc, a.z, b.z, a.w, b.w, swizzled_descriptor(x_tile, s + 1));
       wgmma_commit();
     };
     const auto first_half = [&](int step) { half_products(step, a_lower, b_lower, 0); };
@@ -157,7 +135,7 @@ __global__ void __launch_bounds__(Shape<kTokens>::kThreads, Shape<kTokens>::kBlo
     const int q = chunks / kMmaSplit, r = chunks % kMmaSplit;
     for (int sum = 0, step = 0; sum < kMmaSplit; ++sum) {
 #pragma unroll
-      for (int i = 0; i < kSums; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
       const int count = q + (sum < r ? 1 : 0);
       if (count > 0) {
         load_lower(step);
@@ -178,11 +156,11 @@ __global__ void __launch_bounds__(Shape<kTokens>::kThreads, Shape<kTokens>::kBlo
       }
       pin(acc);  // the products are in: read after the waits, not before
 #pragma unroll
-      for (int i = 0; i < kSums; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
+      for (int i = 0; i < 64; ++i) total[i] = sum == 0 ? acc[i] : total[i] + acc[i];
     }
     finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, row >= 64, smem, [&](auto&& f) {
 #pragma unroll
-      for (int j = 0; j < kTokens / 8; ++j)
+      for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) f(total[4 * j + i], row + (i >= 2 ? 8 : 0), 8 * j + 2 * t + i % 2);
     });
@@ -203,15 +181,13 @@ const CUtensorMap& weight_map(const __nv_bfloat16* w, int64_t n, int64_t k) {
   return made.map;
 }
 
-template <int kTokens, bool kGateUp>
+template <bool kGateUp>
 bool launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
-  constexpr size_t kSmem = Shape<kTokens>::kSmem;
   static const bool ready = [] {
-    const auto kernel = wgmma_gemm_kernel<kTokens, kGateUp>;
     cudaFuncAttributes attributes{};  // fails where this build holds no kernel for the device
-    return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
-           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)) ==
-               cudaSuccess;
+    return cudaFuncGetAttributes(&attributes, wgmma_gemm_kernel<kGateUp>) == cudaSuccess &&
+           cudaFuncSetAttribute(wgmma_gemm_kernel<kGateUp>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmem)) == cudaSuccess;
   }();
   if (!ready) {
     cudaGetLastError();  // the failed lookup's error is not the next launch's
@@ -228,24 +204,14 @@ bool launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   const CUtensorMap x_map = matrix_map(x, tokens, k, kMmaChunk, kTokens, CU_TENSOR_MAP_SWIZZLE_128B);
   const dim3 grid(static_cast<unsigned>((tokens + kTokens - 1) / kTokens),
                   static_cast<unsigned>(job.first_tile[job.count]));
-  launch_kernel(wgmma_gemm_kernel<kTokens, kGateUp>, grid, Shape<kTokens>::kThreads, kSmem, stream, maps, x_map, tokens,
-                k, job);
+  launch_kernel(wgmma_gemm_kernel<kGateUp>, grid, kThreads, kSmem, stream, maps, x_map, tokens, k, job);
   return true;
-}
-
-template <int kTokens>
-bool launch_tiles(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, const MmaJob& job) {
-  return job.gate_up ? launch<kTokens, true>(stream, x, tokens, k, job)
-                     : launch<kTokens, false>(stream, x, tokens, k, job);
 }
 
 }  // namespace
 
-bool wgmma_gemm(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, int tile_tokens) {
-  if (tile_tokens == 128) return launch_tiles<128>(stream, x, tokens, k, job);
-  if (tile_tokens == 64) return launch_tiles<64>(stream, x, tokens, k, job);
-  TS_CHECK(tile_tokens == 32, "wgmma tiles of ", tile_tokens, " tokens");
-  return launch_tiles<32>(stream, x, tokens, k, job);
+bool wgmma_gemm(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job) {
+  return job.gate_up ? launch<true>(stream, x, tokens, k, job) : launch<false>(stream, x, tokens, k, job);
 }
 
 }  // namespace tessera::cuda
