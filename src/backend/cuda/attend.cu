@@ -211,13 +211,7 @@ __global__ void __launch_bounds__(kPartition)
   }
 }
 
-// Block (token, head): the token's partitions merged in order (merge.cuh). With
-// kAhead (only when asked for, TESSERA_CUDA_COMBINE_AHEAD=1, until a device call
-// has measured it), a thread loads kAheadParts partitions' values before it merges
-// them, in the same order, instead of waiting for each partition's loads in turn.
-constexpr int kAheadParts = 8;
-
-template <bool kAhead>
+// Block (token, head): the token's partitions merged in order (merge.cuh).
 __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_t window, int64_t partitions,
                                const float* __restrict__ scratch, float* __restrict__ out,
                                __nv_bfloat16* __restrict__ rounded) {
@@ -232,23 +226,9 @@ __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
     RunningMerge run;
     float acc = 0.0f;
-    if constexpr (kAhead) {
-      for (int64_t i0 = 0; i0 < used; i0 += kAheadParts) {
-        float value[kAheadParts], peak[kAheadParts], sum[kAheadParts];
-#pragma unroll
-        for (int j = 0; j < kAheadParts; ++j) {
-          const float* part = parts + min(i0 + j, used - 1) * stride;
-          value[j] = part[d], peak[j] = part[hd], sum[j] = part[hd + 1];
-        }
-#pragma unroll
-        for (int j = 0; j < kAheadParts; ++j)
-          if (i0 + j < used) acc = merge_output(acc, value[j], merge_partition(run, peak[j], sum[j]));
-      }
-    } else {
-      for (int64_t i = 0; i < used; ++i)
-        acc = merge_output(acc, parts[i * stride + d],
-                           merge_partition(run, parts[i * stride + hd], parts[i * stride + hd + 1]));
-    }
+    for (int64_t i = 0; i < used; ++i)
+      acc = merge_output(acc, parts[i * stride + d],
+                         merge_partition(run, parts[i * stride + hd], parts[i * stride + hd + 1]));
     result[d] = __fdiv_rn(acc, run.sum);
     if (rounded != nullptr) rounded[t * n_heads * hd + mma_slot(h * hd + d)] = __float2bfloat16_rn(result[d]);
   }
@@ -301,8 +281,8 @@ void attention_combine(cudaStream_t stream, float* out, int64_t tokens, int64_t 
                        int64_t window, int64_t partitions, const float* scratch, __nv_bfloat16* rounded) {
   const dim3 merge(static_cast<unsigned>(tokens), static_cast<unsigned>(n_heads));
   const auto threads = static_cast<unsigned>(std::clamp<int64_t>(head_dim, 32, 256));
-  launch_kernel(asked("TESSERA_CUDA_COMBINE_AHEAD") ? combine_kernel<true> : combine_kernel<false>, merge, threads, 0,
-                stream, n_heads, head_dim, map, window, partitions, scratch, out, rounded);
+  launch_kernel(combine_kernel, merge, threads, 0, stream, n_heads, head_dim, map, window, partitions, scratch, out,
+                rounded);
 }
 
 }  // namespace tessera::cuda

@@ -273,32 +273,45 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
 // add_sums_kernel's outputs for a job of one weight that accumulates, a block a
 // token, and then the token's row normalized into job.next_x as norm_to_bf16_kernel
 // normalizes it (the same block_rms_scale and products), for the normalizing
-// matmul that comes next: one launch instead of two. Each thread adds four
-// outputs' sums at a time (the sums of each in order 0..7, as add_sums_kernel).
-__global__ void add_sums_norm_kernel(MmaJob job, int64_t tokens, const float* __restrict__ sums) {
+// matmul that comes next: one launch instead of two. A thread takes four outputs
+// at a time, kHeld such at once: it loads all their sums (and residuals) before
+// it adds any, so that a block's few warps keep the row's sums in flight; each
+// output's sums are added in order 0..7, as add_sums_kernel adds them.
+__global__ void __launch_bounds__(kNormThreads)
+    add_sums_norm_kernel(MmaJob job, int64_t tokens, const float* __restrict__ sums) {
+  constexpr int kHeld = 4;  // 4096 outputs a pass
   let_next_start();
   wait_for_earlier();
   __shared__ float shared[32];
-  const int64_t width = job.n[0], token = blockIdx.x;
-  float* row = job.y[0] + token * width;
-  const auto sums4 = [&](int z, int64_t i) {
-    return reinterpret_cast<const float4*>(sums + (z * tokens + token) * width)[i];
-  };
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < width / 4; i += kNormThreads) {
-    float4 total = sums4(0, i);
+  const int64_t width = job.n[0], token = blockIdx.x, quads = width / 4;
+  auto* row = reinterpret_cast<float4*>(job.y[0] + token * width);
+  for (int64_t base = threadIdx.x; base < quads; base += kHeld * kNormThreads) {
+    float4 part[kHeld][kMmaSplit], out[kHeld];
 #pragma unroll
-    for (int z = 1; z < kMmaSplit; ++z) {
-      const float4 more = sums4(z, i);
-      total.x += more.x, total.y += more.y, total.z += more.z, total.w += more.w;
+    for (int j = 0; j < kHeld; ++j) {
+      const int64_t i = base + j * kNormThreads;
+      if (i >= quads) break;
+#pragma unroll
+      for (int z = 0; z < kMmaSplit; ++z)
+        part[j][z] = reinterpret_cast<const float4*>(sums + (z * tokens + token) * width)[i];
+      out[j] = row[i];
     }
-    float4 out = reinterpret_cast<float4*>(row)[i];
-    out.x += with_bias(total.x, job.bias[0], 4 * i), out.y += with_bias(total.y, job.bias[0], 4 * i + 1);
-    out.z += with_bias(total.z, job.bias[0], 4 * i + 2), out.w += with_bias(total.w, job.bias[0], 4 * i + 3);
-    reinterpret_cast<float4*>(row)[i] = out;
+#pragma unroll
+    for (int j = 0; j < kHeld; ++j) {
+      const int64_t i = base + j * kNormThreads;
+      if (i >= quads) break;
+      float4 total = part[j][0];
+#pragma unroll
+      for (int z = 1; z < kMmaSplit; ++z)
+        total.x += part[j][z].x, total.y += part[j][z].y, total.z += part[j][z].z, total.w += part[j][z].w;
+      out[j].x += with_bias(total.x, job.bias[0], 4 * i), out[j].y += with_bias(total.y, job.bias[0], 4 * i + 1);
+      out[j].z += with_bias(total.z, job.bias[0], 4 * i + 2), out[j].w += with_bias(total.w, job.bias[0], 4 * i + 3);
+      row[i] = out[j];
+    }
   }
   __syncthreads();  // the row, whole, for every thread of the block
-  norm_row_to_bf16(row, width, job.next_norm, block_rms_scale(row, width, job.next_eps, shared),
+  const float* normed = job.y[0] + token * width;
+  norm_row_to_bf16(normed, width, job.next_norm, block_rms_scale(normed, width, job.next_eps, shared),
                    reinterpret_cast<uint32_t*>(job.next_x) + token * (width / 2));
 }
 
