@@ -347,9 +347,9 @@ class CudaDevice final : public Device {
 
   // `next` (matmul_add's) for a tiled matmul that adds split sums: y normalized into
   // normed_buffer_ by that launch (TESSERA_CUDA_NORM_AHEAD=0: never, read at every call).
-  void normalize_ahead(cuda::MmaJob& job, int64_t tokens, const RowNorm& next) {
+  void normalize_ahead(cuda::MmaJob& job, int64_t tokens, int64_t k, const RowNorm& next) {
     if (next.weight == nullptr || next.weight->dtype != DType::kBF16 || next.weight->numel() != job.n[0] ||
-        cuda::switched_off("TESSERA_CUDA_NORM_AHEAD"))
+        !cuda::mma_gemm_normalizes_ahead(tokens, k, job) || cuda::switched_off("TESSERA_CUDA_NORM_AHEAD"))
       return;
     job.next_norm = static_cast<const __nv_bfloat16*>(next.weight->data);
     job.next_eps = next.eps;
@@ -368,7 +368,7 @@ class CudaDevice final : public Device {
     }
     cuda::MmaJob job{.count = 1, .accumulate = accumulate};
     add_to_job(job, 0, w, bias, y);
-    normalize_ahead(job, tokens, next);
+    normalize_ahead(job, tokens, k, next);
     const bool normed = run_mma(x, tokens, k, job);
     launched("matmul");
     if (normed) rounded_ = {y, tokens, w.dim(0), launches_, job.next_x, job.next_norm, job.next_eps};

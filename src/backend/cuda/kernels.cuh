@@ -70,6 +70,9 @@ int multiprocessors();
 // and the job must not normalize. Returns whether it wrote job.next_x.
 int64_t mma_gemm_min_tokens();
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
+// Whether mma_gemm can write job.next_x for this job (given next_norm and next_x):
+// one weight added to y whose eight sums the blocks split (few tokens, few rows).
+bool mma_gemm_normalizes_ahead(int64_t tokens, int64_t k, const MmaJob& job);
 bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
               const __nv_bfloat16* x_rounded = nullptr);
 // FLOP/s of mma.sync m16n8k16 (bf16, f32 accumulators) over every SM, registers

@@ -456,6 +456,11 @@ double mma_peak(cudaStream_t stream) {
 
 int64_t mma_gemm_min_tokens() { return 32; }
 
+bool mma_gemm_normalizes_ahead(int64_t tokens, int64_t k, const MmaJob& job) {
+  return tokens >= mma_gemm_min_tokens() && job.count == 1 && job.accumulate && !job.gate_up && job.y_bf16 == nullptr &&
+         job.n[0] % 8 == 0 && Plan(tokens, k, job).split;
+}
+
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job) {
   const Plan plan(tokens, k, job);
   return x_bytes(tokens, k) + (plan.split ? static_cast<size_t>(kMmaSplit * tokens * plan.width) * sizeof(float) : 0);
@@ -475,10 +480,8 @@ bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
     launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
                   reinterpret_cast<uint32_t*>(x_bf16));
   const Plan plan(tokens, k, given);
-  // y normalized for the next matmul only by the split sums' adding launch of one weight's outputs added to y.
   MmaJob job = given;
-  const bool next = plan.split && job.next_x != nullptr && job.next_norm != nullptr && job.count == 1 &&
-                    job.accumulate && !job.gate_up && job.y_bf16 == nullptr && job.n[0] % 8 == 0;
+  const bool next = job.next_x != nullptr && job.next_norm != nullptr && mma_gemm_normalizes_ahead(tokens, k, job);
   if (!next) job.next_x = nullptr;
   // 128 tokens a block and whole outputs: on wgmma where this build and the device
   // have it (TESSERA_CUDA_WGMMA=0: never, read at every call).
