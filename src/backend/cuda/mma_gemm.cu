@@ -456,9 +456,18 @@ double mma_peak(cudaStream_t stream) {
 
 int64_t mma_gemm_min_tokens() { return 32; }
 
-bool mma_gemm_normalizes_ahead(int64_t tokens, int64_t k, const MmaJob& job) {
+namespace {
+
+// mma_gemm_normalizes_ahead for a plan already made.
+bool normalizes_ahead(int64_t tokens, const MmaJob& job, const Plan& plan) {
   return tokens >= mma_gemm_min_tokens() && job.count == 1 && job.accumulate && !job.gate_up && job.y_bf16 == nullptr &&
-         job.n[0] % 8 == 0 && Plan(tokens, k, job).split;
+         job.n[0] % 8 == 0 && plan.split;
+}
+
+}  // namespace
+
+bool mma_gemm_normalizes_ahead(int64_t tokens, int64_t k, const MmaJob& job) {
+  return normalizes_ahead(tokens, job, Plan(tokens, k, job));
 }
 
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job) {
@@ -481,7 +490,7 @@ bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
                   reinterpret_cast<uint32_t*>(x_bf16));
   const Plan plan(tokens, k, given);
   MmaJob job = given;
-  const bool next = job.next_x != nullptr && job.next_norm != nullptr && mma_gemm_normalizes_ahead(tokens, k, job);
+  const bool next = job.next_x != nullptr && job.next_norm != nullptr && normalizes_ahead(tokens, job, plan);
   if (!next) job.next_x = nullptr;
   // 128 tokens a block and whole outputs: on wgmma where this build and the device
   // have it (TESSERA_CUDA_WGMMA=0: never, read at every call).
