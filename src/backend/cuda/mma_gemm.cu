@@ -12,7 +12,6 @@
 // finished ones added up in `total`; there eight warps run one each.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdlib>
 
 #include "backend/cuda/gemm_tile.cuh"
@@ -326,10 +325,9 @@ __global__ void __launch_bounds__(kNormThreads)
 // (q/k/v: 384 blocks -> 192) 4,893 and 4,888 tok/s against 4,841 and 4,859 with one
 // sum a block; at 64 tokens the same change lost (7,088 and 7,098 against 7,209 and
 // 7,151). TESSERA_CUDA_GEMM_SUMS=1, 2, 4 or 8 sets it (read at every call).
-// TESSERA_CUDA_GEMM_TILE=32 or 64 (read at every call; not yet measured) holds a
-// block to that many tokens: 64 sequences' gate/up in two blocks of 32 tokens a
-// tile of rows, which run side by side and so read the weights from DRAM about
-// once (32 tokens a block streamed 3.4 TB/s in session 29's profile, 64: 2.6).
+// Blocks of 64 tokens held to 32 (two blocks side by side a tile of rows, reading
+// the weights from DRAM about once) were measured 23 % slower at 64 sequences
+// (session 30: 6,011-6,036 tok/s against 7,776-7,782) and even at 32.
 struct Plan {
   int n_tiles;  // 8-token tiles per warp
   int64_t token_tiles, row_tiles, width;
@@ -337,10 +335,6 @@ struct Plan {
   int sums_per_block = kMmaSplit;
   Plan(int64_t tokens, int64_t k, const MmaJob& job) {
     n_tiles = tokens >= 128 ? 4 : tokens >= 64 ? 2 : 1;
-    if (const char* most = std::getenv("TESSERA_CUDA_GEMM_TILE"); most != nullptr) {
-      const int n = std::atoi(most);
-      if (n == 32 || n == 64) n_tiles = std::min(n_tiles, n / 32);
-    }
     const int rows = job.gate_up ? 64 : kBlockRows;
     token_tiles = (tokens + 32 * n_tiles - 1) / (32 * n_tiles);
     row_tiles = width = 0;
