@@ -327,7 +327,7 @@ __global__ void __launch_bounds__(kNormThreads)
 // 7,151). TESSERA_CUDA_GEMM_SUMS=1, 2, 4 or 8 sets it (read at every call).
 // Blocks of 64 tokens held to 32 (two blocks side by side a tile of rows, reading
 // the weights from DRAM about once) were measured 23 % slower at 64 sequences
-// (session 30: 6,011-6,036 tok/s against 7,776-7,782) and even at 32.
+// (session 30: 6,011-6,036 tok/s against 7,776-7,782).
 struct Plan {
   int n_tiles;  // 8-token tiles per warp
   int64_t token_tiles, row_tiles, width;
