@@ -217,58 +217,6 @@ TEST(CudaDeviceTest, NormalizedMatmulsAreBitwiseTheNormThenTheMatmuls) {
   }
 }
 
-// Up to 8 tokens, the decode kernel's weights may stream into shared memory through
-// a ring of stages (TESSERA_CUDA_STREAM=1) or be loaded by its warps (the default):
-// bitwise the same outputs, with 2, 5 or 12 stages and one or two blocks an SM, for
-// q/k/v-like jobs with a bias, gate/up, normalizing jobs and matmul_add, with k's
-// chunks in whole rounds of eight (1024, 4096) or not (576: a round of one chunk),
-// rows that leave a tile part empty, and more tiles than blocks (3000 and 2200 rows).
-TEST(CudaDeviceTest, DecodeMatmulsAreBitwiseTheSameStreamedOrLoadedByTheirWarps) {
-  TESSERA_CUDA_OR_SKIP(gpu);
-  const float eps = 1e-5f;
-  for (const int64_t k : {576, 1024, 4096}) {
-    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
-    const TensorView norm = place({k}, 1), wq = place({3000, k}, 2), wk = place({72, k}, 3), bk = place({72}, 4),
-                     wv = place({40, k}, 5), gate = place({2200, k}, 6), up = place({2200, k}, 7),
-                     wo = place({k, k}, 8), none{};
-    for (const int64_t tokens : {1, 3, 8}) {
-      const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 9));
-      const auto n = [&](int64_t rows) { return static_cast<size_t>(tokens * rows); };
-      const auto run = [&] {
-        const Buffer q = zeros(*gpu, n(3000)), kk = zeros(*gpu, n(72)), v = zeros(*gpu, n(40)),
-                     g = zeros(*gpu, n(2200)), up_scratch = zeros(*gpu, n(2200)), normed_q = zeros(*gpu, n(3000)),
-                     normed_g = zeros(*gpu, n(2200)), scratch = zeros(*gpu, n(k)), o_scratch = zeros(*gpu, n(k));
-        const Buffer residual = put(*gpu, random_values(n(k), 10));
-        const Device::Projection qkv[] = {{&wq, &none, q.f32()}, {&wk, &bk, kk.f32()}, {&wv, &none, v.f32()}};
-        gpu->matmuls(x.f32(), tokens, qkv);
-        gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
-        const Device::Projection normed[] = {{&wq, &none, normed_q.f32()}};
-        gpu->matmuls(x.f32(), tokens, normed, {&norm, eps, scratch.f32()});
-        gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), normed_g.f32(),
-                     {&norm, eps, scratch.f32()});
-        gpu->matmul_add(x.f32(), tokens, wo, none, o_scratch.f32(), residual.f32());
-        return std::vector{get(*gpu, q, n(3000)),    get(*gpu, kk, n(72)),         get(*gpu, v, n(40)),
-                           get(*gpu, g, n(2200)),    get(*gpu, normed_q, n(3000)), get(*gpu, normed_g, n(2200)),
-                           get(*gpu, residual, n(k))};
-      };
-      const auto loaded = run();
-      ASSERT_EQ(setenv("TESSERA_CUDA_STREAM", "1", 1), 0);
-      const char* names[] = {"q", "k", "v", "gate/up", "normalized q", "normalized gate/up", "matmul_add"};
-      for (const auto& [stages, blocks] : {std::pair{"", ""}, {"2", ""}, {"12", ""}, {"", "2"}}) {
-        ASSERT_EQ(setenv("TESSERA_CUDA_STREAM_STAGES", stages, 1), 0);
-        ASSERT_EQ(setenv("TESSERA_CUDA_STREAM_BLOCKS", blocks, 1), 0);
-        const auto streamed = run();
-        for (size_t i = 0; i < loaded.size(); ++i)
-          EXPECT_EQ(streamed[i], loaded[i]) << "k " << k << ", " << tokens << " tokens, stages '" << stages
-                                            << "', blocks '" << blocks << "': " << names[i];
-      }
-      unsetenv("TESSERA_CUDA_STREAM");
-      unsetenv("TESSERA_CUDA_STREAM_STAGES");
-      unsetenv("TESSERA_CUDA_STREAM_BLOCKS");
-    }
-  }
-}
-
 // matmul_add told the norm of the next call (a split tiled matmul normalizes its
 // output for it while it adds the eight sums: 32-64 tokens on few rows) gives
 // bitwise the residual, and then the q/k and gate/up of it, that the calls give

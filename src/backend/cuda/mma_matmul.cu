@@ -15,7 +15,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -158,175 +157,6 @@ __global__ void __launch_bounds__(kSplit * 32)
     }
 }
 
-// The streaming form of the kernel above for up to 8 tokens (decode): the same
-// sums in the same order, but the block's threads copy the weights into a ring of
-// stages in shared memory (cp.async, 16 bytes a thread at a time) that runs ahead
-// across the block's tiles, so that a block keeps `stages - 1` stages of bytes in
-// flight all the time instead of its warps' own loads. A block of the grid takes
-// tiles blockIdx.x, + gridDim.x, ...; a tile's items are its rounds of 8 chunks
-// (chunk 8r + w of round r is warp w's), gate's then up's for each round in
-// kGateUp. A stage holds one item: 16 rows of up to 512 positions, a row
-// kStageRow bytes apart (64 more than 1,024, so that the 8 lanes of a
-// quarter-warp read 8 different bank quads).
-constexpr int kStageRow = 1024 + 64;
-constexpr int kStageBytes = 16 * kStageRow;
-constexpr int kMostStages = 12;  // with the static shared memory, under the 227 KiB a block may have
-
-// copies_wait<n>() for n known at run time (0 .. kMostStages - 2).
-__device__ __forceinline__ void copies_wait_dynamic(int n) {
-  switch (n) {
-    case 0: return copies_wait<0>();
-    case 1: return copies_wait<1>();
-    case 2: return copies_wait<2>();
-    case 3: return copies_wait<3>();
-    case 4: return copies_wait<4>();
-    case 5: return copies_wait<5>();
-    case 6: return copies_wait<6>();
-    case 7: return copies_wait<7>();
-    case 8: return copies_wait<8>();
-    case 9: return copies_wait<9>();
-    default: return copies_wait<10>();
-  }
-}
-
-// Where the block's items lie, walked one at a time (no divisions in the loop):
-// the tile, its weight s and first row, the item's place in the tile and its stage.
-struct ItemWalk {
-  int tile, in_tile = 0, stage = 0, s = 0;
-  int64_t row0 = 0;
-  __device__ void locate(const MmaJob& job) {
-    s = 0;
-    while (s + 1 < job.count && tile >= job.first_tile[s + 1]) ++s;
-    row0 = (tile - job.first_tile[s]) * int64_t{16};
-  }
-  __device__ ItemWalk(int first, const MmaJob& job) : tile(first) { locate(job); }
-  __device__ void next(int items_a_tile, int stages, const MmaJob& job) {
-    if (++stage == stages) stage = 0;
-    if (++in_tile < items_a_tile) return;
-    in_tile = 0;
-    tile += static_cast<int>(gridDim.x);
-    if (tile < job.first_tile[job.count]) locate(job);
-  }
-};
-
-template <bool kGateUp, bool kNorm>
-__global__ void __launch_bounds__(kSplit * 32)
-    stream_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, int stages) {
-  constexpr int kParts = kGateUp ? 2 : 1;
-  extern __shared__ __align__(128) uint8_t ring[];
-  __shared__ float partial[2][kParts][kSplit][1][32][4];  // by the tile's parity
-  __shared__ float scale[kNorm ? 8 : 1];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int g = lane / 4, t = lane % 4;
-  const int chunks = static_cast<int>(k / kChunk), rounds = (chunks + kSplit - 1) / kSplit;
-  const int tiles = static_cast<int>(job.first_tile[job.count]), items_a_tile = rounds * kParts;
-
-  // An item's copies into its stage (every thread: 16-byte units threadIdx.x + 256 m of
-  // the item's 16 rows x 64 units), then the group closes (empty past the last item).
-  const auto issue = [&](const ItemWalk& it) {
-    if (it.tile < tiles) {
-      const int part = it.in_tile % kParts, round = it.in_tile / kParts;
-      const int64_t n = job.n[it.s];
-      const __nv_bfloat16* w = (part == 1 ? job.w[1] : job.w[it.s]) + int64_t{round} * kSplit * kChunk;
-      const int units = min(kSplit, chunks - round * kSplit) * 8;  // 16-byte units of a row
-      uint8_t* stage = ring + it.stage * kStageBytes;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int unit = threadIdx.x + kSplit * 32 * m, r = unit / 64, u = unit % 64;
-        if (u < units) copy16(stage + r * kStageRow + 16 * u, w + min(it.row0 + r, n - 1) * k + 8 * u);
-      }
-    }
-    copies_sent();
-  };
-
-  ItemWalk ahead(static_cast<int>(blockIdx.x), job);
-  for (int i = 0; i < stages - 1; ++i)
-    issue(ahead), ahead.next(items_a_tile, stages, job);  // weights: no kernel writes them
-  let_next_start();
-  wait_for_earlier();  // x may be the kernel before's output, y its input
-  if constexpr (kNorm) {
-    const XRows xr{x, job.norm, job.eps, scale};
-    norm_scales<1>(xr, tokens, 0, k);
-  }
-
-  const float* __restrict__ x_row = x + min(int64_t{g}, tokens - 1) * k;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  float c[kParts][4] = {};
-  int parity = 0;
-  for (ItemWalk it(static_cast<int>(blockIdx.x), job); it.tile < tiles; it.next(items_a_tile, stages, job)) {
-    const int part = it.in_tile % kParts, chunk = it.in_tile / kParts * kSplit + warp;
-    const int64_t at = int64_t{chunk} * kChunk + 8 * t;
-    uint4 x0 = zero, x1 = zero;
-    if (chunk < chunks && g < tokens) {
-      if constexpr (kNorm) {
-        const __nv_bfloat16* nw = job.norm + at;
-        x0 = load_normed_x(x_row + at, nw, scale[g]), x1 = load_normed_x(x_row + at + 32, nw + 32, scale[g]);
-      } else {
-        x0 = load_x(x_row + at), x1 = load_x(x_row + at + 32);
-      }
-    }
-    copies_wait_dynamic(stages - 2);
-    __syncthreads();  // this item is in; every warp is done with the last item's stage, refilled next
-    issue(ahead), ahead.next(items_a_tile, stages, job);
-    if (chunk < chunks) {
-      const uint8_t* a = ring + it.stage * kStageBytes + g * kStageRow + warp * kChunk * 2 + 16 * t;
-      const uint8_t* b = a + 8 * kStageRow;
-      const auto unit = [](const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); };
-      const auto products = [&](float(&sum)[4]) {
-        mma_half(sum, unit(a), unit(b), x0);
-        mma_half(sum, unit(a + 64), unit(b + 64), x1);
-      };
-      if (kGateUp && part == 1) products(c[kParts - 1]);
-      else products(c[0]);
-    }
-
-    if (it.in_tile + 1 < items_a_tile) continue;
-      // The tile's last item: the eight warps' sums, added in warp order by warp 0.
-#pragma unroll
-    for (int p = 0; p < kParts; ++p)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) partial[parity][p][warp][0][lane][e] = c[p][e], c[p][e] = 0.0f;
-    __syncthreads();
-    parity ^= 1;
-    if (warp != 0) continue;
-    const int64_t n = job.n[it.s];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = it.row0 + g + (e >= 2 ? 8 : 0), token = 2 * t + (e % 2);
-      if (row >= n || token >= tokens) continue;
-      float value = with_bias(block_sum<1>(&partial[parity ^ 1][0][0][0][0][0], 0, e), job.bias[it.s], row);
-      if constexpr (kGateUp)
-        value = silu_times(value, with_bias(block_sum<1>(&partial[parity ^ 1][1][0][0][0][0], 0, e), job.bias[1], row));
-      float& out = job.y[it.s][token * n + row];
-      out = job.accumulate ? out + value : value;
-    }
-  }
-}
-
-// Stages of the streaming kernel (TESSERA_CUDA_STREAM_STAGES, 2..12, default 5), or 0
-// when it does not run: only when asked (TESSERA_CUDA_STREAM=1), read at every call.
-// On the H200 it was slower than the kernel above (session 30: the 8B shape's batch-1
-// decode 157.5 tok/s with two blocks an SM, 114.0 with one and 8 stages, against 174.4).
-int stream_stages() {
-  if (!asked("TESSERA_CUDA_STREAM")) return 0;
-  const char* asked = std::getenv("TESSERA_CUDA_STREAM_STAGES");
-  const int n = asked != nullptr ? std::atoi(asked) : 5;
-  return n >= 2 && n <= kMostStages ? n : 5;
-}
-
-template <bool kGateUp, bool kNorm>
-void launch_stream(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, int stages) {
-  const size_t smem = static_cast<size_t>(stages) * kStageBytes;
-  static const bool ready =
-      cudaFuncSetAttribute(stream_matmul_kernel<kGateUp, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kMostStages * kStageBytes) == cudaSuccess;
-  TS_CHECK(ready, "[cuda] the streaming matmul's shared memory");
-  const char* blocks_asked = std::getenv("TESSERA_CUDA_STREAM_BLOCKS");
-  const int64_t per_sm = blocks_asked != nullptr && std::atoi(blocks_asked) == 2 ? 2 : 1;
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(job.first_tile[job.count], per_sm * multiprocessors()));
-  launch_kernel(stream_matmul_kernel<kGateUp, kNorm>, grid, kSplit * 32, smem, stream, x, tokens, k, job, stages);
-}
-
 template <int kTiles, int kUnroll, bool kGateUp>
 void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
   const dim3 grid(static_cast<unsigned>(job.first_tile[job.count]),
@@ -347,9 +177,6 @@ void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
   // unrolls 4 (128 registers a thread, two blocks an SM): on the H200 the 1B
   // shape's decode, whose o and down are 128 blocks, ran 863 and 853 tok/s against
   // 837 and 832, while the 8B shape's o and down (256 blocks) lost 2 % that way.
-  if (const int stages = stream_stages(); tokens <= 8 && stages > 0)
-    return job.norm != nullptr ? launch_stream<kGateUp, true>(stream, x, tokens, k, job, stages)
-                               : launch_stream<kGateUp, false>(stream, x, tokens, k, job, stages);
   if (tokens <= 8 && job.first_tile[job.count] <= multiprocessors())
     return launch<1, 4, kGateUp>(stream, x, tokens, k, job);
   if (tokens <= 8) return launch<1, 2, kGateUp>(stream, x, tokens, k, job);
