@@ -315,6 +315,35 @@ TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
   }
 }
 
+// gate/up's tiled blocks may hold 56 rows of gate and of up instead of 64
+// (TESSERA_CUDA_GATE_ROWS=56, or =balanced where that evens out the SMs' blocks):
+// bitwise the same outputs, with the eight sums split (90 rows) or whole outputs a
+// block (4,000 rows: 72 tiles of 56, the last part empty), at 40, 64 and 100 tokens,
+// with k's chunks dealt evenly (1024) or not (576).
+TEST(CudaDeviceTest, GateUpTilesOf56RowsAreBitwiseTilesOf64) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  for (const int64_t k : {576, 1024}) {
+    for (const int64_t rows : {90, 4000}) {
+      const TensorView gate = place_random(*gpu, {rows, k}, 1), up = place_random(*gpu, {rows, k}, 2), none{};
+      for (const int64_t tokens : {40, 64, 100}) {
+        const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 3));
+        const auto n = static_cast<size_t>(tokens * rows);
+        const auto run = [&] {
+          const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n);
+          gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
+          return get(*gpu, g, n);
+        };
+        const auto tiles_of_64 = run();
+        for (const char* asked : {"56", "balanced"}) {
+          ASSERT_EQ(setenv("TESSERA_CUDA_GATE_ROWS", asked, 1), 0);
+          EXPECT_EQ(run(), tiles_of_64) << "k " << k << ", " << rows << " rows, " << tokens << " tokens, " << asked;
+        }
+        unsetenv("TESSERA_CUDA_GATE_ROWS");
+      }
+    }
+  }
+}
+
 // Tiles of 128 tokens with whole outputs a block run on wgmma where the device has
 // it: bitwise what the mma.sync kernel gives (TESSERA_CUDA_WGMMA=0), for q/k-like
 // jobs with a bias, gate/up, and matmul_add, with k's chunks dealt evenly (1024) or

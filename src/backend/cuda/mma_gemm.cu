@@ -12,7 +12,9 @@
 // finished ones added up in `total`; there eight warps run one each.
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/gemm_tile.cuh"
 #include "core/check.h"
@@ -53,7 +55,7 @@ __device__ __forceinline__ uint4 x_half(const uint4* tile, int row, int half) {
 // the warps are four (32 rows each) by two: a warp reads a quarter fewer bytes of
 // shared memory a chunk than as two by four for the same outputs (64 sequences on
 // the 8B shape: 7,353 against 7,252 tok/s, 32: 4,809 against 4,726).
-template <int kNTiles, bool kGateUp, bool kSplit>
+template <int kNTiles, bool kGateUp, bool kSplit, int kGateRows = 64>
 __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     gemm_kernel(const __nv_bfloat16* __restrict__ x, int64_t tokens, int64_t k, MmaJob job, float* __restrict__ sums,
                 int64_t width, int sums_per_block) {
@@ -70,7 +72,10 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
   int s = 0;
   while (s + 1 < job.count && blockIdx.y >= job.first_tile[s + 1]) ++s;
   const int64_t n = job.n[s];
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.y) - job.first_tile[s]) * (kGateUp ? 64 : kBlockRows);
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.y) - job.first_tile[s]) * (kGateUp ? kGateRows : kBlockRows);
+  // gate/up's block rows r and r + 64 are gate's and up's row row0 + r, for r < kGateRows
+  // (Plan::gate_rows); the rest are not stored.
+  const auto held = [](int r) { return !kGateUp || r % 64 < kGateRows; };
   const int64_t token0 = static_cast<int64_t>(blockIdx.x) * kTokens;
 
   // What this thread copies each chunk: four units of weight rows, kNTiles of x.
@@ -79,7 +84,8 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
   for (int j = 0; j < 4; ++j) {
     const int unit = threadIdx.x + kThreads * j, r = unit / 8;
     const __nv_bfloat16* w = kGateUp && r >= 64 ? job.w[1] : job.w[s];
-    const int64_t row = min(row0 + (kGateUp ? r % 64 : r), n - 1);  // rows past n: computed, never stored
+    // Rows past n, or past gate_rows: computed (from a held row, read again from L2), never stored.
+    const int64_t row = min(row0 + (kGateUp ? min(r % 64, kGateRows - 1) : r), n - 1);
     w_from[j] = w + row * k + (unit % 8) * 8;
   }
   // The first chunks' weight rows (one 128-byte line each) head for L2 while the
@@ -149,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
           const int r = warp_m * kWarpRows + m * 16 + g + (i >= 2 ? 8 : 0);
           const int64_t row = row0 + (kGateUp ? r % 64 : r);
           const int64_t token = token0 + warp_n * 8 * kN + j * 8 + 2 * t + i % 2;
-          if (row < n && token < tokens)
+          if (row < n && token < tokens && held(r))
             sums[(sum * tokens + token) * width + col0 + (kGateUp && r >= 64 ? n : 0) + row] = acc[m][j][i];
           acc[m][j][i] = 0.0f;
         }
@@ -196,7 +202,9 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1)
     for (; sums_done < kMmaSplit; ++sums_done) each([&](int m, int j, int i, int, int) { total[m][j][i] += 0.0f; });
 
     finish_outputs<kGateUp, kTokens>(job, s, row0, token0, tokens, warp_m * kWarpRows >= 64, smem, [&](auto&& f) {
-      each([&](int m, int j, int i, int r, int tok) { f(total[m][j][i], r, tok); });
+      each([&](int m, int j, int i, int r, int tok) {
+        if (held(r)) f(total[m][j][i], r, tok);
+      });
     });
   }
 }
@@ -328,15 +336,39 @@ __global__ void __launch_bounds__(kNormThreads)
 // Blocks of 64 tokens held to 32 (two blocks side by side a tile of rows, reading
 // the weights from DRAM about once) were measured 23 % slower at 64 sequences
 // (session 30: 6,011-6,036 tok/s against 7,776-7,782).
+//
+// gate/up's blocks take 64 rows of gate and the same of up, or 56 of each
+// (TESSERA_CUDA_GATE_ROWS=56, or =balanced; read at every call; not yet measured):
+// a block then stores only its first 56 rows of each (the other 8 are computed
+// from a copy of the 56th), and the rows are dealt in tiles of 56. "balanced" takes
+// 56 when the blocks still fit one wave and the SM with the most blocks then holds
+// fewer rows: 64 sequences' gate/up on the 8B shape is 224 blocks of 64 rows (92
+// SMs run two, 40 one), or 256 of 56 (124 SMs run two), so the SMs that finish
+// last hold 112 rows, not 128.
+int gate_rows_for(int64_t n, int64_t token_tiles) {
+  const char* asked = std::getenv("TESSERA_CUDA_GATE_ROWS");
+  if (asked == nullptr) return 64;
+  if (std::strcmp(asked, "56") == 0) return 56;
+  if (std::strcmp(asked, "balanced") != 0) return 64;
+  const int64_t sms = multiprocessors();
+  const auto most_rows = [&](int rows) {  // on the SM with the most blocks
+    const int64_t blocks = token_tiles * ((n + rows - 1) / rows);
+    return (blocks + sms - 1) / sms * rows;
+  };
+  return token_tiles * ((n + 55) / 56) <= 2 * sms && most_rows(56) < most_rows(64) ? 56 : 64;
+}
+
 struct Plan {
   int n_tiles;  // 8-token tiles per warp
   int64_t token_tiles, row_tiles, width;
   bool split;
   int sums_per_block = kMmaSplit;
+  int gate_rows = 64;  // gate/up: rows of each a block
   Plan(int64_t tokens, int64_t k, const MmaJob& job) {
     n_tiles = tokens >= 128 ? 4 : tokens >= 64 ? 2 : 1;
-    const int rows = job.gate_up ? 64 : kBlockRows;
     token_tiles = (tokens + 32 * n_tiles - 1) / (32 * n_tiles);
+    if (job.gate_up && n_tiles < 4) gate_rows = gate_rows_for(job.n[0], token_tiles);
+    const int rows = job.gate_up ? gate_rows : kBlockRows;
     row_tiles = width = 0;
     for (int s = 0; s < job.count; ++s) row_tiles += (job.n[s] + rows - 1) / rows, width += job.n[s];
     if (job.gate_up) width = 2 * job.n[0];
@@ -353,23 +385,30 @@ struct Plan {
   }
 };
 
+// One gemm_kernel launch (its shared memory allowed once).
+template <int kNTiles, bool kGateUp, bool kSplit, int kGateRows>
+void launch_gemm(cudaStream_t stream, dim3 grid, const __nv_bfloat16* x, int64_t tokens, int64_t k, const MmaJob& job,
+                 float* sums, const Plan& plan) {
+  constexpr size_t kSmem = size_t{kStages} * (kBlockRows + 32 * kNTiles) * 8 * sizeof(uint4);
+  static const bool sized =
+      cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit, kGateRows>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)) == cudaSuccess;
+  TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
+  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit, kGateRows>, grid, kThreads, kSmem, stream, x, tokens, k, job,
+                sums, plan.width, plan.sums_per_block);
+}
+
 template <int kNTiles, bool kGateUp, bool kSplit>
 void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t k, MmaJob job, const Plan& plan,
             float* sums) {
-  const int rows = kGateUp ? 64 : kBlockRows;
+  const int rows = kGateUp ? plan.gate_rows : kBlockRows;
   job.first_tile[0] = 0;
   for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + rows - 1) / rows;
-  constexpr int kTokens = 32 * kNTiles;
-  constexpr size_t kSmem = size_t{kStages} * (kBlockRows + kTokens) * 8 * sizeof(uint4);
-  static const bool sized = [] {
-    return cudaFuncSetAttribute(gemm_kernel<kNTiles, kGateUp, kSplit>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kSmem)) == cudaSuccess;
-  }();
-  TS_CHECK(sized, "the gemm kernel cannot have ", kSmem, " bytes of shared memory");
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
                   kSplit ? kMmaSplit / plan.sums_per_block : 1);
-  launch_kernel(gemm_kernel<kNTiles, kGateUp, kSplit>, grid, kThreads, kSmem, stream, x, tokens, k, job, sums,
-                plan.width, plan.sums_per_block);
+  if (kGateUp && plan.gate_rows == 56)
+    launch_gemm<kNTiles, kGateUp, kSplit, kGateUp ? 56 : 64>(stream, grid, x, tokens, k, job, sums, plan);
+  else launch_gemm<kNTiles, kGateUp, kSplit, 64>(stream, grid, x, tokens, k, job, sums, plan);
   if constexpr (kSplit) {
     if (job.next_x != nullptr)
       return launch_kernel(add_sums_norm_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, job, tokens,
