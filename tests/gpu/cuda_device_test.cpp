@@ -315,6 +315,42 @@ TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
   }
 }
 
+// Up to 8 tokens, the decode kernel may sum gate's and up's chunks in one pass
+// (TESSERA_CUDA_GATE_UP_TOGETHER=1 or =half) instead of one after the other:
+// bitwise the same outputs, with the norm in the matmul and without, for few rows (a
+// block an SM at most: 90) and many (2,200), k's chunks in whole rounds of eight or
+// not (576), and 1, 3 and 8 tokens.
+TEST(CudaDeviceTest, DecodeGateUpIsBitwiseTheSameInOnePassOrTwo) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const float eps = 1e-5f;
+  for (const int64_t k : {576, 4096}) {
+    const TensorView norm = place_random(*gpu, {k}, 1), none{};
+    for (const int64_t rows : {90, 2200}) {
+      const TensorView gate = place_random(*gpu, {rows, k}, 2), up = place_random(*gpu, {rows, k}, 3);
+      for (const int64_t tokens : {1, 3, 8}) {
+        const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 4));
+        const auto n = static_cast<size_t>(tokens * rows);
+        const auto run = [&](bool normalize) {
+          const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n), scratch = zeros(*gpu, tokens * k);
+          gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32(),
+                       normalize ? RowNorm{&norm, eps, scratch.f32()} : RowNorm{});
+          return get(*gpu, g, n);
+        };
+        const auto two_passes = run(false), two_normalized = run(true);
+        for (const char* asked : {"1", "half"}) {
+          ASSERT_EQ(setenv("TESSERA_CUDA_GATE_UP_TOGETHER", asked, 1), 0);
+          const auto at = [&] {
+            return ::testing::Message() << "k " << k << ", " << rows << " rows, " << tokens << " tokens, " << asked;
+          };
+          EXPECT_EQ(run(false), two_passes) << at();
+          EXPECT_EQ(run(true), two_normalized) << at() << ", normalized";
+        }
+        unsetenv("TESSERA_CUDA_GATE_UP_TOGETHER");
+      }
+    }
+  }
+}
+
 // gate/up's tiled blocks may hold 56 rows of gate and of up instead of 64
 // (TESSERA_CUDA_GATE_ROWS=56, or =balanced where that evens out the SMs' blocks):
 // bitwise the same outputs, with the eight sums split (90 rows) or whole outputs a

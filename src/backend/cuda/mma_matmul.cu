@@ -15,6 +15,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
@@ -48,14 +50,16 @@ __device__ __forceinline__ void norm_scales(const XRows& xr, int64_t tokens, int
   __syncthreads();
 }
 
-// The sum of 16 weight rows (from `rows_a`/`rows_b`, rows g and g + 8 of the
-// tile, already offset by 8t) times kTiles * 8 tokens, over this warp's chunks.
-// kNorm with `first`: the call that computes the tokens' scales (every warp has
-// a chunk: mma_norm_fits).
-template <int kTiles, int kUnroll, bool kNorm>
+// The sums of kMats tiles of 16 weight rows (from `row_a[m]`/`row_b[m]`, rows g and
+// g + 8 of tile m, already offset by 8t) times kTiles * 8 tokens, over this warp's
+// chunks (two tiles: gate's and up's, side by side in one pass, sharing x's loads).
+// kNorm with `first`: the call that computes the tokens' scales (every warp has a
+// chunk: mma_norm_fits).
+template <int kTiles, int kUnroll, bool kNorm, int kMats>
 __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64_t token0, int64_t k,
-                                          const __nv_bfloat16* row_a, const __nv_bfloat16* row_b, bool first,
-                                          float (&c)[kTiles][4]) {
+                                          const __nv_bfloat16* const (&row_a)[kMats],
+                                          const __nv_bfloat16* const (&row_b)[kMats], bool first,
+                                          float (&c)[kMats][kTiles][4]) {
   const float* __restrict__ x = xr.x;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -64,15 +68,18 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
   // kUnroll chunks' weights are loaded before any is used (bytes in flight); they
   // are then summed in chunk order, so kUnroll changes no result.
   for (int64_t base = warp; base < chunks; base += kSplit * kUnroll) {
-    uint4 wa0[kUnroll], wb0[kUnroll], wa1[kUnroll], wb1[kUnroll];
+    uint4 wa0[kMats][kUnroll], wb0[kMats][kUnroll], wa1[kMats][kUnroll], wb1[kMats][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t at = (base + u * kSplit) * kChunk;
       if (base + u * kSplit < chunks) {
-        wa0[u] = __ldg(reinterpret_cast<const uint4*>(row_a + at));
-        wb0[u] = __ldg(reinterpret_cast<const uint4*>(row_b + at));
-        wa1[u] = __ldg(reinterpret_cast<const uint4*>(row_a + at + 32));
-        wb1[u] = __ldg(reinterpret_cast<const uint4*>(row_b + at + 32));
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          wa0[m][u] = __ldg(reinterpret_cast<const uint4*>(row_a[m] + at));
+          wb0[m][u] = __ldg(reinterpret_cast<const uint4*>(row_b[m] + at));
+          wa1[m][u] = __ldg(reinterpret_cast<const uint4*>(row_a[m] + at + 32));
+          wb1[m][u] = __ldg(reinterpret_cast<const uint4*>(row_b[m] + at + 32));
+        }
       }
     }
     if (base == warp) {  // the first weights are on their way; x may be another kernel's
@@ -94,8 +101,11 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
         } else if (token < tokens) {
           x0 = load_x(row), x1 = load_x(row + 32);
         }
-        mma_half(c[j], wa0[u], wb0[u], x0);
-        mma_half(c[j], wa1[u], wb1[u], x1);
+#pragma unroll
+        for (int m = 0; m < kMats; ++m) {
+          mma_half(c[m][j], wa0[m][u], wb0[m][u], x0);
+          mma_half(c[m][j], wa1[m][u], wb1[m][u], x1);
+        }
       }
     }
   }
@@ -103,7 +113,7 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
 
 // A block owns one 16-row tile of one of the job's weights (a tile of gate and
 // the same tile of up in kGateUp) and 8 * kTiles tokens.
-template <int kTiles, int kUnroll, bool kGateUp, bool kNorm>
+template <int kTiles, int kUnroll, bool kGateUp, bool kNorm, bool kTogether = false>
 __global__ void __launch_bounds__(kSplit * 32)
     mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, MmaJob job) {
   __shared__ float partial[kGateUp ? 2 : 1][kSplit][kTiles][32][4];
@@ -119,20 +129,31 @@ __global__ void __launch_bounds__(kSplit * 32)
   const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
 
   let_next_start();
-  float c[kTiles][4] = {};
-  warp_sums<kTiles, kUnroll, kNorm>(xr, tokens, token0, k, job.w[s] + ra, job.w[s] + rb, true, c);
-  wait_for_earlier();  // for a warp without chunks (waiting again costs nothing)
+  // Each pass's sums into partial[first part..]: gate's and then up's in two passes, or
+  // (kTogether) both in one.
+  const auto pass = [&]<int kMats>(int first_part, bool first) {
+    float c[kMats][kTiles][4] = {};
+    const __nv_bfloat16* row_a[kMats];
+    const __nv_bfloat16* row_b[kMats];
 #pragma unroll
-  for (int j = 0; j < kTiles; ++j)
+    for (int m = 0; m < kMats; ++m) {
+      const __nv_bfloat16* w = job.w[first_part + m == 0 ? s : 1];
+      row_a[m] = w + ra, row_b[m] = w + rb;
+    }
+    warp_sums<kTiles, kUnroll, kNorm, kMats>(xr, tokens, token0, k, row_a, row_b, first, c);
+    wait_for_earlier();  // for a warp without chunks (waiting again costs nothing)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[0][warp][j][lane][i] = c[j][i];
-  if constexpr (kGateUp) {
-    float u[kTiles][4] = {};
-    warp_sums<kTiles, kUnroll, kNorm>(xr, tokens, token0, k, job.w[1] + ra, job.w[1] + rb, false, u);
+    for (int m = 0; m < kMats; ++m)
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j)
+      for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) partial[1][warp][j][lane][i] = u[j][i];
+        for (int i = 0; i < 4; ++i) partial[first_part + m][warp][j][lane][i] = c[m][j][i];
+  };
+  if constexpr (kTogether) {
+    pass.template operator()<2>(0, true);
+  } else {
+    pass.template operator()<1>(0, true);
+    if constexpr (kGateUp) pass.template operator()<1>(1, false);
   }
   __syncthreads();
   if (warp != 0) return;
@@ -157,15 +178,31 @@ __global__ void __launch_bounds__(kSplit * 32)
     }
 }
 
-template <int kTiles, int kUnroll, bool kGateUp>
+template <int kTiles, int kUnroll, bool kGateUp, bool kTogether = false>
 void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
   const dim3 grid(static_cast<unsigned>(job.first_tile[job.count]),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
   if constexpr (kTiles == 1)  // mma_norm_fits: at most 8 tokens
     if (job.norm != nullptr)
-      return launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, true>, grid, kSplit * 32, 0, stream, x, tokens,
-                           k, job);
-  launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, false>, grid, kSplit * 32, 0, stream, x, tokens, k, job);
+      return launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, true, kTogether>, grid, kSplit * 32, 0, stream,
+                           x, tokens, k, job);
+  launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, false, kTogether>, grid, kSplit * 32, 0, stream, x, tokens,
+                k, job);
+}
+
+// Up to 8 tokens, gate's and up's chunks may be summed in one pass, sharing x's
+// loads and keeping both weights' bytes in flight together
+// (TESSERA_CUDA_GATE_UP_TOGETHER=1 with the unrolling of two passes, =half with half
+// of it, so as many bytes in flight as a pass has; read at every call; not yet
+// measured): the same sums in the same order.
+template <int kUnroll>
+bool launch_together(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
+  const char* asked = std::getenv("TESSERA_CUDA_GATE_UP_TOGETHER");
+  if (asked == nullptr) return false;
+  constexpr int kHalf = kUnroll / 2;
+  if (std::strcmp(asked, "1") == 0) return launch<1, kUnroll, true, true>(stream, x, tokens, k, job), true;
+  if (std::strcmp(asked, "half") == 0) return launch<1, kHalf, true, true>(stream, x, tokens, k, job), true;
+  return false;
 }
 
 template <bool kGateUp>
@@ -177,8 +214,12 @@ void launch_tiles(cudaStream_t stream, const float* x, int64_t tokens, int64_t k
   // unrolls 4 (128 registers a thread, two blocks an SM): on the H200 the 1B
   // shape's decode, whose o and down are 128 blocks, ran 863 and 853 tok/s against
   // 837 and 832, while the 8B shape's o and down (256 blocks) lost 2 % that way.
-  if (tokens <= 8 && job.first_tile[job.count] <= multiprocessors())
-    return launch<1, 4, kGateUp>(stream, x, tokens, k, job);
+  const bool few_rows = job.first_tile[job.count] <= multiprocessors();
+  if constexpr (kGateUp)
+    if (tokens <= 8 &&
+        (few_rows ? launch_together<4>(stream, x, tokens, k, job) : launch_together<2>(stream, x, tokens, k, job)))
+      return;
+  if (tokens <= 8 && few_rows) return launch<1, 4, kGateUp>(stream, x, tokens, k, job);
   if (tokens <= 8) return launch<1, 2, kGateUp>(stream, x, tokens, k, job);
   if (tokens <= 32 || kGateUp) return launch<4, 2, kGateUp>(stream, x, tokens, k, job);
   return launch<8, 1, false>(stream, x, tokens, k, job);
