@@ -164,8 +164,8 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
       # Switches judged in one call: the benches as built and with each of $AB (comma-separated VAR=value,
       # e.g. AB=TESSERA_CUDA_OVERLAP=0), in turn ${ROUNDS:-2} times, batch 1 on both shapes and 64 sequences
       # on the 8B (alternating switches within each round).
-      # $AB_SHAPES (default both) limits the batch-1 benches; set empty, only the many sequences run
-      # ($AB_SEQUENCES, default 64: e.g. AB_SEQUENCES="32 64").
+      # $AB_SHAPES (default both) limits the batch-1 benches and $AB_SEQUENCES (default 64: e.g.
+      # AB_SEQUENCES="32 64") the many sequences'; either set empty runs none of its kind.
       IFS=, read -ra switches <<<"$AB"
       for shape in ${AB_SHAPES-llama-3.2-1b llama-3-8b}; do
         for round in $(seq ${ROUNDS:-2}); do
@@ -177,7 +177,7 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
         done
       done
       for round in $(seq ${ROUNDS:-2}); do
-        for sequences in ${AB_SEQUENCES:-64}; do
+        for sequences in ${AB_SEQUENCES-64}; do
           for with in - "${switches[@]}"; do
             echo "== llama-3-8b x$sequences ${with/-/as built}"
             env ${with/-/} build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json \
