@@ -20,6 +20,14 @@
 // from the same fragments and the same starting accumulators (values of mixed
 // magnitudes, so that a different order of additions would show), and the probe
 // counts the outputs that differ, after checking both against a double sum.
+//
+// Third question (docs/gpu.md, the prefill GEMM): does one mma.sync k16 step's sum
+// depend on which of its 16 slots a product sits in? If it does not, the kernels
+// need only agree on which 16 positions of k each step takes, not on their slots,
+// and wgmma could take the weights from shared memory in their natural order.
+// slots_kernel runs one step on the same products placed by several permutations
+// of the slots (within each 8-slot half, the halves swapped, across the halves, all
+// 16 at random) and the probe counts the outputs that differ from the identity's.
 //   chain_probe
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -137,6 +145,27 @@ __global__ void __launch_bounds__(128)
   out_wgmma[(row + 8) * 8 + 2 * t] = w[2], out_wgmma[(row + 8) * 8 + 2 * t + 1] = w[3];
 }
 
+// Trial blockIdx.x, permutation blockIdx.y: a [16][16] (rows, k), b [8][16] (n, k),
+// d [16][8]; out [perm][trial][16][8] = d + one mma.sync k16 step of a and b with
+// k-slot j holding position perm[j].
+__global__ void __launch_bounds__(32)
+    slots_kernel(const uint16_t* __restrict__ a, const uint16_t* __restrict__ b, const float* __restrict__ d,
+                 const int* __restrict__ perms, float* __restrict__ out) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int trial = blockIdx.x, trials = gridDim.x;
+  const int* perm = perms + blockIdx.y * 16;
+  a += trial * 16 * 16, b += trial * 8 * 16, d += trial * 16 * 8;
+  const auto pair = [&](const uint16_t* row, int slot) {  // slots slot, slot + 1 of a row of k
+    return static_cast<uint32_t>(row[perm[slot]]) | static_cast<uint32_t>(row[perm[slot + 1]]) << 16;
+  };
+  float c[4] = {d[g * 8 + 2 * t], d[g * 8 + 2 * t + 1], d[(g + 8) * 8 + 2 * t], d[(g + 8) * 8 + 2 * t + 1]};
+  mma_bf16(c, pair(a + g * 16, 2 * t), pair(a + (g + 8) * 16, 2 * t), pair(a + g * 16, 2 * t + 8),
+           pair(a + (g + 8) * 16, 2 * t + 8), pair(b + g * 16, 2 * t), pair(b + g * 16, 2 * t + 8));
+  float* o = out + (static_cast<size_t>(blockIdx.y) * trials + trial) * 16 * 8;
+  o[g * 8 + 2 * t] = c[0], o[g * 8 + 2 * t + 1] = c[1], o[(g + 8) * 8 + 2 * t] = c[2],
+                o[(g + 8) * 8 + 2 * t + 1] = c[3];
+}
+
 template <int kDepth, int kWarps>
 void launch_chain(cudaStream_t stream, const __nv_bfloat16* w, int64_t n, int64_t k, const float* x, float* y) {
   const size_t smem = static_cast<size_t>(k / 8 + kWarps * kDepth * 4 * 32) * sizeof(uint4);
@@ -215,6 +244,67 @@ void order(cudaStream_t stream) {
   cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(dm), cudaFree(dw);
 }
 
+// One k16 step with its products in permuted slots against the identity (slots_kernel).
+void slots(cudaStream_t stream) {
+  const int trials = 8192;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  const auto value = [&] { return std::ldexp(unit(rng), exponent(rng)); };
+  std::vector<uint16_t> a(static_cast<size_t>(trials) * 16 * 16), b(static_cast<size_t>(trials) * 8 * 16);
+  std::vector<float> d(static_cast<size_t>(trials) * 16 * 8);
+  for (auto& v : a) v = f32_to_bf16(value());
+  for (auto& v : b) v = f32_to_bf16(value());
+  for (auto& v : d) v = value();
+  struct Perm {
+    const char* name;
+    std::vector<int> slots;
+  };
+  std::vector<Perm> perms = {{"identity", {}},
+                             {"each 8-slot half reversed", {}},
+                             {"the two halves swapped", {}},
+                             {"pairs moved across the halves (2t <-> 2t + 8)", {}},
+                             {"all 16 at random (1)", {}},
+                             {"all 16 at random (2)", {}},
+                             {"all 16 at random (3)", {}}};
+  for (int j = 0; j < 16; ++j) {
+    perms[0].slots.push_back(j);
+    perms[1].slots.push_back(j < 8 ? 7 - j : 23 - j);
+    perms[2].slots.push_back((j + 8) % 16);
+    perms[3].slots.push_back(j % 4 < 2 ? (j + 8) % 16 : j);
+  }
+  for (size_t p = 4; p < perms.size(); ++p) {
+    perms[p].slots = perms[0].slots;
+    std::shuffle(perms[p].slots.begin(), perms[p].slots.end(), rng);
+  }
+  std::vector<int> flat;
+  for (const Perm& p : perms) flat.insert(flat.end(), p.slots.begin(), p.slots.end());
+  uint16_t *da, *db;
+  float *dd, *dout;
+  int* dp;
+  const size_t outs = perms.size() * d.size();
+  must(cudaMalloc(&da, a.size() * 2), "a");
+  must(cudaMalloc(&db, b.size() * 2), "b");
+  must(cudaMalloc(&dd, d.size() * 4), "d");
+  must(cudaMalloc(&dp, flat.size() * 4), "perms");
+  must(cudaMalloc(&dout, outs * 4), "out");
+  cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dd, d.data(), d.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dp, flat.data(), flat.size() * 4, cudaMemcpyHostToDevice);
+  slots_kernel<<<dim3(trials, static_cast<unsigned>(perms.size())), 32, 0, stream>>>(da, db, dd, dp, dout);
+  must(cudaStreamSynchronize(stream), "slots_kernel");
+  std::vector<float> out(outs);
+  cudaMemcpy(out.data(), dout, outs * 4, cudaMemcpyDeviceToHost);
+  std::printf("\nmma.sync m16n8k16, one k16 step, %d trials of a 16 x 8 tile, products in permuted slots:\n", trials);
+  for (size_t p = 1; p < perms.size(); ++p) {
+    size_t differ = 0;
+    for (size_t i = 0; i < d.size(); ++i) differ += std::memcmp(&out[p * d.size() + i], &out[i], 4) != 0;
+    std::printf("  %-48s outputs that differ from the identity's: %zu of %zu\n", perms[p].name, differ, d.size());
+  }
+  cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(dp), cudaFree(dout);
+}
+
 int probe() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is printed
   cudaStream_t stream;
@@ -288,6 +378,7 @@ int probe() {
     cudaFree(y);
   }
   order(stream);
+  slots(stream);
   return 0;
 }
 
