@@ -253,6 +253,7 @@ void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
           float* acc) {
   using Acc = typename Ops::Acc;
   const int64_t kp = padded_k(k);
+  alignas(64) uint16_t panel[kNc * kKc];
   for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
     const int64_t mt = std::min(kMc, tokens - t0);
     const int64_t padded = padded_tokens(mt);
@@ -263,9 +264,14 @@ void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
         const int64_t kc = std::min(kKc, kp - k0);
         const int64_t valid = std::min(kc, k - k0);
         const uint16_t* xblock = xp + t0 * kp + k0 * padded;
+        // The block's rows copied one after another (rows of a long k lie a multiple of
+        // 4 KiB apart, so their chunks at one k would share an L1 set).
         const uint16_t* pointers[kNc];
         row_pointers(w, k, rows, r0, static_cast<int>(kNc), pointers);
-        for (int64_t r = 0; r < kNc; ++r) pointers[r] += k0;
+        for (int64_t r = 0; r < kNc; ++r) {
+          std::memcpy(panel + r * kKc, pointers[r] + k0, static_cast<size_t>(valid) * sizeof(uint16_t));
+          pointers[r] = panel + r * kKc;
+        }
         for (int64_t p = 0; p < padded; p += kPanelTokens)
           for (int64_t g = 0; g < nr; g += kPanelRows)
             micro_kernel<Ops>(pointers + g, kc / kChunk, valid % kChunk, xblock + p * kc, acc + (p * kNc + g) * kLanes);
