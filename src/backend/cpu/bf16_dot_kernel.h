@@ -43,9 +43,9 @@ inline constexpr int64_t kLanes = 16;  // its f32 lanes
 // Calls of at least this many tokens take the GEMM, fewer the tiles (the same order).
 inline constexpr int64_t kGemmTokens = 16;
 
-// GEMM blocking, as matmul.cpp's (elements along k, weight rows, tokens); the weights are
-// read straight from their rows (nothing to widen), kNc rows x kKc elements (16 KiB) and
-// one panel of x (6 KiB) staying in L1 while a micro-kernel runs over them.
+// GEMM blocking, as matmul.cpp's (elements along k, weight rows, tokens); a block of kNc
+// weight rows x kKc elements is copied as it is (nothing to widen) into one 16 KiB panel,
+// which stays in L1 with one panel of x (6 KiB) while the micro-kernels run over them.
 inline constexpr int64_t kKc = 512;
 inline constexpr int64_t kNc = 16;
 inline constexpr int64_t kMc = 192;
