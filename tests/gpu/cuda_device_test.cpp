@@ -331,7 +331,8 @@ TEST(CudaDeviceTest, DecodeGateUpIsBitwiseTheSameInOnePassOrTwo) {
         const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 4));
         const auto n = static_cast<size_t>(tokens * rows);
         const auto run = [&](bool normalize) {
-          const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n), scratch = zeros(*gpu, tokens * k);
+          const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n),
+                       scratch = zeros(*gpu, static_cast<size_t>(tokens * k));
           gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32(),
                        normalize ? RowNorm{&norm, eps, scratch.f32()} : RowNorm{});
           return get(*gpu, g, n);
