@@ -231,12 +231,14 @@ inline void micro_step(typename Ops::Acc (&a)[kPanelRows][kPanelTokens], const u
 // kPanelRows weight rows (pointers at this k block) x one panel of kPanelTokens tokens,
 // `steps` chunks (the last one `partial` elements long when partial > 0: the call's
 // last chunk). The partial vectors live in acc, one of 16 floats per (token, row),
-// token-major with a stride of kNc rows.
+// token-major with a stride of kNc rows; the first k block (`first`) starts them from
+// zero instead of reading them.
 template <typename Ops>
-void micro_kernel(const uint16_t* const* rows, int64_t steps, int64_t partial, const uint16_t* xs, float* acc) {
+void micro_kernel(const uint16_t* const* rows, int64_t steps, int64_t partial, const uint16_t* xs, float* acc,
+                  bool first) {
   typename Ops::Acc a[kPanelRows][kPanelTokens];
   for (int r = 0; r < kPanelRows; ++r)
-    for (int t = 0; t < kPanelTokens; ++t) a[r][t] = Ops::load_acc(acc + (t * kNc + r) * kLanes);
+    for (int t = 0; t < kPanelTokens; ++t) a[r][t] = first ? Ops::zero() : Ops::load_acc(acc + (t * kNc + r) * kLanes);
   const int64_t full = partial > 0 ? steps - 1 : steps;
   for (int64_t s = 0; s < full; ++s) micro_step<Ops>(a, rows, xs, s, 0);
   if (partial > 0) micro_step<Ops>(a, rows, xs, full, partial);
@@ -259,7 +261,6 @@ void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
     const int64_t padded = padded_tokens(mt);
     for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
       const int64_t nr = std::min(kNc, rows - r0);
-      std::memset(acc, 0, static_cast<size_t>(padded * kNc * kLanes) * sizeof(float));
       for (int64_t k0 = 0; k0 < kp; k0 += kKc) {
         const int64_t kc = std::min(kKc, kp - k0);
         const int64_t valid = std::min(kc, k - k0);
@@ -274,7 +275,8 @@ void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
         }
         for (int64_t p = 0; p < padded; p += kPanelTokens)
           for (int64_t g = 0; g < nr; g += kPanelRows)
-            micro_kernel<Ops>(pointers + g, kc / kChunk, valid % kChunk, xblock + p * kc, acc + (p * kNc + g) * kLanes);
+            micro_kernel<Ops>(pointers + g, kc / kChunk, valid % kChunk, xblock + p * kc, acc + (p * kNc + g) * kLanes,
+                              k0 == 0);
       }
       for (int64_t t = 0; t < mt; ++t) {
         Acc column[kNc];

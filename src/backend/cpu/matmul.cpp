@@ -397,13 +397,14 @@ void pack_x(DF df, const float* HWY_RESTRICT x, int64_t tokens, int64_t k, int64
 
 // One panel group of kPanelRows weight rows x one panel of kPanelTokens tokens, `steps`
 // vectors. The partial vectors live in acc, one of L floats per (token, row),
-// token-major with a stride of kNc rows.
+// token-major with a stride of kNc rows; the first k block (`first`) starts them from
+// zero instead of reading them.
 HWY_INLINE void micro_kernel(DF df, const float* HWY_RESTRICT wp, const float* HWY_RESTRICT xp, int64_t steps,
-                             float* HWY_RESTRICT acc) {
+                             float* HWY_RESTRICT acc, bool first) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   VF a[kPanelRows][kPanelTokens];
   for (int r = 0; r < kPanelRows; ++r)
-    for (int t = 0; t < kPanelTokens; ++t) a[r][t] = hn::Load(df, acc + (t * kNc + r) * lanes);
+    for (int t = 0; t < kPanelTokens; ++t) a[r][t] = first ? hn::Zero(df) : hn::Load(df, acc + (t * kNc + r) * lanes);
   for (int64_t s = 0; s < steps; ++s) {
     const float* ws = wp + s * kPanelRows * lanes;
     const float* xs = xp + s * kPanelTokens * lanes;
@@ -433,14 +434,14 @@ void gemm(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT x, int64_t tok
     const float* xb = x + t0 * k;
     for (int64_t r0 = 0; r0 < rows; r0 += kNc) {
       const int64_t nr = std::min(kNc, rows - r0);
-      std::memset(acc.get(), 0, static_cast<size_t>(padded * kNc * lanes) * sizeof(float));
       for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
         const int64_t kc = std::min(kKc, k_vec - k0);
         pack_panel(df, w + r0 * k, k, nr, k0, kc, wp.get());
         const float* xblock = xp + t0 * k_vec + k0 * padded;
         for (int64_t g = 0; g < nr; g += kPanelRows)
           for (int64_t p = 0; p < padded; p += kPanelTokens)
-            micro_kernel(df, wp.get() + g * kc, xblock + p * kc, kc / lanes, acc.get() + (p * kNc + g) * lanes);
+            micro_kernel(df, wp.get() + g * kc, xblock + p * kc, kc / lanes, acc.get() + (p * kNc + g) * lanes,
+                         k0 == 0);
       }
       for (int64_t t = 0; t < mt; ++t) {
         VF column[kNc];
