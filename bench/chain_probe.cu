@@ -194,18 +194,30 @@ void decode_kernel(cudaStream_t stream, const __nv_bfloat16* w, int64_t n, int64
   mma_matmul(stream, x, 1, k, job);
 }
 
+// Random operands of mixed magnitudes (so that a different order of additions would
+// show): a [trials][rows][k] and b [trials][n][k] in bf16, d [trials][rows][n].
+struct Operands {
+  std::vector<uint16_t> a, b;
+  std::vector<float> d;
+};
+Operands mixed_operands(std::mt19937& rng, int trials, int rows, int n, int k) {
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  const auto value = [&] { return std::ldexp(unit(rng), exponent(rng)); };
+  Operands o{std::vector<uint16_t>(static_cast<size_t>(trials) * rows * k),
+             std::vector<uint16_t>(static_cast<size_t>(trials) * n * k),
+             std::vector<float>(static_cast<size_t>(trials) * rows * n)};
+  for (auto& v : o.a) v = f32_to_bf16(value());
+  for (auto& v : o.b) v = f32_to_bf16(value());
+  for (auto& v : o.d) v = value();
+  return o;
+}
+
 // wgmma against the mma.sync chain on the same fragments (order_kernel).
 void order(cudaStream_t stream) {
   const int trials = 4096;
   std::mt19937 rng(2);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-12, 12);
-  const auto value = [&] { return std::ldexp(unit(rng), exponent(rng)); };
-  std::vector<uint16_t> a(static_cast<size_t>(trials) * 64 * 64), b(static_cast<size_t>(trials) * 8 * 64);
-  std::vector<float> d(static_cast<size_t>(trials) * 64 * 8);
-  for (auto& v : a) v = f32_to_bf16(value());
-  for (auto& v : b) v = f32_to_bf16(value());
-  for (auto& v : d) v = value();
+  const auto [a, b, d] = mixed_operands(rng, trials, 64, 8, 64);
   uint16_t *da, *db;
   float *dd, *dm, *dw;
   must(cudaMalloc(&da, a.size() * 2), "a");
@@ -248,14 +260,7 @@ void order(cudaStream_t stream) {
 void slots(cudaStream_t stream) {
   const int trials = 8192;
   std::mt19937 rng(3);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-12, 12);
-  const auto value = [&] { return std::ldexp(unit(rng), exponent(rng)); };
-  std::vector<uint16_t> a(static_cast<size_t>(trials) * 16 * 16), b(static_cast<size_t>(trials) * 8 * 16);
-  std::vector<float> d(static_cast<size_t>(trials) * 16 * 8);
-  for (auto& v : a) v = f32_to_bf16(value());
-  for (auto& v : b) v = f32_to_bf16(value());
-  for (auto& v : d) v = value();
+  const auto [a, b, d] = mixed_operands(rng, trials, 16, 8, 16);
   struct Perm {
     const char* name;
     std::vector<int> slots;
