@@ -315,12 +315,11 @@ TEST(CudaDeviceTest, TiledMatmulsAreBitwiseTheSameWhateverSumsABlockRuns) {
   }
 }
 
-// Up to 8 tokens, the decode kernel may sum gate's and up's chunks in one pass
-// (TESSERA_CUDA_GATE_UP_TOGETHER=1 or =half) instead of one after the other:
-// bitwise the same outputs, with the norm in the matmul and without, for few rows (a
-// block an SM at most: 90) and many (2,200), k's chunks in whole rounds of eight or
-// not (576), and 1, 3 and 8 tokens.
-TEST(CudaDeviceTest, DecodeGateUpIsBitwiseTheSameInOnePassOrTwo) {
+// Up to 8 tokens, the decode kernel sums gate's and up's chunks in one pass: bitwise
+// gate's and up's separate matmuls and SiLU·mul, with the norm in the matmul and
+// without, for few rows (a block an SM at most: 90) and many (2,200), k's chunks in
+// whole rounds of eight or not (576), and 1, 3 and 8 tokens.
+TEST(CudaDeviceTest, DecodeGateUpInOnePassIsBitwiseTheSeparateMatmuls) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const float eps = 1e-5f;
   for (const int64_t k : {576, 4096}) {
@@ -330,34 +329,39 @@ TEST(CudaDeviceTest, DecodeGateUpIsBitwiseTheSameInOnePassOrTwo) {
       for (const int64_t tokens : {1, 3, 8}) {
         const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 4));
         const auto n = static_cast<size_t>(tokens * rows);
-        const auto run = [&](bool normalize) {
+        const auto fused = [&](bool normalize) {
           const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n),
                        scratch = zeros(*gpu, static_cast<size_t>(tokens * k));
           gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32(),
                        normalize ? RowNorm{&norm, eps, scratch.f32()} : RowNorm{});
           return get(*gpu, g, n);
         };
-        const auto two_passes = run(false), two_normalized = run(true);
-        for (const char* asked : {"1", "half"}) {
-          ASSERT_EQ(setenv("TESSERA_CUDA_GATE_UP_TOGETHER", asked, 1), 0);
-          const auto at = [&] {
-            return ::testing::Message() << "k " << k << ", " << rows << " rows, " << tokens << " tokens, " << asked;
-          };
-          EXPECT_EQ(run(false), two_passes) << at();
-          EXPECT_EQ(run(true), two_normalized) << at() << ", normalized";
-        }
-        unsetenv("TESSERA_CUDA_GATE_UP_TOGETHER");
+        const auto separate = [&](bool normalize) {
+          const Buffer g = zeros(*gpu, n), u = zeros(*gpu, n), normed = zeros(*gpu, static_cast<size_t>(tokens * k));
+          const float* in = x.f32();
+          if (normalize) gpu->rms_norm(x.f32(), tokens, k, norm, eps, normed.f32()), in = normed.f32();
+          gpu->matmul(in, tokens, gate, none, g.f32());
+          gpu->matmul(in, tokens, up, none, u.f32());
+          gpu->silu_mul(g.f32(), u.f32(), static_cast<int64_t>(n), g.f32());
+          return get(*gpu, g, n);
+        };
+        const auto at = [&] {
+          return ::testing::Message() << "k " << k << ", " << rows << " rows, " << tokens << " tokens";
+        };
+        EXPECT_EQ(fused(false), separate(false)) << at();
+        EXPECT_EQ(fused(true), separate(true)) << at() << ", normalized";
       }
     }
   }
 }
 
-// gate/up's tiled blocks may hold 56 rows of gate and of up instead of 64
-// (TESSERA_CUDA_GATE_ROWS=56, or =balanced where that evens out the SMs' blocks):
-// bitwise the same outputs, with the eight sums split (90 rows) or whole outputs a
-// block (4,000 rows: 72 tiles of 56, the last part empty), at 40, 64 and 100 tokens,
-// with k's chunks dealt evenly (1024) or not (576).
-TEST(CudaDeviceTest, GateUpTilesOf56RowsAreBitwiseTilesOf64) {
+// gate/up's tiled blocks of 32 tokens hold 56 rows of gate and of up where that
+// evens out the SMs' work, 64 otherwise: either way each token's outputs are bitwise
+// what it gets alone from the decode kernel, with the eight sums split (90 rows) or
+// whole outputs a block (4,000 rows: 72 tiles of 56, the last part empty), at 40
+// tokens (56 rows), 64 and 100 (64 rows), with k's chunks dealt evenly (1024) or
+// not (576).
+TEST(CudaDeviceTest, GateUpTilesOf56Or64RowsAreBitwiseEachTokenAlone) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const int64_t k : {576, 1024}) {
     for (const int64_t rows : {90, 4000}) {
@@ -365,17 +369,16 @@ TEST(CudaDeviceTest, GateUpTilesOf56RowsAreBitwiseTilesOf64) {
       for (const int64_t tokens : {40, 64, 100}) {
         const Buffer x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 3));
         const auto n = static_cast<size_t>(tokens * rows);
-        const auto run = [&] {
-          const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n);
-          gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
-          return get(*gpu, g, n);
-        };
-        const auto tiles_of_64 = run();
-        for (const char* asked : {"56", "balanced"}) {
-          ASSERT_EQ(setenv("TESSERA_CUDA_GATE_ROWS", asked, 1), 0);
-          EXPECT_EQ(run(), tiles_of_64) << "k " << k << ", " << rows << " rows, " << tokens << " tokens, " << asked;
+        const Buffer g = zeros(*gpu, n), up_scratch = zeros(*gpu, n);
+        gpu->gate_up(x.f32(), tokens, gate, none, up, none, up_scratch.f32(), g.f32());
+        const auto together = get(*gpu, g, n);
+        std::vector<float> alone(n);
+        const Buffer gt = zeros(*gpu, static_cast<size_t>(rows)), ut = zeros(*gpu, static_cast<size_t>(rows));
+        for (int64_t t = 0; t < tokens; ++t) {
+          gpu->gate_up(x.f32() + t * k, 1, gate, none, up, none, ut.f32(), gt.f32());
+          std::ranges::copy(get(*gpu, gt, static_cast<size_t>(rows)), alone.begin() + t * rows);
         }
-        unsetenv("TESSERA_CUDA_GATE_ROWS");
+        EXPECT_EQ(together, alone) << "k " << k << ", " << rows << " rows, " << tokens << " tokens";
       }
     }
   }

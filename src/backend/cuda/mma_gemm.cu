@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 
 #include "backend/cuda/gemm_tile.cuh"
 #include "core/check.h"
@@ -337,19 +336,15 @@ __global__ void __launch_bounds__(kNormThreads)
 // the weights from DRAM about once) were measured 23 % slower at 64 sequences
 // (session 30: 6,011-6,036 tok/s against 7,776-7,782).
 //
-// gate/up's blocks take 64 rows of gate and the same of up, or 56 of each
-// (TESSERA_CUDA_GATE_ROWS=56, or =balanced; read at every call; not yet measured):
-// a block then stores only its first 56 rows of each (the other 8 are computed
-// from a copy of the 56th), and the rows are dealt in tiles of 56. "balanced" takes
-// 56 when the blocks still fit one wave and the SM with the most blocks then holds
-// fewer rows: 64 sequences' gate/up on the 8B shape is 224 blocks of 64 rows (92
-// SMs run two, 40 one), or 256 of 56 (124 SMs run two), so the SMs that finish
-// last hold 112 rows, not 128.
+// gate/up's blocks of 32 tokens take 56 rows of gate and the same of up where that
+// evens out the SMs' work (a block stores its first 56 rows of each; the other 8
+// are computed from a copy of the 56th), and 64 otherwise: 32 sequences' gate/up on
+// the 8B shape is 224 blocks of 64 rows (92 SMs run two, 40 one) or 256 of 56 (124
+// run two), so the SMs that finish last hold 112 rows, not 128. On the H200
+// (session 31, two rounds): 32 sequences 5,036.7 and 5,032.6 tok/s against 4,989.5
+// and 4,971.9; at 64 sequences (blocks of 64 tokens) the same choice lost (7,641.8
+// and 7,674.6 against 7,685.6 and 7,695.7), so those keep 64 rows.
 int gate_rows_for(int64_t n, int64_t token_tiles) {
-  const char* asked = std::getenv("TESSERA_CUDA_GATE_ROWS");
-  if (asked == nullptr) return 64;
-  if (std::strcmp(asked, "56") == 0) return 56;
-  if (std::strcmp(asked, "balanced") != 0) return 64;
   const int64_t sms = multiprocessors();
   const auto most_rows = [&](int rows) {  // on the SM with the most blocks
     const int64_t blocks = token_tiles * ((n + rows - 1) / rows);
@@ -367,7 +362,7 @@ struct Plan {
   Plan(int64_t tokens, int64_t k, const MmaJob& job) {
     n_tiles = tokens >= 128 ? 4 : tokens >= 64 ? 2 : 1;
     token_tiles = (tokens + 32 * n_tiles - 1) / (32 * n_tiles);
-    if (job.gate_up && n_tiles < 4) gate_rows = gate_rows_for(job.n[0], token_tiles);
+    if (job.gate_up && n_tiles == 1) gate_rows = gate_rows_for(job.n[0], token_tiles);
     const int rows = job.gate_up ? gate_rows : kBlockRows;
     row_tiles = width = 0;
     for (int s = 0; s < job.count; ++s) row_tiles += (job.n[s] + rows - 1) / rows, width += job.n[s];
@@ -406,8 +401,9 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
   for (int s = 0; s < job.count; ++s) job.first_tile[s + 1] = job.first_tile[s] + (job.n[s] + rows - 1) / rows;
   const dim3 grid(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.row_tiles),
                   kSplit ? kMmaSplit / plan.sums_per_block : 1);
-  if (kGateUp && plan.gate_rows == 56)
-    launch_gemm<kNTiles, kGateUp, kSplit, kGateUp ? 56 : 64>(stream, grid, x, tokens, k, job, sums, plan);
+  constexpr int kFewerRows = kGateUp && kNTiles == 1 ? 56 : 64;  // gate_rows_for
+  if (plan.gate_rows == 56)
+    launch_gemm<kNTiles, kGateUp, kSplit, kFewerRows>(stream, grid, x, tokens, k, job, sums, plan);
   else launch_gemm<kNTiles, kGateUp, kSplit, 64>(stream, grid, x, tokens, k, job, sums, plan);
   if constexpr (kSplit) {
     if (job.next_x != nullptr)
