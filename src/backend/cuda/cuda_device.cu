@@ -511,7 +511,7 @@ class CudaDevice final : public Device {
     const bool tensor_cores = cuda::mma_attention_fits(p, n_heads, window);
     const int64_t per_block = tensor_cores ? cuda::mma_attention_tokens_per_block(n_heads, p.n_kv_heads) : 1;
     // Blocks that take the whole write out themselves, without scratch: one launch for every token.
-    const bool whole = tensor_cores && takes_whole(parts, per_block, p.n_kv_heads);
+    const bool whole = tensor_cores && takes_whole(parts, per_block, p.n_kv_heads, p.head_dim);
     // Tensor cores: the slice's tokens in blocks of one sequence's tokens each.
     std::vector<cuda::ColumnBlock>& column_blocks = column_blocks_;
     column_blocks.clear();
@@ -559,14 +559,14 @@ class CudaDevice final : public Device {
   }
 
   // Whether mma_attention takes the whole for the parts' tokens in one launch.
-  static bool takes_whole(std::span<const SeqSlice> parts, int64_t per_block, int64_t n_kv_heads) {
+  static bool takes_whole(std::span<const SeqSlice> parts, int64_t per_block, int64_t n_kv_heads, int64_t head_dim) {
     int64_t tokens = 0, blocks = 0, partitions = 0;
     for (const SeqSlice& part : parts) {
       tokens += part.tokens;
       blocks += (part.tokens + per_block - 1) / per_block;
       partitions = std::max(partitions, cuda::attention_partitions(part.pos0 + part.tokens));
     }
-    return cuda::mma_attention_whole(partitions, blocks, tokens, n_kv_heads);
+    return cuda::mma_attention_whole(partitions, blocks, tokens, n_kv_heads, head_dim);
   }
 
   float* attention_scratch(size_t floats) {

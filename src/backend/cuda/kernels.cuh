@@ -122,7 +122,7 @@ bool mma_attention_fits(const KvPages& p, int64_t n_heads, int64_t window);
 int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
 // Whether a launch of `count` column blocks of `tokens` tokens seeing up to
 // `partitions` partitions takes the whole (writes out itself, no scratch).
-bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads);
+bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads, int64_t head_dim);
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
                    float* scratch, float* out, __nv_bfloat16* rounded);

@@ -373,32 +373,40 @@ constexpr int64_t kMaxWhole = 32;
 // Partitions a block (1, 2 or 4): as many as leave at least four blocks an SM,
 // so that a few sequences still spread over every SM while many sequences'
 // blocks each hide one partition's copies behind another's products. 0 (every
-// partition of its tokens, merged in the block) for prompt chunks (blocks of
-// several tokens) whose launch has a block an SM without splitting their
-// partitions, at most kMaxWhole of them: 8B prefill +7 % at 512 tokens, +21 % at
-// 2,048; decode steps of 64 sequences were 2 % slower so (session 27).
+// partition of its tokens, merged in the block; at most kMaxWhole of them) for
+// prompt chunks (blocks of several tokens) whose launch has a block an SM without
+// splitting their partitions: 8B prefill +7 % at 512 tokens, +21 % at 2,048;
+// decode steps of 64 sequences were 2 % slower so (session 27). And 0 for decode
+// steps of head_dim 128 with at most two blocks an SM unsplit: on the H200
+// (session 31, two rounds, 512-token prompts) the 8B shape's batch-1 decode ran
+// 192.8 and 192.7 tok/s against 180.6 and 180.2, and 32 sequences 5,298.0 and
+// 5,256.9 against 5,122.4 and 5,167.8; the 1B shape (head_dim 64) lost 10 % so
+// (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides.
 // TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
-// compare spans in one process; 0 asks for the whole where it fits).
-int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chunks) {
+// compare spans in one process; 0 asks for the whole where it fits). The bits are
+// the same whichever it takes (merge.cuh), so the choice may follow the batch.
+int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chunks, int64_t head_dim) {
   if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_SPAN"); asked != nullptr) {
     const int64_t span = std::clamp<int64_t>(std::atoll(asked), 0, kMaxSpan);
     return span == 0 && partitions > kMaxWhole ? 1 : span;
   }
-  if (chunks && partitions <= kMaxWhole && unsplit_blocks >= multiprocessors()) return 0;
+  const int64_t sms = multiprocessors();
+  if (partitions <= kMaxWhole && (chunks ? unsplit_blocks >= sms : head_dim == 128 && unsplit_blocks <= 2 * sms))
+    return 0;
   int64_t span = 4;
-  while (span > 1 && partitions * unsplit_blocks / span < 4 * multiprocessors()) span /= 2;
+  while (span > 1 && partitions * unsplit_blocks / span < 4 * sms) span /= 2;
   return span;
 }
 
-bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads) {
-  return partitions_a_block(partitions, count * n_kv_heads, tokens > count) == 0;
+bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads, int64_t head_dim) {
+  return partitions_a_block(partitions, count * n_kv_heads, tokens > count, head_dim) == 0;
 }
 
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
                    float* scratch, float* out, __nv_bfloat16* rounded) {
   if (count == 0) return;
-  const int64_t asked = partitions_a_block(partitions, count * p.n_kv_heads, tokens > count);
+  const int64_t asked = partitions_a_block(partitions, count * p.n_kv_heads, tokens > count, p.head_dim);
   const bool whole = asked == 0;
   const int64_t span = whole ? partitions : asked;
   // Whole: (KV head, column block), the last column blocks (a prompt's longest) first.
