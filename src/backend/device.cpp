@@ -62,6 +62,12 @@ void Device::matmuls(const float* x, int64_t tokens, std::span<const Projection>
   for (const Projection& out : outs) matmul(x, tokens, *out.w, *out.bias, out.y);
 }
 
+void Device::project_attend(const float* x, int64_t tokens, std::span<const Projection, 3> qkv, const RowNorm& norm,
+                            const AttendArgs& args) {
+  matmuls(x, tokens, qkv, norm);
+  attend(args);
+}
+
 void Device::matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) {
   for (size_t i = 0; i < outs.size(); ++i) matmul(xs[i], tokens, *outs[i].w, *outs[i].bias, outs[i].y);
 }

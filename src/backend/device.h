@@ -196,6 +196,11 @@ class Device {
     float* y = nullptr;
   };
   virtual void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {});
+  // An attention block's q, k and v of x (qkv: into args.q, args.k and args.v),
+  // then attend(args): bitwise what those two calls give (the default makes them;
+  // a GPU rotates and stores a decode step's q and k as its matmul finishes them).
+  virtual void project_attend(const float* x, int64_t tokens, std::span<const Projection, 3> qkv, const RowNorm& norm,
+                              const AttendArgs& args);
   // Several matmuls of `tokens` rows each, outs[i] of its own xs[i] (a lone token's
   // experts' downs): each output bitwise what matmul gives it (the default calls
   // matmul for each).

@@ -563,35 +563,39 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
 
   // Attention block. Shapes: norm f32 [tokens, h], q [tokens, heads, hd], k/v [tokens, kv_heads, hd].
   const Device::Projection qkv[] = {{&w.wq, &w.bq, q}, {&w.wk, &w.bk, k}, {&w.wv, &w.bv, v}};
-  device_.matmuls(x, tokens, qkv, {&w.attn_norm, eps, norm});
-  if (model_.arch().qk_norm) {
-    device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
-    device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
-  }
+  const RowNorm attn_norm{&w.attn_norm, eps, norm};
   // Positions, the KV cache and attention belong to each sequence (slices).
   const auto layer = static_cast<int64_t>(index);
   const int64_t model_layer = model_.range().begin + layer;
   const ArchSpec& arch = model_.arch();
   const bool local = arch.local_rope(model_layer);
   const bool longrope = c.rope.type == RopeType::kLongRope && !local;
-  device_.attend(AttendArgs{.q = q,
-                            .k = k,
-                            .v = v,
-                            .out = attn,
-                            .pages = &kv_pool_->pages(),
-                            .layer = layer,
-                            .parts = slices,
-                            .n_heads = heads,
-                            .sliding_window = arch.window(model_layer),
-                            .scale = arch.query_pre_attn_scalar > 0
-                                         ? static_cast<float>(std::pow(arch.query_pre_attn_scalar, -0.5))
-                                         : 1.0f / std::sqrt(static_cast<float>(hd)),
-                            .rotary = {.inv_freq = local ? local_inv_freq_.f32() : inv_freq_.f32(),
-                                       .dim = arch.rotary_dim(hd),
-                                       .interleaved = arch.rope == RopeStyle::kInterleaved,
-                                       .scaling = rope_scaling(local ? *arch.sliding_rope : c.rope)},
-                            .long_inv_freq = longrope ? long_inv_freq_.f32() : nullptr,
-                            .long_after = c.rope.original_max_position_embeddings});
+  const AttendArgs attend{.q = q,
+                          .k = k,
+                          .v = v,
+                          .out = attn,
+                          .pages = &kv_pool_->pages(),
+                          .layer = layer,
+                          .parts = slices,
+                          .n_heads = heads,
+                          .sliding_window = arch.window(model_layer),
+                          .scale = arch.query_pre_attn_scalar > 0
+                                       ? static_cast<float>(std::pow(arch.query_pre_attn_scalar, -0.5))
+                                       : 1.0f / std::sqrt(static_cast<float>(hd)),
+                          .rotary = {.inv_freq = local ? local_inv_freq_.f32() : inv_freq_.f32(),
+                                     .dim = arch.rotary_dim(hd),
+                                     .interleaved = arch.rope == RopeStyle::kInterleaved,
+                                     .scaling = rope_scaling(local ? *arch.sliding_rope : c.rope)},
+                          .long_inv_freq = longrope ? long_inv_freq_.f32() : nullptr,
+                          .long_after = c.rope.original_max_position_embeddings};
+  if (arch.qk_norm) {  // q and k normalized between the matmuls and rope
+    device_.matmuls(x, tokens, qkv, attn_norm);
+    device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
+    device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
+    device_.attend(attend);
+  } else {
+    device_.project_attend(x, tokens, qkv, attn_norm, attend);
+  }
   const bool sandwich = arch.norm == NormPlacement::kSandwich;
   // The block's output (in proj; summed over the ranks, whose o and down
   // projections each hold a part of the input), its post-norm when sandwiched,

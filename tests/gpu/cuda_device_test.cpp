@@ -594,6 +594,97 @@ TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes)
   }
 }
 
+// A decode step's q, k and v with rope and the KV store in the matmul's epilogue
+// (project_attend on up to 8 tokens: rotate-half over whole heads, 16-bit pages)
+// give bitwise what the matmuls and then attend give (TESSERA_CUDA_ROPE_IN_MATMUL=0):
+// q and k turned, v, every byte of the pages and the attention's output, for
+// sequences at scattered positions and blocks (three of 1, 2 and 1 tokens, and one
+// alone), with biases and a scaled rope, head_dim 64 and 128, bf16 and f16 pages.
+TEST(CudaDeviceTest, RopeAndKvStoreInTheDecodeMatmulAreBitwiseTheSeparateLaunches) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const int64_t k = 512, block_size = 16;
+  const float eps = 1e-5f;
+  struct Case {
+    DType pages;
+    int64_t head_dim, n_heads, n_kv;
+    bool bias;
+    std::vector<int64_t> tokens;  // each sequence's tokens in the step
+    float scaling;
+  };
+  for (const Case& c :
+       {Case{DType::kBF16, 128, 4, 2, false, {1, 2, 1}, 1.0f}, Case{DType::kF16, 64, 8, 2, true, {1, 2, 1}, 0.75f},
+        Case{DType::kBF16, 64, 4, 1, true, {1}, 1.0f}}) {
+    const int64_t hd = c.head_dim, n_q = c.n_heads * hd, n_kv = c.n_kv * hd;
+    const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
+    const TensorView norm = place({k}, 1), wq = place({n_q, k}, 2), wk = place({n_kv, k}, 3), wv = place({n_kv, k}, 4);
+    const TensorView none{}, bq = c.bias ? place({n_q}, 5) : none, bk = c.bias ? place({n_kv}, 6) : none,
+                             bv = c.bias ? place({n_kv}, 7) : none;
+    // Sequence s at positions [37 + 150 s, ...), its blocks distinct and out of order.
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<SeqSlice> parts;
+    int64_t tokens = 0;
+    int32_t blocks = 0;
+    for (size_t s = 0; s < c.tokens.size(); ++s) {
+      const int64_t pos0 = 37 + 150 * static_cast<int64_t>(s);
+      std::vector<int32_t> table(static_cast<size_t>((pos0 + c.tokens[s] + block_size - 1) / block_size));
+      std::iota(table.begin(), table.end(), blocks);
+      std::shuffle(table.begin(), table.end(), std::mt19937(static_cast<uint32_t>(20 + s)));
+      blocks += static_cast<int32_t>(table.size());
+      tables.push_back(std::move(table));
+      tokens += c.tokens[s];
+    }
+    for (size_t s = 0; s < c.tokens.size(); ++s)
+      parts.push_back({c.tokens[s], 37 + 150 * static_cast<int64_t>(s), tables[s]});
+    std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(hd));
+    const Buffer freq = put(*gpu, inv_freq), x = put(*gpu, random_values(static_cast<size_t>(tokens * k), 8));
+    KvPages pages{.dtype = c.pages,
+                  .blocks = blocks,
+                  .block_size = block_size,
+                  .layers = 2,
+                  .n_kv_heads = c.n_kv,
+                  .head_dim = hd};
+    const size_t page_bytes = static_cast<size_t>(blocks) * pages.block_bytes();
+    struct Outputs {
+      std::vector<float> q, k, v, out;
+      std::vector<uint8_t> pages;
+    };
+    const auto run = [&](const char* fused) {
+      EXPECT_EQ(setenv("TESSERA_CUDA_ROPE_IN_MATMUL", fused, 1), 0);
+      const Buffer memory = put(*gpu, std::vector<uint8_t>(page_bytes).data(), page_bytes);
+      pages.base = memory.data();
+      const auto n = [&](int64_t rows) { return static_cast<size_t>(tokens * rows); };
+      const Buffer q = zeros(*gpu, n(n_q)), kk = zeros(*gpu, n(n_kv)), v = zeros(*gpu, n(n_kv)),
+                   out = zeros(*gpu, n(n_q)), scratch = zeros(*gpu, n(k));
+      const Device::Projection qkv[] = {{&wq, &bq, q.f32()}, {&wk, &bk, kk.f32()}, {&wv, &bv, v.f32()}};
+      gpu->project_attend(x.f32(), tokens, qkv, {&norm, eps, scratch.f32()},
+                          AttendArgs{.q = q.f32(),
+                                     .k = kk.f32(),
+                                     .v = v.f32(),
+                                     .out = out.f32(),
+                                     .pages = &pages,
+                                     .layer = 1,
+                                     .parts = parts,
+                                     .n_heads = c.n_heads,
+                                     .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                                     .rotary = {.inv_freq = freq.f32(), .scaling = c.scaling}});
+      Outputs o{get(*gpu, q, n(n_q)), get(*gpu, kk, n(n_kv)), get(*gpu, v, n(n_kv)), get(*gpu, out, n(n_q)),
+                std::vector<uint8_t>(page_bytes)};
+      gpu->download(memory.data(), page_bytes, o.pages.data());
+      unsetenv("TESSERA_CUDA_ROPE_IN_MATMUL");
+      return o;
+    };
+    const Outputs separate = run("0"), fused = run("1");
+    const std::string what = "head_dim " + std::to_string(hd) + ", " + std::to_string(tokens) + " tokens";
+    EXPECT_EQ(fused.q, separate.q) << what << ": q";
+    EXPECT_EQ(fused.k, separate.k) << what << ": k";
+    EXPECT_EQ(fused.v, separate.v) << what << ": v";
+    EXPECT_EQ(fused.pages, separate.pages) << what << ": the pages";
+    EXPECT_EQ(fused.out, separate.out) << what << ": attention";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

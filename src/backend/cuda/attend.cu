@@ -51,12 +51,11 @@ __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const flo
     for (int64_t j = threadIdx.x; j < heads * half; j += blockDim.x) {
       float* x = row_of(first + j / half);
       const int64_t i = j % half;
-      const float angle = position * r.inv_freq[i];
-      const float c = cosf(angle) * r.scaling, s = sinf(angle) * r.scaling;
       const int64_t ia = i * first_step, ib = ia + second;
-      const float a = x[ia], b = x[ib];
-      x[ia] = a * c - b * s;
-      x[ib] = b * c + a * s;
+      float a = x[ia], b = x[ib];
+      rotate_pair(a, b, position, r.inv_freq[i], r.scaling);
+      x[ia] = a;
+      x[ib] = b;
     }
   }
   if (first + heads <= q_heads || p.base == nullptr) return;

@@ -185,6 +185,18 @@ __device__ __forceinline__ float block_rms_scale(const float* row, int64_t dim, 
   return 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
 }
 
+// Rope's turn of the pair (a, b) at `position`, by the angle position * inv_freq
+// with cos and sin scaled by `scaling`, in one rounding order (no contraction left
+// to the compiler): rope_store and the decode q/k/v epilogue (MmaJob::rope) both
+// call it, so a query or key turned by either is the same bits.
+__device__ __forceinline__ void rotate_pair(float& a, float& b, float position, float inv_freq, float scaling) {
+  const float angle = __fmul_rn(position, inv_freq);
+  const float c = __fmul_rn(cosf(angle), scaling), s = __fmul_rn(sinf(angle), scaling);
+  const float x = a, y = b;
+  a = __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s));
+  b = __fadd_rn(__fmul_rn(y, c), __fmul_rn(x, s));
+}
+
 // KvPages::offset, on the device.
 __device__ __forceinline__ int64_t kv_offset(const KvPages& p, int64_t block, int64_t layer, int kv, int64_t head) {
   return (((block * p.layers + layer) * 2 + kv) * p.n_kv_heads + head) * p.block_size * p.head_dim;

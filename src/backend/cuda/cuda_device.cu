@@ -270,12 +270,56 @@ class CudaDevice final : public Device {
     if (a.long_inv_freq != nullptr) return Device::attend(a);
     const KvPages& p = *a.pages;
     TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
-    int64_t tokens = 0;
-    for (const SeqSlice& part : a.parts) tokens += part.tokens;
+    const int64_t tokens = tokens_of(a.parts);
     const cuda::TokenMap tokens_map = map(a.parts, true, &p);
     cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
                      a.rotary);
     launched("rope_store");
+    attend_stored(a, tokens, tokens_map);
+  }
+
+  // A decode step's q, k and v in one launch that also turns q and k and stores k
+  // and v (MmaJob::rope; TESSERA_CUDA_ROPE_IN_MATMUL=0: never, read at every call),
+  // then its attention: no rope_store launch.
+  void project_attend(const float* x, int64_t tokens, std::span<const Projection, 3> qkv, const RowNorm& norm,
+                      const AttendArgs& a) override {
+    const int64_t k = qkv[0].w->dim(1);
+    const bool fused =
+        a.long_inv_freq == nullptr && qkv[0].y == a.q && qkv[1].y == a.k && qkv[2].y == a.v &&
+        std::all_of(qkv.begin(), qkv.end(),
+                    [&](auto& o) { return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k; }) &&
+        qkv[2].w->dim(0) == qkv[1].w->dim(0) &&
+        cuda::mma_matmul_rope_fits(tokens, qkv[0].w->dim(0), qkv[1].w->dim(0), *a.pages, a.rotary);
+    if (!fused) return Device::project_attend(x, tokens, qkv, norm, a);
+    const KvPages& p = *a.pages;
+    TS_CHECK(tokens_of(a.parts) == tokens, "attention parts of ", tokens_of(a.parts), " tokens for ", tokens);
+    TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
+    const cuda::TokenMap tokens_map = map(a.parts, true, &p);
+    cuda::MmaJob job{.count = 3};
+    for (int i = 0; i < 3; ++i) {
+      check_weight(*qkv[i].w, *qkv[i].bias);
+      add_to_job(job, i, *qkv[i].w, *qkv[i].bias, qkv[i].y);
+    }
+    job.rope = {.inv_freq = a.rotary.inv_freq,
+                .scaling = a.rotary.scaling,
+                .head_dim = p.head_dim,
+                .pages = p,
+                .layer = a.layer,
+                .map = tokens_map};
+    run_mma(normalize(x, tokens, k, norm, job), tokens, k, job);
+    launched("matmuls_rope_store");
+    attend_stored(a, tokens, tokens_map);
+  }
+
+  static int64_t tokens_of(std::span<const SeqSlice> parts) {
+    int64_t tokens = 0;
+    for (const SeqSlice& part : parts) tokens += part.tokens;
+    return tokens;
+  }
+
+  // attend's attention, once q is turned and k and v are stored.
+  void attend_stored(const AttendArgs& a, int64_t tokens, cuda::TokenMap tokens_map) {
+    const KvPages& p = *a.pages;
     const int64_t width = a.n_heads * p.head_dim;
     __nv_bfloat16* rounded = cuda::mma_attention_fits(p, a.n_heads, a.sliding_window)
                                  ? rounded_for(tokens, width, rounded_buffer_)

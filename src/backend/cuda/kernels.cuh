@@ -30,6 +30,26 @@ bool mma_matmul_fits(DType w_dtype, int64_t k);
 // Each output is bitwise what a launch of its weight alone (and silu_mul) gives.
 // With `norm` (when mma_norm_fits), x's rows are RMS-normalized as they load,
 // bitwise as rms_norm writes them.
+// Where each token of a launch sits, in device memory: pos[t] is its position and
+// tables + table[t] its sequence's block table.
+struct TokenMap {
+  const int32_t* pos = nullptr;
+  const int32_t* table = nullptr;
+  const int32_t* tables = nullptr;
+};
+// A decode step's rope and KV store done by its q/k/v matmul (mma_matmul, up to 8
+// tokens, MmaJob::rope): q's (y[0]) and k's (y[1]) heads turned at each token's
+// position (rotate-half over the whole head), then k and v (y[2]) stored into
+// `layer` of the pages (bf16 or f16), bitwise what rope_store does after the
+// matmuls (mma_matmul_rope_fits says when it can).
+struct RopeStore {
+  const float* inv_freq = nullptr;  // null: no rope, no store
+  float scaling = 1.0f;
+  int64_t head_dim = 0;
+  KvPages pages{};
+  int64_t layer = 0;
+  TokenMap map{};
+};
 struct MmaJob {
   static constexpr int kMaxWeights = 3;
   const __nv_bfloat16* w[kMaxWeights] = {};
@@ -53,7 +73,11 @@ struct MmaJob {
   const __nv_bfloat16* next_norm = nullptr;
   float next_eps = 0.0f;
   __nv_bfloat16* next_x = nullptr;
+  RopeStore rope{};  // mma_matmul only, q, k and v (count 3)
 };
+// Whether mma_matmul can take a q/k/v job's rope and KV store (MmaJob::rope) for
+// `tokens` tokens: q rows n_q and k, v rows n_kv, whole heads of head_dim.
+bool mma_matmul_rope_fits(int64_t tokens, int64_t n_q, int64_t n_kv, const KvPages& pages, const Rotary& rotary);
 // Whether the matmul normalizes x itself for this job: mma_matmul as it loads
 // (up to 8 tokens, a chunk of k for each warp), or mma_gemm as it rounds x to
 // bf16 (mma_gemm_min_tokens() and more); TESSERA_CUDA_NORM_IN_MATMUL=0 says
@@ -84,13 +108,6 @@ void rms_norm(cudaStream_t stream, const float* x, int64_t rows, int64_t dim, co
 // y [ids, hidden] = table[id]; ids already checked against the vocabulary.
 void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,
            float* y);
-// Where each token of a launch sits, in device memory: pos[t] is its position and
-// tables + table[t] its sequence's block table.
-struct TokenMap {
-  const int32_t* pos = nullptr;
-  const int32_t* table = nullptr;
-  const int32_t* tables = nullptr;
-};
 // Rope (Rotary: rotate-half or interleaved, partial, scaled) of q [tokens, q_heads,
 // head_dim] and k [tokens, kv_heads, head_dim] in place at each token's position
 // (none when rotary.inv_freq is null), then

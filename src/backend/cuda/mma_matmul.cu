@@ -109,9 +109,44 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
   }
 }
 
+// A 16-bit KV element of pages of bf16 or f16 (mma_matmul_rope_fits).
+__device__ __forceinline__ uint16_t kv_bits(DType dtype, float v) {
+  return dtype == DType::kBF16 ? narrow<DType::kBF16>(v) : narrow<DType::kF16>(v);
+}
+
+// Warp 0's end of a block of weight s of a q/k/v job with job.rope (one tile of
+// up to 8 tokens): the sums of rows row_a (accumulators 0, 1) and row_b (2, 3),
+// q's and k's pairs turned at each token's position as rope_store turns them,
+// then k's and v's stored into the pages.
+__device__ __forceinline__ void rope_store_rows(const MmaJob& job, int s, const float* partial, int64_t row_a,
+                                                int64_t row_b, int64_t token0, int64_t tokens) {
+  const RopeStore& r = job.rope;
+  const KvPages& p = r.pages;
+  const int64_t n = job.n[s], hd = r.head_dim;
+  const int t = threadIdx.x % 4;
+  for (int odd = 0; odd < 2; ++odd) {
+    const int64_t token = token0 + 2 * t + odd;
+    if (token >= tokens) continue;
+    float a = with_bias(block_sum<1>(partial, 0, odd), job.bias[s], row_a);
+    float b = with_bias(block_sum<1>(partial, 0, odd + 2), job.bias[s], row_b);
+    const int64_t pos = r.map.pos[token];
+    if (s < 2) rotate_pair(a, b, static_cast<float>(pos), r.inv_freq[row_a % hd], r.scaling);
+    job.y[s][token * n + row_a] = a;
+    job.y[s][token * n + row_b] = b;
+    if (s == 0) continue;
+    const int64_t block = r.map.tables[r.map.table[token] + pos / p.block_size], at = (pos % p.block_size) * hd;
+    auto* base = static_cast<uint16_t*>(p.base);
+    base[kv_offset(p, block, r.layer, s - 1, row_a / hd) + at + row_a % hd] = kv_bits(p.dtype, a);
+    base[kv_offset(p, block, r.layer, s - 1, row_b / hd) + at + row_b % hd] = kv_bits(p.dtype, b);
+  }
+}
+
 // A block owns one 16-row tile of one of the job's weights (a tile of gate and
-// the same tile of up in kGateUp) and 8 * kTiles tokens.
-template <int kTiles, int kUnroll, bool kGateUp, bool kNorm, bool kTogether = false>
+// the same tile of up in kGateUp) and 8 * kTiles tokens. With kRope (job.rope), the
+// tiles of q and k pair rope's rows: tile i of a head holds its rows 8i + g and
+// 8i + g + head_dim / 2 where other tiles hold rows g and g + 8 (a row's sum does
+// not depend on its tile).
+template <int kTiles, int kUnroll, bool kGateUp, bool kNorm, bool kTogether = false, bool kRope = false>
 __global__ void __launch_bounds__(kSplit * 32)
     mma_matmul_kernel(const float* __restrict__ x, int64_t tokens, int64_t k, MmaJob job) {
   __shared__ float partial[kGateUp ? 2 : 1][kSplit][kTiles][32][4];
@@ -124,7 +159,13 @@ __global__ void __launch_bounds__(kSplit * 32)
   const int64_t n = job.n[s];
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) - job.first_tile[s]) * 16;
   const int64_t token0 = static_cast<int64_t>(blockIdx.y) * 8 * kTiles;
-  const int64_t ra = min(row0 + g, n - 1) * k + 8 * t, rb = min(row0 + g + 8, n - 1) * k + 8 * t;
+  int64_t row_a = row0 + g, row_b = row0 + g + 8;  // the rows of lane (g, t)'s accumulators 0, 1 and 2, 3
+  if (kRope && s < 2) {
+    const int64_t hd = job.rope.head_dim, tile = blockIdx.x - job.first_tile[s];
+    row_a = tile / (hd / 16) * hd + tile % (hd / 16) * 8 + g;
+    row_b = row_a + hd / 2;
+  }
+  const int64_t ra = min(row_a, n - 1) * k + 8 * t, rb = min(row_b, n - 1) * k + 8 * t;
 
   let_next_start();
   // Each pass's sums into partial[first part..]: gate's and then up's in two passes, or
@@ -155,6 +196,7 @@ __global__ void __launch_bounds__(kSplit * 32)
   }
   __syncthreads();
   if (warp != 0) return;
+  if constexpr (kRope) return rope_store_rows(job, s, &partial[0][0][0][0][0], row_a, row_b, token0, tokens);
   const __nv_bfloat16* bias = job.bias[s];
   float* y = job.y[s];
 #pragma unroll
@@ -162,7 +204,7 @@ __global__ void __launch_bounds__(kSplit * 32)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       // Accumulator i of lane (g, t): row g (+8 for i >= 2), token 2t (+1 for odd i).
-      const int64_t row = row0 + g + (i >= 2 ? 8 : 0);
+      const int64_t row = i >= 2 ? row_b : row_a;
       const int64_t token = token0 + 8 * j + 2 * t + (i % 2);
       if (row >= n || token >= tokens) continue;
       const float sum = block_sum<kTiles>(&partial[0][0][0][0][0], j, i);
@@ -180,12 +222,18 @@ template <int kTiles, int kUnroll, bool kGateUp, bool kTogether = false>
 void launch(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job) {
   const dim3 grid(static_cast<unsigned>(job.first_tile[job.count]),
                   static_cast<unsigned>((tokens + 8 * kTiles - 1) / (8 * kTiles)));
-  if constexpr (kTiles == 1)  // mma_norm_fits: at most 8 tokens
-    if (job.norm != nullptr)
-      return launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, true, kTogether>, grid, kSplit * 32, 0, stream,
-                           x, tokens, k, job);
-  launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, false, kTogether>, grid, kSplit * 32, 0, stream, x, tokens,
-                k, job);
+  const auto go = [&]<bool kNorm, bool kRope>() {
+    launch_kernel(mma_matmul_kernel<kTiles, kUnroll, kGateUp, kNorm, kTogether, kRope>, grid, kSplit * 32, 0, stream, x,
+                  tokens, k, job);
+  };
+  if constexpr (kTiles == 1) {  // mma_norm_fits and the rope: at most 8 tokens
+    const bool norm = job.norm != nullptr;
+    if constexpr (!kGateUp)
+      if (job.rope.inv_freq != nullptr)
+        return norm ? go.template operator()<true, true>() : go.template operator()<false, true>();
+    if (norm) return go.template operator()<true, false>();
+  }
+  go.template operator()<false, false>();
 }
 
 template <bool kGateUp>
@@ -227,8 +275,18 @@ bool mma_norm_fits(int64_t tokens, int64_t k) {
   return !off && ((tokens <= 8 && k >= kSplit * kChunk) || tokens >= mma_gemm_min_tokens());
 }
 
+bool mma_matmul_rope_fits(int64_t tokens, int64_t n_q, int64_t n_kv, const KvPages& pages, const Rotary& rotary) {
+  const int64_t hd = pages.head_dim;
+  return tokens >= 1 && tokens <= 8 && tokens < mma_gemm_min_tokens() && rotary.inv_freq != nullptr &&
+         !rotary.interleaved && (rotary.dim == 0 || rotary.dim == hd) && pages.base != nullptr &&
+         (pages.dtype == DType::kBF16 || pages.dtype == DType::kF16) && hd > 0 && hd % 16 == 0 && n_q % hd == 0 &&
+         n_kv == pages.n_kv_heads * hd && !switched_off("TESSERA_CUDA_ROPE_IN_MATMUL");
+}
+
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job) {
   TS_CHECK(job.count >= 1 && job.count <= MmaJob::kMaxWeights, "mma job of ", job.count, " weights");
+  TS_CHECK(job.rope.inv_freq == nullptr || (job.count == 3 && tokens <= 8 && !job.gate_up && !job.accumulate),
+           "a q/k/v job with rope of ", job.count, " weights for ", tokens, " tokens");
   TS_CHECK(job.norm == nullptr || (tokens <= 8 && mma_norm_fits(tokens, k)), "a normalizing job of k ", k, " for ",
            tokens, " tokens");
   job.first_tile[0] = 0;
