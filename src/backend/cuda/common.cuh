@@ -187,14 +187,15 @@ __device__ __forceinline__ float block_rms_scale(const float* row, int64_t dim, 
 
 // Rope's turn of the pair (a, b) at `position`, by the angle position * inv_freq
 // with cos and sin scaled by `scaling`, in one rounding order (no contraction left
-// to the compiler): rope_store and the decode q/k/v epilogue (MmaJob::rope) both
-// call it, so a query or key turned by either is the same bits.
+// to the compiler; these are the fused multiply-adds nvcc chose for the expressions
+// a * c - b * s and b * c + a * s): rope_store and the decode q/k/v epilogue
+// (MmaJob::rope) both call it, so a query or key turned by either is the same bits.
 __device__ __forceinline__ void rotate_pair(float& a, float& b, float position, float inv_freq, float scaling) {
   const float angle = __fmul_rn(position, inv_freq);
   const float c = __fmul_rn(cosf(angle), scaling), s = __fmul_rn(sinf(angle), scaling);
   const float x = a, y = b;
-  a = __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s));
-  b = __fadd_rn(__fmul_rn(y, c), __fmul_rn(x, s));
+  a = __fmaf_rn(c, x, -__fmul_rn(s, y));
+  b = __fmaf_rn(s, x, __fmul_rn(c, y));
 }
 
 // KvPages::offset, on the device.
