@@ -102,29 +102,14 @@ struct Stage {
   uint16_t values[kPositions * kStride];
 };
 
-// copies_wait<n>() for n up to 2 * kMaxStages - 1 known only at run time.
-constexpr int kMaxStages = 4;
-__device__ __forceinline__ void copies_wait_at_most(int n) {
-  switch (n) {
-    case 0: return copies_wait<0>();
-    case 1: return copies_wait<1>();
-    case 2: return copies_wait<2>();
-    case 3: return copies_wait<3>();
-    case 4: return copies_wait<4>();
-    case 5: return copies_wait<5>();
-    case 6: return copies_wait<6>();
-    default: return copies_wait<7>();
-  }
-}
-
 // Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
 // elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
 //
 // A block takes `span` consecutive partitions of its column block and KV head,
-// one after another, with the next kStages - 1 partitions' keys and values on
-// their way while it computes one (kStages stages of shared memory): each
-// partition's numbers are what a block of one partition computes, written to its
-// own place in scratch, so the span and the stages change no bit.
+// one after another, with the next partition's keys and values on their way
+// while it computes one (two stages of shared memory): each partition's numbers
+// are what a block of one partition computes, written to its own place in
+// scratch, so the span changes no bit.
 //
 // kWhole: the block takes every partition its tokens see and merges them itself, in
 // order, as the combine kernel would (merge.cuh), writing out (and `rounded`)
@@ -134,7 +119,7 @@ __device__ __forceinline__ void copies_wait_at_most(int n) {
 // first, so that the short blocks fill in behind them.
 // Split, three blocks fit an SM's registers and shared memory (168 registers at most); whole, two
 // (its shared memory).
-template <DType D, int kHeadDim, bool kWhole, int kStages>
+template <DType D, int kHeadDim, bool kWhole>
 __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, int64_t span, const ColumnBlock* __restrict__ column_blocks,
@@ -143,7 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   constexpr int kStride = Stage<kHeadDim>::kStride;
   extern __shared__ __align__(16) unsigned char shared[];
   auto* stages = reinterpret_cast<Stage<kHeadDim>*>(shared);
-  auto* key_rows = reinterpret_cast<int64_t*>(stages + kStages);  // [span * kPositions]
+  auto* key_rows = reinterpret_cast<int64_t*>(stages + 2);  // [span * kPositions]
   const ColumnBlock cb = column_blocks[kWhole ? gridDim.y - 1 - blockIdx.y : blockIdx.y];
   const int64_t kv = kWhole ? blockIdx.x : blockIdx.z, group = n_heads / p.n_kv_heads;
   const int64_t part0 = kWhole ? 0 : blockIdx.x * span, last = map.pos[cb.first + cb.tokens - 1];
@@ -171,12 +156,12 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   const auto rows_of = [&](int64_t i) {
     return min(static_cast<int64_t>(kPositions), last - (part0 + i) * kPositions + 1);
   };
-  // Partition i's keys, then its values, into stage i % kStages: two groups of copies. A thread copies
+  // Partition i's keys, then its values, into stage i % 2: two groups of copies. A thread copies
   // the same 16-byte piece of rows j0, j0 + kRowsARound, ...
   constexpr int kRowsARound = kWarps * 32 / kUnits;
   const int piece = static_cast<int>(threadIdx.x) % kUnits, j0 = static_cast<int>(threadIdx.x) / kUnits;
   const auto copy_keys_and_values = [&](int64_t i) {
-    Stage<kHeadDim>& stage = stages[i % kStages];
+    Stage<kHeadDim>& stage = stages[i % 2];
     const int64_t rows = rows_of(i);
     const int64_t* at = key_rows + i * kPositions;
 #pragma unroll
@@ -203,7 +188,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   if (older) copy_keys_and_values(0);
   wait_for_earlier();
   if (!older) copy_keys_and_values(0);
-  for (int64_t i = 1; i < min(parts, static_cast<int64_t>(kStages) - 1); ++i) copy_keys_and_values(i);
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
@@ -238,15 +222,18 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   float merged[kWhole ? kHeadDim / 8 : 1][4] = {};
   for (int64_t i = 0; i < parts; ++i) {
     const int64_t part = part0 + i, start = part * kPositions;
-    const Stage<kHeadDim>& stage = stages[i % kStages];
-    // Its stage was freed by the barrier at the end of the last round.
-    if (i + kStages - 1 < parts) copy_keys_and_values(i + kStages - 1);
-    const int ahead = static_cast<int>(min(static_cast<int64_t>(kStages) - 1, parts - 1 - i));  // partitions after i
+    const Stage<kHeadDim>& stage = stages[i % 2];
+    const bool more = i + 1 < parts;
+    if (more) copy_keys_and_values(i + 1);  // its stage was freed by the barrier at the end of the last round
     bool used[2];
     for (int r = 0; r < 2; ++r) used[r] = mine[r] && start <= pos[r];
 
     // The scores need the keys alone: they are computed while the values are still on their way.
-    copies_wait_at_most(2 * ahead + 1);
+    if (more) {
+      copies_wait<3>();
+    } else {
+      copies_wait<1>();
+    }
     __syncthreads();
     float s[kPositions / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
     if (!idle) {
@@ -296,7 +283,11 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
       }
     }
-    copies_wait_at_most(2 * ahead);  // now the values
+    if (more) {  // now the values
+      copies_wait<2>();
+    } else {
+      copies_wait<0>();
+    }
     __syncthreads();
 
     if (!idle) {
@@ -342,7 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
         }
       }
     }
-    __syncthreads();  // every warp is done with this stage before the copies kStages rounds on refill it
+    __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
   }
   if constexpr (kWhole) {
     if (idle) return;
@@ -390,9 +381,7 @@ constexpr int64_t kMaxWhole = 32;
 // (session 31, two rounds, 512-token prompts) the 8B shape's batch-1 decode ran
 // 192.8 and 192.7 tok/s against 180.6 and 180.2, and 32 sequences 5,298.0 and
 // 5,256.9 against 5,122.4 and 5,167.8; the 1B shape (head_dim 64) lost 10 % so
-// (820.4 and 831.6 against 913.7 and 914.6) with two stages; decode steps of at
-// most a block an SM unsplit take the whole with kMaxStages stages instead
-// (deep_stages), for any head_dim.
+// (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides.
 // TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
 // compare spans in one process; 0 asks for the whole where it fits). The bits are
 // the same whichever it takes (merge.cuh), so the choice may follow the batch.
@@ -402,22 +391,11 @@ int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chun
     return span == 0 && partitions > kMaxWhole ? 1 : span;
   }
   const int64_t sms = multiprocessors();
-  if (partitions <= kMaxWhole &&
-      (chunks ? unsplit_blocks >= sms : unsplit_blocks <= sms || (head_dim == 128 && unsplit_blocks <= 2 * sms)))
+  if (partitions <= kMaxWhole && (chunks ? unsplit_blocks >= sms : head_dim == 128 && unsplit_blocks <= 2 * sms))
     return 0;
   int64_t span = 4;
   while (span > 1 && partitions * unsplit_blocks / span < 4 * sms) span /= 2;
   return span;
-}
-
-// Whether a whole decode step (a block a token and KV head) keeps kMaxStages
-// partitions' copies in flight rather than two: where its blocks are at most one
-// an SM, each waits on memory alone, and more in flight shortens its chain of
-// partitions (TESSERA_CUDA_ATTENTION_STAGES=2: two; read at every call).
-bool deep_stages(int64_t count, int64_t tokens, int64_t n_kv_heads) {
-  if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_STAGES"); asked != nullptr && std::atoi(asked) == 2)
-    return false;
-  return tokens == count && count * n_kv_heads <= multiprocessors();
 }
 
 bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads, int64_t head_dim) {
@@ -435,31 +413,29 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(count))
                           : dim3(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
                                  static_cast<unsigned>(p.n_kv_heads));
-  const auto launch = [&]<DType D, int kHeadDim, bool kWhole, int kStages>() {
-    const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole, kStages>;
+  const auto launch = [&]<DType D, int kHeadDim, bool kWhole>() {
+    const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole>;
     constexpr size_t kMostShared =
-        kStages * sizeof(Stage<kHeadDim>) + (kWhole ? kMaxWhole : kMaxSpan) * kPositions * sizeof(int64_t);
+        2 * sizeof(Stage<kHeadDim>) + (kWhole ? kMaxWhole : kMaxSpan) * kPositions * sizeof(int64_t);
     static const bool sized = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kMostShared)) == cudaSuccess;
     TS_CHECK(sized, "the attention kernel cannot have ", kMostShared, " bytes of shared memory");
-    const size_t shared = kStages * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t);
+    const size_t shared = 2 * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t);
     launch_kernel(kernel, grid, kWarps * 32, shared, stream, q, n_heads, p, layer, map, scale, partitions, span,
                   column_blocks, scratch, out, rounded);
   };
-  const bool deep = whole && deep_stages(count, tokens, p.n_kv_heads);
-  const auto run = [&]<DType D, int kHeadDim>() {
-    if (deep) return launch.template operator()<D, kHeadDim, true, kMaxStages>();
-    if (whole) return launch.template operator()<D, kHeadDim, true, 2>();
-    launch.template operator()<D, kHeadDim, false, 2>();
-  };
-  const auto run_dtype = [&]<DType D>() {
-    if (p.head_dim == 64) return run.template operator()<D, 64>();
-    run.template operator()<D, 128>();
+  const auto run = [&]<DType D>() {
+    if (p.head_dim == 64) {
+      if (whole) return launch.template operator()<D, 64, true>();
+      return launch.template operator()<D, 64, false>();
+    }
+    if (whole) return launch.template operator()<D, 128, true>();
+    launch.template operator()<D, 128, false>();
   };
   if (p.dtype == DType::kBF16) {
-    run_dtype.template operator()<DType::kBF16>();
+    run.template operator()<DType::kBF16>();
   } else {
-    run_dtype.template operator()<DType::kF16>();
+    run.template operator()<DType::kF16>();
   }
   if (!whole) attention_combine(stream, out, tokens, n_heads, p.head_dim, map, 0, partitions, scratch, rounded);
 }
