@@ -577,9 +577,7 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 // and so does a block that takes all its tokens' partitions and merges them
 // itself (span 0) instead of the combine kernel; 3 tokens at 600 positions merge
 // 10 partitions, and so does a lone decode token at 600 (what a decode step of
-// head_dim 128 and few sequences takes whole by default); a lone token's split
-// blocks merge in the last of them to finish, or in the combine launch
-// (TESSERA_CUDA_ATTENTION_LAST_MERGES=0).
+// head_dim 128 and few sequences takes whole by default).
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const AttentionCase c : {AttentionCase{GetParam(), 128, 300, 200, 0}, AttentionCase{GetParam(), 64, 300, 3, 0},
@@ -592,13 +590,6 @@ TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes)
       ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
       EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span;
     }
-    // A lone token's split partitions merged by the combine launch, not by the last of its blocks.
-    ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_LAST_MERGES", "0", 1), 0);
-    for (const char* span : {"1", "3"}) {
-      ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
-      EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span << ", combined";
-    }
-    unsetenv("TESSERA_CUDA_ATTENTION_LAST_MERGES");
     unsetenv("TESSERA_CUDA_ATTENTION_SPAN");
   }
 }

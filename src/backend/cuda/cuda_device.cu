@@ -569,10 +569,9 @@ class CudaDevice final : public Device {
       if (tensor_cores) {
         const auto* blocks = reinterpret_cast<const cuda::ColumnBlock*>(
             stage({reinterpret_cast<const int32_t*>(column_blocks.data()), column_blocks.size() * 3}));
-        const auto count = static_cast<int64_t>(column_blocks.size());
-        cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks, count, tokens,
-                            scratch, out_slice, rounded != nullptr ? rounded + begin * n_heads * p.head_dim : nullptr,
-                            attention_tickets(count * p.n_kv_heads));
+        cuda::mma_attention(stream_, q_slice, n_heads, p, layer, slice, scale, partitions, blocks,
+                            static_cast<int64_t>(column_blocks.size()), tokens, scratch, out_slice,
+                            rounded != nullptr ? rounded + begin * n_heads * p.head_dim : nullptr);
         column_blocks.clear();
       } else {
         cuda::attention(stream_, q_slice, out_slice, tokens, n_heads, p, layer, slice, window, scale, partitions,
@@ -616,17 +615,6 @@ class CudaDevice final : public Device {
 
   float* attention_scratch(size_t floats) {
     return static_cast<float*>(grow(attention_scratch_, floats * sizeof(float), "attention scratch"));
-  }
-
-  // `count` zeroed counters for mma_attention's merging blocks (each launch leaves them zero).
-  int* attention_tickets(int64_t count) {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(int);
-    if (attention_tickets_.bytes() < bytes) {
-      grow(attention_tickets_, bytes, "attention tickets");
-      check(cudaMemsetAsync(attention_tickets_.data(), 0, attention_tickets_.bytes(), stream_),
-            "zeroing the attention tickets");
-    }
-    return static_cast<int*>(attention_tickets_.data());
   }
 
   // `scratch`, grown to at least `bytes` (16 MiB at least) once the work queued
@@ -735,7 +723,6 @@ class CudaDevice final : public Device {
 
   std::vector<Buffer> placed_;  // the weights place() copied here
   Buffer attention_scratch_;
-  Buffer attention_tickets_;                      // attention_tickets()
   std::vector<cuda::ColumnBlock> column_blocks_;  // run_attention's, kept to reuse its memory
   Buffer quant_scratch_;                          // launch_quant's rounded activations
   Buffer gemm_scratch_;                           // the tiled matmul's: x rounded to bf16, the sums of a split

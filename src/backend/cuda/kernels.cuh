@@ -140,11 +140,9 @@ int64_t mma_attention_tokens_per_block(int64_t n_heads, int64_t n_kv_heads);
 // Whether a launch of `count` column blocks of `tokens` tokens seeing up to
 // `partitions` partitions takes the whole (writes out itself, no scratch).
 bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int64_t n_kv_heads, int64_t head_dim);
-// `tickets`: count * n_kv_heads zeroed counters (left zero), with which a split
-// decode step's last blocks merge the partitions instead of a combine launch.
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
-                   float* scratch, float* out, __nv_bfloat16* rounded, int* tickets);
+                   float* scratch, float* out, __nv_bfloat16* rounded);
 // Merges each token's partitions from scratch into out (attend.cu), and into
 // `rounded` rounded to bf16 as well when it is not null (mma_gemm's x_rounded, in
 // mma_slot order).

@@ -102,43 +102,6 @@ struct Stage {
   uint16_t values[kPositions * kStride];
 };
 
-// A split decode step's merge without a combine launch: the last of a (column
-// block, KV head)'s blocks to finish (a ticket in `tickets`, which it leaves at
-// zero for the next launch) merges those columns' partitions from scratch in
-// partition order, as attend.cu's combine kernel does (merge.cuh), and writes
-// out and `rounded`. The ticket only says which block merges: the sums' order is
-// the combine kernel's, so the bits are too.
-template <int kHeadDim>
-__device__ __forceinline__ void merge_if_last(int* tickets, const ColumnBlock& cb, int64_t kv, int64_t group,
-                                              int64_t n_heads, TokenMap map, int64_t partitions, const float* scratch,
-                                              float* out, __nv_bfloat16* rounded) {
-  __shared__ int arrived;
-  __threadfence();  // this block's partial outputs, visible to the block that merges
-  __syncthreads();
-  int* ticket = tickets + blockIdx.y * gridDim.z + blockIdx.z;
-  if (threadIdx.x == 0) arrived = atomicAdd(ticket, 1);
-  __syncthreads();
-  if (arrived != static_cast<int>(gridDim.x) - 1) return;
-  __threadfence();
-  if (threadIdx.x == 0) *ticket = 0;
-  constexpr int64_t kStride = kHeadDim + 2;
-  for (int64_t item = threadIdx.x; item < cb.tokens * group * kHeadDim; item += blockDim.x) {
-    const int64_t c = item / kHeadDim, d = item % kHeadDim;
-    const int64_t token = cb.first + c / group, head = kv * group + c % group;
-    const float* parts = scratch + (token * n_heads + head) * partitions * kStride;
-    RunningMerge run;
-    float acc = 0.0f;
-    for (int64_t i = 0; i <= map.pos[token] / kPositions; ++i)
-      acc = merge_output(
-          acc, __ldcg(parts + i * kStride + d),
-          merge_partition(run, __ldcg(parts + i * kStride + kHeadDim), __ldcg(parts + i * kStride + kHeadDim + 1)));
-    const float value = __fdiv_rn(acc, run.sum);
-    out[(token * n_heads + head) * kHeadDim + d] = value;
-    if (rounded != nullptr)
-      rounded[token * n_heads * kHeadDim + mma_slot(head * kHeadDim + d)] = __float2bfloat16_rn(value);
-  }
-}
-
 // Lane (g, t) of a warp holds rows g and g + 8 of its 16 columns (accumulator
 // elements 0, 1 and 2, 3) at positions or dimensions 2t and 2t + 1 of each 8.
 //
@@ -151,7 +114,7 @@ __device__ __forceinline__ void merge_if_last(int* tickets, const ColumnBlock& c
 // kWhole: the block takes every partition its tokens see and merges them itself, in
 // order, as the combine kernel would (merge.cuh), writing out (and `rounded`)
 // instead of scratch: the same bits without the partial sums' round trip through
-// memory and the combine launch. Split, with `tickets`: merge_if_last. Its grid is (KV head, column block), column
+// memory and the combine launch. Its grid is (KV head, column block), column
 // blocks last first: a prompt's last tokens see the most partitions, and start
 // first, so that the short blocks fill in behind them.
 // Split, three blocks fit an SM's registers and shared memory (168 registers at most); whole, two
@@ -160,8 +123,7 @@ template <DType D, int kHeadDim, bool kWhole>
 __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, int64_t span, const ColumnBlock* __restrict__ column_blocks,
-                         float* __restrict__ scratch, float* __restrict__ out, __nv_bfloat16* __restrict__ rounded,
-                         int* tickets) {
+                         float* __restrict__ scratch, float* __restrict__ out, __nv_bfloat16* __restrict__ rounded) {
   let_next_start();
   constexpr int kStride = Stage<kHeadDim>::kStride;
   extern __shared__ __align__(16) unsigned char shared[];
@@ -174,8 +136,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   const int64_t parts = min(span, min(partitions - part0, last / kPositions + 1 - part0));
   if (parts <= 0) {  // every token of the block sees fewer partitions
     wait_for_earlier();
-    if (!kWhole && tickets != nullptr)
-      merge_if_last<kHeadDim>(tickets, cb, kv, group, n_heads, map, partitions, scratch, out, rounded);
     return;
   }
   // Where each position's key row is in the pages (its value row is value_step
@@ -375,8 +335,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
     }
     __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
   }
-  if (!kWhole && tickets != nullptr)
-    merge_if_last<kHeadDim>(tickets, cb, kv, group, n_heads, map, partitions, scratch, out, rounded);
   if constexpr (kWhole) {
     if (idle) return;
 #pragma unroll
@@ -446,13 +404,10 @@ bool mma_attention_whole(int64_t partitions, int64_t count, int64_t tokens, int6
 
 void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const KvPages& p, int64_t layer, TokenMap map,
                    float scale, int64_t partitions, const ColumnBlock* column_blocks, int64_t count, int64_t tokens,
-                   float* scratch, float* out, __nv_bfloat16* rounded, int* tickets) {
+                   float* scratch, float* out, __nv_bfloat16* rounded) {
   if (count == 0) return;
   const int64_t asked = partitions_a_block(partitions, count * p.n_kv_heads, tokens > count, p.head_dim);
   const bool whole = asked == 0;
-  // Split decode steps merge in their last blocks (TESSERA_CUDA_ATTENTION_LAST_MERGES=0: in the combine
-  // launch; read at every call).
-  if (whole || tokens > count || switched_off("TESSERA_CUDA_ATTENTION_LAST_MERGES")) tickets = nullptr;
   const int64_t span = whole ? partitions : asked;
   // Whole: (KV head, column block), the last column blocks (a prompt's longest) first.
   const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(count))
@@ -467,7 +422,7 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
     TS_CHECK(sized, "the attention kernel cannot have ", kMostShared, " bytes of shared memory");
     const size_t shared = 2 * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t);
     launch_kernel(kernel, grid, kWarps * 32, shared, stream, q, n_heads, p, layer, map, scale, partitions, span,
-                  column_blocks, scratch, out, rounded, tickets);
+                  column_blocks, scratch, out, rounded);
   };
   const auto run = [&]<DType D>() {
     if (p.head_dim == 64) {
@@ -482,8 +437,7 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   } else {
     run.template operator()<DType::kF16>();
   }
-  if (!whole && tickets == nullptr)
-    attention_combine(stream, out, tokens, n_heads, p.head_dim, map, 0, partitions, scratch, rounded);
+  if (!whole) attention_combine(stream, out, tokens, n_heads, p.head_dim, map, 0, partitions, scratch, rounded);
 }
 
 }  // namespace tessera::cuda
