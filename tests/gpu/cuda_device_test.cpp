@@ -576,13 +576,14 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 // one partition a block, also when the last block's span is cut short (3 of 5),
 // and so does a block that takes all its tokens' partitions and merges them
 // itself (span 0) instead of the combine kernel; 3 tokens at 600 positions merge
-// 10 partitions, and so does a lone decode token at 600 (what a decode step of
-// head_dim 128 and few sequences takes whole by default).
+// 10 partitions, and so does a lone decode token at 600 or 150 (what a decode
+// step of few sequences takes whole by default, its partitions spread over the
+// block's warps four at a time, or in one warp: TESSERA_CUDA_ATTENTION_SPREAD=0).
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const AttentionCase c : {AttentionCase{GetParam(), 128, 300, 200, 0}, AttentionCase{GetParam(), 64, 300, 3, 0},
                                 AttentionCase{GetParam(), 128, 600, 3, 0}, AttentionCase{GetParam(), 128, 600, 1, 0},
-                                AttentionCase{GetParam(), 64, 600, 1, 0}}) {
+                                AttentionCase{GetParam(), 64, 600, 1, 0}, AttentionCase{GetParam(), 64, 150, 1, 0}}) {
     const int64_t first = c.positions - c.tokens;
     ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", "1", 1), 0);
     const auto one = run_attention(*gpu, c, first, c.tokens);
@@ -590,6 +591,10 @@ TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes)
       ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
       EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span;
     }
+    // The whole in one warp (a lone token's block spreads its partitions over its warps by default).
+    ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPREAD", "0", 1), 0);
+    EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, the whole in one warp";
+    unsetenv("TESSERA_CUDA_ATTENTION_SPREAD");
     unsetenv("TESSERA_CUDA_ATTENTION_SPAN");
   }
 }

@@ -117,9 +117,16 @@ struct Stage {
 // memory and the combine launch. Its grid is (KV head, column block), column
 // blocks last first: a prompt's last tokens see the most partitions, and start
 // first, so that the short blocks fill in behind them.
+//
+// kSpread (whole, a decode step's block of at most 16 columns, which one warp
+// holds): the four warps take the same columns and four partitions at a time
+// (four stages: warp w partition 4n + w), each writing its partition's output,
+// max and sum to shared memory, and warp 0 merges the four in partition order
+// into its running merge, as the block without kSpread merges them one by one:
+// the same bits, in a quarter of the chain of partitions.
 // Split, three blocks fit an SM's registers and shared memory (168 registers at most); whole, two
-// (its shared memory).
-template <DType D, int kHeadDim, bool kWhole>
+// (its shared memory); spread, one (hd 128) or two.
+template <DType D, int kHeadDim, bool kWhole, bool kSpread = false>
 __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
     mma_attention_kernel(const float* __restrict__ q, int64_t n_heads, KvPages p, int64_t layer, TokenMap map,
                          float scale, int64_t partitions, int64_t span, const ColumnBlock* __restrict__ column_blocks,
@@ -128,7 +135,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   constexpr int kStride = Stage<kHeadDim>::kStride;
   extern __shared__ __align__(16) unsigned char shared[];
   auto* stages = reinterpret_cast<Stage<kHeadDim>*>(shared);
-  auto* key_rows = reinterpret_cast<int64_t*>(stages + 2);  // [span * kPositions]
+  constexpr int kStages = kSpread ? kWarps : 2;
+  auto* key_rows = reinterpret_cast<int64_t*>(stages + kStages);  // [span * kPositions]
   const ColumnBlock cb = column_blocks[kWhole ? gridDim.y - 1 - blockIdx.y : blockIdx.y];
   const int64_t kv = kWhole ? blockIdx.x : blockIdx.z, group = n_heads / p.n_kv_heads;
   const int64_t part0 = kWhole ? 0 : blockIdx.x * span, last = map.pos[cb.first + cb.tokens - 1];
@@ -156,12 +164,12 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   const auto rows_of = [&](int64_t i) {
     return min(static_cast<int64_t>(kPositions), last - (part0 + i) * kPositions + 1);
   };
-  // Partition i's keys, then its values, into stage i % 2: two groups of copies. A thread copies
+  // Partition i's keys, then its values, into stage i % kStages: two groups of copies. A thread copies
   // the same 16-byte piece of rows j0, j0 + kRowsARound, ...
   constexpr int kRowsARound = kWarps * 32 / kUnits;
   const int piece = static_cast<int>(threadIdx.x) % kUnits, j0 = static_cast<int>(threadIdx.x) / kUnits;
   const auto copy_keys_and_values = [&](int64_t i) {
-    Stage<kHeadDim>& stage = stages[i % 2];
+    Stage<kHeadDim>& stage = stages[i % kStages];
     const int64_t rows = rows_of(i);
     const int64_t* at = key_rows + i * kPositions;
 #pragma unroll
@@ -188,10 +196,13 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   if (older) copy_keys_and_values(0);
   wait_for_earlier();
   if (!older) copy_keys_and_values(0);
+  if constexpr (kSpread)
+    for (int64_t i = 1; i < min(parts, static_cast<int64_t>(kWarps)); ++i) copy_keys_and_values(i);
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t columns = cb.tokens * group, c0 = warp * 16;  // a warp past the columns only helps to copy
+  // A warp past the columns only helps to copy (spread: every warp takes columns 0-15).
+  const int64_t columns = cb.tokens * group, c0 = kSpread ? 0 : warp * 16;
   const bool idle = c0 >= columns;
   int64_t token[2], head[2], pos[2];
   bool mine[2];
@@ -220,22 +231,12 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   const float scale2 = __fmul_rn(scale, kLog2e);
   RunningMerge run[2];
   float merged[kWhole ? kHeadDim / 8 : 1][4] = {};
-  for (int64_t i = 0; i < parts; ++i) {
-    const int64_t part = part0 + i, start = part * kPositions;
-    const Stage<kHeadDim>& stage = stages[i % 2];
-    const bool more = i + 1 < parts;
-    if (more) copy_keys_and_values(i + 1);  // its stage was freed by the barrier at the end of the last round
-    bool used[2];
-    for (int r = 0; r < 2; ++r) used[r] = mine[r] && start <= pos[r];
-
-    // The scores need the keys alone: they are computed while the values are still on their way.
-    if (more) {
-      copies_wait<3>();
-    } else {
-      copies_wait<1>();
-    }
-    __syncthreads();
-    float s[kPositions / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+  // One partition's S = Q K^T, softmax weights and O = P V for this warp's columns
+  // from `stage`: the keys first, then `values_ready()` (every thread calls it)
+  // before the values are read.
+  const auto partition_sums = [&](const Stage<kHeadDim>& stage, int64_t start, const bool(&used)[2],
+                                  auto&& values_ready, float(&o)[kHeadDim / 8][4], float(&peak)[2], float(&sum)[2]) {
+    float s[kPositions / 8][4] = {};
     if (!idle) {
       // S = Q K^T, eight tiles of 8 positions, two 16-dimension steps a load.
 #pragma unroll
@@ -283,16 +284,9 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
       }
     }
-    if (more) {  // now the values
-      copies_wait<2>();
-    } else {
-      copies_wait<0>();
-    }
-    __syncthreads();
-
+    values_ready();
     if (!idle) {
       // O = P V: P's accumulators are already the A operand's layout, 16 positions at a time.
-      float o[kHeadDim / 8][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kPositions / 16; ++ks) {
         const uint32_t pa[4] = {pack2<D>(s[2 * ks][0], s[2 * ks][1]), pack2<D>(s[2 * ks][2], s[2 * ks][3]),
@@ -308,35 +302,111 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
           mma16<D>(o[dt + 1], pa, b[2], b[3]);
         }
       }
+    }
+  };
+  // What partition `part` adds: to the running merge (whole) or to scratch.
+  const auto take = [&](int64_t part, const bool(&used)[2], const float(&o)[kHeadDim / 8][4], const float(&peak)[2],
+                        const float(&sum)[2]) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        if (!used[r]) continue;
-        const float top = __fmul_rn(peak[r], kLn2);  // the partition's max score, in base e again
-        if constexpr (kWhole) {
-          const float2 w = merge_partition(run[r], top, sum[r]);
-#pragma unroll
-          for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-            merged[dt][2 * r] = merge_output(merged[dt][2 * r], o[dt][2 * r], w);
-            merged[dt][2 * r + 1] = merge_output(merged[dt][2 * r + 1], o[dt][2 * r + 1], w);
-          }
-          continue;
-        }
-        float* to = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
+    for (int r = 0; r < 2; ++r) {
+      if (!used[r]) continue;
+      const float top = __fmul_rn(peak[r], kLn2);  // the partition's max score, in base e again
+      if constexpr (kWhole) {
+        const float2 w = merge_partition(run[r], top, sum[r]);
 #pragma unroll
         for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-          to[dt * 8 + 2 * t] = o[dt][2 * r];
-          to[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+          merged[dt][2 * r] = merge_output(merged[dt][2 * r], o[dt][2 * r], w);
+          merged[dt][2 * r + 1] = merge_output(merged[dt][2 * r + 1], o[dt][2 * r + 1], w);
         }
-        if (t == 0) {
-          to[kHeadDim] = top;
-          to[kHeadDim + 1] = sum[r];
-        }
+        continue;
+      }
+      float* to = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
+#pragma unroll
+      for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+        to[dt * 8 + 2 * t] = o[dt][2 * r];
+        to[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+      }
+      if (t == 0) {
+        to[kHeadDim] = top;
+        to[kHeadDim + 1] = sum[r];
       }
     }
-    __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
+  };
+  const auto used_by = [&](int64_t start, bool(&used)[2]) {
+    for (int r = 0; r < 2; ++r) used[r] = mine[r] && start <= pos[r];
+  };
+  if constexpr (kSpread) {
+    // Slots of each warp's partition: o [kWarps][kHeadDim / 8][4][32], then peak and sum [kWarps][4][32].
+    auto* slot_o = reinterpret_cast<float*>(key_rows + span * kPositions);
+    float* slot_ps = slot_o + kWarps * (kHeadDim / 8) * 4 * 32;
+    for (int64_t first = 0; first < parts; first += kWarps) {
+      if (first > 0)
+        for (int64_t i = first; i < min(parts, first + kWarps); ++i) copy_keys_and_values(i);
+      copies_wait<0>();
+      __syncthreads();
+      if (first + warp < parts) {
+        const int64_t start = (part0 + first + warp) * kPositions;
+        bool used[2];
+        used_by(start, used);
+        float o[kHeadDim / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+        partition_sums(
+            stages[(first + warp) % kStages], start, used, [] {}, o, peak, sum);
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) slot_o[((warp * (kHeadDim / 8) + dt) * 4 + e) * 32 + lane] = o[dt][e];
+        for (int r = 0; r < 2; ++r) {
+          slot_ps[(warp * 4 + r) * 32 + lane] = peak[r];
+          slot_ps[(warp * 4 + 2 + r) * 32 + lane] = sum[r];
+        }
+      }
+      __syncthreads();
+      if (warp == 0)
+        for (int w = 0; w < kWarps && first + w < parts; ++w) {
+          const int64_t part = part0 + first + w;
+          bool used[2];
+          used_by(part * kPositions, used);
+          float o[kHeadDim / 8][4], peak[2], sum[2];
+#pragma unroll
+          for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[dt][e] = slot_o[((w * (kHeadDim / 8) + dt) * 4 + e) * 32 + lane];
+          for (int r = 0; r < 2; ++r)
+            peak[r] = slot_ps[(w * 4 + r) * 32 + lane], sum[r] = slot_ps[(w * 4 + 2 + r) * 32 + lane];
+          take(part, used, o, peak, sum);
+        }
+      __syncthreads();  // the stages and slots are free for the next four
+    }
+  } else {
+    for (int64_t i = 0; i < parts; ++i) {
+      const int64_t part = part0 + i, start = part * kPositions;
+      const bool more = i + 1 < parts;
+      if (more) copy_keys_and_values(i + 1);  // its stage was freed by the barrier at the end of the last round
+      bool used[2];
+      used_by(start, used);
+      // The scores need the keys alone: they are computed while the values are still on their way.
+      if (more) {
+        copies_wait<3>();
+      } else {
+        copies_wait<1>();
+      }
+      __syncthreads();
+      float o[kHeadDim / 8][4] = {}, peak[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+      const auto values_ready = [&] {
+        if (more) {
+          copies_wait<2>();
+        } else {
+          copies_wait<0>();
+        }
+        __syncthreads();
+      };
+      partition_sums(stages[i % kStages], start, used, values_ready, o, peak, sum);
+      if (!idle) take(part, used, o, peak, sum);
+      __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
+    }
   }
   if constexpr (kWhole) {
-    if (idle) return;
+    if (idle || (kSpread && warp != 0)) return;  // spread: warp 0 holds the merge
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!mine[r]) continue;
@@ -381,17 +451,24 @@ constexpr int64_t kMaxWhole = 32;
 // (session 31, two rounds, 512-token prompts) the 8B shape's batch-1 decode ran
 // 192.8 and 192.7 tok/s against 180.6 and 180.2, and 32 sequences 5,298.0 and
 // 5,256.9 against 5,122.4 and 5,167.8; the 1B shape (head_dim 64) lost 10 % so
-// (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides.
+// (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides. And 0
+// for decode steps of at most a block an SM unsplit, of any head_dim, whose
+// blocks then spread their partitions over their warps (kSpread;
+// TESSERA_CUDA_ATTENTION_SPREAD=0 does not, read at every call).
 // TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
 // compare spans in one process; 0 asks for the whole where it fits). The bits are
 // the same whichever it takes (merge.cuh), so the choice may follow the batch.
+bool spread_on() { return !switched_off("TESSERA_CUDA_ATTENTION_SPREAD"); }
+
 int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chunks, int64_t head_dim) {
   if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_SPAN"); asked != nullptr) {
     const int64_t span = std::clamp<int64_t>(std::atoll(asked), 0, kMaxSpan);
     return span == 0 && partitions > kMaxWhole ? 1 : span;
   }
   const int64_t sms = multiprocessors();
-  if (partitions <= kMaxWhole && (chunks ? unsplit_blocks >= sms : head_dim == 128 && unsplit_blocks <= 2 * sms))
+  if (partitions <= kMaxWhole &&
+      (chunks ? unsplit_blocks >= sms
+              : (head_dim == 128 && unsplit_blocks <= 2 * sms) || (spread_on() && unsplit_blocks <= sms)))
     return 0;
   int64_t span = 4;
   while (span > 1 && partitions * unsplit_blocks / span < 4 * sms) span /= 2;
@@ -413,29 +490,36 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(count))
                           : dim3(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
                                  static_cast<unsigned>(p.n_kv_heads));
-  const auto launch = [&]<DType D, int kHeadDim, bool kWhole>() {
-    const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole>;
+  // A decode step's whole blocks of at most 16 columns, at most a block an SM: spread (the kernel's kSpread).
+  const bool spread = whole && tokens == count && count * p.n_kv_heads <= multiprocessors() &&
+                      n_heads / p.n_kv_heads <= 16 && spread_on();
+  const auto launch = [&]<DType D, int kHeadDim, bool kWhole, bool kSpread>() {
+    const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole, kSpread>;
+    constexpr size_t kStages = kSpread ? kWarps : 2;
+    constexpr size_t kSlots = kSpread ? kWarps * (kHeadDim / 8 * 4 + 4) * 32 * sizeof(float) : 0;
     constexpr size_t kMostShared =
-        2 * sizeof(Stage<kHeadDim>) + (kWhole ? kMaxWhole : kMaxSpan) * kPositions * sizeof(int64_t);
+        kStages * sizeof(Stage<kHeadDim>) + (kWhole ? kMaxWhole : kMaxSpan) * kPositions * sizeof(int64_t) + kSlots;
     static const bool sized = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(kMostShared)) == cudaSuccess;
     TS_CHECK(sized, "the attention kernel cannot have ", kMostShared, " bytes of shared memory");
-    const size_t shared = 2 * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t);
+    const size_t shared =
+        kStages * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t) + kSlots;
     launch_kernel(kernel, grid, kWarps * 32, shared, stream, q, n_heads, p, layer, map, scale, partitions, span,
                   column_blocks, scratch, out, rounded);
   };
-  const auto run = [&]<DType D>() {
-    if (p.head_dim == 64) {
-      if (whole) return launch.template operator()<D, 64, true>();
-      return launch.template operator()<D, 64, false>();
-    }
-    if (whole) return launch.template operator()<D, 128, true>();
-    launch.template operator()<D, 128, false>();
+  const auto run = [&]<DType D, int kHeadDim>() {
+    if (spread) return launch.template operator()<D, kHeadDim, true, true>();
+    if (whole) return launch.template operator()<D, kHeadDim, true, false>();
+    launch.template operator()<D, kHeadDim, false, false>();
+  };
+  const auto run_dtype = [&]<DType D>() {
+    if (p.head_dim == 64) return run.template operator()<D, 64>();
+    run.template operator()<D, 128>();
   };
   if (p.dtype == DType::kBF16) {
-    run.template operator()<DType::kBF16>();
+    run_dtype.template operator()<DType::kBF16>();
   } else {
-    run.template operator()<DType::kF16>();
+    run_dtype.template operator()<DType::kF16>();
   }
   if (!whole) attention_combine(stream, out, tokens, n_heads, p.head_dim, map, 0, partitions, scratch, rounded);
 }
