@@ -577,8 +577,9 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 // and so does a block that takes all its tokens' partitions and merges them
 // itself (span 0) instead of the combine kernel; 3 tokens at 600 positions merge
 // 10 partitions, and so does a lone decode token at 600 or 150 (what a decode
-// step of few sequences takes whole by default, its partitions spread over the
-// block's warps four at a time, or in one warp: TESSERA_CUDA_ATTENTION_SPREAD=0).
+// step of head_dim 128 and few sequences takes whole by default): its block
+// spreads the partitions over its warps four at a time, or takes them in one
+// warp (TESSERA_CUDA_ATTENTION_SPREAD=0).
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const AttentionCase c : {AttentionCase{GetParam(), 128, 300, 200, 0}, AttentionCase{GetParam(), 64, 300, 3, 0},

@@ -451,24 +451,19 @@ constexpr int64_t kMaxWhole = 32;
 // (session 31, two rounds, 512-token prompts) the 8B shape's batch-1 decode ran
 // 192.8 and 192.7 tok/s against 180.6 and 180.2, and 32 sequences 5,298.0 and
 // 5,256.9 against 5,122.4 and 5,167.8; the 1B shape (head_dim 64) lost 10 % so
-// (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides. And 0
-// for decode steps of at most a block an SM unsplit, of any head_dim, whose
-// blocks then spread their partitions over their warps (kSpread;
-// TESSERA_CUDA_ATTENTION_SPREAD=0 does not, read at every call).
+// (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides; its
+// whole blocks spreading their partitions over their warps (kSpread) still lost
+// 8 % (session 32: 852.6 and 850.2 against 936.8 and 921.7 split).
 // TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
 // compare spans in one process; 0 asks for the whole where it fits). The bits are
 // the same whichever it takes (merge.cuh), so the choice may follow the batch.
-bool spread_on() { return !switched_off("TESSERA_CUDA_ATTENTION_SPREAD"); }
-
 int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chunks, int64_t head_dim) {
   if (const char* asked = std::getenv("TESSERA_CUDA_ATTENTION_SPAN"); asked != nullptr) {
     const int64_t span = std::clamp<int64_t>(std::atoll(asked), 0, kMaxSpan);
     return span == 0 && partitions > kMaxWhole ? 1 : span;
   }
   const int64_t sms = multiprocessors();
-  if (partitions <= kMaxWhole &&
-      (chunks ? unsplit_blocks >= sms
-              : (head_dim == 128 && unsplit_blocks <= 2 * sms) || (spread_on() && unsplit_blocks <= sms)))
+  if (partitions <= kMaxWhole && (chunks ? unsplit_blocks >= sms : head_dim == 128 && unsplit_blocks <= 2 * sms))
     return 0;
   int64_t span = 4;
   while (span > 1 && partitions * unsplit_blocks / span < 4 * sms) span /= 2;
@@ -490,9 +485,11 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(count))
                           : dim3(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
                                  static_cast<unsigned>(p.n_kv_heads));
-  // A decode step's whole blocks of at most 16 columns, at most a block an SM: spread (the kernel's kSpread).
+  // A decode step's whole blocks of at most 16 columns, at most a block an SM, spread their partitions over
+  // their warps (the kernel's kSpread; TESSERA_CUDA_ATTENTION_SPREAD=0: one warp, read at every call). On the
+  // H200 (session 32, two rounds) the 8B shape's batch-1 decode ran 196.4 and 197.3 tok/s against 195.2 and 194.0.
   const bool spread = whole && tokens == count && count * p.n_kv_heads <= multiprocessors() &&
-                      n_heads / p.n_kv_heads <= 16 && spread_on();
+                      n_heads / p.n_kv_heads <= 16 && !switched_off("TESSERA_CUDA_ATTENTION_SPREAD");
   const auto launch = [&]<DType D, int kHeadDim, bool kWhole, bool kSpread>() {
     const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole, kSpread>;
     constexpr size_t kStages = kSpread ? kWarps : 2;
