@@ -12,6 +12,10 @@
 // products add up to the chunk's dot product. The eight warps' sums are then
 // added in warp order. Every order depends on k alone: kTiles, the number of
 // tokens and the grid do not touch it.
+//
+// A decode step's q/k/v job may also take rope and the KV store (MmaJob::rope):
+// its q and k tiles then hold rope's pairs of rows, and the epilogue turns them
+// and writes k and v into the pages (rope_store_rows), as rope_store would.
 #include <cuda_bf16.h>
 
 #include <algorithm>
