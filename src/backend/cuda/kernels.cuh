@@ -23,13 +23,6 @@ void matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, cons
 // Whether mma_matmul takes this weight (bf16 with k a multiple of 64; the choice
 // depends on the weight alone, never on the tokens).
 bool mma_matmul_fits(DType w_dtype, int64_t k);
-// Work for the tensor-core matmul (mma_matmul.cu): up to three bf16 weights of
-// the same k and their outputs, y[s] [tokens, n[s]] = x * w[s]^T (+ bias[s]), in
-// one launch; with `accumulate`, y[s] += that. With `gate_up`, w[0] is a gate
-// and w[1] an up projection of n[0] rows each, and y[0] = silu(gate) * up.
-// Each output is bitwise what a launch of its weight alone (and silu_mul) gives.
-// With `norm` (when mma_norm_fits), x's rows are RMS-normalized as they load,
-// bitwise as rms_norm writes them.
 // Where each token of a launch sits, in device memory: pos[t] is its position and
 // tables + table[t] its sequence's block table.
 struct TokenMap {
@@ -50,6 +43,13 @@ struct RopeStore {
   int64_t layer = 0;
   TokenMap map{};
 };
+// Work for the tensor-core matmul (mma_matmul.cu): up to three bf16 weights of
+// the same k and their outputs, y[s] [tokens, n[s]] = x * w[s]^T (+ bias[s]), in
+// one launch; with `accumulate`, y[s] += that. With `gate_up`, w[0] is a gate
+// and w[1] an up projection of n[0] rows each, and y[0] = silu(gate) * up.
+// Each output is bitwise what a launch of its weight alone (and silu_mul) gives.
+// With `norm` (when mma_norm_fits), x's rows are RMS-normalized as they load,
+// bitwise as rms_norm writes them.
 struct MmaJob {
   static constexpr int kMaxWeights = 3;
   const __nv_bfloat16* w[kMaxWeights] = {};
