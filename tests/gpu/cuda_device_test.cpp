@@ -600,13 +600,15 @@ TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes)
   }
 }
 
-// A decode step's q, k and v with rope and the KV store in the matmul's epilogue
-// (project_attend on up to 8 tokens: rotate-half over whole heads, 16-bit pages)
-// give bitwise what the matmuls and then attend give (TESSERA_CUDA_ROPE_IN_MATMUL=0):
-// q and k turned, v, every byte of the pages and the attention's output, for
-// sequences at scattered positions and blocks (three of 1, 2 and 1 tokens, and one
-// alone), with biases and a scaled rope, head_dim 64 and 128, bf16 and f16 pages.
-TEST(CudaDeviceTest, RopeAndKvStoreInTheDecodeMatmulAreBitwiseTheSeparateLaunches) {
+// A step's q, k and v with rope and the KV store in the matmuls (project_attend:
+// rotate-half over whole heads, 16-bit pages; up to 8 tokens in the decode
+// kernel's epilogue, 32 and more where the tiled matmul splits the sums, in the
+// launch that adds them) give bitwise what the matmuls and then attend give
+// (TESSERA_CUDA_ROPE_IN_MATMUL=0): q and k turned, v, every byte of the pages and
+// the attention's output, for sequences at scattered positions and blocks (three
+// of 1, 2 and 1 tokens, one alone, 33 and 60 sequences of a token and one of 2 or
+// 4), with biases and a scaled rope, head_dim 64 and 128, bf16 and f16 pages.
+TEST(CudaDeviceTest, RopeAndKvStoreInTheQkvMatmulsAreBitwiseTheSeparateLaunches) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const int64_t k = 512, block_size = 16;
   const float eps = 1e-5f;
@@ -617,30 +619,35 @@ TEST(CudaDeviceTest, RopeAndKvStoreInTheDecodeMatmulAreBitwiseTheSeparateLaunche
     std::vector<int64_t> tokens;  // each sequence's tokens in the step
     float scaling;
   };
+  const auto many = [](int64_t sequences, int64_t last) {
+    std::vector<int64_t> tokens(static_cast<size_t>(sequences), 1);
+    tokens.push_back(last);
+    return tokens;
+  };
   for (const Case& c :
        {Case{DType::kBF16, 128, 4, 2, false, {1, 2, 1}, 1.0f}, Case{DType::kF16, 64, 8, 2, true, {1, 2, 1}, 0.75f},
-        Case{DType::kBF16, 64, 4, 1, true, {1}, 1.0f}}) {
+        Case{DType::kBF16, 64, 4, 1, true, {1}, 1.0f}, Case{DType::kBF16, 128, 4, 2, true, many(33, 2), 1.0f},
+        Case{DType::kF16, 64, 8, 2, false, many(60, 4), 0.75f}}) {
     const int64_t hd = c.head_dim, n_q = c.n_heads * hd, n_kv = c.n_kv * hd;
     const auto place = [&](std::vector<int64_t> shape, uint32_t seed) { return place_random(*gpu, shape, seed); };
     const TensorView norm = place({k}, 1), wq = place({n_q, k}, 2), wk = place({n_kv, k}, 3), wv = place({n_kv, k}, 4);
     const TensorView none{}, bq = c.bias ? place({n_q}, 5) : none, bk = c.bias ? place({n_kv}, 6) : none,
                              bv = c.bias ? place({n_kv}, 7) : none;
-    // Sequence s at positions [37 + 150 s, ...), its blocks distinct and out of order.
+    // Sequence s at positions [37 + 23 s, ...), its blocks distinct and out of order.
+    const auto pos0_of = [](size_t s) { return 37 + 23 * static_cast<int64_t>(s); };
     std::vector<std::vector<int32_t>> tables;
     std::vector<SeqSlice> parts;
     int64_t tokens = 0;
     int32_t blocks = 0;
     for (size_t s = 0; s < c.tokens.size(); ++s) {
-      const int64_t pos0 = 37 + 150 * static_cast<int64_t>(s);
-      std::vector<int32_t> table(static_cast<size_t>((pos0 + c.tokens[s] + block_size - 1) / block_size));
+      std::vector<int32_t> table(static_cast<size_t>((pos0_of(s) + c.tokens[s] + block_size - 1) / block_size));
       std::iota(table.begin(), table.end(), blocks);
       std::shuffle(table.begin(), table.end(), std::mt19937(static_cast<uint32_t>(20 + s)));
       blocks += static_cast<int32_t>(table.size());
       tables.push_back(std::move(table));
       tokens += c.tokens[s];
     }
-    for (size_t s = 0; s < c.tokens.size(); ++s)
-      parts.push_back({c.tokens[s], 37 + 150 * static_cast<int64_t>(s), tables[s]});
+    for (size_t s = 0; s < c.tokens.size(); ++s) parts.push_back({c.tokens[s], pos0_of(s), tables[s]});
     std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
     for (size_t i = 0; i < inv_freq.size(); ++i)
       inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(hd));

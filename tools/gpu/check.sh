@@ -81,17 +81,19 @@ for step in $STEPS; do
     details)
       # Nsight Compute's sections (speed of light, occupancy, warp stalls, memory) for the kernels named by
       # $KERNELS (a regex) in the second decode step of $SEQUENCES (default 64; empty: batch 1) sequences on the
-      # 8B shape (after the bench's 4 steps of one sequence), as text.
+      # $DETAILS_SHAPE (default llama-3-8b) shape (after the bench's 4 steps of one sequence), as text, into
+      # details$DETAILS_TAG.txt.
       sequences=${SEQUENCES-64}
       TESSERA_CUDA_PROFILE_STEPS=1 TESSERA_CUDA_PROFILE_FROM=${sequences:+6} ncu --profile-from-start off --clock-control none \
         --kernel-name "regex:${KERNELS:-mma_attention|gemm_kernel}" --launch-count ${DETAILS:-6} \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
         --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-        build-gpu/bin/tessera bench --device cuda --config bench/shapes/llama-3-8b.json --random-weights --seed 1 \
-        --dtype bf16 --prompt 512 --decode 4 ${sequences:+--sequences $sequences} >"$OUT/details.txt" 2>"$OUT/details.err"
+        build-gpu/bin/tessera bench --device cuda --config bench/shapes/${DETAILS_SHAPE:-llama-3-8b}.json --random-weights \
+        --seed 1 --dtype bf16 --prompt 512 --decode 4 ${sequences:+--sequences $sequences} >"$OUT/details${DETAILS_TAG:-}.txt" 2>"$OUT/details.err"
       echo "details rc $?"
+      [ -n "${PREFILL-x}" ] || continue
       # And the kernels named by $PREFILL_KERNELS (default the tiled GEMM) of one prefill of $PREFILL tokens
-      # (default 512), past their first 40 launches (the first kernels of a process pay for loading).
+      # (default 512; set empty: none), past their first 40 launches (the first kernels of a process pay for loading).
       ncu --clock-control none --kernel-name "regex:${PREFILL_KERNELS:-gemm_kernel}" --launch-skip 40 --launch-count 3 \
         --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
         --section ComputeWorkloadAnalysis --section SourceCounters \

@@ -278,9 +278,9 @@ class CudaDevice final : public Device {
     attend_stored(a, tokens, tokens_map);
   }
 
-  // A decode step's q, k and v in one launch that also turns q and k and stores k
-  // and v (MmaJob::rope; TESSERA_CUDA_ROPE_IN_MATMUL=0: never, read at every call),
-  // then its attention: no rope_store launch.
+  // A step's q, k and v by matmuls that also turn q and k and store k and v
+  // (MmaJob::rope; TESSERA_CUDA_ROPE_IN_MATMUL=0: never, read at every call), then
+  // its attention: no rope_store launch.
   void project_attend(const float* x, int64_t tokens, std::span<const Projection, 3> qkv, const RowNorm& norm,
                       const AttendArgs& a) override {
     const int64_t k = qkv[0].w->dim(1);
@@ -289,7 +289,7 @@ class CudaDevice final : public Device {
         std::all_of(qkv.begin(), qkv.end(),
                     [&](auto& o) { return cuda::mma_matmul_fits(o.w->dtype, o.w->dim(1)) && o.w->dim(1) == k; }) &&
         qkv[2].w->dim(0) == qkv[1].w->dim(0) &&
-        cuda::mma_matmul_rope_fits(tokens, qkv[0].w->dim(0), qkv[1].w->dim(0), *a.pages, a.rotary);
+        cuda::mma_rope_fits(tokens, k, qkv[0].w->dim(0), qkv[1].w->dim(0), *a.pages, a.rotary);
     if (!fused) return Device::project_attend(x, tokens, qkv, norm, a);
     const KvPages& p = *a.pages;
     TS_CHECK(tokens_of(a.parts) == tokens, "attention parts of ", tokens_of(a.parts), " tokens for ", tokens);

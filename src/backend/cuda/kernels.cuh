@@ -30,11 +30,11 @@ struct TokenMap {
   const int32_t* table = nullptr;
   const int32_t* tables = nullptr;
 };
-// A decode step's rope and KV store done by its q/k/v matmul (mma_matmul, up to 8
-// tokens, MmaJob::rope): q's (y[0]) and k's (y[1]) heads turned at each token's
-// position (rotate-half over the whole head), then k and v (y[2]) stored into
-// `layer` of the pages (bf16 or f16), bitwise what rope_store does after the
-// matmuls (mma_matmul_rope_fits says when it can).
+// A step's rope and KV store done by its q/k/v matmul (MmaJob::rope: mma_matmul's
+// epilogue for up to 8 tokens, mma_gemm's addition of the split sums for many): q's
+// (y[0]) and k's (y[1]) heads turned at each token's position (rotate-half over the
+// whole head), then k and v (y[2]) stored into `layer` of the pages (bf16 or f16),
+// bitwise what rope_store does after the matmuls (mma_rope_fits says when it can).
 struct RopeStore {
   const float* inv_freq = nullptr;  // null: no rope, no store
   float scaling = 1.0f;
@@ -73,11 +73,12 @@ struct MmaJob {
   const __nv_bfloat16* next_norm = nullptr;
   float next_eps = 0.0f;
   __nv_bfloat16* next_x = nullptr;
-  RopeStore rope{};  // mma_matmul only, q, k and v (count 3)
+  RopeStore rope{};  // q, k and v (count 3), where mma_rope_fits
 };
-// Whether mma_matmul can take a q/k/v job's rope and KV store (MmaJob::rope) for
-// `tokens` tokens: q rows n_q and k, v rows n_kv, whole heads of head_dim.
-bool mma_matmul_rope_fits(int64_t tokens, int64_t n_q, int64_t n_kv, const KvPages& pages, const Rotary& rotary);
+// Whether the bf16 matmuls (mma_matmul for up to 8 tokens, mma_gemm for many when it
+// splits the sums) can take a q/k/v job's rope and KV store (MmaJob::rope) for
+// `tokens` tokens of length k: q rows n_q and k, v rows n_kv, whole heads of head_dim.
+bool mma_rope_fits(int64_t tokens, int64_t k, int64_t n_q, int64_t n_kv, const KvPages& pages, const Rotary& rotary);
 // Whether the matmul normalizes x itself for this job: mma_matmul as it loads
 // (up to 8 tokens, a chunk of k for each warp), or mma_gemm as it rounds x to
 // bf16 (mma_gemm_min_tokens() and more); TESSERA_CUDA_NORM_IN_MATMUL=0 says
@@ -97,6 +98,8 @@ size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job);
 // Whether mma_gemm can write job.next_x for this job (given next_norm and next_x):
 // one weight added to y whose eight sums the blocks split (few tokens, few rows).
 bool mma_gemm_normalizes_ahead(int64_t tokens, int64_t k, const MmaJob& job);
+// Whether mma_gemm's blocks split this job's eight sums (few tokens, few rows).
+bool mma_gemm_splits(int64_t tokens, int64_t k, const MmaJob& job);
 bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, const MmaJob& job, void* scratch,
               const __nv_bfloat16* x_rounded = nullptr);
 // FLOP/s of mma.sync m16n8k16 (bf16, f32 accumulators) over every SM, registers

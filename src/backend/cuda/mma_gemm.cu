@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/gemm_tile.cuh"
+#include "backend/cuda/rope_pair.cuh"
 #include "core/check.h"
 
 namespace tessera::cuda {
@@ -277,6 +278,28 @@ __global__ void add_sums_kernel(MmaJob job, int64_t tokens, int64_t width, const
   if (job.y_bf16 != nullptr) job.y_bf16[token * job.n[s] + mma_slot(row)] = __float2bfloat16_rn(out);
 }
 
+// add_sums_kernel's outputs for a q/k/v job with job.rope, turned and stored
+// (rope_pair.cuh) instead of written as they are: thread per (token, pair of rows
+// i and i + head_dim / 2 of one head of q, k or v).
+__global__ void add_sums_rope_kernel(MmaJob job, int64_t tokens, int64_t width, const float* __restrict__ sums) {
+  let_next_start();
+  wait_for_earlier();
+  const int64_t pairs = width / 2, half = job.rope.head_dim / 2;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tokens * pairs) return;
+  const int64_t token = i / pairs;
+  int64_t pair = i % pairs, col = 0;
+  int s = 0;
+  while (pair >= job.n[s] / 2) pair -= job.n[s] / 2, col += job.n[s++];
+  const int64_t row_a = pair / half * 2 * half + pair % half, row_b = row_a + half;
+  const auto sum_at = [&](int64_t row) {
+    float total = sums[token * width + col + row];
+    for (int z = 1; z < kMmaSplit; ++z) total += sums[(z * tokens + token) * width + col + row];
+    return with_bias(total, job.bias[s], row);
+  };
+  rope_store_pair(job, s, token, row_a, row_b, sum_at(row_a), sum_at(row_b));
+}
+
 // add_sums_kernel's outputs for a job of one weight that accumulates, a block a
 // token, and then the token's row normalized into job.next_x as norm_to_bf16_kernel
 // normalizes it (the same block_rms_scale and products), for the normalizing
@@ -409,6 +432,9 @@ void launch(cudaStream_t stream, const __nv_bfloat16* x, int64_t tokens, int64_t
     if (job.next_x != nullptr)
       return launch_kernel(add_sums_norm_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, stream, job, tokens,
                            sums);
+    if (job.rope.inv_freq != nullptr)
+      return launch_kernel(add_sums_rope_kernel, static_cast<unsigned>((tokens * plan.width / 2 + 255) / 256), 256, 0,
+                           stream, job, tokens, plan.width, sums);
     const int64_t outputs = tokens * (kGateUp ? job.n[0] : plan.width);
     launch_kernel(add_sums_kernel, static_cast<unsigned>((outputs + 255) / 256), 256, 0, stream, job, tokens,
                   plan.width, sums);
@@ -499,6 +525,8 @@ bool mma_gemm_normalizes_ahead(int64_t tokens, int64_t k, const MmaJob& job) {
   return normalizes_ahead(tokens, job, Plan(tokens, k, job));
 }
 
+bool mma_gemm_splits(int64_t tokens, int64_t k, const MmaJob& job) { return Plan(tokens, k, job).split; }
+
 size_t mma_gemm_scratch(int64_t tokens, int64_t k, const MmaJob& job) {
   const Plan plan(tokens, k, job);
   return x_bytes(tokens, k) + (plan.split ? static_cast<size_t>(kMmaSplit * tokens * plan.width) * sizeof(float) : 0);
@@ -518,6 +546,8 @@ bool mma_gemm(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, co
     launch_kernel(to_bf16_kernel, static_cast<unsigned>((count8 + 255) / 256), 256, 0, stream, x, count8,
                   reinterpret_cast<uint32_t*>(x_bf16));
   const Plan plan(tokens, k, given);
+  TS_CHECK(given.rope.inv_freq == nullptr || (plan.split && given.count == 3 && !given.gate_up && !given.accumulate),
+           "a q/k/v job with rope of ", given.count, " weights for ", tokens, " tokens");
   MmaJob job = given;
   const bool next = job.next_x != nullptr && job.next_norm != nullptr && normalizes_ahead(tokens, job, plan);
   if (!next) job.next_x = nullptr;

@@ -23,6 +23,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/rope_pair.cuh"
 #include "core/check.h"
 
 namespace tessera::cuda {
@@ -113,35 +114,17 @@ __device__ __forceinline__ void warp_sums(const XRows& xr, int64_t tokens, int64
   }
 }
 
-// A 16-bit KV element of pages of bf16 or f16 (mma_matmul_rope_fits).
-__device__ __forceinline__ uint16_t kv_bits(DType dtype, float v) {
-  return dtype == DType::kBF16 ? narrow<DType::kBF16>(v) : narrow<DType::kF16>(v);
-}
-
 // Warp 0's end of a block of weight s of a q/k/v job with job.rope (one tile of
-// up to 8 tokens): the sums of rows row_a (accumulators 0, 1) and row_b (2, 3),
-// q's and k's pairs turned at each token's position as rope_store turns them,
-// then k's and v's stored into the pages.
+// up to 8 tokens): the sums of rows row_a (accumulators 0, 1) and row_b (2, 3) of
+// each token, turned and stored (rope_pair.cuh).
 __device__ __forceinline__ void rope_store_rows(const MmaJob& job, int s, const float* partial, int64_t row_a,
                                                 int64_t row_b, int64_t token0, int64_t tokens) {
-  const RopeStore& r = job.rope;
-  const KvPages& p = r.pages;
-  const int64_t n = job.n[s], hd = r.head_dim;
   const int t = threadIdx.x % 4;
   for (int odd = 0; odd < 2; ++odd) {
     const int64_t token = token0 + 2 * t + odd;
     if (token >= tokens) continue;
-    float a = with_bias(block_sum<1>(partial, 0, odd), job.bias[s], row_a);
-    float b = with_bias(block_sum<1>(partial, 0, odd + 2), job.bias[s], row_b);
-    const int64_t pos = r.map.pos[token];
-    if (s < 2) rotate_pair(a, b, static_cast<float>(pos), r.inv_freq[row_a % hd], r.scaling);
-    job.y[s][token * n + row_a] = a;
-    job.y[s][token * n + row_b] = b;
-    if (s == 0) continue;
-    const int64_t block = r.map.tables[r.map.table[token] + pos / p.block_size], at = (pos % p.block_size) * hd;
-    auto* base = static_cast<uint16_t*>(p.base);
-    base[kv_offset(p, block, r.layer, s - 1, row_a / hd) + at + row_a % hd] = kv_bits(p.dtype, a);
-    base[kv_offset(p, block, r.layer, s - 1, row_b / hd) + at + row_b % hd] = kv_bits(p.dtype, b);
+    rope_store_pair(job, s, token, row_a, row_b, with_bias(block_sum<1>(partial, 0, odd), job.bias[s], row_a),
+                    with_bias(block_sum<1>(partial, 0, odd + 2), job.bias[s], row_b));
   }
 }
 
@@ -279,12 +262,16 @@ bool mma_norm_fits(int64_t tokens, int64_t k) {
   return !off && ((tokens <= 8 && k >= kSplit * kChunk) || tokens >= mma_gemm_min_tokens());
 }
 
-bool mma_matmul_rope_fits(int64_t tokens, int64_t n_q, int64_t n_kv, const KvPages& pages, const Rotary& rotary) {
+bool mma_rope_fits(int64_t tokens, int64_t k, int64_t n_q, int64_t n_kv, const KvPages& pages, const Rotary& rotary) {
   const int64_t hd = pages.head_dim;
-  return tokens >= 1 && tokens <= 8 && tokens < mma_gemm_min_tokens() && rotary.inv_freq != nullptr &&
-         !rotary.interleaved && (rotary.dim == 0 || rotary.dim == hd) && pages.base != nullptr &&
-         (pages.dtype == DType::kBF16 || pages.dtype == DType::kF16) && hd > 0 && hd % 16 == 0 && n_q % hd == 0 &&
-         n_kv == pages.n_kv_heads * hd && !switched_off("TESSERA_CUDA_ROPE_IN_MATMUL");
+  if (!(rotary.inv_freq != nullptr && !rotary.interleaved && (rotary.dim == 0 || rotary.dim == hd) &&
+        pages.base != nullptr && (pages.dtype == DType::kBF16 || pages.dtype == DType::kF16) && hd > 0 &&
+        hd % 16 == 0 && n_q % hd == 0 && n_kv == pages.n_kv_heads * hd && !switched_off("TESSERA_CUDA_ROPE_IN_MATMUL")))
+    return false;
+  if (tokens < mma_gemm_min_tokens()) return tokens >= 1 && tokens <= 8;
+  MmaJob job{.count = 3};
+  job.n[0] = n_q, job.n[1] = job.n[2] = n_kv;
+  return mma_gemm_splits(tokens, k, job);
 }
 
 void mma_matmul(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, MmaJob job) {
