@@ -579,15 +579,22 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 // 10 partitions, and so does a lone decode token at 600 or 150 (what a decode
 // step of head_dim 128 and few sequences takes whole by default): its block
 // spreads the partitions over its warps four at a time, or takes them in one
-// warp (TESSERA_CUDA_ATTENTION_SPREAD=0).
+// warp (TESSERA_CUDA_ATTENTION_SPREAD=0). The merge kernel loads 16 partitions
+// ahead (18 at 1,100 positions: two rounds) or each in turn
+// (TESSERA_CUDA_COMBINE_AHEAD=0), the same bits.
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
   TESSERA_CUDA_OR_SKIP(gpu);
   for (const AttentionCase c : {AttentionCase{GetParam(), 128, 300, 200, 0}, AttentionCase{GetParam(), 64, 300, 3, 0},
                                 AttentionCase{GetParam(), 128, 600, 3, 0}, AttentionCase{GetParam(), 128, 600, 1, 0},
-                                AttentionCase{GetParam(), 64, 600, 1, 0}, AttentionCase{GetParam(), 64, 150, 1, 0}}) {
+                                AttentionCase{GetParam(), 64, 600, 1, 0}, AttentionCase{GetParam(), 64, 150, 1, 0},
+                                AttentionCase{GetParam(), 64, 1100, 1, 0}}) {
     const int64_t first = c.positions - c.tokens;
     ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", "1", 1), 0);
     const auto one = run_attention(*gpu, c, first, c.tokens);
+    // The merge kernel waiting for each partition's loads in turn.
+    ASSERT_EQ(setenv("TESSERA_CUDA_COMBINE_AHEAD", "0", 1), 0);
+    EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, the merge without loads ahead";
+    unsetenv("TESSERA_CUDA_COMBINE_AHEAD");
     for (const char* span : {"2", "3", "4", "8", "0"}) {
       ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
       EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span;
