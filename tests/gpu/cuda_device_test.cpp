@@ -579,7 +579,9 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 // 10 partitions, and so does a lone decode token at 600 or 150 (what a decode
 // step of head_dim 128 and few sequences takes whole by default): its block
 // spreads the partitions over its warps four at a time, or takes them in one
-// warp (TESSERA_CUDA_ATTENTION_SPREAD=0). The merge kernel loads 16 partitions
+// warp (TESSERA_CUDA_ATTENTION_SPREAD=0); its spread blocks run in clusters that
+// share the partitions, block 0 merging them all (3 blocks at 600 positions, 5 at
+// 1,100), or alone. The merge kernel loads 16 partitions
 // ahead (18 at 1,100 positions: two rounds) or each in turn
 // (TESSERA_CUDA_COMBINE_AHEAD=0), the same bits.
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {
@@ -599,6 +601,13 @@ TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes)
       ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPAN", span, 1), 0);
       EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, span " << span;
     }
+    // A lone token's spread blocks in clusters of other sizes (by default as many as take four partitions each):
+    // none, and 2 (1,100 positions: 18 partitions in three rounds of 8).
+    for (const char* cluster : {"0", "2"}) {
+      ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_CLUSTER", cluster, 1), 0);
+      EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, clusters of " << cluster;
+    }
+    unsetenv("TESSERA_CUDA_ATTENTION_CLUSTER");
     // The whole in one warp (a lone token's block spreads its partitions over its warps by default).
     ASSERT_EQ(setenv("TESSERA_CUDA_ATTENTION_SPREAD", "0", 1), 0);
     EXPECT_EQ(run_attention(*gpu, c, first, c.tokens), one) << c.tokens << " tokens, the whole in one warp";

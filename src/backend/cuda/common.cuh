@@ -125,22 +125,31 @@ bool asked(const char* name);
 bool overlap_launches();
 
 // Launches `kernel` on `stream`, allowed to overlap the kernel before it (see
-// let_next_start); the kernel must call wait_for_earlier().
+// let_next_start); the kernel must call wait_for_earlier(). With cluster > 1 its
+// blocks run in clusters of that many consecutive blocks along x (sm_90: they may
+// read each other's shared memory and wait for each other).
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                   Args&&... args) {
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = overlap_launches() ? 1 : 0;
+void launch_kernel_in_clusters(unsigned cluster, void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                               cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = overlap_launches() ? 1 : 0;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = cluster, attrs[1].val.clusterDim.y = 1, attrs[1].val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared;
   config.stream = stream;
-  config.attrs = &overlap;
-  config.numAttrs = 1;
+  config.attrs = attrs;
+  config.numAttrs = cluster > 1 ? 2 : 1;
   const cudaError_t error = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   TS_CHECK(error == cudaSuccess, "[cuda] launching a kernel: ", cudaGetErrorString(error));
+}
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+                   Args&&... args) {
+  launch_kernel_in_clusters(1, kernel, grid, block, shared, stream, std::forward<Args>(args)...);
 }
 
 // 16 bytes from global to shared memory without passing through registers

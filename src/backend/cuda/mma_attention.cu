@@ -17,6 +17,7 @@
 // head, partition) is what attend.cu's combine kernel merges: the unnormalised
 // sum [head_dim], then the max (times ln 2: in base e, as the combine kernel takes
 // it) and the sum of the weights.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,6 +33,8 @@
 namespace tessera::cuda {
 
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kPositions = 64;  // a partition, as attend.cu's kPartition
 constexpr int kWarps = 4;
@@ -123,7 +126,11 @@ struct Stage {
 // (four stages: warp w partition 4n + w), each writing its partition's output,
 // max and sum to shared memory, and warp 0 merges the four in partition order
 // into its running merge, as the block without kSpread merges them one by one:
-// the same bits, in a quarter of the chain of partitions.
+// the same bits, in a quarter of the chain of partitions. Spread blocks may run in
+// clusters (launch_kernel_in_clusters): the C blocks of a cluster share a KV head
+// and take its partitions four at a time in turn (block r partitions 4r..4r + 3 of
+// each round of 4C), and block 0's warp 0 merges every block's four, block by
+// block, from their shared memory: the same order again, in 1/C of the rounds.
 // Split, three blocks fit an SM's registers and shared memory (168 registers at most); whole, two
 // (its shared memory); spread, one (hd 128) or two.
 template <DType D, int kHeadDim, bool kWhole, bool kSpread = false>
@@ -138,7 +145,10 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   constexpr int kStages = kSpread ? kWarps : 2;
   auto* key_rows = reinterpret_cast<int64_t*>(stages + kStages);  // [span * kPositions]
   const ColumnBlock cb = column_blocks[kWhole ? gridDim.y - 1 - blockIdx.y : blockIdx.y];
-  const int64_t kv = kWhole ? blockIdx.x : blockIdx.z, group = n_heads / p.n_kv_heads;
+  // (kSpread) The cluster's blocks (1 unless launched in clusters) and this one's place in it.
+  const unsigned blocks = kSpread ? cg::this_cluster().num_blocks() : 1;
+  const unsigned rank = kSpread ? cg::this_cluster().block_rank() : 0;
+  const int64_t kv = kWhole ? blockIdx.x / blocks : blockIdx.z, group = n_heads / p.n_kv_heads;
   const int64_t part0 = kWhole ? 0 : blockIdx.x * span, last = map.pos[cb.first + cb.tokens - 1];
   // The partitions of the span that hold a position some token of the block sees.
   const int64_t parts = min(span, min(partitions - part0, last / kPositions + 1 - part0));
@@ -192,12 +202,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   // layer; keys and values of positions below `fresh` were stored by earlier
   // steps. A first partition of those alone is copied while the kernels before
   // this one (rope and the store of this step's keys) still run.
-  const bool older = first_at + rows_of(0) <= cb.fresh;
-  if (older) copy_keys_and_values(0);
+  // (kSpread) The block's first partition, and its first four copied.
+  const int64_t own = static_cast<int64_t>(kWarps) * rank;
+  const bool older = own < parts && (part0 + own) * kPositions + rows_of(own) <= cb.fresh;
+  if (older) copy_keys_and_values(own);
   wait_for_earlier();
-  if (!older) copy_keys_and_values(0);
+  if (!older && own < parts) copy_keys_and_values(own);
   if constexpr (kSpread)
-    for (int64_t i = 1; i < min(parts, static_cast<int64_t>(kWarps)); ++i) copy_keys_and_values(i);
+    for (int64_t i = own + 1; i < min(parts, own + kWarps); ++i) copy_keys_and_values(i);
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
@@ -304,9 +316,9 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
       }
     }
   };
-  // What partition `part` adds: to the running merge (whole) or to scratch.
-  const auto take = [&](int64_t part, const bool(&used)[2], const float(&o)[kHeadDim / 8][4], const float(&peak)[2],
-                        const float(&sum)[2]) {
+  // What partition `part` adds: to the running merge (whole) or to scratch. o(dt, e) is its output's
+  // accumulator e of dimensions dt (read where it lies: registers, or a block's slots).
+  const auto take = [&](int64_t part, const bool(&used)[2], auto&& o, const float(&peak)[2], const float(&sum)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!used[r]) continue;
@@ -315,16 +327,16 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
         const float2 w = merge_partition(run[r], top, sum[r]);
 #pragma unroll
         for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-          merged[dt][2 * r] = merge_output(merged[dt][2 * r], o[dt][2 * r], w);
-          merged[dt][2 * r + 1] = merge_output(merged[dt][2 * r + 1], o[dt][2 * r + 1], w);
+          merged[dt][2 * r] = merge_output(merged[dt][2 * r], o(dt, 2 * r), w);
+          merged[dt][2 * r + 1] = merge_output(merged[dt][2 * r + 1], o(dt, 2 * r + 1), w);
         }
         continue;
       }
       float* to = scratch + ((token[r] * n_heads + head[r]) * partitions + part) * (kHeadDim + 2);
 #pragma unroll
       for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-        to[dt * 8 + 2 * t] = o[dt][2 * r];
-        to[dt * 8 + 2 * t + 1] = o[dt][2 * r + 1];
+        to[dt * 8 + 2 * t] = o(dt, 2 * r);
+        to[dt * 8 + 2 * t + 1] = o(dt, 2 * r + 1);
       }
       if (t == 0) {
         to[kHeadDim] = top;
@@ -339,8 +351,17 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
     // Slots of each warp's partition: o [kWarps][kHeadDim / 8][4][32], then peak and sum [kWarps][4][32].
     auto* slot_o = reinterpret_cast<float*>(key_rows + span * kPositions);
     float* slot_ps = slot_o + kWarps * (kHeadDim / 8) * 4 * 32;
-    for (int64_t first = 0; first < parts; first += kWarps) {
-      if (first > 0)
+    // Every block of the cluster waits for every other (one block: a block barrier).
+    const auto all_wait = [&] {
+      if (blocks > 1) {
+        cg::this_cluster().sync();
+      } else {
+        __syncthreads();
+      }
+    };
+    for (int64_t round = 0; round < parts; round += kWarps * blocks) {
+      const int64_t first = round + own;  // this block's four
+      if (round > 0)
         for (int64_t i = first; i < min(parts, first + kWarps); ++i) copy_keys_and_values(i);
       copies_wait<0>();
       __syncthreads();
@@ -360,22 +381,25 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
           slot_ps[(warp * 4 + 2 + r) * 32 + lane] = sum[r];
         }
       }
-      __syncthreads();
-      if (warp == 0)
-        for (int w = 0; w < kWarps && first + w < parts; ++w) {
-          const int64_t part = part0 + first + w;
-          bool used[2];
-          used_by(part * kPositions, used);
-          float o[kHeadDim / 8][4], peak[2], sum[2];
-#pragma unroll
-          for (int dt = 0; dt < kHeadDim / 8; ++dt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[dt][e] = slot_o[((w * (kHeadDim / 8) + dt) * 4 + e) * 32 + lane];
-          for (int r = 0; r < 2; ++r)
-            peak[r] = slot_ps[(w * 4 + r) * 32 + lane], sum[r] = slot_ps[(w * 4 + 2 + r) * 32 + lane];
-          take(part, used, o, peak, sum);
+      all_wait();
+      if (rank == 0 && warp == 0)
+        for (unsigned b = 0; b < blocks; ++b) {
+          // Block b's slots (its shared memory, for b > 0).
+          const float* from_o = b == 0 ? slot_o : cg::this_cluster().map_shared_rank(slot_o, b);
+          const float* from_ps = b == 0 ? slot_ps : cg::this_cluster().map_shared_rank(slot_ps, b);
+          for (int w = 0; w < kWarps && round + kWarps * b + w < parts; ++w) {
+            const int64_t part = part0 + round + kWarps * b + w;
+            bool used[2];
+            used_by(part * kPositions, used);
+            float peak[2], sum[2];
+            for (int r = 0; r < 2; ++r)
+              peak[r] = from_ps[(w * 4 + r) * 32 + lane], sum[r] = from_ps[(w * 4 + 2 + r) * 32 + lane];
+            take(
+                part, used, [&](int dt, int e) { return from_o[((w * (kHeadDim / 8) + dt) * 4 + e) * 32 + lane]; },
+                peak, sum);
+          }
         }
-      __syncthreads();  // the stages and slots are free for the next four
+      all_wait();  // the stages and slots are free for the next round, and block 0 has read every block's
     }
   } else {
     for (int64_t i = 0; i < parts; ++i) {
@@ -401,12 +425,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
         __syncthreads();
       };
       partition_sums(stages[i % kStages], start, used, values_ready, o, peak, sum);
-      if (!idle) take(part, used, o, peak, sum);
+      if (!idle)
+        take(
+            part, used, [&](int dt, int e) { return o[dt][e]; }, peak, sum);
       __syncthreads();  // every warp is done with this stage before the copies two rounds on refill it
     }
   }
   if constexpr (kWhole) {
-    if (idle || (kSpread && warp != 0)) return;  // spread: warp 0 holds the merge
+    if (idle || (kSpread && (warp != 0 || rank != 0))) return;  // spread: block 0's warp 0 holds the merge
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if (!mine[r]) continue;
@@ -481,15 +507,24 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const int64_t asked = partitions_a_block(partitions, count * p.n_kv_heads, tokens > count, p.head_dim);
   const bool whole = asked == 0;
   const int64_t span = whole ? partitions : asked;
-  // Whole: (KV head, column block), the last column blocks (a prompt's longest) first.
-  const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads), static_cast<unsigned>(count))
-                          : dim3(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
-                                 static_cast<unsigned>(p.n_kv_heads));
   // A decode step's whole blocks of at most 16 columns, at most a block an SM, spread their partitions over
   // their warps (the kernel's kSpread; TESSERA_CUDA_ATTENTION_SPREAD=0: one warp, read at every call). On the
   // H200 (session 32, two rounds) the 8B shape's batch-1 decode ran 196.4 and 197.3 tok/s against 195.2 and 194.0.
-  const bool spread = whole && tokens == count && count * p.n_kv_heads <= multiprocessors() &&
-                      n_heads / p.n_kv_heads <= 16 && !switched_off("TESSERA_CUDA_ATTENTION_SPREAD");
+  const int64_t sms = multiprocessors();
+  const bool spread = whole && tokens == count && count * p.n_kv_heads <= sms && n_heads / p.n_kv_heads <= 16 &&
+                      !switched_off("TESSERA_CUDA_ATTENTION_SPREAD");
+  // Spread blocks run in clusters of as many as take four partitions each (at most 8, and no more blocks than SMs;
+  // TESSERA_CUDA_ATTENTION_CLUSTER=N asks for N, 0 or 1 for none, read at every call).
+  int64_t cluster = 1;
+  if (spread) {
+    const char* asked_cluster = std::getenv("TESSERA_CUDA_ATTENTION_CLUSTER");
+    const int64_t want = asked_cluster != nullptr ? std::atoll(asked_cluster) : (partitions + kWarps - 1) / kWarps;
+    cluster = std::clamp<int64_t>(want, 1, std::min<int64_t>(8, sms / (count * p.n_kv_heads)));
+  }
+  // Whole: (KV head, column block), the last column blocks (a prompt's longest) first.
+  const dim3 grid = whole ? dim3(static_cast<unsigned>(p.n_kv_heads * cluster), static_cast<unsigned>(count))
+                          : dim3(static_cast<unsigned>((partitions + span - 1) / span), static_cast<unsigned>(count),
+                                 static_cast<unsigned>(p.n_kv_heads));
   const auto launch = [&]<DType D, int kHeadDim, bool kWhole, bool kSpread>() {
     const auto kernel = mma_attention_kernel<D, kHeadDim, kWhole, kSpread>;
     constexpr size_t kStages = kSpread ? kWarps : 2;
@@ -501,8 +536,8 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
     TS_CHECK(sized, "the attention kernel cannot have ", kMostShared, " bytes of shared memory");
     const size_t shared =
         kStages * sizeof(Stage<kHeadDim>) + static_cast<size_t>(span * kPositions) * sizeof(int64_t) + kSlots;
-    launch_kernel(kernel, grid, kWarps * 32, shared, stream, q, n_heads, p, layer, map, scale, partitions, span,
-                  column_blocks, scratch, out, rounded);
+    launch_kernel_in_clusters(static_cast<unsigned>(cluster), kernel, grid, kWarps * 32, shared, stream, q, n_heads, p,
+                              layer, map, scale, partitions, span, column_blocks, scratch, out, rounded);
   };
   const auto run = [&]<DType D, int kHeadDim>() {
     if (spread) return launch.template operator()<D, kHeadDim, true, true>();
