@@ -291,6 +291,64 @@ TEST_P(QuantMatmulTest, EmbedDequantizesTheRowsAsked) {
     EXPECT_EQ(bits(y.data() + t * hidden, hidden), bits(w.data() + ids[t] * hidden, hidden)) << "id " << ids[t];
 }
 
+// CpuDevice::matmuls deals the rows of several GGUF weights of one x out in one region,
+// x rounded once for each kind of activations (Q8_0 for Q8_0 and Q4_0, Q8_K for the K
+// types), and gate_up computes gate and up in one region, each thread applying silu_mul
+// to its rows: each output bitwise what matmul (and silu_mul) give it, with a norm, at
+// any thread count and token count; weights of ragged heights and mixed types.
+TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
+  const int64_t k = 512;
+  const std::vector<std::pair<DType, int64_t>> weights_of{
+      {DType::kQ4_K, 37}, {DType::kQ8_0, 5}, {DType::kQ6_K, 70}, {DType::kQ4_0, 16}, {DType::kQ5_K, 1}};
+  const auto x = random_values(static_cast<size_t>(20 * k), 7);
+  const auto norm = random_values(static_cast<size_t>(k), 8);
+  const TensorView norm_weight{DType::kF32, {k}, const_cast<float*>(norm.data())};
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<TensorView> weights;
+  for (size_t i = 0; i < weights_of.size(); ++i)
+    blocks.push_back(random_blocks(weights_of[i].first, weights_of[i].second, k, static_cast<uint32_t>(10 + i)));
+  for (size_t i = 0; i < weights_of.size(); ++i)
+    weights.push_back({weights_of[i].first, {weights_of[i].second, k}, blocks[i].data()});
+  // gate and up: 70 rows (a partial unit of 16), of one kind of activations or of two.
+  const auto gate_blocks = random_blocks(DType::kQ4_K, 70, k, 20);
+  const TensorView gate{DType::kQ4_K, {70, k}, gate_blocks.data()};
+  const auto up_blocks = random_blocks(DType::kQ4_0, 70, k, 21);
+  const TensorView up_q4_0{DType::kQ4_0, {70, k}, up_blocks.data()};
+  const TensorView no_bias{};
+  for (const int64_t tokens : {1, 3, 20}) {
+    for (const size_t threads : {1, 2, 3}) {
+      CpuDevice device(threads);
+      std::vector<float> normed(static_cast<size_t>(tokens * k)), scratch(normed.size());
+      device.rms_norm(x.data(), tokens, k, norm_weight, 1e-5f, normed.data());
+      std::vector<std::vector<float>> each, together;
+      std::vector<Device::Projection> outs;
+      for (const TensorView& w : weights) {
+        each.emplace_back(static_cast<size_t>(tokens * w.dim(0)));
+        together.emplace_back(each.back().size(), std::nanf(""));
+        device.matmul(normed.data(), tokens, w, {}, each.back().data());
+      }
+      for (size_t i = 0; i < weights.size(); ++i) outs.push_back({&weights[i], &no_bias, together[i].data()});
+      device.matmuls(x.data(), tokens, outs, {&norm_weight, 1e-5f, scratch.data()});
+      for (size_t i = 0; i < weights.size(); ++i)
+        EXPECT_EQ(bits(each[i].data(), static_cast<int64_t>(each[i].size())),
+                  bits(together[i].data(), static_cast<int64_t>(together[i].size())))
+            << "weight " << i << ", " << tokens << " tokens, " << threads << " threads";
+      for (const TensorView* up :
+           {static_cast<const TensorView*>(&weights[2]), &gate, &up_q4_0}) {  // Q8_K activations as gate's, then Q8_0
+        const auto n = static_cast<size_t>(tokens * 70);
+        std::vector<float> want(n), want_up(n), got(n, std::nanf("")), got_up(n);
+        device.matmul(normed.data(), tokens, gate, {}, want.data());
+        device.matmul(normed.data(), tokens, *up, {}, want_up.data());
+        device.silu_mul(want.data(), want_up.data(), tokens * 70, want.data());
+        device.gate_up(x.data(), tokens, gate, no_bias, *up, no_bias, got_up.data(), got.data(),
+                       {&norm_weight, 1e-5f, scratch.data()});
+        EXPECT_EQ(bits(want.data(), tokens * 70), bits(got.data(), tokens * 70))
+            << "gate_up, up " << dtype_name(up->dtype) << ", " << tokens << " tokens, " << threads << " threads";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });

@@ -13,6 +13,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_matmul.h"
 #include "core/check.h"
+#include "core/mapped_file.h"
 
 namespace tessera {
 
@@ -67,6 +68,12 @@ cpu::MatmulSplit gemm_split(int64_t tokens, int64_t n, int64_t k, DType dtype, s
 // the same matmul_rows sum either way.
 constexpr size_t kCallerBytes = size_t{128} << 10;
 
+// out[i] = silu(gate[i]) * up[i] for i in [begin, end): silu_mul's arithmetic, which
+// gate_up's quantized path runs on each thread's rows (so the same bits either way).
+void silu_mul_rows(const float* gate, const float* up, int64_t begin, int64_t end, float* out) {
+  for (int64_t i = begin; i < end; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
 // Element-wise ops split over the threads in units of at least this many elements, so
 // that a decode step's small ones (one token) stay on the calling thread. Every element
 // is computed as before, by whichever thread, so the results do not change.
@@ -91,6 +98,9 @@ Result<Buffer> CpuDevice::alloc(size_t bytes) {
   if (rounded >= kMapBytes) {
     data = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (data == MAP_FAILED) data = nullptr;
+    // A KV pool's blocks are first touched mid-step, a page fault for each 4 KiB (a
+    // 1B block of 16 positions is 1 MiB: 256 faults, 3-4 ms a block on the dev VM).
+    if (data != nullptr) advise_huge_pages(data, rounded);
   } else {
     data = std::aligned_alloc(kAlign, rounded);
   }
@@ -160,12 +170,23 @@ void CpuDevice::add_bias(int64_t tokens, const TensorView& bias, int64_t n, floa
   for (int64_t t = 0; t < tokens; ++t) add(b.data(), n, y + t * n);
 }
 
-bool CpuDevice::together(int64_t tokens, std::span<const Projection> outs) const {
+namespace {
+bool matmuls_together_on() {
   static const bool on = [] {
     const char* text = std::getenv("TESSERA_MATMULS_TOGETHER");
     return text == nullptr || std::strcmp(text, "0") != 0;
   }();
-  return on && outs.size() > 1 && std::all_of(outs.begin(), outs.end(), [&](const Projection& out) {
+  return on;
+}
+}  // namespace
+
+bool CpuDevice::quantized_together(std::span<const Projection> outs) {
+  return matmuls_together_on() && outs.size() > 1 &&
+         std::all_of(outs.begin(), outs.end(), [](const Projection& out) { return dtype_is_quantized(out.w->dtype); });
+}
+
+bool CpuDevice::together(int64_t tokens, std::span<const Projection> outs) const {
+  return matmuls_together_on() && outs.size() > 1 && std::all_of(outs.begin(), outs.end(), [&](const Projection& out) {
            const TensorView& w = *out.w;
            TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
            return !dtype_is_quantized(w.dtype) && cpu::matmul_packed_floats(tokens, w.dim(1), w.dtype) == 0;
@@ -173,10 +194,18 @@ bool CpuDevice::together(int64_t tokens, std::span<const Projection> outs) const
 }
 
 void CpuDevice::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
-  if (!together(tokens, outs)) return Device::matmuls(x, tokens, outs, norm);
+  const bool quantized = quantized_together(outs);
+  if (!quantized && !together(tokens, outs)) return Device::matmuls(x, tokens, outs, norm);
   if (norm.weight != nullptr) {
     rms_norm(x, tokens, outs[0].w->dim(1), *norm.weight, norm.eps, norm.scratch);
     x = norm.scratch;
+  }
+  if (quantized) {
+    std::vector<cpu::QuantProjection> quant;
+    for (const Projection& out : outs) quant.push_back({out.w, out.y});
+    cpu::quant_matmuls(pool_, x, tokens, quant);
+    for (const Projection& out : outs) add_bias(tokens, *out.bias, out.w->dim(0), out.y);
+    return;
   }
   const std::vector<const float*> xs(outs.size(), x);
   tiles_together(tokens, xs, outs);
@@ -370,8 +399,20 @@ void CpuDevice::attention(const AttentionArgs& a) {
 
 void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    silu_mul_rows(gate, up, static_cast<int64_t>(begin), static_cast<int64_t>(end), out);
   });
+}
+
+void CpuDevice::gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
+                        const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) {
+  const Projection both[] = {{&w_gate, &b_gate, out}, {&w_up, &b_up, up}};
+  if (!quantized_together(both) || !b_gate.empty() || !b_up.empty())
+    return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out, norm);
+  if (norm.weight != nullptr) {
+    rms_norm(x, tokens, w_gate.dim(1), *norm.weight, norm.eps, norm.scratch);
+    x = norm.scratch;
+  }
+  cpu::quant_gate_up(pool_, x, tokens, w_gate, w_up, up, out, silu_mul_rows);
 }
 
 void CpuDevice::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {

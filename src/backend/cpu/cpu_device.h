@@ -26,13 +26,19 @@ class CpuDevice final : public Device {
   Result<TensorView> place(const TensorView& host) override { return host; }
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
-  // A few tokens (decode) through f32, bf16 or f16 weights: the rows of all the
-  // weights dealt out in one parallel region (a lone token's q, k and v, its top_k
-  // experts' gates and ups, or their downs), each output bitwise what matmul gives
-  // it. Prefill and GGUF blocks run one matmul a weight; so does everything when
+  // A few tokens (decode) through f32, bf16 or f16 weights, or any tokens through
+  // GGUF blocks (quant_matmuls: x rounded once): the rows of all the weights dealt out
+  // in one parallel region (a lone token's q, k and v, its top_k experts' gates and
+  // ups, or their downs), each output bitwise what matmul gives it. Prefill through
+  // 16-bit weights runs one matmul a weight; so does everything when
   // TESSERA_MATMULS_TOGETHER=0 (read once; for measuring one against the other).
   void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {}) override;
   void matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) override;
+  // GGUF blocks without biases: gate and up in one region, each thread applying
+  // silu_mul to the rows it computed (quant_gate_up); bitwise the default's calls.
+  // Others, and everything when TESSERA_MATMULS_TOGETHER=0, take the default.
+  void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
+               const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
   void embed(const TensorView& table, std::span<const int32_t> ids, float* y) override;
   void rope(float* x, int64_t tokens, int64_t heads, int64_t head_dim, int64_t pos0, const Rotary& rotary) override;
@@ -57,6 +63,8 @@ class CpuDevice final : public Device {
   void add_bias(int64_t tokens, const TensorView& bias, int64_t n, float* y);
   // Whether matmuls and matmuls_each take all of outs in one region (tiles_together).
   bool together(int64_t tokens, std::span<const Projection> outs) const;
+  // Whether matmuls (and gate_up) take outs, all GGUF blocks, in one region (quant_matmuls).
+  static bool quantized_together(std::span<const Projection> outs);
   void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
 
   ThreadPool pool_;

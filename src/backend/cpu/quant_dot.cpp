@@ -946,6 +946,11 @@ namespace {
 bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
 }  // namespace
 
+QuantAct quant_act_of(DType dtype) {
+  TS_CHECK(dtype_is_quantized(dtype), dtype_name(dtype), " is not a quantized dtype");
+  return block32(dtype) ? QuantAct::kQ8_0 : QuantAct::kQ8_K;
+}
+
 size_t quant_act_bytes(DType dtype, int64_t k) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
   return block32(dtype) ? static_cast<size_t>(k / 32) * sizeof(Q8Block)

@@ -31,6 +31,11 @@
 
 namespace tessera::cpu {
 
+// How activations are rounded for weights of a dtype: Q8_0 blocks (Q8_0 and Q4_0
+// weights) or Q8_K ones (the K types). Weights of one kind can share a rounded x.
+enum class QuantAct { kQ8_0, kQ8_K };
+QuantAct quant_act_of(DType dtype);
+
 // Bytes of one token's activations rounded for weights of `dtype` (k elements):
 // k / 32 Q8Block or k / 256 Q8KBlock.
 size_t quant_act_bytes(DType dtype, int64_t k);

@@ -21,6 +21,9 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_unpack-inl.h"
@@ -150,44 +153,107 @@ void dequantize_rows(const void* w, DType dtype, int64_t rows, int64_t k, float*
   HWY_DYNAMIC_DISPATCH(DequantizeRows)(w, dtype, rows, k, out);
 }
 
-void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const TensorView& w, float* y) {
+namespace {
+
+// A quantized matmul weight's rows and their bytes, checked.
+struct QuantRows {
+  const uint8_t* base;
+  int64_t n, k;
+  size_t row_bytes;
+};
+
+QuantRows quant_rows(const TensorView& w) {
   TS_CHECK(w.shape.size() == 2 && dtype_is_quantized(w.dtype), "quantized matmul weight ", dtype_name(w.dtype), " ",
            shape_string(w.shape));
   const int64_t n = w.dim(0), k = w.dim(1);
   TS_CHECK(k % dtype_block_elements(w.dtype) == 0, dtype_name(w.dtype), " rows of ", k, " elements");
-  const size_t row_bytes = dtype_bytes(w.dtype, k);
-  const auto* base = static_cast<const uint8_t*>(w.data);
+  return {static_cast<const uint8_t*>(w.data), n, k, dtype_bytes(w.dtype, k)};
+}
 
-  // Each token's activations rounded to 8 bits once (quant_dot.h), shared by the threads.
-  // Kept between calls (the one inference thread calls this), grown to the largest call.
-  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> rounded;
-  thread_local size_t rounded_capacity = 0;
-  const size_t act_bytes = quant_act_bytes(w.dtype, k);
+// Each token's activations rounded to 8 bits for weights of `dtype` (quant_dot.h),
+// shared by the threads. One buffer for each kind of activations, kept between calls
+// (the one inference thread calls this) and grown to the largest call.
+const uint8_t* round_x(ThreadPool& pool, DType dtype, const float* x, int64_t tokens, int64_t k) {
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> rounded[2];
+  thread_local size_t capacity[2] = {0, 0};
+  const auto kind = static_cast<size_t>(quant_act_of(dtype));
+  const size_t act_bytes = quant_act_bytes(dtype, k);
   const size_t needed = act_bytes * static_cast<size_t>(tokens);
-  if (needed > rounded_capacity) {
-    rounded = hwy::AllocateAligned<uint8_t>(needed);
-    TS_CHECK(rounded, "[cpu] cannot allocate ", needed, " bytes for a quantized matmul");
-    rounded_capacity = needed;
+  if (needed > capacity[kind]) {
+    rounded[kind] = hwy::AllocateAligned<uint8_t>(needed);
+    TS_CHECK(rounded[kind], "[cpu] cannot allocate ", needed, " bytes for a quantized matmul");
+    capacity[kind] = needed;
   }
-  uint8_t* xq = rounded.get();  // not `rounded` in the lambdas: each thread has its own
-  // A few tokens take a few microseconds: less than waking the pool (decode calls this
-  // about 110 times a token). Each token is rounded by the same function either way.
+  uint8_t* xq = rounded[kind].get();  // not `rounded` in the lambda: each thread has its own
+  // A few tokens take a few microseconds: less than waking the pool (decode rounds x
+  // about 80 times a token). Each token is rounded by the same function either way.
   constexpr int64_t kRoundAlone = 4;
   if (tokens <= kRoundAlone) {
-    quantize_activations(w.dtype, x, tokens, k, xq);
+    quantize_activations(dtype, x, tokens, k, xq);
   } else {
     pool.parallel_for(static_cast<size_t>(tokens), 1, [&](size_t begin, size_t end) {
-      quantize_activations(w.dtype, x + static_cast<int64_t>(begin) * k, static_cast<int64_t>(end - begin), k,
+      quantize_activations(dtype, x + static_cast<int64_t>(begin) * k, static_cast<int64_t>(end - begin), k,
                            xq + begin * act_bytes);
     });
   }
+  return xq;
+}
 
-  // Chunks of 16 rows or a multiple, shrinking as the rows run out (for_chunks), taken
-  // by whichever thread is free next; a row is computed by one call in the one order,
-  // so no result depends on which thread took it (as CpuDevice::matmul splits 16-bit
-  // weights).
-  for_chunks(pool, static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
-    quant_dot_rows(w.dtype, base + begin * row_bytes, static_cast<int64_t>(end - begin), k, xq, tokens, y + begin, n);
+// Rows of 16 (whole decode tiles) are the unit the threads take.
+constexpr int64_t kUnit = 16;
+
+}  // namespace
+
+void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const TensorView& w, float* y) {
+  const QuantProjection out{&w, y};
+  quant_matmuls(pool, x, tokens, {&out, 1});
+}
+
+void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<const QuantProjection> outs) {
+  if (outs.empty()) return;
+  std::vector<QuantRows> rows;
+  std::vector<const uint8_t*> xq;
+  // Weight i's rows are units [first[i], first[i + 1]).
+  std::vector<int64_t> first{0};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    rows.push_back(quant_rows(*outs[i].w));
+    TS_CHECK(rows[i].k == rows[0].k, "weights of ", rows[0].k, " and ", rows[i].k, " columns for one x");
+    const DType dtype = outs[i].w->dtype;
+    size_t same = 0;  // an earlier weight that takes the same activations
+    while (same < i && quant_act_of(outs[same].w->dtype) != quant_act_of(dtype)) ++same;
+    xq.push_back(same < i ? xq[same] : round_x(pool, dtype, x, tokens, rows[i].k));
+    first.push_back(first.back() + (rows[i].n + kUnit - 1) / kUnit);
+  }
+  // Chunks of units shrinking as they run out (for_chunks), taken by whichever thread is
+  // free next; a chunk may span weights. A row is computed by one call in the one order,
+  // so no result depends on which thread took it or on the chunk it fell in (as
+  // CpuDevice::matmul splits 16-bit weights).
+  for_chunks(pool, static_cast<size_t>(first.back()), 1, [&](size_t begin, size_t end) {
+    auto i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), static_cast<int64_t>(begin)) -
+                                 first.begin() - 1);
+    for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++i) {
+      const QuantRows& w = rows[i];
+      const int64_t stop = std::min(static_cast<int64_t>(end), first[i + 1]);
+      const int64_t r0 = (unit - first[i]) * kUnit, r1 = std::min(w.n, (stop - first[i]) * kUnit);
+      quant_dot_rows(outs[i].w->dtype, w.base + static_cast<size_t>(r0) * w.row_bytes, r1 - r0, w.k, xq[i], tokens,
+                     outs[i].y + r0, w.n);
+      unit = stop;
+    }
+  });
+}
+
+void quant_gate_up(ThreadPool& pool, const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& w_up,
+                   float* up, float* out, const RowsCombine& combine) {
+  const QuantRows g = quant_rows(w_gate), u = quant_rows(w_up);
+  TS_CHECK(g.n == u.n && g.k == u.k, "gate ", shape_string(w_gate.shape), " and up ", shape_string(w_up.shape));
+  const uint8_t* xq_gate = round_x(pool, w_gate.dtype, x, tokens, g.k);
+  const uint8_t* xq_up =
+      quant_act_of(w_up.dtype) == quant_act_of(w_gate.dtype) ? xq_gate : round_x(pool, w_up.dtype, x, tokens, u.k);
+  for_chunks(pool, static_cast<size_t>(g.n), kUnit, [&](size_t begin, size_t end) {
+    const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
+    quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n);
+    quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n);
+    for (int64_t t = 0; t < tokens; ++t) combine(out + t * g.n, up + t * g.n, r0, r0 + rows, out + t * g.n);
   });
 }
 
