@@ -580,8 +580,8 @@ TEST_P(CudaAttentionTest, TokenIsBitwiseTheSameAloneAndWithOthers) {
 // step of head_dim 128 and few sequences takes whole by default): its block
 // spreads the partitions over its warps four at a time, or takes them in one
 // warp (TESSERA_CUDA_ATTENTION_SPREAD=0); its spread blocks run in clusters that
-// share the partitions, block 0 merging them all (3 blocks at 600 positions, 5 at
-// 1,100), or alone. The merge kernel loads 16 partitions
+// share the partitions, block 0 merging them all (5 blocks of two partitions at
+// 600 positions, 8 of three at 1,100), or alone. The merge kernel loads 16 partitions
 // ahead (18 at 1,100 positions: two rounds) or each in turn
 // (TESSERA_CUDA_COMBINE_AHEAD=0), the same bits.
 TEST_P(CudaAttentionTest, OutputsAreBitwiseTheSameWhateverPartitionsABlockTakes) {

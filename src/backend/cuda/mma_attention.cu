@@ -128,9 +128,10 @@ struct Stage {
 // into its running merge, as the block without kSpread merges them one by one:
 // the same bits, in a quarter of the chain of partitions. Spread blocks may run in
 // clusters (launch_kernel_in_clusters): the C blocks of a cluster share a KV head
-// and take its partitions four at a time in turn (block r partitions 4r..4r + 3 of
-// each round of 4C), and block 0's warp 0 merges every block's four, block by
-// block, from their shared memory: the same order again, in 1/C of the rounds.
+// and take its partitions P at a time in turn (P = ceil(partitions / C), at most
+// one a warp: block r partitions Pr..Pr + P - 1 of each round of PC), and block 0's
+// warp 0 merges every block's, block by block, from their shared memory: the same
+// order again, in fewer rounds.
 // Split, three blocks fit an SM's registers and shared memory (168 registers at most); whole, two
 // (its shared memory); spread, one (hd 128) or two.
 template <DType D, int kHeadDim, bool kWhole, bool kSpread = false>
@@ -202,14 +203,16 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
   // layer; keys and values of positions below `fresh` were stored by earlier
   // steps. A first partition of those alone is copied while the kernels before
   // this one (rope and the store of this step's keys) still run.
-  // (kSpread) The block's first partition, and its first four copied.
-  const int64_t own = static_cast<int64_t>(kWarps) * rank;
+  // (kSpread) The partitions a block takes a round (at most one a warp; a cluster's blocks share a token, so
+  // every block finds the same), the block's first, and its first ones copied.
+  const int64_t per = kSpread ? min(static_cast<int64_t>(kWarps), (parts + blocks - 1) / blocks) : 1;
+  const int64_t own = per * rank;
   const bool older = own < parts && (part0 + own) * kPositions + rows_of(own) <= cb.fresh;
   if (older) copy_keys_and_values(own);
   wait_for_earlier();
   if (!older && own < parts) copy_keys_and_values(own);
   if constexpr (kSpread)
-    for (int64_t i = own + 1; i < min(parts, own + kWarps); ++i) copy_keys_and_values(i);
+    for (int64_t i = own + 1; i < min(parts, own + per); ++i) copy_keys_and_values(i);
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
@@ -359,13 +362,13 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
         __syncthreads();
       }
     };
-    for (int64_t round = 0; round < parts; round += kWarps * blocks) {
-      const int64_t first = round + own;  // this block's four
+    for (int64_t round = 0; round < parts; round += per * blocks) {
+      const int64_t first = round + own;  // this block's
       if (round > 0)
-        for (int64_t i = first; i < min(parts, first + kWarps); ++i) copy_keys_and_values(i);
+        for (int64_t i = first; i < min(parts, first + per); ++i) copy_keys_and_values(i);
       copies_wait<0>();
       __syncthreads();
-      if (first + warp < parts) {
+      if (warp < per && first + warp < parts) {
         const int64_t start = (part0 + first + warp) * kPositions;
         bool used[2];
         used_by(start, used);
@@ -387,8 +390,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWhole ? 2 : 3)
           // Block b's slots (its shared memory, for b > 0).
           const float* from_o = b == 0 ? slot_o : cg::this_cluster().map_shared_rank(slot_o, b);
           const float* from_ps = b == 0 ? slot_ps : cg::this_cluster().map_shared_rank(slot_ps, b);
-          for (int w = 0; w < kWarps && round + kWarps * b + w < parts; ++w) {
-            const int64_t part = part0 + round + kWarps * b + w;
+          for (int w = 0; w < per && round + per * b + w < parts; ++w) {
+            const int64_t part = part0 + round + per * b + w;
             bool used[2];
             used_by(part * kPositions, used);
             float peak[2], sum[2];
@@ -513,15 +516,12 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const int64_t sms = multiprocessors();
   const bool spread = whole && tokens == count && count * p.n_kv_heads <= sms && n_heads / p.n_kv_heads <= 16 &&
                       !switched_off("TESSERA_CUDA_ATTENTION_SPREAD");
-  // Spread blocks run in clusters of as many as take four partitions each (at most 8, and no more blocks than SMs;
-  // TESSERA_CUDA_ATTENTION_CLUSTER=N asks for N, 0 or 1 for none, read at every call). On the H200 (session 34, two
-  // rounds each) the 8B shape's batch-1 decode after a 512-token prompt (10 partitions: 3 blocks) ran 204.6 / 206.3
-  // and 203.8 / 203.2 tok/s, against 197.4 / 197.3 in one block; clusters of 5 and 8 (the same 3 blocks at work,
-  // the rest idle) 205.8 / 206.1 and 202.8 / 205.0.
+  // Spread blocks run in clusters of as many as take two partitions each (at most 8, and no more blocks than SMs;
+  // TESSERA_CUDA_ATTENTION_CLUSTER=N asks for N, 0 or 1 for none, read at every call).
   int64_t cluster = 1;
   if (spread) {
     const char* asked_cluster = std::getenv("TESSERA_CUDA_ATTENTION_CLUSTER");
-    const int64_t want = asked_cluster != nullptr ? std::atoll(asked_cluster) : (partitions + kWarps - 1) / kWarps;
+    const int64_t want = asked_cluster != nullptr ? std::atoll(asked_cluster) : (partitions + 1) / 2;
     cluster = std::clamp<int64_t>(want, 1, std::min<int64_t>(8, sms / (count * p.n_kv_heads)));
   }
   // Whole: (KV head, column block), the last column blocks (a prompt's longest) first.
