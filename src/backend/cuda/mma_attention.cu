@@ -517,7 +517,9 @@ void mma_attention(cudaStream_t stream, const float* q, int64_t n_heads, const K
   const bool spread = whole && tokens == count && count * p.n_kv_heads <= sms && n_heads / p.n_kv_heads <= 16 &&
                       !switched_off("TESSERA_CUDA_ATTENTION_SPREAD");
   // Spread blocks run in clusters of as many as take two partitions each (at most 8, and no more blocks than SMs;
-  // TESSERA_CUDA_ATTENTION_CLUSTER=N asks for N, 0 or 1 for none, read at every call).
+  // TESSERA_CUDA_ATTENTION_CLUSTER=N asks for N, 0 or 1 for none, read at every call). On the H200 (session 34) the
+  // 8B shape's batch-1 decode after a 512-token prompt (10 partitions) ran 204.7 / 203.3 tok/s so, 203.9 / 200.4 in
+  // clusters of 3 (four a block) and 193.9 / 194.2 in one block.
   int64_t cluster = 1;
   if (spread) {
     const char* asked_cluster = std::getenv("TESSERA_CUDA_ATTENTION_CLUSTER");
