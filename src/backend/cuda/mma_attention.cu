@@ -2,8 +2,9 @@
 // sliding window), for every token count: decode and prefill run this same
 // kernel, so a token's bits never depend on its batch.
 //
-// A block takes 64-position partitions of one KV head (one, or a few in turn:
-// see the kernel) for up to 64 columns, a column being one query head of one token; its columns are one sequence's
+// A block takes 64-position partitions of one KV head (one, or a few in turn, or
+// for a lone decode token a share of them in a cluster of blocks: see the kernel)
+// for up to 64 columns, a column being one query head of one token; its columns are one sequence's
 // (ColumnBlock), so they share the partition's keys and values, copied once to
 // shared memory (the keys first, so that the scores are computed while the
 // values are still coming). Warp w takes columns [16w, 16w + 16) and, as
