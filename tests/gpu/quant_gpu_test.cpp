@@ -279,15 +279,24 @@ TEST(QuantGpu, ProductsAreTheirStatedOrderOfExactIntegerSumsBitwise) {
         int differ = 0;
         for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &stated[i], sizeof(float)) != 0;
         EXPECT_EQ(differ, 0) << "of " << got.size() << " outputs; the first: " << got[0] << " against " << stated[0];
-        if (tokens != 1) continue;
-        // A token's kernels before the lean ones, and the lean stages alone (quant_matmul.cu).
+        // Up to 8 tokens on Q4_K take the tensor cores (quant_mma.cu), and Q8_0 and Q6_K when
+        // asked: those and the dp4a kernels (quant_matmul.cu); for one token also the kernels
+        // before the lean ones, and the lean stages alone.
+        for (const char* mma : {"all", "0"}) {
+          ::setenv("TESSERA_CUDA_QUANT_MMA", mma, 1);
+          const std::vector<float> other = run(**gpu_made, w, x, tokens, &bias, add);
+          EXPECT_EQ(std::memcmp(other.data(), stated.data(), stated.size() * sizeof(float)), 0)
+              << "TESSERA_CUDA_QUANT_MMA=" << mma;
+        }
         for (const char* lean : {"0", "stages"}) {
+          if (tokens != 1) break;
           ::setenv("TESSERA_CUDA_QUANT_LEAN", lean, 1);
           const std::vector<float> leaner = run(**gpu_made, w, x, tokens, &bias, add);
           ::unsetenv("TESSERA_CUDA_QUANT_LEAN");
           EXPECT_EQ(std::memcmp(leaner.data(), stated.data(), stated.size() * sizeof(float)), 0)
               << "TESSERA_CUDA_QUANT_LEAN=" << lean;
         }
+        ::unsetenv("TESSERA_CUDA_QUANT_MMA");
       }
     }
   }

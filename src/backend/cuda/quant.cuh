@@ -58,6 +58,14 @@ constexpr size_t kMaxQuantJobs = 3;
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
                     bool accumulate, const float* gate, void* scratch);
 
+// quant_products for up to 8 tokens on Q4_K blocks through the integer tensor cores
+// (quant_mma.cu), bitwise the same outputs; false (nothing launched) for other dtypes,
+// more tokens, or TESSERA_CUDA_QUANT_MMA=0. TESSERA_CUDA_QUANT_MMA=all takes Q8_0 and
+// Q6_K there too (slower on the H200; benchmarks.md). Read at each call.
+struct Acts;
+bool quant_mma_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
+                        bool accumulate, const float* gate, const Acts& a);
+
 // y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
 // gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.
 void quant_embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, const int32_t* ids, int64_t count,

@@ -527,6 +527,7 @@ void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype,
   if (tokens == 0 || count == 0) return;
   const Acts a = acts_in(scratch, tokens, k);
   const std::span<const QuantJob> run(some, count);
+  if (quant_mma_products(stream, tokens, k, dtype, run, accumulate, gate, a)) return;
   with_quant_type(dtype, [&]<DType kT>() {
     if (tokens == 1) return launch_tile<kT, 1>(stream, run, k, tokens, a, gate, accumulate);
     if (tokens == 2) return launch_tile<kT, 2>(stream, run, k, tokens, a, gate, accumulate);
