@@ -71,7 +71,7 @@ constexpr size_t kCallerBytes = size_t{128} << 10;
 // out[i] = silu(gate[i]) * up[i] for i in [begin, end): silu_mul's arithmetic, which
 // gate_up's quantized path runs on each thread's rows (so the same bits either way).
 void silu_mul_rows(const float* gate, const float* up, int64_t begin, int64_t end, float* out) {
-  for (int64_t i = begin; i < end; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  cpu::silu_mul(gate + begin, up + begin, end - begin, out + begin);
 }
 
 // Element-wise ops split over the threads in units of at least this many elements, so
@@ -324,7 +324,7 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
 // A unit is a token and `per_unit` query heads of one KV head's group: scores against each
 // visible position block by block (one matmul of the unit's query rows over the block's key
 // rows, read in the pages' dtype and widened exactly: every score is summed in the order
-// matmul.cpp states, whatever the number of rows), a softmax per head in position order,
+// matmul.cpp states, whatever the number of rows), a softmax per head (softmax_scaled),
 // then each head's values summed in the same order. A unit reads only its own queries and
 // the pages, so a token's output depends neither on what else is in the call nor on how
 // heads are grouped into units.
@@ -374,18 +374,7 @@ void CpuDevice::attention(const AttentionArgs& a) {
       });
       for (int64_t j = 0; j < per_unit; ++j) {
         float* head_scores = scores.data() + j * n;
-        float max_score = -std::numeric_limits<float>::infinity();
-        for (int64_t c = 0; c < n; ++c) {
-          head_scores[c] *= a.scale;
-          max_score = std::max(max_score, head_scores[c]);
-        }
-        float sum = 0.0f;
-        for (int64_t c = 0; c < n; ++c) {
-          head_scores[c] = std::exp(head_scores[c] - max_score);
-          sum += head_scores[c];
-        }
-        const float inv_sum = 1.0f / sum;
-        for (int64_t c = 0; c < n; ++c) head_scores[c] *= inv_sum;
+        cpu::softmax_scaled(head_scores, n, a.scale);
         float* out = a.out + (t * a.n_heads + h0 + j) * hd;
         std::fill(out, out + hd, 0.0f);
         for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {

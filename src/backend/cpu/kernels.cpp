@@ -5,6 +5,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include "hwy/contrib/math/math-inl.h"  // after highway.h, once a target
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -191,6 +193,52 @@ uint64_t ReadSum(const uint64_t* HWY_RESTRICT data, int64_t n, int streams, Read
   }
 }
 
+// x[i] = exp(x[i] * scale - max) / sum, max the largest x[i] * scale and sum that of
+// the exponentials: attention's softmax over a head's scores. Highway's Exp (within
+// 1 ULP of std::exp) on whole vectors and on the tail's lanes one at a time; the sum
+// by lanes, then the lanes in order, then the tail: one order for every n.
+void SoftmaxScaled(float* HWY_RESTRICT x, int64_t n, float scale) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df)), whole = n / lanes * lanes;
+  const VF s = hn::Set(df, scale);
+  VF top = hn::Set(df, -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < whole; i += lanes) {
+    const VF v = hn::Mul(hn::LoadU(df, x + i), s);
+    hn::StoreU(v, df, x + i);
+    top = hn::Max(top, v);
+  }
+  float max = hn::GetLane(hn::MaxOfLanes(df, top));
+  for (int64_t i = whole; i < n; ++i) x[i] *= scale, max = std::max(max, x[i]);
+  const VF m = hn::Set(df, max);
+  VF sums = hn::Zero(df);
+  for (int64_t i = 0; i < whole; i += lanes) {
+    const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), m));
+    hn::StoreU(e, df, x + i);
+    sums = hn::Add(sums, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, sums));
+  for (int64_t i = whole; i < n; ++i) {
+    x[i] = hn::GetLane(hn::Exp(df, hn::Set(df, x[i] - max)));
+    sum += x[i];
+  }
+  const VF inv = hn::Set(df, 1.0f / sum);
+  for (int64_t i = 0; i < whole; i += lanes) hn::StoreU(hn::Mul(hn::LoadU(df, x + i), inv), df, x + i);
+  for (int64_t i = whole; i < n; ++i) x[i] *= 1.0f / sum;
+}
+
+// out[i] = gate[i] / (1 + exp(-gate[i])) * up[i] (SiLU times up), Highway's Exp on whole
+// vectors and on the tail's lanes one at a time: each element's bits depend on its
+// inputs alone, not on where a call starts or ends.
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const VF one = hn::Set(df, 1.0f);
+  const auto silu = [&](VF g, VF u) { return hn::Mul(hn::Div(g, hn::Add(one, hn::Exp(df, hn::Neg(g)))), u); };
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(silu(hn::LoadU(df, gate + i), hn::LoadU(df, up + i)), df, out + i);
+  for (; i < n; ++i) out[i] = hn::GetLane(silu(hn::Set(df, gate[i]), hn::Set(df, up[i])));
+}
+
 // kFmaChains independent chains of fused multiply-adds on registers only: enough
 // chains to cover the FMA latency on every unit (4 cycles x 2 units on Zen 3 and
 // Sapphire Rapids), few enough to stay in the 16 registers of AVX2.
@@ -227,6 +275,8 @@ HWY_EXPORT(AxpyRows);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(ReadSum);
 HWY_EXPORT(Argmax);
+HWY_EXPORT(SoftmaxScaled);
+HWY_EXPORT(SiluMul);
 HWY_EXPORT(FmaLoop);
 HWY_EXPORT(FmaLoopFlops);
 HWY_EXPORT(IsaName);
@@ -241,6 +291,10 @@ void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }
+void softmax_scaled(float* x, int64_t n, float scale) { HWY_DYNAMIC_DISPATCH(SoftmaxScaled)(x, n, scale); }
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n, out);
+}
 int64_t decode_prefetch_bytes() {
   static const int64_t ahead = [] {
     const char* text = std::getenv("TESSERA_DECODE_PREFETCH");

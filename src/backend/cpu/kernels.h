@@ -77,6 +77,12 @@ int decode_tile_rows();
 // The index of the first largest of x[0, n): std::max_element's answer (0 for n = 0),
 // read in vectors where x holds no NaN or infinity.
 int64_t argmax(const float* x, int64_t n);
+// x[i] = exp(scale x[i] - max) / sum over the row (attention's softmax), vectorized:
+// within a few ULP of the scalar loop, in one order for every n.
+void softmax_scaled(float* x, int64_t n, float scale);
+// out[i] = silu(gate[i]) * up[i], vectorized; each element's bits depend on its inputs
+// alone (out may be gate or up).
+void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 // How read_sum walks its words. kRows: blocks of `streams` (4, 8 or 16) rows of 4 KiB,
 // the rows of a block side by side, as a 16-bit decode tile reads weight rows. kParts:
 // `streams` (1, 2 or 4) contiguous parts at once, each one long sequential stream, as
