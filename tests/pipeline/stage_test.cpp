@@ -493,10 +493,11 @@ std::vector<float> floats_of(const wire::Frame& frame, const wire::DecodeLimits&
 
 // Drives a stage's batching: 3-token prompts for requests 1..4, then rounds of a
 // 60-token prompt of another request (which keeps the stage busy) followed by
-// one token for each of 1..4, until the probe's largest_step is 2 or more (a few
-// tries: the host may be slow). send(request, tokens) sends a request's next
-// tokens and puts what a local Forward gives it alone in `expected`; each result
-// read from `results` (decoded with `limits`) must equal it. Returns largest_step.
+// one token for each of 1..4, until the probe's largest_step is 2 or more (up to
+// 30 tries: on a loaded host the 60-token prompt may end before the tokens
+// arrive). send(request, tokens) sends a request's next tokens and puts what a
+// local Forward gives it alone in `expected`; each result read from `results`
+// (decoded with `limits`) must equal it. Returns largest_step.
 uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, size_t)>& send, FrameChannel& results,
                         const wire::DecodeLimits& limits, const std::map<uint64_t, std::vector<float>>& expected) {
   const wire::FrameLimits frame_limits{wire::kMaxMessageHeaderBytes, wire::max_payload_bytes(limits),
@@ -512,7 +513,7 @@ uint64_t drive_batching(StageHarness& stage, const std::function<void(uint64_t, 
   for (uint64_t request = 1; request <= 4; ++request) send(request, 3);
   receive(4);
   uint64_t largest = 0;
-  for (uint64_t busy = 10; busy < 15 && largest < 2; ++busy) {
+  for (uint64_t busy = 10; busy < 40 && largest < 2; ++busy) {
     send(busy, 60);
     for (uint64_t request = 1; request <= 4; ++request) send(request, 1);
     receive(5);

@@ -58,6 +58,21 @@ constexpr size_t kMaxQuantJobs = 3;
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
                     bool accumulate, const float* gate, void* scratch);
 
+// A launch's jobs as the kernels read them (quant_matmul.cu, quant_mma.cu): job j takes
+// the blocks from first[j] to the next job's first (or the launch's end); an unused
+// job's first is the launch's blocks.
+struct QuantJobs {
+  const uint8_t* w[kMaxQuantJobs];
+  const float* bias[kMaxQuantJobs];
+  float* y[kMaxQuantJobs];
+  int n[kMaxQuantJobs];
+  unsigned first[kMaxQuantJobs];
+};
+// The jobs of a launch whose blocks take `rows` rows each for every one of `tiles` tiles
+// of tokens, and its blocks (checked: blocks, rows, tokens and a row's bytes fit 31 bits).
+QuantJobs quant_jobs(std::span<const QuantJob> each, int64_t rows, int64_t tiles, DType dtype, int64_t k,
+                     int64_t tokens, int64_t& blocks);
+
 // quant_products for up to 8 tokens on Q4_K blocks through the integer tensor cores
 // (quant_mma.cu), bitwise the same outputs; false (nothing launched) for other dtypes,
 // more tokens, or TESSERA_CUDA_QUANT_MMA=0. TESSERA_CUDA_QUANT_MMA=all takes Q8_0 and

@@ -182,17 +182,6 @@ __device__ __forceinline__ void scale_min(const uint32_t (&s)[3], int g, int& sc
   sc = static_cast<int>((scs >> (8 * (g % 4))) & 0xff), m = static_cast<int>((ms >> (8 * (g % 4))) & 0xff);
 }
 
-// A launch's jobs (QuantJob): job j takes the blocks from first[j] to the next job's
-// first (or the launch's end), its rows in blocks of a block's warps, each block of
-// rows for every tile of tokens; an unused job's first is the launch's blocks.
-struct Jobs {
-  const uint8_t* w[kMaxQuantJobs];
-  const float* bias[kMaxQuantJobs];
-  float* y[kMaxQuantJobs];
-  int n[kMaxQuantJobs];
-  unsigned first[kMaxQuantJobs];
-};
-
 // The lean kernels (kLean, bits of): kLeanStages streams the row in stages of 1 KiB (half
 // the stages' fixed work a byte; Unit::kAheadOf of them in flight) with a running pointer
 // (each stage's copies an add, not their address again from the row), kLeanLanes unpacks
@@ -233,7 +222,7 @@ constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
 
 template <DType kT, int kTile, bool kStaged, int kLeanBits>
 __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged>))
-    quant_matmul_kernel(const __grid_constant__ Jobs jobs, int k, int tokens, Acts a, const float* gate,
+    quant_matmul_kernel(const __grid_constant__ QuantJobs jobs, int k, int tokens, Acts a, const float* gate,
                         bool accumulate) {
   using U = Unit<kT>;
   constexpr int kWarps = kWarpsOf<kStaged>;
@@ -398,20 +387,8 @@ template <DType kT, int kTile, bool kStaged, int kLeanBits = 0>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
             const float* gate, bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
-  Jobs jobs{};
   int64_t blocks = 0;
-  for (size_t j = 0; j < kMaxQuantJobs; ++j) {
-    jobs.first[j] = static_cast<unsigned>(blocks);
-    if (j >= each.size()) continue;
-    const QuantJob& job = each[j];
-    TS_CHECK(reinterpret_cast<uintptr_t>(job.w) % 16 == 0, "quantized weights must be 16-byte aligned");
-    TS_CHECK(job.n > 0 && job.n <= 0x7fffffff, "a quantized matmul of ", job.n, " rows");
-    jobs.w[j] = static_cast<const uint8_t*>(job.w), jobs.bias[j] = job.bias, jobs.y[j] = job.y;
-    jobs.n[j] = static_cast<int>(job.n);
-    blocks += (job.n + kWarps - 1) / kWarps * ((tokens + kTile - 1) / kTile);
-    TS_CHECK(blocks <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(kT, k) <= 0x7fffffff,
-             "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
-  }
+  const QuantJobs jobs = quant_jobs(each, kWarps, (tokens + kTile - 1) / kTile, kT, k, tokens, blocks);
   const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kLeanBits>;
   const int64_t shared = kWarps * kStrideOf<kT, kLeanBits> + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
@@ -486,6 +463,25 @@ __global__ void quant_embed_kernel(const uint8_t* __restrict__ table, int64_t hi
 }
 
 }  // namespace
+
+QuantJobs quant_jobs(std::span<const QuantJob> each, int64_t rows, int64_t tiles, DType dtype, int64_t k,
+                     int64_t tokens, int64_t& blocks) {
+  QuantJobs jobs{};
+  blocks = 0;
+  for (size_t j = 0; j < kMaxQuantJobs; ++j) {
+    jobs.first[j] = static_cast<unsigned>(blocks);
+    if (j >= each.size()) continue;
+    const QuantJob& job = each[j];
+    TS_CHECK(reinterpret_cast<uintptr_t>(job.w) % 16 == 0, "quantized weights must be 16-byte aligned");
+    TS_CHECK(job.n > 0 && job.n <= 0x7fffffff, "a quantized matmul of ", job.n, " rows");
+    jobs.w[j] = static_cast<const uint8_t*>(job.w), jobs.bias[j] = job.bias, jobs.y[j] = job.y;
+    jobs.n[j] = static_cast<int>(job.n);
+    blocks += (job.n + rows - 1) / rows * tiles;
+    TS_CHECK(blocks <= 0x7fffffff && tokens <= 0x7fffffff && k <= 0x7fffffff && dtype_bytes(dtype, k) <= 0x7fffffff,
+             "a quantized matmul of ", job.n, " rows of ", k, " and ", tokens, " tokens");
+  }
+  return jobs;
+}
 
 size_t quant_scratch_bytes(int64_t tokens, int64_t k) {
   const auto pad = [](size_t bytes) { return (bytes + 15) / 16 * 16; };

@@ -91,6 +91,13 @@ struct Lane {
   int t;  // lane % 4
 };
 
+// A unit's 16 sums of 16 of x (Q8_K's), two a word.
+__device__ __forceinline__ void sum_pairs(const int16_t* sums, uint32_t (&pairs)[8]) {
+  const uint4 s0 = ld128(sums), s1 = ld128(sums + 8);
+  pairs[0] = s0.x, pairs[1] = s0.y, pairs[2] = s0.z, pairs[3] = s0.w;
+  pairs[4] = s1.x, pairs[5] = s1.y, pairs[6] = s1.z, pairs[7] = s1.w;
+}
+
 template <DType kT>
 struct Mma;
 
@@ -154,9 +161,8 @@ struct Mma<DType::kQ4_K> {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       // The mins times x's sums of each sub-block (its two sums of 16: one dp2a).
-      const int16_t* sums = l.sums[c] + 16 * u;
-      const uint4 s0 = ld128(sums), s1 = ld128(sums + 8);
-      const uint32_t pairs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+      uint32_t pairs[8];
+      sum_pairs(l.sums[c] + 16 * u, pairs);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         s.p[r][c] = lo[r][c] + (hi[r][c] >> 4);
@@ -208,9 +214,8 @@ struct Mma<DType::kQ6_K> {
     }
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      const int16_t* sums = l.sums[c] + 16 * u;
-      const uint4 s0 = ld128(sums), s1 = ld128(sums + 8);
-      const uint32_t pairs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+      uint32_t pairs[8];
+      sum_pairs(l.sums[c] + 16 * u, pairs);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         int mins = 0;  // the scales times x's sums of 16, two a dp2a
@@ -223,14 +228,6 @@ struct Mma<DType::kQ6_K> {
       }
     }
   }
-};
-
-struct MmaJobs {
-  const uint8_t* w[kMaxQuantJobs];
-  const float* bias[kMaxQuantJobs];
-  float* y[kMaxQuantJobs];
-  int n[kMaxQuantJobs];
-  unsigned first[kMaxQuantJobs];
 };
 
 constexpr int kRows = 16, kTokens = 8;  // a block's rows and tokens: one mma's
@@ -266,7 +263,7 @@ constexpr int64_t kStagedX = 32 << 10;
 
 template <DType kT, bool kStaged>
 __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
-    quant_mma_kernel(const __grid_constant__ MmaJobs jobs, int tiles, int per, int k, int tokens, Acts a,
+    quant_mma_kernel(const __grid_constant__ QuantJobs jobs, int tiles, int per, int k, int tokens, Acts a,
                      const float* gate, bool accumulate) {
   using U = Unit<kT>;
   using R = Round<kT>;
@@ -415,7 +412,7 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
 
 // The launch: blocks of as many tiles as it takes for every block to be resident at once.
 template <DType kT, bool kStaged>
-void go(cudaStream_t stream, const MmaJobs& jobs, int64_t tiles, int64_t k, int64_t tokens, const Acts& a,
+void go(cudaStream_t stream, const QuantJobs& jobs, int64_t tiles, int64_t k, int64_t tokens, const Acts& a,
         const float* gate, bool accumulate, int64_t staged) {
   const auto kernel = quant_mma_kernel<kT, kStaged>;
   const int shared = static_cast<int>(kStagesOf * Round<kT>::kBytes + staged);
@@ -448,19 +445,8 @@ void go(cudaStream_t stream, const MmaJobs& jobs, int64_t tiles, int64_t k, int6
 template <DType kT>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
             const float* gate, bool accumulate) {
-  MmaJobs jobs{};
-  int64_t tiles = 0;
-  for (size_t j = 0; j < kMaxQuantJobs; ++j) {
-    jobs.first[j] = static_cast<unsigned>(tiles);
-    if (j >= each.size()) continue;
-    const QuantJob& job = each[j];
-    TS_CHECK(reinterpret_cast<uintptr_t>(job.w) % 16 == 0, "quantized weights must be 16-byte aligned");
-    TS_CHECK(job.n > 0 && job.n <= 0x7fffffff, "a quantized matmul of ", job.n, " rows");
-    jobs.w[j] = static_cast<const uint8_t*>(job.w), jobs.bias[j] = job.bias, jobs.y[j] = job.y;
-    jobs.n[j] = static_cast<int>(job.n);
-    tiles += (job.n + kRows - 1) / kRows;
-  }
-  TS_CHECK(tiles <= 0x7fffffff && k <= 0x7fffffff, "a quantized matmul of ", tiles, " tiles of rows of ", k);
+  int64_t tiles = 0;  // of 16 rows (the kernel's blocks each take several)
+  const QuantJobs jobs = quant_jobs(each, kRows, 1, kT, k, tokens, tiles);
   const int64_t staged = x_bytes<kT>(std::min<int64_t>(tokens, kTokens), k);
   if (staged <= kStagedX) return go<kT, true>(stream, jobs, tiles, k, tokens, a, gate, accumulate, staged);
   go<kT, false>(stream, jobs, tiles, k, tokens, a, gate, accumulate, 0);
