@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
   using R = Round<kT>;
   constexpr int kGroups = U::kGroups, kThreads = kGroups * 32;
   constexpr bool kMins = kT == DType::kQ4_K;
-  extern __shared__ uint4 shared[];                   // kStagesOf rounds
+  extern __shared__ uint4 shared[];                   // kStagesOf rounds, then (kStaged) the tokens' activations
   __shared__ float part[2][kGroups][kRows][kTokens];  // a tile's groups' sums (two tiles in turn)
   let_next_start();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
