@@ -38,6 +38,8 @@
 // integer sums in another order of f32 steps (quant_dot.h), so the two devices agree
 // to within the rounding of those steps, not bitwise. gate_up's SiLU is the up
 // matmul's epilogue: silu_times(gate, value) on the value it would have stored.
+// Q4_K's matmuls of up to 8 tokens take quant_mma.cu's tensor-core kernel instead
+// (quant_mma_products): the same integer sums and f32 steps, so the same bits.
 #include <cuda_fp16.h>
 
 #include <algorithm>
