@@ -104,8 +104,9 @@ for step in $STEPS; do
       # Issue 19 point 8: tessera bench --device cuda on the Q8_0 and Q4_K_M files that tessera quantize makes from
       # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (2 layers with a
       # 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, took 11 s to write and quantize on 16 cores; the
-      # whole shape, minutes). Then Nsight Compute's time per kernel of one decode step (tools/gpu/steps.py): a step
-      # is about 12 launches a layer and 6 more; the profile skips the prompt and 10 steps ($GGUF_PROFILE=0: none).
+      # whole shape about 90 s). Then Nsight Compute's time per kernel and grid of one decode step
+      # (tools/gpu/steps.py --grid): a step is about 12 launches a layer and 6 more; the profile skips the prompt
+      # and 10 steps ($GGUF_PROFILE=0: none).
       q=/tmp/gguf-${GGUF_LAYERS:-32}-${GGUF_VOCAB:-128256}
       if [ ! -d $q/ckpt ]; then
         mkdir -p $q
@@ -135,7 +136,7 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
         ncu --clock-control none --launch-skip $((11 * step)) --launch-count $((2 * step + 10)) \
           --metrics gpu__time_duration.sum --csv build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf \
           --prompt 64 --decode 14 >"$OUT/profile-gguf-$type.csv" 2>"$OUT/profile-gguf-$type.err"
-        python3 tools/gpu/steps.py "$OUT/profile-gguf-$type.csv" | tee "$OUT/profile-gguf-$type.txt"
+        python3 tools/gpu/steps.py --grid "$OUT/profile-gguf-$type.csv" | tee "$OUT/profile-gguf-$type.txt"
         rm -f "$OUT/profile-gguf-$type.csv" "$OUT/profile-gguf-$type.err"
         # What bounds the matmuls: Nsight Compute's sections for 15 matmuls from about the fourth decode step (5 or 6
         # a layer: q, k and v take one launch where they share a dtype; then the LM head), one line each: time, warp

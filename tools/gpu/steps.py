@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
 """Sums the kernel times of whole decode steps in an Nsight Compute CSV written by
 `tools/gpu/check.sh profile` (gpu__time_duration per launch). A step starts at the
-embedding kernel. Prints, per kernel name, the launches and microseconds per step."""
+embedding kernel. Prints, per kernel name (and with --grid per grid and block too, so that
+one kernel's launches of different shapes, say gate/up against o, stay apart), the launches
+and microseconds per step."""
+import argparse
 import collections
 import csv
-import sys
 
 
-def steps(path):
+def steps(path, by_grid):
     rows = [r for r in csv.reader(open(path)) if len(r) > 14 and r[12] == "gpu__time_duration.sum"]
     current, out = None, []
     for r in rows:
-        name = r[4].split("(")[0].replace("void ", "").replace("unnamed>::", "")
+        name = r[4].replace("void ", "").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+        name = name.split("(")[0]
         if "embed" in name:
             current = collections.defaultdict(lambda: [0, 0.0])
             out.append(current)
+        if by_grid:
+            name += f" grid {r[8]} block {r[7]}"
         if current is not None:
             current[name][0] += 1
             current[name][1] += float(r[14].replace(",", "")) / 1000.0
@@ -22,8 +27,12 @@ def steps(path):
     return out if "prefill" in path else out[:-1]
 
 
-for path in sys.argv[1:]:
-    whole = steps(path)
+parser = argparse.ArgumentParser(description=__doc__)
+parser.add_argument("csv", nargs="+", help="Nsight Compute CSVs (--metrics gpu__time_duration.sum --csv)")
+parser.add_argument("--grid", action="store_true", help="sum per kernel, grid and block")
+args = parser.parse_args()
+for path in args.csv:
+    whole = steps(path, args.grid)
     if not whole:
         print(path, "no whole step")
         continue
