@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Sums the kernel times of whole decode steps in an Nsight Compute CSV written by
-`tools/gpu/check.sh profile` (gpu__time_duration per launch). A step starts at the
+`tools/gpu/check.sh` (its profile and gguf steps: gpu__time_duration per launch). A step starts at the
 embedding kernel. Prints, per kernel name (and with --grid per grid and block too, so that
 one kernel's launches of different shapes, say gate/up against o, stay apart), the launches
 and microseconds per step."""
