@@ -479,6 +479,72 @@ TEST(QuantGpu, ProjectionsOfOneXAreBitwiseTheMatmulsOneByOne) {
   }
 }
 
+// gate_up on blocks takes gate and up in one launch and leaves silu(gate) * up rounded
+// for the down matmul, which then skips its own rounding: gate_up then down (matmul_add)
+// is bitwise the matmuls one by one, silu_mul and down; a down whose rounding differs
+// (q8_0 after a K-type gate) or an x changed in between (scaled: the guard that the
+// rounding was the last launch; dropping it failed) rounds again.
+TEST(QuantGpu, DownAfterGateUpTakesItsRoundingOnlyWhenNothingCameBetween) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const int64_t k = 512, n = 768;  // gate/up [n, k], down [k, n]
+  // gate, up, down: one launch for gate and up (q4_k, q8_0), two (q4_k, q5_k), and
+  // a down of the other rounding.
+  const DType cases[][3] = {{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K},
+                            {DType::kQ4_K, DType::kQ5_K, DType::kQ4_K},
+                            {DType::kQ8_0, DType::kQ8_0, DType::kQ4_0},
+                            {DType::kQ4_K, DType::kQ4_K, DType::kQ8_0}};
+  const std::vector<float> norm_values = testing::random_values(static_cast<size_t>(k), 60);
+  auto norm = gpu->place(TensorView{DType::kF32, {k}, norm_values.data()});
+  ASSERT_TRUE(norm.ok());
+  const float eps = 1e-5f;
+  const TensorView none{};
+  const auto zeros = [&](int64_t floats) {
+    const std::vector<float> z(static_cast<size_t>(floats), 0.0f);
+    return OnDevice(*gpu, z.data(), z.size() * sizeof(float));
+  };
+  uint32_t seed = 61;
+  for (const auto& types : cases) {
+    SCOPED_TRACE(std::string(dtype_name(types[0])) + ", " + std::string(dtype_name(types[1])) + ", " +
+                 std::string(dtype_name(types[2])));
+    std::vector<std::vector<uint8_t>> blocks;
+    std::vector<TensorView> w;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t rows = i < 2 ? n : k, cols = i < 2 ? k : n;
+      blocks.push_back(real_blocks(types[i], rows, cols, seed++));
+      auto placed = gpu->place(TensorView{types[i], {rows, cols}, blocks.back().data()});
+      ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+      w.push_back(*placed);
+    }
+    for (const int64_t tokens : {int64_t{1}, int64_t{8}, int64_t{13}}) {
+      SCOPED_TRACE(std::to_string(tokens) + " tokens");
+      const std::vector<float> x = testing::random_values(static_cast<size_t>(tokens * k), seed++);
+      const std::vector<float> y0 = testing::random_values(static_cast<size_t>(tokens * k), seed++);
+      OnDevice xd(*gpu, x.data(), x.size() * sizeof(float));
+      OnDevice normed = zeros(tokens * k), scratch = zeros(tokens * k);
+      gpu->rms_norm(xd.f32(), tokens, k, *norm, eps, normed.f32());
+      OnDevice g = zeros(tokens * n), u = zeros(tokens * n);
+      gpu->matmul(normed.f32(), tokens, w[0], none, g.f32());
+      gpu->matmul(normed.f32(), tokens, w[1], none, u.f32());
+      gpu->silu_mul(g.f32(), u.f32(), tokens * n, g.f32());
+      for (const bool scaled : {false, true}) {
+        OnDevice ref(*gpu, y0.data(), y0.size() * sizeof(float)), got(*gpu, y0.data(), y0.size() * sizeof(float));
+        OnDevice out = zeros(tokens * n), up = zeros(tokens * n);
+        gpu->gate_up(xd.f32(), tokens, w[0], none, w[1], none, up.f32(), out.f32(), {&*norm, eps, scratch.f32()});
+        if (scaled) gpu->scale(out.f32(), tokens * n, 0.5f);
+        gpu->matmul_add(out.f32(), tokens, w[2], none, scratch.f32(), got.f32());
+        // The same one call at a time.
+        OnDevice expected(*gpu, g.read(*gpu, static_cast<size_t>(tokens * n)).data(),
+                          static_cast<size_t>(tokens * n) * sizeof(float));
+        if (scaled) gpu->scale(expected.f32(), tokens * n, 0.5f);
+        EXPECT_EQ(expected.read(*gpu, static_cast<size_t>(tokens * n)),
+                  out.read(*gpu, static_cast<size_t>(tokens * n)));
+        gpu->matmul_add(expected.f32(), tokens, w[2], none, scratch.f32(), ref.f32());
+        EXPECT_EQ(ref.read(*gpu, y0.size()), got.read(*gpu, y0.size())) << (scaled ? "scaled" : "straight") << " down";
+      }
+    }
+  }
+}
+
 TEST(QuantGpu, EmbedDequantizesBitwiseAsTheCpu) {
   TESSERA_CUDA_OR_SKIP(gpu);
   auto cpu = make_cpu_device(1);

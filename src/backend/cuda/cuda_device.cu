@@ -200,13 +200,19 @@ class CudaDevice final : public Device {
 
   void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) override {
-    // GGUF blocks: x rounded once, then gate into out and up with SiLU(out) times it into out.
+    // GGUF blocks: x rounded once, gate into out and up into `up` (one launch when
+    // they share a dtype), then out = SiLU(out) * up rounded for the down matmul.
     if (dtype_is_quantized(w_gate.dtype) && dtype_is_quantized(w_up.dtype) && w_up.shape == w_gate.shape &&
         w_gate.shape.size() == 2 && cuda::quant_same_rounding(w_gate.dtype, w_up.dtype)) {
-      const Projection gate{&w_gate, &b_gate, out};
-      quant_matmuls(x, tokens, {&gate, 1}, norm);
-      void* scratch = quant_scratch(tokens, w_gate.dim(1));
-      return quant_products(tokens, w_up, b_up, out, false, out, scratch);
+      const Projection both[] = {{&w_gate, &b_gate, out}, {&w_up, &b_up, up}};
+      quant_matmuls(x, tokens, both, norm);
+      const int64_t n = w_gate.dim(0), elements = dtype_block_elements(w_gate.dtype);
+      if (n % elements != 0) return silu_mul(out, up, tokens * n, out);  // no down on blocks takes rows of n
+      void* scratch = quant_scratch(tokens, n);
+      cuda::quant_round_gated(stream_, out, up, tokens, n, w_gate.dtype, scratch);
+      launched("quant_round_gated");
+      quant_rounded_ = {out, tokens, n, elements, launches_};
+      return;
     }
     const bool fused =
         cuda::mma_matmul_fits(w_gate.dtype, w_gate.dim(1)) && w_up.dtype == w_gate.dtype && w_up.shape == w_gate.shape;
@@ -419,11 +425,15 @@ class CudaDevice final : public Device {
   }
 
   // GGUF blocks (quant.cuh): x rounded to 8 bits into quant_scratch_, then the integer products.
+  // (Not again when the last launch left x rounded that way: quant_rounded_.)
   void launch_quant(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y,
                     bool accumulate) {
+    const QuantRounded& r = quant_rounded_;
+    const bool rounded = r.x == x && r.tokens == tokens && r.k == w.dim(1) && r.after == launches_ &&
+                         r.block_elements == dtype_block_elements(w.dtype);
     void* scratch = quant_scratch(tokens, w.dim(1));
-    cuda::quant_round(stream_, x, tokens, w.dim(1), w.dtype, scratch);
-    quant_products(tokens, w, bias, y, accumulate, nullptr, scratch);
+    if (!rounded) cuda::quant_round(stream_, x, tokens, w.dim(1), w.dtype, scratch);
+    quant_products(tokens, w, bias, y, accumulate, scratch);
   }
 
   // The scratch for x [tokens, k] rounded to 8 bits (grown before the rounding that fills it).
@@ -435,9 +445,9 @@ class CudaDevice final : public Device {
 
   // The products of w's blocks with the x that the scratch holds, rounded for w's dtype.
   void quant_products(int64_t tokens, const TensorView& w, const TensorView& bias, float* y, bool accumulate,
-                      const float* gate, void* scratch) {
+                      void* scratch) {
     const cuda::QuantJob job = quant_job(w, bias, y);
-    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, gate, scratch);
+    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, scratch);
     launched("quant_matmul");
   }
   static cuda::QuantJob quant_job(const TensorView& w, const TensorView& bias, float* y) {
@@ -464,7 +474,7 @@ class CudaDevice final : public Device {
       cuda::QuantJob jobs[cuda::kMaxQuantJobs];
       for (end = i; end < outs.size() && end - i < cuda::kMaxQuantJobs && outs[end].w->dtype == outs[i].w->dtype; ++end)
         jobs[end - i] = quant_job(*outs[end].w, *outs[end].bias, outs[end].y);
-      cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, nullptr, scratch);
+      cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, scratch);
       launched("quant_matmul");
     }
   }
@@ -736,6 +746,13 @@ class CudaDevice final : public Device {
     const __nv_bfloat16* norm = nullptr;
     float eps = 0.0f;
   } rounded_;
+  // x [tokens, k] as gate_up left it rounded in quant_scratch_ for weights of
+  // block_elements (the gate's rounding) after `after` launches.
+  struct QuantRounded {
+    const float* x = nullptr;
+    int64_t tokens = 0, k = 0, block_elements = 0;
+    uint64_t after = 0;
+  } quant_rounded_;
   uint64_t launches_ = 0;  // every launch and copy on the stream, counted
   std::vector<int32_t> map_host_;
   // The staging arena (see stage()).

@@ -36,6 +36,10 @@ struct QuantNorm {
 // quant_same_rounding says.
 void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch,
                  const QuantNorm& norm = {});
+// gate [tokens, k] = silu(gate) * up (bitwise silu_mul's), then rounded as
+// quant_round rounds it: gate_up's gate and up, for the down matmul.
+void quant_round_gated(cudaStream_t stream, float* gate, const float* up, int64_t tokens, int64_t k, DType dtype,
+                       void* scratch);
 inline bool quant_same_rounding(DType a, DType b) { return dtype_block_elements(a) == dtype_block_elements(b); }
 
 // One matmul of quant_products: y [tokens, n] = x [tokens, k] * w [n, k]^T (+ bias
@@ -53,10 +57,9 @@ constexpr size_t kMaxQuantJobs = 3;
 // Each job's y for x as quant_round left it in the scratch, all in one launch (each
 // job's rows their own blocks: every output is bitwise what a launch of its job alone
 // gives), for weights in `dtype`'s blocks with rows of k (a multiple of the block);
-// with `accumulate`, y += that instead; with `gate` [tokens, n] (which may be y; one
-// job), y = silu(gate) * that, bitwise what silu_mul gives.
+// with `accumulate`, y += that instead.
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                    bool accumulate, const float* gate, void* scratch);
+                    bool accumulate, void* scratch);
 
 // A launch's jobs as the kernels read them (quant_matmul.cu, quant_mma.cu): job j takes
 // the blocks from first[j] to the next job's first (or the launch's end); an unused
@@ -79,7 +82,7 @@ QuantJobs quant_jobs(std::span<const QuantJob> each, int64_t rows, int64_t tiles
 // Q6_K there too (slower on the H200; benchmarks.md). Read at each call.
 struct Acts;
 bool quant_mma_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                        bool accumulate, const float* gate, const Acts& a);
+                        bool accumulate, const Acts& a);
 
 // y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
 // gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.

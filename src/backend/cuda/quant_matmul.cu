@@ -36,8 +36,9 @@
 // + ... in group order. Every order depends on the dtype and k alone; the tile, the
 // number of tokens, the grid and the ring do not touch it. The CPU adds the same
 // integer sums in another order of f32 steps (quant_dot.h), so the two devices agree
-// to within the rounding of those steps, not bitwise. gate_up's SiLU is the up
-// matmul's epilogue: silu_times(gate, value) on the value it would have stored.
+// to within the rounding of those steps, not bitwise. gate_up's gate and up take one
+// launch (two jobs), and the rounding for down applies silu_mul as it reads them
+// (quant_round_gated).
 // Q4_K's matmuls of up to 8 tokens take quant_mma.cu's tensor-core kernel instead
 // (quant_mma_products): the same integer sums and f32 steps, so the same bits.
 #include <cuda_fp16.h>
@@ -74,20 +75,10 @@ Acts acts_in(void* scratch, int64_t tokens, int64_t k) {
 
 // ---- Activations ----
 
-// x's element e of `row`, normalized (kNorm) as rms_norm does.
-template <DType D, bool kNorm>
-__device__ __forceinline__ float normed(float v, const Storage<D>* weight, int64_t e, float scale) {
-  if constexpr (kNorm) return widen<D>(weight[e]) * (v * scale);
-  return v;
-}
-
-// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i of the
-// row's block b, the scratch's block `block`.
-template <DType D, bool kNorm>
-__device__ __forceinline__ void round_q8_0(const float* row, const Storage<D>* weight, float scale, int64_t b,
-                                           int64_t block, Acts a) {
+// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i, v, of the
+// scratch's block `block`.
+__device__ __forceinline__ void round_q8_0(float v, int64_t block, Acts a) {
   const int lane = threadIdx.x % 32;
-  const float v = normed<D, kNorm>(row[32 * b + lane], weight, 32 * b + lane, scale);
   const float amax = warp_max(fabsf(v));
   const bool finite = __all_sync(0xffffffffu, isfinite(v));
   const float d = amax / 127.0f;
@@ -97,17 +88,10 @@ __device__ __forceinline__ void round_q8_0(const float* row, const Storage<D>* w
   if (lane == 0) a.d[block] = finite ? __half2float(__float2half_rn(d)) : __int_as_float(0x7fc00000);
 }
 
-// One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7.
-template <DType D, bool kNorm>
-__device__ __forceinline__ void round_q8_k(const float* row, const Storage<D>* weight, float scale, int64_t b,
-                                           int64_t block, Acts a) {
+// One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7, v.
+__device__ __forceinline__ void round_q8_k(const float (&v)[8], int64_t block, Acts a) {
   const int lane = threadIdx.x % 32;
-  const int64_t e = 256 * b + 8 * lane, at = block * 256 + 8 * lane;
-  float v[8];
-  const float4 v0 = *reinterpret_cast<const float4*>(row + e), v1 = *reinterpret_cast<const float4*>(row + e + 4);
-  v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = normed<D, kNorm>(v[j], weight, e + j, scale);
+  const int64_t at = block * 256 + 8 * lane;
   // The element of largest |x|, the first such (the CPU's strict > in ascending order).
   float amax = 0.0f, max = 0.0f;
   int index = 1 << 30;  // past every element
@@ -146,26 +130,60 @@ __device__ __forceinline__ void round_q8_k(const float* row, const Storage<D>* w
   if (lane == 0) a.d[block] = d;
 }
 
+// What round_kernel rounds: x's rows as they are, normalized as rms_norm does it
+// (kNorm), or silu_mul's silu(x) * up, x the gate (kGated), which it also writes to
+// `out`, bitwise as silu_mul would.
+enum class Rounds { kPlain, kNorm, kGated };
+
+// The kN values of a row from element e on, as `kR` rounds them (kGated: up's and
+// out's rows of it too).
+template <DType D, Rounds kR, int kN>
+__device__ __forceinline__ void values_at(const float* row, const float* up, float* out, const Storage<D>* weight,
+                                          float scale, int64_t e, float (&v)[kN]) {
+  if constexpr (kN == 8) {
+    const float4 v0 = *reinterpret_cast<const float4*>(row + e), v1 = *reinterpret_cast<const float4*>(row + e + 4);
+    v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+  } else {
+    v[0] = row[e];
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    if constexpr (kR == Rounds::kNorm) v[j] = widen<D>(weight[e + j]) * (v[j] * scale);
+    if constexpr (kR == Rounds::kGated) v[j] = silu_times(v[j], up[e + j]);
+  }
+  if constexpr (kR == Rounds::kGated) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) out[e + j] = v[j];
+  }
+}
+
 // A block of kNormThreads threads rounds 8 blocks of kSize activations of one row of
 // x (blockIdx.x the row, blockIdx.y which 8), one warp a block, once the earlier
 // kernels are done. With a norm weight (kNorm) it first takes the row's RMSNorm scale
 // as rms_norm does (block_rms_scale, the same threads) and normalizes each value as
-// rms_norm does, so that the rounding reads rms_norm's bits.
-template <DType D, bool kNorm, int kSize>
-__global__ void round_kernel(const float* __restrict__ x, int64_t k, const Storage<D>* __restrict__ weight, float eps,
-                             Acts a) {
+// rms_norm does, so that the rounding reads rms_norm's bits. (kGated: up and out
+// [rows, k] as values_at reads and writes them; out may be x.)
+template <DType D, Rounds kR, int kSize>
+__global__ void round_kernel(const float* x, const float* __restrict__ up, float* out, int64_t k,
+                             const Storage<D>* __restrict__ weight, float eps, Acts a) {
   let_next_start();
   wait_for_earlier();
-  const float* row = x + blockIdx.x * k;
+  const int64_t at = blockIdx.x * k;  // the row's first element
+  const float* row = x + at;
   float scale = 0.0f;
-  if constexpr (kNorm) {
+  if constexpr (kR == Rounds::kNorm) {
     __shared__ float shared[32];
     scale = block_rms_scale(row, k, eps, shared);
   }
   const int64_t b = static_cast<int64_t>(blockIdx.y) * (kNormThreads / 32) + threadIdx.x / 32;  // the warp's block
   if (b >= k / kSize) return;
-  if constexpr (kSize == 32) round_q8_0<D, kNorm>(row, weight, scale, b, blockIdx.x * (k / 32) + b, a);
-  else round_q8_k<D, kNorm>(row, weight, scale, b, blockIdx.x * (k / 256) + b, a);
+  constexpr int kEach = kSize / 32;  // a lane's values
+  float v[kEach];
+  const bool gated = kR == Rounds::kGated;
+  values_at<D, kR>(row, gated ? up + at : nullptr, gated ? out + at : nullptr, weight, scale,
+                   kSize * b + kEach * (threadIdx.x % 32), v);
+  if constexpr (kSize == 32) round_q8_0(v[0], blockIdx.x * (k / 32) + b, a);
+  else round_q8_k(v, blockIdx.x * (k / 256) + b, a);
 }
 
 // ---- Weights ----
@@ -224,8 +242,7 @@ constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
 
 template <DType kT, int kTile, bool kStaged, int kLeanBits>
 __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged>))
-    quant_matmul_kernel(const __grid_constant__ QuantJobs jobs, int k, int tokens, Acts a, const float* gate,
-                        bool accumulate) {
+    quant_matmul_kernel(const __grid_constant__ QuantJobs jobs, int k, int tokens, Acts a, bool accumulate) {
   using U = Unit<kT>;
   constexpr int kWarps = kWarpsOf<kStaged>;
   constexpr int kLanes = U::kLanes, kGroups = U::kGroups;
@@ -380,14 +397,14 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
       float* y = jobs.y[job];
       const float value = bias != nullptr ? sum + bias[row] : sum;
       const size_t at = static_cast<size_t>(token0 + t) * n + row;
-      y[at] = gate != nullptr ? silu_times(gate[at], value) : accumulate ? y[at] + value : value;
+      y[at] = accumulate ? y[at] + value : value;
     }
   }
 }
 
 template <DType kT, int kTile, bool kStaged, int kLeanBits = 0>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
-            const float* gate, bool accumulate) {
+            bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
   int64_t blocks = 0;
   const QuantJobs jobs = quant_jobs(each, kWarps, (tokens + kTile - 1) / kTile, kT, k, tokens, blocks);
@@ -398,25 +415,25 @@ void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int6
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
   const int64_t bytes = kWarps * kStrideOf<kT, kLeanBits> + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
   launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
-                static_cast<int>(k), static_cast<int>(tokens), a, gate, accumulate);
+                static_cast<int>(k), static_cast<int>(tokens), a, accumulate);
 }
 
 // The tile of tokens that share a weight load; it never changes a sum's order.
 // Tiles of up to 4 tokens stage their activations when they fit (8 would spill).
 template <DType kT, int kTile>
 void launch_tile(cudaStream_t stream, std::span<const QuantJob> jobs, int64_t k, int64_t tokens, const Acts& a,
-                 const float* gate, bool accumulate) {
+                 bool accumulate) {
   if constexpr (kTile == 1) {
     const int lean = lean_asked();  // a token's matmuls on the lean kernels (unless asked not to)
     if (lean != 0 && staged_bytes<kT>(kTile, k) <= kStagedBytes)
-      return lean == kLean ? launch<kT, kTile, true, kLean>(stream, jobs, k, tokens, a, gate, accumulate)
-                           : launch<kT, kTile, true, kLeanStages>(stream, jobs, k, tokens, a, gate, accumulate);
+      return lean == kLean ? launch<kT, kTile, true, kLean>(stream, jobs, k, tokens, a, accumulate)
+                           : launch<kT, kTile, true, kLeanStages>(stream, jobs, k, tokens, a, accumulate);
   }
   if constexpr (kTile <= 4) {
     if (staged_bytes<kT>(kTile, k) <= kStagedBytes)
-      return launch<kT, kTile, true>(stream, jobs, k, tokens, a, gate, accumulate);
+      return launch<kT, kTile, true>(stream, jobs, k, tokens, a, accumulate);
   }
-  launch<kT, kTile, false>(stream, jobs, k, tokens, a, gate, accumulate);
+  launch<kT, kTile, false>(stream, jobs, k, tokens, a, accumulate);
 }
 
 // ---- Embedding ----
@@ -491,8 +508,12 @@ size_t quant_scratch_bytes(int64_t tokens, int64_t k) {
          pad(static_cast<size_t>(tokens * (k / 16)) * sizeof(int16_t));
 }
 
-void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch,
-                 const QuantNorm& norm) {
+namespace {
+
+// round_kernel's launch: x [tokens, k] rounded for `dtype` as kR says.
+template <DType D, Rounds kR>
+void round_rows(cudaStream_t stream, const float* x, const float* up, float* out, int64_t tokens, int64_t k,
+                DType dtype, void* scratch, const Storage<D>* weight, float eps) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
            " elements");
   if (tokens == 0) return;
@@ -501,22 +522,33 @@ void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k,
   const int64_t eighths = (k / (k_type ? 256 : 32) + 7) / 8;  // blocks of 8 warps a row
   TS_CHECK(tokens <= 0x7fffffff && eighths <= 0xffff, "rounding ", tokens, " rows of ", k);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(eighths));
-  const auto run = [&]<DType D, bool kNorm>() {
-    const auto* weight = static_cast<const Storage<D>*>(norm.weight);
-    if (k_type) launch_kernel(round_kernel<D, kNorm, 256>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
-    else launch_kernel(round_kernel<D, kNorm, 32>, grid, kNormThreads, 0, stream, x, k, weight, norm.eps, a);
-  };
-  if (norm.weight == nullptr) return run.template operator()<DType::kF32, false>();
-  with_dtype(norm.dtype, [&]<DType D>() { run.template operator()<D, true>(); });
+  if (k_type) launch_kernel(round_kernel<D, kR, 256>, grid, kNormThreads, 0, stream, x, up, out, k, weight, eps, a);
+  else launch_kernel(round_kernel<D, kR, 32>, grid, kNormThreads, 0, stream, x, up, out, k, weight, eps, a);
+}
+
+}  // namespace
+
+void quant_round(cudaStream_t stream, const float* x, int64_t tokens, int64_t k, DType dtype, void* scratch,
+                 const QuantNorm& norm) {
+  if (norm.weight == nullptr)
+    return round_rows<DType::kF32, Rounds::kPlain>(stream, x, nullptr, nullptr, tokens, k, dtype, scratch, nullptr,
+                                                   0.0f);
+  with_dtype(norm.dtype, [&]<DType D>() {
+    round_rows<D, Rounds::kNorm>(stream, x, nullptr, nullptr, tokens, k, dtype, scratch,
+                                 static_cast<const Storage<D>*>(norm.weight), norm.eps);
+  });
+}
+
+void quant_round_gated(cudaStream_t stream, float* gate, const float* up, int64_t tokens, int64_t k, DType dtype,
+                       void* scratch) {
+  round_rows<DType::kF32, Rounds::kGated>(stream, gate, up, gate, tokens, k, dtype, scratch, nullptr, 0.0f);
 }
 
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                    bool accumulate, const float* gate, void* scratch) {
+                    bool accumulate, void* scratch) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
            " elements");
   TS_CHECK(jobs.size() <= kMaxQuantJobs, jobs.size(), " quantized matmuls in one launch, at most ", kMaxQuantJobs);
-  TS_CHECK(gate == nullptr || (!accumulate && jobs.size() == 1),
-           "a quantized matmul either gates or accumulates its outputs, and gates one matmul");
   // Jobs without rows take no blocks.
   QuantJob some[kMaxQuantJobs];
   size_t count = 0;
@@ -525,12 +557,12 @@ void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype,
   if (tokens == 0 || count == 0) return;
   const Acts a = acts_in(scratch, tokens, k);
   const std::span<const QuantJob> run(some, count);
-  if (quant_mma_products(stream, tokens, k, dtype, run, accumulate, gate, a)) return;
+  if (quant_mma_products(stream, tokens, k, dtype, run, accumulate, a)) return;
   with_quant_type(dtype, [&]<DType kT>() {
-    if (tokens == 1) return launch_tile<kT, 1>(stream, run, k, tokens, a, gate, accumulate);
-    if (tokens == 2) return launch_tile<kT, 2>(stream, run, k, tokens, a, gate, accumulate);
-    if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, gate, accumulate);
-    launch_tile<kT, 8>(stream, run, k, tokens, a, gate, accumulate);
+    if (tokens == 1) return launch_tile<kT, 1>(stream, run, k, tokens, a, accumulate);
+    if (tokens == 2) return launch_tile<kT, 2>(stream, run, k, tokens, a, accumulate);
+    if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, accumulate);
+    launch_tile<kT, 8>(stream, run, k, tokens, a, accumulate);
   });
 }
 

@@ -264,7 +264,7 @@ constexpr int64_t kStagedX = 32 << 10;
 template <DType kT, bool kStaged>
 __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
     quant_mma_kernel(const __grid_constant__ QuantJobs jobs, int tiles, int per, int k, int tokens, Acts a,
-                     const float* gate, bool accumulate) {
+                     bool accumulate) {
   using U = Unit<kT>;
   using R = Round<kT>;
   constexpr int kGroups = U::kGroups, kThreads = kGroups * 32;
@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
     float* y = jobs.y[rows.job];
     const float value = bias != nullptr ? sum + bias[row] : sum;
     const size_t out = static_cast<size_t>(token) * n + row;
-    y[out] = gate != nullptr ? silu_times(gate[out], value) : accumulate ? y[out] + value : value;
+    y[out] = accumulate ? y[out] + value : value;
   };
   // Each tile's group's units in ascending order (round r: units r kUnits + warp + j kGroups).
   float acc[2][2] = {};
@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
 // The launch: blocks of as many tiles as it takes for every block to be resident at once.
 template <DType kT, bool kStaged>
 void go(cudaStream_t stream, const QuantJobs& jobs, int64_t tiles, int64_t k, int64_t tokens, const Acts& a,
-        const float* gate, bool accumulate, int64_t staged) {
+        bool accumulate, int64_t staged) {
   const auto kernel = quant_mma_kernel<kT, kStaged>;
   const int shared = static_cast<int>(kStagesOf * Round<kT>::kBytes + staged);
   // The blocks an SM holds at once with this much shared memory (asked once a size; a
@@ -438,34 +438,34 @@ void go(cudaStream_t stream, const QuantJobs& jobs, int64_t tiles, int64_t k, in
   const int64_t per = (tiles + slots - 1) / slots, blocks = (tiles + per - 1) / per;
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((tokens + kTokens - 1) / kTokens));
   launch_kernel(kernel, grid, Unit<kT>::kGroups * 32, static_cast<size_t>(shared), stream, jobs,
-                static_cast<int>(tiles), static_cast<int>(per), static_cast<int>(k), static_cast<int>(tokens), a, gate,
+                static_cast<int>(tiles), static_cast<int>(per), static_cast<int>(k), static_cast<int>(tokens), a,
                 accumulate);
 }
 
 template <DType kT>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
-            const float* gate, bool accumulate) {
+            bool accumulate) {
   int64_t tiles = 0;  // of 16 rows (the kernel's blocks each take several)
   const QuantJobs jobs = quant_jobs(each, kRows, 1, kT, k, tokens, tiles);
   const int64_t staged = x_bytes<kT>(std::min<int64_t>(tokens, kTokens), k);
-  if (staged <= kStagedX) return go<kT, true>(stream, jobs, tiles, k, tokens, a, gate, accumulate, staged);
-  go<kT, false>(stream, jobs, tiles, k, tokens, a, gate, accumulate, 0);
+  if (staged <= kStagedX) return go<kT, true>(stream, jobs, tiles, k, tokens, a, accumulate, staged);
+  go<kT, false>(stream, jobs, tiles, k, tokens, a, accumulate, 0);
 }
 
 }  // namespace
 
 bool quant_mma_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                        bool accumulate, const float* gate, const Acts& a) {
+                        bool accumulate, const Acts& a) {
   if (tokens > kTokens) return false;
   const char* value = std::getenv("TESSERA_CUDA_QUANT_MMA");
   const std::string_view asked = value != nullptr ? value : "";
   if (asked == "0") return false;
   switch (dtype) {
-    case DType::kQ4_K: return launch<DType::kQ4_K>(stream, jobs, k, tokens, a, gate, accumulate), true;
+    case DType::kQ4_K: return launch<DType::kQ4_K>(stream, jobs, k, tokens, a, accumulate), true;
     case DType::kQ8_0:
-      return asked == "all" ? (launch<DType::kQ8_0>(stream, jobs, k, tokens, a, gate, accumulate), true) : false;
+      return asked == "all" ? (launch<DType::kQ8_0>(stream, jobs, k, tokens, a, accumulate), true) : false;
     case DType::kQ6_K:
-      return asked == "all" ? (launch<DType::kQ6_K>(stream, jobs, k, tokens, a, gate, accumulate), true) : false;
+      return asked == "all" ? (launch<DType::kQ6_K>(stream, jobs, k, tokens, a, accumulate), true) : false;
     default: return false;
   }
 }
