@@ -105,8 +105,8 @@ for step in $STEPS; do
       # a random checkpoint of the 8B shape, cut to $GGUF_LAYERS of its 32 layers when set (2 layers with a
       # 32,000-token vocabulary, GGUF_LAYERS=2 GGUF_VOCAB=32000, took 11 s to write and quantize on 16 cores; the
       # whole shape about 90 s). Then Nsight Compute's time per kernel and grid of one decode step
-      # (tools/gpu/steps.py --grid): a step is about 12 launches a layer and 6 more; the profile skips the prompt
-      # and 10 steps ($GGUF_PROFILE=0: none).
+      # (tools/gpu/steps.py --grid): a step is 10 to 12 launches a layer and 6 more; the profile skips the prompt
+      # and about 10 steps, and takes at least two whole steps ($GGUF_PROFILE=0: none).
       q=/tmp/gguf-${GGUF_LAYERS:-32}-${GGUF_VOCAB:-128256}
       if [ ! -d $q/ckpt ]; then
         mkdir -p $q
@@ -132,8 +132,8 @@ json.dump(c, open(sys.argv[3], 'w'))" ${GGUF_LAYERS:-32} ${GGUF_VOCAB:-128256} $
           done
         done
         [ "${GGUF_PROFILE:-1}" = 0 ] && continue
-        step=$((12 * ${GGUF_LAYERS:-32} + 6))
-        ncu --clock-control none --launch-skip $((11 * step)) --launch-count $((2 * step + 10)) \
+        step=$((10 * ${GGUF_LAYERS:-32} + 6))
+        ncu --clock-control none --launch-skip $((11 * step)) --launch-count $((3 * step)) \
           --metrics gpu__time_duration.sum --csv build-gpu/bin/tessera bench --device cuda --model $q/$type.gguf \
           --prompt 64 --decode 14 >"$OUT/profile-gguf-$type.csv" 2>"$OUT/profile-gguf-$type.err"
         python3 tools/gpu/steps.py --grid "$OUT/profile-gguf-$type.csv" | tee "$OUT/profile-gguf-$type.txt"
