@@ -11,6 +11,20 @@
 namespace tessera::tmpl {
 namespace {
 
+// The two-character escapes json.dumps writes in either mode; false when c takes none.
+bool append_short_escape(char32_t c, std::string& out) {
+  switch (c) {
+    case '"': out += "\\\""; return true;
+    case '\\': out += "\\\\"; return true;
+    case '\n': out += "\\n"; return true;
+    case '\r': out += "\\r"; return true;
+    case '\t': out += "\\t"; return true;
+    case '\b': out += "\\b"; return true;
+    case '\f': out += "\\f"; return true;
+    default: return false;
+  }
+}
+
 void append_json_string(std::string_view s, bool ensure_ascii, std::string& out) {
   static constexpr char kHex[] = "0123456789abcdef";
   auto u_escape = [&](unsigned v) {
@@ -20,45 +34,22 @@ void append_json_string(std::string_view s, bool ensure_ascii, std::string& out)
   out.push_back('"');
   if (!ensure_ascii) {
     for (char ch : s) {
-      auto c = static_cast<unsigned char>(ch);
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) {
-            u_escape(c);
-          } else {
-            out.push_back(ch);
-          }
-      }
+      const auto c = static_cast<unsigned char>(ch);
+      if (append_short_escape(c, out)) continue;
+      if (c < 0x20) u_escape(c);
+      else out.push_back(ch);
     }
   } else {
     for (char32_t c : decode_utf8(s)) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20 || c > 0x7E) {
-            if (c > 0xFFFF) {
-              char32_t v = c - 0x10000;
-              u_escape(0xD800 | static_cast<unsigned>(v >> 10));
-              u_escape(0xDC00 | static_cast<unsigned>(v & 0x3FF));
-            } else {
-              u_escape(static_cast<unsigned>(c));
-            }
-          } else {
-            out.push_back(static_cast<char>(c));
-          }
+      if (append_short_escape(c, out)) continue;
+      if (c >= 0x20 && c <= 0x7E) {
+        out.push_back(static_cast<char>(c));
+      } else if (c > 0xFFFF) {
+        const char32_t v = c - 0x10000;
+        u_escape(0xD800 | static_cast<unsigned>(v >> 10));
+        u_escape(0xDC00 | static_cast<unsigned>(v & 0x3FF));
+      } else {
+        u_escape(static_cast<unsigned>(c));
       }
     }
   }
