@@ -18,6 +18,10 @@
 //   BM_OuterProbeF16/<rows>/<k>  the same for f16 weights as the engine's f16 GEMM takes them
 //       (widened to f32, x in f32, FMAs): panels of 64 rows x kc in [k][row] order, widened
 //       inside the time; fma_share (of the FMA loop, as BM_Gemm/f16's) and max_rel.
+//   BM_OuterDecodeProbe/<rows>/<k>  one token in the same order, bf16, the weights repacked
+//       (untimed) into blocks of 64 rows, [k-pair][row] within a block, so that a block is
+//       one sequential stream and each of its 4 vectors a chain of vdpbf16ps along k: GBs (GB
+//       of weights per CPU second), as BM_Decode/bf16 counts them.
 // Only on a CPU with AVX-512 BF16 (else skipped, saying so).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -236,7 +240,56 @@ void BM_OuterProbe(benchmark::State& state) {
   state.counters["max_rel"] = max_relative(g, engine, rows, k, DType::kBF16);
 }
 
+// y [rows] for one token: rp holds blocks of kPanelRows rows, [k-pair][row] within each.
+TS_BF16 void decode(const uint32_t* rp, int64_t rows, int64_t k, const uint32_t* xp, float* y) {
+  const int64_t pairs = k / 2;
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
+    const uint32_t* block = rp + r0 * pairs;
+    __m512 acc[kRowVectors];
+#pragma GCC unroll 8
+    for (int v = 0; v < kRowVectors; ++v) acc[v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; ++p) {
+      const __m512i xbits = _mm512_set1_epi32(static_cast<int>(xp[p]));
+      const __m512bh xb = reinterpret_cast<const __m512bh&>(xbits);
+#pragma GCC unroll 8
+      for (int v = 0; v < kRowVectors; ++v) {
+        const __m512i bits = _mm512_load_si512(block + p * kPanelRows + 16 * v);
+        acc[v] = _mm512_dpbf16_ps(acc[v], reinterpret_cast<const __m512bh&>(bits), xb);
+      }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < kRowVectors; ++v) _mm512_storeu_ps(y + r0 + 16 * v, acc[v]);
+  }
+}
+
+void BM_OuterDecodeProbe(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512bf16")) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  const int64_t rows = state.range(0), k = state.range(1), pairs = k / 2;
+  GemmCase g(rows, k, DType::kBF16);
+  const auto* w = reinterpret_cast<const uint16_t*>(g.bytes.data());
+  std::vector<uint32_t> store(static_cast<size_t>(rows * pairs) + 16);
+  auto* rp = reinterpret_cast<uint32_t*>((reinterpret_cast<uintptr_t>(store.data()) + 63) / 64 * 64);
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) pack_panel(w, k, r0, 0, pairs, rp + r0 * pairs);
+  std::vector<uint16_t> xb(static_cast<size_t>(k));
+  std::vector<float> y(static_cast<size_t>(rows)), engine(static_cast<size_t>(rows));
+  int64_t runs = 0;
+  const double start = thread_seconds();
+  for (auto _ : state) {
+    round_x(g.x.data(), k, xb.data());
+    decode(rp, rows, k, reinterpret_cast<const uint32_t*>(xb.data()), y.data());
+    benchmark::DoNotOptimize(y.data());
+    ++runs;
+  }
+  state.counters["GBs"] =
+      static_cast<double>(g.bytes.size()) * static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
+  cpu::matmul_rows(g.x.data(), 1, k, g.bytes.data(), DType::kBF16, rows, engine.data(), rows);
+  double max_diff = 0;
+  for (int64_t r = 0; r < rows; ++r) max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[r]) - engine[r]));
+  state.counters["max_diff"] = max_diff;
+}
+
 BENCHMARK(BM_OuterProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OuterProbeF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OuterDecodeProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 
 }  // namespace
