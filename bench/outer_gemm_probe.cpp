@@ -22,6 +22,10 @@
 //       (untimed) into blocks of 64 rows, [k-pair][row] within a block, so that a block is
 //       one sequential stream and each of its 4 vectors a chain of vdpbf16ps along k: GBs (GB
 //       of weights per CPU second), as BM_Decode/bf16 counts them.
+//   BM_InterleavedDecodeProbe/<rows>/<k>  the engine's own order (a row's 32-element chunks
+//       into 16 lanes, added across lanes at the end), the weights repacked (untimed) so
+//       that 8 rows' chunks alternate ([chunk][row] within a block of 8 rows): one stream a
+//       block, the layout alone changed. GBs.
 // Only on a CPU with AVX-512 BF16 (else skipped, saying so).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
@@ -288,8 +292,67 @@ void BM_OuterDecodeProbe(benchmark::State& state) {
   state.counters["max_diff"] = max_diff;
 }
 
+// y [rows] for one token in the engine's order: blocks of 8 rows, chunk s of row r at
+// (s * 8 + r) * 32 elements of its block.
+TS_BF16 void decode_interleaved(const uint16_t* ip, int64_t rows, int64_t k, const uint16_t* xb, float* y) {
+  constexpr int kRows = 8;
+  const int64_t chunks = k / 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const uint16_t* block = ip + r0 * k;
+    __m512 acc[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      const __m512i xbits = _mm512_loadu_si512(xb + 32 * c);
+      const __m512bh xv = reinterpret_cast<const __m512bh&>(xbits);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        const __m512i bits = _mm512_load_si512(block + (c * kRows + r) * 32);
+        acc[r] = _mm512_dpbf16_ps(acc[r], reinterpret_cast<const __m512bh&>(bits), xv);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) {  // lanes i + 8 onto i, then i + 4, i + 2, i + 1: the engine's tree
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, acc[r]);
+      for (int half = 8; half > 0; half /= 2)
+        for (int i = 0; i < half; ++i) lanes[i] += lanes[i + half];
+      y[r0 + r] = lanes[0];
+    }
+  }
+}
+
+void BM_InterleavedDecodeProbe(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512bf16")) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  const int64_t rows = state.range(0), k = state.range(1);
+  GemmCase g(rows, k, DType::kBF16);
+  const auto* w = reinterpret_cast<const uint16_t*>(g.bytes.data());
+  std::vector<uint16_t> store(static_cast<size_t>(rows * k) + 32);
+  auto* ip = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(store.data()) + 63) / 64 * 64);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < k / 32; ++c)
+      std::memcpy(ip + (r / 8 * 8) * k + (c * 8 + r % 8) * 32, w + r * k + 32 * c, 64);
+  std::vector<uint16_t> xb(static_cast<size_t>(k));
+  std::vector<float> y(static_cast<size_t>(rows)), engine(static_cast<size_t>(rows));
+  int64_t runs = 0;
+  const double start = thread_seconds();
+  for (auto _ : state) {
+    round_x(g.x.data(), k, xb.data());
+    decode_interleaved(ip, rows, k, xb.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+    ++runs;
+  }
+  state.counters["GBs"] =
+      static_cast<double>(g.bytes.size()) * static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
+  cpu::matmul_rows(g.x.data(), 1, k, g.bytes.data(), DType::kBF16, rows, engine.data(), rows);
+  double max_diff = 0;
+  for (int64_t r = 0; r < rows; ++r) max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[r]) - engine[r]));
+  state.counters["max_diff"] = max_diff;
+}
+
 BENCHMARK(BM_OuterProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OuterProbeF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OuterDecodeProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_InterleavedDecodeProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 
 }  // namespace
