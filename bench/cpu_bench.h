@@ -25,6 +25,29 @@ inline double thread_seconds() {
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
+// FLOP per CPU second of a register-only loop (best of three).
+inline double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t), int64_t iterations = 20'000'000) {
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const double start = thread_seconds();
+    benchmark::DoNotOptimize(loop(iterations));
+    best = std::max(best, static_cast<double>(flops(iterations)) / (thread_seconds() - start));
+  }
+  return best;
+}
+
+// Runs of fn per CPU second of the thread, over the benchmark's iterations.
+template <typename Fn>
+double runs_a_second(benchmark::State& state, Fn fn) {
+  int64_t runs = 0;
+  const double start = thread_seconds();
+  for (auto _ : state) {
+    fn();
+    ++runs;
+  }
+  return static_cast<double>(runs) / (thread_seconds() - start);
+}
+
 // A GEMM's operands: 512 tokens of random x, `rows` x k random weights in `dtype`, y.
 struct GemmCase {
   static constexpr int64_t kTokens = 512;

@@ -59,20 +59,9 @@ using tessera::DType;
 namespace cpu = tessera::cpu;
 
 using tessera::bench::GemmCase;
+using tessera::bench::loop_rate;
 using tessera::bench::on_every_thread;
 using tessera::bench::thread_seconds;
-
-// FLOP per CPU second of a register-only loop (best of three).
-double loop_rate(float (*loop)(int64_t), int64_t (*flops)(int64_t), int64_t iterations = 20'000'000) {
-  const int64_t kIterations = iterations;
-  double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const double start = thread_seconds();
-    benchmark::DoNotOptimize(loop(kIterations));
-    best = std::max(best, static_cast<double>(flops(kIterations)) / (thread_seconds() - start));
-  }
-  return best;
-}
 
 void BM_Gemm(benchmark::State& state, DType dtype) {
   constexpr int64_t kTokens = GemmCase::kTokens;

@@ -44,7 +44,8 @@ namespace {
 
 using tessera::DType;
 using tessera::bench::GemmCase;
-using tessera::bench::thread_seconds;
+using tessera::bench::loop_rate;
+using tessera::bench::runs_a_second;
 namespace cpu = tessera::cpu;
 
 constexpr int kRowVectors = 4;  // vectors of 16 weight rows a micro-kernel
@@ -53,14 +54,6 @@ constexpr int kTokens = 6;  // tokens a micro-kernel
 constexpr int64_t kKc = 256;
 
 #define TS_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,f16c")))
-
-// Rows r0.. (kPanelRows of them) and k-pairs p0.. (np) of the weights into panel[p][r].
-void pack_panel(const uint16_t* w, int64_t k, int64_t r0, int64_t p0, int64_t np, uint32_t* panel) {
-  for (int64_t r = 0; r < kPanelRows; ++r) {
-    const auto* row = reinterpret_cast<const uint32_t*>(w + (r0 + r) * k) + p0;
-    for (int64_t p = 0; p < np; ++p) panel[p * kPanelRows + r] = row[p];
-  }
-}
 
 // x [tokens][k] f32 to bf16 pairs (nearest even, the engine's vcvtneps2bf16), k even.
 TS_BF16 void round_x(const float* x, int64_t n, uint16_t* out) {
@@ -75,79 +68,75 @@ TS_BF16 void round_x(const float* x, int64_t n, uint16_t* out) {
   }
 }
 
-// c[t][r] (+)= panel's kPanelRows rows x kT tokens over np k-pairs; x: the tokens' pairs from
-// this k block on, kp2 pairs a token.
-template <int kT>
-TS_BF16 void micro(const uint32_t* panel, int64_t np, const uint32_t* x, int64_t kp2, float* c, int64_t ldc,
-                   bool first) {
-  __m512 acc[kT][kRowVectors];
-#pragma GCC unroll 8
-  for (int t = 0; t < kT; ++t)
-#pragma GCC unroll 8
-    for (int v = 0; v < kRowVectors; ++v)
-      acc[t][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + t * ldc + 16 * v);
-  for (int64_t p = 0; p < np; ++p) {
-    __m512bh w[kRowVectors];
-#pragma GCC unroll 8
-    for (int v = 0; v < kRowVectors; ++v) {
-      const __m512i bits = _mm512_load_si512(panel + p * kPanelRows + 16 * v);
-      w[v] = reinterpret_cast<const __m512bh&>(bits);
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < kT; ++t) {
-      const __m512i bits = _mm512_set1_epi32(static_cast<int>(x[t * kp2 + p]));
-      const __m512bh xb = reinterpret_cast<const __m512bh&>(bits);
-#pragma GCC unroll 8
-      for (int v = 0; v < kRowVectors; ++v) acc[t][v] = _mm512_dpbf16_ps(acc[t][v], w[v], xb);
-    }
+// The probes' two kinds of step: bf16 k-pairs by vdpbf16ps (x rounded to bf16 pairs first),
+// and f16 weights widened to f32 by FMAs (x as it is). A panel holds kPanelRows rows' values
+// at each step of a k block, [step][row]; x is a token's values a step.
+struct Bf16Pairs {
+  using Value = uint32_t;  // a k-pair of bf16
+  using Vector = __m512bh;
+  static constexpr int64_t kPerStep = 2;  // k elements a step
+  TS_BF16 static Vector load(const Value* p) {
+    const __m512i bits = _mm512_load_si512(p);
+    return reinterpret_cast<const __m512bh&>(bits);
   }
-#pragma GCC unroll 8
-  for (int t = 0; t < kT; ++t)
-#pragma GCC unroll 8
-    for (int v = 0; v < kRowVectors; ++v) _mm512_storeu_ps(c + t * ldc + 16 * v, acc[t][v]);
-}
+  TS_BF16 static Vector broadcast(Value x) {
+    const __m512i bits = _mm512_set1_epi32(static_cast<int>(x));
+    return reinterpret_cast<const __m512bh&>(bits);
+  }
+  TS_BF16 static __m512 step(__m512 acc, Vector w, Vector x) { return _mm512_dpbf16_ps(acc, w, x); }
+  static Value widen(const uint16_t* w) { return *reinterpret_cast<const uint32_t*>(w); }
+  // The GEMM's x: rounded to bf16 pairs into `scratch` (inside the timed loop, as the engine's).
+  static const Value* prepare(const float* x, int64_t n, std::vector<uint16_t>& scratch) {
+    round_x(x, n, scratch.data());
+    return reinterpret_cast<const Value*>(scratch.data());
+  }
+  static constexpr DType kDType = DType::kBF16;
+  static constexpr const char* kShare = "dot_share";  // of bf16_dot's register loop
+  static double peak() { return loop_rate(cpu::bf16_dot::dot_loop, cpu::bf16_dot::dot_loop_flops); }
+};
+struct F16Widened {
+  using Value = float;
+  using Vector = __m512;
+  static constexpr int64_t kPerStep = 1;
+  TS_BF16 static Vector load(const Value* p) { return _mm512_load_ps(p); }
+  TS_BF16 static Vector broadcast(Value x) { return _mm512_set1_ps(x); }
+  TS_BF16 static __m512 step(__m512 acc, Vector w, Vector x) { return _mm512_fmadd_ps(w, x, acc); }
+  TS_BF16 static Value widen(const uint16_t* w) { return _cvtsh_ss(*w); }
+  static const Value* prepare(const float* x, int64_t, std::vector<uint16_t>&) { return x; }
+  static constexpr DType kDType = DType::kF16;
+  static constexpr const char* kShare = "fma_share";  // of the FMA loop
+  static double peak() { return loop_rate(cpu::fma_loop, cpu::fma_loop_flops); }
+};
 
-// y [tokens][rows] for rows a multiple of kPanelRows, k a multiple of kKc.
-void gemm(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, uint16_t* xb,
-          uint32_t* panel) {
-  round_x(x, tokens * k, xb);
-  const auto* xp = reinterpret_cast<const uint32_t*>(xb);
-  const int64_t kp2 = k / 2;
-  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows)
-    for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-      pack_panel(w, k, r0, k0 / 2, kKc / 2, panel);
-      int64_t t = 0;
-      for (; t + kTokens <= tokens; t += kTokens)
-        micro<kTokens>(panel, kKc / 2, xp + t * kp2 + k0 / 2, kp2, y + t * rows + r0, rows, k0 == 0);
-      for (; t < tokens; ++t) micro<1>(panel, kKc / 2, xp + t * kp2 + k0 / 2, kp2, y + t * rows + r0, rows, k0 == 0);
-    }
-}
-
-// f16: rows r0.. and k k0.. (kc) widened into panel[k][r].
-TS_BF16 void pack_panel_f16(const uint16_t* w, int64_t k, int64_t r0, int64_t k0, int64_t kc, float* panel) {
+// Rows r0.. (kPanelRows of them) and the steps of k from step s0 on (n of them) into panel[step][row].
+template <typename Ops>
+TS_BF16 void pack_panel(const uint16_t* w, int64_t k, int64_t r0, int64_t s0, int64_t n, typename Ops::Value* panel) {
   for (int64_t r = 0; r < kPanelRows; ++r) {
-    const uint16_t* row = w + (r0 + r) * k + k0;
-    for (int64_t i = 0; i < kc; ++i) panel[i * kPanelRows + r] = _cvtsh_ss(row[i]);
+    const uint16_t* row = w + (r0 + r) * k + s0 * Ops::kPerStep;
+    for (int64_t s = 0; s < n; ++s) panel[s * kPanelRows + r] = Ops::widen(row + s * Ops::kPerStep);
   }
 }
 
-template <int kT>
-TS_BF16 void micro_f32(const float* panel, int64_t kc, const float* x, int64_t k, float* c, int64_t ldc, bool first) {
+// c[t][r] (+)= the panel's kPanelRows rows x kT tokens over `steps` steps; x: the tokens' values
+// from this k block on, `stride` values a token.
+template <typename Ops, int kT>
+TS_BF16 void micro(const typename Ops::Value* panel, int64_t steps, const typename Ops::Value* x, int64_t stride,
+                   float* c, int64_t ldc, bool first) {
   __m512 acc[kT][kRowVectors];
 #pragma GCC unroll 8
   for (int t = 0; t < kT; ++t)
 #pragma GCC unroll 8
     for (int v = 0; v < kRowVectors; ++v)
       acc[t][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(c + t * ldc + 16 * v);
-  for (int64_t i = 0; i < kc; ++i) {
-    __m512 w[kRowVectors];
+  for (int64_t s = 0; s < steps; ++s) {
+    typename Ops::Vector w[kRowVectors];
 #pragma GCC unroll 8
-    for (int v = 0; v < kRowVectors; ++v) w[v] = _mm512_load_ps(panel + i * kPanelRows + 16 * v);
+    for (int v = 0; v < kRowVectors; ++v) w[v] = Ops::load(panel + s * kPanelRows + 16 * v);
 #pragma GCC unroll 8
     for (int t = 0; t < kT; ++t) {
-      const __m512 xb = _mm512_set1_ps(x[t * k + i]);
+      const typename Ops::Vector xb = Ops::broadcast(x[t * stride + s]);
 #pragma GCC unroll 8
-      for (int v = 0; v < kRowVectors; ++v) acc[t][v] = _mm512_fmadd_ps(w[v], xb, acc[t][v]);
+      for (int v = 0; v < kRowVectors; ++v) acc[t][v] = Ops::step(acc[t][v], w[v], xb);
     }
   }
 #pragma GCC unroll 8
@@ -156,14 +145,21 @@ TS_BF16 void micro_f32(const float* panel, int64_t kc, const float* x, int64_t k
     for (int v = 0; v < kRowVectors; ++v) _mm512_storeu_ps(c + t * ldc + 16 * v, acc[t][v]);
 }
 
-void gemm_f16(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, float* panel) {
+// y [tokens][rows] from x's values (stride k / kPerStep a token), rows a multiple of
+// kPanelRows, k of kKc.
+template <typename Ops>
+TS_BF16 void gemm(const typename Ops::Value* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
+                  typename Ops::Value* panel) {
+  const int64_t stride = k / Ops::kPerStep, steps = kKc / Ops::kPerStep;
   for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows)
     for (int64_t k0 = 0; k0 < k; k0 += kKc) {
-      pack_panel_f16(w, k, r0, k0, kKc, panel);
+      const int64_t s0 = k0 / Ops::kPerStep;
+      pack_panel<Ops>(w, k, r0, s0, steps, panel);
       int64_t t = 0;
       for (; t + kTokens <= tokens; t += kTokens)
-        micro_f32<kTokens>(panel, kKc, x + t * k + k0, k, y + t * rows + r0, rows, k0 == 0);
-      for (; t < tokens; ++t) micro_f32<1>(panel, kKc, x + t * k + k0, k, y + t * rows + r0, rows, k0 == 0);
+        micro<Ops, kTokens>(panel, steps, x + t * stride + s0, stride, y + t * rows + r0, rows, k0 == 0);
+      for (; t < tokens; ++t)
+        micro<Ops, 1>(panel, steps, x + t * stride + s0, stride, y + t * rows + r0, rows, k0 == 0);
     }
 }
 
@@ -182,66 +178,44 @@ double max_relative(const GemmCase& g, const std::vector<float>& engine, int64_t
   return max_rel;
 }
 
-void BM_OuterProbeF16(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx512bf16")) return state.SkipWithError("no AVX-512 BF16 on this CPU");
-  constexpr int64_t kCaseTokens = GemmCase::kTokens;
-  const int64_t rows = state.range(0), k = state.range(1);
-  GemmCase g(rows, k, DType::kF16);
-  const auto* w = reinterpret_cast<const uint16_t*>(g.bytes.data());
-  std::vector<float> panel_store(kKc * kPanelRows + 16);
-  auto* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_store.data()) + 63) / 64 * 64);
-  double fma_rate = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const double start = thread_seconds();
-    benchmark::DoNotOptimize(cpu::fma_loop(20'000'000));
-    fma_rate = std::max(fma_rate, static_cast<double>(cpu::fma_loop_flops(20'000'000)) / (thread_seconds() - start));
-  }
-  int64_t runs = 0;
-  const double start = thread_seconds();
-  for (auto _ : state) {
-    gemm_f16(g.x.data(), kCaseTokens, k, w, rows, g.y.data(), panel);
-    benchmark::DoNotOptimize(g.y.data());
-    ++runs;
-  }
-  const double rate =
-      2.0 * static_cast<double>(kCaseTokens * rows * k) * static_cast<double>(runs) / (thread_seconds() - start);
-  std::vector<float> engine(g.y.size());
-  cpu::matmul_rows(g.x.data(), kCaseTokens, k, g.bytes.data(), DType::kF16, rows, engine.data(), rows);
-  state.counters["GFLOPs"] = rate * 1e-9;
-  state.counters["fma_share"] = rate / fma_rate;
-  state.counters["max_rel"] = max_relative(g, engine, rows, k, DType::kF16);
+// FLOP of one GEMM of GemmCase's tokens.
+double gemm_flops(int64_t rows, int64_t k) { return 2.0 * static_cast<double>(GemmCase::kTokens * rows * k); }
+
+// A decode probe's counters: GB of weights a CPU second, and y's largest difference from the
+// engine's outputs for GemmCase's first token.
+void decode_counters(benchmark::State& state, const GemmCase& g, const std::vector<float>& y, double runs) {
+  const auto rows = static_cast<int64_t>(y.size());
+  const int64_t k = static_cast<int64_t>(g.x.size()) / GemmCase::kTokens;
+  std::vector<float> engine(y.size());
+  cpu::matmul_rows(g.x.data(), 1, k, g.bytes.data(), DType::kBF16, rows, engine.data(), rows);
+  double max_diff = 0;
+  for (size_t r = 0; r < y.size(); ++r) max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[r]) - engine[r]));
+  state.counters["GBs"] = static_cast<double>(g.bytes.size()) * runs * 1e-9;
+  state.counters["max_diff"] = max_diff;
 }
 
-void BM_OuterProbe(benchmark::State& state) {
+template <typename Ops>
+void BM_OuterGemm(benchmark::State& state) {
   if (!__builtin_cpu_supports("avx512bf16")) return state.SkipWithError("no AVX-512 BF16 on this CPU");
   constexpr int64_t kCaseTokens = GemmCase::kTokens;
   const int64_t rows = state.range(0), k = state.range(1);
-  GemmCase g(rows, k, DType::kBF16);
+  GemmCase g(rows, k, Ops::kDType);
   const auto* w = reinterpret_cast<const uint16_t*>(g.bytes.data());
-  std::vector<uint16_t> xb(static_cast<size_t>(kCaseTokens * k));
-  std::vector<uint32_t> panel_store(kKc / 2 * kPanelRows + 16);
-  auto* panel = reinterpret_cast<uint32_t*>((reinterpret_cast<uintptr_t>(panel_store.data()) + 63) / 64 * 64);
-  double dot_rate = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const double start = thread_seconds();
-    benchmark::DoNotOptimize(cpu::bf16_dot::dot_loop(20'000'000));
-    dot_rate =
-        std::max(dot_rate, static_cast<double>(cpu::bf16_dot::dot_loop_flops(20'000'000)) / (thread_seconds() - start));
-  }
-  int64_t runs = 0;
-  const double start = thread_seconds();
-  for (auto _ : state) {
-    gemm(g.x.data(), kCaseTokens, k, w, rows, g.y.data(), xb.data(), panel);
-    benchmark::DoNotOptimize(g.y.data());
-    ++runs;
-  }
+  std::vector<uint16_t> scratch(static_cast<size_t>(kCaseTokens * k));
+  std::vector<typename Ops::Value> panel_store(kKc / Ops::kPerStep * kPanelRows + 16);
+  auto* panel =
+      reinterpret_cast<typename Ops::Value*>((reinterpret_cast<uintptr_t>(panel_store.data()) + 63) / 64 * 64);
+  const double peak = Ops::peak();
   const double rate =
-      2.0 * static_cast<double>(kCaseTokens * rows * k) * static_cast<double>(runs) / (thread_seconds() - start);
+      gemm_flops(rows, k) * runs_a_second(state, [&] {
+        gemm<Ops>(Ops::prepare(g.x.data(), kCaseTokens * k, scratch), kCaseTokens, k, w, rows, g.y.data(), panel);
+        benchmark::DoNotOptimize(g.y.data());
+      });
   std::vector<float> engine(g.y.size());
-  cpu::matmul_rows(g.x.data(), kCaseTokens, k, g.bytes.data(), DType::kBF16, rows, engine.data(), rows);
+  cpu::matmul_rows(g.x.data(), kCaseTokens, k, g.bytes.data(), Ops::kDType, rows, engine.data(), rows);
   state.counters["GFLOPs"] = rate * 1e-9;
-  state.counters["dot_share"] = rate / dot_rate;
-  state.counters["max_rel"] = max_relative(g, engine, rows, k, DType::kBF16);
+  state.counters[Ops::kShare] = rate / peak;
+  state.counters["max_rel"] = max_relative(g, engine, rows, k, Ops::kDType);
 }
 
 // y [rows] for one token: rp holds blocks of kPanelRows rows, [k-pair][row] within each.
@@ -273,23 +247,14 @@ void BM_OuterDecodeProbe(benchmark::State& state) {
   const auto* w = reinterpret_cast<const uint16_t*>(g.bytes.data());
   std::vector<uint32_t> store(static_cast<size_t>(rows * pairs) + 16);
   auto* rp = reinterpret_cast<uint32_t*>((reinterpret_cast<uintptr_t>(store.data()) + 63) / 64 * 64);
-  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) pack_panel(w, k, r0, 0, pairs, rp + r0 * pairs);
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) pack_panel<Bf16Pairs>(w, k, r0, 0, pairs, rp + r0 * pairs);
   std::vector<uint16_t> xb(static_cast<size_t>(k));
-  std::vector<float> y(static_cast<size_t>(rows)), engine(static_cast<size_t>(rows));
-  int64_t runs = 0;
-  const double start = thread_seconds();
-  for (auto _ : state) {
-    round_x(g.x.data(), k, xb.data());
-    decode(rp, rows, k, reinterpret_cast<const uint32_t*>(xb.data()), y.data());
-    benchmark::DoNotOptimize(y.data());
-    ++runs;
-  }
-  state.counters["GBs"] =
-      static_cast<double>(g.bytes.size()) * static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
-  cpu::matmul_rows(g.x.data(), 1, k, g.bytes.data(), DType::kBF16, rows, engine.data(), rows);
-  double max_diff = 0;
-  for (int64_t r = 0; r < rows; ++r) max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[r]) - engine[r]));
-  state.counters["max_diff"] = max_diff;
+  std::vector<float> y(static_cast<size_t>(rows));
+  decode_counters(state, g, y, runs_a_second(state, [&] {
+                    round_x(g.x.data(), k, xb.data());
+                    decode(rp, rows, k, reinterpret_cast<const uint32_t*>(xb.data()), y.data());
+                    benchmark::DoNotOptimize(y.data());
+                  }));
 }
 
 // y [rows] for one token in the engine's order: blocks of 8 rows, chunk s of row r at
@@ -333,25 +298,24 @@ void BM_InterleavedDecodeProbe(benchmark::State& state) {
     for (int64_t c = 0; c < k / 32; ++c)
       std::memcpy(ip + (r / 8 * 8) * k + (c * 8 + r % 8) * 32, w + r * k + 32 * c, 64);
   std::vector<uint16_t> xb(static_cast<size_t>(k));
-  std::vector<float> y(static_cast<size_t>(rows)), engine(static_cast<size_t>(rows));
-  int64_t runs = 0;
-  const double start = thread_seconds();
-  for (auto _ : state) {
-    round_x(g.x.data(), k, xb.data());
-    decode_interleaved(ip, rows, k, xb.data(), y.data());
-    benchmark::DoNotOptimize(y.data());
-    ++runs;
-  }
-  state.counters["GBs"] =
-      static_cast<double>(g.bytes.size()) * static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
-  cpu::matmul_rows(g.x.data(), 1, k, g.bytes.data(), DType::kBF16, rows, engine.data(), rows);
-  double max_diff = 0;
-  for (int64_t r = 0; r < rows; ++r) max_diff = std::max(max_diff, std::fabs(static_cast<double>(y[r]) - engine[r]));
-  state.counters["max_diff"] = max_diff;
+  std::vector<float> y(static_cast<size_t>(rows));
+  decode_counters(state, g, y, runs_a_second(state, [&] {
+                    round_x(g.x.data(), k, xb.data());
+                    decode_interleaved(ip, rows, k, xb.data(), y.data());
+                    benchmark::DoNotOptimize(y.data());
+                  }));
 }
 
-BENCHMARK(BM_OuterProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_OuterProbeF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OuterGemm<Bf16Pairs>)
+    ->Name("BM_OuterProbe")
+    ->Args({8192, 2048})
+    ->Args({2048, 8192})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OuterGemm<F16Widened>)
+    ->Name("BM_OuterProbeF16")
+    ->Args({8192, 2048})
+    ->Args({2048, 8192})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OuterDecodeProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_InterleavedDecodeProbe)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 
