@@ -218,26 +218,12 @@ void BM_OuterGemm(benchmark::State& state) {
   state.counters["max_rel"] = max_relative(g, engine, rows, k, Ops::kDType);
 }
 
-// y [rows] for one token: rp holds blocks of kPanelRows rows, [k-pair][row] within each.
-TS_BF16 void decode(const uint32_t* rp, int64_t rows, int64_t k, const uint32_t* xp, float* y) {
+// y [rows] for one token: rp holds blocks of kPanelRows rows, [k-pair][row] within each (the
+// GEMM's micro-kernel for one token over the whole of k).
+void decode(const uint32_t* rp, int64_t rows, int64_t k, const uint32_t* xp, float* y) {
   const int64_t pairs = k / 2;
-  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
-    const uint32_t* block = rp + r0 * pairs;
-    __m512 acc[kRowVectors];
-#pragma GCC unroll 8
-    for (int v = 0; v < kRowVectors; ++v) acc[v] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < pairs; ++p) {
-      const __m512i xbits = _mm512_set1_epi32(static_cast<int>(xp[p]));
-      const __m512bh xb = reinterpret_cast<const __m512bh&>(xbits);
-#pragma GCC unroll 8
-      for (int v = 0; v < kRowVectors; ++v) {
-        const __m512i bits = _mm512_load_si512(block + p * kPanelRows + 16 * v);
-        acc[v] = _mm512_dpbf16_ps(acc[v], reinterpret_cast<const __m512bh&>(bits), xb);
-      }
-    }
-#pragma GCC unroll 8
-    for (int v = 0; v < kRowVectors; ++v) _mm512_storeu_ps(y + r0 + 16 * v, acc[v]);
-  }
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows)
+    micro<Bf16Pairs, 1>(rp + r0 * pairs, pairs, xp, pairs, y + r0, rows, true);
 }
 
 void BM_OuterDecodeProbe(benchmark::State& state) {
