@@ -61,6 +61,7 @@ namespace cpu = tessera::cpu;
 using tessera::bench::GemmCase;
 using tessera::bench::loop_rate;
 using tessera::bench::on_every_thread;
+using tessera::bench::runs_a_second;
 using tessera::bench::thread_seconds;
 
 void BM_Gemm(benchmark::State& state, DType dtype) {
@@ -73,15 +74,10 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
   const double dot_rate = dots ? loop_rate(cpu::bf16_dot::dot_loop, cpu::bf16_dot::dot_loop_flops) : 0;
   const bool tiles = dots && cpu::amx_active();
   const double tile_rate = tiles ? loop_rate(cpu::amx::dot_loop, cpu::amx::dot_loop_flops, 1'000'000) : 0;
-  int64_t runs = 0;
-  const double start = thread_seconds();
-  for (auto _ : state) {
-    cpu::matmul_rows(x.data(), kTokens, k, bytes.data(), dtype, rows, y.data(), rows);
-    benchmark::DoNotOptimize(y.data());
-    ++runs;
-  }
-  const double rate = 2.0 * static_cast<double>(kTokens * rows * k) * static_cast<double>(runs) /
-                      (thread_seconds() - start);  // FLOP per CPU second
+  const double rate = 2.0 * static_cast<double>(kTokens * rows * k) * runs_a_second(state, [&] {
+                        cpu::matmul_rows(x.data(), kTokens, k, bytes.data(), dtype, rows, y.data(), rows);
+                        benchmark::DoNotOptimize(y.data());
+                      });  // FLOP per CPU second
   state.counters["GFLOPs"] = rate * 1e-9;
   state.counters["fma_share"] = rate / fma_rate;
   if (dots) state.counters["dot_share"] = rate / dot_rate;
@@ -247,15 +243,10 @@ void BM_Decode(benchmark::State& state, DType dtype) {
   std::vector<uint8_t> bytes(w.size() * tessera::dtype_size(dtype));
   cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.data());
   std::vector<float> y(static_cast<size_t>(rows));
-  int64_t runs = 0;
-  const double start = thread_seconds();
-  for (auto _ : state) {
-    cpu::matmul_rows(x.data(), 1, k, bytes.data(), dtype, rows, y.data(), rows);
-    benchmark::DoNotOptimize(y.data());
-    ++runs;
-  }
-  state.counters["GBs"] =
-      static_cast<double>(bytes.size()) * static_cast<double>(runs) / (thread_seconds() - start) * 1e-9;
+  state.counters["GBs"] = static_cast<double>(bytes.size()) * 1e-9 * runs_a_second(state, [&] {
+                            cpu::matmul_rows(x.data(), 1, k, bytes.data(), dtype, rows, y.data(), rows);
+                            benchmark::DoNotOptimize(y.data());
+                          });
   state.SetLabel(cpu::isa_name());
 }
 

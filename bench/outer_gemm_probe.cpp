@@ -1,4 +1,4 @@
-// A probe for a redesign of the bf16 GEMM, not the engine's order (issue 15, point 3):
+// Probes for a redesign of the CPU's 16-bit matmuls, not the engine's code (issue 15): first
 // the GEMM with the weights as the vector operand of vdpbf16ps and x broadcast, so that an
 // accumulator lane is one output (16 weight rows a vector) and its sum runs along k in one
 // lane: no lane tree at the end and no partial vectors stored between k blocks (C is
