@@ -16,6 +16,9 @@ struct TensorView {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  // 1: row-major. g > 1: a 2-D weight's rows in groups of g whose 64-byte lines alternate
+  // (backend/cpu/weight_layout.h), as CpuDevice::place lays weights out for its matmuls.
+  int64_t row_group = 1;
 
   int64_t numel() const { return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>()); }
   size_t nbytes() const { return dtype_bytes(dtype, numel()); }  // whole blocks for quantized types

@@ -67,8 +67,9 @@ Result<TensorView> place_offset_norm(Device& device, const TensorView& w, float 
   return view;
 }
 
-// The model's weights as `device` places them (views of the mapped files on the
-// CPU; copies in its own memory on a GPU, with a progress line on a terminal).
+// The model's weights as `device` places them (on the CPU, copies in its matmuls'
+// layout, or views of the mapped files; copies in its own memory on a GPU, with a progress
+// line on a terminal).
 // A weight that does not fit is named in the error. Norm weights of a family
 // with ArchSpec::norm_offset become f32 buffers kept in `owned`.
 Result<ModelWeights> place_weights(Device& device, const Model& model, std::vector<Buffer>& owned) {
@@ -93,8 +94,17 @@ Result<ModelWeights> place_weights(Device& device, const Model& model, std::vect
   for (size_t i = 0; i < placed.layers.size(); ++i) {
     const int64_t layer = model.range().begin + static_cast<int64_t>(i);
     for (const LayerTensor& t : layer_tensors(model.layer_config(), model.arch(), layer)) {
-      TS_RETURN_IF_ERROR(place(t.in(placed.layers[i]), "layer " + std::to_string(layer) + "'s " + t.name, t.norm));
-      t.split(placed.layers[i]);
+      LayerWeights& weights = placed.layers[i];
+      const std::string what = "layer " + std::to_string(layer) + "'s " + t.name;
+      if (t.parts.empty()) {
+        TS_RETURN_IF_ERROR(place(t.in(weights), what, t.norm));
+        continue;
+      }
+      // A fused tensor (q, k and v; gate and up): its parts, which the host already holds as
+      // views of its rows, each placed as a weight of its own (a device may lay each out
+      // anew: CpuDevice::place).
+      t.in(weights) = {};
+      for (const auto& part : t.parts) TS_RETURN_IF_ERROR(place(weights.*part.first, what));
     }
   }
   TS_RETURN_IF_ERROR(place(placed.final_norm, "the final norm", true));

@@ -3,6 +3,7 @@
 // against the config before anything runs.
 #include <utility>
 
+#include "core/check.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 
@@ -75,6 +76,7 @@ const TensorView& LayerTensor::in(const LayerWeights& layer) const {
 void LayerTensor::split(LayerWeights& layer) const {
   if (parts.empty()) return;
   const TensorView& whole = in(layer);
+  TS_CHECK(whole.row_group == 1, "splitting ", name, " laid out for a device");
   const size_t row_bytes = dtype_bytes(whole.dtype, whole.dim(1));
   int64_t row = 0;
   for (const auto& [part, rows] : parts) {

@@ -24,6 +24,7 @@
 #include "backend/cpu/amx_emulated.h"
 #include "backend/cpu/amx_kernel.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/weight_layout.h"
 #include "support/random_tensors.h"
 
 namespace tessera {
@@ -39,16 +40,17 @@ using testing::rounded_x_dot;
 // The kernel run with the emulation, as amx.cpp runs it with the instructions: one token
 // by decode, more packed (in two ranges, as threads pack them) and the GEMM, in two calls
 // past 32 tokens (tokens [0, 32) and the rest, as threads may cut a call: amx.cpp's
-// offset into the packed x), blocked as `tuning` says.
+// offset into the packed x), blocked as `tuning` says; w's rows in groups of `group`
+// (weight_layout.h).
 std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows,
-                                   kernel::GemmTuning tuning = {}) {
+                                   kernel::GemmTuning tuning = {}, int64_t group = 1) {
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const int64_t kp = kernel::padded_k(k);
   std::vector<uint16_t> scratch(static_cast<size_t>(2 * kernel::kTileRows * kp));
   if (tokens == 1) {
     std::vector<uint16_t> xb(static_cast<size_t>(kp));
     kernel::round_row<Emulated>(x, k, xb.data());
-    kernel::decode<Emulated>(xb.data(), k, w, rows, y.data(), scratch.data());
+    kernel::decode<Emulated>(xb.data(), k, w, rows, group, y.data(), scratch.data());
     return y;
   }
   std::vector<uint32_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k) / 2), 0xFFFFFFFFu);
@@ -59,11 +61,30 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
   std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats));
   std::vector<uint16_t> a(static_cast<size_t>(kernel::kPackedRowElements));
   const int64_t cut = tokens > 32 ? 32 : tokens;
-  kernel::gemm<Emulated>(packed.data(), cut, k, w, rows, y.data(), rows, acc.data(), a.data(), tuning);
+  kernel::gemm<Emulated>(packed.data(), cut, k, w, rows, group, y.data(), rows, acc.data(), a.data(), tuning);
   if (cut < tokens)
-    kernel::gemm<Emulated>(packed.data() + cpu::bf16::packed_offset(cut, k), tokens - cut, k, w, rows,
+    kernel::gemm<Emulated>(packed.data() + cpu::bf16::packed_offset(cut, k), tokens - cut, k, w, rows, group,
                            y.data() + cut * rows, rows, acc.data(), a.data(), tuning);
   return y;
+}
+
+// Weights interleaved in groups of 16 rows (an A tile, read in place by decode) and of 8
+// (copied into whole tiles), as CpuDevice::place lays them out: decode and the GEMM give
+// the bits of the rows one after another (48 rows: a pair of tile groups and a lone one).
+TEST(AmxTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
+  for (const int64_t k : {64, 2 * 512 + 64}) {
+    const int64_t rows = 48;
+    const auto x = random_values(static_cast<size_t>(40 * k), 53);
+    const auto w = random_bf16(static_cast<size_t>(rows * k), 54);
+    for (const int64_t group : {8, 16}) {
+      std::vector<uint16_t> lined(w.size());
+      cpu::interleave_rows(w.data(), DType::kBF16, k, group, 0, rows, lined.data());
+      for (const int64_t tokens : {1, 2, 40})
+        ASSERT_EQ(emulated_matmul(x.data(), tokens, k, lined.data(), rows, {}, group),
+                  emulated_matmul(x.data(), tokens, k, w.data(), rows))
+            << "k " << k << " group " << group << " tokens " << tokens;
+    }
+  }
 }
 
 // How one output may be summed: the order amx_kernel.h states (the SDM's pseudo-code),
@@ -224,7 +245,7 @@ TEST(AmxTest, InstructionIsWithinRoundingOfTheEmulation) {
     }
     for (const int64_t tokens : {1, 2, 15, 16, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
-      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows, 1);
       const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
       for (int64_t t = 0; t < tokens; ++t)
         for (int64_t r = 0; r < rows; ++r) {
@@ -250,10 +271,10 @@ TEST(AmxTest, InstructionGivesARowBitwiseAloneOrInABatch) {
     const auto w = random_bf16(static_cast<size_t>(rows * k), 52);
     std::vector<float> alone(static_cast<size_t>(301 * rows));
     for (int64_t t = 0; t < 301; ++t)
-      cpu::amx::instructions()->matmul_rows(x.data() + t * k, 1, k, w.data(), rows, alone.data() + t * rows, rows);
+      cpu::amx::instructions()->matmul_rows(x.data() + t * k, 1, k, w.data(), rows, alone.data() + t * rows, rows, 1);
     for (const int64_t tokens : {2, 15, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
-      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows, 1);
       for (size_t i = 0; i < y.size(); ++i)
         ASSERT_EQ(y[i], alone[i]) << "k " << k << " tokens " << tokens << " at " << i;
     }
@@ -271,7 +292,7 @@ TEST(AmxTest, DispatchedMatmulTakesTheTiles) {
   for (const int64_t tokens : {1, 40}) {
     std::vector<float> y(static_cast<size_t>(tokens * rows)), tiles(y.size());
     cpu::matmul_rows(x.data(), tokens, k, w.data(), DType::kBF16, rows, y.data(), rows);
-    cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, tiles.data(), rows);
+    cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, tiles.data(), rows, 1);
     EXPECT_EQ(y, tiles) << tokens << " tokens";
   }
 }

@@ -21,6 +21,7 @@
 #include "backend/cpu/bf16_dot_emulated.h"
 #include "backend/cpu/bf16_dot_kernel.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/weight_layout.h"
 #include "support/random_tensors.h"
 
 namespace tessera {
@@ -34,20 +35,21 @@ using testing::rounded_x_dot;
 
 // The kernel run with the emulation, as bf16_dot.cpp runs it with the instruction: tiles
 // below kGemmTokens tokens (one token's rows asked for 2,048 bytes ahead, its default), else
-// x packed and the GEMM.
-std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows) {
+// x packed and the GEMM. w's rows in groups of `group` (weight_layout.h).
+std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows,
+                                   int64_t group = 1) {
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const int64_t kp = kernel::padded_k(k);
   if (tokens < kernel::kGemmTokens) {
     std::vector<uint16_t> rounded(static_cast<size_t>(tokens * kp));
     for (int64_t t = 0; t < tokens; ++t) kernel::round_row<Emulated>(x + t * k, k, rounded.data() + t * kp);
-    kernel::tiles<Emulated>(rounded.data(), tokens, k, w, rows, y.data(), rows, 2048);
+    kernel::tiles<Emulated>(rounded.data(), tokens, {w, k, rows, group}, y.data(), rows, 2048);
   } else {
     std::vector<uint16_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k)), 0xFFFF);
     std::vector<uint16_t> row(static_cast<size_t>(kp));
     kernel::pack_x<Emulated>(x, tokens, k, 0, tokens, packed.data(), row.data());
     std::vector<float> acc(static_cast<size_t>(kernel::kAccFloats));
-    kernel::gemm<Emulated>(packed.data(), tokens, k, w, rows, y.data(), rows, acc.data());
+    kernel::gemm<Emulated>(packed.data(), tokens, {w, k, rows, group}, y.data(), rows, acc.data());
   }
   return y;
 }
@@ -98,11 +100,38 @@ TEST(Bf16DotTest, OneTokenTilesOfAnyRowsSumInTheStatedOrder) {
     for (const int decode_rows : {4, 8, 16})
       for (const int64_t ahead : {0, 2048}) {
         std::vector<float> y(static_cast<size_t>(rows));
-        kernel::tiles<Emulated>(rounded.data(), 1, k, w.data(), rows, y.data(), rows, ahead, decode_rows);
+        kernel::tiles<Emulated>(rounded.data(), 1, {w.data(), k, rows, 1}, y.data(), rows, ahead, decode_rows);
         for (int64_t r = 0; r < rows; ++r)
           ASSERT_EQ(y[static_cast<size_t>(r)], in_stated_order(x.data(), w.data() + r * k, k))
               << "k " << k << " rows a tile " << decode_rows << " ahead " << ahead << " row " << r;
       }
+  }
+}
+
+// Weights interleaved in groups of 4, 8 and 16 rows (weight_layout.h), as CpuDevice::place
+// lays them out: the tiles (one token's of the group's rows, and 4 rows x up to 4 tokens)
+// and the GEMM (read in place, not copied) give the bits of the rows one after another,
+// the emulation and, where the CPU has it, the instruction.
+TEST(Bf16DotTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
+  for (const int64_t k : {64, 2 * 512 + 64}) {
+    const int64_t rows = 48;
+    const auto x = random_values(static_cast<size_t>(40 * k), 43);
+    const auto w = random_bf16(static_cast<size_t>(rows * k), 44);
+    for (const int64_t group : {4, 8, 16}) {
+      ASSERT_TRUE(cpu::can_interleave(DType::kBF16, rows, k, group));
+      std::vector<uint16_t> lined(w.size());
+      cpu::interleave_rows(w.data(), DType::kBF16, k, group, 0, rows, lined.data());
+      ASSERT_NE(lined, w);
+      for (const int64_t tokens : {1, 2, 5, 16, 40}) {
+        const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
+        ASSERT_EQ(emulated_matmul(x.data(), tokens, k, lined.data(), rows, group), want)
+            << "k " << k << " group " << group << " tokens " << tokens;
+        if (cpu::bf16_dot::instructions() == nullptr) continue;
+        std::vector<float> y(want.size());
+        cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, lined.data(), rows, y.data(), rows, group);
+        ASSERT_EQ(y, want) << "the instruction, k " << k << " group " << group << " tokens " << tokens;
+      }
+    }
   }
 }
 
@@ -138,7 +167,7 @@ TEST(Bf16DotTest, InstructionGivesTheEmulatedSums) {
     const auto w = random_bf16(static_cast<size_t>(rows * k), 36);
     for (const int64_t tokens : {1, 3, 15, 16, 40, 301}) {
       std::vector<float> y(static_cast<size_t>(tokens * rows));
-      cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+      cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows, 1);
       const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
       for (size_t i = 0; i < y.size(); ++i)
         ASSERT_EQ(y[i], want[i]) << "k " << k << " tokens " << tokens << " at " << i;
@@ -157,7 +186,7 @@ TEST(Bf16DotTest, InstructionGivesTheEmulatedSumsAtSubnormals) {
   for (size_t i = 0; i < w.size(); i += 5) w[i] = static_cast<uint16_t>(i % 2 ? 0x0001 : 0x8040);
   for (size_t i = 1; i < w.size(); i += 7) w[i] = 0x0080;  // the smallest normal: products underflow
   std::vector<float> y(static_cast<size_t>(tokens * rows));
-  cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows);
+  cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, y.data(), rows, 1);
   const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], want[i]) << "at " << i;
 }
@@ -176,7 +205,7 @@ TEST(Bf16DotTest, InstructionAddsTheOddProductOfAPairFirst) {
   w[33] = 0x3400;  // 2^-23
   w[32] = 0x3380;  // 2^-24
   float y = 0;
-  cpu::bf16_dot::instructions()->matmul_rows(x.data(), 1, k, w.data(), 1, &y, 1);
+  cpu::bf16_dot::instructions()->matmul_rows(x.data(), 1, k, w.data(), 1, &y, 1, 1);
   EXPECT_EQ(y, 1.0f + 0x1p-22f) << "even first would give " << 1.0f + 0x1p-23f;
   EXPECT_EQ(emulated_matmul(x.data(), 1, k, w.data(), 1)[0], 1.0f + 0x1p-22f);
 }

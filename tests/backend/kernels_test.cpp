@@ -13,6 +13,7 @@
 
 #include "backend/cpu/bf16_dot_emulated.h"
 #include "backend/cpu/cpu_device.h"
+#include "backend/cpu/weight_layout.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/targets.h"
 #include "support/random_tensors.h"
@@ -212,6 +213,44 @@ TEST_P(MatmulTest, PiecesOfTokensAndRowsAreBitwiseTheWholeCall) {
     });
     EXPECT_GE(targets_run, 2);
   }
+}
+
+// Weights interleaved in groups of 4, 8 and 16 rows (weight_layout.h), as CpuDevice::place
+// lays them out, give on every target the bits of the rows one after another: one token's
+// tiles (of the group's rows), a few tokens' tiles of 4 rows, and the GEMM, whole and cut
+// into the split's pieces of rows (48 rows: three pieces of 16, or one and a half of 32).
+TEST_P(MatmulTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
+  const DType dtype = GetParam();
+  const int64_t k = 2 * 512 + 64, rows = 48, tokens = 40;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 20);
+  auto w = random_values(static_cast<size_t>(rows * k), 21);
+  const auto bytes = encode(w, dtype);
+  const auto row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k;
+  const int targets_run = for_each_target([&](int64_t target, size_t) {
+    for (const int64_t group : {4, 8, 16}) {
+      ASSERT_TRUE(cpu::can_interleave(dtype, rows, k, group));
+      std::vector<uint8_t> lined(bytes.size());
+      cpu::interleave_rows(bytes.data(), dtype, k, group, 0, rows, lined.data());
+      for (const int64_t count : {int64_t{1}, int64_t{3}, tokens}) {
+        std::vector<float> want(static_cast<size_t>(count * rows)), y(want.size()), pieces(want.size(), std::nanf(""));
+        cpu::matmul_rows(x.data(), count, k, bytes.data(), dtype, rows, want.data(), rows);
+        cpu::matmul_rows(x.data(), count, k, lined.data(), dtype, rows, y.data(), rows, group);
+        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)))
+            << hwy::TargetName(target) << " group " << group << " tokens " << count;
+        const int64_t packed_floats = cpu::matmul_packed_floats(count, k, dtype);
+        if (packed_floats == 0) continue;
+        auto packed = hwy::AllocateAligned<float>(static_cast<size_t>(packed_floats));
+        cpu::matmul_pack_x(x.data(), count, k, dtype, 0, count, packed.get());
+        const int64_t step = std::min<int64_t>(cpu::matmul_split(k, dtype).rows, 16);
+        for (int64_t r0 = 0; r0 < rows; r0 += step)
+          cpu::matmul_rows_packed(packed.get(), x.data(), count, 0, count, k, lined.data() + r0 * row_bytes, dtype,
+                                  std::min(step, rows - r0), pieces.data() + r0, rows, group);
+        ASSERT_EQ(0, std::memcmp(pieces.data(), want.data(), want.size() * sizeof(float)))
+            << hwy::TargetName(target) << " group " << group << " GEMM pieces of " << step << " rows";
+      }
+    }
+  });
+  EXPECT_GE(targets_run, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
@@ -507,6 +546,52 @@ TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
       device.matmul(x.data(), tokens, weight, {}, y.data());
       if (reference.empty()) reference = y;
       EXPECT_EQ(y, reference) << n << " rows, " << threads << " threads";
+    }
+  }
+}
+
+// CpuDevice::place copies a 2-D f32, bf16 or f16 weight into its matmuls' layout (rows
+// interleaved in groups: weight_layout.h) when its shape allows it, and leaves any other
+// tensor a view of its bytes; the matmul (decode, a few tokens, prefill; 1 and 3 threads)
+// and the embedding lookup give the placed weight the bits the view gives.
+TEST(CpuDeviceTest, PlacedWeightsGiveTheBitsOfTheirViews) {
+  const int64_t k = 256, n = 2 * 1024;
+  const auto x = random_values(static_cast<size_t>(40 * k), 22);
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto w = random_values(static_cast<size_t>(n * k), 23);
+    const auto bytes = encode(w, dtype);
+    const TensorView host{dtype, {n, k}, bytes.data()};
+    for (const size_t threads : {1, 3}) {
+      CpuDevice device(threads);
+      const auto placed = device.place(host);
+      ASSERT_TRUE(placed.ok()) << placed.status().message();
+      ASSERT_EQ(placed->row_group, cpu::matmul_row_group(dtype)) << "TESSERA_INTERLEAVE=0 set?";
+      ASSERT_GT(placed->row_group, 1);
+      ASSERT_NE(placed->data, host.data);
+      EXPECT_EQ(placed->shape, host.shape);
+      for (const int64_t tokens : {1, 3, 40}) {
+        std::vector<float> want(static_cast<size_t>(tokens * n)), y(want.size());
+        device.matmul(x.data(), tokens, host, {}, want.data());
+        device.matmul(x.data(), tokens, *placed, {}, y.data());
+        EXPECT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)))
+            << dtype_name(dtype) << ", " << tokens << " tokens, " << threads << " threads";
+      }
+      const std::vector<int32_t> ids{0, 7, 1999, 2047, 7};
+      std::vector<float> want(ids.size() * k), y(want.size());
+      device.embed(host, ids, want.data());
+      device.embed(*placed, ids, y.data());
+      EXPECT_EQ(y, want) << dtype_name(dtype) << ": the embedding";
+    }
+    // Rows that are no whole group, a row that is no whole line, and a norm: the views.
+    CpuDevice device(1);
+    const std::vector<TensorView> others{TensorView{dtype, {n - 3, k}, bytes.data()},
+                                         TensorView{dtype, {n / 2, 2 * k - 8}, bytes.data()},
+                                         TensorView{dtype, {k}, bytes.data()}};
+    for (const TensorView& other : others) {
+      const auto placed = device.place(other);
+      ASSERT_TRUE(placed.ok());
+      EXPECT_EQ(placed->data, other.data) << shape_string(other.shape);
+      EXPECT_EQ(placed->row_group, 1) << shape_string(other.shape);
     }
   }
 }

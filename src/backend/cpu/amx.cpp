@@ -198,29 +198,32 @@ __attribute__((target("avx2"))) void transpose8(const float* src, int64_t ss, fl
 constexpr int64_t kSplitTokens = 2 * kernel::kTileTokens;
 
 void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k, const uint16_t* w,
-                        int64_t rows, float* y, int64_t ldy) {
+                        int64_t rows, float* y, int64_t ldy, int64_t group) {
   TS_CHECK(begin % kSplitTokens == 0 && begin < end && (end == tokens || end % kSplitTokens == 0),
            "[cpu] AMX GEMM tokens [", begin, ", ", end, ") of ", tokens);
   Scratch& s = scratch_for(k);
   kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
-                               k, w, rows, y + begin * ldy, ldy, s.acc.data(), s.a.data(), gemm_tuning());
+                               k, w, rows, group, y + begin * ldy, ldy, s.acc.data(), s.a.data(), gemm_tuning());
 }
 int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
 void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
   std::vector<uint16_t> rows(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
   kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), rows.data());
 }
-void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+                 int64_t group) {
   Scratch& s = scratch_for(k);
   if (tokens == 1) {
     kernel::round_row<InstructionOps>(x, k, s.x.data());
-    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, y, s.rows.data());
+    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, group, y, s.rows.data());
   }
   if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
     s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
   pack_x(x, tokens, k, 0, tokens, s.packed.data());
-  matmul_rows_packed(s.packed.data(), tokens, 0, tokens, k, w, rows, y, ldy);
+  matmul_rows_packed(s.packed.data(), tokens, 0, tokens, k, w, rows, y, ldy, group);
 }
+// An A tile's rows: decode reads a group of 16 interleaved rows as one tile.
+int64_t decode_rows() { return kernel::kTileRows; }
 
 bool cpu_has_instruction() {
   static const bool has = [] {
@@ -235,8 +238,8 @@ bool cpu_has_instruction() {
 }  // namespace
 
 const bf16::Matmul* instructions() {
-  static const bf16::Matmul matmul{matmul_rows,        packed_floats, pack_x,
-                                   matmul_rows_packed, kSplitTokens,  kernel::kRowBlock};
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x,           matmul_rows_packed,
+                                   decode_rows, kSplitTokens,  kernel::kRowBlock};
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 
@@ -281,8 +284,8 @@ void outside(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64
     s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
   std::vector<uint16_t> rows16(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
   kernel::pack_x<NoTileOps>(x, tokens, k, 0, tokens, reinterpret_cast<uint32_t*>(s.packed.data()), rows16.data());
-  kernel::gemm<NoTileOps>(reinterpret_cast<const uint32_t*>(s.packed.data()), tokens, k, w, rows, y, ldy, s.acc.data(),
-                          s.a.data(), gemm_tuning());
+  kernel::gemm<NoTileOps>(reinterpret_cast<const uint32_t*>(s.packed.data()), tokens, k, w, rows, 1, y, ldy,
+                          s.acc.data(), s.a.data(), gemm_tuning());
 }
 
 #else  // not x86-64 Linux

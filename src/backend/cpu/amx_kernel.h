@@ -135,21 +135,29 @@ void store_transposed(const float* tile, int rows, int tokens, float* y, int64_t
   for (int n = 0; n < tokens; ++n) std::copy(whole + n * kTileRows, whole + n * kTileRows + rows, y + n * ldy);
 }
 
-// A group of 16 weight rows from `first`, for decode's A tiles: the rows themselves (a
-// stride of 2k bytes) when the group is whole and k a whole number of chunks, else a
-// zero-padded copy in scratch (16 x padded_k(k) elements): a tile load never reads past
-// the weights.
+// A group of 16 weight rows from `first` (w's rows in groups of `group`: weight_layout.h),
+// for decode's A tiles: the rows themselves when the group is whole and k a whole number
+// of chunks (rows one after another: a stride of 2k bytes; interleaved in groups of 16:
+// a tile's rows 64 bytes apart, its next chunk 1 KiB on), else a zero-padded copy in
+// scratch (16 x padded_k(k) elements): a tile load never reads past the weights.
 struct RowGroup {
   const uint16_t* data;
+  int64_t step;    // elements from a chunk's tile to the next chunk's
   int64_t stride;  // bytes
 };
-static inline RowGroup row_group(const uint16_t* w, int64_t k, int64_t rows, int64_t first, uint16_t* scratch) {
-  if (first + kTileRows <= rows && k % kChunk == 0) return {w + first * k, 2 * k};
+static inline RowGroup row_group(const uint16_t* w, int64_t k, int64_t group, int64_t rows, int64_t first,
+                                 uint16_t* scratch) {
+  if (group == 1 && first + kTileRows <= rows && k % kChunk == 0) return {w + first * k, kChunk, 2 * k};
+  if (group == kTileRows) return {w + first * k, kTileElements, 2 * kChunk};
   const int64_t kp = padded_k(k);
   std::memset(scratch, 0, static_cast<size_t>(kTileRows * kp) * sizeof(uint16_t));
-  for (int64_t r = 0; r < std::min(kTileRows, rows - first); ++r)
-    std::memcpy(scratch + r * kp, w + (first + r) * k, static_cast<size_t>(k) * sizeof(uint16_t));
-  return {scratch, 2 * kp};
+  for (int64_t r = 0; r < std::min(kTileRows, rows - first); ++r) {
+    const uint16_t* row = layout_row(w, k, group, first + r);
+    for (int64_t i = 0; i < k; i += kChunk)
+      std::memcpy(scratch + r * kp + i, row + layout_at<uint16_t>(i, group),
+                  static_cast<size_t>(std::min(kChunk, k - i)) * sizeof(uint16_t));
+  }
+  return {scratch, kChunk, 2 * kp};
 }
 
 // Tiles of one operand over the chunks of a call: tile s at data + s * step (in elements
@@ -216,11 +224,13 @@ void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const Ti
   block<Ops, 1, 1, kStreamB>(a, b, steps, c, cs, load_c);
 }
 
-// One token: y[r] for `rows` weight rows. xb: its x rounded (round_row). Tiles of one
-// token column; 32 rows at a time (two chains of tile products in flight), each C tile
-// stored straight into y when its 16 rows are all there. scratch: 2 x 16 x padded_k(k).
+// One token: y[r] for `rows` weight rows (in groups of `group`). xb: its x rounded
+// (round_row). Tiles of one token column; 32 rows at a time (two chains of tile products
+// in flight), each C tile stored straight into y when its 16 rows are all there. scratch:
+// 2 x 16 x padded_k(k).
 template <typename Ops>
-void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, uint16_t* scratch) {
+void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, int64_t group, float* y,
+            uint16_t* scratch) {
   const int64_t kp = padded_k(k);
   const TileRun<uint32_t> b{reinterpret_cast<const uint32_t*>(xb), kChunk / 2, 4};
   Ops::configure(1);
@@ -231,8 +241,8 @@ void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, floa
     float* c[4] = {};
     for (int i = 0; i < groups; ++i) {
       const int64_t first = r0 + i * kTileRows;
-      const RowGroup g = row_group(w, k, rows, first, scratch + i * kTileRows * kp);
-      a[i] = {g.data, kChunk, g.stride};
+      const RowGroup g = row_group(w, k, group, rows, first, scratch + i * kTileRows * kp);
+      a[i] = {g.data, g.step, g.stride};
       c[2 * i] = first + kTileRows <= rows ? y + first : tail[i];
     }
     run_block<Ops>(groups, 1, a, &b, kp / kChunk, c, 4, false);
@@ -244,13 +254,14 @@ void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, floa
   Ops::release();
 }
 
-// The A tiles of `groups` (1 or 2) row groups from weight row `first`, chunks [c0, c1), in
-// tile order: group i's tile for chunk c0 + s at out + (i * kKcChunks + s) * kTileElements,
+// The A tiles of `groups` (1 or 2) row groups from weight row `first` (w's rows in groups
+// of `group`: weight_layout.h), chunks [c0, c1), in tile order: group i's tile for chunk c0 + s at out + (i * kKcChunks + s) * kTileElements,
 // row r of it (weight row first + 16 i + r) 64 bytes on. Rows past `rows` and elements
 // past k are zeros. A chunk wholly inside its row is one copy of a constant 64 bytes,
 // which the compiler writes as a few vector moves (it was a call to memcpy a chunk).
-static inline void pack_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int groups, int64_t c0,
-                             int64_t c1, uint16_t* out) {
+static inline void pack_rows(const uint16_t* w, int64_t k, int64_t group, int64_t rows, int64_t first, int groups,
+                             int64_t c0, int64_t c1, uint16_t* out) {
+  const int64_t stride = line_stride<uint16_t>(group);  // a row's chunk c to c + 1
   constexpr size_t kChunkBytes = kChunk * sizeof(uint16_t);
   const int64_t whole = std::clamp<int64_t>(k / kChunk, c0, c1);  // chunks [c0, whole) lie inside the rows
   for (int64_t r = 0; r < groups * kTileRows; ++r) {
@@ -259,12 +270,12 @@ static inline void pack_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t
       for (int64_t c = c0; c < c1; ++c, dst += kTileElements) std::memset(dst, 0, kChunkBytes);
       continue;
     }
-    const uint16_t* row = w + (first + r) * k;
+    const uint16_t* row = layout_row(w, k, group, first + r);
     int64_t c = c0;
-    for (; c < whole; ++c, dst += kTileElements) std::memcpy(dst, row + c * kChunk, kChunkBytes);
+    for (; c < whole; ++c, dst += kTileElements) std::memcpy(dst, row + c * stride, kChunkBytes);
     for (; c < c1; ++c, dst += kTileElements) {
       const int64_t n = std::max<int64_t>(k - c * kChunk, 0);  // below kChunk: the chunk is not whole
-      if (n > 0) std::memcpy(dst, row + c * kChunk, static_cast<size_t>(n) * sizeof(uint16_t));
+      if (n > 0) std::memcpy(dst, row + c * stride, static_cast<size_t>(n) * sizeof(uint16_t));
       std::memset(dst + n, 0, static_cast<size_t>(kChunk - n) * sizeof(uint16_t));
     }
   }
@@ -274,14 +285,14 @@ static inline void pack_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t
 // [c0, c1), to be brought into cache, lines [line, line + count) of the row pair's
 // 64-byte lines taken row by row: the next row pair's weights arrive while this one's
 // tile products run. One division a call, not one a line.
-static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int64_t c0, int64_t c1,
-                                 int64_t line, int64_t count) {
+static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t group, int64_t rows, int64_t first, int64_t c0,
+                                 int64_t c1, int64_t line, int64_t count) {
   const int64_t per_row = c1 - c0;  // a chunk of bf16 is 64 bytes: a line, give or take alignment
   const int64_t end = std::min(line + count, 2 * kTileRows * per_row);
   if (line >= end) return;
   int64_t r = first + line / per_row, c = c0 + line % per_row;
   for (int64_t l = line; l < end; ++l) {
-    if (r < rows) __builtin_prefetch(w + r * k + c * kChunk);
+    if (r < rows) __builtin_prefetch(layout_row(w, k, group, r) + c * line_stride<uint16_t>(group));
     if (++c == c1) {
       c = c0;
       ++r;
@@ -289,15 +300,16 @@ static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t rows, int
   }
 }
 
-// More than one token: y[t * ldy + r] over x packed by pack_x (xp). acc: kAccFloats
-// floats, a_scratch: kPackedRowElements bf16 (both 64-byte aligned).
+// More than one token: y[t * ldy + r] over x packed by pack_x (xp), w's rows in groups of
+// `group`. acc: kAccFloats floats, a_scratch: kPackedRowElements bf16 (both 64-byte
+// aligned).
 // Order per token block and row block: for each k block (tuning.k_chunks chunks), for
 // each row pair, its A tiles packed once, then every pair of token tiles over them (C
 // tiles from acc, or zeros at the first k block); then the row block's outputs transposed
 // out of their C tiles into y, token tile by token tile.
 template <typename Ops>
-void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-          float* acc, uint16_t* a_scratch, GemmTuning tuning = {}) {
+void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, int64_t group, float* y,
+          int64_t ldy, float* acc, uint16_t* a_scratch, GemmTuning tuning = {}) {
   const int64_t chunks = padded_k(k) / kChunk;
   const int64_t kc = std::clamp<int64_t>(tuning.k_chunks, 1, kKcChunks);
   constexpr int64_t kBlockTiles = kTokBlock / kTileTokens;
@@ -312,7 +324,7 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
         const int64_t c1 = std::min(chunks, c0 + kc);
         for (int64_t g = 0; g < groups; g += 2) {
           const int pair = groups - g >= 2 ? 2 : 1;
-          pack_rows(w, k, rows, rb + g * kTileRows, pair, c0, c1, a_scratch);
+          pack_rows(w, k, group, rows, rb + g * kTileRows, pair, c0, c1, a_scratch);
           // The next row pair of this k block, else the first of the next k block.
           const bool last_pair = g + 2 >= groups;
           const int64_t next_first = last_pair ? rb : rb + (g + 2) * kTileRows;
@@ -323,7 +335,8 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
                                           {a_scratch + kKcChunks * kTileElements, kTileElements, 64}};
           for (int64_t tt = 0; tt < tiles; tt += 2) {
             if (next_c0 < chunks)
-              prefetch_rows(w, k, std::min(rows, rb + nrb), next_first, next_c0, next_c1, tt / 2 * per_pass, per_pass);
+              prefetch_rows(w, k, group, std::min(rows, rb + nrb), next_first, next_c0, next_c1, tt / 2 * per_pass,
+                            per_pass);
             const int token_tiles = tiles - tt >= 2 ? 2 : 1;
             TileRun<uint32_t> b[2];
             float* c[4] = {};

@@ -96,16 +96,15 @@ void round_rows(const float* x, int64_t tokens, int64_t k, uint16_t* out) {
   for (int64_t t = 0; t < tokens; ++t) kernel::round_row<InstructionOps>(x + t * k, k, out + t * kernel::padded_k(k));
 }
 void run_round_x(const float* x, int64_t n, uint16_t* out) { InstructionOps::round_x(x, n, out); }
-void run_tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-               int64_t ahead, int decode_rows) {
-  kernel::tiles<InstructionOps>(xb, tokens, k, w, rows, y, ldy, ahead, decode_rows);
+void run_tiles(const uint16_t* xb, int64_t tokens, const kernel::Rows& w, float* y, int64_t ldy, int64_t ahead,
+               int decode_rows) {
+  kernel::tiles<InstructionOps>(xb, tokens, w, y, ldy, ahead, decode_rows);
 }
 void run_pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, uint16_t* xp, uint16_t* row) {
   kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, xp, row);
 }
-void run_gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-              float* acc) {
-  kernel::gemm<InstructionOps>(xp, tokens, k, w, rows, y, ldy, acc);
+void run_gemm(const uint16_t* xp, int64_t tokens, const kernel::Rows& w, float* y, int64_t ldy, float* acc) {
+  kernel::gemm<InstructionOps>(xp, tokens, w, y, ldy, acc);
 }
 float run_dot_loop(int64_t iterations) {
   __m512 acc[kDotChains];
@@ -138,25 +137,27 @@ void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t en
   run_pack_x(x, tokens, k, begin, end, reinterpret_cast<uint16_t*>(packed), row.data());
 }
 void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k, const uint16_t* w,
-                        int64_t rows, float* y, int64_t ldy) {
+                        int64_t rows, float* y, int64_t ldy, int64_t group) {
   TS_CHECK(begin % kernel::kMc == 0 && begin < end && (end == tokens || end % kernel::kMc == 0),
            "[cpu] bf16 GEMM tokens [", begin, ", ", end, ") of ", tokens);
   auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kernel::kAccFloats));
   TS_CHECK(acc, "[cpu] matmul scratch");
-  run_gemm(reinterpret_cast<const uint16_t*>(packed + bf16::packed_offset(begin, k)), end - begin, k, w, rows,
-           y + begin * ldy, ldy, acc.get());
+  run_gemm(reinterpret_cast<const uint16_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
+           {w, k, rows, group}, y + begin * ldy, ldy, acc.get());
 }
-void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
+void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+                 int64_t group) {
   if (tokens >= kernel::kGemmTokens) {
     std::vector<float> packed(static_cast<size_t>(packed_floats(tokens, k)));
     pack_x(x, tokens, k, 0, tokens, packed.data());
-    return matmul_rows_packed(packed.data(), tokens, 0, tokens, k, w, rows, y, ldy);
+    return matmul_rows_packed(packed.data(), tokens, 0, tokens, k, w, rows, y, ldy, group);
   }
   thread_local std::vector<uint16_t> rounded;
   rounded.resize(static_cast<size_t>(tokens * kernel::padded_k(k)));
   round_rows(x, tokens, k, rounded.data());
-  run_tiles(rounded.data(), tokens, k, w, rows, y, ldy, decode_prefetch_bytes(), decode_tile_rows());
+  run_tiles(rounded.data(), tokens, {w, k, rows, group}, y, ldy, decode_prefetch_bytes(), decode_tile_rows());
 }
+int64_t decode_rows() { return decode_tile_rows(); }
 
 bool cpu_has_instruction() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -169,7 +170,7 @@ bool cpu_has_instruction() {
 
 const bf16::Matmul* instructions() {
   // Cut at token blocks (the packed layout's), rows at 32 as the f32 GEMM's.
-  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed, kernel::kMc, 32};
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed, decode_rows, kernel::kMc, 32};
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 

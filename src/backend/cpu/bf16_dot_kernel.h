@@ -44,8 +44,9 @@ inline constexpr int64_t kLanes = 16;  // its f32 lanes
 inline constexpr int64_t kGemmTokens = 16;
 
 // GEMM blocking, as matmul.cpp's (elements along k, weight rows, tokens); a block of kNc
-// weight rows x kKc elements is copied as it is (nothing to widen) into one 16 KiB panel,
-// which stays in L1 with one panel of x (6 KiB) while the micro-kernels run over them.
+// weight rows x kKc elements is copied as it is (nothing to widen) into one 16 KiB panel
+// (or read in place, interleaved rows being a panel's layout already), which stays in L1
+// with one panel of x (6 KiB) while the micro-kernels run over them.
 inline constexpr int64_t kKc = 512;
 inline constexpr int64_t kNc = 16;
 inline constexpr int64_t kMc = 192;
@@ -61,12 +62,14 @@ static inline int64_t padded_tokens(int64_t tokens) {
 // bf16 elements of a call's packed x (see pack_x).
 static inline int64_t packed_elements(int64_t tokens, int64_t k) { return padded_tokens(tokens) * padded_k(k); }
 
-// Chunk s of a weight row: whole when partial == 0, else the call's last chunk, of
-// `partial` elements (the loops below pass a literal 0 for every whole chunk, so the
-// test folds away where it matters).
+// Chunk s of a weight row, `stride` elements after chunk s - 1 (kChunk in rows one after
+// another, line_stride in interleaved ones: weight_layout.h): whole when partial == 0, else
+// the call's last chunk, of `partial` elements (the loops below pass a literal 0 for every
+// whole chunk, so the test folds away where it matters; a partial chunk is only ever in
+// rows one after another, whose k is not whole lines).
 template <typename Ops>
-inline typename Ops::Chunk load_w(const uint16_t* row, int64_t s, int64_t partial) {
-  return partial == 0 ? Ops::load(row + s * kChunk) : Ops::load_partial(row + s * kChunk, static_cast<int>(partial));
+inline typename Ops::Chunk load_w(const uint16_t* row, int64_t stride, int64_t s, int64_t partial) {
+  return partial == 0 ? Ops::load(row + s * stride) : Ops::load_partial(row + s * stride, static_cast<int>(partial));
 }
 
 // out[j] = the tree sum of acc[j] for j < n <= 16 (the rest of the 16 padded with zeros).
@@ -81,30 +84,28 @@ inline void finish(const typename Ops::Acc* acc, int n, float* out) {
 
 // ------------------------------------------------------------------ tiles (few tokens)
 
-// kRows weight rows (row pointers; rows past `nr` repeat a valid row and are not
-// written) x kTok tokens over the whole of k. xb: the tokens' rounded x, a stride of
-// padded_k(k); y: output (token 0, row 0), a stride of ldy between tokens.
 // One chunk s of a tile: acc[r][t] = dot(acc[r][t], w[r] chunk s, x[t] chunk s).
 template <typename Ops, int kRows, int kTok>
 inline void tile_step(typename Ops::Acc (&acc)[kRows][kTok], const uint16_t* xb, int64_t kp,
-                      const uint16_t* const* rows, int64_t s, int64_t partial) {
+                      const uint16_t* const* rows, int64_t stride, int64_t s, int64_t partial) {
   typename Ops::Chunk xv[kTok];
   for (int t = 0; t < kTok; ++t) xv[t] = Ops::load(xb + t * kp + s * kChunk);
   for (int r = 0; r < kRows; ++r) {
-    const typename Ops::Chunk wv = load_w<Ops>(rows[r], s, partial);
+    const typename Ops::Chunk wv = load_w<Ops>(rows[r], stride, s, partial);
     for (int t = 0; t < kTok; ++t) acc[r][t] = Ops::dot(acc[r][t], wv, xv[t]);
   }
 }
 
 // kRows weight rows (row pointers; rows past `nr` repeat a valid row and are not
-// written) x kTok tokens over the whole of k. xb: the tokens' rounded x, a stride of
-// padded_k(k); y: output (token 0, row 0), a stride of ldy between tokens.
-// `ahead` > 0 (rows[0] .. rows[kRows - 1] then lie one after another, as decode's do):
-// whole chunk s first asks for kRows lines in memory order, those from byte
+// written; a row's chunks `stride` elements apart) x kTok tokens over the whole of k. xb:
+// the tokens' rounded x, a stride of padded_k(k); y: output (token 0, row 0), a stride of
+// ldy between tokens.
+// `ahead` > 0 (the tile's rows then lie one after another, or are one interleaved group, as
+// decode's are): whole chunk s first asks for kRows lines in memory order, those from byte
 // ahead + s * kRows * 64 of the tile, so that the tile asks for the bytes `ahead` past its
 // own as one sequential stream, each line once (a hint: the same bits).
 template <typename Ops, int kRows, int kTok>
-void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, float* y, int64_t ldy,
+void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int64_t stride, int nr, float* y, int64_t ldy,
           int64_t ahead = 0) {
   using Acc = typename Ops::Acc;
   const int64_t kp = padded_k(k), full = k / kChunk, partial = k % kChunk;
@@ -115,12 +116,12 @@ void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, fl
     const char* next = reinterpret_cast<const char*>(rows[0]) + ahead;
     for (int64_t s = 0; s < full; ++s) {
       for (int r = 0; r < kRows; ++r) __builtin_prefetch(next + (s * kRows + r) * 64, 0, 3);
-      tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
+      tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, stride, s, 0);
     }
   } else {
-    for (int64_t s = 0; s < full; ++s) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, s, 0);
+    for (int64_t s = 0; s < full; ++s) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, stride, s, 0);
   }
-  if (partial > 0) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, full, partial);
+  if (partial > 0) tile_step<Ops, kRows, kTok>(acc, xb, kp, rows, stride, full, partial);
   for (int t = 0; t < kTok; ++t) {
     Acc column[kLanes];  // all 16 (finish reads nr <= kRows of them), which GCC's bounds check cannot see
     for (int r = 0; r < kRows; ++r) column[r] = acc[r][t];
@@ -128,55 +129,61 @@ void tile(const uint16_t* xb, int64_t k, const uint16_t* const* rows, int nr, fl
   }
 }
 
-// Row pointers of the group of n rows from `first` (of `rows`), rows past the last
-// repeating it.
-static inline void row_pointers(const uint16_t* w, int64_t k, int64_t rows, int64_t first, int n,
-                                const uint16_t** out) {
-  for (int r = 0; r < n; ++r) out[r] = w + std::min(first + r, rows - 1) * k;
-}
+// A call's weights: `rows` rows of k elements from w, in groups of `group`
+// (weight_layout.h).
+struct Rows {
+  const uint16_t* w;
+  int64_t k, rows, group;
+
+  // Chunk s of a row to chunk s + 1.
+  int64_t stride() const { return group == 1 ? kChunk : line_stride<uint16_t>(group); }
+  // Pointers to the n rows from `first`, rows past the last repeating it.
+  void pointers(int64_t first, int n, const uint16_t** out) const {
+    for (int r = 0; r < n; ++r) out[r] = layout_row(w, k, group, std::min(first + r, rows - 1));
+  }
+};
 
 template <typename Ops, int kTok>
-void tiles_of_four_rows(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-                        int64_t r0) {
+void tiles_of_four_rows(const uint16_t* xb, const Rows& w, float* y, int64_t ldy, int64_t r0) {
   const uint16_t* pointers[4];
-  row_pointers(w, k, rows, r0, 4, pointers);
-  tile<Ops, 4, kTok>(xb, k, pointers, static_cast<int>(std::min<int64_t>(4, rows - r0)), y + r0, ldy);
+  w.pointers(r0, 4, pointers);
+  tile<Ops, 4, kTok>(xb, w.k, pointers, w.stride(), static_cast<int>(std::min<int64_t>(4, w.rows - r0)), y + r0, ldy);
 }
 
 // One token's rows in tiles of kRows (see tiles).
 template <typename Ops, int kRows>
-void decode_tiles(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-                  int64_t ahead) {
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+void decode_tiles(const uint16_t* xb, const Rows& w, float* y, int64_t ldy, int64_t ahead) {
+  for (int64_t r0 = 0; r0 < w.rows; r0 += kRows) {
     const uint16_t* pointers[kRows];
-    row_pointers(w, k, rows, r0, kRows, pointers);
-    tile<Ops, kRows, 1>(xb, k, pointers, static_cast<int>(std::min<int64_t>(kRows, rows - r0)), y + r0, ldy, ahead);
+    w.pointers(r0, kRows, pointers);
+    tile<Ops, kRows, 1>(xb, w.k, pointers, w.stride(), static_cast<int>(std::min<int64_t>(kRows, w.rows - r0)), y + r0,
+                        ldy, ahead);
   }
 }
 
 // y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
-// padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; decode streams the
-// weights once, the bytes `ahead` past each tile asked for when that is > 0); more: 4
-// rows x up to 4 tokens, the rows' data reused from cache by the next tokens. A row's sum
-// is the same whatever the tile's rows.
+// padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; the group's rows when w is
+// interleaved; decode streams the weights once, the bytes `ahead` past each tile asked for
+// when that is > 0); more: 4 rows x up to 4 tokens, the rows' data reused from cache by
+// the next tokens. A row's sum is the same whatever the tile's rows.
 template <typename Ops>
-void tiles(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-           int64_t ahead = 0, int decode_rows = kDecodeRows) {
-  const int64_t kp = padded_k(k);
+void tiles(const uint16_t* xb, int64_t tokens, const Rows& w, float* y, int64_t ldy, int64_t ahead = 0,
+           int decode_rows = kDecodeRows) {
+  const int64_t kp = padded_k(w.k);
   if (tokens == 1) {
-    switch (decode_rows) {
-      case 4: return decode_tiles<Ops, 4>(xb, k, w, rows, y, ldy, ahead);
-      case 16: return decode_tiles<Ops, 16>(xb, k, w, rows, y, ldy, ahead);
-      default: return decode_tiles<Ops, 8>(xb, k, w, rows, y, ldy, ahead);
+    switch (w.group > 1 ? static_cast<int>(w.group) : decode_rows) {
+      case 4: return decode_tiles<Ops, 4>(xb, w, y, ldy, ahead);
+      case 16: return decode_tiles<Ops, 16>(xb, w, y, ldy, ahead);
+      default: return decode_tiles<Ops, 8>(xb, w, y, ldy, ahead);
     }
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+  for (int64_t r0 = 0; r0 < w.rows; r0 += 4) {
     int64_t t = 0;
-    for (; t + 4 <= tokens; t += 4) tiles_of_four_rows<Ops, 4>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0);
+    for (; t + 4 <= tokens; t += 4) tiles_of_four_rows<Ops, 4>(xb + t * kp, w, y + t * ldy, ldy, r0);
     switch (tokens - t) {
-      case 3: tiles_of_four_rows<Ops, 3>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0); break;
-      case 2: tiles_of_four_rows<Ops, 2>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0); break;
-      case 1: tiles_of_four_rows<Ops, 1>(xb + t * kp, k, w, rows, y + t * ldy, ldy, r0); break;
+      case 3: tiles_of_four_rows<Ops, 3>(xb + t * kp, w, y + t * ldy, ldy, r0); break;
+      case 2: tiles_of_four_rows<Ops, 2>(xb + t * kp, w, y + t * ldy, ldy, r0); break;
+      case 1: tiles_of_four_rows<Ops, 1>(xb + t * kp, w, y + t * ldy, ldy, r0); break;
       default: break;
     }
   }
@@ -218,30 +225,30 @@ void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t en
 
 // One chunk s of a micro-kernel (see micro_kernel).
 template <typename Ops>
-inline void micro_step(typename Ops::Acc (&a)[kPanelRows][kPanelTokens], const uint16_t* const* rows,
+inline void micro_step(typename Ops::Acc (&a)[kPanelRows][kPanelTokens], const uint16_t* const* rows, int64_t stride,
                        const uint16_t* xs, int64_t s, int64_t partial) {
   typename Ops::Chunk wv[kPanelRows];
-  for (int r = 0; r < kPanelRows; ++r) wv[r] = load_w<Ops>(rows[r], s, partial);
+  for (int r = 0; r < kPanelRows; ++r) wv[r] = load_w<Ops>(rows[r], stride, s, partial);
   for (int t = 0; t < kPanelTokens; ++t) {
     const typename Ops::Chunk xv = Ops::load(xs + (s * kPanelTokens + t) * kChunk);
     for (int r = 0; r < kPanelRows; ++r) a[r][t] = Ops::dot(a[r][t], wv[r], xv);
   }
 }
 
-// kPanelRows weight rows (pointers at this k block) x one panel of kPanelTokens tokens,
-// `steps` chunks (the last one `partial` elements long when partial > 0: the call's
-// last chunk). The partial vectors live in acc, one of 16 floats per (token, row),
-// token-major with a stride of kNc rows; the first k block (`first`) starts them from
-// zero instead of reading them.
+// kPanelRows weight rows (pointers at this k block, a row's chunks `stride` elements
+// apart) x one panel of kPanelTokens tokens, `steps` chunks (the last one `partial`
+// elements long when partial > 0: the call's last chunk). The partial vectors live in acc,
+// one of 16 floats per (token, row), token-major with a stride of kNc rows; the first k
+// block (`first`) starts them from zero instead of reading them.
 template <typename Ops>
-void micro_kernel(const uint16_t* const* rows, int64_t steps, int64_t partial, const uint16_t* xs, float* acc,
-                  bool first) {
+void micro_kernel(const uint16_t* const* rows, int64_t stride, int64_t steps, int64_t partial, const uint16_t* xs,
+                  float* acc, bool first) {
   typename Ops::Acc a[kPanelRows][kPanelTokens];
   for (int r = 0; r < kPanelRows; ++r)
     for (int t = 0; t < kPanelTokens; ++t) a[r][t] = first ? Ops::zero() : Ops::load_acc(acc + (t * kNc + r) * kLanes);
   const int64_t full = partial > 0 ? steps - 1 : steps;
-  for (int64_t s = 0; s < full; ++s) micro_step<Ops>(a, rows, xs, s, 0);
-  if (partial > 0) micro_step<Ops>(a, rows, xs, full, partial);
+  for (int64_t s = 0; s < full; ++s) micro_step<Ops>(a, rows, stride, xs, s, 0);
+  if (partial > 0) micro_step<Ops>(a, rows, stride, xs, full, partial);
   for (int r = 0; r < kPanelRows; ++r)
     for (int t = 0; t < kPanelTokens; ++t) Ops::store_acc(acc + (t * kNc + r) * kLanes, a[r][t]);
 }
@@ -249,12 +256,11 @@ void micro_kernel(const uint16_t* const* rows, int64_t steps, int64_t partial, c
 // Floats of the GEMM's scratch of partial sums (64-byte aligned).
 inline constexpr int64_t kAccFloats = kMc * kNc * kLanes;
 
-// The GEMM over x packed by pack_x (xp), y[t * ldy + r] for `rows` weight rows.
+// The GEMM over x packed by pack_x (xp), y[t * ldy + r] for w's rows.
 template <typename Ops>
-void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-          float* acc) {
+void gemm(const uint16_t* xp, int64_t tokens, const Rows& w, float* y, int64_t ldy, float* acc) {
   using Acc = typename Ops::Acc;
-  const int64_t kp = padded_k(k);
+  const int64_t k = w.k, rows = w.rows, kp = padded_k(k);
   alignas(64) uint16_t panel[kNc * kKc];
   for (int64_t t0 = 0; t0 < tokens; t0 += kMc) {
     const int64_t mt = std::min(kMc, tokens - t0);
@@ -265,18 +271,24 @@ void gemm(const uint16_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
         const int64_t kc = std::min(kKc, kp - k0);
         const int64_t valid = std::min(kc, k - k0);
         const uint16_t* xblock = xp + t0 * kp + k0 * padded;
-        // The block's rows copied one after another (rows of a long k lie a multiple of
-        // 4 KiB apart, so their chunks at one k would share an L1 set).
+        // Rows one after another are copied one after another (rows of a long k lie a
+        // multiple of 4 KiB apart, so their chunks at one k would share an L1 set);
+        // interleaved rows are read where they are (their chunks at one k are adjacent).
         const uint16_t* pointers[kNc];
-        row_pointers(w, k, rows, r0, static_cast<int>(kNc), pointers);
+        w.pointers(r0, static_cast<int>(kNc), pointers);
+        const int64_t stride = w.stride();
         for (int64_t r = 0; r < kNc; ++r) {
+          if (w.group > 1) {
+            pointers[r] += k0 / kChunk * stride;
+            continue;
+          }
           std::memcpy(panel + r * kKc, pointers[r] + k0, static_cast<size_t>(valid) * sizeof(uint16_t));
           pointers[r] = panel + r * kKc;
         }
         for (int64_t p = 0; p < padded; p += kPanelTokens)
           for (int64_t g = 0; g < nr; g += kPanelRows)
-            micro_kernel<Ops>(pointers + g, kc / kChunk, valid % kChunk, xblock + p * kc, acc + (p * kNc + g) * kLanes,
-                              k0 == 0);
+            micro_kernel<Ops>(pointers + g, stride, kc / kChunk, valid % kChunk, xblock + p * kc,
+                              acc + (p * kNc + g) * kLanes, k0 == 0);
       }
       for (int64_t t = 0; t < mt; ++t) {
         Acc column[kNc];

@@ -12,6 +12,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_matmul.h"
+#include "backend/cpu/weight_layout.h"
 #include "core/check.h"
 #include "core/mapped_file.h"
 
@@ -108,6 +109,25 @@ Result<Buffer> CpuDevice::alloc(size_t bytes) {
   return Buffer(data, rounded, free_host);
 }
 
+Result<TensorView> CpuDevice::place(const TensorView& host) {
+  if (host.shape.size() != 2) return host;
+  const int64_t rows = host.dim(0), k = host.dim(1), group = cpu::matmul_row_group(host.dtype);
+  if (!cpu::can_interleave(host.dtype, rows, k, group)) return host;
+  TS_ASSIGN_OR_RETURN(Buffer buffer, alloc(host.nbytes()));
+  // In units of about 1 MiB of weights.
+  const auto group_bytes = static_cast<size_t>(group) * dtype_bytes(host.dtype, k);
+  pool_.parallel_for(static_cast<size_t>(rows / group), std::max<size_t>(1, (size_t{1} << 20) / group_bytes),
+                     [&](size_t begin, size_t end) {
+                       cpu::interleave_rows(host.data, host.dtype, k, group, static_cast<int64_t>(begin) * group,
+                                            static_cast<int64_t>(end) * group, buffer.data());
+                     });
+  TensorView view = host;
+  view.data = buffer.data();
+  view.row_group = group;
+  placed_.push_back(std::move(buffer));
+  return view;
+}
+
 void CpuDevice::upload(const void* host, size_t bytes, void* dst) { std::memcpy(dst, host, bytes); }
 void CpuDevice::download(const void* src, size_t bytes, void* host) { std::memcpy(host, src, bytes); }
 void CpuDevice::copy(const void* src, size_t bytes, void* dst) { std::memcpy(dst, src, bytes); }
@@ -123,11 +143,11 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   if (quantized) {
     cpu::quant_matmul(pool_, x, tokens, w, y);  // GGUF blocks (quant_matmul.h)
   } else if (packed_floats == 0 && static_cast<size_t>(n) * row_bytes <= kCallerBytes) {
-    cpu::matmul_rows(x, tokens, k, base, w.dtype, n, y, n);
+    cpu::matmul_rows(x, tokens, k, base, w.dtype, n, y, n, w.row_group);
   } else if (packed_floats == 0) {
     for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
       cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin,
-                       n);
+                       n, w.row_group);
     });
   } else {
     // Prefill: the threads pack x once between them, then split the rows and the tokens.
@@ -154,7 +174,8 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
         const int64_t r0 = (i - block * row_pieces) * split.rows;
         const int64_t r1 = std::min(n, (stop - block * row_pieces) * split.rows);
         const int64_t t0 = block * split.tokens, t1 = std::min(tokens, t0 + split.tokens);
-        cpu::matmul_rows_packed(packed, x, tokens, t0, t1, k, base + r0 * row_bytes, w.dtype, r1 - r0, y + r0, n);
+        cpu::matmul_rows_packed(packed, x, tokens, t0, t1, k, base + r0 * row_bytes, w.dtype, r1 - r0, y + r0, n,
+                                w.row_group);
         i = stop;
       }
     });
@@ -232,7 +253,7 @@ void CpuDevice::tiles_together(int64_t tokens, std::span<const float* const> xs,
       const int64_t r0 = (unit - first[i]) * kUnit, r1 = std::min(n, (stop - first[i]) * kUnit);
       const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
       cpu::matmul_rows(xs[i], tokens, k, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(r0) * row_bytes,
-                       w.dtype, r1 - r0, outs[i].y + r0, n);
+                       w.dtype, r1 - r0, outs[i].y + r0, n, w.row_group);
       unit = stop;
     }
   });
@@ -262,6 +283,11 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
     if (dtype_is_quantized(table.dtype)) {
       cpu::dequantize_rows(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes,
                            table.dtype, 1, hidden, y + static_cast<int64_t>(t) * hidden);
+      continue;
+    }
+    if (table.row_group > 1) {
+      cpu::interleaved_row_to_f32(table.data, table.dtype, hidden, table.row_group, ids[t],
+                                  y + static_cast<int64_t>(t) * hidden);
       continue;
     }
     cpu::to_f32(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes, table.dtype, hidden,

@@ -23,7 +23,10 @@ class CpuDevice final : public Device {
   void upload(const void* host, size_t bytes, void* dst) override;
   void download(const void* src, size_t bytes, void* host) override;
   void copy(const void* src, size_t bytes, void* dst) override;
-  Result<TensorView> place(const TensorView& host) override { return host; }
+  // A 2-D weight of f32, bf16 or f16 whose rows can be interleaved (weight_layout.h) in
+  // groups of cpu::matmul_row_group: a copy in that layout, kept by the device (one decode
+  // tile then reads one stream); anything else: the view itself (of the mapped file).
+  Result<TensorView> place(const TensorView& host) override;
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
   // A few tokens (decode) through f32, bf16 or f16 weights, or any tokens through
@@ -68,6 +71,8 @@ class CpuDevice final : public Device {
   void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
 
   ThreadPool pool_;
+  // The weights place() copied.
+  std::vector<Buffer> placed_;
   // x of the last prefill matmul, packed for the GEMM and shared by the threads; grows
   // to the largest call's size and is kept (one inference thread calls matmul).
   Buffer packed_x_;

@@ -10,11 +10,19 @@
 namespace tessera::cpu {
 
 // y[t * ldy + n] = sum_k x[t * k + kk] * w[n * k + kk], for t < tokens, n < rows.
-// x: f32 [tokens, k]; w: `rows` rows of length k in f32, bf16 or f16. Each output is
-// summed in one fixed order whatever `tokens` is (matmul.cpp states it), so a token's
-// row is bitwise the same alone or in a call of any size.
+// x: f32 [tokens, k]; w: `rows` rows of length k in f32, bf16 or f16, one after another
+// (group 1) or in groups of `group` rows as weight_layout.h lays them out (a group of 4, 8
+// or 16, that can_interleave allows). Each output is summed in one fixed order whatever
+// `tokens` or the layout is (matmul.cpp states it), so a token's row is bitwise the same
+// alone or in a call of any size.
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-                 int64_t ldy);
+                 int64_t ldy, int64_t group = 1);
+// The group of rows (weight_layout.h) that weights of w_dtype are best laid out in: the
+// rows of a one-token decode tile of the kernel they take (an AMX A tile's 16, else
+// decode_tile_rows(), at most 8 on AVX2's own paths), or 1 (as they are) when the
+// environment variable TESSERA_INTERLEAVE is "0" (read once: for measuring one layout
+// against the other in one binary).
+int64_t matmul_row_group(DType w_dtype);
 
 // Whether bf16-weight matmuls take AVX-512 BF16 dot products on the target dispatch
 // chose (an AVX-512 target on a CPU that has them): x is then rounded to bf16 and the
@@ -52,7 +60,7 @@ int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype);
 void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* packed);
 MatmulSplit matmul_split(int64_t k, DType w_dtype);
 void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
-                        const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy);
+                        const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy, int64_t group = 1);
 
 float dot(const float* a, const float* b, int64_t n);
 // y += a * x

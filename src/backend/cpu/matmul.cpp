@@ -49,6 +49,7 @@
 #include "backend/cpu/amx.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/weight_layout.h"
 #include "backend/cpu/widen-inl.h"
 #include "core/check.h"
 #include "hwy/aligned_allocator.h"
@@ -243,27 +244,43 @@ HWY_INLINE void finish(DF df, const VF* HWY_RESTRICT acc, size_t n, const float*
 
 // ------------------------------------------------------------------ decode tiles
 
+// Where a tile's rows lie (weight_layout.h): row r's element i at w + r * row_stride +
+// layout_at(i, group), the tile's rows inside one group.
+struct TileRows {
+  int64_t row_stride;
+  int64_t group;
+};
+
+// The TileRows of a call's weights (rows of k elements, in groups of `group`) for a tile
+// that starts at its row layout_row(w, k, group, r) and stays inside its group.
+template <typename WT>
+HWY_INLINE TileRows tile_rows(int64_t k, int64_t group) {
+  return {group == 1 ? k : kLineElements<WT>, group};
+}
+
 // kChunks chunks from element i of kRows weight rows x kTok tokens, in order, into acc.
 template <int kRows, int kTok, int kChunks, typename WT>
-HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRICT w, int64_t i,
-                          VF (&acc)[kRows][kTok]) {
+HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRICT w, TileRows rows,
+                          int64_t i, VF (&acc)[kRows][kTok]) {
   constexpr int64_t kV = kChunkVectors<WT> * kChunks;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   VF xv[kTok][kV];
   for (int t = 0; t < kTok; ++t)
     for (int64_t v = 0; v < kV; ++v) xv[t][v] = hn::LoadU(df, xo + t * k + i + v * lanes);
+  int64_t at[kChunks];
+  for (int c = 0; c < kChunks; ++c) at[c] = layout_at<WT>(i + c * kChunkVectors<WT> * lanes, rows.group);
   for (int r = 0; r < kRows; ++r) {
     VF wv[kV];
-    for (int c = 0; c < kChunks; ++c)
-      load_chunk(df, w + r * k, i + c * kChunkVectors<WT> * lanes, wv + c * kChunkVectors<WT>);
+    for (int c = 0; c < kChunks; ++c) load_chunk(df, w + r * rows.row_stride, at[c], wv + c * kChunkVectors<WT>);
     for (int64_t v = 0; v < kV; ++v)
       for (int t = 0; t < kTok; ++t) acc[r][t] = hn::MulAdd(wv[v], xv[t][v], acc[r][t]);
   }
 }
 
 // kRows weight rows x kTok tokens, over the whole of k, accumulators in registers.
-// xo: the tokens' x in chunk order (order_x), x: as given (for the tails); both with a
-// stride of k. One token with f32 or f16 weights (a chunk of one vector) takes two chunks
+// w: the tile's first row, its rows as `rows` says (row-major: a stride of k, and the
+// tails after the chunks; interleaved rows have none). xo: the tokens' x in chunk order
+// (order_x), x: as given (for the tails); both with a stride of k. One token with f32 or f16 weights (a chunk of one vector) takes two chunks
 // a step, in order into the same accumulators (so the same sums): each row's reads a
 // whole 64-byte line a step with AVX-512 f16, and half the loop's overhead. `ahead` > 0
 // (one token): each step first asks for the tile's next kRows steps' bytes `ahead` bytes
@@ -271,7 +288,7 @@ HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const 
 // sequential stream (a hint).
 template <int kRows, int kTok, typename WT>
 HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
-                         float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0) {
+                         TileRows rows, float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0) {
   constexpr int64_t kChunk = kChunkVectors<WT>;
   constexpr int kChunks = kTok == 1 && kChunk == 1 ? 2 : 1;
   const DF df;
@@ -287,12 +304,12 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
     for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes) {
       const char* line = next + i * static_cast<int64_t>(sizeof(WT)) * kRows;
       for (int64_t b = 0; b < tile_step_bytes; b += 64) __builtin_prefetch(line + b, 0, 3);
-      tile_step<kRows, kTok, kChunks>(df, xo, k, w, i, acc);
+      tile_step<kRows, kTok, kChunks>(df, xo, k, w, rows, i, acc);
     }
   }
   for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes)
-    tile_step<kRows, kTok, kChunks>(df, xo, k, w, i, acc);
-  for (; i < k_vec; i += kChunk * lanes) tile_step<kRows, kTok, 1>(df, xo, k, w, i, acc);
+    tile_step<kRows, kTok, kChunks>(df, xo, k, w, rows, i, acc);
+  for (; i < k_vec; i += kChunk * lanes) tile_step<kRows, kTok, 1>(df, xo, k, w, rows, i, acc);
   for (int t = 0; t < kTok; ++t) {
     VF column[kRows];
     for (int r = 0; r < kRows; ++r) column[r] = acc[r][t];
@@ -300,9 +317,25 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
   }
 }
 
+// One token's rows in interleaved groups (weight_layout.h): tiles of the group's rows, or of
+// kMaxDecodeRows where the group is larger (rows a multiple of the group).
+template <typename WT>
+void decode_groups(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
+                   int64_t rows, int64_t group, float* HWY_RESTRICT y, int64_t ahead) {
+  const TileRows layout = tile_rows<WT>(k, group);
+  auto tiles = [&](auto n) {
+    for (int64_t r = 0; r < rows; r += n)
+      dot_tile<decltype(n)::value, 1>(xo, x, k, layout_row(w, k, group, r), layout, y + r, 1, ahead);
+  };
+  if (group >= 16 && kMaxDecodeRows >= 16) return tiles(std::integral_constant<int, kMaxDecodeRows>());
+  if (group >= 8) return tiles(std::integral_constant<int, 8>());
+  tiles(std::integral_constant<int, 4>());
+}
+
+// Rows [0, rows) of w (in groups of `group`: weight_layout.h) for a few tokens.
 template <typename WT>
 void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-               float* HWY_RESTRICT y, int64_t ldy) {
+               float* HWY_RESTRICT y, int64_t ldy, int64_t group) {
   const DF df;
   const float* xo = x;
   if constexpr (kChunkVectors<WT> != 1) {
@@ -311,50 +344,55 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
     for (int64_t t = 0; t < tokens; ++t) order_x<WT>(df, x + t * k, chunked<WT>(df, k), ordered.data() + t * k);
     xo = ordered.data();
   }
+  const TileRows layout = tile_rows<WT>(k, group);
   int64_t r = 0;
+  if (tokens == 1 && group > 1) return decode_groups(xo, x, k, w, rows, group, y, decode_prefetch_bytes());
   if (tokens == 1) {
     const int64_t ahead = decode_prefetch_bytes();
     const int n = std::min(decode_tile_rows(), kMaxDecodeRows);
     if (n == 16) {
       for (; r + kMaxDecodeRows <= rows; r += kMaxDecodeRows)
-        dot_tile<kMaxDecodeRows, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
+        dot_tile<kMaxDecodeRows, 1>(xo, x, k, w + r * k, layout, y + r, ldy, ahead);
     }
     if (n >= 8) {
-      for (; r + 8 <= rows; r += 8) dot_tile<8, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
+      for (; r + 8 <= rows; r += 8) dot_tile<8, 1>(xo, x, k, w + r * k, layout, y + r, ldy, ahead);
     }
-    for (; r + 4 <= rows; r += 4) dot_tile<4, 1>(xo, x, k, w + r * k, y + r, ldy, ahead);
+    for (; r + 4 <= rows; r += 4) dot_tile<4, 1>(xo, x, k, w + r * k, layout, y + r, ldy, ahead);
   }
+  // Tiles of 4 rows: inside one group of any interleaved layout (of 4, 8 or 16 rows).
   for (; r + 4 <= rows; r += 4) {
+    const WT* tile = layout_row(w, k, group, r);
     int64_t t = 0;
-    for (; t + 3 <= tokens; t += 3) dot_tile<4, 3>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
-    for (; t < tokens; ++t) dot_tile<4, 1>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+    for (; t + 3 <= tokens; t += 3) dot_tile<4, 3>(xo + t * k, x + t * k, k, tile, layout, y + t * ldy + r, ldy);
+    for (; t < tokens; ++t) dot_tile<4, 1>(xo + t * k, x + t * k, k, tile, layout, y + t * ldy + r, ldy);
   }
   for (; r < rows; ++r)
-    for (int64_t t = 0; t < tokens; ++t) dot_tile<1, 1>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+    for (int64_t t = 0; t < tokens; ++t)
+      dot_tile<1, 1>(xo + t * k, x + t * k, k, w + r * k, layout, y + t * ldy + r, ldy);
 }
 
 // ------------------------------------------------------------------ GEMM
 
-// Widens rows [0, rows) x elements [k0, k0 + kc) of w into panel, in groups of
-// kPanelRows rows: group g holds panel[g * kc + (s * kPanelRows + r) * L + lane] for
-// vector s (in chunk order). Rows past `rows` in the last group are zeros (their sums
-// are never read).
+// Widens rows [0, rows) x elements [k0, k0 + kc) of w (in groups of `group`:
+// weight_layout.h) into panel, in groups of kPanelRows rows: group g holds panel[g * kc +
+// (s * kPanelRows + r) * L + lane] for vector s (in chunk order). Rows past `rows` in the
+// last group are zeros (their sums are never read).
 template <typename WT>
-void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t rows, int64_t k0, int64_t kc,
+void pack_panel(DF df, const WT* HWY_RESTRICT w, int64_t k, int64_t group, int64_t rows, int64_t k0, int64_t kc,
                 float* HWY_RESTRICT panel) {
   constexpr int64_t kV = kChunkVectors<WT>;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   for (int64_t g = 0; g < rows; g += kPanelRows) {
-    float* group = panel + g * kc;
+    float* out = panel + g * kc;
     for (int64_t s = 0; s < kc / lanes; s += kV) {
       for (int r = 0; r < kPanelRows; ++r) {
         VF wv[kV];
         if (g + r < rows) {
-          load_chunk(df, w + (g + r) * k, k0 + s * lanes, wv);
+          load_chunk(df, layout_row(w, k, group, g + r), layout_at<WT>(k0 + s * lanes, group), wv);
         } else {
           for (int64_t v = 0; v < kV; ++v) wv[v] = hn::Zero(df);
         }
-        for (int64_t v = 0; v < kV; ++v) hn::Store(wv[v], df, group + ((s + v) * kPanelRows + r) * lanes);
+        for (int64_t v = 0; v < kV; ++v) hn::Store(wv[v], df, out + ((s + v) * kPanelRows + r) * lanes);
       }
     }
   }
@@ -417,10 +455,11 @@ HWY_INLINE void micro_kernel(DF df, const float* HWY_RESTRICT wp, const float* H
     for (int t = 0; t < kPanelTokens; ++t) hn::Store(a[r][t], df, acc + (t * kNc + r) * lanes);
 }
 
-// The GEMM over x packed by pack_x (xp); x itself is read only for the sums' tails.
+// The GEMM over x packed by pack_x (xp); x itself is read only for the sums' tails. w's
+// rows in groups of `group` (weight_layout.h).
 template <typename WT>
 void gemm(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT x, int64_t tokens, int64_t k,
-          const WT* HWY_RESTRICT w, int64_t rows, float* HWY_RESTRICT y, int64_t ldy) {
+          const WT* HWY_RESTRICT w, int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t group) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   const int64_t k_vec = chunked<WT>(df, k);
@@ -436,7 +475,7 @@ void gemm(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT x, int64_t tok
       const int64_t nr = std::min(kNc, rows - r0);
       for (int64_t k0 = 0; k0 < k_vec; k0 += kKc) {
         const int64_t kc = std::min(kKc, k_vec - k0);
-        pack_panel(df, w + r0 * k, k, nr, k0, kc, wp.get());
+        pack_panel(df, w + r0 * k, k, group, nr, k0, kc, wp.get());
         const float* xblock = xp + t0 * k_vec + k0 * padded;
         for (int64_t g = 0; g < nr; g += kPanelRows)
           for (int64_t p = 0; p < padded; p += kPanelTokens)
@@ -458,14 +497,15 @@ int64_t packed_floats(int64_t tokens, int64_t k) {
 }
 
 template <typename WT>
-void matmul_typed(const float* x, int64_t tokens, int64_t k, const WT* w, int64_t rows, float* y, int64_t ldy) {
+void matmul_typed(const float* x, int64_t tokens, int64_t k, const WT* w, int64_t rows, float* y, int64_t ldy,
+                  int64_t group) {
   const int64_t packed = packed_floats<WT>(tokens, k);
-  if (packed == 0) return dot_tiles(x, tokens, k, w, rows, y, ldy);
+  if (packed == 0) return dot_tiles(x, tokens, k, w, rows, y, ldy, group);
   auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(packed));
   auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
   TS_CHECK(xp && row, "[cpu] matmul scratch");
   pack_x<WT>(DF(), x, tokens, k, 0, tokens, xp.get(), row.get());
-  gemm(xp.get(), x, tokens, k, w, rows, y, ldy);
+  gemm(xp.get(), x, tokens, k, w, rows, y, ldy, group);
 }
 
 // Calls fn with w cast to its element type (hwy's bf16 and f16 types for 16-bit weights).
@@ -498,13 +538,20 @@ HWY_INLINE const bf16::Matmul* bf16_kernel(DType w_dtype) {
 bool Bf16DotActive() { return bf16_kernel(DType::kBF16) != nullptr; }
 bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 
+// The rows of the one-token decode tile that weights of w_dtype take: an AMX A tile's 16,
+// else decode_tile_rows() (at most kMaxDecodeRows on this file's own paths).
+int64_t MatmulRowGroup(DType w_dtype) {
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->decode_rows();
+  return std::min(decode_tile_rows(), kMaxDecodeRows);
+}
+
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-                int64_t ldy) {
+                int64_t ldy, int64_t group) {
   if (const bf16::Matmul* m = bf16_kernel(w_dtype))
-    return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy);
+    return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    matmul_typed(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
+    matmul_typed(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy, group);
   });
 }
 
@@ -512,7 +559,7 @@ void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_d
              int64_t ldy) {
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    dot_tiles(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
+    dot_tiles(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy, 1);
   });
 }
 
@@ -544,9 +591,9 @@ MatmulSplit MatmulSplitOf(int64_t k, DType w_dtype) {
 }
 
 void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
-                      const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy) {
+                      const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy, int64_t group) {
   if (const bf16::Matmul* m = bf16_kernel(w_dtype))
-    return m->matmul_rows_packed(xp, tokens, begin, end, k, static_cast<const uint16_t*>(w), rows, y, ldy);
+    return m->matmul_rows_packed(xp, tokens, begin, end, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     const int64_t k_vec = chunked<WT>(DF(), k), mc = token_block(k_vec);
@@ -554,7 +601,8 @@ void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t b
              end, ") of ", tokens);
     // From a whole token block on, the packed x of [begin, end) is laid out as a call of
     // end - begin tokens would pack it.
-    gemm(xp + begin * k_vec, x + begin * k, end - begin, k, static_cast<const WT*>(w), rows, y + begin * ldy, ldy);
+    gemm(xp + begin * k_vec, x + begin * k, end - begin, k, static_cast<const WT*>(w), rows, y + begin * ldy, ldy,
+         group);
   });
 }
 
@@ -566,6 +614,7 @@ HWY_AFTER_NAMESPACE();
 namespace tessera::cpu {
 
 HWY_EXPORT(MatmulRows);
+HWY_EXPORT(MatmulRowGroup);
 HWY_EXPORT(DotRows);
 HWY_EXPORT(Bf16DotActive);
 HWY_EXPORT(AmxActive);
@@ -575,8 +624,12 @@ HWY_EXPORT(MatmulSplitOf);
 HWY_EXPORT(MatmulRowsPacked);
 
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-                 int64_t ldy) {
-  HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
+                 int64_t ldy, int64_t group) {
+  HWY_DYNAMIC_DISPATCH(MatmulRows)(x, tokens, k, w, w_dtype, rows, y, ldy, group);
+}
+int64_t matmul_row_group(DType w_dtype) {
+  static const bool on = bf16::switched_on("TESSERA_INTERLEAVE");
+  return on ? HWY_DYNAMIC_DISPATCH(MatmulRowGroup)(w_dtype) : 1;
 }
 void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
               int64_t ldy) {
@@ -593,8 +646,8 @@ void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int
 }
 MatmulSplit matmul_split(int64_t k, DType w_dtype) { return HWY_DYNAMIC_DISPATCH(MatmulSplitOf)(k, w_dtype); }
 void matmul_rows_packed(const float* packed, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
-                        const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy) {
-  HWY_DYNAMIC_DISPATCH(MatmulRowsPacked)(packed, x, tokens, begin, end, k, w, w_dtype, rows, y, ldy);
+                        const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy, int64_t group) {
+  HWY_DYNAMIC_DISPATCH(MatmulRowsPacked)(packed, x, tokens, begin, end, k, w, w_dtype, rows, y, ldy, group);
 }
 
 }  // namespace tessera::cpu

@@ -1,0 +1,55 @@
+// How the rows of a 16- or 32-bit matmul weight lie in CPU memory, in one of two layouts
+// that every CPU matmul path reads (and CpuDevice::embed, for a tied embedding):
+//   group 1: as the checkpoint has them, each row's k elements one after another;
+//   group g > 1: the rows in groups of g (`rows` a multiple of g), and within a group the
+//     rows' 64-byte lines alternate: line j of the group's row r at (j * g + r) * 64 bytes
+//     from the group's start (a row is a whole number of lines). CpuDevice::place copies
+//     a weight into it, g being the rows of a one-token decode tile (matmul_row_group), so
+//     that such a tile reads one sequential stream instead of g (docs/benchmarks.md).
+// A path reads each element it read before, in the same order, from its new place: every
+// sum is the same sequence of operations in either layout (tests hold them bitwise).
+// A group starts at row g * n, where it would start in the first layout too: a call may
+// take rows [r0, r1) at w + r0 * k whenever r0 is a multiple of the group.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cpu {
+
+inline constexpr int64_t kLineBytes = 64;
+
+template <typename T>
+inline constexpr int64_t kLineElements = kLineBytes / static_cast<int64_t>(sizeof(T));
+
+// Row r's first element (r counted from a call's first row, at a whole group).
+template <typename T>
+inline const T* layout_row(const T* w, int64_t k, int64_t group, int64_t r) {
+  return w + r / group * group * k + r % group * kLineElements<T>;
+}
+
+// Elements from a row's first to the first of its next 64-byte line.
+template <typename T>
+inline int64_t line_stride(int64_t group) {
+  return group * kLineElements<T>;
+}
+
+// Element i of a row, from the row's first (i and the run read from it in one line).
+template <typename T>
+inline int64_t layout_at(int64_t i, int64_t group) {
+  return i / kLineElements<T> * line_stride<T>(group) + i % kLineElements<T>;
+}
+
+// Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
+// 32-bit type, rows a multiple of the group and a row whole lines.
+bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
+
+// src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
+// [begin, end) of it (whole groups), so that threads may share one weight.
+void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int64_t begin, int64_t end, void* dst);
+
+// Row r of `group`-interleaved w as f32 (k elements): an embedding's lookup.
+void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out);
+
+}  // namespace tessera::cpu
