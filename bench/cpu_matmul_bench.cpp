@@ -21,7 +21,9 @@
 //                                outside), on one thread: what it costs besides its inner
 //                                loop; counter: ceiling_GFLOPs (its FLOP over that time),
 //                                on any CPU with AVX-512 BF16
-//   BM_Decode/<dtype>/<rows>/<k>  one token, the weights from memory; counter: GBs (GB of
+//   BM_Decode/<dtype>/<rows>/<k>/<lined>  one token, the weights from memory, rows one
+//                                after another (lined 0) or interleaved as CpuDevice::place
+//                                lays them out (1, weight_layout.h); counter: GBs (GB of
 //                                weights per CPU second of the thread)
 //   BM_OuterProbe, BM_OuterProbeF16, BM_OuterDecodeProbe, BM_InterleavedDecodeProbe
 //                                probes of other orders and weight layouts for the GEMM and
@@ -49,8 +51,10 @@
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/cpu_device.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/weight_layout.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "hwy/aligned_allocator.h"
 #include "cpu_bench.h"
 
 namespace {
@@ -240,11 +244,17 @@ void BM_Decode(benchmark::State& state, DType dtype) {
   std::vector<float> x(static_cast<size_t>(k)), w(static_cast<size_t>(rows * k));
   for (float& v : x) v = dist(rng);
   for (float& v : w) v = dist(rng);
-  std::vector<uint8_t> bytes(w.size() * tessera::dtype_size(dtype));
-  cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.data());
+  const size_t size = w.size() * tessera::dtype_size(dtype);
+  auto bytes = hwy::AllocateAligned<uint8_t>(size), lined = hwy::AllocateAligned<uint8_t>(size);  // as a Buffer's
+  cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.get());
+  const int64_t group = state.range(2) == 0 ? 1 : cpu::matmul_row_group(dtype);
+  if (group > 1) {
+    cpu::interleave_rows(bytes.get(), dtype, k, group, 0, rows, lined.get());
+    bytes.swap(lined);
+  }
   std::vector<float> y(static_cast<size_t>(rows));
-  state.counters["GBs"] = static_cast<double>(bytes.size()) * 1e-9 * runs_a_second(state, [&] {
-                            cpu::matmul_rows(x.data(), 1, k, bytes.data(), dtype, rows, y.data(), rows);
+  state.counters["GBs"] = static_cast<double>(size) * 1e-9 * runs_a_second(state, [&] {
+                            cpu::matmul_rows(x.data(), 1, k, bytes.get(), dtype, rows, y.data(), rows, group);
                             benchmark::DoNotOptimize(y.data());
                           });
   state.SetLabel(cpu::isa_name());
@@ -253,8 +263,14 @@ void BM_Decode(benchmark::State& state, DType dtype) {
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::kF32)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Decode, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Decode, bf16, DType::kBF16)
+    ->ArgsProduct({{8192}, {2048}, {0, 1}})
+    ->ArgsProduct({{2048}, {8192}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)
+    ->ArgsProduct({{8192}, {2048}, {0, 1}})
+    ->ArgsProduct({{2048}, {8192}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 // A lone token's experts through CpuDevice on <threads> threads, in wall time: Qwen3-30B-A3B's
 // 8 experts a layer (gate and up [768, 2048], down [2048, 768], bf16) of 16 layers (1.1 GiB,

@@ -161,17 +161,48 @@ void decode_tiles(const uint16_t* xb, const Rows& w, float* y, int64_t ldy, int6
   }
 }
 
+// One token over interleaved rows (weight_layout.h) in groups of kRows: each group's lines
+// in memory order, one pointer stepping through them (the sums of tile<Ops, kRows, 1>:
+// each row's chunks in order into its own accumulator). `ahead` > 0: each chunk step first
+// asks for its kRows lines `ahead` bytes on (a hint: the same bits).
+template <typename Ops, int kRows>
+void decode_groups(const uint16_t* xb, const Rows& w, float* y, int64_t ahead) {
+  using Acc = typename Ops::Acc;
+  const int64_t chunks = w.k / kChunk;  // whole: interleaved rows are whole lines
+  for (int64_t r0 = 0; r0 < w.rows; r0 += kRows) {
+    const uint16_t* line = w.w + r0 * w.k;
+    const char* next = reinterpret_cast<const char*>(line) + ahead;
+    Acc acc[kLanes];  // all 16 (finish reads kRows of them)
+    for (int r = 0; r < kRows; ++r) acc[r] = Ops::zero();
+    for (int64_t s = 0; s < chunks; ++s, line += kRows * kChunk) {
+      if (ahead > 0)
+        for (int r = 0; r < kRows; ++r) __builtin_prefetch(next + (s * kRows + r) * 64, 0, 3);
+      const typename Ops::Chunk xv = Ops::load(xb + s * kChunk);
+      for (int r = 0; r < kRows; ++r) acc[r] = Ops::dot(acc[r], Ops::load(line + r * kChunk), xv);
+    }
+    finish<Ops>(acc, kRows, y + r0);
+  }
+}
+
 // y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
-// padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; the group's rows when w is
-// interleaved; decode streams the weights once, the bytes `ahead` past each tile asked for
-// when that is > 0); more: 4 rows x up to 4 tokens, the rows' data reused from cache by
+// padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; decode streams the
+// weights once, the bytes `ahead` past each tile asked for when that is > 0), or of an
+// interleaved group's rows (decode_groups); more: 4 rows x up to 4 tokens, the rows' data reused from cache by
 // the next tokens. A row's sum is the same whatever the tile's rows.
 template <typename Ops>
 void tiles(const uint16_t* xb, int64_t tokens, const Rows& w, float* y, int64_t ldy, int64_t ahead = 0,
            int decode_rows = kDecodeRows) {
   const int64_t kp = padded_k(w.k);
+  if (tokens == 1 && w.group > 1) {
+    switch (w.group) {
+      case 4: return decode_groups<Ops, 4>(xb, w, y, ahead);
+      case 8: return decode_groups<Ops, 8>(xb, w, y, ahead);
+      case 16: return decode_groups<Ops, 16>(xb, w, y, ahead);
+      default: break;  // the tiles below read any group
+    }
+  }
   if (tokens == 1) {
-    switch (w.group > 1 ? static_cast<int>(w.group) : decode_rows) {
+    switch (decode_rows) {
       case 4: return decode_tiles<Ops, 4>(xb, w, y, ldy, ahead);
       case 16: return decode_tiles<Ops, 16>(xb, w, y, ldy, ahead);
       default: return decode_tiles<Ops, 8>(xb, w, y, ldy, ahead);

@@ -317,22 +317,40 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
   }
 }
 
-// One token's rows in interleaved groups (weight_layout.h): tiles of the group's rows, or of
-// kMaxDecodeRows where the group is larger (rows a multiple of the group).
-template <typename WT>
-void decode_groups(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
-                   int64_t rows, int64_t group, float* HWY_RESTRICT y, int64_t ahead) {
-  const TileRows layout = tile_rows<WT>(k, group);
-  auto tiles = [&](auto n) {
-    for (int64_t r = 0; r < rows; r += n)
-      dot_tile<decltype(n)::value, 1>(xo, x, k, layout_row(w, k, group, r), layout, y + r, 1, ahead);
-  };
-  if (group >= 16 && kMaxDecodeRows >= 16) return tiles(std::integral_constant<int, kMaxDecodeRows>());
-  if (group >= 8) return tiles(std::integral_constant<int, 8>());
-  tiles(std::integral_constant<int, 4>());
+// One token over interleaved rows (weight_layout.h) in groups of kRows: each group's lines
+// in memory order, one pointer stepping through them (the sums of dot_tile<kRows, 1>: each
+// row's chunks in order into its own accumulator; interleaved rows have no tails). `ahead`
+// > 0: each line step first asks for its kRows lines `ahead` bytes on (a hint).
+template <int kRows, typename WT>
+void decode_groups(const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
+                   float* HWY_RESTRICT y, int64_t ahead) {
+  constexpr int64_t kV = kChunkVectors<WT>, kE = kLineElements<WT>;
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df)), chunk = kV * lanes;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const WT* line = w + r0 * k;
+    const char* next = reinterpret_cast<const char*>(line) + ahead;
+    VF acc[kRows];
+    for (int r = 0; r < kRows; ++r) acc[r] = hn::Zero(df);
+    for (int64_t i = 0; i < k; i += kE, line += kRows * kE) {
+      if (ahead > 0)
+        for (int r = 0; r < kRows; ++r) __builtin_prefetch(next + (i / kE * kRows + r) * kLineBytes, 0, 3);
+      for (int64_t c = 0; c < kE; c += chunk) {
+        VF xv[kV];
+        for (int64_t v = 0; v < kV; ++v) xv[v] = hn::LoadU(df, xo + i + c + v * lanes);
+        for (int r = 0; r < kRows; ++r) {
+          VF wv[kV];
+          load_chunk(df, line + r * kE, c, wv);
+          for (int64_t v = 0; v < kV; ++v) acc[r] = hn::MulAdd(wv[v], xv[v], acc[r]);
+        }
+      }
+    }
+    finish(df, acc, kRows, xo, w, k, k, y + r0);
+  }
 }
 
-// Rows [0, rows) of w (in groups of `group`: weight_layout.h) for a few tokens.
+// Rows [0, rows) of w (in groups of `group`, 1, 4, 8 or 16: weight_layout.h) for a few
+// tokens.
 template <typename WT>
 void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
                float* HWY_RESTRICT y, int64_t ldy, int64_t group) {
@@ -346,8 +364,10 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
   }
   const TileRows layout = tile_rows<WT>(k, group);
   int64_t r = 0;
-  if (tokens == 1 && group > 1) return decode_groups(xo, x, k, w, rows, group, y, decode_prefetch_bytes());
-  if (tokens == 1) {
+  if (tokens == 1 && group == 4) return decode_groups<4>(xo, k, w, rows, y, decode_prefetch_bytes());
+  if (tokens == 1 && group == 8) return decode_groups<8>(xo, k, w, rows, y, decode_prefetch_bytes());
+  if (tokens == 1 && group == 16) return decode_groups<16>(xo, k, w, rows, y, decode_prefetch_bytes());
+  if (tokens == 1) {  // rows one after another
     const int64_t ahead = decode_prefetch_bytes();
     const int n = std::min(decode_tile_rows(), kMaxDecodeRows);
     if (n == 16) {
@@ -547,6 +567,8 @@ int64_t MatmulRowGroup(DType w_dtype) {
 
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy, int64_t group) {
+  TS_CHECK(group == 1 || can_interleave(w_dtype, rows, k, group), "[cpu] matmul of ", rows, " x ", k, " ",
+           dtype_name(w_dtype), " rows in groups of ", group);
   if (const bf16::Matmul* m = bf16_kernel(w_dtype))
     return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
   with_weight_type(w_dtype, [&](auto tag) {
@@ -594,6 +616,8 @@ void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t b
                       const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy, int64_t group) {
   if (const bf16::Matmul* m = bf16_kernel(w_dtype))
     return m->matmul_rows_packed(xp, tokens, begin, end, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
+  TS_CHECK(group == 1 || can_interleave(w_dtype, rows, k, group), "[cpu] matmul of ", rows, " x ", k, " ",
+           dtype_name(w_dtype), " rows in groups of ", group);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     const int64_t k_vec = chunked<WT>(DF(), k), mc = token_block(k_vec);

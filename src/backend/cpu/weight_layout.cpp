@@ -9,7 +9,7 @@ namespace tessera::cpu {
 
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group) {
   const bool plain = dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
-  return plain && group > 1 && rows > 0 && rows % group == 0 &&
+  return plain && (group == 4 || group == 8 || group == 16) && rows > 0 && rows % group == 0 &&
          static_cast<int64_t>(dtype_size(dtype)) * k % kLineBytes == 0;
 }
 

@@ -42,7 +42,8 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 }
 
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
-// 32-bit type, rows a multiple of the group and a row whole lines.
+// 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
+// row whole lines.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
