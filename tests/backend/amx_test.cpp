@@ -281,6 +281,25 @@ TEST(AmxTest, InstructionGivesARowBitwiseAloneOrInABatch) {
   }
 }
 
+// The instructions read interleaved rows (weight_layout.h: groups of 16, an A tile read in
+// place by decode, and of 8) for the bits of the rows one after another.
+TEST(AmxTest, InstructionGivesInterleavedRowsTheBitsOfRowsOneAfterAnother) {
+  SKIP_WITHOUT_THE_INSTRUCTION();
+  const int64_t k = 2 * 512 + 64, rows = 48;
+  const auto x = random_values(static_cast<size_t>(40 * k), 55);
+  const auto w = random_bf16(static_cast<size_t>(rows * k), 56);
+  for (const int64_t group : {8, 16}) {
+    std::vector<uint16_t> lined(w.size());
+    cpu::interleave_rows(w.data(), DType::kBF16, k, group, 0, rows, lined.data());
+    for (const int64_t tokens : {1, 2, 40}) {
+      std::vector<float> want(static_cast<size_t>(tokens * rows)), y(want.size());
+      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, want.data(), rows, 1);
+      cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, lined.data(), rows, y.data(), rows, group);
+      ASSERT_EQ(y, want) << "group " << group << " tokens " << tokens;
+    }
+  }
+}
+
 // Dispatch sends bf16 weights to the tiles where the CPU has them (and the target is
 // AVX-512): the library's matmul gives the tiles' bits, alone and in a batch.
 TEST(AmxTest, DispatchedMatmulTakesTheTiles) {
