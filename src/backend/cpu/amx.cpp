@@ -222,8 +222,10 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   pack_x(x, tokens, k, 0, tokens, s.packed.data());
   matmul_rows_packed(s.packed.data(), tokens, 0, tokens, k, w, rows, y, ldy, group);
 }
-// An A tile's rows: decode reads a group of 16 interleaved rows as one tile.
-int64_t decode_rows() { return kernel::kTileRows; }
+// Rows as mapped: decode reads an A tile of 16 interleaved rows in place (amx_kernel.h's
+// row_group), but on the GPU host's Xeon that was no faster than 16 rows 2k bytes apart
+// (docs/benchmarks.md, session 38), so the weights are not copied for it.
+int64_t row_group() { return 1; }
 
 bool cpu_has_instruction() {
   static const bool has = [] {
@@ -238,8 +240,8 @@ bool cpu_has_instruction() {
 }  // namespace
 
 const bf16::Matmul* instructions() {
-  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x,           matmul_rows_packed,
-                                   decode_rows, kSplitTokens,  kernel::kRowBlock};
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x,          matmul_rows_packed,
+                                   row_group,   kSplitTokens,  kernel::kRowBlock};
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 

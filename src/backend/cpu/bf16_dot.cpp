@@ -157,7 +157,7 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   round_rows(x, tokens, k, rounded.data());
   run_tiles(rounded.data(), tokens, {w, k, rows, group}, y, ldy, decode_prefetch_bytes(), decode_tile_rows());
 }
-int64_t decode_rows() { return decode_tile_rows(); }
+int64_t row_group() { return decode_tile_rows(); }
 
 bool cpu_has_instruction() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -170,7 +170,7 @@ bool cpu_has_instruction() {
 
 const bf16::Matmul* instructions() {
   // Cut at token blocks (the packed layout's), rows at 32 as the f32 GEMM's.
-  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed, decode_rows, kernel::kMc, 32};
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x, matmul_rows_packed, row_group, kernel::kMc, 32};
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 

@@ -26,7 +26,7 @@ struct Matmul {
   void (*pack_x)(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) = nullptr;
   void (*matmul_rows_packed)(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k,
                              const uint16_t* w, int64_t rows, float* y, int64_t ldy, int64_t group) = nullptr;
-  int64_t (*decode_rows)() = nullptr;  // kernels.h's matmul_row_group
+  int64_t (*row_group)() = nullptr;  // kernels.h's matmul_row_group
   int64_t split_tokens = 0;
   int64_t split_rows = 0;
 };

@@ -558,10 +558,10 @@ HWY_INLINE const bf16::Matmul* bf16_kernel(DType w_dtype) {
 bool Bf16DotActive() { return bf16_kernel(DType::kBF16) != nullptr; }
 bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 
-// The rows of the one-token decode tile that weights of w_dtype take: an AMX A tile's 16,
-// else decode_tile_rows() (at most kMaxDecodeRows on this file's own paths).
+// The group of rows that weights of w_dtype are laid out in (kernels.h): the instruction
+// kernel's choice, else decode_tile_rows() (at most kMaxDecodeRows on this file's paths).
 int64_t MatmulRowGroup(DType w_dtype) {
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->decode_rows();
+  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->row_group();
   return std::min(decode_tile_rows(), kMaxDecodeRows);
 }
 

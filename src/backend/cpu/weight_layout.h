@@ -5,7 +5,8 @@
 //     rows' 64-byte lines alternate: line j of the group's row r at (j * g + r) * 64 bytes
 //     from the group's start (a row is a whole number of lines). CpuDevice::place copies
 //     a weight into it, g being the rows of a one-token decode tile (matmul_row_group), so
-//     that such a tile reads one sequential stream instead of g (docs/benchmarks.md).
+//     that such a tile reads one sequential stream instead of g: decode's matmuls about
+//     10 % faster on the Zen 5 dev VM (docs/benchmarks.md, session 38).
 // A path reads each element it read before, in the same order, from its new place: every
 // sum is the same sequence of operations in either layout (tests hold them bitwise).
 // A group starts at row g * n, where it would start in the first layout too: a call may
