@@ -54,8 +54,8 @@
 #include "backend/cpu/weight_layout.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
-#include "hwy/aligned_allocator.h"
 #include "cpu_bench.h"
+#include "hwy/aligned_allocator.h"
 
 namespace {
 

@@ -552,8 +552,9 @@ TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
 
 // CpuDevice::place copies a 2-D f32, bf16 or f16 weight into its matmuls' layout (rows
 // interleaved in groups: weight_layout.h, where the kernel takes them) when its shape
-// allows it, and leaves any other tensor a view of its bytes; the matmul (decode, a few tokens, prefill; 1 and 3 threads)
-// and the embedding lookup give the placed weight the bits the view gives.
+// allows it, and leaves any other tensor a view of its bytes; the matmul (decode, a few
+// tokens, prefill; 1 and 3 threads) and the embedding lookup give the placed weight the
+// bits the view gives.
 TEST(CpuDeviceTest, PlacedWeightsGiveTheBitsOfTheirViews) {
   const int64_t k = 256, n = 2 * 1024;
   const auto x = random_values(static_cast<size_t>(40 * k), 22);

@@ -240,7 +240,7 @@ bool cpu_has_instruction() {
 }  // namespace
 
 const bf16::Matmul* instructions() {
-  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x,          matmul_rows_packed,
+  static const bf16::Matmul matmul{matmul_rows, packed_floats, pack_x,           matmul_rows_packed,
                                    row_group,   kSplitTokens,  kernel::kRowBlock};
   return cpu_has_instruction() ? &matmul : nullptr;
 }

@@ -142,8 +142,8 @@ void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int6
            "[cpu] bf16 GEMM tokens [", begin, ", ", end, ") of ", tokens);
   auto acc = hwy::AllocateAligned<float>(static_cast<size_t>(kernel::kAccFloats));
   TS_CHECK(acc, "[cpu] matmul scratch");
-  run_gemm(reinterpret_cast<const uint16_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
-           {w, k, rows, group}, y + begin * ldy, ldy, acc.get());
+  run_gemm(reinterpret_cast<const uint16_t*>(packed + bf16::packed_offset(begin, k)), end - begin, {w, k, rows, group},
+           y + begin * ldy, ldy, acc.get());
 }
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                  int64_t group) {

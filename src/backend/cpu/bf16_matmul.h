@@ -16,12 +16,12 @@
 namespace tessera::cpu::bf16 {
 
 // The contracts are kernels.h's matmul_rows and its packed functions, for bf16 weights (w:
-// their bits, in either layout of weight_layout.h). packed_floats: floats (of 4 bytes: the packed x is bf16, two to a float) of
-// a call's packed x, 0 when the call packs none (then use matmul_rows). split_tokens and
-// split_rows: kernels.h's matmul_split, whatever k.
+// their bits, in either layout of weight_layout.h). packed_floats: floats (of 4 bytes: the
+// packed x is bf16, two to a float) of a call's packed x, 0 when the call packs none (then
+// use matmul_rows). split_tokens and split_rows: kernels.h's matmul_split, whatever k.
 struct Matmul {
-  void (*matmul_rows)(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y,
-                      int64_t ldy, int64_t group) = nullptr;
+  void (*matmul_rows)(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
+                      int64_t group) = nullptr;
   int64_t (*packed_floats)(int64_t tokens, int64_t k) = nullptr;
   void (*pack_x)(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) = nullptr;
   void (*matmul_rows_packed)(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k,

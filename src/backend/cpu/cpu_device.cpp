@@ -146,8 +146,8 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
     cpu::matmul_rows(x, tokens, k, base, w.dtype, n, y, n, w.row_group);
   } else if (packed_floats == 0) {
     for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
-      cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin,
-                       n, w.row_group);
+      cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin, n,
+                       w.row_group);
     });
   } else {
     // Prefill: the threads pack x once between them, then split the rows and the tokens.
