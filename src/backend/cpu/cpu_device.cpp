@@ -85,6 +85,8 @@ size_t rows_per_unit(int64_t row_elements) {
 
 }  // namespace
 
+CpuDevice::CpuDevice(size_t threads) : pool_(threads) { cpu::cap_isa_from_env(); }
+
 std::string CpuDevice::name() const {
   return std::string("cpu (") + cpu::isa_name() +
          (cpu::amx_active()        ? ", bf16 weights by AMX tiles"

@@ -15,7 +15,7 @@ namespace tessera {
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(size_t threads) : pool_(threads) {}
+  explicit CpuDevice(size_t threads);
 
   std::string name() const override;
   bool computes_in_calls() const override { return true; }

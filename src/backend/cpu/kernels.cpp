@@ -316,6 +316,15 @@ uint64_t read_sum(const uint64_t* data, int64_t n, int streams, ReadLayout layou
 float fma_loop(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoop)(iterations); }
 int64_t fma_loop_flops(int64_t iterations) { return HWY_DYNAMIC_DISPATCH(FmaLoopFlops)(iterations); }
 const char* isa_name() { return HWY_DYNAMIC_DISPATCH(IsaName)(); }
+void cap_isa_from_env() {
+  static const bool capped = [] {
+    const char* text = std::getenv("TESSERA_ISA");
+    if (text == nullptr || std::strcmp(text, "avx2") != 0) return false;
+    hwy::DisableTargets(HWY_AVX3 | HWY_AVX3_DL);
+    return true;
+  }();
+  (void)capped;
+}
 
 void from_f32(const float* src, int64_t n, DType dtype, void* dst) {
   switch (dtype) {

@@ -108,4 +108,9 @@ int64_t fma_loop_flops(int64_t iterations);
 // Name of the instruction set chosen at run time ("AVX2", "AVX3", ...).
 const char* isa_name();
 
+// With the environment variable TESSERA_ISA=avx2, dispatch takes no AVX-512 target from
+// then on (Highway's DisableTargets), so that an AVX-512 machine measures the AVX2 paths
+// that the dev machines' kind runs. Read once; CpuDevice calls it before its first kernel.
+void cap_isa_from_env();
+
 }  // namespace tessera::cpu
