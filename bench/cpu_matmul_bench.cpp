@@ -21,10 +21,11 @@
 //                                outside), on one thread: what it costs besides its inner
 //                                loop; counter: ceiling_GFLOPs (its FLOP over that time),
 //                                on any CPU with AVX-512 BF16
-//   BM_Decode/<dtype>/<rows>/<k>/<lined>  one token, the weights from memory, rows one
-//                                after another (lined 0) or interleaved as CpuDevice::place
-//                                lays them out (1, weight_layout.h); counter: GBs (GB of
-//                                weights per CPU second of the thread)
+//   BM_Decode/<dtype>/<rows>/<k>/<lined>/<tokens>  one token (or 4: the tiles of a few),
+//                                the weights from memory, rows one after another (lined 0)
+//                                or interleaved as CpuDevice::place lays them out (1,
+//                                weight_layout.h); counter: GBs (GB of weights per CPU
+//                                second of the thread)
 //   BM_OuterProbe, BM_OuterProbeF16, BM_OuterDecodeProbe, BM_InterleavedDecodeProbe
 //                                probes of other orders and weight layouts for the GEMM and
 //                                decode (outer_gemm_probe.cpp), on BM_Gemm's operands
@@ -238,10 +239,10 @@ BENCHMARK(BM_AmxOutside)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark
 // Decode's matmul alone: one token against the same shapes on one thread, the weights read
 // once a call (32 MiB in 16 bits: from memory, not cache), in GB of weights per CPU second.
 void BM_Decode(benchmark::State& state, DType dtype) {
-  const int64_t rows = state.range(0), k = state.range(1);
+  const int64_t rows = state.range(0), k = state.range(1), tokens = state.range(3);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(k)), w(static_cast<size_t>(rows * k));
+  std::vector<float> x(static_cast<size_t>(tokens * k)), w(static_cast<size_t>(rows * k));
   for (float& v : x) v = dist(rng);
   for (float& v : w) v = dist(rng);
   const size_t size = w.size() * tessera::dtype_size(dtype);
@@ -252,9 +253,9 @@ void BM_Decode(benchmark::State& state, DType dtype) {
     cpu::interleave_rows(bytes.get(), dtype, k, group, 0, rows, lined.get());
     bytes.swap(lined);
   }
-  std::vector<float> y(static_cast<size_t>(rows));
+  std::vector<float> y(static_cast<size_t>(tokens * rows));
   state.counters["GBs"] = static_cast<double>(size) * 1e-9 * runs_a_second(state, [&] {
-                            cpu::matmul_rows(x.data(), 1, k, bytes.get(), dtype, rows, y.data(), rows, group);
+                            cpu::matmul_rows(x.data(), tokens, k, bytes.get(), dtype, rows, y.data(), rows, group);
                             benchmark::DoNotOptimize(y.data());
                           });
   state.SetLabel(cpu::isa_name());
@@ -264,12 +265,12 @@ BENCHMARK_CAPTURE(BM_Gemm, f32, DType::kF32)->Args({8192, 2048})->Args({2048, 81
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::kBF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, f16, DType::kF16)->Args({8192, 2048})->Args({2048, 8192})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Decode, bf16, DType::kBF16)
-    ->ArgsProduct({{8192}, {2048}, {0, 1}})
-    ->ArgsProduct({{2048}, {8192}, {0, 1}})
+    ->ArgsProduct({{8192}, {2048}, {0, 1}, {1, 4}})
+    ->ArgsProduct({{2048}, {8192}, {0, 1}, {1, 4}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)
-    ->ArgsProduct({{8192}, {2048}, {0, 1}})
-    ->ArgsProduct({{2048}, {8192}, {0, 1}})
+    ->ArgsProduct({{8192}, {2048}, {0, 1}, {1, 4}})
+    ->ArgsProduct({{2048}, {8192}, {0, 1}, {1, 4}})
     ->Unit(benchmark::kMillisecond);
 
 // A lone token's experts through CpuDevice on <threads> threads, in wall time: Qwen3-30B-A3B's

@@ -186,9 +186,9 @@ void decode_groups(const uint16_t* xb, const Rows& w, float* y, int64_t ahead) {
 
 // y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
 // padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; decode streams the
-// weights once, the bytes `ahead` past each tile asked for when that is > 0), or of an
-// interleaved group's rows (decode_groups); more: 4 rows x up to 4 tokens, the rows' data reused from cache by
-// the next tokens. A row's sum is the same whatever the tile's rows.
+// weights once, the bytes `ahead` past each tile asked for when that is > 0), or an
+// interleaved group's rows (decode_groups); more: 4 rows x up to 4 tokens, the rows' data
+// reused from cache by the next tokens. A row's sum is the same whatever the tile's rows.
 template <typename Ops>
 void tiles(const uint16_t* xb, int64_t tokens, const Rows& w, float* y, int64_t ldy, int64_t ahead = 0,
            int decode_rows = kDecodeRows) {

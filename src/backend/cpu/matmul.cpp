@@ -16,9 +16,11 @@
 // 2L consecutive elements, two vectors: the even-indexed ones, then the odd-indexed
 // ones (a pair of bf16 read as one u32 widens with a shift and a mask; a contiguous
 // vector would need a shuffle, and decode ran slower in bf16 than in f16 with it).
-// Two paths compute exactly that sequence:
+// Two paths compute exactly that sequence, over weight rows one after another or
+// interleaved in groups (weight_layout.h: each element read from its place in either):
 //   - a few tokens (decode): tiles of weight rows read straight from their 16-bit rows,
-//     so decode streams the weights once with nothing packed;
+//     so decode streams the weights once with nothing packed (one token over interleaved
+//     rows: a group's lines in memory order);
 //   - many tokens (prefill): a cache-blocked GEMM. A block of kNc weight rows x kKc
 //     elements along k is widened into a packed f32 panel (kPanelRows rows interleaved
 //     vector by vector, so a micro-kernel reads one stream that stays in L1); x is
@@ -280,11 +282,12 @@ HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const 
 // kRows weight rows x kTok tokens, over the whole of k, accumulators in registers.
 // w: the tile's first row, its rows as `rows` says (row-major: a stride of k, and the
 // tails after the chunks; interleaved rows have none). xo: the tokens' x in chunk order
-// (order_x), x: as given (for the tails); both with a stride of k. One token with f32 or f16 weights (a chunk of one
-// vector) takes two chunks a step, in order into the same accumulators (so the same sums): each row's reads a whole
-// 64-byte line a step with AVX-512 f16, and half the loop's overhead. `ahead` > 0 (one token): each step first asks for
-// the tile's next kRows steps' bytes `ahead` bytes further on, in memory order, so that the tile asks for the bytes
-// past its own as one sequential stream (a hint).
+// (order_x), x: as given (for the tails); both with a stride of k. One token with f32 or
+// f16 weights (a chunk of one vector) takes two chunks a step, in order into the same
+// accumulators (so the same sums): each row's reads a whole 64-byte line a step with
+// AVX-512 f16, and half the loop's overhead. `ahead` > 0 (one token): each step first
+// asks for the tile's next kRows steps' bytes `ahead` bytes further on, in memory order,
+// so that the tile asks for the bytes past its own as one sequential stream (a hint).
 template <int kRows, int kTok, typename WT>
 HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
                          TileRows rows, float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0) {
