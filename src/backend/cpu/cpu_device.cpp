@@ -22,6 +22,9 @@ std::unique_ptr<Device> make_cpu_device(size_t threads) { return std::make_uniqu
 
 namespace {
 
+// Memory that place() leaves available after a weight's copy.
+constexpr uint64_t kPlaceReserve = uint64_t{2} << 30;
+
 // Buffers of at least this size are anonymous mappings (pages cost nothing until touched).
 constexpr size_t kMapBytes = size_t{1} << 20;
 constexpr size_t kAlign = 64;
@@ -115,6 +118,10 @@ Result<TensorView> CpuDevice::place(const TensorView& host) {
   if (host.shape.size() != 2) return host;
   const int64_t rows = host.dim(0), k = host.dim(1), group = cpu::matmul_row_group(host.dtype);
   if (!cpu::can_interleave(host.dtype, rows, k, group)) return host;
+  // A copy only where it leaves room: a checkpoint's pages are reclaimable (counted
+  // available), but random weights are anonymous memory that stays, so a model of more than
+  // about half the memory keeps the rest of its weights mapped (the same bits either way).
+  if (host.nbytes() + kPlaceReserve > available_memory()) return host;
   TS_ASSIGN_OR_RETURN(Buffer buffer, alloc(host.nbytes()));
   // In units of about 1 MiB of weights.
   const auto group_bytes = static_cast<size_t>(group) * dtype_bytes(host.dtype, k);

@@ -25,7 +25,8 @@ class CpuDevice final : public Device {
   void copy(const void* src, size_t bytes, void* dst) override;
   // A 2-D weight of f32, bf16 or f16 whose rows can be interleaved (weight_layout.h) in
   // groups of cpu::matmul_row_group: a copy in that layout, kept by the device (one decode
-  // tile then reads one stream); anything else: the view itself (of the mapped file).
+  // tile then reads one stream), while 2 GiB stay available after it; anything else: the
+  // view itself (of the mapped file).
   Result<TensorView> place(const TensorView& host) override;
 
   void matmul(const float* x, int64_t tokens, const TensorView& w, const TensorView& bias, float* y) override;
