@@ -184,11 +184,28 @@ void decode_groups(const uint16_t* xb, const Rows& w, float* y, int64_t ahead) {
   }
 }
 
+// A few tokens over rows interleaved in groups of 8: a group's 8 rows x up to 3 tokens a
+// tile (24 accumulators), the group's tiles one after another, so that its lines are read
+// from memory once, in order (4-row tiles read every other half of them).
+template <typename Ops>
+void group_tiles(const uint16_t* xb, int64_t tokens, const Rows& w, float* y, int64_t ldy) {
+  const int64_t kp = padded_k(w.k);
+  for (int64_t r0 = 0; r0 < w.rows; r0 += 8) {
+    const uint16_t* pointers[8];
+    w.pointers(r0, 8, pointers);
+    int64_t t = 0;
+    for (; t + 3 <= tokens; t += 3) tile<Ops, 8, 3>(xb + t * kp, w.k, pointers, w.stride(), 8, y + t * ldy + r0, ldy);
+    if (tokens - t == 2) tile<Ops, 8, 2>(xb + t * kp, w.k, pointers, w.stride(), 8, y + t * ldy + r0, ldy);
+    if (tokens - t == 1) tile<Ops, 8, 1>(xb + t * kp, w.k, pointers, w.stride(), 8, y + t * ldy + r0, ldy);
+  }
+}
+
 // y[t * ldy + r] for tokens < kGemmTokens. xb: their rounded x (round_row), a stride of
 // padded_k(k). One token: tiles of decode_rows rows (4, 8 or 16; decode streams the
 // weights once, the bytes `ahead` past each tile asked for when that is > 0), or an
-// interleaved group's rows (decode_groups); more: 4 rows x up to 4 tokens, the rows' data
-// reused from cache by the next tokens. A row's sum is the same whatever the tile's rows.
+// interleaved group's rows (decode_groups); more: 4 rows x up to 4 tokens (an interleaved
+// group of 8: group_tiles), the rows' data reused from cache by the next tokens. A row's
+// sum is the same whatever the tile's rows.
 template <typename Ops>
 void tiles(const uint16_t* xb, int64_t tokens, const Rows& w, float* y, int64_t ldy, int64_t ahead = 0,
            int decode_rows = kDecodeRows) {
@@ -208,6 +225,7 @@ void tiles(const uint16_t* xb, int64_t tokens, const Rows& w, float* y, int64_t 
       default: return decode_tiles<Ops, 8>(xb, w, y, ldy, ahead);
     }
   }
+  if (w.group == 8) return group_tiles<Ops>(xb, tokens, w, y, ldy);
   for (int64_t r0 = 0; r0 < w.rows; r0 += 4) {
     int64_t t = 0;
     for (; t + 4 <= tokens; t += 4) tiles_of_four_rows<Ops, 4>(xb + t * kp, w, y + t * ldy, ldy, r0);
