@@ -433,7 +433,9 @@ class CudaDevice final : public Device {
                          r.block_elements == dtype_block_elements(w.dtype);
     void* scratch = quant_scratch(tokens, w.dim(1));
     if (!rounded) cuda::quant_round(stream_, x, tokens, w.dim(1), w.dtype, scratch);
-    quant_products(tokens, w, bias, y, accumulate, scratch);
+    const cuda::QuantJob job = quant_job(w, bias, y);
+    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, scratch);
+    launched("quant_matmul");
   }
 
   // The scratch for x [tokens, k] rounded to 8 bits (grown before the rounding that fills it).
@@ -443,13 +445,6 @@ class CudaDevice final : public Device {
     return scratch;
   }
 
-  // The products of w's blocks with the x that the scratch holds, rounded for w's dtype.
-  void quant_products(int64_t tokens, const TensorView& w, const TensorView& bias, float* y, bool accumulate,
-                      void* scratch) {
-    const cuda::QuantJob job = quant_job(w, bias, y);
-    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, scratch);
-    launched("quant_matmul");
-  }
   static cuda::QuantJob quant_job(const TensorView& w, const TensorView& bias, float* y) {
     TS_CHECK(w.shape.size() == 2, "matmul weight shape ", shape_string(w.shape));
     TS_CHECK(bias.empty() || (bias.dtype == DType::kF32 && bias.numel() == w.dim(0)), "bias ", dtype_name(bias.dtype),
