@@ -253,6 +253,18 @@ TEST_P(MatmulTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
   EXPECT_GE(targets_run, 2);
 }
 
+// A group that no path reads (not 4, 8 or 16, or rows that are no whole groups) stops the
+// matmul, naming it, rather than reading rows from the wrong places.
+TEST(MatmulDeathTest, GroupsTheKernelsCannotReadStopTheMatmul) {
+  const int64_t k = 64;
+  auto w = random_values(static_cast<size_t>(24 * k), 22);
+  const auto bytes = encode(w, DType::kBF16);
+  const std::vector<float> x(static_cast<size_t>(k), 1.0f);
+  std::vector<float> y(24);
+  EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, bytes.data(), DType::kBF16, 24, y.data(), 24, 3), "in groups of 3");
+  EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, bytes.data(), DType::kBF16, 20, y.data(), 24, 8), "20 x 64 bf16");
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
