@@ -255,10 +255,11 @@ void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, int6
 }
 
 // The A tiles of `groups` (1 or 2) row groups from weight row `first` (w's rows in groups
-// of `group`: weight_layout.h), chunks [c0, c1), in tile order: group i's tile for chunk c0 + s at out + (i * kKcChunks
-// + s) * kTileElements, row r of it (weight row first + 16 i + r) 64 bytes on. Rows past `rows` and elements past k are
-// zeros. A chunk wholly inside its row is one copy of a constant 64 bytes, which the compiler writes as a few vector
-// moves (it was a call to memcpy a chunk).
+// of `group`: weight_layout.h), chunks [c0, c1), in tile order: group i's tile for chunk
+// c0 + s at out + (i * kKcChunks + s) * kTileElements, row r of it (weight row first +
+// 16 i + r) 64 bytes on. Rows past `rows` and elements past k are zeros. A chunk wholly
+// inside its row is one copy of a constant 64 bytes, which the compiler writes as a few
+// vector moves (it was a call to memcpy a chunk).
 static inline void pack_rows(const uint16_t* w, int64_t k, int64_t group, int64_t rows, int64_t first, int groups,
                              int64_t c0, int64_t c1, uint16_t* out) {
   const int64_t stride = line_stride<uint16_t>(group);  // a row's chunk c to c + 1
