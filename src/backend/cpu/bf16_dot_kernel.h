@@ -135,8 +135,8 @@ struct Rows {
   const uint16_t* w;
   int64_t k, rows, group;
 
-  // Chunk s of a row to chunk s + 1.
-  int64_t stride() const { return group == 1 ? kChunk : line_stride<uint16_t>(group); }
+  // Chunk s of a row to chunk s + 1 (a chunk is a line: kChunk for rows one after another).
+  int64_t stride() const { return line_stride<uint16_t>(group); }
   // Pointers to the n rows from `first`, rows past the last repeating it.
   void pointers(int64_t first, int n, const uint16_t** out) const {
     for (int r = 0; r < n; ++r) out[r] = layout_row(w, k, group, std::min(first + r, rows - 1));

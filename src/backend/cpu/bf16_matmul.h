@@ -40,6 +40,7 @@ inline bool switched_on(const char* name) {
 
 // bf16 elements of k in one dot product (vdpbf16ps) or one row of an A tile (tdpbf16ps).
 inline constexpr int64_t kChunk = 32;
+static_assert(kChunk == kLineElements<uint16_t>, "a chunk is one 64-byte line of weight_layout.h");
 
 inline int64_t padded_k(int64_t k) { return (k + kChunk - 1) / kChunk * kChunk; }
 
