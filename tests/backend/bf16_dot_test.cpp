@@ -109,15 +109,16 @@ TEST(Bf16DotTest, OneTokenTilesOfAnyRowsSumInTheStatedOrder) {
 }
 
 // Weights interleaved in groups of 4, 8 and 16 rows (weight_layout.h), as CpuDevice::place
-// lays them out: the tiles (one token's of the group's rows, and 4 rows x up to 4 tokens)
+// lays them out: the tiles (one token's of the group's rows, read side by side with
+// groups left over: 56 rows are 7 groups of 8 and 14 of 4; and 4 rows x up to 4 tokens)
 // and the GEMM (read in place, not copied) give the bits of the rows one after another,
 // the emulation and, where the CPU has it, the instruction.
 TEST(Bf16DotTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
-  for (const int64_t k : {64, 2 * 512 + 64}) {
-    const int64_t rows = 48;
+  for (const auto [k, rows] : {std::pair<int64_t, int64_t>{64, 48}, {2 * 512 + 64, 48}, {64, 56}}) {
     const auto x = random_values(static_cast<size_t>(40 * k), 43);
     const auto w = random_bf16(static_cast<size_t>(rows * k), 44);
     for (const int64_t group : {4, 8, 16}) {
+      if (rows % group != 0) continue;
       ASSERT_TRUE(cpu::can_interleave(DType::kBF16, rows, k, group));
       std::vector<uint16_t> lined(w.size());
       cpu::interleave_rows(w.data(), DType::kBF16, k, group, 0, rows, lined.data());
@@ -125,11 +126,12 @@ TEST(Bf16DotTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
       for (const int64_t tokens : {1, 2, 5, 16, 40}) {
         const auto want = emulated_matmul(x.data(), tokens, k, w.data(), rows);
         ASSERT_EQ(emulated_matmul(x.data(), tokens, k, lined.data(), rows, group), want)
-            << "k " << k << " group " << group << " tokens " << tokens;
+            << "k " << k << " rows " << rows << " group " << group << " tokens " << tokens;
         if (cpu::bf16_dot::instructions() == nullptr) continue;
         std::vector<float> y(want.size());
         cpu::bf16_dot::instructions()->matmul_rows(x.data(), tokens, k, lined.data(), rows, y.data(), rows, group);
-        ASSERT_EQ(y, want) << "the instruction, k " << k << " group " << group << " tokens " << tokens;
+        ASSERT_EQ(y, want) << "the instruction, k " << k << " rows " << rows << " group " << group << " tokens "
+                           << tokens;
       }
     }
   }

@@ -217,40 +217,46 @@ TEST_P(MatmulTest, PiecesOfTokensAndRowsAreBitwiseTheWholeCall) {
 
 // Weights interleaved in groups of 4, 8 and 16 rows (weight_layout.h), as CpuDevice::place
 // lays them out, give on every target the bits of the rows one after another: one token's
-// tiles (of the group's rows), a few tokens' tiles of 4 rows, and the GEMM, whole and cut
+// tiles (of the group's rows, read side by side with groups left over: 56 rows are 7
+// groups of 8 and 14 of 4), a few tokens' tiles of 4 rows, and the GEMM, whole and cut
 // into the split's pieces of rows (48 rows: three pieces of 16, or one and a half of 32).
 TEST_P(MatmulTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
   const DType dtype = GetParam();
-  const int64_t k = 2 * 512 + 64, rows = 48, tokens = 40;
-  const auto x = random_values(static_cast<size_t>(tokens * k), 20);
-  auto w = random_values(static_cast<size_t>(rows * k), 21);
-  const auto bytes = encode(w, dtype);
-  const auto row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k;
-  const int targets_run = for_each_target([&](int64_t target, size_t) {
-    for (const int64_t group : {4, 8, 16}) {
-      ASSERT_TRUE(cpu::can_interleave(dtype, rows, k, group));
-      std::vector<uint8_t> lined(bytes.size());
-      cpu::interleave_rows(bytes.data(), dtype, k, group, 0, rows, lined.data());
-      for (const int64_t count : {int64_t{1}, int64_t{3}, tokens}) {
-        std::vector<float> want(static_cast<size_t>(count * rows)), y(want.size()), pieces(want.size(), std::nanf(""));
-        cpu::matmul_rows(x.data(), count, k, bytes.data(), dtype, rows, want.data(), rows);
-        cpu::matmul_rows(x.data(), count, k, lined.data(), dtype, rows, y.data(), rows, group);
-        ASSERT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)))
-            << hwy::TargetName(target) << " group " << group << " tokens " << count;
-        const int64_t packed_floats = cpu::matmul_packed_floats(count, k, dtype);
-        if (packed_floats == 0) continue;
-        auto packed = hwy::AllocateAligned<float>(static_cast<size_t>(packed_floats));
-        cpu::matmul_pack_x(x.data(), count, k, dtype, 0, count, packed.get());
-        const int64_t step = std::min<int64_t>(cpu::matmul_split(k, dtype).rows, 16);
-        for (int64_t r0 = 0; r0 < rows; r0 += step)
-          cpu::matmul_rows_packed(packed.get(), x.data(), count, 0, count, k, lined.data() + r0 * row_bytes, dtype,
-                                  std::min(step, rows - r0), pieces.data() + r0, rows, group);
-        ASSERT_EQ(0, std::memcmp(pieces.data(), want.data(), want.size() * sizeof(float)))
-            << hwy::TargetName(target) << " group " << group << " GEMM pieces of " << step << " rows";
+  const int64_t k = 2 * 512 + 64, tokens = 40;
+  for (const int64_t rows : {48, 56}) {
+    const auto x = random_values(static_cast<size_t>(tokens * k), 20);
+    auto w = random_values(static_cast<size_t>(rows * k), 21);
+    const auto bytes = encode(w, dtype);
+    const auto row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k;
+    const int targets_run = for_each_target([&](int64_t target, size_t) {
+      for (const int64_t group : {4, 8, 16}) {
+        if (rows % group != 0) continue;
+        ASSERT_TRUE(cpu::can_interleave(dtype, rows, k, group));
+        std::vector<uint8_t> lined(bytes.size());
+        cpu::interleave_rows(bytes.data(), dtype, k, group, 0, rows, lined.data());
+        for (const int64_t count : {int64_t{1}, int64_t{3}, tokens}) {
+          std::vector<float> want(static_cast<size_t>(count * rows)), y(want.size()),
+              pieces(want.size(), std::nanf(""));
+          cpu::matmul_rows(x.data(), count, k, bytes.data(), dtype, rows, want.data(), rows);
+          cpu::matmul_rows(x.data(), count, k, lined.data(), dtype, rows, y.data(), rows, group);
+          ASSERT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)))
+              << hwy::TargetName(target) << " rows " << rows << " group " << group << " tokens " << count;
+          const int64_t packed_floats = cpu::matmul_packed_floats(count, k, dtype);
+          if (packed_floats == 0) continue;
+          auto packed = hwy::AllocateAligned<float>(static_cast<size_t>(packed_floats));
+          cpu::matmul_pack_x(x.data(), count, k, dtype, 0, count, packed.get());
+          const int64_t step = std::min<int64_t>(cpu::matmul_split(k, dtype).rows, 16);
+          for (int64_t r0 = 0; r0 < rows; r0 += step)
+            cpu::matmul_rows_packed(packed.get(), x.data(), count, 0, count, k, lined.data() + r0 * row_bytes, dtype,
+                                    std::min(step, rows - r0), pieces.data() + r0, rows, group);
+          ASSERT_EQ(0, std::memcmp(pieces.data(), want.data(), want.size() * sizeof(float)))
+              << hwy::TargetName(target) << " rows " << rows << " group " << group << " GEMM pieces of " << step
+              << " rows";
+        }
       }
-    }
-  });
-  EXPECT_GE(targets_run, 2);
+    });
+    EXPECT_GE(targets_run, 2);
+  }
 }
 
 // A group that no path reads (not 4, 8 or 16, or rows that are no whole groups) stops the

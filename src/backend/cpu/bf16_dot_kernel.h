@@ -161,26 +161,53 @@ void decode_tiles(const uint16_t* xb, const Rows& w, float* y, int64_t ldy, int6
   }
 }
 
-// One token over interleaved rows (weight_layout.h) in groups of kRows: each group's lines
-// in memory order, one pointer stepping through them (the sums of tile<Ops, kRows, 1>:
-// each row's chunks in order into its own accumulator). `ahead` > 0: each chunk step first
-// asks for its kRows lines `ahead` bytes on (a hint: the same bits).
+// kS groups of kRows interleaved rows (weight_layout.h) for one token, side by side: group j
+// from `first[j]` (its first line) into y[j]. Each group's lines in memory order through one
+// pointer, each row's chunks in order into its own accumulator (the sums of tile<Ops,
+// kRows, 1>). `ahead` > 0: each chunk step first asks for every group's kRows lines `ahead`
+// bytes on (a hint: the same bits).
+template <typename Ops, int kRows, int kS>
+void groups_side_by_side(const uint16_t* xb, int64_t k, const uint16_t* const* first, float* const* y, int64_t ahead) {
+  typename Ops::Acc acc[kS][kLanes];  // all 16 of a group's (finish reads kRows of them)
+  const uint16_t* line[kS];
+  for (int j = 0; j < kS; ++j) {
+    line[j] = first[j];
+    for (int r = 0; r < kRows; ++r) acc[j][r] = Ops::zero();
+  }
+  for (int64_t s = 0; s < k / kChunk; ++s) {  // whole: interleaved rows are whole lines
+    if (ahead > 0)
+      for (int j = 0; j < kS; ++j)
+        for (int r = 0; r < kRows; ++r)
+          __builtin_prefetch(reinterpret_cast<const char*>(line[j]) + ahead + r * 64, 0, 3);
+    const typename Ops::Chunk xv = Ops::load(xb + s * kChunk);
+    for (int j = 0; j < kS; ++j) {
+      for (int r = 0; r < kRows; ++r) acc[j][r] = Ops::dot(acc[j][r], Ops::load(line[j] + r * kChunk), xv);
+      line[j] += kRows * kChunk;
+    }
+  }
+  for (int j = 0; j < kS; ++j) finish<Ops>(acc[j], kRows, y[j]);
+}
+
+// One token over interleaved rows in groups of kRows: the call's groups cut into
+// kSideBySide (weight_layout.h) parts read side by side, a group of each at a time, the
+// groups left over one by one.
 template <typename Ops, int kRows>
 void decode_groups(const uint16_t* xb, const Rows& w, float* y, int64_t ahead) {
-  using Acc = typename Ops::Acc;
-  const int64_t chunks = w.k / kChunk;  // whole: interleaved rows are whole lines
-  for (int64_t r0 = 0; r0 < w.rows; r0 += kRows) {
-    const uint16_t* line = w.w + r0 * w.k;
-    const char* next = reinterpret_cast<const char*>(line) + ahead;
-    Acc acc[kLanes];  // all 16 (finish reads kRows of them)
-    for (int r = 0; r < kRows; ++r) acc[r] = Ops::zero();
-    for (int64_t s = 0; s < chunks; ++s, line += kRows * kChunk) {
-      if (ahead > 0)
-        for (int r = 0; r < kRows; ++r) __builtin_prefetch(next + (s * kRows + r) * 64, 0, 3);
-      const typename Ops::Chunk xv = Ops::load(xb + s * kChunk);
-      for (int r = 0; r < kRows; ++r) acc[r] = Ops::dot(acc[r], Ops::load(line + r * kChunk), xv);
+  constexpr int kS = kSideBySide<kRows>;
+  const int64_t groups = w.rows / kRows, part = groups / kS;
+  for (int64_t g = 0; g < part; ++g) {
+    const uint16_t* first[kS];
+    float* out[kS];
+    for (int j = 0; j < kS; ++j) {
+      first[j] = w.w + (j * part + g) * kRows * w.k;
+      out[j] = y + (j * part + g) * kRows;
     }
-    finish<Ops>(acc, kRows, y + r0);
+    groups_side_by_side<Ops, kRows, kS>(xb, w.k, first, out, ahead);
+  }
+  for (int64_t g = kS * part; g < groups; ++g) {
+    const uint16_t* first = w.w + g * kRows * w.k;
+    float* out = y + g * kRows;
+    groups_side_by_side<Ops, kRows, 1>(xb, w.k, &first, &out, ahead);
   }
 }
 

@@ -319,35 +319,64 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
   }
 }
 
-// One token over interleaved rows (weight_layout.h) in groups of kRows: each group's lines
-// in memory order, one pointer stepping through them (the sums of dot_tile<kRows, 1>: each
-// row's chunks in order into its own accumulator; interleaved rows have no tails). `ahead`
-// > 0: each line step first asks for its kRows lines `ahead` bytes on (a hint).
-template <int kRows, typename WT>
-void decode_groups(const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-                   float* HWY_RESTRICT y, int64_t ahead) {
+// kS groups of kRows interleaved rows (weight_layout.h) for one token, side by side: group j
+// from `first[j]` (its first line) into y[j]. Each group's lines in memory order through one
+// pointer (the sums of dot_tile<kRows, 1>: each row's chunks in order into its own
+// accumulator; interleaved rows have no tails). `ahead` > 0: each line step first asks for
+// every group's kRows lines `ahead` bytes on (a hint: the same bits).
+template <int kRows, int kS, typename WT>
+void groups_side_by_side(const float* HWY_RESTRICT xo, int64_t k, const WT* const* first, float* const* y,
+                         int64_t ahead) {
   constexpr int64_t kV = kChunkVectors<WT>, kE = kLineElements<WT>;
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df)), chunk = kV * lanes;
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    const WT* line = w + r0 * k;
-    const char* next = reinterpret_cast<const char*>(line) + ahead;
-    VF acc[kRows];
-    for (int r = 0; r < kRows; ++r) acc[r] = hn::Zero(df);
-    for (int64_t i = 0; i < k; i += kE, line += kRows * kE) {
-      if (ahead > 0)
-        for (int r = 0; r < kRows; ++r) __builtin_prefetch(next + (i / kE * kRows + r) * kLineBytes, 0, 3);
-      for (int64_t c = 0; c < kE; c += chunk) {
-        VF xv[kV];
-        for (int64_t v = 0; v < kV; ++v) xv[v] = hn::LoadU(df, xo + i + c + v * lanes);
+  VF acc[kS][kRows];
+  const WT* line[kS];
+  for (int j = 0; j < kS; ++j) {
+    line[j] = first[j];
+    for (int r = 0; r < kRows; ++r) acc[j][r] = hn::Zero(df);
+  }
+  for (int64_t i = 0; i < k; i += kE) {
+    if (ahead > 0)
+      for (int j = 0; j < kS; ++j)
+        for (int r = 0; r < kRows; ++r)
+          __builtin_prefetch(reinterpret_cast<const char*>(line[j]) + ahead + r * kLineBytes, 0, 3);
+    for (int64_t c = 0; c < kE; c += chunk) {
+      VF xv[kV];
+      for (int64_t v = 0; v < kV; ++v) xv[v] = hn::LoadU(df, xo + i + c + v * lanes);
+      for (int j = 0; j < kS; ++j)
         for (int r = 0; r < kRows; ++r) {
           VF wv[kV];
-          load_chunk(df, line + r * kE, c, wv);
-          for (int64_t v = 0; v < kV; ++v) acc[r] = hn::MulAdd(wv[v], xv[v], acc[r]);
+          load_chunk(df, line[j] + r * kE, c, wv);
+          for (int64_t v = 0; v < kV; ++v) acc[j][r] = hn::MulAdd(wv[v], xv[v], acc[j][r]);
         }
-      }
     }
-    finish(df, acc, kRows, xo, w, k, k, y + r0);
+    for (int j = 0; j < kS; ++j) line[j] += kRows * kE;
+  }
+  for (int j = 0; j < kS; ++j) finish(df, acc[j], kRows, xo, first[j], k, k, y[j]);
+}
+
+// One token over interleaved rows in groups of kRows: the call's groups cut into
+// kSideBySide (weight_layout.h) parts read side by side, a group of each at a time, the
+// groups left over one by one.
+template <int kRows, typename WT>
+void decode_groups(const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
+                   float* HWY_RESTRICT y, int64_t ahead) {
+  constexpr int kS = kSideBySide<kRows>;
+  const int64_t groups = rows / kRows, part = groups / kS;
+  for (int64_t g = 0; g < part; ++g) {
+    const WT* first[kS];
+    float* out[kS];
+    for (int j = 0; j < kS; ++j) {
+      first[j] = w + (j * part + g) * kRows * k;
+      out[j] = y + (j * part + g) * kRows;
+    }
+    groups_side_by_side<kRows, kS>(xo, k, first, out, ahead);
+  }
+  for (int64_t g = kS * part; g < groups; ++g) {
+    const WT* first = w + g * kRows * k;
+    float* out = y + g * kRows;
+    groups_side_by_side<kRows, 1>(xo, k, &first, &out, ahead);
   }
 }
 

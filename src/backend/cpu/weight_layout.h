@@ -42,6 +42,13 @@ inline int64_t layout_at(int64_t i, int64_t group) {
   return i / kLineElements<T> * line_stride<T>(group) + i % kLineElements<T>;
 }
 
+// Groups of kRows rows that one-token decode reads side by side (bf16_dot_kernel.h's and
+// matmul.cpp's decode_groups): as many as keep 16 accumulators, so that each thread reads
+// two or more sequential streams, which memory serves faster than one (a hint, like the
+// layout: the same bits).
+template <int kRows>
+inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
+
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
 // row whole lines.
