@@ -114,7 +114,7 @@ TEST(Bf16DotTest, OneTokenTilesOfAnyRowsSumInTheStatedOrder) {
 // and the GEMM (read in place, not copied) give the bits of the rows one after another,
 // the emulation and, where the CPU has it, the instruction.
 TEST(Bf16DotTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
-  for (const auto [k, rows] : {std::pair<int64_t, int64_t>{64, 48}, {2 * 512 + 64, 48}, {64, 56}}) {
+  for (const auto& [k, rows] : {std::pair<int64_t, int64_t>{64, 48}, {2 * 512 + 64, 48}, {64, 56}}) {
     const auto x = random_values(static_cast<size_t>(40 * k), 43);
     const auto w = random_bf16(static_cast<size_t>(rows * k), 44);
     for (const int64_t group : {4, 8, 16}) {
