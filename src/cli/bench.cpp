@@ -21,6 +21,7 @@
 #include "backend/cpu/cpu_device.h"
 #include "backend/cpu/kernels.h"
 #include "backend/device.h"
+#include "backend/timed_device.h"
 #include "cli/commands.h"
 #include "core/check.h"
 #include "core/mapped_file.h"
@@ -44,6 +45,7 @@ struct BenchOptions {
   int64_t decode_tokens = 128;
   int64_t sequences = 0;  // > 0: also decode that many sequences together
   std::string device = "cpu";
+  bool profile = false;  // time each device operation of the decode (TimedDevice)
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -203,6 +205,22 @@ Result<DecodeMatmuls> measure_decode_matmuls(Device& device, const Model& model,
   return best;
 }
 
+// Where the timed decode's time went: each device operation's time a token, its share of
+// the decode and its calls a token, the most first, then what no call took (the host's
+// own work between them).
+void print_profile(std::vector<TimedDevice::Op> ops, double decode_s, int64_t tokens) {
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  const auto n = static_cast<double>(tokens);
+  double in_calls = 0;
+  for (const TimedDevice::Op& op : ops) {
+    std::printf("profile           %-16s %8.3f ms a token = %5.1f%% of decode, %.1f calls a token\n", op.name,
+                1e3 * op.seconds / n, 100.0 * op.seconds / decode_s, static_cast<double>(op.calls) / n);
+    in_calls += op.seconds;
+  }
+  std::printf("profile           %-16s %8.3f ms a token = %5.1f%% of decode\n", "(between calls)",
+              1e3 * (decode_s - in_calls) / n, 100.0 * (decode_s - in_calls) / decode_s);
+}
+
 // kB values of "RssAnon:" and "RssFile:" from /proc/self/status.
 std::pair<double, double> resident_mib() {
   std::ifstream in("/proc/self/status");
@@ -263,7 +281,11 @@ Status bench(const BenchOptions& o) {
   const double load_s = seconds_since(start);
   const ModelConfig& c = model.config();
   TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
-  Forward forward(model, *device);
+  if (o.profile && !device->computes_in_calls())
+    return Status::invalid_input("--profile times each call, and " + device->name() +
+                                 "'s calls return before their work is done: profile on the CPU");
+  TimedDevice timed(*device);
+  Forward forward(model, o.profile ? static_cast<Device&>(timed) : *device);
   KvCache cache = forward.make_cache(o.prompt_tokens + o.decode_tokens);
 
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
@@ -280,6 +302,7 @@ Status bench(const BenchOptions& o) {
   TS_ASSIGN_OR_RETURN(std::vector<float> logits, forward.run_ids(prompt, cache));
   const double prefill_s = seconds_since(start);
 
+  timed.reset();
   start = Clock::now();
   std::vector<int32_t> next = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
   const Forward::Part part{&cache, 1};
@@ -287,6 +310,7 @@ Status bench(const BenchOptions& o) {
     TS_ASSIGN_OR_RETURN(next, forward.step_greedy(next, {&part, 1}));
   }
   const double decode_s = seconds_since(start);
+  const std::vector<TimedDevice::Op> decode_ops = timed.ops();
   double many_tps = 0;
   if (o.sequences > 0) {
     TS_ASSIGN_OR_RETURN(many_tps, measure_many(forward, o, rng));
@@ -411,6 +435,7 @@ Status bench(const BenchOptions& o) {
         decode_matmuls.placed / 1e9, 100.0 * decode_matmuls.placed / bandwidth, decode_matmuls.mapped / 1e9,
         100.0 * decode_matmuls.mapped / bandwidth);
   }
+  if (o.profile) print_profile(decode_ops, decode_s, o.decode_tokens);
   std::printf(
       "resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
       anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);
@@ -432,6 +457,8 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--decode", o->decode_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sequences", o->sequences, "Also decode this many sequences together")->check(CLI::Range(0, 1024));
   cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  cmd->add_flag("--profile", o->profile,
+                "Time each device operation of the decode and print where its time goes (CPU)");
   cmd->callback([o, &exit_code] {
     const Status status = bench(*o);
     exit_code = status.ok() ? 0 : report_error(status);
