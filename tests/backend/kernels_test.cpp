@@ -308,10 +308,10 @@ TEST(KernelsTest, ReadSumAddsEveryWordOnce) {
 }
 
 // axpy_rows gives the bits of one axpy per row, in row order, for every dtype and sizes
-// that take its 8-vector groups, single vectors and a scalar tail.
+// that take its groups of 8, 4, 2 and 1 vectors (on 16 lanes and on 8) and a scalar tail.
 TEST(KernelsTest, AxpyRowsIsAxpyRowByRow) {
   for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (const int64_t n : {1, 7, 64, 128, 200}) {
+    for (const int64_t n : {1, 7, 16, 48, 64, 112, 128, 200, 248}) {
       const int64_t rows = 13;
       const auto a = random_values(static_cast<size_t>(rows), 20);
       auto x = random_values(static_cast<size_t>(rows * n), 21);

@@ -66,29 +66,44 @@ void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
   }
 }
 
+// Columns [i, i + kGroup vectors) of axpy_rows: kGroup vectors of y held in registers
+// across the rows, kGroup chains of multiply-adds side by side.
+template <int kGroup, typename XT>
+HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, const XT* HWY_RESTRICT x, int64_t rows, float* HWY_RESTRICT y,
+                             int64_t n, int64_t i) {
+  const DF df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[kGroup];
+  for (int v = 0; v < kGroup; ++v) acc[v] = hn::LoadU(df, y + i + v * lanes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto av = hn::Set(df, a[r]);
+    for (int v = 0; v < kGroup; ++v) acc[v] = hn::MulAdd(av, load_w(df, x + r * n, i + v * lanes), acc[v]);
+  }
+  for (int v = 0; v < kGroup; ++v) hn::StoreU(acc[v], df, y + i + v * lanes);
+}
+
 // y += a[r] * x[r] for r = 0, 1, ..., rows - 1, each element of y taking the rows in
 // that order by the same multiply-add as axpy (so the same bits as `rows` axpy calls),
-// with up to 8 vectors of y held in registers across the rows.
+// with up to 8 vectors of y held in registers across the rows: groups of 8, then one of
+// 4, 2 and 1 as the columns left allow (a head of 64 on AVX-512 is one group of 4, four
+// chains side by side rather than four passes of one).
 template <typename XT>
 void axpy_rows_typed(const float* HWY_RESTRICT a, const XT* HWY_RESTRICT x, int64_t rows, float* HWY_RESTRICT y,
                      int64_t n) {
-  constexpr int kGroup = 8;
-  const DF df;
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t i = 0;
-  for (; i + kGroup * lanes <= n; i += kGroup * lanes) {
-    VF acc[kGroup];
-    for (int v = 0; v < kGroup; ++v) acc[v] = hn::LoadU(df, y + i + v * lanes);
-    for (int64_t r = 0; r < rows; ++r) {
-      const auto av = hn::Set(df, a[r]);
-      for (int v = 0; v < kGroup; ++v) acc[v] = hn::MulAdd(av, load_w(df, x + r * n, i + v * lanes), acc[v]);
-    }
-    for (int v = 0; v < kGroup; ++v) hn::StoreU(acc[v], df, y + i + v * lanes);
+  for (; i + 8 * lanes <= n; i += 8 * lanes) axpy_columns<8>(a, x, rows, y, n, i);
+  if (i + 4 * lanes <= n) {
+    axpy_columns<4>(a, x, rows, y, n, i);
+    i += 4 * lanes;
   }
-  for (; i + lanes <= n; i += lanes) {
-    VF acc = hn::LoadU(df, y + i);
-    for (int64_t r = 0; r < rows; ++r) acc = hn::MulAdd(hn::Set(df, a[r]), load_w(df, x + r * n, i), acc);
-    hn::StoreU(acc, df, y + i);
+  if (i + 2 * lanes <= n) {
+    axpy_columns<2>(a, x, rows, y, n, i);
+    i += 2 * lanes;
+  }
+  if (i + lanes <= n) {
+    axpy_columns<1>(a, x, rows, y, n, i);
+    i += lanes;
   }
   for (; i < n; ++i)
     for (int64_t r = 0; r < rows; ++r) y[i] = std::fma(a[r], w_scalar(x + r * n, i), y[i]);
