@@ -272,6 +272,10 @@ Status bench(const BenchOptions& o) {
   const bool from_shape = o.model_dir.empty() && o.random_weights && !o.config_path.empty();
   if (!from_checkpoint && !from_shape)
     return Status::invalid_input("give either --model DIR, or --config FILE with --random-weights");
+  if (o.profile && o.device != "cpu")
+    return Status::invalid_input(
+        "--profile times each call, and a GPU's calls return before their work is done: "
+        "profile with --device cpu");
   const double bandwidth_before = measure_read_bandwidth(o.threads);
   const double fma_before = measure_fma_peak(o.threads);
   const auto [anon_before, file_before] = resident_mib();
@@ -281,9 +285,6 @@ Status bench(const BenchOptions& o) {
   const double load_s = seconds_since(start);
   const ModelConfig& c = model.config();
   TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
-  if (o.profile && !device->computes_in_calls())
-    return Status::invalid_input("--profile times each call, and " + device->name() +
-                                 "'s calls return before their work is done: profile on the CPU");
   TimedDevice timed(*device);
   Forward forward(model, o.profile ? static_cast<Device&>(timed) : *device);
   KvCache cache = forward.make_cache(o.prompt_tokens + o.decode_tokens);

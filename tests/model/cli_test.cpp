@@ -173,6 +173,15 @@ TEST(CliTest, EosTokenIdOutsideTheVocabularyIsRefused) {
 
 // --threads within a stated maximum (100000 once aborted the process).
 // (Without the range check the run aborts: checked.)
+// bench --profile adds up each call's wall time, which means nothing for a GPU's calls
+// (they return before their work is done): refused before anything is measured, naming the
+// flag (fails without the guard: there the GPU device's own error comes first, or a run).
+TEST(CliTest, BenchProfileOffTheCpuIsRefused) {
+  const auto run = run_tessera("bench --config " + std::string(TESSERA_SOURCE_DIR) +
+                               "/bench/shapes/llama-3.2-1b.json --random-weights --device cuda --profile");
+  expect_refused(run, {"--profile", "--device cpu"});
+}
+
 TEST(CliTest, ThreadsBeyondTheMaximumAreRefused) {
   expect_refused(run_tessera("generate --model " + fixture_dir("llama3_f32") + " --prompt-ids 1 -n 1 --threads 100000"),
                  {"--threads"});
