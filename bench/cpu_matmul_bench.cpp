@@ -249,7 +249,7 @@ void BM_Decode(benchmark::State& state, DType dtype) {
   auto bytes = hwy::AllocateAligned<uint8_t>(size), lined = hwy::AllocateAligned<uint8_t>(size);  // as a Buffer's
   cpu::from_f32(w.data(), static_cast<int64_t>(w.size()), dtype, bytes.get());
   const int64_t group = state.range(2) == 0 ? 1 : cpu::matmul_row_group(dtype);
-  if (group > 1) {
+  if (group != 1) {
     cpu::interleave_rows(bytes.get(), dtype, k, group, 0, rows, lined.get());
     bytes.swap(lined);
   }

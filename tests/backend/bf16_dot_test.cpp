@@ -212,11 +212,14 @@ TEST(Bf16DotTest, InstructionAddsTheOddProductOfAPairFirst) {
   EXPECT_EQ(emulated_matmul(x.data(), 1, k, w.data(), 1)[0], 1.0f + 0x1p-22f);
 }
 
-// Dispatch sends bf16 weights to the dot products where the CPU has them (and the
-// target is AVX-512): the library's matmul gives the emulated sums.
+// Dispatch sends bf16 weights to the dot products in this order where the CPU has them
+// (and the target is AVX-512) and TESSERA_BF16_COLUMNS=0: the library's matmul gives the
+// emulated sums.
 TEST(Bf16DotTest, DispatchedMatmulTakesTheDotProducts) {
   SKIP_WITHOUT_THE_INSTRUCTION();
   if (cpu::amx_active()) GTEST_SKIP() << "this CPU has AMX-BF16: bf16 weights take the tiles (amx_test.cpp)";
+  if (cpu::bf16_dot::columns_enabled())
+    GTEST_SKIP() << "bf16 weights take the column order (bf16_columns_test.cpp); TESSERA_BF16_COLUMNS=0 runs this";
   ASSERT_TRUE(cpu::bf16_dot_active()) << cpu::isa_name();
   const int64_t k = 1061, rows = 21;
   const auto x = random_values(static_cast<size_t>(40 * k), 39);

@@ -182,11 +182,11 @@ TEST_P(MatmulTest, RowsAreBitwiseTheSameAloneOrInABatch) {
 // CpuDevice::matmul cuts a GEMM call's tokens at the split's token blocks as well as its
 // rows at the split's rows: every piece, computed by itself from the call's one packed x,
 // gives bitwise the outputs of the whole call, on every target. 301 tokens (a last block
-// not whole) x 53 rows (a last piece not whole); k = 8229 takes shorter token blocks in
-// the f32 GEMM (matmul.cpp's token_block).
+// not whole) x 117 rows (a last piece not whole, pieces of 32 rows or of 64); k = 8229
+// takes shorter token blocks in the f32 GEMM (matmul.cpp's token_block).
 TEST_P(MatmulTest, PiecesOfTokensAndRowsAreBitwiseTheWholeCall) {
   const DType dtype = GetParam();
-  const int64_t tokens = 301, n = 53;
+  const int64_t tokens = 301, n = 117;
   for (const int64_t k : {int64_t{2 * 512 + 37}, int64_t{8192 + 37}}) {
     const auto x = random_values(static_cast<size_t>(tokens * k), 18);
     auto w = random_values(static_cast<size_t>(n * k), 19);
@@ -269,6 +269,10 @@ TEST(MatmulDeathTest, GroupsTheKernelsCannotReadStopTheMatmul) {
   std::vector<float> y(24);
   EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, bytes.data(), DType::kBF16, 24, y.data(), 24, 3), "in groups of 3");
   EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, bytes.data(), DType::kBF16, 20, y.data(), 24, 8), "20 x 64 bf16");
+  // The column layout is bf16's alone (and its column order's).
+  const auto halves = encode(w, DType::kF16);
+  EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, halves.data(), DType::kF16, 16, y.data(), 24, cpu::kPairColumns),
+               "16 x 64 f16 rows in groups of -16");
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

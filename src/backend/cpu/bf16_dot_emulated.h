@@ -36,6 +36,18 @@ struct EmulatedOps {
     return a;
   }
   static void store_acc(float* p, const Acc& a) { std::memcpy(p, a.v, sizeof(a.v)); }
+  static Acc loadu_acc(const float* p) { return load_acc(p); }
+  static void storeu_acc(float* p, const Acc& a) { store_acc(p, a); }
+  // A u32 of two bf16 in every lane (bf16_columns_kernel.h's x).
+  static Chunk broadcast(uint32_t pair) {
+    Chunk c;
+    for (int j = 0; j < 16; ++j) std::memcpy(c.v + 2 * j, &pair, sizeof(pair));
+    return c;
+  }
+  static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
+    for (int64_t i = 0; i < 16; ++i)
+      for (int64_t j = 0; j < 16; ++j) std::memcpy(dst + j * ds + i, src + i * ss + j, sizeof(float));  // bits
+  }
 
   // A bf16 input as f32, a subnormal read as zero (the SDM's DAZ).
   static float widen(uint16_t bits) {

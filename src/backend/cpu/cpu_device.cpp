@@ -129,11 +129,12 @@ Result<TensorView> CpuDevice::place(const TensorView& host) {
   if (host.nbytes() + kPlaceReserve > available_memory()) return host;
   TS_ASSIGN_OR_RETURN(Buffer buffer, alloc(host.nbytes()));
   // In units of about 1 MiB of weights.
-  const auto group_bytes = static_cast<size_t>(group) * dtype_bytes(host.dtype, k);
-  pool_.parallel_for(static_cast<size_t>(rows / group), std::max<size_t>(1, (size_t{1} << 20) / group_bytes),
+  const int64_t group_rows = cpu::group_rows(group);
+  const auto group_bytes = static_cast<size_t>(group_rows) * dtype_bytes(host.dtype, k);
+  pool_.parallel_for(static_cast<size_t>(rows / group_rows), std::max<size_t>(1, (size_t{1} << 20) / group_bytes),
                      [&](size_t begin, size_t end) {
-                       cpu::interleave_rows(host.data, host.dtype, k, group, static_cast<int64_t>(begin) * group,
-                                            static_cast<int64_t>(end) * group, buffer.data());
+                       cpu::interleave_rows(host.data, host.dtype, k, group, static_cast<int64_t>(begin) * group_rows,
+                                            static_cast<int64_t>(end) * group_rows, buffer.data());
                      });
   TensorView view = host;
   view.data = buffer.data();
@@ -299,7 +300,7 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
                            table.dtype, 1, hidden, y + static_cast<int64_t>(t) * hidden);
       continue;
     }
-    if (table.row_group > 1) {
+    if (table.row_group != 1) {
       cpu::interleaved_row_to_f32(table.data, table.dtype, hidden, table.row_group, ids[t],
                                   y + static_cast<int64_t>(t) * hidden);
       continue;

@@ -575,11 +575,13 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
 // this file's own paths: bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
 // unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that narrows dispatch to AVX2 gets
 // the widening order on the same CPU), take amx.h's tile products where the CPU has
-// AMX-BF16 too (unless TESSERA_AMX=0), else bf16_dot.h's dot products.
+// AMX-BF16 too (unless TESSERA_AMX=0), else bf16_dot.h's dot products, in the column
+// order unless TESSERA_BF16_COLUMNS=0.
 HWY_INLINE const bf16::Matmul* bf16_kernel(DType w_dtype) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   if (w_dtype != DType::kBF16 || !bf16_dot::enabled()) return nullptr;
-  return amx::enabled() ? amx::instructions() : bf16_dot::instructions();
+  if (amx::enabled()) return amx::instructions();
+  return bf16_dot::columns_enabled() ? bf16_dot::columns() : bf16_dot::instructions();
 #else
   (void)w_dtype;
   return nullptr;
@@ -596,12 +598,19 @@ int64_t MatmulRowGroup(DType w_dtype) {
   return std::min(decode_tile_rows(), kMaxDecodeRows);
 }
 
+// A call's weights lie in a layout its kernel reads: rows one after another, groups of
+// lines, or (the column order's alone) kPairColumns.
+HWY_INLINE void check_layout(const bf16::Matmul* m, DType w_dtype, int64_t rows, int64_t k, int64_t group) {
+  const bool columns_read = group != kPairColumns || (m != nullptr && m->row_group() == kPairColumns);
+  TS_CHECK((group == 1 || can_interleave(w_dtype, rows, k, group)) && columns_read, "[cpu] matmul of ", rows, " x ", k,
+           " ", dtype_name(w_dtype), " rows in groups of ", group);
+}
+
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy, int64_t group) {
-  TS_CHECK(group == 1 || can_interleave(w_dtype, rows, k, group), "[cpu] matmul of ", rows, " x ", k, " ",
-           dtype_name(w_dtype), " rows in groups of ", group);
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype))
-    return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
+  const bf16::Matmul* m = bf16_kernel(w_dtype);
+  check_layout(m, w_dtype, rows, k, group);
+  if (m != nullptr) return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     matmul_typed(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy, group);
@@ -645,10 +654,10 @@ MatmulSplit MatmulSplitOf(int64_t k, DType w_dtype) {
 
 void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
                       const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy, int64_t group) {
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype))
+  const bf16::Matmul* m = bf16_kernel(w_dtype);
+  check_layout(m, w_dtype, rows, k, group);
+  if (m != nullptr)
     return m->matmul_rows_packed(xp, tokens, begin, end, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
-  TS_CHECK(group == 1 || can_interleave(w_dtype, rows, k, group), "[cpu] matmul of ", rows, " x ", k, " ",
-           dtype_name(w_dtype), " rows in groups of ", group);
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     const int64_t k_vec = chunked<WT>(DF(), k), mc = token_block(k_vec);

@@ -9,31 +9,44 @@ namespace tessera::cpu {
 
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group) {
   const bool plain = dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
-  return plain && (group == 4 || group == 8 || group == 16) && rows > 0 && rows % group == 0 &&
+  const bool shape = group == 4 || group == 8 || group == 16 || (group == kPairColumns && dtype == DType::kBF16);
+  return plain && shape && rows > 0 && rows % group_rows(group) == 0 &&
          static_cast<int64_t>(dtype_size(dtype)) * k % kLineBytes == 0;
 }
 
+namespace {
+
+// Bytes a row keeps together in a group (a line, or a bf16 pair) and rows a group.
+struct Unit {
+  int64_t bytes, rows;
+};
+Unit unit_of(int64_t group) { return group == kPairColumns ? Unit{4, 16} : Unit{kLineBytes, group}; }
+
+}  // namespace
+
 void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int64_t begin, int64_t end, void* dst) {
-  TS_CHECK(begin % group == 0 && end % group == 0, "[cpu] interleaving rows [", begin, ", ", end, ") in groups of ",
-           group);
-  const int64_t row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k, lines = row_bytes / kLineBytes;
+  const Unit unit = unit_of(group);
+  TS_CHECK(begin % unit.rows == 0 && end % unit.rows == 0, "[cpu] interleaving rows [", begin, ", ", end,
+           ") in groups of ", group);
+  const int64_t row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k, units = row_bytes / unit.bytes;
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
-  for (int64_t g = begin; g < end; g += group) {
+  for (int64_t g = begin; g < end; g += unit.rows) {
     uint8_t* block = out + g * row_bytes;
-    for (int64_t r = 0; r < group; ++r) {
+    for (int64_t r = 0; r < unit.rows; ++r) {
       const uint8_t* row = in + (g + r) * row_bytes;
-      for (int64_t j = 0; j < lines; ++j)
-        std::memcpy(block + (j * group + r) * kLineBytes, row + j * kLineBytes, kLineBytes);
+      for (int64_t j = 0; j < units; ++j)
+        std::memcpy(block + (j * unit.rows + r) * unit.bytes, row + j * unit.bytes, static_cast<size_t>(unit.bytes));
     }
   }
 }
 
 void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out) {
+  const Unit unit = unit_of(group);
   const auto size = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t line = kLineBytes / size;
-  const auto* row = static_cast<const uint8_t*>(w) + (r / group * group * k + r % group * line) * size;
-  for (int64_t i = 0; i < k; i += line) to_f32(row + i * group * size, dtype, line, out + i);
+  const int64_t elements = unit.bytes / size;
+  const auto* row = static_cast<const uint8_t*>(w) + (r / unit.rows * unit.rows * k + r % unit.rows * elements) * size;
+  for (int64_t i = 0; i < k; i += elements) to_f32(row + i * unit.rows * size, dtype, elements, out + i);
 }
 
 }  // namespace tessera::cpu

@@ -7,10 +7,15 @@
 //     a weight into it, g being the rows of a one-token decode tile (matmul_row_group), so
 //     that such a tile reads one sequential stream instead of g: decode's matmuls about
 //     10 % faster on the Zen 5 dev VM (docs/benchmarks.md, session 38).
+//   group kPairColumns (bf16 only): the rows in groups of 16, and within a group the rows'
+//     k-pairs alternate: pair p (elements 2p and 2p + 1) of the group's row r at 4 (16 p +
+//     r) bytes from the group's start, so that a 64-byte line holds the 16 rows at one pair,
+//     the vector that bf16_columns_kernel.h multiplies (CpuDevice::place copies bf16 weights
+//     into it where a process takes that kernel: matmul_row_group says so).
 // A path reads each element it read before, in the same order, from its new place: every
 // sum is the same sequence of operations in either layout (tests hold them bitwise).
 // A group starts at row g * n, where it would start in the first layout too: a call may
-// take rows [r0, r1) at w + r0 * k whenever r0 is a multiple of the group.
+// take rows [r0, r1) at w + r0 * k whenever r0 is a multiple of the group's rows.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +25,10 @@
 namespace tessera::cpu {
 
 inline constexpr int64_t kLineBytes = 64;
+inline constexpr int64_t kPairColumns = -16;  // the column layout's `group` (above)
+
+// Rows a group of the layout holds (16 for kPairColumns).
+inline int64_t group_rows(int64_t group) { return group == kPairColumns ? 16 : group; }
 
 template <typename T>
 inline constexpr int64_t kLineElements = kLineBytes / static_cast<int64_t>(sizeof(T));
@@ -51,14 +60,14 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
-// row whole lines.
+// row whole lines; or kPairColumns for bf16, rows a multiple of 16 and a row whole lines.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
 // [begin, end) of it (whole groups), so that threads may share one weight.
 void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int64_t begin, int64_t end, void* dst);
 
-// Row r of `group`-interleaved w as f32 (k elements): an embedding's lookup.
+// Row r of w in `group`'s layout as f32 (k elements): an embedding's lookup.
 void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out);
 
 }  // namespace tessera::cpu
