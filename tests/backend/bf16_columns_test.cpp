@@ -16,13 +16,15 @@
 #include <vector>
 
 #include "backend/bf16_reference.h"
-#include "backend/cpu/bf16_columns_kernel.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/bf16_dot_emulated.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/weight_layout.h"
 #include "hwy/aligned_allocator.h"
 #include "support/random_tensors.h"
+
+// After bf16_matmul.h (through bf16_dot.h), as the kernel asks.
+#include "backend/cpu/bf16_columns_kernel.h"
 
 namespace tessera {
 namespace {
