@@ -142,9 +142,11 @@ TEST_P(MatmulTest, SumsInTheStatedOrderOnEveryTarget) {
   const auto bytes = encode(w, GetParam());
   const int targets_run = for_each_target([&](int64_t target, size_t lanes) {
     const bool fused = target == HWY_AVX3 || target == HWY_AVX2;
-    // bf16 weights on AVX-512 BF16 follow bf16_dot_kernel.h's order instead, tested
-    // bitwise in bf16_dot_test.cpp.
+    // bf16 weights on AVX-512 BF16 follow bf16_dot_kernel.h's or columns_kernel.h's
+    // order instead, f16 weights on AVX-512 columns_kernel.h's, tested bitwise in
+    // bf16_dot_test.cpp and columns_test.cpp.
     if (GetParam() == DType::kBF16 && cpu::bf16_dot_active()) return;
+    if (GetParam() == DType::kF16 && cpu::f16_columns_active()) return;
     for (const int64_t count : {int64_t{1}, tokens}) {
       std::vector<float> y(static_cast<size_t>(count * rows));
       cpu::matmul_rows(x.data(), count, k, bytes.data(), GetParam(), rows, y.data(), rows);
@@ -269,10 +271,10 @@ TEST(MatmulDeathTest, GroupsTheKernelsCannotReadStopTheMatmul) {
   std::vector<float> y(24);
   EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, bytes.data(), DType::kBF16, 24, y.data(), 24, 3), "in groups of 3");
   EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, bytes.data(), DType::kBF16, 20, y.data(), 24, 8), "20 x 64 bf16");
-  // The column layout is bf16's alone (and its column order's).
-  const auto halves = encode(w, DType::kF16);
-  EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, halves.data(), DType::kF16, 16, y.data(), 24, cpu::kPairColumns),
-               "16 x 64 f16 rows in groups of -16");
+  // The column layout is 16-bit weights' alone (and their column order's).
+  const auto floats = encode(w, DType::kF32);
+  EXPECT_DEATH(cpu::matmul_rows(x.data(), 1, k, floats.data(), DType::kF32, 16, y.data(), 24, cpu::kColumns),
+               "16 x 64 f32 rows in groups of -16");
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

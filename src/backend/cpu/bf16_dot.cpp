@@ -38,8 +38,8 @@ HWY_PUSH_ATTRIBUTES("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16")
 #endif
 
 }  // namespace tessera::cpu::bf16_dot
-#include "backend/cpu/bf16_columns_kernel.h"
 #include "backend/cpu/bf16_dot_kernel.h"
+#include "backend/cpu/columns_kernel.h"
 namespace tessera::cpu::bf16_dot {
 
 namespace {
@@ -49,6 +49,9 @@ namespace {
 struct InstructionOps {
   using Acc = __m512;
   using Chunk = __m512i;
+  using W = Chunk;  // columns_kernel.h's: 16 rows' pair, and x's pair in every lane
+  using X = Chunk;
+  static constexpr int64_t kUnit = 2;
 
   static Acc zero() { return _mm512_setzero_ps(); }
   static Chunk load(const uint16_t* p) { return _mm512_loadu_si512(p); }
@@ -61,7 +64,12 @@ struct InstructionOps {
   static Acc loadu_acc(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu_acc(float* p, Acc a) { _mm512_storeu_ps(p, a); }
   static Chunk broadcast(uint32_t pair) { return _mm512_set1_epi32(static_cast<int>(pair)); }
-  static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) { amx::transpose16(src, ss, dst, ds); }
+  static void pack_units(const float* x, int64_t k, uint32_t* out) {
+    bf16::round_row<InstructionOps>(x, k, reinterpret_cast<uint16_t*>(out));
+  }
+  static void transpose_chunk(const uint16_t* src, int64_t stride, uint16_t* out) {
+    amx::transpose16(reinterpret_cast<const float*>(src), stride / 2, reinterpret_cast<float*>(out), 16);
+  }
 
   // out[j] = the halving-tree sum of v[j]'s lanes (lane i + 8 onto i, + 4, + 2, + 1), 16
   // at once: each level adds the two halves of each group of lanes for two vectors
@@ -112,10 +120,8 @@ void run_pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_
 void run_gemm(const uint16_t* xp, int64_t tokens, const kernel::Rows& w, float* y, int64_t ldy, float* acc) {
   kernel::gemm<InstructionOps>(xp, tokens, w, y, ldy, acc);
 }
-void run_columns(const uint16_t* xp, int64_t tokens, const column_kernel::Weights& w, float* y, int64_t ldy,
-                 uint32_t* scratch, int64_t ahead) {
-  column_kernel::matmul<InstructionOps>(reinterpret_cast<const uint32_t*>(xp), tokens, w, y, ldy, scratch, ahead);
-}
+// The column order's interface (columns_kernel.h), instantiated here, for AVX-512 BF16.
+const bf16::Matmul& column_matmul() { return columns::Interface<InstructionOps>::matmul; }
 float run_dot_loop(int64_t iterations) {
   __m512 acc[kDotChains];
   for (int c = 0; c < kDotChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 0.001f * static_cast<float>(c));
@@ -169,40 +175,6 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
 }
 int64_t row_group() { return decode_tile_rows(); }
 
-// The column order's (bf16_columns_kernel.h): x rounded token by token, the weights in
-// columns (read in place) or copied into them a k block at a time.
-namespace col {
-uint32_t* scratch() {
-  thread_local const hwy::AlignedFreeUniquePtr<uint32_t[]> columns = hwy::AllocateAligned<uint32_t>(
-      static_cast<size_t>(column_kernel::kMaxColumns * column_kernel::kKcPairs * column_kernel::kColumn));
-  TS_CHECK(columns, "[cpu] bf16 column scratch");
-  return columns.get();
-}
-int64_t packed_floats(int64_t tokens, int64_t k) {
-  return tokens < column_kernel::kGemmTokens ? 0 : tokens * column_kernel::padded_k(k) / 2;
-}
-void pack_x(const float* x, int64_t, int64_t k, int64_t begin, int64_t end, float* packed) {
-  round_rows(x + begin * k, end - begin, k, reinterpret_cast<uint16_t*>(packed) + begin * column_kernel::padded_k(k));
-}
-void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k, const uint16_t* w,
-                        int64_t rows, float* y, int64_t ldy, int64_t group) {
-  TS_CHECK(begin % column_kernel::kSplitTokens == 0 && begin < end &&
-               (end == tokens || end % column_kernel::kSplitTokens == 0),
-           "[cpu] bf16 column GEMM tokens [", begin, ", ", end, ") of ", tokens);
-  run_columns(reinterpret_cast<const uint16_t*>(packed) + begin * column_kernel::padded_k(k), end - begin,
-              {w, k, rows, group}, y + begin * ldy, ldy, scratch(), 0);
-}
-void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
-                 int64_t group) {
-  thread_local std::vector<uint16_t> rounded;
-  rounded.resize(static_cast<size_t>(tokens * column_kernel::padded_k(k)));
-  round_rows(x, tokens, k, rounded.data());
-  run_columns(rounded.data(), tokens, {w, k, rows, group}, y, ldy, scratch(),
-              group == kPairColumns ? decode_prefetch_bytes() : 0);
-}
-int64_t row_group() { return kPairColumns; }
-}  // namespace col
-
 bool cpu_has_instruction() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -218,16 +190,7 @@ const bf16::Matmul* instructions() {
   return cpu_has_instruction() ? &matmul : nullptr;
 }
 
-const bf16::Matmul* columns() {
-  static const bf16::Matmul matmul{col::matmul_rows,
-                                   col::packed_floats,
-                                   col::pack_x,
-                                   col::matmul_rows_packed,
-                                   col::row_group,
-                                   column_kernel::kSplitTokens,
-                                   column_kernel::kMaxColumns * column_kernel::kColumn};
-  return cpu_has_instruction() ? &matmul : nullptr;
-}
+const bf16::Matmul* columns() { return cpu_has_instruction() ? &column_matmul() : nullptr; }
 
 bool enabled() {
   static const bool on = cpu_has_instruction() && bf16::switched_on("TESSERA_BF16_DOT");

@@ -18,7 +18,7 @@ namespace tessera::cpu::bf16_dot {
 const bf16::Matmul* instructions();
 
 // The same instruction in the column order (bf16_columns_kernel.h: each output one lane,
-// summed along k; weights in weight_layout.h's kPairColumns layout, or copied into it as
+// summed along k; weights in weight_layout.h's kColumns layout, or copied into it as
 // they are read), where this CPU has it; else nullptr.
 const bf16::Matmul* columns();
 

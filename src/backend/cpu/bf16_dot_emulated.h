@@ -18,6 +18,9 @@ struct EmulatedOps {
   struct Chunk {
     uint16_t v[32];
   };
+  using W = Chunk;  // columns_kernel.h's: 16 rows' pair, and x's pair in every lane
+  using X = Chunk;
+  static constexpr int64_t kUnit = 2;
 
   static Acc zero() { return Acc{}; }
   static Chunk load(const uint16_t* p) {
@@ -38,15 +41,17 @@ struct EmulatedOps {
   static void store_acc(float* p, const Acc& a) { std::memcpy(p, a.v, sizeof(a.v)); }
   static Acc loadu_acc(const float* p) { return load_acc(p); }
   static void storeu_acc(float* p, const Acc& a) { store_acc(p, a); }
-  // A u32 of two bf16 in every lane (bf16_columns_kernel.h's x).
+  // columns_kernel.h's: x's pair (a u32 of two bf16) in every lane; a token's x rounded
+  // and padded; 16 rows' chunks of 32 elements (`stride` apart) into 16 pairs of 16 rows.
   static Chunk broadcast(uint32_t pair) {
     Chunk c;
     for (int j = 0; j < 16; ++j) std::memcpy(c.v + 2 * j, &pair, sizeof(pair));
     return c;
   }
-  static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
-    for (int64_t i = 0; i < 16; ++i)
-      for (int64_t j = 0; j < 16; ++j) std::memcpy(dst + j * ds + i, src + i * ss + j, sizeof(float));  // bits
+  static void pack_units(const float* x, int64_t k, uint32_t* out);
+  static void transpose_chunk(const uint16_t* src, int64_t stride, uint16_t* out) {
+    for (int64_t r = 0; r < 16; ++r)
+      for (int64_t p = 0; p < 16; ++p) std::memcpy(out + 2 * (16 * p + r), src + r * stride + 2 * p, 4);
   }
 
   // A bf16 input as f32, a subnormal read as zero (the SDM's DAZ).
@@ -95,5 +100,11 @@ struct EmulatedOps {
     for (int64_t i = 0; i < n; ++i) out[i] = round(x[i]);
   }
 };
+
+inline void EmulatedOps::pack_units(const float* x, int64_t k, uint32_t* out) {
+  auto* bits = reinterpret_cast<uint16_t*>(out);
+  round_x(x, k, bits);
+  for (int64_t i = k; i < (k + 31) / 32 * 32; ++i) bits[i] = 0;
+}
 
 }  // namespace tessera::cpu::bf16_dot

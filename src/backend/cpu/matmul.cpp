@@ -50,6 +50,7 @@
 
 #include "backend/cpu/amx.h"
 #include "backend/cpu/bf16_dot.h"
+#include "backend/cpu/f16_columns.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/weight_layout.h"
 #include "backend/cpu/widen-inl.h"
@@ -572,13 +573,15 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
 }
 
 // The instruction kernel (bf16_matmul.h) that weights of w_dtype take, or nullptr for
-// this file's own paths: bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
+// this file's own paths: f16 weights on an AVX-512 target take f16_columns.h's column
+// order unless TESSERA_F16_COLUMNS=0; bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
 // unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that narrows dispatch to AVX2 gets
 // the widening order on the same CPU), take amx.h's tile products where the CPU has
 // AMX-BF16 too (unless TESSERA_AMX=0), else bf16_dot.h's dot products, in the column
 // order unless TESSERA_BF16_COLUMNS=0.
-HWY_INLINE const bf16::Matmul* bf16_kernel(DType w_dtype) {
+HWY_INLINE const bf16::Matmul* instruction_kernel(DType w_dtype) {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  if (w_dtype == DType::kF16) return f16_columns::enabled() ? f16_columns::instructions() : nullptr;
   if (w_dtype != DType::kBF16 || !bf16_dot::enabled()) return nullptr;
   if (amx::enabled()) return amx::instructions();
   return bf16_dot::columns_enabled() ? bf16_dot::columns() : bf16_dot::instructions();
@@ -588,27 +591,28 @@ HWY_INLINE const bf16::Matmul* bf16_kernel(DType w_dtype) {
 #endif
 }
 
-bool Bf16DotActive() { return bf16_kernel(DType::kBF16) != nullptr; }
+bool Bf16DotActive() { return instruction_kernel(DType::kBF16) != nullptr; }
+bool F16ColumnsActive() { return instruction_kernel(DType::kF16) != nullptr; }
 bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 
 // The group of rows that weights of w_dtype are laid out in (kernels.h): the instruction
 // kernel's choice, else decode_tile_rows() (at most kMaxDecodeRows on this file's paths).
 int64_t MatmulRowGroup(DType w_dtype) {
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->row_group();
+  if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return m->row_group();
   return std::min(decode_tile_rows(), kMaxDecodeRows);
 }
 
 // A call's weights lie in a layout its kernel reads: rows one after another, groups of
-// lines, or (the column order's alone) kPairColumns.
+// lines, or (the column order's alone) kColumns.
 HWY_INLINE void check_layout(const bf16::Matmul* m, DType w_dtype, int64_t rows, int64_t k, int64_t group) {
-  const bool columns_read = group != kPairColumns || (m != nullptr && m->row_group() == kPairColumns);
+  const bool columns_read = group != kColumns || (m != nullptr && m->row_group() == kColumns);
   TS_CHECK((group == 1 || can_interleave(w_dtype, rows, k, group)) && columns_read, "[cpu] matmul of ", rows, " x ", k,
            " ", dtype_name(w_dtype), " rows in groups of ", group);
 }
 
 void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
                 int64_t ldy, int64_t group) {
-  const bf16::Matmul* m = bf16_kernel(w_dtype);
+  const bf16::Matmul* m = instruction_kernel(w_dtype);
   check_layout(m, w_dtype, rows, k, group);
   if (m != nullptr) return m->matmul_rows(x, tokens, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
   with_weight_type(w_dtype, [&](auto tag) {
@@ -626,7 +630,7 @@ void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_d
 }
 
 int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->packed_floats(tokens, k);
+  if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return m->packed_floats(tokens, k);
   return with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return packed_floats<WT>(tokens, k);
@@ -634,7 +638,7 @@ int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
 }
 
 void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* xp) {
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return m->pack_x(x, tokens, k, begin, end, xp);
+  if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return m->pack_x(x, tokens, k, begin, end, xp);
   auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
   TS_CHECK(row, "[cpu] matmul scratch");
   with_weight_type(w_dtype, [&](auto tag) {
@@ -645,7 +649,7 @@ void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64
 
 // Tokens at whole token blocks (pack_x's layout), rows at 32 (two kNc row groups).
 MatmulSplit MatmulSplitOf(int64_t k, DType w_dtype) {
-  if (const bf16::Matmul* m = bf16_kernel(w_dtype)) return {m->split_tokens, m->split_rows};
+  if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return {m->split_tokens, m->split_rows};
   return with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return MatmulSplit{token_block(chunked<WT>(DF(), k)), 2 * kNc};
@@ -654,7 +658,7 @@ MatmulSplit MatmulSplitOf(int64_t k, DType w_dtype) {
 
 void MatmulRowsPacked(const float* xp, const float* x, int64_t tokens, int64_t begin, int64_t end, int64_t k,
                       const void* w, DType w_dtype, int64_t rows, float* y, int64_t ldy, int64_t group) {
-  const bf16::Matmul* m = bf16_kernel(w_dtype);
+  const bf16::Matmul* m = instruction_kernel(w_dtype);
   check_layout(m, w_dtype, rows, k, group);
   if (m != nullptr)
     return m->matmul_rows_packed(xp, tokens, begin, end, k, static_cast<const uint16_t*>(w), rows, y, ldy, group);
@@ -682,6 +686,7 @@ HWY_EXPORT(MatmulRowGroup);
 HWY_EXPORT(DotRows);
 HWY_EXPORT(Bf16DotActive);
 HWY_EXPORT(AmxActive);
+HWY_EXPORT(F16ColumnsActive);
 HWY_EXPORT(MatmulPackedFloats);
 HWY_EXPORT(MatmulPackX);
 HWY_EXPORT(MatmulSplitOf);
@@ -701,6 +706,7 @@ void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_
 }
 bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
 bool amx_active() { return HWY_DYNAMIC_DISPATCH(AmxActive)(); }
+bool f16_columns_active() { return HWY_DYNAMIC_DISPATCH(F16ColumnsActive)(); }
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype) {
   return HWY_DYNAMIC_DISPATCH(MatmulPackedFloats)(tokens, k, w_dtype);
 }

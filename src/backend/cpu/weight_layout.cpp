@@ -9,23 +9,28 @@ namespace tessera::cpu {
 
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group) {
   const bool plain = dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
-  const bool shape = group == 4 || group == 8 || group == 16 || (group == kPairColumns && dtype == DType::kBF16);
+  const bool shape =
+      group == 4 || group == 8 || group == 16 || (group == kColumns && (dtype == DType::kBF16 || dtype == DType::kF16));
   return plain && shape && rows > 0 && rows % group_rows(group) == 0 &&
          static_cast<int64_t>(dtype_size(dtype)) * k % kLineBytes == 0;
 }
 
 namespace {
 
-// Bytes a row keeps together in a group (a line, or a bf16 pair) and rows a group.
+// Bytes a row keeps together in a group (a line, or a column's unit: 4 bytes of bf16, 2 of
+// f16) and rows a group.
 struct Unit {
   int64_t bytes, rows;
 };
-Unit unit_of(int64_t group) { return group == kPairColumns ? Unit{4, 16} : Unit{kLineBytes, group}; }
+Unit unit_of(int64_t group, DType dtype) {
+  if (group != kColumns) return {kLineBytes, group};
+  return {dtype == DType::kBF16 ? 4 : 2, 16};
+}
 
 }  // namespace
 
 void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int64_t begin, int64_t end, void* dst) {
-  const Unit unit = unit_of(group);
+  const Unit unit = unit_of(group, dtype);
   TS_CHECK(begin % unit.rows == 0 && end % unit.rows == 0, "[cpu] interleaving rows [", begin, ", ", end,
            ") in groups of ", group);
   const int64_t row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k, units = row_bytes / unit.bytes;
@@ -42,7 +47,7 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
 }
 
 void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out) {
-  const Unit unit = unit_of(group);
+  const Unit unit = unit_of(group, dtype);
   const auto size = static_cast<int64_t>(dtype_size(dtype));
   const int64_t elements = unit.bytes / size;
   const auto* row = static_cast<const uint8_t*>(w) + (r / unit.rows * unit.rows * k + r % unit.rows * elements) * size;

@@ -7,11 +7,12 @@
 //     a weight into it, g being the rows of a one-token decode tile (matmul_row_group), so
 //     that such a tile reads one sequential stream instead of g: decode's matmuls about
 //     10 % faster on the Zen 5 dev VM (docs/benchmarks.md, session 38).
-//   group kPairColumns (bf16 only): the rows in groups of 16, and within a group the rows'
-//     k-pairs alternate: pair p (elements 2p and 2p + 1) of the group's row r at 4 (16 p +
-//     r) bytes from the group's start, so that a 64-byte line holds the 16 rows at one pair,
-//     the vector that bf16_columns_kernel.h multiplies (CpuDevice::place copies bf16 weights
-//     into it where a process takes that kernel: matmul_row_group says so).
+//   group kColumns (16-bit only): the rows in groups of 16, and within a group the rows'
+//     units of k alternate, a unit being 2 elements of bf16 (a pair) or 1 of f16: unit u of
+//     the group's row r at (16 u + r) units from the group's start, so that 16 rows' unit
+//     is one vector of columns_kernel.h (64 bytes of bf16, 32 of f16). CpuDevice::place
+//     copies 16-bit weights into it where a process takes that kernel for them
+//     (matmul_row_group says so).
 // A path reads each element it read before, in the same order, from its new place: every
 // sum is the same sequence of operations in either layout (tests hold them bitwise).
 // A group starts at row g * n, where it would start in the first layout too: a call may
@@ -25,10 +26,10 @@
 namespace tessera::cpu {
 
 inline constexpr int64_t kLineBytes = 64;
-inline constexpr int64_t kPairColumns = -16;  // the column layout's `group` (above)
+inline constexpr int64_t kColumns = -16;  // the column layout's `group` (above)
 
-// Rows a group of the layout holds (16 for kPairColumns).
-inline int64_t group_rows(int64_t group) { return group == kPairColumns ? 16 : group; }
+// Rows a group of the layout holds (16 for kColumns).
+inline int64_t group_rows(int64_t group) { return group == kColumns ? 16 : group; }
 
 template <typename T>
 inline constexpr int64_t kLineElements = kLineBytes / static_cast<int64_t>(sizeof(T));
@@ -60,7 +61,7 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
-// row whole lines; or kPairColumns for bf16, rows a multiple of 16 and a row whole lines.
+// row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows

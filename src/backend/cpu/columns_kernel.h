@@ -1,0 +1,241 @@
+// The matmul of 16-bit weights in column order: a vector holds one unit of k (a bf16
+// pair, or one f16 element) of 16 weight rows (a column of weight_layout.h's kColumns
+// layout) and x's unit is broadcast, so each f32 lane is one output, summed along k in
+// that lane alone. Nothing is added across lanes and no partial vector waits: a
+// micro-kernel's 4 columns x 6 tokens of outputs stay in 24 registers through a k block,
+// and in y between blocks. Written once over an `Ops` type, as bf16_dot_kernel.h is (and
+// with the same rules for what is included before it): bf16_dot.cpp instantiates it with
+// AVX-512 BF16's vdpbf16ps, f16_columns.cpp with AVX-512 FMAs on f16 widened by F16C, the
+// tests with the emulations (bf16_dot_emulated.h, f16_columns_emulated.h).
+//
+// The order of every output's sum, whatever the number of tokens in the call or the
+// layout of the weights (one-token decode and prefill's GEMM run exactly this sequence,
+// so a token's row is bitwise the same alone or in a batch, at any thread count):
+//   x and the weights past k padded with zeros to a whole chunk of kChunk = 32 elements;
+//   acc = 0, one f32;
+//   for each unit of k in order, acc = dot(acc, w's unit, x's unit), where
+//     bf16 (Ops::kUnit 2; x rounded to bf16, nearest even, by the instruction): the pair
+//       2p, 2p + 1 as vdpbf16ps takes it in one lane: acc += w[2p+1] * x[2p+1], then
+//       acc += w[2p] * x[2p], each step rounded to nearest even, bf16 subnormals read as
+//       zero, a subnormal result flushed to zero;
+//     f16 (kUnit 1; x as it is, f32): acc = fma(w[i], x[i], acc), w widened exactly;
+//   the output is acc.
+// This is neither bf16_dot_kernel.h's order nor matmul.cpp's (which sum lanes of a row's
+// chunks and add the lanes as a tree), so a process takes one order for every matmul of a
+// dtype (matmul.cpp says which). Weights in the column layout are read in place, one
+// sequential stream a column; rows one after another or in groups of 64-byte lines are
+// copied a k block at a time into columns first (16 rows' chunks transposed), the same
+// values in the same order.
+//
+// Ops (all static): kUnit (elements of k a unit); W and X (a column's unit of 16 rows, and
+// x's unit in every lane); Acc (16 f32 lanes); zero(); load(p) (the 16 rows' unit at p:
+// 16 kUnit elements); broadcast(u) (x's unit, as u32 bits: a bf16 pair or an f32);
+// dot(acc, w, x); loadu_acc(p) / storeu_acc(p, a) (16 floats, any alignment);
+// pack_units(x, k, out) (a token's padded_k(k) / kUnit units, zeros past k);
+// transpose_chunk(src, stride, out) (16 rows' chunks of kChunk elements, `stride`
+// elements apart from src, into kChunk / kUnit units of 16 rows at out).
+#ifndef TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
+#define TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
+
+namespace tessera::cpu::columns {
+
+using bf16::kChunk;
+using bf16::padded_k;
+inline constexpr int64_t kColumn = 16;        // weight rows a column: one vector of outputs
+inline constexpr int kMaxColumns = 4;         // columns a micro-kernel (64 rows)
+inline constexpr int kMaxTokens = 6;          // tokens a micro-kernel: 24 accumulators + 4 columns + x
+inline constexpr int64_t kKcElements = 256;   // elements of k a block: 4 columns' block is 32 KiB, in L1
+inline constexpr int64_t kGemmTokens = 16;    // calls of at least this many tokens pack x once for their threads
+inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at (x of a block: 192 KiB, in L2)
+inline constexpr int64_t kScratchElements = kMaxColumns * kColumn * kKcElements;  // copied columns of a block
+static_assert(kKcElements % kChunk == 0);
+
+// A call's weights: `rows` rows of k elements in `group`'s layout (weight_layout.h).
+struct Weights {
+  const uint16_t* w;
+  int64_t k, rows, group;
+
+  int64_t columns() const { return (rows + kColumn - 1) / kColumn; }
+};
+
+template <typename Ops>
+inline int64_t units(int64_t k) {
+  return padded_k(k) / Ops::kUnit;
+}
+
+// Column c's units [u0, u0 + n) (whole chunks, or to the last unit), 16 kUnit elements a
+// unit: in place for the column layout, else copied into `scratch` (rows past the last and
+// elements past k are zeros): a chunk of 16 rows transposed straight from the weights where
+// the rows lie a fixed number of 32-bit words apart (one after another with k even, or one
+// group of 16 lines), else through a staging copy.
+template <typename Ops>
+const uint16_t* column(const Weights& w, int64_t c, int64_t u0, int64_t n, uint16_t* scratch) {
+  constexpr int64_t kStep = kColumn * Ops::kUnit;  // elements a unit of a column
+  if (w.group == kColumns) return w.w + c * kColumn * w.k + u0 * kStep;
+  const int64_t first = c * kColumn, rows = std::min(kColumn, w.rows - first);
+  const uint16_t* row[kColumn];
+  for (int64_t r = 0; r < rows; ++r) row[r] = layout_row(w.w, w.k, w.group, first + r);
+  const bool strided = rows == kColumn && w.k % 2 == 0 && (w.group == 1 || w.group == kColumn);
+  const int64_t row_stride = w.group == 1 ? w.k : kChunk, chunk_stride = line_stride<uint16_t>(w.group);
+  alignas(64) uint16_t stage[kColumn][kChunk];
+  for (int64_t s = 0; s < n; s += kChunk / Ops::kUnit) {
+    const int64_t e0 = (u0 + s) * Ops::kUnit, chunk = e0 / kChunk, valid = std::min<int64_t>(kChunk, w.k - e0);
+    uint16_t* out = scratch + s * kStep;
+    if (strided && valid == kChunk) {
+      Ops::transpose_chunk(row[0] + chunk * chunk_stride, row_stride, out);
+      continue;
+    }
+    for (int64_t r = 0; r < kColumn; ++r) {
+      const int64_t have = r < rows ? std::max<int64_t>(valid, 0) : 0;
+      if (have > 0) std::memcpy(stage[r], row[r] + chunk * chunk_stride, static_cast<size_t>(have) * sizeof(uint16_t));
+      std::memset(stage[r] + have, 0, static_cast<size_t>(kChunk - have) * sizeof(uint16_t));
+    }
+    Ops::transpose_chunk(stage[0], kChunk, out);
+  }
+  return scratch;
+}
+
+// n units of kC columns (col[c]: from the block's first unit) x kT tokens (x: token 0's
+// units from the block's first, a token `xs` units after the last): acc[c][t] in order.
+// ahead > 0: each step asks for each column's line `ahead` bytes on (a hint).
+template <typename Ops, int kC, int kT>
+inline void steps(typename Ops::Acc (&acc)[kC][kT], const uint16_t* const* col, const uint32_t* x, int64_t xs,
+                  int64_t n, int64_t ahead) {
+  constexpr int64_t kStep = kColumn * Ops::kUnit;
+  for (int64_t p = 0; p < n; ++p) {
+    typename Ops::W wv[kC];
+    for (int c = 0; c < kC; ++c) {
+      if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col[c] + p * kStep) + ahead, 0, 3);
+      wv[c] = Ops::load(col[c] + p * kStep);
+    }
+    for (int t = 0; t < kT; ++t) {
+      const typename Ops::X xv = Ops::broadcast(x[t * xs + p]);
+      for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
+    }
+  }
+}
+
+// Outputs [t][c] of kC columns x kT tokens over n units: from zero when `first`, else from
+// y, where they are left (row r of column c at y[t * ldy + 16 c + r], rows < rows_left).
+template <typename Ops, int kC, int kT>
+void tile(const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first, int64_t ahead, float* y,
+          int64_t ldy, int64_t rows_left) {
+  using Acc = typename Ops::Acc;
+  Acc acc[kC][kT];
+  alignas(64) float part[kColumn];
+  for (int c = 0; c < kC; ++c)
+    for (int t = 0; t < kT; ++t) {
+      float* out = y + t * ldy + c * kColumn;
+      const int64_t valid = std::min<int64_t>(kColumn, rows_left - c * kColumn);
+      if (first) {
+        acc[c][t] = Ops::zero();
+      } else if (valid == kColumn) {
+        acc[c][t] = Ops::loadu_acc(out);
+      } else {
+        std::memcpy(part, out, static_cast<size_t>(valid) * sizeof(float));
+        acc[c][t] = Ops::loadu_acc(part);
+      }
+    }
+  steps<Ops, kC, kT>(acc, col, x, xs, n, ahead);
+  for (int c = 0; c < kC; ++c)
+    for (int t = 0; t < kT; ++t) {
+      float* out = y + t * ldy + c * kColumn;
+      const int64_t valid = std::min<int64_t>(kColumn, rows_left - c * kColumn);
+      if (valid == kColumn) {
+        Ops::storeu_acc(out, acc[c][t]);
+      } else {
+        Ops::storeu_acc(part, acc[c][t]);
+        std::memcpy(out, part, static_cast<size_t>(valid) * sizeof(float));
+      }
+    }
+}
+
+template <typename Ops, int kC>
+void tile_tokens(int kt, const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first,
+                 int64_t ahead, float* y, int64_t ldy, int64_t rows_left) {
+  switch (kt) {
+    case 1: return tile<Ops, kC, 1>(col, x, xs, n, first, ahead, y, ldy, rows_left);
+    case 2: return tile<Ops, kC, 2>(col, x, xs, n, first, ahead, y, ldy, rows_left);
+    case 3: return tile<Ops, kC, 3>(col, x, xs, n, first, ahead, y, ldy, rows_left);
+    case 4: return tile<Ops, kC, 4>(col, x, xs, n, first, ahead, y, ldy, rows_left);
+    case 5: return tile<Ops, kC, 5>(col, x, xs, n, first, ahead, y, ldy, rows_left);
+    default: return tile<Ops, kC, kMaxTokens>(col, x, xs, n, first, ahead, y, ldy, rows_left);
+  }
+}
+
+// y[t * ldy + r] for `tokens` tokens of packed x (xp: token t's units at t * units(k))
+// and every row of w: groups of up to kMaxColumns columns, each a k block at a time (copied
+// into columns first unless laid out so: `scratch` of kScratchElements), the tokens in
+// tiles of kMaxTokens over each block. ahead: as steps' (decode's hint, for weights in
+// the column layout).
+template <typename Ops>
+void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int64_t ldy, uint16_t* scratch,
+            int64_t ahead) {
+  constexpr int64_t kBlock = kKcElements / Ops::kUnit;  // units a block
+  const int64_t count = units<Ops>(w.k), columns = w.columns();
+  for (int64_t c0 = 0; c0 < columns; c0 += kMaxColumns) {
+    const int kc = static_cast<int>(std::min<int64_t>(kMaxColumns, columns - c0));
+    for (int64_t u0 = 0; u0 < count; u0 += kBlock) {
+      const int64_t n = std::min(kBlock, count - u0);
+      const uint16_t* col[kMaxColumns];
+      for (int c = 0; c < kc; ++c) col[c] = column<Ops>(w, c0 + c, u0, n, scratch + c * kColumn * kKcElements);
+      for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
+        const int kt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
+        const uint32_t* x = xp + t0 * count + u0;
+        float* out = y + t0 * ldy + c0 * kColumn;
+        const int64_t rows_left = w.rows - c0 * kColumn;
+        switch (kc) {
+          case 1: tile_tokens<Ops, 1>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left); break;
+          case 2: tile_tokens<Ops, 2>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left); break;
+          case 3: tile_tokens<Ops, 3>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left); break;
+          default: tile_tokens<Ops, kMaxColumns>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left);
+        }
+      }
+    }
+  }
+}
+
+// Tokens [begin, end) of x packed into xp (token t at t * units(k)).
+template <typename Ops>
+void pack_x(const float* x, int64_t k, int64_t begin, int64_t end, uint32_t* xp) {
+  for (int64_t t = begin; t < end; ++t) Ops::pack_units(x + t * k, k, xp + t * units<Ops>(k));
+}
+
+// bf16_matmul.h's interface over the kernel with `Ops`, for the file that compiles Ops to
+// hand out (Interface<Ops>::matmul): x packed token by token; decode's hint (kernels.h's
+// decode_prefetch_bytes) for weights in the column layout; each thread its own scratch.
+template <typename Ops>
+struct Interface {
+  static uint16_t* scratch() {
+    thread_local const hwy::AlignedFreeUniquePtr<uint16_t[]> columns =
+        hwy::AllocateAligned<uint16_t>(static_cast<size_t>(kScratchElements));
+    TS_CHECK(columns, "[cpu] column scratch");
+    return columns.get();
+  }
+  static int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < kGemmTokens ? 0 : tokens * units<Ops>(k); }
+  static void pack(const float* x, int64_t, int64_t k, int64_t begin, int64_t end, float* packed) {
+    pack_x<Ops>(x, k, begin, end, reinterpret_cast<uint32_t*>(packed));
+  }
+  static void rows_packed(const float* packed, int64_t tokens, int64_t begin, int64_t end, int64_t k, const uint16_t* w,
+                          int64_t rows, float* y, int64_t ldy, int64_t group) {
+    TS_CHECK(begin % kSplitTokens == 0 && begin < end && (end == tokens || end % kSplitTokens == 0),
+             "[cpu] column GEMM tokens [", begin, ", ", end, ") of ", tokens);
+    columns::matmul<Ops>(reinterpret_cast<const uint32_t*>(packed) + begin * units<Ops>(k), end - begin,
+                         {w, k, rows, group}, y + begin * ldy, ldy, scratch(), 0);
+  }
+  static void rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t count, float* y, int64_t ldy,
+                   int64_t group) {
+    thread_local std::vector<uint32_t> packed;
+    packed.resize(static_cast<size_t>(tokens * units<Ops>(k)));
+    pack_x<Ops>(x, k, 0, tokens, packed.data());
+    columns::matmul<Ops>(packed.data(), tokens, {w, k, count, group}, y, ldy, scratch(),
+                         group == kColumns ? decode_prefetch_bytes() : 0);
+  }
+  static int64_t row_group() { return kColumns; }
+  static constexpr bf16::Matmul matmul{rows,         packed_floats,       pack, rows_packed, row_group,
+                                       kSplitTokens, kMaxColumns* kColumn};
+};
+
+}  // namespace tessera::cpu::columns
+
+#endif  // TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_

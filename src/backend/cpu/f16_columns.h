@@ -1,0 +1,21 @@
+// Matmul of f16 weights in column order (columns_kernel.h: each output one f32 lane, summed
+// along k by FMAs on the weights widened exactly by F16C), for matmul.cpp, which sends every
+// f16-weight matmul here when its dispatched target is AVX-512, unless TESSERA_F16_COLUMNS
+// is "0" (then matmul.cpp's own order, for measuring one against the other on the same
+// CPU). The interface is bf16_matmul.h's, whose functions take any 16-bit weights.
+// Pure functions over caller-owned memory; thread-safe.
+#pragma once
+
+#include "backend/cpu/bf16_matmul.h"
+
+namespace tessera::cpu::f16_columns {
+
+// The kernel where this CPU has AVX-512 F, VL, DQ and BW (and F16C, which comes with
+// them); else nullptr.
+const bf16::Matmul* instructions();
+
+// Whether matmul.cpp is to take it on an AVX-512 target: instructions() is there and
+// TESSERA_F16_COLUMNS is not "0". Read once.
+bool enabled();
+
+}  // namespace tessera::cpu::f16_columns
