@@ -16,7 +16,8 @@ struct TensorView {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
-  // 1: row-major. g > 1: a 2-D weight's rows in groups of g whose 64-byte lines alternate
+  // 1: row-major. g > 1: a 2-D weight's rows in groups of g whose 64-byte lines alternate;
+  // cpu::kColumns (negative): groups of 16 rows whose units of k alternate
   // (backend/cpu/weight_layout.h), as CpuDevice::place lays weights out for its matmuls.
   int64_t row_group = 1;
 

@@ -19,9 +19,10 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType
                  int64_t ldy, int64_t group = 1);
 // The group of rows (weight_layout.h) that weights of w_dtype are best laid out in: the
 // rows of a one-token decode tile of the kernel they take (decode_tile_rows(), at most 8
-// on AVX2's own paths), or 1, as mapped: for AMX tiles (no faster interleaved on the
-// Xeon), and for every kernel when the environment variable TESSERA_INTERLEAVE is "0"
-// (read once: for measuring one layout against the other in one binary).
+// on AVX2's own paths), kColumns for the column order (columns_kernel.h), or 1, as
+// mapped: for AMX tiles (no faster interleaved on the Xeon), and for every kernel when
+// the environment variable TESSERA_INTERLEAVE is "0" (read once: for measuring one layout
+// against the other in one binary).
 int64_t matmul_row_group(DType w_dtype);
 
 // Whether bf16-weight matmuls take AVX-512 BF16 dot products on the target dispatch

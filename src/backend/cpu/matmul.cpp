@@ -29,14 +29,16 @@
 //     kPanelTokens; the partial vectors of kMc x kNc
 //     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
 //     lives, never the order in which it is summed.
-// Every target multiplies in f32 FMAs, except for bf16 weights on an AVX-512 target whose
-// CPU has AVX-512 BF16: those take bf16_dot.h's dot products (x rounded to bf16, pairs
-// summed inside a lane; bf16_dot_kernel.h states that order), in decode and prefill
-// alike, so that a row stays bitwise the same alone or in a batch. Highway 1.0.3 (Debian
-// 12) has no target for the instruction, hence the separate file. Where the CPU also has
-// AMX-BF16 (and the OS grants the tiles), bf16 weights take amx.h's tile products instead
-// (x rounded to bf16, each output one f32 accumulator along k; amx_kernel.h states it),
-// again decode and prefill alike.
+// This file's order is every target's for f32 weights, and for 16-bit weights except
+// on an AVX-512 target, where instruction kernels take them (in decode and prefill alike,
+// so that a row stays bitwise the same alone or in a batch; Highway 1.0.3, Debian 12's,
+// has no target for AVX-512 BF16, hence the separate files):
+//   - f16 weights: f16_columns.h's FMAs in column order (columns_kernel.h: each output one
+//     f32 lane along k, no lane tree), unless TESSERA_F16_COLUMNS=0;
+//   - bf16 weights where the CPU has AVX-512 BF16: amx.h's tile products where it also
+//     has AMX-BF16 (and the OS grants the tiles; amx_kernel.h states the order), else
+//     bf16_dot.h's dot products in column order (columns_kernel.h), or in row order
+//     (bf16_dot_kernel.h) with TESSERA_BF16_COLUMNS=0; x is rounded to bf16 in each.
 // Pure functions over caller-owned memory; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/matmul.cpp"
