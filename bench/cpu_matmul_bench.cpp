@@ -23,12 +23,9 @@
 //                                on any CPU with AVX-512 BF16
 //   BM_Decode/<dtype>/<rows>/<k>/<lined>/<tokens>  one token (or 4: the tiles of a few),
 //                                the weights from memory, rows one after another (lined 0)
-//                                or interleaved as CpuDevice::place lays them out (1,
+//                                or in the layout CpuDevice::place gives them (1,
 //                                weight_layout.h); counter: GBs (GB of weights per CPU
 //                                second of the thread)
-//   BM_OuterProbe, BM_OuterProbeF16, BM_OuterDecodeProbe, BM_InterleavedDecodeProbe
-//                                probes of other orders and weight layouts for the GEMM and
-//                                decode (outer_gemm_probe.cpp), on BM_Gemm's operands
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
