@@ -1,6 +1,7 @@
 #include "backend/cpu/weight_layout.h"
 
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "core/check.h"
@@ -48,10 +49,14 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
 
 void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out) {
   const Unit unit = unit_of(group, dtype);
-  const auto size = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t elements = unit.bytes / size;
-  const auto* row = static_cast<const uint8_t*>(w) + (r / unit.rows * unit.rows * k + r % unit.rows * elements) * size;
-  for (int64_t i = 0; i < k; i += elements) to_f32(row + i * unit.rows * size, dtype, elements, out + i);
+  const int64_t row_bytes = static_cast<int64_t>(dtype_size(dtype)) * k;
+  const auto* first =
+      static_cast<const uint8_t*>(w) + r / unit.rows * unit.rows * row_bytes + r % unit.rows * unit.bytes;
+  thread_local std::vector<uint8_t> row;  // the row's units gathered, then widened at once
+  row.resize(static_cast<size_t>(row_bytes));
+  for (int64_t j = 0; j < row_bytes / unit.bytes; ++j)
+    std::memcpy(row.data() + j * unit.bytes, first + j * unit.rows * unit.bytes, static_cast<size_t>(unit.bytes));
+  to_f32(row.data(), dtype, k, out);
 }
 
 }  // namespace tessera::cpu
