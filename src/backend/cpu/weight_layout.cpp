@@ -28,6 +28,15 @@ Unit unit_of(int64_t group, DType dtype) {
   return {dtype == DType::kBF16 ? 4 : 2, 16};
 }
 
+// One group: unit j of row r (of `rows`, row_bytes apart from `in`) to unit j * rows + r of
+// `block`, the units of a size known here (so each copy is a move, not a call).
+template <int64_t kBytes>
+void interleave_group(const uint8_t* in, int64_t row_bytes, int64_t rows, int64_t units, uint8_t* block) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < units; ++j)
+      std::memcpy(block + (j * rows + r) * kBytes, in + r * row_bytes + j * kBytes, kBytes);
+}
+
 }  // namespace
 
 void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int64_t begin, int64_t end, void* dst) {
@@ -38,11 +47,12 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
   const auto* in = static_cast<const uint8_t*>(src);
   auto* out = static_cast<uint8_t*>(dst);
   for (int64_t g = begin; g < end; g += unit.rows) {
+    const uint8_t* rows = in + g * row_bytes;
     uint8_t* block = out + g * row_bytes;
-    for (int64_t r = 0; r < unit.rows; ++r) {
-      const uint8_t* row = in + (g + r) * row_bytes;
-      for (int64_t j = 0; j < units; ++j)
-        std::memcpy(block + (j * unit.rows + r) * unit.bytes, row + j * unit.bytes, static_cast<size_t>(unit.bytes));
+    switch (unit.bytes) {
+      case 2: interleave_group<2>(rows, row_bytes, unit.rows, units, block); break;
+      case 4: interleave_group<4>(rows, row_bytes, unit.rows, units, block); break;
+      default: interleave_group<kLineBytes>(rows, row_bytes, unit.rows, units, block);
     }
   }
 }
