@@ -23,8 +23,9 @@
 //   sum = the lanes of acc added as a halving tree: lane i + 8 onto lane i, then i + 4,
 //   i + 2, i + 1 (the tree matmul.cpp states for its other paths).
 // This rounds differently from matmul.cpp's widen-and-FMA order (x is rounded, pairs are
-// summed inside a lane), so on a CPU that has the instruction every bf16-weight matmul
-// takes this path, decode and prefill alike.
+// summed inside a lane) and from columns_kernel.h's column order, so a process that takes
+// it (TESSERA_BF16_COLUMNS=0, on a CPU that has the instruction and no AMX) takes it for
+// every bf16-weight matmul, decode and prefill alike.
 //
 // Ops (all static): Acc (16 f32 lanes), Chunk (32 bf16); zero(); load(p) (32 elements);
 // load_partial(p, n) (n < 32 elements, the rest zeros, nothing read past p + n);

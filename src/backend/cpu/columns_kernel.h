@@ -46,7 +46,7 @@ inline constexpr int kMaxColumns = 4;         // columns a micro-kernel (64 rows
 inline constexpr int kMaxTokens = 6;          // tokens a micro-kernel: 24 accumulators + 4 columns + x
 inline constexpr int64_t kKcElements = 256;   // elements of k a block: 4 columns' block is 32 KiB, in L1
 inline constexpr int64_t kGemmTokens = 16;    // calls of at least this many tokens pack x once for their threads
-inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at (x of a block: 192 KiB, in L2)
+inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at (x of a block: at most 192 KiB, L2)
 inline constexpr int64_t kScratchElements = kMaxColumns * kColumn * kKcElements;  // copied columns of a block
 static_assert(kKcElements % kChunk == 0);
 
