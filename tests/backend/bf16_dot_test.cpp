@@ -219,7 +219,7 @@ TEST(Bf16DotTest, DispatchedMatmulTakesTheDotProducts) {
   SKIP_WITHOUT_THE_INSTRUCTION();
   if (cpu::amx_active()) GTEST_SKIP() << "this CPU has AMX-BF16: bf16 weights take the tiles (amx_test.cpp)";
   if (cpu::bf16_dot::columns_enabled())
-    GTEST_SKIP() << "bf16 weights take the column order (bf16_columns_test.cpp); TESSERA_BF16_COLUMNS=0 runs this";
+    GTEST_SKIP() << "bf16 weights take the column order (columns_test.cpp); TESSERA_BF16_COLUMNS=0 runs this";
   ASSERT_TRUE(cpu::bf16_dot_active()) << cpu::isa_name();
   const int64_t k = 1061, rows = 21;
   const auto x = random_values(static_cast<size_t>(40 * k), 39);

@@ -1,7 +1,7 @@
 // Matmul of bf16 weights by AVX-512 BF16 dot products (vdpbf16ps), for matmul.cpp, which
 // sends every bf16-weight matmul here when its dispatched target is AVX-512 and this CPU
 // has the instruction (Highway 1.0.3 has no target for it), unless the CPU also has AMX
-// (amx.h). Two orders, one a process: the column order (bf16_columns_kernel.h), taken
+// (amx.h). Two orders, one a process: the column order (columns_kernel.h), taken
 // by default, and the row order (bf16_dot_kernel.h). Each header states its order and why
 // decode and prefill both take it; the interface is bf16_matmul.h's.
 // Pure functions over caller-owned memory; thread-safe.
@@ -17,7 +17,7 @@ namespace tessera::cpu::bf16_dot {
 // bf16_dot.cpp is compiled for); else nullptr.
 const bf16::Matmul* instructions();
 
-// The same instruction in the column order (bf16_columns_kernel.h: each output one lane,
+// The same instruction in the column order (columns_kernel.h: each output one lane,
 // summed along k; weights in weight_layout.h's kColumns layout, or copied into it as
 // they are read), where this CPU has it; else nullptr.
 const bf16::Matmul* columns();

@@ -27,7 +27,8 @@ int64_t matmul_row_group(DType w_dtype);
 
 // Whether bf16-weight matmuls take AVX-512 BF16 dot products on the target dispatch
 // chose (an AVX-512 target on a CPU that has them): x is then rounded to bf16 and the
-// sums follow bf16_dot_kernel.h's order instead of matmul.cpp's, in every path.
+// sums follow columns_kernel.h's order (or bf16_dot_kernel.h's, or amx_kernel.h's: see
+// matmul.cpp) instead of matmul.cpp's, in every path.
 bool bf16_dot_active();
 // Whether they take AMX tile products (amx.h) instead: bf16_dot_active() and the CPU has
 // AMX-BF16. x is still rounded to bf16; the sums follow amx_kernel.h's order.
