@@ -1,5 +1,5 @@
-// How the rows of a 16- or 32-bit matmul weight lie in CPU memory, in one of two layouts
-// that every CPU matmul path reads (and CpuDevice::embed, for a tied embedding):
+// How the rows of a 16- or 32-bit matmul weight lie in CPU memory, in one of three layouts
+// (and CpuDevice::embed reads each, for a tied embedding):
 //   group 1: as the checkpoint has them, each row's k elements one after another;
 //   group g > 1: the rows in groups of g (`rows` a multiple of g), and within a group the
 //     rows' 64-byte lines alternate: line j of the group's row r at (j * g + r) * 64 bytes
@@ -13,8 +13,10 @@
 //     is one vector of columns_kernel.h (64 bytes of bf16, 32 of f16). CpuDevice::place
 //     copies 16-bit weights into it where a process takes that kernel for them
 //     (matmul_row_group says so).
-// A path reads each element it read before, in the same order, from its new place: every
-// sum is the same sequence of operations in either layout (tests hold them bitwise).
+// Every matmul path reads rows and groups of lines; the column order (columns_kernel.h)
+// reads all three. A path reads each element it read before, in the same order, from its
+// new place: every sum is the same sequence of operations in any layout it reads (tests
+// hold them bitwise). layout_row, line_stride and layout_at below are the line layouts'.
 // A group starts at row g * n, where it would start in the first layout too: a call may
 // take rows [r0, r1) at w + r0 * k whenever r0 is a multiple of the group's rows.
 #pragma once
