@@ -5,9 +5,11 @@
 // where it takes AVX-512 BF16 dot products or AMX tiles, of that instruction's loop).
 //   BM_Gemm/<dtype>/<rows>/<k>   counters: GFLOPs (per CPU second of the thread), fma_share,
 //                                dot_share, amx_share (of those loops' rates, also in CPU time)
-//   BM_GemmAllThreads/bf16/<rows>/<k>  the same through CpuDevice on every CPU (as prefill
-//                                cuts it), in wall time; counters: GFLOPs, amx_share (of the
-//                                tile loop on every CPU at once)
+//   BM_GemmAllThreads/<bf16|f16>/<rows>/<k>/<placed>  the same through CpuDevice on every
+//                                CPU (as prefill cuts it), in wall time, the weights as
+//                                mapped (0) or in CpuDevice::place's layout (1, as a model's
+//                                are); counters: GFLOPs, amx_share (of the tile loop on
+//                                every CPU at once)
 //   BM_AmxLadder/<rung>/<threads>/<place>  the AMX GEMM's inner loop one part at a time
 //                                (amx.h's ladder), one thread, 8 or every CPU (0), where the
 //                                OS puts them or pinned (1: CPUs 0, 1, 2, ..; 2: CPUs 0, 2,
@@ -88,13 +90,14 @@ void BM_Gemm(benchmark::State& state, DType dtype) {
 }
 
 // The same GEMM through CpuDevice on every CPU of the machine, cut over its threads as
-// prefill's are (cpu_device.cpp's gemm_split), in wall time: GFLOPs, and for bf16 on the
-// tiles amx_share, of the tile loop run on every thread at once (best of three).
+// prefill's are (cpu_device.cpp's gemm_split), the weights as mapped or placed, in wall time: GFLOPs, and for bf16 on
+// the tiles amx_share, of the tile loop run on every thread at once (best of three).
 void BM_GemmAllThreads(benchmark::State& state, DType dtype) {
   const int64_t rows = state.range(0), k = state.range(1);
   GemmCase g(rows, k, dtype);
   tessera::CpuDevice device(std::thread::hardware_concurrency());
-  const tessera::TensorView weight{dtype, {rows, k}, g.bytes.data()};
+  const tessera::TensorView mapped{dtype, {rows, k}, g.bytes.data()};
+  const tessera::TensorView weight = state.range(2) ? device.place(mapped).value() : mapped;
   const double tile_rate =
       dtype == DType::kBF16 && cpu::amx_active() ? tessera::bench::tile_rate(std::thread::hardware_concurrency()) : 0;
   int64_t runs = 0;
@@ -112,8 +115,17 @@ void BM_GemmAllThreads(benchmark::State& state, DType dtype) {
   state.counters["threads"] = static_cast<double>(std::thread::hardware_concurrency());
 }
 BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)
-    ->Args({8192, 2048})
-    ->Args({2048, 8192})
+    ->Args({8192, 2048, 0})
+    ->Args({2048, 8192, 0})
+    ->Args({8192, 2048, 1})
+    ->Args({2048, 8192, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_GemmAllThreads, f16, DType::kF16)
+    ->Args({8192, 2048, 0})
+    ->Args({2048, 8192, 0})
+    ->Args({8192, 2048, 1})
+    ->Args({2048, 8192, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
