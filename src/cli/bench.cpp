@@ -45,7 +45,7 @@ struct BenchOptions {
   int64_t decode_tokens = 128;
   int64_t sequences = 0;  // > 0: also decode that many sequences together
   std::string device = "cpu";
-  bool profile = false;  // time each device operation of the decode (TimedDevice)
+  bool profile = false;  // time each device operation of the prefill and the decode (TimedDevice)
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -205,20 +205,22 @@ Result<DecodeMatmuls> measure_decode_matmuls(Device& device, const Model& model,
   return best;
 }
 
-// Where the timed decode's time went: each device operation's time a token, its share of
-// the decode and its calls a token, the most first, then what no call took (the host's
+// Where the timed prefill's or decode's (`what`) time went: each device operation's time
+// a token, its share of the phase and its calls a forward pass (`passes` of them: the
+// prefill's one, a decode step each), the most first, then what no call took (the host's
 // own work between them).
-void print_profile(std::vector<TimedDevice::Op> ops, double decode_s, int64_t tokens) {
+void print_profile(const char* what, std::vector<TimedDevice::Op> ops, double phase_s, int64_t tokens, int64_t passes) {
   std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
   const auto n = static_cast<double>(tokens);
   double in_calls = 0;
   for (const TimedDevice::Op& op : ops) {
-    std::printf("profile           %-16s %8.3f ms a token = %5.1f%% of decode, %.1f calls a token\n", op.name,
-                1e3 * op.seconds / n, 100.0 * op.seconds / decode_s, static_cast<double>(op.calls) / n);
+    std::printf("profile %-9s %-16s %8.3f ms a token = %5.1f%% of %s, %.1f calls a pass\n", what, op.name,
+                1e3 * op.seconds / n, 100.0 * op.seconds / phase_s, what,
+                static_cast<double>(op.calls) / static_cast<double>(passes));
     in_calls += op.seconds;
   }
-  std::printf("profile           %-16s %8.3f ms a token = %5.1f%% of decode\n", "(between calls)",
-              1e3 * (decode_s - in_calls) / n, 100.0 * (decode_s - in_calls) / decode_s);
+  std::printf("profile %-9s %-16s %8.3f ms a token = %5.1f%% of %s\n", what, "(between calls)",
+              1e3 * (phase_s - in_calls) / n, 100.0 * (phase_s - in_calls) / phase_s, what);
 }
 
 // kB values of "RssAnon:" and "RssFile:" from /proc/self/status.
@@ -299,9 +301,11 @@ Status bench(const BenchOptions& o) {
   TS_RETURN_IF_ERROR(forward.run_ids(prompt, cache).status());
   const double first_prefill_s = seconds_since(start);
   cache.truncate(0);
+  timed.reset();
   start = Clock::now();
   TS_ASSIGN_OR_RETURN(std::vector<float> logits, forward.run_ids(prompt, cache));
   const double prefill_s = seconds_since(start);
+  const std::vector<TimedDevice::Op> prefill_ops = timed.ops();
 
   timed.reset();
   start = Clock::now();
@@ -436,7 +440,10 @@ Status bench(const BenchOptions& o) {
         decode_matmuls.placed / 1e9, 100.0 * decode_matmuls.placed / bandwidth, decode_matmuls.mapped / 1e9,
         100.0 * decode_matmuls.mapped / bandwidth);
   }
-  if (o.profile) print_profile(decode_ops, decode_s, o.decode_tokens);
+  if (o.profile) {
+    print_profile("prefill", prefill_ops, prefill_s, o.prompt_tokens, 1);
+    print_profile("decode", decode_ops, decode_s, o.decode_tokens, o.decode_tokens);
+  }
   std::printf(
       "resident          anon %.0f MiB, file-backed %.0f MiB; beyond weights and KV cache (%.0f MiB): %.0f MiB\n",
       anon_after, file_after, kv_mib, anon_after - anon_before - owned_weights_mib - kv_mib);
@@ -459,7 +466,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--sequences", o->sequences, "Also decode this many sequences together")->check(CLI::Range(0, 1024));
   cmd->add_option("--device", o->device, "cpu or cuda[:N]");
   cmd->add_flag("--profile", o->profile,
-                "Time each device operation of the decode and print where its time goes (CPU)");
+                "Time each device operation of the timed prefill and decode and print where their time goes (CPU)");
   cmd->callback([o, &exit_code] {
     const Status status = bench(*o);
     exit_code = status.ok() ? 0 : report_error(status);
