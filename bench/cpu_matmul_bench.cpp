@@ -114,20 +114,13 @@ void BM_GemmAllThreads(benchmark::State& state, DType dtype) {
   if (tile_rate > 0) state.counters["amx_share"] = rate / tile_rate;
   state.counters["threads"] = static_cast<double>(std::thread::hardware_concurrency());
 }
-BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)
-    ->Args({8192, 2048, 0})
-    ->Args({2048, 8192, 0})
-    ->Args({8192, 2048, 1})
-    ->Args({2048, 8192, 1})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GemmAllThreads, f16, DType::kF16)
-    ->Args({8192, 2048, 0})
-    ->Args({2048, 8192, 0})
-    ->Args({8192, 2048, 1})
-    ->Args({2048, 8192, 1})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+// The MLP's two shapes, the weights as mapped and placed.
+void mlp_shapes_placed(benchmark::internal::Benchmark* b) {
+  for (const int64_t placed : {0, 1}) b->Args({8192, 2048, placed})->Args({2048, 8192, placed});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_GemmAllThreads, bf16, DType::kBF16)->Apply(mlp_shapes_placed);
+BENCHMARK_CAPTURE(BM_GemmAllThreads, f16, DType::kF16)->Apply(mlp_shapes_placed);
 
 // The AMX GEMM's inner loop in rungs (amx.h's ladder: 0, the tile loads from L1 only; 1,
 // the A tiles through a row pair's 32 KiB; 2, the B tiles through the k block's 512 KiB; 3,
