@@ -160,6 +160,33 @@ TEST_P(MatmulTest, SumsInTheStatedOrderOnEveryTarget) {
   EXPECT_GE(targets_run, 2);
 }
 
+// Attention's scores (dot_rows: tiles of a vector's lanes of rows a token at a time, then
+// smaller tiles for the rows left) sum in the same stated order on every target, whatever
+// the weights' dtype: head sizes of 64 and 128 and one with a tail past the last chunk;
+// 37 rows leave rows past the whole tiles; 1 to 5 tokens (a GQA group of queries).
+TEST_P(MatmulTest, DotRowsSumInTheStatedOrderOnEveryTarget) {
+  const int64_t rows = 37;
+  for (const int64_t k : {int64_t{64}, int64_t{128}, int64_t{2 * 64 + 13}}) {
+    const int64_t tokens = 5;
+    const auto x = random_values(static_cast<size_t>(tokens * k), 20);
+    auto w = random_values(static_cast<size_t>(rows * k), 21);
+    const auto bytes = encode(w, GetParam());
+    const int targets_run = for_each_target([&](int64_t target, size_t lanes) {
+      const bool fused = target == HWY_AVX3 || target == HWY_AVX2;
+      for (const int64_t count : {int64_t{1}, int64_t{4}, tokens}) {
+        std::vector<float> y(static_cast<size_t>(count * rows));
+        cpu::dot_rows(x.data(), count, k, bytes.data(), GetParam(), rows, y.data(), rows);
+        for (int64_t t = 0; t < count; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(y[t * rows + r],
+                      sum_in_stated_order(x.data() + t * k, w.data() + r * k, k, lanes, fused, GetParam()))
+                << hwy::TargetName(target) << " k " << k << " tokens " << count << " t " << t << " row " << r;
+      }
+    });
+    EXPECT_GE(targets_run, 2);
+  }
+}
+
 // A token's row is bitwise the same alone (decode tiles) as among 301 tokens (the
 // blocked GEMM) or 20, at 1, 2 and 3 threads: both paths sum every output in the one
 // order matmul.cpp states. 301 tokens make two GEMM token blocks, the second not a
@@ -460,43 +487,46 @@ TEST_P(PagedAttentionTest, MatchesNaiveWithGroupsWindowAndScatteredBlocks) {
   }
 }
 
-// A token's attention output is bitwise the same in a 40-token prompt (units of a KV
-// head's whole group of query heads, taken by two threads in chunks) as alone (one head a
-// unit), at the start, middle and end of the prompt; head_dim 24 leaves a tail past the
-// last whole chunk.
+// A token's attention output is bitwise the same in a 41-token prompt (units of a tile
+// of 8 tokens and a KV head's whole group of query heads, taken by two threads in chunks;
+// the last tile a partial one) as alone (one head a unit), at the start, middle and end of
+// the prompt, with and without a sliding window; head_dim 40 leaves a tail past the last
+// whole chunk; blocks of 20 positions give the score tiles of 16 keys and the rows left.
 TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
   const DType dtype = GetParam();
   CpuDevice device(2);
-  const int64_t tokens = 40, heads = 8, kv_heads = 2, hd = 24;
+  const int64_t tokens = 41, heads = 8, kv_heads = 2, hd = 40;
   const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 21);
   const auto k = random_values(static_cast<size_t>(tokens * kv_heads * hd), 22);
   const auto v = random_values(static_cast<size_t>(tokens * kv_heads * hd), 23);
-  KvPages pages{.dtype = dtype, .blocks = 5, .block_size = 8, .layers = 1, .n_kv_heads = kv_heads, .head_dim = hd};
+  KvPages pages{.dtype = dtype, .blocks = 4, .block_size = 20, .layers = 1, .n_kv_heads = kv_heads, .head_dim = hd};
   auto memory = device.alloc(static_cast<size_t>(pages.blocks) * pages.block_bytes());
   ASSERT_TRUE(memory.ok());
   pages.base = memory->data();
-  const std::vector<int32_t> blocks = {3, 1, 4, 0, 2};
+  const std::vector<int32_t> blocks = {3, 1, 0};
   device.kv_store(pages, 0, blocks, 0, tokens, k.data(), v.data());
-  const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
-    return AttentionArgs{.q = query,
-                         .out = out,
-                         .pages = &pages,
-                         .layer = 0,
-                         .blocks = blocks,
-                         .tokens = count,
-                         .pos0 = pos0,
-                         .n_heads = heads,
-                         .sliding_window = 0,
-                         .scale = 0.2f};
-  };
-  std::vector<float> all(q.size());
-  device.attention(args(q.data(), all.data(), tokens, 0));
-  const int64_t row = heads * hd;
-  for (const int64_t t : {0, 17, 39}) {
-    std::vector<float> alone(static_cast<size_t>(row));
-    device.attention(args(q.data() + t * row, alone.data(), 1, t));
-    EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * row, static_cast<size_t>(row) * sizeof(float)))
-        << "token " << t;
+  for (const int64_t window : {0, 19}) {
+    const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
+      return AttentionArgs{.q = query,
+                           .out = out,
+                           .pages = &pages,
+                           .layer = 0,
+                           .blocks = blocks,
+                           .tokens = count,
+                           .pos0 = pos0,
+                           .n_heads = heads,
+                           .sliding_window = window,
+                           .scale = 0.2f};
+    };
+    std::vector<float> all(q.size());
+    device.attention(args(q.data(), all.data(), tokens, 0));
+    const int64_t row = heads * hd;
+    for (const int64_t t : {0, 17, 40}) {
+      std::vector<float> alone(static_cast<size_t>(row));
+      device.attention(args(q.data() + t * row, alone.data(), 1, t));
+      EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * row, static_cast<size_t>(row) * sizeof(float)))
+          << "token " << t << " window " << window;
+    }
   }
 }
 

@@ -82,6 +82,11 @@ void silu_mul_rows(const float* gate, const float* up, int64_t begin, int64_t en
 // that a decode step's small ones (one token) stay on the calling thread. Every element
 // is computed as before, by whichever thread, so the results do not change.
 constexpr size_t kElementsPerUnit = 32768;
+// Tokens of a prompt whose attention one unit of work takes (CpuDevice::attention): a
+// block of keys and values read once for all of them. 8: at 4,096 tokens (1B shape, bf16,
+// 2 threads) attention took 2.4-2.9 ms a token, 1 token 3.0-3.2, 16 tokens 2.3-2.5 with
+// twice the scores' scratch.
+constexpr int64_t kAttentionTokens = 8;
 size_t rows_per_unit(int64_t row_elements) {
   return std::max<size_t>(1, kElementsPerUnit / static_cast<size_t>(std::max<int64_t>(1, row_elements)));
 }
@@ -378,59 +383,80 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const size_t elem = dtype_size(p.dtype);
   const auto* base = static_cast<const uint8_t*>(p.base);
   const auto threads = static_cast<int64_t>(pool_.size());
-  // A unit takes a KV head's whole group (its keys and values read once for all of them)
-  // where that leaves every thread two units or more; else a head each, so that every
-  // thread has some. (A lone token's 32 heads in 4 groups on 2 threads: 38-44 us a layer
-  // by groups against 78-158 us by heads on the dev VM.)
-  const int64_t per_unit = a.tokens * p.n_kv_heads >= 2 * threads ? group : 1;
-  const int64_t units_per_token = a.n_heads / per_unit;
+  // A unit is a tile of up to kAttentionTokens consecutive tokens (a prompt's: each block
+  // of keys and values is read once for all of them, from L1) and a KV head's whole
+  // group (its keys and values read once for all of them) where that leaves every thread
+  // two units or more; else a head each, so that every thread has some. (A lone token's
+  // 32 heads in 4 groups on 2 threads: 38-44 us a layer by groups against 78-158 us by
+  // heads on the dev VM.) Every score and output is summed as a lone token's are: the
+  // same dot_rows and axpy_rows sums, blocks and rows in order.
+  const int64_t tiles = (a.tokens + kAttentionTokens - 1) / kAttentionTokens;
+  const int64_t per_unit = tiles * p.n_kv_heads >= 2 * threads ? group : 1;
+  const int64_t units_per_tile = a.n_heads / per_unit;
   // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
-  // thread is free, the last token's first: in a causal prompt a token's units cost in proportion to its position, and
+  // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
-  const int64_t units = a.tokens * units_per_token;
+  const int64_t units = tiles * units_per_tile;
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
-      const int64_t t = u / units_per_token;
-      const int64_t h0 = u % units_per_token * per_unit;  // the unit's first head
+      const int64_t t0 = u / units_per_tile * kAttentionTokens, t1 = std::min(a.tokens, t0 + kAttentionTokens);
+      const int64_t h0 = u % units_per_tile * per_unit;  // the unit's first head
       const int64_t kv = h0 / group;
-      const int64_t pos = a.pos0 + t;
-      const int64_t first = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
-      const int64_t n = pos + 1 - first;
-      const float* q = a.q + (t * a.n_heads + h0) * hd;  // F32 [per_unit, hd]
-      scores.resize(static_cast<size_t>(per_unit * n));  // F32 [per_unit, n]
-      // Visits the visible positions block by block: fn(block, first row in it, rows, index of the first in scores).
+      // Token t sees positions [first(t), pos(t)]; the tile's keys are [lo, hi].
+      const auto first = [&](int64_t t) {
+        return a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.sliding_window + 1) : int64_t{0};
+      };
+      const int64_t lo = first(t0), hi = a.pos0 + t1 - 1, span = hi + 1 - lo;
+      // F32 [token - t0][head - h0][position - lo]
+      scores.resize(static_cast<size_t>((t1 - t0) * per_unit * span));
+      const auto row_of = [&](int64_t t, int64_t j) { return scores.data() + ((t - t0) * per_unit + j) * span; };
+      // Visits the tile's positions block by block: fn(block, its first position, past its last).
       const auto for_each_block = [&](auto&& fn) {
-        for (int64_t j = first; j <= pos;) {
-          const int64_t block = a.blocks[static_cast<size_t>(j / bs)];
-          const int64_t rows = std::min(pos + 1, (j / bs + 1) * bs) - j;
-          fn(block, j % bs, rows, j - first);
-          j += rows;
+        for (int64_t j = lo; j <= hi;) {
+          const int64_t stop = std::min(hi + 1, (j / bs + 1) * bs);
+          fn(a.blocks[static_cast<size_t>(j / bs)], j, stop);
+          j = stop;
         }
       };
-      for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
+      // Token t's rows of a block's [from, stop): those it sees, or none (from == to).
+      const auto visible = [&](int64_t t, int64_t from, int64_t stop) {
+        return std::pair{std::max(from, first(t)), std::max(std::max(from, first(t)), std::min(stop, a.pos0 + t + 1))};
+      };
+      for_each_block([&](int64_t block, int64_t from, int64_t stop) {
         // The next block's keys, and this block's values (read after every score), asked for
         // ahead: a block's rows of a head are a few KiB apart from the next block's, a jump
         // the hardware's prefetchers do not follow (a hint: the same bits).
-        const int64_t next = (first + at) / bs + 1;
-        if (next * bs <= pos)
-          ask_for(base + p.offset(a.blocks[static_cast<size_t>(next)], a.layer, 0, kv) * elem,
-                  static_cast<size_t>(std::min(bs, pos + 1 - next * bs) * hd) * elem);
-        ask_for(base + (p.offset(block, a.layer, 1, kv) + row * hd) * elem, static_cast<size_t>(rows * hd) * elem);
-        const uint8_t* keys = base + (p.offset(block, a.layer, 0, kv) + row * hd) * elem;
-        cpu::dot_rows(q, per_unit, hd, keys, p.dtype, rows, scores.data() + at, n);
+        if (stop <= hi)
+          ask_for(base + p.offset(a.blocks[static_cast<size_t>(stop / bs)], a.layer, 0, kv) * elem,
+                  static_cast<size_t>(std::min(bs, hi + 1 - stop) * hd) * elem);
+        ask_for(base + (p.offset(block, a.layer, 1, kv) + from % bs * hd) * elem,
+                static_cast<size_t>((stop - from) * hd) * elem);
+        for (int64_t t = t0; t < t1; ++t) {
+          const auto [row0, row1] = visible(t, from, stop);
+          if (row0 == row1) continue;
+          const uint8_t* keys = base + (p.offset(block, a.layer, 0, kv) + row0 % bs * hd) * elem;
+          const float* q = a.q + (t * a.n_heads + h0) * hd;  // F32 [per_unit, hd]
+          cpu::dot_rows(q, per_unit, hd, keys, p.dtype, row1 - row0, row_of(t, 0) + (row0 - lo), span);
+        }
       });
-      for (int64_t j = 0; j < per_unit; ++j) {
-        float* head_scores = scores.data() + j * n;
-        cpu::softmax_scaled(head_scores, n, a.scale);
-        float* out = a.out + (t * a.n_heads + h0 + j) * hd;
-        std::fill(out, out + hd, 0.0f);
-        for_each_block([&](int64_t block, int64_t row, int64_t rows, int64_t at) {
-          const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row * hd) * elem;
-          cpu::axpy_rows(head_scores + at, values, p.dtype, rows, out, hd);
-        });
-      }
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t j = 0; j < per_unit; ++j) {
+          cpu::softmax_scaled(row_of(t, j) + (first(t) - lo), a.pos0 + t + 1 - first(t), a.scale);
+          float* out = a.out + (t * a.n_heads + h0 + j) * hd;
+          std::fill(out, out + hd, 0.0f);
+        }
+      for_each_block([&](int64_t block, int64_t from, int64_t stop) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const auto [row0, row1] = visible(t, from, stop);
+          if (row0 == row1) continue;
+          const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row0 % bs * hd) * elem;
+          for (int64_t j = 0; j < per_unit; ++j)
+            cpu::axpy_rows(row_of(t, j) + (row0 - lo), values, p.dtype, row1 - row0,
+                           a.out + (t * a.n_heads + h0 + j) * hd, hd);
+        }
+      });
     }
   });
 }
