@@ -383,13 +383,13 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const size_t elem = dtype_size(p.dtype);
   const auto* base = static_cast<const uint8_t*>(p.base);
   const auto threads = static_cast<int64_t>(pool_.size());
-  // A unit is a tile of up to kAttentionTokens consecutive tokens (a prompt's: each block
-  // of keys and values is read once for all of them, from L1) and a KV head's whole
-  // group (its keys and values read once for all of them) where that leaves every thread
-  // two units or more; else a head each, so that every thread has some. (A lone token's
-  // 32 heads in 4 groups on 2 threads: 38-44 us a layer by groups against 78-158 us by
-  // heads on the dev VM.) Every score and output is summed as a lone token's are: the
-  // same dot_rows and axpy_rows sums, blocks and rows in order.
+  // A unit is a tile of up to kAttentionTokens consecutive tokens of a prompt and either
+  // a KV head's whole group of query heads, where that leaves every thread two units or
+  // more, or else one head, so that every thread has some: each block of keys and values
+  // is read once for all of the unit's queries. (A lone token's 32 heads in 4 groups on 2
+  // threads: 38-44 us a layer by groups against 78-158 us by heads on the dev VM.) Every
+  // score and output is summed as a lone token's are: the same dot_rows and axpy_rows
+  // sums, blocks and rows in order.
   const int64_t tiles = (a.tokens + kAttentionTokens - 1) / kAttentionTokens;
   const int64_t per_unit = tiles * p.n_kv_heads >= 2 * threads ? group : 1;
   const int64_t units_per_tile = a.n_heads / per_unit;
@@ -420,9 +420,10 @@ void CpuDevice::attention(const AttentionArgs& a) {
           j = stop;
         }
       };
-      // Token t's rows of a block's [from, stop): those it sees, or none (from == to).
+      // The positions [row0, row1) of a block's [from, stop) that token t sees (none: row0 == row1).
       const auto visible = [&](int64_t t, int64_t from, int64_t stop) {
-        return std::pair{std::max(from, first(t)), std::max(std::max(from, first(t)), std::min(stop, a.pos0 + t + 1))};
+        const int64_t row0 = std::max(from, first(t)), row1 = std::max(row0, std::min(stop, a.pos0 + t + 1));
+        return std::pair{row0, row1};
       };
       for_each_block([&](int64_t block, int64_t from, int64_t stop) {
         // The next block's keys, and this block's values (read after every score), asked for
