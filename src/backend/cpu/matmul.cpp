@@ -384,10 +384,12 @@ void decode_groups(const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRI
 }
 
 // Rows [0, rows) of w (in groups of `group`, 1, 4, 8 or 16: weight_layout.h) for a few
-// tokens.
+// tokens. in_cache (rows one after another that sit in cache: attention's keys): first a
+// token at a time over tiles of kLanes rows, whose kLanes lane sums sum_lanes adds in one
+// tree (a tile of 4 rows pays the same tree for 4); the same sums either way.
 template <typename WT>
 void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-               float* HWY_RESTRICT y, int64_t ldy, int64_t group) {
+               float* HWY_RESTRICT y, int64_t ldy, int64_t group, bool in_cache) {
   const DF df;
   const float* xo = x;
   if constexpr (kChunkVectors<WT> != 1) {
@@ -398,6 +400,12 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
   }
   const TileRows layout = tile_rows<WT>(k, group);
   int64_t r = 0;
+  if constexpr (kLanes >= 8 && static_cast<int>(kLanes) <= kMaxDecodeRows) {
+    if (in_cache && group == 1)
+      for (; r + static_cast<int64_t>(kLanes) <= rows; r += static_cast<int64_t>(kLanes))
+        for (int64_t t = 0; t < tokens; ++t)
+          dot_tile<static_cast<int>(kLanes), 1>(xo + t * k, x + t * k, k, w + r * k, layout, y + t * ldy + r, ldy);
+  }
   if (tokens == 1 && group == 4) return decode_groups<4>(xo, k, w, rows, y, decode_prefetch_bytes());
   if (tokens == 1 && group == 8) return decode_groups<8>(xo, k, w, rows, y, decode_prefetch_bytes());
   if (tokens == 1 && group == 16) return decode_groups<16>(xo, k, w, rows, y, decode_prefetch_bytes());
@@ -554,7 +562,7 @@ template <typename WT>
 void matmul_typed(const float* x, int64_t tokens, int64_t k, const WT* w, int64_t rows, float* y, int64_t ldy,
                   int64_t group) {
   const int64_t packed = packed_floats<WT>(tokens, k);
-  if (packed == 0) return dot_tiles(x, tokens, k, w, rows, y, ldy, group);
+  if (packed == 0) return dot_tiles(x, tokens, k, w, rows, y, ldy, group, false);
   auto xp = hwy::AllocateAligned<float>(static_cast<size_t>(packed));
   auto row = hwy::AllocateAligned<float>(static_cast<size_t>(k + 1));
   TS_CHECK(xp && row, "[cpu] matmul scratch");
@@ -623,38 +631,11 @@ void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType 
   });
 }
 
-// dot_tiles' sums for rows that sit in cache (attention's keys): a token at a time over
-// tiles of kLanes rows, whose kLanes lane sums sum_lanes adds in one tree (a tile of 4
-// rows pays the same tree for 4), then dot_tiles for the rows left.
-template <typename WT>
-void dot_cached_rows(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-                     float* HWY_RESTRICT y, int64_t ldy) {
-  constexpr int kRows = static_cast<int>(kLanes);
-  int64_t r = 0;
-  if constexpr (kRows >= 8 && kRows <= kMaxDecodeRows) {
-    if (rows >= kRows) {
-      const DF df;
-      const float* xo = x;
-      if constexpr (kChunkVectors<WT> != 1) {
-        thread_local std::vector<float> ordered;
-        ordered.resize(static_cast<size_t>(tokens * k));
-        for (int64_t t = 0; t < tokens; ++t) order_x<WT>(df, x + t * k, chunked<WT>(df, k), ordered.data() + t * k);
-        xo = ordered.data();
-      }
-      const TileRows layout = tile_rows<WT>(k, 1);
-      for (; r + kRows <= rows; r += kRows)
-        for (int64_t t = 0; t < tokens; ++t)
-          dot_tile<kRows, 1>(xo + t * k, x + t * k, k, w + r * k, layout, y + t * ldy + r, ldy);
-    }
-  }
-  if (r < rows) dot_tiles(x, tokens, k, w + r * k, rows - r, y + r, ldy, 1);
-}
-
 void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
              int64_t ldy) {
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    dot_cached_rows(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy);
+    dot_tiles(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy, 1, true);
   });
 }
 
