@@ -278,6 +278,7 @@ Status bench(const BenchOptions& o) {
     return Status::invalid_input(
         "--profile times each call, and a GPU's calls return before their work is done: "
         "profile with --device cpu");
+  cpu::cap_isa_from_env();  // as the CPU device will: the peaks below on the ISA it computes on
   const double bandwidth_before = measure_read_bandwidth(o.threads);
   const double fma_before = measure_fma_peak(o.threads);
   const auto [anon_before, file_before] = resident_mib();

@@ -1,5 +1,5 @@
 // The matmul of 16-bit weights in column order (backend/cpu/columns_kernel.h), for bf16
-// (vdpbf16ps) and f16 (FMAs on F16C's widening):
+// (vdpbf16ps) and f16 (FMAs on F16C's widening, on AVX-512 and on AVX2 in the same order):
 //   - every output is summed in the order the kernel states (one lane along k), bitwise,
 //     for one token and many, across k blocks and partial columns, run with the portable
 //     emulations (bf16_dot_emulated.h, f16_columns_emulated.h) on every machine;
@@ -7,7 +7,8 @@
 //     give the bits of rows one after another;
 //   - the instructions give bitwise what the emulations give, whole and in the GEMM's
 //     pieces, and the dispatched matmul takes them: bf16 on a CPU with AVX-512 BF16 and
-//     without AMX (the Zen 5 dev VM), f16 on any AVX-512 CPU; others skip, saying so.
+//     without AMX (the Zen 5 dev VM), f16 on any AVX-512 CPU and, with dispatch narrowed
+//     to AVX2, on any AVX2 CPU; others skip, saying so.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include "backend/cpu/weight_layout.h"
 #include "core/check.h"
 #include "hwy/aligned_allocator.h"
+#include "hwy/targets.h"
 #include "support/random_tensors.h"
 
 // After bf16_matmul.h, core/check.h, kernels.h and the allocator, as the kernel asks.
@@ -35,11 +37,12 @@ namespace {
 namespace columns = cpu::columns;
 using testing::random_values;
 
-// What differs between the two dtypes: the emulation, the instructions, and one step of
-// the stated order.
+// What differs between the kernels: the dtype, the emulation, the instructions, the target
+// dispatch takes them on (0: the one it chose), and one step of the stated order.
 struct Bf16 {
   using Ops = cpu::bf16_dot::EmulatedOps;
   static constexpr DType kDType = DType::kBF16;
+  static constexpr int64_t kTarget = 0;
   static const cpu::bf16::Matmul* instructions() { return cpu::bf16_dot::columns(); }
   static bool dispatched() { return cpu::bf16_dot_active() && !cpu::amx_active() && cpu::bf16_dot::columns_enabled(); }
   // The sum of w and x's pair p, the odd product first, x rounded to bf16.
@@ -54,16 +57,26 @@ struct Bf16 {
 struct F16 {
   using Ops = cpu::f16_columns::EmulatedOps;
   static constexpr DType kDType = DType::kF16;
+  static constexpr int64_t kTarget = 0;
   static const cpu::bf16::Matmul* instructions() { return cpu::f16_columns::instructions(); }
   static bool dispatched() { return cpu::f16_columns_active(); }
   static float step(float acc, const uint16_t* w, const float* x, int64_t k, int64_t i) {
     return i < k ? std::fma(Ops::widen(w[i]), x[i], acc) : std::fma(0.0f, 0.0f, acc);
   }
 };
+// AVX2's f16: the same steps and order as AVX-512's, so the same bits, in tiles of one
+// column as the AVX2 kernel takes them.
+struct F16Avx2 : F16 {
+  struct Ops : cpu::f16_columns::EmulatedOps {
+    static constexpr int kTileColumns = 1;
+  };
+  static constexpr int64_t kTarget = HWY_AVX2;
+  static const cpu::bf16::Matmul* instructions() { return cpu::f16_columns::avx2_instructions(); }
+};
 
 template <typename D>
 class ColumnsTest : public ::testing::Test {};
-using Dtypes = ::testing::Types<Bf16, F16>;
+using Dtypes = ::testing::Types<Bf16, F16, F16Avx2>;
 TYPED_TEST_SUITE(ColumnsTest, Dtypes);
 
 // n random weights of the dtype (their bits).
@@ -172,7 +185,7 @@ TYPED_TEST(ColumnsTest, ColumnLayoutTakesWholeColumnsAndGivesRowsBack) {
 // the pieces CpuDevice cuts a GEMM into (tokens at the split's blocks, rows at its rows),
 // each from the call's one packed x.
 TYPED_TEST(ColumnsTest, InstructionsGiveTheEmulatedBitsWholeAndInPieces) {
-  if (TypeParam::instructions() == nullptr) GTEST_SKIP() << "this CPU lacks the instructions (AVX-512)";
+  if (TypeParam::instructions() == nullptr) GTEST_SKIP() << "this CPU lacks the instructions";
   const cpu::bf16::Matmul& m = *TypeParam::instructions();
   const int64_t k = 1061, rows = 150, tokens = 2 * m.split_tokens + 17;
   const auto x = random_values(static_cast<size_t>(tokens * k), 66);
@@ -198,19 +211,24 @@ TYPED_TEST(ColumnsTest, InstructionsGiveTheEmulatedBitsWholeAndInPieces) {
 // Dispatch sends the dtype's weights to the column order where the CPU has the
 // instructions (and, for bf16, no AMX), and lays them out in columns for it.
 TYPED_TEST(ColumnsTest, DispatchedMatmulTakesTheColumnOrder) {
-  if (TypeParam::instructions() == nullptr) GTEST_SKIP() << "this CPU lacks the instructions (AVX-512)";
-  if (!TypeParam::dispatched())
-    GTEST_SKIP() << "this process takes another order (AMX, or TESSERA_BF16_COLUMNS / TESSERA_F16_COLUMNS=0)";
-  const DType dtype = TypeParam::kDType;
-  EXPECT_EQ(cpu::matmul_row_group(dtype), cpu::kColumns);
-  const int64_t k = 1061, rows = 21;
-  const auto x = random_values(static_cast<size_t>(40 * k), 68);
-  const auto w = random_weights<TypeParam>(static_cast<size_t>(rows * k), 69);
-  for (const int64_t tokens : {1, 40}) {
-    std::vector<float> y(static_cast<size_t>(tokens * rows));
-    cpu::matmul_rows(x.data(), tokens, k, w.data(), dtype, rows, y.data(), rows);
-    EXPECT_EQ(y, emulated_matmul<TypeParam>(x.data(), tokens, k, w.data(), rows)) << tokens << " tokens";
+  if (TypeParam::instructions() == nullptr) GTEST_SKIP() << "this CPU lacks the instructions";
+  if (TypeParam::kTarget != 0) hwy::SetSupportedTargetsForTest(TypeParam::kTarget);
+  const bool dispatched = TypeParam::dispatched();
+  if (dispatched) {
+    const DType dtype = TypeParam::kDType;
+    EXPECT_EQ(cpu::matmul_row_group(dtype), cpu::kColumns);
+    const int64_t k = 1061, rows = 21;
+    const auto x = random_values(static_cast<size_t>(40 * k), 68);
+    const auto w = random_weights<TypeParam>(static_cast<size_t>(rows * k), 69);
+    for (const int64_t tokens : {1, 40}) {
+      std::vector<float> y(static_cast<size_t>(tokens * rows));
+      cpu::matmul_rows(x.data(), tokens, k, w.data(), dtype, rows, y.data(), rows);
+      EXPECT_EQ(y, emulated_matmul<TypeParam>(x.data(), tokens, k, w.data(), rows)) << tokens << " tokens";
+    }
   }
+  hwy::SetSupportedTargetsForTest(0);
+  if (!dispatched)
+    GTEST_SKIP() << "this process takes another order (AMX, or TESSERA_BF16_COLUMNS / TESSERA_F16_COLUMNS=0)";
 }
 
 }  // namespace

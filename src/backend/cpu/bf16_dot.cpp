@@ -52,6 +52,7 @@ struct InstructionOps {
   using W = Chunk;  // columns_kernel.h's: 16 rows' pair, and x's pair in every lane
   using X = Chunk;
   static constexpr int64_t kUnit = 2;
+  static constexpr int kTileColumns = columns::kMaxColumns;
 
   static Acc zero() { return _mm512_setzero_ps(); }
   static Chunk load(const uint16_t* p) { return _mm512_loadu_si512(p); }

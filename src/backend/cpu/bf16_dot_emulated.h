@@ -21,6 +21,7 @@ struct EmulatedOps {
   using W = Chunk;  // columns_kernel.h's: 16 rows' pair, and x's pair in every lane
   using X = Chunk;
   static constexpr int64_t kUnit = 2;
+  static constexpr int kTileColumns = 4;  // columns_kernel.h's kMaxColumns
 
   static Acc zero() { return Acc{}; }
   static Chunk load(const uint16_t* p) {

@@ -2,11 +2,13 @@
 // pair, or one f16 element) of 16 weight rows (a column of weight_layout.h's kColumns
 // layout) and x's unit is broadcast, so each f32 lane is one output, summed along k in
 // that lane alone. Nothing is added across lanes and no partial vector waits: a
-// micro-kernel's 4 columns x 6 tokens of outputs stay in 24 registers through a k block,
-// and in y between blocks. Written once over an `Ops` type, as bf16_dot_kernel.h is (and
-// with the same rules for what is included before it): bf16_dot.cpp instantiates it with
-// AVX-512 BF16's vdpbf16ps, f16_columns.cpp with AVX-512 FMAs on f16 widened by F16C, the
-// tests with the emulations (bf16_dot_emulated.h, f16_columns_emulated.h).
+// micro-kernel's 4 columns x 6 tokens of outputs stay in 24 registers through a k block
+// (AVX-512; AVX2's 16 registers hold 1 column x 6 tokens, a column being two vectors), and
+// in y between blocks. Written once over an `Ops` type, as bf16_dot_kernel.h is (and with
+// the same rules for what is included before it): bf16_dot.cpp instantiates it with
+// AVX-512 BF16's vdpbf16ps, f16_columns.cpp with AVX-512 and with AVX2 FMAs on f16
+// widened by F16C, the tests with the emulations (bf16_dot_emulated.h,
+// f16_columns_emulated.h).
 //
 // The order of every output's sum, whatever the number of tokens in the call or the
 // layout of the weights (one-token decode and prefill's GEMM run exactly this sequence,
@@ -27,7 +29,9 @@
 // copied a k block at a time into columns first (16 rows' chunks transposed), the same
 // values in the same order.
 //
-// Ops (all static): kUnit (elements of k a unit); W and X (a column's unit of 16 rows, and
+// Ops (all static): kUnit (elements of k a unit); kTileColumns (the columns of a tile of
+// two or more tokens: kMaxColumns, or 1 where 16 registers hold 6 tokens' sums); W and X
+// (a column's unit of 16 rows, and
 // x's unit in every lane); Acc (16 f32 lanes); zero(); load(p) (the 16 rows' unit at p:
 // 16 kUnit elements); broadcast(u) (x's unit, as u32 bits: a bf16 pair or an f32);
 // dot(acc, w, x); loadu_acc(p) / storeu_acc(p, a) (16 floats, any alignment);
@@ -150,9 +154,19 @@ void tile(const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, 
     }
 }
 
+// kC columns x kt tokens: one tile, or (two or more tokens, kC over Ops::kTileColumns)
+// tiles of kTileColumns columns side by side.
 template <typename Ops, int kC>
 void tile_tokens(int kt, const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first,
                  int64_t ahead, float* y, int64_t ldy, int64_t rows_left) {
+  if constexpr (kC > Ops::kTileColumns) {
+    if (kt > 1) {
+      for (int c = 0; c < kC; c += Ops::kTileColumns)
+        tile_tokens<Ops, Ops::kTileColumns>(kt, col + c, x, xs, n, first, ahead, y + c * kColumn, ldy,
+                                            rows_left - c * kColumn);
+      return;
+    }
+  }
   switch (kt) {
     case 1: return tile<Ops, kC, 1>(col, x, xs, n, first, ahead, y, ldy, rows_left);
     case 2: return tile<Ops, kC, 2>(col, x, xs, n, first, ahead, y, ldy, rows_left);

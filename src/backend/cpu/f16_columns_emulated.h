@@ -17,6 +17,7 @@ struct EmulatedOps {
   using W = Acc;  // 16 rows' element, widened
   using X = float;
   static constexpr int64_t kUnit = 1;
+  static constexpr int kTileColumns = 4;  // columns_kernel.h's kMaxColumns
 
   // An f16 as f32, exactly (subnormals too, as vcvtph2ps gives them).
   static float widen(uint16_t bits) {

@@ -34,7 +34,8 @@ bool bf16_dot_active();
 // AMX-BF16. x is still rounded to bf16; the sums follow amx_kernel.h's order.
 bool amx_active();
 // Whether f16-weight matmuls take f16_columns.h's column order on the target dispatch
-// chose (an AVX-512 target, unless TESSERA_F16_COLUMNS=0), instead of this file's order.
+// chose (an AVX-512 or AVX2 target, unless TESSERA_F16_COLUMNS=0), instead of this file's
+// order.
 bool f16_columns_active();
 
 // matmul_rows for a few tokens (tiles only, never the GEMM), weights widened exactly to

@@ -30,11 +30,12 @@
 //     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
 //     lives, never the order in which it is summed.
 // This file's order is every target's for f32 weights, and for 16-bit weights except
-// on an AVX-512 target, where instruction kernels take them (in decode and prefill alike,
-// so that a row stays bitwise the same alone or in a batch; Highway 1.0.3, Debian 12's,
-// has no target for AVX-512 BF16, hence the separate files):
-//   - f16 weights: f16_columns.h's FMAs in column order (columns_kernel.h: each output one
-//     f32 lane along k, no lane tree), unless TESSERA_F16_COLUMNS=0;
+// on an AVX-512 target and for f16 on an AVX2 one, where instruction kernels take them (in
+// decode and prefill alike, so that a row stays bitwise the same alone or in a batch;
+// Highway 1.0.3, Debian 12's, has no target for AVX-512 BF16, hence the separate files):
+//   - f16 weights (AVX-512 and AVX2): f16_columns.h's FMAs in column order
+//     (columns_kernel.h: each output one f32 lane along k, no lane tree), unless
+//     TESSERA_F16_COLUMNS=0;
 //   - bf16 weights where the CPU has AVX-512 BF16: amx.h's tile products where it also
 //     has AMX-BF16 (and the OS grants the tiles; amx_kernel.h states the order), else
 //     bf16_dot.h's dot products in column order (columns_kernel.h), or in row order
@@ -583,8 +584,8 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
 }
 
 // The instruction kernel (bf16_matmul.h) that weights of w_dtype take, or nullptr for
-// this file's own paths: f16 weights on an AVX-512 target take f16_columns.h's column
-// order unless TESSERA_F16_COLUMNS=0; bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
+// this file's own paths: f16 weights on an AVX-512 or AVX2 target take f16_columns.h's
+// column order unless TESSERA_F16_COLUMNS=0; bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
 // unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that narrows dispatch to AVX2 gets
 // the widening order on the same CPU), take amx.h's tile products where the CPU has
 // AMX-BF16 too (unless TESSERA_AMX=0), else bf16_dot.h's dot products, in the column
@@ -595,6 +596,8 @@ HWY_INLINE const bf16::Matmul* instruction_kernel(DType w_dtype) {
   if (w_dtype != DType::kBF16 || !bf16_dot::enabled()) return nullptr;
   if (amx::enabled()) return amx::instructions();
   return bf16_dot::columns_enabled() ? bf16_dot::columns() : bf16_dot::instructions();
+#elif HWY_TARGET == HWY_AVX2
+  return w_dtype == DType::kF16 && f16_columns::enabled() ? f16_columns::avx2_instructions() : nullptr;
 #else
   (void)w_dtype;
   return nullptr;
