@@ -15,6 +15,9 @@
 #
 # LLAMA_PEER_DIR defaults to <repo>/.cache/llama-peer (ignored by git); the build goes to
 # $LLAMA_PEER_DIR/build. JOBS sets the build parallelism (default: all cores).
+# LLAMA_ISA=avx2 builds for AVX2, FMA and F16C alone (no -march=native) into
+# $LLAMA_PEER_DIR/build-avx2: the dev machines' kind on a CPU with AVX-512, beside tessera
+# run with TESSERA_ISA=avx2.
 # Only the llama-bench target is built.
 set -euo pipefail
 
@@ -64,6 +67,15 @@ find_source() {
 
 find_source
 build=$work/build
+isa_flags=(-DGGML_NATIVE=ON)
+if [[ ${LLAMA_ISA:-native} == avx2 ]]; then
+  build=$work/build-avx2
+  isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+    -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF)
+elif [[ ${LLAMA_ISA:-native} != native ]]; then
+  log "LLAMA_ISA is native or avx2, not ${LLAMA_ISA}"
+  exit 1
+fi
 bench=$build/bin/llama-bench
 
 if [[ ! -f $build/CMakeCache.txt ]]; then
@@ -73,7 +85,7 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   launcher=()
   command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   cmake -S "$src" -B "$build" "${generator[@]}" "${launcher[@]}" \
-    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF \
+    -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DBUILD_SHARED_LIBS=OFF \
     -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_HIP=OFF -DGGML_SYCL=OFF \
     -DGGML_OPENCL=OFF -DGGML_RPC=OFF -DGGML_BACKEND_DL=OFF -DGGML_CCACHE=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
