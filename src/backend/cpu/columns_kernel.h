@@ -31,13 +31,12 @@
 //
 // Ops (all static): kUnit (elements of k a unit); kTileColumns (the columns of a tile of
 // two or more tokens: kMaxColumns, or 1 where 16 registers hold 6 tokens' sums); W and X
-// (a column's unit of 16 rows, and
-// x's unit in every lane); Acc (16 f32 lanes); zero(); load(p) (the 16 rows' unit at p:
-// 16 kUnit elements); broadcast(u) (x's unit, as u32 bits: a bf16 pair or an f32);
-// dot(acc, w, x); loadu_acc(p) / storeu_acc(p, a) (16 floats, any alignment);
-// pack_units(x, k, out) (a token's padded_k(k) / kUnit units, zeros past k);
-// transpose_chunk(src, stride, out) (16 rows' chunks of kChunk elements, `stride`
-// elements apart from src, into kChunk / kUnit units of 16 rows at out).
+// (a column's unit of 16 rows, and x's unit in every lane); Acc (16 f32 lanes); zero();
+// load(p) (the 16 rows' unit at p: 16 kUnit elements); broadcast(u) (x's unit, as u32
+// bits: a bf16 pair or an f32); dot(acc, w, x); loadu_acc(p) / storeu_acc(p, a) (16
+// floats, any alignment); pack_units(x, k, out) (a token's padded_k(k) / kUnit units,
+// zeros past k); transpose_chunk(src, stride, out) (16 rows' chunks of kChunk elements,
+// `stride` elements apart from src, into kChunk / kUnit units of 16 rows at out).
 #ifndef TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 #define TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 

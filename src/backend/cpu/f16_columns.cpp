@@ -1,7 +1,8 @@
 // f16_columns.h on x86-64: columns_kernel.h instantiated with AVX-512 FMAs on f16 widened
-// by F16C, and with AVX2 FMAs, each compiled for its instructions between
-// HWY_PUSH_ATTRIBUTES and HWY_POP_ATTRIBUTES (the rest of this file is baseline code).
-// Elsewhere instructions() and avx2_instructions() are nullptr.
+// by F16C, compiled for them between HWY_PUSH_ATTRIBUTES and HWY_POP_ATTRIBUTES (the rest
+// of this file is baseline code; the AVX2 kernel is f16_columns_avx2.cpp's, as a template
+// takes the instructions of the region it is defined in). Elsewhere instructions() is
+// nullptr.
 #include "backend/cpu/f16_columns.h"
 
 // Every standard header the kernel uses, before the attribute region (see the kernel).
@@ -82,47 +83,6 @@ const bf16::Matmul& column_matmul() { return columns::Interface<InstructionOps>:
 #endif
 HWY_POP_ATTRIBUTES
 
-HWY_PUSH_ATTRIBUTES("avx2,f16c,fma")
-
-namespace {
-
-// The same steps on AVX2: a column's 16 lanes are two vectors, so a tile of several tokens
-// is one column x 6 tokens (12 accumulators, the column and x: 15 of the 16 registers).
-struct Avx2Ops {
-  struct Acc {
-    __m256 lo, hi;
-  };
-  using W = Acc;
-  using X = __m256;
-  static constexpr int64_t kUnit = 1;
-  static constexpr int kTileColumns = 1;
-
-  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-  static W load(const uint16_t* p) {
-    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
-  }
-  static X broadcast(uint32_t bits) { return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(bits))); }
-  static Acc dot(Acc acc, W w, X x) { return {_mm256_fmadd_ps(w.lo, x, acc.lo), _mm256_fmadd_ps(w.hi, x, acc.hi)}; }
-  static Acc loadu_acc(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-  static void storeu_acc(float* p, Acc a) {
-    _mm256_storeu_ps(p, a.lo);
-    _mm256_storeu_ps(p + 8, a.hi);
-  }
-  static void pack_units(const float* x, int64_t k, uint32_t* out) { InstructionOps::pack_units(x, k, out); }
-  // 16 rows' 32 elements into 32 units of 16 rows.
-  static void transpose_chunk(const uint16_t* src, int64_t stride, uint16_t* out) {
-    for (int64_t r = 0; r < 16; ++r)
-      for (int64_t u = 0; u < 32; ++u) out[16 * u + r] = src[r * stride + u];
-  }
-};
-
-const bf16::Matmul& avx2_matmul() { return columns::Interface<Avx2Ops>::matmul; }
-
-}  // namespace
-
-HWY_POP_ATTRIBUTES
-
 namespace {
 bool cpu_has_instructions() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -130,15 +90,9 @@ bool cpu_has_instructions() {
                           __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   return has;
 }
-bool cpu_has_avx2() {
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
-  return has;
-}
 }  // namespace
 
 const bf16::Matmul* instructions() { return cpu_has_instructions() ? &column_matmul() : nullptr; }
-const bf16::Matmul* avx2_instructions() { return cpu_has_avx2() ? &avx2_matmul() : nullptr; }
 
 bool enabled() {
   static const bool on = bf16::switched_on("TESSERA_F16_COLUMNS");
@@ -148,7 +102,6 @@ bool enabled() {
 #else  // not x86-64
 
 const bf16::Matmul* instructions() { return nullptr; }
-const bf16::Matmul* avx2_instructions() { return nullptr; }
 bool enabled() { return false; }
 
 #endif
