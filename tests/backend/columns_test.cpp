@@ -1,5 +1,6 @@
 // The matmul of 16-bit weights in column order (backend/cpu/columns_kernel.h), for bf16
-// (vdpbf16ps) and f16 (FMAs on F16C's widening, on AVX-512 and on AVX2 in the same order):
+// (vdpbf16ps) and f16 (FMAs on F16C's widening, on AVX-512 and on AVX2 in the same order),
+// and for bf16 on AVX2 (FMAs on the weights widened, element by element):
 //   - every output is summed in the order the kernel states (one lane along k), bitwise,
 //     for one token and many, across k blocks and partial columns, run with the portable
 //     emulations (bf16_dot_emulated.h, f16_columns_emulated.h) on every machine;
@@ -7,8 +8,8 @@
 //     give the bits of rows one after another;
 //   - the instructions give bitwise what the emulations give, whole and in the GEMM's
 //     pieces, and the dispatched matmul takes them: bf16 on a CPU with AVX-512 BF16 and
-//     without AMX (the Zen 5 dev VM), f16 on any AVX-512 CPU and, with dispatch narrowed
-//     to AVX2, on any AVX2 CPU; others skip, saying so.
+//     without AMX (the Zen 5 dev VM), f16 on any AVX-512 CPU, and with dispatch narrowed
+//     to AVX2 both on any AVX2 CPU; others skip, saying so.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/bf16_columns_avx2.h"
+#include "backend/cpu/bf16_columns_avx2_emulated.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/bf16_dot_emulated.h"
 #include "backend/cpu/f16_columns.h"
@@ -59,7 +62,7 @@ struct F16 {
   static constexpr DType kDType = DType::kF16;
   static constexpr int64_t kTarget = 0;
   static const cpu::bf16::Matmul* instructions() { return cpu::f16_columns::instructions(); }
-  static bool dispatched() { return cpu::f16_columns_active(); }
+  static bool dispatched() { return cpu::columns_active(kDType); }
   static float step(float acc, const uint16_t* w, const float* x, int64_t k, int64_t i) {
     return i < k ? std::fma(Ops::widen(w[i]), x[i], acc) : std::fma(0.0f, 0.0f, acc);
   }
@@ -73,10 +76,23 @@ struct F16Avx2 : F16 {
   static constexpr int64_t kTarget = HWY_AVX2;
   static const cpu::bf16::Matmul* instructions() { return cpu::f16_columns::avx2_instructions(); }
 };
+// AVX2's bf16: each pair's even element, then its odd one, widened, x as it is.
+struct Bf16Avx2 {
+  using Ops = cpu::bf16_columns_avx2::EmulatedOps;
+  static constexpr DType kDType = DType::kBF16;
+  static constexpr int64_t kTarget = HWY_AVX2;
+  static const cpu::bf16::Matmul* instructions() { return cpu::bf16_columns_avx2::instructions(); }
+  static bool dispatched() { return cpu::columns_active(kDType); }
+  static float step(float acc, const uint16_t* w, const float* x, int64_t k, int64_t p) {
+    for (const int64_t i : {2 * p, 2 * p + 1})  // past k: the zero padding
+      acc = i < k ? std::fma(Ops::widen(w[i]), x[i], acc) : std::fma(0.0f, 0.0f, acc);
+    return acc;
+  }
+};
 
 template <typename D>
 class ColumnsTest : public ::testing::Test {};
-using Dtypes = ::testing::Types<Bf16, F16, F16Avx2>;
+using Dtypes = ::testing::Types<Bf16, F16, F16Avx2, Bf16Avx2>;
 TYPED_TEST_SUITE(ColumnsTest, Dtypes);
 
 // n random weights of the dtype (their bits).
@@ -95,9 +111,9 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
                                    int64_t group = 1) {
   using Ops = typename D::Ops;
   std::vector<float> y(static_cast<size_t>(tokens * rows), std::nanf(""));
-  std::vector<uint32_t> xp(static_cast<size_t>(tokens * columns::units<Ops>(k)));
+  std::vector<uint32_t> xp(static_cast<size_t>(tokens * columns::words<Ops>(k)));
   columns::pack_x<Ops>(x, k, 0, tokens, xp.data());
-  auto scratch = hwy::AllocateAligned<uint16_t>(columns::kScratchElements);
+  auto scratch = hwy::AllocateAligned<uint16_t>(columns::kScratch<Ops>);
   columns::matmul<Ops>(xp.data(), tokens, {w, k, rows, group}, y.data(), rows, scratch.get(),
                        group == cpu::kColumns ? 2048 : 0);
   return y;

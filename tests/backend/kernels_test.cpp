@@ -143,10 +143,10 @@ TEST_P(MatmulTest, SumsInTheStatedOrderOnEveryTarget) {
   const int targets_run = for_each_target([&](int64_t target, size_t lanes) {
     const bool fused = target == HWY_AVX3 || target == HWY_AVX2;
     // bf16 weights on AVX-512 BF16 follow bf16_dot_kernel.h's or columns_kernel.h's
-    // order instead, f16 weights on AVX-512 and AVX2 columns_kernel.h's, tested bitwise in
-    // bf16_dot_test.cpp and columns_test.cpp.
+    // order instead, 16-bit weights on AVX-512 and AVX2 columns_kernel.h's, tested bitwise
+    // in bf16_dot_test.cpp and columns_test.cpp.
     if (GetParam() == DType::kBF16 && cpu::bf16_dot_active()) return;
-    if (GetParam() == DType::kF16 && cpu::f16_columns_active()) return;
+    if (GetParam() != DType::kF32 && cpu::columns_active(GetParam())) return;
     for (const int64_t count : {int64_t{1}, tokens}) {
       std::vector<float> y(static_cast<size_t>(count * rows));
       cpu::matmul_rows(x.data(), count, k, bytes.data(), GetParam(), rows, y.data(), rows);

@@ -21,6 +21,9 @@
 //       acc += w[2p] * x[2p], each step rounded to nearest even, bf16 subnormals read as
 //       zero, a subnormal result flushed to zero;
 //     f16 (kUnit 1; x as it is, f32): acc = fma(w[i], x[i], acc), w widened exactly;
+//     bf16 widened (kUnit 2, AVX2, which has no bf16 dot product; x as it is, f32):
+//       acc = fma(w[2p], x[2p], acc), then acc = fma(w[2p+1], x[2p+1], acc), w widened
+//       exactly: f16's step, element by element;
 //   the output is acc.
 // This is neither bf16_dot_kernel.h's order nor matmul.cpp's (which sum lanes of a row's
 // chunks and add the lanes as a tree), so a process takes one order for every matmul of a
@@ -37,6 +40,13 @@
 // floats, any alignment); pack_units(x, k, out) (a token's padded_k(k) / kUnit units,
 // zeros past k); transpose_chunk(src, stride, out) (16 rows' chunks of kChunk elements,
 // `stride` elements apart from src, into kChunk / kUnit units of 16 rows at out).
+// Optionally Wide, an Ops of kUnit 1 over f32 columns, and widen(col, n, out, ahead): then
+// x is packed as f32 (padded_k(k) words a token; broadcast_unit(x) gives a unit's kUnit
+// words), and a GEMM (kGemmTokens or more) widens each column's block into f32 first (n
+// units into n * kUnit units of 16 floats, element by element, decode's hint as steps')
+// and runs Wide's steps on it, while fewer tokens run Ops' own steps, widening as they go:
+// the same sums (bf16 on AVX2: the GEMM widens a block once for all its tokens, not once
+// a tile, and decode does not write what it reads once).
 #ifndef TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 #define TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 
@@ -65,6 +75,21 @@ template <typename Ops>
 inline int64_t units(int64_t k) {
   return padded_k(k) / Ops::kUnit;
 }
+
+// Whether Ops widens its blocks (above), and the 32-bit words of a token's packed x.
+template <typename Ops>
+inline constexpr bool kWidens = requires {
+  typename Ops::Wide;
+};
+template <typename Ops>
+inline int64_t words(int64_t k) {
+  return kWidens<Ops> ? padded_k(k) : units<Ops>(k);
+}
+
+// 16-bit elements of a call's scratch: the copied columns, then for Ops that widen the
+// f32 block (kScratchElements floats).
+template <typename Ops>
+inline constexpr int64_t kScratch = kWidens<Ops> ? 3 * kScratchElements : kScratchElements;
 
 // Column c's units [u0, u0 + n) (whole chunks, or to the last unit), 16 kUnit elements a
 // unit: in place for the column layout, else copied into `scratch` (rows past the last and
@@ -101,9 +126,9 @@ const uint16_t* column(const Weights& w, int64_t c, int64_t u0, int64_t n, uint1
 // n units of kC columns (col[c]: from the block's first unit) x kT tokens (x: token 0's
 // units from the block's first, a token `xs` units after the last): acc[c][t] in order.
 // ahead > 0: each step asks for each column's line `ahead` bytes on (a hint).
-template <typename Ops, int kC, int kT>
-inline void steps(typename Ops::Acc (&acc)[kC][kT], const uint16_t* const* col, const uint32_t* x, int64_t xs,
-                  int64_t n, int64_t ahead) {
+template <typename Ops, int kC, int kT, typename E>
+inline void steps(typename Ops::Acc (&acc)[kC][kT], const E* const* col, const uint32_t* x, int64_t xs, int64_t n,
+                  int64_t ahead) {
   constexpr int64_t kStep = kColumn * Ops::kUnit;
   for (int64_t p = 0; p < n; ++p) {
     typename Ops::W wv[kC];
@@ -112,7 +137,12 @@ inline void steps(typename Ops::Acc (&acc)[kC][kT], const uint16_t* const* col, 
       wv[c] = Ops::load(col[c] + p * kStep);
     }
     for (int t = 0; t < kT; ++t) {
-      const typename Ops::X xv = Ops::broadcast(x[t * xs + p]);
+      typename Ops::X xv;
+      if constexpr (kWidens<Ops>) {
+        xv = Ops::broadcast_unit(x + t * xs + p * Ops::kUnit);
+      } else {
+        xv = Ops::broadcast(x[t * xs + p]);
+      }
       for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
     }
   }
@@ -120,8 +150,8 @@ inline void steps(typename Ops::Acc (&acc)[kC][kT], const uint16_t* const* col, 
 
 // Outputs [t][c] of kC columns x kT tokens over n units: from zero when `first`, else from
 // y, where they are left (row r of column c at y[t * ldy + 16 c + r], rows < rows_left).
-template <typename Ops, int kC, int kT>
-void tile(const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first, int64_t ahead, float* y,
+template <typename Ops, int kC, int kT, typename E>
+void tile(const E* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first, int64_t ahead, float* y,
           int64_t ldy, int64_t rows_left) {
   using Acc = typename Ops::Acc;
   Acc acc[kC][kT];
@@ -155,9 +185,9 @@ void tile(const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, 
 
 // kC columns x kt tokens: one tile, or (two or more tokens, kC over Ops::kTileColumns)
 // tiles of kTileColumns columns side by side.
-template <typename Ops, int kC>
-void tile_tokens(int kt, const uint16_t* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first,
-                 int64_t ahead, float* y, int64_t ldy, int64_t rows_left) {
+template <typename Ops, int kC, typename E>
+void tile_tokens(int kt, const E* const* col, const uint32_t* x, int64_t xs, int64_t n, bool first, int64_t ahead,
+                 float* y, int64_t ldy, int64_t rows_left) {
   if constexpr (kC > Ops::kTileColumns) {
     if (kt > 1) {
       for (int c = 0; c < kC; c += Ops::kTileColumns)
@@ -176,42 +206,66 @@ void tile_tokens(int kt, const uint16_t* const* col, const uint32_t* x, int64_t 
   }
 }
 
-// y[t * ldy + r] for `tokens` tokens of packed x (xp: token t's units at t * units(k))
+// The tiles of kc columns (col: the block's first unit) over every token of packed x (x:
+// the block's first word of token 0, xs words a token), n units of T's.
+template <typename T, typename E>
+void block_tiles(int kc, const E* const* col, const uint32_t* x, int64_t xs, int64_t tokens, int64_t n, bool first,
+                 int64_t ahead, float* y, int64_t ldy, int64_t rows_left) {
+  for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
+    const int kt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
+    const uint32_t* xt = x + t0 * xs;
+    float* out = y + t0 * ldy;
+    switch (kc) {
+      case 1: tile_tokens<T, 1>(kt, col, xt, xs, n, first, ahead, out, ldy, rows_left); break;
+      case 2: tile_tokens<T, 2>(kt, col, xt, xs, n, first, ahead, out, ldy, rows_left); break;
+      case 3: tile_tokens<T, 3>(kt, col, xt, xs, n, first, ahead, out, ldy, rows_left); break;
+      default: tile_tokens<T, kMaxColumns>(kt, col, xt, xs, n, first, ahead, out, ldy, rows_left);
+    }
+  }
+}
+
+// y[t * ldy + r] for `tokens` tokens of packed x (xp: token t's words at t * words(k))
 // and every row of w: groups of up to kMaxColumns columns, each a k block at a time (copied
-// into columns first unless laid out so: `scratch` of kScratchElements), the tokens in
-// tiles of kMaxTokens over each block. ahead: as steps' (decode's hint, for weights in
-// the column layout).
+// into columns first unless laid out so, and widened where Ops widens: `scratch` of
+// kScratch<Ops>), the tokens in tiles of kMaxTokens over each block. ahead: as steps'
+// (decode's hint, for weights in the column layout).
 template <typename Ops>
 void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int64_t ldy, uint16_t* scratch,
             int64_t ahead) {
   constexpr int64_t kBlock = kKcElements / Ops::kUnit;  // units a block
-  const int64_t count = units<Ops>(w.k), columns = w.columns();
+  const int64_t count = units<Ops>(w.k), xs = words<Ops>(w.k), columns = w.columns();
   for (int64_t c0 = 0; c0 < columns; c0 += kMaxColumns) {
     const int kc = static_cast<int>(std::min<int64_t>(kMaxColumns, columns - c0));
     for (int64_t u0 = 0; u0 < count; u0 += kBlock) {
       const int64_t n = std::min(kBlock, count - u0);
       const uint16_t* col[kMaxColumns];
       for (int c = 0; c < kc; ++c) col[c] = column<Ops>(w, c0 + c, u0, n, scratch + c * kColumn * kKcElements);
-      for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
-        const int kt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
-        const uint32_t* x = xp + t0 * count + u0;
-        float* out = y + t0 * ldy + c0 * kColumn;
-        const int64_t rows_left = w.rows - c0 * kColumn;
-        switch (kc) {
-          case 1: tile_tokens<Ops, 1>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left); break;
-          case 2: tile_tokens<Ops, 2>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left); break;
-          case 3: tile_tokens<Ops, 3>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left); break;
-          default: tile_tokens<Ops, kMaxColumns>(kt, col, x, count, n, u0 == 0, ahead, out, ldy, rows_left);
+      float* out = y + c0 * kColumn;
+      const int64_t rows_left = w.rows - c0 * kColumn;
+      if constexpr (kWidens<Ops>) {
+        if (tokens < kGemmTokens) {
+          block_tiles<Ops>(kc, col, xp + u0 * Ops::kUnit, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
+          continue;
         }
+        float* wide = reinterpret_cast<float*>(scratch + kScratchElements);
+        const float* wcol[kMaxColumns];
+        for (int c = 0; c < kc; ++c) {
+          wcol[c] = wide + c * kColumn * kKcElements;
+          Ops::widen(col[c], n, wide + c * kColumn * kKcElements, ahead);
+        }
+        block_tiles<typename Ops::Wide>(kc, wcol, xp + u0 * Ops::kUnit, xs, tokens, n * Ops::kUnit, u0 == 0, 0, out,
+                                        ldy, rows_left);
+      } else {
+        block_tiles<Ops>(kc, col, xp + u0, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
       }
     }
   }
 }
 
-// Tokens [begin, end) of x packed into xp (token t at t * units(k)).
+// Tokens [begin, end) of x packed into xp (token t at t * words(k)).
 template <typename Ops>
 void pack_x(const float* x, int64_t k, int64_t begin, int64_t end, uint32_t* xp) {
-  for (int64_t t = begin; t < end; ++t) Ops::pack_units(x + t * k, k, xp + t * units<Ops>(k));
+  for (int64_t t = begin; t < end; ++t) Ops::pack_units(x + t * k, k, xp + t * words<Ops>(k));
 }
 
 // bf16_matmul.h's interface over the kernel with `Ops`, for the file that compiles Ops to
@@ -221,11 +275,11 @@ template <typename Ops>
 struct Interface {
   static uint16_t* scratch() {
     thread_local const hwy::AlignedFreeUniquePtr<uint16_t[]> columns =
-        hwy::AllocateAligned<uint16_t>(static_cast<size_t>(kScratchElements));
+        hwy::AllocateAligned<uint16_t>(static_cast<size_t>(kScratch<Ops>));
     TS_CHECK(columns, "[cpu] column scratch");
     return columns.get();
   }
-  static int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < kGemmTokens ? 0 : tokens * units<Ops>(k); }
+  static int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < kGemmTokens ? 0 : tokens * words<Ops>(k); }
   static void pack(const float* x, int64_t, int64_t k, int64_t begin, int64_t end, float* packed) {
     pack_x<Ops>(x, k, begin, end, reinterpret_cast<uint32_t*>(packed));
   }
@@ -233,13 +287,13 @@ struct Interface {
                           int64_t rows, float* y, int64_t ldy, int64_t group) {
     TS_CHECK(begin % kSplitTokens == 0 && begin < end && (end == tokens || end % kSplitTokens == 0),
              "[cpu] column GEMM tokens [", begin, ", ", end, ") of ", tokens);
-    columns::matmul<Ops>(reinterpret_cast<const uint32_t*>(packed) + begin * units<Ops>(k), end - begin,
+    columns::matmul<Ops>(reinterpret_cast<const uint32_t*>(packed) + begin * words<Ops>(k), end - begin,
                          {w, k, rows, group}, y + begin * ldy, ldy, scratch(), 0);
   }
   static void rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t count, float* y, int64_t ldy,
                    int64_t group) {
     thread_local std::vector<uint32_t> packed;
-    packed.resize(static_cast<size_t>(tokens * units<Ops>(k)));
+    packed.resize(static_cast<size_t>(tokens * words<Ops>(k)));
     pack_x<Ops>(x, k, 0, tokens, packed.data());
     columns::matmul<Ops>(packed.data(), tokens, {w, k, count, group}, y, ldy, scratch(),
                          group == kColumns ? decode_prefetch_bytes() : 0);

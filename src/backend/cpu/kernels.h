@@ -33,10 +33,11 @@ bool bf16_dot_active();
 // Whether they take AMX tile products (amx.h) instead: bf16_dot_active() and the CPU has
 // AMX-BF16. x is still rounded to bf16; the sums follow amx_kernel.h's order.
 bool amx_active();
-// Whether f16-weight matmuls take f16_columns.h's column order on the target dispatch
-// chose (an AVX-512 or AVX2 target, unless TESSERA_F16_COLUMNS=0), instead of this file's
-// order.
-bool f16_columns_active();
+// Whether matmuls of w_dtype weights take columns_kernel.h's column order on the target
+// dispatch chose, instead of matmul.cpp's: f16 on an AVX-512 or AVX2 target (unless
+// TESSERA_F16_COLUMNS=0); bf16 on an AVX2 target, or where bf16_dot_active() without AMX
+// (unless TESSERA_BF16_COLUMNS=0).
+bool columns_active(DType w_dtype);
 
 // matmul_rows for a few tokens (tiles only, never the GEMM), weights widened exactly to
 // f32, in matmul.cpp's order whatever bf16_dot_active() says (attention's scores over a

@@ -30,12 +30,14 @@
 //     outputs wait in a buffer between k blocks. Blocking moves where a partial sum
 //     lives, never the order in which it is summed.
 // This file's order is every target's for f32 weights, and for 16-bit weights except
-// on an AVX-512 target and for f16 on an AVX2 one, where instruction kernels take them (in
-// decode and prefill alike, so that a row stays bitwise the same alone or in a batch;
-// Highway 1.0.3, Debian 12's, has no target for AVX-512 BF16, hence the separate files):
+// on an AVX-512 or AVX2 target, where instruction kernels take them (in decode and prefill
+// alike, so that a row stays bitwise the same alone or in a batch; Highway 1.0.3, Debian
+// 12's, has no target for AVX-512 BF16, hence the separate files):
 //   - f16 weights (AVX-512 and AVX2): f16_columns.h's FMAs in column order
 //     (columns_kernel.h: each output one f32 lane along k, no lane tree), unless
 //     TESSERA_F16_COLUMNS=0;
+//   - bf16 weights on AVX2: bf16_columns_avx2.h's FMAs on them widened, in column order,
+//     unless TESSERA_BF16_COLUMNS=0;
 //   - bf16 weights where the CPU has AVX-512 BF16: amx.h's tile products where it also
 //     has AMX-BF16 (and the OS grants the tiles; amx_kernel.h states the order), else
 //     bf16_dot.h's dot products in column order (columns_kernel.h), or in row order
@@ -52,6 +54,7 @@
 #include <vector>
 
 #include "backend/cpu/amx.h"
+#include "backend/cpu/bf16_columns_avx2.h"
 #include "backend/cpu/bf16_dot.h"
 #include "backend/cpu/f16_columns.h"
 #include "backend/cpu/kernels.h"
@@ -585,7 +588,8 @@ HWY_INLINE auto with_weight_type(DType dtype, Fn&& fn) {
 
 // The instruction kernel (bf16_matmul.h) that weights of w_dtype take, or nullptr for
 // this file's own paths: f16 weights on an AVX-512 or AVX2 target take f16_columns.h's
-// column order unless TESSERA_F16_COLUMNS=0; bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
+// column order unless TESSERA_F16_COLUMNS=0, bf16 weights on an AVX2 target
+// bf16_columns_avx2.h's unless TESSERA_BF16_COLUMNS=0; bf16 weights on an AVX-512 target whose CPU has AVX-512 BF16,
 // unless TESSERA_BF16_DOT=0 (bf16_dot::enabled; a test that narrows dispatch to AVX2 gets
 // the widening order on the same CPU), take amx.h's tile products where the CPU has
 // AMX-BF16 too (unless TESSERA_AMX=0), else bf16_dot.h's dot products, in the column
@@ -597,15 +601,20 @@ HWY_INLINE const bf16::Matmul* instruction_kernel(DType w_dtype) {
   if (amx::enabled()) return amx::instructions();
   return bf16_dot::columns_enabled() ? bf16_dot::columns() : bf16_dot::instructions();
 #elif HWY_TARGET == HWY_AVX2
-  return w_dtype == DType::kF16 && f16_columns::enabled() ? f16_columns::avx2_instructions() : nullptr;
+  if (w_dtype == DType::kF16) return f16_columns::enabled() ? f16_columns::avx2_instructions() : nullptr;
+  if (w_dtype == DType::kBF16) return bf16_columns_avx2::enabled() ? bf16_columns_avx2::instructions() : nullptr;
+  return nullptr;
 #else
   (void)w_dtype;
   return nullptr;
 #endif
 }
 
-bool Bf16DotActive() { return instruction_kernel(DType::kBF16) != nullptr; }
-bool F16ColumnsActive() { return instruction_kernel(DType::kF16) != nullptr; }
+bool Bf16DotActive() { return HWY_TARGET != HWY_AVX2 && instruction_kernel(DType::kBF16) != nullptr; }
+bool ColumnsActive(DType w_dtype) {
+  const bf16::Matmul* m = instruction_kernel(w_dtype);
+  return m != nullptr && m->row_group() == kColumns;
+}
 bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 
 // The group of rows that weights of w_dtype are laid out in (kernels.h): the instruction
@@ -699,7 +708,7 @@ HWY_EXPORT(MatmulRowGroup);
 HWY_EXPORT(DotRows);
 HWY_EXPORT(Bf16DotActive);
 HWY_EXPORT(AmxActive);
-HWY_EXPORT(F16ColumnsActive);
+HWY_EXPORT(ColumnsActive);
 HWY_EXPORT(MatmulPackedFloats);
 HWY_EXPORT(MatmulPackX);
 HWY_EXPORT(MatmulSplitOf);
@@ -719,7 +728,7 @@ void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_
 }
 bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
 bool amx_active() { return HWY_DYNAMIC_DISPATCH(AmxActive)(); }
-bool f16_columns_active() { return HWY_DYNAMIC_DISPATCH(F16ColumnsActive)(); }
+bool columns_active(DType w_dtype) { return HWY_DYNAMIC_DISPATCH(ColumnsActive)(w_dtype); }
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype) {
   return HWY_DYNAMIC_DISPATCH(MatmulPackedFloats)(tokens, k, w_dtype);
 }
