@@ -5,10 +5,12 @@
 // micro-kernel's 4 columns x 6 tokens of outputs stay in 24 registers through a k block
 // (AVX-512; AVX2's 16 registers hold 1 column x 6 tokens, a column being two vectors), and
 // in y between blocks. Written once over an `Ops` type, as bf16_dot_kernel.h is (and with
-// the same rules for what is included before it): bf16_dot.cpp instantiates it with
-// AVX-512 BF16's vdpbf16ps, f16_columns.cpp with AVX-512 and with AVX2 FMAs on f16
-// widened by F16C, the tests with the emulations (bf16_dot_emulated.h,
-// f16_columns_emulated.h).
+// the same rules for what is included before it, once a file: its templates take the
+// instructions of the attribute region it is included in): bf16_dot.cpp instantiates it
+// with AVX-512 BF16's vdpbf16ps, f16_columns.cpp and f16_columns_avx2.cpp with AVX-512's
+// and AVX2's FMAs on f16 widened by F16C, bf16_columns_avx2.cpp with AVX2 FMAs on bf16
+// widened by a shift, the tests with the emulations (bf16_dot_emulated.h,
+// f16_columns_emulated.h, bf16_columns_avx2_emulated.h).
 //
 // The order of every output's sum, whatever the number of tokens in the call or the
 // layout of the weights (one-token decode and prefill's GEMM run exactly this sequence,
