@@ -30,6 +30,7 @@ namespace tessera::cpu::bf16_columns_avx2 {
 HWY_PUSH_ATTRIBUTES("avx2,fma")
 
 }  // namespace tessera::cpu::bf16_columns_avx2
+#include "backend/cpu/avx2_transpose.h"
 #include "backend/cpu/columns_kernel.h"
 namespace tessera::cpu::bf16_columns_avx2 {
 
@@ -109,8 +110,7 @@ struct InstructionOps {
   }
   // 16 rows' 32 elements into 16 units of 16 rows' pairs (32-bit words transposed).
   static void transpose_chunk(const uint16_t* src, int64_t stride, uint16_t* out) {
-    for (int64_t r = 0; r < 16; ++r)
-      for (int64_t u = 0; u < 16; ++u) std::memcpy(out + 32 * u + 2 * r, src + r * stride + 2 * u, 4);
+    avx2::transpose16_words(reinterpret_cast<const uint32_t*>(src), stride / 2, reinterpret_cast<uint32_t*>(out));
   }
 };
 

@@ -30,6 +30,7 @@ namespace tessera::cpu::f16_columns {
 HWY_PUSH_ATTRIBUTES("avx2,f16c,fma")
 
 }  // namespace tessera::cpu::f16_columns
+#include "backend/cpu/avx2_transpose.h"
 #include "backend/cpu/columns_kernel.h"
 namespace tessera::cpu::f16_columns {
 
@@ -62,10 +63,22 @@ struct Avx2Ops {
     std::memcpy(out, x, static_cast<size_t>(k) * sizeof(float));
     std::memset(out + k, 0, static_cast<size_t>(bf16::padded_k(k) - k) * sizeof(float));
   }
-  // 16 rows' 32 elements into 32 units of 16 rows.
+  // 16 rows' 32 elements into 32 units of 16 rows: their pairs transposed as 32-bit words
+  // (16 rows' pair p in two vectors), then each pair's low elements (unit 2p) and high ones
+  // (unit 2p + 1) packed apart.
   static void transpose_chunk(const uint16_t* src, int64_t stride, uint16_t* out) {
-    for (int64_t r = 0; r < 16; ++r)
-      for (int64_t u = 0; u < 32; ++u) out[16 * u + r] = src[r * stride + u];
+    alignas(32) uint32_t pairs[16 * 16];
+    avx2::transpose16_words(reinterpret_cast<const uint32_t*>(src), stride / 2, pairs);
+    const __m256i low = _mm256_set1_epi32(0xFFFF);
+    for (int p = 0; p < 16; ++p) {
+      const __m256i a = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs + 16 * p));
+      const __m256i b = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs + 16 * p + 8));
+      // packus works within 128-bit lanes: a's and b's halves alternate until the permute.
+      const __m256i even = _mm256_packus_epi32(_mm256_and_si256(a, low), _mm256_and_si256(b, low));
+      const __m256i odd = _mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * p), _mm256_permute4x64_epi64(even, 0xD8));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * p + 16), _mm256_permute4x64_epi64(odd, 0xD8));
+    }
   }
 };
 
