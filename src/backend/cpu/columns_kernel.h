@@ -126,7 +126,8 @@ const uint16_t* column(const Weights& w, int64_t c, int64_t u0, int64_t n, uint1
 }
 
 // n units of kC columns (col[c]: from the block's first unit) x kT tokens (x: token 0's
-// units from the block's first, a token `xs` units after the last): acc[c][t] in order.
+// words from the block's first unit, a token `xs` words after the last): acc[c][t] in
+// order.
 // ahead > 0: each step asks for each column's line `ahead` bytes on (a hint).
 template <typename Ops, int kC, int kT, typename E>
 inline void steps(typename Ops::Acc (&acc)[kC][kT], const E* const* col, const uint32_t* x, int64_t xs, int64_t n,
