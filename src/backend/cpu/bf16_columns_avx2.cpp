@@ -30,7 +30,7 @@ namespace tessera::cpu::bf16_columns_avx2 {
 HWY_PUSH_ATTRIBUTES("avx2,fma")
 
 }  // namespace tessera::cpu::bf16_columns_avx2
-#include "backend/cpu/avx2_transpose.h"
+#include "backend/cpu/avx2_columns.h"
 #include "backend/cpu/columns_kernel.h"
 namespace tessera::cpu::bf16_columns_avx2 {
 
@@ -38,26 +38,11 @@ namespace {
 
 // bf16_columns_avx2_emulated.h's Ops on the instructions.
 struct InstructionOps {
-  // The tiles' steps over the widened block: a column's 16 f32 lanes are two vectors, so
-  // a tile of several tokens is one column x 6 tokens (12 accumulators, the column and x).
-  struct WideOps {
-    struct Acc {
-      __m256 lo, hi;
-    };
-    using W = Acc;
-    using X = __m256;
+  // The tiles' steps over the widened block: one f32 element of 16 rows a unit.
+  struct WideOps : avx2::Lanes {
     static constexpr int64_t kUnit = 1;
-    static constexpr int kTileColumns = 1;
 
-    static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
     static W load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-    static X broadcast(uint32_t bits) { return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(bits))); }
-    static Acc dot(Acc acc, W w, X x) { return {_mm256_fmadd_ps(w.lo, x, acc.lo), _mm256_fmadd_ps(w.hi, x, acc.hi)}; }
-    static Acc loadu_acc(const float* p) { return load(p); }
-    static void storeu_acc(float* p, Acc a) {
-      _mm256_storeu_ps(p, a.lo);
-      _mm256_storeu_ps(p + 8, a.hi);
-    }
   };
   using Wide = WideOps;  // (a type of another name: WideOps::WideOps names WideOps itself)
 
@@ -104,10 +89,7 @@ struct InstructionOps {
       _mm256_storeu_ps(even_out + 24, w.odd_hi);
     }
   }
-  static void pack_units(const float* x, int64_t k, uint32_t* out) {
-    std::memcpy(out, x, static_cast<size_t>(k) * sizeof(float));
-    std::memset(out + k, 0, static_cast<size_t>(bf16::padded_k(k) - k) * sizeof(float));
-  }
+  static void pack_units(const float* x, int64_t k, uint32_t* out) { Wide::pack_f32(x, k, bf16::padded_k(k), out); }
   // 16 rows' 32 elements into 16 units of 16 rows' pairs (32-bit words transposed).
   static void transpose_chunk(const uint16_t* src, int64_t stride, uint16_t* out) {
     avx2::transpose16_words(reinterpret_cast<const uint32_t*>(src), stride / 2, reinterpret_cast<uint32_t*>(out));

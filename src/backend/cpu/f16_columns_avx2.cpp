@@ -30,39 +30,21 @@ namespace tessera::cpu::f16_columns {
 HWY_PUSH_ATTRIBUTES("avx2,f16c,fma")
 
 }  // namespace tessera::cpu::f16_columns
-#include "backend/cpu/avx2_transpose.h"
+#include "backend/cpu/avx2_columns.h"
 #include "backend/cpu/columns_kernel.h"
 namespace tessera::cpu::f16_columns {
 
 namespace {
 
-// The same steps on AVX2: a column's 16 lanes are two vectors, so a tile of several tokens
-// is one column x 6 tokens (12 accumulators, the column and x: 15 of the 16 registers).
-struct Avx2Ops {
-  struct Acc {
-    __m256 lo, hi;
-  };
-  using W = Acc;
-  using X = __m256;
+// The AVX-512 kernel's steps on AVX2 (avx2::Lanes: a column's 16 lanes are two vectors).
+struct Avx2Ops : avx2::Lanes {
   static constexpr int64_t kUnit = 1;
-  static constexpr int kTileColumns = 1;
 
-  static Acc zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static W load(const uint16_t* p) {
     return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
   }
-  static X broadcast(uint32_t bits) { return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(bits))); }
-  static Acc dot(Acc acc, W w, X x) { return {_mm256_fmadd_ps(w.lo, x, acc.lo), _mm256_fmadd_ps(w.hi, x, acc.hi)}; }
-  static Acc loadu_acc(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-  static void storeu_acc(float* p, Acc a) {
-    _mm256_storeu_ps(p, a.lo);
-    _mm256_storeu_ps(p + 8, a.hi);
-  }
-  static void pack_units(const float* x, int64_t k, uint32_t* out) {
-    std::memcpy(out, x, static_cast<size_t>(k) * sizeof(float));
-    std::memset(out + k, 0, static_cast<size_t>(bf16::padded_k(k) - k) * sizeof(float));
-  }
+  static void pack_units(const float* x, int64_t k, uint32_t* out) { pack_f32(x, k, bf16::padded_k(k), out); }
   // 16 rows' 32 elements into 32 units of 16 rows: their pairs transposed as 32-bit words
   // (16 rows' pair p in two vectors), then each pair's low elements (unit 2p) and high ones
   // (unit 2p + 1) packed apart.
