@@ -7,36 +7,17 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cpu/f16_columns_emulated.h"
+
 namespace tessera::cpu::bf16_columns_avx2 {
 
 struct EmulatedOps {
-  // The tiles' steps over the widened block: one f32 element of 16 rows a unit.
-  struct WideOps {
-    struct Acc {
-      float v[16];
-    };
-    using W = Acc;
-    using X = float;
-    static constexpr int64_t kUnit = 1;
+  // The tiles' steps over the widened block: one f32 element of 16 rows a unit, f16's
+  // emulated steps on weights already f32.
+  struct WideOps : f16_columns::EmulatedOps {
     static constexpr int kTileColumns = 1;
 
-    static Acc zero() { return Acc{}; }
-    static W load(const float* p) {
-      W w;
-      std::memcpy(w.v, p, sizeof(w.v));
-      return w;
-    }
-    static X broadcast(uint32_t bits) {
-      float x;
-      std::memcpy(&x, &bits, sizeof(x));
-      return x;
-    }
-    static Acc dot(Acc acc, const W& w, X x) {
-      for (int j = 0; j < 16; ++j) acc.v[j] = std::fma(w.v[j], x, acc.v[j]);
-      return acc;
-    }
-    static Acc loadu_acc(const float* p) { return load(p); }
-    static void storeu_acc(float* p, const Acc& a) { std::memcpy(p, a.v, sizeof(a.v)); }
+    static W load(const float* p) { return loadu_acc(p); }
   };
   using Wide = WideOps;  // (a type of another name: WideOps::WideOps names WideOps itself)
 
