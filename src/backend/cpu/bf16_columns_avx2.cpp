@@ -36,19 +36,19 @@ namespace tessera::cpu::bf16_columns_avx2 {
 
 namespace {
 
-// bf16_columns_avx2_emulated.h's Ops on the instructions.
-struct InstructionOps {
+// bf16_columns_avx2_emulated.h's Ops on the instructions (Acc and its loads and stores
+// avx2::Lanes').
+struct InstructionOps : avx2::Lanes {
   // The tiles' steps over the widened block: one f32 element of 16 rows a unit.
   struct WideOps : avx2::Lanes {
     static constexpr int64_t kUnit = 1;
 
-    static W load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+    static W load(const float* p) { return loadu_acc(p); }
   };
   using Wide = WideOps;  // (a type of another name: WideOps::WideOps names WideOps itself)
 
   // Fewer tokens' steps, a unit (16 rows' pair) widened as it is read: its even elements
   // (low halves, shifted up), then its odd ones (high halves, the low halves cleared).
-  using Acc = Wide::Acc;
   struct W {
     __m256 even_lo, even_hi, odd_lo, odd_hi;
   };
@@ -56,13 +56,11 @@ struct InstructionOps {
     __m256 even, odd;
   };
   static constexpr int64_t kUnit = 2;
-  static constexpr int kTileColumns = 1;
 
   static __m256 even(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
   static __m256 odd(__m256i pairs) {
     return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
-  static Acc zero() { return Wide::zero(); }
   static W load(const uint16_t* p) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
@@ -73,8 +71,6 @@ struct InstructionOps {
     acc = Wide::dot(acc, {w.even_lo, w.even_hi}, x.even);
     return Wide::dot(acc, {w.odd_lo, w.odd_hi}, x.odd);
   }
-  static Acc loadu_acc(const float* p) { return Wide::loadu_acc(p); }
-  static void storeu_acc(float* p, Acc a) { Wide::storeu_acc(p, a); }
 
   // n units into 2n units of 16 floats, each as load() widens it.
   static void widen(const uint16_t* col, int64_t n, float* out, int64_t ahead) {
