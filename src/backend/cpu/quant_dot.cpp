@@ -83,6 +83,19 @@ HWY_INLINE float f16_at(const uint8_t* p) {
 
 HWY_INLINE __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
+HWY_INLINE uint64_t u16_at(const uint8_t* p) { return uint64_t{p[0]} | uint64_t{p[1]} << 8; }
+// The f16 at offset `at` of 4 units as 4 words.
+HWY_INLINE uint64_t f16x4(const uint8_t* const* b, size_t at) {
+  return u16_at(b[0] + at) | u16_at(b[1] + at) << 16 | u16_at(b[2] + at) << 32 | u16_at(b[3] + at) << 48;
+}
+
+// Q4_0's unsigned q of the unit at b: the 16 bytes in both halves, the high half shifted
+// down by 4, so low nibbles (elements 0-15) then high ones (16-31).
+HWY_INLINE __m256i q4_0_q(const uint8_t* b) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
+  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+}
+
 // The products of one group as 16 int16 pairs (elements 2 j, 2 j + 1), for weights w in
 // [0, 63] (unsigned) and x in [-127, 127]: at most 2 * 63 * 127, no saturation.
 HWY_INLINE __m256i pairs_u(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
@@ -178,10 +191,7 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, i
 // Q4_0: (q - 8) x is computed as q x - 8 x (q in [0, 15]; q4_0_lanes).
 template <int kTile>
 TESSERA_VNNI HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
-  // The 16 bytes in both halves; the high half shifted down by 4: low nibbles, then high.
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
-  const __m256i q =
-      _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+  const __m256i q = q4_0_q(b);
   const float d = f16_at(b);
   for (int t = 0; t < kTile; ++t) {
     const Q8Block& xt = x[t * x_step];
@@ -192,23 +202,27 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, i
 
 // Q4_K and Q5_K: sub-block g's values are the low (even g) or high (odd g) nibbles of
 // qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4; the 12 bytes at b + 4 hold
-// the 6-bit scales and mins (scale_min's layout, unpacked here 4 at a time).
-template <DType kT, int kTile>
-TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
-  constexpr bool kFive = kT == DType::kQ5_K;
+// the 6-bit scales and mins (scale_min's layout), unpacked here 4 at a time into a
+// byte each: sc the 8 scales, mn the 8 mins.
+HWY_INLINE void k_scales_mins(const uint8_t* b, uint64_t& sc, uint64_t& mn) {
   uint32_t u[3];
   std::memcpy(u, b + 4, sizeof u);
   constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, kHigh = 0x30303030;
-  const uint64_t sc = (u[0] & k6) | uint64_t{(u[2] & k4) | ((u[0] >> 2) & kHigh)} << 32;
-  const uint64_t mn = (u[1] & k6) | uint64_t{((u[2] >> 4) & k4) | ((u[1] >> 2) & kHigh)} << 32;
-  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
+  sc = (u[0] & k6) | uint64_t{(u[2] & k4) | ((u[0] >> 2) & kHigh)} << 32;
+  mn = (u[1] & k6) | uint64_t{((u[2] >> 4) & k4) | ((u[1] >> 2) & kHigh)} << 32;
+}
 
+// The lanes P of a Q4_K/Q5_K unit (its scales sc) against kTile tokens into p[t]; each
+// group's weight vector is made once and meets every token.
+template <DType kT, int kTile>
+TESSERA_VNNI HWY_INLINE void k_lanes(const uint8_t* b, uint64_t sc, const Q8KBlock* x, int64_t x_step, __m256i* p) {
+  constexpr bool kFive = kT == DType::kQ5_K;
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc))));
   const uint8_t* qs = kFive ? b + 48 : b + 16;
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   [[maybe_unused]] const __m256i bit4 = _mm256_set1_epi8(0x10);
   [[maybe_unused]] __m256i qh = kFive ? load32(b + 16) : __m256i{};
-  __m256i p[kTile];
-  for (__m256i& pt : p) pt = _mm256_setzero_si256();
+  for (int t = 0; t < kTile; ++t) p[t] = _mm256_setzero_si256();
   for (int i = 0; i < 4; ++i) {
     const __m256i v = load32(qs + 32 * i);
     __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -224,15 +238,27 @@ TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int
       p[t] = madd_add(p[t], pairs_u(hi, load32(xq + 32)), scale_hi);
     }
   }
+}
+
+// The token's 8 sums of bsums in pairs (bsums[2 j] + bsums[2 j + 1]) as int16.
+HWY_INLINE __m128i bsum_pairs(const Q8KBlock& x) {
+  return _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
+                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
+}
+
+template <DType kT, int kTile>
+TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
+  uint64_t sc, mn;
+  k_scales_mins(b, sc, mn);
+  __m256i p[kTile];
+  k_lanes<kT, kTile>(b, sc, x, x_step, p);
   const float d = f16_at(b), dmin = f16_at(b + 2);
   const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
   for (int t = 0; t < kTile; ++t) {
     const Q8KBlock& xt = x[t * x_step];
     add_unit(d, xt.d, p[t], acc[t]);
     // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]), exact in int32.
-    const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums)),
-                                             _mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums + 8)));
-    __m128i m = _mm_madd_epi16(mins, pair_sums);
+    __m128i m = _mm_madd_epi16(mins, bsum_pairs(xt));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
     acc[t].m = std::fma(dmin * xt.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc[t].m);
@@ -282,8 +308,7 @@ TESSERA_VNNI HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, co
   __m256 dw[kRows];
   for (int r = 0; r < kRows; ++r) {
     const uint8_t* br = b + r * row_step;
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(br + 2)));
-    q[r] = _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
+    q[r] = q4_0_q(br);
     dw[r] = _mm256_set1_ps(f16_at(br));
   }
   for (int t = 0; t < kTile; ++t) {
@@ -453,12 +478,6 @@ TESSERA_VNNI HWY_INLINE __m512i pair16(const uint8_t* a, const uint8_t* b) {
 TESSERA_VNNI HWY_INLINE __m512i both32(const int8_t* x) { return _mm512_broadcast_i64x4(load32(x)); }
 // A 32-byte vpshufb pattern (Pick) in both halves.
 TESSERA_VNNI HWY_INLINE __m512i both_pick(const Pick& p) { return both32(reinterpret_cast<const int8_t*>(p.bytes)); }
-
-HWY_INLINE uint64_t u16_at(const uint8_t* p) { return uint64_t{p[0]} | uint64_t{p[1]} << 8; }
-// The f16 at offset `at` of 4 units as 4 words.
-HWY_INLINE uint64_t f16x4(const uint8_t* const* b, size_t at) {
-  return u16_at(b[0] + at) | u16_at(b[1] + at) << 16 | u16_at(b[2] + at) << 32 | u16_at(b[3] + at) << 48;
-}
 
 // The kernels below are short of vector instructions. Where the CPU has GFNI (kGfni),
 // one vgf2p8affineqb moves bits within each byte and clears the others, where a shift
@@ -668,12 +687,10 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
             pair_k<kT == DType::kQ5_K, kGfni>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xt);  // lanes 0, 0, 1, 1
         p23 =
             pair_k<kT == DType::kQ5_K, kGfni>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xt);  // lanes 2, 2, 3, 3
-        const __m128i pair_sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums)),
-                                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(xt.bsums + 8)));
         const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-        m = _mm_fmadd_ps(_mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
-                         _mm_cvtepi32_ps(mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), pair_sums)),
-                         m);
+        m = _mm_fmadd_ps(
+            _mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
+            _mm_cvtepi32_ps(mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), bsum_pairs(xt))), m);
       }
       const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt))));
       const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
@@ -692,6 +709,117 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
 #if HWY_COMPILER_GCC_ACTUAL
 #pragma GCC diagnostic pop
 #endif
+#endif
+
+#if TESSERA_QUANT_DOT_AVX2 && !TESSERA_QUANT_DOT_VNNI
+// Decode (one token) of Q8_0 and Q4_0 on AVX2 without VNNI: rows r, r + part, r + 2 part
+// and r + 3 part (as dot_rows_one_token deals them) side by side, one a 256-bit
+// register, as decode_pairs32 takes them with VNNI. dot_block spent as many
+// instructions on each unit's scales as on its products, and the kernel was short of
+// instructions, not of memory (docs/benchmarks.md): here the 4 rows' d_w are one
+// conversion and d_w * d_x one multiply (each row's D then one permute), and the
+// token's x and Q4_0's 8 x are made once for the 4 rows. The same integers and f32
+// steps, so the same bits as dot_block<kT, 4, 1>.
+template <DType kT>
+HWY_NOINLINE void decode_quads32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Q8Block* x,
+                                 float* y) {
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  const size_t step = static_cast<size_t>(part) * row_bytes;
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
+    for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t u = 0; u < units; ++u) {
+      const size_t off = static_cast<size_t>(u) * kBytes;
+      if (u % 2 == 0)
+        for (const uint8_t* rs : r) hwy::Prefetch(rs + off + kPrefetchAhead);
+      const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
+      const Q8Block& xt = x[u];
+      const __m256i xv = load32(xt.qs);
+      [[maybe_unused]] const __m256i bias = kT == DType::kQ4_0 ? q4_0_bias(xv) : __m256i{};
+      const __m256 d = _mm256_castps128_ps256(
+          _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), _mm_set1_ps(xt.d)));
+      const auto row = [&](int s, __m256 acc) {
+        __m256i p;
+        if constexpr (kT == DType::kQ8_0) {
+          const __m256i wv = load32(b[s] + 2);
+          p = dot4_add(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+        } else {
+          p = q4_0_lanes(q4_0_q(b[s]), xv, bias);
+        }
+        return _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(s)), _mm256_cvtepi32_ps(p), acc);
+      };
+      acc0 = row(0, acc0);
+      acc1 = row(1, acc1);
+      acc2 = row(2, acc2);
+      acc3 = row(3, acc3);
+    }
+    y[i] = finish(Acc{acc0, 0.0f});
+    y[i + part] = finish(Acc{acc1, 0.0f});
+    y[i + 2 * part] = finish(Acc{acc2, 0.0f});
+    y[i + 3 * part] = finish(Acc{acc3, 0.0f});
+  }
+}
+
+// The same for Q4_K and Q5_K: the rows' d_w and dmin converted together, and the mins
+// term M of the 4 rows in one set of vectors (exact integers in any order, then the f32
+// steps of dot_unit_k lane by lane); each unit's bytes kPrefetchAhead on asked for, as
+// in dot_block. (Q6_K's rows the same way ran 12 % slower than dot_block's: its
+// unpacked groups and 4 rows' bias spill AVX2's 16 registers.)
+template <DType kT>
+HWY_NOINLINE void decode_quads_k(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Q8KBlock* x,
+                                 float* y) {
+  static_assert(kMins<kT>);
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  const size_t step = static_cast<size_t>(part) * row_bytes;
+  for (int64_t i = 0; i < part; ++i) {
+    const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
+    for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m128 m = _mm_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const size_t off = static_cast<size_t>(u) * kBytes;
+      const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
+      for (const uint8_t* bs : b)
+        for (size_t line = 0; line < kBytes; line += 64) hwy::Prefetch(bs + kPrefetchAhead + line);
+      const Q8KBlock& xt = x[u];
+      const __m128 dx = _mm_set1_ps(xt.d);
+      const __m256 d =
+          _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), dx));
+      uint64_t mn[4];
+      const auto row = [&](int s, __m256 acc) {
+        uint64_t sc;
+        k_scales_mins(b[s], sc, mn[s]);
+        __m256i p;
+        k_lanes<kT, 1>(b[s], sc, &xt, 0, &p);
+        return _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(s)), _mm256_cvtepi32_ps(p), acc);
+      };
+      acc0 = row(0, acc0);
+      acc1 = row(1, acc1);
+      acc2 = row(2, acc2);
+      acc3 = row(3, acc3);
+      // M of rows 0 and 1 in the halves of one vector (4 int32 each), 2 and 3 in another,
+      // then each row's 4 summed: [M0, M1, M2, M3].
+      const __m256i pair_sums = _mm256_broadcastsi128_si256(bsum_pairs(xt));
+      const auto mins2 = [&](int s) {
+        return _mm256_madd_epi16(
+            _mm256_cvtepu8_epi16(_mm_set_epi64x(static_cast<int64_t>(mn[s + 1]), static_cast<int64_t>(mn[s]))),
+            pair_sums);
+      };
+      __m256i h = _mm256_hadd_epi32(mins2(0), mins2(2));  // per half: rows 0, 2 (low) or 1, 3 (high), 2 sums each
+      h = _mm256_hadd_epi32(h, h);
+      const __m128i rows = _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+      const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+      m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(rows), m);
+    }
+    HWY_ALIGN float mins[4];
+    _mm_store_ps(mins, m);
+    y[i] = finish(Acc{acc0, mins[0]});
+    y[i + part] = finish(Acc{acc1, mins[1]});
+    y[i + 2 * part] = finish(Acc{acc2, mins[2]});
+    y[i + 3 * part] = finish(Acc{acc3, mins[3]});
+  }
+}
 #endif
 
 // kRows rows (row_step bytes apart, their outputs y_step apart) against `tokens` (at
@@ -755,7 +883,17 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
     decode_pairs<kT, false>(w, part, row_bytes, units, x, y);
   }
 #else
-  for (int64_t r = 0; r < part; ++r)
+  bool done = false;  // by decode_quads32
+#if TESSERA_QUANT_DOT_AVX2
+  if constexpr (kBlock32<kT>) {
+    decode_quads32<kT>(w, part, row_bytes, units, x, y);
+    done = true;
+  } else if constexpr (kMins<kT>) {
+    decode_quads_k<kT>(w, part, row_bytes, units, x, y);
+    done = true;
+  }
+#endif
+  for (int64_t r = 0; r < part && !done; ++r)
     dot_block<kT, kStreams, 1>(w + static_cast<size_t>(r) * row_bytes, static_cast<size_t>(part) * row_bytes, units, x,
                                1, y + r, part, 0);
 #endif
