@@ -712,40 +712,57 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
 #endif
 
 #if TESSERA_QUANT_DOT_AVX2 && !TESSERA_QUANT_DOT_VNNI
-// Decode (one token) of Q8_0 and Q4_0 on AVX2 without VNNI: rows r, r + part, r + 2 part
-// and r + 3 part (as dot_rows_one_token deals them) side by side, one a 256-bit
-// register, as decode_pairs32 takes them with VNNI. dot_block spent as many
-// instructions on each unit's scales as on its products, and the kernel was short of
-// instructions, not of memory (docs/benchmarks.md): here the 4 rows' d_w are one
-// conversion and d_w * d_x one multiply (each row's D then one permute), and the
-// token's x and Q4_0's 8 x are made once for the 4 rows. The same integers and f32
-// steps, so the same bits as dot_block<kT, 4, 1>.
+// Decode (one token) on AVX2 without VNNI of every type but Q6_K: rows r, r + part,
+// r + 2 part and r + 3 part (as dot_rows_one_token deals them) side by side, one a
+// 256-bit register, as decode_pairs32 and decode_pairs take them with VNNI. dot_block
+// spent as many instructions on each unit's scales as on its products, and the kernel
+// was short of instructions, not of memory (docs/benchmarks.md): here the 4 rows' d_w
+// are one conversion and d_w * d_x one multiply (each row's D then one permute), the
+// token's x and Q4_0's 8 x are made once for the 4 rows, and Q4_K/Q5_K's mins term M of
+// the 4 rows is one set of vectors (exact integers in any order, then the f32 steps of
+// dot_unit_k lane by lane). The same integers and f32 steps, so the same bits as
+// dot_block<kT, 4, 1>. Q6_K's rows the same way ran 4-12 % slower than dot_block's: its
+// unpacked groups spill AVX2's 16 registers.
 template <DType kT>
-HWY_NOINLINE void decode_quads32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Q8Block* x,
-                                 float* y) {
+HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Act<kT>* x,
+                               float* y) {
+  static_assert(kT != DType::kQ6_K);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   const size_t step = static_cast<size_t>(part) * row_bytes;
   for (int64_t i = 0; i < part; ++i) {
     const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
     for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m128 m = _mm_setzero_ps();  // Q4_K/Q5_K's mins terms of the 4 rows
     for (int64_t u = 0; u < units; ++u) {
       const size_t off = static_cast<size_t>(u) * kBytes;
-      if (u % 2 == 0)
-        for (const uint8_t* rs : r) hwy::Prefetch(rs + off + kPrefetchAhead);
       const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
-      const Q8Block& xt = x[u];
-      const __m256i xv = load32(xt.qs);
-      [[maybe_unused]] const __m256i bias = kT == DType::kQ4_0 ? q4_0_bias(xv) : __m256i{};
-      const __m256 d = _mm256_castps128_ps256(
-          _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), _mm_set1_ps(xt.d)));
+      // Each unit's bytes kPrefetchAhead on, as in dot_block (a line a row every other
+      // unit for Q8_0 and Q4_0, whose units are 34 and 18 bytes).
+      if (!kBlock32<kT> || u % 2 == 0)
+        for (const uint8_t* bs : b)
+          for (size_t line = 0; line < kBytes; line += 64) hwy::Prefetch(bs + kPrefetchAhead + line);
+      const Act<kT>& xt = x[u];
+      const __m128 dx = _mm_set1_ps(xt.d);
+      const __m256 d =
+          _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), dx));
+      [[maybe_unused]] __m256i xv, bias;
+      if constexpr (kBlock32<kT>) {
+        xv = load32(xt.qs);
+        if constexpr (kT == DType::kQ4_0) bias = q4_0_bias(xv);
+      }
+      [[maybe_unused]] uint64_t mn[4];
       const auto row = [&](int s, __m256 acc) {
         __m256i p;
         if constexpr (kT == DType::kQ8_0) {
           const __m256i wv = load32(b[s] + 2);
           p = dot4_add(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-        } else {
+        } else if constexpr (kT == DType::kQ4_0) {
           p = q4_0_lanes(q4_0_q(b[s]), xv, bias);
+        } else {
+          uint64_t sc;
+          k_scales_mins(b[s], sc, mn[s]);
+          k_lanes<kT, 1>(b[s], sc, &xt, 0, &p);
         }
         return _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(s)), _mm256_cvtepi32_ps(p), acc);
       };
@@ -753,64 +770,21 @@ HWY_NOINLINE void decode_quads32(const uint8_t* w, int64_t part, size_t row_byte
       acc1 = row(1, acc1);
       acc2 = row(2, acc2);
       acc3 = row(3, acc3);
-    }
-    y[i] = finish(Acc{acc0, 0.0f});
-    y[i + part] = finish(Acc{acc1, 0.0f});
-    y[i + 2 * part] = finish(Acc{acc2, 0.0f});
-    y[i + 3 * part] = finish(Acc{acc3, 0.0f});
-  }
-}
-
-// The same for Q4_K and Q5_K: the rows' d_w and dmin converted together, and the mins
-// term M of the 4 rows in one set of vectors (exact integers in any order, then the f32
-// steps of dot_unit_k lane by lane); each unit's bytes kPrefetchAhead on asked for, as
-// in dot_block. (Q6_K's rows the same way ran 12 % slower than dot_block's: its
-// unpacked groups and 4 rows' bias spill AVX2's 16 registers.)
-template <DType kT>
-HWY_NOINLINE void decode_quads_k(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Q8KBlock* x,
-                                 float* y) {
-  static_assert(kMins<kT>);
-  constexpr size_t kBytes = dtype_block_bytes(kT);
-  const size_t step = static_cast<size_t>(part) * row_bytes;
-  for (int64_t i = 0; i < part; ++i) {
-    const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
-    for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    __m128 m = _mm_setzero_ps();
-    for (int64_t u = 0; u < units; ++u) {
-      const size_t off = static_cast<size_t>(u) * kBytes;
-      const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
-      for (const uint8_t* bs : b)
-        for (size_t line = 0; line < kBytes; line += 64) hwy::Prefetch(bs + kPrefetchAhead + line);
-      const Q8KBlock& xt = x[u];
-      const __m128 dx = _mm_set1_ps(xt.d);
-      const __m256 d =
-          _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), dx));
-      uint64_t mn[4];
-      const auto row = [&](int s, __m256 acc) {
-        uint64_t sc;
-        k_scales_mins(b[s], sc, mn[s]);
-        __m256i p;
-        k_lanes<kT, 1>(b[s], sc, &xt, 0, &p);
-        return _mm256_fmadd_ps(_mm256_permutevar8x32_ps(d, _mm256_set1_epi32(s)), _mm256_cvtepi32_ps(p), acc);
-      };
-      acc0 = row(0, acc0);
-      acc1 = row(1, acc1);
-      acc2 = row(2, acc2);
-      acc3 = row(3, acc3);
-      // M of rows 0 and 1 in the halves of one vector (4 int32 each), 2 and 3 in another,
-      // then each row's 4 summed: [M0, M1, M2, M3].
-      const __m256i pair_sums = _mm256_broadcastsi128_si256(bsum_pairs(xt));
-      const auto mins2 = [&](int s) {
-        return _mm256_madd_epi16(
-            _mm256_cvtepu8_epi16(_mm_set_epi64x(static_cast<int64_t>(mn[s + 1]), static_cast<int64_t>(mn[s]))),
-            pair_sums);
-      };
-      __m256i h = _mm256_hadd_epi32(mins2(0), mins2(2));  // per half: rows 0, 2 (low) or 1, 3 (high), 2 sums each
-      h = _mm256_hadd_epi32(h, h);
-      const __m128i rows = _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-      const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-      m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(rows), m);
+      if constexpr (kMins<kT>) {
+        // M of rows 0 and 1 in the halves of one vector (4 int32 each), 2 and 3 in
+        // another, then each row's 4 summed: [M0, M1, M2, M3].
+        const __m256i pair_sums = _mm256_broadcastsi128_si256(bsum_pairs(xt));
+        const auto mins2 = [&](int s) {
+          return _mm256_madd_epi16(
+              _mm256_cvtepu8_epi16(_mm_set_epi64x(static_cast<int64_t>(mn[s + 1]), static_cast<int64_t>(mn[s]))),
+              pair_sums);
+        };
+        __m256i h = _mm256_hadd_epi32(mins2(0), mins2(2));  // per half: rows 0, 2 (low) or 1, 3 (high), 2 sums each
+        h = _mm256_hadd_epi32(h, h);
+        const __m128i rows = _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+        m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(rows), m);
+      }
     }
     HWY_ALIGN float mins[4];
     _mm_store_ps(mins, m);
@@ -883,13 +857,10 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
     decode_pairs<kT, false>(w, part, row_bytes, units, x, y);
   }
 #else
-  bool done = false;  // by decode_quads32
+  bool done = false;  // by decode_quads
 #if TESSERA_QUANT_DOT_AVX2
-  if constexpr (kBlock32<kT>) {
-    decode_quads32<kT>(w, part, row_bytes, units, x, y);
-    done = true;
-  } else if constexpr (kMins<kT>) {
-    decode_quads_k<kT>(w, part, row_bytes, units, x, y);
+  if constexpr (kT != DType::kQ6_K) {
+    decode_quads<kT>(w, part, row_bytes, units, x, y);
     done = true;
   }
 #endif
