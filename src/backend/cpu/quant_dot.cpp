@@ -492,22 +492,25 @@ TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, int64_t matrix) {
   return gf_bits(v, _mm512_set1_epi64(matrix));
 }
 
-// Q8_0 and Q4_0: the weights made unsigned, w + kOffset (kOffset 128 or 8: Q8_0's w
-// with its sign bit flipped, Q4_0's q), and `bias` the lanes' -kOffset (x0 + .. + x3).
-// Q4_0's low nibbles go to 128-bit lanes 0 and 2, its high ones to 1 and 3.
+// Q8_0 and Q4_0: the weights of rows a and b made unsigned, w + kOffset (kOffset 128
+// or 8: Q8_0's w with its sign bit flipped, Q4_0's q); Q4_0's low nibbles go to 128-bit
+// lanes 0 and 2, its high ones to 1 and 3. pair_block32 adds their products with x to
+// `bias`, the lanes' -kOffset (x0 + .. + x3).
 template <DType kT, bool kGfni>
-TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
+TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_weights32(const uint8_t* a, const uint8_t* b) {
   if constexpr (kT == DType::kQ8_0) {
-    return _mm512_dpbusd_epi32(bias, _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128)), xv);
+    return _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128));
   } else if constexpr (kGfni) {
-    const __m512i q = gf_bits(pair16(a + 2, b + 2),
-                              _mm512_set_epi64(kGfHigh, kGfHigh, kGfLow, kGfLow, kGfHigh, kGfHigh, kGfLow, kGfLow));
-    return _mm512_dpbusd_epi32(bias, q, xv);
+    return gf_bits(pair16(a + 2, b + 2),
+                   _mm512_set_epi64(kGfHigh, kGfHigh, kGfLow, kGfLow, kGfHigh, kGfHigh, kGfLow, kGfLow));
   } else {
     const __m512i nibble_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);  // high nibbles in lanes 1 and 3
-    const __m512i q = _mm512_and_si512(_mm512_srlv_epi64(pair16(a + 2, b + 2), nibble_shift), _mm512_set1_epi8(0x0f));
-    return _mm512_dpbusd_epi32(bias, q, xv);
+    return _mm512_and_si512(_mm512_srlv_epi64(pair16(a + 2, b + 2), nibble_shift), _mm512_set1_epi8(0x0f));
   }
+}
+template <DType kT, bool kGfni>
+TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
+  return _mm512_dpbusd_epi32(bias, pair_weights32<kT, kGfni>(a, b), xv);
 }
 
 // One unit of 4 rows (at r[s] + off) against the token's block xt, whose lanes' bias
@@ -565,6 +568,48 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t par
     y[i + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
     y[i + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), 0.0f});
     y[i + 3 * part] = finish(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f});
+  }
+}
+
+// Prefill of Q8_0 and Q4_0 on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart)
+// as decode_pairs32's 2 pairs, one row in each 256-bit half, against kTile tokens
+// (`units` blocks apart in x, outputs ldy apart in y): each unit's weights are made
+// unsigned once for the tile, the token's lanes' bias once for the 4 rows, and each
+// instruction serves 2 rows, where dot_block's 256-bit kernel took one. The same
+// integers and f32 steps (D = d_w * d_x, then acc = fma(D, float(P), acc) unit by unit),
+// so the same bits.
+template <DType kT, bool kGfni, int kTile>
+TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_bytes, int64_t units, const Q8Block* x,
+                                                  float* y, int64_t ldy) {
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(kT == DType::kQ8_0 ? -128 : 8);
+  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+  __m512 acc01[kTile], acc23[kTile];
+  for (int t = 0; t < kTile; ++t) acc01[t] = acc23[t] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    const size_t off = static_cast<size_t>(u) * kBytes;
+    const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
+    const __m512i q01 = pair_weights32<kT, kGfni>(b[0], b[1]), q23 = pair_weights32<kT, kGfni>(b[2], b[3]);
+    const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
+    const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
+    for (int t = 0; t < kTile; ++t) {
+      const Q8Block& xt = x[t * units + u];
+      const __m512i xv = both32(xt.qs);
+      const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
+      const __m512 dx = _mm512_set1_ps(xt.d);
+      acc01[t] =
+          _mm512_fmadd_ps(_mm512_mul_ps(dw01, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, q01, xv)), acc01[t]);
+      acc23[t] =
+          _mm512_fmadd_ps(_mm512_mul_ps(dw23, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, q23, xv)), acc23[t]);
+    }
+  }
+  for (int t = 0; t < kTile; ++t) {
+    float* yt = y + t * ldy;
+    yt[0] = finish(Acc{_mm512_castps512_ps256(acc01[t]), 0.0f});
+    yt[1] = finish(Acc{_mm512_extractf32x8_ps(acc01[t], 1), 0.0f});
+    yt[2] = finish(Acc{_mm512_castps512_ps256(acc23[t]), 0.0f});
+    yt[3] = finish(Acc{_mm512_extractf32x8_ps(acc23[t], 1), 0.0f});
   }
 }
 
@@ -878,6 +923,28 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
 constexpr int64_t kRowBlock = 16;
 constexpr int kTokenTile = 8;
 
+#if TESSERA_QUANT_DOT_VNNI
+// 4 rows of Q8_0 or Q4_0 against nt (at most kTokenTile) tokens: prefill_pairs32 over
+// a whole tile, else a token at a time (the same operations either way).
+template <DType kT>
+TESSERA_VNNI_GFNI void prefill_quad32(const uint8_t* w, size_t row_bytes, int64_t units, const Q8Block* x, int64_t nt,
+                                      float* y, int64_t ldy) {
+  static const bool gfni = kT == DType::kQ4_0 && __builtin_cpu_supports("gfni");
+  const auto tile = [&](auto kernel_tile) {
+    constexpr int kTile = decltype(kernel_tile)::value;
+    for (int64_t t = 0; t + kTile <= nt; t += kTile) {
+      if (gfni) {
+        prefill_pairs32<kT, true, kTile>(w, row_bytes, units, x + t * units, y + t * ldy, ldy);
+      } else {
+        prefill_pairs32<kT, false, kTile>(w, row_bytes, units, x + t * units, y + t * ldy, ldy);
+      }
+    }
+  };
+  if (nt == kTokenTile) return tile(std::integral_constant<int, kTokenTile>{});
+  tile(std::integral_constant<int, 1>{});
+}
+#endif
+
 template <DType kT>
 TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Act<kT>* x, int64_t tokens, float* y,
                                  int64_t ldy) {
@@ -893,6 +960,13 @@ TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, cons
         const uint8_t* wr = w + static_cast<size_t>(r) * row_bytes;
         float* yr = y + t0 * ldy + r;
         if (r + 4 <= r_end) {
+#if TESSERA_QUANT_DOT_VNNI
+          if constexpr (kBlock32<kT>) {
+            prefill_quad32<kT>(wr, row_bytes, units, xt, nt, yr, ldy);
+            r += 4;
+            continue;
+          }
+#endif
           dot_block<kT, 4, kTokenTile>(wr, row_bytes, units, xt, nt, yr, 1, ldy);
           r += 4;
         } else {
