@@ -613,15 +613,18 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_b
   }
 }
 
-// Q4_K and Q5_K (layout in dot_unit_k); sc the rows' 8 scales as int16, a's in both
-// 128-bit lanes of the low half, b's in the high half.
-template <bool kFive, bool kGfni>
-TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_k(const uint8_t* a, const uint8_t* b, __m512i sc, const Q8KBlock& x) {
+// Q4_K and Q5_K (layout in dot_unit_k): the lanes P of rows a and b against kTile
+// tokens (token t's block at x[t * x_step]) into p[t]; sc the rows' 8 scales as int16,
+// a's in both 128-bit lanes of the low half, b's in the high half. Each group's weights
+// are made once and meet every token.
+template <bool kFive, bool kGfni, int kTile>
+TESSERA_VNNI_GFNI HWY_INLINE void pair_k(const uint8_t* a, const uint8_t* b, __m512i sc, const Q8KBlock* x,
+                                         int64_t x_step, __m512i* p) {
   const size_t qs = kFive ? 48 : 16;
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   [[maybe_unused]] const __m512i bit4 = _mm512_set1_epi8(0x10);
   [[maybe_unused]] __m512i qh = kFive ? pair32(a + 16, b + 16) : __m512i{};
-  __m512i p = _mm512_setzero_si512();
+  for (int t = 0; t < kTile; ++t) p[t] = _mm512_setzero_si512();
   for (int i = 0; i < 4; ++i) {
     const __m512i v = pair32(a + qs + 32 * i, b + qs + 32 * i);
     __m512i lo = _mm512_and_si512(v, m4),
@@ -631,23 +634,27 @@ TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_k(const uint8_t* a, const uint8_t* b, 
       hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(qh, 3), bit4));
       qh = _mm512_srli_epi16(qh, 2);
     }
-    const int8_t* xq = x.qs + 64 * i;
-    p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(lo, both32(xq)), _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i])));
-    p = _mm512_dpwssd_epi32(p, _mm512_maddubs_epi16(hi, both32(xq + 32)),
-                            _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i + 1])));
+    const __m512i scale_lo = _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i]));
+    const __m512i scale_hi = _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i + 1]));
+    for (int t = 0; t < kTile; ++t) {
+      const int8_t* xq = x[t * x_step].qs + 64 * i;
+      p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(lo, both32(xq)), scale_lo);
+      p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(hi, both32(xq + 32)), scale_hi);
+    }
   }
-  return p;
 }
 
-// Q6_K (layout in dot_unit_q6_k); bias32[g] = 32 x's int16 pairs of group g.
-TESSERA_VNNI HWY_INLINE __m512i pair_q6_k(const uint8_t* a, const uint8_t* b, const Q8KBlock& x,
-                                          const __m512i* bias32) {
+// Q6_K (layout in dot_unit_q6_k), likewise; bias32[8 t + g] = token t's 32 x as int16
+// pairs of group g.
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void pair_q6_k(const uint8_t* a, const uint8_t* b, const Q8KBlock* x, int64_t x_step,
+                                       const __m512i* bias32, __m512i* p) {
   const __m256i sc8 =
       _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 192))),
                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), 1);
   const __m512i sc16 = _mm512_cvtepi8_epi16(sc8);  // lanes: a's scales 0-7, 8-15, b's 0-7, 8-15
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
-  __m512i p = _mm512_setzero_si512();
+  for (int t = 0; t < kTile; ++t) p[t] = _mm512_setzero_si512();
   for (int h = 0; h < 2; ++h) {
     // lanes h, h, 2 + h, 2 + h (an immediate each way: unoptimized builds do not fold h)
     const __m512i sc = h ? _mm512_shuffle_i64x2(sc16, sc16, 0xf5) : _mm512_shuffle_i64x2(sc16, sc16, 0xa0);
@@ -660,11 +667,14 @@ TESSERA_VNNI HWY_INLINE __m512i pair_q6_k(const uint8_t* a, const uint8_t* b, co
                                           _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2))};
     for (int i = 0; i < 4; ++i) {
       const int g = 4 * h + i;
-      const __m512i pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(q[i], both32(x.qs + 32 * g)), bias32[g]);
-      p = _mm512_dpwssd_epi32(p, pairs, _mm512_shuffle_epi8(sc, both_pick(kPick6[i])));
+      const __m512i scale = _mm512_shuffle_epi8(sc, both_pick(kPick6[i]));
+      for (int t = 0; t < kTile; ++t) {
+        const __m512i pairs =
+            _mm512_sub_epi16(_mm512_maddubs_epi16(q[i], both32(x[t * x_step].qs + 32 * g)), bias32[8 * t + g]);
+        p[t] = _mm512_dpwssd_epi32(p[t], pairs, scale);
+      }
     }
   }
-  return p;
 }
 
 // The 8 scales and 8 mins of 4 Q4_K/Q5_K units (scale_min's 12 bytes at b[s] + 4), as
@@ -723,15 +733,15 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
       if constexpr (kT == DType::kQ6_K) {
         __m512i bias32[8];
         for (int g = 0; g < 8; ++g) bias32[g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xt.qs + 32 * g));
-        p01 = pair_q6_k(b[0], b[1], xt, bias32);
-        p23 = pair_q6_k(b[2], b[3], xt, bias32);
+        pair_q6_k<1>(b[0], b[1], &xt, 0, bias32, &p01);
+        pair_q6_k<1>(b[2], b[3], &xt, 0, bias32, &p23);
       } else {
         const __m512i bytes = scales_mins4(b);
         const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
-        p01 =
-            pair_k<kT == DType::kQ5_K, kGfni>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xt);  // lanes 0, 0, 1, 1
-        p23 =
-            pair_k<kT == DType::kQ5_K, kGfni>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xt);  // lanes 2, 2, 3, 3
+        pair_k<kT == DType::kQ5_K, kGfni, 1>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), &xt, 0,
+                                             &p01);  // lanes 0, 0, 1, 1
+        pair_k<kT == DType::kQ5_K, kGfni, 1>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), &xt, 0,
+                                             &p23);  // lanes 2, 2, 3, 3
         const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
         m = _mm_fmadd_ps(
             _mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
@@ -749,6 +759,67 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
     y[r + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), mins[1]});
     y[r + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), mins[2]});
     y[r + 3 * part] = finish(Acc{_mm512_extractf32x8_ps(acc23, 1), mins[3]});
+  }
+}
+
+// Prefill of the K types on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart) as
+// decode_pairs' 2 pairs against kTile tokens (`units` blocks apart in x, outputs ldy
+// apart in y), each group's weights made once for the tile (pair_k, pair_q6_k) and each
+// instruction serving 2 rows, where dot_block's 256-bit kernel took one. The same
+// integers and f32 steps as decode_pairs, token by token, so the same bits.
+template <DType kT, bool kGfni, int kTile>
+TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_bytes, int64_t units, const Q8KBlock* x,
+                                                  float* y, int64_t ldy) {
+  constexpr size_t kBytes = dtype_block_bytes(kT);
+  constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
+  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+  __m512 acc01[kTile], acc23[kTile];
+  __m128 m[kTile];
+  for (int t = 0; t < kTile; ++t) {
+    acc01[t] = acc23[t] = _mm512_setzero_ps();
+    m[t] = _mm_setzero_ps();
+  }
+  for (int64_t u = 0; u < units; ++u) {
+    const size_t off = static_cast<size_t>(u) * kBytes;
+    const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
+    const Q8KBlock* xu = x + u;
+    __m512i p01[kTile], p23[kTile];
+    if constexpr (kT == DType::kQ6_K) {
+      __m512i bias32[8 * kTile];
+      for (int t = 0; t < kTile; ++t)
+        for (int g = 0; g < 8; ++g)
+          bias32[8 * t + g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xu[t * units].qs + 32 * g));
+      pair_q6_k<kTile>(b[0], b[1], xu, units, bias32, p01);
+      pair_q6_k<kTile>(b[2], b[3], xu, units, bias32, p23);
+    } else {
+      const __m512i bytes = scales_mins4(b);
+      const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
+      pair_k<kT == DType::kQ5_K, kGfni, kTile>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xu, units, p01);
+      pair_k<kT == DType::kQ5_K, kGfni, kTile>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xu, units, p23);
+      const __m512i mins = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1));
+      const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+      for (int t = 0; t < kTile; ++t) {
+        const Q8KBlock& xt = xu[t * units];
+        m[t] = _mm_fmadd_ps(_mm_mul_ps(dmin, _mm_set1_ps(xt.d)), _mm_cvtepi32_ps(mins4(mins, bsum_pairs(xt))), m[t]);
+      }
+    }
+    const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt)))));
+    const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
+    for (int t = 0; t < kTile; ++t) {
+      const __m512 dx = _mm512_set1_ps(xu[t * units].d);
+      acc01[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dx), _mm512_cvtepi32_ps(p01[t]), acc01[t]);
+      acc23[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dx), _mm512_cvtepi32_ps(p23[t]), acc23[t]);
+    }
+  }
+  for (int t = 0; t < kTile; ++t) {
+    HWY_ALIGN float mins[4];
+    _mm_store_ps(mins, m[t]);
+    float* yt = y + t * ldy;
+    yt[0] = finish(Acc{_mm512_castps512_ps256(acc01[t]), mins[0]});
+    yt[1] = finish(Acc{_mm512_extractf32x8_ps(acc01[t], 1), mins[1]});
+    yt[2] = finish(Acc{_mm512_castps512_ps256(acc23[t]), mins[2]});
+    yt[3] = finish(Acc{_mm512_extractf32x8_ps(acc23[t], 1), mins[3]});
   }
 }
 #if HWY_COMPILER_GCC_ACTUAL
@@ -924,24 +995,33 @@ constexpr int64_t kRowBlock = 16;
 constexpr int kTokenTile = 8;
 
 #if TESSERA_QUANT_DOT_VNNI
-// 4 rows of Q8_0 or Q4_0 against nt (at most kTokenTile) tokens: prefill_pairs32 over
-// a whole tile, else a token at a time (the same operations either way).
+// 4 rows against nt (at most kTokenTile) tokens on AVX-512 with VNNI: prefill_pairs32
+// or prefill_pairs_k over whole tiles of kPrefillTile<kT> tokens, the rest a token at a
+// time (the same operations either way).
 template <DType kT>
-TESSERA_VNNI_GFNI void prefill_quad32(const uint8_t* w, size_t row_bytes, int64_t units, const Q8Block* x, int64_t nt,
-                                      float* y, int64_t ldy) {
-  static const bool gfni = kT == DType::kQ4_0 && __builtin_cpu_supports("gfni");
-  const auto tile = [&](auto kernel_tile) {
-    constexpr int kTile = decltype(kernel_tile)::value;
-    for (int64_t t = 0; t + kTile <= nt; t += kTile) {
-      if (gfni) {
-        prefill_pairs32<kT, true, kTile>(w, row_bytes, units, x + t * units, y + t * ldy, ldy);
+constexpr int kPrefillTile = kBlock32<kT> ? kTokenTile : 4;  // the K types' 4 keep their sums in registers
+
+template <DType kT>
+TESSERA_VNNI_GFNI void prefill_quad(const uint8_t* w, size_t row_bytes, int64_t units, const Act<kT>* x, int64_t nt,
+                                    float* y, int64_t ldy) {
+  static const bool gfni =
+      (kT == DType::kQ4_0 || kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
+  const auto tiles = [&](auto tile, int64_t t0) {
+    constexpr int kTile = decltype(tile)::value;
+    for (; t0 + kTile <= nt; t0 += kTile) {
+      const Act<kT>* xt = x + t0 * units;
+      float* yt = y + t0 * ldy;
+      if constexpr (kBlock32<kT>) {
+        gfni ? prefill_pairs32<kT, true, kTile>(w, row_bytes, units, xt, yt, ldy)
+             : prefill_pairs32<kT, false, kTile>(w, row_bytes, units, xt, yt, ldy);
       } else {
-        prefill_pairs32<kT, false, kTile>(w, row_bytes, units, x + t * units, y + t * ldy, ldy);
+        gfni ? prefill_pairs_k<kT, true, kTile>(w, row_bytes, units, xt, yt, ldy)
+             : prefill_pairs_k<kT, false, kTile>(w, row_bytes, units, xt, yt, ldy);
       }
     }
+    return t0;
   };
-  if (nt == kTokenTile) return tile(std::integral_constant<int, kTokenTile>{});
-  tile(std::integral_constant<int, 1>{});
+  tiles(std::integral_constant<int, 1>{}, tiles(std::integral_constant<int, kPrefillTile<kT>>{}, 0));
 }
 #endif
 
@@ -961,13 +1041,10 @@ TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, cons
         float* yr = y + t0 * ldy + r;
         if (r + 4 <= r_end) {
 #if TESSERA_QUANT_DOT_VNNI
-          if constexpr (kBlock32<kT>) {
-            prefill_quad32<kT>(wr, row_bytes, units, xt, nt, yr, ldy);
-            r += 4;
-            continue;
-          }
-#endif
+          prefill_quad<kT>(wr, row_bytes, units, xt, nt, yr, ldy);
+#else
           dot_block<kT, 4, kTokenTile>(wr, row_bytes, units, xt, nt, yr, 1, ldy);
+#endif
           r += 4;
         } else {
           dot_block<kT, 1, kTokenTile>(wr, row_bytes, units, xt, nt, yr, 1, ldy);
