@@ -301,12 +301,12 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, 
 // Q4_0 for 4 rows at once: each token's 8 x (the -8 of q - 8) is made once for the
 // rows (in dot_unit_q4_0 every row made it again), and the rows' d_w * d_x is one vector
 // multiply (the same f32 products). The same integers and f32 steps, so the same bits.
-template <int kRows, int kTile>
+template <int kTile>
 TESSERA_VNNI HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, const Q8Block* x, int64_t x_step,
                                            Acc (*acc)[kTile]) {
-  static_assert(kRows == 4);
+  constexpr int kRows = 4;
   __m256i q[kRows];
-  const uint8_t* br[4];
+  const uint8_t* br[kRows];
   for (int r = 0; r < kRows; ++r) {
     br[r] = b + r * row_step;
     q[r] = q4_0_q(br[r]);
@@ -934,7 +934,7 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
     if (tokens == kTile) {
 #if TESSERA_QUANT_DOT_AVX2
       if constexpr (kT == DType::kQ4_0 && kRows == 4) {
-        dot_rows_q4_0<kRows, kTile>(wu, row_step, x + u, units, acc);
+        dot_rows_q4_0<kTile>(wu, row_step, x + u, units, acc);
         continue;
       }
 #endif
