@@ -329,6 +329,49 @@ TESSERA_VNNI HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, co
   }
 }
 
+// Q4_K's and Q5_K's mins terms M of 4 rows (their 8 mins a byte each in mn[r]) against a
+// token: [M0, M1, M2, M3], each dot_unit_k's exact int32. Rows 0 and 1 go in the halves of
+// one vector, 2 and 3 in another; each half's 4 sums are then added (any order: integers).
+HWY_INLINE __m128i mins_of_4_rows(const uint64_t* mn, const Q8KBlock& x) {
+  const __m256i pair_sums = _mm256_broadcastsi128_si256(bsum_pairs(x));
+  const auto mins2 = [&](int r) {
+    return _mm256_madd_epi16(
+        _mm256_cvtepu8_epi16(_mm_set_epi64x(static_cast<int64_t>(mn[r + 1]), static_cast<int64_t>(mn[r]))), pair_sums);
+  };
+  __m256i h = _mm256_hadd_epi32(mins2(0), mins2(2));  // per half: rows 0, 2 (low) or 1, 3 (high), 2 sums each
+  h = _mm256_hadd_epi32(h, h);
+  return _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// Q4_K and Q5_K for 4 rows at once (prefill where the target lacks VNNI): each row's
+// lanes and D as dot_unit_k makes them, and the mins terms M of the 4 rows for a token
+// in one set of vectors (exact integers in any order; then dot_unit_k's scalar steps),
+// where each row made its own. The same integers and f32 steps, so the same bits.
+template <DType kT, int kTile>
+TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const Q8KBlock* x, int64_t x_step,
+                                        Acc (*acc)[kTile]) {
+  constexpr int kRows = 4;
+  const uint8_t* br[kRows];
+  uint64_t mn[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    br[r] = b + r * row_step;
+    uint64_t sc;
+    k_scales_mins(br[r], sc, mn[r]);
+    __m256i p[kTile];
+    k_lanes<kT, kTile>(br[r], sc, x, x_step, p);
+    const float d = f16_at(br[r]);
+    for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[r][t]);
+  }
+  const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(br, 2))));
+  for (int t = 0; t < kTile; ++t) {
+    const Q8KBlock& xt = x[t * x_step];
+    HWY_ALIGN float m[kRows], dm[kRows];
+    _mm_store_ps(m, _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)));
+    _mm_store_ps(dm, _mm_mul_ps(dmin, _mm_set1_ps(xt.d)));
+    for (int r = 0; r < kRows; ++r) acc[r][t].m = std::fma(dm[r], m[r], acc[r][t].m);
+  }
+}
+
 template <DType kT, int kTile>
 TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
   if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
@@ -893,19 +936,8 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
       acc2 = row(2, acc2);
       acc3 = row(3, acc3);
       if constexpr (kMins<kT>) {
-        // M of rows 0 and 1 in the halves of one vector (4 int32 each), 2 and 3 in
-        // another, then each row's 4 summed: [M0, M1, M2, M3].
-        const __m256i pair_sums = _mm256_broadcastsi128_si256(bsum_pairs(xt));
-        const auto mins2 = [&](int s) {
-          return _mm256_madd_epi16(
-              _mm256_cvtepu8_epi16(_mm_set_epi64x(static_cast<int64_t>(mn[s + 1]), static_cast<int64_t>(mn[s]))),
-              pair_sums);
-        };
-        __m256i h = _mm256_hadd_epi32(mins2(0), mins2(2));  // per half: rows 0, 2 (low) or 1, 3 (high), 2 sums each
-        h = _mm256_hadd_epi32(h, h);
-        const __m128i rows = _mm_unpacklo_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
         const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-        m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(rows), m);
+        m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)), m);
       }
     }
     HWY_ALIGN float mins[4];
@@ -935,6 +967,10 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
 #if TESSERA_QUANT_DOT_AVX2
       if constexpr (kT == DType::kQ4_0 && kRows == 4) {
         dot_rows_q4_0<kTile>(wu, row_step, x + u, units, acc);
+        continue;
+      }
+      if constexpr (kMins<kT> && kRows == 4) {
+        dot_rows_k<kT, kTile>(wu, row_step, x + u, units, acc);
         continue;
       }
 #endif
