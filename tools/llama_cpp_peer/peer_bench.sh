@@ -10,8 +10,10 @@
 #
 # Per dtype: `tessera random-checkpoint` writes the weights once, tessera_to_gguf.py
 # writes the same bytes as a GGUF (both reused by a later run with the same shape, seed
-# and dtype), then each round runs
-#   tessera bench --model CKPT --threads T --prompt P --decode D
+# and dtype). A quantized dtype (q8_0, q4_0, q4_k_m, q5_k_m, q6_k) is `tessera quantize`
+# of the f16 GGUF (llama-quantize's bytes: GgufQuantize.WritesLlamaQuantizesFileByteForByte),
+# and both engines read that one file. Then each round runs
+#   tessera bench --model CKPT|GGUF --threads T --prompt P --decode D
 #       (prefill of a P-token prompt, then D decode steps at context P..P+D)
 #   llama-bench -m GGUF -t T -p P -n 0            (prefill of P tokens)
 #   llama-bench -m GGUF -t T -p 0 -n D -d P       (D decode steps after a P-token context)
@@ -122,7 +124,8 @@ timed_run() {
 # Appends "round<TAB>engine<TAB>dtype<TAB>test<TAB>tok/s<TAB>note" rows to $results.
 run_tessera() {
   local round=$1 dtype=$2 ckpt=$3 out load
-  cat "$ckpt/model.safetensors" >/dev/null  # in the page cache, as llama-bench's warm-up leaves its file
+  # in the page cache, as llama-bench's warm-up leaves its file
+  if [[ -d $ckpt ]]; then cat "$ckpt/model.safetensors" >/dev/null; else cat "$ckpt" >/dev/null; fi
   load=$(cut -d' ' -f1 /proc/loadavg)
   log "round $round: tessera $dtype"
   out=$("$tessera" bench --model "$ckpt" --threads "$threads" --prompt "$prompt" --decode "$decode")
@@ -169,6 +172,10 @@ run_llama() {
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 IFS=, read -r -a dtype_list <<<"$dtypes"
 for dtype in "${dtype_list[@]}"; do
+  quant=
+  case $dtype in
+    q8_0 | q4_0 | q4_k_m | q5_k_m | q6_k) quant=$dtype dtype=f16 ;;
+  esac
   ckpt=$work/ckpt-$shape-$dtype-seed$seed
   gguf=$work/$shape-$dtype-seed$seed.gguf
   if [[ ! -f $ckpt/model.safetensors ]]; then
@@ -181,6 +188,15 @@ for dtype in "${dtype_list[@]}"; do
     log "writing $gguf"
     PYTHONPATH=$src/gguf-py${PYTHONPATH:+:$PYTHONPATH} "$python" "$here/tessera_to_gguf.py" "$ckpt" "$gguf.tmp"
     mv "$gguf.tmp" "$gguf"
+  fi
+  if [[ -n $quant ]]; then
+    quantized=$work/$shape-$quant-seed$seed.gguf
+    if [[ ! -f $quantized || $quantized -ot $gguf ]]; then
+      log "writing $quantized"
+      "$tessera" quantize --model "$gguf" --type "$quant" --threads "$(nproc)" --out "$quantized.tmp" >&2
+      mv "$quantized.tmp" "$quantized"
+    fi
+    ckpt=$quantized gguf=$quantized dtype=$quant
   fi
   for ((round = 1; round <= rounds; ++round)); do
     if ((round % 2 == 1)); then
