@@ -4,6 +4,11 @@
 // its byte instructions directly, as ggml does (vpsignb, vpmaddubsw, vpmaddwd); the
 // other targets compute the same integers with plain loops. Both then do the same
 // f32 operations in the order quant_dot.h states, so they give the same bits.
+// Where each case goes: dot_unit (a row's unit against a tile of tokens) and dot_block
+// serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_q4_0 and
+// dot_rows_k (prefill) and decode_quads (one token, the 4 streams' rows side by side);
+// AVX-512 with VNNI takes 2 rows a 512-bit register: decode_pairs32 and decode_pairs
+// (one token), prefill_pairs32 and prefill_pairs_k (tiles of tokens).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
 // AVX3_DL (AVX-512 with VNNI, VBMI2, ...) is compiled only on request in Highway 1.0:
