@@ -942,8 +942,8 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
           k_lanes<kT, 1>(b[s], sc, &xt, 0, &p);
         }
         const __m256 ds = kT == DType::kQ8_0
-                             ? _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_set1_epi32(s))
-                             : _mm256_broadcast_ss(d + s);
+                              ? _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_set1_epi32(s))
+                              : _mm256_broadcast_ss(d + s);
         return _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), acc);
       };
       acc0 = row(0, acc0);
