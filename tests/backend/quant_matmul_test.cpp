@@ -26,6 +26,7 @@
 #include "backend/cpu/cpu_device.h"
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/quant_dot.h"
+#include "backend/cpu/weight_layout.h"
 #include "hwy/targets.h"
 #include "io/gguf.h"
 #include "io/gguf_quant.h"
@@ -352,6 +353,37 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
       }
     }
   }
+}
+
+// CpuDevice::place copies Q4_0 weights into weight_layout.h's groups of 16 rows, which
+// quant_dot.h's Q4_0 kernels read, and which a plain weight's rows pass through a group at
+// a time: the same bits either way, on every instruction set, for decode and prefill, and
+// the embedding's rows from the groups are the plain ones'.
+TEST(QuantMatmulTest, Q4_0RowsPlacedInGroupsAreBitwiseThePlainRows) {
+  const int64_t n = 48, k = 544;
+  const auto blocks = random_blocks(DType::kQ4_0, n, k, 30);
+  const TensorView plain{DType::kQ4_0, {n, k}, const_cast<uint8_t*>(blocks.data())};
+  const auto x = random_values(static_cast<size_t>(13 * k), 31);
+  const int targets = for_each_target([&](int64_t target) {
+    CpuDevice device(2);
+    auto placed = device.place(plain);
+    ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+    ASSERT_EQ(placed->row_group, cpu::kQ4_0Group) << hwy::TargetName(target);
+    for (const int64_t tokens : {1, 13}) {
+      std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
+      device.matmul(x.data(), tokens, plain, {}, want.data());
+      device.matmul(x.data(), tokens, *placed, {}, got.data());
+      ASSERT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n))
+          << hwy::TargetName(target) << ", " << tokens << " tokens";
+    }
+    const std::vector<int32_t> ids = {47, 0, 17};
+    std::vector<float> want(ids.size() * static_cast<size_t>(k)), got(want.size());
+    device.embed(plain, ids, want.data());
+    device.embed(*placed, ids, got.data());
+    ASSERT_EQ(bits(want.data(), static_cast<int64_t>(want.size())), bits(got.data(), static_cast<int64_t>(got.size())))
+        << hwy::TargetName(target);
+  });
+  EXPECT_GE(targets, 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest,

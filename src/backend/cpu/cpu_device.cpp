@@ -300,7 +300,7 @@ void CpuDevice::embed(const TensorView& table, std::span<const int32_t> ids, flo
   const size_t row_bytes = dtype_bytes(table.dtype, hidden);
   for (size_t t = 0; t < ids.size(); ++t) {
     TS_CHECK(ids[t] >= 0 && ids[t] < table.dim(0), "token id ", ids[t]);
-    if (dtype_is_quantized(table.dtype)) {
+    if (dtype_is_quantized(table.dtype) && table.row_group == 1) {
       cpu::dequantize_rows(static_cast<const uint8_t*>(table.data) + static_cast<size_t>(ids[t]) * row_bytes,
                            table.dtype, 1, hidden, y + static_cast<int64_t>(t) * hidden);
       continue;

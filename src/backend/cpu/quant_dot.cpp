@@ -23,10 +23,12 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_unpack-inl.h"
+#include "backend/cpu/weight_layout.h"
 #include "core/check.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
@@ -1230,14 +1232,168 @@ void RoundQ8_K(const float* x, int64_t k, Q8KBlock* out) {
 #endif
 }
 
+// Q4_0: one int32 a unit (quant_dot.h), rows in groups of 16 (weight_layout.h's
+// kQ4_0Group layout; plain rows are grouped into a scratch first). Every kernel computes,
+// for each of a group's rows and each token, acc = fma(d_w * d_x, float(P), acc) unit by
+// unit, P = bias + the unit's products of q and x (bias = -8 (x0 + .. + x31): q - 8 as q
+// and -8 x), so every instruction set gives the same bits. x: token t's unit u at x[t *
+// units + u], its bias likewise; y: token t's 16 outputs at y + t * ldy.
+#if TESSERA_QUANT_DOT_VNNI
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic push  // as above: GCC 12's 512-bit intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// One vpdpbusd takes slice j's 4 bytes of all 16 rows (lanes = rows) against x's 4: the
+// low nibbles as they are, the high ones masked in place as 16 q (at most 240; vpdpbusd
+// does not saturate) into a second sum shifted right by 4 once a unit (exact: a multiple
+// of 16). kTile tokens share each unit's loads.
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+                                       int64_t ldy) {
+  const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
+  __m512 acc[kTile];
+  for (int t = 0; t < kTile; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    const uint8_t* p = g + u * kQ4_0UnitBytes;
+    for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
+    __m512i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
+      lo[j] = _mm512_and_si512(v, low);
+      hi[j] = _mm512_and_si512(v, high);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    for (int t = 0; t < kTile; ++t) {
+      const Q8Block& xt = x[t * units + u];
+      int32_t q[8];
+      std::memcpy(q, xt.qs, sizeof q);
+      __m512i s = _mm512_set1_epi32(bias[t * units + u]), s16 = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        s = _mm512_dpbusd_epi32(s, lo[j], _mm512_set1_epi32(q[j]));
+        s16 = _mm512_dpbusd_epi32(s16, hi[j], _mm512_set1_epi32(q[j + 4]));
+      }
+      s = _mm512_add_epi32(s, _mm512_srai_epi32(s16, 4));
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xt.d)), _mm512_cvtepi32_ps(s), acc[t]);
+    }
+  }
+  for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
+}
+constexpr int kQ4_0Tile = 8;
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
+#elif TESSERA_QUANT_DOT_AVX2
+// The group as two halves of 8 rows (lanes = rows), vpmaddubsw's pairs of each slice summed
+// in int16 over the unit's 8 slices (at most 8 * 2 * 15 * 127 = 30,480), then to int32.
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+                                       int64_t ldy) {
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[kTile];
+    for (int t = 0; t < kTile; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const uint8_t* p = g + u * kQ4_0UnitBytes;
+      if (h == 0)
+        for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
+      __m256i lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = load32(p + 32 + 64 * j + 32 * h);
+        lo[j] = _mm256_and_si256(v, low);
+        hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      }
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      for (int t = 0; t < kTile; ++t) {
+        const Q8Block& xt = x[t * units + u];
+        int32_t q[8];
+        std::memcpy(q, xt.qs, sizeof q);
+        __m256i s16 = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(q[j])));
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(q[j + 4])));
+        }
+        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(bias[t * units + u]));
+        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xt.d)), _mm256_cvtepi32_ps(s), acc[t]);
+      }
+    }
+    for (int t = 0; t < kTile; ++t) _mm256_storeu_ps(y + t * ldy + 8 * h, acc[t]);
+  }
+}
+constexpr int kQ4_0Tile = 4;
+#else
+template <int kTile>
+HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+                          int64_t ldy) {
+  for (int t = 0; t < kTile; ++t)
+    for (int r = 0; r < kQ4_0Group; ++r) {
+      float acc = 0.0f;
+      for (int64_t u = 0; u < units; ++u) {
+        const uint8_t* p = g + u * kQ4_0UnitBytes;
+        const Q8Block& xt = x[t * units + u];
+        int32_t sum = bias[t * units + u];
+        for (int j = 0; j < 4; ++j)
+          for (int i = 0; i < 4; ++i) {
+            const int b = p[32 + 64 * j + 4 * r + i];
+            sum += (b & 15) * xt.qs[4 * j + i] + (b >> 4) * xt.qs[16 + 4 * j + i];
+          }
+        acc = std::fma(f16_at(p + 2 * r) * xt.d, static_cast<float>(sum), acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+}
+constexpr int kQ4_0Tile = 1;
+#endif
+
+// Q4_0 rows (plain, or `grouped` in kQ4_0Group's layout from a whole group) against
+// `tokens` tokens' x, group by group, in tiles of kQ4_0Tile tokens and then one at a time.
+TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8Block* x, int64_t tokens, float* y,
+                            int64_t ldy, bool grouped) {
+  const int64_t units = k / 32, row_bytes = units * 18;
+  thread_local std::vector<int32_t> bias;
+  bias.resize(static_cast<size_t>(tokens * units));
+  for (int64_t i = 0; i < tokens * units; ++i) {
+    int32_t sum = 0;
+    for (const int8_t q : x[i].qs) sum += q;
+    bias[static_cast<size_t>(i)] = -8 * sum;
+  }
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> scratch;  // a plain group, grouped
+  thread_local int64_t capacity = 0;
+  if (!grouped && units > capacity) {
+    scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(units * kQ4_0UnitBytes));
+    TS_CHECK(scratch, "[cpu] cannot allocate a Q4_0 group of ", units, " units");
+    capacity = units;
+  }
+  HWY_ALIGN float part[kQ4_0Tile * kQ4_0Group];  // a group of fewer than 16 rows' outputs
+  for (int64_t r0 = 0; r0 < rows; r0 += kQ4_0Group) {
+    const int64_t n = std::min(kQ4_0Group, rows - r0);
+    const uint8_t* g = w + r0 * row_bytes;
+    if (!grouped) {
+      cpu::q4_0_group(g, row_bytes, n, units, scratch.get());
+      g = scratch.get();
+    }
+    const auto tile = [&]<int kTile>(int64_t t0) {
+      float* out = n == kQ4_0Group ? y + t0 * ldy + r0 : part;
+      const int64_t out_step = n == kQ4_0Group ? ldy : kQ4_0Group;
+      q4_0_dots<kTile>(g, units, x + t0 * units, bias.data() + t0 * units, out, out_step);
+      if (n < kQ4_0Group)
+        for (int t = 0; t < kTile; ++t)
+          std::copy(part + t * kQ4_0Group, part + t * kQ4_0Group + n, y + (t0 + t) * ldy + r0);
+    };
+    int64_t t0 = 0;
+    for (; t0 + kQ4_0Tile <= tokens; t0 += kQ4_0Tile) tile.template operator()<kQ4_0Tile>(t0);
+    for (; t0 < tokens; ++t0) tile.template operator()<1>(t0);
+  }
+}
+
 void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                  int64_t ldy) {
+                  int64_t ldy, int64_t group) {
   const auto* wb = static_cast<const uint8_t*>(w);
   switch (dtype) {
     case DType::kQ8_0:
       return dot_rows_typed<DType::kQ8_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy);
     case DType::kQ4_0:
-      return dot_rows_typed<DType::kQ4_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy);
+      return q4_0_rows(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, group == kQ4_0Group);
     case DType::kQ4_K:
       return dot_rows_typed<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
     case DType::kQ5_K:
@@ -1287,9 +1443,11 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
 }
 
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                    int64_t ldy) {
+                    int64_t ldy, int64_t group) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
-  HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy);
+  TS_CHECK(group == 1 || (dtype == DType::kQ4_0 && group == kQ4_0Group && rows % group == 0), dtype_name(dtype),
+           " rows (", rows, ") in groups of ", group);
+  HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy, group);
 }
 
 }  // namespace tessera::cpu

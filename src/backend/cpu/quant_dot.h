@@ -18,6 +18,11 @@
 // also keep m = fma(dmin_w * d_x, float(M), m) with the integer
 // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]). The result is
 // acc's halving tree (lane l + 4 onto l, then + 2, then + 1) minus m.
+// Q4_0 instead keeps one f32 accumulator, acc = 0, and for each unit in order
+//   acc = fma(D, float(P), acc),  P = sum over the unit's 32 elements of (q - 8) x (exact)
+// (ggml's reference adds a block's sum the same way), so that a vector's lanes can be 16
+// rows (quant_dot.cpp's Q4_0 kernels, rows in weight_layout.h's kQ4_0Group layout): about
+// an eighth of the f32 work of 8 lanes a row.
 // So a token's output depends only on its own row: the same alone (decode) as among
 // any others (prefill), at any thread count, on every instruction set.
 //
@@ -45,8 +50,9 @@ size_t quant_act_bytes(DType dtype, int64_t k);
 void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k, void* xq);
 
 // y[t * ldy + r] = the dot product above of weight row r (of `rows`, dtype_bytes(dtype,
-// k) apart from w) with token t's rounded activations (of `tokens` in xq).
+// k) apart from w, or with `group` kQ4_0Group Q4_0 rows in weight_layout.h's groups) with
+// token t's rounded activations (of `tokens` in xq).
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                    int64_t ldy);
+                    int64_t ldy, int64_t group = 1);
 
 }  // namespace tessera::cpu

@@ -27,6 +27,7 @@
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/quant_unpack-inl.h"
+#include "backend/cpu/weight_layout.h"
 #include "backend/cpu/widen-inl.h"
 #include "backend/quant_types.h"
 #include "core/check.h"
@@ -160,6 +161,7 @@ struct QuantRows {
   const uint8_t* base;
   int64_t n, k;
   size_t row_bytes;
+  int64_t group;  // TensorView::row_group: 1, or kQ4_0Group (quant_dot.h)
 };
 
 QuantRows quant_rows(const TensorView& w) {
@@ -167,7 +169,7 @@ QuantRows quant_rows(const TensorView& w) {
            shape_string(w.shape));
   const int64_t n = w.dim(0), k = w.dim(1);
   TS_CHECK(k % dtype_block_elements(w.dtype) == 0, dtype_name(w.dtype), " rows of ", k, " elements");
-  return {static_cast<const uint8_t*>(w.data), n, k, dtype_bytes(w.dtype, k)};
+  return {static_cast<const uint8_t*>(w.data), n, k, dtype_bytes(w.dtype, k), w.row_group};
 }
 
 // Each token's activations rounded to 8 bits for weights of `dtype` (quant_dot.h),
@@ -201,6 +203,7 @@ const uint8_t* round_x(ThreadPool& pool, DType dtype, const float* x, int64_t to
 
 // Rows of 16 (whole decode tiles) are the unit the threads take.
 constexpr int64_t kUnit = 16;
+static_assert(kUnit % kQ4_0Group == 0, "a unit of rows holds whole Q4_0 groups");
 
 }  // namespace
 
@@ -236,7 +239,7 @@ void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<c
       const int64_t stop = std::min(static_cast<int64_t>(end), first[i + 1]);
       const int64_t r0 = (unit - first[i]) * kUnit, r1 = std::min(w.n, (stop - first[i]) * kUnit);
       quant_dot_rows(outs[i].w->dtype, w.base + static_cast<size_t>(r0) * w.row_bytes, r1 - r0, w.k, xq[i], tokens,
-                     outs[i].y + r0, w.n);
+                     outs[i].y + r0, w.n, w.group);
       unit = stop;
     }
   });
@@ -251,8 +254,8 @@ void quant_gate_up(ThreadPool& pool, const float* x, int64_t tokens, const Tenso
       quant_act_of(w_up.dtype) == quant_act_of(w_gate.dtype) ? xq_gate : round_x(pool, w_up.dtype, x, tokens, u.k);
   for_chunks(pool, static_cast<size_t>(g.n), kUnit, [&](size_t begin, size_t end) {
     const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
-    quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n);
-    quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n);
+    quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n, g.group);
+    quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n, u.group);
     for (int64_t t = 0; t < tokens; ++t) combine(out + t * g.n, up + t * g.n, r0, r0 + rows, out + t * g.n);
   });
 }

@@ -61,9 +61,21 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 template <int kRows>
 inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
+// Q4_0 (GGUF blocks of 32: an f16 d and 16 bytes of nibbles) in groups of kQ4_0Group rows,
+// the layout of quant_dot.h's Q4_0 kernels: the group's units one after another, unit u
+// (288 bytes) the 16 rows' d, then 4 slices of 64 bytes, slice j the 16 rows' nibble bytes
+// 4j..4j+3 (row r's at 4r), so that one 64-byte load gives 4 bytes of every row.
+inline constexpr int64_t kQ4_0Group = 16;
+inline constexpr int64_t kQ4_0UnitBytes = 288;
+// n (at most 16; the rest zeros) rows of `units` Q4_0 blocks, row_bytes apart, as one group.
+void q4_0_group(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
+// Row r of a group as its `units` plain Q4_0 blocks.
+void q4_0_ungroup_row(const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks);
+
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
-// row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines.
+// row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines;
+// or kQ4_0Group for Q4_0, rows a multiple of 16.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
