@@ -355,32 +355,42 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
   }
 }
 
-// CpuDevice::place copies Q4_0 weights into weight_layout.h's groups of 16 rows, which
-// quant_dot.h's Q4_0 kernels read, and which a plain weight's rows pass through a group at
-// a time: the same bits either way, on every instruction set, for decode and prefill, and
-// the embedding's rows from the groups are the plain ones'.
+// Q4_0 rows in weight_layout.h's groups of 16, which quant_dot.h's Q4_0 kernels read and
+// which plain rows pass through a group at a time: the same bits either way, on every
+// instruction set, for decode (80 rows: 4 streams of a group, then one group alone) and
+// prefill; CpuDevice::place makes the groups, and the embedding's rows from them are the
+// plain ones'.
 TEST(QuantMatmulTest, Q4_0RowsPlacedInGroupsAreBitwiseThePlainRows) {
-  const int64_t n = 48, k = 544;
+  const int64_t n = 80, k = 544;
   const auto blocks = random_blocks(DType::kQ4_0, n, k, 30);
+  std::vector<uint8_t> grouped(blocks.size());
+  cpu::interleave_rows(blocks.data(), DType::kQ4_0, k, cpu::kQ4_0Group, 0, n, grouped.data());
   const TensorView plain{DType::kQ4_0, {n, k}, const_cast<uint8_t*>(blocks.data())};
   const auto x = random_values(static_cast<size_t>(13 * k), 31);
+  std::vector<uint8_t> xq(cpu::quant_act_bytes(DType::kQ4_0, k) * 13);
+  cpu::quantize_activations(DType::kQ4_0, x.data(), 13, k, xq.data());
   const int targets = for_each_target([&](int64_t target) {
-    CpuDevice device(2);
-    auto placed = device.place(plain);
-    ASSERT_TRUE(placed.ok()) << placed.status().to_string();
-    ASSERT_EQ(placed->row_group, cpu::kQ4_0Group) << hwy::TargetName(target);
     for (const int64_t tokens : {1, 13}) {
       std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
-      device.matmul(x.data(), tokens, plain, {}, want.data());
-      device.matmul(x.data(), tokens, *placed, {}, got.data());
+      cpu::quant_dot_rows(DType::kQ4_0, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
+      cpu::quant_dot_rows(DType::kQ4_0, grouped.data(), n, k, xq.data(), tokens, got.data(), n, cpu::kQ4_0Group);
       ASSERT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n))
           << hwy::TargetName(target) << ", " << tokens << " tokens";
     }
-    const std::vector<int32_t> ids = {47, 0, 17};
-    std::vector<float> want(ids.size() * static_cast<size_t>(k)), got(want.size());
-    device.embed(plain, ids, want.data());
-    device.embed(*placed, ids, got.data());
-    ASSERT_EQ(bits(want.data(), static_cast<int64_t>(want.size())), bits(got.data(), static_cast<int64_t>(got.size())))
+    CpuDevice device(2);
+    auto placed = device.place(plain);
+    ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+    ASSERT_EQ(placed->row_group, cpu::kQ4_0Group);
+    std::vector<float> want(static_cast<size_t>(n)), got(want.size(), std::nanf(""));
+    device.matmul(x.data(), 1, plain, {}, want.data());
+    device.matmul(x.data(), 1, *placed, {}, got.data());
+    ASSERT_EQ(bits(want.data(), n), bits(got.data(), n)) << hwy::TargetName(target);
+    const std::vector<int32_t> ids = {79, 0, 17};
+    std::vector<float> rows_want(ids.size() * static_cast<size_t>(k)), rows_got(rows_want.size());
+    device.embed(plain, ids, rows_want.data());
+    device.embed(*placed, ids, rows_got.data());
+    ASSERT_EQ(bits(rows_want.data(), static_cast<int64_t>(rows_want.size())),
+              bits(rows_got.data(), static_cast<int64_t>(rows_got.size())))
         << hwy::TargetName(target);
   });
   EXPECT_GE(targets, 2);

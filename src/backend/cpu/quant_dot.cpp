@@ -1279,6 +1279,34 @@ TESSERA_VNNI HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8
   }
   for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
 }
+// One token against kS groups side by side (decode's streams): group s's outputs to y[s].
+template <int kS>
+TESSERA_VNNI HWY_INLINE void q4_0_decode(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                                         float* const* y) {
+  const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
+  __m512 acc[kS];
+  for (int s = 0; s < kS; ++s) acc[s] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < units; ++u) {
+    const Q8Block& xt = x[u];
+    int32_t q[8];
+    std::memcpy(q, xt.qs, sizeof q);
+    const __m512 dx = _mm512_set1_ps(xt.d);
+    for (int s = 0; s < kS; ++s) {
+      const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
+      for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
+      __m512i sum = _mm512_set1_epi32(bias[u]), s16 = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
+        sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(v, low), _mm512_set1_epi32(q[j]));
+        s16 = _mm512_dpbusd_epi32(s16, _mm512_and_si512(v, high), _mm512_set1_epi32(q[j + 4]));
+      }
+      sum = _mm512_add_epi32(sum, _mm512_srai_epi32(s16, 4));
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+      acc[s] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sum), acc[s]);
+    }
+  }
+  for (int s = 0; s < kS; ++s) _mm512_storeu_ps(y[s], acc[s]);
+}
 constexpr int kQ4_0Tile = 8;
 #if HWY_COMPILER_GCC_ACTUAL
 #pragma GCC diagnostic pop
@@ -1320,6 +1348,38 @@ TESSERA_VNNI HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8
     for (int t = 0; t < kTile; ++t) _mm256_storeu_ps(y + t * ldy + 8 * h, acc[t]);
   }
 }
+template <int kS>
+TESSERA_VNNI HWY_INLINE void q4_0_decode(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                                         float* const* y) {
+  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[kS];
+    for (int s = 0; s < kS; ++s) acc[s] = _mm256_setzero_ps();
+    for (int64_t u = 0; u < units; ++u) {
+      const Q8Block& xt = x[u];
+      int32_t q[8];
+      std::memcpy(q, xt.qs, sizeof q);
+      const __m256 dx = _mm256_set1_ps(xt.d);
+      const __m256i b = _mm256_set1_epi32(bias[u]);
+      for (int s = 0; s < kS; ++s) {
+        const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
+        if (h == 0)
+          for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
+        __m256i s16 = _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+          const __m256i v = load32(p + 32 + 64 * j + 32 * h);
+          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v, low), _mm256_set1_epi32(q[j])));
+          s16 = _mm256_add_epi16(
+              s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_set1_epi32(q[j + 4])));
+        }
+        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), b);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+        acc[s] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sum), acc[s]);
+      }
+    }
+    for (int s = 0; s < kS; ++s) _mm256_storeu_ps(y[s] + 8 * h, acc[s]);
+  }
+}
 constexpr int kQ4_0Tile = 4;
 #else
 template <int kTile>
@@ -1341,6 +1401,11 @@ HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, con
       }
       y[t * ldy + r] = acc;
     }
+}
+template <int kS>
+HWY_INLINE void q4_0_decode(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                            float* const* y) {
+  for (int s = 0; s < kS; ++s) q4_0_dots<1>(g[s], units, x, bias, y[s], 0);
 }
 constexpr int kQ4_0Tile = 1;
 #endif
@@ -1364,8 +1429,24 @@ TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8B
     TS_CHECK(scratch, "[cpu] cannot allocate a Q4_0 group of ", units, " units");
     capacity = units;
   }
+  int64_t r0 = 0;
+  if (tokens == 1 && grouped) {
+    // kStreams parts of the rows side by side, each read as one sequential stream (as
+    // dot_rows_one_token), then the groups left over one at a time.
+    const int64_t part = rows / kQ4_0Group / kStreams * kQ4_0Group;
+    for (; r0 < part; r0 += kQ4_0Group) {
+      const uint8_t* g[kStreams];
+      float* out[kStreams];
+      for (int s = 0; s < kStreams; ++s) {
+        g[s] = w + (r0 + s * part) * row_bytes;
+        out[s] = y + r0 + s * part;
+      }
+      q4_0_decode<kStreams>(g, units, x, bias.data(), out);
+    }
+    r0 = kStreams * part;
+  }
   HWY_ALIGN float part[kQ4_0Tile * kQ4_0Group];  // a group of fewer than 16 rows' outputs
-  for (int64_t r0 = 0; r0 < rows; r0 += kQ4_0Group) {
+  for (; r0 < rows; r0 += kQ4_0Group) {
     const int64_t n = std::min(kQ4_0Group, rows - r0);
     const uint8_t* g = w + r0 * row_bytes;
     if (!grouped) {
