@@ -5,10 +5,11 @@
 // other targets compute the same integers with plain loops. Both then do the same
 // f32 operations in the order quant_dot.h states, so they give the same bits.
 // Where each case goes: dot_unit (a row's unit against a tile of tokens) and dot_block
-// serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_q4_0 and
-// dot_rows_k (prefill) and decode_quads (one token, the 4 streams' rows side by side);
-// AVX-512 with VNNI takes 2 rows a 512-bit register: decode_pairs32 and decode_pairs
-// (one token), prefill_pairs32 and prefill_pairs_k (tiles of tokens).
+// serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_k (prefill) and
+// decode_quads (one token, the 4 streams' rows side by side); AVX-512 with VNNI takes 2
+// rows a 512-bit register: decode_pairs32 and decode_pairs (one token), prefill_pairs32
+// and prefill_pairs_k (tiles of tokens). Q4_0 has its own order and kernels (q4_0_rows,
+// at the end: 16 rows a vector).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
 // AVX3_DL (AVX-512 with VNNI, VBMI2, ...) is compiled only on request in Highway 1.0:
@@ -96,13 +97,6 @@ HWY_INLINE uint64_t f16x4(const uint8_t* const* b, size_t at) {
   return u16_at(b[0] + at) | u16_at(b[1] + at) << 16 | u16_at(b[2] + at) << 32 | u16_at(b[3] + at) << 48;
 }
 
-// Q4_0's unsigned q of the unit at b: the 16 bytes in both halves, the high half shifted
-// down by 4, so low nibbles (elements 0-15) then high ones (16-31).
-HWY_INLINE __m256i q4_0_q(const uint8_t* b) {
-  const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)));
-  return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0)), _mm256_set1_epi8(0x0f));
-}
-
 // The products of one group as 16 int16 pairs (elements 2 j, 2 j + 1), for weights w in
 // [0, 63] (unsigned) and x in [-127, 127]: at most 2 * 63 * 127, no saturation.
 HWY_INLINE __m256i pairs_u(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
@@ -114,23 +108,6 @@ TESSERA_VNNI HWY_INLINE __m256i dot4_add(__m256i acc, __m256i w, __m256i x) {
   return _mm256_dpbusd_epi32(acc, w, x);
 #else
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs_u(w, x), _mm256_set1_epi16(1)));
-#endif
-}
-// Q4_0's lanes (q - 8) x, from its unsigned q and the token's `bias`, q4_0_bias(x): with
-// VNNI the lanes' -8 (x0 + .. + x3) and one vpdpbusd a row, else 8 x's int16 pairs and
-// q x - 8 x in them.
-TESSERA_VNNI HWY_INLINE __m256i q4_0_bias(__m256i x) {
-#if TESSERA_QUANT_DOT_VNNI
-  return _mm256_sub_epi32(_mm256_setzero_si256(), dot4_add(_mm256_setzero_si256(), _mm256_set1_epi8(8), x));
-#else
-  return pairs_u(_mm256_set1_epi8(8), x);
-#endif
-}
-TESSERA_VNNI HWY_INLINE __m256i q4_0_lanes(__m256i q, __m256i x, __m256i bias) {
-#if TESSERA_QUANT_DOT_VNNI
-  return dot4_add(bias, q, x);
-#else
-  return _mm256_madd_epi16(_mm256_sub_epi16(pairs_u(q, x), bias), _mm256_set1_epi16(1));
 #endif
 }
 // acc + the int16 pairs of a times b, summed in pairs: one vpdpwssd with VNNI.
@@ -192,18 +169,6 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, i
   for (int t = 0; t < kTile; ++t) {
     const Q8Block& xt = x[t * x_step];
     add_unit(d, xt.d, dot4_add(_mm256_setzero_si256(), abs_w, _mm256_sign_epi8(load32(xt.qs), w)), acc[t]);
-  }
-}
-
-// Q4_0: (q - 8) x is computed as q x - 8 x (q in [0, 15]; q4_0_lanes).
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void dot_unit_q4_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
-  const __m256i q = q4_0_q(b);
-  const float d = f16_at(b);
-  for (int t = 0; t < kTile; ++t) {
-    const Q8Block& xt = x[t * x_step];
-    const __m256i xv = load32(xt.qs);
-    add_unit(d, xt.d, q4_0_lanes(q, xv, q4_0_bias(xv)), acc[t]);
   }
 }
 
@@ -305,37 +270,6 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, 
   for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[t]);
 }
 
-// Q4_0 for 4 rows at once: each token's 8 x (the -8 of q - 8) is made once for the
-// rows (in dot_unit_q4_0 every row made it again), and the rows' d_w * d_x is one vector
-// multiply (the same f32 products). The same integers and f32 steps, so the same bits.
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void dot_rows_q4_0(const uint8_t* b, size_t row_step, const Q8Block* x, int64_t x_step,
-                                           Acc (*acc)[kTile]) {
-  constexpr int kRows = 4;
-  __m256i q[kRows];
-  const uint8_t* br[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    br[r] = b + r * row_step;
-    q[r] = q4_0_q(br[r]);
-  }
-  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(br, 0))));
-  for (int t = 0; t < kTile; ++t) {
-    const Q8Block& xt = x[t * x_step];
-    const __m256i xv = load32(xt.qs);
-    const __m256i bias = q4_0_bias(xv);
-    // The 4 rows' D = d_w * d_x in one multiply, each broadcast from memory (a load, where
-    // a broadcast from a register is a shuffle: 5-7 % of AVX2's prefill; the empty asm keeps
-    // the compiler from turning the loads into shuffles).
-    HWY_ALIGN float d[4];
-    _mm_store_ps(d, _mm_mul_ps(dw, _mm_set1_ps(xt.d)));
-    asm("" : "+m"(d));
-    for (int r = 0; r < kRows; ++r) {
-      const __m256i p = q4_0_lanes(q[r], xv, bias);
-      acc[r][t].lane = _mm256_fmadd_ps(_mm256_broadcast_ss(d + r), _mm256_cvtepi32_ps(p), acc[r][t].lane);
-    }
-  }
-}
-
 // Q4_K's and Q5_K's mins terms M of 4 rows (their 8 mins a byte each in mn[r]) against a
 // token: [M0, M1, M2, M3], each dot_unit_k's exact int32. Rows 0 and 1 go in the halves of
 // one vector, 2 and 3 in another; each half's 4 sums are then added (any order: integers).
@@ -382,7 +316,6 @@ TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const
 template <DType kT, int kTile>
 TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
   if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
-  if constexpr (kT == DType::kQ4_0) return dot_unit_q4_0<kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) return dot_unit_k<kT, kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ6_K) return dot_unit_q6_k<kTile>(b, x, x_step, acc);
 }
@@ -425,17 +358,6 @@ struct Unit<DType::kQ8_0> {
   HWY_INLINE void load(const uint8_t* b) {
     d = f16_at(b);
     q = reinterpret_cast<const int8_t*>(b + 2);
-  }
-  HWY_INLINE int scale16(int, int) const { return 1; }
-};
-
-template <>
-struct Unit<DType::kQ4_0> {
-  HWY_ALIGN int8_t q[32];
-  float d;
-  HWY_INLINE void load(const uint8_t* b) {
-    d = f16_at(b);
-    unpack_q4_0(b + 2, q);
   }
   HWY_INLINE int scale16(int, int) const { return 1; }
 };
@@ -548,36 +470,22 @@ TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, int64_t matrix) {
   return gf_bits(v, _mm512_set1_epi64(matrix));
 }
 
-// Q8_0 and Q4_0: the weights of rows a and b made unsigned, w + kOffset (kOffset 128
-// or 8: Q8_0's w with its sign bit flipped, Q4_0's q); Q4_0's low nibbles go to 128-bit
-// lanes 0 and 2, its high ones to 1 and 3. pair_block32 adds their products with x to
-// `bias`, the lanes' -kOffset (x0 + .. + x3).
-template <DType kT, bool kGfni>
-TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_weights32(const uint8_t* a, const uint8_t* b) {
-  if constexpr (kT == DType::kQ8_0) {
-    return _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128));
-  } else if constexpr (kGfni) {
-    return gf_bits(pair16(a + 2, b + 2),
-                   _mm512_set_epi64(kGfHigh, kGfHigh, kGfLow, kGfLow, kGfHigh, kGfHigh, kGfLow, kGfLow));
-  } else {
-    const __m512i nibble_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);  // high nibbles in lanes 1 and 3
-    return _mm512_and_si512(_mm512_srlv_epi64(pair16(a + 2, b + 2), nibble_shift), _mm512_set1_epi8(0x0f));
-  }
+// Q8_0: the weights of rows a and b made unsigned, w + 128 (the sign bit flipped), in the
+// halves; pair_block32 adds their products with x to `bias`, the lanes' -128 (x0 + .. + x3).
+TESSERA_VNNI HWY_INLINE __m512i pair_weights32(const uint8_t* a, const uint8_t* b) {
+  return _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128));
 }
-template <DType kT, bool kGfni>
-TESSERA_VNNI_GFNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
-  return _mm512_dpbusd_epi32(bias, pair_weights32<kT, kGfni>(a, b), xv);
+TESSERA_VNNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
+  return _mm512_dpbusd_epi32(bias, pair_weights32(a, b), xv);
 }
 
 // One unit of 4 rows (at r[s] + off) against the token's block xt, whose lanes' bias
 // (pair_block32) is `bias`, into acc01 (rows 0, 1) and acc23 (rows 2, 3).
-template <DType kT, bool kGfni>
-TESSERA_VNNI_GFNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, const Q8Block& xt, __m512i bias,
-                                               __m512& acc01, __m512& acc23) {
+TESSERA_VNNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, const Q8Block& xt, __m512i bias,
+                                          __m512& acc01, __m512& acc23) {
   const __m512i xv = both32(xt.qs);
   const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
-  const __m512i p01 = pair_block32<kT, kGfni>(b[0], b[1], xv, bias),
-                p23 = pair_block32<kT, kGfni>(b[2], b[3], xv, bias);
+  const __m512i p01 = pair_block32(b[0], b[1], xv, bias), p23 = pair_block32(b[2], b[3], xv, bias);
   const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
   const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -586,16 +494,15 @@ TESSERA_VNNI_GFNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t o
   acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
 }
 
-// Q8_0 and Q4_0 rows as decode_pairs (below) takes them, with fewer instructions around
+// Q8_0 rows as decode_pairs (below) takes them, with fewer instructions around
 // each unit, the pair kernels being short of them (docs/benchmarks.md): the lanes' bias of
 // every unit is made once a call, not once a unit and 4 rows; two units go a step, and
 // each row has one line prefetched kPrefetchAhead on a step, unconditionally (a step is
-// 36 or 68 bytes, so every line is asked for), where a test of each unit's offset cost
+// 68 bytes, so every line is asked for), where a test of each unit's offset cost
 // more. The same integers and f32 steps, so the same bits.
-template <DType kT, bool kGfni>
-TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
-                                                   const Q8Block* x, float* y) {
-  constexpr size_t kBytes = dtype_block_bytes(kT);
+TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
+                                              const Q8Block* x, float* y) {
+  constexpr size_t kBytes = dtype_block_bytes(DType::kQ8_0);
   thread_local hwy::AlignedFreeUniquePtr<int32_t[]> biases;  // 8 int32 lanes a unit
   thread_local int64_t capacity = 0;
   if (units > capacity) {
@@ -603,7 +510,7 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t par
     TS_CHECK(biases, "[cpu] cannot allocate the biases of ", units, " units");
     capacity = units;
   }
-  const __m256i zero = _mm256_setzero_si256(), offset = _mm256_set1_epi8(kT == DType::kQ8_0 ? -128 : 8);
+  const __m256i zero = _mm256_setzero_si256(), offset = _mm256_set1_epi8(-128);
   auto* bias = reinterpret_cast<__m256i*>(biases.get());
   for (int64_t u = 0; u < units; ++u) bias[u] = _mm256_sub_epi32(zero, dot4_add(zero, offset, load32(x[u].qs)));
   const size_t step = static_cast<size_t>(part) * row_bytes;
@@ -615,11 +522,11 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t par
     for (; u + 2 <= units; u += 2) {
       const size_t off = static_cast<size_t>(u) * kBytes;
       for (const uint8_t* rs : r) hwy::Prefetch(rs + off + kPrefetchAhead);
-      quad_block32<kT, kGfni>(r, off, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
-      quad_block32<kT, kGfni>(r, off + kBytes, x[u + 1], _mm512_broadcast_i64x4(bias[u + 1]), acc01, acc23);
+      quad_block32(r, off, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
+      quad_block32(r, off + kBytes, x[u + 1], _mm512_broadcast_i64x4(bias[u + 1]), acc01, acc23);
     }
     if (u < units)
-      quad_block32<kT, kGfni>(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
+      quad_block32(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
     y[i] = finish(Acc{_mm512_castps512_ps256(acc01), 0.0f});
     y[i + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
     y[i + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), 0.0f});
@@ -627,18 +534,18 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t par
   }
 }
 
-// Prefill of Q8_0 and Q4_0 on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart)
+// Prefill of Q8_0 on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart)
 // as decode_pairs32's 2 pairs, one row in each 256-bit half, against kTile tokens
 // (`units` blocks apart in x, outputs ldy apart in y): each unit's weights are made
 // unsigned once for the tile, the token's lanes' bias once for the 4 rows, and each
 // instruction serves 2 rows, where dot_block's 256-bit kernel took one. The same
 // integers and f32 steps (D = d_w * d_x, then acc = fma(D, float(P), acc) unit by unit),
 // so the same bits.
-template <DType kT, bool kGfni, int kTile>
-TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_bytes, int64_t units, const Q8Block* x,
-                                                  float* y, int64_t ldy) {
-  constexpr size_t kBytes = dtype_block_bytes(kT);
-  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(kT == DType::kQ8_0 ? -128 : 8);
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_bytes, int64_t units, const Q8Block* x,
+                                             float* y, int64_t ldy) {
+  constexpr size_t kBytes = dtype_block_bytes(DType::kQ8_0);
+  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(-128);
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   __m512 acc01[kTile], acc23[kTile];
@@ -646,7 +553,7 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_b
   for (int64_t u = 0; u < units; ++u) {
     const size_t off = static_cast<size_t>(u) * kBytes;
     const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
-    const __m512i q01 = pair_weights32<kT, kGfni>(b[0], b[1]), q23 = pair_weights32<kT, kGfni>(b[2], b[3]);
+    const __m512i q01 = pair_weights32(b[0], b[1]), q23 = pair_weights32(b[2], b[3]);
     const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
     const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
     for (int t = 0; t < kTile; ++t) {
@@ -765,8 +672,8 @@ TESSERA_VNNI HWY_INLINE __m128i mins4(__m512i mins, __m128i pair_sums) {
 }
 
 // Rows r, r + part, r + 2 part, r + 3 part (of `part` rows row_bytes apart), for r < part,
-// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it. The K types; Q8_0 and
-// Q4_0 take decode_pairs32 (above).
+// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it. The K types; Q8_0
+// takes decode_pairs32 (above).
 template <DType kT, bool kGfni>
 TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
                                                  const Act<kT>* x, float* y) {
@@ -890,7 +797,7 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 // spent as many instructions on each unit's scales as on its products, and the kernel
 // was short of instructions, not of memory (docs/benchmarks.md): here the 4 rows' d_w
 // are one conversion and d_w * d_x one multiply (each row's D then one permute), the
-// token's x and Q4_0's 8 x are made once for the 4 rows, and Q4_K/Q5_K's mins term M of
+// token's x is loaded once for the 4 rows, and Q4_K/Q5_K's mins term M of
 // the 4 rows is one set of vectors (exact integers in any order, then the f32 steps of
 // dot_unit_k lane by lane). The same integers and f32 steps, so the same bits as
 // dot_block<kT, 4, 1>. Q6_K's rows the same way ran 4-12 % slower than dot_block's: its
@@ -910,34 +817,30 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
       const size_t off = static_cast<size_t>(u) * kBytes;
       const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
       // Each unit's bytes kPrefetchAhead on, as in dot_block (a line a row every other
-      // unit for Q8_0 and Q4_0, whose units are 34 and 18 bytes).
+      // unit for Q8_0, whose units are 34 bytes).
       if (!kBlock32<kT> || u % 2 == 0)
         for (const uint8_t* bs : b)
           for (size_t line = 0; line < kBytes; line += 64) hwy::Prefetch(bs + kPrefetchAhead + line);
       const Act<kT>& xt = x[u];
       const __m128 dx = _mm_set1_ps(xt.d);
-      // The 4 rows' D. Q8_0 (short of loads) broadcasts each from the register; the others
-      // (short of vector operations) from memory, a load where that is a shuffle
-      // (dot_rows_q4_0): Q4_0 +4-6 %, Q4_K +3 % from L2, Q8_0 -10 % that way.
+      // The 4 rows' D. Q8_0 (short of loads) broadcasts each from the register; the K
+      // types (short of vector operations) from memory, a load where that is a shuffle
+      // (the empty asm keeps the compiler from turning the loads into shuffles): Q4_K +3 %,
+      // Q5_K +3-7 % from L2, Q8_0 -10 % that way.
       HWY_ALIGN float d[4];
       const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), dx);
       if constexpr (kT != DType::kQ8_0) {
         _mm_store_ps(d, d4);
         asm("" : "+m"(d));
       }
-      [[maybe_unused]] __m256i xv, bias;
-      if constexpr (kBlock32<kT>) {
-        xv = load32(xt.qs);
-        if constexpr (kT == DType::kQ4_0) bias = q4_0_bias(xv);
-      }
+      [[maybe_unused]] __m256i xv;
+      if constexpr (kBlock32<kT>) xv = load32(xt.qs);
       [[maybe_unused]] uint64_t mn[4];
       const auto row = [&](int s, __m256 acc) {
         __m256i p;
         if constexpr (kT == DType::kQ8_0) {
           const __m256i wv = load32(b[s] + 2);
           p = dot4_add(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-        } else if constexpr (kT == DType::kQ4_0) {
-          p = q4_0_lanes(q4_0_q(b[s]), xv, bias);
         } else {
           uint64_t sc;
           k_scales_mins(b[s], sc, mn[s]);
@@ -982,10 +885,6 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
     const uint8_t* wu = w + static_cast<size_t>(u) * kBytes;
     if (tokens == kTile) {
 #if TESSERA_QUANT_DOT_AVX2
-      if constexpr (kT == DType::kQ4_0 && kRows == 4) {
-        dot_rows_q4_0<kTile>(wu, row_step, x + u, units, acc);
-        continue;
-      }
       if constexpr (kMins<kT> && kRows == 4) {
         dot_rows_k<kT, kTile>(wu, row_step, x + u, units, acc);
         continue;
@@ -1017,15 +916,10 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
                                      float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
-  // GFNI unpacks the 4-bit types' nibbles (pair_block32, pair_k); Q6_K's bits gained nothing.
-  static const bool gfni =
-      (kT == DType::kQ4_0 || kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
+  // GFNI unpacks the K types' nibbles (pair_k); Q6_K's bits gained nothing.
+  static const bool gfni = (kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
   if constexpr (kBlock32<kT>) {
-    if (gfni) {
-      decode_pairs32<kT, true>(w, part, row_bytes, units, x, y);
-    } else {
-      decode_pairs32<kT, false>(w, part, row_bytes, units, x, y);
-    }
+    decode_pairs32(w, part, row_bytes, units, x, y);
   } else if (gfni) {
     decode_pairs<kT, true>(w, part, row_bytes, units, x, y);
   } else {
@@ -1063,16 +957,14 @@ constexpr int kPrefillTile = kBlock32<kT> ? kTokenTile : 4;  // the K types' 4 k
 template <DType kT>
 TESSERA_VNNI_GFNI void prefill_quad(const uint8_t* w, size_t row_bytes, int64_t units, const Act<kT>* x, int64_t nt,
                                     float* y, int64_t ldy) {
-  static const bool gfni =
-      (kT == DType::kQ4_0 || kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
+  static const bool gfni = (kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
   const auto tiles = [&](auto tile, int64_t t0) {
     constexpr int kTile = decltype(tile)::value;
     for (; t0 + kTile <= nt; t0 += kTile) {
       const Act<kT>* xt = x + t0 * units;
       float* yt = y + t0 * ldy;
       if constexpr (kBlock32<kT>) {
-        gfni ? prefill_pairs32<kT, true, kTile>(w, row_bytes, units, xt, yt, ldy)
-             : prefill_pairs32<kT, false, kTile>(w, row_bytes, units, xt, yt, ldy);
+        prefill_pairs32<kTile>(w, row_bytes, units, xt, yt, ldy);
       } else {
         gfni ? prefill_pairs_k<kT, true, kTile>(w, row_bytes, units, xt, yt, ldy)
              : prefill_pairs_k<kT, false, kTile>(w, row_bytes, units, xt, yt, ldy);
@@ -1236,154 +1128,134 @@ void RoundQ8_K(const float* x, int64_t k, Q8KBlock* out) {
 // kQ4_0Group layout; plain rows are grouped into a scratch first). Every kernel computes,
 // for each of a group's rows and each token, acc = fma(d_w * d_x, float(P), acc) unit by
 // unit, P = bias + the unit's products of q and x (bias = -8 (x0 + .. + x31): q - 8 as q
-// and -8 x), so every instruction set gives the same bits. x: token t's unit u at x[t *
-// units + u], its bias likewise; y: token t's 16 outputs at y + t * ldy.
+// and -8 x), so every instruction set gives the same bits. q4_0_tile takes kTile tokens
+// against one group (token t's unit u at x[t * units + u], its bias likewise; its 16
+// outputs at y + t * ldy); q4_0_streams one token against kS groups side by side.
+#if TESSERA_QUANT_DOT_AVX2
 #if TESSERA_QUANT_DOT_VNNI
 #if HWY_COMPILER_GCC_ACTUAL
 #pragma GCC diagnostic push  // as above: GCC 12's 512-bit intrinsics
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// One vpdpbusd takes slice j's 4 bytes of all 16 rows (lanes = rows) against x's 4: the
-// low nibbles as they are, the high ones masked in place as 16 q (at most 240; vpdpbusd
-// does not saturate) into a second sum shifted right by 4 once a unit (exact: a multiple
-// of 16). kTile tokens share each unit's loads.
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
-                                       int64_t ldy) {
-  const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
-  __m512 acc[kTile];
-  for (int t = 0; t < kTile; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; ++u) {
-    const uint8_t* p = g + u * kQ4_0UnitBytes;
-    for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
-    __m512i lo[4], hi[4];
+// The 16 rows are a 512-bit register's lanes: one vpdpbusd takes slice j's 4 bytes of every
+// row against x's 4, the low nibbles as they are and the high ones masked in place as 16 q
+// (at most 240; vpdpbusd does not saturate) into a second sum, shifted right by 4 once a
+// unit (exact: a multiple of 16).
+struct Q4_0Vec {
+  using Int = __m512i;
+  using Float = __m512;
+  static constexpr int kHalves = 1;  // of the group's rows a register holds them all
+  static constexpr int kTile = 8;
+  TESSERA_VNNI static void weights(const uint8_t* p, int, Int* lo, Int* hi) {
+    const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
     for (int j = 0; j < 4; ++j) {
       const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
       lo[j] = _mm512_and_si512(v, low);
       hi[j] = _mm512_and_si512(v, high);
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    for (int t = 0; t < kTile; ++t) {
-      const Q8Block& xt = x[t * units + u];
-      int32_t q[8];
-      std::memcpy(q, xt.qs, sizeof q);
-      __m512i s = _mm512_set1_epi32(bias[t * units + u]), s16 = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) {
-        s = _mm512_dpbusd_epi32(s, lo[j], _mm512_set1_epi32(q[j]));
-        s16 = _mm512_dpbusd_epi32(s16, hi[j], _mm512_set1_epi32(q[j + 4]));
-      }
-      s = _mm512_add_epi32(s, _mm512_srai_epi32(s16, 4));
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xt.d)), _mm512_cvtepi32_ps(s), acc[t]);
-    }
   }
-  for (int t = 0; t < kTile; ++t) _mm512_storeu_ps(y + t * ldy, acc[t]);
-}
-// One token against kS groups side by side (decode's streams): group s's outputs to y[s].
-template <int kS>
-TESSERA_VNNI HWY_INLINE void q4_0_decode(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
-                                         float* const* y) {
-  const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
-  __m512 acc[kS];
-  for (int s = 0; s < kS; ++s) acc[s] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; ++u) {
-    const Q8Block& xt = x[u];
+  TESSERA_VNNI static Int sums(const Int* lo, const Int* hi, const Q8Block& x, int32_t bias) {
     int32_t q[8];
-    std::memcpy(q, xt.qs, sizeof q);
-    const __m512 dx = _mm512_set1_ps(xt.d);
-    for (int s = 0; s < kS; ++s) {
-      const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
-      for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
-      __m512i sum = _mm512_set1_epi32(bias[u]), s16 = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
-        sum = _mm512_dpbusd_epi32(sum, _mm512_and_si512(v, low), _mm512_set1_epi32(q[j]));
-        s16 = _mm512_dpbusd_epi32(s16, _mm512_and_si512(v, high), _mm512_set1_epi32(q[j + 4]));
-      }
-      sum = _mm512_add_epi32(sum, _mm512_srai_epi32(s16, 4));
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-      acc[s] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sum), acc[s]);
+    std::memcpy(q, x.qs, sizeof q);
+    __m512i sum = _mm512_set1_epi32(bias), sixteen = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      sum = _mm512_dpbusd_epi32(sum, lo[j], _mm512_set1_epi32(q[j]));
+      sixteen = _mm512_dpbusd_epi32(sixteen, hi[j], _mm512_set1_epi32(q[j + 4]));
+    }
+    return _mm512_add_epi32(sum, _mm512_srai_epi32(sixteen, 4));
+  }
+  TESSERA_VNNI static Float step(const uint8_t* p, int, float dx, Int sum, Float acc) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(sum), acc);
+  }
+  TESSERA_VNNI static Float zero() { return _mm512_setzero_ps(); }
+  TESSERA_VNNI static void store(float* y, int, Float acc) { _mm512_storeu_ps(y, acc); }
+};
+#else
+// Two halves of 8 rows, each a 256-bit register's lanes; vpmaddubsw's pairs of a slice summed
+// in int16 over the unit's 8 slices (at most 8 * 2 * 15 * 127 = 30,480), then to int32.
+struct Q4_0Vec {
+  using Int = __m256i;
+  using Float = __m256;
+  static constexpr int kHalves = 2;
+  static constexpr int kTile = 4;
+  static void weights(const uint8_t* p, int h, Int* lo, Int* hi) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = load32(p + 32 + 64 * j + 32 * h);
+      lo[j] = _mm256_and_si256(v, low);
+      hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
   }
-  for (int s = 0; s < kS; ++s) _mm512_storeu_ps(y[s], acc[s]);
-}
-constexpr int kQ4_0Tile = 8;
-#if HWY_COMPILER_GCC_ACTUAL
-#pragma GCC diagnostic pop
+  static Int sums(const Int* lo, const Int* hi, const Q8Block& x, int32_t bias) {
+    int32_t q[8];
+    std::memcpy(q, x.qs, sizeof q);
+    __m256i pairs = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(q[j])));
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(q[j + 4])));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias));
+  }
+  static Float step(const uint8_t* p, int h, float dx, Int sum, Float acc) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(sum), acc);
+  }
+  static Float zero() { return _mm256_setzero_ps(); }
+  static void store(float* y, int h, Float acc) { _mm256_storeu_ps(y + 8 * h, acc); }
+};
 #endif
-#elif TESSERA_QUANT_DOT_AVX2
-// The group as two halves of 8 rows (lanes = rows), vpmaddubsw's pairs of each slice summed
-// in int16 over the unit's 8 slices (at most 8 * 2 * 15 * 127 = 30,480), then to int32.
+
 template <int kTile>
-TESSERA_VNNI HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
                                        int64_t ldy) {
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  for (int h = 0; h < 2; ++h) {
-    __m256 acc[kTile];
-    for (int t = 0; t < kTile; ++t) acc[t] = _mm256_setzero_ps();
+  using V = Q4_0Vec;
+  for (int h = 0; h < V::kHalves; ++h) {
+    typename V::Float acc[kTile];
+    for (auto& a : acc) a = V::zero();
     for (int64_t u = 0; u < units; ++u) {
       const uint8_t* p = g + u * kQ4_0UnitBytes;
       if (h == 0)
         for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
-      __m256i lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = load32(p + 32 + 64 * j + 32 * h);
-        lo[j] = _mm256_and_si256(v, low);
-        hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      }
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      typename V::Int lo[4], hi[4];
+      V::weights(p, h, lo, hi);
       for (int t = 0; t < kTile; ++t) {
         const Q8Block& xt = x[t * units + u];
-        int32_t q[8];
-        std::memcpy(q, xt.qs, sizeof q);
-        __m256i s16 = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j) {
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(q[j])));
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(q[j + 4])));
-        }
-        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(bias[t * units + u]));
-        acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xt.d)), _mm256_cvtepi32_ps(s), acc[t]);
+        acc[t] = V::step(p, h, xt.d, V::sums(lo, hi, xt, bias[t * units + u]), acc[t]);
       }
     }
-    for (int t = 0; t < kTile; ++t) _mm256_storeu_ps(y + t * ldy + 8 * h, acc[t]);
+    for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[t]);
   }
 }
+
 template <int kS>
-TESSERA_VNNI HWY_INLINE void q4_0_decode(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
-                                         float* const* y) {
-  const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  for (int h = 0; h < 2; ++h) {
-    __m256 acc[kS];
-    for (int s = 0; s < kS; ++s) acc[s] = _mm256_setzero_ps();
+TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                                          float* const* y) {
+  using V = Q4_0Vec;
+  for (int h = 0; h < V::kHalves; ++h) {
+    typename V::Float acc[kS];
+    for (auto& a : acc) a = V::zero();
     for (int64_t u = 0; u < units; ++u) {
-      const Q8Block& xt = x[u];
-      int32_t q[8];
-      std::memcpy(q, xt.qs, sizeof q);
-      const __m256 dx = _mm256_set1_ps(xt.d);
-      const __m256i b = _mm256_set1_epi32(bias[u]);
       for (int s = 0; s < kS; ++s) {
         const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
         if (h == 0)
           for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
-        __m256i s16 = _mm256_setzero_si256();
-        for (int j = 0; j < 4; ++j) {
-          const __m256i v = load32(p + 32 + 64 * j + 32 * h);
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_and_si256(v, low), _mm256_set1_epi32(q[j])));
-          s16 = _mm256_add_epi16(
-              s16, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), _mm256_set1_epi32(q[j + 4])));
-        }
-        const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(s16, ones), b);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
-        acc[s] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sum), acc[s]);
+        typename V::Int lo[4], hi[4];
+        V::weights(p, h, lo, hi);
+        acc[s] = V::step(p, h, x[u].d, V::sums(lo, hi, x[u], bias[u]), acc[s]);
       }
     }
-    for (int s = 0; s < kS; ++s) _mm256_storeu_ps(y[s] + 8 * h, acc[s]);
+    for (int s = 0; s < kS; ++s) V::store(y[s], h, acc[s]);
   }
 }
-constexpr int kQ4_0Tile = 4;
+constexpr int kQ4_0Tile = Q4_0Vec::kTile;
+#if TESSERA_QUANT_DOT_VNNI && HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
 #else
 template <int kTile>
-HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
                           int64_t ldy) {
   for (int t = 0; t < kTile; ++t)
     for (int r = 0; r < kQ4_0Group; ++r) {
@@ -1403,9 +1275,9 @@ HWY_INLINE void q4_0_dots(const uint8_t* g, int64_t units, const Q8Block* x, con
     }
 }
 template <int kS>
-HWY_INLINE void q4_0_decode(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
-                            float* const* y) {
-  for (int s = 0; s < kS; ++s) q4_0_dots<1>(g[s], units, x, bias, y[s], 0);
+HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                             float* const* y) {
+  for (int s = 0; s < kS; ++s) q4_0_tile<1>(g[s], units, x, bias, y[s], 0);
 }
 constexpr int kQ4_0Tile = 1;
 #endif
@@ -1441,7 +1313,7 @@ TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8B
         g[s] = w + (r0 + s * part) * row_bytes;
         out[s] = y + r0 + s * part;
       }
-      q4_0_decode<kStreams>(g, units, x, bias.data(), out);
+      q4_0_streams<kStreams>(g, units, x, bias.data(), out);
     }
     r0 = kStreams * part;
   }
@@ -1456,7 +1328,7 @@ TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8B
     const auto tile = [&]<int kTile>(int64_t t0) {
       float* out = n == kQ4_0Group ? y + t0 * ldy + r0 : part;
       const int64_t out_step = n == kQ4_0Group ? ldy : kQ4_0Group;
-      q4_0_dots<kTile>(g, units, x + t0 * units, bias.data() + t0 * units, out, out_step);
+      q4_0_tile<kTile>(g, units, x + t0 * units, bias.data() + t0 * units, out, out_step);
       if (n < kQ4_0Group)
         for (int t = 0; t < kTile; ++t)
           std::copy(part + t * kQ4_0Group, part + t * kQ4_0Group + n, y + (t0 + t) * ldy + r0);
