@@ -1317,7 +1317,7 @@ TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8B
     }
     r0 = kStreams * part;
   }
-  HWY_ALIGN float part[kQ4_0Tile * kQ4_0Group];  // a group of fewer than 16 rows' outputs
+  HWY_ALIGN float few[kQ4_0Tile * kQ4_0Group];  // a group of fewer than 16 rows' outputs
   for (; r0 < rows; r0 += kQ4_0Group) {
     const int64_t n = std::min(kQ4_0Group, rows - r0);
     const uint8_t* g = w + r0 * row_bytes;
@@ -1326,12 +1326,12 @@ TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8B
       g = scratch.get();
     }
     const auto tile = [&]<int kTile>(int64_t t0) {
-      float* out = n == kQ4_0Group ? y + t0 * ldy + r0 : part;
+      float* out = n == kQ4_0Group ? y + t0 * ldy + r0 : few;
       const int64_t out_step = n == kQ4_0Group ? ldy : kQ4_0Group;
       q4_0_tile<kTile>(g, units, x + t0 * units, bias.data() + t0 * units, out, out_step);
       if (n < kQ4_0Group)
         for (int t = 0; t < kTile; ++t)
-          std::copy(part + t * kQ4_0Group, part + t * kQ4_0Group + n, y + (t0 + t) * ldy + r0);
+          std::copy(few + t * kQ4_0Group, few + t * kQ4_0Group + n, y + (t0 + t) * ldy + r0);
     };
     int64_t t0 = 0;
     for (; t0 + kQ4_0Tile <= tokens; t0 += kQ4_0Tile) tile.template operator()<kQ4_0Tile>(t0);
