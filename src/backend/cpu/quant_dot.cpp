@@ -1147,6 +1147,7 @@ struct Q4_0Vec {
   using Float = __m512;
   static constexpr int kHalves = 1;  // of the group's rows a register holds them all
   static constexpr int kTile = 8;
+  static constexpr int kStreams = 4;
   TESSERA_VNNI static void weights(const uint8_t* p, int, Int* lo, Int* hi) {
     const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
     for (int j = 0; j < 4; ++j) {
@@ -1180,6 +1181,7 @@ struct Q4_0Vec {
   using Float = __m256;
   static constexpr int kHalves = 2;
   static constexpr int kTile = 4;
+  static constexpr int kStreams = 2;  // 2 x 2 accumulators, and the weights, in 16 registers
   static void weights(const uint8_t* p, int h, Int* lo, Int* hi) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int j = 0; j < 4; ++j) {
@@ -1229,27 +1231,31 @@ TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8
   }
 }
 
+// Both halves of a unit go together here, so that its bytes are read once from memory (a
+// pass a half, as q4_0_tile takes them, left the second pass's sums after the stream).
 template <int kS>
 TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
                                           float* const* y) {
   using V = Q4_0Vec;
-  for (int h = 0; h < V::kHalves; ++h) {
-    typename V::Float acc[kS];
-    for (auto& a : acc) a = V::zero();
-    for (int64_t u = 0; u < units; ++u) {
-      for (int s = 0; s < kS; ++s) {
-        const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
-        if (h == 0)
-          for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
+  typename V::Float acc[kS][V::kHalves];
+  for (auto& a : acc)
+    for (auto& half : a) half = V::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    for (int s = 0; s < kS; ++s) {
+      const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
+      for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
+      for (int h = 0; h < V::kHalves; ++h) {
         typename V::Int lo[4], hi[4];
         V::weights(p, h, lo, hi);
-        acc[s] = V::step(p, h, x[u].d, V::sums(lo, hi, x[u], bias[u]), acc[s]);
+        acc[s][h] = V::step(p, h, x[u].d, V::sums(lo, hi, x[u], bias[u]), acc[s][h]);
       }
     }
-    for (int s = 0; s < kS; ++s) V::store(y[s], h, acc[s]);
   }
+  for (int s = 0; s < kS; ++s)
+    for (int h = 0; h < V::kHalves; ++h) V::store(y[s], h, acc[s][h]);
 }
 constexpr int kQ4_0Tile = Q4_0Vec::kTile;
+constexpr int kQ4_0Streams = Q4_0Vec::kStreams;
 #if TESSERA_QUANT_DOT_VNNI && HWY_COMPILER_GCC_ACTUAL
 #pragma GCC diagnostic pop
 #endif
@@ -1280,6 +1286,7 @@ HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units, const Q8Blo
   for (int s = 0; s < kS; ++s) q4_0_tile<1>(g[s], units, x, bias, y[s], 0);
 }
 constexpr int kQ4_0Tile = 1;
+constexpr int kQ4_0Streams = 1;
 #endif
 
 // Q4_0 rows (plain, or `grouped` in kQ4_0Group's layout from a whole group) against
@@ -1303,19 +1310,19 @@ TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8B
   }
   int64_t r0 = 0;
   if (tokens == 1 && grouped) {
-    // kStreams parts of the rows side by side, each read as one sequential stream (as
+    // kQ4_0Streams parts of the rows side by side, each read as one sequential stream (as
     // dot_rows_one_token), then the groups left over one at a time.
-    const int64_t part = rows / kQ4_0Group / kStreams * kQ4_0Group;
+    const int64_t part = rows / kQ4_0Group / kQ4_0Streams * kQ4_0Group;
     for (; r0 < part; r0 += kQ4_0Group) {
-      const uint8_t* g[kStreams];
-      float* out[kStreams];
-      for (int s = 0; s < kStreams; ++s) {
+      const uint8_t* g[kQ4_0Streams];
+      float* out[kQ4_0Streams];
+      for (int s = 0; s < kQ4_0Streams; ++s) {
         g[s] = w + (r0 + s * part) * row_bytes;
         out[s] = y + r0 + s * part;
       }
-      q4_0_streams<kStreams>(g, units, x, bias.data(), out);
+      q4_0_streams<kQ4_0Streams>(g, units, x, bias.data(), out);
     }
-    r0 = kStreams * part;
+    r0 = kQ4_0Streams * part;
   }
   HWY_ALIGN float few[kQ4_0Tile * kQ4_0Group];  // a group of fewer than 16 rows' outputs
   for (; r0 < rows; r0 += kQ4_0Group) {
