@@ -1,5 +1,6 @@
-// How the rows of a 16- or 32-bit matmul weight lie in CPU memory, in one of three layouts
-// (and CpuDevice::embed reads each, for a tied embedding):
+// How the rows of a matmul weight lie in CPU memory: a 16- or 32-bit weight in one of three
+// layouts, a Q4_0 one as the file has it or in groups of 16 rows (kQ4_0Group, below); and
+// CpuDevice::embed reads each, for a tied embedding:
 //   group 1: as the checkpoint has them, each row's k elements one after another;
 //   group g > 1: the rows in groups of g (`rows` a multiple of g), and within a group the
 //     rows' 64-byte lines alternate: line j of the group's row r at (j * g + r) * 64 bytes
