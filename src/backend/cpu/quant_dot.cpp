@@ -1293,7 +1293,7 @@ constexpr int kQ4_0Streams = 1;
 // `tokens` tokens' x, group by group, in tiles of kQ4_0Tile tokens and then one at a time.
 TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8Block* x, int64_t tokens, float* y,
                             int64_t ldy, bool grouped) {
-  const int64_t units = k / 32, row_bytes = units * 18;
+  const int64_t units = k / 32, row_bytes = units * static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0));
   thread_local std::vector<int32_t> bias;
   bias.resize(static_cast<size_t>(tokens * units));
   for (int64_t i = 0; i < tokens * units; ++i) {

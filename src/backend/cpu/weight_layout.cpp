@@ -9,12 +9,16 @@
 
 namespace tessera::cpu {
 
+namespace {
+constexpr int64_t kQ4_0Block = static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0));  // bytes of a block
+}  // namespace
+
 void q4_0_group(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group) {
   TS_CHECK(n >= 1 && n <= kQ4_0Group, "[cpu] a Q4_0 group of ", n, " rows");
   std::memset(group, 0, static_cast<size_t>(units * kQ4_0UnitBytes));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t u = 0; u < units; ++u) {
-      const uint8_t* b = rows + r * row_bytes + u * 18;
+      const uint8_t* b = rows + r * row_bytes + u * kQ4_0Block;
       uint8_t* unit = group + u * kQ4_0UnitBytes;
       std::memcpy(unit + 2 * r, b, 2);
       for (int64_t j = 0; j < 4; ++j) std::memcpy(unit + 32 + 64 * j + 4 * r, b + 2 + 4 * j, 4);
@@ -24,7 +28,7 @@ void q4_0_group(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units
 void q4_0_ungroup_row(const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks) {
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = group + u * kQ4_0UnitBytes;
-    uint8_t* b = blocks + u * 18;
+    uint8_t* b = blocks + u * kQ4_0Block;
     std::memcpy(b, unit + 2 * r, 2);
     for (int64_t j = 0; j < 4; ++j) std::memcpy(b + 2 + 4 * j, unit + 32 + 64 * j + 4 * r, 4);
   }
@@ -66,7 +70,7 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
   if (dtype == DType::kQ4_0) {
     TS_CHECK(group == kQ4_0Group && begin % group == 0 && end % group == 0, "[cpu] Q4_0 rows [", begin, ", ", end,
              ") in groups of ", group);
-    const int64_t units = k / 32, row_bytes = units * 18;
+    const int64_t units = k / 32, row_bytes = units * kQ4_0Block;
     for (int64_t g = begin; g < end; g += group)
       q4_0_group(static_cast<const uint8_t*>(src) + g * row_bytes, row_bytes, group, units,
                  static_cast<uint8_t*>(dst) + g * row_bytes);
@@ -91,7 +95,7 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
 
 void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out) {
   if (dtype == DType::kQ4_0) {
-    const int64_t units = k / 32, row_bytes = units * 18;
+    const int64_t units = k / 32, row_bytes = units * kQ4_0Block;
     thread_local std::vector<uint8_t> blocks;
     blocks.resize(static_cast<size_t>(row_bytes));
     q4_0_ungroup_row(static_cast<const uint8_t*>(w) + r / group * group * row_bytes, units, r % group, blocks.data());

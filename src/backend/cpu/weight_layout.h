@@ -67,7 +67,7 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 // (288 bytes) the 16 rows' d, then 4 slices of 64 bytes, slice j the 16 rows' nibble bytes
 // 4j..4j+3 (row r's at 4r), so that one 64-byte load gives 4 bytes of every row.
 inline constexpr int64_t kQ4_0Group = 16;
-inline constexpr int64_t kQ4_0UnitBytes = 288;
+inline constexpr int64_t kQ4_0UnitBytes = kQ4_0Group * static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0));
 // n (at most 16; the rest zeros) rows of `units` Q4_0 blocks, row_bytes apart, as one group.
 void q4_0_group(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
 // Row r of a group as its `units` plain Q4_0 blocks.
