@@ -355,32 +355,35 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
   }
 }
 
-// Q4_0 rows in weight_layout.h's groups of 16, which quant_dot.h's Q4_0 kernels read and
-// which plain rows pass through a group at a time: the same bits either way, on every
+// Q4_0 and Q4_K rows in weight_layout.h's groups of 16, which quant_dot.h's kernels for them
+// read and which plain rows pass through a group at a time: the same bits either way, on every
 // instruction set, for decode (80 rows: 4 streams of a group, then one group alone) and
 // prefill; CpuDevice::place makes the groups, and the embedding's rows from them are the
 // plain ones'.
-TEST(QuantMatmulTest, Q4_0RowsPlacedInGroupsAreBitwiseThePlainRows) {
-  const int64_t n = 80, k = 544;
-  const auto blocks = random_blocks(DType::kQ4_0, n, k, 30);
+class QuantGroupsTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
+  const DType dtype = GetParam();
+  const int64_t n = 80, k = dtype == DType::kQ4_0 ? 544 : 768;
+  const auto blocks = random_blocks(dtype, n, k, 30);
   std::vector<uint8_t> grouped(blocks.size());
-  cpu::interleave_rows(blocks.data(), DType::kQ4_0, k, cpu::kQ4_0Group, 0, n, grouped.data());
-  const TensorView plain{DType::kQ4_0, {n, k}, const_cast<uint8_t*>(blocks.data())};
+  cpu::interleave_rows(blocks.data(), dtype, k, cpu::kQuantGroup, 0, n, grouped.data());
+  const TensorView plain{dtype, {n, k}, const_cast<uint8_t*>(blocks.data())};
   const auto x = random_values(static_cast<size_t>(13 * k), 31);
-  std::vector<uint8_t> xq(cpu::quant_act_bytes(DType::kQ4_0, k) * 13);
-  cpu::quantize_activations(DType::kQ4_0, x.data(), 13, k, xq.data());
+  std::vector<uint8_t> xq(cpu::quant_act_bytes(dtype, k) * 13);
+  cpu::quantize_activations(dtype, x.data(), 13, k, xq.data());
   const int targets = for_each_target([&](int64_t target) {
     for (const int64_t tokens : {1, 13}) {
       std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
-      cpu::quant_dot_rows(DType::kQ4_0, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
-      cpu::quant_dot_rows(DType::kQ4_0, grouped.data(), n, k, xq.data(), tokens, got.data(), n, cpu::kQ4_0Group);
+      cpu::quant_dot_rows(dtype, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
+      cpu::quant_dot_rows(dtype, grouped.data(), n, k, xq.data(), tokens, got.data(), n, cpu::kQuantGroup);
       ASSERT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n))
           << hwy::TargetName(target) << ", " << tokens << " tokens";
     }
     CpuDevice device(2);
     auto placed = device.place(plain);
     ASSERT_TRUE(placed.ok()) << placed.status().to_string();
-    ASSERT_EQ(placed->row_group, cpu::kQ4_0Group);
+    ASSERT_EQ(placed->row_group, cpu::kQuantGroup);
     std::vector<float> want(static_cast<size_t>(n)), got(want.size(), std::nanf(""));
     device.matmul(x.data(), 1, plain, {}, want.data());
     device.matmul(x.data(), 1, *placed, {}, got.data());
@@ -395,6 +398,9 @@ TEST(QuantMatmulTest, Q4_0RowsPlacedInGroupsAreBitwiseThePlainRows) {
   });
   EXPECT_GE(targets, 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest, ::testing::Values(DType::kQ4_0, DType::kQ4_K),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),

@@ -8,7 +8,7 @@
 // serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_k (prefill) and
 // decode_quads (one token, the 4 streams' rows side by side); AVX-512 with VNNI takes 2
 // rows a 512-bit register: decode_pairs32 and decode_pairs (one token), prefill_pairs32
-// and prefill_pairs_k (tiles of tokens). Q4_0 has its own order and kernels (q4_0_rows,
+// and prefill_pairs_k (tiles of tokens). Q4_0 and Q4_K have their own order and kernels (group_rows,
 // at the end: 16 rows a vector).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
@@ -1125,12 +1125,13 @@ void RoundQ8_K(const float* x, int64_t k, Q8KBlock* out) {
 }
 
 // Q4_0: one int32 a unit (quant_dot.h), rows in groups of 16 (weight_layout.h's
-// kQ4_0Group layout; plain rows are grouped into a scratch first). Every kernel computes,
+// kQuantGroup layout; plain rows are grouped into a scratch first). Every kernel computes,
 // for each of a group's rows and each token, acc = fma(d_w * d_x, float(P), acc) unit by
 // unit, P = bias + the unit's products of q and x (bias = -8 (x0 + .. + x31): q - 8 as q
 // and -8 x), so every instruction set gives the same bits. q4_0_tile takes kTile tokens
 // against one group (token t's unit u at x[t * units + u], its bias likewise; its 16
 // outputs at y + t * ldy); q4_0_streams one token against kS groups side by side.
+constexpr int64_t kQ4_0Unit = quant_unit_bytes(DType::kQ4_0);
 #if TESSERA_QUANT_DOT_AVX2
 #if TESSERA_QUANT_DOT_VNNI
 #if HWY_COMPILER_GCC_ACTUAL
@@ -1217,7 +1218,7 @@ TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8
     typename V::Float acc[kTile];
     for (auto& a : acc) a = V::zero();
     for (int64_t u = 0; u < units; ++u) {
-      const uint8_t* p = g + u * kQ4_0UnitBytes;
+      const uint8_t* p = g + u * kQ4_0Unit;
       if (h == 0)
         for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
       typename V::Int lo[4], hi[4];
@@ -1242,7 +1243,7 @@ TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units
     for (auto& half : a) half = V::zero();
   for (int64_t u = 0; u < units; ++u) {
     for (int s = 0; s < kS; ++s) {
-      const uint8_t* p = g[s] + u * kQ4_0UnitBytes;
+      const uint8_t* p = g[s] + u * kQ4_0Unit;
       for (int l = 0; l < 5; ++l) hwy::Prefetch(p + kPrefetchAhead + 64 * l);
       for (int h = 0; h < V::kHalves; ++h) {
         typename V::Int lo[4], hi[4];
@@ -1264,10 +1265,10 @@ template <int kTile>
 HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
                           int64_t ldy) {
   for (int t = 0; t < kTile; ++t)
-    for (int r = 0; r < kQ4_0Group; ++r) {
+    for (int r = 0; r < kQuantGroup; ++r) {
       float acc = 0.0f;
       for (int64_t u = 0; u < units; ++u) {
-        const uint8_t* p = g + u * kQ4_0UnitBytes;
+        const uint8_t* p = g + u * kQ4_0Unit;
         const Q8Block& xt = x[t * units + u];
         int32_t sum = bias[t * units + u];
         for (int j = 0; j < 4; ++j)
@@ -1289,59 +1290,356 @@ constexpr int kQ4_0Tile = 1;
 constexpr int kQ4_0Streams = 1;
 #endif
 
-// Q4_0 rows (plain, or `grouped` in kQ4_0Group's layout from a whole group) against
-// `tokens` tokens' x, group by group, in tiles of kQ4_0Tile tokens and then one at a time.
-TESSERA_VNNI void q4_0_rows(const uint8_t* w, int64_t rows, int64_t k, const Q8Block* x, int64_t tokens, float* y,
-                            int64_t ldy, bool grouped) {
-  const int64_t units = k / 32, row_bytes = units * static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0));
-  thread_local std::vector<int32_t> bias;
-  bias.resize(static_cast<size_t>(tokens * units));
-  for (int64_t i = 0; i < tokens * units; ++i) {
-    int32_t sum = 0;
-    for (const int8_t q : x[i].qs) sum += q;
-    bias[static_cast<size_t>(i)] = -8 * sum;
+// Q4_K: one f32 accumulator a row (quant_dot.h), rows in groups of 16 (weight_layout.h's
+// Q4_K units: slice s, 64 bytes at 64 s, holds bytes 4s..4s+3 of the 16 rows' blocks).
+// Every kernel computes, for each of a group's rows and each token, unit by unit
+//   acc = fma(d_w d_x, float(P), acc), then acc = fma(-(dmin_w d_x), float(M), acc),
+// P = sum over sub-blocks j of sc_j times its 32 products q x, M = sum of m_j X_j (X_j the
+// token's sum of the sub-block's x: its bsums 2j and 2j + 1), all exact int32, so every
+// instruction set gives the same bits. A token's unit comes with its 4 pairs (X_2i, X_2i+1)
+// as int16 in an int32 (xm). Sub-block 2i's values are the low nibbles of bytes 32i..32i+31,
+// 2i + 1's the high ones: slices 4 + 8i .. 11 + 8i.
+constexpr int64_t kQ4_KUnit = quant_unit_bytes(DType::kQ4_K);
+constexpr int kQ4_KNibbles = 4;  // the first slice of nibbles (after (d, dmin) and 12 bytes of scales)
+#if TESSERA_QUANT_DOT_AVX2
+// vpshufb patterns over 4-byte lanes (each 128-bit half's 4 lanes): kPickByte[j] takes the
+// lane's byte j as an int16 (sc, 0); kPickTwice[j] as (sc, sc); kPickPair[i] takes bytes 2i
+// and 2i + 1 as two int16 (m_2i, m_2i+1).
+struct alignas(64) Pattern {
+  int8_t b[64];
+};
+constexpr Pattern lanes_of(int b0, int b1, int b2, int b3) {
+  Pattern p{};
+  for (int i = 0; i < 64; i += 4) {
+    const int base = i % 16;
+    p.b[i] = static_cast<int8_t>(b0 < 0 ? -128 : base + b0);
+    p.b[i + 1] = static_cast<int8_t>(b1 < 0 ? -128 : base + b1);
+    p.b[i + 2] = static_cast<int8_t>(b2 < 0 ? -128 : base + b2);
+    p.b[i + 3] = static_cast<int8_t>(b3 < 0 ? -128 : base + b3);
   }
+  return p;
+}
+constexpr Pattern kPickByte[4] = {lanes_of(0, -1, -1, -1), lanes_of(1, -1, -1, -1), lanes_of(2, -1, -1, -1),
+                                  lanes_of(3, -1, -1, -1)};
+constexpr Pattern kPickTwice[4] = {lanes_of(0, -1, 0, -1), lanes_of(1, -1, 1, -1), lanes_of(2, -1, 2, -1),
+                                   lanes_of(3, -1, 3, -1)};
+constexpr Pattern kPickPair[2] = {lanes_of(0, -1, 1, -1), lanes_of(2, -1, 3, -1)};
+HWY_INLINE int32_t x4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return v;
+}
+#if TESSERA_QUANT_DOT_VNNI
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic push  // as above: GCC 12's 512-bit intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The 16 rows are a 512-bit register's lanes. A sub-block's 16 elements at a time go through
+// vpdpbusd (at most 16 * 15 * 127 in magnitude: an int16), the high nibbles masked in place as
+// 16 q and shifted back after; vpdpwssd then adds sc_j times that int16 to P, the scale
+// picked into each lane as (sc_j, 0).
+struct Q4KVec {
+  using Float = __m512;
+  static constexpr int kHalves = 1;
+  static constexpr int kTile = 8;
+  static constexpr int kStreams = 4;
+  TESSERA_VNNI static __m512i at(const uint8_t* p, int slice) { return _mm512_loadu_si512(p + 64 * slice); }
+  TESSERA_VNNI static __m512i pick(__m512i v, const Pattern& pattern) {
+    return _mm512_shuffle_epi8(v, _mm512_load_si512(pattern.b));
+  }
+  template <int kT>
+  TESSERA_VNNI static void unit(const uint8_t* p, int, const Q8KBlock* const* xt, const int32_t* const* xm,
+                                Float* acc) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8(static_cast<char>(0xf0)),
+                  m3f = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i s0 = at(p, 1), s1 = at(p, 2), s2 = at(p, 3);
+    // Each row's scales and mins of sub-blocks 0-3 and 4-7, a byte each (as scale_min).
+    const __m512i sc[2] = {_mm512_and_si512(s0, m3f),
+                           _mm512_or_si512(_mm512_and_si512(s2, m0f), _mm512_and_si512(_mm512_srli_epi32(s0, 2), m30))};
+    __m512i sums[kT];
+    for (auto& v : sums) v = _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+      const __m512i sc_lo = pick(sc[i / 2], kPickByte[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickByte[2 * i % 4 + 1]);
+      for (int half = 0; half < 2; ++half) {
+        __m512i lo[4], hi[4];
+        for (int l = 0; l < 4; ++l) {
+          const __m512i v = at(p, kQ4_KNibbles + 8 * i + 4 * half + l);
+          lo[l] = _mm512_and_si512(v, m0f);
+          hi[l] = _mm512_and_si512(v, mf0);
+        }
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* x = xt[t]->qs + 64 * i + 16 * half;
+          __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+          for (int l = 0; l < 4; ++l) {
+            a = _mm512_dpbusd_epi32(a, lo[l], _mm512_set1_epi32(x4(x + 4 * l)));
+            b = _mm512_dpbusd_epi32(b, hi[l], _mm512_set1_epi32(x4(x + 32 + 4 * l)));
+          }
+          sums[t] = _mm512_dpwssd_epi32(sums[t], a, sc_lo);
+          sums[t] = _mm512_dpwssd_epi32(sums[t], _mm512_srai_epi32(b, 4), sc_hi);
+        }
+      }
+    }
+    const __m512i mn[2] = {_mm512_and_si512(s1, m3f), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), m0f),
+                                                                      _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30))};
+    const __m512i dm = at(p, 0);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)),
+                 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    for (int t = 0; t < kT; ++t) {
+      __m512i m = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i)
+        m = _mm512_dpwssd_epi32(m, pick(mn[i / 2], kPickPair[i % 2]), _mm512_set1_epi32(xm[t][i]));
+      const __m512 dx = _mm512_set1_ps(xt[t]->d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(m), acc[t]);
+    }
+  }
+  TESSERA_VNNI static Float zero() { return _mm512_setzero_ps(); }
+  TESSERA_VNNI static void store(float* y, int, Float acc) { _mm512_storeu_ps(y, acc); }
+};
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
+#else
+// Two halves of 8 rows, each a 256-bit register's lanes (bytes 32 h.. of each slice);
+// vpmaddubsw's pairs of a sub-block summed in int16 over its 8 slices (at most 8 * 2 * 15 *
+// 127 = 30,480), then vpmaddwd with the scale picked into each lane as (sc_j, sc_j).
+struct Q4KVec {
+  using Float = __m256;
+  static constexpr int kHalves = 2;
+  static constexpr int kTile = 2;
+  static constexpr int kStreams = 2;
+  static __m256i at(const uint8_t* p, int h, int slice) { return load32(p + 64 * slice + 32 * h); }
+  static __m256i pick(__m256i v, const Pattern& pattern) {
+    return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(pattern.b)));
+  }
+  // The f16 in word `w` of each 4-byte lane as 8 f32.
+  static __m256 f16_words(__m256i v, int w) {
+    const __m256i packed = _mm256_shuffle_epi8(
+        v, _mm256_setr_epi8(2 * w, 2 * w + 1, 4 + 2 * w, 5 + 2 * w, 8 + 2 * w, 9 + 2 * w, 12 + 2 * w, 13 + 2 * w, -1,
+                            -1, -1, -1, -1, -1, -1, -1, 2 * w, 2 * w + 1, 4 + 2 * w, 5 + 2 * w, 8 + 2 * w, 9 + 2 * w,
+                            12 + 2 * w, 13 + 2 * w, -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
+  }
+  template <int kT>
+  static void unit(const uint8_t* p, int h, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
+    const __m256i m0f = _mm256_set1_epi8(0x0f), m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i s0 = at(p, h, 1), s1 = at(p, h, 2), s2 = at(p, h, 3);
+    const __m256i sc[2] = {_mm256_and_si256(s0, m3f),
+                           _mm256_or_si256(_mm256_and_si256(s2, m0f), _mm256_and_si256(_mm256_srli_epi32(s0, 2), m30))};
+    __m256i sums[kT];
+    for (auto& v : sums) v = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      __m256i even[kT], odd[kT];
+      for (int t = 0; t < kT; ++t) even[t] = odd[t] = _mm256_setzero_si256();
+      for (int l = 0; l < 8; ++l) {
+        const __m256i v = at(p, h, kQ4_KNibbles + 8 * i + l);
+        const __m256i lo = _mm256_and_si256(v, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* x = xt[t]->qs + 64 * i + 4 * l;
+          even[t] = _mm256_add_epi16(even[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x4(x))));
+          odd[t] = _mm256_add_epi16(odd[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x4(x + 32))));
+        }
+      }
+      const __m256i sc_lo = pick(sc[i / 2], kPickTwice[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickTwice[2 * i % 4 + 1]);
+      for (int t = 0; t < kT; ++t)
+        sums[t] = _mm256_add_epi32(
+            sums[t], _mm256_add_epi32(_mm256_madd_epi16(even[t], sc_lo), _mm256_madd_epi16(odd[t], sc_hi)));
+    }
+    const __m256i mn[2] = {_mm256_and_si256(s1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m0f),
+                                                                      _mm256_and_si256(_mm256_srli_epi32(s1, 2), m30))};
+    const __m256i dm = at(p, h, 0);
+    const __m256 d = f16_words(dm, 0), dmin = f16_words(dm, 1);
+    for (int t = 0; t < kT; ++t) {
+      __m256i m = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i)
+        m = _mm256_add_epi32(m, _mm256_madd_epi16(pick(mn[i / 2], kPickPair[i % 2]), _mm256_set1_epi32(xm[t][i])));
+      const __m256 dx = _mm256_set1_ps(xt[t]->d);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(m), acc[t]);
+    }
+  }
+  static Float zero() { return _mm256_setzero_ps(); }
+  static void store(float* y, int h, Float acc) { _mm256_storeu_ps(y + 8 * h, acc); }
+};
+#endif
+#else
+// Plain integer loops over the same values (the group's bytes read in place).
+struct Q4KVec {
+  struct Float {
+    float v[kQuantGroup];
+  };
+  static constexpr int kHalves = 1;
+  static constexpr int kTile = 1;
+  static constexpr int kStreams = 1;
+  template <int kT>
+  static void unit(const uint8_t* p, int, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
+    for (int r = 0; r < kQuantGroup; ++r) {
+      const auto byte = [&](int i) { return p[i / 4 * 64 + 4 * r + i % 4]; };
+      uint8_t scales[12];
+      for (int i = 0; i < 12; ++i) scales[i] = byte(4 + i);
+      int sc[8], mn[8];
+      scale_min(scales, sc, mn);
+      const uint8_t dm[4] = {byte(0), byte(1), byte(2), byte(3)};
+      const float d = f16_at(dm), dmin = f16_at(dm + 2);
+      for (int t = 0; t < kT; ++t) {
+        int32_t sum = 0, m = 0;
+        for (int j = 0; j < 8; ++j) {
+          int32_t s = 0;
+          for (int e = 0; e < 32; ++e) s += (byte(16 + 32 * (j / 2) + e) >> (4 * (j % 2)) & 15) * xt[t]->qs[32 * j + e];
+          sum += sc[j] * s;
+          m += mn[j] * (xt[t]->bsums[2 * j] + xt[t]->bsums[2 * j + 1]);
+        }
+        (void)xm;
+        float& a = acc[t].v[r];
+        a = std::fma(d * xt[t]->d, static_cast<float>(sum), a);
+        a = std::fma(-(dmin * xt[t]->d), static_cast<float>(m), a);
+      }
+    }
+  }
+  static Float zero() { return Float{}; }
+  static void store(float* y, int, const Float& acc) { std::copy(acc.v, acc.v + kQuantGroup, y); }
+};
+#endif
+
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void q4_k_tile(const uint8_t* g, int64_t units, const Q8KBlock* x, const int32_t* xm, float* y,
+                                       int64_t ldy) {
+  using V = Q4KVec;
+  typename V::Float acc[V::kHalves][kTile];
+  for (auto& half : acc)
+    for (auto& a : half) a = V::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    const uint8_t* p = g + u * kQ4_KUnit;
+    const Q8KBlock* xt[kTile];
+    const int32_t* xmt[kTile];
+    for (int t = 0; t < kTile; ++t) {
+      xt[t] = x + t * units + u;
+      xmt[t] = xm + 4 * (t * units + u);
+    }
+    for (int h = 0; h < V::kHalves; ++h) V::template unit<kTile>(p, h, xt, xmt, acc[h]);
+  }
+  for (int h = 0; h < V::kHalves; ++h)
+    for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[h][t]);
+}
+
+template <int kS>
+TESSERA_VNNI HWY_INLINE void q4_k_streams(const uint8_t* const* g, int64_t units, const Q8KBlock* x, const int32_t* xm,
+                                          float* const* y) {
+  using V = Q4KVec;
+  typename V::Float acc[kS][V::kHalves];
+  for (auto& a : acc)
+    for (auto& half : a) half = V::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    const Q8KBlock* xt = x + u;
+    const int32_t* xmt = xm + 4 * u;
+    for (int s = 0; s < kS; ++s) {
+      const uint8_t* p = g[s] + u * kQ4_KUnit;
+      for (int64_t l = 0; l < kQ4_KUnit; l += 64) hwy::Prefetch(p + kPrefetchAhead + l);
+      for (int h = 0; h < V::kHalves; ++h) V::template unit<1>(p, h, &xt, &xmt, &acc[s][h]);
+    }
+  }
+  for (int s = 0; s < kS; ++s)
+    for (int h = 0; h < V::kHalves; ++h) V::store(y[s], h, acc[s][h]);
+}
+
+// The kernels of the types in groups, and what they take from each token's unit besides its
+// block (kPerUnit int32): Q4_0's bias, Q4_K's pairs of sub-block sums.
+template <DType kT>
+struct Grouped;
+template <>
+struct Grouped<DType::kQ4_0> {
+  using Act = Q8Block;
+  static constexpr int kPerUnit = 1, kTile = kQ4_0Tile, kStreams = kQ4_0Streams;
+  static void per_unit(const Q8Block& x, int32_t* out) {
+    int32_t sum = 0;
+    for (const int8_t q : x.qs) sum += q;
+    out[0] = -8 * sum;
+  }
+  template <int kN>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t units, const Act* x, const int32_t* e, float* y,
+                                int64_t ldy) {
+    q4_0_tile<kN>(g, units, x, e, y, ldy);
+  }
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t units, const Act* x, const int32_t* e,
+                                   float* const* y) {
+    q4_0_streams<kStreams>(g, units, x, e, y);
+  }
+};
+template <>
+struct Grouped<DType::kQ4_K> {
+  using Act = Q8KBlock;
+  static constexpr int kPerUnit = 4, kTile = Q4KVec::kTile, kStreams = Q4KVec::kStreams;
+  static void per_unit(const Q8KBlock& x, int32_t* out) {
+    for (int i = 0; i < 4; ++i) {
+      const auto lo = static_cast<uint16_t>(x.bsums[4 * i] + x.bsums[4 * i + 1]),
+                 hi = static_cast<uint16_t>(x.bsums[4 * i + 2] + x.bsums[4 * i + 3]);
+      out[i] = static_cast<int32_t>(uint32_t{lo} | uint32_t{hi} << 16);
+    }
+  }
+  template <int kN>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t units, const Act* x, const int32_t* e, float* y,
+                                int64_t ldy) {
+    q4_k_tile<kN>(g, units, x, e, y, ldy);
+  }
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t units, const Act* x, const int32_t* e,
+                                   float* const* y) {
+    q4_k_streams<kStreams>(g, units, x, e, y);
+  }
+};
+
+// Rows of a grouped type (plain, or `grouped` in kQuantGroup's layout from a whole group)
+// against `tokens` tokens' x, group by group, in tiles of kTile tokens and then one at a time.
+template <DType kT>
+TESSERA_VNNI void group_rows(const uint8_t* w, int64_t rows, int64_t k, const typename Grouped<kT>::Act* x,
+                             int64_t tokens, float* y, int64_t ldy, bool grouped) {
+  using G = Grouped<kT>;
+  const int64_t units = k / dtype_block_elements(kT), row_bytes = static_cast<int64_t>(dtype_bytes(kT, k));
+  thread_local std::vector<int32_t> per_unit;
+  per_unit.resize(static_cast<size_t>(tokens * units * G::kPerUnit));
+  for (int64_t i = 0; i < tokens * units; ++i) G::per_unit(x[i], per_unit.data() + i * G::kPerUnit);
+  const int32_t* e = per_unit.data();
   thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> scratch;  // a plain group, grouped
   thread_local int64_t capacity = 0;
-  if (!grouped && units > capacity) {
-    scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(units * kQ4_0UnitBytes));
-    TS_CHECK(scratch, "[cpu] cannot allocate a Q4_0 group of ", units, " units");
-    capacity = units;
+  if (!grouped && units * quant_unit_bytes(kT) > capacity) {
+    capacity = units * quant_unit_bytes(kT);
+    scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(capacity));
+    TS_CHECK(scratch, "[cpu] cannot allocate a ", dtype_name(kT), " group of ", units, " units");
   }
   int64_t r0 = 0;
   if (tokens == 1 && grouped) {
-    // kQ4_0Streams parts of the rows side by side, each read as one sequential stream (as
+    // kStreams parts of the rows side by side, each read as one sequential stream (as
     // dot_rows_one_token), then the groups left over one at a time.
-    const int64_t part = rows / kQ4_0Group / kQ4_0Streams * kQ4_0Group;
-    for (; r0 < part; r0 += kQ4_0Group) {
-      const uint8_t* g[kQ4_0Streams];
-      float* out[kQ4_0Streams];
-      for (int s = 0; s < kQ4_0Streams; ++s) {
+    const int64_t part = rows / kQuantGroup / G::kStreams * kQuantGroup;
+    for (; r0 < part; r0 += kQuantGroup) {
+      const uint8_t* g[G::kStreams];
+      float* out[G::kStreams];
+      for (int s = 0; s < G::kStreams; ++s) {
         g[s] = w + (r0 + s * part) * row_bytes;
         out[s] = y + r0 + s * part;
       }
-      q4_0_streams<kQ4_0Streams>(g, units, x, bias.data(), out);
+      G::streams(g, units, x, e, out);
     }
-    r0 = kQ4_0Streams * part;
+    r0 = G::kStreams * part;
   }
-  HWY_ALIGN float few[kQ4_0Tile * kQ4_0Group];  // a group of fewer than 16 rows' outputs
-  for (; r0 < rows; r0 += kQ4_0Group) {
-    const int64_t n = std::min(kQ4_0Group, rows - r0);
+  HWY_ALIGN float few[G::kTile * kQuantGroup];  // a group of fewer than 16 rows' outputs
+  for (; r0 < rows; r0 += kQuantGroup) {
+    const int64_t n = std::min(kQuantGroup, rows - r0);
     const uint8_t* g = w + r0 * row_bytes;
     if (!grouped) {
-      cpu::q4_0_group(g, row_bytes, n, units, scratch.get());
+      cpu::quant_group(kT, g, row_bytes, n, units, scratch.get());
       g = scratch.get();
     }
     const auto tile = [&]<int kTile>(int64_t t0) {
-      float* out = n == kQ4_0Group ? y + t0 * ldy + r0 : few;
-      const int64_t out_step = n == kQ4_0Group ? ldy : kQ4_0Group;
-      q4_0_tile<kTile>(g, units, x + t0 * units, bias.data() + t0 * units, out, out_step);
-      if (n < kQ4_0Group)
+      float* out = n == kQuantGroup ? y + t0 * ldy + r0 : few;
+      const int64_t out_step = n == kQuantGroup ? ldy : kQuantGroup;
+      G::template tile<kTile>(g, units, x + t0 * units, e + t0 * units * G::kPerUnit, out, out_step);
+      if (n < kQuantGroup)
         for (int t = 0; t < kTile; ++t)
-          std::copy(few + t * kQ4_0Group, few + t * kQ4_0Group + n, y + (t0 + t) * ldy + r0);
+          std::copy(few + t * kQuantGroup, few + t * kQuantGroup + n, y + (t0 + t) * ldy + r0);
     };
     int64_t t0 = 0;
-    for (; t0 + kQ4_0Tile <= tokens; t0 += kQ4_0Tile) tile.template operator()<kQ4_0Tile>(t0);
+    for (; t0 + G::kTile <= tokens; t0 += G::kTile) tile.template operator()<G::kTile>(t0);
     for (; t0 < tokens; ++t0) tile.template operator()<1>(t0);
   }
 }
@@ -1353,9 +1651,9 @@ void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const voi
     case DType::kQ8_0:
       return dot_rows_typed<DType::kQ8_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy);
     case DType::kQ4_0:
-      return q4_0_rows(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, group == kQ4_0Group);
+      return group_rows<DType::kQ4_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, group != 1);
     case DType::kQ4_K:
-      return dot_rows_typed<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
+      return group_rows<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy, group != 1);
     case DType::kQ5_K:
       return dot_rows_typed<DType::kQ5_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
     case DType::kQ6_K:
@@ -1405,7 +1703,7 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, int64_t group) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
-  TS_CHECK(group == 1 || (dtype == DType::kQ4_0 && group == kQ4_0Group && rows % group == 0), dtype_name(dtype),
+  TS_CHECK(group == 1 || (takes_quant_groups(dtype) && group == kQuantGroup && rows % group == 0), dtype_name(dtype),
            " rows (", rows, ") in groups of ", group);
   HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy, group);
 }

@@ -161,7 +161,7 @@ struct QuantRows {
   const uint8_t* base;
   int64_t n, k;
   size_t row_bytes;
-  int64_t group;  // TensorView::row_group: 1, or kQ4_0Group (quant_dot.h)
+  int64_t group;  // TensorView::row_group: 1, or kQuantGroup (quant_dot.h)
 };
 
 QuantRows quant_rows(const TensorView& w) {
@@ -203,7 +203,7 @@ const uint8_t* round_x(ThreadPool& pool, DType dtype, const float* x, int64_t to
 
 // Rows of 16 (whole decode tiles) are the unit the threads take.
 constexpr int64_t kUnit = 16;
-static_assert(kUnit % kQ4_0Group == 0, "a unit of rows holds whole Q4_0 groups");
+static_assert(kUnit % kQuantGroup == 0, "a unit of rows holds whole groups of quantized rows");
 
 }  // namespace
 

@@ -10,32 +10,40 @@
 namespace tessera::cpu {
 
 namespace {
-constexpr int64_t kQ4_0Block = static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0));  // bytes of a block
+
+// Where byte i of a row's block goes in its group's unit, row r: Q4_0's d first, then its
+// nibbles' 4-byte slices; Q4_K's bytes in 4-byte slices throughout (weight_layout.h).
+int64_t unit_offset(DType dtype, int64_t i, int64_t r) {
+  if (dtype == DType::kQ4_0) return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
+  return i / 4 * 64 + 4 * r + i % 4;
+}
+
 }  // namespace
 
-void q4_0_group(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group) {
-  TS_CHECK(n >= 1 && n <= kQ4_0Group, "[cpu] a Q4_0 group of ", n, " rows");
-  std::memset(group, 0, static_cast<size_t>(units * kQ4_0UnitBytes));
+void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group) {
+  TS_CHECK(takes_quant_groups(dtype) && n >= 1 && n <= kQuantGroup, "[cpu] a ", dtype_name(dtype), " group of ", n,
+           " rows");
+  const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
+  std::memset(group, 0, static_cast<size_t>(units * quant_unit_bytes(dtype)));
   for (int64_t r = 0; r < n; ++r)
     for (int64_t u = 0; u < units; ++u) {
-      const uint8_t* b = rows + r * row_bytes + u * kQ4_0Block;
-      uint8_t* unit = group + u * kQ4_0UnitBytes;
-      std::memcpy(unit + 2 * r, b, 2);
-      for (int64_t j = 0; j < 4; ++j) std::memcpy(unit + 32 + 64 * j + 4 * r, b + 2 + 4 * j, 4);
+      const uint8_t* b = rows + r * row_bytes + u * block;
+      uint8_t* unit = group + u * quant_unit_bytes(dtype);
+      for (int64_t i = 0; i < block; i += 2) std::memcpy(unit + unit_offset(dtype, i, r), b + i, 2);
     }
 }
 
-void q4_0_ungroup_row(const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks) {
+void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks) {
+  const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
   for (int64_t u = 0; u < units; ++u) {
-    const uint8_t* unit = group + u * kQ4_0UnitBytes;
-    uint8_t* b = blocks + u * kQ4_0Block;
-    std::memcpy(b, unit + 2 * r, 2);
-    for (int64_t j = 0; j < 4; ++j) std::memcpy(b + 2 + 4 * j, unit + 32 + 64 * j + 4 * r, 4);
+    const uint8_t* unit = group + u * quant_unit_bytes(dtype);
+    for (int64_t i = 0; i < block; i += 2) std::memcpy(blocks + u * block + i, unit + unit_offset(dtype, i, r), 2);
   }
 }
 
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group) {
-  if (dtype == DType::kQ4_0) return group == kQ4_0Group && rows > 0 && rows % kQ4_0Group == 0 && k % 32 == 0;
+  if (takes_quant_groups(dtype))
+    return group == kQuantGroup && rows > 0 && rows % kQuantGroup == 0 && k % dtype_block_elements(dtype) == 0;
   const bool plain = dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
   const bool shape =
       group == 4 || group == 8 || group == 16 || (group == kColumns && (dtype == DType::kBF16 || dtype == DType::kF16));
@@ -67,13 +75,13 @@ void interleave_group(const uint8_t* in, int64_t row_bytes, int64_t rows, int64_
 }  // namespace
 
 void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int64_t begin, int64_t end, void* dst) {
-  if (dtype == DType::kQ4_0) {
-    TS_CHECK(group == kQ4_0Group && begin % group == 0 && end % group == 0, "[cpu] Q4_0 rows [", begin, ", ", end,
-             ") in groups of ", group);
-    const int64_t units = k / 32, row_bytes = units * kQ4_0Block;
+  if (takes_quant_groups(dtype)) {
+    TS_CHECK(group == kQuantGroup && begin % group == 0 && end % group == 0, "[cpu] ", dtype_name(dtype), " rows [",
+             begin, ", ", end, ") in groups of ", group);
+    const int64_t units = k / dtype_block_elements(dtype), row_bytes = static_cast<int64_t>(dtype_bytes(dtype, k));
     for (int64_t g = begin; g < end; g += group)
-      q4_0_group(static_cast<const uint8_t*>(src) + g * row_bytes, row_bytes, group, units,
-                 static_cast<uint8_t*>(dst) + g * row_bytes);
+      quant_group(dtype, static_cast<const uint8_t*>(src) + g * row_bytes, row_bytes, group, units,
+                  static_cast<uint8_t*>(dst) + g * row_bytes);
     return;
   }
   const Unit unit = unit_of(group, dtype);
@@ -94,11 +102,12 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
 }
 
 void interleaved_row_to_f32(const void* w, DType dtype, int64_t k, int64_t group, int64_t r, float* out) {
-  if (dtype == DType::kQ4_0) {
-    const int64_t units = k / 32, row_bytes = units * kQ4_0Block;
+  if (takes_quant_groups(dtype)) {
+    const int64_t units = k / dtype_block_elements(dtype), row_bytes = static_cast<int64_t>(dtype_bytes(dtype, k));
     thread_local std::vector<uint8_t> blocks;
     blocks.resize(static_cast<size_t>(row_bytes));
-    q4_0_ungroup_row(static_cast<const uint8_t*>(w) + r / group * group * row_bytes, units, r % group, blocks.data());
+    quant_ungroup_row(dtype, static_cast<const uint8_t*>(w) + r / group * group * row_bytes, units, r % group,
+                      blocks.data());
     return dequantize_rows(blocks.data(), dtype, 1, k, out);
   }
   const Unit unit = unit_of(group, dtype);

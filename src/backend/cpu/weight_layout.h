@@ -1,5 +1,5 @@
 // How the rows of a matmul weight lie in CPU memory: a 16- or 32-bit weight in one of three
-// layouts, a Q4_0 one as the file has it or in groups of 16 rows (kQ4_0Group, below); and
+// layouts, a Q4_0 or Q4_K one as the file has it or in groups of 16 rows (kQuantGroup, below); and
 // CpuDevice::embed reads each, for a tied embedding:
 //   group 1: as the checkpoint has them, each row's k elements one after another;
 //   group g > 1: the rows in groups of g (`rows` a multiple of g), and within a group the
@@ -62,21 +62,30 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 template <int kRows>
 inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
-// Q4_0 (GGUF blocks of 32: an f16 d and 16 bytes of nibbles) in groups of kQ4_0Group rows,
-// the layout of quant_dot.h's Q4_0 kernels: the group's units one after another, unit u
-// (288 bytes) the 16 rows' d, then 4 slices of 64 bytes, slice j the 16 rows' nibble bytes
-// 4j..4j+3 (row r's at 4r), so that one 64-byte load gives 4 bytes of every row.
-inline constexpr int64_t kQ4_0Group = 16;
-inline constexpr int64_t kQ4_0UnitBytes = kQ4_0Group * static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0));
-// n (at most 16; the rest zeros) rows of `units` Q4_0 blocks, row_bytes apart, as one group.
-void q4_0_group(const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
-// Row r of a group as its `units` plain Q4_0 blocks.
-void q4_0_ungroup_row(const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks);
+// Q4_0 and Q4_K in groups of kQuantGroup rows, the layout of quant_dot.h's kernels for them:
+// the group's units (blocks) one after another, a unit being 16 rows' blocks rearranged so
+// that one 64-byte load gives 4 bytes of every row:
+//   Q4_0 (blocks of 18 bytes: an f16 d, 16 bytes of nibbles): the 16 rows' d, then 4 slices
+//     of 64 bytes, slice j the rows' nibble bytes 4j..4j+3 (row r's at 4r);
+//   Q4_K (blocks of 144 bytes): the block's 36 four-byte slices, slice s the 16 rows' bytes
+//     4s..4s+3 (row r's at 64 s + 4r): (d, dmin), the 12 bytes of scales and mins, the 128
+//     bytes of nibbles.
+inline constexpr int64_t kQuantGroup = 16;
+// Whether quant_dot.h's kernels read weights of `dtype` in groups (Q4_0 and Q4_K).
+inline constexpr bool takes_quant_groups(DType dtype) { return dtype == DType::kQ4_0 || dtype == DType::kQ4_K; }
+// Bytes of a group's unit.
+inline constexpr int64_t quant_unit_bytes(DType dtype) {
+  return kQuantGroup * static_cast<int64_t>(dtype_block_bytes(dtype));
+}
+// n (at most 16; the rest zeros) rows of `units` blocks, row_bytes apart, as one group.
+void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
+// Row r of a group as its `units` plain blocks.
+void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks);
 
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
 // row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines;
-// or kQ4_0Group for Q4_0, rows a multiple of 16.
+// or kQuantGroup for Q4_0 and Q4_K, rows a multiple of 16.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
