@@ -9,17 +9,6 @@
 
 namespace tessera::cpu {
 
-namespace {
-
-// Where byte i of a row's block goes in its group's unit, row r: Q4_0's d first, then its
-// nibbles' 4-byte slices; Q4_K's bytes in 4-byte slices throughout (weight_layout.h).
-int64_t unit_offset(DType dtype, int64_t i, int64_t r) {
-  if (dtype == DType::kQ4_0) return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
-  return i / 4 * 64 + 4 * r + i % 4;
-}
-
-}  // namespace
-
 void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group) {
   TS_CHECK(takes_quant_groups(dtype) && n >= 1 && n <= kQuantGroup, "[cpu] a ", dtype_name(dtype), " group of ", n,
            " rows");
@@ -29,7 +18,7 @@ void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n,
     for (int64_t u = 0; u < units; ++u) {
       const uint8_t* b = rows + r * row_bytes + u * block;
       uint8_t* unit = group + u * quant_unit_bytes(dtype);
-      for (int64_t i = 0; i < block; i += 2) std::memcpy(unit + unit_offset(dtype, i, r), b + i, 2);
+      for (int64_t i = 0; i < block; i += 2) std::memcpy(unit + quant_unit_offset(dtype, i, r), b + i, 2);
     }
 }
 
@@ -37,7 +26,7 @@ void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t
   const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = group + u * quant_unit_bytes(dtype);
-    for (int64_t i = 0; i < block; i += 2) std::memcpy(blocks + u * block + i, unit + unit_offset(dtype, i, r), 2);
+    for (int64_t i = 0; i < block; i += 2) std::memcpy(blocks + u * block + i, unit + quant_unit_offset(dtype, i, r), 2);
   }
 }
 

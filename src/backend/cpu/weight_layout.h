@@ -77,6 +77,11 @@ inline constexpr bool takes_quant_groups(DType dtype) { return dtype == DType::k
 inline constexpr int64_t quant_unit_bytes(DType dtype) {
   return kQuantGroup * static_cast<int64_t>(dtype_block_bytes(dtype));
 }
+// Where byte i of row r's block lies in its group's unit.
+inline constexpr int64_t quant_unit_offset(DType dtype, int64_t i, int64_t r) {
+  if (dtype == DType::kQ4_0) return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
+  return i / 4 * 64 + 4 * r + i % 4;
+}
 // n (at most 16; the rest zeros) rows of `units` blocks, row_bytes apart, as one group.
 void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
 // Row r of a group as its `units` plain blocks.

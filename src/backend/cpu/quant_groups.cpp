@@ -1,0 +1,609 @@
+// Q4_0 and Q4_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's order of
+// one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of kQuantGroup rows,
+// or plain rows read 4 bytes of 16 rows at a time by gathers. Compiled once per target ISA
+// (Highway's foreach_target.h re-includes this file) and dispatched at run time: AVX-512
+// with VNNI takes the 16 rows a 512-bit register, AVX2 two halves of 8 in 256-bit ones,
+// other targets plain integer loops. Every target makes the same integers and then the same
+// f32 steps in the same order, so each gives the same bits.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/quant_groups.cpp"
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // as quant_dot.cpp: vpdpbusd
+#endif
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/quant_act.h"
+#include "backend/cpu/quant_groups.h"
+#include "backend/cpu/quant_isa-inl.h"
+#include "backend/cpu/quant_unpack-inl.h"
+#include "backend/cpu/weight_layout.h"
+#include "core/check.h"
+#include "hwy/cache_control.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace tessera::cpu {
+namespace HWY_NAMESPACE {
+
+// A group's unit as a kernel reads it: in kQuantGroup's layout (kPlain false; p the unit),
+// or n (at most 16) rows' plain blocks (p row 0's, the others row_bytes apart), read as 16
+// rows, the last repeated. The same bytes either way, so the same bits.
+template <bool kPlain>
+struct Unit {
+  const uint8_t* p;
+  int64_t row_bytes, n;
+};
+
+// Byte i of row r's block.
+template <DType kT, bool kPlain>
+HWY_INLINE const uint8_t* byte_at(const Unit<kPlain>& u, int64_t i, int64_t r) {
+  return kPlain ? u.p + std::min(r, u.n - 1) * u.row_bytes + i : u.p + quant_unit_offset(kT, i, r);
+}
+
+// Q4_K's first 4-byte slice of nibbles: after (d, dmin) and the 12 bytes of scales and mins.
+constexpr int kQ4_KNibbles = 4;
+
+HWY_INLINE int32_t x4(const int8_t* x) {
+  int32_t v;
+  std::memcpy(&v, x, 4);
+  return v;
+}
+
+#if TESSERA_QUANT_DOT_AVX2
+// vpshufb patterns over 4-byte lanes (each 128-bit half's 4 lanes): kPickByte[j] takes the
+// lane's byte j as an int16 (b, 0); kPickTwice[j] as (b, b); kPickPair[i] bytes 2i and
+// 2i + 1 as two int16.
+struct alignas(64) Pattern {
+  int8_t b[64];
+};
+constexpr Pattern lanes_of(int b0, int b1, int b2, int b3) {
+  Pattern p{};
+  const int pick[4] = {b0, b1, b2, b3};
+  for (int i = 0; i < 64; ++i) p.b[i] = static_cast<int8_t>(pick[i % 4] < 0 ? -128 : i % 16 / 4 * 4 + pick[i % 4]);
+  return p;
+}
+constexpr Pattern kPickByte[4] = {lanes_of(0, -1, -1, -1), lanes_of(1, -1, -1, -1), lanes_of(2, -1, -1, -1),
+                                  lanes_of(3, -1, -1, -1)};
+constexpr Pattern kPickTwice[4] = {lanes_of(0, -1, 0, -1), lanes_of(1, -1, 1, -1), lanes_of(2, -1, 2, -1),
+                                   lanes_of(3, -1, 3, -1)};
+constexpr Pattern kPickPair[2] = {lanes_of(0, -1, 1, -1), lanes_of(2, -1, 3, -1)};
+constexpr Pattern kLowWords = lanes_of(0, 1, -1, -1);  // then packed: see f16_words
+#endif
+
+#if TESSERA_QUANT_DOT_VNNI
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic push  // as quant_dot.cpp: GCC 12's 512-bit intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The 16 rows are a 512-bit register's lanes.
+struct Vec {
+  using Float = __m512;
+  static constexpr int kHalves = 1;
+  // The 4 bytes at `block_at` of each row's block, at `grouped_at` in a grouped unit.
+  template <bool kPlain>
+  TESSERA_VNNI static __m512i slice(const Unit<kPlain>& u, int, int64_t grouped_at, int64_t block_at) {
+    if constexpr (kPlain) {
+      const __m512i rows = _mm512_mullo_epi32(
+          _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(static_cast<int32_t>(u.n - 1))),
+          _mm512_set1_epi32(static_cast<int32_t>(u.row_bytes)));
+      return _mm512_i32gather_epi32(rows, u.p + block_at, 1);
+    } else {
+      return _mm512_loadu_si512(u.p + grouped_at);
+    }
+  }
+  // The f16 in word w of each row's 4 bytes as f32.
+  TESSERA_VNNI static Float f16_words(__m512i v, int w) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w == 0 ? v : _mm512_srli_epi32(v, 16)));
+  }
+  TESSERA_VNNI static __m512i pick(__m512i v, const Pattern& pattern) {
+    return _mm512_shuffle_epi8(v, _mm512_load_si512(pattern.b));
+  }
+  TESSERA_VNNI static Float zero() { return _mm512_setzero_ps(); }
+  TESSERA_VNNI static void store(float* y, int, Float acc) { _mm512_storeu_ps(y, acc); }
+};
+
+// Q4_0: one vpdpbusd takes slice j's 4 bytes of every row against x's 4, the low nibbles as
+// they are and the high ones masked in place as 16 q (at most 240; vpdpbusd does not
+// saturate) into a second sum, shifted right by 4 once a unit (exact: a multiple of 16).
+struct Q4_0Vec : Vec {
+  using Int = __m512i;
+  static constexpr int kTile = 8;
+  static constexpr int kStreams = 4;
+  template <bool kPlain>
+  TESSERA_VNNI static void weights(const Unit<kPlain>& u, int, Int* lo, Int* hi) {
+    const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = slice(u, 0, 32 + 64 * j, 2 + 4 * j);
+      lo[j] = _mm512_and_si512(v, low);
+      hi[j] = _mm512_and_si512(v, high);
+    }
+  }
+  TESSERA_VNNI static Int sums(const Int* lo, const Int* hi, const Q8Block& x, int32_t bias) {
+    __m512i sum = _mm512_set1_epi32(bias), sixteen = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      sum = _mm512_dpbusd_epi32(sum, lo[j], _mm512_set1_epi32(x4(x.qs + 4 * j)));
+      sixteen = _mm512_dpbusd_epi32(sixteen, hi[j], _mm512_set1_epi32(x4(x.qs + 16 + 4 * j)));
+    }
+    return _mm512_add_epi32(sum, _mm512_srai_epi32(sixteen, 4));
+  }
+  template <bool kPlain>
+  TESSERA_VNNI static Float d(const Unit<kPlain>& u, int) {
+    if constexpr (kPlain) return f16_words(slice(u, 0, 0, 0), 0);
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.p)));
+  }
+  TESSERA_VNNI static Float step(Float dw, float dx, Int sum, Float acc) {
+    return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(sum), acc);
+  }
+};
+
+// Q4_K: a sub-block's 16 elements at a time go through vpdpbusd (at most 16 * 15 * 127 in
+// magnitude: an int16), the high nibbles masked in place as 16 q and shifted back after;
+// vpdpwssd then adds sc_j times that int16 to P, the scale picked into each lane as (sc_j, 0).
+struct Q4KVec : Vec {
+  static constexpr int kTile = 8;
+  static constexpr int kStreams = 4;
+  template <int kT, bool kPlain>
+  TESSERA_VNNI static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const* xm,
+                                Float* acc) {
+    const auto at = [&](int s) { return slice(u, 0, 64 * s, 4 * s); };
+    const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8(static_cast<char>(0xf0)),
+                  m3f = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+    const __m512i s0 = at(1), s1 = at(2), s2 = at(3);
+    // Each row's scales and mins of sub-blocks 0-3 and 4-7, a byte each (as scale_min).
+    const __m512i sc[2] = {_mm512_and_si512(s0, m3f), _mm512_or_si512(_mm512_and_si512(s2, m0f),
+                                                                      _mm512_and_si512(_mm512_srli_epi32(s0, 2), m30))};
+    __m512i sums[kT];
+    for (auto& v : sums) v = _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+      const __m512i sc_lo = pick(sc[i / 2], kPickByte[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickByte[2 * i % 4 + 1]);
+      for (int half = 0; half < 2; ++half) {
+        __m512i lo[4], hi[4];
+        for (int l = 0; l < 4; ++l) {
+          const __m512i v = at(kQ4_KNibbles + 8 * i + 4 * half + l);
+          lo[l] = _mm512_and_si512(v, m0f);
+          hi[l] = _mm512_and_si512(v, mf0);
+        }
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* x = xt[t]->qs + 64 * i + 16 * half;
+          __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+          for (int l = 0; l < 4; ++l) {
+            a = _mm512_dpbusd_epi32(a, lo[l], _mm512_set1_epi32(x4(x + 4 * l)));
+            b = _mm512_dpbusd_epi32(b, hi[l], _mm512_set1_epi32(x4(x + 32 + 4 * l)));
+          }
+          sums[t] = _mm512_dpwssd_epi32(sums[t], a, sc_lo);
+          sums[t] = _mm512_dpwssd_epi32(sums[t], _mm512_srai_epi32(b, 4), sc_hi);
+        }
+      }
+    }
+    const __m512i mn[2] = {_mm512_and_si512(s1, m3f),
+                           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), m0f),
+                                           _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30))};
+    const __m512i dm = at(0);
+    const __m512 d = f16_words(dm, 0), dmin = f16_words(dm, 1);
+    for (int t = 0; t < kT; ++t) {
+      __m512i m = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i)
+        m = _mm512_dpwssd_epi32(m, pick(mn[i / 2], kPickPair[i % 2]), _mm512_set1_epi32(xm[t][i]));
+      const __m512 dx = _mm512_set1_ps(xt[t]->d);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(sums[t]), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(m), acc[t]);
+    }
+  }
+};
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
+#elif TESSERA_QUANT_DOT_AVX2
+// Two halves of 8 rows, each a 256-bit register's lanes (bytes 32 h.. of a grouped slice).
+struct Vec {
+  using Float = __m256;
+  static constexpr int kHalves = 2;
+  template <bool kPlain>
+  static __m256i slice(const Unit<kPlain>& u, int h, int64_t grouped_at, int64_t block_at) {
+    if constexpr (kPlain) {
+      const __m256i rows = _mm256_mullo_epi32(
+          _mm256_min_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int32_t>(u.n - 1 - 8 * h))),
+          _mm256_set1_epi32(static_cast<int32_t>(u.row_bytes)));
+      return _mm256_i32gather_epi32(reinterpret_cast<const int*>(u.p + 8 * h * u.row_bytes + block_at), rows, 1);
+    } else {
+      return load32(u.p + grouped_at + 32 * h);
+    }
+  }
+  // The f16 in word w of each row's 4 bytes as f32.
+  static Float f16_words(__m256i v, int w) {
+    const __m256i low = _mm256_shuffle_epi8(w == 0 ? v : _mm256_srli_epi32(v, 16),
+                                            _mm256_load_si256(reinterpret_cast<const __m256i*>(kLowWords.b)));
+    // Each 128-bit half's 4 words are in its 4 lanes' low bytes 0-1: pack them to 8 words.
+    const __m256i packed = _mm256_packus_epi32(low, low);
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08)));
+  }
+  static __m256i pick(__m256i v, const Pattern& pattern) {
+    return _mm256_shuffle_epi8(v, _mm256_load_si256(reinterpret_cast<const __m256i*>(pattern.b)));
+  }
+  static Float zero() { return _mm256_setzero_ps(); }
+  static void store(float* y, int h, Float acc) { _mm256_storeu_ps(y + 8 * h, acc); }
+};
+
+// Q4_0: vpmaddubsw's pairs of a slice summed in int16 over the unit's 8 slices (at most
+// 8 * 2 * 15 * 127 = 30,480), then to int32.
+struct Q4_0Vec : Vec {
+  using Int = __m256i;
+  static constexpr int kTile = 4;
+  static constexpr int kStreams = 2;  // 2 x 2 accumulators, and the weights, in 16 registers
+  template <bool kPlain>
+  static void weights(const Unit<kPlain>& u, int h, Int* lo, Int* hi) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = slice(u, h, 32 + 64 * j, 2 + 4 * j);
+      lo[j] = _mm256_and_si256(v, low);
+      hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+  }
+  static Int sums(const Int* lo, const Int* hi, const Q8Block& x, int32_t bias) {
+    __m256i pairs = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(x4(x.qs + 4 * j))));
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(x4(x.qs + 16 + 4 * j))));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias));
+  }
+  template <bool kPlain>
+  static Float d(const Unit<kPlain>& u, int h) {
+    if constexpr (kPlain) return f16_words(slice(u, h, 0, 0), 0);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + 16 * h)));
+  }
+  static Float step(Float dw, float dx, Int sum, Float acc) {
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(sum), acc);
+  }
+};
+
+// Q4_K: vpmaddubsw's pairs of a sub-block summed in int16 over its 8 slices (at most 30,480),
+// then vpmaddwd with the scale picked into each lane as (sc_j, sc_j).
+struct Q4KVec : Vec {
+  static constexpr int kTile = 2;
+  static constexpr int kStreams = 2;
+  template <int kT, bool kPlain>
+  static void unit(const Unit<kPlain>& u, int h, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
+    const auto at = [&](int s) { return slice(u, h, 64 * s, 4 * s); };
+    const __m256i m0f = _mm256_set1_epi8(0x0f), m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i s0 = at(1), s1 = at(2), s2 = at(3);
+    const __m256i sc[2] = {_mm256_and_si256(s0, m3f), _mm256_or_si256(_mm256_and_si256(s2, m0f),
+                                                                      _mm256_and_si256(_mm256_srli_epi32(s0, 2), m30))};
+    __m256i sums[kT];
+    for (auto& v : sums) v = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      __m256i even[kT], odd[kT];
+      for (int t = 0; t < kT; ++t) even[t] = odd[t] = _mm256_setzero_si256();
+      for (int l = 0; l < 8; ++l) {
+        const __m256i v = at(kQ4_KNibbles + 8 * i + l);
+        const __m256i lo = _mm256_and_si256(v, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* x = xt[t]->qs + 64 * i + 4 * l;
+          even[t] = _mm256_add_epi16(even[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x4(x))));
+          odd[t] = _mm256_add_epi16(odd[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x4(x + 32))));
+        }
+      }
+      const __m256i sc_lo = pick(sc[i / 2], kPickTwice[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickTwice[2 * i % 4 + 1]);
+      for (int t = 0; t < kT; ++t)
+        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(_mm256_madd_epi16(even[t], sc_lo),
+                                                             _mm256_madd_epi16(odd[t], sc_hi)));
+    }
+    const __m256i mn[2] = {_mm256_and_si256(s1, m3f),
+                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m0f),
+                                           _mm256_and_si256(_mm256_srli_epi32(s1, 2), m30))};
+    const __m256i dm = at(0);
+    const __m256 d = f16_words(dm, 0), dmin = f16_words(dm, 1);
+    for (int t = 0; t < kT; ++t) {
+      __m256i m = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i)
+        m = _mm256_add_epi32(m, _mm256_madd_epi16(pick(mn[i / 2], kPickPair[i % 2]), _mm256_set1_epi32(xm[t][i])));
+      const __m256 dx = _mm256_set1_ps(xt[t]->d);
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(d, dx), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(m), acc[t]);
+    }
+  }
+};
+#else
+// Plain integer loops over the same values, a row at a time.
+struct Vec {
+  struct Float {
+    float v[kQuantGroup];
+  };
+  static constexpr int kHalves = 1;
+  static Float zero() { return Float{}; }
+  static void store(float* y, int, const Float& acc) { std::copy(acc.v, acc.v + kQuantGroup, y); }
+};
+
+struct Q4_0Vec : Vec {
+  static constexpr int kTile = 1;
+  static constexpr int kStreams = 1;
+};
+
+struct Q4KVec : Vec {
+  static constexpr int kTile = 1;
+  static constexpr int kStreams = 1;
+  template <int kT, bool kPlain>
+  static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const*, Float* acc) {
+    for (int r = 0; r < kQuantGroup; ++r) {
+      const auto byte = [&](int i) { return *byte_at<DType::kQ4_K>(u, i, r); };
+      uint8_t scales[12];
+      for (int i = 0; i < 12; ++i) scales[i] = byte(4 + i);
+      int sc[8], mn[8];
+      scale_min(scales, sc, mn);
+      const float d = f16_at(byte_at<DType::kQ4_K>(u, 0, r)), dmin = f16_at(byte_at<DType::kQ4_K>(u, 2, r));
+      for (int t = 0; t < kT; ++t) {
+        int32_t sum = 0, m = 0;
+        for (int j = 0; j < 8; ++j) {
+          int32_t s = 0;
+          for (int e = 0; e < 32; ++e) s += (byte(16 + 32 * (j / 2) + e) >> (4 * (j % 2)) & 15) * xt[t]->qs[32 * j + e];
+          sum += sc[j] * s;
+          m += mn[j] * (xt[t]->bsums[2 * j] + xt[t]->bsums[2 * j + 1]);
+        }
+        float& a = acc[t].v[r];
+        a = std::fma(d * xt[t]->d, static_cast<float>(sum), a);
+        a = std::fma(-(dmin * xt[t]->d), static_cast<float>(m), a);
+      }
+    }
+  }
+};
+#endif
+
+// Q4_0 (quant_dot.h): for each of a group's rows and each token, acc = fma(d_w * d_x,
+// float(P), acc) unit by unit, P = bias + the unit's products of q and x (bias = -8 (x0 + ..
+// + x31): q - 8 as q and -8 x). q4_0_tile takes kTile tokens against one group (token t's
+// unit u at x[t * units + u], its bias likewise; its 16 outputs at y + t * ldy);
+// q4_0_streams one token against kS groups side by side, both halves of a unit together so
+// that its bytes are read once from memory.
+template <int kTile, bool kPlain>
+TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Q8Block* x,
+                                       const int32_t* bias, float* y, int64_t ldy) {
+#if TESSERA_QUANT_DOT_AVX2
+  using V = Q4_0Vec;
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0)) : quant_unit_bytes(DType::kQ4_0);
+  for (int h = 0; h < V::kHalves; ++h) {
+    typename V::Float acc[kTile];
+    for (auto& a : acc) a = V::zero();
+    for (int64_t u = 0; u < units; ++u) {
+      const Unit<kPlain> unit{g + u * step, row_bytes, n};
+      if (!kPlain && h == 0)
+        for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
+      typename V::Int lo[4], hi[4];
+      V::weights(unit, h, lo, hi);
+      const typename V::Float dw = V::d(unit, h);
+      for (int t = 0; t < kTile; ++t) {
+        const Q8Block& xt = x[t * units + u];
+        acc[t] = V::step(dw, xt.d, V::sums(lo, hi, xt, bias[t * units + u]), acc[t]);
+      }
+    }
+    for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[t]);
+  }
+#else
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0)) : quant_unit_bytes(DType::kQ4_0);
+  for (int t = 0; t < kTile; ++t)
+    for (int r = 0; r < kQuantGroup; ++r) {
+      float acc = 0.0f;
+      for (int64_t u = 0; u < units; ++u) {
+        const Unit<kPlain> unit{g + u * step, row_bytes, n};
+        const Q8Block& xt = x[t * units + u];
+        int32_t sum = bias[t * units + u];
+        for (int i = 0; i < 16; ++i) {
+          const int b = *byte_at<DType::kQ4_0>(unit, 2 + i, r);
+          sum += (b & 15) * xt.qs[i] + (b >> 4) * xt.qs[16 + i];
+        }
+        acc = std::fma(f16_at(byte_at<DType::kQ4_0>(unit, 0, r)) * xt.d, static_cast<float>(sum), acc);
+      }
+      y[t * ldy + r] = acc;
+    }
+#endif
+}
+
+template <int kS, bool kPlain>
+TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Q8Block* x,
+                                          const int32_t* bias, float* const* y) {
+#if TESSERA_QUANT_DOT_AVX2
+  using V = Q4_0Vec;
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0)) : quant_unit_bytes(DType::kQ4_0);
+  typename V::Float acc[kS][V::kHalves];
+  for (auto& a : acc)
+    for (auto& half : a) half = V::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    for (int s = 0; s < kS; ++s) {
+      const Unit<kPlain> unit{g[s] + u * step, row_bytes, kQuantGroup};
+      if (!kPlain)
+        for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
+      for (int h = 0; h < V::kHalves; ++h) {
+        typename V::Int lo[4], hi[4];
+        V::weights(unit, h, lo, hi);
+        acc[s][h] = V::step(V::d(unit, h), x[u].d, V::sums(lo, hi, x[u], bias[u]), acc[s][h]);
+      }
+    }
+  }
+  for (int s = 0; s < kS; ++s)
+    for (int h = 0; h < V::kHalves; ++h) V::store(y[s], h, acc[s][h]);
+#else
+  for (int s = 0; s < kS; ++s) q4_0_tile<1, kPlain>(g[s], row_bytes, kQuantGroup, units, x, bias, y[s], 0);
+#endif
+}
+
+// Q4_K (quant_dot.h): for each of a group's rows and each token, unit by unit
+//   acc = fma(d_w d_x, float(P), acc), then acc = fma(-(dmin_w d_x), float(M), acc),
+// P = sum over sub-blocks j of sc_j times its 32 products q x, M = sum of m_j X_j (X_j the
+// token's sum of the sub-block's x: its bsums 2j and 2j + 1). A token's unit comes with its
+// 4 pairs (X_2i, X_2i+1) as int16 in an int32 (xm). Sub-block 2i's values are the low
+// nibbles of the block's bytes 16 + 32i.. 16 + 32i + 31, 2i + 1's the high ones.
+template <int kTile, bool kPlain>
+TESSERA_VNNI HWY_INLINE void q4_k_tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Q8KBlock* x,
+                                       const int32_t* xm, float* y, int64_t ldy) {
+  using V = Q4KVec;
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_K)) : quant_unit_bytes(DType::kQ4_K);
+  typename V::Float acc[V::kHalves][kTile];
+  for (auto& half : acc)
+    for (auto& a : half) a = V::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    const Unit<kPlain> unit{g + u * step, row_bytes, n};
+    const Q8KBlock* xt[kTile];
+    const int32_t* xmt[kTile];
+    for (int t = 0; t < kTile; ++t) {
+      xt[t] = x + t * units + u;
+      xmt[t] = xm + 4 * (t * units + u);
+    }
+    for (int h = 0; h < V::kHalves; ++h) V::template unit<kTile>(unit, h, xt, xmt, acc[h]);
+  }
+  for (int h = 0; h < V::kHalves; ++h)
+    for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[h][t]);
+}
+
+template <int kS, bool kPlain>
+TESSERA_VNNI HWY_INLINE void q4_k_streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Q8KBlock* x,
+                                          const int32_t* xm, float* const* y) {
+  using V = Q4KVec;
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_K)) : quant_unit_bytes(DType::kQ4_K);
+  typename V::Float acc[kS][V::kHalves];
+  for (auto& a : acc)
+    for (auto& half : a) half = V::zero();
+  for (int64_t u = 0; u < units; ++u) {
+    const Q8KBlock* xt = x + u;
+    const int32_t* xmt = xm + 4 * u;
+    for (int s = 0; s < kS; ++s) {
+      const Unit<kPlain> unit{g[s] + u * step, row_bytes, kQuantGroup};
+      if (!kPlain)
+        for (int64_t l = 0; l < step; l += 64) hwy::Prefetch(unit.p + kPrefetchAhead + l);
+      for (int h = 0; h < V::kHalves; ++h) V::template unit<1>(unit, h, &xt, &xmt, &acc[s][h]);
+    }
+  }
+  for (int s = 0; s < kS; ++s)
+    for (int h = 0; h < V::kHalves; ++h) V::store(y[s], h, acc[s][h]);
+}
+
+// The kernels of each type, and what they take from each token's unit besides its block
+// (kPerUnit int32): Q4_0's bias, Q4_K's pairs of sub-block sums.
+template <DType kT>
+struct Kernels;
+template <>
+struct Kernels<DType::kQ4_0> {
+  using Act = Q8Block;
+  static constexpr int kPerUnit = 1, kTile = Q4_0Vec::kTile, kStreams = Q4_0Vec::kStreams;
+  static void per_unit(const Q8Block& x, int32_t* out) {
+    int32_t sum = 0;
+    for (const int8_t q : x.qs) sum += q;
+    out[0] = -8 * sum;
+  }
+  template <int kN, bool kPlain>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x, const int32_t* e,
+                                float* y, int64_t ldy) {
+    q4_0_tile<kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
+  }
+  template <bool kPlain>
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Act* x,
+                                   const int32_t* e, float* const* y) {
+    q4_0_streams<kStreams, kPlain>(g, row_bytes, units, x, e, y);
+  }
+};
+template <>
+struct Kernels<DType::kQ4_K> {
+  using Act = Q8KBlock;
+  static constexpr int kPerUnit = 4, kTile = Q4KVec::kTile, kStreams = Q4KVec::kStreams;
+  static void per_unit(const Q8KBlock& x, int32_t* out) {
+    for (int i = 0; i < 4; ++i) {
+      const auto even = static_cast<uint16_t>(x.bsums[4 * i] + x.bsums[4 * i + 1]),
+                 odd = static_cast<uint16_t>(x.bsums[4 * i + 2] + x.bsums[4 * i + 3]);
+      out[i] = static_cast<int32_t>(uint32_t{even} | uint32_t{odd} << 16);
+    }
+  }
+  template <int kN, bool kPlain>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x, const int32_t* e,
+                                float* y, int64_t ldy) {
+    q4_k_tile<kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
+  }
+  template <bool kPlain>
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Act* x,
+                                   const int32_t* e, float* const* y) {
+    q4_k_streams<kStreams, kPlain>(g, row_bytes, units, x, e, y);
+  }
+};
+
+// Rows of a type against `tokens` tokens' x, group by group, in tiles of kTile tokens and
+// then one at a time; one token over kStreams parts of the rows side by side, each read as
+// one sequential stream (as quant_dot.cpp's decode), then the groups left over one at a time.
+template <DType kT, bool kPlain>
+TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typename Kernels<kT>::Act* x,
+                          int64_t tokens, float* y, int64_t ldy) {
+  using K = Kernels<kT>;
+  const int64_t units = k / dtype_block_elements(kT), row_bytes = static_cast<int64_t>(dtype_bytes(kT, k));
+  thread_local std::vector<int32_t> per_unit;
+  per_unit.resize(static_cast<size_t>(tokens * units * K::kPerUnit));
+  for (int64_t i = 0; i < tokens * units; ++i) K::per_unit(x[i], per_unit.data() + i * K::kPerUnit);
+  const int32_t* e = per_unit.data();
+  int64_t r0 = 0;
+  if (tokens == 1) {
+    const int64_t part = rows / kQuantGroup / K::kStreams * kQuantGroup;
+    for (; r0 < part; r0 += kQuantGroup) {
+      const uint8_t* g[K::kStreams];
+      float* out[K::kStreams];
+      for (int s = 0; s < K::kStreams; ++s) {
+        g[s] = w + (r0 + s * part) * row_bytes;
+        out[s] = y + r0 + s * part;
+      }
+      K::template streams<kPlain>(g, row_bytes, units, x, e, out);
+    }
+    r0 = K::kStreams * part;
+  }
+  HWY_ALIGN float few[K::kTile * kQuantGroup];  // a group of fewer than 16 rows' outputs
+  for (; r0 < rows; r0 += kQuantGroup) {
+    const int64_t n = std::min(kQuantGroup, rows - r0);
+    const auto tile = [&]<int kTile>(int64_t t0) {
+      float* out = n == kQuantGroup ? y + t0 * ldy + r0 : few;
+      const int64_t out_step = n == kQuantGroup ? ldy : kQuantGroup;
+      K::template tile<kTile, kPlain>(w + r0 * row_bytes, row_bytes, n, units, x + t0 * units,
+                                      e + t0 * units * K::kPerUnit, out, out_step);
+      if (n < kQuantGroup)
+        for (int t = 0; t < kTile; ++t)
+          std::copy(few + t * kQuantGroup, few + t * kQuantGroup + n, y + (t0 + t) * ldy + r0);
+    };
+    int64_t t0 = 0;
+    for (; t0 + K::kTile <= tokens; t0 += K::kTile) tile.template operator()<K::kTile>(t0);
+    for (; t0 < tokens; ++t0) tile.template operator()<1>(t0);
+  }
+}
+
+void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
+                    int64_t ldy, bool grouped) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (dtype == DType::kQ4_0) {
+    const auto* x = static_cast<const Q8Block*>(xq);
+    return grouped ? rows_of<DType::kQ4_0, false>(wb, rows, k, x, tokens, y, ldy)
+                   : rows_of<DType::kQ4_0, true>(wb, rows, k, x, tokens, y, ldy);
+  }
+  const auto* x = static_cast<const Q8KBlock*>(xq);
+  return grouped ? rows_of<DType::kQ4_K, false>(wb, rows, k, x, tokens, y, ldy)
+                 : rows_of<DType::kQ4_K, true>(wb, rows, k, x, tokens, y, ldy);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tessera::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tessera::cpu {
+
+HWY_EXPORT(QuantGroupRows);
+
+void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
+                      int64_t ldy, bool grouped) {
+  TS_CHECK(takes_quant_groups(dtype), dtype_name(dtype), " rows in groups");
+  TS_CHECK(!grouped || rows % kQuantGroup == 0, dtype_name(dtype), " rows (", rows, ") in groups of ", kQuantGroup);
+  TS_CHECK(dtype_bytes(dtype, k) * kQuantGroup <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+           dtype_name(dtype), " rows of ", k, " elements");
+  HWY_DYNAMIC_DISPATCH(QuantGroupRows)(dtype, w, rows, k, xq, tokens, y, ldy, grouped);
+}
+
+}  // namespace tessera::cpu
+#endif  // HWY_ONCE

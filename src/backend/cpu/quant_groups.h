@@ -1,0 +1,19 @@
+// The integer dot products of Q4_0 and Q4_K rows (quant_dot.h's order of one f32
+// accumulator a row), 16 rows a vector: quant_dot_rows's kernels for these types, with
+// run-time ISA dispatch (Highway; quant_groups.cpp).
+//
+// Pure function over caller-owned memory; any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tessera::cpu {
+
+// As quant_dot_rows for a dtype that takes_quant_groups (weight_layout.h): rows in
+// kQuantGroup's layout where `grouped` (rows a multiple of 16), else plain rows.
+void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
+                      int64_t ldy, bool grouped);
+
+}  // namespace tessera::cpu
