@@ -44,7 +44,6 @@ HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
 namespace HWY_NAMESPACE {
 
-
 // The activation block that weights of kT meet, and the elements of one unit.
 template <DType kT>
 constexpr bool kBlock32 = kT == DType::kQ8_0 || kT == DType::kQ4_0;
@@ -54,7 +53,6 @@ template <DType kT>
 constexpr int kGroups = kBlock32<kT> ? 1 : 8;  // groups of 32 elements in a unit
 template <DType kT>
 constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
-
 
 #if TESSERA_QUANT_DOT_AVX2
 

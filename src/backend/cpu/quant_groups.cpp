@@ -90,10 +90,10 @@ struct Vec {
   template <bool kPlain>
   TESSERA_VNNI static __m512i slice(const Unit<kPlain>& u, int, int64_t grouped_at, int64_t block_at) {
     if constexpr (kPlain) {
-      const __m512i rows = _mm512_mullo_epi32(
-          _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(static_cast<int32_t>(u.n - 1))),
-          _mm512_set1_epi32(static_cast<int32_t>(u.row_bytes)));
+      const __m512i rows =
+          _mm512_mullo_epi32(_mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                              _mm512_set1_epi32(static_cast<int32_t>(u.n - 1))),
+                             _mm512_set1_epi32(static_cast<int32_t>(u.row_bytes)));
       return _mm512_i32gather_epi32(rows, u.p + block_at, 1);
     } else {
       return _mm512_loadu_si512(u.p + grouped_at);
@@ -158,22 +158,27 @@ struct Q4KVec : Vec {
                   m3f = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
     const __m512i s0 = at(1), s1 = at(2), s2 = at(3);
     // Each row's scales and mins of sub-blocks 0-3 and 4-7, a byte each (as scale_min).
-    const __m512i sc[2] = {_mm512_and_si512(s0, m3f), _mm512_or_si512(_mm512_and_si512(s2, m0f),
-                                                                      _mm512_and_si512(_mm512_srli_epi32(s0, 2), m30))};
+    const __m512i sc[2] = {_mm512_and_si512(s0, m3f),
+                           _mm512_or_si512(_mm512_and_si512(s2, m0f), _mm512_and_si512(_mm512_srli_epi32(s0, 2), m30))};
     __m512i sums[kT];
     for (auto& v : sums) v = _mm512_setzero_si512();
+    HWY_UNROLL(8)
     for (int i = 0; i < 4; ++i) {
       const __m512i sc_lo = pick(sc[i / 2], kPickByte[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickByte[2 * i % 4 + 1]);
+      HWY_UNROLL(8)
       for (int half = 0; half < 2; ++half) {
         __m512i lo[4], hi[4];
+        HWY_UNROLL(8)
         for (int l = 0; l < 4; ++l) {
           const __m512i v = at(kQ4_KNibbles + 8 * i + 4 * half + l);
           lo[l] = _mm512_and_si512(v, m0f);
           hi[l] = _mm512_and_si512(v, mf0);
         }
+        HWY_UNROLL(8)
         for (int t = 0; t < kT; ++t) {
           const int8_t* x = xt[t]->qs + 64 * i + 16 * half;
           __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+          HWY_UNROLL(8)
           for (int l = 0; l < 4; ++l) {
             a = _mm512_dpbusd_epi32(a, lo[l], _mm512_set1_epi32(x4(x + 4 * l)));
             b = _mm512_dpbusd_epi32(b, hi[l], _mm512_set1_epi32(x4(x + 32 + 4 * l)));
@@ -183,13 +188,14 @@ struct Q4KVec : Vec {
         }
       }
     }
-    const __m512i mn[2] = {_mm512_and_si512(s1, m3f),
-                           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), m0f),
-                                           _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30))};
+    const __m512i mn[2] = {_mm512_and_si512(s1, m3f), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), m0f),
+                                                                      _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30))};
     const __m512i dm = at(0);
     const __m512 d = f16_words(dm, 0), dmin = f16_words(dm, 1);
+    HWY_UNROLL(8)
     for (int t = 0; t < kT; ++t) {
       __m512i m = _mm512_setzero_si512();
+      HWY_UNROLL(8)
       for (int i = 0; i < 4; ++i)
         m = _mm512_dpwssd_epi32(m, pick(mn[i / 2], kPickPair[i % 2]), _mm512_set1_epi32(xm[t][i]));
       const __m512 dx = _mm512_set1_ps(xt[t]->d);
@@ -209,9 +215,10 @@ struct Vec {
   template <bool kPlain>
   static __m256i slice(const Unit<kPlain>& u, int h, int64_t grouped_at, int64_t block_at) {
     if constexpr (kPlain) {
-      const __m256i rows = _mm256_mullo_epi32(
-          _mm256_min_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int32_t>(u.n - 1 - 8 * h))),
-          _mm256_set1_epi32(static_cast<int32_t>(u.row_bytes)));
+      const __m256i rows =
+          _mm256_mullo_epi32(_mm256_min_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                              _mm256_set1_epi32(static_cast<int32_t>(u.n - 1 - 8 * h))),
+                             _mm256_set1_epi32(static_cast<int32_t>(u.row_bytes)));
       return _mm256_i32gather_epi32(reinterpret_cast<const int*>(u.p + 8 * h * u.row_bytes + block_at), rows, 1);
     } else {
       return load32(u.p + grouped_at + 32 * h);
@@ -275,8 +282,8 @@ struct Q4KVec : Vec {
     const auto at = [&](int s) { return slice(u, h, 64 * s, 4 * s); };
     const __m256i m0f = _mm256_set1_epi8(0x0f), m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
     const __m256i s0 = at(1), s1 = at(2), s2 = at(3);
-    const __m256i sc[2] = {_mm256_and_si256(s0, m3f), _mm256_or_si256(_mm256_and_si256(s2, m0f),
-                                                                      _mm256_and_si256(_mm256_srli_epi32(s0, 2), m30))};
+    const __m256i sc[2] = {_mm256_and_si256(s0, m3f),
+                           _mm256_or_si256(_mm256_and_si256(s2, m0f), _mm256_and_si256(_mm256_srli_epi32(s0, 2), m30))};
     __m256i sums[kT];
     for (auto& v : sums) v = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
@@ -285,6 +292,7 @@ struct Q4KVec : Vec {
       for (int l = 0; l < 8; ++l) {
         const __m256i v = at(kQ4_KNibbles + 8 * i + l);
         const __m256i lo = _mm256_and_si256(v, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+        HWY_UNROLL(8)
         for (int t = 0; t < kT; ++t) {
           const int8_t* x = xt[t]->qs + 64 * i + 4 * l;
           even[t] = _mm256_add_epi16(even[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x4(x))));
@@ -292,15 +300,16 @@ struct Q4KVec : Vec {
         }
       }
       const __m256i sc_lo = pick(sc[i / 2], kPickTwice[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickTwice[2 * i % 4 + 1]);
+      HWY_UNROLL(8)
       for (int t = 0; t < kT; ++t)
-        sums[t] = _mm256_add_epi32(sums[t], _mm256_add_epi32(_mm256_madd_epi16(even[t], sc_lo),
-                                                             _mm256_madd_epi16(odd[t], sc_hi)));
+        sums[t] = _mm256_add_epi32(
+            sums[t], _mm256_add_epi32(_mm256_madd_epi16(even[t], sc_lo), _mm256_madd_epi16(odd[t], sc_hi)));
     }
-    const __m256i mn[2] = {_mm256_and_si256(s1, m3f),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m0f),
-                                           _mm256_and_si256(_mm256_srli_epi32(s1, 2), m30))};
+    const __m256i mn[2] = {_mm256_and_si256(s1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m0f),
+                                                                      _mm256_and_si256(_mm256_srli_epi32(s1, 2), m30))};
     const __m256i dm = at(0);
     const __m256 d = f16_words(dm, 0), dmin = f16_words(dm, 1);
+    HWY_UNROLL(8)
     for (int t = 0; t < kT; ++t) {
       __m256i m = _mm256_setzero_si256();
       for (int i = 0; i < 4; ++i)
@@ -497,8 +506,8 @@ struct Kernels<DType::kQ4_0> {
     out[0] = -8 * sum;
   }
   template <int kN, bool kPlain>
-  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x, const int32_t* e,
-                                float* y, int64_t ldy) {
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x,
+                                const int32_t* e, float* y, int64_t ldy) {
     q4_0_tile<kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
   }
   template <bool kPlain>
@@ -519,8 +528,8 @@ struct Kernels<DType::kQ4_K> {
     }
   }
   template <int kN, bool kPlain>
-  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x, const int32_t* e,
-                                float* y, int64_t ldy) {
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x,
+                                const int32_t* e, float* y, int64_t ldy) {
     q4_k_tile<kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
   }
   template <bool kPlain>
@@ -534,8 +543,8 @@ struct Kernels<DType::kQ4_K> {
 // then one at a time; one token over kStreams parts of the rows side by side, each read as
 // one sequential stream (as quant_dot.cpp's decode), then the groups left over one at a time.
 template <DType kT, bool kPlain>
-TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typename Kernels<kT>::Act* x,
-                          int64_t tokens, float* y, int64_t ldy) {
+TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typename Kernels<kT>::Act* x, int64_t tokens,
+                          float* y, int64_t ldy) {
   using K = Kernels<kT>;
   const int64_t units = k / dtype_block_elements(kT), row_bytes = static_cast<int64_t>(dtype_bytes(kT, k));
   thread_local std::vector<int32_t> per_unit;

@@ -26,7 +26,8 @@ void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t
   const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = group + u * quant_unit_bytes(dtype);
-    for (int64_t i = 0; i < block; i += 2) std::memcpy(blocks + u * block + i, unit + quant_unit_offset(dtype, i, r), 2);
+    for (int64_t i = 0; i < block; i += 2)
+      std::memcpy(blocks + u * block + i, unit + quant_unit_offset(dtype, i, r), 2);
   }
 }
 
