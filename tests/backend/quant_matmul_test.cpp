@@ -399,7 +399,7 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
   EXPECT_GE(targets, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest, ::testing::Values(DType::kQ4_0, DType::kQ4_K),
+INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest, ::testing::Values(DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest,

@@ -1097,8 +1097,6 @@ void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const voi
       return dot_rows_typed<DType::kQ8_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy);
     case DType::kQ5_K:
       return dot_rows_typed<DType::kQ5_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
-    case DType::kQ6_K:
-      return dot_rows_typed<DType::kQ6_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
     default: TS_CHECK(false, "quantized dot product of dtype ", dtype_name(dtype));
   }
 }

@@ -27,6 +27,24 @@
 #include "core/check.h"
 #include "hwy/cache_control.h"
 
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
 namespace HWY_NAMESPACE {
@@ -48,6 +66,8 @@ HWY_INLINE const uint8_t* byte_at(const Unit<kPlain>& u, int64_t i, int64_t r) {
 
 // Q4_K's first 4-byte slice of nibbles: after (d, dmin) and the 12 bytes of scales and mins.
 constexpr int kQ4_KNibbles = 4;
+// Q6_K's block: its scales and d; in a group's unit, the scales.
+constexpr int kQ6_KScaleBytes = 192, kQ6_KD = 208;
 
 HWY_INLINE int32_t x4(const int8_t* x) {
   int32_t v;
@@ -204,6 +224,73 @@ struct Q4KVec : Vec {
     }
   }
 };
+// Q6_K: a q is made as a byte, its low 4 bits from ql and its high 2 from qh (in place at
+// bits 4-5); each 16 elements' sum of q x starts from the token's -32 (x0 + .. + x15) and goes
+// through vpdpbusd (exact), then times the row's scale (vpmulld) into P.
+struct Q6KVec : Vec {
+  static constexpr int kTile = 8;
+  static constexpr int kStreams = 2;
+  template <bool kPlain>
+  TESSERA_VNNI static __m512i scale(const Unit<kPlain>& u, int g) {
+    if constexpr (kPlain) return _mm512_srai_epi32(slice(u, 0, 0, kQ6_KScaleBytes + g - 3), 24);
+    const int64_t at = quant_unit_offset(DType::kQ6_K, kQ6_KScaleBytes + g, 0);
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + at)));
+  }
+  template <bool kPlain>
+  TESSERA_VNNI static Float d(const Unit<kPlain>& u) {
+    if constexpr (kPlain) return f16_words(slice(u, 0, 0, kQ6_KD - 2), 1);
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.p)));
+  }
+  template <int kT, bool kPlain>
+  TESSERA_VNNI static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const* bias,
+                                Float* acc) {
+    // The 4 bytes at block offset i of every row.
+    const auto at = [&](int i) { return slice(u, 0, quant_unit_offset(DType::kQ6_K, i, 0), i); };
+    const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512i sums[kT];
+    for (auto& v : sums) v = _mm512_setzero_si512();
+    HWY_UNROLL(2)
+    for (int half = 0; half < 2; ++half)
+      HWY_UNROLL(2)
+      for (int l16 = 0; l16 < 2; ++l16) {
+        // The 4 slices of ql holding q0 and q2 (lo, then hi nibbles), of q1 and q3, and of qh.
+        __m512i ql[2][4], qh[4];
+        HWY_UNROLL(4)
+        for (int j = 0; j < 4; ++j) {
+          ql[0][j] = at(64 * half + 16 * l16 + 4 * j);
+          ql[1][j] = at(64 * half + 32 + 16 * l16 + 4 * j);
+          qh[j] = at(128 + 32 * half + 16 * l16 + 4 * j);
+        }
+        HWY_UNROLL(4)
+        for (int q = 0; q < 4; ++q) {
+          const int g = 8 * half + 2 * q + l16;
+          __m512i qv[4];
+          HWY_UNROLL(4)
+          for (int j = 0; j < 4; ++j) {
+            const __m512i low = q < 2 ? ql[q % 2][j] : _mm512_srli_epi16(ql[q % 2][j], 4);
+            const __m512i high = q == 0 ? _mm512_slli_epi16(qh[j], 4)
+                                 : q == 1 ? _mm512_slli_epi16(qh[j], 2)
+                                 : q == 2 ? qh[j]
+                                          : _mm512_srli_epi16(qh[j], 2);
+            qv[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(high, m30), low, m0f, 0xd8);  // m0f ? low : high
+          }
+          const __m512i sc = scale(u, g);
+          HWY_UNROLL(8)
+          for (int t = 0; t < kT; ++t) {
+            const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
+            __m512i sum = _mm512_set1_epi32(bias[t][g]);
+            HWY_UNROLL(4)
+            for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, qv[j], _mm512_set1_epi32(x4(x + 4 * j)));
+            sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(sum, sc));
+          }
+        }
+      }
+    const __m512 dw = d(u);
+    HWY_UNROLL(8)
+    for (int t = 0; t < kT; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xt[t]->d)), _mm512_cvtepi32_ps(sums[t]), acc[t]);
+  }
+};
 #if HWY_COMPILER_GCC_ACTUAL
 #pragma GCC diagnostic pop
 #endif
@@ -320,6 +407,73 @@ struct Q4KVec : Vec {
     }
   }
 };
+// Q6_K: a q made as a byte (as the VNNI kernel); vpmaddubsw's pairs of two slices summed in
+// int16 (at most 2 * 2 * 63 * 127 = 32,004), then vpmaddwd with the scale as (sc, sc), and
+// -16 (x0 + .. + x15) twice times it for the -32.
+struct Q6KVec : Vec {
+  static constexpr int kTile = 2;
+  static constexpr int kStreams = 2;
+  template <bool kPlain>
+  static __m256i scale(const Unit<kPlain>& u, int h, int g) {
+    __m256i sc;
+    if constexpr (kPlain) {
+      sc = _mm256_srai_epi32(slice(u, h, 0, kQ6_KScaleBytes + g - 3), 24);
+    } else {
+      const int64_t at = quant_unit_offset(DType::kQ6_K, kQ6_KScaleBytes + g, 8 * h);
+      sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(u.p + at)));
+    }
+    return _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xaa);
+  }
+  template <bool kPlain>
+  static Float d(const Unit<kPlain>& u, int h) {
+    if constexpr (kPlain) return f16_words(slice(u, h, 0, kQ6_KD - 2), 1);
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + 16 * h)));
+  }
+  template <int kT, bool kPlain>
+  static void unit(const Unit<kPlain>& u, int h, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
+    const auto at = [&](int i) { return slice(u, h, quant_unit_offset(DType::kQ6_K, i, 0), i); };
+    const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256i sums[kT];
+    for (auto& v : sums) v = _mm256_setzero_si256();
+    HWY_UNROLL(2)
+    for (int half = 0; half < 2; ++half)
+      HWY_UNROLL(2)
+      for (int l16 = 0; l16 < 2; ++l16)
+        HWY_UNROLL(4)
+        for (int q = 0; q < 4; ++q) {
+          const int g = 8 * half + 2 * q + l16;
+          __m256i qv[4];
+          HWY_UNROLL(4)
+          for (int j = 0; j < 4; ++j) {
+            const __m256i ql = at(64 * half + 32 * (q % 2) + 16 * l16 + 4 * j),
+                          qh = at(128 + 32 * half + 16 * l16 + 4 * j);
+            const __m256i low = q < 2 ? ql : _mm256_srli_epi16(ql, 4);
+            const __m256i high = q == 0 ? _mm256_slli_epi16(qh, 4)
+                                 : q == 1 ? _mm256_slli_epi16(qh, 2)
+                                 : q == 2 ? qh
+                                          : _mm256_srli_epi16(qh, 2);
+            qv[j] = _mm256_or_si256(_mm256_and_si256(low, m0f), _mm256_and_si256(high, m30));
+          }
+          const __m256i sc = scale(u, h, g);
+          HWY_UNROLL(8)
+          for (int t = 0; t < kT; ++t) {
+            const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
+            const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(qv[0], _mm256_set1_epi32(x4(x))),
+                                                _mm256_maddubs_epi16(qv[1], _mm256_set1_epi32(x4(x + 4))));
+            const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(qv[2], _mm256_set1_epi32(x4(x + 8))),
+                                                _mm256_maddubs_epi16(qv[3], _mm256_set1_epi32(x4(x + 12))));
+            const __m256i minus = _mm256_set1_epi16(static_cast<int16_t>(bias[t][g] / 2));
+            sums[t] = _mm256_add_epi32(
+                sums[t], _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(pa, sc), _mm256_madd_epi16(pb, sc)),
+                                          _mm256_madd_epi16(minus, sc)));
+          }
+        }
+    const __m256 dw = d(u, h);
+    HWY_UNROLL(8)
+    for (int t = 0; t < kT; ++t)
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xt[t]->d)), _mm256_cvtepi32_ps(sums[t]), acc[t]);
+  }
+};
 #else
 // Plain integer loops over the same values, a row at a time.
 struct Vec {
@@ -359,6 +513,33 @@ struct Q4KVec : Vec {
         float& a = acc[t].v[r];
         a = std::fma(d * xt[t]->d, static_cast<float>(sum), a);
         a = std::fma(-(dmin * xt[t]->d), static_cast<float>(m), a);
+      }
+    }
+  }
+};
+struct Q6KVec : Vec {
+  static constexpr int kTile = 1;
+  static constexpr int kStreams = 1;
+  template <int kT, bool kPlain>
+  static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
+    for (int r = 0; r < kQuantGroup; ++r) {
+      const auto byte = [&](int i) { return *byte_at<DType::kQ6_K>(u, i, r); };
+      const float d = f16_at(byte_at<DType::kQ6_K>(u, kQ6_KD, r));
+      for (int t = 0; t < kT; ++t) {
+        int32_t sum = 0;
+        for (int g = 0; g < 16; ++g) {
+          int32_t s = bias[t][g];
+          for (int e = 16 * g; e < 16 * g + 16; ++e) {
+            // Element e = 128 half + 32 q + l: ql[64 half + 32 (q % 2) + l], nibble q / 2; qh[32 half + l], bits 2 q.
+            const int half = e / 128, q = e % 128 / 32, l = e % 32;
+            const int low = byte(64 * half + 32 * (q % 2) + l) >> (4 * (q / 2)) & 15;
+            const int high = byte(128 + 32 * half + l) >> (2 * q) & 3;
+            s += (low | high << 4) * xt[t]->qs[e];
+          }
+          sum += static_cast<int8_t>(byte(kQ6_KScaleBytes + g)) * s;
+        }
+        float& a = acc[t].v[r];
+        a = std::fma(d * xt[t]->d, static_cast<float>(sum), a);
       }
     }
   }
@@ -442,50 +623,45 @@ TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t row_b
 #endif
 }
 
-// Q4_K (quant_dot.h): for each of a group's rows and each token, unit by unit
-//   acc = fma(d_w d_x, float(P), acc), then acc = fma(-(dmin_w d_x), float(M), acc),
-// P = sum over sub-blocks j of sc_j times its 32 products q x, M = sum of m_j X_j (X_j the
-// token's sum of the sub-block's x: its bsums 2j and 2j + 1). A token's unit comes with its
-// 4 pairs (X_2i, X_2i+1) as int16 in an int32 (xm). Sub-block 2i's values are the low
-// nibbles of the block's bytes 16 + 32i.. 16 + 32i + 31, 2i + 1's the high ones.
-template <int kTile, bool kPlain>
-TESSERA_VNNI HWY_INLINE void q4_k_tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Q8KBlock* x,
-                                       const int32_t* xm, float* y, int64_t ldy) {
-  using V = Q4KVec;
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_K)) : quant_unit_bytes(DType::kQ4_K);
+// The K types (V: Q4KVec or Q6KVec) one super-block unit at a time: V::unit takes a unit
+// against kT tokens (their blocks xt[t], what per_unit made of them e[t]) into acc[t].
+template <typename V, DType kT, int kPerUnit, int kTile, bool kPlain>
+TESSERA_VNNI HWY_INLINE void k_tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Q8KBlock* x,
+                                    const int32_t* e, float* y, int64_t ldy) {
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(kT)) : quant_unit_bytes(kT);
   typename V::Float acc[V::kHalves][kTile];
   for (auto& half : acc)
     for (auto& a : half) a = V::zero();
   for (int64_t u = 0; u < units; ++u) {
     const Unit<kPlain> unit{g + u * step, row_bytes, n};
     const Q8KBlock* xt[kTile];
-    const int32_t* xmt[kTile];
+    const int32_t* et[kTile];
     for (int t = 0; t < kTile; ++t) {
       xt[t] = x + t * units + u;
-      xmt[t] = xm + 4 * (t * units + u);
+      et[t] = e + kPerUnit * (t * units + u);
     }
-    for (int h = 0; h < V::kHalves; ++h) V::template unit<kTile>(unit, h, xt, xmt, acc[h]);
+    for (int h = 0; h < V::kHalves; ++h) V::template unit<kTile>(unit, h, xt, et, acc[h]);
   }
   for (int h = 0; h < V::kHalves; ++h)
     for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[h][t]);
 }
 
-template <int kS, bool kPlain>
-TESSERA_VNNI HWY_INLINE void q4_k_streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Q8KBlock* x,
-                                          const int32_t* xm, float* const* y) {
-  using V = Q4KVec;
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_K)) : quant_unit_bytes(DType::kQ4_K);
+template <typename V, DType kT, int kPerUnit, int kS, bool kPlain>
+TESSERA_VNNI HWY_INLINE void k_streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Q8KBlock* x,
+                                       const int32_t* e, float* const* y) {
+  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(kT)) : quant_unit_bytes(kT);
+  const int64_t ahead = std::max<int64_t>(kPrefetchAhead, step);  // a unit's first bytes are read first
   typename V::Float acc[kS][V::kHalves];
   for (auto& a : acc)
     for (auto& half : a) half = V::zero();
   for (int64_t u = 0; u < units; ++u) {
     const Q8KBlock* xt = x + u;
-    const int32_t* xmt = xm + 4 * u;
+    const int32_t* et = e + kPerUnit * u;
     for (int s = 0; s < kS; ++s) {
       const Unit<kPlain> unit{g[s] + u * step, row_bytes, kQuantGroup};
       if (!kPlain)
-        for (int64_t l = 0; l < step; l += 64) hwy::Prefetch(unit.p + kPrefetchAhead + l);
-      for (int h = 0; h < V::kHalves; ++h) V::template unit<1>(unit, h, &xt, &xmt, &acc[s][h]);
+        for (int64_t l = 0; l < step; l += 64) hwy::Prefetch(unit.p + ahead + l);
+      for (int h = 0; h < V::kHalves; ++h) V::template unit<1>(unit, h, &xt, &et, &acc[s][h]);
     }
   }
   for (int s = 0; s < kS; ++s)
@@ -493,7 +669,7 @@ TESSERA_VNNI HWY_INLINE void q4_k_streams(const uint8_t* const* g, int64_t row_b
 }
 
 // The kernels of each type, and what they take from each token's unit besides its block
-// (kPerUnit int32): Q4_0's bias, Q4_K's pairs of sub-block sums.
+// (kPerUnit int32): Q4_0's bias, Q4_K's pairs of sub-block sums, Q6_K's biases.
 template <DType kT>
 struct Kernels;
 template <>
@@ -516,10 +692,29 @@ struct Kernels<DType::kQ4_0> {
     q4_0_streams<kStreams, kPlain>(g, row_bytes, units, x, e, y);
   }
 };
-template <>
-struct Kernels<DType::kQ4_K> {
+// The K types' kernels, V's unit and its tile and stream counts.
+template <typename V, DType kT, int kPerUnitInts>
+struct KKernels {
   using Act = Q8KBlock;
-  static constexpr int kPerUnit = 4, kTile = Q4KVec::kTile, kStreams = Q4KVec::kStreams;
+  static constexpr int kPerUnit = kPerUnitInts, kTile = V::kTile, kStreams = V::kStreams;
+  template <int kN, bool kPlain>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x,
+                                const int32_t* e, float* y, int64_t ldy) {
+    k_tile<V, kT, kPerUnit, kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
+  }
+  template <bool kPlain>
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Act* x,
+                                   const int32_t* e, float* const* y) {
+    k_streams<V, kT, kPerUnit, kStreams, kPlain>(g, row_bytes, units, x, e, y);
+  }
+};
+// Q4_K (quant_dot.h): for each of a group's rows and each token, unit by unit
+//   acc = fma(d_w d_x, float(P), acc), then acc = fma(-(dmin_w d_x), float(M), acc),
+// P = sum over sub-blocks j of sc_j times its 32 products q x, M = sum of m_j X_j (X_j the
+// token's sum of the sub-block's x: its bsums 2j and 2j + 1). A token's unit comes with its
+// 4 pairs (X_2i, X_2i+1) as int16 in an int32.
+template <>
+struct Kernels<DType::kQ4_K> : KKernels<Q4KVec, DType::kQ4_K, 4> {
   static void per_unit(const Q8KBlock& x, int32_t* out) {
     for (int i = 0; i < 4; ++i) {
       const auto even = static_cast<uint16_t>(x.bsums[4 * i] + x.bsums[4 * i + 1]),
@@ -527,15 +722,15 @@ struct Kernels<DType::kQ4_K> {
       out[i] = static_cast<int32_t>(uint32_t{even} | uint32_t{odd} << 16);
     }
   }
-  template <int kN, bool kPlain>
-  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x,
-                                const int32_t* e, float* y, int64_t ldy) {
-    q4_k_tile<kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
-  }
-  template <bool kPlain>
-  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Act* x,
-                                   const int32_t* e, float* const* y) {
-    q4_k_streams<kStreams, kPlain>(g, row_bytes, units, x, e, y);
+};
+// Q6_K (quant_dot.h): for each of a group's rows and each token, unit by unit
+//   acc = fma(d_w d_x, float(P), acc), P = sum over its 16 sub-blocks g of sc_g times the
+// sub-block's sum of (q - 32) x. A token's unit comes with -32 times each sub-block's sum of
+// x (its bsums), where that sum starts.
+template <>
+struct Kernels<DType::kQ6_K> : KKernels<Q6KVec, DType::kQ6_K, 16> {
+  static void per_unit(const Q8KBlock& x, int32_t* out) {
+    for (int g = 0; g < 16; ++g) out[g] = -32 * x.bsums[g];
   }
 };
 
@@ -592,8 +787,11 @@ void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const v
                    : rows_of<DType::kQ4_0, true>(wb, rows, k, x, tokens, y, ldy);
   }
   const auto* x = static_cast<const Q8KBlock*>(xq);
-  return grouped ? rows_of<DType::kQ4_K, false>(wb, rows, k, x, tokens, y, ldy)
-                 : rows_of<DType::kQ4_K, true>(wb, rows, k, x, tokens, y, ldy);
+  if (dtype == DType::kQ4_K)
+    return grouped ? rows_of<DType::kQ4_K, false>(wb, rows, k, x, tokens, y, ldy)
+                   : rows_of<DType::kQ4_K, true>(wb, rows, k, x, tokens, y, ldy);
+  return grouped ? rows_of<DType::kQ6_K, false>(wb, rows, k, x, tokens, y, ldy)
+                 : rows_of<DType::kQ6_K, true>(wb, rows, k, x, tokens, y, ldy);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -1,5 +1,5 @@
 // How the rows of a matmul weight lie in CPU memory: a 16- or 32-bit weight in one of three
-// layouts, a Q4_0 or Q4_K one as the file has it or in groups of 16 rows (kQuantGroup, below); and
+// layouts, a Q4_0, Q4_K or Q6_K one as the file has it or in groups of 16 rows (kQuantGroup, below); and
 // CpuDevice::embed reads each, for a tied embedding:
 //   group 1: as the checkpoint has them, each row's k elements one after another;
 //   group g > 1: the rows in groups of g (`rows` a multiple of g), and within a group the
@@ -62,17 +62,25 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 template <int kRows>
 inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
-// Q4_0 and Q4_K in groups of kQuantGroup rows, the layout of quant_dot.h's kernels for them:
-// the group's units (blocks) one after another, a unit being 16 rows' blocks rearranged so
-// that one 64-byte load gives 4 bytes of every row:
+// Q4_0, Q4_K and Q6_K in groups of kQuantGroup rows, the layout of quant_dot.h's kernels for
+// them: the group's units (blocks) one after another, a unit being 16 rows' blocks rearranged
+// so that one 64-byte load gives 4 bytes of every row:
 //   Q4_0 (blocks of 18 bytes: an f16 d, 16 bytes of nibbles): the 16 rows' d, then 4 slices
 //     of 64 bytes, slice j the rows' nibble bytes 4j..4j+3 (row r's at 4r);
 //   Q4_K (blocks of 144 bytes): the block's 36 four-byte slices, slice s the 16 rows' bytes
 //     4s..4s+3 (row r's at 64 s + 4r): (d, dmin), the 12 bytes of scales and mins, the 128
-//     bytes of nibbles.
+//     bytes of nibbles;
+//   Q6_K (blocks of 210 bytes: ql[128], qh[64], 16 int8 scales, an f16 d): the 16 rows' d,
+//     then 4 chunks in the order the kernels read them, chunk 2h + l (h, l in {0, 1}) the 12
+//     four-byte slices of elements 128 h + 32 q + 16 l + (0..15) (q = 0..3): ql's bytes
+//     64 h + 16 l + (0..15), ql's 64 h + 32 + 16 l + (0..15), qh's 32 h + 16 l + (0..15),
+//     then those elements' 4 scales (8 h + 2 q + l) a byte of every row at a time (row r's
+//     at r), so that one load gives a scale of every row.
 inline constexpr int64_t kQuantGroup = 16;
-// Whether quant_dot.h's kernels read weights of `dtype` in groups (Q4_0 and Q4_K).
-inline constexpr bool takes_quant_groups(DType dtype) { return dtype == DType::kQ4_0 || dtype == DType::kQ4_K; }
+// Whether quant_dot.h's kernels read weights of `dtype` in groups (Q4_0, Q4_K and Q6_K).
+inline constexpr bool takes_quant_groups(DType dtype) {
+  return dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+}
 // Bytes of a group's unit.
 inline constexpr int64_t quant_unit_bytes(DType dtype) {
   return kQuantGroup * static_cast<int64_t>(dtype_block_bytes(dtype));
@@ -80,17 +88,26 @@ inline constexpr int64_t quant_unit_bytes(DType dtype) {
 // Where byte i of row r's block lies in its group's unit.
 inline constexpr int64_t quant_unit_offset(DType dtype, int64_t i, int64_t r) {
   if (dtype == DType::kQ4_0) return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
+  if (dtype == DType::kQ6_K) {
+    constexpr int64_t kChunk = 13 * 64;  // 12 slices and 4 scales of 16 rows
+    if (i >= 208) return 2 * r + i - 208;
+    if (i >= 192) {  // scale g
+      const int64_t g = i - 192;
+      return 32 + kChunk * (2 * (g / 8) + g % 2) + 12 * 64 + 16 * (g % 8 / 2) + r;
+    }
+    // ql (slices 0-7 of a chunk) or qh (8-11): byte l of its 32 for half h
+    const bool high = i >= 128;
+    const int64_t h = high ? (i - 128) / 32 : i / 64, l = high ? (i - 128) % 32 : i % 32;
+    const int64_t slice = high ? 8 + l % 16 / 4 : 4 * (i % 64 / 32) + l % 16 / 4;
+    return 32 + kChunk * (2 * h + l / 16) + 64 * slice + 4 * r + l % 4;
+  }
   return i / 4 * 64 + 4 * r + i % 4;
 }
-// n (at most 16; the rest zeros) rows of `units` blocks, row_bytes apart, as one group.
-void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
-// Row r of a group as its `units` plain blocks.
-void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks);
 
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
 // row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines;
-// or kQuantGroup for Q4_0 and Q4_K, rows a multiple of 16.
+// or kQuantGroup for Q4_0, Q4_K and Q6_K, rows a multiple of 16.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
