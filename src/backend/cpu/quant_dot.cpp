@@ -118,10 +118,6 @@ constexpr Pick repeat16(int lo, int hi) {
 // Q4_K/Q5_K group g: sub-scale g on all 8 lanes (the 8 scales in both halves).
 constexpr Pick kPickK[8] = {repeat16(0, 0), repeat16(1, 1), repeat16(2, 2), repeat16(3, 3),
                             repeat16(4, 4), repeat16(5, 5), repeat16(6, 6), repeat16(7, 7)};
-// Q6_K group i of a half: scale 2 i on lanes 0-3, 2 i + 1 on lanes 4-7 (that half's
-// 8 scales in both halves).
-constexpr Pick kPick6[4] = {repeat16(0, 1), repeat16(2, 3), repeat16(4, 5), repeat16(6, 7)};
-
 HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
   return _mm256_shuffle_epi8(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bytes)));
 }
@@ -206,39 +202,6 @@ TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int
   }
 }
 
-// Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
-// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; q - 32 is
-// computed as q x - 32 x in the int16 pairs. Group g's first 16 elements (lanes 0-3)
-// take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
-  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-  // int16 scales 0-7 in both halves (for h = 0), then 8-15 in both halves (h = 1).
-  const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
-  const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-  __m256i p[kTile];
-  for (__m256i& pt : p) pt = _mm256_setzero_si256();
-  for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = load32(b + 64 * h), l1 = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
-    const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2)),
-                          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2)),
-                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2)),
-                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2))};
-    for (int i = 0; i < 4; ++i) {
-      const __m256i scale = pick(h ? sc_hi : sc_lo, kPick6[i]);
-      for (int t = 0; t < kTile; ++t) {
-        const __m256i xv = load32(x[t * x_step].qs + 32 * (4 * h + i));
-        const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
-        p[t] = madd_add(p[t], pairs, scale);
-      }
-    }
-  }
-  const float d = f16_at(b + 208);
-  for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[t]);
-}
-
 // Q4_K's and Q5_K's mins terms M of 4 rows (their 8 mins a byte each in mn[r]) against a
 // token: [M0, M1, M2, M3], each dot_unit_k's exact int32. Rows 0 and 1 go in the halves of
 // one vector, 2 and 3 in another; each half's 4 sums are then added (any order: integers).
@@ -286,7 +249,6 @@ template <DType kT, int kTile>
 TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
   if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) return dot_unit_k<kT, kTile>(b, x, x_step, acc);
-  if constexpr (kT == DType::kQ6_K) return dot_unit_q6_k<kTile>(b, x, x_step, acc);
 }
 
 HWY_INLINE float finish(const Acc& acc) {
@@ -331,19 +293,6 @@ struct Unit<DType::kQ8_0> {
   HWY_INLINE int scale16(int, int) const { return 1; }
 };
 
-template <>
-struct Unit<DType::kQ6_K> {
-  HWY_ALIGN int8_t q[256];
-  int16_t sc[16];
-  float d;
-  HWY_INLINE void load(const uint8_t* b) {
-    unpack_q6_k(b, q);
-    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
-    for (int s = 0; s < 16; ++s) sc[s] = scales[s];
-    d = f16_at(b + 208);
-  }
-  HWY_INLINE int scale16(int g, int half) const { return sc[2 * g + half]; }
-};
 
 // The mins' integer M of quant_dot.h (Q4_K/Q5_K).
 template <typename W>
@@ -572,39 +521,6 @@ TESSERA_VNNI_GFNI HWY_INLINE void pair_k(const uint8_t* a, const uint8_t* b, __m
   }
 }
 
-// Q6_K (layout in dot_unit_q6_k), likewise; bias32[8 t + g] = token t's 32 x as int16
-// pairs of group g.
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void pair_q6_k(const uint8_t* a, const uint8_t* b, const Q8KBlock* x, int64_t x_step,
-                                       const __m512i* bias32, __m512i* p) {
-  const __m256i sc8 =
-      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 192))),
-                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), 1);
-  const __m512i sc16 = _mm512_cvtepi8_epi16(sc8);  // lanes: a's scales 0-7, 8-15, b's 0-7, 8-15
-  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
-  for (int t = 0; t < kTile; ++t) p[t] = _mm512_setzero_si512();
-  for (int h = 0; h < 2; ++h) {
-    // lanes h, h, 2 + h, 2 + h (an immediate each way: unoptimized builds do not fold h)
-    const __m512i sc = h ? _mm512_shuffle_i64x2(sc16, sc16, 0xf5) : _mm512_shuffle_i64x2(sc16, sc16, 0xa0);
-    const __m512i l0 = pair32(a + 64 * h, b + 64 * h), l1 = pair32(a + 64 * h + 32, b + 64 * h + 32);
-    const __m512i hb = pair32(a + 128 + 32 * h, b + 128 + 32 * h);
-    const __m512i q[4] = {_mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2)),
-                          _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m2)),
-                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(hb, m2)),
-                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
-                                          _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2))};
-    for (int i = 0; i < 4; ++i) {
-      const int g = 4 * h + i;
-      const __m512i scale = _mm512_shuffle_epi8(sc, both_pick(kPick6[i]));
-      for (int t = 0; t < kTile; ++t) {
-        const __m512i pairs =
-            _mm512_sub_epi16(_mm512_maddubs_epi16(q[i], both32(x[t * x_step].qs + 32 * g)), bias32[8 * t + g]);
-        p[t] = _mm512_dpwssd_epi32(p[t], pairs, scale);
-      }
-    }
-  }
-}
-
 // The 8 scales and 8 mins of 4 Q4_K/Q5_K units (scale_min's 12 bytes at b[s] + 4), as
 // dot_unit_k unpacks them: scales of unit s in 128-bit lane s of the low 256 bits as
 // int16, mins likewise in the high 256 bits.
@@ -644,7 +560,6 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
                                                  const Act<kT>* x, float* y) {
   static_assert(!kBlock32<kT>);
   constexpr size_t kBytes = dtype_block_bytes(kT);
-  constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   const size_t step = static_cast<size_t>(part) * row_bytes;
@@ -658,24 +573,17 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
       for (const uint8_t* br : b)
         for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(br + kPrefetchAhead + off);
       __m512i p01, p23;
-      if constexpr (kT == DType::kQ6_K) {
-        __m512i bias32[8];
-        for (int g = 0; g < 8; ++g) bias32[g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xt.qs + 32 * g));
-        pair_q6_k<1>(b[0], b[1], &xt, 0, bias32, &p01);
-        pair_q6_k<1>(b[2], b[3], &xt, 0, bias32, &p23);
-      } else {
-        const __m512i bytes = scales_mins4(b);
-        const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
-        pair_k<kT == DType::kQ5_K, kGfni, 1>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), &xt, 0,
-                                             &p01);  // lanes 0, 0, 1, 1
-        pair_k<kT == DType::kQ5_K, kGfni, 1>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), &xt, 0,
-                                             &p23);  // lanes 2, 2, 3, 3
-        const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-        m = _mm_fmadd_ps(
-            _mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
-            _mm_cvtepi32_ps(mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), bsum_pairs(xt))), m);
-      }
-      const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt))));
+      const __m512i bytes = scales_mins4(b);
+      const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
+      pair_k<kT == DType::kQ5_K, kGfni, 1>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), &xt, 0,
+                                           &p01);  // lanes 0, 0, 1, 1
+      pair_k<kT == DType::kQ5_K, kGfni, 1>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), &xt, 0,
+                                           &p23);  // lanes 2, 2, 3, 3
+      const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+      m = _mm_fmadd_ps(
+          _mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
+          _mm_cvtepi32_ps(mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), bsum_pairs(xt))), m);
+      const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
       const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
       acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
       acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
@@ -692,14 +600,13 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
 
 // Prefill of the K types on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart) as
 // decode_pairs' 2 pairs against kTile tokens (`units` blocks apart in x, outputs ldy
-// apart in y), each group's weights made once for the tile (pair_k, pair_q6_k) and each
+// apart in y), each group's weights made once for the tile (pair_k) and each
 // instruction serving 2 rows, where dot_block's 256-bit kernel took one. The same
 // integers and f32 steps as decode_pairs, token by token, so the same bits.
 template <DType kT, bool kGfni, int kTile>
 TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_bytes, int64_t units, const Q8KBlock* x,
                                                   float* y, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
-  constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   __m512 acc01[kTile], acc23[kTile];
@@ -713,14 +620,6 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
     const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
     const Q8KBlock* xu = x + u;
     __m512i p01[kTile], p23[kTile];
-    if constexpr (kT == DType::kQ6_K) {
-      __m512i bias32[8 * kTile];
-      for (int t = 0; t < kTile; ++t)
-        for (int g = 0; g < 8; ++g)
-          bias32[8 * t + g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xu[t * units].qs + 32 * g));
-      pair_q6_k<kTile>(b[0], b[1], xu, units, bias32, p01);
-      pair_q6_k<kTile>(b[2], b[3], xu, units, bias32, p23);
-    } else {
       const __m512i bytes = scales_mins4(b);
       const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
       pair_k<kT == DType::kQ5_K, kGfni, kTile>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xu, units, p01);
@@ -731,8 +630,7 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
         const Q8KBlock& xt = xu[t * units];
         m[t] = _mm_fmadd_ps(_mm_mul_ps(dmin, _mm_set1_ps(xt.d)), _mm_cvtepi32_ps(mins4(mins, bsum_pairs(xt))), m[t]);
       }
-    }
-    const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt)))));
+    const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
     const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
     for (int t = 0; t < kTile; ++t) {
       const __m512 dx = _mm512_set1_ps(xu[t * units].d);
@@ -756,7 +654,7 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 #endif
 
 #if TESSERA_QUANT_DOT_AVX2 && !TESSERA_QUANT_DOT_VNNI
-// Decode (one token) on AVX2 without VNNI of every type but Q6_K: rows r, r + part,
+// Decode (one token) on AVX2 without VNNI: rows r, r + part,
 // r + 2 part and r + 3 part (as dot_rows_one_token deals them) side by side, one a
 // 256-bit register, as decode_pairs32 and decode_pairs take them with VNNI. dot_block
 // spent as many instructions on each unit's scales as on its products, and the kernel
@@ -765,12 +663,10 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 // token's x is loaded once for the 4 rows, and Q4_K/Q5_K's mins term M of
 // the 4 rows is one set of vectors (exact integers in any order, then the f32 steps of
 // dot_unit_k lane by lane). The same integers and f32 steps, so the same bits as
-// dot_block<kT, 4, 1>. Q6_K's rows the same way ran 4-12 % slower than dot_block's: its
-// unpacked groups spill AVX2's 16 registers.
+// dot_block<kT, 4, 1>.
 template <DType kT>
 HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Act<kT>* x,
                                float* y) {
-  static_assert(kT != DType::kQ6_K);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   const size_t step = static_cast<size_t>(part) * row_bytes;
   for (int64_t i = 0; i < part; ++i) {
@@ -881,8 +777,8 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
                                      float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
-  // GFNI unpacks the K types' nibbles (pair_k); Q6_K's bits gained nothing.
-  static const bool gfni = (kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
+  // GFNI unpacks the K types' nibbles (pair_k).
+  static const bool gfni = !kBlock32<kT> && __builtin_cpu_supports("gfni");
   if constexpr (kBlock32<kT>) {
     decode_pairs32(w, part, row_bytes, units, x, y);
   } else if (gfni) {
@@ -891,16 +787,13 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
     decode_pairs<kT, false>(w, part, row_bytes, units, x, y);
   }
 #else
-  bool done = false;  // by decode_quads
 #if TESSERA_QUANT_DOT_AVX2
-  if constexpr (kT != DType::kQ6_K) {
-    decode_quads<kT>(w, part, row_bytes, units, x, y);
-    done = true;
-  }
-#endif
-  for (int64_t r = 0; r < part && !done; ++r)
+  decode_quads<kT>(w, part, row_bytes, units, x, y);
+#else
+  for (int64_t r = 0; r < part; ++r)
     dot_block<kT, kStreams, 1>(w + static_cast<size_t>(r) * row_bytes, static_cast<size_t>(part) * row_bytes, units, x,
                                1, y + r, part, 0);
+#endif
 #endif
   for (int64_t r = kStreams * part; r < rows; ++r)
     dot_block<kT, 1, 1>(w + static_cast<size_t>(r) * row_bytes, row_bytes, units, x, 1, y + r, 1, 0);

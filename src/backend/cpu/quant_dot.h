@@ -6,25 +6,27 @@
 // One order, stated so that every path and every instruction set gives the same bits.
 // A row's k elements are split into units, each with one float scale: a block of 32
 // for Q8_0 and Q4_0 (activations Q8_0), a super-block of 256 for the K types
-// (activations Q8_K). Eight f32 lane accumulators acc[l], all zero at first; for each
+// (activations Q8_K).
+// Q8_0 and Q5_K keep eight f32 lane accumulators acc[l], all zero at first; for each
 // unit u in order:
 //   P[l] = sum over the unit's groups g of 32 elements of
 //          s(g, l) * sum_{i<4} w[32 g + 4 l + i] * x[32 g + 4 l + i]      (exact, int32)
 //   acc[l] = fma(D, float(P[l]), acc[l])
-// where w are the weight's integers (Q8_0 q; Q5_K the unsigned q;
-// Q6_K q - 32), x the activation's q, s(g, l) the integer sub-scale of those elements
-// (1 for Q8_0; the 6-bit scale of sub-block g for Q5_K; Q6_K's scale of the
-// 16 elements, i.e. of 16-group 2 g + l / 4), and D = d_w * d_x (f32). Q5_K
-// also keeps m = fma(dmin_w * d_x, float(M), m) with the integer
+// where w are the weight's integers (Q8_0 q; Q5_K the unsigned q), x the activation's q,
+// s(g, l) the integer sub-scale of those elements (1 for Q8_0; the 6-bit scale of
+// sub-block g for Q5_K), and D = d_w * d_x (f32). Q5_K also keeps
+// m = fma(dmin_w * d_x, float(M), m) with the integer
 // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]). The result is
 // acc's halving tree (lane l + 4 onto l, then + 2, then + 1) minus m.
-// Q4_0 and Q4_K instead keep one f32 accumulator, acc = 0, and for each unit in order
+// Q4_0, Q4_K and Q6_K instead keep one f32 accumulator, acc = 0, and for each unit in order
 //   Q4_0: acc = fma(D, float(P), acc),  P = sum over the unit's 32 elements of (q - 8) x
 //   Q4_K: acc = fma(D, float(P), acc), then acc = fma(-(dmin_w * d_x), float(M), acc),
 //         P = sum over sub-blocks j of sc_j * (sum of its 32 q x), M as above
+//   Q6_K: acc = fma(D, float(P), acc),
+//         P = sum over its 16 sub-blocks g of sc_g * (sum of its 16 (q - 32) x)
 // (exact integers; ggml's reference adds a block's sum the same way), so that a vector's
-// lanes can be 16 rows (quant_dot.cpp's grouped kernels, rows in weight_layout.h's
-// kQuantGroup layout): about an eighth of the f32 work of 8 lanes a row.
+// lanes can be 16 rows (quant_groups.cpp's kernels, rows in weight_layout.h's kQuantGroup
+// layout): about an eighth of the f32 work of 8 lanes a row.
 // So a token's output depends only on its own row: the same alone (decode) as among
 // any others (prefill), at any thread count, on every instruction set.
 //
@@ -52,7 +54,7 @@ size_t quant_act_bytes(DType dtype, int64_t k);
 void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k, void* xq);
 
 // y[t * ldy + r] = the dot product above of weight row r (of `rows`, dtype_bytes(dtype,
-// k) apart from w, or with `group` kQuantGroup Q4_0 or Q4_K rows in weight_layout.h's groups) with
+// k) apart from w, or with `group` kQuantGroup rows of a type in weight_layout.h's groups) with
 // token t's rounded activations (of `tokens` in xq).
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, int64_t group = 1);
