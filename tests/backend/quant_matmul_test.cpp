@@ -355,11 +355,12 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
   }
 }
 
-// Q4_0 and Q4_K rows in weight_layout.h's groups of 16, which quant_dot.h's kernels for them
-// read and which plain rows pass through a group at a time: the same bits either way, on every
-// instruction set, for decode (80 rows: 4 streams of a group, then one group alone) and
-// prefill; CpuDevice::place makes the groups, and the embedding's rows from them are the
-// plain ones'.
+// Q4_0, Q4_K and Q6_K rows in weight_layout.h's groups of 16 (quant_groups.cpp's kernels)
+// give the bits of the same rows left plain, on every instruction set: those pass through a
+// group at a time, or (Q4_K and Q6_K, fewer than 8 tokens) take quant_dot.cpp's row kernels;
+// for decode (80 rows: the streams of groups, then groups alone) and tiles of tokens.
+// CpuDevice::place makes Q4_0's groups (the others' rows stay as mapped, for the row
+// kernels' decode), and the embedding's rows from them are the plain ones'.
 class QuantGroupsTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
@@ -373,7 +374,7 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
   std::vector<uint8_t> xq(cpu::quant_act_bytes(dtype, k) * 13);
   cpu::quantize_activations(dtype, x.data(), 13, k, xq.data());
   const int targets = for_each_target([&](int64_t target) {
-    for (const int64_t tokens : {1, 13}) {
+    for (const int64_t tokens : {1, 5, 13}) {
       std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
       cpu::quant_dot_rows(dtype, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
       cpu::quant_dot_rows(dtype, grouped.data(), n, k, xq.data(), tokens, got.data(), n, cpu::kQuantGroup);
@@ -383,15 +384,16 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
     CpuDevice device(2);
     auto placed = device.place(plain);
     ASSERT_TRUE(placed.ok()) << placed.status().to_string();
-    ASSERT_EQ(placed->row_group, cpu::kQuantGroup);
+    ASSERT_EQ(placed->row_group, dtype == DType::kQ4_0 ? cpu::kQuantGroup : 1);
+    const TensorView grouped_view{dtype, {n, k}, grouped.data(), cpu::kQuantGroup};
     std::vector<float> want(static_cast<size_t>(n)), got(want.size(), std::nanf(""));
     device.matmul(x.data(), 1, plain, {}, want.data());
-    device.matmul(x.data(), 1, *placed, {}, got.data());
+    device.matmul(x.data(), 1, grouped_view, {}, got.data());
     ASSERT_EQ(bits(want.data(), n), bits(got.data(), n)) << hwy::TargetName(target);
     const std::vector<int32_t> ids = {79, 0, 17};
     std::vector<float> rows_want(ids.size() * static_cast<size_t>(k)), rows_got(rows_want.size());
     device.embed(plain, ids, rows_want.data());
-    device.embed(*placed, ids, rows_got.data());
+    device.embed(grouped_view, ids, rows_got.data());
     ASSERT_EQ(bits(rows_want.data(), static_cast<int64_t>(rows_want.size())),
               bits(rows_got.data(), static_cast<int64_t>(rows_got.size())))
         << hwy::TargetName(target);

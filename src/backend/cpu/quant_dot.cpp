@@ -53,6 +53,11 @@ template <DType kT>
 constexpr int kGroups = kBlock32<kT> ? 1 : 8;  // groups of 32 elements in a unit
 template <DType kT>
 constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
+// Q4_K and Q6_K keep one f32 accumulator a row (quant_dot.h, as quant_groups.cpp's
+// kernels): a unit's lanes P[l] are added first (exact), then one fma, and for Q4_K a
+// second with its mins.
+template <DType kT>
+constexpr bool kOneAcc = kT == DType::kQ4_K || kT == DType::kQ6_K;
 
 #if TESSERA_QUANT_DOT_AVX2
 
@@ -93,13 +98,44 @@ TESSERA_VNNI HWY_INLINE __m256i madd_add(__m256i acc, __m256i a, __m256i b) {
 struct Acc {
   __m256 lane;
   float m;
+  float one;  // kOneAcc's accumulator
 };
 
-HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f}; }
+HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f, 0.0f}; }
 
-// acc.lane = fma(d_w * d_x, float(P), acc.lane), P the unit's 8 int32 lane sums.
+// The 8 int32 lanes of p added (exact).
+HWY_INLINE int32_t lanes_sum(__m256i p) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+// Each of 4 rows' 8 int32 lanes added: [P0, P1, P2, P3] (exact).
+HWY_INLINE __m128i lanes_sums(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// acc.lane = fma(d_w * d_x, float(P), acc.lane), P the unit's 8 int32 lane sums; or with
+// one accumulator, acc.one = fma(d_w * d_x, float(P[0] + .. + P[7]), acc.one).
+template <DType kT>
 HWY_INLINE void add_unit(float dw, float dx, __m256i p, Acc& acc) {
-  acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc.lane);
+  if constexpr (kOneAcc<kT>) {
+    acc.one = std::fma(dw * dx, static_cast<float>(lanes_sum(p)), acc.one);
+  } else {
+    acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc.lane);
+  }
+}
+
+// A unit's mins term (Q4_K, Q5_K): acc.m = fma(dmin_w * d_x, float(M), acc.m), or with one
+// accumulator acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
+template <DType kT>
+HWY_INLINE void add_mins(float dmin_dx, float mins, Acc& acc) {
+  if constexpr (kOneAcc<kT>) {
+    acc.one = std::fma(-dmin_dx, mins, acc.one);
+  } else {
+    acc.m = std::fma(dmin_dx, mins, acc.m);
+  }
 }
 
 // Byte patterns for vpshufb that repeat int16 element `lo` of each 128-bit half over the
@@ -118,6 +154,10 @@ constexpr Pick repeat16(int lo, int hi) {
 // Q4_K/Q5_K group g: sub-scale g on all 8 lanes (the 8 scales in both halves).
 constexpr Pick kPickK[8] = {repeat16(0, 0), repeat16(1, 1), repeat16(2, 2), repeat16(3, 3),
                             repeat16(4, 4), repeat16(5, 5), repeat16(6, 6), repeat16(7, 7)};
+// Q6_K group i of a half: scale 2 i on lanes 0-3, 2 i + 1 on lanes 4-7 (that half's
+// 8 scales in both halves).
+constexpr Pick kPick6[4] = {repeat16(0, 1), repeat16(2, 3), repeat16(4, 5), repeat16(6, 7)};
+
 HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
   return _mm256_shuffle_epi8(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bytes)));
 }
@@ -133,7 +173,8 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, i
   const float d = f16_at(b);
   for (int t = 0; t < kTile; ++t) {
     const Q8Block& xt = x[t * x_step];
-    add_unit(d, xt.d, dot4_add(_mm256_setzero_si256(), abs_w, _mm256_sign_epi8(load32(xt.qs), w)), acc[t]);
+    add_unit<DType::kQ8_0>(d, xt.d, dot4_add(_mm256_setzero_si256(), abs_w, _mm256_sign_epi8(load32(xt.qs), w)),
+                           acc[t]);
   }
 }
 
@@ -193,13 +234,46 @@ TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int
   const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
   for (int t = 0; t < kTile; ++t) {
     const Q8KBlock& xt = x[t * x_step];
-    add_unit(d, xt.d, p[t], acc[t]);
+    add_unit<kT>(d, xt.d, p[t], acc[t]);
     // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]), exact in int32.
     __m128i m = _mm_madd_epi16(mins, bsum_pairs(xt));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
-    acc[t].m = std::fma(dmin * xt.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc[t].m);
+    add_mins<kT>(dmin * xt.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc[t]);
   }
+}
+
+// Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
+// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; q - 32 is
+// computed as q x - 32 x in the int16 pairs. Group g's first 16 elements (lanes 0-3)
+// take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+  // int16 scales 0-7 in both halves (for h = 0), then 8-15 in both halves (h = 1).
+  const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
+  const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  __m256i p[kTile];
+  for (__m256i& pt : p) pt = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load32(b + 64 * h), l1 = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
+    const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2)),
+                          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m2)),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m2)),
+                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m2))};
+    for (int i = 0; i < 4; ++i) {
+      const __m256i scale = pick(h ? sc_hi : sc_lo, kPick6[i]);
+      for (int t = 0; t < kTile; ++t) {
+        const __m256i xv = load32(x[t * x_step].qs + 32 * (4 * h + i));
+        const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
+        p[t] = madd_add(p[t], pairs, scale);
+      }
+    }
+  }
+  const float d = f16_at(b + 208);
+  for (int t = 0; t < kTile; ++t) add_unit<DType::kQ6_K>(d, x[t * x_step].d, p[t], acc[t]);
 }
 
 // Q4_K's and Q5_K's mins terms M of 4 rows (their 8 mins a byte each in mn[r]) against a
@@ -233,7 +307,7 @@ TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const
     __m256i p[kTile];
     k_lanes<kT, kTile>(br[r], sc, x, x_step, p);
     const float d = f16_at(br[r]);
-    for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[r][t]);
+    for (int t = 0; t < kTile; ++t) add_unit<kT>(d, x[t * x_step].d, p[t], acc[r][t]);
   }
   const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(br, 2))));
   for (int t = 0; t < kTile; ++t) {
@@ -241,7 +315,7 @@ TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const
     HWY_ALIGN float m[kRows], dm[kRows];
     _mm_store_ps(m, _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)));
     _mm_store_ps(dm, _mm_mul_ps(dmin, _mm_set1_ps(xt.d)));
-    for (int r = 0; r < kRows; ++r) acc[r][t].m = std::fma(dm[r], m[r], acc[r][t].m);
+    for (int r = 0; r < kRows; ++r) add_mins<kT>(dm[r], m[r], acc[r][t]);
   }
 }
 
@@ -249,9 +323,12 @@ template <DType kT, int kTile>
 TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
   if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) return dot_unit_k<kT, kTile>(b, x, x_step, acc);
+  if constexpr (kT == DType::kQ6_K) return dot_unit_q6_k<kTile>(b, x, x_step, acc);
 }
 
+template <DType kT>
 HWY_INLINE float finish(const Acc& acc) {
+  if constexpr (kOneAcc<kT>) return acc.one;
   HWY_ALIGN float lane[8];
   _mm256_store_ps(lane, acc.lane);
   for (int h = 4; h >= 1; h /= 2)
@@ -293,6 +370,19 @@ struct Unit<DType::kQ8_0> {
   HWY_INLINE int scale16(int, int) const { return 1; }
 };
 
+template <>
+struct Unit<DType::kQ6_K> {
+  HWY_ALIGN int8_t q[256];
+  int16_t sc[16];
+  float d;
+  HWY_INLINE void load(const uint8_t* b) {
+    unpack_q6_k(b, q);
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+    for (int s = 0; s < 16; ++s) sc[s] = scales[s];
+    d = f16_at(b + 208);
+  }
+  HWY_INLINE int scale16(int g, int half) const { return sc[2 * g + half]; }
+};
 
 // The mins' integer M of quant_dot.h (Q4_K/Q5_K).
 template <typename W>
@@ -305,9 +395,21 @@ HWY_INLINE int32_t mins_sum(const W& w, const Q8KBlock& x) {
 struct Acc {
   float lane[8] = {};
   float m = 0.0f;
+  float one = 0.0f;  // kOneAcc's accumulator
 };
 
 HWY_INLINE Acc zero_acc() { return Acc{}; }
+
+// A unit's mins term (Q4_K, Q5_K): acc.m = fma(dmin_w * d_x, float(M), acc.m), or with one
+// accumulator acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
+template <DType kT>
+HWY_INLINE void add_mins(float dmin_dx, float mins, Acc& acc) {
+  if constexpr (kOneAcc<kT>) {
+    acc.one = std::fma(-dmin_dx, mins, acc.one);
+  } else {
+    acc.m = std::fma(dmin_dx, mins, acc.m);
+  }
+}
 
 template <DType kT, int kTile>
 HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
@@ -324,12 +426,20 @@ HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc
       }
     }
     const float d = w.d * xt.d;
-    for (int l = 0; l < 8; ++l) acc[t].lane[l] = std::fma(d, static_cast<float>(p[l]), acc[t].lane[l]);
-    if constexpr (kMins<kT>) acc[t].m = std::fma(w.dmin * xt.d, static_cast<float>(mins_sum(w, xt)), acc[t].m);
+    if constexpr (kOneAcc<kT>) {
+      int32_t sum = 0;
+      for (const int32_t pl : p) sum += pl;
+      acc[t].one = std::fma(d, static_cast<float>(sum), acc[t].one);
+    } else {
+      for (int l = 0; l < 8; ++l) acc[t].lane[l] = std::fma(d, static_cast<float>(p[l]), acc[t].lane[l]);
+    }
+    if constexpr (kMins<kT>) add_mins<kT>(w.dmin * xt.d, static_cast<float>(mins_sum(w, xt)), acc[t]);
   }
 }
 
+template <DType kT>
 HWY_INLINE float finish(Acc acc) {
+  if constexpr (kOneAcc<kT>) return acc.one;
   for (int h = 4; h >= 1; h /= 2)
     for (int i = 0; i < h; ++i) acc.lane[i] = acc.lane[i] + acc.lane[i + h];
   return acc.lane[0] - acc.m;
@@ -355,6 +465,13 @@ constexpr size_t kPrefetchFrom = 144;
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+
+// The unit sums P of 4 rows, each its 8 int32 lanes added (exact): rows 0 and 1 in the
+// halves of p01, 2 and 3 in p23's.
+TESSERA_VNNI HWY_INLINE __m128i row_sums(__m512i p01, __m512i p23) {
+  return lanes_sums(_mm512_castsi512_si256(p01), _mm512_extracti64x4_epi64(p01, 1), _mm512_castsi512_si256(p23),
+                    _mm512_extracti64x4_epi64(p23, 1));
+}
 
 // The 32 bytes at a in the low half, those at b in the high half.
 TESSERA_VNNI HWY_INLINE __m512i pair32(const uint8_t* a, const uint8_t* b) {
@@ -441,10 +558,10 @@ TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, si
     }
     if (u < units)
       quad_block32(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
-    y[i] = finish(Acc{_mm512_castps512_ps256(acc01), 0.0f});
-    y[i + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
-    y[i + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), 0.0f});
-    y[i + 3 * part] = finish(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f});
+    y[i] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01), 0.0f, 0.0f});
+    y[i + part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f, 0.0f});
+    y[i + 2 * part] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23), 0.0f, 0.0f});
+    y[i + 3 * part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f, 0.0f});
   }
 }
 
@@ -483,10 +600,10 @@ TESSERA_VNNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_bytes,
   }
   for (int t = 0; t < kTile; ++t) {
     float* yt = y + t * ldy;
-    yt[0] = finish(Acc{_mm512_castps512_ps256(acc01[t]), 0.0f});
-    yt[1] = finish(Acc{_mm512_extractf32x8_ps(acc01[t], 1), 0.0f});
-    yt[2] = finish(Acc{_mm512_castps512_ps256(acc23[t]), 0.0f});
-    yt[3] = finish(Acc{_mm512_extractf32x8_ps(acc23[t], 1), 0.0f});
+    yt[0] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01[t]), 0.0f, 0.0f});
+    yt[1] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01[t], 1), 0.0f, 0.0f});
+    yt[2] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23[t]), 0.0f, 0.0f});
+    yt[3] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23[t], 1), 0.0f, 0.0f});
   }
 }
 
@@ -517,6 +634,39 @@ TESSERA_VNNI_GFNI HWY_INLINE void pair_k(const uint8_t* a, const uint8_t* b, __m
       const int8_t* xq = x[t * x_step].qs + 64 * i;
       p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(lo, both32(xq)), scale_lo);
       p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(hi, both32(xq + 32)), scale_hi);
+    }
+  }
+}
+
+// Q6_K (layout in dot_unit_q6_k), likewise; bias32[8 t + g] = token t's 32 x as int16
+// pairs of group g.
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void pair_q6_k(const uint8_t* a, const uint8_t* b, const Q8KBlock* x, int64_t x_step,
+                                       const __m512i* bias32, __m512i* p) {
+  const __m256i sc8 =
+      _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 192))),
+                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), 1);
+  const __m512i sc16 = _mm512_cvtepi8_epi16(sc8);  // lanes: a's scales 0-7, 8-15, b's 0-7, 8-15
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
+  for (int t = 0; t < kTile; ++t) p[t] = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    // lanes h, h, 2 + h, 2 + h (an immediate each way: unoptimized builds do not fold h)
+    const __m512i sc = h ? _mm512_shuffle_i64x2(sc16, sc16, 0xf5) : _mm512_shuffle_i64x2(sc16, sc16, 0xa0);
+    const __m512i l0 = pair32(a + 64 * h, b + 64 * h), l1 = pair32(a + 64 * h + 32, b + 64 * h + 32);
+    const __m512i hb = pair32(a + 128 + 32 * h, b + 128 + 32 * h);
+    const __m512i q[4] = {_mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), m2)),
+                          _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), m2)),
+                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(hb, m2)),
+                          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                          _mm512_and_si512(_mm512_srli_epi16(hb, 2), m2))};
+    for (int i = 0; i < 4; ++i) {
+      const int g = 4 * h + i;
+      const __m512i scale = _mm512_shuffle_epi8(sc, both_pick(kPick6[i]));
+      for (int t = 0; t < kTile; ++t) {
+        const __m512i pairs =
+            _mm512_sub_epi16(_mm512_maddubs_epi16(q[i], both32(x[t * x_step].qs + 32 * g)), bias32[8 * t + g]);
+        p[t] = _mm512_dpwssd_epi32(p[t], pairs, scale);
+      }
     }
   }
 }
@@ -560,6 +710,7 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
                                                  const Act<kT>* x, float* y) {
   static_assert(!kBlock32<kT>);
   constexpr size_t kBytes = dtype_block_bytes(kT);
+  constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   const size_t step = static_cast<size_t>(part) * row_bytes;
@@ -567,85 +718,133 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
     const uint8_t* b[4] = {w + static_cast<size_t>(r) * row_bytes};
     for (int s = 1; s < 4; ++s) b[s] = b[s - 1] + step;
     __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
-    __m128 m = _mm_setzero_ps();
+    __m128 m = _mm_setzero_ps(), one = _mm_setzero_ps();  // the 4 rows' mins terms; kOneAcc's accumulators
     for (int64_t u = 0; u < units; ++u) {
       const Act<kT>& xt = x[u];
       for (const uint8_t* br : b)
         for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(br + kPrefetchAhead + off);
       __m512i p01, p23;
-      const __m512i bytes = scales_mins4(b);
-      const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
-      pair_k<kT == DType::kQ5_K, kGfni, 1>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), &xt, 0,
-                                           &p01);  // lanes 0, 0, 1, 1
-      pair_k<kT == DType::kQ5_K, kGfni, 1>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), &xt, 0,
-                                           &p23);  // lanes 2, 2, 3, 3
-      const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-      m = _mm_fmadd_ps(
-          _mm_mul_ps(dmin, _mm_set1_ps(xt.d)),
-          _mm_cvtepi32_ps(mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), bsum_pairs(xt))), m);
-      const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
-      const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
-      acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
-      acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
+      [[maybe_unused]] __m128 dmin;
+      [[maybe_unused]] __m128i mins;  // Q4_K/Q5_K's M of the 4 rows
+      if constexpr (kT == DType::kQ6_K) {
+        __m512i bias32[8];
+        for (int g = 0; g < 8; ++g) bias32[g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xt.qs + 32 * g));
+        pair_q6_k<1>(b[0], b[1], &xt, 0, bias32, &p01);
+        pair_q6_k<1>(b[2], b[3], &xt, 0, bias32, &p23);
+      } else {
+        const __m512i bytes = scales_mins4(b);
+        const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
+        pair_k<kT == DType::kQ5_K, kGfni, 1>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), &xt, 0,
+                                             &p01);  // lanes 0, 0, 1, 1
+        pair_k<kT == DType::kQ5_K, kGfni, 1>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), &xt, 0,
+                                             &p23);  // lanes 2, 2, 3, 3
+        dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+        mins = mins4(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1)), bsum_pairs(xt));
+      }
+      const __m128 dx = _mm_set1_ps(xt.d);
+      const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt)))), dx);
+      if constexpr (kOneAcc<kT>) {
+        one = _mm_fmadd_ps(d4, _mm_cvtepi32_ps(row_sums(p01, p23)), one);
+        if constexpr (kMins<kT>) one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins), one);
+      } else {
+        m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins), m);
+        const __m512 d = _mm512_castps128_ps512(d4);
+        acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
+        acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
+      }
       for (const uint8_t*& br : b) br += kBytes;
     }
-    HWY_ALIGN float mins[4];
-    _mm_store_ps(mins, m);
-    y[r] = finish(Acc{_mm512_castps512_ps256(acc01), mins[0]});
-    y[r + part] = finish(Acc{_mm512_extractf32x8_ps(acc01, 1), mins[1]});
-    y[r + 2 * part] = finish(Acc{_mm512_castps512_ps256(acc23), mins[2]});
-    y[r + 3 * part] = finish(Acc{_mm512_extractf32x8_ps(acc23, 1), mins[3]});
+    HWY_ALIGN float out[4], mins[4];
+    if constexpr (kOneAcc<kT>) {
+      _mm_store_ps(out, one);
+    } else {
+      _mm_store_ps(mins, m);
+      out[0] = finish<kT>(Acc{_mm512_castps512_ps256(acc01), mins[0], 0.0f});
+      out[1] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc01, 1), mins[1], 0.0f});
+      out[2] = finish<kT>(Acc{_mm512_castps512_ps256(acc23), mins[2], 0.0f});
+      out[3] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc23, 1), mins[3], 0.0f});
+    }
+    for (int s = 0; s < 4; ++s) y[r + s * part] = out[s];
   }
 }
 
 // Prefill of the K types on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart) as
 // decode_pairs' 2 pairs against kTile tokens (`units` blocks apart in x, outputs ldy
-// apart in y), each group's weights made once for the tile (pair_k) and each
+// apart in y), each group's weights made once for the tile (pair_k, pair_q6_k) and each
 // instruction serving 2 rows, where dot_block's 256-bit kernel took one. The same
 // integers and f32 steps as decode_pairs, token by token, so the same bits.
 template <DType kT, bool kGfni, int kTile>
 TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_bytes, int64_t units, const Q8KBlock* x,
                                                   float* y, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
+  constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
   const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
   const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   __m512 acc01[kTile], acc23[kTile];
-  __m128 m[kTile];
+  __m128 m[kTile], one[kTile];  // the 4 rows' mins terms; kOneAcc's accumulators
   for (int t = 0; t < kTile; ++t) {
     acc01[t] = acc23[t] = _mm512_setzero_ps();
-    m[t] = _mm_setzero_ps();
+    m[t] = one[t] = _mm_setzero_ps();
   }
   for (int64_t u = 0; u < units; ++u) {
     const size_t off = static_cast<size_t>(u) * kBytes;
     const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
     const Q8KBlock* xu = x + u;
     __m512i p01[kTile], p23[kTile];
+    if constexpr (kT == DType::kQ6_K) {
+      __m512i bias32[8 * kTile];
+      for (int t = 0; t < kTile; ++t)
+        for (int g = 0; g < 8; ++g)
+          bias32[8 * t + g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xu[t * units].qs + 32 * g));
+      pair_q6_k<kTile>(b[0], b[1], xu, units, bias32, p01);
+      pair_q6_k<kTile>(b[2], b[3], xu, units, bias32, p23);
+    } else {
       const __m512i bytes = scales_mins4(b);
       const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
       pair_k<kT == DType::kQ5_K, kGfni, kTile>(b[0], b[1], _mm512_shuffle_i64x2(sc, sc, 0x50), xu, units, p01);
       pair_k<kT == DType::kQ5_K, kGfni, kTile>(b[2], b[3], _mm512_shuffle_i64x2(sc, sc, 0xfa), xu, units, p23);
       const __m512i mins = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(bytes, 1));
       const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+      const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
       for (int t = 0; t < kTile; ++t) {
         const Q8KBlock& xt = xu[t * units];
-        m[t] = _mm_fmadd_ps(_mm_mul_ps(dmin, _mm_set1_ps(xt.d)), _mm_cvtepi32_ps(mins4(mins, bsum_pairs(xt))), m[t]);
+        const __m128 dx = _mm_set1_ps(xt.d), mt = _mm_cvtepi32_ps(mins4(mins, bsum_pairs(xt)));
+        if constexpr (kOneAcc<kT>) {
+          one[t] = _mm_fmadd_ps(_mm_mul_ps(dw4, dx), _mm_cvtepi32_ps(row_sums(p01[t], p23[t])), one[t]);
+          one[t] = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), mt, one[t]);
+        } else {
+          m[t] = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), mt, m[t]);
+        }
       }
-    const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
-    const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
-    for (int t = 0; t < kTile; ++t) {
-      const __m512 dx = _mm512_set1_ps(xu[t * units].d);
-      acc01[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dx), _mm512_cvtepi32_ps(p01[t]), acc01[t]);
-      acc23[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dx), _mm512_cvtepi32_ps(p23[t]), acc23[t]);
+    }
+    if constexpr (kT == DType::kQ6_K) {
+      const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt))));
+      for (int t = 0; t < kTile; ++t)
+        one[t] = _mm_fmadd_ps(_mm_mul_ps(dw4, _mm_set1_ps(xu[t * units].d)), _mm_cvtepi32_ps(row_sums(p01[t], p23[t])),
+                              one[t]);
+    }
+    if constexpr (!kOneAcc<kT>) {
+      const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
+      const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
+      for (int t = 0; t < kTile; ++t) {
+        const __m512 dx = _mm512_set1_ps(xu[t * units].d);
+        acc01[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dx), _mm512_cvtepi32_ps(p01[t]), acc01[t]);
+        acc23[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dx), _mm512_cvtepi32_ps(p23[t]), acc23[t]);
+      }
     }
   }
   for (int t = 0; t < kTile; ++t) {
-    HWY_ALIGN float mins[4];
-    _mm_store_ps(mins, m[t]);
-    float* yt = y + t * ldy;
-    yt[0] = finish(Acc{_mm512_castps512_ps256(acc01[t]), mins[0]});
-    yt[1] = finish(Acc{_mm512_extractf32x8_ps(acc01[t], 1), mins[1]});
-    yt[2] = finish(Acc{_mm512_castps512_ps256(acc23[t]), mins[2]});
-    yt[3] = finish(Acc{_mm512_extractf32x8_ps(acc23[t], 1), mins[3]});
+    HWY_ALIGN float out[4], mins[4];
+    if constexpr (kOneAcc<kT>) {
+      _mm_store_ps(out, one[t]);
+    } else {
+      _mm_store_ps(mins, m[t]);
+      out[0] = finish<kT>(Acc{_mm512_castps512_ps256(acc01[t]), mins[0], 0.0f});
+      out[1] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc01[t], 1), mins[1], 0.0f});
+      out[2] = finish<kT>(Acc{_mm512_castps512_ps256(acc23[t]), mins[2], 0.0f});
+      out[3] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc23[t], 1), mins[3], 0.0f});
+    }
+    for (int r = 0; r < 4; ++r) y[t * ldy + r] = out[r];
   }
 }
 #if HWY_COMPILER_GCC_ACTUAL
@@ -654,7 +853,7 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 #endif
 
 #if TESSERA_QUANT_DOT_AVX2 && !TESSERA_QUANT_DOT_VNNI
-// Decode (one token) on AVX2 without VNNI: rows r, r + part,
+// Decode (one token) on AVX2 without VNNI of every type but Q6_K: rows r, r + part,
 // r + 2 part and r + 3 part (as dot_rows_one_token deals them) side by side, one a
 // 256-bit register, as decode_pairs32 and decode_pairs take them with VNNI. dot_block
 // spent as many instructions on each unit's scales as on its products, and the kernel
@@ -663,17 +862,19 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 // token's x is loaded once for the 4 rows, and Q4_K/Q5_K's mins term M of
 // the 4 rows is one set of vectors (exact integers in any order, then the f32 steps of
 // dot_unit_k lane by lane). The same integers and f32 steps, so the same bits as
-// dot_block<kT, 4, 1>.
+// dot_block<kT, 4, 1>. Q6_K's rows the same way ran 4-12 % slower than dot_block's: its
+// unpacked groups spill AVX2's 16 registers.
 template <DType kT>
 HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Act<kT>* x,
                                float* y) {
+  static_assert(kT != DType::kQ6_K);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   const size_t step = static_cast<size_t>(part) * row_bytes;
   for (int64_t i = 0; i < part; ++i) {
     const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
     for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    __m128 m = _mm_setzero_ps();  // Q4_K/Q5_K's mins terms of the 4 rows
+    __m128 m = _mm_setzero_ps(), one = _mm_setzero_ps();  // Q5_K's mins terms of the 4 rows; kOneAcc's sums
     for (int64_t u = 0; u < units; ++u) {
       const size_t off = static_cast<size_t>(u) * kBytes;
       const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
@@ -697,7 +898,7 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
       [[maybe_unused]] __m256i xv;
       if constexpr (kBlock32<kT>) xv = load32(xt.qs);
       [[maybe_unused]] uint64_t mn[4];
-      const auto row = [&](int s, __m256 acc) {
+      const auto lanes = [&](int s) {
         __m256i p;
         if constexpr (kT == DType::kQ8_0) {
           const __m256i wv = load32(b[s] + 2);
@@ -707,26 +908,44 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
           k_scales_mins(b[s], sc, mn[s]);
           k_lanes<kT, 1>(b[s], sc, &xt, 0, &p);
         }
+        return p;
+      };
+      const auto row = [&](int s, __m256 acc) {
         const __m256 ds = kT == DType::kQ8_0
                               ? _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_set1_epi32(s))
                               : _mm256_broadcast_ss(d + s);
-        return _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(p), acc);
+        return _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(lanes(s)), acc);
       };
-      acc0 = row(0, acc0);
-      acc1 = row(1, acc1);
-      acc2 = row(2, acc2);
-      acc3 = row(3, acc3);
+      if constexpr (kOneAcc<kT>) {
+        const __m256i p0 = lanes(0), p1 = lanes(1), p2 = lanes(2), p3 = lanes(3);
+        one = _mm_fmadd_ps(d4, _mm_cvtepi32_ps(lanes_sums(p0, p1, p2, p3)), one);
+      } else {
+        acc0 = row(0, acc0);
+        acc1 = row(1, acc1);
+        acc2 = row(2, acc2);
+        acc3 = row(3, acc3);
+      }
       if constexpr (kMins<kT>) {
         const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-        m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)), m);
+        const __m128 mt = _mm_cvtepi32_ps(mins_of_4_rows(mn, xt));
+        if constexpr (kOneAcc<kT>) {
+          one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), mt, one);
+        } else {
+          m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), mt, m);
+        }
       }
     }
-    HWY_ALIGN float mins[4];
-    _mm_store_ps(mins, m);
-    y[i] = finish(Acc{acc0, mins[0]});
-    y[i + part] = finish(Acc{acc1, mins[1]});
-    y[i + 2 * part] = finish(Acc{acc2, mins[2]});
-    y[i + 3 * part] = finish(Acc{acc3, mins[3]});
+    HWY_ALIGN float out[4], mins[4];
+    if constexpr (kOneAcc<kT>) {
+      _mm_store_ps(out, one);
+    } else {
+      _mm_store_ps(mins, m);
+      out[0] = finish<kT>(Acc{acc0, mins[0], 0.0f});
+      out[1] = finish<kT>(Acc{acc1, mins[1], 0.0f});
+      out[2] = finish<kT>(Acc{acc2, mins[2], 0.0f});
+      out[3] = finish<kT>(Acc{acc3, mins[3], 0.0f});
+    }
+    for (int s = 0; s < 4; ++s) y[i + s * part] = out[s];
   }
 }
 #endif
@@ -763,7 +982,7 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
     }
   }
   for (int64_t t = 0; t < tokens; ++t)
-    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish(acc[r][t]);
+    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish<kT>(acc[r][t]);
 }
 
 // One token (decode) streams the rows from memory once. It takes kStreams rows a step,
@@ -777,8 +996,8 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
                                      float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
-  // GFNI unpacks the K types' nibbles (pair_k).
-  static const bool gfni = !kBlock32<kT> && __builtin_cpu_supports("gfni");
+  // GFNI unpacks the K types' nibbles (pair_k); Q6_K's bits gained nothing.
+  static const bool gfni = (kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
   if constexpr (kBlock32<kT>) {
     decode_pairs32(w, part, row_bytes, units, x, y);
   } else if (gfni) {
@@ -787,13 +1006,16 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
     decode_pairs<kT, false>(w, part, row_bytes, units, x, y);
   }
 #else
+  bool done = false;  // by decode_quads
 #if TESSERA_QUANT_DOT_AVX2
-  decode_quads<kT>(w, part, row_bytes, units, x, y);
-#else
-  for (int64_t r = 0; r < part; ++r)
+  if constexpr (kT != DType::kQ6_K) {
+    decode_quads<kT>(w, part, row_bytes, units, x, y);
+    done = true;
+  }
+#endif
+  for (int64_t r = 0; r < part && !done; ++r)
     dot_block<kT, kStreams, 1>(w + static_cast<size_t>(r) * row_bytes, static_cast<size_t>(part) * row_bytes, units, x,
                                1, y + r, part, 0);
-#endif
 #endif
   for (int64_t r = kStreams * part; r < rows; ++r)
     dot_block<kT, 1, 1>(w + static_cast<size_t>(r) * row_bytes, row_bytes, units, x, 1, y + r, 1, 0);
@@ -988,8 +1210,12 @@ void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const voi
   switch (dtype) {
     case DType::kQ8_0:
       return dot_rows_typed<DType::kQ8_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy);
+    case DType::kQ4_K:
+      return dot_rows_typed<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
     case DType::kQ5_K:
       return dot_rows_typed<DType::kQ5_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
+    case DType::kQ6_K:
+      return dot_rows_typed<DType::kQ6_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
     default: TS_CHECK(false, "quantized dot product of dtype ", dtype_name(dtype));
   }
 }
@@ -1007,6 +1233,8 @@ HWY_EXPORT(RoundQ8_K);
 
 namespace {
 bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
+// Tokens from which plain Q4_K and Q6_K rows go through quant_groups.cpp's kernels.
+constexpr int64_t kGroupFrom = 8;
 }  // namespace
 
 QuantAct quant_act_of(DType dtype) {
@@ -1037,7 +1265,12 @@ void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const v
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
   TS_CHECK(group == 1 || (takes_quant_groups(dtype) && group == kQuantGroup && rows % group == 0), dtype_name(dtype),
            " rows (", rows, ") in groups of ", group);
-  if (takes_quant_groups(dtype)) return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1);
+  // Q4_0 has only quant_groups.cpp's kernels; Q4_K's and Q6_K's plain rows take this file's
+  // row kernels (the same bits) for a few tokens, a group copied at a time being dearer
+  // than their products there.
+  const bool row_kernels = (dtype == DType::kQ4_K || dtype == DType::kQ6_K) && tokens < kGroupFrom;
+  if (takes_quant_groups(dtype) && (group != 1 || !row_kernels))
+    return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1);
   HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy);
 }
 

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "backend/cpu/quant_act.h"
@@ -25,43 +24,23 @@
 #include "backend/cpu/quant_unpack-inl.h"
 #include "backend/cpu/weight_layout.h"
 #include "core/check.h"
+#include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
 namespace HWY_NAMESPACE {
 
-// A group's unit as a kernel reads it: in kQuantGroup's layout (kPlain false; p the unit),
-// or n (at most 16) rows' plain blocks (p row 0's, the others row_bytes apart), read as 16
-// rows, the last repeated. The same bytes either way, so the same bits.
-template <bool kPlain>
+// A group's unit (kQuantGroup's layout) as a kernel reads it.
 struct Unit {
   const uint8_t* p;
-  int64_t row_bytes, n;
+  int64_t ahead = 0;  // each 64 bytes read asks for those `ahead` bytes on (0: none)
 };
 
 // Byte i of row r's block.
-template <DType kT, bool kPlain>
-HWY_INLINE const uint8_t* byte_at(const Unit<kPlain>& u, int64_t i, int64_t r) {
-  return kPlain ? u.p + std::min(r, u.n - 1) * u.row_bytes + i : u.p + quant_unit_offset(kT, i, r);
+template <DType kT>
+HWY_INLINE const uint8_t* byte_at(const Unit& u, int64_t i, int64_t r) {
+  return u.p + quant_unit_offset(kT, i, r);
 }
 
 // Q4_K's first 4-byte slice of nibbles: after (d, dmin) and the 12 bytes of scales and mins.
@@ -106,18 +85,10 @@ constexpr Pattern kLowWords = lanes_of(0, 1, -1, -1);  // then packed: see f16_w
 struct Vec {
   using Float = __m512;
   static constexpr int kHalves = 1;
-  // The 4 bytes at `block_at` of each row's block, at `grouped_at` in a grouped unit.
-  template <bool kPlain>
-  TESSERA_VNNI static __m512i slice(const Unit<kPlain>& u, int, int64_t grouped_at, int64_t block_at) {
-    if constexpr (kPlain) {
-      const __m512i rows =
-          _mm512_mullo_epi32(_mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                              _mm512_set1_epi32(static_cast<int32_t>(u.n - 1))),
-                             _mm512_set1_epi32(static_cast<int32_t>(u.row_bytes)));
-      return _mm512_i32gather_epi32(rows, u.p + block_at, 1);
-    } else {
-      return _mm512_loadu_si512(u.p + grouped_at);
-    }
+  // The 64 bytes at `at` of a unit: 4 bytes of each row.
+  TESSERA_VNNI static __m512i slice(const Unit& u, int, int64_t at) {
+    if (u.ahead != 0) hwy::Prefetch(u.p + at + u.ahead);
+    return _mm512_loadu_si512(u.p + at);
   }
   // The f16 in word w of each row's 4 bytes as f32.
   TESSERA_VNNI static Float f16_words(__m512i v, int w) {
@@ -137,11 +108,10 @@ struct Q4_0Vec : Vec {
   using Int = __m512i;
   static constexpr int kTile = 8;
   static constexpr int kStreams = 4;
-  template <bool kPlain>
-  TESSERA_VNNI static void weights(const Unit<kPlain>& u, int, Int* lo, Int* hi) {
+  TESSERA_VNNI static void weights(const Unit& u, int, Int* lo, Int* hi) {
     const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
     for (int j = 0; j < 4; ++j) {
-      const __m512i v = slice(u, 0, 32 + 64 * j, 2 + 4 * j);
+      const __m512i v = slice(u, 0, 32 + 64 * j);
       lo[j] = _mm512_and_si512(v, low);
       hi[j] = _mm512_and_si512(v, high);
     }
@@ -154,9 +124,7 @@ struct Q4_0Vec : Vec {
     }
     return _mm512_add_epi32(sum, _mm512_srai_epi32(sixteen, 4));
   }
-  template <bool kPlain>
-  TESSERA_VNNI static Float d(const Unit<kPlain>& u, int) {
-    if constexpr (kPlain) return f16_words(slice(u, 0, 0, 0), 0);
+  TESSERA_VNNI static Float d(const Unit& u, int) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.p)));
   }
   TESSERA_VNNI static Float step(Float dw, float dx, Int sum, Float acc) {
@@ -169,11 +137,10 @@ struct Q4_0Vec : Vec {
 // vpdpwssd then adds sc_j times that int16 to P, the scale picked into each lane as (sc_j, 0).
 struct Q4KVec : Vec {
   static constexpr int kTile = 8;
-  static constexpr int kStreams = 4;
-  template <int kT, bool kPlain>
-  TESSERA_VNNI static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const* xm,
-                                Float* acc) {
-    const auto at = [&](int s) { return slice(u, 0, 64 * s, 4 * s); };
+  static constexpr int kStreams = 2;
+  template <int kT>
+  TESSERA_VNNI static void unit(const Unit& u, int, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
+    const auto at = [&](int s) { return slice(u, 0, 64 * s); };
     const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8(static_cast<char>(0xf0)),
                   m3f = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
     const __m512i s0 = at(1), s1 = at(2), s2 = at(3);
@@ -229,62 +196,57 @@ struct Q4KVec : Vec {
 // through vpdpbusd (exact), then times the row's scale (vpmulld) into P.
 struct Q6KVec : Vec {
   static constexpr int kTile = 8;
-  static constexpr int kStreams = 2;
-  template <bool kPlain>
-  TESSERA_VNNI static __m512i scale(const Unit<kPlain>& u, int g) {
-    if constexpr (kPlain) return _mm512_srai_epi32(slice(u, 0, 0, kQ6_KScaleBytes + g - 3), 24);
+  static constexpr int kStreams = 1;
+  TESSERA_VNNI static __m512i scale(const Unit& u, int g) {
     const int64_t at = quant_unit_offset(DType::kQ6_K, kQ6_KScaleBytes + g, 0);
+    if (u.ahead != 0) hwy::Prefetch(u.p + at + u.ahead);
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + at)));
   }
-  template <bool kPlain>
-  TESSERA_VNNI static Float d(const Unit<kPlain>& u) {
-    if constexpr (kPlain) return f16_words(slice(u, 0, 0, kQ6_KD - 2), 1);
+  TESSERA_VNNI static Float d(const Unit& u) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.p)));
   }
-  template <int kT, bool kPlain>
-  TESSERA_VNNI static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const* bias,
-                                Float* acc) {
+  template <int kT>
+  TESSERA_VNNI static void unit(const Unit& u, int, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
     // The 4 bytes at block offset i of every row.
-    const auto at = [&](int i) { return slice(u, 0, quant_unit_offset(DType::kQ6_K, i, 0), i); };
+    const auto at = [&](int i) { return slice(u, 0, quant_unit_offset(DType::kQ6_K, i, 0)); };
     const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     __m512i sums[kT];
     for (auto& v : sums) v = _mm512_setzero_si512();
     HWY_UNROLL(2)
-    for (int half = 0; half < 2; ++half)
-      HWY_UNROLL(2)
-      for (int l16 = 0; l16 < 2; ++l16) {
-        // The 4 slices of ql holding q0 and q2 (lo, then hi nibbles), of q1 and q3, and of qh.
-        __m512i ql[2][4], qh[4];
+    for (int half = 0; half < 2; ++half) HWY_UNROLL(2)
+    for (int l16 = 0; l16 < 2; ++l16) {
+      // The 4 slices of ql holding q0 and q2 (lo, then hi nibbles), of q1 and q3, and of qh.
+      __m512i ql[2][4], qh[4];
+      HWY_UNROLL(4)
+      for (int j = 0; j < 4; ++j) {
+        ql[0][j] = at(64 * half + 16 * l16 + 4 * j);
+        ql[1][j] = at(64 * half + 32 + 16 * l16 + 4 * j);
+        qh[j] = at(128 + 32 * half + 16 * l16 + 4 * j);
+      }
+      HWY_UNROLL(4)
+      for (int q = 0; q < 4; ++q) {
+        const int g = 8 * half + 2 * q + l16;
+        __m512i qv[4];
         HWY_UNROLL(4)
         for (int j = 0; j < 4; ++j) {
-          ql[0][j] = at(64 * half + 16 * l16 + 4 * j);
-          ql[1][j] = at(64 * half + 32 + 16 * l16 + 4 * j);
-          qh[j] = at(128 + 32 * half + 16 * l16 + 4 * j);
+          const __m512i low = q < 2 ? ql[q % 2][j] : _mm512_srli_epi16(ql[q % 2][j], 4);
+          const __m512i high = q == 0   ? _mm512_slli_epi16(qh[j], 4)
+                               : q == 1 ? _mm512_slli_epi16(qh[j], 2)
+                               : q == 2 ? qh[j]
+                                        : _mm512_srli_epi16(qh[j], 2);
+          qv[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(high, m30), low, m0f, 0xd8);  // m0f ? low : high
         }
-        HWY_UNROLL(4)
-        for (int q = 0; q < 4; ++q) {
-          const int g = 8 * half + 2 * q + l16;
-          __m512i qv[4];
+        const __m512i sc = scale(u, g);
+        HWY_UNROLL(8)
+        for (int t = 0; t < kT; ++t) {
+          const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
+          __m512i sum = _mm512_set1_epi32(bias[t][g]);
           HWY_UNROLL(4)
-          for (int j = 0; j < 4; ++j) {
-            const __m512i low = q < 2 ? ql[q % 2][j] : _mm512_srli_epi16(ql[q % 2][j], 4);
-            const __m512i high = q == 0 ? _mm512_slli_epi16(qh[j], 4)
-                                 : q == 1 ? _mm512_slli_epi16(qh[j], 2)
-                                 : q == 2 ? qh[j]
-                                          : _mm512_srli_epi16(qh[j], 2);
-            qv[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(high, m30), low, m0f, 0xd8);  // m0f ? low : high
-          }
-          const __m512i sc = scale(u, g);
-          HWY_UNROLL(8)
-          for (int t = 0; t < kT; ++t) {
-            const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
-            __m512i sum = _mm512_set1_epi32(bias[t][g]);
-            HWY_UNROLL(4)
-            for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, qv[j], _mm512_set1_epi32(x4(x + 4 * j)));
-            sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(sum, sc));
-          }
+          for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, qv[j], _mm512_set1_epi32(x4(x + 4 * j)));
+          sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(sum, sc));
         }
       }
+    }
     const __m512 dw = d(u);
     HWY_UNROLL(8)
     for (int t = 0; t < kT; ++t)
@@ -299,17 +261,10 @@ struct Q6KVec : Vec {
 struct Vec {
   using Float = __m256;
   static constexpr int kHalves = 2;
-  template <bool kPlain>
-  static __m256i slice(const Unit<kPlain>& u, int h, int64_t grouped_at, int64_t block_at) {
-    if constexpr (kPlain) {
-      const __m256i rows =
-          _mm256_mullo_epi32(_mm256_min_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                              _mm256_set1_epi32(static_cast<int32_t>(u.n - 1 - 8 * h))),
-                             _mm256_set1_epi32(static_cast<int32_t>(u.row_bytes)));
-      return _mm256_i32gather_epi32(reinterpret_cast<const int*>(u.p + 8 * h * u.row_bytes + block_at), rows, 1);
-    } else {
-      return load32(u.p + grouped_at + 32 * h);
-    }
+  // The 32 bytes of half h at `at` of a unit: 4 bytes of each of its rows.
+  static __m256i slice(const Unit& u, int h, int64_t at) {
+    if (u.ahead != 0 && h == 0) hwy::Prefetch(u.p + at + u.ahead);
+    return load32(u.p + at + 32 * h);
   }
   // The f16 in word w of each row's 4 bytes as f32.
   static Float f16_words(__m256i v, int w) {
@@ -332,11 +287,10 @@ struct Q4_0Vec : Vec {
   using Int = __m256i;
   static constexpr int kTile = 4;
   static constexpr int kStreams = 2;  // 2 x 2 accumulators, and the weights, in 16 registers
-  template <bool kPlain>
-  static void weights(const Unit<kPlain>& u, int h, Int* lo, Int* hi) {
+  static void weights(const Unit& u, int h, Int* lo, Int* hi) {
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int j = 0; j < 4; ++j) {
-      const __m256i v = slice(u, h, 32 + 64 * j, 2 + 4 * j);
+      const __m256i v = slice(u, h, 32 + 64 * j);
       lo[j] = _mm256_and_si256(v, low);
       hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
     }
@@ -349,9 +303,7 @@ struct Q4_0Vec : Vec {
     }
     return _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias));
   }
-  template <bool kPlain>
-  static Float d(const Unit<kPlain>& u, int h) {
-    if constexpr (kPlain) return f16_words(slice(u, h, 0, 0), 0);
+  static Float d(const Unit& u, int h) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + 16 * h)));
   }
   static Float step(Float dw, float dx, Int sum, Float acc) {
@@ -364,9 +316,9 @@ struct Q4_0Vec : Vec {
 struct Q4KVec : Vec {
   static constexpr int kTile = 2;
   static constexpr int kStreams = 2;
-  template <int kT, bool kPlain>
-  static void unit(const Unit<kPlain>& u, int h, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
-    const auto at = [&](int s) { return slice(u, h, 64 * s, 4 * s); };
+  template <int kT>
+  static void unit(const Unit& u, int h, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
+    const auto at = [&](int s) { return slice(u, h, 64 * s); };
     const __m256i m0f = _mm256_set1_epi8(0x0f), m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
     const __m256i s0 = at(1), s1 = at(2), s2 = at(3);
     const __m256i sc[2] = {_mm256_and_si256(s0, m3f),
@@ -413,61 +365,51 @@ struct Q4KVec : Vec {
 struct Q6KVec : Vec {
   static constexpr int kTile = 2;
   static constexpr int kStreams = 2;
-  template <bool kPlain>
-  static __m256i scale(const Unit<kPlain>& u, int h, int g) {
-    __m256i sc;
-    if constexpr (kPlain) {
-      sc = _mm256_srai_epi32(slice(u, h, 0, kQ6_KScaleBytes + g - 3), 24);
-    } else {
-      const int64_t at = quant_unit_offset(DType::kQ6_K, kQ6_KScaleBytes + g, 8 * h);
-      sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(u.p + at)));
-    }
+  static __m256i scale(const Unit& u, int h, int g) {
+    const int64_t at = quant_unit_offset(DType::kQ6_K, kQ6_KScaleBytes + g, 8 * h);
+    if (u.ahead != 0 && h == 0) hwy::Prefetch(u.p + at + u.ahead);
+    const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(u.p + at)));
     return _mm256_blend_epi16(sc, _mm256_slli_epi32(sc, 16), 0xaa);
   }
-  template <bool kPlain>
-  static Float d(const Unit<kPlain>& u, int h) {
-    if constexpr (kPlain) return f16_words(slice(u, h, 0, kQ6_KD - 2), 1);
+  static Float d(const Unit& u, int h) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + 16 * h)));
   }
-  template <int kT, bool kPlain>
-  static void unit(const Unit<kPlain>& u, int h, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
-    const auto at = [&](int i) { return slice(u, h, quant_unit_offset(DType::kQ6_K, i, 0), i); };
+  template <int kT>
+  static void unit(const Unit& u, int h, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
+    const auto at = [&](int i) { return slice(u, h, quant_unit_offset(DType::kQ6_K, i, 0)); };
     const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256i sums[kT];
     for (auto& v : sums) v = _mm256_setzero_si256();
     HWY_UNROLL(2)
-    for (int half = 0; half < 2; ++half)
-      HWY_UNROLL(2)
-      for (int l16 = 0; l16 < 2; ++l16)
-        HWY_UNROLL(4)
-        for (int q = 0; q < 4; ++q) {
-          const int g = 8 * half + 2 * q + l16;
-          __m256i qv[4];
-          HWY_UNROLL(4)
-          for (int j = 0; j < 4; ++j) {
-            const __m256i ql = at(64 * half + 32 * (q % 2) + 16 * l16 + 4 * j),
-                          qh = at(128 + 32 * half + 16 * l16 + 4 * j);
-            const __m256i low = q < 2 ? ql : _mm256_srli_epi16(ql, 4);
-            const __m256i high = q == 0 ? _mm256_slli_epi16(qh, 4)
-                                 : q == 1 ? _mm256_slli_epi16(qh, 2)
-                                 : q == 2 ? qh
-                                          : _mm256_srli_epi16(qh, 2);
-            qv[j] = _mm256_or_si256(_mm256_and_si256(low, m0f), _mm256_and_si256(high, m30));
-          }
-          const __m256i sc = scale(u, h, g);
-          HWY_UNROLL(8)
-          for (int t = 0; t < kT; ++t) {
-            const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
-            const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(qv[0], _mm256_set1_epi32(x4(x))),
-                                                _mm256_maddubs_epi16(qv[1], _mm256_set1_epi32(x4(x + 4))));
-            const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(qv[2], _mm256_set1_epi32(x4(x + 8))),
-                                                _mm256_maddubs_epi16(qv[3], _mm256_set1_epi32(x4(x + 12))));
-            const __m256i minus = _mm256_set1_epi16(static_cast<int16_t>(bias[t][g] / 2));
-            sums[t] = _mm256_add_epi32(
-                sums[t], _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(pa, sc), _mm256_madd_epi16(pb, sc)),
-                                          _mm256_madd_epi16(minus, sc)));
-          }
-        }
+    for (int half = 0; half < 2; ++half) HWY_UNROLL(2)
+    for (int l16 = 0; l16 < 2; ++l16) HWY_UNROLL(4)
+    for (int q = 0; q < 4; ++q) {
+      const int g = 8 * half + 2 * q + l16;
+      __m256i qv[4];
+      HWY_UNROLL(4)
+      for (int j = 0; j < 4; ++j) {
+        const __m256i ql = at(64 * half + 32 * (q % 2) + 16 * l16 + 4 * j), qh = at(128 + 32 * half + 16 * l16 + 4 * j);
+        const __m256i low = q < 2 ? ql : _mm256_srli_epi16(ql, 4);
+        const __m256i high = q == 0   ? _mm256_slli_epi16(qh, 4)
+                             : q == 1 ? _mm256_slli_epi16(qh, 2)
+                             : q == 2 ? qh
+                                      : _mm256_srli_epi16(qh, 2);
+        qv[j] = _mm256_or_si256(_mm256_and_si256(low, m0f), _mm256_and_si256(high, m30));
+      }
+      const __m256i sc = scale(u, h, g);
+      HWY_UNROLL(8)
+      for (int t = 0; t < kT; ++t) {
+        const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
+        const __m256i pa = _mm256_add_epi16(_mm256_maddubs_epi16(qv[0], _mm256_set1_epi32(x4(x))),
+                                            _mm256_maddubs_epi16(qv[1], _mm256_set1_epi32(x4(x + 4))));
+        const __m256i pb = _mm256_add_epi16(_mm256_maddubs_epi16(qv[2], _mm256_set1_epi32(x4(x + 8))),
+                                            _mm256_maddubs_epi16(qv[3], _mm256_set1_epi32(x4(x + 12))));
+        const __m256i minus = _mm256_set1_epi16(static_cast<int16_t>(bias[t][g] / 2));
+        sums[t] = _mm256_add_epi32(
+            sums[t], _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(pa, sc), _mm256_madd_epi16(pb, sc)),
+                                      _mm256_madd_epi16(minus, sc)));
+      }
+    }
     const __m256 dw = d(u, h);
     HWY_UNROLL(8)
     for (int t = 0; t < kT; ++t)
@@ -493,8 +435,8 @@ struct Q4_0Vec : Vec {
 struct Q4KVec : Vec {
   static constexpr int kTile = 1;
   static constexpr int kStreams = 1;
-  template <int kT, bool kPlain>
-  static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const*, Float* acc) {
+  template <int kT>
+  static void unit(const Unit& u, int, const Q8KBlock* const* xt, const int32_t* const*, Float* acc) {
     for (int r = 0; r < kQuantGroup; ++r) {
       const auto byte = [&](int i) { return *byte_at<DType::kQ4_K>(u, i, r); };
       uint8_t scales[12];
@@ -520,8 +462,8 @@ struct Q4KVec : Vec {
 struct Q6KVec : Vec {
   static constexpr int kTile = 1;
   static constexpr int kStreams = 1;
-  template <int kT, bool kPlain>
-  static void unit(const Unit<kPlain>& u, int, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
+  template <int kT>
+  static void unit(const Unit& u, int, const Q8KBlock* const* xt, const int32_t* const* bias, Float* acc) {
     for (int r = 0; r < kQuantGroup; ++r) {
       const auto byte = [&](int i) { return *byte_at<DType::kQ6_K>(u, i, r); };
       const float d = f16_at(byte_at<DType::kQ6_K>(u, kQ6_KD, r));
@@ -552,18 +494,18 @@ struct Q6KVec : Vec {
 // unit u at x[t * units + u], its bias likewise; its 16 outputs at y + t * ldy);
 // q4_0_streams one token against kS groups side by side, both halves of a unit together so
 // that its bytes are read once from memory.
-template <int kTile, bool kPlain>
-TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Q8Block* x,
-                                       const int32_t* bias, float* y, int64_t ldy) {
+template <int kTile>
+TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+                                       int64_t ldy) {
+  constexpr int64_t kStep = quant_unit_bytes(DType::kQ4_0);
 #if TESSERA_QUANT_DOT_AVX2
   using V = Q4_0Vec;
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0)) : quant_unit_bytes(DType::kQ4_0);
   for (int h = 0; h < V::kHalves; ++h) {
     typename V::Float acc[kTile];
     for (auto& a : acc) a = V::zero();
     for (int64_t u = 0; u < units; ++u) {
-      const Unit<kPlain> unit{g + u * step, row_bytes, n};
-      if (!kPlain && h == 0)
+      const Unit unit{g + u * kStep};
+      if (h == 0)
         for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
       typename V::Int lo[4], hi[4];
       V::weights(unit, h, lo, hi);
@@ -576,12 +518,11 @@ TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t row_bytes, int6
     for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[t]);
   }
 #else
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0)) : quant_unit_bytes(DType::kQ4_0);
   for (int t = 0; t < kTile; ++t)
     for (int r = 0; r < kQuantGroup; ++r) {
       float acc = 0.0f;
       for (int64_t u = 0; u < units; ++u) {
-        const Unit<kPlain> unit{g + u * step, row_bytes, n};
+        const Unit unit{g + u * kStep};
         const Q8Block& xt = x[t * units + u];
         int32_t sum = bias[t * units + u];
         for (int i = 0; i < 16; ++i) {
@@ -595,20 +536,19 @@ TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t row_bytes, int6
 #endif
 }
 
-template <int kS, bool kPlain>
-TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Q8Block* x,
-                                          const int32_t* bias, float* const* y) {
+template <int kS>
+TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                                          float* const* y) {
 #if TESSERA_QUANT_DOT_AVX2
   using V = Q4_0Vec;
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(DType::kQ4_0)) : quant_unit_bytes(DType::kQ4_0);
+  constexpr int64_t kStep = quant_unit_bytes(DType::kQ4_0);
   typename V::Float acc[kS][V::kHalves];
   for (auto& a : acc)
     for (auto& half : a) half = V::zero();
   for (int64_t u = 0; u < units; ++u) {
     for (int s = 0; s < kS; ++s) {
-      const Unit<kPlain> unit{g[s] + u * step, row_bytes, kQuantGroup};
-      if (!kPlain)
-        for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
+      const Unit unit{g[s] + u * kStep};
+      for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
       for (int h = 0; h < V::kHalves; ++h) {
         typename V::Int lo[4], hi[4];
         V::weights(unit, h, lo, hi);
@@ -619,21 +559,20 @@ TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t row_b
   for (int s = 0; s < kS; ++s)
     for (int h = 0; h < V::kHalves; ++h) V::store(y[s], h, acc[s][h]);
 #else
-  for (int s = 0; s < kS; ++s) q4_0_tile<1, kPlain>(g[s], row_bytes, kQuantGroup, units, x, bias, y[s], 0);
+  for (int s = 0; s < kS; ++s) q4_0_tile<1>(g[s], units, x, bias, y[s], 0);
 #endif
 }
 
 // The K types (V: Q4KVec or Q6KVec) one super-block unit at a time: V::unit takes a unit
 // against kT tokens (their blocks xt[t], what per_unit made of them e[t]) into acc[t].
-template <typename V, DType kT, int kPerUnit, int kTile, bool kPlain>
-TESSERA_VNNI HWY_INLINE void k_tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Q8KBlock* x,
-                                    const int32_t* e, float* y, int64_t ldy) {
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(kT)) : quant_unit_bytes(kT);
+template <typename V, DType kT, int kPerUnit, int kTile>
+TESSERA_VNNI HWY_INLINE void k_tile(const uint8_t* g, int64_t units, const Q8KBlock* x, const int32_t* e, float* y,
+                                    int64_t ldy) {
   typename V::Float acc[V::kHalves][kTile];
   for (auto& half : acc)
     for (auto& a : half) a = V::zero();
   for (int64_t u = 0; u < units; ++u) {
-    const Unit<kPlain> unit{g + u * step, row_bytes, n};
+    const Unit unit{g + u * quant_unit_bytes(kT)};
     const Q8KBlock* xt[kTile];
     const int32_t* et[kTile];
     for (int t = 0; t < kTile; ++t) {
@@ -646,11 +585,13 @@ TESSERA_VNNI HWY_INLINE void k_tile(const uint8_t* g, int64_t row_bytes, int64_t
     for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[h][t]);
 }
 
-template <typename V, DType kT, int kPerUnit, int kS, bool kPlain>
-TESSERA_VNNI HWY_INLINE void k_streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Q8KBlock* x,
-                                       const int32_t* e, float* const* y) {
-  const int64_t step = kPlain ? static_cast<int64_t>(dtype_block_bytes(kT)) : quant_unit_bytes(kT);
-  const int64_t ahead = std::max<int64_t>(kPrefetchAhead, step);  // a unit's first bytes are read first
+// Each stream asks for its bytes 8 KiB on, a line at each line it reads (a stream of a
+// group's units reads 16 rows' bytes at once, so 2048 bytes on, as quant_dot.cpp's rows ask,
+// left the dev VM's memory idle, as did a unit's lines asked for all at once).
+template <typename V, DType kT, int kPerUnit, int kS>
+TESSERA_VNNI HWY_INLINE void k_streams(const uint8_t* const* g, int64_t units, const Q8KBlock* x, const int32_t* e,
+                                       float* const* y) {
+  constexpr int64_t kAhead = 4 * kPrefetchAhead;
   typename V::Float acc[kS][V::kHalves];
   for (auto& a : acc)
     for (auto& half : a) half = V::zero();
@@ -658,9 +599,7 @@ TESSERA_VNNI HWY_INLINE void k_streams(const uint8_t* const* g, int64_t row_byte
     const Q8KBlock* xt = x + u;
     const int32_t* et = e + kPerUnit * u;
     for (int s = 0; s < kS; ++s) {
-      const Unit<kPlain> unit{g[s] + u * step, row_bytes, kQuantGroup};
-      if (!kPlain)
-        for (int64_t l = 0; l < step; l += 64) hwy::Prefetch(unit.p + ahead + l);
+      const Unit unit{g[s] + u * quant_unit_bytes(kT), kAhead};
       for (int h = 0; h < V::kHalves; ++h) V::template unit<1>(unit, h, &xt, &et, &acc[s][h]);
     }
   }
@@ -681,15 +620,15 @@ struct Kernels<DType::kQ4_0> {
     for (const int8_t q : x.qs) sum += q;
     out[0] = -8 * sum;
   }
-  template <int kN, bool kPlain>
-  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x,
-                                const int32_t* e, float* y, int64_t ldy) {
-    q4_0_tile<kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
+  template <int kN>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t units, const Act* x, const int32_t* e, float* y,
+                                int64_t ldy) {
+    q4_0_tile<kN>(g, units, x, e, y, ldy);
   }
-  template <bool kPlain>
-  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Act* x,
-                                   const int32_t* e, float* const* y) {
-    q4_0_streams<kStreams, kPlain>(g, row_bytes, units, x, e, y);
+  template <int kS>
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t units, const Act* x, const int32_t* e,
+                                   float* const* y) {
+    q4_0_streams<kS>(g, units, x, e, y);
   }
 };
 // The K types' kernels, V's unit and its tile and stream counts.
@@ -697,15 +636,15 @@ template <typename V, DType kT, int kPerUnitInts>
 struct KKernels {
   using Act = Q8KBlock;
   static constexpr int kPerUnit = kPerUnitInts, kTile = V::kTile, kStreams = V::kStreams;
-  template <int kN, bool kPlain>
-  TESSERA_VNNI static void tile(const uint8_t* g, int64_t row_bytes, int64_t n, int64_t units, const Act* x,
-                                const int32_t* e, float* y, int64_t ldy) {
-    k_tile<V, kT, kPerUnit, kN, kPlain>(g, row_bytes, n, units, x, e, y, ldy);
+  template <int kN>
+  TESSERA_VNNI static void tile(const uint8_t* g, int64_t units, const Act* x, const int32_t* e, float* y,
+                                int64_t ldy) {
+    k_tile<V, kT, kPerUnit, kN>(g, units, x, e, y, ldy);
   }
-  template <bool kPlain>
-  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t row_bytes, int64_t units, const Act* x,
-                                   const int32_t* e, float* const* y) {
-    k_streams<V, kT, kPerUnit, kStreams, kPlain>(g, row_bytes, units, x, e, y);
+  template <int kS>
+  TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t units, const Act* x, const int32_t* e,
+                                   float* const* y) {
+    k_streams<V, kT, kPerUnit, kS>(g, units, x, e, y);
   }
 };
 // Q4_K (quant_dot.h): for each of a group's rows and each token, unit by unit
@@ -734,20 +673,28 @@ struct Kernels<DType::kQ6_K> : KKernels<Q6KVec, DType::kQ6_K, 16> {
   }
 };
 
-// Rows of a type against `tokens` tokens' x, group by group, in tiles of kTile tokens and
-// then one at a time; one token over kStreams parts of the rows side by side, each read as
-// one sequential stream (as quant_dot.cpp's decode), then the groups left over one at a time.
-template <DType kT, bool kPlain>
+// Rows of a type (in groups, or plain: then a group at a time copied into groups first)
+// against `tokens` tokens' x, group by group, in tiles of kTile tokens and then one at a
+// time; one token over kStreams parts of grouped rows side by side, each read as one
+// sequential stream (as quant_dot.cpp's decode), then the groups left over one at a time.
+template <DType kT>
 TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typename Kernels<kT>::Act* x, int64_t tokens,
-                          float* y, int64_t ldy) {
+                          float* y, int64_t ldy, bool grouped) {
   using K = Kernels<kT>;
   const int64_t units = k / dtype_block_elements(kT), row_bytes = static_cast<int64_t>(dtype_bytes(kT, k));
   thread_local std::vector<int32_t> per_unit;
   per_unit.resize(static_cast<size_t>(tokens * units * K::kPerUnit));
   for (int64_t i = 0; i < tokens * units; ++i) K::per_unit(x[i], per_unit.data() + i * K::kPerUnit);
   const int32_t* e = per_unit.data();
+  thread_local hwy::AlignedFreeUniquePtr<uint8_t[]> scratch;  // a group of plain rows
+  thread_local int64_t capacity = 0;
+  if (!grouped && units * quant_unit_bytes(kT) > capacity) {
+    capacity = units * quant_unit_bytes(kT);
+    scratch = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(capacity));
+    TS_CHECK(scratch, "[cpu] cannot allocate a ", dtype_name(kT), " group of ", units, " units");
+  }
   int64_t r0 = 0;
-  if (tokens == 1) {
+  if (tokens == 1 && grouped) {
     const int64_t part = rows / kQuantGroup / K::kStreams * kQuantGroup;
     for (; r0 < part; r0 += kQuantGroup) {
       const uint8_t* g[K::kStreams];
@@ -756,18 +703,27 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
         g[s] = w + (r0 + s * part) * row_bytes;
         out[s] = y + r0 + s * part;
       }
-      K::template streams<kPlain>(g, row_bytes, units, x, e, out);
+      K::template streams<K::kStreams>(g, units, x, e, out);
     }
-    r0 = K::kStreams * part;
+    // The groups left over as one stream each (the streams' kernels ask for bytes ahead).
+    for (r0 = K::kStreams * part; r0 < rows; r0 += kQuantGroup) {
+      const uint8_t* g = w + r0 * row_bytes;
+      float* out = y + r0;
+      K::template streams<1>(&g, units, x, e, &out);
+    }
   }
   HWY_ALIGN float few[K::kTile * kQuantGroup];  // a group of fewer than 16 rows' outputs
   for (; r0 < rows; r0 += kQuantGroup) {
     const int64_t n = std::min(kQuantGroup, rows - r0);
+    const uint8_t* g = w + r0 * row_bytes;
+    if (!grouped) {
+      quant_group(kT, g, row_bytes, n, units, scratch.get());
+      g = scratch.get();
+    }
     const auto tile = [&]<int kTile>(int64_t t0) {
       float* out = n == kQuantGroup ? y + t0 * ldy + r0 : few;
       const int64_t out_step = n == kQuantGroup ? ldy : kQuantGroup;
-      K::template tile<kTile, kPlain>(w + r0 * row_bytes, row_bytes, n, units, x + t0 * units,
-                                      e + t0 * units * K::kPerUnit, out, out_step);
+      K::template tile<kTile>(g, units, x + t0 * units, e + t0 * units * K::kPerUnit, out, out_step);
       if (n < kQuantGroup)
         for (int t = 0; t < kTile; ++t)
           std::copy(few + t * kQuantGroup, few + t * kQuantGroup + n, y + (t0 + t) * ldy + r0);
@@ -781,17 +737,13 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
 void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, bool grouped) {
   const auto* wb = static_cast<const uint8_t*>(w);
-  if (dtype == DType::kQ4_0) {
-    const auto* x = static_cast<const Q8Block*>(xq);
-    return grouped ? rows_of<DType::kQ4_0, false>(wb, rows, k, x, tokens, y, ldy)
-                   : rows_of<DType::kQ4_0, true>(wb, rows, k, x, tokens, y, ldy);
+  switch (dtype) {
+    case DType::kQ4_0:
+      return rows_of<DType::kQ4_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, grouped);
+    case DType::kQ4_K:
+      return rows_of<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy, grouped);
+    default: return rows_of<DType::kQ6_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy, grouped);
   }
-  const auto* x = static_cast<const Q8KBlock*>(xq);
-  if (dtype == DType::kQ4_K)
-    return grouped ? rows_of<DType::kQ4_K, false>(wb, rows, k, x, tokens, y, ldy)
-                   : rows_of<DType::kQ4_K, true>(wb, rows, k, x, tokens, y, ldy);
-  return grouped ? rows_of<DType::kQ6_K, false>(wb, rows, k, x, tokens, y, ldy)
-                 : rows_of<DType::kQ6_K, true>(wb, rows, k, x, tokens, y, ldy);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -807,8 +759,6 @@ void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const
                       int64_t ldy, bool grouped) {
   TS_CHECK(takes_quant_groups(dtype), dtype_name(dtype), " rows in groups");
   TS_CHECK(!grouped || rows % kQuantGroup == 0, dtype_name(dtype), " rows (", rows, ") in groups of ", kQuantGroup);
-  TS_CHECK(dtype_bytes(dtype, k) * kQuantGroup <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
-           dtype_name(dtype), " rows of ", k, " elements");
   HWY_DYNAMIC_DISPATCH(QuantGroupRows)(dtype, w, rows, k, xq, tokens, y, ldy, grouped);
 }
 

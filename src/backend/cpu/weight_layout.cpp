@@ -17,33 +17,35 @@ int64_t run_at(DType dtype, int64_t i, int64_t block) {
   return i + 4 <= block && quant_unit_offset(dtype, i + 3, 0) == quant_unit_offset(dtype, i, 0) + 3 ? 4 : 1;
 }
 
-// 16 rows of `units` blocks, row_bytes apart, as one group.
-void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t units, uint8_t* group) {
-  const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
-  for (int64_t r = 0; r < kQuantGroup; ++r)
-    for (int64_t u = 0; u < units; ++u) {
-      const uint8_t* b = rows + r * row_bytes + u * block;
-      uint8_t* unit = group + u * quant_unit_bytes(dtype);
-      for (int64_t i = 0, n = 0; i < block; i += n) {
-        n = run_at(dtype, i, block);
-        std::memcpy(unit + quant_unit_offset(dtype, i, r), b + i, static_cast<size_t>(n));
-      }
-    }
-}
-
 // Row r of a group as its `units` plain blocks.
 void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks) {
   const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = group + u * quant_unit_bytes(dtype);
-    for (int64_t i = 0, n = 0; i < block; i += n) {
-      n = run_at(dtype, i, block);
-      std::memcpy(blocks + u * block + i, unit + quant_unit_offset(dtype, i, r), static_cast<size_t>(n));
+    for (int64_t i = 0, run = 0; i < block; i += run) {
+      run = run_at(dtype, i, block);
+      std::memcpy(blocks + u * block + i, unit + quant_unit_offset(dtype, i, r), static_cast<size_t>(run));
     }
   }
 }
 
 }  // namespace
+
+void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group) {
+  TS_CHECK(takes_quant_groups(dtype) && n >= 1 && n <= kQuantGroup, "[cpu] a ", dtype_name(dtype), " group of ", n,
+           " rows");
+  const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
+  std::memset(group, 0, static_cast<size_t>(units * quant_unit_bytes(dtype)));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t u = 0; u < units; ++u) {
+      const uint8_t* b = rows + r * row_bytes + u * block;
+      uint8_t* unit = group + u * quant_unit_bytes(dtype);
+      for (int64_t i = 0, run = 0; i < block; i += run) {
+        run = run_at(dtype, i, block);
+        std::memcpy(unit + quant_unit_offset(dtype, i, r), b + i, static_cast<size_t>(run));
+      }
+    }
+}
 
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group) {
   if (takes_quant_groups(dtype))
@@ -84,7 +86,7 @@ void interleave_rows(const void* src, DType dtype, int64_t k, int64_t group, int
              begin, ", ", end, ") in groups of ", group);
     const int64_t units = k / dtype_block_elements(dtype), row_bytes = static_cast<int64_t>(dtype_bytes(dtype, k));
     for (int64_t g = begin; g < end; g += group)
-      quant_group(dtype, static_cast<const uint8_t*>(src) + g * row_bytes, row_bytes, units,
+      quant_group(dtype, static_cast<const uint8_t*>(src) + g * row_bytes, row_bytes, group, units,
                   static_cast<uint8_t*>(dst) + g * row_bytes);
     return;
   }

@@ -104,6 +104,9 @@ inline constexpr int64_t quant_unit_offset(DType dtype, int64_t i, int64_t r) {
   return i / 4 * 64 + 4 * r + i % 4;
 }
 
+// n (at most 16; the rest zeros) rows of `units` blocks, row_bytes apart, as one group.
+void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n, int64_t units, uint8_t* group);
+
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
 // row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines;
