@@ -8,8 +8,9 @@
 // serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_k (prefill) and
 // decode_quads (one token, the 4 streams' rows side by side); AVX-512 with VNNI takes 2
 // rows a 512-bit register: decode_pairs32 and decode_pairs (one token), prefill_pairs32
-// and prefill_pairs_k (tiles of tokens). Q4_0 and Q4_K have their own order and kernels (group_rows,
-// at the end: 16 rows a vector).
+// and prefill_pairs_k (tiles of tokens). Q4_K and Q6_K keep one accumulator a row
+// (kOneAcc: quant_dot.h), as quant_groups.cpp's kernels for them, which take their rows
+// from 8 tokens on (quant_dot_rows); Q4_0 has only those.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
 // AVX3_DL (AVX-512 with VNNI, VBMI2, ...) is compiled only on request in Highway 1.0:

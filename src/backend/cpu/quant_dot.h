@@ -26,7 +26,9 @@
 //         P = sum over its 16 sub-blocks g of sc_g * (sum of its 16 (q - 32) x)
 // (exact integers; ggml's reference adds a block's sum the same way), so that a vector's
 // lanes can be 16 rows (quant_groups.cpp's kernels, rows in weight_layout.h's kQuantGroup
-// layout): about an eighth of the f32 work of 8 lanes a row.
+// layout): about an eighth of the f32 work of 8 lanes a row. Q4_K's and Q6_K's rows as
+// mapped take quant_dot.cpp's row kernels for fewer than 8 tokens (each unit's 8 lanes of
+// P added, then the same steps) and, from 8, quant_groups.cpp's a group copied at a time.
 // So a token's output depends only on its own row: the same alone (decode) as among
 // any others (prefill), at any thread count, on every instruction set.
 //

@@ -1,6 +1,6 @@
-// Q4_0 and Q4_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's order of
-// one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of kQuantGroup rows,
-// or plain rows read 4 bytes of 16 rows at a time by gathers. Compiled once per target ISA
+// Q4_0, Q4_K and Q6_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's order
+// of one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of kQuantGroup
+// rows, or plain rows copied into a group first. Compiled once per target ISA
 // (Highway's foreach_target.h re-includes this file) and dispatched at run time: AVX-512
 // with VNNI takes the 16 rows a 512-bit register, AVX2 two halves of 8 in 256-bit ones,
 // other targets plain integer loops. Every target makes the same integers and then the same

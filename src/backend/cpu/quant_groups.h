@@ -1,6 +1,6 @@
-// The integer dot products of Q4_0 and Q4_K rows (quant_dot.h's order of one f32
-// accumulator a row), 16 rows a vector: quant_dot_rows's kernels for these types, with
-// run-time ISA dispatch (Highway; quant_groups.cpp).
+// The integer dot products of Q4_0, Q4_K and Q6_K rows (quant_dot.h's order of one f32
+// accumulator a row), 16 rows a vector: quant_dot_rows's kernels for Q4_0, and for Q4_K and
+// Q6_K from 8 tokens on, with run-time ISA dispatch (Highway; quant_groups.cpp).
 //
 // Pure function over caller-owned memory; any thread.
 #pragma once
@@ -12,7 +12,8 @@
 namespace tessera::cpu {
 
 // As quant_dot_rows for a dtype that takes_quant_groups (weight_layout.h): rows in
-// kQuantGroup's layout where `grouped` (rows a multiple of 16), else plain rows.
+// kQuantGroup's layout where `grouped` (rows a multiple of 16), else plain rows, copied into
+// that layout a group at a time.
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                       int64_t ldy, bool grouped);
 

@@ -62,8 +62,10 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 template <int kRows>
 inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
-// Q4_0, Q4_K and Q6_K in groups of kQuantGroup rows, the layout of quant_dot.h's kernels for
-// them: the group's units (blocks) one after another, a unit being 16 rows' blocks rearranged
+// Q4_0, Q4_K and Q6_K in groups of kQuantGroup rows, the layout of quant_groups.cpp's kernels
+// (CpuDevice::place lays Q4_0 out so; Q4_K's and Q6_K's rows stay as mapped, for quant_dot.cpp's
+// row kernels' decode, and go through a group at a time from 8 tokens on): the group's units
+// (blocks) one after another, a unit being 16 rows' blocks rearranged
 // so that one 64-byte load gives 4 bytes of every row:
 //   Q4_0 (blocks of 18 bytes: an f16 d, 16 bytes of nibbles): the 16 rows' d, then 4 slices
 //     of 64 bytes, slice j the rows' nibble bytes 4j..4j+3 (row r's at 4r);
@@ -77,7 +79,7 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 //     then those elements' 4 scales (8 h + 2 q + l) a byte of every row at a time (row r's
 //     at r), so that one load gives a scale of every row.
 inline constexpr int64_t kQuantGroup = 16;
-// Whether quant_dot.h's kernels read weights of `dtype` in groups (Q4_0, Q4_K and Q6_K).
+// Whether quant_groups.cpp's kernels read weights of `dtype` (Q4_0, Q4_K and Q6_K).
 inline constexpr bool takes_quant_groups(DType dtype) {
   return dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
 }
