@@ -60,6 +60,17 @@ constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
 template <DType kT>
 constexpr bool kOneAcc = kT == DType::kQ4_K || kT == DType::kQ6_K;
 
+// A unit's mins term (Q4_K, Q5_K): acc.m = fma(dmin_w * d_x, float(M), acc.m), or with one
+// accumulator acc.one = fma(-(dmin_w * d_x), float(M), acc.one). (Acc: each target's.)
+template <DType kT, typename Acc>
+HWY_INLINE void add_mins(float dmin_dx, float mins, Acc& acc) {
+  if constexpr (kOneAcc<kT>) {
+    acc.one = std::fma(-dmin_dx, mins, acc.one);
+  } else {
+    acc.m = std::fma(dmin_dx, mins, acc.m);
+  }
+}
+
 #if TESSERA_QUANT_DOT_AVX2
 
 // Each unit is unpacked from its bytes straight into registers, one vector per group of
@@ -125,17 +136,6 @@ HWY_INLINE void add_unit(float dw, float dx, __m256i p, Acc& acc) {
     acc.one = std::fma(dw * dx, static_cast<float>(lanes_sum(p)), acc.one);
   } else {
     acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc.lane);
-  }
-}
-
-// A unit's mins term (Q4_K, Q5_K): acc.m = fma(dmin_w * d_x, float(M), acc.m), or with one
-// accumulator acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
-template <DType kT>
-HWY_INLINE void add_mins(float dmin_dx, float mins, Acc& acc) {
-  if constexpr (kOneAcc<kT>) {
-    acc.one = std::fma(-dmin_dx, mins, acc.one);
-  } else {
-    acc.m = std::fma(dmin_dx, mins, acc.m);
   }
 }
 
@@ -400,17 +400,6 @@ struct Acc {
 };
 
 HWY_INLINE Acc zero_acc() { return Acc{}; }
-
-// A unit's mins term (Q4_K, Q5_K): acc.m = fma(dmin_w * d_x, float(M), acc.m), or with one
-// accumulator acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
-template <DType kT>
-HWY_INLINE void add_mins(float dmin_dx, float mins, Acc& acc) {
-  if constexpr (kOneAcc<kT>) {
-    acc.one = std::fma(-dmin_dx, mins, acc.one);
-  } else {
-    acc.m = std::fma(dmin_dx, mins, acc.m);
-  }
-}
 
 template <DType kT, int kTile>
 HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
