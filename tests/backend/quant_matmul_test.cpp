@@ -355,10 +355,10 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
   }
 }
 
-// Q4_0, Q4_K and Q6_K rows in weight_layout.h's groups of 16 (quant_groups.cpp's kernels)
+// Q4_0 and the K types' rows in weight_layout.h's groups of 16 (quant_groups.cpp's kernels)
 // give the bits of the same rows left plain, on every instruction set: those pass through a
-// group at a time, or (Q4_K and Q6_K, fewer than 8 tokens) take quant_dot.cpp's row kernels;
-// for decode (80 rows: the streams of groups, then groups alone) and tiles of tokens.
+// group at a time (40 tokens), or (the K types, 1 and 5 tokens) take quant_dot.cpp's row
+// kernels; for decode (80 rows: the streams of groups, then groups alone) and tiles of tokens.
 // CpuDevice::place makes Q4_0's groups (the others' rows stay as mapped, for the row
 // kernels' decode), and the embedding's rows from them are the plain ones'.
 class QuantGroupsTest : public ::testing::TestWithParam<DType> {};
@@ -370,11 +370,11 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
   std::vector<uint8_t> grouped(blocks.size());
   cpu::interleave_rows(blocks.data(), dtype, k, cpu::kQuantGroup, 0, n, grouped.data());
   const TensorView plain{dtype, {n, k}, const_cast<uint8_t*>(blocks.data())};
-  const auto x = random_values(static_cast<size_t>(13 * k), 31);
-  std::vector<uint8_t> xq(cpu::quant_act_bytes(dtype, k) * 13);
-  cpu::quantize_activations(dtype, x.data(), 13, k, xq.data());
+  const auto x = random_values(static_cast<size_t>(40 * k), 31);
+  std::vector<uint8_t> xq(cpu::quant_act_bytes(dtype, k) * 40);
+  cpu::quantize_activations(dtype, x.data(), 40, k, xq.data());
   const int targets = for_each_target([&](int64_t target) {
-    for (const int64_t tokens : {1, 5, 13}) {
+    for (const int64_t tokens : {1, 5, 40}) {
       std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
       cpu::quant_dot_rows(dtype, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
       cpu::quant_dot_rows(dtype, grouped.data(), n, k, xq.data(), tokens, got.data(), n, cpu::kQuantGroup);
@@ -401,7 +401,8 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
   EXPECT_GE(targets, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest, ::testing::Values(DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest,
+                         ::testing::Values(DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest,

@@ -8,9 +8,9 @@
 // serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_k (prefill) and
 // decode_quads (one token, the 4 streams' rows side by side); AVX-512 with VNNI takes 2
 // rows a 512-bit register: decode_pairs32 and decode_pairs (one token), prefill_pairs32
-// and prefill_pairs_k (tiles of tokens). Q4_K and Q6_K keep one accumulator a row
+// and prefill_pairs_k (tiles of tokens). The K types keep one accumulator a row
 // (kOneAcc: quant_dot.h), as quant_groups.cpp's kernels for them, which take their rows
-// from 8 tokens on (quant_dot_rows); Q4_0 has only those.
+// from 16 or 32 tokens on (quant_dot_rows); Q4_0 has only those.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
 // AVX3_DL (AVX-512 with VNNI, VBMI2, ...) is compiled only on request in Highway 1.0:
@@ -54,21 +54,17 @@ template <DType kT>
 constexpr int kGroups = kBlock32<kT> ? 1 : 8;  // groups of 32 elements in a unit
 template <DType kT>
 constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
-// Q4_K and Q6_K keep one f32 accumulator a row (quant_dot.h, as quant_groups.cpp's
-// kernels): a unit's lanes P[l] are added first (exact), then one fma, and for Q4_K a
-// second with its mins.
+// The K types keep one f32 accumulator a row (quant_dot.h, as quant_groups.cpp's
+// kernels): a unit's lanes P[l] are added first (exact), then one fma, and for Q4_K and
+// Q5_K a second with their mins. Q8_0 keeps 8 lanes.
 template <DType kT>
-constexpr bool kOneAcc = kT == DType::kQ4_K || kT == DType::kQ6_K;
+constexpr bool kOneAcc = !kBlock32<kT>;
 
-// A unit's mins term (Q4_K, Q5_K): acc.m = fma(dmin_w * d_x, float(M), acc.m), or with one
-// accumulator acc.one = fma(-(dmin_w * d_x), float(M), acc.one). (Acc: each target's.)
-template <DType kT, typename Acc>
+// A unit's mins term (Q4_K, Q5_K): acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
+// (Acc: each target's.)
+template <typename Acc>
 HWY_INLINE void add_mins(float dmin_dx, float mins, Acc& acc) {
-  if constexpr (kOneAcc<kT>) {
-    acc.one = std::fma(-dmin_dx, mins, acc.one);
-  } else {
-    acc.m = std::fma(dmin_dx, mins, acc.m);
-  }
+  acc.one = std::fma(-dmin_dx, mins, acc.one);
 }
 
 #if TESSERA_QUANT_DOT_AVX2
@@ -109,11 +105,10 @@ TESSERA_VNNI HWY_INLINE __m256i madd_add(__m256i acc, __m256i a, __m256i b) {
 // default member initializers: an implicit constructor would lack the target's ISA.)
 struct Acc {
   __m256 lane;
-  float m;
   float one;  // kOneAcc's accumulator
 };
 
-HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f, 0.0f}; }
+HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f}; }
 
 // The 8 int32 lanes of p added (exact).
 HWY_INLINE int32_t lanes_sum(__m256i p) {
@@ -240,7 +235,7 @@ TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int
     __m128i m = _mm_madd_epi16(mins, bsum_pairs(xt));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0xb1));
-    add_mins<kT>(dmin * xt.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc[t]);
+    add_mins(dmin * xt.d, static_cast<float>(_mm_cvtsi128_si32(m)), acc[t]);
   }
 }
 
@@ -316,7 +311,7 @@ TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const
     HWY_ALIGN float m[kRows], dm[kRows];
     _mm_store_ps(m, _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)));
     _mm_store_ps(dm, _mm_mul_ps(dmin, _mm_set1_ps(xt.d)));
-    for (int r = 0; r < kRows; ++r) add_mins<kT>(dm[r], m[r], acc[r][t]);
+    for (int r = 0; r < kRows; ++r) add_mins(dm[r], m[r], acc[r][t]);
   }
 }
 
@@ -334,7 +329,7 @@ HWY_INLINE float finish(const Acc& acc) {
   _mm256_store_ps(lane, acc.lane);
   for (int h = 4; h >= 1; h /= 2)
     for (int i = 0; i < h; ++i) lane[i] = lane[i] + lane[i + h];
-  return lane[0] - acc.m;
+  return lane[0];
 }
 
 #else  // the same integers and f32 operations, without x86 byte instructions
@@ -395,7 +390,6 @@ HWY_INLINE int32_t mins_sum(const W& w, const Q8KBlock& x) {
 
 struct Acc {
   float lane[8] = {};
-  float m = 0.0f;
   float one = 0.0f;  // kOneAcc's accumulator
 };
 
@@ -423,7 +417,7 @@ HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc
     } else {
       for (int l = 0; l < 8; ++l) acc[t].lane[l] = std::fma(d, static_cast<float>(p[l]), acc[t].lane[l]);
     }
-    if constexpr (kMins<kT>) add_mins<kT>(w.dmin * xt.d, static_cast<float>(mins_sum(w, xt)), acc[t]);
+    if constexpr (kMins<kT>) add_mins(w.dmin * xt.d, static_cast<float>(mins_sum(w, xt)), acc[t]);
   }
 }
 
@@ -432,7 +426,7 @@ HWY_INLINE float finish(Acc acc) {
   if constexpr (kOneAcc<kT>) return acc.one;
   for (int h = 4; h >= 1; h /= 2)
     for (int i = 0; i < h; ++i) acc.lane[i] = acc.lane[i] + acc.lane[i + h];
-  return acc.lane[0] - acc.m;
+  return acc.lane[0];
 }
 
 #endif
@@ -548,10 +542,10 @@ TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, si
     }
     if (u < units)
       quad_block32(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
-    y[i] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01), 0.0f, 0.0f});
-    y[i + part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f, 0.0f});
-    y[i + 2 * part] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23), 0.0f, 0.0f});
-    y[i + 3 * part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f, 0.0f});
+    y[i] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01), 0.0f});
+    y[i + part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
+    y[i + 2 * part] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23), 0.0f});
+    y[i + 3 * part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f});
   }
 }
 
@@ -590,10 +584,10 @@ TESSERA_VNNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_bytes,
   }
   for (int t = 0; t < kTile; ++t) {
     float* yt = y + t * ldy;
-    yt[0] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01[t]), 0.0f, 0.0f});
-    yt[1] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01[t], 1), 0.0f, 0.0f});
-    yt[2] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23[t]), 0.0f, 0.0f});
-    yt[3] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23[t], 1), 0.0f, 0.0f});
+    yt[0] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01[t]), 0.0f});
+    yt[1] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01[t], 1), 0.0f});
+    yt[2] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23[t]), 0.0f});
+    yt[3] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23[t], 1), 0.0f});
   }
 }
 
@@ -701,14 +695,11 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
   static_assert(!kBlock32<kT>);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
-  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
   const size_t step = static_cast<size_t>(part) * row_bytes;
   for (int64_t r = 0; r < part; ++r) {
     const uint8_t* b[4] = {w + static_cast<size_t>(r) * row_bytes};
     for (int s = 1; s < 4; ++s) b[s] = b[s - 1] + step;
-    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
-    __m128 m = _mm_setzero_ps(), one = _mm_setzero_ps();  // the 4 rows' mins terms; kOneAcc's accumulators
+    __m128 one = _mm_setzero_ps();  // the 4 rows' accumulators
     for (int64_t u = 0; u < units; ++u) {
       const Act<kT>& xt = x[u];
       for (const uint8_t* br : b)
@@ -733,27 +724,12 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
       }
       const __m128 dx = _mm_set1_ps(xt.d);
       const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, kScaleAt)))), dx);
-      if constexpr (kOneAcc<kT>) {
-        one = _mm_fmadd_ps(d4, _mm_cvtepi32_ps(row_sums(p01, p23)), one);
-        if constexpr (kMins<kT>) one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins), one);
-      } else {
-        m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins), m);
-        const __m512 d = _mm512_castps128_ps512(d4);
-        acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
-        acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
-      }
+      one = _mm_fmadd_ps(d4, _mm_cvtepi32_ps(row_sums(p01, p23)), one);
+      if constexpr (kMins<kT>) one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins), one);
       for (const uint8_t*& br : b) br += kBytes;
     }
-    HWY_ALIGN float out[4], mins[4];
-    if constexpr (kOneAcc<kT>) {
-      _mm_store_ps(out, one);
-    } else {
-      _mm_store_ps(mins, m);
-      out[0] = finish<kT>(Acc{_mm512_castps512_ps256(acc01), mins[0], 0.0f});
-      out[1] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc01, 1), mins[1], 0.0f});
-      out[2] = finish<kT>(Acc{_mm512_castps512_ps256(acc23), mins[2], 0.0f});
-      out[3] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc23, 1), mins[3], 0.0f});
-    }
+    HWY_ALIGN float out[4];
+    _mm_store_ps(out, one);
     for (int s = 0; s < 4; ++s) y[r + s * part] = out[s];
   }
 }
@@ -768,14 +744,8 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
                                                   float* y, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
   constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
-  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-  __m512 acc01[kTile], acc23[kTile];
-  __m128 m[kTile], one[kTile];  // the 4 rows' mins terms; kOneAcc's accumulators
-  for (int t = 0; t < kTile; ++t) {
-    acc01[t] = acc23[t] = _mm512_setzero_ps();
-    m[t] = one[t] = _mm_setzero_ps();
-  }
+  __m128 one[kTile];                                         // each token's 4 rows' accumulators
+  for (__m128& a : one) a = _mm_setzero_ps();
   for (int64_t u = 0; u < units; ++u) {
     const size_t off = static_cast<size_t>(u) * kBytes;
     const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
@@ -798,13 +768,9 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
       const __m128 dw4 = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
       for (int t = 0; t < kTile; ++t) {
         const Q8KBlock& xt = xu[t * units];
-        const __m128 dx = _mm_set1_ps(xt.d), mt = _mm_cvtepi32_ps(mins4(mins, bsum_pairs(xt)));
-        if constexpr (kOneAcc<kT>) {
-          one[t] = _mm_fmadd_ps(_mm_mul_ps(dw4, dx), _mm_cvtepi32_ps(row_sums(p01[t], p23[t])), one[t]);
-          one[t] = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), mt, one[t]);
-        } else {
-          m[t] = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), mt, m[t]);
-        }
+        const __m128 dx = _mm_set1_ps(xt.d);
+        one[t] = _mm_fmadd_ps(_mm_mul_ps(dw4, dx), _mm_cvtepi32_ps(row_sums(p01[t], p23[t])), one[t]);
+        one[t] = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins4(mins, bsum_pairs(xt))), one[t]);
       }
     }
     if constexpr (kT == DType::kQ6_K) {
@@ -813,27 +779,10 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
         one[t] = _mm_fmadd_ps(_mm_mul_ps(dw4, _mm_set1_ps(xu[t * units].d)), _mm_cvtepi32_ps(row_sums(p01[t], p23[t])),
                               one[t]);
     }
-    if constexpr (!kOneAcc<kT>) {
-      const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
-      const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
-      for (int t = 0; t < kTile; ++t) {
-        const __m512 dx = _mm512_set1_ps(xu[t * units].d);
-        acc01[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw01, dx), _mm512_cvtepi32_ps(p01[t]), acc01[t]);
-        acc23[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw23, dx), _mm512_cvtepi32_ps(p23[t]), acc23[t]);
-      }
-    }
   }
   for (int t = 0; t < kTile; ++t) {
-    HWY_ALIGN float out[4], mins[4];
-    if constexpr (kOneAcc<kT>) {
-      _mm_store_ps(out, one[t]);
-    } else {
-      _mm_store_ps(mins, m[t]);
-      out[0] = finish<kT>(Acc{_mm512_castps512_ps256(acc01[t]), mins[0], 0.0f});
-      out[1] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc01[t], 1), mins[1], 0.0f});
-      out[2] = finish<kT>(Acc{_mm512_castps512_ps256(acc23[t]), mins[2], 0.0f});
-      out[3] = finish<kT>(Acc{_mm512_extractf32x8_ps(acc23[t], 1), mins[3], 0.0f});
-    }
+    HWY_ALIGN float out[4];
+    _mm_store_ps(out, one[t]);
     for (int r = 0; r < 4; ++r) y[t * ldy + r] = out[r];
   }
 }
@@ -864,7 +813,7 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
     const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
     for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    __m128 m = _mm_setzero_ps(), one = _mm_setzero_ps();  // Q5_K's mins terms of the 4 rows; kOneAcc's sums
+    __m128 one = _mm_setzero_ps();  // kOneAcc's accumulators of the 4 rows
     for (int64_t u = 0; u < units; ++u) {
       const size_t off = static_cast<size_t>(u) * kBytes;
       const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
@@ -917,23 +866,17 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
       }
       if constexpr (kMins<kT>) {
         const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-        const __m128 mt = _mm_cvtepi32_ps(mins_of_4_rows(mn, xt));
-        if constexpr (kOneAcc<kT>) {
-          one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), mt, one);
-        } else {
-          m = _mm_fmadd_ps(_mm_mul_ps(dmin, dx), mt, m);
-        }
+        one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)), one);
       }
     }
-    HWY_ALIGN float out[4], mins[4];
+    HWY_ALIGN float out[4];
     if constexpr (kOneAcc<kT>) {
       _mm_store_ps(out, one);
     } else {
-      _mm_store_ps(mins, m);
-      out[0] = finish<kT>(Acc{acc0, mins[0], 0.0f});
-      out[1] = finish<kT>(Acc{acc1, mins[1], 0.0f});
-      out[2] = finish<kT>(Acc{acc2, mins[2], 0.0f});
-      out[3] = finish<kT>(Acc{acc3, mins[3], 0.0f});
+      out[0] = finish<kT>(Acc{acc0, 0.0f});
+      out[1] = finish<kT>(Acc{acc1, 0.0f});
+      out[2] = finish<kT>(Acc{acc2, 0.0f});
+      out[3] = finish<kT>(Acc{acc3, 0.0f});
     }
     for (int s = 0; s < 4; ++s) y[i + s * part] = out[s];
   }
@@ -1223,8 +1166,10 @@ HWY_EXPORT(RoundQ8_K);
 
 namespace {
 bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
-// Tokens from which plain Q4_K and Q6_K rows go through quant_groups.cpp's kernels.
-constexpr int64_t kGroupFrom = 8;
+// Tokens from which the K types' plain rows go through quant_groups.cpp's kernels: a group
+// copied a call costs about what 16 tokens' products of Q4_K or Q5_K gain there, 32 of Q6_K
+// (docs/benchmarks.md, session 45).
+int64_t group_from(DType dtype) { return dtype == DType::kQ6_K ? 32 : 16; }
 }  // namespace
 
 QuantAct quant_act_of(DType dtype) {
@@ -1255,10 +1200,10 @@ void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const v
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
   TS_CHECK(group == 1 || (takes_quant_groups(dtype) && group == kQuantGroup && rows % group == 0), dtype_name(dtype),
            " rows (", rows, ") in groups of ", group);
-  // Q4_0 has only quant_groups.cpp's kernels; Q4_K's and Q6_K's plain rows take this file's
-  // row kernels (the same bits) for a few tokens, a group copied at a time being dearer
-  // than their products there.
-  const bool row_kernels = (dtype == DType::kQ4_K || dtype == DType::kQ6_K) && tokens < kGroupFrom;
+  // Q4_0 has only quant_groups.cpp's kernels; the K types' plain rows take this file's row
+  // kernels (the same bits) for fewer tokens than group_from's, a group copied at a time
+  // being dearer than what it gains there.
+  const bool row_kernels = dtype != DType::kQ4_0 && tokens < group_from(dtype);
   if (takes_quant_groups(dtype) && (group != 1 || !row_kernels))
     return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1);
   HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy);

@@ -6,29 +6,24 @@
 // One order, stated so that every path and every instruction set gives the same bits.
 // A row's k elements are split into units, each with one float scale: a block of 32
 // for Q8_0 and Q4_0 (activations Q8_0), a super-block of 256 for the K types
-// (activations Q8_K).
-// Q8_0 and Q5_K keep eight f32 lane accumulators acc[l], all zero at first; for each
-// unit u in order:
-//   P[l] = sum over the unit's groups g of 32 elements of
-//          s(g, l) * sum_{i<4} w[32 g + 4 l + i] * x[32 g + 4 l + i]      (exact, int32)
+// (activations Q8_K); D = d_w * d_x (f32).
+// Q8_0 keeps eight f32 lane accumulators acc[l], all zero at first; for each unit in order
+//   P[l] = sum_{i<4} q_w[4 l + i] * q_x[4 l + i]      (exact, int32)
 //   acc[l] = fma(D, float(P[l]), acc[l])
-// where w are the weight's integers (Q8_0 q; Q5_K the unsigned q), x the activation's q,
-// s(g, l) the integer sub-scale of those elements (1 for Q8_0; the 6-bit scale of
-// sub-block g for Q5_K), and D = d_w * d_x (f32). Q5_K also keeps
-// m = fma(dmin_w * d_x, float(M), m) with the integer
-// M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]). The result is
-// acc's halving tree (lane l + 4 onto l, then + 2, then + 1) minus m.
-// Q4_0, Q4_K and Q6_K instead keep one f32 accumulator, acc = 0, and for each unit in order
+// and the result is acc's halving tree (lane l + 4 onto l, then + 2, then + 1).
+// The others keep one f32 accumulator, acc = 0, and for each unit in order
 //   Q4_0: acc = fma(D, float(P), acc),  P = sum over the unit's 32 elements of (q - 8) x
-//   Q4_K: acc = fma(D, float(P), acc), then acc = fma(-(dmin_w * d_x), float(M), acc),
-//         P = sum over sub-blocks j of sc_j * (sum of its 32 q x), M as above
+//   Q4_K, Q5_K: acc = fma(D, float(P), acc), then acc = fma(-(dmin_w * d_x), float(M), acc),
+//         P = sum over sub-blocks j of sc_j * (sum of its 32 q x) (q unsigned: 4 bits, or 5),
+//         M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1])
 //   Q6_K: acc = fma(D, float(P), acc),
 //         P = sum over its 16 sub-blocks g of sc_g * (sum of its 16 (q - 32) x)
 // (exact integers; ggml's reference adds a block's sum the same way), so that a vector's
 // lanes can be 16 rows (quant_groups.cpp's kernels, rows in weight_layout.h's kQuantGroup
-// layout): about an eighth of the f32 work of 8 lanes a row. Q4_K's and Q6_K's rows as
-// mapped take quant_dot.cpp's row kernels for fewer than 8 tokens (each unit's 8 lanes of
-// P added, then the same steps) and, from 8, quant_groups.cpp's a group copied at a time.
+// layout): about an eighth of the f32 work of 8 lanes a row. Q4_0's rows are placed in
+// those groups; the K types' rows stay as mapped and take quant_dot.cpp's row kernels for
+// a few tokens (each unit's 8 int32 lanes added, then the same steps) and quant_groups.cpp's
+// kernels, a group copied at a time, for more (quant_dot_rows).
 // So a token's output depends only on its own row: the same alone (decode) as among
 // any others (prefill), at any thread count, on every instruction set.
 //

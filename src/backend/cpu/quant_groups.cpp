@@ -1,4 +1,4 @@
-// Q4_0, Q4_K and Q6_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's order
+// Q4_0, Q4_K, Q5_K and Q6_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's order
 // of one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of kQuantGroup
 // rows, or plain rows copied into a group first. Compiled once per target ISA
 // (Highway's foreach_target.h re-includes this file) and dispatched at run time: AVX-512
@@ -43,8 +43,10 @@ HWY_INLINE const uint8_t* byte_at(const Unit& u, int64_t i, int64_t r) {
   return u.p + quant_unit_offset(kT, i, r);
 }
 
-// Q4_K's first 4-byte slice of nibbles: after (d, dmin) and the 12 bytes of scales and mins.
-constexpr int kQ4_KNibbles = 4;
+// The first 4-byte slice of Q4_K's nibbles (after (d, dmin) and the 12 bytes of scales and
+// mins) or of Q5_K's (after its 32 bytes of high bits, slices 4-11).
+template <bool kFive>
+constexpr int kNibbles = kFive ? 12 : 4;
 // Q6_K's block: its scales and d; in a group's unit, the scales.
 constexpr int kQ6_KScaleBytes = 192, kQ6_KD = 208;
 
@@ -132,17 +134,26 @@ struct Q4_0Vec : Vec {
   }
 };
 
-// Q4_K: a sub-block's 16 elements at a time go through vpdpbusd (at most 16 * 15 * 127 in
-// magnitude: an int16), the high nibbles masked in place as 16 q and shifted back after;
-// vpdpwssd then adds sc_j times that int16 to P, the scale picked into each lane as (sc_j, 0).
-struct Q4KVec : Vec {
+// Q4_K and Q5_K (kFive): a sub-block's elements go through vpdpbusd in chains of kChain
+// slices (Q4_K 16 elements, at most 16 * 15 * 127 in magnitude; Q5_K 8, at most 8 * 31 *
+// 127: an int16 either way), then vpdpwssd adds sc_j times that int16 to P, the scale picked
+// into each lane as (sc_j, 0). Q4_K's high nibbles are masked in place as 16 q and shifted
+// back after a chain; Q5_K's values are made as bytes, bit j of qh[l] as bit 4 of sub-block
+// j's element l.
+template <bool kFive>
+struct KVec : Vec {
   static constexpr int kTile = 8;
   static constexpr int kStreams = 2;
+  static constexpr int kChain = kFive ? 2 : 4;
+  // v's bits moved left by n (right by -n) within each 16-bit word.
+  TESSERA_VNNI static __m512i shifted(__m512i v, int n) {
+    return n >= 0 ? _mm512_slli_epi16(v, static_cast<unsigned>(n)) : _mm512_srli_epi16(v, static_cast<unsigned>(-n));
+  }
   template <int kT>
   TESSERA_VNNI static void unit(const Unit& u, int, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
     const auto at = [&](int s) { return slice(u, 0, 64 * s); };
     const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8(static_cast<char>(0xf0)),
-                  m3f = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30);
+                  m3f = _mm512_set1_epi8(0x3f), m30 = _mm512_set1_epi8(0x30), m10 = _mm512_set1_epi8(0x10);
     const __m512i s0 = at(1), s1 = at(2), s2 = at(3);
     // Each row's scales and mins of sub-blocks 0-3 and 4-7, a byte each (as scale_min).
     const __m512i sc[2] = {_mm512_and_si512(s0, m3f),
@@ -157,21 +168,31 @@ struct Q4KVec : Vec {
         __m512i lo[4], hi[4];
         HWY_UNROLL(8)
         for (int l = 0; l < 4; ++l) {
-          const __m512i v = at(kQ4_KNibbles + 8 * i + 4 * half + l);
-          lo[l] = _mm512_and_si512(v, m0f);
-          hi[l] = _mm512_and_si512(v, mf0);
+          const __m512i v = at(kNibbles<kFive> + 8 * i + 4 * half + l);
+          if constexpr (kFive) {
+            const __m512i h = at(4 + 4 * half + l);  // qh's bytes of these elements
+            lo[l] = _mm512_ternarylogic_epi32(_mm512_and_si512(shifted(h, 4 - 2 * i), m10), v, m0f, 0xd8);
+            hi[l] = _mm512_ternarylogic_epi32(_mm512_and_si512(shifted(h, 3 - 2 * i), m10), _mm512_srli_epi16(v, 4),
+                                              m0f, 0xd8);  // m0f ? the nibble : the bit
+          } else {
+            lo[l] = _mm512_and_si512(v, m0f);
+            hi[l] = _mm512_and_si512(v, mf0);
+          }
         }
         HWY_UNROLL(8)
         for (int t = 0; t < kT; ++t) {
           const int8_t* x = xt[t]->qs + 64 * i + 16 * half;
-          __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
-          HWY_UNROLL(8)
-          for (int l = 0; l < 4; ++l) {
-            a = _mm512_dpbusd_epi32(a, lo[l], _mm512_set1_epi32(x4(x + 4 * l)));
-            b = _mm512_dpbusd_epi32(b, hi[l], _mm512_set1_epi32(x4(x + 32 + 4 * l)));
+          HWY_UNROLL(2)
+          for (int c = 0; c < 4; c += kChain) {
+            __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+            HWY_UNROLL(4)
+            for (int l = c; l < c + kChain; ++l) {
+              a = _mm512_dpbusd_epi32(a, lo[l], _mm512_set1_epi32(x4(x + 4 * l)));
+              b = _mm512_dpbusd_epi32(b, hi[l], _mm512_set1_epi32(x4(x + 32 + 4 * l)));
+            }
+            sums[t] = _mm512_dpwssd_epi32(sums[t], a, sc_lo);
+            sums[t] = _mm512_dpwssd_epi32(sums[t], kFive ? b : _mm512_srai_epi32(b, 4), sc_hi);
           }
-          sums[t] = _mm512_dpwssd_epi32(sums[t], a, sc_lo);
-          sums[t] = _mm512_dpwssd_epi32(sums[t], _mm512_srai_epi32(b, 4), sc_hi);
         }
       }
     }
@@ -311,38 +332,50 @@ struct Q4_0Vec : Vec {
   }
 };
 
-// Q4_K: vpmaddubsw's pairs of a sub-block summed in int16 over its 8 slices (at most 30,480),
-// then vpmaddwd with the scale picked into each lane as (sc_j, sc_j).
-struct Q4KVec : Vec {
+// Q4_K and Q5_K (kFive): vpmaddubsw's pairs of a sub-block summed in int16 over kChain
+// slices (Q4_K all 8: at most 30,480; Q5_K 4: at most 31,496), then vpmaddwd with the scale
+// picked into each lane as (sc_j, sc_j); Q5_K's values made as bytes (as the VNNI kernel).
+template <bool kFive>
+struct KVec : Vec {
   static constexpr int kTile = 2;
   static constexpr int kStreams = 2;
+  static constexpr int kChain = kFive ? 4 : 8;
+  static __m256i shifted(__m256i v, int n) { return n >= 0 ? _mm256_slli_epi16(v, n) : _mm256_srli_epi16(v, -n); }
   template <int kT>
   static void unit(const Unit& u, int h, const Q8KBlock* const* xt, const int32_t* const* xm, Float* acc) {
     const auto at = [&](int s) { return slice(u, h, 64 * s); };
-    const __m256i m0f = _mm256_set1_epi8(0x0f), m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m0f = _mm256_set1_epi8(0x0f), m3f = _mm256_set1_epi8(0x3f), m30 = _mm256_set1_epi8(0x30),
+                  m10 = _mm256_set1_epi8(0x10);
     const __m256i s0 = at(1), s1 = at(2), s2 = at(3);
     const __m256i sc[2] = {_mm256_and_si256(s0, m3f),
                            _mm256_or_si256(_mm256_and_si256(s2, m0f), _mm256_and_si256(_mm256_srli_epi32(s0, 2), m30))};
     __m256i sums[kT];
     for (auto& v : sums) v = _mm256_setzero_si256();
     for (int i = 0; i < 4; ++i) {
-      __m256i even[kT], odd[kT];
-      for (int t = 0; t < kT; ++t) even[t] = odd[t] = _mm256_setzero_si256();
-      for (int l = 0; l < 8; ++l) {
-        const __m256i v = at(kQ4_KNibbles + 8 * i + l);
-        const __m256i lo = _mm256_and_si256(v, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
-        HWY_UNROLL(8)
-        for (int t = 0; t < kT; ++t) {
-          const int8_t* x = xt[t]->qs + 64 * i + 4 * l;
-          even[t] = _mm256_add_epi16(even[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x4(x))));
-          odd[t] = _mm256_add_epi16(odd[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x4(x + 32))));
-        }
-      }
       const __m256i sc_lo = pick(sc[i / 2], kPickTwice[2 * i % 4]), sc_hi = pick(sc[i / 2], kPickTwice[2 * i % 4 + 1]);
-      HWY_UNROLL(8)
-      for (int t = 0; t < kT; ++t)
-        sums[t] = _mm256_add_epi32(
-            sums[t], _mm256_add_epi32(_mm256_madd_epi16(even[t], sc_lo), _mm256_madd_epi16(odd[t], sc_hi)));
+      for (int c = 0; c < 8; c += kChain) {
+        __m256i even[kT], odd[kT];
+        for (int t = 0; t < kT; ++t) even[t] = odd[t] = _mm256_setzero_si256();
+        for (int l = c; l < c + kChain; ++l) {
+          const __m256i v = at(kNibbles<kFive> + 8 * i + l);
+          __m256i lo = _mm256_and_si256(v, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+          if constexpr (kFive) {
+            const __m256i hb = at(4 + l);  // qh's bytes of these elements
+            lo = _mm256_or_si256(lo, _mm256_and_si256(shifted(hb, 4 - 2 * i), m10));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(shifted(hb, 3 - 2 * i), m10));
+          }
+          HWY_UNROLL(8)
+          for (int t = 0; t < kT; ++t) {
+            const int8_t* x = xt[t]->qs + 64 * i + 4 * l;
+            even[t] = _mm256_add_epi16(even[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x4(x))));
+            odd[t] = _mm256_add_epi16(odd[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x4(x + 32))));
+          }
+        }
+        HWY_UNROLL(8)
+        for (int t = 0; t < kT; ++t)
+          sums[t] = _mm256_add_epi32(
+              sums[t], _mm256_add_epi32(_mm256_madd_epi16(even[t], sc_lo), _mm256_madd_epi16(odd[t], sc_hi)));
+      }
     }
     const __m256i mn[2] = {_mm256_and_si256(s1, m3f), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, 4), m0f),
                                                                       _mm256_and_si256(_mm256_srli_epi32(s1, 2), m30))};
@@ -432,13 +465,14 @@ struct Q4_0Vec : Vec {
   static constexpr int kStreams = 1;
 };
 
-struct Q4KVec : Vec {
+template <bool kFive>
+struct KVec : Vec {
   static constexpr int kTile = 1;
   static constexpr int kStreams = 1;
   template <int kT>
   static void unit(const Unit& u, int, const Q8KBlock* const* xt, const int32_t* const*, Float* acc) {
     for (int r = 0; r < kQuantGroup; ++r) {
-      const auto byte = [&](int i) { return *byte_at<DType::kQ4_K>(u, i, r); };
+      const auto byte = [&](int i) { return *byte_at<DType::kQ4_K>(u, i, r); };  // both: 4-byte slices
       uint8_t scales[12];
       for (int i = 0; i < 12; ++i) scales[i] = byte(4 + i);
       int sc[8], mn[8];
@@ -448,7 +482,11 @@ struct Q4KVec : Vec {
         int32_t sum = 0, m = 0;
         for (int j = 0; j < 8; ++j) {
           int32_t s = 0;
-          for (int e = 0; e < 32; ++e) s += (byte(16 + 32 * (j / 2) + e) >> (4 * (j % 2)) & 15) * xt[t]->qs[32 * j + e];
+          for (int e = 0; e < 32; ++e) {
+            int q = byte(4 * kNibbles<kFive> + 32 * (j / 2) + e) >> (4 * (j % 2)) & 15;
+            if constexpr (kFive) q |= (byte(16 + e) >> j & 1) << 4;
+            s += q * xt[t]->qs[32 * j + e];
+          }
           sum += sc[j] * s;
           m += mn[j] * (xt[t]->bsums[2 * j] + xt[t]->bsums[2 * j + 1]);
         }
@@ -487,6 +525,8 @@ struct Q6KVec : Vec {
   }
 };
 #endif
+using Q4KVec = KVec<false>;
+using Q5KVec = KVec<true>;
 
 // Q4_0 (quant_dot.h): for each of a group's rows and each token, acc = fma(d_w * d_x,
 // float(P), acc) unit by unit, P = bias + the unit's products of q and x (bias = -8 (x0 + ..
@@ -563,7 +603,7 @@ TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units
 #endif
 }
 
-// The K types (V: Q4KVec or Q6KVec) one super-block unit at a time: V::unit takes a unit
+// The K types (V: Q4KVec, Q5KVec or Q6KVec) one super-block unit at a time: V::unit takes a unit
 // against kT tokens (their blocks xt[t], what per_unit made of them e[t]) into acc[t].
 template <typename V, DType kT, int kPerUnit, int kTile>
 TESSERA_VNNI HWY_INLINE void k_tile(const uint8_t* g, int64_t units, const Q8KBlock* x, const int32_t* e, float* y,
@@ -662,6 +702,11 @@ struct Kernels<DType::kQ4_K> : KKernels<Q4KVec, DType::kQ4_K, 4> {
     }
   }
 };
+// Q5_K: as Q4_K, its values with a fifth bit.
+template <>
+struct Kernels<DType::kQ5_K> : KKernels<Q5KVec, DType::kQ5_K, 4> {
+  static void per_unit(const Q8KBlock& x, int32_t* out) { Kernels<DType::kQ4_K>::per_unit(x, out); }
+};
 // Q6_K (quant_dot.h): for each of a group's rows and each token, unit by unit
 //   acc = fma(d_w d_x, float(P), acc), P = sum over its 16 sub-blocks g of sc_g times the
 // sub-block's sum of (q - 32) x. A token's unit comes with -32 times each sub-block's sum of
@@ -742,6 +787,8 @@ void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const v
       return rows_of<DType::kQ4_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, grouped);
     case DType::kQ4_K:
       return rows_of<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy, grouped);
+    case DType::kQ5_K:
+      return rows_of<DType::kQ5_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy, grouped);
     default: return rows_of<DType::kQ6_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy, grouped);
   }
 }

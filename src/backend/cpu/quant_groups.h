@@ -1,4 +1,4 @@
-// The integer dot products of Q4_0, Q4_K and Q6_K rows (quant_dot.h's order of one f32
+// The integer dot products of Q4_0, Q4_K, Q5_K and Q6_K rows (quant_dot.h's order of one f32
 // accumulator a row), 16 rows a vector: quant_dot_rows's kernels for Q4_0, and for Q4_K and
 // Q6_K from 8 tokens on, with run-time ISA dispatch (Highway; quant_groups.cpp).
 //

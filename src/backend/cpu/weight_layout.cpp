@@ -35,16 +35,23 @@ void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n,
   TS_CHECK(takes_quant_groups(dtype) && n >= 1 && n <= kQuantGroup, "[cpu] a ", dtype_name(dtype), " group of ", n,
            " rows");
   const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
-  std::memset(group, 0, static_cast<size_t>(units * quant_unit_bytes(dtype)));
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t u = 0; u < units; ++u) {
+  // The block's 4-byte slices (all of Q4_K's and Q5_K's bytes, Q6_K's ql and qh, Q4_0's
+  // nibbles), then the bytes that go alone (Q4_0's and Q6_K's d, Q6_K's scales): a copy of a
+  // size known here each (prefill copies a group a call).
+  const int64_t first = dtype == DType::kQ4_0 ? 2 : 0, last = dtype == DType::kQ6_K ? 192 : block;
+  int64_t at[64];  // each slice's place in a unit, row 0's (at most 52 slices)
+  const int64_t slices = (last - first) / 4;
+  for (int64_t k = 0; k < slices; ++k) at[k] = quant_unit_offset(dtype, first + 4 * k, 0);
+  if (n < kQuantGroup) std::memset(group, 0, static_cast<size_t>(units * quant_unit_bytes(dtype)));
+  for (int64_t u = 0; u < units; ++u) {
+    uint8_t* unit = group + u * quant_unit_bytes(dtype);
+    for (int64_t r = 0; r < n; ++r) {
       const uint8_t* b = rows + r * row_bytes + u * block;
-      uint8_t* unit = group + u * quant_unit_bytes(dtype);
-      for (int64_t i = 0, run = 0; i < block; i += run) {
-        run = run_at(dtype, i, block);
-        std::memcpy(unit + quant_unit_offset(dtype, i, r), b + i, static_cast<size_t>(run));
-      }
+      for (int64_t k = 0; k < slices; ++k) std::memcpy(unit + at[k] + 4 * r, b + first + 4 * k, 4);
+      for (int64_t i = 0; i < first; ++i) unit[quant_unit_offset(dtype, i, r)] = b[i];
+      for (int64_t i = last; i < block; ++i) unit[quant_unit_offset(dtype, i, r)] = b[i];
     }
+  }
 }
 
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group) {

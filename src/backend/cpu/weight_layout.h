@@ -62,16 +62,16 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 template <int kRows>
 inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
-// Q4_0, Q4_K and Q6_K in groups of kQuantGroup rows, the layout of quant_groups.cpp's kernels
-// (CpuDevice::place lays Q4_0 out so; Q4_K's and Q6_K's rows stay as mapped, for quant_dot.cpp's
+// Q4_0 and the K types in groups of kQuantGroup rows, the layout of quant_groups.cpp's kernels
+// (CpuDevice::place lays Q4_0 out so; the K types' rows stay as mapped, for quant_dot.cpp's
 // row kernels' decode, and go through a group at a time from 8 tokens on): the group's units
 // (blocks) one after another, a unit being 16 rows' blocks rearranged
 // so that one 64-byte load gives 4 bytes of every row:
 //   Q4_0 (blocks of 18 bytes: an f16 d, 16 bytes of nibbles): the 16 rows' d, then 4 slices
 //     of 64 bytes, slice j the rows' nibble bytes 4j..4j+3 (row r's at 4r);
-//   Q4_K (blocks of 144 bytes): the block's 36 four-byte slices, slice s the 16 rows' bytes
-//     4s..4s+3 (row r's at 64 s + 4r): (d, dmin), the 12 bytes of scales and mins, the 128
-//     bytes of nibbles;
+//   Q4_K and Q5_K (blocks of 144 and 176 bytes): the block's 4-byte slices, slice s the 16
+//     rows' bytes 4s..4s+3 (row r's at 64 s + 4r): (d, dmin), the 12 bytes of scales and
+//     mins, (Q5_K) the 32 bytes of fifth bits, the 128 bytes of nibbles;
 //   Q6_K (blocks of 210 bytes: ql[128], qh[64], 16 int8 scales, an f16 d): the 16 rows' d,
 //     then 4 chunks in the order the kernels read them, chunk 2h + l (h, l in {0, 1}) the 12
 //     four-byte slices of elements 128 h + 32 q + 16 l + (0..15) (q = 0..3): ql's bytes
@@ -79,9 +79,9 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 //     then those elements' 4 scales (8 h + 2 q + l) a byte of every row at a time (row r's
 //     at r), so that one load gives a scale of every row.
 inline constexpr int64_t kQuantGroup = 16;
-// Whether quant_groups.cpp's kernels read weights of `dtype` (Q4_0, Q4_K and Q6_K).
+// Whether quant_groups.cpp's kernels read weights of `dtype` (Q4_0 and the K types).
 inline constexpr bool takes_quant_groups(DType dtype) {
-  return dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+  return dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
 }
 // Bytes of a group's unit.
 inline constexpr int64_t quant_unit_bytes(DType dtype) {
@@ -112,7 +112,7 @@ void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n,
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
 // row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines;
-// or kQuantGroup for Q4_0, Q4_K and Q6_K, rows a multiple of 16.
+// or kQuantGroup for Q4_0 and the K types, rows a multiple of 16.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
