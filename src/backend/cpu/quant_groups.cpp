@@ -1,6 +1,6 @@
-// Q4_0, Q4_K, Q5_K and Q6_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's order
-// of one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of kQuantGroup
-// rows, or plain rows copied into a group first. Compiled once per target ISA
+// Q4_0, Q4_K, Q5_K and Q6_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's
+// order of one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of
+// kQuantGroup rows, or plain rows copied into a group first. Compiled once per target ISA
 // (Highway's foreach_target.h re-includes this file) and dispatched at run time: AVX-512
 // with VNNI takes the 16 rows a 512-bit register, AVX2 two halves of 8 in 256-bit ones,
 // other targets plain integer loops. Every target makes the same integers and then the same
@@ -47,7 +47,7 @@ HWY_INLINE const uint8_t* byte_at(const Unit& u, int64_t i, int64_t r) {
 // mins) or of Q5_K's (after its 32 bytes of high bits, slices 4-11).
 template <bool kFive>
 constexpr int kNibbles = kFive ? 12 : 4;
-// Q6_K's block: its scales and d; in a group's unit, the scales.
+// Where Q6_K's block holds its scales and its d.
 constexpr int kQ6_KScaleBytes = 192, kQ6_KD = 208;
 
 HWY_INLINE int32_t x4(const int8_t* x) {
@@ -234,37 +234,39 @@ struct Q6KVec : Vec {
     __m512i sums[kT];
     for (auto& v : sums) v = _mm512_setzero_si512();
     HWY_UNROLL(2)
-    for (int half = 0; half < 2; ++half) HWY_UNROLL(2)
-    for (int l16 = 0; l16 < 2; ++l16) {
-      // The 4 slices of ql holding q0 and q2 (lo, then hi nibbles), of q1 and q3, and of qh.
-      __m512i ql[2][4], qh[4];
-      HWY_UNROLL(4)
-      for (int j = 0; j < 4; ++j) {
-        ql[0][j] = at(64 * half + 16 * l16 + 4 * j);
-        ql[1][j] = at(64 * half + 32 + 16 * l16 + 4 * j);
-        qh[j] = at(128 + 32 * half + 16 * l16 + 4 * j);
-      }
-      HWY_UNROLL(4)
-      for (int q = 0; q < 4; ++q) {
-        const int g = 8 * half + 2 * q + l16;
-        __m512i qv[4];
+    for (int half = 0; half < 2; ++half) {
+      HWY_UNROLL(2)
+      for (int l16 = 0; l16 < 2; ++l16) {
+        // The 4 slices of ql holding q0 and q2 (lo, then hi nibbles), of q1 and q3, and of qh.
+        __m512i ql[2][4], qh[4];
         HWY_UNROLL(4)
         for (int j = 0; j < 4; ++j) {
-          const __m512i low = q < 2 ? ql[q % 2][j] : _mm512_srli_epi16(ql[q % 2][j], 4);
-          const __m512i high = q == 0   ? _mm512_slli_epi16(qh[j], 4)
-                               : q == 1 ? _mm512_slli_epi16(qh[j], 2)
-                               : q == 2 ? qh[j]
-                                        : _mm512_srli_epi16(qh[j], 2);
-          qv[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(high, m30), low, m0f, 0xd8);  // m0f ? low : high
+          ql[0][j] = at(64 * half + 16 * l16 + 4 * j);
+          ql[1][j] = at(64 * half + 32 + 16 * l16 + 4 * j);
+          qh[j] = at(128 + 32 * half + 16 * l16 + 4 * j);
         }
-        const __m512i sc = scale(u, g);
-        HWY_UNROLL(8)
-        for (int t = 0; t < kT; ++t) {
-          const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
-          __m512i sum = _mm512_set1_epi32(bias[t][g]);
+        HWY_UNROLL(4)
+        for (int q = 0; q < 4; ++q) {
+          const int g = 8 * half + 2 * q + l16;
+          __m512i qv[4];
           HWY_UNROLL(4)
-          for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, qv[j], _mm512_set1_epi32(x4(x + 4 * j)));
-          sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(sum, sc));
+          for (int j = 0; j < 4; ++j) {
+            const __m512i low = q < 2 ? ql[q % 2][j] : _mm512_srli_epi16(ql[q % 2][j], 4);
+            const __m512i high = q == 0   ? _mm512_slli_epi16(qh[j], 4)
+                                 : q == 1 ? _mm512_slli_epi16(qh[j], 2)
+                                 : q == 2 ? qh[j]
+                                          : _mm512_srli_epi16(qh[j], 2);
+            qv[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(high, m30), low, m0f, 0xd8);  // m0f ? low : high
+          }
+          const __m512i sc = scale(u, g);
+          HWY_UNROLL(8)
+          for (int t = 0; t < kT; ++t) {
+            const int8_t* x = xt[t]->qs + 128 * half + 32 * q + 16 * l16;
+            __m512i sum = _mm512_set1_epi32(bias[t][g]);
+            HWY_UNROLL(4)
+            for (int j = 0; j < 4; ++j) sum = _mm512_dpbusd_epi32(sum, qv[j], _mm512_set1_epi32(x4(x + 4 * j)));
+            sums[t] = _mm512_add_epi32(sums[t], _mm512_mullo_epi32(sum, sc));
+          }
         }
       }
     }
