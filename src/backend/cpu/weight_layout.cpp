@@ -11,22 +11,12 @@ namespace tessera::cpu {
 
 namespace {
 
-// Runs of a block's bytes that stay together in a group's unit: from byte i, 4 where the
-// next 3 follow it there, else 1.
-int64_t run_at(DType dtype, int64_t i, int64_t block) {
-  return i + 4 <= block && quant_unit_offset(dtype, i + 3, 0) == quant_unit_offset(dtype, i, 0) + 3 ? 4 : 1;
-}
-
-// Row r of a group as its `units` plain blocks.
+// Row r of a group as its `units` plain blocks (an embedding's row: a byte at a time).
 void quant_ungroup_row(DType dtype, const uint8_t* group, int64_t units, int64_t r, uint8_t* blocks) {
   const auto block = static_cast<int64_t>(dtype_block_bytes(dtype));
-  for (int64_t u = 0; u < units; ++u) {
-    const uint8_t* unit = group + u * quant_unit_bytes(dtype);
-    for (int64_t i = 0, run = 0; i < block; i += run) {
-      run = run_at(dtype, i, block);
-      std::memcpy(blocks + u * block + i, unit + quant_unit_offset(dtype, i, r), static_cast<size_t>(run));
-    }
-  }
+  for (int64_t u = 0; u < units; ++u)
+    for (int64_t i = 0; i < block; ++i)
+      blocks[u * block + i] = group[u * quant_unit_bytes(dtype) + quant_unit_offset(dtype, i, r)];
 }
 
 }  // namespace
