@@ -25,7 +25,6 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/quant_dot.h"
