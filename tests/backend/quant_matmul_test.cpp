@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -23,15 +24,20 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/amx.h"
+#include "backend/cpu/amx_emulated.h"
 #include "backend/cpu/cpu_device.h"
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/quant_dot.h"
 #include "backend/cpu/weight_layout.h"
+#include "core/dtype.h"
 #include "hwy/targets.h"
 #include "io/gguf.h"
 #include "io/gguf_quant.h"
 #include "support/random_tensors.h"
 #include "support/rows_alone.h"
+// amx_int8_kernel.h after what it needs (its header comment).
+#include "backend/cpu/amx_int8_kernel.h"
 
 namespace tessera {
 namespace {
@@ -399,6 +405,37 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
         << hwy::TargetName(target);
   });
   EXPECT_GE(targets, 2);
+}
+
+// Placed Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h), emulated on every machine
+// and the instruction where the CPU has it, are bitwise the plain rows' outputs (which never
+// take the tiles): 3 groups, 17 units (the last pair half zeros), 32 and 48 tokens. Fail first: the high nibbles' B
+// rows swapped with the low ones' failed it.
+TEST(QuantAmxTest, Q4_0TileProductsAreBitwiseThePlainRows) {
+  const int64_t n = 48, k = 544, units = k / 32;
+  const auto blocks = random_blocks(DType::kQ4_0, n, k, 40);
+  std::vector<uint8_t> grouped(blocks.size());
+  cpu::interleave_rows(blocks.data(), DType::kQ4_0, k, cpu::kQuantGroup, 0, n, grouped.data());
+  const auto x = random_values(static_cast<size_t>(48 * k), 41);
+  std::vector<uint8_t> xq(cpu::quant_act_bytes(DType::kQ4_0, k) * 48);
+  cpu::quantize_activations(DType::kQ4_0, x.data(), 48, k, xq.data());
+  const auto* xb = reinterpret_cast<const cpu::Q8Block*>(xq.data());
+  for (const int64_t tokens : {32, 48}) {
+    std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
+    cpu::quant_dot_rows(DType::kQ4_0, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
+    std::vector<int8_t> b(static_cast<size_t>(units * cpu::amx::int8::kTileBytes));
+    std::vector<int8_t> xa(static_cast<size_t>(tokens * cpu::amx::int8::pairs_of(units) * 64));
+    std::vector<float> dw(static_cast<size_t>(units * cpu::kQuantGroup)), xd(tokens * units);
+    alignas(64) int32_t p[512];
+    cpu::amx::int8::pack_x(xb, tokens, units, xa.data(), xd.data());
+    cpu::amx::int8::q4_0_rows<cpu::amx::EmulatedInt8Ops>(grouped.data(), n, units, xa.data(), xd.data(), tokens,
+                                                         got.data(), n, b.data(), dw.data(), p);
+    EXPECT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n)) << "emulated, " << tokens << " tokens";
+    if (!cpu::amx::int8_runs()) continue;
+    std::fill(got.begin(), got.end(), std::nanf(""));
+    cpu::amx::q4_0_rows(grouped.data(), n, units, xq.data(), tokens, got.data(), n);
+    EXPECT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n)) << "AMX-INT8, " << tokens << " tokens";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest,

@@ -13,7 +13,11 @@
 #include <vector>
 
 #include "backend/cpu/bf16_dot.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_act.h"
+#include "backend/cpu/weight_layout.h"
 #include "core/check.h"
+#include "core/dtype.h"
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -26,6 +30,20 @@
 #endif
 
 #include "backend/cpu/amx_kernel.h"
+// AMX-INT8's kernel is compiled for AVX-512F (only CPUs with AMX run it), so that its
+// accumulators stay in vector registers through the inlined steps.
+#if TESSERA_AMX && defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#elif TESSERA_AMX
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+#include "backend/cpu/amx_int8_kernel.h"
+#if TESSERA_AMX && defined(__clang__)
+#pragma clang attribute pop
+#elif TESSERA_AMX
+#pragma GCC pop_options
+#endif
 
 namespace tessera::cpu::amx {
 
@@ -127,6 +145,62 @@ struct NoTileOps {
   }
 };
 
+// amx_int8_kernel.h's tiles (every one whole: 16 rows of 64 bytes) and its f32 steps on AVX-512F (every CPU with AMX
+// has it), the accumulators in 16 registers.
+#define TESSERA_AVX512F __attribute__((target("avx512f")))
+struct Int8Ops {
+  static void configure() {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) {
+      config.rows[t] = 16;
+      config.colsb[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg (%0)" ::"r"(&config) : "memory");
+  }
+  static void release() { InstructionOps::release(); }
+  template <int T>
+  static void zero() {
+    InstructionOps::zero<T>();
+  }
+  template <int T>
+  static void load(const void* p, int64_t stride) {
+    InstructionOps::load<T>(p, stride);
+  }
+  template <int T>
+  static void store(void* p, int64_t stride) {
+    InstructionOps::store<T>(p, stride);
+  }
+  template <int C, int A, int B>
+  static void dot() {
+    static_assert(A == 4 + C / 2 && B == 6 + C % 2, "a (C, A, B) the kernel does not use");
+    if constexpr (C == 0) __asm__ volatile("tdpbssd %%tmm6, %%tmm4, %%tmm0" ::: "memory");
+    if constexpr (C == 1) __asm__ volatile("tdpbssd %%tmm7, %%tmm4, %%tmm1" ::: "memory");
+    if constexpr (C == 2) __asm__ volatile("tdpbssd %%tmm6, %%tmm5, %%tmm2" ::: "memory");
+    if constexpr (C == 3) __asm__ volatile("tdpbssd %%tmm7, %%tmm5, %%tmm3" ::: "memory");
+  }
+  struct Acc {
+    __m512 v[16];
+  };
+  TESSERA_AVX512F static void clear(Acc& acc) {
+#pragma GCC unroll 16
+    for (__m512& v : acc.v) v = _mm512_setzero_ps();
+  }
+  TESSERA_AVX512F static void step(Acc& acc, const float* dw, const float* dx, const int32_t* p) {
+    const __m512 w = _mm512_loadu_ps(dw);
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+      // (maskz: GCC 12's plain cvtepi32_ps reads an undefined vector and warns)
+      const __m512 sum = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_loadu_si512(p + 16 * t));
+      acc.v[t] = _mm512_fmadd_ps(_mm512_mul_ps(w, _mm512_set1_ps(dx[t])), sum, acc.v[t]);
+    }
+  }
+  TESSERA_AVX512F static void finish(const Acc& acc, float* y, int64_t ldy) {
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) _mm512_storeu_ps(y + t * ldy, acc.v[t]);
+  }
+};
+
+#undef TESSERA_AVX512F
 #undef TESSERA_TILEZERO
 #undef TESSERA_TILELOADD
 #undef TESSERA_TILELOADDT1
@@ -215,7 +289,9 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   Scratch& s = scratch_for(k);
   if (tokens == 1) {
     kernel::round_row<InstructionOps>(x, k, s.x.data());
-    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, group, y, s.rows.data());
+    // A row's chunk is 64 bytes: each row asked for as far ahead as the other decode kernels ask.
+    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, group, y, s.rows.data(),
+                                          decode_prefetch_bytes() / 64);
   }
   if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
     s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
@@ -226,6 +302,16 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
 // row_group), but on the GPU host's Xeon that was no faster than 16 rows 2k bytes apart
 // (docs/benchmarks.md, session 38), so the weights are not copied for it.
 int64_t row_group() { return 1; }
+
+bool cpu_has_int8() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool amx_int8 = (d >> 25 & 1u) != 0, amx_tile = (d >> 24 & 1u) != 0;
+    return amx_int8 && amx_tile && __builtin_cpu_supports("avx512f") && os_grants_tiles();
+  }();
+  return has;
+}
 
 bool cpu_has_instruction() {
   static const bool has = [] {
@@ -257,6 +343,36 @@ __attribute__((target("avx2"))) void transpose16(const float* src, int64_t ss, f
   // their halves and read in again.
   for (int64_t j = 0; j < 16; j += 8)
     for (int64_t i = 0; i < 16; i += 8) transpose8(src + i * ss + j, ss, dst + j * ds + i, ds);
+}
+
+bool int8_runs() { return cpu_has_int8(); }
+bool int8_enabled() {
+  static const bool on = cpu_has_int8() && bf16::switched_on("TESSERA_AMX");
+  return on;
+}
+
+void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy) {
+  TS_CHECK(cpu_has_int8(), "[cpu] AMX-INT8 tiles on a CPU (or OS) without them");
+  TS_CHECK(rows % kQuantGroup == 0 && tokens % int8::kTokens == 0, "[cpu] AMX Q4_0 rows ", rows, " and tokens ", tokens,
+           " (multiples of 16)");
+  // Scratch of this thread, its tiles' rows 64-byte aligned (a row across two cache lines
+  // made every tile load twice the lines).
+  struct Scratch {
+    std::vector<int8_t> b, xa;
+    std::vector<float> dw, xd;
+    alignas(64) int32_t p[2 * int8::kTokens * kQuantGroup];
+  };
+  thread_local Scratch s;
+  const auto aligned = [](std::vector<int8_t>& v, int64_t bytes) {
+    v.resize(std::max(v.size(), static_cast<size_t>(bytes + 63)));
+    return reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+  };
+  int8_t* b = aligned(s.b, units * int8::kTileBytes);
+  int8_t* xa = aligned(s.xa, tokens * int8::pairs_of(units) * 64);
+  s.dw.resize(std::max(s.dw.size(), static_cast<size_t>(units * kQuantGroup)));
+  s.xd.resize(std::max(s.xd.size(), static_cast<size_t>(tokens * units)));
+  int8::pack_x(static_cast<const Q8Block*>(xq), tokens, units, xa, s.xd.data());
+  int8::q4_0_rows<Int8Ops>(w, rows, units, xa, s.xd.data(), tokens, y, ldy, b, s.dw.data(), s.p);
 }
 
 float dot_loop(int64_t iterations) {
@@ -294,6 +410,11 @@ void outside(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64
 
 const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
+bool int8_runs() { return false; }
+bool int8_enabled() { return false; }
+void q4_0_rows(const uint8_t*, int64_t, int64_t, const void*, int64_t, float*, int64_t) {
+  TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
+}
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 float dot_loop(int64_t) { return 0; }
 float ladder(int, int64_t) { return 0; }

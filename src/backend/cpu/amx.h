@@ -24,6 +24,16 @@ const bf16::Matmul* instructions();
 // same CPU). Read once.
 bool enabled();
 
+// Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h: bitwise quant_groups.cpp's
+// kernels): int8_runs() where this CPU has AMX-TILE, AMX-INT8 and AVX-512F and Linux granted
+// the tiles; int8_enabled() when it runs and TESSERA_AMX is not "0" (read once).
+// q4_0_rows: y[t * ldy + r] for `rows` weight rows in kQuantGroup's layout (a multiple of
+// 16) of `units` blocks against `tokens` (a multiple of 16) tokens' Q8_0 blocks xq (token
+// t's block u at t * units + u). Only where int8_runs().
+bool int8_runs();
+bool int8_enabled();
+void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy);
+
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,
 // declared here for its test. Only on x86-64 Linux with AVX2 (every CPU with the tiles

@@ -7,6 +7,7 @@
 // Not used by the library itself. The tiles are the calling thread's, as the real ones are.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -91,6 +92,47 @@ struct EmulatedOps {
   static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {
     for (int64_t i = 0; i < 16; ++i)
       for (int64_t j = 0; j < 16; ++j) std::memcpy(dst + j * ds + i, src + i * ss + j, sizeof(float));
+  }
+};
+
+// The same tiles with amx_int8_kernel.h's shapes and AMX-INT8's tdpbssd, which sums each
+// output's int8 products into its int32 exactly (no saturation: the SDM's pseudo-code adds
+// 32-bit wrapping sums, and a unit's at most 32 x 8 x 128 cannot wrap), and its f32 step.
+struct EmulatedInt8Ops : EmulatedOps {
+  // Every tile whole: 16 rows of 64 bytes.
+  static void configure() {
+    Tiles& t = tiles();
+    for (int i = 0; i < 8; ++i) {
+      t.rows[i] = 16;
+      t.colsb[i] = 64;
+    }
+    std::memset(t.data, 0, sizeof(t.data));
+  }
+  // tdpbssd C, A, B: C[m].i32[n] += the sum over k < colsb(A) of A[m].i8[k] * B[k / 4].i8[4 n + k % 4].
+  template <int C, int A, int B>
+  static void dot() {
+    Tiles& t = tiles();
+    for (int m = 0; m < t.rows[C]; ++m)
+      for (int n = 0; n < t.colsb[C] / 4; ++n) {
+        int32_t acc;
+        std::memcpy(&acc, t.data[C] + m * 64 + 4 * n, sizeof(acc));
+        for (int k = 0; k < t.colsb[A]; ++k)
+          acc += int32_t{static_cast<int8_t>(t.data[A][m * 64 + k])} *
+                 int32_t{static_cast<int8_t>(t.data[B][k / 4 * 64 + 4 * n + k % 4])};
+        std::memcpy(t.data[C] + m * 64 + 4 * n, &acc, sizeof(acc));
+      }
+  }
+  struct Acc {
+    float v[256];
+  };
+  static void clear(Acc& acc) { std::fill(acc.v, acc.v + 256, 0.0f); }
+  static void step(Acc& acc, const float* dw, const float* dx, const int32_t* p) {
+    for (int64_t t = 0; t < 16; ++t)
+      for (int64_t r = 0; r < 16; ++r)
+        acc.v[16 * t + r] = std::fma(dw[r] * dx[t], static_cast<float>(p[16 * t + r]), acc.v[16 * t + r]);
+  }
+  static void finish(const Acc& acc, float* y, int64_t ldy) {
+    for (int64_t t = 0; t < 16; ++t) std::copy(acc.v + 16 * t, acc.v + 16 * t + 16, y + t * ldy);
   }
 };
 
