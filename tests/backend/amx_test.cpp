@@ -50,7 +50,7 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
   if (tokens == 1) {
     std::vector<uint16_t> xb(static_cast<size_t>(kp));
     kernel::round_row<Emulated>(x, k, xb.data());
-    kernel::decode<Emulated>(xb.data(), k, w, rows, group, y.data(), scratch.data(), /*ahead=*/3);
+    kernel::decode<Emulated>(xb.data(), k, w, rows, group, y.data(), scratch.data());
     return y;
   }
   std::vector<uint32_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k) / 2), 0xFFFFFFFFu);

@@ -18,6 +18,9 @@
 # LLAMA_ISA=avx2 builds for AVX2, FMA and F16C alone (no -march=native) into
 # $LLAMA_PEER_DIR/build-avx2: the dev machines' kind on a CPU with AVX-512, beside tessera
 # run with TESSERA_ISA=avx2.
+# LLAMA_ISA=avx512 builds for AVX-512 (F, BW, VBMI, VNNI, BF16) without AMX into
+# $LLAMA_PEER_DIR/build-avx512: for a CPU whose AMX llama.cpp cannot use (on session 46's
+# Xeon VM its AMX matmul died of SIGILL at its first tileloadd, every run).
 # Only the llama-bench target is built.
 set -euo pipefail
 
@@ -72,8 +75,13 @@ if [[ ${LLAMA_ISA:-native} == avx2 ]]; then
   build=$work/build-avx2
   isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
     -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF)
+elif [[ ${LLAMA_ISA:-native} == avx512 ]]; then
+  build=$work/build-avx512
+  isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+    -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF
+    -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
 elif [[ ${LLAMA_ISA:-native} != native ]]; then
-  log "LLAMA_ISA is native or avx2, not ${LLAMA_ISA}"
+  log "LLAMA_ISA is native, avx2 or avx512, not ${LLAMA_ISA}"
   exit 1
 fi
 bench=$build/bin/llama-bench

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "backend/cpu/bf16_dot.h"
-#include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/weight_layout.h"
 #include "core/check.h"
@@ -289,9 +288,7 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   Scratch& s = scratch_for(k);
   if (tokens == 1) {
     kernel::round_row<InstructionOps>(x, k, s.x.data());
-    // A row's chunk is 64 bytes: each row asked for as far ahead as the other decode kernels ask.
-    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, group, y, s.rows.data(),
-                                          decode_prefetch_bytes() / 64);
+    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, group, y, s.rows.data());
   }
   if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
     s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));

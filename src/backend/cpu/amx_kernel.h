@@ -226,48 +226,29 @@ void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const Ti
 
 // One token: y[r] for `rows` weight rows (in groups of `group`). xb: its x rounded
 // (round_row). Tiles of one token column; 32 rows at a time (two chains of tile products
-// in flight), each C tile stored straight into y when its 16 rows are all there. Each of
-// an A tile's 16 rows (64 bytes a chunk) is asked for `ahead` chunks before its load (0:
-// never), as the other decode kernels ask for the bytes past their tiles: a hint, the
-// same bits. scratch: 2 x 16 x padded_k(k).
+// in flight), each C tile stored straight into y when its 16 rows are all there. scratch:
+// 2 x 16 x padded_k(k).
 template <typename Ops>
-void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, int64_t group, float* y, uint16_t* scratch,
-            int64_t ahead = 0) {
-  const int64_t kp = padded_k(k), steps = kp / kChunk;
-  const uint32_t* b = reinterpret_cast<const uint32_t*>(xb);
+void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, int64_t group, float* y,
+            uint16_t* scratch) {
+  const int64_t kp = padded_k(k);
+  const TileRun<uint32_t> b{reinterpret_cast<const uint32_t*>(xb), kChunk / 2, 4};
   Ops::configure(1);
   for (int64_t r0 = 0; r0 < rows; r0 += 2 * kTileRows) {
     const int groups = rows - r0 > kTileRows ? 2 : 1;
-    RowGroup g[2];
+    TileRun<uint16_t> a[2];
     alignas(64) float tail[2][kTileRows];
-    float* c[2] = {};
+    float* c[4] = {};
     for (int i = 0; i < groups; ++i) {
       const int64_t first = r0 + i * kTileRows;
-      g[i] = row_group(w, k, group, rows, first, scratch + i * kTileRows * kp);
-      c[i] = first + kTileRows <= rows ? y + first : tail[i];
+      const RowGroup g = row_group(w, k, group, rows, first, scratch + i * kTileRows * kp);
+      a[i] = {g.data, g.step, g.stride};
+      c[2 * i] = first + kTileRows <= rows ? y + first : tail[i];
     }
-    Ops::template zero<0>();
-    if (groups == 2) Ops::template zero<2>();
-    for (int64_t s = 0; s < steps; ++s) {
-      if (ahead > 0 && s + ahead < steps) {
-        for (int i = 0; i < groups; ++i) {
-          const char* line = reinterpret_cast<const char*>(g[i].data + (s + ahead) * g[i].step);
-          for (int64_t r = 0; r < kTileRows; ++r) __builtin_prefetch(line + r * g[i].stride);
-        }
-      }
-      Ops::template load<4>(g[0].data + s * g[0].step, g[0].stride);
-      Ops::template load<6>(b + s * (kChunk / 2), 4);
-      Ops::template dot<0, 4, 6>();
-      if (groups == 2) {
-        Ops::template load<5>(g[1].data + s * g[1].step, g[1].stride);
-        Ops::template dot<2, 5, 6>();
-      }
-    }
-    Ops::template store<0>(c[0], 4);
-    if (groups == 2) Ops::template store<2>(c[1], 4);
+    run_block<Ops>(groups, 1, a, &b, kp / kChunk, c, 4, false);
     for (int i = 0; i < groups; ++i) {
       const int64_t first = r0 + i * kTileRows;
-      if (c[i] == tail[i]) std::copy(tail[i], tail[i] + (rows - first), y + first);
+      if (c[2 * i] == tail[i]) std::copy(tail[i], tail[i] + (rows - first), y + first);
     }
   }
   Ops::release();
