@@ -438,50 +438,6 @@ TEST(QuantAmxTest, Q4_0TileProductsAreBitwiseThePlainRows) {
   }
 }
 
-// Q4_K rows by AMX-INT8 tile products, emulated on every machine and the instruction where
-// the CPU has it, plain (37 rows: a last group of 5) and in groups (48 rows), are bitwise
-// each token's outputs alone (one token never takes the tiles: quant_dot.cpp's row kernels).
-// Fail first: sub-block 2i + 1's rows made from the low nibbles failed it, as did the mins'
-// pairs taken in the wrong halves and P taken as C_a + 4 C_b.
-TEST(QuantAmxTest, Q4_KTileProductsAreBitwiseEachTokenAlone) {
-  const int64_t k = 512, units = k / 256, tokens = 32;
-  const auto x = random_values(static_cast<size_t>(tokens * k), 43);
-  std::vector<uint8_t> xq(cpu::quant_act_bytes(DType::kQ4_K, k) * tokens);
-  cpu::quantize_activations(DType::kQ4_K, x.data(), tokens, k, xq.data());
-  const auto* xb = reinterpret_cast<const cpu::Q8KBlock*>(xq.data());
-  const size_t token_bytes = cpu::quant_act_bytes(DType::kQ4_K, k);
-  for (const bool grouped : {false, true}) {
-    const int64_t n = grouped ? 48 : 37;
-    const auto blocks = random_blocks(DType::kQ4_K, n, k, 44);
-    std::vector<uint8_t> w = blocks;
-    if (grouped) cpu::interleave_rows(blocks.data(), DType::kQ4_K, k, cpu::kQuantGroup, 0, n, w.data());
-    std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
-    for (int64_t t = 0; t < tokens; ++t)
-      cpu::quant_dot_rows(DType::kQ4_K, blocks.data(), n, k, xq.data() + t * token_bytes, 1, want.data() + t * n, n);
-    std::vector<int8_t> b(static_cast<size_t>(units * cpu::amx::int8::kQ4KTiles * cpu::amx::int8::kTileBytes));
-    std::vector<int8_t> xa(static_cast<size_t>(tokens * units * 256));
-    std::vector<uint8_t> meta(static_cast<size_t>(units * cpu::amx::int8::kQ4KMetaBytes));
-    std::vector<float> xd(static_cast<size_t>(tokens * units)), acc(256);
-    std::vector<int32_t> xm(static_cast<size_t>(tokens * units * 4)), p(512);
-    cpu::amx::int8::pack_x_k(xb, tokens, units, xa.data(), xd.data(), xm.data());
-    const auto word = [&](int64_t r, int64_t u, int64_t i) {
-      uint32_t v;
-      std::memcpy(&v,
-                  w.data() + (grouped ? (r / 16 * units + u) * 16 * 144 + 64 * i + 4 * (r % 16)
-                                      : (r * units + u) * 144 + 4 * i),
-                  4);
-      return v;
-    };
-    cpu::amx::int8::q4_k_rows<cpu::amx::EmulatedInt8Ops>(word, n, units, xa.data(), xd.data(), xm.data(), tokens,
-                                                         got.data(), n, b.data(), meta.data(), p.data(), acc.data());
-    EXPECT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n)) << "emulated, grouped " << grouped;
-    if (!cpu::amx::int8_runs()) continue;
-    std::fill(got.begin(), got.end(), std::nanf(""));
-    cpu::amx::q4_k_rows(w.data(), n, units, grouped, xq.data(), tokens, got.data(), n);
-    EXPECT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n)) << "AMX-INT8, grouped " << grouped;
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest,
                          ::testing::Values(DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });

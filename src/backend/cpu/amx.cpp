@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/bf16_dot.h"
@@ -30,13 +29,13 @@
 #endif
 
 #include "backend/cpu/amx_kernel.h"
-// AMX-INT8's kernel is compiled for AVX-512F and BW (only CPUs with AMX run it), so that its
+// AMX-INT8's kernel is compiled for AVX-512F (only CPUs with AMX run it), so that its
 // accumulators stay in vector registers through the inlined steps.
 #if TESSERA_AMX && defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
 #elif TESSERA_AMX
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw")
+#pragma GCC target("avx512f")
 #endif
 #include "backend/cpu/amx_int8_kernel.h"
 #if TESSERA_AMX && defined(__clang__)
@@ -147,12 +146,7 @@ struct NoTileOps {
 
 // amx_int8_kernel.h's tiles (every one whole: 16 rows of 64 bytes) and its f32 steps on AVX-512F (every CPU with AMX
 // has it), the accumulators in 16 registers.
-#define TESSERA_AVX512 __attribute__((target("avx512f,avx512bw")))
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push  // as quant_dot.cpp: GCC 12's 512-bit intrinsics
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#define TESSERA_AVX512F __attribute__((target("avx512f")))
 struct Int8Ops {
   static void configure() {
     TileConfig config;
@@ -175,92 +169,37 @@ struct Int8Ops {
   static void store(void* p, int64_t stride) {
     InstructionOps::store<T>(p, stride);
   }
-  // tdpbssd C, A, B (AT&T order: B, A, C) for C 0-3, A 4 or 5, B 6 or 7.
   template <int C, int A, int B>
   static void dot() {
-    static_assert(C >= 0 && C < 4 && (A == 4 || A == 5) && (B == 6 || B == 7), "a (C, A, B) the kernels do not use");
-#define TESSERA_TDPBSSD(c, a, b)                                                                                      \
-  if constexpr (C == c && A == a && B == b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::: "memor" \
-                                                                                                              "y")
-    TESSERA_TDPBSSD(0, 4, 6);
-    TESSERA_TDPBSSD(0, 4, 7);
-    TESSERA_TDPBSSD(0, 5, 6);
-    TESSERA_TDPBSSD(0, 5, 7);
-    TESSERA_TDPBSSD(1, 4, 6);
-    TESSERA_TDPBSSD(1, 4, 7);
-    TESSERA_TDPBSSD(1, 5, 6);
-    TESSERA_TDPBSSD(1, 5, 7);
-    TESSERA_TDPBSSD(2, 4, 6);
-    TESSERA_TDPBSSD(2, 4, 7);
-    TESSERA_TDPBSSD(2, 5, 6);
-    TESSERA_TDPBSSD(2, 5, 7);
-    TESSERA_TDPBSSD(3, 4, 6);
-    TESSERA_TDPBSSD(3, 4, 7);
-    TESSERA_TDPBSSD(3, 5, 6);
-    TESSERA_TDPBSSD(3, 5, 7);
-#undef TESSERA_TDPBSSD
+    static_assert(A == 4 + C / 2 && B == 6 + C % 2, "a (C, A, B) the kernel does not use");
+    if constexpr (C == 0) __asm__ volatile("tdpbssd %%tmm6, %%tmm4, %%tmm0" ::: "memory");
+    if constexpr (C == 1) __asm__ volatile("tdpbssd %%tmm7, %%tmm4, %%tmm1" ::: "memory");
+    if constexpr (C == 2) __asm__ volatile("tdpbssd %%tmm6, %%tmm5, %%tmm2" ::: "memory");
+    if constexpr (C == 3) __asm__ volatile("tdpbssd %%tmm7, %%tmm5, %%tmm3" ::: "memory");
   }
   struct Acc {
     __m512 v[16];
   };
-  TESSERA_AVX512 static void clear(Acc& acc) {
+  TESSERA_AVX512F static void clear(Acc& acc) {
 #pragma GCC unroll 16
     for (__m512& v : acc.v) v = _mm512_setzero_ps();
   }
-  TESSERA_AVX512 static void step(Acc& acc, const float* dw, const float* dx, const int32_t* p) {
+  TESSERA_AVX512F static void step(Acc& acc, const float* dw, const float* dx, const int32_t* p) {
     const __m512 w = _mm512_loadu_ps(dw);
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) {
-      const __m512 sum = _mm512_cvtepi32_ps(_mm512_loadu_si512(p + 16 * t));
+      // (maskz: GCC 12's plain cvtepi32_ps reads an undefined vector and warns)
+      const __m512 sum = _mm512_maskz_cvtepi32_ps(0xFFFF, _mm512_loadu_si512(p + 16 * t));
       acc.v[t] = _mm512_fmadd_ps(_mm512_mul_ps(w, _mm512_set1_ps(dx[t])), sum, acc.v[t]);
     }
   }
-  TESSERA_AVX512 static void finish(const Acc& acc, float* y, int64_t ldy) {
+  TESSERA_AVX512F static void finish(const Acc& acc, float* y, int64_t ldy) {
 #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) _mm512_storeu_ps(y + t * ldy, acc.v[t]);
   }
-
-  // Q4_K's unit step: meta's slices (d, dmin), then the scales' and mins' 12 bytes, the mins
-  // picked as quant_groups.cpp's KVec picks them.
-  TESSERA_AVX512 static void k_unit(float* acc, const int32_t* pa, const int32_t* pb, const uint8_t* meta,
-                                    const float* dx, const int32_t* xm) {
-    const __m512i s1 = _mm512_load_si512(meta + 128), s2 = _mm512_load_si512(meta + 192), m3f = _mm512_set1_epi8(0x3f);
-    const __m512i mn[2] = {_mm512_and_si512(s1, m3f),
-                           _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), _mm512_set1_epi8(0x0f)),
-                                           _mm512_and_si512(_mm512_srli_epi32(s1, 2), _mm512_set1_epi8(0x30)))};
-    __m512i pairs[4];  // (m_2i, m_2i+1) as int16 in each row's int32
-    for (int i = 0; i < 4; ++i) {
-      const __m512i v = i % 2 == 0 ? mn[i / 2] : _mm512_srli_epi32(mn[i / 2], 16);
-      pairs[i] = _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xff)),
-                                 _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xff00)), 8));
-    }
-    const __m512i dm = _mm512_load_si512(meta);
-    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm)),
-                 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
-#pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
-      __m512i m = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i)
-        m = _mm512_add_epi32(m, _mm512_madd_epi16(pairs[i], _mm512_set1_epi32(xm[4 * t + i])));
-      const __m512i big_p =
-          _mm512_add_epi32(_mm512_load_si512(pa + 16 * t), _mm512_slli_epi32(_mm512_load_si512(pb + 16 * t), 3));
-      const __m512 x = _mm512_set1_ps(dx[t]);
-      __m512 a = _mm512_load_ps(acc + 16 * t);
-      a = _mm512_fmadd_ps(_mm512_mul_ps(d, x), _mm512_cvtepi32_ps(big_p), a);
-      a = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, x), _mm512_cvtepi32_ps(m), a);
-      _mm512_store_ps(acc + 16 * t, a);
-    }
-  }
-  TESSERA_AVX512 static void k_finish(const float* acc, float* y, int64_t ldy, int64_t n) {
-    const auto mask = static_cast<__mmask16>((1u << n) - 1);
-    for (int t = 0; t < 16; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, _mm512_load_ps(acc + 16 * t));
-  }
 };
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#undef TESSERA_AVX512
+#undef TESSERA_AVX512F
 #undef TESSERA_TILEZERO
 #undef TESSERA_TILELOADD
 #undef TESSERA_TILELOADDT1
@@ -433,43 +372,6 @@ void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, in
   int8::q4_0_rows<Int8Ops>(w, rows, units, xa, s.xd.data(), tokens, y, ldy, b, s.dw.data(), s.p);
 }
 
-void q4_k_rows(const uint8_t* w_at, int64_t rows, int64_t units, bool grouped, const void* xq, int64_t tokens, float* y,
-               int64_t ldy) {
-  TS_CHECK(cpu_has_int8(), "[cpu] AMX-INT8 tiles on a CPU (or OS) without them");
-  TS_CHECK(tokens % int8::kTokens == 0 && (!grouped || rows % kQuantGroup == 0), "[cpu] AMX Q4_K rows ", rows,
-           " and tokens ", tokens);
-  struct Scratch {
-    std::vector<int8_t> b, xa;
-    std::vector<uint8_t> meta;
-    std::vector<float> xd;
-    std::vector<int32_t> xm;
-    alignas(64) int32_t p[2 * int8::kTokens * kQuantGroup];
-    alignas(64) float acc[int8::kTokens * kQuantGroup];
-  };
-  thread_local Scratch s;
-  const auto aligned = [](auto& v, int64_t count) {
-    v.resize(std::max(v.size(), static_cast<size_t>(count + 64)));
-    using T = std::remove_reference_t<decltype(v[0])>;
-    return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
-  };
-  int8_t* b = aligned(s.b, units * int8::kQ4KTiles * int8::kTileBytes);
-  int8_t* xa = aligned(s.xa, tokens * units * 4 * 64);
-  uint8_t* meta = aligned(s.meta, units * int8::kQ4KMetaBytes);
-  s.xd.resize(std::max(s.xd.size(), static_cast<size_t>(tokens * units)));
-  s.xm.resize(std::max(s.xm.size(), static_cast<size_t>(tokens * units * 4)));
-  int8::pack_x_k(static_cast<const Q8KBlock*>(xq), tokens, units, xa, s.xd.data(), s.xm.data());
-  constexpr int64_t kBlock = 144;  // Q4_K's bytes a unit
-  const auto word = [&](int64_t r, int64_t u, int64_t w) {
-    uint32_t v;
-    std::memcpy(&v,
-                grouped ? w_at + ((r / kQuantGroup * units + u) * kQuantGroup * kBlock + 64 * w + 4 * (r % kQuantGroup))
-                        : w_at + (r * units + u) * kBlock + 4 * w,
-                4);
-    return v;
-  };
-  int8::q4_k_rows<Int8Ops>(word, rows, units, xa, s.xd.data(), s.xm.data(), tokens, y, ldy, b, meta, s.p, s.acc);
-}
-
 float dot_loop(int64_t iterations) {
   TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
   return kernel::dot_loop<InstructionOps>(iterations);
@@ -508,9 +410,6 @@ bool enabled() { return false; }
 bool int8_runs() { return false; }
 bool int8_enabled() { return false; }
 void q4_0_rows(const uint8_t*, int64_t, int64_t, const void*, int64_t, float*, int64_t) {
-  TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
-}
-void q4_k_rows(const uint8_t*, int64_t, int64_t, bool, const void*, int64_t, float*, int64_t) {
   TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
 }
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }

@@ -24,7 +24,7 @@ const bf16::Matmul* instructions();
 // same CPU). Read once.
 bool enabled();
 
-// Q4_0 and Q4_K rows by AMX-INT8 tile products (amx_int8_kernel.h: bitwise quant_groups.cpp's
+// Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h: bitwise quant_groups.cpp's
 // kernels): int8_runs() where this CPU has AMX-TILE, AMX-INT8 and AVX-512F and Linux granted
 // the tiles; int8_enabled() when it runs and TESSERA_AMX is not "0" (read once).
 // q4_0_rows: y[t * ldy + r] for `rows` weight rows in kQuantGroup's layout (a multiple of
@@ -33,10 +33,6 @@ bool enabled();
 bool int8_runs();
 bool int8_enabled();
 void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy);
-// q4_k_rows: the same for Q4_K rows (any number) against Q8_K blocks, the rows in
-// kQuantGroup's layout where `grouped` (a multiple of 16), else one after another.
-void q4_k_rows(const uint8_t* w, int64_t rows, int64_t units, bool grouped, const void* xq, int64_t tokens, float* y,
-               int64_t ldy);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,

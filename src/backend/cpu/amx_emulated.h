@@ -13,11 +13,6 @@
 #include <cstring>
 
 #include "backend/cpu/bf16_dot_emulated.h"
-#include "backend/cpu/quant_act.h"
-#include "backend/cpu/weight_layout.h"
-#include "core/dtype.h"
-// amx_int8_kernel.h after what it needs (its header comment).
-#include "backend/cpu/amx_int8_kernel.h"
 
 namespace tessera::cpu::amx {
 
@@ -138,36 +133,6 @@ struct EmulatedInt8Ops : EmulatedOps {
   }
   static void finish(const Acc& acc, float* y, int64_t ldy) {
     for (int64_t t = 0; t < 16; ++t) std::copy(acc.v + 16 * t, acc.v + 16 * t + 16, y + t * ldy);
-  }
-
-  // Q4_K's unit step (amx_int8_kernel.h).
-  static void k_unit(float* acc, const int32_t* pa, const int32_t* pb, const uint8_t* meta, const float* dx,
-                     const int32_t* xm) {
-    for (int64_t r = 0; r < 16; ++r) {
-      uint8_t q[12];
-      for (int64_t i = 0; i < 12; ++i) q[i] = meta[64 * (1 + i / 4) + 4 * r + i % 4];
-      int32_t m[8], sc = 0;
-      for (int64_t j = 0; j < 8; ++j) int8::scale_min_k4(q, j, sc, m[j]);
-      uint16_t d_bits, dmin_bits;
-      std::memcpy(&d_bits, meta + 4 * r, 2);
-      std::memcpy(&dmin_bits, meta + 4 * r + 2, 2);
-      const float d = f16_to_f32(d_bits), dmin = f16_to_f32(dmin_bits);
-      for (int64_t t = 0; t < 16; ++t) {
-        int32_t big_m = 0;
-        for (int64_t i = 0; i < 4; ++i) {
-          const auto pair = static_cast<uint32_t>(xm[4 * t + i]);
-          big_m += m[2 * i] * int32_t{static_cast<int16_t>(pair & 0xFFFF)} +
-                   m[2 * i + 1] * int32_t{static_cast<int16_t>(pair >> 16)};
-        }
-        const int32_t big_p = pa[16 * t + r] + 8 * pb[16 * t + r];
-        float& a = acc[16 * t + r];
-        a = std::fma(d * dx[t], static_cast<float>(big_p), a);
-        a = std::fma(-(dmin * dx[t]), static_cast<float>(big_m), a);
-      }
-    }
-  }
-  static void k_finish(const float* acc, float* y, int64_t ldy, int64_t n) {
-    for (int64_t t = 0; t < 16; ++t) std::copy(acc + 16 * t, acc + 16 * t + n, y + t * ldy);
   }
 };
 

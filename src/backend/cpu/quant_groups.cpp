@@ -809,21 +809,14 @@ void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const
                       int64_t ldy, bool grouped) {
   TS_CHECK(takes_quant_groups(dtype), dtype_name(dtype), " rows in groups");
   TS_CHECK(!grouped || rows % kQuantGroup == 0, dtype_name(dtype), " rows (", rows, ") in groups of ", kQuantGroup);
-  // Placed Q4_0 and Q4_K take AMX-INT8 tiles where the CPU has them, 16 tokens at a time
-  // (the same bits), and the kernels below for the tokens left over.
-  const bool tiles = (dtype == DType::kQ4_0 && grouped) || dtype == DType::kQ4_K;
-  const int64_t tiled = tiles && amx::int8_enabled() ? tokens / 16 * 16 : 0;
+  // Placed Q4_0 takes AMX-INT8 tiles where the CPU has them, 16 tokens at a time (the same
+  // bits), and the kernels below for the tokens left over.
+  const int64_t tiled = dtype == DType::kQ4_0 && grouped && amx::int8_enabled() ? tokens / 16 * 16 : 0;
   if (tiled > 0) {
     const int64_t units = k / dtype_block_elements(dtype);
-    const auto* wb = static_cast<const uint8_t*>(w);
-    if (dtype == DType::kQ4_0) {
-      amx::q4_0_rows(wb, rows, units, xq, tiled, y, ldy);
-      xq = static_cast<const Q8Block*>(xq) + tiled * units;
-    } else {
-      amx::q4_k_rows(wb, rows, units, grouped, xq, tiled, y, ldy);
-      xq = static_cast<const Q8KBlock*>(xq) + tiled * units;
-    }
+    amx::q4_0_rows(static_cast<const uint8_t*>(w), rows, units, xq, tiled, y, ldy);
     if (tiled == tokens) return;
+    xq = static_cast<const Q8Block*>(xq) + tiled * units;
     y += tiled * ldy;
     tokens -= tiled;
   }
