@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/quant_groups.h"
 #include "backend/cpu/quant_matmul.h"
 #include "backend/cpu/weight_layout.h"
 #include "core/check.h"
@@ -105,7 +106,8 @@ std::string CpuDevice::name() const {
          (cpu::amx_active()        ? ", bf16 weights by AMX tiles"
           : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
                                    : "") +
-         ", " + std::to_string(pool_.size()) + " threads)";
+         (cpu::quant_tiles_active() ? ", Q4_0 by AMX-INT8 tiles" : "") + ", " + std::to_string(pool_.size()) +
+         " threads)";
 }
 
 Result<Buffer> CpuDevice::alloc(size_t bytes) {

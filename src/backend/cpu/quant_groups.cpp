@@ -782,9 +782,24 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
   }
 }
 
+// Whether placed Q4_0 takes AMX-INT8 tiles: on the VNNI target (not where TESSERA_ISA holds
+// dispatch to AVX2), where the CPU has them and TESSERA_AMX is not "0".
+bool QuantTilesActive() { return TESSERA_QUANT_DOT_VNNI && amx::int8_enabled(); }
+
 void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, bool grouped) {
   const auto* wb = static_cast<const uint8_t*>(w);
+  // Placed Q4_0 takes the tiles 16 tokens at a time (the same bits), the kernels below the
+  // tokens left over.
+  const int64_t tiled = dtype == DType::kQ4_0 && grouped && QuantTilesActive() ? tokens / 16 * 16 : 0;
+  if (tiled > 0) {
+    const int64_t units = k / dtype_block_elements(dtype);
+    amx::q4_0_rows(wb, rows, units, xq, tiled, y, ldy);
+    if (tiled == tokens) return;
+    xq = static_cast<const Q8Block*>(xq) + tiled * units;
+    y += tiled * ldy;
+    tokens -= tiled;
+  }
   switch (dtype) {
     case DType::kQ4_0:
       return rows_of<DType::kQ4_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, grouped);
@@ -804,22 +819,14 @@ HWY_AFTER_NAMESPACE();
 namespace tessera::cpu {
 
 HWY_EXPORT(QuantGroupRows);
+HWY_EXPORT(QuantTilesActive);
+
+bool quant_tiles_active() { return HWY_DYNAMIC_DISPATCH(QuantTilesActive)(); }
 
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                       int64_t ldy, bool grouped) {
   TS_CHECK(takes_quant_groups(dtype), dtype_name(dtype), " rows in groups");
   TS_CHECK(!grouped || rows % kQuantGroup == 0, dtype_name(dtype), " rows (", rows, ") in groups of ", kQuantGroup);
-  // Placed Q4_0 takes AMX-INT8 tiles where the CPU has them, 16 tokens at a time (the same
-  // bits), and the kernels below for the tokens left over.
-  const int64_t tiled = dtype == DType::kQ4_0 && grouped && amx::int8_enabled() ? tokens / 16 * 16 : 0;
-  if (tiled > 0) {
-    const int64_t units = k / dtype_block_elements(dtype);
-    amx::q4_0_rows(static_cast<const uint8_t*>(w), rows, units, xq, tiled, y, ldy);
-    if (tiled == tokens) return;
-    xq = static_cast<const Q8Block*>(xq) + tiled * units;
-    y += tiled * ldy;
-    tokens -= tiled;
-  }
   HWY_DYNAMIC_DISPATCH(QuantGroupRows)(dtype, w, rows, k, xq, tokens, y, ldy, grouped);
 }
 

@@ -17,4 +17,8 @@ namespace tessera::cpu {
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                       int64_t ldy, bool grouped);
 
+// Whether placed Q4_0 from 16 tokens on takes AMX-INT8 tile products (amx.h: the same bits)
+// on the target dispatch chose: its VNNI target, a CPU with AMX-INT8, TESSERA_AMX not "0".
+bool quant_tiles_active();
+
 }  // namespace tessera::cpu
