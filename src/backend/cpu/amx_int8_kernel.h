@@ -15,8 +15,8 @@
 // int8: a pair of units' x, packed by pack_x), B = tile 6 or 7 (16 rows of 64 bytes: row p
 // the 16 weight rows' q - 8 at elements 4p..4p + 3 of the pair, the VNNI layout tdpbssd
 // takes, the other unit's 8 rows zero). Every tile is whole (64-byte rows, 16 of them): the
-// products of a unit alone (32 int8 of k, B of 8 rows) are as fast alone but 4-6 times
-// slower beside the tile loads on the Sapphire Rapids measured, so each product takes a pair
+// products of a unit alone (32 int8 of k, B of 8 rows) were 4 times slower beside the tile
+// loads on the Xeons measured (docs/benchmarks.md, session 46), so each product takes a pair
 // of units' x and one unit's weights, and half of its products are by zero.
 // Unit u's product takes C u % 4, A (u / 2) % 2 and B u % 2 and runs two units ahead of its
 // f32 step; its C tile goes to memory a unit before the vectors read it. A group's unit (an
