@@ -409,8 +409,8 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
 
 // Placed Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h), emulated on every machine
 // and the instruction where the CPU has it, are bitwise the plain rows' outputs (which never
-// take the tiles): 3 groups, 17 units (the last pair half zeros), 32 and 48 tokens. Fail first: the high nibbles' B
-// rows swapped with the low ones' failed it.
+// take the tiles): 3 groups, 17 units (the last pair half zeros), 32 and 48 tokens.
+// Fail first: the high nibbles' B rows swapped with the low ones' failed it.
 TEST(QuantAmxTest, Q4_0TileProductsAreBitwiseThePlainRows) {
   const int64_t n = 48, k = 544, units = k / 32;
   const auto blocks = random_blocks(DType::kQ4_0, n, k, 40);
