@@ -438,6 +438,57 @@ TEST(QuantAmxTest, Q4_0TileProductsAreBitwiseThePlainRows) {
   }
 }
 
+// CpuDevice's matmuls and gate_up pack x once a call for every placed Q4_0 weight that takes
+// AMX-INT8 tiles (quant_matmul.cpp), where each thread's call packed its own: each output
+// bitwise the plain rows' (which never take the tiles), 40 tokens, 1-3 threads, with a Q8_0
+// weight of the same activations beside them. Where the CPU has no AMX-INT8 nothing is
+// packed and the test checks the vector kernels alone. Fail first: x packed with one block
+// a token fewer failed it.
+TEST(QuantAmxTest, PlacedQ4_0WeightsOfOneCallShareOnePackedX) {
+  const int64_t k = 544, tokens = 40;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 50);
+  const std::vector<std::pair<DType, int64_t>> shapes{{DType::kQ4_0, 32}, {DType::kQ8_0, 5}, {DType::kQ4_0, 48}};
+  std::vector<std::vector<uint8_t>> blocks;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    blocks.push_back(random_blocks(shapes[i].first, shapes[i].second, k, static_cast<uint32_t>(51 + i)));
+  for (const size_t threads : {1, 2, 3}) {
+    CpuDevice device(threads);
+    std::vector<TensorView> plain, placed;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      plain.push_back({shapes[i].first, {shapes[i].second, k}, blocks[i].data()});
+      auto p = device.place(plain.back());
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      placed.push_back(*p);
+    }
+    ASSERT_EQ(placed[0].row_group, cpu::kQuantGroup);
+    const TensorView no_bias{};
+    std::vector<std::vector<float>> want, got;
+    std::vector<CpuDevice::Projection> outs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      want.emplace_back(static_cast<size_t>(tokens * shapes[i].second));
+      got.emplace_back(want.back().size(), std::nanf(""));
+      device.matmul(x.data(), tokens, plain[i], {}, want.back().data());
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) outs.push_back({&placed[i], &no_bias, got[i].data()});
+    device.matmuls(x.data(), tokens, outs);
+    for (size_t i = 0; i < shapes.size(); ++i)
+      EXPECT_EQ(bits(want[i].data(), static_cast<int64_t>(want[i].size())),
+                bits(got[i].data(), static_cast<int64_t>(got[i].size())))
+          << "weight " << i << ", " << threads << " threads";
+    // gate_up: gate and up both placed Q4_0 of 32 rows.
+    std::vector<float> gate_want(static_cast<size_t>(tokens * 32)), up_want(gate_want.size());
+    std::vector<float> gate_got(gate_want.size(), std::nanf("")), up_got(gate_want.size());
+    const TensorView gate_plain{DType::kQ4_0, {32, k}, blocks[2].data()};  // the first 32 rows of the 48
+    auto gate_placed = device.place(gate_plain);
+    ASSERT_TRUE(gate_placed.ok());
+    device.matmul(x.data(), tokens, gate_plain, {}, gate_want.data());
+    device.matmul(x.data(), tokens, plain[0], {}, up_want.data());
+    device.silu_mul(gate_want.data(), up_want.data(), tokens * 32, gate_want.data());
+    device.gate_up(x.data(), tokens, *gate_placed, no_bias, placed[0], no_bias, up_got.data(), gate_got.data(), {});
+    EXPECT_EQ(bits(gate_want.data(), tokens * 32), bits(gate_got.data(), tokens * 32)) << threads << " threads";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest,
                          ::testing::Values(DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });

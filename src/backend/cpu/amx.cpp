@@ -348,28 +348,47 @@ bool int8_enabled() {
   return on;
 }
 
-void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy) {
+namespace {
+// Scratch 64-byte aligned (a tile row across two cache lines made every tile load twice the
+// lines).
+int8_t* aligned(std::vector<int8_t>& v, int64_t bytes) {
+  v.resize(std::max(v.size(), static_cast<size_t>(bytes + 63)));
+  return reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+}
+}  // namespace
+
+namespace {
+// x packed into these buffers (grown as needed).
+PackedX pack_into(const void* xq, int64_t tokens, int64_t units, std::vector<int8_t>& xa, std::vector<float>& xd) {
+  int8_t* a = aligned(xa, tokens * int8::pairs_of(units) * 64);
+  xd.resize(std::max(xd.size(), static_cast<size_t>(tokens * units)));
+  int8::pack_x(static_cast<const Q8Block*>(xq), tokens, units, a, xd.data());
+  return {a, xd.data()};
+}
+}  // namespace
+
+PackedX pack_q4_0_x(const void* xq, int64_t tokens, int64_t units) {
+  TS_CHECK(cpu_has_int8() && tokens % int8::kTokens == 0, "[cpu] AMX Q4_0 x of ", tokens, " tokens");
+  thread_local std::vector<int8_t> xa;
+  thread_local std::vector<float> xd;
+  return pack_into(xq, tokens, units, xa, xd);
+}
+
+void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy,
+               const PackedX* packed) {
   TS_CHECK(cpu_has_int8(), "[cpu] AMX-INT8 tiles on a CPU (or OS) without them");
   TS_CHECK(rows % kQuantGroup == 0 && tokens % int8::kTokens == 0, "[cpu] AMX Q4_0 rows ", rows, " and tokens ", tokens,
            " (multiples of 16)");
-  // Scratch of this thread, its tiles' rows 64-byte aligned (a row across two cache lines
-  // made every tile load twice the lines).
   struct Scratch {
-    std::vector<int8_t> b, xa;
+    std::vector<int8_t> b, xa;  // xa, xd: x packed by this call (none given), apart from pack_q4_0_x's
     std::vector<float> dw, xd;
     alignas(64) int32_t p[2 * int8::kTokens * kQuantGroup];
   };
   thread_local Scratch s;
-  const auto aligned = [](std::vector<int8_t>& v, int64_t bytes) {
-    v.resize(std::max(v.size(), static_cast<size_t>(bytes + 63)));
-    return reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
-  };
   int8_t* b = aligned(s.b, units * int8::kTileBytes);
-  int8_t* xa = aligned(s.xa, tokens * int8::pairs_of(units) * 64);
   s.dw.resize(std::max(s.dw.size(), static_cast<size_t>(units * kQuantGroup)));
-  s.xd.resize(std::max(s.xd.size(), static_cast<size_t>(tokens * units)));
-  int8::pack_x(static_cast<const Q8Block*>(xq), tokens, units, xa, s.xd.data());
-  int8::q4_0_rows<Int8Ops>(w, rows, units, xa, s.xd.data(), tokens, y, ldy, b, s.dw.data(), s.p);
+  const PackedX x = packed != nullptr ? *packed : pack_into(xq, tokens, units, s.xa, s.xd);
+  int8::q4_0_rows<Int8Ops>(w, rows, units, x.xa, x.xd, tokens, y, ldy, b, s.dw.data(), s.p);
 }
 
 float dot_loop(int64_t iterations) {
@@ -409,8 +428,12 @@ const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
 bool int8_runs() { return false; }
 bool int8_enabled() { return false; }
-void q4_0_rows(const uint8_t*, int64_t, int64_t, const void*, int64_t, float*, int64_t) {
+void q4_0_rows(const uint8_t*, int64_t, int64_t, const void*, int64_t, float*, int64_t, const PackedX*) {
   TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
+}
+PackedX pack_q4_0_x(const void*, int64_t, int64_t) {
+  TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
+  return {};
 }
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 float dot_loop(int64_t) { return 0; }

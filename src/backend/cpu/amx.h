@@ -31,9 +31,19 @@ bool enabled();
 // q4_0_rows: y[t * ldy + r] for `rows` weight rows in kQuantGroup's layout (a multiple of
 // 16) of `units` blocks against `tokens` (a multiple of 16) tokens' Q8_0 blocks xq (token
 // t's block u at t * units + u). Only where int8_runs().
+// packed: the tokens' x as the tiles take them, made once a call by pack_q4_0_x for every
+// thread's calls (else each call packs its own).
+struct PackedX {
+  const int8_t* xa = nullptr;
+  const float* xd = nullptr;
+};
 bool int8_runs();
 bool int8_enabled();
-void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy);
+void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy,
+               const PackedX* packed = nullptr);
+// `tokens` (a multiple of 16) tokens' Q8_0 blocks of `units` blocks packed for q4_0_rows, in
+// buffers of the calling thread (valid until its next call). Only where int8_runs().
+PackedX pack_q4_0_x(const void* xq, int64_t tokens, int64_t units);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,

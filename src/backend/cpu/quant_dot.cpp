@@ -1195,7 +1195,7 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
 }
 
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                    int64_t ldy, int64_t group) {
+                    int64_t ldy, int64_t group, const amx::PackedX* packed) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
   TS_CHECK(group == 1 || (takes_quant_groups(dtype) && group == kQuantGroup && rows % group == 0), dtype_name(dtype),
            " rows (", rows, ") in groups of ", group);
@@ -1204,7 +1204,7 @@ void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const v
   // being dearer than what it gains there.
   const bool row_kernels = dtype != DType::kQ4_0 && tokens < group_from(dtype);
   if (takes_quant_groups(dtype) && (group != 1 || !row_kernels))
-    return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1);
+    return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1, packed);
   HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy);
 }
 

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/amx.h"
 #include "core/dtype.h"
 
 namespace tessera::cpu {
@@ -52,8 +53,9 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
 
 // y[t * ldy + r] = the dot product above of weight row r (of `rows`, dtype_bytes(dtype,
 // k) apart from w, or with `group` kQuantGroup rows of a type in weight_layout.h's groups) with
-// token t's rounded activations (of `tokens` in xq).
+// token t's rounded activations (of `tokens` in xq). packed: xq's first tokens (a multiple of
+// 16) packed once for AMX-INT8 tiles (amx.h), when placed Q4_0 takes them (quant_groups.h).
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                    int64_t ldy, int64_t group = 1);
+                    int64_t ldy, int64_t group = 1, const amx::PackedX* packed = nullptr);
 
 }  // namespace tessera::cpu

@@ -787,14 +787,14 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
 bool QuantTilesActive() { return TESSERA_QUANT_DOT_VNNI && amx::int8_enabled(); }
 
 void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                    int64_t ldy, bool grouped) {
+                    int64_t ldy, bool grouped, const amx::PackedX* packed) {
   const auto* wb = static_cast<const uint8_t*>(w);
   // Placed Q4_0 takes the tiles 16 tokens at a time (the same bits), the kernels below the
   // tokens left over.
   const int64_t tiled = dtype == DType::kQ4_0 && grouped && QuantTilesActive() ? tokens / 16 * 16 : 0;
   if (tiled > 0) {
     const int64_t units = k / dtype_block_elements(dtype);
-    amx::q4_0_rows(wb, rows, units, xq, tiled, y, ldy);
+    amx::q4_0_rows(wb, rows, units, xq, tiled, y, ldy, packed);
     if (tiled == tokens) return;
     xq = static_cast<const Q8Block*>(xq) + tiled * units;
     y += tiled * ldy;
@@ -824,10 +824,10 @@ HWY_EXPORT(QuantTilesActive);
 bool quant_tiles_active() { return HWY_DYNAMIC_DISPATCH(QuantTilesActive)(); }
 
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                      int64_t ldy, bool grouped) {
+                      int64_t ldy, bool grouped, const amx::PackedX* packed) {
   TS_CHECK(takes_quant_groups(dtype), dtype_name(dtype), " rows in groups");
   TS_CHECK(!grouped || rows % kQuantGroup == 0, dtype_name(dtype), " rows (", rows, ") in groups of ", kQuantGroup);
-  HWY_DYNAMIC_DISPATCH(QuantGroupRows)(dtype, w, rows, k, xq, tokens, y, ldy, grouped);
+  HWY_DYNAMIC_DISPATCH(QuantGroupRows)(dtype, w, rows, k, xq, tokens, y, ldy, grouped, packed);
 }
 
 }  // namespace tessera::cpu

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/amx.h"
 #include "core/dtype.h"
 
 namespace tessera::cpu {
@@ -15,7 +16,7 @@ namespace tessera::cpu {
 // kQuantGroup's layout where `grouped` (rows a multiple of 16), else plain rows, copied into
 // that layout a group at a time.
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
-                      int64_t ldy, bool grouped);
+                      int64_t ldy, bool grouped, const amx::PackedX* packed = nullptr);
 
 // Whether placed Q4_0 from 16 tokens on takes AMX-INT8 tile products (amx.h: the same bits)
 // on the target dispatch chose: its VNNI target, a CPU with AMX-INT8, TESSERA_AMX not "0".
