@@ -300,23 +300,21 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
 // (docs/benchmarks.md, session 38), so the weights are not copied for it.
 int64_t row_group() { return 1; }
 
+// Whether CPUID leaf 7 says AMX-TILE and the AMX feature at EDX bit `bit` (22: BF16, 25:
+// INT8) are there.
+bool cpu_has_amx(unsigned bit) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  return (d >> 24 & 1u) != 0 && (d >> bit & 1u) != 0;
+}
+
 bool cpu_has_int8() {
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    const bool amx_int8 = (d >> 25 & 1u) != 0, amx_tile = (d >> 24 & 1u) != 0;
-    return amx_int8 && amx_tile && __builtin_cpu_supports("avx512f") && os_grants_tiles();
-  }();
+  static const bool has = cpu_has_amx(25) && __builtin_cpu_supports("avx512f") && os_grants_tiles();
   return has;
 }
 
 bool cpu_has_instruction() {
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    const bool amx_bf16 = (d >> 22 & 1u) != 0, amx_tile = (d >> 24 & 1u) != 0;
-    return amx_bf16 && amx_tile && bf16_dot::instructions() != nullptr && os_grants_tiles();
-  }();
+  static const bool has = cpu_has_amx(22) && bf16_dot::instructions() != nullptr && os_grants_tiles();
   return has;
 }
 
