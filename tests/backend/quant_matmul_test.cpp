@@ -361,17 +361,18 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
   }
 }
 
-// Q4_0 and the K types' rows in weight_layout.h's groups of 16 (quant_groups.cpp's kernels)
-// give the bits of the same rows left plain, on every instruction set: those pass through a
-// group at a time (40 tokens), or (the K types, 1 and 5 tokens) take quant_dot.cpp's row
-// kernels; for decode (80 rows: the streams of groups, then groups alone) and tiles of tokens.
-// CpuDevice::place makes Q4_0's groups (the others' rows stay as mapped, for the row
-// kernels' decode), and the embedding's rows from them are the plain ones'.
+// Q8_0, Q4_0 and the K types' rows in weight_layout.h's groups of 16 (quant_groups.cpp's
+// kernels) give the bits of the same rows left plain, on every instruction set: those pass
+// through a group at a time (40 tokens), or (the K types, 1 and 5 tokens) take quant_dot.cpp's
+// row kernels; for decode (80 rows: the streams of groups, then groups alone) and tiles of
+// tokens. CpuDevice::place makes Q8_0's and Q4_0's groups (the others' rows stay as mapped,
+// for the row kernels' decode), and the embedding's rows from them are the plain ones'.
 class QuantGroupsTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
   const DType dtype = GetParam();
-  const int64_t n = 80, k = dtype == DType::kQ4_0 ? 544 : 768;
+  const bool block32 = dtype_block_elements(dtype) == 32;
+  const int64_t n = 80, k = block32 ? 544 : 768;
   const auto blocks = random_blocks(dtype, n, k, 30);
   std::vector<uint8_t> grouped(blocks.size());
   cpu::interleave_rows(blocks.data(), dtype, k, cpu::kQuantGroup, 0, n, grouped.data());
@@ -390,7 +391,7 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
     CpuDevice device(2);
     auto placed = device.place(plain);
     ASSERT_TRUE(placed.ok()) << placed.status().to_string();
-    ASSERT_EQ(placed->row_group, dtype == DType::kQ4_0 ? cpu::kQuantGroup : 1);
+    ASSERT_EQ(placed->row_group, block32 ? cpu::kQuantGroup : 1);
     const TensorView grouped_view{dtype, {n, k}, grouped.data(), cpu::kQuantGroup};
     std::vector<float> want(static_cast<size_t>(n)), got(want.size(), std::nanf(""));
     device.matmul(x.data(), 1, plain, {}, want.data());
@@ -407,47 +408,56 @@ TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
   EXPECT_GE(targets, 2);
 }
 
-// Placed Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h), emulated on every machine
-// and the instruction where the CPU has it, are bitwise the plain rows' outputs (which never
-// take the tiles): 3 groups, 17 units (the last pair half zeros), 32 and 48 tokens.
-// Fail first: the high nibbles' B rows swapped with the low ones' failed it.
-TEST(QuantAmxTest, Q4_0TileProductsAreBitwiseThePlainRows) {
+// Placed Q8_0 and Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h), emulated on every
+// machine and the instruction where the CPU has it, are bitwise the plain rows' outputs (which
+// never take the tiles): 3 groups, 17 units (the last pair half zeros), 32 and 48 tokens.
+// Fail first: Q4_0's high nibbles' B rows swapped with the low ones' failed it; Q8_0's slices
+// copied one unit's B half off (rows 8 (u + 1) % 2) failed it.
+template <DType kT>
+void expect_tile_products_are_the_plain_rows() {
+  SCOPED_TRACE(dtype_name(kT));
   const int64_t n = 48, k = 544, units = k / 32;
-  const auto blocks = random_blocks(DType::kQ4_0, n, k, 40);
+  const auto blocks = random_blocks(kT, n, k, 40);
   std::vector<uint8_t> grouped(blocks.size());
-  cpu::interleave_rows(blocks.data(), DType::kQ4_0, k, cpu::kQuantGroup, 0, n, grouped.data());
+  cpu::interleave_rows(blocks.data(), kT, k, cpu::kQuantGroup, 0, n, grouped.data());
   const auto x = random_values(static_cast<size_t>(48 * k), 41);
-  std::vector<uint8_t> xq(cpu::quant_act_bytes(DType::kQ4_0, k) * 48);
-  cpu::quantize_activations(DType::kQ4_0, x.data(), 48, k, xq.data());
+  std::vector<uint8_t> xq(cpu::quant_act_bytes(kT, k) * 48);
+  cpu::quantize_activations(kT, x.data(), 48, k, xq.data());
   const auto* xb = reinterpret_cast<const cpu::Q8Block*>(xq.data());
   for (const int64_t tokens : {32, 48}) {
     std::vector<float> want(static_cast<size_t>(tokens * n)), got(want.size(), std::nanf(""));
-    cpu::quant_dot_rows(DType::kQ4_0, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
+    cpu::quant_dot_rows(kT, blocks.data(), n, k, xq.data(), tokens, want.data(), n);
     std::vector<int8_t> b(static_cast<size_t>(units * cpu::amx::int8::kTileBytes));
     std::vector<int8_t> xa(static_cast<size_t>(tokens * cpu::amx::int8::pairs_of(units) * 64));
     std::vector<float> dw(static_cast<size_t>(units * cpu::kQuantGroup)), xd(tokens * units);
     alignas(64) int32_t p[512];
     cpu::amx::int8::pack_x(xb, tokens, units, xa.data(), xd.data());
-    cpu::amx::int8::q4_0_rows<cpu::amx::EmulatedInt8Ops>(grouped.data(), n, units, xa.data(), xd.data(), tokens,
-                                                         got.data(), n, b.data(), dw.data(), p);
+    cpu::amx::int8::rows_of<cpu::amx::EmulatedInt8Ops, kT>(grouped.data(), n, units, xa.data(), xd.data(), tokens,
+                                                           got.data(), n, b.data(), dw.data(), p);
     EXPECT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n)) << "emulated, " << tokens << " tokens";
     if (!cpu::amx::int8_runs()) continue;
     std::fill(got.begin(), got.end(), std::nanf(""));
-    cpu::amx::q4_0_rows(grouped.data(), n, units, xq.data(), tokens, got.data(), n);
+    cpu::amx::block32_rows(kT, grouped.data(), n, units, xq.data(), tokens, got.data(), n);
     EXPECT_EQ(bits(want.data(), tokens * n), bits(got.data(), tokens * n)) << "AMX-INT8, " << tokens << " tokens";
   }
 }
 
-// CpuDevice's matmuls and gate_up pack x once a call for every placed Q4_0 weight that takes
-// AMX-INT8 tiles (quant_matmul.cpp), where each thread's call packed its own: each output
-// bitwise the plain rows' (which never take the tiles), 40 tokens, 1-3 threads, with a Q8_0
-// weight of the same activations beside them. Where the CPU has no AMX-INT8 nothing is
+TEST(QuantAmxTest, Q8_0AndQ4_0TileProductsAreBitwiseThePlainRows) {
+  expect_tile_products_are_the_plain_rows<DType::kQ8_0>();
+  expect_tile_products_are_the_plain_rows<DType::kQ4_0>();
+}
+
+// CpuDevice's matmuls and gate_up pack x once a call for every placed Q8_0 and Q4_0 weight
+// that takes AMX-INT8 tiles (quant_matmul.cpp), where each thread's call packed its own: each
+// output bitwise the plain rows' (which never take the tiles), 40 tokens, 1-3 threads, with a
+// Q8_0 weight of 5 rows (not placed) beside them. Where the CPU has no AMX-INT8 nothing is
 // packed and the test checks the vector kernels alone. Fail first: x packed with one block
 // a token fewer failed it.
-TEST(QuantAmxTest, PlacedQ4_0WeightsOfOneCallShareOnePackedX) {
+TEST(QuantAmxTest, PlacedQ8_0AndQ4_0WeightsOfOneCallShareOnePackedX) {
   const int64_t k = 544, tokens = 40;
   const auto x = random_values(static_cast<size_t>(tokens * k), 50);
-  const std::vector<std::pair<DType, int64_t>> shapes{{DType::kQ4_0, 32}, {DType::kQ8_0, 5}, {DType::kQ4_0, 48}};
+  const std::vector<std::pair<DType, int64_t>> shapes{
+      {DType::kQ4_0, 32}, {DType::kQ8_0, 5}, {DType::kQ4_0, 48}, {DType::kQ8_0, 32}};
   std::vector<std::vector<uint8_t>> blocks;
   for (size_t i = 0; i < shapes.size(); ++i)
     blocks.push_back(random_blocks(shapes[i].first, shapes[i].second, k, static_cast<uint32_t>(51 + i)));
@@ -461,6 +471,7 @@ TEST(QuantAmxTest, PlacedQ4_0WeightsOfOneCallShareOnePackedX) {
       placed.push_back(*p);
     }
     ASSERT_EQ(placed[0].row_group, cpu::kQuantGroup);
+    ASSERT_EQ(placed[3].row_group, cpu::kQuantGroup);
     const TensorView no_bias{};
     std::vector<std::vector<float>> want, got;
     std::vector<CpuDevice::Projection> outs;
@@ -475,22 +486,22 @@ TEST(QuantAmxTest, PlacedQ4_0WeightsOfOneCallShareOnePackedX) {
       EXPECT_EQ(bits(want[i].data(), static_cast<int64_t>(want[i].size())),
                 bits(got[i].data(), static_cast<int64_t>(got[i].size())))
           << "weight " << i << ", " << threads << " threads";
-    // gate_up: gate and up both placed Q4_0 of 32 rows.
+    // gate_up: gate placed Q4_0, up placed Q8_0 (one x, packed once), 32 rows each.
     std::vector<float> gate_want(static_cast<size_t>(tokens * 32)), up_want(gate_want.size());
     std::vector<float> gate_got(gate_want.size(), std::nanf("")), up_got(gate_want.size());
     const TensorView gate_plain{DType::kQ4_0, {32, k}, blocks[2].data()};  // the first 32 rows of the 48
     auto gate_placed = device.place(gate_plain);
     ASSERT_TRUE(gate_placed.ok());
     device.matmul(x.data(), tokens, gate_plain, {}, gate_want.data());
-    device.matmul(x.data(), tokens, plain[0], {}, up_want.data());
+    device.matmul(x.data(), tokens, plain[3], {}, up_want.data());
     device.silu_mul(gate_want.data(), up_want.data(), tokens * 32, gate_want.data());
-    device.gate_up(x.data(), tokens, *gate_placed, no_bias, placed[0], no_bias, up_got.data(), gate_got.data(), {});
+    device.gate_up(x.data(), tokens, *gate_placed, no_bias, placed[3], no_bias, up_got.data(), gate_got.data(), {});
     EXPECT_EQ(bits(gate_want.data(), tokens * 32), bits(gate_got.data(), tokens * 32)) << threads << " threads";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantGroupsTest,
-                         ::testing::Values(DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest,

@@ -365,20 +365,21 @@ PackedX pack_into(const void* xq, int64_t tokens, int64_t units, std::vector<int
 }
 }  // namespace
 
-PackedX pack_q4_0_x(const void* xq, int64_t tokens, int64_t units) {
-  TS_CHECK(cpu_has_int8() && tokens % int8::kTokens == 0, "[cpu] AMX Q4_0 x of ", tokens, " tokens");
+PackedX pack_x8(const void* xq, int64_t tokens, int64_t units) {
+  TS_CHECK(cpu_has_int8() && tokens % int8::kTokens == 0, "[cpu] AMX-INT8 x of ", tokens, " tokens");
   thread_local std::vector<int8_t> xa;
   thread_local std::vector<float> xd;
   return pack_into(xq, tokens, units, xa, xd);
 }
 
-void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy,
-               const PackedX* packed) {
+void block32_rows(DType dtype, const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y,
+                  int64_t ldy, const PackedX* packed) {
   TS_CHECK(cpu_has_int8(), "[cpu] AMX-INT8 tiles on a CPU (or OS) without them");
-  TS_CHECK(rows % kQuantGroup == 0 && tokens % int8::kTokens == 0, "[cpu] AMX Q4_0 rows ", rows, " and tokens ", tokens,
-           " (multiples of 16)");
+  TS_CHECK(dtype == DType::kQ8_0 || dtype == DType::kQ4_0, "[cpu] AMX-INT8 rows of ", dtype_name(dtype));
+  TS_CHECK(rows % kQuantGroup == 0 && tokens % int8::kTokens == 0, "[cpu] AMX ", dtype_name(dtype), " rows ", rows,
+           " and tokens ", tokens, " (multiples of 16)");
   struct Scratch {
-    std::vector<int8_t> b, xa;  // xa, xd: x packed by this call (none given), apart from pack_q4_0_x's
+    std::vector<int8_t> b, xa;  // xa, xd: x packed by this call (none given), apart from pack_x8's
     std::vector<float> dw, xd;
     alignas(64) int32_t p[2 * int8::kTokens * kQuantGroup];
   };
@@ -386,7 +387,8 @@ void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, in
   int8_t* b = aligned(s.b, units * int8::kTileBytes);
   s.dw.resize(std::max(s.dw.size(), static_cast<size_t>(units * kQuantGroup)));
   const PackedX x = packed != nullptr ? *packed : pack_into(xq, tokens, units, s.xa, s.xd);
-  int8::q4_0_rows<Int8Ops>(w, rows, units, x.xa, x.xd, tokens, y, ldy, b, s.dw.data(), s.p);
+  const auto run = dtype == DType::kQ8_0 ? int8::rows_of<Int8Ops, DType::kQ8_0> : int8::rows_of<Int8Ops, DType::kQ4_0>;
+  run(w, rows, units, x.xa, x.xd, tokens, y, ldy, b, s.dw.data(), s.p);
 }
 
 float dot_loop(int64_t iterations) {
@@ -426,10 +428,10 @@ const bf16::Matmul* instructions() { return nullptr; }
 bool enabled() { return false; }
 bool int8_runs() { return false; }
 bool int8_enabled() { return false; }
-void q4_0_rows(const uint8_t*, int64_t, int64_t, const void*, int64_t, float*, int64_t, const PackedX*) {
+void block32_rows(DType, const uint8_t*, int64_t, int64_t, const void*, int64_t, float*, int64_t, const PackedX*) {
   TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
 }
-PackedX pack_q4_0_x(const void*, int64_t, int64_t) {
+PackedX pack_x8(const void*, int64_t, int64_t) {
   TS_CHECK(false, "[cpu] AMX-INT8 tiles need x86-64 Linux");
   return {};
 }

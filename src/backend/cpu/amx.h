@@ -2,8 +2,8 @@
 // every bf16-weight matmul here, decode and prefill alike, when it would take AVX-512
 // BF16 dot products (bf16_dot.h) and this CPU has AMX-BF16 and the OS lets the process
 // use the tiles. The order of the sums is stated in amx_kernel.h; the interface is
-// bf16_matmul.h's. Also placed Q4_0 by AMX-INT8 tile products (tdpbssd, amx_int8_kernel.h),
-// for quant_groups.cpp from 16 tokens on.
+// bf16_matmul.h's. Also placed Q8_0 and Q4_0 by AMX-INT8 tile products (tdpbssd,
+// amx_int8_kernel.h), for quant_groups.cpp from 16 tokens on.
 // Pure functions over caller-owned memory; thread-safe (the tiles are each thread's own,
 // configured at the start of every call and released at its end).
 #pragma once
@@ -25,25 +25,25 @@ const bf16::Matmul* instructions();
 // same CPU). Read once.
 bool enabled();
 
-// Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h: bitwise quant_groups.cpp's
+// Q8_0 and Q4_0 rows by AMX-INT8 tile products (amx_int8_kernel.h: bitwise quant_groups.cpp's
 // kernels): int8_runs() where this CPU has AMX-TILE, AMX-INT8 and AVX-512F and Linux granted
 // the tiles; int8_enabled() when it runs and TESSERA_AMX is not "0" (read once).
-// q4_0_rows: y[t * ldy + r] for `rows` weight rows in kQuantGroup's layout (a multiple of
-// 16) of `units` blocks against `tokens` (a multiple of 16) tokens' Q8_0 blocks xq (token
-// t's block u at t * units + u). Only where int8_runs().
-// packed: the tokens' x as the tiles take them, made once a call by pack_q4_0_x for every
-// thread's calls (else each call packs its own).
+// block32_rows: y[t * ldy + r] for `rows` weight rows of `dtype` (Q8_0 or Q4_0) in
+// kQuantGroup's layout (a multiple of 16) of `units` blocks against `tokens` (a multiple of
+// 16) tokens' Q8_0 blocks xq (token t's block u at t * units + u). Only where int8_runs().
+// packed: the tokens' x as the tiles take them, made once a call by pack_x8 for every
+// thread's calls and weights (else each call packs its own).
 struct PackedX {
   const int8_t* xa = nullptr;
   const float* xd = nullptr;
 };
 bool int8_runs();
 bool int8_enabled();
-void q4_0_rows(const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y, int64_t ldy,
-               const PackedX* packed = nullptr);
-// `tokens` (a multiple of 16) tokens' Q8_0 blocks of `units` blocks packed for q4_0_rows, in
-// buffers of the calling thread (valid until its next call). Only where int8_runs().
-PackedX pack_q4_0_x(const void* xq, int64_t tokens, int64_t units);
+void block32_rows(DType dtype, const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y,
+                  int64_t ldy, const PackedX* packed = nullptr);
+// `tokens` (a multiple of 16) tokens' Q8_0 blocks of `units` blocks packed for block32_rows,
+// in buffers of the calling thread (valid until its next call). Only where int8_runs().
+PackedX pack_x8(const void* xq, int64_t tokens, int64_t units);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,

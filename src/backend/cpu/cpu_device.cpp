@@ -106,7 +106,7 @@ std::string CpuDevice::name() const {
          (cpu::amx_active()        ? ", bf16 weights by AMX tiles"
           : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
                                    : "") +
-         (cpu::quant_tiles_active() ? ", Q4_0 by AMX-INT8 tiles" : "") + ", " + std::to_string(pool_.size()) +
+         (cpu::quant_tiles_active() ? ", Q8_0 and Q4_0 by AMX-INT8 tiles" : "") + ", " + std::to_string(pool_.size()) +
          " threads)";
 }
 

@@ -620,7 +620,8 @@ bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 // The group of rows that weights of w_dtype are laid out in (kernels.h): the instruction
 // kernel's choice, else decode_tile_rows() (at most kMaxDecodeRows on this file's paths).
 int64_t MatmulRowGroup(DType w_dtype) {
-  if (w_dtype == DType::kQ4_0) return kQuantGroup;  // quant_groups.cpp's layout, its only kernels
+  // quant_groups.cpp's layout, their only kernels
+  if (w_dtype == DType::kQ8_0 || w_dtype == DType::kQ4_0) return kQuantGroup;
   if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return m->row_group();
   return std::min(decode_tile_rows(), kMaxDecodeRows);
 }

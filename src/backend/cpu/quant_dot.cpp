@@ -1,4 +1,4 @@
-// Integer dot products of quantized weights with 8-bit activations (quant_dot.h),
+// Integer dot products of K-quant weights with 8-bit activations (quant_dot.h),
 // compiled once per target ISA (Highway's foreach_target.h re-includes this file) and
 // dispatched at run time. The x86 targets with AVX2 (AVX2 and the AVX-512 ones) use
 // its byte instructions directly, as ggml does (vpsignb, vpmaddubsw, vpmaddwd); the
@@ -7,10 +7,9 @@
 // Where each case goes: dot_unit (a row's unit against a tile of tokens) and dot_block
 // serve every target; AVX2 without VNNI adds the 4-row tiles dot_rows_k (prefill) and
 // decode_quads (one token, the 4 streams' rows side by side); AVX-512 with VNNI takes 2
-// rows a 512-bit register: decode_pairs32 and decode_pairs (one token), prefill_pairs32
-// and prefill_pairs_k (tiles of tokens). The K types keep one accumulator a row
-// (kOneAcc: quant_dot.h), as quant_groups.cpp's kernels for them, which take their rows
-// from 16 or 32 tokens on (quant_dot_rows); Q4_0 has only those.
+// rows a 512-bit register: decode_pairs (one token) and prefill_pairs_k (tiles of tokens).
+// Each row keeps one accumulator (quant_dot.h), as quant_groups.cpp's kernels, which take
+// the rows from 16 or 32 tokens on (quant_dot_rows); Q8_0 and Q4_0 have only those.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/quant_dot.cpp"
 // AVX3_DL (AVX-512 with VNNI, VBMI2, ...) is compiled only on request in Highway 1.0:
@@ -24,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/quant_dot.h"
@@ -44,20 +42,13 @@ HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
 namespace HWY_NAMESPACE {
 
-// The activation block that weights of kT meet, and the elements of one unit.
-template <DType kT>
-constexpr bool kBlock32 = kT == DType::kQ8_0 || kT == DType::kQ4_0;
-template <DType kT>
-using Act = std::conditional_t<kBlock32<kT>, Q8Block, Q8KBlock>;
-template <DType kT>
-constexpr int kGroups = kBlock32<kT> ? 1 : 8;  // groups of 32 elements in a unit
+// Every type here meets Q8_K activations; a unit is 8 groups of 32 elements.
+constexpr int kGroups = 8;
 template <DType kT>
 constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
-// The K types keep one f32 accumulator a row (quant_dot.h, as quant_groups.cpp's
-// kernels): a unit's lanes P[l] are added first (exact), then one fma, and for Q4_K and
-// Q5_K a second with their mins. Q8_0 keeps 8 lanes.
-template <DType kT>
-constexpr bool kOneAcc = !kBlock32<kT>;
+// One f32 accumulator a row (quant_dot.h, as quant_groups.cpp's kernels): a unit's lanes
+// P[l] are added first (exact), then one fma, and for Q4_K and Q5_K a second with their
+// mins.
 
 // A unit's mins term (Q4_K, Q5_K): acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
 // (Acc: each target's.)
@@ -100,14 +91,12 @@ TESSERA_VNNI HWY_INLINE __m256i madd_add(__m256i acc, __m256i a, __m256i b) {
 #endif
 }
 
-// The eight lane accumulators in one register, and the mins' accumulator. (No
-// default member initializers: an implicit constructor would lack the target's ISA.)
+// A row's accumulator.
 struct Acc {
-  __m256 lane;
-  float one;  // kOneAcc's accumulator
+  float one;
 };
 
-HWY_INLINE Acc zero_acc() { return Acc{_mm256_setzero_ps(), 0.0f}; }
+HWY_INLINE Acc zero_acc() { return Acc{0.0f}; }
 
 // The 8 int32 lanes of p added (exact).
 HWY_INLINE int32_t lanes_sum(__m256i p) {
@@ -122,15 +111,9 @@ HWY_INLINE __m128i lanes_sums(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-// acc.lane = fma(d_w * d_x, float(P), acc.lane), P the unit's 8 int32 lane sums; or with
-// one accumulator, acc.one = fma(d_w * d_x, float(P[0] + .. + P[7]), acc.one).
-template <DType kT>
+// acc.one = fma(d_w * d_x, float(P[0] + .. + P[7]), acc.one), P the unit's 8 int32 lanes.
 HWY_INLINE void add_unit(float dw, float dx, __m256i p, Acc& acc) {
-  if constexpr (kOneAcc<kT>) {
-    acc.one = std::fma(dw * dx, static_cast<float>(lanes_sum(p)), acc.one);
-  } else {
-    acc.lane = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc.lane);
-  }
+  acc.one = std::fma(dw * dx, static_cast<float>(lanes_sum(p)), acc.one);
 }
 
 // Byte patterns for vpshufb that repeat int16 element `lo` of each 128-bit half over the
@@ -160,18 +143,6 @@ HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
 // dot_unit<kT, kTile>(b, x, x_step, acc) (below): the unit at b against kTile tokens'
 // activation blocks (token t's at x + t * x_step) into acc[t]. Each group's weight
 // vector is made once and meets every token.
-
-// Q8_0: signed weights, so |w| times x * sign(w) (at most 2 * 128 * 127).
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void dot_unit_q8_0(const uint8_t* b, const Q8Block* x, int64_t x_step, Acc* acc) {
-  const __m256i w = load32(b + 2), abs_w = _mm256_sign_epi8(w, w);
-  const float d = f16_at(b);
-  for (int t = 0; t < kTile; ++t) {
-    const Q8Block& xt = x[t * x_step];
-    add_unit<DType::kQ8_0>(d, xt.d, dot4_add(_mm256_setzero_si256(), abs_w, _mm256_sign_epi8(load32(xt.qs), w)),
-                           acc[t]);
-  }
-}
 
 // Q4_K and Q5_K: sub-block g's values are the low (even g) or high (odd g) nibbles of
 // qs[32 (g / 2) ..], plus (Q5_K) bit g of qh[l] as bit 4; the 12 bytes at b + 4 hold
@@ -229,7 +200,7 @@ TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int
   const __m128i mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn)));
   for (int t = 0; t < kTile; ++t) {
     const Q8KBlock& xt = x[t * x_step];
-    add_unit<kT>(d, xt.d, p[t], acc[t]);
+    add_unit(d, xt.d, p[t], acc[t]);
     // M = sum_j min[j] * (bsums[2 j] + bsums[2 j + 1]), exact in int32.
     __m128i m = _mm_madd_epi16(mins, bsum_pairs(xt));
     m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4e));
@@ -268,7 +239,7 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, 
     }
   }
   const float d = f16_at(b + 208);
-  for (int t = 0; t < kTile; ++t) add_unit<DType::kQ6_K>(d, x[t * x_step].d, p[t], acc[t]);
+  for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[t]);
 }
 
 // Q4_K's and Q5_K's mins terms M of 4 rows (their 8 mins a byte each in mn[r]) against a
@@ -302,7 +273,7 @@ TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const
     __m256i p[kTile];
     k_lanes<kT, kTile>(br[r], sc, x, x_step, p);
     const float d = f16_at(br[r]);
-    for (int t = 0; t < kTile; ++t) add_unit<kT>(d, x[t * x_step].d, p[t], acc[r][t]);
+    for (int t = 0; t < kTile; ++t) add_unit(d, x[t * x_step].d, p[t], acc[r][t]);
   }
   const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(br, 2))));
   for (int t = 0; t < kTile; ++t) {
@@ -315,21 +286,12 @@ TESSERA_VNNI HWY_INLINE void dot_rows_k(const uint8_t* b, size_t row_step, const
 }
 
 template <DType kT, int kTile>
-TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
-  if constexpr (kT == DType::kQ8_0) return dot_unit_q8_0<kTile>(b, x, x_step, acc);
+TESSERA_VNNI HWY_INLINE void dot_unit(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   if constexpr (kT == DType::kQ4_K || kT == DType::kQ5_K) return dot_unit_k<kT, kTile>(b, x, x_step, acc);
   if constexpr (kT == DType::kQ6_K) return dot_unit_q6_k<kTile>(b, x, x_step, acc);
 }
 
-template <DType kT>
-HWY_INLINE float finish(const Acc& acc) {
-  if constexpr (kOneAcc<kT>) return acc.one;
-  HWY_ALIGN float lane[8];
-  _mm256_store_ps(lane, acc.lane);
-  for (int h = 4; h >= 1; h /= 2)
-    for (int i = 0; i < h; ++i) lane[i] = lane[i] + lane[i + h];
-  return lane[0];
-}
+HWY_INLINE float finish(const Acc& acc) { return acc.one; }
 
 #else  // the same integers and f32 operations, without x86 byte instructions
 
@@ -355,17 +317,6 @@ struct Unit {
 };
 
 template <>
-struct Unit<DType::kQ8_0> {
-  const int8_t* q;
-  float d;
-  HWY_INLINE void load(const uint8_t* b) {
-    d = f16_at(b);
-    q = reinterpret_cast<const int8_t*>(b + 2);
-  }
-  HWY_INLINE int scale16(int, int) const { return 1; }
-};
-
-template <>
 struct Unit<DType::kQ6_K> {
   HWY_ALIGN int8_t q[256];
   int16_t sc[16];
@@ -388,51 +339,35 @@ HWY_INLINE int32_t mins_sum(const W& w, const Q8KBlock& x) {
 }
 
 struct Acc {
-  float lane[8] = {};
-  float one = 0.0f;  // kOneAcc's accumulator
+  float one = 0.0f;
 };
 
 HWY_INLINE Acc zero_acc() { return Acc{}; }
 
 template <DType kT, int kTile>
-HWY_INLINE void dot_unit(const uint8_t* b, const Act<kT>* x, int64_t x_step, Acc* acc) {
+HWY_INLINE void dot_unit(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   Unit<kT> w;
   w.load(b);
   for (int t = 0; t < kTile; ++t) {
-    const Act<kT>& xt = x[t * x_step];
+    const Q8KBlock& xt = x[t * x_step];
     int32_t p[8] = {};
-    for (int g = 0; g < kGroups<kT>; ++g) {
+    for (int g = 0; g < kGroups; ++g) {
       for (int l = 0; l < 8; ++l) {
         int32_t sum = 0;
         for (int i = 0; i < 4; ++i) sum += int32_t{w.q[32 * g + 4 * l + i]} * xt.qs[32 * g + 4 * l + i];
         p[l] += w.scale16(g, l / 4) * sum;
       }
     }
-    const float d = w.d * xt.d;
-    if constexpr (kOneAcc<kT>) {
-      int32_t sum = 0;
-      for (const int32_t pl : p) sum += pl;
-      acc[t].one = std::fma(d, static_cast<float>(sum), acc[t].one);
-    } else {
-      for (int l = 0; l < 8; ++l) acc[t].lane[l] = std::fma(d, static_cast<float>(p[l]), acc[t].lane[l]);
-    }
+    int32_t sum = 0;
+    for (const int32_t pl : p) sum += pl;
+    acc[t].one = std::fma(w.d * xt.d, static_cast<float>(sum), acc[t].one);
     if constexpr (kMins<kT>) add_mins(w.dmin * xt.d, static_cast<float>(mins_sum(w, xt)), acc[t]);
   }
 }
 
-template <DType kT>
-HWY_INLINE float finish(Acc acc) {
-  if constexpr (kOneAcc<kT>) return acc.one;
-  for (int h = 4; h >= 1; h /= 2)
-    for (int i = 0; i < h; ++i) acc.lane[i] = acc.lane[i] + acc.lane[i + h];
-  return acc.lane[0];
-}
+HWY_INLINE float finish(const Acc& acc) { return acc.one; }
 
 #endif
-
-// Decode (one token) prefetches (quant_isa-inl.h) the rows of types of units this large:
-// the K-quant types.
-constexpr size_t kPrefetchFrom = 144;
 
 #if TESSERA_QUANT_DOT_VNNI
 // Decode (one token) on AVX-512 with VNNI. The kernels above were short of instructions,
@@ -482,112 +417,6 @@ TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, __m512i matrix) {
 }
 TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, int64_t matrix) {
   return gf_bits(v, _mm512_set1_epi64(matrix));
-}
-
-// Q8_0: the weights of rows a and b made unsigned, w + 128 (the sign bit flipped), in the
-// halves; pair_block32 adds their products with x to `bias`, the lanes' -128 (x0 + .. + x3).
-TESSERA_VNNI HWY_INLINE __m512i pair_weights32(const uint8_t* a, const uint8_t* b) {
-  return _mm512_xor_si512(pair32(a + 2, b + 2), _mm512_set1_epi8(-128));
-}
-TESSERA_VNNI HWY_INLINE __m512i pair_block32(const uint8_t* a, const uint8_t* b, __m512i xv, __m512i bias) {
-  return _mm512_dpbusd_epi32(bias, pair_weights32(a, b), xv);
-}
-
-// One unit of 4 rows (at r[s] + off) against the token's block xt, whose lanes' bias
-// (pair_block32) is `bias`, into acc01 (rows 0, 1) and acc23 (rows 2, 3).
-TESSERA_VNNI HWY_INLINE void quad_block32(const uint8_t* const* r, size_t off, const Q8Block& xt, __m512i bias,
-                                          __m512& acc01, __m512& acc23) {
-  const __m512i xv = both32(xt.qs);
-  const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
-  const __m512i p01 = pair_block32(b[0], b[1], xv, bias), p23 = pair_block32(b[2], b[3], xv, bias);
-  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0))));
-  const __m512 d = _mm512_castps128_ps512(_mm_mul_ps(dw, _mm_set1_ps(xt.d)));
-  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-  acc01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick01, d), _mm512_cvtepi32_ps(p01), acc01);
-  acc23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick23, d), _mm512_cvtepi32_ps(p23), acc23);
-}
-
-// Q8_0 rows as decode_pairs (below) takes them, with fewer instructions around
-// each unit, the pair kernels being short of them (docs/benchmarks.md): the lanes' bias of
-// every unit is made once a call, not once a unit and 4 rows; two units go a step, and
-// each row has one line prefetched kPrefetchAhead on a step, unconditionally (a step is
-// 68 bytes, so every line is asked for), where a test of each unit's offset cost
-// more. The same integers and f32 steps, so the same bits.
-TESSERA_VNNI HWY_NOINLINE void decode_pairs32(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
-                                              const Q8Block* x, float* y) {
-  constexpr size_t kBytes = dtype_block_bytes(DType::kQ8_0);
-  thread_local hwy::AlignedFreeUniquePtr<int32_t[]> biases;  // 8 int32 lanes a unit
-  thread_local int64_t capacity = 0;
-  if (units > capacity) {
-    biases = hwy::AllocateAligned<int32_t>(8 * static_cast<size_t>(units));
-    TS_CHECK(biases, "[cpu] cannot allocate the biases of ", units, " units");
-    capacity = units;
-  }
-  const __m256i zero = _mm256_setzero_si256(), offset = _mm256_set1_epi8(-128);
-  auto* bias = reinterpret_cast<__m256i*>(biases.get());
-  for (int64_t u = 0; u < units; ++u) bias[u] = _mm256_sub_epi32(zero, dot4_add(zero, offset, load32(x[u].qs)));
-  const size_t step = static_cast<size_t>(part) * row_bytes;
-  for (int64_t i = 0; i < part; ++i) {
-    const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
-    for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
-    __m512 acc01 = _mm512_setzero_ps(), acc23 = _mm512_setzero_ps();
-    int64_t u = 0;
-    for (; u + 2 <= units; u += 2) {
-      const size_t off = static_cast<size_t>(u) * kBytes;
-      for (const uint8_t* rs : r) hwy::Prefetch(rs + off + kPrefetchAhead);
-      quad_block32(r, off, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
-      quad_block32(r, off + kBytes, x[u + 1], _mm512_broadcast_i64x4(bias[u + 1]), acc01, acc23);
-    }
-    if (u < units)
-      quad_block32(r, static_cast<size_t>(u) * kBytes, x[u], _mm512_broadcast_i64x4(bias[u]), acc01, acc23);
-    y[i] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01), 0.0f});
-    y[i + part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01, 1), 0.0f});
-    y[i + 2 * part] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23), 0.0f});
-    y[i + 3 * part] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23, 1), 0.0f});
-  }
-}
-
-// Prefill of Q8_0 on AVX-512 with VNNI: 4 neighbouring rows (row_bytes apart)
-// as decode_pairs32's 2 pairs, one row in each 256-bit half, against kTile tokens
-// (`units` blocks apart in x, outputs ldy apart in y): each unit's weights are made
-// unsigned once for the tile, the token's lanes' bias once for the 4 rows, and each
-// instruction serves 2 rows, where dot_block's 256-bit kernel took one. The same
-// integers and f32 steps (D = d_w * d_x, then acc = fma(D, float(P), acc) unit by unit),
-// so the same bits.
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void prefill_pairs32(const uint8_t* w, size_t row_bytes, int64_t units, const Q8Block* x,
-                                             float* y, int64_t ldy) {
-  constexpr size_t kBytes = dtype_block_bytes(DType::kQ8_0);
-  const __m512i zero = _mm512_setzero_si512(), offset = _mm512_set1_epi8(-128);
-  const __m512i pick01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  const __m512i pick23 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-  __m512 acc01[kTile], acc23[kTile];
-  for (int t = 0; t < kTile; ++t) acc01[t] = acc23[t] = _mm512_setzero_ps();
-  for (int64_t u = 0; u < units; ++u) {
-    const size_t off = static_cast<size_t>(u) * kBytes;
-    const uint8_t* b[4] = {w + off, w + row_bytes + off, w + 2 * row_bytes + off, w + 3 * row_bytes + off};
-    const __m512i q01 = pair_weights32(b[0], b[1]), q23 = pair_weights32(b[2], b[3]);
-    const __m512 dw = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))));
-    const __m512 dw01 = _mm512_permutexvar_ps(pick01, dw), dw23 = _mm512_permutexvar_ps(pick23, dw);
-    for (int t = 0; t < kTile; ++t) {
-      const Q8Block& xt = x[t * units + u];
-      const __m512i xv = both32(xt.qs);
-      const __m512i bias = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, offset, xv));
-      const __m512 dx = _mm512_set1_ps(xt.d);
-      acc01[t] =
-          _mm512_fmadd_ps(_mm512_mul_ps(dw01, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, q01, xv)), acc01[t]);
-      acc23[t] =
-          _mm512_fmadd_ps(_mm512_mul_ps(dw23, dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, q23, xv)), acc23[t]);
-    }
-  }
-  for (int t = 0; t < kTile; ++t) {
-    float* yt = y + t * ldy;
-    yt[0] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc01[t]), 0.0f});
-    yt[1] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc01[t], 1), 0.0f});
-    yt[2] = finish<DType::kQ8_0>(Acc{_mm512_castps512_ps256(acc23[t]), 0.0f});
-    yt[3] = finish<DType::kQ8_0>(Acc{_mm512_extractf32x8_ps(acc23[t], 1), 0.0f});
-  }
 }
 
 // Q4_K and Q5_K (layout in dot_unit_k): the lanes P of rows a and b against kTile
@@ -686,12 +515,10 @@ TESSERA_VNNI HWY_INLINE __m128i mins4(__m512i mins, __m128i pair_sums) {
 }
 
 // Rows r, r + part, r + 2 part, r + 3 part (of `part` rows row_bytes apart), for r < part,
-// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it. The K types; Q8_0
-// takes decode_pairs32 (above).
+// against one token: y[r + s part] as dot_block<kT, 4, 1> gives it.
 template <DType kT, bool kGfni>
 TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units,
-                                                 const Act<kT>* x, float* y) {
-  static_assert(!kBlock32<kT>);
+                                                 const Q8KBlock* x, float* y) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
   constexpr size_t kScaleAt = kT == DType::kQ6_K ? 208 : 0;  // d_w's offset; Q4_K/Q5_K's dmin follows it
   const size_t step = static_cast<size_t>(part) * row_bytes;
@@ -700,7 +527,7 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
     for (int s = 1; s < 4; ++s) b[s] = b[s - 1] + step;
     __m128 one = _mm_setzero_ps();  // the 4 rows' accumulators
     for (int64_t u = 0; u < units; ++u) {
-      const Act<kT>& xt = x[u];
+      const Q8KBlock& xt = x[u];
       for (const uint8_t* br : b)
         for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(br + kPrefetchAhead + off);
       __m512i p01, p23;
@@ -791,9 +618,9 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 #endif
 
 #if TESSERA_QUANT_DOT_AVX2 && !TESSERA_QUANT_DOT_VNNI
-// Decode (one token) on AVX2 without VNNI of every type but Q6_K: rows r, r + part,
-// r + 2 part and r + 3 part (as dot_rows_one_token deals them) side by side, one a
-// 256-bit register, as decode_pairs32 and decode_pairs take them with VNNI. dot_block
+// Decode (one token) on AVX2 without VNNI of Q4_K and Q5_K: rows r, r + part, r + 2 part
+// and r + 3 part (as dot_rows_one_token deals them) side by side, one a 256-bit register,
+// as decode_pairs takes them with VNNI. dot_block
 // spent as many instructions on each unit's scales as on its products, and the kernel
 // was short of instructions, not of memory (docs/benchmarks.md): here the 4 rows' d_w
 // are one conversion and d_w * d_x one multiply (each row's D then one permute), the
@@ -803,80 +630,37 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
 // dot_block<kT, 4, 1>. Q6_K's rows the same way ran 4-12 % slower than dot_block's: its
 // unpacked groups spill AVX2's 16 registers.
 template <DType kT>
-HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Act<kT>* x,
+HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes, int64_t units, const Q8KBlock* x,
                                float* y) {
-  static_assert(kT != DType::kQ6_K);
+  static_assert(kMins<kT>);
   constexpr size_t kBytes = dtype_block_bytes(kT);
   const size_t step = static_cast<size_t>(part) * row_bytes;
   for (int64_t i = 0; i < part; ++i) {
     const uint8_t* r[4] = {w + static_cast<size_t>(i) * row_bytes};
     for (int s = 1; s < 4; ++s) r[s] = r[s - 1] + step;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    __m128 one = _mm_setzero_ps();  // kOneAcc's accumulators of the 4 rows
+    __m128 one = _mm_setzero_ps();  // the 4 rows' accumulators
     for (int64_t u = 0; u < units; ++u) {
       const size_t off = static_cast<size_t>(u) * kBytes;
       const uint8_t* b[4] = {r[0] + off, r[1] + off, r[2] + off, r[3] + off};
-      // Each unit's bytes kPrefetchAhead on, as in dot_block (a line a row every other
-      // unit for Q8_0, whose units are 34 bytes).
-      if (!kBlock32<kT> || u % 2 == 0)
-        for (const uint8_t* bs : b)
-          for (size_t line = 0; line < kBytes; line += 64) hwy::Prefetch(bs + kPrefetchAhead + line);
-      const Act<kT>& xt = x[u];
+      // Each unit's bytes kPrefetchAhead on, as in dot_block.
+      for (const uint8_t* bs : b)
+        for (size_t line = 0; line < kBytes; line += 64) hwy::Prefetch(bs + kPrefetchAhead + line);
+      const Q8KBlock& xt = x[u];
       const __m128 dx = _mm_set1_ps(xt.d);
-      // The 4 rows' D. Q8_0 (short of loads) broadcasts each from the register; the K
-      // types (short of vector operations) from memory, a load where that is a shuffle
-      // (the empty asm keeps the compiler from turning the loads into shuffles): Q4_K +3 %,
-      // Q5_K +3-7 % from L2, Q8_0 -10 % that way.
-      HWY_ALIGN float d[4];
       const __m128 d4 = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 0)))), dx);
-      if constexpr (kT != DType::kQ8_0) {
-        _mm_store_ps(d, d4);
-        asm("" : "+m"(d));
+      uint64_t mn[4];
+      __m256i p[4];
+      for (int r4 = 0; r4 < 4; ++r4) {
+        uint64_t sc;
+        k_scales_mins(b[r4], sc, mn[r4]);
+        k_lanes<kT, 1>(b[r4], sc, &xt, 0, &p[r4]);
       }
-      [[maybe_unused]] __m256i xv;
-      if constexpr (kBlock32<kT>) xv = load32(xt.qs);
-      [[maybe_unused]] uint64_t mn[4];
-      const auto lanes = [&](int s) {
-        __m256i p;
-        if constexpr (kT == DType::kQ8_0) {
-          const __m256i wv = load32(b[s] + 2);
-          p = dot4_add(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-        } else {
-          uint64_t sc;
-          k_scales_mins(b[s], sc, mn[s]);
-          k_lanes<kT, 1>(b[s], sc, &xt, 0, &p);
-        }
-        return p;
-      };
-      const auto row = [&](int s, __m256 acc) {
-        const __m256 ds = kT == DType::kQ8_0
-                              ? _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), _mm256_set1_epi32(s))
-                              : _mm256_broadcast_ss(d + s);
-        return _mm256_fmadd_ps(ds, _mm256_cvtepi32_ps(lanes(s)), acc);
-      };
-      if constexpr (kOneAcc<kT>) {
-        const __m256i p0 = lanes(0), p1 = lanes(1), p2 = lanes(2), p3 = lanes(3);
-        one = _mm_fmadd_ps(d4, _mm_cvtepi32_ps(lanes_sums(p0, p1, p2, p3)), one);
-      } else {
-        acc0 = row(0, acc0);
-        acc1 = row(1, acc1);
-        acc2 = row(2, acc2);
-        acc3 = row(3, acc3);
-      }
-      if constexpr (kMins<kT>) {
-        const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
-        one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)), one);
-      }
+      one = _mm_fmadd_ps(d4, _mm_cvtepi32_ps(lanes_sums(p[0], p[1], p[2], p[3])), one);
+      const __m128 dmin = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<int64_t>(f16x4(b, 2))));
+      one = _mm_fnmadd_ps(_mm_mul_ps(dmin, dx), _mm_cvtepi32_ps(mins_of_4_rows(mn, xt)), one);
     }
     HWY_ALIGN float out[4];
-    if constexpr (kOneAcc<kT>) {
-      _mm_store_ps(out, one);
-    } else {
-      out[0] = finish<kT>(Acc{acc0, 0.0f});
-      out[1] = finish<kT>(Acc{acc1, 0.0f});
-      out[2] = finish<kT>(Acc{acc2, 0.0f});
-      out[3] = finish<kT>(Acc{acc3, 0.0f});
-    }
+    _mm_store_ps(out, one);
     for (int s = 0; s < 4; ++s) y[i + s * part] = out[s];
   }
 }
@@ -887,7 +671,7 @@ HWY_NOINLINE void decode_quads(const uint8_t* w, int64_t part, size_t row_bytes,
 // unit: each unit's weights are unpacked once for a whole tile; a partial tile takes
 // its tokens one at a time (a token's operations are the same either way).
 template <DType kT, int kRows, int kTile>
-TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, const Act<kT>* x,
+TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_t units, const Q8KBlock* x,
                                        int64_t tokens, float* y, int64_t y_step, int64_t ldy) {
   constexpr size_t kBytes = dtype_block_bytes(kT);
   Acc acc[kRows][kTile];
@@ -902,7 +686,7 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
         continue;
       }
 #endif
-      if constexpr (kTile == 1 && kBytes >= kPrefetchFrom) {
+      if constexpr (kTile == 1) {
         for (int r = 0; r < kRows; ++r)
           for (size_t off = 0; off < kBytes; off += 64) hwy::Prefetch(wu + r * row_step + kPrefetchAhead + off);
       }
@@ -914,7 +698,7 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
     }
   }
   for (int64_t t = 0; t < tokens; ++t)
-    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish<kT>(acc[r][t]);
+    for (int r = 0; r < kRows; ++r) y[t * ldy + r * y_step] = finish(acc[r][t]);
 }
 
 // One token (decode) streams the rows from memory once. It takes kStreams rows a step,
@@ -924,15 +708,13 @@ TESSERA_VNNI HWY_INLINE void dot_block(const uint8_t* w, size_t row_step, int64_
 constexpr int kStreams = 4;
 
 template <DType kT>
-TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_bytes, int64_t units, const Act<kT>* x,
+TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_bytes, int64_t units, const Q8KBlock* x,
                                      float* y) {
   const int64_t part = rows / kStreams;
 #if TESSERA_QUANT_DOT_VNNI
   // GFNI unpacks the K types' nibbles (pair_k); Q6_K's bits gained nothing.
   static const bool gfni = (kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
-  if constexpr (kBlock32<kT>) {
-    decode_pairs32(w, part, row_bytes, units, x, y);
-  } else if (gfni) {
+  if (gfni) {
     decode_pairs<kT, true>(w, part, row_bytes, units, x, y);
   } else {
     decode_pairs<kT, false>(w, part, row_bytes, units, x, y);
@@ -940,7 +722,7 @@ TESSERA_VNNI void dot_rows_one_token(const uint8_t* w, int64_t rows, size_t row_
 #else
   bool done = false;  // by decode_quads
 #if TESSERA_QUANT_DOT_AVX2
-  if constexpr (kT != DType::kQ6_K) {
+  if constexpr (kMins<kT>) {
     decode_quads<kT>(w, part, row_bytes, units, x, y);
     done = true;
   }
@@ -960,36 +742,31 @@ constexpr int64_t kRowBlock = 16;
 constexpr int kTokenTile = 8;
 
 #if TESSERA_QUANT_DOT_VNNI
-// 4 rows against nt (at most kTokenTile) tokens on AVX-512 with VNNI: prefill_pairs32
-// or prefill_pairs_k over whole tiles of kPrefillTile<kT> tokens, the rest a token at a
-// time (the same operations either way).
-template <DType kT>
-constexpr int kPrefillTile = kBlock32<kT> ? kTokenTile : 4;  // the K types' 4 keep their sums in registers
+// 4 rows against nt (at most kTokenTile) tokens on AVX-512 with VNNI: prefill_pairs_k over
+// whole tiles of kPrefillTile tokens (4 keep their sums in registers), the rest a token at
+// a time (the same operations either way).
+constexpr int kPrefillTile = 4;
 
 template <DType kT>
-TESSERA_VNNI_GFNI void prefill_quad(const uint8_t* w, size_t row_bytes, int64_t units, const Act<kT>* x, int64_t nt,
+TESSERA_VNNI_GFNI void prefill_quad(const uint8_t* w, size_t row_bytes, int64_t units, const Q8KBlock* x, int64_t nt,
                                     float* y, int64_t ldy) {
   static const bool gfni = (kT == DType::kQ4_K || kT == DType::kQ5_K) && __builtin_cpu_supports("gfni");
   const auto tiles = [&](auto tile, int64_t t0) {
     constexpr int kTile = decltype(tile)::value;
     for (; t0 + kTile <= nt; t0 += kTile) {
-      const Act<kT>* xt = x + t0 * units;
+      const Q8KBlock* xt = x + t0 * units;
       float* yt = y + t0 * ldy;
-      if constexpr (kBlock32<kT>) {
-        prefill_pairs32<kTile>(w, row_bytes, units, xt, yt, ldy);
-      } else {
-        gfni ? prefill_pairs_k<kT, true, kTile>(w, row_bytes, units, xt, yt, ldy)
-             : prefill_pairs_k<kT, false, kTile>(w, row_bytes, units, xt, yt, ldy);
-      }
+      gfni ? prefill_pairs_k<kT, true, kTile>(w, row_bytes, units, xt, yt, ldy)
+           : prefill_pairs_k<kT, false, kTile>(w, row_bytes, units, xt, yt, ldy);
     }
     return t0;
   };
-  tiles(std::integral_constant<int, 1>{}, tiles(std::integral_constant<int, kPrefillTile<kT>>{}, 0));
+  tiles(std::integral_constant<int, 1>{}, tiles(std::integral_constant<int, kPrefillTile>{}, 0));
 }
 #endif
 
 template <DType kT>
-TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Act<kT>* x, int64_t tokens, float* y,
+TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, const Q8KBlock* x, int64_t tokens, float* y,
                                  int64_t ldy) {
   const int64_t units = k / dtype_block_elements(kT);
   const size_t row_bytes = dtype_bytes(kT, k);
@@ -998,7 +775,7 @@ TESSERA_VNNI void dot_rows_typed(const uint8_t* w, int64_t rows, int64_t k, cons
     const int64_t r_end = std::min(rows, r0 + kRowBlock);
     for (int64_t t0 = 0; t0 < tokens; t0 += kTokenTile) {
       const int64_t nt = std::min<int64_t>(kTokenTile, tokens - t0);
-      const Act<kT>* xt = x + t0 * units;
+      const Q8KBlock* xt = x + t0 * units;
       for (int64_t r = r0; r < r_end;) {
         const uint8_t* wr = w + static_cast<size_t>(r) * row_bytes;
         float* yr = y + t0 * ldy + r;
@@ -1140,8 +917,6 @@ void QuantDotRows(DType dtype, const void* w, int64_t rows, int64_t k, const voi
                   int64_t ldy) {
   const auto* wb = static_cast<const uint8_t*>(w);
   switch (dtype) {
-    case DType::kQ8_0:
-      return dot_rows_typed<DType::kQ8_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy);
     case DType::kQ4_K:
       return dot_rows_typed<DType::kQ4_K>(wb, rows, k, static_cast<const Q8KBlock*>(xq), tokens, y, ldy);
     case DType::kQ5_K:
@@ -1199,12 +974,11 @@ void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const v
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " k=", k);
   TS_CHECK(group == 1 || (takes_quant_groups(dtype) && group == kQuantGroup && rows % group == 0), dtype_name(dtype),
            " rows (", rows, ") in groups of ", group);
-  // Q4_0 has only quant_groups.cpp's kernels; the K types' plain rows take this file's row
-  // kernels (the same bits) for fewer tokens than group_from's, a group copied at a time
-  // being dearer than what it gains there.
-  const bool row_kernels = dtype != DType::kQ4_0 && tokens < group_from(dtype);
-  if (takes_quant_groups(dtype) && (group != 1 || !row_kernels))
-    return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1, packed);
+  // Q8_0 and Q4_0 have only quant_groups.cpp's kernels; the K types' plain rows take this
+  // file's row kernels (the same bits) for fewer tokens than group_from's, a group copied at
+  // a time being dearer than what it gains there.
+  const bool row_kernels = !block32(dtype) && tokens < group_from(dtype);
+  if (group != 1 || !row_kernels) return quant_group_rows(dtype, w, rows, k, xq, tokens, y, ldy, group != 1, packed);
   HWY_DYNAMIC_DISPATCH(QuantDotRows)(dtype, w, rows, k, xq, tokens, y, ldy);
 }
 

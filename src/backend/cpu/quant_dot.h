@@ -7,11 +7,8 @@
 // A row's k elements are split into units, each with one float scale: a block of 32
 // for Q8_0 and Q4_0 (activations Q8_0), a super-block of 256 for the K types
 // (activations Q8_K); D = d_w * d_x (f32).
-// Q8_0 keeps eight f32 lane accumulators acc[l], all zero at first; for each unit in order
-//   P[l] = sum_{i<4} q_w[4 l + i] * q_x[4 l + i]      (exact, int32)
-//   acc[l] = fma(D, float(P[l]), acc[l])
-// and the result is acc's halving tree (lane l + 4 onto l, then + 2, then + 1).
-// The others keep one f32 accumulator, acc = 0, and for each unit in order
+// Each row keeps one f32 accumulator, acc = 0, and for each unit in order
+//   Q8_0: acc = fma(D, float(P), acc),  P = sum over the unit's 32 elements of q x
 //   Q4_0: acc = fma(D, float(P), acc),  P = sum over the unit's 32 elements of (q - 8) x
 //   Q4_K, Q5_K: acc = fma(D, float(P), acc), then acc = fma(-(dmin_w * d_x), float(M), acc),
 //         P = sum over sub-blocks j of sc_j * (sum of its 32 q x) (q unsigned: 4 bits, or 5),
@@ -20,10 +17,11 @@
 //         P = sum over its 16 sub-blocks g of sc_g * (sum of its 16 (q - 32) x)
 // (exact integers; ggml's reference adds a block's sum the same way), so that a vector's
 // lanes can be 16 rows (quant_groups.cpp's kernels, rows in weight_layout.h's kQuantGroup
-// layout): about an eighth of the f32 work of 8 lanes a row. Q4_0's rows are placed in
-// those groups; the K types' rows stay as mapped and take quant_dot.cpp's row kernels for
-// a few tokens (each unit's 8 int32 lanes added, then the same steps) and quant_groups.cpp's
-// kernels, a group copied at a time, for more (quant_dot_rows).
+// layout), and an AMX-INT8 tile product 16 rows x 16 tokens of P (amx_int8_kernel.h). Q8_0's
+// and Q4_0's rows are placed in those groups (rows left plain go through them a group
+// copied at a time); the K types' rows stay as mapped and take quant_dot.cpp's row kernels
+// for a few tokens (each unit's 8 int32 lanes added, then the same steps) and
+// quant_groups.cpp's kernels, a group copied at a time, for more (quant_dot_rows).
 // So a token's output depends only on its own row: the same alone (decode) as among
 // any others (prefill), at any thread count, on every instruction set.
 //
@@ -54,7 +52,7 @@ void quantize_activations(DType dtype, const float* x, int64_t tokens, int64_t k
 // y[t * ldy + r] = the dot product above of weight row r (of `rows`, dtype_bytes(dtype,
 // k) apart from w, or with `group` kQuantGroup rows of a type in weight_layout.h's groups) with
 // token t's rounded activations (of `tokens` in xq). packed: xq's first tokens (a multiple of
-// 16) packed once for AMX-INT8 tiles (amx.h), when placed Q4_0 takes them (quant_groups.h).
+// 16) packed once for AMX-INT8 tiles (amx.h), when placed Q8_0 or Q4_0 takes them (quant_groups.h).
 void quant_dot_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, int64_t group = 1, const amx::PackedX* packed = nullptr);
 

@@ -1,6 +1,6 @@
-// Q4_0, Q4_K, Q5_K and Q6_K rows against 8-bit activations (quant_groups.h) in quant_dot.h's
-// order of one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups of
-// kQuantGroup rows, or plain rows copied into a group first. Compiled once per target ISA
+// Q8_0, Q4_0, Q4_K, Q5_K and Q6_K rows against 8-bit activations (quant_groups.h) in
+// quant_dot.h's order of one f32 accumulator a row, 16 rows a vector: weight_layout.h's groups
+// of kQuantGroup rows, or plain rows copied into a group first. Compiled once per target ISA
 // (Highway's foreach_target.h re-includes this file) and dispatched at run time: AVX-512
 // with VNNI takes the 16 rows a 512-bit register, AVX2 two halves of 8 in 256-bit ones,
 // other targets plain integer loops. Every target makes the same integers and then the same
@@ -104,34 +104,62 @@ struct Vec {
   TESSERA_VNNI static void store(float* y, int, Float acc) { _mm512_storeu_ps(y, acc); }
 };
 
-// Q4_0: one vpdpbusd takes slice j's 4 bytes of every row against x's 4, the low nibbles as
-// they are and the high ones masked in place as 16 q (at most 240; vpdpbusd does not
-// saturate) into a second sum, shifted right by 4 once a unit (exact: a multiple of 16).
-struct Q4_0Vec : Vec {
+// Q8_0 and Q4_0 (units of 32 elements): the rows' d, and the f32 step of a unit's sums.
+struct Block32Vec : Vec {
   using Int = __m512i;
   static constexpr int kTile = 8;
   static constexpr int kStreams = 4;
-  TESSERA_VNNI static void weights(const Unit& u, int, Int* lo, Int* hi) {
-    const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
-    for (int j = 0; j < 4; ++j) {
-      const __m512i v = slice(u, 0, 32 + 64 * j);
-      lo[j] = _mm512_and_si512(v, low);
-      hi[j] = _mm512_and_si512(v, high);
-    }
-  }
-  TESSERA_VNNI static Int sums(const Int* lo, const Int* hi, const Q8Block& x, int32_t bias) {
-    __m512i sum = _mm512_set1_epi32(bias), sixteen = _mm512_setzero_si512();
-    for (int j = 0; j < 4; ++j) {
-      sum = _mm512_dpbusd_epi32(sum, lo[j], _mm512_set1_epi32(x4(x.qs + 4 * j)));
-      sixteen = _mm512_dpbusd_epi32(sixteen, hi[j], _mm512_set1_epi32(x4(x.qs + 16 + 4 * j)));
-    }
-    return _mm512_add_epi32(sum, _mm512_srai_epi32(sixteen, 4));
-  }
   TESSERA_VNNI static Float d(const Unit& u, int) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u.p)));
   }
   TESSERA_VNNI static Float step(Float dw, float dx, Int sum, Float acc) {
     return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(sum), acc);
+  }
+};
+
+// Q4_0: one vpdpbusd takes slice j's 4 bytes of every row against x's 4, the low nibbles as
+// they are and the high ones masked in place as 16 q (at most 240; vpdpbusd does not
+// saturate) into a second sum, shifted right by 4 once a unit (exact: a multiple of 16).
+struct Q4_0Vec : Block32Vec {
+  struct Weights {
+    Int lo[4], hi[4];
+  };
+  TESSERA_VNNI static void weights(const Unit& u, int, Weights& w) {
+    const __m512i low = _mm512_set1_epi8(0x0f), high = _mm512_set1_epi8(static_cast<char>(0xf0));
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = slice(u, 0, 32 + 64 * j);
+      w.lo[j] = _mm512_and_si512(v, low);
+      w.hi[j] = _mm512_and_si512(v, high);
+    }
+  }
+  TESSERA_VNNI static Int sums(const Weights& w, const Q8Block& x, int32_t bias) {
+    __m512i sum = _mm512_set1_epi32(bias), sixteen = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      sum = _mm512_dpbusd_epi32(sum, w.lo[j], _mm512_set1_epi32(x4(x.qs + 4 * j)));
+      sixteen = _mm512_dpbusd_epi32(sixteen, w.hi[j], _mm512_set1_epi32(x4(x.qs + 16 + 4 * j)));
+    }
+    return _mm512_add_epi32(sum, _mm512_srai_epi32(sixteen, 4));
+  }
+};
+
+// Q8_0: the signed weights made unsigned, w + 128 (the sign bit flipped), so that vpdpbusd
+// takes slice j's 4 bytes of every row against x's 4, in two chains (even and odd slices),
+// the first from bias = -128 (x0 + .. + x31).
+struct Q8_0Vec : Block32Vec {
+  struct Weights {
+    Int u[8];
+  };
+  TESSERA_VNNI static void weights(const Unit& u, int, Weights& w) {
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int j = 0; j < 8; ++j) w.u[j] = _mm512_xor_si512(slice(u, 0, 32 + 64 * j), sign);
+  }
+  TESSERA_VNNI static Int sums(const Weights& w, const Q8Block& x, int32_t bias) {
+    __m512i even = _mm512_set1_epi32(bias), odd = _mm512_setzero_si512();
+    for (int j = 0; j < 8; j += 2) {
+      even = _mm512_dpbusd_epi32(even, w.u[j], _mm512_set1_epi32(x4(x.qs + 4 * j)));
+      odd = _mm512_dpbusd_epi32(odd, w.u[j + 1], _mm512_set1_epi32(x4(x.qs + 4 * j + 4)));
+    }
+    return _mm512_add_epi32(even, odd);
   }
 };
 
@@ -305,33 +333,61 @@ struct Vec {
   static void store(float* y, int h, Float acc) { _mm256_storeu_ps(y + 8 * h, acc); }
 };
 
-// Q4_0: vpmaddubsw's pairs of a slice summed in int16 over the unit's 8 slices (at most
-// 8 * 2 * 15 * 127 = 30,480), then to int32.
-struct Q4_0Vec : Vec {
+// Q8_0 and Q4_0 (units of 32 elements): the rows' d, and the f32 step of a unit's sums.
+struct Block32Vec : Vec {
   using Int = __m256i;
   static constexpr int kTile = 4;
   static constexpr int kStreams = 2;  // 2 x 2 accumulators, and the weights, in 16 registers
-  static void weights(const Unit& u, int h, Int* lo, Int* hi) {
-    const __m256i low = _mm256_set1_epi8(0x0f);
-    for (int j = 0; j < 4; ++j) {
-      const __m256i v = slice(u, h, 32 + 64 * j);
-      lo[j] = _mm256_and_si256(v, low);
-      hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-    }
-  }
-  static Int sums(const Int* lo, const Int* hi, const Q8Block& x, int32_t bias) {
-    __m256i pairs = _mm256_setzero_si256();
-    for (int j = 0; j < 4; ++j) {
-      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(lo[j], _mm256_set1_epi32(x4(x.qs + 4 * j))));
-      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(hi[j], _mm256_set1_epi32(x4(x.qs + 16 + 4 * j))));
-    }
-    return _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias));
-  }
   static Float d(const Unit& u, int h) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u.p + 16 * h)));
   }
   static Float step(Float dw, float dx, Int sum, Float acc) {
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(sum), acc);
+  }
+};
+
+// Q4_0: vpmaddubsw's pairs of a slice summed in int16 over the unit's 8 slices (at most
+// 8 * 2 * 15 * 127 = 30,480), then to int32.
+struct Q4_0Vec : Block32Vec {
+  struct Weights {
+    Int lo[4], hi[4];
+  };
+  static void weights(const Unit& u, int h, Weights& w) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = slice(u, h, 32 + 64 * j);
+      w.lo[j] = _mm256_and_si256(v, low);
+      w.hi[j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+  }
+  static Int sums(const Weights& w, const Q8Block& x, int32_t bias) {
+    __m256i pairs = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w.lo[j], _mm256_set1_epi32(x4(x.qs + 4 * j))));
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w.hi[j], _mm256_set1_epi32(x4(x.qs + 16 + 4 * j))));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)), _mm256_set1_epi32(bias));
+  }
+};
+
+// Q8_0: |w| times x * sign(w) by vpmaddubsw (a pair at most 2 * 128 * 127: x is never -128),
+// each slice's pairs to int32 by vpmaddwd; no bias.
+struct Q8_0Vec : Block32Vec {
+  struct Weights {
+    Int w[8];
+  };
+  static void weights(const Unit& u, int h, Weights& w) {
+    for (int j = 0; j < 8; ++j) w.w[j] = slice(u, h, 32 + 64 * j);
+  }
+  static Int sums(const Weights& w, const Q8Block& x, int32_t) {
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i sum = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w.w[j], w.w[j]),
+                                                 _mm256_sign_epi8(_mm256_set1_epi32(x4(x.qs + 4 * j)), w.w[j]));
+      sum = _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, one));
+    }
+    return sum;
   }
 };
 
@@ -463,9 +519,27 @@ struct Vec {
   static void store(float* y, int, const Float& acc) { std::copy(acc.v, acc.v + kQuantGroup, y); }
 };
 
+// Q4_0: a row's unit sum from bias (q - 8 as q and -8 x).
 struct Q4_0Vec : Vec {
   static constexpr int kTile = 1;
   static constexpr int kStreams = 1;
+  static int32_t sum(const Unit& u, int r, const Q8Block& x, int32_t bias) {
+    for (int i = 0; i < 16; ++i) {
+      const int b = *byte_at<DType::kQ4_0>(u, 2 + i, r);
+      bias += (b & 15) * x.qs[i] + (b >> 4) * x.qs[16 + i];
+    }
+    return bias;
+  }
+};
+// Q8_0: a row's unit sum of w x (the bias, for w + 128, unused).
+struct Q8_0Vec : Vec {
+  static constexpr int kTile = 1;
+  static constexpr int kStreams = 1;
+  static int32_t sum(const Unit& u, int r, const Q8Block& x, int32_t) {
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(*byte_at<DType::kQ8_0>(u, 2 + i, r)) * x.qs[i];
+    return s;
+  }
 };
 
 template <bool kFive>
@@ -531,31 +605,34 @@ struct Q6KVec : Vec {
 using Q4KVec = KVec<false>;
 using Q5KVec = KVec<true>;
 
-// Q4_0 (quant_dot.h): for each of a group's rows and each token, acc = fma(d_w * d_x,
-// float(P), acc) unit by unit, P = bias + the unit's products of q and x (bias = -8 (x0 + ..
-// + x31): q - 8 as q and -8 x). q4_0_tile takes kTile tokens against one group (token t's
-// unit u at x[t * units + u], its bias likewise; its 16 outputs at y + t * ldy);
-// q4_0_streams one token against kS groups side by side, both halves of a unit together so
-// that its bytes are read once from memory.
-template <int kTile>
-TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
-                                       int64_t ldy) {
-  constexpr int64_t kStep = quant_unit_bytes(DType::kQ4_0);
+// Q8_0 and Q4_0 (quant_dot.h; V: Q8_0Vec or Q4_0Vec, kT its type): for each of a group's rows
+// and each token, acc = fma(d_w * d_x, float(P), acc) unit by unit, P the unit's exact integer
+// sum of its 32 products q x (V::sums, from the token's bias where a kernel needs one: Q4_0's
+// -8 (x0 + .. + x31) for q - 8, Q8_0's -128 (..) for w + 128). tile32 takes kTile tokens
+// against one group (token t's unit u at x[t * units + u], its bias likewise; its 16 outputs
+// at y + t * ldy); streams32 one token against kS groups side by side, both halves of a unit
+// together so that its bytes are read once from memory.
+template <DType kT>
+constexpr int kUnitLines = (quant_unit_bytes(kT) + 63) / 64;  // a unit's lines, to ask ahead
+
+template <typename V, DType kT, int kTile>
+TESSERA_VNNI HWY_INLINE void tile32(const uint8_t* g, int64_t units, const Q8Block* x, const int32_t* bias, float* y,
+                                    int64_t ldy) {
+  constexpr int64_t kStep = quant_unit_bytes(kT);
 #if TESSERA_QUANT_DOT_AVX2
-  using V = Q4_0Vec;
   for (int h = 0; h < V::kHalves; ++h) {
     typename V::Float acc[kTile];
     for (auto& a : acc) a = V::zero();
     for (int64_t u = 0; u < units; ++u) {
       const Unit unit{g + u * kStep};
       if (h == 0)
-        for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
-      typename V::Int lo[4], hi[4];
-      V::weights(unit, h, lo, hi);
+        for (int l = 0; l < kUnitLines<kT>; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
+      typename V::Weights w;
+      V::weights(unit, h, w);
       const typename V::Float dw = V::d(unit, h);
       for (int t = 0; t < kTile; ++t) {
         const Q8Block& xt = x[t * units + u];
-        acc[t] = V::step(dw, xt.d, V::sums(lo, hi, xt, bias[t * units + u]), acc[t]);
+        acc[t] = V::step(dw, xt.d, V::sums(w, xt, bias[t * units + u]), acc[t]);
       }
     }
     for (int t = 0; t < kTile; ++t) V::store(y + t * ldy, h, acc[t]);
@@ -567,42 +644,37 @@ TESSERA_VNNI HWY_INLINE void q4_0_tile(const uint8_t* g, int64_t units, const Q8
       for (int64_t u = 0; u < units; ++u) {
         const Unit unit{g + u * kStep};
         const Q8Block& xt = x[t * units + u];
-        int32_t sum = bias[t * units + u];
-        for (int i = 0; i < 16; ++i) {
-          const int b = *byte_at<DType::kQ4_0>(unit, 2 + i, r);
-          sum += (b & 15) * xt.qs[i] + (b >> 4) * xt.qs[16 + i];
-        }
-        acc = std::fma(f16_at(byte_at<DType::kQ4_0>(unit, 0, r)) * xt.d, static_cast<float>(sum), acc);
+        const int32_t sum = V::sum(unit, static_cast<int>(r), xt, bias[t * units + u]);
+        acc = std::fma(f16_at(byte_at<kT>(unit, 0, r)) * xt.d, static_cast<float>(sum), acc);
       }
       y[t * ldy + r] = acc;
     }
 #endif
 }
 
-template <int kS>
-TESSERA_VNNI HWY_INLINE void q4_0_streams(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
-                                          float* const* y) {
+template <typename V, DType kT, int kS>
+TESSERA_VNNI HWY_INLINE void streams32(const uint8_t* const* g, int64_t units, const Q8Block* x, const int32_t* bias,
+                                       float* const* y) {
 #if TESSERA_QUANT_DOT_AVX2
-  using V = Q4_0Vec;
-  constexpr int64_t kStep = quant_unit_bytes(DType::kQ4_0);
+  constexpr int64_t kStep = quant_unit_bytes(kT);
   typename V::Float acc[kS][V::kHalves];
   for (auto& a : acc)
     for (auto& half : a) half = V::zero();
   for (int64_t u = 0; u < units; ++u) {
     for (int s = 0; s < kS; ++s) {
       const Unit unit{g[s] + u * kStep};
-      for (int l = 0; l < 5; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
+      for (int l = 0; l < kUnitLines<kT>; ++l) hwy::Prefetch(unit.p + kPrefetchAhead + 64 * l);
       for (int h = 0; h < V::kHalves; ++h) {
-        typename V::Int lo[4], hi[4];
-        V::weights(unit, h, lo, hi);
-        acc[s][h] = V::step(V::d(unit, h), x[u].d, V::sums(lo, hi, x[u], bias[u]), acc[s][h]);
+        typename V::Weights w;
+        V::weights(unit, h, w);
+        acc[s][h] = V::step(V::d(unit, h), x[u].d, V::sums(w, x[u], bias[u]), acc[s][h]);
       }
     }
   }
   for (int s = 0; s < kS; ++s)
     for (int h = 0; h < V::kHalves; ++h) V::store(y[s], h, acc[s][h]);
 #else
-  for (int s = 0; s < kS; ++s) q4_0_tile<1>(g[s], units, x, bias, y[s], 0);
+  for (int s = 0; s < kS; ++s) tile32<V, kT, 1>(g[s], units, x, bias, y[s], 0);
 #endif
 }
 
@@ -654,26 +726,32 @@ TESSERA_VNNI HWY_INLINE void k_streams(const uint8_t* const* g, int64_t units, c
 // (kPerUnit int32): Q4_0's bias, Q4_K's pairs of sub-block sums, Q6_K's biases.
 template <DType kT>
 struct Kernels;
-template <>
-struct Kernels<DType::kQ4_0> {
+// Q8_0's and Q4_0's kernels (V, kT as tile32's); a token's unit comes with its bias, -kOffset
+// times the sum of its x.
+template <typename V, DType kT, int kOffset>
+struct Kernels32 {
   using Act = Q8Block;
-  static constexpr int kPerUnit = 1, kTile = Q4_0Vec::kTile, kStreams = Q4_0Vec::kStreams;
+  static constexpr int kPerUnit = 1, kTile = V::kTile, kStreams = V::kStreams;
   static void per_unit(const Q8Block& x, int32_t* out) {
     int32_t sum = 0;
     for (const int8_t q : x.qs) sum += q;
-    out[0] = -8 * sum;
+    out[0] = -kOffset * sum;
   }
   template <int kN>
   TESSERA_VNNI static void tile(const uint8_t* g, int64_t units, const Act* x, const int32_t* e, float* y,
                                 int64_t ldy) {
-    q4_0_tile<kN>(g, units, x, e, y, ldy);
+    tile32<V, kT, kN>(g, units, x, e, y, ldy);
   }
   template <int kS>
   TESSERA_VNNI static void streams(const uint8_t* const* g, int64_t units, const Act* x, const int32_t* e,
                                    float* const* y) {
-    q4_0_streams<kS>(g, units, x, e, y);
+    streams32<V, kT, kS>(g, units, x, e, y);
   }
 };
+template <>
+struct Kernels<DType::kQ8_0> : Kernels32<Q8_0Vec, DType::kQ8_0, 128> {};
+template <>
+struct Kernels<DType::kQ4_0> : Kernels32<Q4_0Vec, DType::kQ4_0, 8> {};
 // The K types' kernels, V's unit and its tile and stream counts.
 template <typename V, DType kT, int kPerUnitInts>
 struct KKernels {
@@ -782,25 +860,28 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
   }
 }
 
-// Whether placed Q4_0 takes AMX-INT8 tiles: on the VNNI target (not where TESSERA_ISA holds
+// Whether placed Q8_0 and Q4_0 take AMX-INT8 tiles: on the VNNI target (not where TESSERA_ISA holds
 // dispatch to AVX2), where the CPU has them and TESSERA_AMX is not "0".
 bool QuantTilesActive() { return TESSERA_QUANT_DOT_VNNI && amx::int8_enabled(); }
 
 void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, bool grouped, const amx::PackedX* packed) {
   const auto* wb = static_cast<const uint8_t*>(w);
-  // Placed Q4_0 takes the tiles 16 tokens at a time (the same bits), the kernels below the
-  // tokens left over.
-  const int64_t tiled = dtype == DType::kQ4_0 && grouped && QuantTilesActive() ? tokens / 16 * 16 : 0;
+  // Placed Q8_0 and Q4_0 take the tiles 16 tokens at a time (the same bits), the kernels
+  // below the tokens left over.
+  const bool block32 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+  const int64_t tiled = block32 && grouped && QuantTilesActive() ? tokens / 16 * 16 : 0;
   if (tiled > 0) {
     const int64_t units = k / dtype_block_elements(dtype);
-    amx::q4_0_rows(wb, rows, units, xq, tiled, y, ldy, packed);
+    amx::block32_rows(dtype, wb, rows, units, xq, tiled, y, ldy, packed);
     if (tiled == tokens) return;
     xq = static_cast<const Q8Block*>(xq) + tiled * units;
     y += tiled * ldy;
     tokens -= tiled;
   }
   switch (dtype) {
+    case DType::kQ8_0:
+      return rows_of<DType::kQ8_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, grouped);
     case DType::kQ4_0:
       return rows_of<DType::kQ4_0>(wb, rows, k, static_cast<const Q8Block*>(xq), tokens, y, ldy, grouped);
     case DType::kQ4_K:

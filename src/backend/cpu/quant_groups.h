@@ -1,6 +1,7 @@
-// The integer dot products of Q4_0, Q4_K, Q5_K and Q6_K rows (quant_dot.h's order of one f32
-// accumulator a row), 16 rows a vector: quant_dot_rows's kernels for Q4_0, and for Q4_K and
-// Q6_K from 8 tokens on, with run-time ISA dispatch (Highway; quant_groups.cpp).
+// The integer dot products of Q8_0, Q4_0, Q4_K, Q5_K and Q6_K rows (quant_dot.h's order of
+// one f32 accumulator a row), 16 rows a vector: quant_dot_rows's kernels for Q8_0 and Q4_0,
+// and for the K types from 16 or 32 tokens on, with run-time ISA dispatch (Highway;
+// quant_groups.cpp).
 //
 // Pure function over caller-owned memory; any thread.
 #pragma once
@@ -18,7 +19,7 @@ namespace tessera::cpu {
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                       int64_t ldy, bool grouped, const amx::PackedX* packed = nullptr);
 
-// Whether placed Q4_0 from 16 tokens on takes AMX-INT8 tile products (amx.h: the same bits)
+// Whether placed Q8_0 and Q4_0 from 16 tokens on take AMX-INT8 tile products (amx.h: the same bits)
 // on the target dispatch chose: its VNNI target, a CPU with AMX-INT8, TESSERA_AMX not "0".
 bool quant_tiles_active();
 

@@ -202,13 +202,14 @@ const uint8_t* round_x(ThreadPool& pool, DType dtype, const float* x, int64_t to
   return xq;
 }
 
-// Placed Q4_0 takes AMX-INT8 tiles from 16 tokens on where the CPU has them
-// (quant_groups.h): its x packed for them once here, for every thread's calls, where each
-// call packed its own. nullptr where w does not take them.
+// Placed Q8_0 and Q4_0 take AMX-INT8 tiles from 16 tokens on where the CPU has them
+// (quant_groups.h): their x (Q8_0 blocks for both) packed for them once here, for every
+// thread's calls, where each call packed its own. nullptr where w does not take them.
 const amx::PackedX* packed_for_tiles(const QuantRows& w, DType dtype, const uint8_t* xq, int64_t tokens,
                                      amx::PackedX& packed) {
-  if (dtype != DType::kQ4_0 || w.group == 1 || tokens < 16 || !quant_tiles_active()) return nullptr;
-  packed = amx::pack_q4_0_x(xq, tokens / 16 * 16, w.k / dtype_block_elements(dtype));
+  const bool block32 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+  if (!block32 || w.group == 1 || tokens < 16 || !quant_tiles_active()) return nullptr;
+  packed = amx::pack_x8(xq, tokens / 16 * 16, w.k / dtype_block_elements(dtype));
   return &packed;
 }
 
@@ -228,9 +229,8 @@ void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<c
   std::vector<QuantRows> rows;
   std::vector<const uint8_t*> xq;
   std::vector<const amx::PackedX*> packs;
-  amx::PackedX packed;  // placed Q4_0 weights here share one x (one kind of activations)
-  const amx::PackedX* q4_0_packed = nullptr;
-  bool q4_0_seen = false;
+  amx::PackedX packed;  // placed Q8_0 and Q4_0 weights here share one x (one kind of activations)
+  const amx::PackedX* shared = nullptr;
   // Weight i's rows are units [first[i], first[i + 1]).
   std::vector<int64_t> first{0};
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -240,11 +240,8 @@ void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<c
     size_t same = 0;  // an earlier weight that takes the same activations
     while (same < i && quant_act_of(outs[same].w->dtype) != quant_act_of(dtype)) ++same;
     xq.push_back(same < i ? xq[same] : round_x(pool, dtype, x, tokens, rows[i].k));
-    if (dtype == DType::kQ4_0 && !q4_0_seen) {
-      q4_0_packed = packed_for_tiles(rows[i], dtype, xq[i], tokens, packed);
-      q4_0_seen = true;
-    }
-    packs.push_back(dtype == DType::kQ4_0 ? q4_0_packed : nullptr);
+    if (shared == nullptr) shared = packed_for_tiles(rows[i], dtype, xq[i], tokens, packed);
+    packs.push_back(quant_act_of(dtype) == QuantAct::kQ8_0 ? shared : nullptr);
     first.push_back(first.back() + (rows[i].n + kUnit - 1) / kUnit);
   }
   // Chunks of units shrinking as they run out (for_chunks), taken by whichever thread is
@@ -274,10 +271,9 @@ void quant_gate_up(ThreadPool& pool, const float* x, int64_t tokens, const Tenso
       quant_act_of(w_up.dtype) == quant_act_of(w_gate.dtype) ? xq_gate : round_x(pool, w_up.dtype, x, tokens, u.k);
   amx::PackedX packed;
   const amx::PackedX* gate_packed = packed_for_tiles(g, w_gate.dtype, xq_gate, tokens, packed);
-  // Gate and up both Q4_0: one x (one kind of activations), packed once.
-  const amx::PackedX* up_packed = w_up.dtype == w_gate.dtype && gate_packed != nullptr
-                                      ? gate_packed
-                                      : packed_for_tiles(u, w_up.dtype, xq_up, tokens, packed);
+  // Gate and up both Q8_0 or Q4_0: one x (one kind of activations), packed once.
+  const amx::PackedX* up_packed =
+      xq_up == xq_gate && gate_packed != nullptr ? gate_packed : packed_for_tiles(u, w_up.dtype, xq_up, tokens, packed);
   for_chunks(pool, static_cast<size_t>(g.n), kUnit, [&](size_t begin, size_t end) {
     const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
     quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n, g.group,

@@ -1,6 +1,6 @@
 // How the rows of a matmul weight lie in CPU memory: a 16- or 32-bit weight in one of three
-// layouts, a Q4_0, Q4_K or Q6_K one as the file has it or in groups of 16 rows (kQuantGroup, below); and
-// CpuDevice::embed reads each, for a tied embedding:
+// layouts, a quantized one (Q8_0, Q4_0, the K types) as the file has it or in groups of 16
+// rows (kQuantGroup, below); and CpuDevice::embed reads each, for a tied embedding:
 //   group 1: as the checkpoint has them, each row's k elements one after another;
 //   group g > 1: the rows in groups of g (`rows` a multiple of g), and within a group the
 //     rows' 64-byte lines alternate: line j of the group's row r at (j * g + r) * 64 bytes
@@ -62,13 +62,14 @@ inline int64_t layout_at(int64_t i, int64_t group) {
 template <int kRows>
 inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 
-// Q4_0 and the K types in groups of kQuantGroup rows, the layout of quant_groups.cpp's kernels
-// (CpuDevice::place lays Q4_0 out so; the K types' rows stay as mapped, for quant_dot.cpp's
-// row kernels' decode, and go through a group at a time from 8 tokens on): the group's units
-// (blocks) one after another, a unit being 16 rows' blocks rearranged
+// Q8_0, Q4_0 and the K types in groups of kQuantGroup rows, the layout of quant_groups.cpp's
+// kernels (CpuDevice::place lays Q8_0 and Q4_0 out so; the K types' rows stay as mapped, for
+// quant_dot.cpp's row kernels' decode, and go through a group at a time from 16 tokens on):
+// the group's units (blocks) one after another, a unit being 16 rows' blocks rearranged
 // so that one 64-byte load gives 4 bytes of every row:
-//   Q4_0 (blocks of 18 bytes: an f16 d, 16 bytes of nibbles): the 16 rows' d, then 4 slices
-//     of 64 bytes, slice j the rows' nibble bytes 4j..4j+3 (row r's at 4r);
+//   Q8_0 and Q4_0 (blocks of 34 and 18 bytes: an f16 d, then 32 int8 or 16 bytes of
+//     nibbles): the 16 rows' d, then 8 or 4 slices of 64 bytes, slice j the rows' bytes
+//     4j..4j+3 after d (row r's at 4r);
 //   Q4_K and Q5_K (blocks of 144 and 176 bytes): the block's 4-byte slices, slice s the 16
 //     rows' bytes 4s..4s+3 (row r's at 64 s + 4r): (d, dmin), the 12 bytes of scales and
 //     mins, (Q5_K) the 32 bytes of fifth bits, the 128 bytes of nibbles;
@@ -79,9 +80,10 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 //     then those elements' 4 scales (8 h + 2 q + l) a byte of every row at a time (row r's
 //     at r), so that one load gives a scale of every row.
 inline constexpr int64_t kQuantGroup = 16;
-// Whether quant_groups.cpp's kernels read weights of `dtype` (Q4_0 and the K types).
+// Whether quant_groups.cpp's kernels read weights of `dtype` (Q8_0, Q4_0 and the K types).
 inline constexpr bool takes_quant_groups(DType dtype) {
-  return dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
+         dtype == DType::kQ6_K;
 }
 // Bytes of a group's unit.
 inline constexpr int64_t quant_unit_bytes(DType dtype) {
@@ -89,7 +91,8 @@ inline constexpr int64_t quant_unit_bytes(DType dtype) {
 }
 // Where byte i of row r's block lies in its group's unit.
 inline constexpr int64_t quant_unit_offset(DType dtype, int64_t i, int64_t r) {
-  if (dtype == DType::kQ4_0) return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
+  if (dtype == DType::kQ8_0 || dtype == DType::kQ4_0)
+    return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
   if (dtype == DType::kQ6_K) {
     constexpr int64_t kChunk = 13 * 64;  // 12 slices and 4 scales of 16 rows
     if (i >= 208) return 2 * r + i - 208;
@@ -112,7 +115,7 @@ void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n,
 // Whether a [rows, k] weight of `dtype` can take groups of `group` rows: a plain 16- or
 // 32-bit type, a group of 4, 8 or 16 (the decode tiles' rows), rows a multiple of it and a
 // row whole lines; or kColumns for bf16 or f16, rows a multiple of 16 and a row whole lines;
-// or kQuantGroup for Q4_0 and the K types, rows a multiple of 16.
+// or kQuantGroup for Q8_0, Q4_0 and the K types, rows a multiple of 16.
 bool can_interleave(DType dtype, int64_t rows, int64_t k, int64_t group);
 
 // src (rows one after another) into dst in groups of `group` rows (can_interleave), rows
