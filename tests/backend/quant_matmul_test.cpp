@@ -363,10 +363,12 @@ TEST(QuantMatmulsTest, MatmulsAndGateUpAreBitwiseEachWeightsMatmul) {
 
 // Q8_0, Q4_0 and the K types' rows in weight_layout.h's groups of 16 (quant_groups.cpp's
 // kernels) give the bits of the same rows left plain, on every instruction set: those pass
-// through a group at a time (40 tokens), or (the K types, 1 and 5 tokens) take quant_dot.cpp's
-// row kernels; for decode (80 rows: the streams of groups, then groups alone) and tiles of
-// tokens. CpuDevice::place makes Q8_0's and Q4_0's groups (the others' rows stay as mapped,
-// for the row kernels' decode), and the embedding's rows from them are the plain ones'.
+// through a group at a time (40 tokens), or take Q8_0's and Q4_0's plain-row decode kernel
+// (plain32, 1 token) or (the K types, 1 and 5 tokens) quant_dot.cpp's row kernels; for decode
+// (80 rows: the streams of groups, then groups alone) and tiles of tokens. Fail first:
+// plain32's rows 14 and 15 swapped (VNNI) and Q4_0's bias off by one (AVX2) failed it.
+// CpuDevice::place makes Q8_0's and Q4_0's groups (the others' rows stay as mapped, for the
+// row kernels' decode), and the embedding's rows from them are the plain ones'.
 class QuantGroupsTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(QuantGroupsTest, RowsPlacedInGroupsAreBitwiseThePlainRows) {
