@@ -683,6 +683,11 @@ TESSERA_VNNI HWY_INLINE void streams32(const uint8_t* const* g, int64_t units, c
 // added (exact), then the same f32 step for the 16 rows, so the bits are tile32's. Decode of
 // weights left as mapped: about 70 % of the placed rows' speed, where a group copied a call
 // ran at a quarter (no prefetches: asking each row's line 2 KiB ahead gained nothing).
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic push  // as the Vec structs: GCC 12's 512-bit intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 template <DType kT>
 TESSERA_VNNI HWY_INLINE void plain32(const uint8_t* w, int64_t row_bytes, int64_t units, const Q8Block* x,
                                      const int32_t* bias, float* y) {
@@ -780,6 +785,9 @@ TESSERA_VNNI HWY_INLINE void plain32(const uint8_t* w, int64_t row_bytes, int64_
   }
 #endif
 }
+#if HWY_COMPILER_GCC_ACTUAL
+#pragma GCC diagnostic pop
+#endif
 
 // The K types (V: Q4KVec, Q5KVec or Q6KVec) one super-block unit at a time: V::unit takes a unit
 // against kT tokens (their blocks xt[t], what per_unit made of them e[t]) into acc[t].
