@@ -932,7 +932,8 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
   }
   int64_t r0 = 0;
   if constexpr (kT == DType::kQ8_0 || kT == DType::kQ4_0) {  // plain rows' decode, whole groups of 16
-    if (tokens == 1 && !grouped)
+    // (its vectors address 16 rows by int32 offsets: rows of more bytes take the copies below)
+    if (tokens == 1 && !grouped && row_bytes <= INT32_MAX / kQuantGroup)
       for (; r0 + kQuantGroup <= rows; r0 += kQuantGroup)
         plain32<kT>(w + r0 * row_bytes, row_bytes, units, x, e, y + r0);
   }
