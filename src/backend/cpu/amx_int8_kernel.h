@@ -7,17 +7,18 @@
 //
 // The order is quant_dot.h's, the one quant_groups.cpp's kernels take: for each row and
 // token, unit (block of 32) by unit, acc = fma(d_w * d_x, float(P), acc), P the unit's exact
-// integer sum of q x (Q8_0) or (q - 8) x (Q4_0). A tile product makes P for 16 tokens x 16 rows at once, and
-// integer sums are exact in any order, so every output is bitwise the vector kernels' (and
-// a token's row the same in any batch, alone or among others).
+// integer sum of q x (Q8_0) or (q - 8) x (Q4_0). A tile product makes P for 16 tokens x 16
+// rows at once, and integer sums are exact in any order, so every output is bitwise the
+// vector kernels' (and a token's row the same in any batch, alone or among others).
 //
 // Tiles: C = tile 0 to 3 (16 tokens x 16 rows of int32), A = tile 4 or 5 (16 tokens x 64
 // int8: a pair of units' x, packed by pack_x), B = tile 6 or 7 (16 rows of 64 bytes: row p
 // the 16 weight rows' q (Q8_0) or q - 8 (Q4_0) at elements 4p..4p + 3 of the pair, the VNNI
-// layout tdpbssd takes, the other unit's 8 rows zero). Every tile is whole (64-byte rows, 16 of them): the
-// products of a unit alone (32 int8 of k, B of 8 rows) were 4 times slower beside the tile
-// loads on the Xeons measured (docs/benchmarks.md, session 46), so each product takes a pair
-// of units' x and one unit's weights, and half of its products are by zero.
+// layout tdpbssd takes, the other unit's 8 rows zero). Every tile is whole (64-byte rows, 16
+// of them): the products of a unit alone (32 int8 of k, B of 8 rows) were 4 times slower
+// beside the tile loads on the Xeons measured (docs/benchmarks.md, session 46), so each
+// product takes a pair of units' x and one unit's weights, and half of its products are by
+// zero.
 // Unit u's product takes C u % 4, A (u / 2) % 2 and B u % 2 and runs two units ahead of its
 // f32 step; its C tile goes to memory a unit before the vectors read it. A group's unit (an
 // f16 d a row, then slices of 64 bytes, slice j 4 bytes of every row) becomes its B rows with

@@ -42,13 +42,12 @@ HWY_BEFORE_NAMESPACE();
 namespace tessera::cpu {
 namespace HWY_NAMESPACE {
 
-// Every type here meets Q8_K activations; a unit is 8 groups of 32 elements.
+// Every type here meets Q8_K activations; a unit is 8 groups of 32 elements. A row keeps
+// one f32 accumulator (quant_dot.h, as quant_groups.cpp's kernels): a unit's lanes P[l] are
+// added first (exact), then one fma, and for Q4_K and Q5_K (kMins) a second with their mins.
 constexpr int kGroups = 8;
 template <DType kT>
 constexpr bool kMins = kT == DType::kQ4_K || kT == DType::kQ5_K;
-// One f32 accumulator a row (quant_dot.h, as quant_groups.cpp's kernels): a unit's lanes
-// P[l] are added first (exact), then one fma, and for Q4_K and Q5_K a second with their
-// mins.
 
 // A unit's mins term (Q4_K, Q5_K): acc.one = fma(-(dmin_w * d_x), float(M), acc.one).
 // (Acc: each target's.)
