@@ -350,24 +350,34 @@ TEST(KernelsTest, ReadSumAddsEveryWordOnce) {
   }
 }
 
-// axpy_rows gives the bits of one axpy per row, in row order, for every dtype and sizes
-// that take its groups of 8, 4, 2 and 1 vectors (on 16 lanes and on 8) and a scalar tail.
+// axpy_rows gives the bits of one axpy per row of x, in row order, for each of m rows of y
+// (a and y rows strided, as attention's scores and heads), on every target, for dtypes and
+// sizes that take its groups of 8, 4, 2 and 1 vectors (on 16 lanes and on 8), a scalar tail,
+// and m that takes its blocks of 4, 2 and 1 rows of y. Fail first: the a of row j + 1 used
+// for row j's second block of 4 columns failed it.
 TEST(KernelsTest, AxpyRowsIsAxpyRowByRow) {
-  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (const int64_t n : {1, 7, 16, 48, 64, 112, 128, 200, 248}) {
-      const int64_t rows = 13;
-      const auto a = random_values(static_cast<size_t>(rows), 20);
-      auto x = random_values(static_cast<size_t>(rows * n), 21);
-      const auto bytes = encode(x, dtype);
-      const auto start = random_values(static_cast<size_t>(n), 22);
-      auto want = start, got = start;
-      for (int64_t r = 0; r < rows; ++r)
-        cpu::axpy(a[static_cast<size_t>(r)], bytes.data() + r * n * static_cast<int64_t>(dtype_size(dtype)), dtype,
-                  want.data(), n);
-      cpu::axpy_rows(a.data(), bytes.data(), dtype, rows, got.data(), n);
-      EXPECT_EQ(got, want) << dtype_name(dtype) << " n=" << n;
+  const int targets_run = for_each_target([&](int64_t target, size_t) {
+    for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (const int64_t n : {1, 7, 16, 48, 64, 112, 128, 200, 248}) {
+        for (const int64_t m : {1, 3, 4, 7}) {
+          const int64_t rows = 13, lda = rows + 2, ldy = n + 3;
+          const auto a = random_values(static_cast<size_t>(m * lda), 20);
+          auto x = random_values(static_cast<size_t>(rows * n), 21);
+          const auto bytes = encode(x, dtype);
+          const auto start = random_values(static_cast<size_t>(m * ldy), 22);
+          auto want = start, got = start;
+          for (int64_t j = 0; j < m; ++j)
+            for (int64_t r = 0; r < rows; ++r)
+              cpu::axpy(a[static_cast<size_t>(j * lda + r)],
+                        bytes.data() + r * n * static_cast<int64_t>(dtype_size(dtype)), dtype, want.data() + j * ldy,
+                        n);
+          cpu::axpy_rows(a.data(), lda, m, bytes.data(), dtype, rows, got.data(), ldy, n);
+          EXPECT_EQ(got, want) << hwy::TargetName(target) << " " << dtype_name(dtype) << " n=" << n << " m=" << m;
+        }
+      }
     }
-  }
+  });
+  EXPECT_GE(targets_run, 1);
 }
 
 // argmax is std::max_element's index on every target: ties (the first wins, -0 and +0

@@ -455,9 +455,8 @@ void CpuDevice::attention(const AttentionArgs& a) {
           const auto [row0, row1] = visible(t, from, stop);
           if (row0 == row1) continue;
           const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row0 % bs * hd) * elem;
-          for (int64_t j = 0; j < per_unit; ++j)
-            cpu::axpy_rows(row_of(t, j) + (row0 - lo), values, p.dtype, row1 - row0,
-                           a.out + (t * a.n_heads + h0 + j) * hd, hd);
+          cpu::axpy_rows(row_of(t, 0) + (row0 - lo), span, per_unit, values, p.dtype, row1 - row0,
+                         a.out + (t * a.n_heads + h0) * hd, hd, hd);
         }
       });
     }

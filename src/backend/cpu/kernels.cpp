@@ -66,54 +66,92 @@ void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
   }
 }
 
-// Columns [i, i + kGroup vectors) of axpy_rows: kGroup vectors of y held in registers
-// across the rows, kGroup chains of multiply-adds side by side.
-template <int kGroup, typename XT>
-HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, const XT* HWY_RESTRICT x, int64_t rows, float* HWY_RESTRICT y,
-                             int64_t n, int64_t i) {
+// Columns [i, i + kGroup vectors) of kM rows of y (ldy apart; their a rows lda apart) in
+// axpy_rows: kM x kGroup vectors of y held in registers across the rows of x, as many chains
+// of multiply-adds side by side, each vector of x loaded once for the kM rows.
+template <int kM, int kGroup, typename XT>
+HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t rows,
+                             float* HWY_RESTRICT y, int64_t ldy, int64_t n, int64_t i) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
-  VF acc[kGroup];
-  for (int v = 0; v < kGroup; ++v) acc[v] = hn::LoadU(df, y + i + v * lanes);
+  VF acc[kM][kGroup];
+  for (int j = 0; j < kM; ++j)
+    for (int v = 0; v < kGroup; ++v) acc[j][v] = hn::LoadU(df, y + j * ldy + i + v * lanes);
   for (int64_t r = 0; r < rows; ++r) {
-    const auto av = hn::Set(df, a[r]);
-    for (int v = 0; v < kGroup; ++v) acc[v] = hn::MulAdd(av, load_w(df, x + r * n, i + v * lanes), acc[v]);
+    VF xv[kGroup];
+    for (int v = 0; v < kGroup; ++v) xv[v] = load_w(df, x + r * n, i + v * lanes);
+    for (int j = 0; j < kM; ++j) {
+      const auto av = hn::Set(df, a[j * lda + r]);
+      for (int v = 0; v < kGroup; ++v) acc[j][v] = hn::MulAdd(av, xv[v], acc[j][v]);
+    }
   }
-  for (int v = 0; v < kGroup; ++v) hn::StoreU(acc[v], df, y + i + v * lanes);
+  for (int j = 0; j < kM; ++j)
+    for (int v = 0; v < kGroup; ++v) hn::StoreU(acc[j][v], df, y + j * ldy + i + v * lanes);
 }
 
-// y += a[r] * x[r] for r = 0, 1, ..., rows - 1, each element of y taking the rows in
-// that order by the same multiply-add as axpy (so the same bits as `rows` axpy calls),
-// with up to 8 vectors of y held in registers across the rows: groups of 8, then one of
-// 4, 2 and 1 as the columns left allow (a head of 64 on AVX-512 is one group of 4, four
-// chains side by side rather than four passes of one).
-template <typename XT>
-void axpy_rows_typed(const float* HWY_RESTRICT a, const XT* HWY_RESTRICT x, int64_t rows, float* HWY_RESTRICT y,
-                     int64_t n) {
+// Vectors of y a target keeps in registers across the rows: 16 of AVX-512's 32, 8 of
+// AVX2's 16 (the rest for x and a).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr int kAxpyRegisters = 16;
+#else
+constexpr int kAxpyRegisters = 8;
+#endif
+
+// kM rows of y: groups of kMost columns' vectors (at most 8, kAxpyRegisters in all), then
+// one of 4, 2 and 1 as the columns left allow (a head of 64 on AVX-512 with 4 heads: one
+// group of 4 vectors a head, 16 chains side by side), then the scalar tail.
+template <int kM, typename XT>
+void axpy_rows_of(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t rows,
+                  float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
+  constexpr int kMost = std::max(1, std::min(8, kAxpyRegisters / kM));
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t i = 0;
-  for (; i + 8 * lanes <= n; i += 8 * lanes) axpy_columns<8>(a, x, rows, y, n, i);
-  if (i + 4 * lanes <= n) {
-    axpy_columns<4>(a, x, rows, y, n, i);
-    i += 4 * lanes;
+  for (; i + kMost * lanes <= n; i += kMost * lanes) axpy_columns<kM, kMost>(a, lda, x, rows, y, ldy, n, i);
+  if constexpr (kMost > 4) {
+    if (i + 4 * lanes <= n) {
+      axpy_columns<kM, 4>(a, lda, x, rows, y, ldy, n, i);
+      i += 4 * lanes;
+    }
   }
-  if (i + 2 * lanes <= n) {
-    axpy_columns<2>(a, x, rows, y, n, i);
-    i += 2 * lanes;
+  if constexpr (kMost > 2) {
+    if (i + 2 * lanes <= n) {
+      axpy_columns<kM, 2>(a, lda, x, rows, y, ldy, n, i);
+      i += 2 * lanes;
+    }
   }
-  if (i + lanes <= n) {
-    axpy_columns<1>(a, x, rows, y, n, i);
-    i += lanes;
+  if constexpr (kMost > 1) {
+    if (i + lanes <= n) {
+      axpy_columns<kM, 1>(a, lda, x, rows, y, ldy, n, i);
+      i += lanes;
+    }
   }
-  for (; i < n; ++i)
-    for (int64_t r = 0; r < rows; ++r) y[i] = std::fma(a[r], w_scalar(x + r * n, i), y[i]);
+  for (int j = 0; j < kM; ++j)
+    for (int64_t c = i; c < n; ++c)
+      for (int64_t r = 0; r < rows; ++r)
+        y[j * ldy + c] = std::fma(a[j * lda + r], w_scalar(x + r * n, c), y[j * ldy + c]);
 }
 
-void AxpyRows(const float* a, const void* x, DType dtype, int64_t rows, float* y, int64_t n) {
+// y_j += a_j[r] * x[r] for r = 0, 1, ..., rows - 1 and each of the m rows j of y, each
+// element taking the rows in that order by the same multiply-add as axpy (so the same bits
+// as `rows` axpy calls a row of y), 4 rows of y at a time, then 2, then 1.
+template <typename XT>
+void axpy_rows_typed(const float* HWY_RESTRICT a, int64_t lda, int64_t m, const XT* HWY_RESTRICT x, int64_t rows,
+                     float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
+  int64_t j = 0;
+  for (; j + 4 <= m; j += 4) axpy_rows_of<4>(a + j * lda, lda, x, rows, y + j * ldy, ldy, n);
+  if (j + 2 <= m) {
+    axpy_rows_of<2>(a + j * lda, lda, x, rows, y + j * ldy, ldy, n);
+    j += 2;
+  }
+  if (j < m) axpy_rows_of<1>(a + j * lda, lda, x, rows, y + j * ldy, ldy, n);
+}
+
+void AxpyRows(const float* a, int64_t lda, int64_t m, const void* x, DType dtype, int64_t rows, float* y, int64_t ldy,
+              int64_t n) {
   switch (dtype) {
-    case DType::kF32: return axpy_rows_typed(a, static_cast<const float*>(x), rows, y, n);
-    case DType::kBF16: return axpy_rows_typed(a, static_cast<const hwy::bfloat16_t*>(x), rows, y, n);
-    case DType::kF16: return axpy_rows_typed(a, static_cast<const hwy::float16_t*>(x), rows, y, n);
+    case DType::kF32: return axpy_rows_typed(a, lda, m, static_cast<const float*>(x), rows, y, ldy, n);
+    case DType::kBF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::bfloat16_t*>(x), rows, y, ldy, n);
+    case DType::kF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::float16_t*>(x), rows, y, ldy, n);
     default: TS_CHECK(false, "axpy dtype ", dtype_name(dtype));
   }
 }
@@ -301,8 +339,9 @@ void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(A
 void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyAs)(a, x, x_dtype, y, n);
 }
-void axpy_rows(const float* a, const void* x, DType x_dtype, int64_t rows, float* y, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, x, x_dtype, rows, y, n);
+void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t rows, float* y,
+               int64_t ldy, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, lda, m, x, x_dtype, rows, y, ldy, n);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }
