@@ -399,8 +399,12 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
+  // An f16 cache's block is widened to f32 once for a tile of several tokens, where each
+  // token's kernels widened it again (f16's dot_rows and axpy_rows order is f32's, so the
+  // bits are the same; bf16's dot_rows order is not, so its blocks stay as they are).
+  const bool widen = p.dtype == DType::kF16;
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores, widened;
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
       const int64_t t0 = u / units_per_tile * kAttentionTokens, t1 = std::min(a.tokens, t0 + kAttentionTokens);
@@ -427,6 +431,16 @@ void CpuDevice::attention(const AttentionArgs& a) {
         const int64_t row0 = std::max(from, first(t)), row1 = std::max(row0, std::min(stop, a.pos0 + t + 1));
         return std::pair{row0, row1};
       };
+      // Rows [from, stop) of a block's keys (kind 0) or values (1) as the kernels read them, and
+      // their dtype: in the cache, or widened (a tile of several tokens over an f16 cache).
+      const bool widen_tile = widen && t1 - t0 > 1;
+      if (widen_tile) widened.resize(static_cast<size_t>(bs * hd));
+      const auto rows_of_block = [&](int64_t block, int kind, int64_t from, int64_t stop) {
+        const uint8_t* rows = base + (p.offset(block, a.layer, kind, kv) + from % bs * hd) * elem;
+        if (!widen_tile) return std::pair<const void*, DType>{rows, p.dtype};
+        cpu::to_f32(rows, p.dtype, (stop - from) * hd, widened.data());
+        return std::pair<const void*, DType>{widened.data(), DType::kF32};
+      };
       for_each_block([&](int64_t block, int64_t from, int64_t stop) {
         // The next block's keys, and this block's values (read after every score), asked for
         // ahead: a block's rows of a head are a few KiB apart from the next block's, a jump
@@ -436,12 +450,14 @@ void CpuDevice::attention(const AttentionArgs& a) {
                   static_cast<size_t>(std::min(bs, hi + 1 - stop) * hd) * elem);
         ask_for(base + (p.offset(block, a.layer, 1, kv) + from % bs * hd) * elem,
                 static_cast<size_t>((stop - from) * hd) * elem);
+        const auto [keys, dtype] = rows_of_block(block, 0, from, stop);
+        const size_t key_bytes = dtype_size(dtype) * static_cast<size_t>(hd);
         for (int64_t t = t0; t < t1; ++t) {
           const auto [row0, row1] = visible(t, from, stop);
           if (row0 == row1) continue;
-          const uint8_t* keys = base + (p.offset(block, a.layer, 0, kv) + row0 % bs * hd) * elem;
           const float* q = a.q + (t * a.n_heads + h0) * hd;  // F32 [per_unit, hd]
-          cpu::dot_rows(q, per_unit, hd, keys, p.dtype, row1 - row0, row_of(t, 0) + (row0 - lo), span);
+          cpu::dot_rows(q, per_unit, hd, static_cast<const uint8_t*>(keys) + (row0 - from) * key_bytes, dtype,
+                        row1 - row0, row_of(t, 0) + (row0 - lo), span);
         }
       });
       for (int64_t t = t0; t < t1; ++t)
@@ -451,11 +467,13 @@ void CpuDevice::attention(const AttentionArgs& a) {
           std::fill(out, out + hd, 0.0f);
         }
       for_each_block([&](int64_t block, int64_t from, int64_t stop) {
+        const auto [values, dtype] = rows_of_block(block, 1, from, stop);
+        const size_t value_bytes = dtype_size(dtype) * static_cast<size_t>(hd);
         for (int64_t t = t0; t < t1; ++t) {
           const auto [row0, row1] = visible(t, from, stop);
           if (row0 == row1) continue;
-          const uint8_t* values = base + (p.offset(block, a.layer, 1, kv) + row0 % bs * hd) * elem;
-          cpu::axpy_rows(row_of(t, 0) + (row0 - lo), span, per_unit, values, p.dtype, row1 - row0,
+          cpu::axpy_rows(row_of(t, 0) + (row0 - lo), span, per_unit,
+                         static_cast<const uint8_t*>(values) + (row0 - from) * value_bytes, dtype, row1 - row0,
                          a.out + (t * a.n_heads + h0) * hd, hd, hd);
         }
       });
