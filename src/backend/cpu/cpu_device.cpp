@@ -399,10 +399,6 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
-  // An f16 cache's block is widened to f32 once for a tile of several tokens, where each
-  // token's kernels widened it again (f16's dot_rows and axpy_rows order is f32's, so the
-  // bits are the same; bf16's dot_rows order is not, so its blocks stay as they are).
-  const bool widen = p.dtype == DType::kF16;
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores, widened;
     for (size_t i = begin; i < end; ++i) {
@@ -432,8 +428,11 @@ void CpuDevice::attention(const AttentionArgs& a) {
         return std::pair{row0, row1};
       };
       // Rows [from, stop) of a block's keys (kind 0) or values (1) as the kernels read them, and
-      // their dtype: in the cache, or widened (a tile of several tokens over an f16 cache).
-      const bool widen_tile = widen && t1 - t0 > 1;
+      // their dtype: in the cache, or, for a tile of several tokens over an f16 cache, widened to
+      // f32 once for all of them, where each token's kernels widened them again (f16's dot_rows
+      // and axpy_rows order is f32's: the same bits; bf16's dot_rows order is not, so a bf16
+      // cache's blocks stay as they are).
+      const bool widen_tile = p.dtype == DType::kF16 && t1 - t0 > 1;
       if (widen_tile) widened.resize(static_cast<size_t>(bs * hd));
       const auto rows_of_block = [&](int64_t block, int kind, int64_t from, int64_t stop) {
         const uint8_t* rows = base + (p.offset(block, a.layer, kind, kv) + from % bs * hd) * elem;
