@@ -375,7 +375,7 @@ PackedX pack_x8(const void* xq, int64_t tokens, int64_t units) {
 void block32_rows(DType dtype, const uint8_t* w, int64_t rows, int64_t units, const void* xq, int64_t tokens, float* y,
                   int64_t ldy, const PackedX* packed) {
   TS_CHECK(cpu_has_int8(), "[cpu] AMX-INT8 tiles on a CPU (or OS) without them");
-  TS_CHECK(dtype == DType::kQ8_0 || dtype == DType::kQ4_0, "[cpu] AMX-INT8 rows of ", dtype_name(dtype));
+  TS_CHECK(block32(dtype), "[cpu] AMX-INT8 rows of ", dtype_name(dtype));
   TS_CHECK(rows % kQuantGroup == 0 && tokens % int8::kTokens == 0, "[cpu] AMX ", dtype_name(dtype), " rows ", rows,
            " and tokens ", tokens, " (multiples of 16)");
   struct Scratch {

@@ -113,7 +113,7 @@ void pipelined(typename Ops::Acc& acc, const int8_t* xa, const float* xd, int64_
 template <typename Ops, DType kT>
 void rows_of(const uint8_t* w, int64_t rows, int64_t units, const int8_t* xa, const float* xd, int64_t tokens, float* y,
              int64_t ldy, int8_t* b, float* dw, int32_t* p) {
-  static_assert(kT == DType::kQ8_0 || kT == DType::kQ4_0);
+  static_assert(block32(kT));
   const int64_t group_bytes = units * quant_unit_bytes(kT);
   Ops::configure();
   for (int64_t r0 = 0; r0 < rows; r0 += kQuantGroup) {

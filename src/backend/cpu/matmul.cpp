@@ -621,7 +621,7 @@ bool AmxActive() { return Bf16DotActive() && amx::enabled(); }
 // kernel's choice, else decode_tile_rows() (at most kMaxDecodeRows on this file's paths).
 int64_t MatmulRowGroup(DType w_dtype) {
   // quant_groups.cpp's layout, their only kernels
-  if (w_dtype == DType::kQ8_0 || w_dtype == DType::kQ4_0) return kQuantGroup;
+  if (block32(w_dtype)) return kQuantGroup;
   if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return m->row_group();
   return std::min(decode_tile_rows(), kMaxDecodeRows);
 }

@@ -938,7 +938,6 @@ HWY_EXPORT(RoundQ8_0);
 HWY_EXPORT(RoundQ8_K);
 
 namespace {
-bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
 // Tokens from which the K types' plain rows go through quant_groups.cpp's kernels: a group
 // copied a call costs about what 16 tokens' products of Q4_K or Q5_K gain there, 32 of Q6_K
 // (docs/benchmarks.md, session 45).

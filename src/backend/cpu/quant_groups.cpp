@@ -931,7 +931,7 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
     TS_CHECK(scratch, "[cpu] cannot allocate a ", dtype_name(kT), " group of ", units, " units");
   }
   int64_t r0 = 0;
-  if constexpr (kT == DType::kQ8_0 || kT == DType::kQ4_0) {  // plain rows' decode, whole groups of 16
+  if constexpr (block32(kT)) {  // plain rows' decode, whole groups of 16
     // (its vectors address 16 rows by int32 offsets: rows of more bytes take the copies below)
     if (tokens == 1 && !grouped && row_bytes <= INT32_MAX / kQuantGroup)
       for (; r0 + kQuantGroup <= rows; r0 += kQuantGroup)
@@ -986,8 +986,7 @@ void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const v
   const auto* wb = static_cast<const uint8_t*>(w);
   // Placed Q8_0 and Q4_0 take the tiles 16 tokens at a time (the same bits), the kernels
   // below the tokens left over.
-  const bool block32 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
-  const int64_t tiled = block32 && grouped && QuantTilesActive() ? tokens / 16 * 16 : 0;
+  const int64_t tiled = block32(dtype) && grouped && QuantTilesActive() ? tokens / 16 * 16 : 0;
   if (tiled > 0) {
     const int64_t units = k / dtype_block_elements(dtype);
     amx::block32_rows(dtype, wb, rows, units, xq, tiled, y, ldy, packed);

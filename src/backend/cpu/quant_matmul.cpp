@@ -207,8 +207,7 @@ const uint8_t* round_x(ThreadPool& pool, DType dtype, const float* x, int64_t to
 // thread's calls, where each call packed its own. nullptr where w does not take them.
 const amx::PackedX* packed_for_tiles(const QuantRows& w, DType dtype, const uint8_t* xq, int64_t tokens,
                                      amx::PackedX& packed) {
-  const bool block32 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
-  if (!block32 || w.group == 1 || tokens < 16 || !quant_tiles_active()) return nullptr;
+  if (!block32(dtype) || w.group == 1 || tokens < 16 || !quant_tiles_active()) return nullptr;
   packed = amx::pack_x8(xq, tokens / 16 * 16, w.k / dtype_block_elements(dtype));
   return &packed;
 }

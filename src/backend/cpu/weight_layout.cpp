@@ -28,8 +28,7 @@ void quant_group(DType dtype, const uint8_t* rows, int64_t row_bytes, int64_t n,
   // The block's 4-byte slices (all of Q4_K's and Q5_K's bytes, Q6_K's ql and qh, Q8_0's and
   // Q4_0's qs), then the bytes that go alone (Q8_0's, Q4_0's and Q6_K's d, Q6_K's scales): a copy of a
   // size known here each (prefill copies a group a call).
-  const int64_t first = dtype == DType::kQ8_0 || dtype == DType::kQ4_0 ? 2 : 0,
-                last = dtype == DType::kQ6_K ? 192 : block;
+  const int64_t first = block32(dtype) ? 2 : 0, last = dtype == DType::kQ6_K ? 192 : block;
   int64_t at[64];  // each slice's place in a unit, row 0's (at most 52 slices)
   const int64_t slices = (last - first) / 4;
   for (int64_t k = 0; k < slices; ++k) at[k] = quant_unit_offset(dtype, first + 4 * k, 0);

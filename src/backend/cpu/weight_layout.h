@@ -80,10 +80,12 @@ inline constexpr int kSideBySide = kRows < 16 ? 16 / kRows : 1;
 //     then those elements' 4 scales (8 h + 2 q + l) a byte of every row at a time (row r's
 //     at r), so that one load gives a scale of every row.
 inline constexpr int64_t kQuantGroup = 16;
+// Q8_0 and Q4_0: blocks of 32 elements that begin with their f16 d, against Q8_0 activations
+// (their groups the same formula, their AMX-INT8 tiles one kernel).
+inline constexpr bool block32(DType dtype) { return dtype == DType::kQ8_0 || dtype == DType::kQ4_0; }
 // Whether quant_groups.cpp's kernels read weights of `dtype` (Q8_0, Q4_0 and the K types).
 inline constexpr bool takes_quant_groups(DType dtype) {
-  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
-         dtype == DType::kQ6_K;
+  return block32(dtype) || dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
 }
 // Bytes of a group's unit.
 inline constexpr int64_t quant_unit_bytes(DType dtype) {
@@ -91,8 +93,7 @@ inline constexpr int64_t quant_unit_bytes(DType dtype) {
 }
 // Where byte i of row r's block lies in its group's unit.
 inline constexpr int64_t quant_unit_offset(DType dtype, int64_t i, int64_t r) {
-  if (dtype == DType::kQ8_0 || dtype == DType::kQ4_0)
-    return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
+  if (block32(dtype)) return i < 2 ? 2 * r + i : 32 + (i - 2) / 4 * 64 + 4 * r + (i - 2) % 4;
   if (dtype == DType::kQ6_K) {
     constexpr int64_t kChunk = 13 * 64;  // 12 slices and 4 scales of 16 rows
     if (i >= 208) return 2 * r + i - 208;
