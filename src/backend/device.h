@@ -134,10 +134,6 @@ class Device {
   // (a GPU's tensor cores), the limit prefill is measured against; 0 where a
   // device has no such measure (the CPU's bench measures its own).
   virtual double measure_bf16_peak() { return 0; }
-  // The KV cache's dtype by default for a model whose weights are GGUF blocks
-  // (they name no 16-bit dtype of their own): f32, unless the device attends
-  // faster on 16-bit pages (CUDA: f16, llama.cpp's default cache).
-  virtual DType blocks_kv_dtype() const { return DType::kF32; }
 
   // Memory. alloc fails with kOverloaded naming the size when it does not fit.
   virtual Result<Buffer> alloc(size_t bytes) = 0;

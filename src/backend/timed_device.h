@@ -32,7 +32,6 @@ class TimedDevice final : public Device {
   std::string name() const override { return inner_.name(); }
   uint64_t available_memory() const override { return inner_.available_memory(); }
   double measure_bf16_peak() override { return inner_.measure_bf16_peak(); }
-  DType blocks_kv_dtype() const override { return inner_.blocks_kv_dtype(); }
   Result<Buffer> alloc(size_t bytes) override { return inner_.alloc(bytes); }
   void begin_step() override { inner_.begin_step(); }
   void end_step() override { inner_.end_step(); }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "backend/device.h"
 #include "backend/timed_device.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/check.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
@@ -45,7 +47,8 @@ struct BenchOptions {
   int64_t decode_tokens = 128;
   int64_t sequences = 0;  // > 0: also decode that many sequences together
   std::string device = "cpu";
-  bool profile = false;  // time each device operation of the prefill and the decode (TimedDevice)
+  bool profile = false;           // time each device operation of the prefill and the decode (TimedDevice)
+  std::optional<DType> kv_dtype;  // unset: default_kv_dtype
 };
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -289,7 +292,7 @@ Status bench(const BenchOptions& o) {
   const ModelConfig& c = model.config();
   TS_ASSIGN_OR_RETURN(auto device, make_device(o.device, o.threads));
   TimedDevice timed(*device);
-  Forward forward(model, o.profile ? static_cast<Device&>(timed) : *device);
+  Forward forward(model, o.profile ? static_cast<Device&>(timed) : *device, ForwardOptions{.kv_dtype = o.kv_dtype});
   KvCache cache = forward.make_cache(o.prompt_tokens + o.decode_tokens);
 
   std::mt19937 rng(static_cast<uint32_t>(o.seed));
@@ -370,7 +373,8 @@ Status bench(const BenchOptions& o) {
     std::printf("active weights    %.1f MiB a decode step (top %lld of %lld experts a layer)\n", step_bytes / (1 << 20),
                 static_cast<long long>(model.arch().moe.top_k), static_cast<long long>(model.arch().moe.experts));
   std::printf("load              %.2f s\n", load_s);
-  std::printf("kv cache          %s (the weights' dtype)\n", forward.kv_pool().describe().c_str());
+  std::printf("kv cache          %s (%s)\n", forward.kv_pool().describe().c_str(),
+              o.kv_dtype ? "--kv-dtype" : "the default for these weights");
   std::printf("first prefill     %.1f tok/s (with what happens once; the prefill below is the second)\n",
               static_cast<double>(o.prompt_tokens) / first_prefill_s);
   const double prefill_flops = prefill_matmul_flops(model, o.prompt_tokens) / prefill_s;
@@ -466,6 +470,7 @@ void register_bench(CLI::App& app, int& exit_code) {
   cmd->add_option("--decode", o->decode_tokens, "Tokens to decode")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--sequences", o->sequences, "Also decode this many sequences together")->check(CLI::Range(0, 1024));
   cmd->add_option("--device", o->device, "cpu or cuda[:N]");
+  add_kv_dtype_option(*cmd, o->kv_dtype);
   cmd->add_flag("--profile", o->profile,
                 "Time each device operation of the timed prefill and decode and print where their time goes (CPU)");
   cmd->callback([o, &exit_code] {

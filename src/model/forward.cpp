@@ -119,10 +119,10 @@ Result<ModelWeights> place_weights(Device& device, const Model& model, std::vect
 
 }  // namespace
 
-DType default_kv_dtype(const Model& model, const Device& device) {
+DType default_kv_dtype(const Model& model) {
   TS_CHECK(!model.weights().layers.empty(), "a model range without layers has no KV cache");
   const DType weights = model.weights().layers.front().wk.dtype;
-  return dtype_is_quantized(weights) ? device.blocks_kv_dtype() : weights;
+  return dtype_is_quantized(weights) ? DType::kF16 : weights;
 }
 
 Forward::Forward(const Model& model, Device& device, ForwardOptions options)
@@ -154,7 +154,7 @@ Status Forward::make_kv_pool(const ForwardOptions& options, Status local) {
   const LayerRange r = model_.range();
   const KvPool::Geometry geometry{r.end - r.begin, model_.layer_config().num_key_value_heads, model_.config().head_dim};
   KvPoolOptions pool{.budget_bytes = options.kv_memory,
-                     .dtype = options.kv_dtype.value_or(default_kv_dtype(model_, device_)),
+                     .dtype = options.kv_dtype.value_or(default_kv_dtype(model_)),
                      .block_size = options.kv_block_size};
   auto create = [&]() -> Status {
     TS_ASSIGN_OR_RETURN(kv_pool_, KvPool::create(device_, geometry, pool));

@@ -65,7 +65,7 @@ enum class Logits { kLast, kAll, kGreedy };
 
 struct ForwardOptions {
   uint64_t kv_memory = 0;  // the KV pool's budget in bytes; 0: kv_memory_default(device)
-  // f32, bf16 or f16; unset: default_kv_dtype(model, device).
+  // f32, bf16 or f16; unset: default_kv_dtype(model).
   std::optional<DType> kv_dtype{};
   int64_t kv_block_size = 32;
   // The tensor-parallel group this Forward's shard belongs to: its rank and size
@@ -80,10 +80,11 @@ struct ForwardOptions {
 // (half the bytes a position, twice the positions a --kv-memory budget holds,
 // half the bytes attention reads); an f32 checkpoint keeps f32. Every layer
 // range of one checkpoint gets the same, so a pipeline stage and one process agree.
-// GGUF blocks name no 16-bit dtype: the device's blocks_kv_dtype() (f32 on the
-// CPU, f16 on CUDA, llama.cpp's default cache, whose attention reads 16-bit pages
-// on tensor cores).
-DType default_kv_dtype(const Model& model, const Device& device);
+// GGUF blocks name no 16-bit dtype: f16, llama.cpp's default cache, on every
+// device (CUDA's attention reads 16-bit pages on tensor cores; on the CPU a long
+// context's decode reads half the bytes and a prompt's attention widens each block
+// once a tile: docs/benchmarks.md, session 48).
+DType default_kv_dtype(const Model& model);
 
 class Forward {
  public:

@@ -16,6 +16,7 @@
 #include "backend/cpu/weight_layout.h"
 #include "core/check.h"
 #include "core/mapped_file.h"
+#include "hwy/aligned_allocator.h"
 
 namespace tessera {
 
@@ -400,7 +401,8 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
-    std::vector<float> scores, widened;
+    std::vector<float> scores;
+    hwy::AlignedFreeUniquePtr<float[]> widened;  // a block's rows as the kernels read the cache's (64-byte lines)
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
       const int64_t t0 = u / units_per_tile * kAttentionTokens, t1 = std::min(a.tokens, t0 + kAttentionTokens);
@@ -433,12 +435,12 @@ void CpuDevice::attention(const AttentionArgs& a) {
       // and axpy_rows order is f32's: the same bits; bf16's dot_rows order is not, so a bf16
       // cache's blocks stay as they are).
       const bool widen_tile = p.dtype == DType::kF16 && t1 - t0 > 1;
-      if (widen_tile) widened.resize(static_cast<size_t>(bs * hd));
+      if (widen_tile && !widened) widened = hwy::AllocateAligned<float>(static_cast<size_t>(bs * hd));
       const auto rows_of_block = [&](int64_t block, int kind, int64_t from, int64_t stop) {
         const uint8_t* rows = base + (p.offset(block, a.layer, kind, kv) + from % bs * hd) * elem;
         if (!widen_tile) return std::pair<const void*, DType>{rows, p.dtype};
-        cpu::to_f32(rows, p.dtype, (stop - from) * hd, widened.data());
-        return std::pair<const void*, DType>{widened.data(), DType::kF32};
+        cpu::to_f32(rows, p.dtype, (stop - from) * hd, widened.get());
+        return std::pair<const void*, DType>{widened.get(), DType::kF32};
       };
       for_each_block([&](int64_t block, int64_t from, int64_t stop) {
         // The next block's keys, and this block's values (read after every score), asked for
