@@ -213,6 +213,15 @@ bool os_grants_tiles() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
+// Room for n elements in v (grown as needed) from its first 64-byte line: tiles and vectors
+// read from scratch then lie on cache lines (a tile row across two lines made every tile
+// load twice the lines).
+template <typename T>
+T* aligned(std::vector<T>& v, int64_t n) {
+  v.resize(std::max(v.size(), static_cast<size_t>(n) + 64 / sizeof(T)));
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+}
+
 // Scratch of one thread: rounded x and two zero-padded row groups (decode); the GEMM's
 // partial sums and a row pair's packed A tiles; a whole call's packed x (matmul_rows and
 // outside, as CpuDevice keeps its own: no pages to fault in and zero every call).
@@ -220,14 +229,17 @@ struct Scratch {
   std::vector<uint16_t> x, rows, a;
   std::vector<float> acc, packed;
 };
-Scratch& scratch_for(int64_t k) {
+// This thread's scratch for k, aligned.
+struct Lines {
+  uint16_t *x, *rows, *a;
+  float* acc;
+  std::vector<float>& packed;  // aligned(packed, n) where a call packs its own x
+};
+Lines scratch_for(int64_t k) {
   thread_local Scratch s;
-  const auto kp = static_cast<size_t>(kernel::padded_k(k));
-  if (s.x.size() < kp) s.x.resize(kp);
-  if (s.rows.size() < 2 * kernel::kTileRows * kp) s.rows.resize(2 * kernel::kTileRows * kp);
-  if (s.acc.empty()) s.acc.resize(static_cast<size_t>(kernel::kAccFloats));
-  if (s.a.empty()) s.a.resize(static_cast<size_t>(kernel::kPackedRowElements));
-  return s;
+  const int64_t kp = kernel::padded_k(k);
+  return {aligned(s.x, kp), aligned(s.rows, 2 * kernel::kTileRows * kp), aligned(s.a, kernel::kPackedRowElements),
+          aligned(s.acc, kernel::kAccFloats), s.packed};
 }
 
 // The GEMM's choices of speed (amx_kernel.h's GemmTuning), read once: TESSERA_AMX_KC, the
@@ -274,9 +286,9 @@ void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int6
                         int64_t rows, float* y, int64_t ldy, int64_t group) {
   TS_CHECK(begin % kSplitTokens == 0 && begin < end && (end == tokens || end % kSplitTokens == 0),
            "[cpu] AMX GEMM tokens [", begin, ", ", end, ") of ", tokens);
-  Scratch& s = scratch_for(k);
+  const Lines s = scratch_for(k);
   kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
-                               k, w, rows, group, y + begin * ldy, ldy, s.acc.data(), s.a.data(), gemm_tuning());
+                               k, w, rows, group, y + begin * ldy, ldy, s.acc, s.a, gemm_tuning());
 }
 int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
 void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
@@ -285,15 +297,14 @@ void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t en
 }
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                  int64_t group) {
-  Scratch& s = scratch_for(k);
+  const Lines s = scratch_for(k);
   if (tokens == 1) {
-    kernel::round_row<InstructionOps>(x, k, s.x.data());
-    return kernel::decode<InstructionOps>(s.x.data(), k, w, rows, group, y, s.rows.data());
+    kernel::round_row<InstructionOps>(x, k, s.x);
+    return kernel::decode<InstructionOps>(s.x, k, w, rows, group, y, s.rows);
   }
-  if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
-    s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
-  pack_x(x, tokens, k, 0, tokens, s.packed.data());
-  matmul_rows_packed(s.packed.data(), tokens, 0, tokens, k, w, rows, y, ldy, group);
+  float* packed = aligned(s.packed, packed_floats(tokens, k));
+  pack_x(x, tokens, k, 0, tokens, packed);
+  matmul_rows_packed(packed, tokens, 0, tokens, k, w, rows, y, ldy, group);
 }
 // Rows as mapped: decode reads an A tile of 16 interleaved rows in place (amx_kernel.h's
 // row_group), but on the GPU host's Xeon that was no faster than 16 rows 2k bytes apart
@@ -347,15 +358,6 @@ bool int8_enabled() {
 }
 
 namespace {
-// Scratch 64-byte aligned (a tile row across two cache lines made every tile load twice the
-// lines).
-int8_t* aligned(std::vector<int8_t>& v, int64_t bytes) {
-  v.resize(std::max(v.size(), static_cast<size_t>(bytes + 63)));
-  return reinterpret_cast<int8_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
-}
-}  // namespace
-
-namespace {
 // x packed into these buffers (grown as needed).
 PackedX pack_into(const void* xq, int64_t tokens, int64_t units, std::vector<int8_t>& xa, std::vector<float>& xd) {
   int8_t* a = aligned(xa, tokens * int8::pairs_of(units) * 64);
@@ -400,12 +402,18 @@ float ladder(int rung, int64_t passes) {
   TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
   TS_CHECK(rung >= 0 && rung <= 5, "[cpu] AMX ladder rung ", rung, " (0 to 5)");
   struct Operands {  // 1 x 2^-24 products, exact sums: the result says the loop ran
-    std::vector<uint16_t> a = std::vector<uint16_t>(static_cast<size_t>(kernel::kPackedRowElements), 0x3F80);
-    std::vector<uint32_t> b = std::vector<uint32_t>(static_cast<size_t>(kernel::kLadderBElements), 0x33803380u);
-    std::vector<float> acc = std::vector<float>(static_cast<size_t>(kernel::kAccFloats), 0.0f);
+    std::vector<uint16_t> a;
+    std::vector<uint32_t> b;
+    std::vector<float> acc;
   };
   thread_local Operands o;
-  return kernel::ladder<InstructionOps>(rung, passes, o.a.data(), o.b.data(), o.acc.data(), gemm_tuning());
+  uint16_t* a = aligned(o.a, kernel::kPackedRowElements);
+  uint32_t* b = aligned(o.b, kernel::kLadderBElements);
+  float* acc = aligned(o.acc, kernel::kAccFloats);
+  std::fill(a, a + kernel::kPackedRowElements, uint16_t{0x3F80});
+  std::fill(b, b + kernel::kLadderBElements, 0x33803380u);
+  std::fill(acc, acc + kernel::kAccFloats, 0.0f);
+  return kernel::ladder<InstructionOps>(rung, passes, a, b, acc, gemm_tuning());
 }
 
 bool outside_runs() { return bf16_dot::instructions() != nullptr && __builtin_cpu_supports("avx2"); }
@@ -413,13 +421,12 @@ bool outside_runs() { return bf16_dot::instructions() != nullptr && __builtin_cp
 void outside(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy) {
   TS_CHECK(outside_runs(), "[cpu] the AMX GEMM's work outside the tiles needs AVX-512 BF16 and AVX2");
   TS_CHECK(tokens > 1, "[cpu] the AMX GEMM takes more than one token, not ", tokens);
-  Scratch& s = scratch_for(k);
-  if (s.packed.size() < static_cast<size_t>(packed_floats(tokens, k)))
-    s.packed.resize(static_cast<size_t>(packed_floats(tokens, k)));
+  const Lines s = scratch_for(k);
+  float* packed = aligned(s.packed, packed_floats(tokens, k));
   std::vector<uint16_t> rows16(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
-  kernel::pack_x<NoTileOps>(x, tokens, k, 0, tokens, reinterpret_cast<uint32_t*>(s.packed.data()), rows16.data());
-  kernel::gemm<NoTileOps>(reinterpret_cast<const uint32_t*>(s.packed.data()), tokens, k, w, rows, 1, y, ldy,
-                          s.acc.data(), s.a.data(), gemm_tuning());
+  kernel::pack_x<NoTileOps>(x, tokens, k, 0, tokens, reinterpret_cast<uint32_t*>(packed), rows16.data());
+  kernel::gemm<NoTileOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, 1, y, ldy, s.acc, s.a,
+                          gemm_tuning());
 }
 
 #else  // not x86-64 Linux
