@@ -13,7 +13,9 @@
 // share of the copy bandwidth for a few depths and for tessera's decode kernel
 // (cuda::mma_matmul) on the same weights, launched the same way (programmatic
 // dependent launches, weights rotating over copies larger than L2), and checks
-// every output against a double-precision sum of the same bf16 products.
+// every output against a double-precision sum of the same bf16 products. Beside them,
+// ring_kernel: the decode kernel's own order (eight warps a tile, eight sums) with each
+// warp's chunks streamed through a ring in shared memory, counted bitwise against it.
 //
 // Second question: would wgmma (sm_90a) give the same bits as the mma.sync chain?
 // order_kernel runs one 64-wide chunk (four k16 steps) of a 64 x 8 tile both ways

@@ -81,7 +81,6 @@ class CudaDevice final : public Device {
   }
 
   std::string name() const override { return name_; }
-  // mma_attention reads 16-bit pages on tensor cores; f32 pages take the scalar kernel.
 
   uint64_t available_memory() const override {
     select();
