@@ -51,6 +51,21 @@
 namespace tessera::cuda {
 namespace {
 
+// Lane (g, t)'s four 16-byte pieces of the chunk at `at` of rows pa and pb (rows g and
+// g + 8, offset by 8t) into a ring slot, a piece's 32 lanes side by side (cp.async).
+__device__ __forceinline__ void copy_chunk(uint4* slot, const __nv_bfloat16* pa, const __nv_bfloat16* pb, int64_t at) {
+  const int lane = threadIdx.x % 32;
+  copy16(slot + lane, pa + at);
+  copy16(slot + 32 + lane, pb + at);
+  copy16(slot + 64 + lane, pa + at + 32);
+  copy16(slot + 96 + lane, pb + at + 32);
+}
+// What copy_chunk put in the slot, as the lane's WeightChunk.
+__device__ __forceinline__ WeightChunk slot_chunk(const uint4* slot) {
+  const int lane = threadIdx.x % 32;
+  return {slot[lane], slot[32 + lane], slot[64 + lane], slot[96 + lane]};
+}
+
 // Block: kWarps tiles of 16 rows, one token. Shared memory: x as bf16 [k], then
 // each warp's ring of kDepth chunks, a chunk as four 16-byte pieces a lane
 // ([piece][lane], so a warp's reads are conflict-free).
@@ -69,11 +84,7 @@ __global__ void __launch_bounds__(32 * kWarps) chain_kernel(const __nv_bfloat16*
   const __nv_bfloat16* pb = w + row_b * k + 8 * t;
   const auto issue = [&](int64_t c) {
     if (c < chunks) {
-      uint4* slot = ring + (c % kDepth) * 128;
-      copy16(slot + lane, pa + c * kMmaChunk);
-      copy16(slot + 32 + lane, pb + c * kMmaChunk);
-      copy16(slot + 64 + lane, pa + c * kMmaChunk + 32);
-      copy16(slot + 96 + lane, pb + c * kMmaChunk + 32);
+      copy_chunk(ring + (c % kDepth) * 128, pa, pb, c * kMmaChunk);
     }
     copies_sent();
   };
@@ -86,10 +97,8 @@ __global__ void __launch_bounds__(32 * kWarps) chain_kernel(const __nv_bfloat16*
   for (int64_t c = 0; c < chunks; ++c) {
     issue(c + kDepth - 1);
     copies_wait<kDepth - 1>();
-    const uint4* slot = ring + (c % kDepth) * 128;
-    const WeightChunk chunk{slot[lane], slot[32 + lane], slot[64 + lane], slot[96 + lane]};
     const uint4 x0 = g == 0 ? xs[c * 8 + t] : zero, x1 = g == 0 ? xs[c * 8 + 4 + t] : zero;
-    mma_chunk(acc, chunk, x0, x1);
+    mma_chunk(acc, slot_chunk(ring + (c % kDepth) * 128), x0, x1);
   }
   // Accumulator 0 of lane (g, 0): row g, token 0; accumulator 2: row g + 8.
   if (t == 0 && tile * 16 + g < n) y[tile * 16 + g] = acc[0];
@@ -117,11 +126,7 @@ __global__ void __launch_bounds__(32 * kMmaSplit) ring_kernel(const __nv_bfloat1
   const auto issue = [&](int64_t i) {  // this warp's i-th chunk
     if (i < mine) {
       const int64_t at = (warp + kMmaSplit * i) * kMmaChunk;
-      uint4* slot = ring + (i % kDepth) * 128;
-      copy16(slot + lane, pa + at);
-      copy16(slot + 32 + lane, pb + at);
-      copy16(slot + 64 + lane, pa + at + 32);
-      copy16(slot + 96 + lane, pb + at + 32);
+      copy_chunk(ring + (i % kDepth) * 128, pa, pb, at);
     }
     copies_sent();
   };
@@ -132,11 +137,9 @@ __global__ void __launch_bounds__(32 * kMmaSplit) ring_kernel(const __nv_bfloat1
   for (int64_t i = 0; i < mine; ++i) {
     issue(i + kDepth - 1);
     copies_wait<kDepth - 1>();
-    const uint4* slot = ring + (i % kDepth) * 128;
-    const WeightChunk chunk{slot[lane], slot[32 + lane], slot[64 + lane], slot[96 + lane]};
     const float* xi = x + (warp + kMmaSplit * i) * kMmaChunk + 8 * t;
     const uint4 x0 = g == 0 ? load_x(xi) : zero, x1 = g == 0 ? load_x(xi + 32) : zero;
-    mma_chunk(acc, chunk, x0, x1);
+    mma_chunk(acc, slot_chunk(ring + (i % kDepth) * 128), x0, x1);
   }
   for (int i = 0; i < 4; ++i) partial[warp][lane][i] = acc[i];
   __syncthreads();
