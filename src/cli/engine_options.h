@@ -31,8 +31,8 @@ inline void add_kv_dtype_option(CLI::App& cmd, std::optional<DType>& dtype) {
           throw CLI::ValidationError("--kv-dtype", "'" + name + "' is not auto, f32, bf16 or f16");
         }
       },
-      "KV cache dtype: auto (default: the model's weight dtype), f32, bf16 or f16; 16 bits hold twice the "
-      "positions in --kv-memory, f32 keeps the keys and values exactly as computed");
+      "KV cache dtype: auto (default: a 16-bit or f32 checkpoint's own dtype, f16 for GGUF blocks), f32, bf16 "
+      "or f16; 16 bits hold twice the positions in --kv-memory, f32 keeps the keys and values exactly as computed");
 }
 
 inline void add_engine_options(CLI::App& cmd, EngineOptions& o) {
