@@ -209,18 +209,22 @@ TESSERA_VNNI HWY_INLINE void dot_unit_k(const uint8_t* b, const Q8KBlock* x, int
 }
 
 // Q6_K: group g = 4 h + i (h the half of 128) takes its low 4 bits from nibble i / 2 of
-// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]; q - 32 is
-// computed as q x - 32 x in the int16 pairs. Group g's first 16 elements (lanes 0-3)
-// take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
+// ql[64 h + 32 (i % 2) ..] and its high 2 bits from bits 2 i of qh[32 h ..]. Group g's
+// first 16 elements (lanes 0-3) take scale 2 g, its last 16 (lanes 4-7) scale 2 g + 1.
+// Each q's -32 is not taken from its product: the lanes start at -32 sum_j sc_j bsums[j]
+// (the token's 16 sums of 16 x) and the products are of q as stored: the lanes' sum P is
+// the same integer.
 template <int kTile>
 TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, int64_t x_step, Acc* acc) {
   const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
   // int16 scales 0-7 in both halves (for h = 0), then 8-15 in both halves (h = 1).
   const __m256i sc_lo = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
   const __m256i sc_hi = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc8, 8)));
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+  // -32 sc_j, at most 4096 in magnitude: int16.
+  const __m256i minus32 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc8), 5));
   __m256i p[kTile];
-  for (__m256i& pt : p) pt = _mm256_setzero_si256();
+  for (int t = 0; t < kTile; ++t) p[t] = madd_add(_mm256_setzero_si256(), minus32, load32(x[t * x_step].bsums));
   for (int h = 0; h < 2; ++h) {
     const __m256i l0 = load32(b + 64 * h), l1 = load32(b + 64 * h + 32), hb = load32(b + 128 + 32 * h);
     const __m256i q[4] = {_mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m2)),
@@ -231,9 +235,7 @@ TESSERA_VNNI HWY_INLINE void dot_unit_q6_k(const uint8_t* b, const Q8KBlock* x, 
     for (int i = 0; i < 4; ++i) {
       const __m256i scale = pick(h ? sc_hi : sc_lo, kPick6[i]);
       for (int t = 0; t < kTile; ++t) {
-        const __m256i xv = load32(x[t * x_step].qs + 32 * (4 * h + i));
-        const __m256i pairs = _mm256_sub_epi16(pairs_u(q[i], xv), pairs_u(bias, xv));
-        p[t] = madd_add(p[t], pairs, scale);
+        p[t] = madd_add(p[t], pairs_u(q[i], load32(x[t * x_step].qs + 32 * (4 * h + i))), scale);
       }
     }
   }
@@ -449,17 +451,22 @@ TESSERA_VNNI_GFNI HWY_INLINE void pair_k(const uint8_t* a, const uint8_t* b, __m
   }
 }
 
-// Q6_K (layout in dot_unit_q6_k), likewise; bias32[8 t + g] = token t's 32 x as int16
-// pairs of group g.
+// Q6_K (layout in dot_unit_q6_k), likewise. Each q's -32 is not taken from its product:
+// the lanes start at -32 sum_g sc_g bsums[g] instead (the token's 16 sums of 16 x), and
+// the products are of q as stored. Lanes move, their sum (P, an exact integer) does not.
 template <int kTile>
 TESSERA_VNNI HWY_INLINE void pair_q6_k(const uint8_t* a, const uint8_t* b, const Q8KBlock* x, int64_t x_step,
-                                       const __m512i* bias32, __m512i* p) {
+                                       __m512i* p) {
   const __m256i sc8 =
       _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 192))),
                               _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192)), 1);
   const __m512i sc16 = _mm512_cvtepi8_epi16(sc8);  // lanes: a's scales 0-7, 8-15, b's 0-7, 8-15
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
-  for (int t = 0; t < kTile; ++t) p[t] = _mm512_setzero_si512();
+  // -32 sc, at most 4096 in magnitude: int16, as dpwssd takes it.
+  const __m512i minus32 = _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(sc16, 5));
+  for (int t = 0; t < kTile; ++t)
+    p[t] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), minus32,
+                               both32(reinterpret_cast<const int8_t*>(x[t * x_step].bsums)));
   for (int h = 0; h < 2; ++h) {
     // lanes h, h, 2 + h, 2 + h (an immediate each way: unoptimized builds do not fold h)
     const __m512i sc = h ? _mm512_shuffle_i64x2(sc16, sc16, 0xf5) : _mm512_shuffle_i64x2(sc16, sc16, 0xa0);
@@ -474,9 +481,7 @@ TESSERA_VNNI HWY_INLINE void pair_q6_k(const uint8_t* a, const uint8_t* b, const
       const int g = 4 * h + i;
       const __m512i scale = _mm512_shuffle_epi8(sc, both_pick(kPick6[i]));
       for (int t = 0; t < kTile; ++t) {
-        const __m512i pairs =
-            _mm512_sub_epi16(_mm512_maddubs_epi16(q[i], both32(x[t * x_step].qs + 32 * g)), bias32[8 * t + g]);
-        p[t] = _mm512_dpwssd_epi32(p[t], pairs, scale);
+        p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(q[i], both32(x[t * x_step].qs + 32 * g)), scale);
       }
     }
   }
@@ -533,10 +538,8 @@ TESSERA_VNNI_GFNI HWY_NOINLINE void decode_pairs(const uint8_t* w, int64_t part,
       [[maybe_unused]] __m128 dmin;
       [[maybe_unused]] __m128i mins;  // Q4_K/Q5_K's M of the 4 rows
       if constexpr (kT == DType::kQ6_K) {
-        __m512i bias32[8];
-        for (int g = 0; g < 8; ++g) bias32[g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xt.qs + 32 * g));
-        pair_q6_k<1>(b[0], b[1], &xt, 0, bias32, &p01);
-        pair_q6_k<1>(b[2], b[3], &xt, 0, bias32, &p23);
+        pair_q6_k<1>(b[0], b[1], &xt, 0, &p01);
+        pair_q6_k<1>(b[2], b[3], &xt, 0, &p23);
       } else {
         const __m512i bytes = scales_mins4(b);
         const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
@@ -577,12 +580,8 @@ TESSERA_VNNI_GFNI HWY_INLINE void prefill_pairs_k(const uint8_t* w, size_t row_b
     const Q8KBlock* xu = x + u;
     __m512i p01[kTile], p23[kTile];
     if constexpr (kT == DType::kQ6_K) {
-      __m512i bias32[8 * kTile];
-      for (int t = 0; t < kTile; ++t)
-        for (int g = 0; g < 8; ++g)
-          bias32[8 * t + g] = _mm512_maddubs_epi16(_mm512_set1_epi8(32), both32(xu[t * units].qs + 32 * g));
-      pair_q6_k<kTile>(b[0], b[1], xu, units, bias32, p01);
-      pair_q6_k<kTile>(b[2], b[3], xu, units, bias32, p23);
+      pair_q6_k<kTile>(b[0], b[1], xu, units, p01);
+      pair_q6_k<kTile>(b[2], b[3], xu, units, p23);
     } else {
       const __m512i bytes = scales_mins4(b);
       const __m512i sc = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes));
