@@ -47,8 +47,8 @@
 // words), and a GEMM (kGemmTokens or more) widens each column's block into f32 first (n
 // units into n * kUnit units of 16 floats, element by element, decode's hint as steps')
 // and runs Wide's steps on it, while fewer tokens run Ops' own steps, widening as they go:
-// the same sums (bf16 on AVX2: the GEMM widens a block once for all its tokens, not once
-// a tile, and decode does not write what it reads once).
+// the same sums (bf16 on AVX2 and f16 on AVX-512: the GEMM widens a block once for all its
+// tokens, not once a tile, and decode does not write what it reads once).
 #ifndef TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 #define TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 

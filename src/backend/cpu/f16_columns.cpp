@@ -41,21 +41,38 @@ namespace tessera::cpu::f16_columns {
 
 namespace {
 
-// columns_kernel.h's Ops on the instructions (f16_columns_emulated.h is the same in
-// portable code).
-struct InstructionOps {
+// The steps on 16 rows' f32 elements: a GEMM's blocks, widened once for all its tokens
+// (columns_kernel.h's Wide), where converting each tile's weights as it reads them held
+// the GEMM to about half the FMA peak (docs/benchmarks.md, session 49).
+struct F32Ops {
   using Acc = __m512;
-  using W = __m512;  // 16 rows' element, widened
+  using W = __m512;  // 16 rows' element
   using X = __m512;  // x's element in every lane
   static constexpr int64_t kUnit = 1;
   static constexpr int kTileColumns = columns::kMaxColumns;
 
   static Acc zero() { return _mm512_setzero_ps(); }
-  static W load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static W load(const float* p) { return _mm512_loadu_ps(p); }
   static X broadcast(uint32_t bits) { return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(bits))); }
   static Acc dot(Acc acc, W w, X x) { return _mm512_fmadd_ps(w, x, acc); }
   static Acc loadu_acc(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu_acc(float* p, Acc a) { _mm512_storeu_ps(p, a); }
+};
+
+// columns_kernel.h's Ops on the instructions (f16_columns_emulated.h is the same in
+// portable code): f16 widened by F16C, exactly, as each step reads it or a block at once.
+struct InstructionOps : F32Ops {
+  using Wide = F32Ops;
+
+  static W load(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static X broadcast_unit(const uint32_t* x) { return broadcast(*x); }
+  // n units into n units of 16 floats.
+  static void widen(const uint16_t* col, int64_t n, float* out, int64_t ahead) {
+    for (int64_t p = 0; p < n; ++p) {
+      if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col + 16 * p) + ahead, 0, 3);
+      _mm512_storeu_ps(out + 16 * p, load(col + 16 * p));
+    }
+  }
   static void pack_units(const float* x, int64_t k, uint32_t* out) {
     std::memcpy(out, x, static_cast<size_t>(k) * sizeof(float));
     std::memset(out + k, 0, static_cast<size_t>(bf16::padded_k(k) - k) * sizeof(float));
