@@ -30,9 +30,10 @@
 // This is neither bf16_dot_kernel.h's order nor matmul.cpp's (which sum lanes of a row's
 // chunks and add the lanes as a tree), so a process takes one order for every matmul of a
 // dtype (matmul.cpp says which). Weights in the column layout are read in place, one
-// sequential stream a column; rows one after another or in groups of 64-byte lines are
-// copied a k block at a time into columns first (16 rows' chunks transposed), the same
-// values in the same order.
+// sequential stream a column (one token's: a group's columns a fixed lag apart, so that
+// their streams do not meet in the same DRAM banks: lagged_columns); rows one after another or in groups of 64-byte
+// lines are copied a k block at a time into columns first (16 rows' chunks transposed), the same values in the same
+// order.
 //
 // Ops (all static): kUnit (elements of k a unit); kTileColumns (the columns of a tile of
 // two or more tokens: kMaxColumns, or 1 where 16 registers hold 6 tokens' sums); W and X
@@ -227,6 +228,56 @@ void block_tiles(int kc, const E* const* col, const uint32_t* x, int64_t xs, int
   }
 }
 
+// x's unit u as steps' broadcast takes it.
+template <typename Ops>
+inline typename Ops::X x_unit(const uint32_t* x, int64_t u) {
+  if constexpr (kWidens<Ops>) {
+    return Ops::broadcast_unit(x + u * Ops::kUnit);
+  } else {
+    return Ops::broadcast(x[u]);
+  }
+}
+
+// One token against weights in the column layout (decode): each group's kC columns summed
+// as tile<Ops, kC, 1> sums them (each from zero, its units in order), but column c kLag
+// bytes times c behind column 0, so that the kC streams a step reads are not a column's
+// size apart: columns of a power-of-two size apart met in the same DRAM banks (the 1B
+// shape's down projection, k = 8,192, read 23-25 GB/s against 29-31 at k = 8,256 on the
+// Xeon dev VM; lagged, 29-31: docs/benchmarks.md, session 49).
+inline constexpr int64_t kLagBytes = 2048;
+template <typename Ops, int kC>
+void lagged_columns(const uint16_t* w, int64_t k, const uint32_t* x, float* y, int64_t rows_left, int64_t ahead) {
+  constexpr int64_t kStep = kColumn * Ops::kUnit;
+  const int64_t count = units<Ops>(k), lag = std::min<int64_t>(kLagBytes / (kStep * 2), count);
+  const uint16_t* col[kC];
+  typename Ops::Acc acc[kC];
+  for (int c = 0; c < kC; ++c) {
+    col[c] = w + c * kColumn * k;
+    acc[c] = Ops::zero();
+  }
+  const auto step = [&](int c, int64_t u) {
+    const uint16_t* unit = col[c] + u * kStep;
+    if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(unit) + ahead, 0, 3);
+    acc[c] = Ops::dot(acc[c], Ops::load(unit), x_unit<Ops>(x, u));
+  };
+  const auto some = [&](int64_t p) {  // the columns whose units p reaches
+    for (int c = 0; c < kC; ++c)
+      if (p >= c * lag && p - c * lag < count) step(c, p - c * lag);
+  };
+  const int64_t all_from = (kC - 1) * lag;  // every column has a unit at p in [all_from, count)
+  int64_t p = 0;
+  for (; p < std::min(all_from, count); ++p) some(p);
+  for (; p < count; ++p)
+    for (int c = 0; c < kC; ++c) step(c, p - c * lag);
+  for (; p < count + all_from; ++p) some(p);
+  alignas(64) float part[kColumn];
+  for (int c = 0; c < kC; ++c) {
+    const int64_t valid = std::min<int64_t>(kColumn, rows_left - c * kColumn);
+    Ops::storeu_acc(part, acc[c]);
+    std::memcpy(y + c * kColumn, part, static_cast<size_t>(valid) * sizeof(float));
+  }
+}
+
 // y[t * ldy + r] for `tokens` tokens of packed x (xp: token t's words at t * words(k))
 // and every row of w: groups of up to kMaxColumns columns, each a k block at a time (copied
 // into columns first unless laid out so, and widened where Ops widens: `scratch` of
@@ -237,6 +288,19 @@ void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int6
             int64_t ahead) {
   constexpr int64_t kBlock = kKcElements / Ops::kUnit;  // units a block
   const int64_t count = units<Ops>(w.k), xs = words<Ops>(w.k), columns = w.columns();
+  if (tokens == 1 && w.group == kColumns) {
+    for (int64_t c0 = 0; c0 < columns; c0 += kMaxColumns) {
+      const uint16_t* first = w.w + c0 * kColumn * w.k;
+      const int64_t rows_left = w.rows - c0 * kColumn;
+      switch (std::min<int64_t>(kMaxColumns, columns - c0)) {
+        case 1: lagged_columns<Ops, 1>(first, w.k, xp, y + c0 * kColumn, rows_left, ahead); break;
+        case 2: lagged_columns<Ops, 2>(first, w.k, xp, y + c0 * kColumn, rows_left, ahead); break;
+        case 3: lagged_columns<Ops, 3>(first, w.k, xp, y + c0 * kColumn, rows_left, ahead); break;
+        default: lagged_columns<Ops, kMaxColumns>(first, w.k, xp, y + c0 * kColumn, rows_left, ahead);
+      }
+    }
+    return;
+  }
   for (int64_t c0 = 0; c0 < columns; c0 += kMaxColumns) {
     const int kc = static_cast<int>(std::min<int64_t>(kMaxColumns, columns - c0));
     for (int64_t u0 = 0; u0 < count; u0 += kBlock) {
