@@ -30,10 +30,9 @@
 // This is neither bf16_dot_kernel.h's order nor matmul.cpp's (which sum lanes of a row's
 // chunks and add the lanes as a tree), so a process takes one order for every matmul of a
 // dtype (matmul.cpp says which). Weights in the column layout are read in place, one
-// sequential stream a column (one token's: a group's columns a fixed lag apart, so that
-// their streams do not meet in the same DRAM banks: lagged_columns); rows one after another or in groups of 64-byte
-// lines are copied a k block at a time into columns first (16 rows' chunks transposed), the same values in the same
-// order.
+// sequential stream a column (one token's a fixed lag apart: lagged_columns); rows one
+// after another or in groups of 64-byte lines are copied a k block at a time into columns
+// first (16 rows' chunks transposed), the same values in the same order.
 //
 // Ops (all static): kUnit (elements of k a unit); kTileColumns (the columns of a tile of
 // two or more tokens: kMaxColumns, or 1 where 16 registers hold 6 tokens' sums); W and X
@@ -239,11 +238,12 @@ inline typename Ops::X x_unit(const uint32_t* x, int64_t u) {
 }
 
 // One token against weights in the column layout (decode): each group's kC columns summed
-// as tile<Ops, kC, 1> sums them (each from zero, its units in order), but column c kLag
-// bytes times c behind column 0, so that the kC streams a step reads are not a column's
-// size apart: columns of a power-of-two size apart met in the same DRAM banks (the 1B
-// shape's down projection, k = 8,192, read 23-25 GB/s against 29-31 at k = 8,256 on the
-// Xeon dev VM; lagged, 29-31: docs/benchmarks.md, session 49).
+// as tile<Ops, kC, 1> sums them (each from zero, its units in order), but column c
+// kLagBytes times c behind column 0, so that the kC streams a step reads are not a
+// column's size apart: columns a power of two in size read slower side by side (the same
+// DRAM banks, presumably: the 1B shape's down projection, k = 8,192, read 23-26 GB/s
+// against 26-31 at k = 8,256 on the Xeon dev VM; lagged, 29-35: docs/benchmarks.md,
+// session 49).
 inline constexpr int64_t kLagBytes = 2048;
 template <typename Ops, int kC>
 void lagged_columns(const uint16_t* w, int64_t k, const uint32_t* x, float* y, int64_t rows_left, int64_t ahead) {
