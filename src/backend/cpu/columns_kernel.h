@@ -281,8 +281,9 @@ void lagged_columns(const uint16_t* w, int64_t k, const uint32_t* x, float* y, i
 // y[t * ldy + r] for `tokens` tokens of packed x (xp: token t's words at t * words(k))
 // and every row of w: groups of up to kMaxColumns columns, each a k block at a time (copied
 // into columns first unless laid out so, and widened where Ops widens: `scratch` of
-// kScratch<Ops>), the tokens in tiles of kMaxTokens over each block. ahead: as steps'
-// (decode's hint, for weights in the column layout).
+// kScratch<Ops>), the tokens in tiles of kMaxTokens over each block; one token against
+// the column layout by lagged_columns. ahead: as steps' (decode's hint, for weights in the
+// column layout).
 template <typename Ops>
 void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int64_t ldy, uint16_t* scratch,
             int64_t ahead) {
