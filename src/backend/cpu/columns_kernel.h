@@ -125,6 +125,16 @@ const uint16_t* column(const Weights& w, int64_t c, int64_t u0, int64_t n, uint1
   return scratch;
 }
 
+// x's unit u (x: a token's packed words), broadcast to every lane.
+template <typename Ops>
+inline typename Ops::X x_unit(const uint32_t* x, int64_t u) {
+  if constexpr (kWidens<Ops>) {
+    return Ops::broadcast_unit(x + u * Ops::kUnit);
+  } else {
+    return Ops::broadcast(x[u]);
+  }
+}
+
 // n units of kC columns (col[c]: from the block's first unit) x kT tokens (x: token 0's
 // words from the block's first unit, a token `xs` words after the last): acc[c][t] in
 // order.
@@ -140,12 +150,7 @@ inline void steps(typename Ops::Acc (&acc)[kC][kT], const E* const* col, const u
       wv[c] = Ops::load(col[c] + p * kStep);
     }
     for (int t = 0; t < kT; ++t) {
-      typename Ops::X xv;
-      if constexpr (kWidens<Ops>) {
-        xv = Ops::broadcast_unit(x + t * xs + p * Ops::kUnit);
-      } else {
-        xv = Ops::broadcast(x[t * xs + p]);
-      }
+      const typename Ops::X xv = x_unit<Ops>(x + t * xs, p);
       for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
     }
   }
@@ -227,16 +232,6 @@ void block_tiles(int kc, const E* const* col, const uint32_t* x, int64_t xs, int
   }
 }
 
-// x's unit u as steps' broadcast takes it.
-template <typename Ops>
-inline typename Ops::X x_unit(const uint32_t* x, int64_t u) {
-  if constexpr (kWidens<Ops>) {
-    return Ops::broadcast_unit(x + u * Ops::kUnit);
-  } else {
-    return Ops::broadcast(x[u]);
-  }
-}
-
 // One token against weights in the column layout (decode): each group's kC columns summed
 // as tile<Ops, kC, 1> sums them (each from zero, its units in order), but column c
 // kLagBytes times c behind column 0, so that the kC streams a step reads are not a
@@ -248,7 +243,7 @@ inline constexpr int64_t kLagBytes = 2048;
 template <typename Ops, int kC>
 void lagged_columns(const uint16_t* w, int64_t k, const uint32_t* x, float* y, int64_t rows_left, int64_t ahead) {
   constexpr int64_t kStep = kColumn * Ops::kUnit;
-  const int64_t count = units<Ops>(k), lag = std::min<int64_t>(kLagBytes / (kStep * 2), count);
+  const int64_t count = units<Ops>(k), lag = std::min<int64_t>(kLagBytes / (kStep * int64_t{sizeof(uint16_t)}), count);
   const uint16_t* col[kC];
   typename Ops::Acc acc[kC];
   for (int c = 0; c < kC; ++c) {
