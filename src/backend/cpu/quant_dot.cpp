@@ -134,6 +134,14 @@ constexpr Pick kPickK[8] = {repeat16(0, 0), repeat16(1, 1), repeat16(2, 2), repe
 // Q6_K group i of a half: scale 2 i on lanes 0-3, 2 i + 1 on lanes 4-7 (that half's
 // 8 scales in both halves).
 constexpr Pick kPick6[4] = {repeat16(0, 1), repeat16(2, 3), repeat16(4, 5), repeat16(6, 7)};
+// Q4_K/Q5_K groups 2 i and 2 i + 1: int16 element 2 i on words 0-3 of each 128-bit lane, 2 i + 1
+// on words 4-7 (vpackssdw's halves: pair_k).
+constexpr Pick split16(int lo, int hi) {
+  Pick p{};
+  for (int j = 0; j < 32; ++j) p.bytes[j] = static_cast<uint8_t>(2 * (j % 16 < 8 ? lo : hi) + j % 2);
+  return p;
+}
+constexpr Pick kPickKPairs[4] = {split16(0, 1), split16(2, 3), split16(4, 5), split16(6, 7)};
 
 HWY_INLINE __m256i pick(__m256i scales, const Pick& p) {
   return _mm256_shuffle_epi8(scales, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.bytes)));
@@ -423,7 +431,11 @@ TESSERA_VNNI_GFNI HWY_INLINE __m512i gf_bits(__m512i v, int64_t matrix) {
 // Q4_K and Q5_K (layout in dot_unit_k): the lanes P of rows a and b against kTile
 // tokens (token t's block at x[t * x_step]) into p[t]; sc the rows' 8 scales as int16,
 // a's in both 128-bit lanes of the low half, b's in the high half. Each group's weights
-// are made once and meet every token.
+// are made once and meet every token. Sub-blocks 2 i and 2 i + 1 are summed 4 products at a
+// time by vpdpbusd (at most 4 x 31 x 128 = 15,872: int16), packed side by side into int16 by
+// vpackssdw and met with their scales by one vpdpwssd: one vpshufb for the two scales where
+// vpmaddubsw took one each; 10-15 % faster in L2 on the Xeon of docs/benchmarks.md (session
+// 50). The lanes move, their sum (P, an exact integer) does not.
 template <bool kFive, bool kGfni, int kTile>
 TESSERA_VNNI_GFNI HWY_INLINE void pair_k(const uint8_t* a, const uint8_t* b, __m512i sc, const Q8KBlock* x,
                                          int64_t x_step, __m512i* p) {
@@ -441,12 +453,12 @@ TESSERA_VNNI_GFNI HWY_INLINE void pair_k(const uint8_t* a, const uint8_t* b, __m
       hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi16(qh, 3), bit4));
       qh = _mm512_srli_epi16(qh, 2);
     }
-    const __m512i scale_lo = _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i]));
-    const __m512i scale_hi = _mm512_shuffle_epi8(sc, both_pick(kPickK[2 * i + 1]));
+    const __m512i scale = _mm512_shuffle_epi8(sc, both_pick(kPickKPairs[i]));
     for (int t = 0; t < kTile; ++t) {
       const int8_t* xq = x[t * x_step].qs + 64 * i;
-      p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(lo, both32(xq)), scale_lo);
-      p[t] = _mm512_dpwssd_epi32(p[t], _mm512_maddubs_epi16(hi, both32(xq + 32)), scale_hi);
+      const __m512i sums_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, both32(xq));
+      const __m512i sums_hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, both32(xq + 32));
+      p[t] = _mm512_dpwssd_epi32(p[t], _mm512_packs_epi32(sums_lo, sums_hi), scale);
     }
   }
 }
