@@ -714,6 +714,87 @@ TEST(CudaDeviceTest, RopeAndKvStoreInTheQkvMatmulsAreBitwiseTheSeparateLaunches)
   }
 }
 
+// q/k norm (Qwen3, Gemma 3) inside attend's rope launch: q, k, the pages and the
+// attention output are bitwise rms_norm's launches over q's and k's head rows, then
+// attend without the norm. Fails first with the norm taken out of the rope kernel
+// (the rows are then not normalized) or with its block other than kNormThreads.
+TEST(CudaDeviceTest, HeadNormInTheRopeLaunchIsBitwiseTheNormLaunches) {
+  TESSERA_CUDA_OR_SKIP(gpu);
+  const int64_t block_size = 16;
+  const float eps = 1e-6f;
+  struct Case {
+    DType pages;
+    int64_t head_dim, n_heads, n_kv;
+    std::vector<int64_t> tokens;  // each sequence's tokens in the step
+  };
+  for (const Case& c : {Case{DType::kBF16, 128, 32, 4, {1}}, Case{DType::kF16, 64, 8, 2, {1, 3, 1}},
+                        Case{DType::kBF16, 256, 4, 1, {5}}, Case{DType::kF32, 128, 6, 2, {2, 1}}}) {
+    const int64_t hd = c.head_dim;
+    std::vector<SeqSlice> parts;
+    int64_t tokens = 0;
+    std::vector<std::vector<int32_t>> tables;
+    for (size_t s = 0; s < c.tokens.size(); ++s) {
+      const int64_t pos0 = 19 + 7 * static_cast<int64_t>(s);
+      tables.emplace_back(static_cast<size_t>((pos0 + c.tokens[s] + block_size - 1) / block_size));
+      std::iota(tables.back().begin(), tables.back().end(), static_cast<int32_t>(8 * s));
+      tokens += c.tokens[s];
+    }
+    for (size_t s = 0; s < c.tokens.size(); ++s)
+      parts.push_back({c.tokens[s], 19 + 7 * static_cast<int64_t>(s), tables[s]});
+    std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+      inv_freq[i] = std::pow(1e6f, -2.0f * static_cast<float>(i) / static_cast<float>(hd));
+    const Buffer freq = put(*gpu, inv_freq);
+    const TensorView q_norm = place_random(*gpu, {hd}, 1), k_norm = place_random(*gpu, {hd}, 2);
+    const auto n = [&](int64_t heads) { return static_cast<size_t>(tokens * heads * hd); };
+    const std::vector<float> q0 = random_values(n(c.n_heads), 3), k0 = random_values(n(c.n_kv), 4),
+                             v0 = random_values(n(c.n_kv), 5);
+    KvPages pages{.dtype = c.pages,
+                  .blocks = 8 * static_cast<int32_t>(c.tokens.size()),
+                  .block_size = block_size,
+                  .layers = 1,
+                  .n_kv_heads = c.n_kv,
+                  .head_dim = hd};
+    const size_t page_bytes = static_cast<size_t>(pages.blocks) * pages.block_bytes();
+    struct Outputs {
+      std::vector<float> q, k, out;
+      std::vector<uint8_t> pages;
+    };
+    const auto run = [&](bool in_rope) {
+      const Buffer memory = put(*gpu, std::vector<uint8_t>(page_bytes).data(), page_bytes);
+      pages.base = memory.data();
+      const Buffer q = put(*gpu, q0), k = put(*gpu, k0), v = put(*gpu, v0), out = zeros(*gpu, n(c.n_heads));
+      AttendArgs args{.q = q.f32(),
+                      .k = k.f32(),
+                      .v = v.f32(),
+                      .out = out.f32(),
+                      .pages = &pages,
+                      .parts = parts,
+                      .n_heads = c.n_heads,
+                      .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                      .rotary = {.inv_freq = freq.f32()}};
+      if (in_rope) {
+        args.q_norm = &q_norm, args.k_norm = &k_norm, args.norm_eps = eps;
+      } else {
+        gpu->rms_norm(q.f32(), tokens * c.n_heads, hd, q_norm, eps, q.f32());
+        gpu->rms_norm(k.f32(), tokens * c.n_kv, hd, k_norm, eps, k.f32());
+      }
+      gpu->attend(args);
+      Outputs o{get(*gpu, q, n(c.n_heads)), get(*gpu, k, n(c.n_kv)), get(*gpu, out, n(c.n_heads)),
+                std::vector<uint8_t>(page_bytes)};
+      gpu->download(memory.data(), page_bytes, o.pages.data());
+      return o;
+    };
+    const Outputs separate = run(false), fused = run(true);
+    const std::string what = "head_dim " + std::to_string(hd) + ", " + std::to_string(tokens) + " tokens";
+    EXPECT_NE(fused.q, q0) << what;
+    EXPECT_EQ(fused.q, separate.q) << what << ": q";
+    EXPECT_EQ(fused.k, separate.k) << what << ": k";
+    EXPECT_EQ(fused.pages, separate.pages) << what << ": the pages";
+    EXPECT_EQ(fused.out, separate.out) << what << ": attention";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
