@@ -716,8 +716,9 @@ TEST(CudaDeviceTest, RopeAndKvStoreInTheQkvMatmulsAreBitwiseTheSeparateLaunches)
 
 // q/k norm (Qwen3, Gemma 3) inside attend's rope launch: q, k, the pages and the
 // attention output are bitwise rms_norm's launches over q's and k's head rows, then
-// attend without the norm. Fails first with the norm taken out of the rope kernel
-// (the rows are then not normalized) or with its block other than kNormThreads.
+// attend without the norm (TESSERA_CUDA_NORM_IN_ROPE=1 asks for the fused path).
+// Written in session 51 without a GPU to run it: its first run should also take
+// the norm out of the rope kernel once, to see it fail.
 TEST(CudaDeviceTest, HeadNormInTheRopeLaunchIsBitwiseTheNormLaunches) {
   TESSERA_CUDA_OR_SKIP(gpu);
   const int64_t block_size = 16;
@@ -773,6 +774,7 @@ TEST(CudaDeviceTest, HeadNormInTheRopeLaunchIsBitwiseTheNormLaunches) {
                       .n_heads = c.n_heads,
                       .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                       .rotary = {.inv_freq = freq.f32()}};
+      EXPECT_EQ(setenv("TESSERA_CUDA_NORM_IN_ROPE", "1", 1), 0);
       if (in_rope) {
         args.q_norm = &q_norm, args.k_norm = &k_norm, args.norm_eps = eps;
       } else {
@@ -783,6 +785,7 @@ TEST(CudaDeviceTest, HeadNormInTheRopeLaunchIsBitwiseTheNormLaunches) {
       Outputs o{get(*gpu, q, n(c.n_heads)), get(*gpu, k, n(c.n_kv)), get(*gpu, out, n(c.n_heads)),
                 std::vector<uint8_t>(page_bytes)};
       gpu->download(memory.data(), page_bytes, o.pages.data());
+      unsetenv("TESSERA_CUDA_NORM_IN_ROPE");
       return o;
     };
     const Outputs separate = run(false), fused = run(true);

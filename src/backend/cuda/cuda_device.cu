@@ -276,9 +276,10 @@ class CudaDevice final : public Device {
     TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
     const int64_t tokens = tokens_of(a.parts);
     const cuda::TokenMap tokens_map = map(a.parts, true, &p);
-    // q/k norm in the rope launch (TESSERA_CUDA_NORM_IN_ROPE=0: rms_norm's launches first, read at every call).
+    // q/k norm in the rope launch when asked (TESSERA_CUDA_NORM_IN_ROPE=1, read at every call: it has not yet run
+    // on a GPU); otherwise rms_norm's launches first.
     cuda::HeadNorm norm{};
-    if (a.q_norm != nullptr && cuda::switched_off("TESSERA_CUDA_NORM_IN_ROPE")) {
+    if (a.q_norm != nullptr && !cuda::asked("TESSERA_CUDA_NORM_IN_ROPE")) {
       rms_norm(a.q, tokens * a.n_heads, p.head_dim, *a.q_norm, a.norm_eps, a.q);
       rms_norm(a.k, tokens * p.n_kv_heads, p.head_dim, *a.k_norm, a.norm_eps, a.k);
     } else if (a.q_norm != nullptr) {
