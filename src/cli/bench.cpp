@@ -363,7 +363,9 @@ Status bench(const BenchOptions& o) {
   const double decode_tps = static_cast<double>(o.decode_tokens) / decode_s;
   const double weight_mib = static_cast<double>(model.weight_bytes()) / (1 << 20);
   const double kv_mib = static_cast<double>(cache.bytes()) / (1 << 20);
-  const double owned_weights_mib = o.random_weights ? weight_mib : 0;
+  // The host memory weights hold: random ones themselves, and on the CPU the copies in its matmuls' layout.
+  const double owned_weights_mib = (o.random_weights ? weight_mib : 0) +
+                                   (on_cpu ? static_cast<double>(forward.copied_weight_bytes()) / (1 << 20) : 0);
 
   std::printf("device            %s\n", device->name().c_str());
   std::printf("model             %s, %lld layers, hidden %lld, %.1f MiB of weights (%s)\n", c.model_type.c_str(),

@@ -8,9 +8,49 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <utility>
 
 namespace tessera {
+
+namespace {
+
+// The live MappedFiles' ranges, by their first byte: release_mapped_pages touches nothing else.
+struct Mappings {
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> ranges;
+};
+
+Mappings& mappings() {
+  static Mappings m;
+  return m;
+}
+
+void unmap(const uint8_t* data, size_t size) {
+  {
+    Mappings& m = mappings();
+    const std::lock_guard lock(m.mutex);
+    m.ranges.erase(reinterpret_cast<uintptr_t>(data));
+  }
+  ::munmap(const_cast<uint8_t*>(data), size);
+}
+
+}  // namespace
+
+void release_mapped_pages(const void* data, size_t bytes) {
+  const auto first = reinterpret_cast<uintptr_t>(data);
+  if (bytes == 0 || first + bytes < first) return;
+  Mappings& m = mappings();
+  const std::lock_guard lock(m.mutex);  // held through madvise: the mapping cannot go meanwhile
+  auto it = m.ranges.upper_bound(first);
+  if (it == m.ranges.begin()) return;
+  --it;  // the mapping starting at or before `first`
+  if (first + bytes > it->first + it->second) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (first + page - 1) / page * page, end = (first + bytes) / page * page;
+  if (begin < end) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
 
 void advise_huge_pages(const void* data, size_t bytes) {
   static const bool on = [] {
@@ -52,6 +92,9 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
     }
     file.data_ = static_cast<const uint8_t*>(p);
     advise_huge_pages(p, file.size_);
+    Mappings& m = mappings();
+    const std::lock_guard lock(m.mutex);
+    m.ranges[reinterpret_cast<uintptr_t>(p)] = file.size_;
   }
   ::close(fd);
   return file;
@@ -62,7 +105,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (data_) unmap(data_, size_);
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
@@ -71,7 +114,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_) unmap(data_, size_);
 }
 
 }  // namespace tessera

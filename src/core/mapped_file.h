@@ -1,6 +1,7 @@
 // MappedFile: a read-only memory map of a whole file (RAII). Weights are used in
-// place from the map, never copied. Immutable after open; safe to read from any
-// thread. The map is advised for huge pages (advise_huge_pages).
+// place from the map, or copied from it by a device into its own layout or memory,
+// which then releases the copied pages (release_mapped_pages). Immutable after open;
+// safe to read from any thread. The map is advised for huge pages (advise_huge_pages).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,14 @@ void advise_huge_pages(const void* data, size_t bytes);
 // pages before any of it is touched; nullptr when it cannot be mapped (errno says why).
 // The memory that reads stand in for weights, or hold them, in the weights' pages.
 std::shared_ptr<uint8_t> map_advised(size_t bytes);
+
+// Drops this process's pages of [data, data + bytes) where the range lies inside a live
+// MappedFile (its whole pages only, madvise(MADV_DONTNEED)): a weight that a device has
+// copied into its own layout or memory then stops holding its bytes resident twice. The
+// file stays mapped, so a later read of the range faults the same bytes back in from the
+// file. Anywhere else (anonymous memory, a buffer, a range past a mapping's end) it does
+// nothing, since dropping those pages would lose their contents.
+void release_mapped_pages(const void* data, size_t bytes);
 
 class MappedFile {
  public:

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/mapped_file.h"
 #include "model/rope.h"
 #include "wire/tp_step.h"
 
@@ -71,8 +72,9 @@ Result<TensorView> place_offset_norm(Device& device, const TensorView& w, float 
 // layout, or views of the mapped files; copies in its own memory on a GPU, with a progress
 // line on a terminal).
 // A weight that does not fit is named in the error. Norm weights of a family
-// with ArchSpec::norm_offset become f32 buffers kept in `owned`.
-Result<ModelWeights> place_weights(Device& device, const Model& model, std::vector<Buffer>& owned) {
+// with ArchSpec::norm_offset become f32 buffers kept in `owned`. `copied`: the bytes
+// placed as copies (the mapped files' pages of each are released: release_mapped_pages).
+Result<ModelWeights> place_weights(Device& device, const Model& model, std::vector<Buffer>& owned, uint64_t& copied) {
   const ModelWeights& host = model.weights();
   ModelWeights placed = host;
   const bool show = device.name().rfind("cpu", 0) != 0 && ::isatty(STDERR_FILENO);
@@ -84,6 +86,11 @@ Result<ModelWeights> place_weights(Device& device, const Model& model, std::vect
     auto moved = norm && offset != 0 ? place_offset_norm(device, view, offset, owned) : device.place(view);
     if (!moved.ok()) return moved.status().with_context("loading " + what + " onto " + device.name());
     done += view.nbytes();
+    // A copy (the CPU's own layout, a GPU's memory): the mapped file's pages of it need not stay resident.
+    if (moved->data != view.data) {
+      copied += moved->nbytes();
+      release_mapped_pages(view.data, view.nbytes());
+    }
     view = *moved;
     if (show)
       std::fprintf(stderr, "\r[load] %s: %.2f of %.2f GiB", device.name().c_str(),
@@ -133,7 +140,7 @@ Forward::Forward(const Model& model, Device& device, ForwardOptions options)
     if (group_.size() != shard.ranks || group_.rank() != shard.rank)
       return Status::invalid_input("[forward] the model is the shard of " + rank_of(shard) + ", the group's is " +
                                    rank_of({group_.rank(), group_.size()}));
-    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model, owned_));
+    TS_ASSIGN_OR_RETURN(weights_, place_weights(device, model, owned_, copied_weight_bytes_));
     const ArchSpec& arch = model.arch();
     const int64_t rotary_dim = arch.rotary_dim(c.head_dim);
     auto upload = [&](const RopeConfig& rope, bool long_factors, Buffer& out) -> Status {

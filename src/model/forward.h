@@ -95,6 +95,9 @@ class Forward {
   const Status& status() const { return status_; }
   const Model& model() const { return model_; }
   const Device& device() const { return device_; }
+  // Bytes of the weights that the device holds as copies of its own (its matmuls' layout
+  // on the CPU, its memory on a GPU), not as views of the mapped files.
+  uint64_t copied_weight_bytes() const { return copied_weight_bytes_; }
   KvPool& kv_pool() const;
   // A sequence of at most `capacity` positions in this range's KV pool.
   KvCache make_cache(int64_t capacity) const { return KvCache(kv_pool(), capacity); }
@@ -195,9 +198,10 @@ class Forward {
   Status status_;
   ModelWeights weights_;       // the model's weights as placed on the device
   std::vector<Buffer> owned_;  // weights Forward made (norm_offset's norms)
-  Buffer inv_freq_;            // f32 [rotary_dim / 2]
-  Buffer long_inv_freq_;       // longrope's long factors; else empty
-  Buffer local_inv_freq_;      // the sliding layers' (ArchSpec::sliding_rope); else empty
+  uint64_t copied_weight_bytes_ = 0;
+  Buffer inv_freq_;        // f32 [rotary_dim / 2]
+  Buffer long_inv_freq_;   // longrope's long factors; else empty
+  Buffer local_inv_freq_;  // the sliding layers' (ArchSpec::sliding_rope); else empty
   std::unique_ptr<KvPool> kv_pool_;
   // Device scratch, grown as needed: x is the residual stream [tokens, hidden].
   Buffer x_, norm_, q_, k_, v_, attn_, proj_, gate_, up_, logits_, greedy_;
