@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/mapped_file.h"
 
 namespace tessera {
 
@@ -163,6 +164,7 @@ Result<Model> Model::cut(Shard shard) const {
         for (const auto& [slot, rows] : to[t].parts) {
           const TensorView piece = rows_of(src.*slot, first_row(slot, plan, hd, rows), rows);
           std::memcpy(out_bytes, piece.data, piece.nbytes());
+          release_mapped_pages(piece.data, piece.nbytes());  // copied: the file's pages need not stay
           out_bytes += piece.nbytes();
         }
         to[t].split(dst);
@@ -185,6 +187,7 @@ Result<Model> Model::cut(Shard shard) const {
               " columns each, not whole blocks of " + std::to_string(block) +
               " (run it on a rank count that divides k into whole blocks)");
         part = storage->columns_of(whole_tensor, plan.shard.rank * shape[1], shape[1]);
+        release_mapped_pages(whole_tensor.data, whole_tensor.nbytes());  // read through for the copy
       }
       TS_CHECK(part.shape == to[t].shape, "layer ", layer, "'s ", to[t].name, " cut to ", shape_string(part.shape),
                ", expected ", shape_string(to[t].shape));
