@@ -286,7 +286,6 @@ class CudaDevice final : public Device {
       for (const TensorView* w : {a.q_norm, a.k_norm})
         TS_CHECK(w != nullptr && w->numel() == p.head_dim && w->dtype == a.q_norm->dtype, "head norm weight ",
                  w != nullptr ? shape_string(w->shape) : "missing", " for head_dim ", p.head_dim);
-      select();
       norm = {.q = a.q_norm->data, .k = a.k_norm->data, .dtype = a.q_norm->dtype, .eps = a.norm_eps};
     }
     cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
