@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/bf16_dot.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_act.h"
 #include "backend/cpu/weight_layout.h"
 #include "core/check.h"
@@ -29,14 +30,15 @@
 #endif
 
 #include "backend/cpu/amx_kernel.h"
-// AMX-INT8's kernel is compiled for AVX-512F (only CPUs with AMX run it), so that its
-// accumulators stay in vector registers through the inlined steps.
+// The column decode and AMX-INT8's kernel are compiled for AVX-512F (only CPUs with AMX run
+// them), so that their accumulators stay in vector registers through the inlined steps.
 #if TESSERA_AMX && defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
 #elif TESSERA_AMX
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #endif
+#include "backend/cpu/amx_columns.h"
 #include "backend/cpu/amx_int8_kernel.h"
 #if TESSERA_AMX && defined(__clang__)
 #pragma clang attribute pop
@@ -78,6 +80,7 @@ static_assert(sizeof(TileConfig) == 64);
 #define TESSERA_TILELOADDT1(N) __asm__ volatile("tileloaddt1 (%0,%1,1), %%tmm" N ::"r"(p), "r"(stride) : "memory")
 #define TESSERA_TILESTORED(N) __asm__ volatile("tilestored %%tmm" N ", (%0,%1,1)" ::"r"(p), "r"(stride) : "memory")
 
+#define TESSERA_AVX512F __attribute__((target("avx512f")))
 struct InstructionOps {
   static void configure(int cols) {
     TileConfig config;
@@ -120,6 +123,35 @@ struct InstructionOps {
   }
   static void round_x(const float* x, int64_t n, uint16_t* out) { bf16_dot::round_x(x, n, out); }
   static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) { amx::transpose16(src, ss, dst, ds); }
+
+  // amx_columns.h's steps on AVX-512F: a bf16 widened by its bits, and multiplies and adds
+  // under MXCSR's DAZ and FTZ (Flush, for the length of a call), the instruction's rules.
+  struct Lanes {
+    using V = __m512;
+    struct Flush {
+      unsigned saved = _mm_getcsr();
+      Flush() { _mm_setcsr(saved | 0x8040u); }  // FTZ (bit 15) and DAZ (bit 6)
+      ~Flush() { _mm_setcsr(saved); }
+      Flush(const Flush&) = delete;
+      Flush& operator=(const Flush&) = delete;
+    };
+    static float widen(uint16_t bits) {
+      const uint32_t f = uint32_t{bits} << 16;
+      float out;
+      std::memcpy(&out, &f, sizeof(out));
+      return out;
+    }
+    TESSERA_AVX512F static V zero() { return _mm512_setzero_ps(); }
+    TESSERA_AVX512F static void split(const uint32_t* p, V& even, V& odd) {
+      const __m512i pairs = _mm512_loadu_si512(p);
+      // (maskz: GCC 12's plain slli_epi32 reads an undefined vector and warns)
+      even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, pairs, 16));
+      odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+    }
+    TESSERA_AVX512F static V mul(V w, float x) { return _mm512_mul_ps(w, _mm512_set1_ps(x)); }
+    TESSERA_AVX512F static V add(V a, V b) { return _mm512_add_ps(a, b); }
+    TESSERA_AVX512F static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  };
 };
 
 // InstructionOps without the tiles: every tile operation does nothing, so that gemm runs
@@ -146,7 +178,6 @@ struct NoTileOps {
 
 // amx_int8_kernel.h's tiles (every one whole: 16 rows of 64 bytes) and its f32 steps on AVX-512F (every CPU with AMX
 // has it), the accumulators in 16 registers.
-#define TESSERA_AVX512F __attribute__((target("avx512f")))
 struct Int8Ops {
   static void configure() {
     TileConfig config;
@@ -300,16 +331,56 @@ void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, i
   const Lines s = scratch_for(k);
   if (tokens == 1) {
     kernel::round_row<InstructionOps>(x, k, s.x);
+    if (group == kColumns)
+      return kernel::decode_columns<InstructionOps>(s.x, k, w, rows, y, reinterpret_cast<float*>(s.rows),
+                                                    decode_prefetch_bytes());
     return kernel::decode<InstructionOps>(s.x, k, w, rows, group, y, s.rows);
   }
   float* packed = aligned(s.packed, packed_floats(tokens, k));
   pack_x(x, tokens, k, 0, tokens, packed);
   matmul_rows_packed(packed, tokens, 0, tokens, k, w, rows, y, ldy, group);
 }
-// Rows as mapped: decode reads an A tile of 16 interleaved rows in place (amx_kernel.h's
-// row_group), but on the GPU host's Xeon that was no faster than 16 rows 2k bytes apart
-// (docs/benchmarks.md, session 38), so the weights are not copied for it.
-int64_t row_group() { return 1; }
+
+// Whether this CPU's tdpbf16ps gives amx_columns.h's bits (the order amx_kernel.h states,
+// measured on one Xeon): 64 rows x 256 of awkward values (exponents spread wide, zeros of
+// both signs, subnormals, products that underflow) decoded both ways, compared bit for
+// bit. A CPU whose instruction summed otherwise keeps decode on the tiles.
+bool columns_match_tiles() {
+  constexpr int64_t k = 256, rows = 64;
+  uint32_t state = 12345;
+  const auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+  std::vector<uint16_t> w(rows * k), columns(rows * k), xb(k);
+  std::vector<float> x(k);
+  for (uint16_t& v : w) {
+    const uint32_t r = next();
+    const uint32_t exponent = r % 11 == 0 ? r % 4 : r % 13 == 0 ? 0 : 100 + (r >> 8) % 50;  // tiny, subnormal, wide
+    v = static_cast<uint16_t>((r >> 31) << 15 | exponent << 7 | (r >> 16) % 128);
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t r = next();
+    const uint32_t exponent = r % 7 == 0 ? 0 : r % 5 == 0 ? 3 : 110 + (r >> 8) % 30;
+    const uint32_t bits = (r >> 31) << 31 | exponent << 23 | (r >> 9) % (1u << 23);
+    std::memcpy(&x[i], &bits, sizeof(bits));
+  }
+  interleave_rows(w.data(), DType::kBF16, k, kColumns, 0, rows, columns.data());
+  std::vector<float> tiles(rows), vectors(rows);
+  const Lines s = scratch_for(k);
+  kernel::round_row<InstructionOps>(x.data(), k, xb.data());
+  kernel::decode<InstructionOps>(xb.data(), k, w.data(), rows, 1, tiles.data(), s.rows);
+  kernel::decode_columns<InstructionOps>(xb.data(), k, columns.data(), rows, vectors.data(),
+                                         reinterpret_cast<float*>(s.rows), 0);
+  return std::memcmp(tiles.data(), vectors.data(), tiles.size() * sizeof(float)) == 0;
+}
+
+// Decode by amx_columns.h's vector steps over weights in the column layout, which
+// CpuDevice::place copies them into, unless TESSERA_AMX_COLUMNS=0 or the instruction here
+// sums otherwise (then rows as mapped, each A tile loaded straight from 16 rows: the tile
+// loads held a 2-thread decode to 65-78 % of the memory's bandwidth, docs/benchmarks.md).
+bool columns_decode() {
+  static const bool on = bf16::switched_on("TESSERA_AMX_COLUMNS") && columns_match_tiles();
+  return on;
+}
+int64_t row_group() { return columns_decode() ? kColumns : 1; }
 
 // Whether CPUID leaf 7 says AMX-TILE and the AMX feature at EDX bit `bit` (22: BF16, 25:
 // INT8) are there.

@@ -1,10 +1,10 @@
 // A portable emulation of the tiles and the instruction amx_kernel.h runs on (AMX-TILE
-// and AMX-BF16: ldtilecfg, tileloadd, tilestored, tilezero, tdpbf16ps), written from the
-// Intel SDM's description of them. The tests instantiate the kernel with it, so that the
-// blocking and the order of the sums are checked on machines without AMX, and compare it
-// with the instruction where the CPU has it: the hardware agrees with this reading of the
-// SDM on about 99.5 % of outputs and differs in the last bit on the rest (amx_kernel.h).
-// Not used by the library itself. The tiles are the calling thread's, as the real ones are.
+// and AMX-BF16: ldtilecfg, tileloadd, tilestored, tilezero, tdpbf16ps), and of the vector
+// steps its column decode takes instead: tdpbf16ps as amx_kernel.h states it (measured on
+// the hardware, not the Intel SDM's pseudo-code). The tests instantiate the kernel with
+// it, so that the blocking and the order of the sums are checked on machines without AMX,
+// and compare it with the instruction where the CPU has it, bitwise. Not used by the
+// library itself. The tiles are the calling thread's, as the real ones are.
 #pragma once
 
 #include <algorithm>
@@ -66,27 +66,59 @@ struct EmulatedOps {
     return v;
   }
 
-  // tdpbf16ps C, A, B as the SDM's pseudo-code states it: for each row m of C and column
-  // n, the accumulator takes, for each pair p of A's row in order, A[m].bf16[2p] *
-  // B[p].bf16[2n], then A[m].bf16[2p + 1] * B[p].bf16[2n + 1], each step an FMA rounded
-  // to nearest even with bf16 subnormals read as zero and a subnormal result flushed.
+  // tdpbf16ps C, A, B as amx_kernel.h states it: for each row m of C and column n, the
+  // even products A[m].bf16[2p] * B[p].bf16[2n] summed in one chain and the odd ones in
+  // another, each product and sum rounded on its own, then C += even + odd; bf16 and C's
+  // subnormals read as zero, subnormal results flushed (Lanes' arithmetic, lane by lane).
   template <int C, int A, int B>
   static void dot() {
     Tiles& t = tiles();
-    using Dot = bf16_dot::EmulatedOps;
     for (int m = 0; m < t.rows[C]; ++m)
       for (int n = 0; n < t.colsb[C] / 4; ++n) {
         float acc;
         std::memcpy(&acc, t.data[C] + m * 64 + 4 * n, sizeof(acc));
+        float even = 0.0f, odd = 0.0f;
         for (int p = 0; p < t.colsb[A] / 4; ++p) {
           const uint8_t* a = t.data[A] + m * 64;
           const uint8_t* b = t.data[B] + p * 64;
-          acc = Dot::flush(std::fma(Dot::widen(bf16_at(a, 2 * p)), Dot::widen(bf16_at(b, 2 * n)), acc));
-          acc = Dot::flush(std::fma(Dot::widen(bf16_at(a, 2 * p + 1)), Dot::widen(bf16_at(b, 2 * n + 1)), acc));
+          even = Lanes::add1(even, Lanes::mul1(Lanes::widen(bf16_at(a, 2 * p)), Lanes::widen(bf16_at(b, 2 * n))));
+          odd = Lanes::add1(odd, Lanes::mul1(Lanes::widen(bf16_at(a, 2 * p + 1)), Lanes::widen(bf16_at(b, 2 * n + 1))));
         }
+        acc = Lanes::add1(acc, Lanes::add1(even, odd));
         std::memcpy(t.data[C] + m * 64 + 4 * n, &acc, sizeof(acc));
       }
   }
+
+  // amx_kernel.h's decode_columns steps: 16 lanes, each operation rounded on its own,
+  // subnormal inputs read as zero and subnormal results flushed (as MXCSR's DAZ and FTZ).
+  struct Lanes {
+    struct V {
+      float v[16];
+    };
+    struct Flush {};  // the arithmetic below flushes by itself
+    static float widen(uint16_t bits) { return bf16_dot::EmulatedOps::widen(bits); }
+    static float daz(float f) { return bf16_dot::EmulatedOps::flush(f); }
+    static float mul1(float a, float b) { return daz(daz(a) * daz(b)); }
+    static float add1(float a, float b) { return daz(daz(a) + daz(b)); }
+    static V zero() { return {}; }
+    static void split(const uint32_t* p, V& even, V& odd) {
+      for (int i = 0; i < 16; ++i) {
+        even.v[i] = widen(static_cast<uint16_t>(p[i] & 0xFFFFu));
+        odd.v[i] = widen(static_cast<uint16_t>(p[i] >> 16));
+      }
+    }
+    static V mul(const V& w, float x) {
+      V out;
+      for (int i = 0; i < 16; ++i) out.v[i] = mul1(w.v[i], x);
+      return out;
+    }
+    static V add(const V& a, const V& b) {
+      V out;
+      for (int i = 0; i < 16; ++i) out.v[i] = add1(a.v[i], b.v[i]);
+      return out;
+    }
+    static void store(float* p, const V& v) { std::memcpy(p, v.v, sizeof(v.v)); }
+  };
 
   static void round_x(const float* x, int64_t n, uint16_t* out) { bf16_dot::EmulatedOps::round_x(x, n, out); }
   static void transpose16(const float* src, int64_t ss, float* dst, int64_t ds) {

@@ -19,13 +19,18 @@
 // w and x chunks alone. So the order is fixed by k alone, never by the tile's shape, the
 // number of tokens or where a partial sum waits between k blocks (C tiles stored and
 // loaded again hold the same bits).
-// What the instruction computes within a chunk: the Intel SDM's pseudo-code adds the 32
-// products one after the other in the order of k, each a fused multiply-add rounded to
-// nearest even (bf16 subnormals read as zero, a subnormal result flushed), which is what
-// amx_emulated.h does; the Xeon of docs/benchmarks.md's AMX run agrees with it on about
-// 99.5 % of outputs and differs in the last bit on the rest (none of four other orders
-// tried matched it either), so amx_test.cpp holds the instruction to the emulation within
-// rounding and to itself bitwise (a row alone and in any batch).
+// What the instruction computes for one output and one chunk (not the Intel SDM's
+// pseudo-code, one chain of 32 fused multiply-adds, which the hardware matches on few
+// outputs; found on the dev VM's Sapphire-Rapids-class Xeon, bitwise on 512,000 random
+// outputs, docs/benchmarks.md, session 52):
+//   even = 0; for p = 0..15: even = even + w[2p] * x[2p]
+//   odd = 0;  for p = 0..15: odd = odd + w[2p+1] * x[2p+1]
+//   acc = acc + (even + odd)
+// every product and every sum rounded to f32 (nearest even) on its own, not fused, with
+// subnormal inputs read as zero and subnormal results (products too) flushed to zero:
+// vector multiplies and adds under MXCSR's DAZ and FTZ give the same bits. amx_emulated.h
+// computes this; amx_test.cpp holds the instruction to it bitwise, and amx.cpp checks it
+// on the CPU at hand before decode takes vector steps instead of tiles (decode_columns).
 //
 // Tiles: C (i, j) = tile 2i + j (16 weight rows x up to 16 tokens of f32), A (i) = tile
 // 4 + i (16 weight rows x 32 bf16 of k: decode loads them straight from the weight rows,
@@ -224,10 +229,10 @@ void run_block(int groups, int token_tiles, const TileRun<uint16_t>* a, const Ti
   block<Ops, 1, 1, kStreamB>(a, b, steps, c, cs, load_c);
 }
 
-// One token: y[r] for `rows` weight rows (in groups of `group`). xb: its x rounded
-// (round_row). Tiles of one token column; 32 rows at a time (two chains of tile products
-// in flight), each C tile stored straight into y when its 16 rows are all there. scratch:
-// 2 x 16 x padded_k(k).
+// One token: y[r] for `rows` weight rows (in groups of `group`, not the column layout:
+// amx_columns.h decodes that). xb: its x rounded (round_row). Tiles of one token column;
+// 32 rows at a time (two chains of tile products in flight), each C tile stored straight
+// into y when its 16 rows are all there. scratch: 2 x 16 x padded_k(k).
 template <typename Ops>
 void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, int64_t group, float* y,
             uint16_t* scratch) {
@@ -259,9 +264,25 @@ void decode(const uint16_t* xb, int64_t k, const uint16_t* w, int64_t rows, int6
 // c0 + s at out + (i * kKcChunks + s) * kTileElements, row r of it (weight row first +
 // 16 i + r) 64 bytes on. Rows past `rows` and elements past k are zeros. A chunk wholly
 // inside its row is one copy of a constant 64 bytes, which the compiler writes as a few
-// vector moves (it was a call to memcpy a chunk).
-static inline void pack_rows(const uint16_t* w, int64_t k, int64_t group, int64_t rows, int64_t first, int groups,
-                             int64_t c0, int64_t c1, uint16_t* out) {
+// vector moves (it was a call to memcpy a chunk). In the column layout (whole groups of
+// 16 rows, k whole chunks) a group's chunk is 16 pairs of its 16 rows, 1 KiB: transposed.
+template <typename Ops>
+void pack_rows(const uint16_t* w, int64_t k, int64_t group, int64_t rows, int64_t first, int groups, int64_t c0,
+               int64_t c1, uint16_t* out) {
+  if (group == kColumns) {
+    for (int i = 0; i < groups; ++i)
+      for (int64_t c = c0; c < c1; ++c) {
+        uint16_t* dst = out + (i * kKcChunks + c - c0) * kTileElements;
+        const int64_t r0 = first + i * kTileRows;
+        if (r0 >= rows) {
+          std::memset(dst, 0, kTileElements * sizeof(uint16_t));
+          continue;
+        }
+        Ops::transpose16(reinterpret_cast<const float*>(w + r0 * k + c * kTileElements), kTileRows,
+                         reinterpret_cast<float*>(dst), kTileRows);
+      }
+    return;
+  }
   const int64_t stride = line_stride<uint16_t>(group);  // a row's chunk c to c + 1
   constexpr size_t kChunkBytes = kChunk * sizeof(uint16_t);
   const int64_t whole = std::clamp<int64_t>(k / kChunk, c0, c1);  // chunks [c0, whole) lie inside the rows
@@ -291,6 +312,14 @@ static inline void prefetch_rows(const uint16_t* w, int64_t k, int64_t group, in
   const int64_t per_row = c1 - c0;  // a chunk of bf16 is 64 bytes: a line, give or take alignment
   const int64_t end = std::min(line + count, 2 * kTileRows * per_row);
   if (line >= end) return;
+  if (group == kColumns) {  // each group's chunks [c0, c1): 16 lines a chunk, one run
+    const int64_t per_group = kTileRows * per_row;
+    for (int64_t l = line; l < end; ++l) {
+      const int64_t r0 = first + l / per_group * kTileRows;
+      if (r0 < rows) __builtin_prefetch(w + r0 * k + c0 * kTileElements + l % per_group * kChunk);
+    }
+    return;
+  }
   int64_t r = first + line / per_row, c = c0 + line % per_row;
   for (int64_t l = line; l < end; ++l) {
     if (r < rows) __builtin_prefetch(layout_row(w, k, group, r) + c * line_stride<uint16_t>(group));
@@ -325,7 +354,7 @@ void gemm(const uint32_t* xp, int64_t tokens, int64_t k, const uint16_t* w, int6
         const int64_t c1 = std::min(chunks, c0 + kc);
         for (int64_t g = 0; g < groups; g += 2) {
           const int pair = groups - g >= 2 ? 2 : 1;
-          pack_rows(w, k, group, rows, rb + g * kTileRows, pair, c0, c1, a_scratch);
+          pack_rows<Ops>(w, k, group, rows, rb + g * kTileRows, pair, c0, c1, a_scratch);
           // The next row pair of this k block, else the first of the next k block.
           const bool last_pair = g + 2 >= groups;
           const int64_t next_first = last_pair ? rb : rb + (g + 2) * kTileRows;

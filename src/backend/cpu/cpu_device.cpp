@@ -104,7 +104,9 @@ CpuDevice::CpuDevice(size_t threads) : pool_(threads) { cpu::cap_isa_from_env();
 
 std::string CpuDevice::name() const {
   return std::string("cpu (") + cpu::isa_name() +
-         (cpu::amx_active()        ? ", bf16 weights by AMX tiles"
+         (cpu::amx_active() && cpu::columns_active(DType::kBF16)
+              ? ", bf16 weights by AMX tiles (one token's by vectors, the same bits)"
+          : cpu::amx_active()      ? ", bf16 weights by AMX tiles"
           : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
                                    : "") +
          (cpu::quant_tiles_active() ? ", Q8_0 and Q4_0 by AMX-INT8 tiles" : "") + ", " + std::to_string(pool_.size()) +
