@@ -32,11 +32,9 @@ constexpr int64_t kHeadsPerBlock = 8;
 constexpr int64_t kRopeHeads = 8;
 
 // Block (token, chunk of kRopeHeads heads among the q heads, then the k heads).
-// kNorm (N: the norm weights' dtype): each head's row normalized first, as
-// rms_norm_kernel does it (kNormThreads threads, block_rms_scale).
-template <DType D, bool kNorm, DType N>
+template <DType D>
 __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const float* __restrict__ v, int64_t kv_heads,
-                                  int64_t hd, KvPages p, int64_t layer, TokenMap map, Rotary r, HeadNorm norm) {
+                                  int64_t hd, KvPages p, int64_t layer, TokenMap map, Rotary r) {
   let_next_start();
   wait_for_earlier();
   const int64_t t = blockIdx.x, first = blockIdx.y * kRopeHeads;
@@ -45,16 +43,6 @@ __global__ void rope_store_kernel(float* q, int64_t q_heads, float* k, const flo
   const auto row_of = [&](int64_t head) {
     return head < q_heads ? q + (t * q_heads + head) * hd : k + (t * kv_heads + head - q_heads) * hd;
   };
-  if constexpr (kNorm) {
-    __shared__ float shared[32];
-    for (int64_t head = first; head < first + heads; ++head) {
-      float* x = row_of(head);
-      const auto* w = static_cast<const Storage<N>*>(head < q_heads ? norm.q : norm.k);
-      const float scale = block_rms_scale(x, hd, norm.eps, shared);
-      for (int64_t i = threadIdx.x; i < hd; i += kNormThreads) x[i] = widen<N>(w[i]) * (x[i] * scale);
-    }
-    __syncthreads();  // the normalized rows, written by the block's threads
-  }
   if (r.inv_freq != nullptr) {
     const int64_t half = (r.dim > 0 ? r.dim : hd) / 2;
     // Pair i: dimensions (i, i + half), or (2i, 2i + 1) when interleaved (CpuDevice::rope).
@@ -271,25 +259,15 @@ __global__ void combine_kernel(int64_t n_heads, int64_t hd, TokenMap map, int64_
 
 void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads,
                 int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
-                const Rotary& rotary, const HeadNorm& norm) {
+                const Rotary& rotary) {
   if (tokens == 0 || q_heads + kv_heads == 0) return;
   const dim3 grid(static_cast<unsigned>(tokens),
                   static_cast<unsigned>((q_heads + kv_heads + kRopeHeads - 1) / kRopeHeads));
-  const bool normed = norm.q != nullptr;
-  TS_CHECK(!normed || (norm.k != nullptr && head_dim <= kNormHeld * kNormThreads), "a head norm of head_dim ",
-           head_dim);
-  // A norm takes rms_norm_kernel's block of kNormThreads, so that its sums are the same bits.
-  const auto threads =
-      static_cast<unsigned>(normed ? kNormThreads : std::clamp<int64_t>(kRopeHeads * head_dim / 2, 32, 256));
+  const auto threads = static_cast<unsigned>(std::clamp<int64_t>(kRopeHeads * head_dim / 2, 32, 256));
   const KvPages p = pages != nullptr ? *pages : KvPages{};
   with_dtype(pages != nullptr ? p.dtype : DType::kF32, [&]<DType D>() {
-    if (!normed)
-      return launch_kernel(rope_store_kernel<D, false, DType::kF32>, grid, threads, 0, stream, q, q_heads, k, v,
-                           kv_heads, head_dim, p, layer, map, rotary, norm);
-    with_dtype(norm.dtype, [&]<DType N>() {
-      launch_kernel(rope_store_kernel<D, true, N>, grid, threads, 0, stream, q, q_heads, k, v, kv_heads, head_dim, p,
-                    layer, map, rotary, norm);
-    });
+    launch_kernel(rope_store_kernel<D>, grid, threads, 0, stream, q, q_heads, k, v, kv_heads, head_dim, p, layer, map,
+                  rotary);
   });
 }
 

@@ -276,21 +276,13 @@ class CudaDevice final : public Device {
     TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
     const int64_t tokens = tokens_of(a.parts);
     const cuda::TokenMap tokens_map = map(a.parts, true, &p);
-    // q/k norm in the rope launch when asked (TESSERA_CUDA_NORM_IN_ROPE=1, read at every call: it has not yet run
-    // on a GPU); otherwise rms_norm's launches first.
-    cuda::HeadNorm norm{};
-    if (a.q_norm != nullptr && !cuda::asked("TESSERA_CUDA_NORM_IN_ROPE")) {
+    if (a.q_norm != nullptr) {  // q/k norm (Qwen3, Gemma 3): rms_norm's launches before rope's
       rms_norm(a.q, tokens * a.n_heads, p.head_dim, *a.q_norm, a.norm_eps, a.q);
       rms_norm(a.k, tokens * p.n_kv_heads, p.head_dim, *a.k_norm, a.norm_eps, a.k);
-    } else if (a.q_norm != nullptr) {
-      for (const TensorView* w : {a.q_norm, a.k_norm})
-        TS_CHECK(w != nullptr && w->numel() == p.head_dim && w->dtype == a.q_norm->dtype, "head norm weight ",
-                 w != nullptr ? shape_string(w->shape) : "missing", " for head_dim ", p.head_dim);
-      norm = {.q = a.q_norm->data, .k = a.k_norm->data, .dtype = a.q_norm->dtype, .eps = a.norm_eps};
     }
     cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
-                     a.rotary, norm);
-    launched(a.q_norm != nullptr ? "norm_rope_store" : "rope_store");
+                     a.rotary);
+    launched("rope_store");
     attend_stored(a, tokens, tokens_map);
   }
 

@@ -115,17 +115,10 @@ void embed(cudaStream_t stream, const void* table, DType dtype, int64_t hidden, 
 // head_dim] and k [tokens, kv_heads, head_dim] in place at each token's position
 // (none when rotary.inv_freq is null), then
 // k and v [tokens, kv_heads, head_dim] stored into `layer` of the pages (none when
-// pages is null), rounded to the pages' dtype (attend.cu). With `norm`'s weights,
-// each head's row of q and k is first RMS-normalized in place, bitwise rms_norm's.
-struct HeadNorm {
-  const void* q = nullptr;  // [head_dim] of `dtype`; null: no norm
-  const void* k = nullptr;
-  DType dtype = DType::kF32;
-  float eps = 0.0f;
-};
+// pages is null), rounded to the pages' dtype (attend.cu).
 void rope_store(cudaStream_t stream, float* q, int64_t q_heads, float* k, const float* v, int64_t kv_heads,
                 int64_t head_dim, const KvPages* pages, int64_t layer, int64_t tokens, TokenMap map,
-                const Rotary& rotary, const HeadNorm& norm = {});
+                const Rotary& rotary);
 // The partitions attention splits `visible` positions into.
 int64_t attention_partitions(int64_t visible);
 // Paged causal (optionally sliding-window) attention of q [tokens, n_heads,

@@ -483,7 +483,10 @@ constexpr int64_t kMaxWhole = 32;
 // 5,256.9 against 5,122.4 and 5,167.8; the 1B shape (head_dim 64) lost 10 % so
 // (820.4 and 831.6 against 913.7 and 914.6), which is why head_dim decides; its
 // whole blocks spreading their partitions over their warps (kSpread) still lost
-// 8 % (session 32: 852.6 and 850.2 against 936.8 and 921.7 split).
+// 8 % (session 32: 852.6 and 850.2 against 936.8 and 921.7 split). And only with
+// at least 8 unsplit blocks (8 KV heads at batch 1): 12 layers of Qwen3-30B-A3B
+// (4 KV heads, head_dim 128) after a 512-token prompt decoded 777.7, 782.8 and
+// 780.5 tok/s split against 722.7, 736.5 and 731.4 whole (H100, session 52).
 // TESSERA_CUDA_ATTENTION_SPAN=N sets it (read at every call, so that a test can
 // compare spans in one process; 0 asks for the whole where it fits). The bits are
 // the same whichever it takes (merge.cuh), so the choice may follow the batch.
@@ -493,7 +496,8 @@ int64_t partitions_a_block(int64_t partitions, int64_t unsplit_blocks, bool chun
     return span == 0 && partitions > kMaxWhole ? 1 : span;
   }
   const int64_t sms = multiprocessors();
-  if (partitions <= kMaxWhole && (chunks ? unsplit_blocks >= sms : head_dim == 128 && unsplit_blocks <= 2 * sms))
+  if (partitions <= kMaxWhole &&
+      (chunks ? unsplit_blocks >= sms : head_dim == 128 && unsplit_blocks >= 8 && unsplit_blocks <= 2 * sms))
     return 0;
   int64_t span = 4;
   while (span > 1 && partitions * unsplit_blocks / span < 4 * sms) span /= 2;
