@@ -25,7 +25,8 @@
 #include "backend/cpu/amx.h"
 #include "backend/cpu/amx_emulated.h"
 #include "backend/cpu/amx_kernel.h"
-// (after amx_kernel.h)
+#include "core/check.h"
+// (after amx_kernel.h and core/check.h)
 #include "backend/cpu/amx_columns.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/weight_layout.h"
@@ -42,8 +43,8 @@ using testing::random_values;
 using testing::rounded_x_dot;
 
 // The kernel run with the emulation, as amx.cpp runs it with the instructions: one token
-// by decode, more packed (in two ranges, as threads pack them) and the GEMM, in two calls
-// past 32 tokens (tokens [0, 32) and the rest, as threads may cut a call: amx.cpp's
+// by decode (up to kColumnTokens by the column steps in the column layout), more packed (in two ranges, as threads pack
+// them) and the GEMM, in two calls past 32 tokens (tokens [0, 32) and the rest, as threads may cut a call: amx.cpp's
 // offset into the packed x), blocked as `tuning` says; w's rows in groups of `group`
 // (weight_layout.h).
 std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows,
@@ -51,15 +52,17 @@ std::vector<float> emulated_matmul(const float* x, int64_t tokens, int64_t k, co
   std::vector<float> y(static_cast<size_t>(tokens * rows));
   const int64_t kp = kernel::padded_k(k);
   std::vector<uint16_t> scratch(static_cast<size_t>(2 * kernel::kTileRows * kp));
+  if (group == cpu::kColumns && tokens <= kernel::kColumnTokens) {
+    std::vector<uint16_t> xb(static_cast<size_t>(tokens * kp));
+    for (int64_t t = 0; t < tokens; ++t) kernel::round_row<Emulated>(x + t * k, k, xb.data() + t * kp);
+    std::vector<float> xs(static_cast<size_t>(tokens * k));
+    kernel::decode_columns<Emulated>(xb.data(), tokens, k, w, rows, y.data(), rows, xs.data(), 2048);
+    return y;
+  }
   if (tokens == 1) {
     std::vector<uint16_t> xb(static_cast<size_t>(kp));
     kernel::round_row<Emulated>(x, k, xb.data());
-    if (group == cpu::kColumns) {
-      std::vector<float> xs(static_cast<size_t>(k));
-      kernel::decode_columns<Emulated>(xb.data(), k, w, rows, y.data(), xs.data(), 2048);
-    } else {
-      kernel::decode<Emulated>(xb.data(), k, w, rows, group, y.data(), scratch.data());
-    }
+    kernel::decode<Emulated>(xb.data(), k, w, rows, group, y.data(), scratch.data());
     return y;
   }
   std::vector<uint32_t> packed(static_cast<size_t>(kernel::packed_elements(tokens, k) / 2), 0xFFFFFFFFu);
@@ -90,7 +93,7 @@ TEST(AmxTest, InterleavedRowsGiveTheBitsOfRowsOneAfterAnother) {
       for (const int64_t group : {int64_t{8}, int64_t{16}, cpu::kColumns}) {
         std::vector<uint16_t> lined(w.size());
         cpu::interleave_rows(w.data(), DType::kBF16, k, group, 0, rows, lined.data());
-        for (const int64_t tokens : {1, 2, 40})
+        for (const int64_t tokens : {1, 2, 3, 4, 5, 8, 9, 40})
           ASSERT_EQ(emulated_matmul(x.data(), tokens, k, lined.data(), rows, {}, group),
                     emulated_matmul(x.data(), tokens, k, w.data(), rows))
               << "k " << k << " rows " << rows << " group " << group << " tokens " << tokens;
@@ -249,7 +252,7 @@ TEST(AmxTest, InstructionGivesInterleavedRowsTheBitsOfRowsOneAfterAnother) {
   for (const int64_t group : {int64_t{8}, int64_t{16}, cpu::kColumns}) {
     std::vector<uint16_t> lined(w.size());
     cpu::interleave_rows(w.data(), DType::kBF16, k, group, 0, rows, lined.data());
-    for (const int64_t tokens : {1, 2, 40}) {
+    for (const int64_t tokens : {1, 2, 3, 4, 5, 8, 9, 40}) {
       std::vector<float> want(static_cast<size_t>(tokens * rows)), y(want.size());
       cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, w.data(), rows, want.data(), rows, 1);
       cpu::amx::instructions()->matmul_rows(x.data(), tokens, k, lined.data(), rows, y.data(), rows, group);

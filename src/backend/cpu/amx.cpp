@@ -253,9 +253,11 @@ T* aligned(std::vector<T>& v, int64_t n) {
   return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
 }
 
-// Scratch of one thread: rounded x and two zero-padded row groups (decode); the GEMM's
+// Scratch of one thread: rounded x (up to kColumnTokens tokens) and two zero-padded row
+// groups (decode; decode_columns' widened x, at most 8 x k floats, in their place); the GEMM's
 // partial sums and a row pair's packed A tiles; a whole call's packed x (matmul_rows and
 // outside, as CpuDevice keeps its own: no pages to fault in and zero every call).
+static_assert(kernel::kColumnTokens <= kernel::kTileRows, "decode_columns' widened x fits the row groups' scratch");
 struct Scratch {
   std::vector<uint16_t> x, rows, a;
   std::vector<float> acc, packed;
@@ -269,8 +271,8 @@ struct Lines {
 Lines scratch_for(int64_t k) {
   thread_local Scratch s;
   const int64_t kp = kernel::padded_k(k);
-  return {aligned(s.x, kp), aligned(s.rows, 2 * kernel::kTileRows * kp), aligned(s.a, kernel::kPackedRowElements),
-          aligned(s.acc, kernel::kAccFloats), s.packed};
+  return {aligned(s.x, kernel::kColumnTokens * kp), aligned(s.rows, 2 * kernel::kTileRows * kp),
+          aligned(s.a, kernel::kPackedRowElements), aligned(s.acc, kernel::kAccFloats), s.packed};
 }
 
 // The GEMM's choices of speed (amx_kernel.h's GemmTuning), read once: TESSERA_AMX_KC, the
@@ -321,7 +323,12 @@ void matmul_rows_packed(const float* packed, int64_t tokens, int64_t begin, int6
   kernel::gemm<InstructionOps>(reinterpret_cast<const uint32_t*>(packed + bf16::packed_offset(begin, k)), end - begin,
                                k, w, rows, group, y + begin * ldy, ldy, s.acc, s.a, gemm_tuning());
 }
-int64_t packed_floats(int64_t tokens, int64_t k) { return tokens < 2 ? 0 : kernel::packed_elements(tokens, k) / 2; }
+bool columns_decode();
+// None for one token, nor (decode_columns' calls) for up to kColumnTokens where bf16 weights lie in columns.
+int64_t packed_floats(int64_t tokens, int64_t k) {
+  return tokens < 2 || (tokens <= kernel::kColumnTokens && columns_decode()) ? 0
+                                                                             : kernel::packed_elements(tokens, k) / 2;
+}
 void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t end, float* packed) {
   std::vector<uint16_t> rows(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
   kernel::pack_x<InstructionOps>(x, tokens, k, begin, end, reinterpret_cast<uint32_t*>(packed), rows.data());
@@ -329,14 +336,17 @@ void pack_x(const float* x, int64_t tokens, int64_t k, int64_t begin, int64_t en
 void matmul_rows(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                  int64_t group) {
   const Lines s = scratch_for(k);
+  if (group == kColumns && tokens <= kernel::kColumnTokens) {
+    const int64_t kp = kernel::padded_k(k);
+    for (int64_t t = 0; t < tokens; ++t) kernel::round_row<InstructionOps>(x + t * k, k, s.x + t * kp);
+    return kernel::decode_columns<InstructionOps>(s.x, tokens, k, w, rows, y, ldy, reinterpret_cast<float*>(s.rows),
+                                                  decode_prefetch_bytes());
+  }
   if (tokens == 1) {
     kernel::round_row<InstructionOps>(x, k, s.x);
-    if (group == kColumns)
-      return kernel::decode_columns<InstructionOps>(s.x, k, w, rows, y, reinterpret_cast<float*>(s.rows),
-                                                    decode_prefetch_bytes());
     return kernel::decode<InstructionOps>(s.x, k, w, rows, group, y, s.rows);
   }
-  float* packed = aligned(s.packed, packed_floats(tokens, k));
+  float* packed = aligned(s.packed, kernel::packed_elements(tokens, k) / 2);  // (packed_floats may say none)
   pack_x(x, tokens, k, 0, tokens, packed);
   matmul_rows_packed(packed, tokens, 0, tokens, k, w, rows, y, ldy, group);
 }
@@ -367,7 +377,7 @@ bool columns_match_tiles() {
   const Lines s = scratch_for(k);
   kernel::round_row<InstructionOps>(x.data(), k, xb.data());
   kernel::decode<InstructionOps>(xb.data(), k, w.data(), rows, 1, tiles.data(), s.rows);
-  kernel::decode_columns<InstructionOps>(xb.data(), k, columns.data(), rows, vectors.data(),
+  kernel::decode_columns<InstructionOps>(xb.data(), 1, k, columns.data(), rows, vectors.data(), rows,
                                          reinterpret_cast<float*>(s.rows), 0);
   return std::memcmp(tiles.data(), vectors.data(), tiles.size() * sizeof(float)) == 0;
 }
@@ -493,7 +503,7 @@ void outside(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64
   TS_CHECK(outside_runs(), "[cpu] the AMX GEMM's work outside the tiles needs AVX-512 BF16 and AVX2");
   TS_CHECK(tokens > 1, "[cpu] the AMX GEMM takes more than one token, not ", tokens);
   const Lines s = scratch_for(k);
-  float* packed = aligned(s.packed, packed_floats(tokens, k));
+  float* packed = aligned(s.packed, kernel::packed_elements(tokens, k) / 2);
   std::vector<uint16_t> rows16(static_cast<size_t>(kernel::kTileTokens * kernel::padded_k(k)));
   kernel::pack_x<NoTileOps>(x, tokens, k, 0, tokens, reinterpret_cast<uint32_t*>(packed), rows16.data());
   kernel::gemm<NoTileOps>(reinterpret_cast<const uint32_t*>(packed), tokens, k, w, rows, 1, y, ldy, s.acc, s.a,
