@@ -135,18 +135,27 @@ struct InstructionOps {
       Flush(const Flush&) = delete;
       Flush& operator=(const Flush&) = delete;
     };
-    static float widen(uint16_t bits) {
-      const uint32_t f = uint32_t{bits} << 16;
-      float out;
-      std::memcpy(&out, &f, sizeof(out));
-      return out;
-    }
     TESSERA_AVX512F static V zero() { return _mm512_setzero_ps(); }
     TESSERA_AVX512F static void split(const uint32_t* p, V& even, V& odd) {
       const __m512i pairs = _mm512_loadu_si512(p);
       // (maskz: GCC 12's plain slli_epi32 reads an undefined vector and warns)
       even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, pairs, 16));
       odd = _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+    }
+    TESSERA_AVX512F static void widen_pairs(const uint16_t* x, int64_t pairs, float* even, float* odd) {
+      const auto* words = reinterpret_cast<const uint32_t*>(x);
+      int64_t u = 0;
+      for (; u + 16 <= pairs; u += 16) {
+        V e, o;
+        split(words + u, e, o);
+        _mm512_storeu_ps(even + u, e);
+        _mm512_storeu_ps(odd + u, o);
+      }
+      for (; u < pairs; ++u) {
+        const uint32_t e = words[u] << 16, o = words[u] & 0xFFFF0000u;
+        std::memcpy(even + u, &e, sizeof(e));
+        std::memcpy(odd + u, &o, sizeof(o));
+      }
     }
     TESSERA_AVX512F static V mul(V w, float x) { return _mm512_mul_ps(w, _mm512_set1_ps(x)); }
     TESSERA_AVX512F static V add(V a, V b) { return _mm512_add_ps(a, b); }

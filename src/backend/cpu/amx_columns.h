@@ -19,7 +19,8 @@ namespace tessera::cpu::amx::kernel {
 // rounded to bf16 and widened. y: token t's outputs at t * ldy.
 // Ops::Lanes (all static): V (16 f32 lanes); zero(); split(p, even, odd) (16 rows' pair
 // at p, each element widened: even from the low half of a 32-bit word, odd from the high);
-// mul(w, x) (w times x in every lane) and add(a, b), each rounded on its own; store(p, v).
+// widen_pairs(x, pairs, even, odd) (x's pairs so, into arrays); mul(w, x) (w times x in
+// every lane) and add(a, b), each rounded on its own; store(p, v).
 // The caller runs them under the instruction's treatment of subnormals (Ops::Lanes::Flush).
 inline constexpr int64_t kColumnLag = 2;  // chunks: 2 KiB of a column
 template <typename Ops, int kC, int kT>
@@ -96,11 +97,7 @@ void decode_columns(const uint16_t* xb, int64_t tokens, int64_t k, const uint16_
   const int64_t half = k / 2, kp = padded_k(k);
   float* xe = xs;
   float* xo = xs + tokens * half;
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t u = 0; u < half; ++u) {
-      xe[t * half + u] = L::widen(xb[t * kp + 2 * u]);
-      xo[t * half + u] = L::widen(xb[t * kp + 2 * u + 1]);
-    }
+  for (int64_t t = 0; t < tokens; ++t) L::widen_pairs(xb + t * kp, half, xe + t * half, xo + t * half);
   [[maybe_unused]] const typename L::Flush flush;  // subnormals as the instruction treats them, for this call
   const int64_t columns = rows / kTileRows;
   switch (tokens) {

@@ -101,6 +101,12 @@ struct EmulatedOps {
     static float mul1(float a, float b) { return daz(daz(a) * daz(b)); }
     static float add1(float a, float b) { return daz(daz(a) + daz(b)); }
     static V zero() { return {}; }
+    static void widen_pairs(const uint16_t* x, int64_t pairs, float* even, float* odd) {
+      for (int64_t u = 0; u < pairs; ++u) {
+        even[u] = widen(x[2 * u]);
+        odd[u] = widen(x[2 * u + 1]);
+      }
+    }
     static void split(const uint32_t* p, V& even, V& odd) {
       for (int i = 0; i < 16; ++i) {
         even.v[i] = widen(static_cast<uint16_t>(p[i] & 0xFFFFu));
