@@ -1,5 +1,5 @@
-// The matmul of bf16 weights by AMX tile products (backend/cpu/amx_kernel.h), and one
-// token's by vector steps over the column layout (amx_columns.h):
+// The matmul of bf16 weights by AMX tile products (backend/cpu/amx_kernel.h), and up to 8
+// tokens' by vector steps over the column layout (amx_columns.h):
 //   - its decode (both ways) and GEMM sum every output in the order the kernel states,
 //     bitwise, run with the portable emulation of the tiles and the steps
 //     (amx_emulated.h) on every machine;

@@ -89,7 +89,7 @@ struct EmulatedOps {
       }
   }
 
-  // amx_kernel.h's decode_columns steps: 16 lanes, each operation rounded on its own,
+  // amx_columns.h's steps: 16 lanes, each operation rounded on its own,
   // subnormal inputs read as zero and subnormal results flushed (as MXCSR's DAZ and FTZ).
   struct Lanes {
     struct V {
