@@ -3,8 +3,9 @@
 // BF16 dot products (bf16_dot.h) and this CPU has AMX-BF16 and the OS lets the process
 // use the tiles. The order of the sums is stated in amx_kernel.h; the interface is
 // bf16_matmul.h's. Calls of up to 8 tokens over weights in the column layout take vector
-// steps in that order instead (amx_columns.h: the same bits, faster from memory). Also placed Q8_0 and Q4_0 by AMX-INT8 tile products (tdpbssd,
-// amx_int8_kernel.h), for quant_groups.cpp from 16 tokens on.
+// steps in that order instead (amx_columns.h: the same bits, faster from memory). Also
+// placed Q8_0 and Q4_0 by AMX-INT8 tile products (tdpbssd, amx_int8_kernel.h), for
+// quant_groups.cpp from 16 tokens on.
 // Pure functions over caller-owned memory; thread-safe (the tiles are each thread's own,
 // configured at the start of every call and released at its end).
 #pragma once
