@@ -105,7 +105,7 @@ CpuDevice::CpuDevice(size_t threads) : pool_(threads) { cpu::cap_isa_from_env();
 std::string CpuDevice::name() const {
   return std::string("cpu (") + cpu::isa_name() +
          (cpu::amx_active() && cpu::columns_active(DType::kBF16)
-              ? ", bf16 weights by AMX tiles (one token's by vectors, the same bits)"
+              ? ", bf16 weights by AMX tiles (up to 8 tokens by vectors, the same bits)"
           : cpu::amx_active()      ? ", bf16 weights by AMX tiles"
           : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
                                    : "") +
