@@ -20,12 +20,6 @@ uint64_t Device::available_memory() const {
 
 void Device::attend(const AttendArgs& a) {
   const int64_t hd = a.pages->head_dim, kv_heads = a.pages->n_kv_heads;
-  if (a.q_norm != nullptr) {
-    int64_t tokens = 0;
-    for (const SeqSlice& part : a.parts) tokens += part.tokens;
-    rms_norm(a.q, tokens * a.n_heads, hd, *a.q_norm, a.norm_eps, a.q);
-    rms_norm(a.k, tokens * kv_heads, hd, *a.k_norm, a.norm_eps, a.k);
-  }
   int64_t row = 0;
   for (const SeqSlice& part : a.parts) {
     float* q = a.q + row * a.n_heads * hd;

@@ -109,12 +109,6 @@ struct AttendArgs {
   // rotary.inv_freq, as transformers does for the positions of one forward.
   const float* long_inv_freq = nullptr;
   int64_t long_after = 0;
-  // q/k norm (ArchSpec::qk_norm): each head's row of q and of k RMS-normalized by
-  // these [head_dim] weights before rope, bitwise rms_norm over rows of head_dim
-  // (the default calls it; a GPU normalizes in its rope launch). None: not normalized.
-  const TensorView* q_norm = nullptr;
-  const TensorView* k_norm = nullptr;
-  float norm_eps = 0.0f;
 };
 
 // An RMSNorm of x's rows before Device::matmuls or gate_up read them: bitwise

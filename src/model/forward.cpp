@@ -574,7 +574,7 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
   const ModelConfig& c = model_.layer_config();
   const LayerWeights& w = weights_.layers[index];
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  const int64_t h = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads;
+  const int64_t h = c.hidden_size, hd = c.head_dim, heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   float *x = x_.f32(), *norm = norm_.f32(), *q = q_.f32(), *k = k_.f32(), *v = v_.f32();
   float *attn = attn_.f32(), *proj = proj_.f32(), *gate = gate_.f32(), *up = up_.f32();
 
@@ -604,12 +604,11 @@ Status Forward::run_layer(size_t index, std::span<const SeqSlice> slices, int64_
                                      .interleaved = arch.rope == RopeStyle::kInterleaved,
                                      .scaling = rope_scaling(local ? *arch.sliding_rope : c.rope)},
                           .long_inv_freq = longrope ? long_inv_freq_.f32() : nullptr,
-                          .long_after = c.rope.original_max_position_embeddings,
-                          .q_norm = arch.qk_norm ? &w.q_norm : nullptr,
-                          .k_norm = arch.qk_norm ? &w.k_norm : nullptr,
-                          .norm_eps = eps};
-  if (arch.qk_norm) {  // q and k normalized between the matmuls and rope (attend does)
+                          .long_after = c.rope.original_max_position_embeddings};
+  if (arch.qk_norm) {  // q and k normalized between the matmuls and rope
     device_.matmuls(x, tokens, qkv, attn_norm);
+    device_.rms_norm(q, tokens * heads, hd, w.q_norm, eps, q);
+    device_.rms_norm(k, tokens * kv_heads, hd, w.k_norm, eps, k);
     device_.attend(attend);
   } else {
     device_.project_attend(x, tokens, qkv, attn_norm, attend);

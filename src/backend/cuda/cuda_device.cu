@@ -276,10 +276,6 @@ class CudaDevice final : public Device {
     TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
     const int64_t tokens = tokens_of(a.parts);
     const cuda::TokenMap tokens_map = map(a.parts, true, &p);
-    if (a.q_norm != nullptr) {  // q/k norm (Qwen3, Gemma 3): rms_norm's launches before rope's
-      rms_norm(a.q, tokens * a.n_heads, p.head_dim, *a.q_norm, a.norm_eps, a.q);
-      rms_norm(a.k, tokens * p.n_kv_heads, p.head_dim, *a.k_norm, a.norm_eps, a.k);
-    }
     cuda::rope_store(stream_, a.q, a.n_heads, a.k, a.v, p.n_kv_heads, p.head_dim, &p, a.layer, tokens, tokens_map,
                      a.rotary);
     launched("rope_store");
