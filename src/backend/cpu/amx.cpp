@@ -30,6 +30,8 @@
 #endif
 
 #include "backend/cpu/amx_kernel.h"
+// (after amx_kernel.h)
+#include "backend/cpu/amx_attention.h"
 // The column decode and AMX-INT8's kernel are compiled for AVX-512F (only CPUs with AMX run
 // them), so that their accumulators stay in vector registers through the inlined steps.
 #if TESSERA_AMX && defined(__clang__)
@@ -161,6 +163,29 @@ struct InstructionOps {
     TESSERA_AVX512F static V add(V a, V b) { return _mm512_add_ps(a, b); }
     TESSERA_AVX512F static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   };
+
+  // amx_attention.h's three more.
+  TESSERA_AVX512F static void interleave16(const uint16_t* a, const uint16_t* b, uint32_t* out) {
+    const __m512i even = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+    const __m512i odd = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
+    _mm512_storeu_si512(out, _mm512_or_si512(even, _mm512_maskz_slli_epi32(0xFFFF, odd, 16)));
+  }
+  static void softmax(float* x, int64_t n, float scale) { softmax_scaled(x, n, scale); }
+  TESSERA_AVX512F static void subtract_widened(float* x, const uint16_t* hi, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512i bits =
+          _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + i)));
+      const __m512 wide = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, bits, 16));
+      _mm512_storeu_ps(x + i, _mm512_sub_ps(_mm512_loadu_ps(x + i), wide));
+    }
+    for (; i < n; ++i) {
+      const uint32_t bits = uint32_t{hi[i]} << 16;
+      float wide;
+      std::memcpy(&wide, &bits, sizeof(wide));
+      x[i] -= wide;
+    }
+  }
 };
 
 // InstructionOps without the tiles: every tile operation does nothing, so that gemm runs
@@ -483,6 +508,22 @@ void block32_rows(DType dtype, const uint8_t* w, int64_t rows, int64_t units, co
   run(w, rows, units, x.xa, x.xd, tokens, y, ldy, b, s.dw.data(), s.p);
 }
 
+bool attention_enabled(int64_t head_dim, int64_t block_size) {
+  static const bool on = enabled() && bf16::switched_on("TESSERA_AMX_ATTENTION");
+  return on && head_dim % kernel::kChunk == 0 && block_size % kernel::kTileRows == 0;
+}
+
+void attend(const AttentionUnit& unit) {
+  TS_CHECK(attention_enabled(unit.head_dim, unit.block_size) && unit.tokens >= 1 && unit.heads >= 1 &&
+               unit.tokens * unit.heads <= kAttentionRows,
+           "[cpu] AMX attention of ", unit.tokens, " tokens x ", unit.heads, " heads, head_dim ", unit.head_dim,
+           ", blocks of ", unit.block_size);
+  thread_local std::vector<float> scratch;
+  const kernel::UnitSpan span{unit};
+  kernel::attend_unit<InstructionOps>(unit,
+                                      aligned(scratch, kernel::AttentionScratch::floats(unit.head_dim, span.width())));
+}
+
 float dot_loop(int64_t iterations) {
   TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
   return kernel::dot_loop<InstructionOps>(iterations);
@@ -533,6 +574,8 @@ PackedX pack_x8(const void*, int64_t, int64_t) {
   return {};
 }
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
+bool attention_enabled(int64_t, int64_t) { return false; }
+void attend(const AttentionUnit&) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 float dot_loop(int64_t) { return 0; }
 float ladder(int, int64_t) { return 0; }
 bool outside_runs() { return false; }

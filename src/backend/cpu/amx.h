@@ -5,7 +5,8 @@
 // bf16_matmul.h's. Calls of up to 8 tokens over weights in the column layout take vector
 // steps in that order instead (amx_columns.h: the same bits, faster from memory). Also
 // placed Q8_0 and Q4_0 by AMX-INT8 tile products (tdpbssd, amx_int8_kernel.h), for
-// quant_groups.cpp from 16 tokens on.
+// quant_groups.cpp from 16 tokens on; and attention over a bf16 KV cache by tdpbf16ps
+// (amx_attention.h), for CpuDevice::attention.
 // Pure functions over caller-owned memory; thread-safe (the tiles are each thread's own,
 // configured at the start of every call and released at its end).
 #pragma once
@@ -46,6 +47,35 @@ void block32_rows(DType dtype, const uint8_t* w, int64_t rows, int64_t units, co
 // `tokens` (a multiple of 16) tokens' Q8_0 blocks of `units` blocks packed for block32_rows,
 // in buffers of the calling thread (valid until its next call). Only where int8_runs().
 PackedX pack_x8(const void* xq, int64_t tokens, int64_t units);
+
+// One unit of CpuDevice::attention over a bf16 KV cache, for attend: `tokens` consecutive
+// tokens of one sequence from position pos0 (up to 8) times `heads` query heads of one KV
+// head's group, at most 32 query rows. Keys and values are read only at positions the
+// unit's tokens see (amx_attention.h states the sums).
+inline constexpr int64_t kAttentionRows = 32;  // query rows of a unit, at most
+struct AttentionUnit {
+  const float* q = nullptr;  // F32: token pos0's first head; a token's rows token_stride apart, heads head_dim apart
+  float* out = nullptr;      // F32: likewise
+  int64_t token_stride = 0;
+  int64_t tokens = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;  // a multiple of 32
+  int64_t pos0 = 0;
+  int64_t sliding_window = 0;  // 0: full causal; else a token sees its last `sliding_window` positions
+  float scale = 1.0f;
+  int64_t block_size = 0;  // a multiple of 16
+  // BF16 [block_size, head_dim]: keys[b] and values[b], the KV head's rows of the block that
+  // holds positions [b * block_size, (b + 1) * block_size) (read only for blocks the unit sees).
+  const uint16_t* const* keys = nullptr;
+  const uint16_t* const* values = nullptr;
+};
+
+// Whether CpuDevice::attention is to take attend for a bf16 cache with this head_dim and
+// block_size: the tiles are there, enabled(), TESSERA_AMX_ATTENTION is not "0" (read once),
+// head_dim a multiple of 32 and block_size of 16.
+bool attention_enabled(int64_t head_dim, int64_t block_size);
+// The unit's outputs by tile products (amx_attention.h). Only where attention_enabled().
+void attend(const AttentionUnit& unit);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,

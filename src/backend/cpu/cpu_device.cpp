@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/amx.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_groups.h"
 #include "backend/cpu/quant_matmul.h"
@@ -388,6 +389,10 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const size_t elem = dtype_size(p.dtype);
   const auto* base = static_cast<const uint8_t*>(p.base);
   const auto threads = static_cast<int64_t>(pool_.size());
+  // A bf16 cache on a CPU with AMX tiles: a unit's scores and outputs by tile products, at
+  // most kAttentionRows query rows a unit (amx_attention.h: every output summed as a lone
+  // token's, whatever the unit).
+  const bool amx = p.dtype == DType::kBF16 && cpu::amx::attention_enabled(hd, bs);
   // A unit is a tile of up to kAttentionTokens consecutive tokens of a prompt and either
   // a KV head's whole group of query heads, where that leaves every thread two units or
   // more, or else one head, so that every thread has some: each block of keys and values
@@ -395,8 +400,11 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // threads: 38-44 us a layer by groups against 78-158 us by heads on the dev VM.) Every
   // score and output is summed as a lone token's are: the same dot_rows and axpy_rows
   // sums, blocks and rows in order.
-  const int64_t tiles = (a.tokens + kAttentionTokens - 1) / kAttentionTokens;
-  const int64_t per_unit = tiles * p.n_kv_heads >= 2 * threads ? group : 1;
+  const int64_t tile_tokens =
+      amx ? std::clamp<int64_t>(cpu::amx::kAttentionRows / group, 1, kAttentionTokens) : kAttentionTokens;
+  const int64_t tiles = (a.tokens + tile_tokens - 1) / tile_tokens;
+  const int64_t per_unit =
+      tiles * p.n_kv_heads >= 2 * threads && (!amx || group <= cpu::amx::kAttentionRows) ? group : 1;
   const int64_t units_per_tile = a.n_heads / per_unit;
   // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
@@ -405,9 +413,10 @@ void CpuDevice::attention(const AttentionArgs& a) {
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     hwy::AlignedFreeUniquePtr<float[]> widened;  // a block's rows as the kernels read the cache's (64-byte lines)
+    std::vector<const uint16_t*> rows;           // the tiles' keys and values, block by block
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
-      const int64_t t0 = u / units_per_tile * kAttentionTokens, t1 = std::min(a.tokens, t0 + kAttentionTokens);
+      const int64_t t0 = u / units_per_tile * tile_tokens, t1 = std::min(a.tokens, t0 + tile_tokens);
       const int64_t h0 = u % units_per_tile * per_unit;  // the unit's first head
       const int64_t kv = h0 / group;
       // Token t sees positions [first(t), pos(t)]; the tile's keys are [lo, hi].
@@ -415,6 +424,27 @@ void CpuDevice::attention(const AttentionArgs& a) {
         return a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.sliding_window + 1) : int64_t{0};
       };
       const int64_t lo = first(t0), hi = a.pos0 + t1 - 1, span = hi + 1 - lo;
+      if (amx) {
+        const int64_t blocks = hi / bs + 1;
+        rows.assign(static_cast<size_t>(2 * blocks), nullptr);
+        for (int64_t b = lo / bs; b < blocks; ++b)
+          for (int kind = 0; kind < 2; ++kind)
+            rows[static_cast<size_t>(kind * blocks + b)] = reinterpret_cast<const uint16_t*>(
+                base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, kind, kv) * elem);
+        cpu::amx::attend({.q = a.q + (t0 * a.n_heads + h0) * hd,
+                          .out = a.out + (t0 * a.n_heads + h0) * hd,
+                          .token_stride = a.n_heads * hd,
+                          .tokens = t1 - t0,
+                          .heads = per_unit,
+                          .head_dim = hd,
+                          .pos0 = a.pos0 + t0,
+                          .sliding_window = a.sliding_window,
+                          .scale = a.scale,
+                          .block_size = bs,
+                          .keys = rows.data(),
+                          .values = rows.data() + blocks});
+        continue;
+      }
       // F32 [token - t0][head - h0][position - lo]
       scores.resize(static_cast<size_t>((t1 - t0) * per_unit * span));
       const auto row_of = [&](int64_t t, int64_t j) { return scores.data() + ((t - t0) * per_unit + j) * span; };

@@ -1,0 +1,239 @@
+// Attention over a bf16 KV cache by AMX tile products (tdpbf16ps, whose order
+// amx_kernel.h states), for CpuDevice::attention on CPUs with the tiles: one unit's query
+// rows (a lone token's or up to 8 prompt tokens' heads of one KV head's group, at most 32)
+// against the keys and values its tokens see. Written once over amx_kernel.h's `Ops`
+// (plus interleave16 and softmax, below): amx.cpp instantiates it with the instructions, the
+// tests with the emulation (amx_emulated.h). Include it after amx.h and amx_kernel.h.
+//
+// Every output's sums depend on its own query row and the positions its token sees, never
+// on the unit's other rows, so a token's outputs are the same bits alone (decode) or in a
+// prompt's tile, whatever the split of the prompt:
+//   q is held as two bf16, hi = q rounded (nearest even) and lo = (q - hi) rounded: 16
+//     bits of its 24 (rounding q itself to bf16 moved a Qwen3-MoE fixture's routing off
+//     transformers', where the f32 path had not);
+//   score(key) = the tiles' chain over head_dim in chunks of 32 (acc = 0; per chunk acc =
+//     acc + (even + odd) for hi, then likewise for lo) of q and the key;
+//   softmax (kernels.h's softmax_scaled, in f32) over the positions the token sees;
+//   the probabilities as two bf16 likewise, zero at positions the token does not see;
+//   out = the tiles' chain over positions in chunks of 32 aligned to position 0 (chunk c:
+//     [32c, 32c + 32)), from the first chunk any token of the unit sees to the last, of the
+//     probabilities (hi, then lo, each chunk) and the values; then + 0.0f.
+// A chunk of which a token sees nothing adds (+0 + +0) to its outputs, which leaves every
+// value but -0 as it was (and a subnormal never lies in an accumulator: the instruction
+// flushes them); the final + 0.0f turns -0 into +0, so the chunks that other tokens of the
+// unit add change no bit.
+//
+// Tiles (amx_kernel.h's (C, A, B) triples): scores by C (i, j) = keys 16i.. of a chunk (A
+// tile 4 + i, straight from the cache, 16 rows head_dim apart) x query rows 16j.. (B tile
+// 6 + j: q's pairs by row); outputs by C (i, j) = query rows 16i.. (A: probabilities of 32
+// positions) x 16 dimensions (B: the values of 32 positions, two positions' elements side
+// by side: interleave16).
+// Ops, besides amx_kernel.h's: interleave16(a, b, out) (out[i] = a[i] | b[i] << 16 for i <
+// 16: two positions' bf16 into a B tile row), softmax(x, n, scale) (kernels.h's
+// softmax_scaled), subtract_widened(x, hi, n) (x[i] -= hi[i] widened, for i < n).
+#ifndef TESSERA_BACKEND_CPU_AMX_ATTENTION_H_
+#define TESSERA_BACKEND_CPU_AMX_ATTENTION_H_
+
+namespace tessera::cpu::amx::kernel {
+
+static_assert(kAttentionRows == 2 * kTileRows, "a unit's query rows: two tiles");
+inline constexpr int64_t kPositionChunk = kChunk;  // positions of an output chunk
+
+// Scratch of one unit, 64-byte aligned pieces of `AttentionScratch::floats(head_dim,
+// width)` floats (width: the unit's positions from its first chunk's start, a multiple of 32).
+inline constexpr int kParts = 2;  // hi and lo
+struct AttentionScratch {
+  uint16_t* q;        // [kParts][kAttentionRows][head_dim]
+  uint32_t* q_tiles;  // [head_dim / 32][kParts][2][256]: q's B tiles
+  float* scores;      // [kAttentionRows][width]
+  uint16_t* probs;    // [kParts][kAttentionRows][width]
+  uint32_t* values;   // [width / 32][head_dim / 16][256]: the values' B tiles
+  float* c;           // [4][256]: C tiles on their way out
+  float* out;         // [kAttentionRows][head_dim]; first q's residuals
+
+  static int64_t floats(int64_t head_dim, int64_t width) {
+    return kParts * kAttentionRows * head_dim / 2 + head_dim / kChunk * kParts * 2 * kTileFloats +
+           kAttentionRows * width + kParts * kAttentionRows * width / 2 + width * head_dim / 2 + 4 * kTileFloats +
+           kAttentionRows * head_dim + 7 * 16;
+  }
+  // Cut from `base` (64-byte aligned, floats(head_dim, width) of them).
+  static AttentionScratch cut(float* base, int64_t head_dim, int64_t width) {
+    auto take = [&base](int64_t n) {
+      float* piece = base;
+      base += (n + 15) / 16 * 16;
+      return piece;
+    };
+    AttentionScratch s;
+    s.q = reinterpret_cast<uint16_t*>(take(kParts * kAttentionRows * head_dim / 2));
+    s.q_tiles = reinterpret_cast<uint32_t*>(take(head_dim / kChunk * kParts * 2 * kTileFloats));
+    s.scores = take(kAttentionRows * width);
+    s.probs = reinterpret_cast<uint16_t*>(take(kParts * kAttentionRows * width / 2));
+    s.values = reinterpret_cast<uint32_t*>(take(width * head_dim / 2));
+    s.c = take(4 * kTileFloats);
+    s.out = take(kAttentionRows * head_dim);
+    return s;
+  }
+};
+
+// The unit's positions: token t (from 0) sees [first(t), last(t)]; the unit's span from
+// `base` (its first chunk's start) is `width` positions.
+struct UnitSpan {
+  const AttentionUnit& u;
+  int64_t first(int64_t t) const {
+    return u.sliding_window > 0 ? std::max<int64_t>(0, u.pos0 + t - u.sliding_window + 1) : int64_t{0};
+  }
+  int64_t last(int64_t t) const { return u.pos0 + t; }
+  int64_t lo() const { return first(0); }
+  int64_t hi() const { return last(u.tokens - 1); }
+  int64_t base() const { return lo() / kPositionChunk * kPositionChunk; }
+  int64_t width() const { return (hi() / kPositionChunk + 1) * kPositionChunk - base(); }
+  // Whether some token sees a position of [pos, pos + n).
+  bool seen(int64_t pos, int64_t n) const { return pos + n > lo() && pos <= hi(); }
+  // The key (kind 0) or value (1) row of a position the unit sees.
+  const uint16_t* row(int kind, int64_t pos) const {
+    return (kind == 0 ? u.keys : u.values)[pos / u.block_size] + pos % u.block_size * u.head_dim;
+  }
+};
+
+// Scores of the unit's query rows (row r: token r / heads, head r % heads) at every
+// position of the span, in s.scores (row r at r * width; positions no token sees hold
+// whatever they hold).
+template <typename Ops>
+void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch& s) {
+  const AttentionUnit& u = span.u;
+  const int64_t hd = u.head_dim, width = span.width(), base = span.base();
+  const int q_tiles = rows > kTileRows ? 2 : 1;
+  for (int64_t r = 0; r < q_tiles * kTileRows; ++r) {
+    uint16_t* hi = s.q + r * hd;
+    uint16_t* lo = s.q + (kAttentionRows + r) * hd;
+    if (r < rows) {
+      const float* q = u.q + r / u.heads * u.token_stride + r % u.heads * hd;
+      Ops::round_x(q, hd, hi);
+      std::copy(q, q + hd, s.out);
+      Ops::subtract_widened(s.out, hi, hd);
+      Ops::round_x(s.out, hd, lo);
+    } else {
+      std::memset(hi, 0, static_cast<size_t>(hd) * sizeof(uint16_t));
+      std::memset(lo, 0, static_cast<size_t>(hd) * sizeof(uint16_t));
+    }
+  }
+  for (int64_t c = 0; c < hd / kChunk; ++c)
+    for (int part = 0; part < kParts; ++part)
+      for (int j = 0; j < q_tiles; ++j)
+        Ops::transpose16(
+            reinterpret_cast<const float*>(s.q + (part * kAttentionRows + j * kTileRows) * hd) + c * kChunk / 2, hd / 2,
+            reinterpret_cast<float*>(s.q_tiles + ((c * kParts + part) * 2 + j) * kTileFloats), kTileTokens);
+  const int64_t stride = hd * static_cast<int64_t>(sizeof(uint16_t));
+  for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk) {
+    const int64_t p0 = base + chunk * kPositionChunk, p1 = p0 + kTileRows;
+    const bool keys0 = span.seen(p0, kTileRows), keys1 = span.seen(p1, kTileRows);
+    Ops::template zero<0>();
+    Ops::template zero<1>();
+    Ops::template zero<2>();
+    Ops::template zero<3>();
+    for (int64_t c = 0; c < hd / kChunk; ++c) {
+      if (keys0) Ops::template load<4>(span.row(0, p0) + c * kChunk, stride);
+      if (keys1) Ops::template load<5>(span.row(0, p1) + c * kChunk, stride);
+      for (int part = 0; part < kParts; ++part) {
+        const uint32_t* tiles = s.q_tiles + (c * kParts + part) * 2 * kTileFloats;
+        Ops::template load<6>(tiles, 4 * kTileTokens);
+        if (q_tiles == 2) Ops::template load<7>(tiles + kTileFloats, 4 * kTileTokens);
+        if (keys0) {
+          Ops::template dot<0, 4, 6>();
+          if (q_tiles == 2) Ops::template dot<1, 4, 7>();
+        }
+        if (keys1) {
+          Ops::template dot<2, 5, 6>();
+          if (q_tiles == 2) Ops::template dot<3, 5, 7>();
+        }
+      }
+    }
+    const int64_t ss = 4 * kTileTokens;
+    Ops::template store<0>(s.c, ss);
+    Ops::template store<1>(s.c + kTileFloats, ss);
+    Ops::template store<2>(s.c + 2 * kTileFloats, ss);
+    Ops::template store<3>(s.c + 3 * kTileFloats, ss);
+    float* at = s.scores + chunk * kPositionChunk;
+    for (int i = 0; i < 2; ++i) {  // C (i, j): keys 16i.. x query rows 16j..
+      if (!(i == 0 ? keys0 : keys1)) continue;
+      for (int j = 0; j < q_tiles; ++j)
+        Ops::transpose16(s.c + (2 * i + j) * kTileFloats, kTileTokens, at + j * kTileRows * width + i * kTileRows,
+                         width);
+    }
+  }
+}
+
+// The unit's outputs: u.out's rows for its tokens and heads, summed as the header states.
+template <typename Ops>
+void attend_unit(const AttentionUnit& u, float* scratch) {
+  const UnitSpan span{u};
+  const int64_t hd = u.head_dim, rows = u.tokens * u.heads, width = span.width(), base = span.base();
+  const AttentionScratch s = AttentionScratch::cut(scratch, hd, width);
+  const int q_tiles = rows > kTileRows ? 2 : 1;
+  Ops::configure(static_cast<int>(kTileTokens));
+  attention_scores<Ops>(span, rows, s);
+  for (int64_t r = 0; r < q_tiles * kTileRows; ++r) {
+    uint16_t* hi = s.probs + r * width;
+    uint16_t* lo = s.probs + (kAttentionRows + r) * width;
+    std::memset(hi, 0, static_cast<size_t>(width) * sizeof(uint16_t));
+    std::memset(lo, 0, static_cast<size_t>(width) * sizeof(uint16_t));
+    if (r >= rows) continue;
+    const int64_t t = r / u.heads, from = span.first(t) - base, n = span.last(t) + 1 - span.first(t);
+    float* probs = s.scores + r * width + from;
+    Ops::softmax(probs, n, u.scale);
+    Ops::round_x(probs, n, hi + from);
+    Ops::subtract_widened(probs, hi + from, n);
+    Ops::round_x(probs, n, lo + from);
+  }
+  // The values of each pair of positions side by side (zeros where no token sees one).
+  const int64_t groups = hd / kTileTokens;
+  alignas(64) static constexpr uint16_t kZeros[kTileTokens] = {};
+  for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk)
+    for (int64_t p = 0; p < kPositionChunk / 2; ++p) {
+      const int64_t pos = base + chunk * kPositionChunk + 2 * p;
+      const uint16_t* even = span.seen(pos, 1) ? span.row(1, pos) : nullptr;
+      const uint16_t* odd = span.seen(pos + 1, 1) ? span.row(1, pos + 1) : nullptr;
+      for (int64_t g = 0; g < groups; ++g)
+        Ops::interleave16(even != nullptr ? even + g * kTileTokens : kZeros,
+                          odd != nullptr ? odd + g * kTileTokens : kZeros,
+                          s.values + ((chunk * groups + g) * kTileRows + p) * kTileTokens);
+    }
+  const int64_t ps = width * static_cast<int64_t>(sizeof(uint16_t)), bs = 4 * kTileTokens,
+                os = hd * static_cast<int64_t>(sizeof(float));
+  for (int64_t g = 0; g < groups; g += 2) {  // C (i, j): query rows 16i.. x dimensions 16 (g + j)..
+    Ops::template zero<0>();
+    Ops::template zero<1>();
+    Ops::template zero<2>();
+    Ops::template zero<3>();
+    for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk) {
+      Ops::template load<6>(s.values + (chunk * groups + g) * kTileFloats, bs);
+      Ops::template load<7>(s.values + (chunk * groups + g + 1) * kTileFloats, bs);
+      for (int part = 0; part < kParts; ++part) {
+        const uint16_t* probs = s.probs + part * kAttentionRows * width + chunk * kPositionChunk;
+        Ops::template load<4>(probs, ps);
+        Ops::template dot<0, 4, 6>();
+        Ops::template dot<1, 4, 7>();
+        if (q_tiles == 2) {
+          Ops::template load<5>(probs + kTileRows * width, ps);
+          Ops::template dot<2, 5, 6>();
+          Ops::template dot<3, 5, 7>();
+        }
+      }
+    }
+    Ops::template store<0>(s.out + g * kTileTokens, os);
+    Ops::template store<1>(s.out + (g + 1) * kTileTokens, os);
+    if (q_tiles == 2) {
+      Ops::template store<2>(s.out + kTileRows * hd + g * kTileTokens, os);
+      Ops::template store<3>(s.out + kTileRows * hd + (g + 1) * kTileTokens, os);
+    }
+  }
+  Ops::release();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = u.out + r / u.heads * u.token_stride + r % u.heads * hd;
+    for (int64_t d = 0; d < hd; ++d) out[d] = s.out[r * hd + d] + 0.0f;
+  }
+}
+
+}  // namespace tessera::cpu::amx::kernel
+
+#endif  // TESSERA_BACKEND_CPU_AMX_ATTENTION_H_
