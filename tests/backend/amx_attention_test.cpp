@@ -61,24 +61,41 @@ struct Cache {
   }
 };
 
-amx::AttentionUnit unit_of(const Cache& cache, const float* q, float* out, int64_t tokens, int64_t heads, int64_t pos0,
-                           int64_t window) {
-  return {.q = q,
-          .out = out,
-          .token_stride = heads * cache.hd,
-          .tokens = tokens,
-          .heads = heads,
-          .head_dim = cache.hd,
-          .pos0 = pos0,
-          .sliding_window = window,
-          .scale = 1.0f / std::sqrt(static_cast<float>(cache.hd)),
-          .block_size = cache.bs,
-          .keys = cache.keys.data(),
-          .values = cache.values.data()};
+// A unit with its values' tiles, made as CpuDevice makes them once a call (by the
+// instructions) or by the emulation.
+struct Unit {
+  amx::AttentionUnit unit;
+  std::vector<uint32_t> value_tiles;
+};
+Unit unit_of(const Cache& cache, const float* q, float* out, int64_t tokens, int64_t heads, int64_t pos0,
+             int64_t window, bool instructions = false) {
+  const int64_t from = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0, to = pos0 + tokens - 1;
+  Unit u;
+  u.value_tiles.resize(static_cast<size_t>(amx::kernel::value_tile_words(cache.hd, from, to)));
+  if (instructions) {
+    amx::value_tiles(cache.values.data(), cache.bs, cache.hd, from, to, u.value_tiles.data());
+  } else {
+    amx::kernel::value_tiles<amx::EmulatedOps>(cache.values.data(), cache.bs, cache.hd, from, to, u.value_tiles.data());
+  }
+  u.unit = {.q = q,
+            .out = out,
+            .token_stride = heads * cache.hd,
+            .tokens = tokens,
+            .heads = heads,
+            .head_dim = cache.hd,
+            .pos0 = pos0,
+            .sliding_window = window,
+            .scale = 1.0f / std::sqrt(static_cast<float>(cache.hd)),
+            .block_size = cache.bs,
+            .keys = cache.keys.data(),
+            .value_tiles = u.value_tiles.data(),
+            .values_from = from};
+  return u;
 }
 
 // The kernel on the emulated tiles, as amx.cpp runs it on the instructions.
-void emulated(const amx::AttentionUnit& u) {
+void emulated(const Unit& unit) {
+  const amx::AttentionUnit& u = unit.unit;
   const amx::kernel::UnitSpan span{u};
   std::vector<float> scratch(static_cast<size_t>(amx::kernel::AttentionScratch::floats(u.head_dim, span.width()) + 16));
   auto* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
@@ -151,7 +168,7 @@ TEST(AmxAttentionTest, InstructionGivesTheEmulationsBits) {
         const Cache cache(hd, 32, pos0 + tokens, 3);
         const auto q = testing::random_values(static_cast<size_t>(tokens * heads * hd), 11);
         std::vector<float> got(q.size()), want(q.size());
-        amx::attend(unit_of(cache, q.data(), got.data(), tokens, heads, pos0, window));
+        amx::attend(unit_of(cache, q.data(), got.data(), tokens, heads, pos0, window, true).unit);
         emulated(unit_of(cache, q.data(), want.data(), tokens, heads, pos0, window));
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
             << "head_dim " << hd << ", " << heads << " heads, window " << window;

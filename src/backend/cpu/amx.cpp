@@ -524,6 +524,13 @@ void attend(const AttentionUnit& unit) {
                                       aligned(scratch, kernel::AttentionScratch::floats(unit.head_dim, span.width())));
 }
 
+void value_tiles(const uint16_t* const* values, int64_t block_size, int64_t head_dim, int64_t from, int64_t to,
+                 uint32_t* out) {
+  TS_CHECK(attention_enabled(head_dim, block_size) && 0 <= from && from <= to, "[cpu] AMX attention's values of [",
+           from, ", ", to, "], head_dim ", head_dim, ", blocks of ", block_size);
+  kernel::value_tiles<InstructionOps>(values, block_size, head_dim, from, to, out);
+}
+
 float dot_loop(int64_t iterations) {
   TS_CHECK(cpu_has_instruction(), "[cpu] AMX tiles on a CPU (or OS) without them");
   return kernel::dot_loop<InstructionOps>(iterations);
@@ -576,6 +583,9 @@ PackedX pack_x8(const void*, int64_t, int64_t) {
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 bool attention_enabled(int64_t, int64_t) { return false; }
 void attend(const AttentionUnit&) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
+void value_tiles(const uint16_t* const*, int64_t, int64_t, int64_t, int64_t, uint32_t*) {
+  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
+}
 float dot_loop(int64_t) { return 0; }
 float ladder(int, int64_t) { return 0; }
 bool outside_runs() { return false; }
@@ -585,6 +595,9 @@ void outside(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, i
 
 #endif
 
+int64_t value_tile_words(int64_t head_dim, int64_t from, int64_t to) {
+  return kernel::value_tile_words(head_dim, from, to);
+}
 int64_t dot_loop_flops(int64_t iterations) { return iterations * 4 * kernel::kTileRows * kernel::kTileTokens * 64; }
 int64_t ladder_flops(int64_t passes) {
 #if TESSERA_AMX

@@ -64,10 +64,13 @@ struct AttentionUnit {
   int64_t sliding_window = 0;  // 0: full causal; else a token sees its last `sliding_window` positions
   float scale = 1.0f;
   int64_t block_size = 0;  // a multiple of 16
-  // BF16 [block_size, head_dim]: keys[b] and values[b], the KV head's rows of the block that
-  // holds positions [b * block_size, (b + 1) * block_size) (read only for blocks the unit sees).
+  // BF16 [block_size, head_dim]: keys[b], the KV head's rows of the block that holds
+  // positions [b * block_size, (b + 1) * block_size) (read only for blocks the unit sees).
   const uint16_t* const* keys = nullptr;
-  const uint16_t* const* values = nullptr;
+  // The KV head's values of positions [values_from, to] by value_tiles, for some to past the
+  // unit's last position and values_from at or before the first it sees.
+  const uint32_t* value_tiles = nullptr;
+  int64_t values_from = 0;
 };
 
 // Whether CpuDevice::attention is to take attend for a bf16 cache with this head_dim and
@@ -76,6 +79,13 @@ struct AttentionUnit {
 bool attention_enabled(int64_t head_dim, int64_t block_size);
 // The unit's outputs by tile products (amx_attention.h). Only where attention_enabled().
 void attend(const AttentionUnit& unit);
+// Positions [from, to] of one KV head's values (values[b]: BF16 [block_size, head_dim], the
+// rows of the block that holds positions [b * block_size, ...)) as attend's tiles take
+// them, made once a call for all its units; zeros at positions outside [from, to]. out:
+// value_tile_words(head_dim, from, to) words. Only where attention_enabled().
+int64_t value_tile_words(int64_t head_dim, int64_t from, int64_t to);
+void value_tiles(const uint16_t* const* values, int64_t block_size, int64_t head_dim, int64_t from, int64_t to,
+                 uint32_t* out);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,

@@ -21,7 +21,11 @@
 // A chunk of which a token sees nothing adds (+0 + +0) to its outputs, which leaves every
 // value but -0 as it was (and a subnormal never lies in an accumulator: the instruction
 // flushes them); the final + 0.0f turns -0 into +0, so the chunks that other tokens of the
-// unit add change no bit.
+// unit add change no bit. Nor do the values of positions a token does not see: the call's
+// values are interleaved once for all its units (value_tiles: zeros outside the call's
+// positions), and each enters a token's sums as 0 x value, +0 or -0 (a value that is NaN or
+// infinite, which no working model writes, would reach the outputs of tokens that do not
+// see it).
 //
 // Tiles (amx_kernel.h's (C, A, B) triples): scores by C (i, j) = keys 16i.. of a chunk (A
 // tile 4 + i, straight from the cache, 16 rows head_dim apart) x query rows 16j.. (B tile
@@ -47,14 +51,13 @@ struct AttentionScratch {
   uint32_t* q_tiles;  // [head_dim / 32][kParts][2][256]: q's B tiles
   float* scores;      // [kAttentionRows][width]
   uint16_t* probs;    // [kParts][kAttentionRows][width]
-  uint32_t* values;   // [width / 32][head_dim / 16][256]: the values' B tiles
   float* c;           // [4][256]: C tiles on their way out
   float* out;         // [kAttentionRows][head_dim]; first q's residuals
 
   static int64_t floats(int64_t head_dim, int64_t width) {
     return kParts * kAttentionRows * head_dim / 2 + head_dim / kChunk * kParts * 2 * kTileFloats +
-           kAttentionRows * width + kParts * kAttentionRows * width / 2 + width * head_dim / 2 + 4 * kTileFloats +
-           kAttentionRows * head_dim + 7 * 16;
+           kAttentionRows * width + kParts * kAttentionRows * width / 2 + 4 * kTileFloats + kAttentionRows * head_dim +
+           6 * 16;
   }
   // Cut from `base` (64-byte aligned, floats(head_dim, width) of them).
   static AttentionScratch cut(float* base, int64_t head_dim, int64_t width) {
@@ -68,7 +71,6 @@ struct AttentionScratch {
     s.q_tiles = reinterpret_cast<uint32_t*>(take(head_dim / kChunk * kParts * 2 * kTileFloats));
     s.scores = take(kAttentionRows * width);
     s.probs = reinterpret_cast<uint16_t*>(take(kParts * kAttentionRows * width / 2));
-    s.values = reinterpret_cast<uint32_t*>(take(width * head_dim / 2));
     s.c = take(4 * kTileFloats);
     s.out = take(kAttentionRows * head_dim);
     return s;
@@ -89,10 +91,8 @@ struct UnitSpan {
   int64_t width() const { return (hi() / kPositionChunk + 1) * kPositionChunk - base(); }
   // Whether some token sees a position of [pos, pos + n).
   bool seen(int64_t pos, int64_t n) const { return pos + n > lo() && pos <= hi(); }
-  // The key (kind 0) or value (1) row of a position the unit sees.
-  const uint16_t* row(int kind, int64_t pos) const {
-    return (kind == 0 ? u.keys : u.values)[pos / u.block_size] + pos % u.block_size * u.head_dim;
-  }
+  // The key row of a position the unit sees.
+  const uint16_t* key(int64_t pos) const { return u.keys[pos / u.block_size] + pos % u.block_size * u.head_dim; }
 };
 
 // Scores of the unit's query rows (row r: token r / heads, head r % heads) at every
@@ -132,8 +132,8 @@ void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch
     Ops::template zero<2>();
     Ops::template zero<3>();
     for (int64_t c = 0; c < hd / kChunk; ++c) {
-      if (keys0) Ops::template load<4>(span.row(0, p0) + c * kChunk, stride);
-      if (keys1) Ops::template load<5>(span.row(0, p1) + c * kChunk, stride);
+      if (keys0) Ops::template load<4>(span.key(p0) + c * kChunk, stride);
+      if (keys1) Ops::template load<5>(span.key(p1) + c * kChunk, stride);
       for (int part = 0; part < kParts; ++part) {
         const uint32_t* tiles = s.q_tiles + (c * kParts + part) * 2 * kTileFloats;
         Ops::template load<6>(tiles, 4 * kTileTokens);
@@ -163,6 +163,33 @@ void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch
   }
 }
 
+// Positions [from, to] of one KV head's values (values[b]: block b's rows, head_dim apart)
+// as the output tiles' B operand: chunk c (from from / 32 on) holds head_dim / 16 tiles of
+// 1 KiB, tile g's row p the elements 16g.. of positions 32c + 2p and 32c + 2p + 1 side by
+// side; zeros at positions outside [from, to]. out: value_tile_words(head_dim, from, to).
+static inline int64_t value_tile_words(int64_t head_dim, int64_t from, int64_t to) {
+  return (to / kPositionChunk - from / kPositionChunk + 1) * kPositionChunk * head_dim / 2;
+}
+template <typename Ops>
+void value_tiles(const uint16_t* const* values, int64_t block_size, int64_t head_dim, int64_t from, int64_t to,
+                 uint32_t* out) {
+  alignas(64) static constexpr uint16_t kZeros[kTileTokens] = {};
+  const int64_t groups = head_dim / kTileTokens, first = from / kPositionChunk * kPositionChunk;
+  const auto row = [&](int64_t pos) {
+    return pos >= from && pos <= to ? values[pos / block_size] + pos % block_size * head_dim : nullptr;
+  };
+  for (int64_t chunk = 0; chunk < (to - first) / kPositionChunk + 1; ++chunk)
+    for (int64_t p = 0; p < kPositionChunk / 2; ++p) {
+      const int64_t pos = first + chunk * kPositionChunk + 2 * p;
+      const uint16_t* even = row(pos);
+      const uint16_t* odd = row(pos + 1);
+      for (int64_t g = 0; g < groups; ++g)
+        Ops::interleave16(even != nullptr ? even + g * kTileTokens : kZeros,
+                          odd != nullptr ? odd + g * kTileTokens : kZeros,
+                          out + ((chunk * groups + g) * kTileRows + p) * kTileTokens);
+    }
+}
+
 // The unit's outputs: u.out's rows for its tokens and heads, summed as the header states.
 template <typename Ops>
 void attend_unit(const AttentionUnit& u, float* scratch) {
@@ -175,29 +202,21 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
   for (int64_t r = 0; r < q_tiles * kTileRows; ++r) {
     uint16_t* hi = s.probs + r * width;
     uint16_t* lo = s.probs + (kAttentionRows + r) * width;
-    std::memset(hi, 0, static_cast<size_t>(width) * sizeof(uint16_t));
-    std::memset(lo, 0, static_cast<size_t>(width) * sizeof(uint16_t));
+    const int64_t t = std::min(r / u.heads, u.tokens - 1);
+    const int64_t from = r < rows ? span.first(t) - base : width, n = r < rows ? span.last(t) + 1 - span.first(t) : 0;
+    for (uint16_t* part : {hi, lo}) {  // zeros where the token sees nothing (every position of a padding row)
+      std::memset(part, 0, static_cast<size_t>(from) * sizeof(uint16_t));
+      std::memset(part + from + n, 0, static_cast<size_t>(width - from - n) * sizeof(uint16_t));
+    }
     if (r >= rows) continue;
-    const int64_t t = r / u.heads, from = span.first(t) - base, n = span.last(t) + 1 - span.first(t);
     float* probs = s.scores + r * width + from;
     Ops::softmax(probs, n, u.scale);
     Ops::round_x(probs, n, hi + from);
     Ops::subtract_widened(probs, hi + from, n);
     Ops::round_x(probs, n, lo + from);
   }
-  // The values of each pair of positions side by side (zeros where no token sees one).
   const int64_t groups = hd / kTileTokens;
-  alignas(64) static constexpr uint16_t kZeros[kTileTokens] = {};
-  for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk)
-    for (int64_t p = 0; p < kPositionChunk / 2; ++p) {
-      const int64_t pos = base + chunk * kPositionChunk + 2 * p;
-      const uint16_t* even = span.seen(pos, 1) ? span.row(1, pos) : nullptr;
-      const uint16_t* odd = span.seen(pos + 1, 1) ? span.row(1, pos + 1) : nullptr;
-      for (int64_t g = 0; g < groups; ++g)
-        Ops::interleave16(even != nullptr ? even + g * kTileTokens : kZeros,
-                          odd != nullptr ? odd + g * kTileTokens : kZeros,
-                          s.values + ((chunk * groups + g) * kTileRows + p) * kTileTokens);
-    }
+  const uint32_t* values = u.value_tiles + (base - u.values_from / kPositionChunk * kPositionChunk) * hd / 2;
   const int64_t ps = width * static_cast<int64_t>(sizeof(uint16_t)), bs = 4 * kTileTokens,
                 os = hd * static_cast<int64_t>(sizeof(float));
   for (int64_t g = 0; g < groups; g += 2) {  // C (i, j): query rows 16i.. x dimensions 16 (g + j)..
@@ -206,8 +225,8 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
     Ops::template zero<2>();
     Ops::template zero<3>();
     for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk) {
-      Ops::template load<6>(s.values + (chunk * groups + g) * kTileFloats, bs);
-      Ops::template load<7>(s.values + (chunk * groups + g + 1) * kTileFloats, bs);
+      Ops::template load<6>(values + (chunk * groups + g) * kTileFloats, bs);
+      Ops::template load<7>(values + (chunk * groups + g + 1) * kTileFloats, bs);
       for (int part = 0; part < kParts; ++part) {
         const uint16_t* probs = s.probs + part * kAttentionRows * width + chunk * kPositionChunk;
         Ops::template load<4>(probs, ps);

@@ -410,10 +410,33 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
+  // The tiles' values of the call's positions, each KV head's made once for all its units
+  // (KV head kv's at kv * words).
+  const int64_t values_from = a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 - a.sliding_window + 1) : 0;
+  const int64_t words = amx ? cpu::amx::value_tile_words(hd, values_from, a.pos0 + a.tokens - 1) : 0;
+  if (amx) {
+    const auto bytes = static_cast<size_t>(words * p.n_kv_heads) * sizeof(uint32_t);
+    if (value_tiles_.bytes() < bytes) {
+      auto buffer = alloc(bytes);
+      TS_CHECK(buffer.ok(), buffer.status().message());
+      value_tiles_ = std::move(*buffer);
+    }
+    const int64_t to = a.pos0 + a.tokens - 1;
+    pool_.parallel_for(static_cast<size_t>(p.n_kv_heads), 1, [&](size_t begin, size_t end) {
+      std::vector<const uint16_t*> rows(static_cast<size_t>(to / bs + 1));
+      for (auto kv = static_cast<int64_t>(begin); kv < static_cast<int64_t>(end); ++kv) {
+        for (int64_t b = values_from / bs; b <= to / bs; ++b)
+          rows[static_cast<size_t>(b)] = reinterpret_cast<const uint16_t*>(
+              base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 1, kv) * elem);
+        cpu::amx::value_tiles(rows.data(), bs, hd, values_from, to,
+                              static_cast<uint32_t*>(value_tiles_.data()) + kv * words);
+      }
+    });
+  }
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     hwy::AlignedFreeUniquePtr<float[]> widened;  // a block's rows as the kernels read the cache's (64-byte lines)
-    std::vector<const uint16_t*> rows;           // the tiles' keys and values, block by block
+    std::vector<const uint16_t*> rows;           // the tiles' keys, block by block
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
       const int64_t t0 = u / units_per_tile * tile_tokens, t1 = std::min(a.tokens, t0 + tile_tokens);
@@ -425,12 +448,10 @@ void CpuDevice::attention(const AttentionArgs& a) {
       };
       const int64_t lo = first(t0), hi = a.pos0 + t1 - 1, span = hi + 1 - lo;
       if (amx) {
-        const int64_t blocks = hi / bs + 1;
-        rows.assign(static_cast<size_t>(2 * blocks), nullptr);
-        for (int64_t b = lo / bs; b < blocks; ++b)
-          for (int kind = 0; kind < 2; ++kind)
-            rows[static_cast<size_t>(kind * blocks + b)] = reinterpret_cast<const uint16_t*>(
-                base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, kind, kv) * elem);
+        rows.assign(static_cast<size_t>(hi / bs + 1), nullptr);
+        for (int64_t b = lo / bs; b <= hi / bs; ++b)
+          rows[static_cast<size_t>(b)] = reinterpret_cast<const uint16_t*>(
+              base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 0, kv) * elem);
         cpu::amx::attend({.q = a.q + (t0 * a.n_heads + h0) * hd,
                           .out = a.out + (t0 * a.n_heads + h0) * hd,
                           .token_stride = a.n_heads * hd,
@@ -442,7 +463,8 @@ void CpuDevice::attention(const AttentionArgs& a) {
                           .scale = a.scale,
                           .block_size = bs,
                           .keys = rows.data(),
-                          .values = rows.data() + blocks});
+                          .value_tiles = static_cast<uint32_t*>(value_tiles_.data()) + kv * words,
+                          .values_from = values_from});
         continue;
       }
       // F32 [token - t0][head - h0][position - lo]

@@ -77,6 +77,8 @@ class CpuDevice final : public Device {
   // x of the last prefill matmul, packed for the GEMM and shared by the threads; grows
   // to the largest call's size and is kept (one inference thread calls matmul).
   Buffer packed_x_;
+  // The values of the last attention call on AMX tiles, as the tiles take them (likewise kept).
+  Buffer value_tiles_;
 };
 
 }  // namespace tessera
