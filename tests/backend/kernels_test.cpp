@@ -540,6 +540,56 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
   }
 }
 
+// The same over a long prompt in the shapes AMX attention takes on CPUs with the tiles
+// (head_dim 64, blocks of 16: a bf16 cache's values made into tiles once a call in pieces of
+// 256 positions), chunked in three calls as a scheduler may chunk it, against each token
+// alone and the naive loop. Fail first: each piece's last position left out of its tiles failed it.
+TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInALongChunkedPrompt) {
+  const DType dtype = GetParam();
+  CpuDevice device(2);
+  const int64_t tokens = 600, heads = 8, kv_heads = 2, hd = 64, bs = 16;
+  const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 31);
+  auto k = random_values(static_cast<size_t>(tokens * kv_heads * hd), 32);
+  auto v = random_values(static_cast<size_t>(tokens * kv_heads * hd), 33);
+  for (float& x : k) x *= 4.0f;  // scores that do not all tie
+  KvPages pages{
+      .dtype = dtype, .blocks = tokens / bs + 3, .block_size = bs, .layers = 1, .n_kv_heads = kv_heads, .head_dim = hd};
+  auto memory = device.alloc(static_cast<size_t>(pages.blocks) * pages.block_bytes());
+  ASSERT_TRUE(memory.ok());
+  pages.base = memory->data();
+  std::vector<int32_t> blocks;
+  for (int32_t b = static_cast<int32_t>(pages.blocks) - 1; b >= 2; --b) blocks.push_back(b);  // out of order
+  device.kv_store(pages, 0, blocks, 0, tokens, k.data(), v.data());
+  encode(k, dtype);
+  encode(v, dtype);
+  const int64_t row = heads * hd;
+  for (const int64_t window : {0, 300}) {
+    const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
+      return AttentionArgs{.q = query,
+                           .out = out,
+                           .pages = &pages,
+                           .layer = 0,
+                           .blocks = blocks,
+                           .tokens = count,
+                           .pos0 = pos0,
+                           .n_heads = heads,
+                           .sliding_window = window,
+                           .scale = 0.125f};
+    };
+    std::vector<float> all(q.size());
+    for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 300}, {590, 10}})
+      device.attention(args(q.data() + pos0 * row, all.data() + pos0 * row, count, pos0));
+    for (const int64_t t : {0, 255, 256, 289, 290, 599}) {
+      std::vector<float> alone(static_cast<size_t>(row));
+      device.attention(args(q.data() + t * row, alone.data(), 1, t));
+      EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * row, static_cast<size_t>(row) * sizeof(float)))
+          << "token " << t << " window " << window;
+    }
+    const auto want = naive_attention({q.data(), k.data(), v.data(), tokens, 0, heads, kv_heads, hd, window, 0.125f});
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 1e-4) << "window " << window;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, PagedAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

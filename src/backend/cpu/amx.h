@@ -52,7 +52,8 @@ PackedX pack_x8(const void* xq, int64_t tokens, int64_t units);
 // tokens of one sequence from position pos0 (up to 8) times `heads` query heads of one KV
 // head's group, at most 32 query rows. Keys and values are read only at positions the
 // unit's tokens see (amx_attention.h states the sums).
-inline constexpr int64_t kAttentionRows = 32;  // query rows of a unit, at most
+inline constexpr int64_t kAttentionRows = 32;   // query rows of a unit, at most
+inline constexpr int64_t kAttentionChunk = 32;  // positions of an output chunk (of value_tiles)
 struct AttentionUnit {
   const float* q = nullptr;  // F32: token pos0's first head; a token's rows token_stride apart, heads head_dim apart
   float* out = nullptr;      // F32: likewise

@@ -41,7 +41,8 @@
 namespace tessera::cpu::amx::kernel {
 
 static_assert(kAttentionRows == 2 * kTileRows, "a unit's query rows: two tiles");
-inline constexpr int64_t kPositionChunk = kChunk;  // positions of an output chunk
+inline constexpr int64_t kPositionChunk = kAttentionChunk;
+static_assert(kPositionChunk == kChunk, "an output chunk's positions: one A tile row of probabilities");
 
 // Scratch of one unit, 64-byte aligned pieces of `AttentionScratch::floats(head_dim,
 // width)` floats (width: the unit's positions from its first chunk's start, a multiple of 32).

@@ -403,17 +403,23 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const int64_t tile_tokens =
       amx ? std::clamp<int64_t>(cpu::amx::kAttentionRows / group, 1, kAttentionTokens) : kAttentionTokens;
   const int64_t tiles = (a.tokens + tile_tokens - 1) / tile_tokens;
-  const int64_t per_unit =
-      tiles * p.n_kv_heads >= 2 * threads && (!amx || group <= cpu::amx::kAttentionRows) ? group : 1;
+  // With the tiles, a group's heads cost about what one head does (they are one tile's rows):
+  // a group a unit wherever that leaves half the threads one (a lone token's 8 KV heads on the
+  // GPU host's 16 threads decoded 3-8 % faster than by heads at 512 positions, 15-20 % at 4,096;
+  // docs/benchmarks.md).
+  const int64_t per_unit = amx ? (tiles * p.n_kv_heads * 2 >= threads && group <= cpu::amx::kAttentionRows ? group : 1)
+                               : (tiles * p.n_kv_heads >= 2 * threads ? group : 1);
   const int64_t units_per_tile = a.n_heads / per_unit;
   // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
   // The tiles' values of the call's positions, each KV head's made once for all its units
-  // (KV head kv's at kv * words).
+  // (KV head kv's at kv * words), in pieces of 8 chunks (256 positions) so that every thread
+  // makes some: a lone token's KV heads are fewer than 16 threads.
   const int64_t values_from = a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 - a.sliding_window + 1) : 0;
-  const int64_t words = amx ? cpu::amx::value_tile_words(hd, values_from, a.pos0 + a.tokens - 1) : 0;
+  const int64_t values_to = a.pos0 + a.tokens - 1;
+  const int64_t words = amx ? cpu::amx::value_tile_words(hd, values_from, values_to) : 0;
   if (amx) {
     const auto bytes = static_cast<size_t>(words * p.n_kv_heads) * sizeof(uint32_t);
     if (value_tiles_.bytes() < bytes) {
@@ -421,15 +427,21 @@ void CpuDevice::attention(const AttentionArgs& a) {
       TS_CHECK(buffer.ok(), buffer.status().message());
       value_tiles_ = std::move(*buffer);
     }
-    const int64_t to = a.pos0 + a.tokens - 1;
-    pool_.parallel_for(static_cast<size_t>(p.n_kv_heads), 1, [&](size_t begin, size_t end) {
-      std::vector<const uint16_t*> rows(static_cast<size_t>(to / bs + 1));
-      for (auto kv = static_cast<int64_t>(begin); kv < static_cast<int64_t>(end); ++kv) {
-        for (int64_t b = values_from / bs; b <= to / bs; ++b)
+    constexpr int64_t kPieceChunks = 8, kChunk = cpu::amx::kAttentionChunk;
+    const int64_t first_chunk = values_from / kChunk, chunks = values_to / kChunk + 1 - first_chunk;
+    const int64_t pieces = (chunks + kPieceChunks - 1) / kPieceChunks, chunk_words = words / chunks;
+    pool_.parallel_for(static_cast<size_t>(p.n_kv_heads * pieces), 1, [&](size_t begin, size_t end) {
+      std::vector<const uint16_t*> rows(static_cast<size_t>(values_to / bs + 1));
+      for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+        const int64_t kv = i / pieces, c0 = first_chunk + i % pieces * kPieceChunks;
+        const int64_t from = std::max(values_from, c0 * kChunk);
+        const int64_t to = std::min(values_to, (c0 + kPieceChunks) * kChunk - 1);
+        for (int64_t b = from / bs; b <= to / bs; ++b)
           rows[static_cast<size_t>(b)] = reinterpret_cast<const uint16_t*>(
               base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 1, kv) * elem);
-        cpu::amx::value_tiles(rows.data(), bs, hd, values_from, to,
-                              static_cast<uint32_t*>(value_tiles_.data()) + kv * words);
+        cpu::amx::value_tiles(
+            rows.data(), bs, hd, from, to,
+            static_cast<uint32_t*>(value_tiles_.data()) + kv * words + (c0 - first_chunk) * chunk_words);
       }
     });
   }
