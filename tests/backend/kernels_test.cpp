@@ -497,6 +497,21 @@ TEST_P(PagedAttentionTest, MatchesNaiveWithGroupsWindowAndScatteredBlocks) {
   }
 }
 
+// Attention over layer 0 of `pages` for `count` tokens from pos0.
+AttentionArgs layer0_args(const KvPages& pages, std::span<const int32_t> blocks, int64_t heads, int64_t window,
+                          float scale, const float* q, float* out, int64_t count, int64_t pos0) {
+  return AttentionArgs{.q = q,
+                       .out = out,
+                       .pages = &pages,
+                       .layer = 0,
+                       .blocks = blocks,
+                       .tokens = count,
+                       .pos0 = pos0,
+                       .n_heads = heads,
+                       .sliding_window = window,
+                       .scale = scale};
+}
+
 // A token's attention output is bitwise the same in a 41-token prompt (units of a tile
 // of 8 tokens and a KV head's whole group of query heads, taken by two threads in chunks;
 // the last tile a partial one) as alone (one head a unit), at the start, middle and end of
@@ -517,16 +532,7 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
   device.kv_store(pages, 0, blocks, 0, tokens, k.data(), v.data());
   for (const int64_t window : {0, 19}) {
     const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
-      return AttentionArgs{.q = query,
-                           .out = out,
-                           .pages = &pages,
-                           .layer = 0,
-                           .blocks = blocks,
-                           .tokens = count,
-                           .pos0 = pos0,
-                           .n_heads = heads,
-                           .sliding_window = window,
-                           .scale = 0.2f};
+      return layer0_args(pages, blocks, heads, window, 0.2f, query, out, count, pos0);
     };
     std::vector<float> all(q.size());
     device.attention(args(q.data(), all.data(), tokens, 0));
@@ -565,16 +571,7 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInALongChunkedPrompt) {
   const int64_t row = heads * hd;
   for (const int64_t window : {0, 300}) {
     const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
-      return AttentionArgs{.q = query,
-                           .out = out,
-                           .pages = &pages,
-                           .layer = 0,
-                           .blocks = blocks,
-                           .tokens = count,
-                           .pos0 = pos0,
-                           .n_heads = heads,
-                           .sliding_window = window,
-                           .scale = 0.125f};
+      return layer0_args(pages, blocks, heads, window, 0.125f, query, out, count, pos0);
     };
     std::vector<float> all(q.size());
     for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 300}, {590, 10}})

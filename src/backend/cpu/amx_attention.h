@@ -2,8 +2,8 @@
 // amx_kernel.h states), for CpuDevice::attention on CPUs with the tiles: one unit's query
 // rows (a lone token's or up to 8 prompt tokens' heads of one KV head's group, at most 32)
 // against the keys and values its tokens see. Written once over amx_kernel.h's `Ops`
-// (plus interleave16 and softmax, below): amx.cpp instantiates it with the instructions, the
-// tests with the emulation (amx_emulated.h). Include it after amx.h and amx_kernel.h.
+// (plus three more, below): amx.cpp instantiates it with the instructions, the tests with
+// the emulation (amx_emulated.h). Include it after amx.h and amx_kernel.h.
 //
 // Every output's sums depend on its own query row and the positions its token sees, never
 // on the unit's other rows, so a token's outputs are the same bits alone (decode) or in a

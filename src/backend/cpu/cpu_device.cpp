@@ -380,6 +380,44 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
 // then each head's values summed in the same order. A unit reads only its own queries and
 // the pages, so a token's output depends neither on what else is in the call nor on how
 // heads are grouped into units.
+namespace {
+// A bf16 cache's rows of KV head kv, keys (kind 0) or values (1), of the blocks that hold
+// positions [from, to]: rows[b] for block b, as cpu::amx::AttentionUnit takes them.
+void block_rows(const AttentionArgs& a, int kind, int64_t kv, int64_t from, int64_t to,
+                std::vector<const uint16_t*>& rows) {
+  const KvPages& p = *a.pages;
+  rows.resize(std::max(rows.size(), static_cast<size_t>(to / p.block_size + 1)));
+  for (int64_t b = from / p.block_size; b <= to / p.block_size; ++b)
+    rows[static_cast<size_t>(b)] =
+        static_cast<const uint16_t*>(p.base) + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, kind, kv);
+}
+}  // namespace
+
+void CpuDevice::make_value_tiles(const AttentionArgs& a, int64_t from, int64_t words) {
+  const KvPages& p = *a.pages;
+  const auto bytes = static_cast<size_t>(words * p.n_kv_heads) * sizeof(uint32_t);
+  if (value_tiles_.bytes() < bytes) {
+    auto buffer = alloc(bytes);
+    TS_CHECK(buffer.ok(), buffer.status().message());
+    value_tiles_ = std::move(*buffer);
+  }
+  constexpr int64_t kPieceChunks = 8, kChunk = cpu::amx::kAttentionChunk;
+  const int64_t last = a.pos0 + a.tokens - 1, first_chunk = from / kChunk, chunks = last / kChunk + 1 - first_chunk;
+  const int64_t pieces = (chunks + kPieceChunks - 1) / kPieceChunks, chunk_words = words / chunks;
+  pool_.parallel_for(static_cast<size_t>(p.n_kv_heads * pieces), 1, [&](size_t begin, size_t end) {
+    std::vector<const uint16_t*> rows;
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+      const int64_t kv = i / pieces, c0 = first_chunk + i % pieces * kPieceChunks;
+      const int64_t piece_from = std::max(from, c0 * kChunk),
+                    piece_to = std::min(last, (c0 + kPieceChunks) * kChunk - 1);
+      block_rows(a, 1, kv, piece_from, piece_to, rows);
+      cpu::amx::value_tiles(
+          rows.data(), p.block_size, p.head_dim, piece_from, piece_to,
+          static_cast<uint32_t*>(value_tiles_.data()) + kv * words + (c0 - first_chunk) * chunk_words);
+    }
+  });
+}
+
 void CpuDevice::attention(const AttentionArgs& a) {
   const KvPages& p = *a.pages;
   TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
@@ -414,37 +452,9 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
-  // The tiles' values of the call's positions, each KV head's made once for all its units
-  // (KV head kv's at kv * words), in pieces of 8 chunks (256 positions) so that every thread
-  // makes some: a lone token's KV heads are fewer than 16 threads.
   const int64_t values_from = a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 - a.sliding_window + 1) : 0;
-  const int64_t values_to = a.pos0 + a.tokens - 1;
-  const int64_t words = amx ? cpu::amx::value_tile_words(hd, values_from, values_to) : 0;
-  if (amx) {
-    const auto bytes = static_cast<size_t>(words * p.n_kv_heads) * sizeof(uint32_t);
-    if (value_tiles_.bytes() < bytes) {
-      auto buffer = alloc(bytes);
-      TS_CHECK(buffer.ok(), buffer.status().message());
-      value_tiles_ = std::move(*buffer);
-    }
-    constexpr int64_t kPieceChunks = 8, kChunk = cpu::amx::kAttentionChunk;
-    const int64_t first_chunk = values_from / kChunk, chunks = values_to / kChunk + 1 - first_chunk;
-    const int64_t pieces = (chunks + kPieceChunks - 1) / kPieceChunks, chunk_words = words / chunks;
-    pool_.parallel_for(static_cast<size_t>(p.n_kv_heads * pieces), 1, [&](size_t begin, size_t end) {
-      std::vector<const uint16_t*> rows(static_cast<size_t>(values_to / bs + 1));
-      for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
-        const int64_t kv = i / pieces, c0 = first_chunk + i % pieces * kPieceChunks;
-        const int64_t from = std::max(values_from, c0 * kChunk);
-        const int64_t to = std::min(values_to, (c0 + kPieceChunks) * kChunk - 1);
-        for (int64_t b = from / bs; b <= to / bs; ++b)
-          rows[static_cast<size_t>(b)] = reinterpret_cast<const uint16_t*>(
-              base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 1, kv) * elem);
-        cpu::amx::value_tiles(
-            rows.data(), bs, hd, from, to,
-            static_cast<uint32_t*>(value_tiles_.data()) + kv * words + (c0 - first_chunk) * chunk_words);
-      }
-    });
-  }
+  const int64_t words = amx ? cpu::amx::value_tile_words(hd, values_from, a.pos0 + a.tokens - 1) : 0;
+  if (amx) make_value_tiles(a, values_from, words);
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     hwy::AlignedFreeUniquePtr<float[]> widened;  // a block's rows as the kernels read the cache's (64-byte lines)
@@ -460,10 +470,7 @@ void CpuDevice::attention(const AttentionArgs& a) {
       };
       const int64_t lo = first(t0), hi = a.pos0 + t1 - 1, span = hi + 1 - lo;
       if (amx) {
-        rows.assign(static_cast<size_t>(hi / bs + 1), nullptr);
-        for (int64_t b = lo / bs; b <= hi / bs; ++b)
-          rows[static_cast<size_t>(b)] = reinterpret_cast<const uint16_t*>(
-              base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 0, kv) * elem);
+        block_rows(a, 0, kv, lo, hi, rows);
         cpu::amx::attend({.q = a.q + (t0 * a.n_heads + h0) * hd,
                           .out = a.out + (t0 * a.n_heads + h0) * hd,
                           .token_stride = a.n_heads * hd,

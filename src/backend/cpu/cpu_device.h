@@ -70,6 +70,11 @@ class CpuDevice final : public Device {
   // Whether matmuls (and gate_up) take outs, all GGUF blocks, in one region (quant_matmuls).
   static bool quantized_together(std::span<const Projection> outs);
   void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
+  // The values of the call's positions [from, its last] as cpu::amx::attend's tiles take
+  // them, each KV head's (`words` of them, at kv * words in value_tiles_) made once for all
+  // its units, in pieces of 256 positions so that every thread makes some (a lone token's
+  // KV heads are fewer than 16 threads).
+  void make_value_tiles(const AttentionArgs& a, int64_t from, int64_t words);
 
   ThreadPool pool_;
   // The weights place() copied.
