@@ -110,6 +110,8 @@ std::string CpuDevice::name() const {
           : cpu::amx_active()      ? ", bf16 weights by AMX tiles"
           : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
                                    : "") +
+         (cpu::amx::attention_enabled(cpu::amx::kAttentionChunk, 16) ? ", attention over a bf16 cache by AMX tiles"
+                                                                     : "") +
          (cpu::quant_tiles_active() ? ", Q8_0 and Q4_0 by AMX-INT8 tiles" : "") + ", " + std::to_string(pool_.size()) +
          " threads)";
 }
