@@ -375,13 +375,6 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
   }
 }
 
-// A unit is a token and `per_unit` query heads of one KV head's group: scores against each
-// visible position block by block (one matmul of the unit's query rows over the block's key
-// rows, read in the pages' dtype and widened exactly: every score is summed in the order
-// matmul.cpp states, whatever the number of rows), a softmax per head (softmax_scaled),
-// then each head's values summed in the same order. A unit reads only its own queries and
-// the pages, so a token's output depends neither on what else is in the call nor on how
-// heads are grouped into units.
 namespace {
 // A bf16 cache's rows of KV head kv, keys (kind 0) or values (1), of the blocks that hold
 // positions [from, to]: rows[b] for block b, as cpu::amx::AttentionUnit takes them.
@@ -420,6 +413,13 @@ void CpuDevice::make_value_tiles(const AttentionArgs& a, int64_t from, int64_t w
   });
 }
 
+// A unit is a token and `per_unit` query heads of one KV head's group: scores against each
+// visible position block by block (one matmul of the unit's query rows over the block's key
+// rows, read in the pages' dtype and widened exactly: every score is summed in the order
+// matmul.cpp states, whatever the number of rows), a softmax per head (softmax_scaled),
+// then each head's values summed in the same order. A unit reads only its own queries and
+// the pages, so a token's output depends neither on what else is in the call nor on how
+// heads are grouped into units.
 void CpuDevice::attention(const AttentionArgs& a) {
   const KvPages& p = *a.pages;
   TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
