@@ -458,6 +458,21 @@ std::vector<float> naive_attention(const NaiveAttention& a) {
   return out;
 }
 
+// Attention over `layer` of `pages` for `count` tokens from pos0.
+AttentionArgs paged_args(const KvPages& pages, int64_t layer, std::span<const int32_t> blocks, int64_t heads,
+                         int64_t window, float scale, const float* q, float* out, int64_t count, int64_t pos0) {
+  return AttentionArgs{.q = q,
+                       .out = out,
+                       .pages = &pages,
+                       .layer = layer,
+                       .blocks = blocks,
+                       .tokens = count,
+                       .pos0 = pos0,
+                       .n_heads = heads,
+                       .sliding_window = window,
+                       .scale = scale};
+}
+
 // Keys and values stored through kv_store into pages whose block table is out of
 // order (blocks of 3 positions), in each KV dtype, then attended over: the same
 // as the naive loop over the values the dtype holds.
@@ -482,34 +497,10 @@ TEST_P(PagedAttentionTest, MatchesNaiveWithGroupsWindowAndScatteredBlocks) {
   encode(v, dtype);
   for (const int64_t window : {0, 1, 3}) {
     std::vector<float> out(q.size());
-    device.attention(AttentionArgs{.q = q.data(),
-                                   .out = out.data(),
-                                   .pages = &pages,
-                                   .layer = 1,
-                                   .blocks = blocks,
-                                   .tokens = tokens,
-                                   .pos0 = pos0,
-                                   .n_heads = heads,
-                                   .sliding_window = window,
-                                   .scale = 0.35f});
+    device.attention(paged_args(pages, 1, blocks, heads, window, 0.35f, q.data(), out.data(), tokens, pos0));
     const auto want = naive_attention({q.data(), k.data(), v.data(), tokens, pos0, heads, kv_heads, hd, window, 0.35f});
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << "window " << window;
   }
-}
-
-// Attention over layer 0 of `pages` for `count` tokens from pos0.
-AttentionArgs layer0_args(const KvPages& pages, std::span<const int32_t> blocks, int64_t heads, int64_t window,
-                          float scale, const float* q, float* out, int64_t count, int64_t pos0) {
-  return AttentionArgs{.q = q,
-                       .out = out,
-                       .pages = &pages,
-                       .layer = 0,
-                       .blocks = blocks,
-                       .tokens = count,
-                       .pos0 = pos0,
-                       .n_heads = heads,
-                       .sliding_window = window,
-                       .scale = scale};
 }
 
 // A token's attention output is bitwise the same in a 41-token prompt (units of a tile
@@ -532,7 +523,7 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
   device.kv_store(pages, 0, blocks, 0, tokens, k.data(), v.data());
   for (const int64_t window : {0, 19}) {
     const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
-      return layer0_args(pages, blocks, heads, window, 0.2f, query, out, count, pos0);
+      return paged_args(pages, 0, blocks, heads, window, 0.2f, query, out, count, pos0);
     };
     std::vector<float> all(q.size());
     device.attention(args(q.data(), all.data(), tokens, 0));
@@ -571,7 +562,7 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInALongChunkedPrompt) {
   const int64_t row = heads * hd;
   for (const int64_t window : {0, 300}) {
     const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
-      return layer0_args(pages, blocks, heads, window, 0.125f, query, out, count, pos0);
+      return paged_args(pages, 0, blocks, heads, window, 0.125f, query, out, count, pos0);
     };
     std::vector<float> all(q.size());
     for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 300}, {590, 10}})

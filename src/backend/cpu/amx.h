@@ -50,8 +50,8 @@ PackedX pack_x8(const void* xq, int64_t tokens, int64_t units);
 
 // One unit of CpuDevice::attention over a bf16 KV cache, for attend: `tokens` consecutive
 // tokens of one sequence from position pos0 (up to 8) times `heads` query heads of one KV
-// head's group, at most 32 query rows. Keys and values are read only at positions the
-// unit's tokens see (amx_attention.h states the sums).
+// head's group, at most 32 query rows. Keys are read only at positions the unit's tokens
+// see; values come as the call's value_tiles (amx_attention.h states the sums).
 inline constexpr int64_t kAttentionRows = 32;   // query rows of a unit, at most
 inline constexpr int64_t kAttentionChunk = 32;  // positions of an output chunk (of value_tiles)
 struct AttentionUnit {
