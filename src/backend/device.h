@@ -38,7 +38,10 @@ namespace tessera {
 // The KV pages of one pool, as kernels see them: `blocks` fixed-size blocks of
 // `block_size` positions, each holding every layer's keys and values:
 //   dtype [blocks, layers, 2 (k, v), n_kv_heads, block_size, head_dim]
-// so one head's positions within a block are contiguous rows.
+// so one head's positions within a block are one contiguous region, rows in position
+// order unless the device's kernels load them otherwise (the CPU's AMX attention keeps a
+// bf16 cache's values two positions side by side: cpu::amx::store_value). Only the
+// device that wrote a region reads it; blocks are copied whole.
 struct KvPages {
   void* base = nullptr;  // device memory
   DType dtype = DType::kF32;

@@ -1,9 +1,9 @@
 // Attention over a bf16 KV cache by AMX tile products (backend/cpu/amx_attention.h):
 //   - run with the portable emulation of the tiles (amx_emulated.h) on every machine: a
 //     token's outputs are bitwise the same alone and in a prompt's tile of 2-8 tokens
-//     (full causal and sliding windows, blocks of 16 and 32 positions, head_dim 32-128),
+//     (full causal and sliding windows, blocks of 32 and 64 positions, head_dim 32-128),
 //     close to a double-precision attention of the same bf16 inputs, and never touched by
-//     cache rows that no token sees (they hold NaNs here);
+//     cache rows past the last written position (they hold NaNs here);
 //   - the instructions give the emulation's bits: only on a CPU with AMX-BF16 (the dev VM's
 //     and the GPU host's Xeons); elsewhere it skips, saying so.
 // CpuDevice takes it for bf16 caches on such CPUs, so the model tests' batch and split
@@ -32,7 +32,8 @@ namespace amx = cpu::amx;
 constexpr uint16_t kNaN = 0x7FC0;
 
 // One KV head's keys and values for positions [0, written), in blocks of `bs` positions
-// that lie in memory in reverse order (as a paged cache's may); rows past `written` are NaN.
+// that lie in memory in reverse order (as a paged cache's may), the values as
+// CpuDevice::kv_store writes them for the tiles (amx::store_value); rows past `written` are NaN.
 struct Cache {
   int64_t hd, bs, written;
   std::vector<uint16_t> data;
@@ -48,54 +49,54 @@ struct Cache {
       for (int kind = 0; kind < 2; ++kind) {
         uint16_t* rows = data.data() + (slot * 2 + kind) * bs * hd;
         (kind == 0 ? keys : values).push_back(rows);
-        for (int64_t r = 0; r < bs && b * bs + r < positions; ++r)
-          for (int64_t d = 0; d < hd; ++d) {
-            const size_t i = static_cast<size_t>((r + (slot * 2 + kind) * bs) * hd + d);
-            rows[r * hd + d] = f32_to_bf16(kind == 0 ? 3.0f * values_of[i] : values_of[i]);
+        for (int64_t r = 0; r < bs && b * bs + r < positions; ++r) {
+          const float* row = values_of.data() + (r + (slot * 2 + kind) * bs) * hd;
+          if (kind == 1) {
+            amx::store_value(row, hd, r, rows);
+            continue;
           }
+          for (int64_t d = 0; d < hd; ++d) rows[r * hd + d] = f32_to_bf16(3.0f * row[d]);
+        }
       }
     }
   }
+  Cache(const Cache&) = delete;  // keys and values point into data
+  // Positions from `pos` on as never written (NaN), as a decode step's cache past its token.
+  void unwrite_from(int64_t pos) {
+    for (; written > pos; --written) {
+      const int64_t r = (written - 1) % bs;
+      uint16_t* key = const_cast<uint16_t*>(keys[static_cast<size_t>((written - 1) / bs)]) + r * hd;
+      uint16_t* value = const_cast<uint16_t*>(values[static_cast<size_t>((written - 1) / bs)]) + r / 2 * 2 * hd + r % 2;
+      for (int64_t d = 0; d < hd; ++d) key[d] = value[2 * d] = kNaN;
+    }
+  }
   float at(int kind, int64_t pos, int64_t d) const {
-    return bf16_to_f32((kind == 0 ? keys : values)[static_cast<size_t>(pos / bs)][pos % bs * hd + d]);
+    const int64_t r = pos % bs;
+    const uint16_t* rows = (kind == 0 ? keys : values)[static_cast<size_t>(pos / bs)];
+    return bf16_to_f32(kind == 0 ? rows[r * hd + d] : rows[r / 2 * 2 * hd + 2 * d + r % 2]);
   }
 };
 
-// A unit with its values' tiles, made as CpuDevice makes them once a call (by the
-// instructions) or by the emulation.
-struct Unit {
-  amx::AttentionUnit unit;
-  std::vector<uint32_t> value_tiles;
-};
-Unit unit_of(const Cache& cache, const float* q, float* out, int64_t tokens, int64_t heads, int64_t pos0,
-             int64_t window, bool instructions = false) {
-  const int64_t from = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0, to = pos0 + tokens - 1;
-  Unit u;
-  u.value_tiles.resize(static_cast<size_t>(amx::kernel::value_tile_words(cache.hd, from, to)));
-  if (instructions) {
-    amx::value_tiles(cache.values.data(), cache.bs, cache.hd, from, to, u.value_tiles.data());
-  } else {
-    amx::kernel::value_tiles<amx::EmulatedOps>(cache.values.data(), cache.bs, cache.hd, from, to, u.value_tiles.data());
-  }
-  u.unit = {.q = q,
-            .out = out,
-            .token_stride = heads * cache.hd,
-            .tokens = tokens,
-            .heads = heads,
-            .head_dim = cache.hd,
-            .pos0 = pos0,
-            .sliding_window = window,
-            .scale = 1.0f / std::sqrt(static_cast<float>(cache.hd)),
-            .block_size = cache.bs,
-            .keys = cache.keys.data(),
-            .value_tiles = u.value_tiles.data(),
-            .values_from = from};
-  return u;
+// A unit over the cache, its last token's position the last written.
+amx::AttentionUnit unit_of(const Cache& cache, const float* q, float* out, int64_t tokens, int64_t heads, int64_t pos0,
+                           int64_t window) {
+  return {.q = q,
+          .out = out,
+          .token_stride = heads * cache.hd,
+          .tokens = tokens,
+          .heads = heads,
+          .head_dim = cache.hd,
+          .pos0 = pos0,
+          .sliding_window = window,
+          .scale = 1.0f / std::sqrt(static_cast<float>(cache.hd)),
+          .block_size = cache.bs,
+          .keys = cache.keys.data(),
+          .values = cache.values.data(),
+          .values_to = cache.written - 1};
 }
 
 // The kernel on the emulated tiles, as amx.cpp runs it on the instructions.
-void emulated(const Unit& unit) {
-  const amx::AttentionUnit& u = unit.unit;
+void emulated(const amx::AttentionUnit& u) {
   const amx::kernel::UnitSpan span{u};
   std::vector<float> scratch(static_cast<size_t>(amx::kernel::AttentionScratch::floats(u.head_dim, span.width()) + 16));
   auto* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
@@ -123,20 +124,23 @@ std::vector<double> reference(const Cache& cache, const float* q, int64_t pos, i
 }
 
 // Fail first: each position's chunk counted from the unit's first position rather than from
-// position 0 failed the bitwise comparison (sliding windows), and the values of positions no
-// token sees read instead of zeros gave NaNs.
+// position 0 failed the bitwise comparison (sliding windows), and the values past the last
+// written position read from the cache instead of as zeros gave NaNs.
 TEST(AmxAttentionTest, TokensGetTheirLoneBitsInAnyTileAndMatchDoubles) {
   for (const int64_t hd : {32, 64, 128})
-    for (const int64_t bs : {16, 32})
+    for (const int64_t bs : {32, 64})
       for (const int64_t heads : {1, 4, 8})
         for (const int64_t window : {0, 21})
           for (const int64_t pos0 : {0, 45}) {
             const int64_t tokens = std::min<int64_t>(8, amx::kAttentionRows / heads);
-            const Cache cache(hd, bs, pos0 + tokens, static_cast<uint32_t>(hd + bs + heads + window + pos0));
+            const auto seed = static_cast<uint32_t>(hd + bs + heads + window + pos0);
+            Cache cache(hd, bs, pos0 + tokens, seed);
             const auto q = testing::random_values(static_cast<size_t>(tokens * heads * hd), 7);
             std::vector<float> tile(q.size(), -1.0f), alone(q.size(), -1.0f);
             emulated(unit_of(cache, q.data(), tile.data(), tokens, heads, pos0, window));
-            for (int64_t t = 0; t < tokens; ++t) {
+            const Cache whole(hd, bs, pos0 + tokens, seed);  // for the reference
+            for (int64_t t = tokens - 1; t >= 0; --t) {      // each as a decode step: nothing written past it
+              cache.unwrite_from(pos0 + t + 1);
               const int64_t at = t * heads * hd;
               emulated(unit_of(cache, q.data() + at, alone.data() + at, 1, heads, pos0 + t, window));
             }
@@ -147,7 +151,7 @@ TEST(AmxAttentionTest, TokensGetTheirLoneBitsInAnyTileAndMatchDoubles) {
             for (int64_t t = 0; t < tokens; ++t)
               for (int64_t h = 0; h < heads; ++h) {
                 const int64_t at = (t * heads + h) * hd;
-                const auto want = reference(cache, q.data() + at, pos0 + t, window, 1.0f / std::sqrt(float(hd)));
+                const auto want = reference(whole, q.data() + at, pos0 + t, window, 1.0f / std::sqrt(float(hd)));
                 for (int64_t d = 0; d < hd; ++d) {
                   const double diff = std::abs(tile[static_cast<size_t>(at + d)] - want[static_cast<size_t>(d)]);
                   if (!(diff <= worst)) worst = diff;  // a NaN too
@@ -168,7 +172,7 @@ TEST(AmxAttentionTest, InstructionGivesTheEmulationsBits) {
         const Cache cache(hd, 32, pos0 + tokens, 3);
         const auto q = testing::random_values(static_cast<size_t>(tokens * heads * hd), 11);
         std::vector<float> got(q.size()), want(q.size());
-        amx::attend(unit_of(cache, q.data(), got.data(), tokens, heads, pos0, window, true).unit);
+        amx::attend(unit_of(cache, q.data(), got.data(), tokens, heads, pos0, window));
         emulated(unit_of(cache, q.data(), want.data(), tokens, heads, pos0, window));
         EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
             << "head_dim " << hd << ", " << heads << " heads, window " << window;

@@ -538,13 +538,16 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
 }
 
 // The same over a long prompt in the shapes AMX attention takes on CPUs with the tiles
-// (head_dim 64, blocks of 16: a bf16 cache's values made into tiles once a call in pieces of
-// 256 positions), chunked in three calls as a scheduler may chunk it, against each token
-// alone and the naive loop. Fail first: each piece's last position left out of its tiles failed it.
-TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInALongChunkedPrompt) {
+// (head_dim 64, blocks of 32: a bf16 cache's values stored by pairs of positions, as the
+// tiles load them), chunked in three calls as a scheduler may chunk it, against each token
+// decoded alone over a cache written up to it and NaN past it (as a reused block may hold),
+// and the naive loop. Fail first: each piece's last position left out of the value tiles
+// that calls made then (since replaced by values stored as the tiles load them) failed it,
+// and so did the values past a lone token read from the cache instead of as zeros.
+TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameDecodedAloneOrInALongChunkedPrompt) {
   const DType dtype = GetParam();
   CpuDevice device(2);
-  const int64_t tokens = 600, heads = 8, kv_heads = 2, hd = 64, bs = 16;
+  const int64_t tokens = 600, heads = 8, kv_heads = 2, hd = 64, bs = 32;
   const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 31);
   auto k = random_values(static_cast<size_t>(tokens * kv_heads * hd), 32);
   auto v = random_values(static_cast<size_t>(tokens * kv_heads * hd), 33);
@@ -553,27 +556,36 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInALongChunkedPrompt) {
       .dtype = dtype, .blocks = tokens / bs + 3, .block_size = bs, .layers = 1, .n_kv_heads = kv_heads, .head_dim = hd};
   auto memory = device.alloc(static_cast<size_t>(pages.blocks) * pages.block_bytes());
   ASSERT_TRUE(memory.ok());
-  pages.base = memory->data();
   std::vector<int32_t> blocks;
   for (int32_t b = static_cast<int32_t>(pages.blocks) - 1; b >= 2; --b) blocks.push_back(b);  // out of order
-  device.kv_store(pages, 0, blocks, 0, tokens, k.data(), v.data());
-  encode(k, dtype);
-  encode(v, dtype);
-  const int64_t row = heads * hd;
+  const int64_t row = heads * hd, kv_row = kv_heads * hd;
   for (const int64_t window : {0, 300}) {
     const auto args = [&](const float* query, float* out, int64_t count, int64_t pos0) {
       return paged_args(pages, 0, blocks, heads, window, 0.125f, query, out, count, pos0);
     };
+    const auto store = [&](int64_t pos0, int64_t count) {
+      device.kv_store(pages, 0, blocks, pos0, count, k.data() + pos0 * kv_row, v.data() + pos0 * kv_row);
+    };
+    pages.base = memory->data();
+    std::memset(pages.base, 0xFF, memory->bytes());  // NaN in every dtype
     std::vector<float> all(q.size());
-    for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 300}, {590, 10}})
+    for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 300}, {590, 10}}) {
+      store(pos0, count);
       device.attention(args(q.data() + pos0 * row, all.data() + pos0 * row, count, pos0));
-    for (const int64_t t : {0, 255, 256, 289, 290, 599}) {
+    }
+    std::memset(pages.base, 0xFF, memory->bytes());
+    for (int64_t t = 0; t < tokens; ++t) {
+      store(t, 1);
+      if (t != 0 && t != 255 && t != 256 && t != 289 && t != 290 && t != 599) continue;
       std::vector<float> alone(static_cast<size_t>(row));
       device.attention(args(q.data() + t * row, alone.data(), 1, t));
       EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * row, static_cast<size_t>(row) * sizeof(float)))
           << "token " << t << " window " << window;
     }
-    const auto want = naive_attention({q.data(), k.data(), v.data(), tokens, 0, heads, kv_heads, hd, window, 0.125f});
+    auto kd = k, vd = v;
+    encode(kd, dtype);  // what the pages hold
+    encode(vd, dtype);
+    const auto want = naive_attention({q.data(), kd.data(), vd.data(), tokens, 0, heads, kv_heads, hd, window, 0.125f});
     for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 1e-4) << "window " << window;
   }
 }

@@ -164,18 +164,13 @@ struct InstructionOps {
     TESSERA_AVX512F static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   };
 
-  // amx_attention.h's three more, over 16 bf16 at a time zero-extended into 32-bit words.
-  TESSERA_AVX512F static __m512i words16(const uint16_t* p) {
-    return _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  TESSERA_AVX512F static void interleave16(const uint16_t* a, const uint16_t* b, uint32_t* out) {
-    _mm512_storeu_si512(out, _mm512_or_si512(words16(a), _mm512_maskz_slli_epi32(0xFFFF, words16(b), 16)));
-  }
+  // amx_attention.h's two more.
   static void softmax(float* x, int64_t n, float scale) { softmax_scaled(x, n, scale); }
   TESSERA_AVX512F static void subtract_widened(float* x, const uint16_t* hi, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-      const __m512 wide = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, words16(hi + i), 16));
+      const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + i)));
+      const __m512 wide = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
       _mm512_storeu_ps(x + i, _mm512_sub_ps(_mm512_loadu_ps(x + i), wide));
     }
     for (; i < n; ++i) x[i] -= bf16_to_f32(hi[i]);
@@ -504,25 +499,18 @@ void block32_rows(DType dtype, const uint8_t* w, int64_t rows, int64_t units, co
 
 bool attention_enabled(int64_t head_dim, int64_t block_size) {
   static const bool on = enabled() && bf16::switched_on("TESSERA_AMX_ATTENTION");
-  return on && head_dim % kernel::kChunk == 0 && block_size % kernel::kTileRows == 0;
+  return on && head_dim % kernel::kChunk == 0 && block_size % kAttentionChunk == 0;
 }
 
 void attend(const AttentionUnit& unit) {
   TS_CHECK(attention_enabled(unit.head_dim, unit.block_size) && unit.tokens >= 1 && unit.heads >= 1 &&
-               unit.tokens * unit.heads <= kAttentionRows,
-           "[cpu] AMX attention of ", unit.tokens, " tokens x ", unit.heads, " heads, head_dim ", unit.head_dim,
-           ", blocks of ", unit.block_size);
+               unit.tokens * unit.heads <= kAttentionRows && unit.values_to >= unit.pos0 + unit.tokens - 1,
+           "[cpu] AMX attention of ", unit.tokens, " tokens x ", unit.heads, " heads from position ", unit.pos0,
+           ", values written to ", unit.values_to, ", head_dim ", unit.head_dim, ", blocks of ", unit.block_size);
   thread_local std::vector<float> scratch;
   const kernel::UnitSpan span{unit};
   kernel::attend_unit<InstructionOps>(unit,
                                       aligned(scratch, kernel::AttentionScratch::floats(unit.head_dim, span.width())));
-}
-
-void value_tiles(const uint16_t* const* values, int64_t block_size, int64_t head_dim, int64_t from, int64_t to,
-                 uint32_t* out) {
-  TS_CHECK(attention_enabled(head_dim, block_size) && 0 <= from && from <= to, "[cpu] AMX attention's values of [",
-           from, ", ", to, "], head_dim ", head_dim, ", blocks of ", block_size);
-  kernel::value_tiles<InstructionOps>(values, block_size, head_dim, from, to, out);
 }
 
 float dot_loop(int64_t iterations) {
@@ -577,9 +565,6 @@ PackedX pack_x8(const void*, int64_t, int64_t) {
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 bool attention_enabled(int64_t, int64_t) { return false; }
 void attend(const AttentionUnit&) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
-void value_tiles(const uint16_t* const*, int64_t, int64_t, int64_t, int64_t, uint32_t*) {
-  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
-}
 float dot_loop(int64_t) { return 0; }
 float ladder(int, int64_t) { return 0; }
 bool outside_runs() { return false; }
@@ -589,8 +574,12 @@ void outside(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, i
 
 #endif
 
-int64_t value_tile_words(int64_t head_dim, int64_t from, int64_t to) {
-  return kernel::value_tile_words(head_dim, from, to);
+void store_value(const float* v, int64_t head_dim, int64_t row, uint16_t* values) {
+  thread_local std::vector<uint16_t> rounded;
+  rounded.resize(static_cast<size_t>(head_dim));
+  from_f32(v, head_dim, DType::kBF16, rounded.data());
+  uint16_t* pair = values + row / 2 * 2 * head_dim + row % 2;
+  for (int64_t d = 0; d < head_dim; ++d) pair[2 * d] = rounded[static_cast<size_t>(d)];
 }
 int64_t dot_loop_flops(int64_t iterations) { return iterations * 4 * kernel::kTileRows * kernel::kTileTokens * 64; }
 int64_t ladder_flops(int64_t passes) {

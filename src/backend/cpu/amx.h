@@ -51,9 +51,9 @@ PackedX pack_x8(const void* xq, int64_t tokens, int64_t units);
 // One unit of CpuDevice::attention over a bf16 KV cache, for attend: `tokens` consecutive
 // tokens of one sequence from position pos0 (up to 8) times `heads` query heads of one KV
 // head's group, at most 32 query rows. Keys are read only at positions the unit's tokens
-// see; values come as the call's value_tiles (amx_attention.h states the sums).
+// see, values at every position of the chunks of 32 they see (amx_attention.h states the sums).
 inline constexpr int64_t kAttentionRows = 32;   // query rows of a unit, at most
-inline constexpr int64_t kAttentionChunk = 32;  // positions of an output chunk (of value_tiles)
+inline constexpr int64_t kAttentionChunk = 32;  // positions of an output chunk
 struct AttentionUnit {
   const float* q = nullptr;  // F32: token pos0's first head; a token's rows token_stride apart, heads head_dim apart
   float* out = nullptr;      // F32: likewise
@@ -64,29 +64,29 @@ struct AttentionUnit {
   int64_t pos0 = 0;
   int64_t sliding_window = 0;  // 0: full causal; else a token sees its last `sliding_window` positions
   float scale = 1.0f;
-  int64_t block_size = 0;  // a multiple of 16
+  int64_t block_size = 0;  // a multiple of 32
   // BF16 [block_size, head_dim]: keys[b], the KV head's rows of the block that holds
   // positions [b * block_size, (b + 1) * block_size) (read only for blocks the unit sees).
   const uint16_t* const* keys = nullptr;
-  // The KV head's values of positions [values_from, to] by value_tiles, for some to past the
-  // unit's last position and values_from at or before the first it sees.
-  const uint32_t* value_tiles = nullptr;
-  int64_t values_from = 0;
+  // BF16: values[b], the KV head's values of that block in store_value's layout (read for
+  // the blocks the unit sees), whose positions up to values_to (the unit's last or later)
+  // are written; those past it are read as zeros, whatever the cache holds there.
+  const uint16_t* const* values = nullptr;
+  int64_t values_to = 0;
 };
 
 // Whether CpuDevice::attention is to take attend for a bf16 cache with this head_dim and
-// block_size: the tiles are there, enabled(), TESSERA_AMX_ATTENTION is not "0" (read once),
-// head_dim a multiple of 32 and block_size of 16.
+// block_size (and CpuDevice::kv_store to write its values in store_value's layout): the
+// tiles are there, enabled(), TESSERA_AMX_ATTENTION is not "0" (read once), head_dim a
+// multiple of 32 and block_size of 32.
 bool attention_enabled(int64_t head_dim, int64_t block_size);
 // The unit's outputs by tile products (amx_attention.h). Only where attention_enabled().
 void attend(const AttentionUnit& unit);
-// Positions [from, to] of one KV head's values (values[b]: BF16 [block_size, head_dim], the
-// rows of the block that holds positions [b * block_size, ...)) as attend's tiles take
-// them, made once a call for all its units; zeros at positions outside [from, to]. out:
-// value_tile_words(head_dim, from, to) words. Only where attention_enabled().
-int64_t value_tile_words(int64_t head_dim, int64_t from, int64_t to);
-void value_tiles(const uint16_t* const* values, int64_t block_size, int64_t head_dim, int64_t from, int64_t to,
-                 uint32_t* out);
+// Position `row` of a block's values of one KV head (bf16 [block_size, head_dim] in all)
+// written from v rounded to bf16 as cpu::from_f32 rounds, in the layout attend's tiles load
+// straight from the cache: positions 2j and 2j + 1 side by side, element d of row r at
+// (r / 2) * 2 * head_dim + 2 * d + r % 2. On any CPU.
+void store_value(const float* v, int64_t head_dim, int64_t row, uint16_t* values);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2
 // shuffles: the GEMM's transposition of its outputs out of the tiles and of x into them,

@@ -2,7 +2,7 @@
 // amx_kernel.h states), for CpuDevice::attention on CPUs with the tiles: one unit's query
 // rows (a lone token's or up to 8 prompt tokens' heads of one KV head's group, at most 32)
 // against the keys and values its tokens see. Written once over amx_kernel.h's `Ops`
-// (plus three more, below): amx.cpp instantiates it with the instructions, the tests with
+// (plus two more, below): amx.cpp instantiates it with the instructions, the tests with
 // the emulation (amx_emulated.h). Include it after amx.h and amx_kernel.h.
 //
 // Every output's sums depend on its own query row and the positions its token sees, never
@@ -21,20 +21,19 @@
 // A chunk of which a token sees nothing adds (+0 + +0) to its outputs, which leaves every
 // value but -0 as it was (and a subnormal never lies in an accumulator: the instruction
 // flushes them); the final + 0.0f turns -0 into +0, so the chunks that other tokens of the
-// unit add change no bit. Nor do the values of positions a token does not see: the call's
-// values are interleaved once for all its units (value_tiles: zeros outside the call's
-// positions), and each enters a token's sums as 0 x value, +0 or -0 (a value that is NaN or
-// infinite, which no working model writes, would reach the outputs of tokens that do not
-// see it).
+// unit add change no bit. Nor do the values of positions a token does not see: each enters
+// a token's sums as 0 x value, +0 or -0, and those past values_to (not written, or written
+// for another sequence) as zeros, whatever the cache holds there (a written value that is
+// NaN or infinite, which no working model writes, would reach the outputs of tokens of its
+// sequence that do not see it).
 //
 // Tiles (amx_kernel.h's (C, A, B) triples): scores by C (i, j) = keys 16i.. of a chunk (A
 // tile 4 + i, straight from the cache, 16 rows head_dim apart) x query rows 16j.. (B tile
 // 6 + j: q's pairs by row); outputs by C (i, j) = query rows 16i.. (A: probabilities of 32
 // positions) x 16 dimensions (B: the values of 32 positions, two positions' elements side
-// by side: interleave16).
-// Ops, besides amx_kernel.h's: interleave16(a, b, out) (out[i] = a[i] | b[i] << 16 for i <
-// 16: two positions' bf16 into a B tile row), softmax(x, n, scale) (kernels.h's
-// softmax_scaled), subtract_widened(x, hi, n) (x[i] -= hi[i] widened, for i < n).
+// by side, straight from the cache, whose values lie so: store_value).
+// Ops, besides amx_kernel.h's: softmax(x, n, scale) (kernels.h's softmax_scaled),
+// subtract_widened(x, hi, n) (x[i] -= hi[i] widened, for i < n).
 #ifndef TESSERA_BACKEND_CPU_AMX_ATTENTION_H_
 #define TESSERA_BACKEND_CPU_AMX_ATTENTION_H_
 
@@ -54,11 +53,12 @@ struct AttentionScratch {
   uint16_t* probs;    // [kParts][kAttentionRows][width]
   float* c;           // [4][256]: C tiles on their way out
   float* out;         // [kAttentionRows][head_dim]; first q's residuals
+  uint16_t* tail;     // [16][2 * head_dim]: a last chunk's values, zeros past values_to
 
   static int64_t floats(int64_t head_dim, int64_t width) {
     return kParts * kAttentionRows * head_dim / 2 + head_dim / kChunk * kParts * 2 * kTileFloats +
            kAttentionRows * width + kParts * kAttentionRows * width / 2 + 4 * kTileFloats + kAttentionRows * head_dim +
-           6 * 16;
+           kTileRows * head_dim + 7 * 16;
   }
   // Cut from `base` (64-byte aligned, floats(head_dim, width) of them).
   static AttentionScratch cut(float* base, int64_t head_dim, int64_t width) {
@@ -74,6 +74,7 @@ struct AttentionScratch {
     s.probs = reinterpret_cast<uint16_t*>(take(kParts * kAttentionRows * width / 2));
     s.c = take(4 * kTileFloats);
     s.out = take(kAttentionRows * head_dim);
+    s.tail = reinterpret_cast<uint16_t*>(take(kTileRows * head_dim));
     return s;
   }
 };
@@ -164,31 +165,25 @@ void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch
   }
 }
 
-// Positions [from, to] of one KV head's values (values[b]: block b's rows, head_dim apart)
-// as the output tiles' B operand: chunk c (from from / 32 on) holds head_dim / 16 tiles of
-// 1 KiB, tile g's row p the elements 16g.. of positions 32c + 2p and 32c + 2p + 1 side by
-// side; zeros at positions outside [from, to]. out: value_tile_words(head_dim, from, to).
-static inline int64_t value_tile_words(int64_t head_dim, int64_t from, int64_t to) {
-  return (to / kPositionChunk - from / kPositionChunk + 1) * kPositionChunk * head_dim / 2;
-}
-template <typename Ops>
-void value_tiles(const uint16_t* const* values, int64_t block_size, int64_t head_dim, int64_t from, int64_t to,
-                 uint32_t* out) {
-  alignas(64) static constexpr uint16_t kZeros[kTileTokens] = {};
-  const int64_t groups = head_dim / kTileTokens, first = from / kPositionChunk * kPositionChunk;
-  const auto row = [&](int64_t pos) {
-    return pos >= from && pos <= to ? values[pos / block_size] + pos % block_size * head_dim : nullptr;
-  };
-  for (int64_t chunk = 0; chunk < (to - first) / kPositionChunk + 1; ++chunk)
-    for (int64_t p = 0; p < kPositionChunk / 2; ++p) {
-      const int64_t pos = first + chunk * kPositionChunk + 2 * p;
-      const uint16_t* even = row(pos);
-      const uint16_t* odd = row(pos + 1);
-      for (int64_t g = 0; g < groups; ++g)
-        Ops::interleave16(even != nullptr ? even + g * kTileTokens : kZeros,
-                          odd != nullptr ? odd + g * kTileTokens : kZeros,
-                          out + ((chunk * groups + g) * kTileRows + p) * kTileTokens);
+// The 32 positions from p0 of the unit's values (pair rows 2 * head_dim apart) as the
+// output tiles load them: straight from the cache where all are written (up to values_to),
+// else copied into s.tail with zeros in place of the rest.
+inline const uint16_t* value_chunk(const AttentionUnit& u, int64_t p0, const AttentionScratch& s) {
+  const int64_t row = 2 * u.head_dim;  // a pair of positions
+  const uint16_t* pairs = u.values[p0 / u.block_size] + p0 % u.block_size / 2 * row;
+  if (p0 + kPositionChunk - 1 <= u.values_to) return pairs;
+  for (int64_t j = 0; j < kPositionChunk / 2; ++j) {
+    uint16_t* to = s.tail + j * row;
+    const int64_t written = std::clamp<int64_t>(u.values_to + 1 - (p0 + 2 * j), 0, 2);  // of the pair's two
+    if (written == 0) {
+      std::memset(to, 0, static_cast<size_t>(row) * sizeof(uint16_t));
+    } else {
+      std::copy(pairs + j * row, pairs + (j + 1) * row, to);
+      if (written == 1)
+        for (int64_t d = 1; d < row; d += 2) to[d] = 0;
     }
+  }
+  return s.tail;
 }
 
 // The unit's outputs: u.out's rows for its tokens and heads, summed as the header states.
@@ -216,18 +211,21 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
     Ops::subtract_widened(probs, hi + from, n);
     Ops::round_x(probs, n, lo + from);
   }
-  const int64_t groups = hd / kTileTokens;
-  const uint32_t* values = u.value_tiles + (base - u.values_from / kPositionChunk * kPositionChunk) * hd / 2;
-  const int64_t ps = width * static_cast<int64_t>(sizeof(uint16_t)), bs = 4 * kTileTokens,
+  const int64_t groups = hd / kTileTokens, chunks = width / kPositionChunk;
+  // Every chunk but the last is written whole (the unit's last position is at most values_to).
+  const uint16_t* last = value_chunk(u, base + (chunks - 1) * kPositionChunk, s);
+  const int64_t ps = width * static_cast<int64_t>(sizeof(uint16_t)), vs = 4 * hd,
                 os = hd * static_cast<int64_t>(sizeof(float));
   for (int64_t g = 0; g < groups; g += 2) {  // C (i, j): query rows 16i.. x dimensions 16 (g + j)..
     Ops::template zero<0>();
     Ops::template zero<1>();
     Ops::template zero<2>();
     Ops::template zero<3>();
-    for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk) {
-      Ops::template load<6>(values + (chunk * groups + g) * kTileFloats, bs);
-      Ops::template load<7>(values + (chunk * groups + g + 1) * kTileFloats, bs);
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t p0 = base + chunk * kPositionChunk;
+      const uint16_t* values = chunk + 1 < chunks ? u.values[p0 / u.block_size] + p0 % u.block_size / 2 * 2 * hd : last;
+      Ops::template load<6>(values + g * 2 * kTileTokens, vs);
+      Ops::template load<7>(values + (g + 1) * 2 * kTileTokens, vs);
       for (int part = 0; part < kParts; ++part) {
         const uint16_t* probs = s.probs + part * kAttentionRows * width + chunk * kPositionChunk;
         Ops::template load<4>(probs, ps);

@@ -132,10 +132,7 @@ struct EmulatedOps {
     for (int64_t i = 0; i < 16; ++i)
       for (int64_t j = 0; j < 16; ++j) std::memcpy(dst + j * ds + i, src + i * ss + j, sizeof(float));
   }
-  // amx_attention.h's three more.
-  static void interleave16(const uint16_t* a, const uint16_t* b, uint32_t* out) {
-    for (int i = 0; i < 16; ++i) out[i] = uint32_t{a[i]} | uint32_t{b[i]} << 16;
-  }
+  // amx_attention.h's two more.
   static void softmax(float* x, int64_t n, float scale) { softmax_scaled(x, n, scale); }
   static void subtract_widened(float* x, const uint16_t* hi, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] -= bf16_dot::EmulatedOps::widen(hi[i]);

@@ -110,8 +110,9 @@ std::string CpuDevice::name() const {
           : cpu::amx_active()      ? ", bf16 weights by AMX tiles"
           : cpu::bf16_dot_active() ? ", bf16 weights by AVX512_BF16 dot products"
                                    : "") +
-         (cpu::amx::attention_enabled(cpu::amx::kAttentionChunk, 16) ? ", attention over a bf16 cache by AMX tiles"
-                                                                     : "") +
+         (cpu::amx::attention_enabled(cpu::amx::kAttentionChunk, cpu::amx::kAttentionChunk)
+              ? ", attention over a bf16 cache by AMX tiles"
+              : "") +
          (cpu::quant_tiles_active() ? ", Q8_0 and Q4_0 by AMX-INT8 tiles" : "") + ", " + std::to_string(pool_.size()) +
          " threads)";
 }
@@ -361,6 +362,7 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
            blocks.size(), " blocks");
   const size_t elem = dtype_size(pages.dtype);
   auto* base = static_cast<uint8_t*>(pages.base);
+  const bool amx = amx_attention(pages);  // the values as attention's tiles load them
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t pos = pos0 + t;
     const int64_t block = blocks[static_cast<size_t>(pos / bs)];
@@ -370,7 +372,12 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
       const float* src_k = k + (t * pages.n_kv_heads + h) * hd;
       const float* src_v = v + (t * pages.n_kv_heads + h) * hd;
       cpu::from_f32(src_k, hd, pages.dtype, base + (pages.offset(block, layer, 0, h) + row) * elem);
-      cpu::from_f32(src_v, hd, pages.dtype, base + (pages.offset(block, layer, 1, h) + row) * elem);
+      if (amx) {
+        cpu::amx::store_value(src_v, hd, pos % bs,
+                              reinterpret_cast<uint16_t*>(base + pages.offset(block, layer, 1, h) * elem));
+      } else {
+        cpu::from_f32(src_v, hd, pages.dtype, base + (pages.offset(block, layer, 1, h) + row) * elem);
+      }
     }
   }
 }
@@ -388,29 +395,8 @@ void block_rows(const AttentionArgs& a, int kind, int64_t kv, int64_t from, int6
 }
 }  // namespace
 
-void CpuDevice::make_value_tiles(const AttentionArgs& a, int64_t from, int64_t words) {
-  const KvPages& p = *a.pages;
-  const auto bytes = static_cast<size_t>(words * p.n_kv_heads) * sizeof(uint32_t);
-  if (value_tiles_.bytes() < bytes) {
-    auto buffer = alloc(bytes);
-    TS_CHECK(buffer.ok(), buffer.status().message());
-    value_tiles_ = std::move(*buffer);
-  }
-  constexpr int64_t kPieceChunks = 8, kChunk = cpu::amx::kAttentionChunk;
-  const int64_t last = a.pos0 + a.tokens - 1, first_chunk = from / kChunk, chunks = last / kChunk + 1 - first_chunk;
-  const int64_t pieces = (chunks + kPieceChunks - 1) / kPieceChunks, chunk_words = words / chunks;
-  pool_.parallel_for(static_cast<size_t>(p.n_kv_heads * pieces), 1, [&](size_t begin, size_t end) {
-    std::vector<const uint16_t*> rows;
-    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
-      const int64_t kv = i / pieces, c0 = first_chunk + i % pieces * kPieceChunks;
-      const int64_t piece_from = std::max(from, c0 * kChunk),
-                    piece_to = std::min(last, (c0 + kPieceChunks) * kChunk - 1);
-      block_rows(a, 1, kv, piece_from, piece_to, rows);
-      cpu::amx::value_tiles(
-          rows.data(), p.block_size, p.head_dim, piece_from, piece_to,
-          static_cast<uint32_t*>(value_tiles_.data()) + kv * words + (c0 - first_chunk) * chunk_words);
-    }
-  });
+bool CpuDevice::amx_attention(const KvPages& pages) {
+  return pages.dtype == DType::kBF16 && cpu::amx::attention_enabled(pages.head_dim, pages.block_size);
 }
 
 // A unit is a token and `per_unit` query heads of one KV head's group: scores against each
@@ -432,7 +418,7 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // A bf16 cache on a CPU with AMX tiles: a unit's scores and outputs by tile products, at
   // most kAttentionRows query rows a unit (amx_attention.h: every output summed as a lone
   // token's, whatever the unit).
-  const bool amx = p.dtype == DType::kBF16 && cpu::amx::attention_enabled(hd, bs);
+  const bool amx = amx_attention(p);
   // A unit is a tile of up to kAttentionTokens consecutive tokens of a prompt and either
   // a KV head's whole group of query heads, where that leaves every thread two units or
   // more, or else one head, so that every thread has some: each block of keys and values
@@ -454,13 +440,10 @@ void CpuDevice::attention(const AttentionArgs& a) {
   // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
   // one contiguous range a thread left the last thread twice the average work at 16 threads.
   const int64_t units = tiles * units_per_tile;
-  const int64_t values_from = a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 - a.sliding_window + 1) : 0;
-  const int64_t words = amx ? cpu::amx::value_tile_words(hd, values_from, a.pos0 + a.tokens - 1) : 0;
-  if (amx) make_value_tiles(a, values_from, words);
   for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
     std::vector<float> scores;
     hwy::AlignedFreeUniquePtr<float[]> widened;  // a block's rows as the kernels read the cache's (64-byte lines)
-    std::vector<const uint16_t*> rows;           // the tiles' keys, block by block
+    std::vector<const uint16_t*> keys, values;   // the tiles' operands, block by block
     for (size_t i = begin; i < end; ++i) {
       const int64_t u = units - 1 - static_cast<int64_t>(i);
       const int64_t t0 = u / units_per_tile * tile_tokens, t1 = std::min(a.tokens, t0 + tile_tokens);
@@ -472,7 +455,8 @@ void CpuDevice::attention(const AttentionArgs& a) {
       };
       const int64_t lo = first(t0), hi = a.pos0 + t1 - 1, span = hi + 1 - lo;
       if (amx) {
-        block_rows(a, 0, kv, lo, hi, rows);
+        block_rows(a, 0, kv, lo, hi, keys);
+        block_rows(a, 1, kv, lo, hi, values);
         cpu::amx::attend({.q = a.q + (t0 * a.n_heads + h0) * hd,
                           .out = a.out + (t0 * a.n_heads + h0) * hd,
                           .token_stride = a.n_heads * hd,
@@ -483,9 +467,9 @@ void CpuDevice::attention(const AttentionArgs& a) {
                           .sliding_window = a.sliding_window,
                           .scale = a.scale,
                           .block_size = bs,
-                          .keys = rows.data(),
-                          .value_tiles = static_cast<uint32_t*>(value_tiles_.data()) + kv * words,
-                          .values_from = values_from});
+                          .keys = keys.data(),
+                          .values = values.data(),
+                          .values_to = a.pos0 + a.tokens - 1});
         continue;
       }
       // F32 [token - t0][head - h0][position - lo]

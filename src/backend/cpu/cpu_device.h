@@ -70,11 +70,9 @@ class CpuDevice final : public Device {
   // Whether matmuls (and gate_up) take outs, all GGUF blocks, in one region (quant_matmuls).
   static bool quantized_together(std::span<const Projection> outs);
   void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
-  // The values of the call's positions [from, its last] as cpu::amx::attend's tiles take
-  // them, each KV head's (`words` of them, at kv * words in value_tiles_) made once for all
-  // its units, in pieces of 256 positions so that every thread makes some (a lone token's
-  // KV heads are fewer than 16 threads).
-  void make_value_tiles(const AttentionArgs& a, int64_t from, int64_t words);
+  // Whether attention over these pages takes cpu::amx::attend (a bf16 cache on a CPU with
+  // the tiles), and so kv_store writes their values in cpu::amx::store_value's layout.
+  static bool amx_attention(const KvPages& pages);
 
   ThreadPool pool_;
   // The weights place() copied.
@@ -82,8 +80,6 @@ class CpuDevice final : public Device {
   // x of the last prefill matmul, packed for the GEMM and shared by the threads; grows
   // to the largest call's size and is kept (one inference thread calls matmul).
   Buffer packed_x_;
-  // The values of the last attention call on AMX tiles, as the tiles take them (likewise kept).
-  Buffer value_tiles_;
 };
 
 }  // namespace tessera
