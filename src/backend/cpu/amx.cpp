@@ -169,8 +169,10 @@ struct InstructionOps {
   TESSERA_AVX512F static void subtract_widened(float* x, const uint16_t* hi, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-      const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + i)));
-      const __m512 wide = _mm512_castsi512_ps(_mm512_slli_epi32(words, 16));
+      // The masked forms with every lane on: GCC 12 warns that the unmasked ones read an undefined vector.
+      const __m512i words =
+          _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi + i)));
+      const __m512 wide = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, words, 16));
       _mm512_storeu_ps(x + i, _mm512_sub_ps(_mm512_loadu_ps(x + i), wide));
     }
     for (; i < n; ++i) x[i] -= bf16_to_f32(hi[i]);

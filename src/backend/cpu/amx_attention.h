@@ -95,6 +95,10 @@ struct UnitSpan {
   bool seen(int64_t pos, int64_t n) const { return pos + n > lo() && pos <= hi(); }
   // The key row of a position the unit sees.
   const uint16_t* key(int64_t pos) const { return u.keys[pos / u.block_size] + pos % u.block_size * u.head_dim; }
+  // The values from an even position on (pairs of positions, rows 2 * head_dim apart).
+  const uint16_t* values(int64_t pos) const {
+    return u.values[pos / u.block_size] + pos % u.block_size / 2 * 2 * u.head_dim;
+  }
 };
 
 // Scores of the unit's query rows (row r: token r / heads, head r % heads) at every
@@ -168,19 +172,19 @@ void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch
 // The 32 positions from p0 of the unit's values (pair rows 2 * head_dim apart) as the
 // output tiles load them: straight from the cache where all are written (up to values_to),
 // else copied into s.tail with zeros in place of the rest.
-inline const uint16_t* value_chunk(const AttentionUnit& u, int64_t p0, const AttentionScratch& s) {
-  const int64_t row = 2 * u.head_dim;  // a pair of positions
-  const uint16_t* pairs = u.values[p0 / u.block_size] + p0 % u.block_size / 2 * row;
-  if (p0 + kPositionChunk - 1 <= u.values_to) return pairs;
+inline const uint16_t* value_chunk(const UnitSpan& span, int64_t p0, const AttentionScratch& s) {
+  const int64_t row = 2 * span.u.head_dim, to = span.u.values_to;  // row: a pair of positions
+  const uint16_t* pairs = span.values(p0);
+  if (p0 + kPositionChunk - 1 <= to) return pairs;
   for (int64_t j = 0; j < kPositionChunk / 2; ++j) {
-    uint16_t* to = s.tail + j * row;
-    const int64_t written = std::clamp<int64_t>(u.values_to + 1 - (p0 + 2 * j), 0, 2);  // of the pair's two
+    uint16_t* out = s.tail + j * row;
+    const int64_t written = std::clamp<int64_t>(to + 1 - (p0 + 2 * j), 0, 2);  // of the pair's two
     if (written == 0) {
-      std::memset(to, 0, static_cast<size_t>(row) * sizeof(uint16_t));
+      std::memset(out, 0, static_cast<size_t>(row) * sizeof(uint16_t));
     } else {
-      std::copy(pairs + j * row, pairs + (j + 1) * row, to);
+      std::copy(pairs + j * row, pairs + (j + 1) * row, out);
       if (written == 1)
-        for (int64_t d = 1; d < row; d += 2) to[d] = 0;
+        for (int64_t d = 1; d < row; d += 2) out[d] = 0;
     }
   }
   return s.tail;
@@ -213,7 +217,7 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
   }
   const int64_t groups = hd / kTileTokens, chunks = width / kPositionChunk;
   // Every chunk but the last is written whole (the unit's last position is at most values_to).
-  const uint16_t* last = value_chunk(u, base + (chunks - 1) * kPositionChunk, s);
+  const uint16_t* last = value_chunk(span, base + (chunks - 1) * kPositionChunk, s);
   const int64_t ps = width * static_cast<int64_t>(sizeof(uint16_t)), vs = 4 * hd,
                 os = hd * static_cast<int64_t>(sizeof(float));
   for (int64_t g = 0; g < groups; g += 2) {  // C (i, j): query rows 16i.. x dimensions 16 (g + j)..
@@ -222,8 +226,7 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
     Ops::template zero<2>();
     Ops::template zero<3>();
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const int64_t p0 = base + chunk * kPositionChunk;
-      const uint16_t* values = chunk + 1 < chunks ? u.values[p0 / u.block_size] + p0 % u.block_size / 2 * 2 * hd : last;
+      const uint16_t* values = chunk + 1 < chunks ? span.values(base + chunk * kPositionChunk) : last;
       Ops::template load<6>(values + g * 2 * kTileTokens, vs);
       Ops::template load<7>(values + (g + 1) * 2 * kTileTokens, vs);
       for (int part = 0; part < kParts; ++part) {
