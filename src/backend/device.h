@@ -40,7 +40,7 @@ namespace tessera {
 //   dtype [blocks, layers, 2 (k, v), n_kv_heads, block_size, head_dim]
 // so one head's positions within a block are one contiguous region, rows in position
 // order unless the device's kernels load them otherwise (the CPU's AMX attention keeps a
-// bf16 cache's values two positions side by side: cpu::amx::store_value). Only the
+// bf16 cache's keys and values in tile layouts: cpu::amx::store_key, store_value). Only the
 // device that wrote a region reads it; blocks are copied whole.
 struct KvPages {
   void* base = nullptr;  // device memory

@@ -32,8 +32,8 @@ namespace amx = cpu::amx;
 constexpr uint16_t kNaN = 0x7FC0;
 
 // One KV head's keys and values for positions [0, written), in blocks of `bs` positions
-// that lie in memory in reverse order (as a paged cache's may), the values as
-// CpuDevice::kv_store writes them for the tiles (amx::store_value); rows past `written` are NaN.
+// that lie in memory in reverse order (as a paged cache's may), as CpuDevice::kv_store
+// writes them for the tiles (amx::store_key, amx::store_value); rows past `written` are NaN.
 struct Cache {
   int64_t hd, bs, written;
   std::vector<uint16_t> data;
@@ -43,37 +43,36 @@ struct Cache {
       : hd(head_dim), bs(block_size), written(positions) {
     const int64_t blocks = (positions + bs - 1) / bs;
     data.assign(static_cast<size_t>(blocks * 2 * bs * hd), kNaN);
-    auto values_of = testing::random_values(data.size(), seed);
+    const auto values_of = testing::random_values(data.size(), seed);
+    std::vector<float> key(static_cast<size_t>(hd));
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t slot = blocks - 1 - b;
-      for (int kind = 0; kind < 2; ++kind) {
-        uint16_t* rows = data.data() + (slot * 2 + kind) * bs * hd;
-        (kind == 0 ? keys : values).push_back(rows);
-        for (int64_t r = 0; r < bs && b * bs + r < positions; ++r) {
-          const float* row = values_of.data() + (r + (slot * 2 + kind) * bs) * hd;
-          if (kind == 1) {
-            amx::store_value(row, hd, r, rows);
-            continue;
-          }
-          for (int64_t d = 0; d < hd; ++d) rows[r * hd + d] = f32_to_bf16(3.0f * row[d]);
-        }
+      uint16_t* region[2] = {data.data() + slot * 2 * bs * hd, data.data() + (slot * 2 + 1) * bs * hd};
+      keys.push_back(region[0]);
+      values.push_back(region[1]);
+      for (int64_t r = 0; r < bs && b * bs + r < positions; ++r) {
+        const float* row = values_of.data() + (r + slot * 2 * bs) * hd;
+        for (int64_t d = 0; d < hd; ++d) key[static_cast<size_t>(d)] = 3.0f * row[d];  // scores that do not all tie
+        amx::store_key(key.data(), hd, bs, r, region[0]);
+        amx::store_value(row + bs * hd, hd, r, region[1]);
       }
     }
   }
   Cache(const Cache&) = delete;  // keys and values point into data
+  // Where element d of a block's row r lies in its keys (kind 0) or values (1).
+  int64_t index(int kind, int64_t r, int64_t d) const {
+    return kind == 0 ? d / 2 * 2 * bs + 2 * r + d % 2 : r / 2 * 2 * hd + 2 * d + r % 2;
+  }
   // Positions from `pos` on as never written (NaN), as a decode step's cache past its token.
   void unwrite_from(int64_t pos) {
-    for (; written > pos; --written) {
-      const int64_t r = (written - 1) % bs;
-      uint16_t* key = const_cast<uint16_t*>(keys[static_cast<size_t>((written - 1) / bs)]) + r * hd;
-      uint16_t* value = const_cast<uint16_t*>(values[static_cast<size_t>((written - 1) / bs)]) + r / 2 * 2 * hd + r % 2;
-      for (int64_t d = 0; d < hd; ++d) key[d] = value[2 * d] = kNaN;
-    }
+    for (; written > pos; --written)
+      for (int kind = 0; kind < 2; ++kind) {
+        auto* rows = const_cast<uint16_t*>((kind == 0 ? keys : values)[static_cast<size_t>((written - 1) / bs)]);
+        for (int64_t d = 0; d < hd; ++d) rows[index(kind, (written - 1) % bs, d)] = kNaN;
+      }
   }
   float at(int kind, int64_t pos, int64_t d) const {
-    const int64_t r = pos % bs;
-    const uint16_t* rows = (kind == 0 ? keys : values)[static_cast<size_t>(pos / bs)];
-    return bf16_to_f32(kind == 0 ? rows[r * hd + d] : rows[r / 2 * 2 * hd + 2 * d + r % 2]);
+    return bf16_to_f32((kind == 0 ? keys : values)[static_cast<size_t>(pos / bs)][index(kind, pos % bs, d)]);
   }
 };
 

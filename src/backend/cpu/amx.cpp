@@ -576,12 +576,26 @@ void outside(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, i
 
 #endif
 
-void store_value(const float* v, int64_t head_dim, int64_t row, uint16_t* values) {
+namespace {
+// x's n elements rounded to bf16 as from_f32 rounds them, in a buffer of the calling thread
+// (valid until its next call).
+const uint16_t* rounded_bf16(const float* x, int64_t n) {
   thread_local std::vector<uint16_t> rounded;
-  rounded.resize(static_cast<size_t>(head_dim));
-  from_f32(v, head_dim, DType::kBF16, rounded.data());
+  rounded.resize(static_cast<size_t>(n));
+  from_f32(x, n, DType::kBF16, rounded.data());
+  return rounded.data();
+}
+}  // namespace
+
+void store_key(const float* k, int64_t head_dim, int64_t block_size, int64_t row, uint16_t* keys) {
+  const uint16_t* rounded = rounded_bf16(k, head_dim);
+  for (int64_t d = 0; d < head_dim; ++d) keys[d / 2 * 2 * block_size + 2 * row + d % 2] = rounded[d];
+}
+
+void store_value(const float* v, int64_t head_dim, int64_t row, uint16_t* values) {
+  const uint16_t* rounded = rounded_bf16(v, head_dim);
   uint16_t* pair = values + row / 2 * 2 * head_dim + row % 2;
-  for (int64_t d = 0; d < head_dim; ++d) pair[2 * d] = rounded[static_cast<size_t>(d)];
+  for (int64_t d = 0; d < head_dim; ++d) pair[2 * d] = rounded[d];
 }
 int64_t dot_loop_flops(int64_t iterations) { return iterations * 4 * kernel::kTileRows * kernel::kTileTokens * 64; }
 int64_t ladder_flops(int64_t passes) {

@@ -65,27 +65,32 @@ struct AttentionUnit {
   int64_t sliding_window = 0;  // 0: full causal; else a token sees its last `sliding_window` positions
   float scale = 1.0f;
   int64_t block_size = 0;  // a multiple of 32
-  // BF16 [block_size, head_dim]: keys[b], the KV head's rows of the block that holds
-  // positions [b * block_size, (b + 1) * block_size) (read only for blocks the unit sees).
+  // BF16: keys[b], the KV head's keys of the block that holds positions [b * block_size,
+  // (b + 1) * block_size) in store_key's layout (read only for blocks the unit sees).
   const uint16_t* const* keys = nullptr;
-  // BF16: values[b], the KV head's values of that block in store_value's layout (read for
-  // the blocks the unit sees), whose positions up to values_to (the unit's last or later)
-  // are written; those past it are read as zeros, whatever the cache holds there.
+  // BF16: values[b], the KV head's values of that block in store_value's layout (likewise),
+  // whose positions up to values_to (the unit's last or later) are written; those past it
+  // are read as zeros, whatever the cache holds there.
   const uint16_t* const* values = nullptr;
   int64_t values_to = 0;
 };
 
 // Whether CpuDevice::attention is to take attend for a bf16 cache with this head_dim and
-// block_size (and CpuDevice::kv_store to write its values in store_value's layout): the
+// block_size (and CpuDevice::kv_store to write its keys and values in store_key's and
+// store_value's layouts): the
 // tiles are there, enabled(), TESSERA_AMX_ATTENTION is not "0" (read once), head_dim a
 // multiple of 32 and block_size of 32.
 bool attention_enabled(int64_t head_dim, int64_t block_size);
 // The unit's outputs by tile products (amx_attention.h). Only where attention_enabled().
 void attend(const AttentionUnit& unit);
-// Position `row` of a block's values of one KV head (bf16 [block_size, head_dim] in all)
-// written from v rounded to bf16 as cpu::from_f32 rounds, in the layout attend's tiles load
-// straight from the cache: positions 2j and 2j + 1 side by side, element d of row r at
-// (r / 2) * 2 * head_dim + 2 * d + r % 2. On any CPU.
+// Position `row` of a block's keys or values of one KV head (bf16 [block_size, head_dim]
+// in all) written from k or v rounded to bf16 as cpu::from_f32 rounds, in the layouts
+// attend's tiles load straight from the cache. On any CPU.
+//   keys: dimensions 2i and 2i + 1 side by side, element d of row r at (d / 2) * 2 *
+//     block_size + 2 * r + d % 2;
+//   values: positions 2j and 2j + 1 side by side, element d of row r at (r / 2) * 2 *
+//     head_dim + 2 * d + r % 2.
+void store_key(const float* k, int64_t head_dim, int64_t block_size, int64_t row, uint16_t* keys);
 void store_value(const float* v, int64_t head_dim, int64_t row, uint16_t* values);
 
 // dst[j * ds + i] = src[i * ss + j] for i, j < 16, 32-bit elements moved as bits, by AVX2

@@ -27,11 +27,12 @@
 // NaN or infinite, which no working model writes, would reach the outputs of tokens of its
 // sequence that do not see it).
 //
-// Tiles (amx_kernel.h's (C, A, B) triples): scores by C (i, j) = keys 16i.. of a chunk (A
-// tile 4 + i, straight from the cache, 16 rows head_dim apart) x query rows 16j.. (B tile
-// 6 + j: q's pairs by row); outputs by C (i, j) = query rows 16i.. (A: probabilities of 32
-// positions) x 16 dimensions (B: the values of 32 positions, two positions' elements side
-// by side, straight from the cache, whose values lie so: store_value).
+// Tiles (amx_kernel.h's (C, A, B) triples): scores by C (i, j) = query rows 16i.. (A tile 4
+// + i: q's rows) x positions 16j.. of a chunk (B tile 6 + j: the keys of 16 positions, two
+// dimensions of each side by side), stored as the scores' rows; outputs by C (i, j) = query
+// rows 16i.. (A: probabilities of 32 positions) x 16 dimensions (B: the values of 32
+// positions, two positions' elements side by side). Both B operands load straight from the
+// cache, whose keys and values lie so (store_key, store_value).
 // Ops, besides amx_kernel.h's: softmax(x, n, scale) (kernels.h's softmax_scaled),
 // subtract_widened(x, hi, n) (x[i] -= hi[i] widened, for i < n).
 #ifndef TESSERA_BACKEND_CPU_AMX_ATTENTION_H_
@@ -47,18 +48,15 @@ static_assert(kPositionChunk == kChunk, "an output chunk's positions: one A tile
 // width)` floats (width: the unit's positions from its first chunk's start, a multiple of 32).
 inline constexpr int kParts = 2;  // hi and lo
 struct AttentionScratch {
-  uint16_t* q;        // [kParts][kAttentionRows][head_dim]
-  uint32_t* q_tiles;  // [head_dim / 32][kParts][2][256]: q's B tiles
-  float* scores;      // [kAttentionRows][width]
-  uint16_t* probs;    // [kParts][kAttentionRows][width]
-  float* c;           // [4][256]: C tiles on their way out
-  float* out;         // [kAttentionRows][head_dim]; first q's residuals
-  uint16_t* tail;     // [16][2 * head_dim]: a last chunk's values, zeros past values_to
+  uint16_t* q;      // [kParts][kAttentionRows][head_dim]: the A tiles of the scores
+  float* scores;    // [kAttentionRows][width]
+  uint16_t* probs;  // [kParts][kAttentionRows][width]
+  float* out;       // [kAttentionRows][head_dim]; first q's residuals
+  uint16_t* tail;   // [16][2 * head_dim]: a last chunk's values, zeros past values_to
 
   static int64_t floats(int64_t head_dim, int64_t width) {
-    return kParts * kAttentionRows * head_dim / 2 + head_dim / kChunk * kParts * 2 * kTileFloats +
-           kAttentionRows * width + kParts * kAttentionRows * width / 2 + 4 * kTileFloats + kAttentionRows * head_dim +
-           kTileRows * head_dim + 7 * 16;
+    return kParts * kAttentionRows * head_dim / 2 + kAttentionRows * width + kParts * kAttentionRows * width / 2 +
+           kAttentionRows * head_dim + kTileRows * head_dim + 5 * 16;
   }
   // Cut from `base` (64-byte aligned, floats(head_dim, width) of them).
   static AttentionScratch cut(float* base, int64_t head_dim, int64_t width) {
@@ -69,10 +67,8 @@ struct AttentionScratch {
     };
     AttentionScratch s;
     s.q = reinterpret_cast<uint16_t*>(take(kParts * kAttentionRows * head_dim / 2));
-    s.q_tiles = reinterpret_cast<uint32_t*>(take(head_dim / kChunk * kParts * 2 * kTileFloats));
     s.scores = take(kAttentionRows * width);
     s.probs = reinterpret_cast<uint16_t*>(take(kParts * kAttentionRows * width / 2));
-    s.c = take(4 * kTileFloats);
     s.out = take(kAttentionRows * head_dim);
     s.tail = reinterpret_cast<uint16_t*>(take(kTileRows * head_dim));
     return s;
@@ -93,8 +89,8 @@ struct UnitSpan {
   int64_t width() const { return (hi() / kPositionChunk + 1) * kPositionChunk - base(); }
   // Whether some token sees a position of [pos, pos + n).
   bool seen(int64_t pos, int64_t n) const { return pos + n > lo() && pos <= hi(); }
-  // The key row of a position the unit sees.
-  const uint16_t* key(int64_t pos) const { return u.keys[pos / u.block_size] + pos % u.block_size * u.head_dim; }
+  // The keys from a position on (pairs of dimensions, rows 2 * block_size apart).
+  const uint16_t* keys(int64_t pos) const { return u.keys[pos / u.block_size] + pos % u.block_size * 2; }
   // The values from an even position on (pairs of positions, rows 2 * head_dim apart).
   const uint16_t* values(int64_t pos) const {
     return u.values[pos / u.block_size] + pos % u.block_size / 2 * 2 * u.head_dim;
@@ -123,49 +119,38 @@ void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch
       std::memset(lo, 0, static_cast<size_t>(hd) * sizeof(uint16_t));
     }
   }
-  for (int64_t c = 0; c < hd / kChunk; ++c)
-    for (int part = 0; part < kParts; ++part)
-      for (int j = 0; j < q_tiles; ++j)
-        Ops::transpose16(
-            reinterpret_cast<const float*>(s.q + (part * kAttentionRows + j * kTileRows) * hd) + c * kChunk / 2, hd / 2,
-            reinterpret_cast<float*>(s.q_tiles + ((c * kParts + part) * 2 + j) * kTileFloats), kTileTokens);
-  const int64_t stride = hd * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t qs = hd * static_cast<int64_t>(sizeof(uint16_t)), ks = 4 * u.block_size,
+                ss = width * static_cast<int64_t>(sizeof(float));
   for (int64_t chunk = 0; chunk < width / kPositionChunk; ++chunk) {
-    const int64_t p0 = base + chunk * kPositionChunk, p1 = p0 + kTileRows;
-    const bool keys0 = span.seen(p0, kTileRows), keys1 = span.seen(p1, kTileRows);
+    const int64_t p0 = base + chunk * kPositionChunk, p1 = p0 + kTileTokens;
+    const bool keys0 = span.seen(p0, kTileTokens), keys1 = span.seen(p1, kTileTokens);
     Ops::template zero<0>();
     Ops::template zero<1>();
     Ops::template zero<2>();
     Ops::template zero<3>();
     for (int64_t c = 0; c < hd / kChunk; ++c) {
-      if (keys0) Ops::template load<4>(span.key(p0) + c * kChunk, stride);
-      if (keys1) Ops::template load<5>(span.key(p1) + c * kChunk, stride);
+      const int64_t pairs = c * kChunk / 2;  // the chunk's first pair of dimensions
+      if (keys0) Ops::template load<6>(span.keys(p0) + pairs * 2 * u.block_size, ks);
+      if (keys1) Ops::template load<7>(span.keys(p1) + pairs * 2 * u.block_size, ks);
       for (int part = 0; part < kParts; ++part) {
-        const uint32_t* tiles = s.q_tiles + (c * kParts + part) * 2 * kTileFloats;
-        Ops::template load<6>(tiles, 4 * kTileTokens);
-        if (q_tiles == 2) Ops::template load<7>(tiles + kTileFloats, 4 * kTileTokens);
+        const uint16_t* q = s.q + part * kAttentionRows * hd + c * kChunk;
+        Ops::template load<4>(q, qs);
+        if (q_tiles == 2) Ops::template load<5>(q + kTileRows * hd, qs);
         if (keys0) {
           Ops::template dot<0, 4, 6>();
-          if (q_tiles == 2) Ops::template dot<1, 4, 7>();
+          if (q_tiles == 2) Ops::template dot<2, 5, 6>();
         }
         if (keys1) {
-          Ops::template dot<2, 5, 6>();
+          Ops::template dot<1, 4, 7>();
           if (q_tiles == 2) Ops::template dot<3, 5, 7>();
         }
       }
     }
-    const int64_t ss = 4 * kTileTokens;
-    Ops::template store<0>(s.c, ss);
-    Ops::template store<1>(s.c + kTileFloats, ss);
-    Ops::template store<2>(s.c + 2 * kTileFloats, ss);
-    Ops::template store<3>(s.c + 3 * kTileFloats, ss);
-    float* at = s.scores + chunk * kPositionChunk;
-    for (int i = 0; i < 2; ++i) {  // C (i, j): keys 16i.. x query rows 16j..
-      if (!(i == 0 ? keys0 : keys1)) continue;
-      for (int j = 0; j < q_tiles; ++j)
-        Ops::transpose16(s.c + (2 * i + j) * kTileFloats, kTileTokens, at + j * kTileRows * width + i * kTileRows,
-                         width);
-    }
+    float* at = s.scores + chunk * kPositionChunk;  // C (i, j): query rows 16i.. x positions 16j..
+    if (keys0) Ops::template store<0>(at, ss);
+    if (keys1) Ops::template store<1>(at + kTileTokens, ss);
+    if (q_tiles == 2 && keys0) Ops::template store<2>(at + kTileRows * width, ss);
+    if (q_tiles == 2 && keys1) Ops::template store<3>(at + kTileRows * width + kTileTokens, ss);
   }
 }
 

@@ -362,7 +362,7 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
            blocks.size(), " blocks");
   const size_t elem = dtype_size(pages.dtype);
   auto* base = static_cast<uint8_t*>(pages.base);
-  const bool amx = amx_attention(pages);  // the values as attention's tiles load them
+  const bool amx = amx_attention(pages);  // keys and values as attention's tiles load them
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t pos = pos0 + t;
     const int64_t block = blocks[static_cast<size_t>(pos / bs)];
@@ -371,11 +371,14 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
       const int64_t row = (pos % bs) * hd;
       const float* src_k = k + (t * pages.n_kv_heads + h) * hd;
       const float* src_v = v + (t * pages.n_kv_heads + h) * hd;
-      cpu::from_f32(src_k, hd, pages.dtype, base + (pages.offset(block, layer, 0, h) + row) * elem);
       if (amx) {
-        cpu::amx::store_value(src_v, hd, pos % bs,
-                              reinterpret_cast<uint16_t*>(base + pages.offset(block, layer, 1, h) * elem));
+        const auto region = [&](int kind) {
+          return reinterpret_cast<uint16_t*>(base + pages.offset(block, layer, kind, h) * elem);
+        };
+        cpu::amx::store_key(src_k, hd, bs, pos % bs, region(0));
+        cpu::amx::store_value(src_v, hd, pos % bs, region(1));
       } else {
+        cpu::from_f32(src_k, hd, pages.dtype, base + (pages.offset(block, layer, 0, h) + row) * elem);
         cpu::from_f32(src_v, hd, pages.dtype, base + (pages.offset(block, layer, 1, h) + row) * elem);
       }
     }

@@ -71,7 +71,8 @@ class CpuDevice final : public Device {
   static bool quantized_together(std::span<const Projection> outs);
   void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
   // Whether attention over these pages takes cpu::amx::attend (a bf16 cache on a CPU with
-  // the tiles), and so kv_store writes their values in cpu::amx::store_value's layout.
+  // the tiles), and so kv_store writes their keys and values in cpu::amx::store_key's and
+  // store_value's layouts.
   static bool amx_attention(const KvPages& pages);
 
   ThreadPool pool_;
