@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/amx.h"
@@ -94,10 +95,13 @@ amx::AttentionUnit unit_of(const Cache& cache, const float* q, float* out, int64
           .values_to = cache.written - 1};
 }
 
-// The kernel on the emulated tiles, as amx.cpp runs it on the instructions.
+// The kernel on the emulated tiles, as amx.cpp runs it on the instructions, over scratch
+// that holds NaNs (what a unit reads there it must have written first, but for the rows of
+// a tile past the unit's, whose products reach only their own outputs).
 void emulated(const amx::AttentionUnit& u) {
   const amx::kernel::UnitSpan span{u};
-  std::vector<float> scratch(static_cast<size_t>(amx::kernel::AttentionScratch::floats(u.head_dim, span.width()) + 16));
+  std::vector<float> scratch(static_cast<size_t>(amx::kernel::AttentionScratch::floats(u.head_dim, span.width()) + 16),
+                             std::numeric_limits<float>::quiet_NaN());
   auto* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
   amx::kernel::attend_unit<amx::EmulatedOps>(u, aligned);
 }

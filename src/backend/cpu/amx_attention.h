@@ -184,16 +184,17 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
   const int q_tiles = rows > kTileRows ? 2 : 1;
   Ops::configure(static_cast<int>(kTileTokens));
   attention_scores<Ops>(span, rows, s);
-  for (int64_t r = 0; r < q_tiles * kTileRows; ++r) {
+  // The probabilities of the unit's rows. A tile's padding rows (past `rows`) hold whatever
+  // the scratch holds: a row of A enters only its own row of C, which nothing reads.
+  for (int64_t r = 0; r < rows; ++r) {
     uint16_t* hi = s.probs + r * width;
     uint16_t* lo = s.probs + (kAttentionRows + r) * width;
-    const int64_t t = std::min(r / u.heads, u.tokens - 1);
-    const int64_t from = r < rows ? span.first(t) - base : width, n = r < rows ? span.last(t) + 1 - span.first(t) : 0;
-    for (uint16_t* part : {hi, lo}) {  // zeros where the token sees nothing (every position of a padding row)
+    const int64_t t = r / u.heads;
+    const int64_t from = span.first(t) - base, n = span.last(t) + 1 - span.first(t);
+    for (uint16_t* part : {hi, lo}) {  // zeros where the token sees nothing
       std::memset(part, 0, static_cast<size_t>(from) * sizeof(uint16_t));
       std::memset(part + from + n, 0, static_cast<size_t>(width - from - n) * sizeof(uint16_t));
     }
-    if (r >= rows) continue;
     float* probs = s.scores + r * width + from;
     Ops::softmax(probs, n, u.scale);
     Ops::round_x(probs, n, hi + from);
