@@ -97,6 +97,14 @@ struct UnitSpan {
   }
 };
 
+// x (n floats, overwritten) as two bf16: hi = x rounded, lo = (x - hi) rounded.
+template <typename Ops>
+void split_bf16(float* x, int64_t n, uint16_t* hi, uint16_t* lo) {
+  Ops::round_x(x, n, hi);
+  Ops::subtract_widened(x, hi, n);
+  Ops::round_x(x, n, lo);
+}
+
 // Scores of the unit's query rows (row r: token r / heads, head r % heads) at every
 // position of the span, in s.scores (row r at r * width; positions no token sees hold
 // whatever they hold).
@@ -105,19 +113,10 @@ void attention_scores(const UnitSpan& span, int64_t rows, const AttentionScratch
   const AttentionUnit& u = span.u;
   const int64_t hd = u.head_dim, width = span.width(), base = span.base();
   const int q_tiles = rows > kTileRows ? 2 : 1;
-  for (int64_t r = 0; r < q_tiles * kTileRows; ++r) {
-    uint16_t* hi = s.q + r * hd;
-    uint16_t* lo = s.q + (kAttentionRows + r) * hd;
-    if (r < rows) {
-      const float* q = u.q + r / u.heads * u.token_stride + r % u.heads * hd;
-      Ops::round_x(q, hd, hi);
-      std::copy(q, q + hd, s.out);
-      Ops::subtract_widened(s.out, hi, hd);
-      Ops::round_x(s.out, hd, lo);
-    } else {
-      std::memset(hi, 0, static_cast<size_t>(hd) * sizeof(uint16_t));
-      std::memset(lo, 0, static_cast<size_t>(hd) * sizeof(uint16_t));
-    }
+  for (int64_t r = 0; r < rows; ++r) {  // a tile's padding rows: as in attend_unit
+    const float* q = u.q + r / u.heads * u.token_stride + r % u.heads * hd;
+    std::copy(q, q + hd, s.out);
+    split_bf16<Ops>(s.out, hd, s.q + r * hd, s.q + (kAttentionRows + r) * hd);
   }
   const int64_t qs = hd * static_cast<int64_t>(sizeof(uint16_t)), ks = 4 * u.block_size,
                 ss = width * static_cast<int64_t>(sizeof(float));
@@ -197,9 +196,7 @@ void attend_unit(const AttentionUnit& u, float* scratch) {
     }
     float* probs = s.scores + r * width + from;
     Ops::softmax(probs, n, u.scale);
-    Ops::round_x(probs, n, hi + from);
-    Ops::subtract_widened(probs, hi + from, n);
-    Ops::round_x(probs, n, lo + from);
+    split_bf16<Ops>(probs, n, hi + from, lo + from);
   }
   const int64_t groups = hd / kTileTokens, chunks = width / kPositionChunk;
   // Every chunk but the last is written whole (the unit's last position is at most values_to).
