@@ -386,8 +386,9 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
 }
 
 namespace {
-// A bf16 cache's rows of KV head kv, keys (kind 0) or values (1), of the blocks that hold
-// positions [from, to]: rows[b] for block b, as cpu::amx::AttentionUnit takes them.
+// A bf16 cache's keys (kind 0) or values (1) of KV head kv in each block that holds
+// positions [from, to] (in cpu::amx::store_key's or store_value's layout): rows[b] for
+// block b, as cpu::amx::AttentionUnit takes them.
 void block_rows(const AttentionArgs& a, int kind, int64_t kv, int64_t from, int64_t to,
                 std::vector<const uint16_t*>& rows) {
   const KvPages& p = *a.pages;
