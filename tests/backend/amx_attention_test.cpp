@@ -98,12 +98,29 @@ amx::AttentionUnit unit_of(const Cache& cache, const float* q, float* out, int64
 // The kernel on the emulated tiles, as amx.cpp runs it on the instructions, over scratch
 // that holds NaNs (what a unit reads there it must have written first, but for the rows of
 // a tile past the unit's, whose products reach only their own outputs).
+struct NaNScratch {
+  std::vector<float> floats;
+  explicit NaNScratch(int64_t n) : floats(static_cast<size_t>(n + 16), std::numeric_limits<float>::quiet_NaN()) {}
+  float* get() { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(floats.data()) + 63) & ~uintptr_t{63}); }
+};
 void emulated(const amx::AttentionUnit& u) {
-  const amx::kernel::UnitSpan span{u};
-  std::vector<float> scratch(static_cast<size_t>(amx::kernel::AttentionScratch::floats(u.head_dim, span.width()) + 16),
-                             std::numeric_limits<float>::quiet_NaN());
-  auto* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t{63});
-  amx::kernel::attend_unit<amx::EmulatedOps>(u, aligned);
+  NaNScratch scratch(amx::kernel::attend_floats(amx::kernel::UnitSpan{u}));
+  amx::kernel::attend_unit<amx::EmulatedOps>(u, scratch.get());
+}
+
+// The same in steps, each step's items in ranges of `cut` (the last maybe shorter), each
+// range on a thread scratch of its own (as CpuDevice shares a unit out among threads).
+void emulated_in_steps(const amx::AttentionUnit& u, int64_t cut) {
+  namespace k = amx::kernel;
+  const k::UnitSpan span{u};
+  NaNScratch shared(k::UnitScratch::floats(span.width()));
+  const auto us = k::UnitScratch::cut(shared.get(), span.width());
+  for (const auto step : {amx::AttentionStep::kScores, amx::AttentionStep::kProbs, amx::AttentionStep::kOutputs})
+    for (int64_t begin = 0; begin < k::step_items(span, step); begin += cut) {
+      NaNScratch own(k::ThreadScratch::floats(u.head_dim));
+      const int64_t end = std::min(begin + cut, k::step_items(span, step));
+      k::unit_step<amx::EmulatedOps>(span, step, begin, end, us, k::ThreadScratch::cut(own.get(), u.head_dim));
+    }
 }
 
 // A query row's outputs by doubles over the positions it sees.
@@ -162,6 +179,24 @@ TEST(AmxAttentionTest, TokensGetTheirLoneBitsInAnyTileAndMatchDoubles) {
               }
             EXPECT_LT(worst, 1e-4);  // q and the probabilities to 16 bits: a few parts in 100,000
           }
+}
+
+// Fail first: a step's outputs copied out for every dimension, not only its own groups',
+// put the NaNs of the range's fresh scratch into the others.
+TEST(AmxAttentionTest, AUnitInStepsCutAnyWayGivesTheBitsOfAUnitOnOneThread) {
+  for (const int64_t hd : {64, 128})
+    for (const int64_t heads : {4, 8, 32})
+      for (const int64_t window : {0, 100})
+        for (const int64_t cut : {1, 2, 3, 1000}) {
+          const int64_t tokens = heads == 32 ? 1 : 3, pos0 = 300;  // 32, 12 and 24 query rows
+          const Cache cache(hd, 64, pos0 + tokens, static_cast<uint32_t>(hd + heads));
+          const auto q = testing::random_values(static_cast<size_t>(tokens * heads * hd), 5);
+          std::vector<float> whole(q.size(), -1.0f), steps(q.size(), -1.0f);
+          emulated(unit_of(cache, q.data(), whole.data(), tokens, heads, pos0, window));
+          emulated_in_steps(unit_of(cache, q.data(), steps.data(), tokens, heads, pos0, window), cut);
+          EXPECT_EQ(std::memcmp(whole.data(), steps.data(), whole.size() * sizeof(float)), 0)
+              << "head_dim " << hd << ", " << heads << " heads, window " << window << ", cut " << cut;
+        }
 }
 
 TEST(AmxAttentionTest, InstructionGivesTheEmulationsBits) {

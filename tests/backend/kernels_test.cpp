@@ -537,17 +537,11 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameAloneOrInAPrompt) {
   }
 }
 
-// The same over a long prompt in the shapes AMX attention takes on CPUs with the tiles
-// (head_dim 64, blocks of 32: a bf16 cache's values stored by pairs of positions, as the
-// tiles load them), chunked in three calls as a scheduler may chunk it, against each token
-// decoded alone over a cache written up to it and NaN past it (as a reused block may hold),
-// and the naive loop. Fail first: each piece's last position left out of the value tiles
-// that calls made then (since replaced by values stored as the tiles load them) failed it,
-// and so did the values past a lone token read from the cache instead of as zeros.
-TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameDecodedAloneOrInALongChunkedPrompt) {
-  const DType dtype = GetParam();
-  CpuDevice device(2);
-  const int64_t tokens = 600, heads = 8, kv_heads = 2, hd = 64, bs = 32;
+// The test below on a device of `threads` threads.
+void expect_decode_is_chunked_prompt(DType dtype, size_t threads) {
+  SCOPED_TRACE(::testing::Message() << threads << " threads");
+  CpuDevice device(threads);
+  const int64_t tokens = 1100, heads = 8, kv_heads = 2, hd = 64, bs = 32;
   const auto q = random_values(static_cast<size_t>(tokens * heads * hd), 31);
   auto k = random_values(static_cast<size_t>(tokens * kv_heads * hd), 32);
   auto v = random_values(static_cast<size_t>(tokens * kv_heads * hd), 33);
@@ -569,14 +563,14 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameDecodedAloneOrInALongChunkedPro
     pages.base = memory->data();
     std::memset(pages.base, 0xFF, memory->bytes());  // NaN in every dtype
     std::vector<float> all(q.size());
-    for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 300}, {590, 10}}) {
+    for (const auto& [pos0, count] : {std::pair<int64_t, int64_t>{0, 290}, {290, 800}, {1090, 10}}) {
       store(pos0, count);
       device.attention(args(q.data() + pos0 * row, all.data() + pos0 * row, count, pos0));
     }
     std::memset(pages.base, 0xFF, memory->bytes());
     for (int64_t t = 0; t < tokens; ++t) {
       store(t, 1);
-      if (t != 0 && t != 255 && t != 256 && t != 289 && t != 290 && t != 599) continue;
+      if (t != 0 && t != 255 && t != 256 && t != 289 && t != 290 && t != 1023 && t != 1024 && t != 1099) continue;
       std::vector<float> alone(static_cast<size_t>(row));
       device.attention(args(q.data() + t * row, alone.data(), 1, t));
       EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * row, static_cast<size_t>(row) * sizeof(float)))
@@ -588,6 +582,20 @@ TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameDecodedAloneOrInALongChunkedPro
     const auto want = naive_attention({q.data(), kd.data(), vd.data(), tokens, 0, heads, kv_heads, hd, window, 0.125f});
     for (size_t i = 0; i < all.size(); ++i) ASSERT_NEAR(all[i], want[i], 1e-4) << "window " << window;
   }
+}
+
+// The same over a long prompt in the shapes AMX attention takes on CPUs with the tiles
+// (head_dim 64, blocks of 32: a bf16 cache's values stored by pairs of positions, as the
+// tiles load them), chunked in three calls as a scheduler may chunk it, against each token
+// decoded alone over a cache written up to it and NaN past it (as a reused block may hold),
+// and the naive loop. On 16 threads, calls of fewer units than threads from about 900 positions
+// (the lone tokens there, and the last chunk) go in steps shared out among the threads.
+// Fail first: each piece's last position left out of the value tiles that calls made then
+// (since replaced by values stored as the tiles load them) failed it, so did the values
+// past a lone token read from the cache instead of as zeros, and so did every unit's steps
+// on the first unit's shared scratch.
+TEST_P(PagedAttentionTest, ATokenIsBitwiseTheSameDecodedAloneOrInALongChunkedPrompt) {
+  for (const size_t threads : {2, 16}) expect_decode_is_chunked_prompt(GetParam(), threads);
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, PagedAttentionTest, ::testing::Values(DType::kF32, DType::kBF16, DType::kF16),

@@ -510,9 +510,20 @@ void attend(const AttentionUnit& unit) {
            "[cpu] AMX attention of ", unit.tokens, " tokens x ", unit.heads, " heads from position ", unit.pos0,
            ", values written to ", unit.values_to, ", head_dim ", unit.head_dim, ", blocks of ", unit.block_size);
   thread_local std::vector<float> scratch;
+  kernel::attend_unit<InstructionOps>(unit, aligned(scratch, kernel::attend_floats(kernel::UnitSpan{unit})));
+}
+
+void attend_step(const AttentionUnit& unit, AttentionStep step, int64_t begin, int64_t end, float* shared) {
   const kernel::UnitSpan span{unit};
-  kernel::attend_unit<InstructionOps>(unit,
-                                      aligned(scratch, kernel::AttentionScratch::floats(unit.head_dim, span.width())));
+  TS_CHECK(attention_enabled(unit.head_dim, unit.block_size) && unit.tokens >= 1 && unit.heads >= 1 &&
+               unit.tokens * unit.heads <= kAttentionRows && unit.values_to >= unit.pos0 + unit.tokens - 1 &&
+               0 <= begin && begin <= end && end <= kernel::step_items(span, step),
+           "[cpu] AMX attention step ", static_cast<int>(step), " over [", begin, ", ", end, ") of ", unit.tokens,
+           " tokens x ", unit.heads, " heads from position ", unit.pos0, ", head_dim ", unit.head_dim);
+  thread_local std::vector<float> scratch;
+  const auto own =
+      kernel::ThreadScratch::cut(aligned(scratch, kernel::ThreadScratch::floats(unit.head_dim)), unit.head_dim);
+  kernel::unit_step<InstructionOps>(span, step, begin, end, kernel::UnitScratch::cut(shared, span.width()), own);
 }
 
 float dot_loop(int64_t iterations) {
@@ -567,6 +578,9 @@ PackedX pack_x8(const void*, int64_t, int64_t) {
 void transpose16(const float*, int64_t, float*, int64_t) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
 bool attention_enabled(int64_t, int64_t) { return false; }
 void attend(const AttentionUnit&) { TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux"); }
+void attend_step(const AttentionUnit&, AttentionStep, int64_t, int64_t, float*) {
+  TS_CHECK(false, "[cpu] AMX tiles need x86-64 Linux");
+}
 float dot_loop(int64_t) { return 0; }
 float ladder(int, int64_t) { return 0; }
 bool outside_runs() { return false; }
@@ -575,6 +589,13 @@ void outside(const float*, int64_t, int64_t, const uint16_t*, int64_t, float*, i
 }
 
 #endif
+
+int64_t attention_items(const AttentionUnit& unit, AttentionStep step) {
+  return kernel::step_items(kernel::UnitSpan{unit}, step);
+}
+int64_t attention_shared_floats(const AttentionUnit& unit) {
+  return kernel::UnitScratch::floats(kernel::UnitSpan{unit}.width());
+}
 
 namespace {
 // x's n elements rounded to bf16 as from_f32 rounds them, in a buffer of the calling thread

@@ -83,6 +83,15 @@ struct AttentionUnit {
 bool attention_enabled(int64_t head_dim, int64_t block_size);
 // The unit's outputs by tile products (amx_attention.h). Only where attention_enabled().
 void attend(const AttentionUnit& unit);
+// attend in three steps that several threads share (a lone token's few units on many
+// threads): every item of kScores (the unit's chunks of 32 positions), then of kProbs (its
+// query rows), then of kOutputs (its pairs of 16-dimension groups), each step's items
+// taken by any threads in any ranges [begin, end) once the step before has ended, on
+// `shared` (attention_shared_floats of the unit, 64-byte aligned). The same bits as attend.
+enum class AttentionStep { kScores, kProbs, kOutputs };
+int64_t attention_items(const AttentionUnit& unit, AttentionStep step);
+int64_t attention_shared_floats(const AttentionUnit& unit);
+void attend_step(const AttentionUnit& unit, AttentionStep step, int64_t begin, int64_t end, float* shared);
 // Position `row` of a block's keys or values of one KV head (bf16 [block_size, head_dim]
 // in all) written from k or v rounded to bf16 as cpu::from_f32 rounds, in the layouts
 // attend's tiles load straight from the cache. On any CPU.

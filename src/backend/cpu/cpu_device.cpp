@@ -90,6 +90,14 @@ constexpr size_t kElementsPerUnit = 32768;
 // 2 threads) attention took 2.4-2.9 ms a token, 1 token 3.0-3.2, 16 tokens 2.3-2.5 with
 // twice the scores' scratch.
 constexpr int64_t kAttentionTokens = 8;
+// A call's AMX attention goes in steps shared out among all threads (attend_in_steps) when
+// its units (a tile of tokens x a KV head's group) are fewer than the threads and the
+// positions it sees times the idle threads' share are at least this many: three parallel
+// regions instead of one, and each unit's scores and probabilities passed between cores,
+// cost a lone token's attention 9-13 % at 512 and 1,024 positions with 8 of 16 threads
+// idle on the GPU host, and gained 10-16 % at 1,536-2,048 positions and 18-24 % at 4,096;
+// with 14 of 16 idle (2 KV heads) 12-18 % at 1,024 and 31-43 % at 2,048 (docs/benchmarks.md).
+constexpr int64_t kStepsFrom = 768;
 size_t rows_per_unit(int64_t row_elements) {
   return std::max<size_t>(1, kElementsPerUnit / static_cast<size_t>(std::max<int64_t>(1, row_elements)));
 }
@@ -397,6 +405,71 @@ void block_rows(const AttentionArgs& a, int kind, int64_t kv, int64_t from, int6
     rows[static_cast<size_t>(b)] =
         static_cast<const uint16_t*>(p.base) + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, kind, kv);
 }
+
+// A call's AMX attention with every unit (up to tile_tokens tokens x a KV head's group)
+// shared out among all threads step by step (cpu::amx::attend_step: the same bits as a unit
+// on one thread), for calls of fewer units than threads over long contexts: a lone token's
+// 8 KV heads on 16 threads left half of them idle.
+void attend_in_steps(ThreadPool& pool, const AttentionArgs& a, int64_t tile_tokens) {
+  namespace amx = cpu::amx;
+  const KvPages& p = *a.pages;
+  const int64_t group = a.n_heads / p.n_kv_heads, hd = p.head_dim;
+  const int64_t units = (a.tokens + tile_tokens - 1) / tile_tokens * p.n_kv_heads;
+  thread_local std::vector<std::vector<const uint16_t*>> rows;  // unit i's keys 2i, values 2i + 1
+  thread_local hwy::AlignedFreeUniquePtr<float[]> shared;       // unit i's from at[i]
+  thread_local int64_t capacity = 0;
+  rows.resize(std::max(rows.size(), static_cast<size_t>(2 * units)));
+  std::vector<amx::AttentionUnit> unit(static_cast<size_t>(units));
+  std::vector<int64_t> at(static_cast<size_t>(units) + 1, 0);
+  for (int64_t i = 0; i < units; ++i) {
+    const int64_t t0 = i / p.n_kv_heads * tile_tokens, t1 = std::min(a.tokens, t0 + tile_tokens);
+    const int64_t kv = i % p.n_kv_heads, h0 = kv * group, pos = a.pos0 + t0;
+    const int64_t lo = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
+    auto& keys = rows[static_cast<size_t>(2 * i)];
+    auto& values = rows[static_cast<size_t>(2 * i + 1)];
+    block_rows(a, 0, kv, lo, a.pos0 + t1 - 1, keys);
+    block_rows(a, 1, kv, lo, a.pos0 + t1 - 1, values);
+    unit[static_cast<size_t>(i)] = {.q = a.q + (t0 * a.n_heads + h0) * hd,
+                                    .out = a.out + (t0 * a.n_heads + h0) * hd,
+                                    .token_stride = a.n_heads * hd,
+                                    .tokens = t1 - t0,
+                                    .heads = group,
+                                    .head_dim = hd,
+                                    .pos0 = pos,
+                                    .sliding_window = a.sliding_window,
+                                    .scale = a.scale,
+                                    .block_size = p.block_size,
+                                    .keys = keys.data(),
+                                    .values = values.data(),
+                                    .values_to = a.pos0 + a.tokens - 1};
+    const int64_t floats = amx::attention_shared_floats(unit[static_cast<size_t>(i)]);
+    at[static_cast<size_t>(i) + 1] = at[static_cast<size_t>(i)] + (floats + 15) / 16 * 16;
+  }
+  if (at.back() > capacity) {
+    capacity = at.back();
+    shared = hwy::AllocateAligned<float>(static_cast<size_t>(capacity));
+    TS_CHECK(shared, "[cpu] cannot allocate ", capacity, " floats of attention scores");
+  }
+  float* base = shared.get();  // (this thread's: the workers' thread_local ones are others)
+  for (const amx::AttentionStep step :
+       {amx::AttentionStep::kScores, amx::AttentionStep::kProbs, amx::AttentionStep::kOutputs}) {
+    // Item j of unit i is i * per + j (every unit has as many; kScores' are the longest
+    // unit's chunks, the others' fewer: those past a unit's own are skipped).
+    int64_t per = 0;
+    for (const auto& u : unit) per = std::max(per, amx::attention_items(u, step));
+    const size_t grain = step == amx::AttentionStep::kScores ? 8 : 1;  // chunks of 32 positions
+    for_chunks(pool, static_cast<size_t>(units * per), grain, [&](size_t begin, size_t end) {
+      for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end);) {
+        const int64_t u = i / per, stop = std::min<int64_t>(static_cast<int64_t>(end), (u + 1) * per);
+        const auto& one = unit[static_cast<size_t>(u)];
+        const int64_t items = amx::attention_items(one, step);
+        if (i - u * per < items)
+          amx::attend_step(one, step, i - u * per, std::min(stop - u * per, items), base + at[static_cast<size_t>(u)]);
+        i = stop;
+      }
+    });
+  }
+}
 }  // namespace
 
 bool CpuDevice::amx_attention(const KvPages& pages) {
@@ -433,6 +506,13 @@ void CpuDevice::attention(const AttentionArgs& a) {
   const int64_t tile_tokens =
       amx ? std::clamp<int64_t>(cpu::amx::kAttentionRows / group, 1, kAttentionTokens) : kAttentionTokens;
   const int64_t tiles = (a.tokens + tile_tokens - 1) / tile_tokens;
+  // Fewer units of a KV head's group than threads over a long context: the units' steps
+  // shared out among all threads.
+  const int64_t seen_from = a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 - a.sliding_window + 1) : 0;
+  const int64_t idle = threads - tiles * p.n_kv_heads;
+  if (amx && group <= cpu::amx::kAttentionRows && idle > 0 &&
+      (a.pos0 + a.tokens - seen_from) * idle >= kStepsFrom * threads)
+    return attend_in_steps(pool_, a, tile_tokens);
   // With the tiles, a group's heads cost about what one head does (they are one tile's rows):
   // a group a unit wherever that leaves half the threads one (a lone token's 8 KV heads on the
   // GPU host's 16 threads decoded 3-8 % faster than by heads at 512 positions, 15-20 % at 4,096;
