@@ -115,7 +115,7 @@ void emulated_in_steps(const amx::AttentionUnit& u, int64_t cut) {
   const k::UnitSpan span{u};
   NaNScratch shared(k::UnitScratch::floats(span.width()));
   const auto us = k::UnitScratch::cut(shared.get(), span.width());
-  for (const auto step : {amx::AttentionStep::kScores, amx::AttentionStep::kProbs, amx::AttentionStep::kOutputs})
+  for (const auto step : {cpu::AttentionStep::kScores, cpu::AttentionStep::kProbs, cpu::AttentionStep::kOutputs})
     for (int64_t begin = 0; begin < k::step_items(span, step); begin += cut) {
       NaNScratch own(k::ThreadScratch::floats(u.head_dim));
       const int64_t end = std::min(begin + cut, k::step_items(span, step));

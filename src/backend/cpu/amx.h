@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "backend/cpu/attention_step.h"
 #include "backend/cpu/bf16_matmul.h"
 
 namespace tessera::cpu::amx {
@@ -88,7 +89,6 @@ void attend(const AttentionUnit& unit);
 // query rows), then of kOutputs (its pairs of 16-dimension groups), each step's items
 // taken by any threads in any ranges [begin, end) once the step before has ended, on
 // `shared` (attention_shared_floats of the unit, 64-byte aligned). The same bits as attend.
-enum class AttentionStep { kScores, kProbs, kOutputs };
 int64_t attention_items(const AttentionUnit& unit, AttentionStep step);
 int64_t attention_shared_floats(const AttentionUnit& unit);
 void attend_step(const AttentionUnit& unit, AttentionStep step, int64_t begin, int64_t end, float* shared);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/amx.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_groups.h"
 #include "backend/cpu/quant_matmul.h"
@@ -85,26 +86,8 @@ void silu_mul_rows(const float* gate, const float* up, int64_t begin, int64_t en
 // that a decode step's small ones (one token) stay on the calling thread. Every element
 // is computed as before, by whichever thread, so the results do not change.
 constexpr size_t kElementsPerUnit = 32768;
-// Tokens of a prompt whose attention one unit of work takes (CpuDevice::attention): a
-// block of keys and values read once for all of them. 8: at 4,096 tokens (1B shape, bf16,
-// 2 threads) attention took 2.4-2.9 ms a token, 1 token 3.0-3.2, 16 tokens 2.3-2.5 with
-// twice the scores' scratch.
-constexpr int64_t kAttentionTokens = 8;
-// A call's AMX attention goes in steps shared out among all threads (attend_in_steps) when
-// its units (a tile of tokens x a KV head's group) are fewer than the threads and the
-// positions it sees times the idle threads' share are at least this many: three parallel
-// regions instead of one, and each unit's scores and probabilities passed between cores,
-// cost a lone token's attention 9-13 % at 512 and 1,024 positions with 8 of 16 threads
-// idle on the GPU host, and gained 10-16 % at 1,536-2,048 positions and 18-24 % at 4,096;
-// with 14 of 16 idle (2 KV heads) 12-18 % at 1,024 and 31-43 % at 2,048 (docs/benchmarks.md).
-constexpr int64_t kStepsFrom = 768;
 size_t rows_per_unit(int64_t row_elements) {
   return std::max<size_t>(1, kElementsPerUnit / static_cast<size_t>(std::max<int64_t>(1, row_elements)));
-}
-
-// Asks for [p, p + bytes) to be brought into cache, a line at a time (a hint).
-void ask_for(const uint8_t* p, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
 }
 
 }  // namespace
@@ -393,237 +376,11 @@ void CpuDevice::kv_store(const KvPages& pages, int64_t layer, std::span<const in
   }
 }
 
-namespace {
-// A bf16 cache's keys (kind 0) or values (1) of KV head kv in each block that holds
-// positions [from, to] (in cpu::amx::store_key's or store_value's layout): rows[b] for
-// block b, as cpu::amx::AttentionUnit takes them.
-void block_rows(const AttentionArgs& a, int kind, int64_t kv, int64_t from, int64_t to,
-                std::vector<const uint16_t*>& rows) {
-  const KvPages& p = *a.pages;
-  rows.resize(std::max(rows.size(), static_cast<size_t>(to / p.block_size + 1)));
-  for (int64_t b = from / p.block_size; b <= to / p.block_size; ++b)
-    rows[static_cast<size_t>(b)] =
-        static_cast<const uint16_t*>(p.base) + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, kind, kv);
-}
-
-// A call's AMX attention with every unit (up to tile_tokens tokens x a KV head's group)
-// shared out among all threads step by step (cpu::amx::attend_step: the same bits as a unit
-// on one thread), for calls of fewer units than threads over long contexts: a lone token's
-// 8 KV heads on 16 threads left half of them idle.
-void attend_in_steps(ThreadPool& pool, const AttentionArgs& a, int64_t tile_tokens) {
-  namespace amx = cpu::amx;
-  const KvPages& p = *a.pages;
-  const int64_t group = a.n_heads / p.n_kv_heads, hd = p.head_dim;
-  const int64_t units = (a.tokens + tile_tokens - 1) / tile_tokens * p.n_kv_heads;
-  thread_local std::vector<std::vector<const uint16_t*>> rows;  // unit i's keys 2i, values 2i + 1
-  thread_local hwy::AlignedFreeUniquePtr<float[]> shared;       // unit i's from at[i]
-  thread_local int64_t capacity = 0;
-  rows.resize(std::max(rows.size(), static_cast<size_t>(2 * units)));
-  std::vector<amx::AttentionUnit> unit(static_cast<size_t>(units));
-  std::vector<int64_t> at(static_cast<size_t>(units) + 1, 0);
-  for (int64_t i = 0; i < units; ++i) {
-    const int64_t t0 = i / p.n_kv_heads * tile_tokens, t1 = std::min(a.tokens, t0 + tile_tokens);
-    const int64_t kv = i % p.n_kv_heads, h0 = kv * group, pos = a.pos0 + t0;
-    const int64_t lo = a.sliding_window > 0 ? std::max<int64_t>(0, pos - a.sliding_window + 1) : 0;
-    auto& keys = rows[static_cast<size_t>(2 * i)];
-    auto& values = rows[static_cast<size_t>(2 * i + 1)];
-    block_rows(a, 0, kv, lo, a.pos0 + t1 - 1, keys);
-    block_rows(a, 1, kv, lo, a.pos0 + t1 - 1, values);
-    unit[static_cast<size_t>(i)] = {.q = a.q + (t0 * a.n_heads + h0) * hd,
-                                    .out = a.out + (t0 * a.n_heads + h0) * hd,
-                                    .token_stride = a.n_heads * hd,
-                                    .tokens = t1 - t0,
-                                    .heads = group,
-                                    .head_dim = hd,
-                                    .pos0 = pos,
-                                    .sliding_window = a.sliding_window,
-                                    .scale = a.scale,
-                                    .block_size = p.block_size,
-                                    .keys = keys.data(),
-                                    .values = values.data(),
-                                    .values_to = a.pos0 + a.tokens - 1};
-    const int64_t floats = amx::attention_shared_floats(unit[static_cast<size_t>(i)]);
-    at[static_cast<size_t>(i) + 1] = at[static_cast<size_t>(i)] + (floats + 15) / 16 * 16;
-  }
-  if (at.back() > capacity) {
-    capacity = at.back();
-    shared = hwy::AllocateAligned<float>(static_cast<size_t>(capacity));
-    TS_CHECK(shared, "[cpu] cannot allocate ", capacity, " floats of attention scores");
-  }
-  float* base = shared.get();  // (this thread's: the workers' thread_local ones are others)
-  for (const amx::AttentionStep step :
-       {amx::AttentionStep::kScores, amx::AttentionStep::kProbs, amx::AttentionStep::kOutputs}) {
-    // Item j of unit i is i * per + j (every unit has as many; kScores' are the longest
-    // unit's chunks, the others' fewer: those past a unit's own are skipped).
-    int64_t per = 0;
-    for (const auto& u : unit) per = std::max(per, amx::attention_items(u, step));
-    const size_t grain = step == amx::AttentionStep::kScores ? 8 : 1;  // chunks of 32 positions
-    for_chunks(pool, static_cast<size_t>(units * per), grain, [&](size_t begin, size_t end) {
-      for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end);) {
-        const int64_t u = i / per, stop = std::min<int64_t>(static_cast<int64_t>(end), (u + 1) * per);
-        const auto& one = unit[static_cast<size_t>(u)];
-        const int64_t items = amx::attention_items(one, step);
-        if (i - u * per < items)
-          amx::attend_step(one, step, i - u * per, std::min(stop - u * per, items), base + at[static_cast<size_t>(u)]);
-        i = stop;
-      }
-    });
-  }
-}
-}  // namespace
-
 bool CpuDevice::amx_attention(const KvPages& pages) {
   return pages.dtype == DType::kBF16 && cpu::amx::attention_enabled(pages.head_dim, pages.block_size);
 }
 
-// A unit is a token and `per_unit` query heads of one KV head's group: scores against each
-// visible position block by block (one matmul of the unit's query rows over the block's key
-// rows, read in the pages' dtype and widened exactly: every score is summed in the order
-// matmul.cpp states, whatever the number of rows), a softmax per head (softmax_scaled),
-// then each head's values summed in the same order. A unit reads only its own queries and
-// the pages, so a token's output depends neither on what else is in the call nor on how
-// heads are grouped into units.
-void CpuDevice::attention(const AttentionArgs& a) {
-  const KvPages& p = *a.pages;
-  TS_CHECK(p.n_kv_heads > 0 && a.n_heads % p.n_kv_heads == 0, "heads ", a.n_heads, " kv heads ", p.n_kv_heads);
-  TS_CHECK(a.pos0 + a.tokens <= static_cast<int64_t>(a.blocks.size()) * p.block_size, "positions up to ",
-           a.pos0 + a.tokens, " in ", a.blocks.size(), " blocks");
-  const int64_t group = a.n_heads / p.n_kv_heads, hd = p.head_dim, bs = p.block_size;
-  const size_t elem = dtype_size(p.dtype);
-  const auto* base = static_cast<const uint8_t*>(p.base);
-  const auto threads = static_cast<int64_t>(pool_.size());
-  // A bf16 cache on a CPU with AMX tiles: a unit's scores and outputs by tile products, at
-  // most kAttentionRows query rows a unit (amx_attention.h: every output summed as a lone
-  // token's, whatever the unit).
-  const bool amx = amx_attention(p);
-  // A unit is a tile of up to kAttentionTokens consecutive tokens of a prompt and either
-  // a KV head's whole group of query heads, where that leaves every thread two units or
-  // more, or else one head, so that every thread has some: each block of keys and values
-  // is read once for all of the unit's queries. (A lone token's 32 heads in 4 groups on 2
-  // threads: 38-44 us a layer by groups against 78-158 us by heads on the dev VM.) Every
-  // score and output is summed as a lone token's are: the same dot_rows and axpy_rows
-  // sums, blocks and rows in order.
-  const int64_t tile_tokens =
-      amx ? std::clamp<int64_t>(cpu::amx::kAttentionRows / group, 1, kAttentionTokens) : kAttentionTokens;
-  const int64_t tiles = (a.tokens + tile_tokens - 1) / tile_tokens;
-  // Fewer units of a KV head's group than threads over a long context: the units' steps
-  // shared out among all threads.
-  const int64_t seen_from = a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 - a.sliding_window + 1) : 0;
-  const int64_t idle = threads - tiles * p.n_kv_heads;
-  if (amx && group <= cpu::amx::kAttentionRows && idle > 0 &&
-      (a.pos0 + a.tokens - seen_from) * idle >= kStepsFrom * threads)
-    return attend_in_steps(pool_, a, tile_tokens);
-  // With the tiles, a group's heads cost about what one head does (they are one tile's rows):
-  // a group a unit wherever that leaves half the threads one (a lone token's 8 KV heads on the
-  // GPU host's 16 threads decoded 3-8 % faster than by heads at 512 positions, 15-20 % at 4,096;
-  // docs/benchmarks.md).
-  const int64_t per_unit = amx ? (tiles * p.n_kv_heads * 2 >= threads && group <= cpu::amx::kAttentionRows ? group : 1)
-                               : (tiles * p.n_kv_heads >= 2 * threads ? group : 1);
-  const int64_t units_per_tile = a.n_heads / per_unit;
-  // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
-  // thread is free, the last tile's first: in a causal prompt a token's units cost in proportion to its position, and
-  // one contiguous range a thread left the last thread twice the average work at 16 threads.
-  const int64_t units = tiles * units_per_tile;
-  for_chunks(pool_, static_cast<size_t>(units), 1, [&](size_t begin, size_t end) {
-    std::vector<float> scores;
-    hwy::AlignedFreeUniquePtr<float[]> widened;  // a block's rows as the kernels read the cache's (64-byte lines)
-    std::vector<const uint16_t*> keys, values;   // the tiles' operands, block by block
-    for (size_t i = begin; i < end; ++i) {
-      const int64_t u = units - 1 - static_cast<int64_t>(i);
-      const int64_t t0 = u / units_per_tile * tile_tokens, t1 = std::min(a.tokens, t0 + tile_tokens);
-      const int64_t h0 = u % units_per_tile * per_unit;  // the unit's first head
-      const int64_t kv = h0 / group;
-      // Token t sees positions [first(t), pos(t)]; the tile's keys are [lo, hi].
-      const auto first = [&](int64_t t) {
-        return a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.sliding_window + 1) : int64_t{0};
-      };
-      const int64_t lo = first(t0), hi = a.pos0 + t1 - 1, span = hi + 1 - lo;
-      if (amx) {
-        block_rows(a, 0, kv, lo, hi, keys);
-        block_rows(a, 1, kv, lo, hi, values);
-        cpu::amx::attend({.q = a.q + (t0 * a.n_heads + h0) * hd,
-                          .out = a.out + (t0 * a.n_heads + h0) * hd,
-                          .token_stride = a.n_heads * hd,
-                          .tokens = t1 - t0,
-                          .heads = per_unit,
-                          .head_dim = hd,
-                          .pos0 = a.pos0 + t0,
-                          .sliding_window = a.sliding_window,
-                          .scale = a.scale,
-                          .block_size = bs,
-                          .keys = keys.data(),
-                          .values = values.data(),
-                          .values_to = a.pos0 + a.tokens - 1});
-        continue;
-      }
-      // F32 [token - t0][head - h0][position - lo]
-      scores.resize(static_cast<size_t>((t1 - t0) * per_unit * span));
-      const auto row_of = [&](int64_t t, int64_t j) { return scores.data() + ((t - t0) * per_unit + j) * span; };
-      // Visits the tile's positions block by block: fn(block, its first position, past its last).
-      const auto for_each_block = [&](auto&& fn) {
-        for (int64_t j = lo; j <= hi;) {
-          const int64_t stop = std::min(hi + 1, (j / bs + 1) * bs);
-          fn(a.blocks[static_cast<size_t>(j / bs)], j, stop);
-          j = stop;
-        }
-      };
-      // The positions [row0, row1) of a block's [from, stop) that token t sees (none: row0 == row1).
-      const auto visible = [&](int64_t t, int64_t from, int64_t stop) {
-        const int64_t row0 = std::max(from, first(t)), row1 = std::max(row0, std::min(stop, a.pos0 + t + 1));
-        return std::pair{row0, row1};
-      };
-      // Rows [from, stop) of a block's keys (kind 0) or values (1) as the kernels read them, and
-      // their dtype: in the cache, or, for a tile of several tokens over an f16 cache, widened to
-      // f32 once for all of them, where each token's kernels widened them again (f16's dot_rows
-      // and axpy_rows order is f32's: the same bits; bf16's dot_rows order is not, so a bf16
-      // cache's blocks stay as they are).
-      const bool widen_tile = p.dtype == DType::kF16 && t1 - t0 > 1;
-      if (widen_tile && !widened) widened = hwy::AllocateAligned<float>(static_cast<size_t>(bs * hd));
-      const auto rows_of_block = [&](int64_t block, int kind, int64_t from, int64_t stop) {
-        const uint8_t* rows = base + (p.offset(block, a.layer, kind, kv) + from % bs * hd) * elem;
-        if (!widen_tile) return std::pair<const void*, DType>{rows, p.dtype};
-        cpu::to_f32(rows, p.dtype, (stop - from) * hd, widened.get());
-        return std::pair<const void*, DType>{widened.get(), DType::kF32};
-      };
-      for_each_block([&](int64_t block, int64_t from, int64_t stop) {
-        // The next block's keys, and this block's values (read after every score), asked for
-        // ahead: a block's rows of a head are a few KiB apart from the next block's, a jump
-        // the hardware's prefetchers do not follow (a hint: the same bits).
-        if (stop <= hi)
-          ask_for(base + p.offset(a.blocks[static_cast<size_t>(stop / bs)], a.layer, 0, kv) * elem,
-                  static_cast<size_t>(std::min(bs, hi + 1 - stop) * hd) * elem);
-        ask_for(base + (p.offset(block, a.layer, 1, kv) + from % bs * hd) * elem,
-                static_cast<size_t>((stop - from) * hd) * elem);
-        const auto [keys, dtype] = rows_of_block(block, 0, from, stop);
-        const size_t key_bytes = dtype_size(dtype) * static_cast<size_t>(hd);
-        for (int64_t t = t0; t < t1; ++t) {
-          const auto [row0, row1] = visible(t, from, stop);
-          if (row0 == row1) continue;
-          const float* q = a.q + (t * a.n_heads + h0) * hd;  // F32 [per_unit, hd]
-          cpu::dot_rows(q, per_unit, hd, static_cast<const uint8_t*>(keys) + (row0 - from) * key_bytes, dtype,
-                        row1 - row0, row_of(t, 0) + (row0 - lo), span);
-        }
-      });
-      for (int64_t t = t0; t < t1; ++t)
-        for (int64_t j = 0; j < per_unit; ++j) {
-          cpu::softmax_scaled(row_of(t, j) + (first(t) - lo), a.pos0 + t + 1 - first(t), a.scale);
-          float* out = a.out + (t * a.n_heads + h0 + j) * hd;
-          std::fill(out, out + hd, 0.0f);
-        }
-      for_each_block([&](int64_t block, int64_t from, int64_t stop) {
-        const auto [values, dtype] = rows_of_block(block, 1, from, stop);
-        const size_t value_bytes = dtype_size(dtype) * static_cast<size_t>(hd);
-        for (int64_t t = t0; t < t1; ++t) {
-          const auto [row0, row1] = visible(t, from, stop);
-          if (row0 == row1) continue;
-          cpu::axpy_rows(row_of(t, 0) + (row0 - lo), span, per_unit,
-                         static_cast<const uint8_t*>(values) + (row0 - from) * value_bytes, dtype, row1 - row0,
-                         a.out + (t * a.n_heads + h0) * hd, hd, hd);
-        }
-      });
-    }
-  });
-}
+void CpuDevice::attention(const AttentionArgs& a) { cpu::paged_attention(pool_, a, amx_attention(*a.pages)); }
 
 void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   pool_.parallel_for(static_cast<size_t>(n), kElementsPerUnit, [&](size_t begin, size_t end) {

@@ -47,6 +47,18 @@ void Axpy(float a, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// a * x + y as MulAdd gives it on this target, for the scalar tails beside its vectors: fused
+// where the target has FMA, else a product and a sum each rounded (SSSE3, SSE4), so that an
+// element's bits do not depend on whether a vector or the tail takes it.
+HWY_INLINE float mul_add(float a, float x, float y) {
+#if HWY_NATIVE_FMA
+  return std::fma(a, x, y);
+#else
+  const float product = a * x;  // (no FMA on the target to contract it into)
+  return product + y;
+#endif
+}
+
 template <typename XT>
 void axpy_typed(float a, const XT* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   const DF df;
@@ -54,7 +66,7 @@ void axpy_typed(float a, const XT* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_
   const auto av = hn::Set(df, a);
   int64_t i = 0;
   for (; i + lanes <= n; i += lanes) hn::StoreU(hn::MulAdd(av, load_w(df, x, i), hn::LoadU(df, y + i)), df, y + i);
-  for (; i < n; ++i) y[i] = std::fma(a, w_scalar(x, i), y[i]);  // fused, however the compiler contracts
+  for (; i < n; ++i) y[i] = mul_add(a, w_scalar(x, i), y[i]);
 }
 
 void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
@@ -70,8 +82,8 @@ void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
 // axpy_rows: kM x kGroup vectors of y held in registers across the rows of x, as many chains
 // of multiply-adds side by side, each vector of x loaded once for the kM rows.
 template <int kM, int kGroup, typename XT>
-HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t rows,
-                             float* HWY_RESTRICT y, int64_t ldy, int64_t n, int64_t i) {
+HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t ldx,
+                             int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t i) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   VF acc[kM][kGroup];
@@ -79,7 +91,7 @@ HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, int64_t lda, const XT*
     for (int v = 0; v < kGroup; ++v) acc[j][v] = hn::LoadU(df, y + j * ldy + i + v * lanes);
   for (int64_t r = 0; r < rows; ++r) {
     VF xv[kGroup];
-    for (int v = 0; v < kGroup; ++v) xv[v] = load_w(df, x + r * n, i + v * lanes);
+    for (int v = 0; v < kGroup; ++v) xv[v] = load_w(df, x + r * ldx, i + v * lanes);
     for (int j = 0; j < kM; ++j) {
       const auto av = hn::Set(df, a[j * lda + r]);
       for (int v = 0; v < kGroup; ++v) acc[j][v] = hn::MulAdd(av, xv[v], acc[j][v]);
@@ -101,57 +113,57 @@ constexpr int kAxpyRegisters = 8;
 // one of 4, 2 and 1 as the columns left allow (a head of 64 on AVX-512 with 4 heads: one
 // group of 4 vectors a head, 16 chains side by side), then the scalar tail.
 template <int kM, typename XT>
-void axpy_rows_of(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t rows,
+void axpy_rows_of(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t ldx, int64_t rows,
                   float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
   constexpr int kMost = std::max(1, std::min(8, kAxpyRegisters / kM));
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t i = 0;
-  for (; i + kMost * lanes <= n; i += kMost * lanes) axpy_columns<kM, kMost>(a, lda, x, rows, y, ldy, n, i);
+  for (; i + kMost * lanes <= n; i += kMost * lanes) axpy_columns<kM, kMost>(a, lda, x, ldx, rows, y, ldy, i);
   if constexpr (kMost > 4) {
     if (i + 4 * lanes <= n) {
-      axpy_columns<kM, 4>(a, lda, x, rows, y, ldy, n, i);
+      axpy_columns<kM, 4>(a, lda, x, ldx, rows, y, ldy, i);
       i += 4 * lanes;
     }
   }
   if constexpr (kMost > 2) {
     if (i + 2 * lanes <= n) {
-      axpy_columns<kM, 2>(a, lda, x, rows, y, ldy, n, i);
+      axpy_columns<kM, 2>(a, lda, x, ldx, rows, y, ldy, i);
       i += 2 * lanes;
     }
   }
   if constexpr (kMost > 1) {
     if (i + lanes <= n) {
-      axpy_columns<kM, 1>(a, lda, x, rows, y, ldy, n, i);
+      axpy_columns<kM, 1>(a, lda, x, ldx, rows, y, ldy, i);
       i += lanes;
     }
   }
   for (int j = 0; j < kM; ++j)
     for (int64_t c = i; c < n; ++c)
       for (int64_t r = 0; r < rows; ++r)
-        y[j * ldy + c] = std::fma(a[j * lda + r], w_scalar(x + r * n, c), y[j * ldy + c]);
+        y[j * ldy + c] = mul_add(a[j * lda + r], w_scalar(x + r * ldx, c), y[j * ldy + c]);
 }
 
 // y_j += a_j[r] * x[r] for r = 0, 1, ..., rows - 1 and each of the m rows j of y, each
 // element taking the rows in that order by the same multiply-add as axpy (so the same bits
 // as `rows` axpy calls a row of y), 4 rows of y at a time, then 2, then 1.
 template <typename XT>
-void axpy_rows_typed(const float* HWY_RESTRICT a, int64_t lda, int64_t m, const XT* HWY_RESTRICT x, int64_t rows,
-                     float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
+void axpy_rows_typed(const float* HWY_RESTRICT a, int64_t lda, int64_t m, const XT* HWY_RESTRICT x, int64_t ldx,
+                     int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4) axpy_rows_of<4>(a + j * lda, lda, x, rows, y + j * ldy, ldy, n);
+  for (; j + 4 <= m; j += 4) axpy_rows_of<4>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n);
   if (j + 2 <= m) {
-    axpy_rows_of<2>(a + j * lda, lda, x, rows, y + j * ldy, ldy, n);
+    axpy_rows_of<2>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n);
     j += 2;
   }
-  if (j < m) axpy_rows_of<1>(a + j * lda, lda, x, rows, y + j * ldy, ldy, n);
+  if (j < m) axpy_rows_of<1>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n);
 }
 
-void AxpyRows(const float* a, int64_t lda, int64_t m, const void* x, DType dtype, int64_t rows, float* y, int64_t ldy,
-              int64_t n) {
+void AxpyRows(const float* a, int64_t lda, int64_t m, const void* x, DType dtype, int64_t ldx, int64_t rows, float* y,
+              int64_t ldy, int64_t n) {
   switch (dtype) {
-    case DType::kF32: return axpy_rows_typed(a, lda, m, static_cast<const float*>(x), rows, y, ldy, n);
-    case DType::kBF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::bfloat16_t*>(x), rows, y, ldy, n);
-    case DType::kF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::float16_t*>(x), rows, y, ldy, n);
+    case DType::kF32: return axpy_rows_typed(a, lda, m, static_cast<const float*>(x), ldx, rows, y, ldy, n);
+    case DType::kBF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::bfloat16_t*>(x), ldx, rows, y, ldy, n);
+    case DType::kF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::float16_t*>(x), ldx, rows, y, ldy, n);
     default: TS_CHECK(false, "axpy dtype ", dtype_name(dtype));
   }
 }
@@ -339,9 +351,9 @@ void axpy(float a, const float* x, float* y, int64_t n) { HWY_DYNAMIC_DISPATCH(A
 void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyAs)(a, x, x_dtype, y, n);
 }
-void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t rows, float* y,
-               int64_t ldy, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, lda, m, x, x_dtype, rows, y, ldy, n);
+void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t ldx, int64_t rows,
+               float* y, int64_t ldy, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, lda, m, x, x_dtype, ldx, rows, y, ldy, n);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }

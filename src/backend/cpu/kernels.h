@@ -74,12 +74,13 @@ float dot(const float* a, const float* b, int64_t n);
 void axpy(float a, const float* x, float* y, int64_t n);
 // y += a * x, x in f32, bf16 or f16.
 void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n);
-// y_j += a_j[r] * x[r * n, (r + 1) * n) for r = 0 .. rows - 1 and j = 0 .. m - 1 (a_j = a +
-// j * lda, y_j = y + j * ldy), in that order of r for every element: the same bits as `rows`
-// calls of axpy a row of y, in one call (attention's values, for the query heads of a KV
-// head at once: each row of x loaded once for all of them).
-void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t rows, float* y,
-               int64_t ldy, int64_t n);
+// y_j += a_j[r] * x[r * ldx, r * ldx + n) for r = 0 .. rows - 1 and j = 0 .. m - 1 (a_j = a
+// + j * lda, y_j = y + j * ldy), in that order of r for every element: the same bits as
+// `rows` calls of axpy a row of y, in one call (attention's values, for the query heads of a
+// KV head at once: each row of x loaded once for all of them), and each element's bits
+// whatever columns a call takes.
+void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t ldx, int64_t rows,
+               float* y, int64_t ldy, int64_t n);
 // dst[i] = float(src[i]) for a f32, bf16 or f16 source.
 void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 // dst[i] = src[i] rounded to nearest even in f32, bf16 or f16.
