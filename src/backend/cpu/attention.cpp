@@ -39,22 +39,31 @@ int64_t first_seen(const AttentionArgs& a, int64_t t) {
   return a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.sliding_window + 1) : int64_t{0};
 }
 
-// A unit by AMX tile products (cpu::amx::attend and attend_step): its keys' and values'
-// rows of each block it sees, in store_key's and store_value's layouts (u points into them).
+// Each KV head's keys (kind 0) and values (1) of every block the call sees, in store_key's and
+// store_value's layouts, as cpu::amx::AttentionUnit takes them: rows[(kind * n_kv_heads + kv)
+// * blocks + b] for block b (blocks: those holding positions up to the call's last).
+std::vector<const uint16_t*> block_rows(const AttentionArgs& a) {
+  const KvPages& p = *a.pages;
+  const int64_t blocks = (a.pos0 + a.tokens - 1) / p.block_size + 1;
+  std::vector<const uint16_t*> rows(static_cast<size_t>(2 * p.n_kv_heads * blocks));
+  for (int kind = 0; kind < 2; ++kind)
+    for (int64_t kv = 0; kv < p.n_kv_heads; ++kv)
+      for (int64_t b = first_seen(a, 0) / p.block_size; b < blocks; ++b)
+        rows[static_cast<size_t>((kind * p.n_kv_heads + kv) * blocks + b)] =
+            static_cast<const uint16_t*>(p.base) + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, kind, kv);
+  return rows;
+}
+
+// A unit by AMX tile products (cpu::amx::attend and attend_step), its blocks' rows in a
+// call's block_rows.
 struct AmxUnit {
   amx::AttentionUnit u;
-  std::vector<const uint16_t*> keys, values;
 
-  AmxUnit(const AttentionArgs& a, int64_t t0, int64_t t1, int64_t h0, int64_t heads) {
+  AmxUnit(const AttentionArgs& a, const std::vector<const uint16_t*>& rows, int64_t t0, int64_t t1, int64_t h0,
+          int64_t heads) {
     const KvPages& p = *a.pages;
-    const int64_t kv = h0 / (a.n_heads / p.n_kv_heads), hd = p.head_dim, hi = a.pos0 + t1 - 1;
-    keys.resize(static_cast<size_t>(hi / p.block_size + 1));
-    values.resize(keys.size());
-    for (int64_t b = first_seen(a, t0) / p.block_size; b <= hi / p.block_size; ++b) {
-      const auto* base = static_cast<const uint16_t*>(p.base);
-      keys[static_cast<size_t>(b)] = base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 0, kv);
-      values[static_cast<size_t>(b)] = base + p.offset(a.blocks[static_cast<size_t>(b)], a.layer, 1, kv);
-    }
+    const int64_t kv = h0 / (a.n_heads / p.n_kv_heads), hd = p.head_dim;
+    const int64_t blocks = static_cast<int64_t>(rows.size()) / (2 * p.n_kv_heads);
     u = {.q = a.q + (t0 * a.n_heads + h0) * hd,
          .out = a.out + (t0 * a.n_heads + h0) * hd,
          .token_stride = a.n_heads * hd,
@@ -65,12 +74,10 @@ struct AmxUnit {
          .sliding_window = a.sliding_window,
          .scale = a.scale,
          .block_size = p.block_size,
-         .keys = keys.data(),
-         .values = values.data(),
+         .keys = rows.data() + kv * blocks,
+         .values = rows.data() + (p.n_kv_heads + kv) * blocks,
          .values_to = a.pos0 + a.tokens - 1};
   }
-  AmxUnit(AmxUnit&&) = default;  // (the vectors' rows stay where u points)
-  AmxUnit(const AmxUnit&) = delete;
 
   int64_t items(AttentionStep step) const { return amx::attention_items(u, step); }
   int64_t shared_floats() const { return amx::attention_shared_floats(u); }
@@ -244,10 +251,11 @@ void run_in_steps(ThreadPool& pool, const std::vector<Unit>& units) {
   }
 }
 
-// The call's units (tiles of tile_tokens tokens x per_unit heads), each whole on one thread
-// or in steps shared out among all threads.
-template <typename Unit>
-void run_units(ThreadPool& pool, const AttentionArgs& a, int64_t tile_tokens, int64_t per_unit, bool steps) {
+// The call's units (tiles of tile_tokens tokens x per_unit heads, made by make(t0, t1, h0,
+// heads)), each whole on one thread or in steps shared out among all threads.
+template <typename Unit, typename Make>
+void run_units(ThreadPool& pool, const AttentionArgs& a, int64_t tile_tokens, int64_t per_unit, bool steps,
+               Make&& make) {
   const int64_t tiles = (a.tokens + tile_tokens - 1) / tile_tokens, per_tile = a.n_heads / per_unit;
   std::vector<Unit> units;
   units.reserve(static_cast<size_t>(tiles * per_tile));
@@ -256,7 +264,7 @@ void run_units(ThreadPool& pool, const AttentionArgs& a, int64_t tile_tokens, in
   // at 16 threads.
   for (int64_t tile = tiles - 1; tile >= 0; --tile)
     for (int64_t h = 0; h < per_tile; ++h)
-      units.emplace_back(a, tile * tile_tokens, std::min(a.tokens, (tile + 1) * tile_tokens), h * per_unit, per_unit);
+      units.push_back(make(tile * tile_tokens, std::min(a.tokens, (tile + 1) * tile_tokens), h * per_unit, per_unit));
   if (steps) return run_in_steps(pool, units);
   // Units are taken in chunks that shrink as the work runs out (for_chunks) by whichever
   // thread is free.
@@ -295,8 +303,14 @@ void paged_attention(ThreadPool& pool, const AttentionArgs& a, bool amx) {
   const bool groups = steps || (amx ? tiles * p.n_kv_heads * 2 >= threads && group <= amx::kAttentionRows
                                     : tiles * p.n_kv_heads >= 2 * threads);
   const int64_t per_unit = groups ? group : 1;
-  if (amx) return run_units<AmxUnit>(pool, a, tile_tokens, per_unit, steps);
-  run_units<VectorUnit>(pool, a, tile_tokens, per_unit, steps);
+  if (amx) {
+    const auto rows = block_rows(a);
+    return run_units<AmxUnit>(
+        pool, a, tile_tokens, per_unit, steps,
+        [&](int64_t t0, int64_t t1, int64_t h0, int64_t n) { return AmxUnit(a, rows, t0, t1, h0, n); });
+  }
+  run_units<VectorUnit>(pool, a, tile_tokens, per_unit, steps,
+                        [&](int64_t t0, int64_t t1, int64_t h0, int64_t n) { return VectorUnit(a, t0, t1, h0, n); });
 }
 
 }  // namespace tessera::cpu
