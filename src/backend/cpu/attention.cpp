@@ -34,6 +34,22 @@ void ask_for(const uint8_t* p, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
 }
 
+// At least n floats from a 64-byte line, in a buffer of the calling thread that grows as
+// needed: one for a unit's scores (a whole unit's, or in steps every unit's of the call) and
+// one for a block's rows widened.
+enum class Floats { kScores, kWidened };
+float* thread_floats(Floats which, int64_t n) {
+  thread_local hwy::AlignedFreeUniquePtr<float[]> buffers[2];
+  thread_local int64_t capacity[2] = {};
+  const auto i = static_cast<size_t>(which);
+  if (n > capacity[i]) {
+    buffers[i] = hwy::AllocateAligned<float>(static_cast<size_t>(n));
+    TS_CHECK(buffers[i], "[cpu] cannot allocate ", n, " floats of attention scratch");
+    capacity[i] = n;
+  }
+  return buffers[i].get();
+}
+
 // Token t of the call sees positions [first(t), a.pos0 + t].
 int64_t first_seen(const AttentionArgs& a, int64_t t) {
   return a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.sliding_window + 1) : int64_t{0};
@@ -130,10 +146,9 @@ class VectorUnit {
     }
   }
   void run_whole() const {
-    thread_local std::vector<float> scores;
-    scores.resize(std::max(scores.size(), static_cast<size_t>(shared_floats())));
+    float* scores = thread_floats(Floats::kScores, shared_floats());
     for (const AttentionStep step : {AttentionStep::kScores, AttentionStep::kProbs, AttentionStep::kOutputs})
-      run(step, 0, items(step), scores.data());
+      run(step, 0, items(step), scores);
   }
 
  private:
@@ -165,15 +180,9 @@ class VectorUnit {
   std::pair<const uint8_t*, DType> readable(int64_t b, int kind, int64_t from, int64_t stop, bool whole_rows) const {
     const uint8_t* at = rows(b, kind, from);
     if (p_.dtype != DType::kF16 || t1_ - t0_ == 1 || !whole_rows) return {at, p_.dtype};
-    thread_local hwy::AlignedFreeUniquePtr<float[]> widened;  // 64-byte lines
-    thread_local int64_t capacity = 0;
-    if (p_.block_size * p_.head_dim > capacity) {
-      capacity = p_.block_size * p_.head_dim;
-      widened = hwy::AllocateAligned<float>(static_cast<size_t>(capacity));
-      TS_CHECK(widened, "[cpu] cannot allocate a block of ", capacity, " widened keys or values");
-    }
-    to_f32(at, p_.dtype, (stop - from) * p_.head_dim, widened.get());
-    return {reinterpret_cast<const uint8_t*>(widened.get()), DType::kF32};
+    float* widened = thread_floats(Floats::kWidened, (stop - from) * p_.head_dim);
+    to_f32(at, p_.dtype, (stop - from) * p_.head_dim, widened);
+    return {reinterpret_cast<const uint8_t*>(widened), DType::kF32};
   }
   void block_scores(int64_t b, float* scores) const {
     const int64_t from = block_from(b), stop = block_stop(b), hd = p_.head_dim;
@@ -224,16 +233,9 @@ class VectorUnit {
 // calling thread that all threads read.
 template <typename Unit>
 void run_in_steps(ThreadPool& pool, const std::vector<Unit>& units) {
-  thread_local hwy::AlignedFreeUniquePtr<float[]> shared;
-  thread_local int64_t capacity = 0;
   std::vector<int64_t> at(units.size() + 1, 0);  // unit i's scratch from at[i] (64-byte lines)
   for (size_t i = 0; i < units.size(); ++i) at[i + 1] = at[i] + (units[i].shared_floats() + 15) / 16 * 16;
-  if (at.back() > capacity) {
-    capacity = at.back();
-    shared = hwy::AllocateAligned<float>(static_cast<size_t>(capacity));
-    TS_CHECK(shared, "[cpu] cannot allocate ", capacity, " floats of attention scores");
-  }
-  float* base = shared.get();  // (this thread's: the workers' thread_local ones are others)
+  float* base = thread_floats(Floats::kScores, at.back());  // this thread's, which every thread reads
   for (const AttentionStep step : {AttentionStep::kScores, AttentionStep::kProbs, AttentionStep::kOutputs}) {
     // Item j of unit i is i * per + j (units with fewer items skip the rest).
     int64_t per = 0;
