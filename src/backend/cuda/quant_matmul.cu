@@ -240,7 +240,11 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
     auto* d = reinterpret_cast<float*>(q + kTile * k);
     auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
     const auto copy = [&](const Acts& to, const Acts& from) {  // a token's
-      copy_acts<kWarps * 32>(to, from, k, scales, sum_words);
+      for (int i = threadIdx.x; i < k / 16; i += kWarps * 32)
+        reinterpret_cast<int4*>(to.q)[i] = reinterpret_cast<const int4*>(from.q)[i];
+      for (int i = threadIdx.x; i < scales; i += kWarps * 32) to.d[i] = from.d[i];
+      for (int i = threadIdx.x; i < sum_words; i += kWarps * 32)
+        reinterpret_cast<int32_t*>(to.s)[i] = reinterpret_cast<const int32_t*>(from.s)[i];
     };
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {

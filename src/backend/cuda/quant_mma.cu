@@ -343,7 +343,13 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
     auto* sum = reinterpret_cast<int16_t*>(reinterpret_cast<uint8_t*>(d) + (scales * 4 + 15) / 16 * 16);
     const Acts here{q, d, sum}, there{a.q + static_cast<size_t>(token0) * k, a.d + static_cast<size_t>(token0) * units,
                                       a.s + static_cast<size_t>(token0) * (k / 16)};
-    const auto copy = [&](const Acts& to, const Acts& from) { copy_acts<kThreads>(to, from, count * k, scales, sums); };
+    const auto copy = [&](const Acts& to, const Acts& from) {
+      for (int i = threadIdx.x; i < count * k / 16; i += kThreads)
+        reinterpret_cast<int4*>(to.q)[i] = reinterpret_cast<const int4*>(from.q)[i];
+      for (int i = threadIdx.x; i < scales; i += kThreads) to.d[i] = from.d[i];
+      for (int i = threadIdx.x; i < sums; i += kThreads)
+        reinterpret_cast<int32_t*>(to.s)[i] = reinterpret_cast<const int32_t*>(from.s)[i];
+    };
     if constexpr (kSource == Source::kCopied) {
       copy(here, there);
     } else {

@@ -116,18 +116,6 @@ __device__ __forceinline__ void round_in_block(const float* x, int k, const Stor
   }
 }
 
-// Rounded activations copied from `from` to `to` by a block of kThreads threads: q's
-// first q_bytes bytes in words of 16, `scales` scales and `sum_words` words of two sums
-// (a token's scales and sums need not start on 16 bytes).
-template <int kThreads>
-__device__ __forceinline__ void copy_acts(const Acts& to, const Acts& from, int q_bytes, int scales, int sum_words) {
-  for (int i = threadIdx.x; i < q_bytes / 16; i += kThreads)
-    reinterpret_cast<int4*>(to.q)[i] = reinterpret_cast<const int4*>(from.q)[i];
-  for (int i = threadIdx.x; i < scales; i += kThreads) to.d[i] = from.d[i];
-  for (int i = threadIdx.x; i < sum_words; i += kThreads)
-    reinterpret_cast<int32_t*>(to.s)[i] = reinterpret_cast<const int32_t*>(from.s)[i];
-}
-
 // Where a matmul block's staged activations come from: the scratch, as quant_round left
 // them (kCopied), or x's rows as they are (kPlain) or normalized by an f32 weight
 // (kNorm), which the block rounds itself (round_in_block); the launch's first blocks
