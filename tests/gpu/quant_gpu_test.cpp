@@ -479,63 +479,6 @@ TEST(QuantGpu, ProjectionsOfOneXAreBitwiseTheMatmulsOneByOne) {
   }
 }
 
-// A matmul of a lone token (and Q4_K's of up to 8: quant_mma.cu) rounds its own x in its
-// blocks, plain or normalized on the way (block_rms_scale standing for rms_norm's 256
-// threads with Q4_K's 128): bitwise what the rounding launch before it gives
-// (TESSERA_CUDA_QUANT_FOLD=0), for its own outputs (Q4_K, and Q8_0's blocks of 32 on the
-// dp4a kernel) and for the Q6_K v after a Q4_K q, which reads the rounding the first
-// blocks left in the scratch. A matmul into its own x (y = x) rounds x in a launch before
-// it, so that no block reads x after another wrote y. Fail first: the rms sums of the
-// threads stood for added in another order, the scratch left unwritten and the y = x
-// guard dropped each failed it.
-TEST(QuantGpu, AMatmulRoundingItsOwnXIsBitwiseTheRoundingLaunch) {
-  TESSERA_CUDA_OR_SKIP(gpu);
-  const int64_t k = 4096;
-  const DType types[] = {DType::kQ4_K, DType::kQ6_K, DType::kQ4_K, DType::kQ8_0};
-  const int64_t rows[] = {4096, 1024, k, 1024};
-  std::vector<std::vector<uint8_t>> blocks;
-  std::vector<TensorView> w;
-  for (size_t i = 0; i < std::size(types); ++i) {
-    blocks.push_back(real_blocks(types[i], rows[i], k, static_cast<uint32_t>(60 + i)));
-    auto placed = gpu->place(TensorView{types[i], {rows[i], k}, blocks.back().data()});
-    ASSERT_TRUE(placed.ok()) << placed.status().to_string();
-    w.push_back(*placed);
-  }
-  const std::vector<float> norm_values = testing::random_values(static_cast<size_t>(k), 61);
-  auto norm = gpu->place(TensorView{DType::kF32, {k}, norm_values.data()});
-  ASSERT_TRUE(norm.ok());
-  const TensorView none{};
-  for (const int64_t tokens : {int64_t{1}, int64_t{5}, int64_t{8}}) {
-    SCOPED_TRACE(std::to_string(tokens) + " tokens");
-    const std::vector<float> x = testing::random_values(static_cast<size_t>(tokens * k), static_cast<uint32_t>(tokens));
-    const auto outputs = [&](const char* fold) {
-      EXPECT_EQ(setenv("TESSERA_CUDA_QUANT_FOLD", fold, 1), 0);
-      OnDevice xd(*gpu, x.data(), x.size() * sizeof(float)), scratch(*gpu, x.data(), x.size() * sizeof(float));
-      std::vector<OnDevice> y;
-      const std::vector<float> zero(static_cast<size_t>(tokens * rows[0]), 0.0f);
-      for (int i = 0; i < 5; ++i) y.emplace_back(*gpu, zero.data(), zero.size() * sizeof(float));
-      const RowNorm normed{&*norm, 1e-5f, scratch.f32()};
-      const Device::Projection qv[] = {{&w[0], &none, y[0].f32()}, {&w[1], &none, y[1].f32()}};
-      gpu->matmuls(xd.f32(), tokens, qv, normed);
-      const Device::Projection q8[] = {{&w[3], &none, y[2].f32()}};
-      gpu->matmuls(xd.f32(), tokens, q8, normed);
-      gpu->matmul(xd.f32(), tokens, w[0], none, y[3].f32());
-      gpu->matmul(xd.f32(), tokens, w[3], none, y[4].f32());
-      gpu->matmul(xd.f32(), tokens, w[2], none, xd.f32());
-      std::vector<std::vector<float>> out;
-      const int64_t widths[] = {rows[0], rows[1], rows[3], rows[0], rows[3]};
-      for (int i = 0; i < 5; ++i) out.push_back(y[i].read(*gpu, static_cast<size_t>(tokens * widths[i])));
-      out.push_back(xd.read(*gpu, x.size()));
-      unsetenv("TESSERA_CUDA_QUANT_FOLD");
-      return out;
-    };
-    const auto launch = outputs("0"), folded = outputs("1");
-    const char* names[] = {"q4_k of x normalized", "q6_k v after it", "q8_0 of x normalized", "q4_k of x", "q8_0 of x",
-                           "q4_k into x"};
-    for (size_t i = 0; i < launch.size(); ++i) EXPECT_EQ(launch[i], folded[i]) << names[i];
-  }
-}
-
 // gate_up on blocks takes gate and up in one launch and leaves silu(gate) * up rounded
 // for the down matmul, which then skips its own rounding: gate_up then down (matmul_add)
 // is bitwise the matmuls one by one, silu_mul and down; a down whose rounding differs

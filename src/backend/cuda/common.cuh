@@ -168,55 +168,30 @@ __device__ __forceinline__ void copies_wait() {
 // The 128-byte line holding `p` heads for L2 (nothing waits for it).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 
-// RMSNorm's scale of a row, 1 / sqrt(mean(row^2) + eps), in one fixed order: as if by
-// a block of kNormThreads threads, thread i adding the squares of elements i, i +
-// kNormThreads, ... with FMAs, then block_reduce adding the threads' sums. A block of
-// kThreads (a divisor of kNormThreads) runs it too, each thread standing for threads
-// i, i + kThreads, ... of those, in the same order of every sum. Rows up to kNormHeld *
-// kNormThreads long are loaded at once (one trip to memory, not a chain of loads), in
-// the same order. rms_norm and every kernel that normalizes its x rows call it, so
-// their scales are the same bits.
+// RMSNorm's scale of a row, 1 / sqrt(mean(row^2) + eps), by a block of
+// kNormThreads threads in one fixed order: thread i adds the squares of elements
+// i, i + kNormThreads, ... with FMAs, then block_reduce adds the threads' sums.
+// Rows up to kNormHeld * kNormThreads long are loaded at once (one trip to
+// memory, not a chain of loads), in the same order. rms_norm and the matmul
+// that normalizes its x rows both call it, so their scales are the same bits.
 constexpr int kNormThreads = 256;
 constexpr int kNormHeld = 16;
 
-template <int kThreads = kNormThreads>
 __device__ __forceinline__ float block_rms_scale(const float* row, int64_t dim, float eps, float* shared) {
-  static_assert(kNormThreads % kThreads == 0 && kThreads % 32 == 0);
-  constexpr int kPer = kNormThreads / kThreads;  // the threads of kNormThreads each thread stands for
-  float s[kPer];
+  float s = 0.0f;
+  if (dim <= kNormHeld * kNormThreads) {
+    float v[kNormHeld];
 #pragma unroll
-  for (int p = 0; p < kPer; ++p) {
-    const int64_t first = threadIdx.x + p * int64_t{kThreads};
-    s[p] = 0.0f;
-    if (dim <= kNormHeld * kNormThreads) {
-      float v[kNormHeld];
-#pragma unroll
-      for (int j = 0; j < kNormHeld; ++j) {
-        const int64_t i = first + j * int64_t{kNormThreads};
-        v[j] = i < dim ? row[i] : 0.0f;
-      }
-#pragma unroll
-      for (int j = 0; j < kNormHeld; ++j) s[p] = fmaf(v[j], v[j], s[p]);
-    } else {
-      for (int64_t i = first; i < dim; i += kNormThreads) s[p] = fmaf(row[i], row[i], s[p]);
+    for (int j = 0; j < kNormHeld; ++j) {
+      const int64_t i = threadIdx.x + j * int64_t{kNormThreads};
+      v[j] = i < dim ? row[i] : 0.0f;
     }
-  }
-  float total;
-  if constexpr (kPer == 1) {
-    total = block_reduce<false>(s[0], shared);
-  } else {  // block_reduce's tree over the threads stood for: each warp's shuffles, then the warps in order
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int p = 0; p < kPer; ++p) s[p] = warp_sum(s[p]);
-    __syncthreads();
-    if (lane == 0)
-#pragma unroll
-      for (int p = 0; p < kPer; ++p) shared[warp + p * (kThreads / 32)] = s[p];
-    __syncthreads();
-    total = shared[0];
-    for (int i = 1; i < kNormThreads / 32; ++i) total += shared[i];
+    for (int j = 0; j < kNormHeld; ++j) s = fmaf(v[j], v[j], s);
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) s = fmaf(row[i], row[i], s);
   }
-  return 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  return 1.0f / sqrtf(block_reduce<false>(s, shared) / static_cast<float>(dim) + eps);
 }
 
 // Rope's turn of the pair (a, b) at `position`, by the angle position * inv_freq

@@ -430,9 +430,9 @@ class CudaDevice final : public Device {
     const bool rounded = r.x == x && r.tokens == tokens && r.k == w.dim(1) && r.after == launches_ &&
                          r.block_elements == dtype_block_elements(w.dtype);
     void* scratch = quant_scratch(tokens, w.dim(1));
+    if (!rounded) cuda::quant_round(stream_, x, tokens, w.dim(1), w.dtype, scratch);
     const cuda::QuantJob job = quant_job(w, bias, y);
-    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, scratch,
-                         rounded ? cuda::QuantX{} : cuda::QuantX{x});
+    cuda::quant_products(stream_, tokens, w.dim(1), w.dtype, {&job, 1}, accumulate, scratch);
     launched("quant_matmul");
   }
 
@@ -461,14 +461,13 @@ class CudaDevice final : public Device {
     }
     void* scratch = quant_scratch(tokens, k);
     for (size_t i = 0, end = 0; i < outs.size(); i = end) {
-      // The first launch of a rounding rounds x (in its own blocks where it can).
-      const bool round = i == 0 || !cuda::quant_same_rounding(outs[i].w->dtype, outs[i - 1].w->dtype);
+      if (i == 0 || !cuda::quant_same_rounding(outs[i].w->dtype, outs[i - 1].w->dtype))
+        cuda::quant_round(stream_, x, tokens, k, outs[i].w->dtype, scratch, fold);
       // The run of weights in outs[i]'s dtype: one launch.
       cuda::QuantJob jobs[cuda::kMaxQuantJobs];
       for (end = i; end < outs.size() && end - i < cuda::kMaxQuantJobs && outs[end].w->dtype == outs[i].w->dtype; ++end)
         jobs[end - i] = quant_job(*outs[end].w, *outs[end].bias, outs[end].y);
-      cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, scratch,
-                           round ? cuda::QuantX{x, fold} : cuda::QuantX{});
+      cuda::quant_products(stream_, tokens, k, outs[i].w->dtype, {jobs, end - i}, false, scratch);
       launched("quant_matmul");
     }
   }

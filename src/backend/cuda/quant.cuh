@@ -54,23 +54,12 @@ struct QuantJob {
 // The most matmuls one launch takes (q, k and v).
 constexpr size_t kMaxQuantJobs = 3;
 
-// x [tokens, k] as it is, normalized by `norm` on the way, for quant_products to round.
-struct QuantX {
-  const float* x = nullptr;
-  QuantNorm norm;
-};
-
 // Each job's y for x as quant_round left it in the scratch, all in one launch (each
 // job's rows their own blocks: every output is bitwise what a launch of its job alone
 // gives), for weights in `dtype`'s blocks with rows of k (a multiple of the block);
-// with `accumulate`, y += that instead. With round.x, x is rounded first, bitwise as
-// quant_round rounds it, and left in the scratch as quant_round leaves it: by the
-// matmul's own launch where it can (quant_mma.cu: its blocks each round their tokens'
-// x as they stage it, so a decode step has one launch fewer a matmul), else by
-// quant_round (always, unless TESSERA_CUDA_QUANT_FOLD=1: opt-in until a GPU has run its
-// test and measured it; read at each call).
+// with `accumulate`, y += that instead.
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                    bool accumulate, void* scratch, const QuantX& round = {});
+                    bool accumulate, void* scratch);
 
 // A launch's jobs as the kernels read them (quant_matmul.cu, quant_mma.cu): job j takes
 // the blocks from first[j] to the next job's first (or the launch's end); an unused
@@ -91,14 +80,9 @@ QuantJobs quant_jobs(std::span<const QuantJob> each, int64_t rows, int64_t tiles
 // (quant_mma.cu), bitwise the same outputs; false (nothing launched) for other dtypes,
 // more tokens, or TESSERA_CUDA_QUANT_MMA=0. TESSERA_CUDA_QUANT_MMA=all takes Q8_0 and
 // Q6_K there too (slower on the H200; benchmarks.md). Read at each call.
-// With round.x it rounds x first, as quant_products says (only where it launches).
 struct Acts;
 bool quant_mma_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                        bool accumulate, const Acts& a, const QuantX& round);
-// Whether a launch may round round.x in its own blocks: x is not among the jobs' outputs
-// (a block would read x while others write y), the norm (if any) is f32, and
-// TESSERA_CUDA_QUANT_FOLD is "1".
-bool quant_x_folds(const QuantX& round, int64_t tokens, int64_t k, std::span<const QuantJob> jobs);
+                        bool accumulate, const Acts& a);
 
 // y [count, hidden] = rows ids of a table in `dtype`'s blocks, dequantized bitwise as
 // gguf-py (and cpu::dequantize_rows) dequantizes them; ids already checked.

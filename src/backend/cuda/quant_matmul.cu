@@ -1,15 +1,12 @@
 // Matmul and embedding on ggml's quantized blocks (quant.cuh).
 //
-// Activations (quant_round.cuh). round_q8_0 and round_q8_k restate cpu/quant_act.cpp's
-// rounding (ggml's quantize_row_q8_0_ref and quantize_row_q8_K_ref) with one warp a
-// block, in IEEE f32 operations that nvcc may not fuse (__fmul_rn), so the 8-bit values, the scales and
+// Activations. round_q8_0 and round_q8_k restate cpu/quant_act.cpp's rounding (ggml's
+// quantize_row_q8_0_ref and quantize_row_q8_K_ref) with one warp a block, in IEEE f32
+// operations that nvcc may not fuse (__fmul_rn), so the 8-bit values, the scales and
 // Q8_K's sums of 16 are the CPU's bits. They go to the scratch: q [tokens][k] (int8),
 // the scales [tokens][k / 32] (f32; k / 256 of them for Q8_K) and the sums
 // [tokens][k / 16] (int16). One rounding serves every matmul of the same x whose
-// weights take it (CudaDevice's matmuls and gate_up: q, k and v; gate and up). A
-// launch of round_kernel makes it, or the first matmul of it itself: quant_mma.cu's
-// blocks round their tokens' x as they stage it (round_in_block), and the first blocks
-// leave it in the scratch for the launches after.
+// weights take it (CudaDevice's matmuls and gate_up: q, k and v; gate and up).
 //
 // Weights. A launch takes up to kMaxQuantJobs matmuls of one x and one dtype (q, k
 // and v), each job's rows in blocks of their own, so a job's outputs are what a
@@ -53,7 +50,6 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/quant.cuh"
 #include "backend/cuda/quant_lanes.cuh"
-#include "backend/cuda/quant_round.cuh"
 #include "backend/quant_types.h"
 #include "core/check.h"
 
@@ -77,7 +73,89 @@ Acts acts_in(void* scratch, int64_t tokens, int64_t k) {
           reinterpret_cast<int16_t*>(base + q_bytes + d_bytes)};
 }
 
-// ---- Activations (quant_round.cuh) ----
+// ---- Activations ----
+
+// One warp a block of 32 (quantize_row_q8_0_ref): lane i rounds element i, v, of the
+// scratch's block `block`.
+__device__ __forceinline__ void round_q8_0(float v, int64_t block, Acts a) {
+  const int lane = threadIdx.x % 32;
+  const float amax = warp_max(fabsf(v));
+  const bool finite = __all_sync(0xffffffffu, isfinite(v));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float r = roundf(__fmul_rn(v, id));  // ties away from zero, as roundf on the CPU
+  a.q[block * 32 + lane] = static_cast<int8_t>(isfinite(r) ? static_cast<int>(r) : 0);
+  if (lane == 0) a.d[block] = finite ? __half2float(__float2half_rn(d)) : __int_as_float(0x7fc00000);
+}
+
+// One warp a block of 256 (quantize_row_q8_K_ref): lane i rounds elements 8i..8i+7, v.
+__device__ __forceinline__ void round_q8_k(const float (&v)[8], int64_t block, Acts a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t at = block * 256 + 8 * lane;
+  // The element of largest |x|, the first such (the CPU's strict > in ascending order).
+  float amax = 0.0f, max = 0.0f;
+  int index = 1 << 30;  // past every element
+  bool finite = true;
+  for (int j = 0; j < 8; ++j) {
+    finite = finite && isfinite(v[j]);
+    if (fabsf(v[j]) > amax) amax = fabsf(v[j]), max = v[j], index = 8 * lane + j;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other_amax = __shfl_xor_sync(0xffffffffu, amax, offset);
+    const float other_max = __shfl_xor_sync(0xffffffffu, max, offset);
+    const int other_index = __shfl_xor_sync(0xffffffffu, index, offset);
+    if (other_amax > amax || (other_amax == amax && other_index < index))
+      amax = other_amax, max = other_max, index = other_index;
+  }
+  finite = __all_sync(0xffffffffu, finite);
+  int q[8] = {};
+  float d = 0.0f;
+  if (amax != 0.0f || !finite) {
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < 8; ++j) {
+      const float s = __fmul_rn(iscale, v[j]);
+      q[j] = min(127, isfinite(s) ? __float2int_rn(s) : 0);  // half to even, as ggml's nearest_int
+    }
+    d = finite ? 1.0f / iscale : __int_as_float(0x7fc00000);
+  }
+  uint32_t packed[2] = {};
+  int sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    packed[j / 4] |= (static_cast<uint32_t>(q[j]) & 0xffu) << (8 * (j % 4));
+    sum += q[j];
+  }
+  *reinterpret_cast<uint2*>(a.q + at) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_down_sync(0xffffffffu, sum, 1);
+  if (lane % 2 == 0) a.s[block * 16 + lane / 2] = static_cast<int16_t>(sum);
+  if (lane == 0) a.d[block] = d;
+}
+
+// What round_kernel rounds: x's rows as they are, normalized as rms_norm does it
+// (kNorm), or silu_mul's silu(x) * up, x the gate (kGated), which it also writes to
+// `out`, bitwise as silu_mul would.
+enum class Rounds { kPlain, kNorm, kGated };
+
+// The kN values of a row from element e on, as `kR` rounds them (kGated: up's and
+// out's rows of it too).
+template <DType D, Rounds kR, int kN>
+__device__ __forceinline__ void values_at(const float* row, const float* up, float* out, const Storage<D>* weight,
+                                          float scale, int64_t e, float (&v)[kN]) {
+  if constexpr (kN == 8) {
+    const float4 v0 = *reinterpret_cast<const float4*>(row + e), v1 = *reinterpret_cast<const float4*>(row + e + 4);
+    v[0] = v0.x, v[1] = v0.y, v[2] = v0.z, v[3] = v0.w, v[4] = v1.x, v[5] = v1.y, v[6] = v1.z, v[7] = v1.w;
+  } else {
+    v[0] = row[e];
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    if constexpr (kR == Rounds::kNorm) v[j] = widen<D>(weight[e + j]) * (v[j] * scale);
+    if constexpr (kR == Rounds::kGated) v[j] = silu_times(v[j], up[e + j]);
+  }
+  if constexpr (kR == Rounds::kGated) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) out[e + j] = v[j];
+  }
+}
 
 // A block of kNormThreads threads rounds 8 blocks of kSize activations of one row of
 // x (blockIdx.x the row, blockIdx.y which 8), one warp a block, once the earlier
@@ -162,12 +240,9 @@ constexpr int kMinBlocksOf = !kStaged || kTile > 1 ? 0
                              : kT == DType::kQ4_K  ? 5
                                                    : 0;
 
-template <DType kT, int kTile, bool kStaged, int kLeanBits, Source kSource>
+template <DType kT, int kTile, bool kStaged, int kLeanBits>
 __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTile, kStaged>))
-    quant_matmul_kernel(const __grid_constant__ QuantJobs jobs, int k, int tokens, Acts a, bool accumulate,
-                        const float* x_rows, const float* norm, float eps) {
-  // (A lone token's staged x may be rounded here: kSource.)
-  static_assert(kSource == Source::kCopied || (kStaged && kTile == 1));
+    quant_matmul_kernel(const __grid_constant__ QuantJobs jobs, int k, int tokens, Acts a, bool accumulate) {
   using U = Unit<kT>;
   constexpr int kWarps = kWarpsOf<kStaged>;
   constexpr int kLanes = U::kLanes, kGroups = U::kGroups;
@@ -239,26 +314,15 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
     auto* q = reinterpret_cast<int8_t*>(shared) + kWarps * kStrideOf<kT, kLeanBits>;
     auto* d = reinterpret_cast<float*>(q + kTile * k);
     auto* sums = reinterpret_cast<int16_t*>(d + kTile * scales);
-    const auto copy = [&](const Acts& to, const Acts& from) {  // a token's
-      for (int i = threadIdx.x; i < k / 16; i += kWarps * 32)
-        reinterpret_cast<int4*>(to.q)[i] = reinterpret_cast<const int4*>(from.q)[i];
-      for (int i = threadIdx.x; i < scales; i += kWarps * 32) to.d[i] = from.d[i];
-      for (int i = threadIdx.x; i < sum_words; i += kWarps * 32)
-        reinterpret_cast<int32_t*>(to.s)[i] = reinterpret_cast<const int32_t*>(from.s)[i];
-    };
 #pragma unroll
     for (int t = 0; t < kTile; ++t) {
-      const Acts here{q + t * k, d + t * scales, sums + t * (k / 16)};
-      const Acts there{a.q + xt[t] * k, a.d + xt[t] * scales, a.s + xt[t] * (k / 16)};
-      if constexpr (kSource == Source::kCopied) {
-        copy(here, there);
-      } else {
-        __shared__ float squares[32];
-        round_in_block<DType::kF32, kRoundsOf<kSource>, U::kElems, kWarps * 32>(x_rows + xt[t] * k, k, norm, eps, 1,
-                                                                                here, squares);
-        __syncthreads();
-        if (blockIdx.x == 0) copy(there, here);
-      }
+      const auto* q_from = reinterpret_cast<const int4*>(a.q + xt[t] * k);
+      const float* d_from = a.d + xt[t] * scales;
+      const auto* sums_from = reinterpret_cast<const int32_t*>(a.s + xt[t] * (k / 16));
+      for (int i = threadIdx.x; i < k / 16; i += kWarps * 32) reinterpret_cast<int4*>(q + t * k)[i] = q_from[i];
+      for (int i = threadIdx.x; i < scales; i += kWarps * 32) d[t * scales + i] = d_from[i];
+      for (int i = threadIdx.x; i < sum_words; i += kWarps * 32)
+        reinterpret_cast<int32_t*>(sums + t * (k / 16))[i] = sums_from[i];
       xt[t] = t;
     }
     __syncthreads();
@@ -338,40 +402,29 @@ __global__ void __launch_bounds__(kWarpsOf<kStaged> * 32, (kMinBlocksOf<kT, kTil
   }
 }
 
-template <DType kT, int kTile, bool kStaged, int kLeanBits = 0, Source kSource = Source::kCopied>
+template <DType kT, int kTile, bool kStaged, int kLeanBits = 0>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
-            bool accumulate, const QuantX& round = {}) {
+            bool accumulate) {
   constexpr int kWarps = kWarpsOf<kStaged>;
   int64_t blocks = 0;
   const QuantJobs jobs = quant_jobs(each, kWarps, (tokens + kTile - 1) / kTile, kT, k, tokens, blocks);
-  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kLeanBits, kSource>;
+  const auto kernel = quant_matmul_kernel<kT, kTile, kStaged, kLeanBits>;
   const int64_t shared = kWarps * kStrideOf<kT, kLeanBits> + (kStaged ? kStagedBytes : 0);  // the most a launch asks
   static const cudaError_t allowed =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
   TS_CHECK(allowed == cudaSuccess, "[cuda] shared memory of a quantized matmul: ", cudaGetErrorString(allowed));
   const int64_t bytes = kWarps * kStrideOf<kT, kLeanBits> + (kStaged ? staged_bytes<kT>(kTile, k) : 0);
   launch_kernel(kernel, static_cast<unsigned>(blocks), kWarps * 32, static_cast<size_t>(bytes), stream, jobs,
-                static_cast<int>(k), static_cast<int>(tokens), a, accumulate, round.x,
-                static_cast<const float*>(round.norm.weight), round.norm.eps);
+                static_cast<int>(k), static_cast<int>(tokens), a, accumulate);
 }
 
 // The tile of tokens that share a weight load; it never changes a sum's order.
 // Tiles of up to 4 tokens stage their activations when they fit (8 would spill).
-// With round.x, x is rounded first: by the blocks themselves for a lone token on the
-// lean kernels, else by quant_round.
 template <DType kT, int kTile>
 void launch_tile(cudaStream_t stream, std::span<const QuantJob> jobs, int64_t k, int64_t tokens, const Acts& a,
-                 bool accumulate, const QuantX& round) {
-  const int lean = lean_asked();  // a token's matmuls on the lean kernels (unless asked not to)
+                 bool accumulate) {
   if constexpr (kTile == 1) {
-    if (lean == kLean && staged_bytes<kT>(kTile, k) <= kStagedBytes && quant_x_folds(round, tokens, k, jobs)) {
-      if (round.norm.weight != nullptr)
-        return launch<kT, kTile, true, kLean, Source::kNorm>(stream, jobs, k, tokens, a, accumulate, round);
-      return launch<kT, kTile, true, kLean, Source::kPlain>(stream, jobs, k, tokens, a, accumulate, round);
-    }
-  }
-  if (round.x != nullptr) quant_round(stream, round.x, tokens, k, kT, a.q, round.norm);
-  if constexpr (kTile == 1) {
+    const int lean = lean_asked();  // a token's matmuls on the lean kernels (unless asked not to)
     if (lean != 0 && staged_bytes<kT>(kTile, k) <= kStagedBytes)
       return lean == kLean ? launch<kT, kTile, true, kLean>(stream, jobs, k, tokens, a, accumulate)
                            : launch<kT, kTile, true, kLeanStages>(stream, jobs, k, tokens, a, accumulate);
@@ -491,21 +544,8 @@ void quant_round_gated(cudaStream_t stream, float* gate, const float* up, int64_
   round_rows<DType::kF32, Rounds::kGated>(stream, gate, up, gate, tokens, k, dtype, scratch, nullptr, 0.0f);
 }
 
-bool quant_x_folds(const QuantX& round, int64_t tokens, int64_t k, std::span<const QuantJob> jobs) {
-  const char* value = std::getenv("TESSERA_CUDA_QUANT_FOLD");
-  if (round.x == nullptr || value == nullptr || std::string_view(value) != "1") return false;
-  if (round.norm.weight != nullptr && round.norm.dtype != DType::kF32) return false;
-  const auto x0 = reinterpret_cast<uintptr_t>(round.x), x1 = x0 + static_cast<uintptr_t>(tokens * k) * sizeof(float);
-  for (const QuantJob& job : jobs) {
-    const auto y0 = reinterpret_cast<uintptr_t>(job.y),
-               y1 = y0 + static_cast<uintptr_t>(tokens * job.n) * sizeof(float);
-    if (x0 < y1 && y0 < x1) return false;
-  }
-  return true;
-}
-
 void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                    bool accumulate, void* scratch, const QuantX& round) {
+                    bool accumulate, void* scratch) {
   TS_CHECK(dtype_is_quantized(dtype) && k % dtype_block_elements(dtype) == 0, dtype_name(dtype), " rows of ", k,
            " elements");
   TS_CHECK(jobs.size() <= kMaxQuantJobs, jobs.size(), " quantized matmuls in one launch, at most ", kMaxQuantJobs);
@@ -514,19 +554,15 @@ void quant_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype,
   size_t count = 0;
   for (const QuantJob& job : jobs)
     if (job.n > 0) some[count++] = job;
-  if (tokens == 0) return;
+  if (tokens == 0 || count == 0) return;
   const Acts a = acts_in(scratch, tokens, k);
   const std::span<const QuantJob> run(some, count);
-  if (count == 0) {
-    if (round.x != nullptr) quant_round(stream, round.x, tokens, k, dtype, scratch, round.norm);
-    return;
-  }
-  if (quant_mma_products(stream, tokens, k, dtype, run, accumulate, a, round)) return;
+  if (quant_mma_products(stream, tokens, k, dtype, run, accumulate, a)) return;
   with_quant_type(dtype, [&]<DType kT>() {
-    if (tokens == 1) return launch_tile<kT, 1>(stream, run, k, tokens, a, accumulate, round);
-    if (tokens == 2) return launch_tile<kT, 2>(stream, run, k, tokens, a, accumulate, round);
-    if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, accumulate, round);
-    launch_tile<kT, 8>(stream, run, k, tokens, a, accumulate, round);
+    if (tokens == 1) return launch_tile<kT, 1>(stream, run, k, tokens, a, accumulate);
+    if (tokens == 2) return launch_tile<kT, 2>(stream, run, k, tokens, a, accumulate);
+    if (tokens <= 4) return launch_tile<kT, 4>(stream, run, k, tokens, a, accumulate);
+    launch_tile<kT, 8>(stream, run, k, tokens, a, accumulate);
   });
 }
 

@@ -17,9 +17,6 @@
 // order, acc = fma(d_w * d_x, P, acc) (and - dmin_w * d_x times M); the block adds
 // its groups' sums in group order. So every f32 step is quant_matmul_kernel's, in its
 // order: the same bits (QuantGpu's stated-order test runs =all and =0 against it).
-// A launch of up to 8 tokens whose rounded x fits its shared memory takes x as it is
-// (normalized on the way, or not) and each block rounds its own tokens' into shared
-// memory (quant_round.cuh): no rounding launch before it (quant.cuh's QuantX).
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -30,7 +27,6 @@
 #include "backend/cuda/kernels.cuh"
 #include "backend/cuda/quant.cuh"
 #include "backend/cuda/quant_lanes.cuh"
-#include "backend/cuda/quant_round.cuh"
 #include "core/check.h"
 
 namespace tessera::cuda {
@@ -265,11 +261,10 @@ __host__ __device__ constexpr int64_t x_bytes(int64_t tokens, int64_t k) {
 // A block stages its tokens' activations in shared memory when they take at most this.
 constexpr int64_t kStagedX = 32 << 10;
 
-template <DType kT, bool kStaged, Source kSource>
+template <DType kT, bool kStaged>
 __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
     quant_mma_kernel(const __grid_constant__ QuantJobs jobs, int tiles, int per, int k, int tokens, Acts a,
-                     bool accumulate, const float* x_rows, const float* norm, float eps) {
-  static_assert(kStaged || kSource == Source::kCopied);
+                     bool accumulate) {
   using U = Unit<kT>;
   using R = Round<kT>;
   constexpr int kGroups = U::kGroups, kThreads = kGroups * 32;
@@ -336,30 +331,17 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
   // Where the activations are read: token i of the call at x's token i - skip.
   Acts x = a;
   int skip = 0;
-  if constexpr (kStaged) {  // the block's tokens' activations in shared memory (copied in words of 16 and 4 bytes)
+  if constexpr (kStaged) {  // the block copies its tokens' to shared memory once (words of 16 and 4 bytes)
     const int count = min(kTokens, tokens - token0), scales = count * units, sums = U::kSums ? count * k / 32 : 0;
     auto* q = reinterpret_cast<int8_t*>(stages + kStagesOf * R::kBytes);
     auto* d = reinterpret_cast<float*>(q + (count * k + 15) / 16 * 16);
     auto* sum = reinterpret_cast<int16_t*>(reinterpret_cast<uint8_t*>(d) + (scales * 4 + 15) / 16 * 16);
-    const Acts here{q, d, sum}, there{a.q + static_cast<size_t>(token0) * k, a.d + static_cast<size_t>(token0) * units,
-                                      a.s + static_cast<size_t>(token0) * (k / 16)};
-    const auto copy = [&](const Acts& to, const Acts& from) {
-      for (int i = threadIdx.x; i < count * k / 16; i += kThreads)
-        reinterpret_cast<int4*>(to.q)[i] = reinterpret_cast<const int4*>(from.q)[i];
-      for (int i = threadIdx.x; i < scales; i += kThreads) to.d[i] = from.d[i];
-      for (int i = threadIdx.x; i < sums; i += kThreads)
-        reinterpret_cast<int32_t*>(to.s)[i] = reinterpret_cast<const int32_t*>(from.s)[i];
-    };
-    if constexpr (kSource == Source::kCopied) {
-      copy(here, there);
-    } else {
-      __shared__ float squares[32];
-      round_in_block<DType::kF32, kRoundsOf<kSource>, U::kElems, kThreads>(x_rows + static_cast<size_t>(token0) * k, k,
-                                                                           norm, eps, count, here, squares);
-      __syncthreads();
-      if (blockIdx.x == 0) copy(there, here);
-    }
-    x = here, skip = token0;
+    const auto* q_from = reinterpret_cast<const int4*>(a.q + static_cast<size_t>(token0) * k);
+    for (int i = threadIdx.x; i < count * k / 16; i += kThreads) reinterpret_cast<int4*>(q)[i] = q_from[i];
+    for (int i = threadIdx.x; i < scales; i += kThreads) d[i] = a.d[static_cast<size_t>(token0) * units + i];
+    const auto* sums_from = reinterpret_cast<const int32_t*>(a.s + static_cast<size_t>(token0) * (k / 16));
+    for (int i = threadIdx.x; i < sums; i += kThreads) reinterpret_cast<int32_t*>(sum)[i] = sums_from[i];
+    x = Acts{q, d, sum}, skip = token0;
     __syncthreads();
   }
   Lane l;
@@ -429,10 +411,10 @@ __global__ void __launch_bounds__(Unit<kT>::kGroups * 32)
 }
 
 // The launch: blocks of as many tiles as it takes for every block to be resident at once.
-template <DType kT, bool kStaged, Source kSource>
+template <DType kT, bool kStaged>
 void go(cudaStream_t stream, const QuantJobs& jobs, int64_t tiles, int64_t k, int64_t tokens, const Acts& a,
-        bool accumulate, int64_t staged, const QuantX& round) {
-  const auto kernel = quant_mma_kernel<kT, kStaged, kSource>;
+        bool accumulate, int64_t staged) {
+  const auto kernel = quant_mma_kernel<kT, kStaged>;
   const int shared = static_cast<int>(kStagesOf * Round<kT>::kBytes + staged);
   // The blocks an SM holds at once with this much shared memory (asked once a size; a
   // decode step's launches take a few sizes).
@@ -457,43 +439,33 @@ void go(cudaStream_t stream, const QuantJobs& jobs, int64_t tiles, int64_t k, in
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((tokens + kTokens - 1) / kTokens));
   launch_kernel(kernel, grid, Unit<kT>::kGroups * 32, static_cast<size_t>(shared), stream, jobs,
                 static_cast<int>(tiles), static_cast<int>(per), static_cast<int>(k), static_cast<int>(tokens), a,
-                accumulate, round.x, static_cast<const float*>(round.norm.weight), round.norm.eps);
+                accumulate);
 }
 
 template <DType kT>
 void launch(cudaStream_t stream, std::span<const QuantJob> each, int64_t k, int64_t tokens, const Acts& a,
-            bool accumulate, const QuantX& round) {
+            bool accumulate) {
   int64_t tiles = 0;  // of 16 rows (the kernel's blocks each take several)
   const QuantJobs jobs = quant_jobs(each, kRows, 1, kT, k, tokens, tiles);
   const int64_t staged = x_bytes<kT>(std::min<int64_t>(tokens, kTokens), k);
-  // (Blocks of more threads than rms_norm's, Q8_0's, round nothing themselves.)
-  if constexpr (kNormThreads % (Unit<kT>::kGroups * 32) == 0) {
-    if (staged <= kStagedX && quant_x_folds(round, tokens, k, each)) {
-      if (round.norm.weight != nullptr)
-        return go<kT, true, Source::kNorm>(stream, jobs, tiles, k, tokens, a, accumulate, staged, round);
-      return go<kT, true, Source::kPlain>(stream, jobs, tiles, k, tokens, a, accumulate, staged, round);
-    }
-  }
-  if (round.x != nullptr) quant_round(stream, round.x, tokens, k, kT, a.q, round.norm);
-  if (staged <= kStagedX)
-    return go<kT, true, Source::kCopied>(stream, jobs, tiles, k, tokens, a, accumulate, staged, {});
-  go<kT, false, Source::kCopied>(stream, jobs, tiles, k, tokens, a, accumulate, 0, {});
+  if (staged <= kStagedX) return go<kT, true>(stream, jobs, tiles, k, tokens, a, accumulate, staged);
+  go<kT, false>(stream, jobs, tiles, k, tokens, a, accumulate, 0);
 }
 
 }  // namespace
 
 bool quant_mma_products(cudaStream_t stream, int64_t tokens, int64_t k, DType dtype, std::span<const QuantJob> jobs,
-                        bool accumulate, const Acts& a, const QuantX& round) {
+                        bool accumulate, const Acts& a) {
   if (tokens > kTokens) return false;
   const char* value = std::getenv("TESSERA_CUDA_QUANT_MMA");
   const std::string_view asked = value != nullptr ? value : "";
   if (asked == "0") return false;
   switch (dtype) {
-    case DType::kQ4_K: return launch<DType::kQ4_K>(stream, jobs, k, tokens, a, accumulate, round), true;
+    case DType::kQ4_K: return launch<DType::kQ4_K>(stream, jobs, k, tokens, a, accumulate), true;
     case DType::kQ8_0:
-      return asked == "all" ? (launch<DType::kQ8_0>(stream, jobs, k, tokens, a, accumulate, round), true) : false;
+      return asked == "all" ? (launch<DType::kQ8_0>(stream, jobs, k, tokens, a, accumulate), true) : false;
     case DType::kQ6_K:
-      return asked == "all" ? (launch<DType::kQ6_K>(stream, jobs, k, tokens, a, accumulate, round), true) : false;
+      return asked == "all" ? (launch<DType::kQ6_K>(stream, jobs, k, tokens, a, accumulate), true) : false;
     default: return false;
   }
 }
