@@ -14,7 +14,9 @@ namespace tessera::cpu::amx::kernel {
 // and its pairs lie one after another) against kT tokens in the instruction's order: each
 // lane one row, each column its own sequential stream, column c kColumnLag chunks behind
 // column c - 1 (streams a power of two apart read slower side by side: columns_kernel.h's
-// lagged_columns), each chunk's lines asked for `ahead` bytes on (a hint) as it starts.
+// lagged_columns), each line asked for `ahead` bytes on (a hint) as it is read: one request a
+// line read, as columns_kernel.h's steps ask, where a chunk's 16 lines asked for at once as it
+// started left a lone token's decode 6-18 % slower on the dev VM (docs/benchmarks.md, session 56).
 // xe, xo: the tokens' even and odd elements (k / 2 each, token t's from t * k / 2),
 // rounded to bf16 and widened. y: token t's outputs at t * ldy.
 // Ops::Lanes (all static): V (16 f32 lanes); zero(); split(p, even, odd) (16 rows' pair
@@ -42,10 +44,6 @@ void decode_column_group(const uint16_t* w, int64_t k, const float* xe, const fl
     for (int c = 0; c < kC; ++c) {
       chunk[c] = step - c * kColumnLag;
       live[c] = chunk[c] >= 0 && chunk[c] < chunks;
-      if (live[c] && ahead > 0)
-        for (int64_t line = 0; line < kTileRows; ++line)
-          __builtin_prefetch(reinterpret_cast<const char*>(col[c] + chunk[c] * kPairs * kTileRows) + ahead + 64 * line,
-                             0, 3);
     }
     V even[kC][kT], odd[kC][kT];
     for (int c = 0; c < kC; ++c)
@@ -54,6 +52,7 @@ void decode_column_group(const uint16_t* w, int64_t k, const float* xe, const fl
       for (int c = 0; c < kC; ++c) {
         if (!live[c]) continue;
         const int64_t u = chunk[c] * kPairs + p;
+        if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col[c] + u * kTileRows) + ahead, 0, 3);
         V we, wo;
         L::split(col[c] + u * kTileRows, we, wo);
         for (int t = 0; t < kT; ++t) {
