@@ -16,7 +16,7 @@ namespace tessera::cpu::amx::kernel {
 // column c - 1 (streams a power of two apart read slower side by side: columns_kernel.h's
 // lagged_columns), each line asked for `ahead` bytes on (a hint) as it is read: one request a
 // line read, as columns_kernel.h's steps ask, where a chunk's 16 lines asked for at once as it
-// started left a lone token's decode 6-18 % slower on the dev VM (docs/benchmarks.md, session 56).
+// started ran a lone token's decode 5-16 % slower on the dev VM (docs/benchmarks.md, session 56).
 // xe, xo: the tokens' even and odd elements (k / 2 each, token t's from t * k / 2),
 // rounded to bf16 and widened. y: token t's outputs at t * ldy.
 // Ops::Lanes (all static): V (16 f32 lanes); zero(); split(p, even, odd) (16 rows' pair
