@@ -83,9 +83,7 @@ struct ThreadScratch {
 // `base` (its first chunk's start) is `width` positions.
 struct UnitSpan {
   const AttentionUnit& u;
-  int64_t first(int64_t t) const {
-    return u.sliding_window > 0 ? std::max<int64_t>(0, u.pos0 + t - u.sliding_window + 1) : int64_t{0};
-  }
+  int64_t first(int64_t t) const { return first_seen(u.pos0 + t, u.sliding_window); }
   int64_t last(int64_t t) const { return u.pos0 + t; }
   int64_t lo() const { return first(0); }
   int64_t hi() const { return last(u.tokens - 1); }

@@ -1,3 +1,9 @@
+// CpuDevice::attention (attention.h): a call cut into units of a tile of tokens x a KV
+// head's query heads (or one head), each by AMX tile products (amx.h, over a bf16 cache in
+// the tiles' layouts) or by vector kernels (kernels.h: dot_rows, softmax_scaled,
+// axpy_rows), run whole on one thread each or, when few and long, in their three steps
+// (attention_step.h) shared out among all threads. Every path sums a token's scores and
+// outputs in its one order, so the bits depend on neither the units nor the threads.
 #include "backend/cpu/attention.h"
 
 #include <algorithm>
@@ -50,10 +56,8 @@ float* thread_floats(Floats which, int64_t n) {
   return buffers[i].get();
 }
 
-// Token t of the call sees positions [first(t), a.pos0 + t].
-int64_t first_seen(const AttentionArgs& a, int64_t t) {
-  return a.sliding_window > 0 ? std::max<int64_t>(0, a.pos0 + t - a.sliding_window + 1) : int64_t{0};
-}
+// Token t of the call sees positions [first_seen(a, t), a.pos0 + t].
+int64_t first_seen(const AttentionArgs& a, int64_t t) { return cpu::first_seen(a.pos0 + t, a.sliding_window); }
 
 // Each KV head's keys (kind 0) and values (1) of every block the call sees, in store_key's and
 // store_value's layouts, as cpu::amx::AttentionUnit takes them: rows[(kind * n_kv_heads + kv)
