@@ -28,6 +28,10 @@
 //                                or in the layout CpuDevice::place gives them (1,
 //                                weight_layout.h); counter: GBs (GB of weights per CPU
 //                                second of the thread)
+//   BM_LoneTokenAttention/<f16|bf16>/<positions>/<threads>  a lone token's attention
+//                                through CpuDevice (the 1B shape's heads, a pool's scattered
+//                                blocks, a layer's keys and values from memory), in wall time;
+//                                counters: us_a_layer, GBs (of keys and values read)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
@@ -339,6 +343,67 @@ void BM_LoneExperts(benchmark::State& state) {
   state.counters["gain"] = each / together - 1;
 }
 BENCHMARK(BM_LoneExperts)->Arg(1)->Arg(2)->Iterations(40)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A lone token's attention (decode) through CpuDevice, in wall time: the 1B shape's 32
+// query heads over 8 KV heads of 64 dimensions, <positions> positions in blocks of 32
+// scattered as a pool hands them out, in the cache dtype, over 64 layers in turn (a layer's
+// keys and values from memory, as in a decode step whose weights pass between layers).
+// Counters: us_a_layer, GBs (of keys and values read).
+//   BM_LoneTokenAttention/<f16|bf16>/<positions>/<threads>
+void BM_LoneTokenAttention(benchmark::State& state, DType dtype) {
+  constexpr int64_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kLayers = 64, kBlock = 32;
+  const int64_t positions = state.range(0), blocks = (positions + kBlock - 1) / kBlock;
+  tessera::CpuDevice device(static_cast<size_t>(state.range(1)));
+  tessera::KvPages pages{.dtype = dtype,
+                         .blocks = blocks,
+                         .block_size = kBlock,
+                         .layers = kLayers,
+                         .n_kv_heads = kKvHeads,
+                         .head_dim = kHeadDim};
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(pages.blocks * pages.block_elements()));
+  for (float& v : values) v = dist(rng);
+  auto memory = device.alloc(pages.block_bytes() * static_cast<size_t>(blocks));  // a pool's pages, as a model's
+  if (!memory.ok()) return state.SkipWithError("cannot allocate the pages");
+  cpu::from_f32(values.data(), static_cast<int64_t>(values.size()), dtype, memory->data());
+  pages.base = memory->data();
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) table[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<float> q(kHeads * kHeadDim), out(q.size());
+  for (float& v : q) v = dist(rng);
+  int64_t calls = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (int64_t layer = 0; layer < kLayers; ++layer) {
+      device.attention({.q = q.data(),
+                        .out = out.data(),
+                        .pages = &pages,
+                        .layer = layer,
+                        .blocks = table,
+                        .tokens = 1,
+                        .pos0 = positions - 1,
+                        .n_heads = kHeads,
+                        .sliding_window = 0,
+                        .scale = 0.125f});
+      benchmark::DoNotOptimize(out.data());
+    }
+    calls += kLayers;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  state.counters["us_a_layer"] = took / static_cast<double>(calls) * 1e6;
+  state.counters["GBs"] = static_cast<double>(calls * 2 * kKvHeads * positions * kHeadDim) *
+                          static_cast<double>(tessera::dtype_size(dtype)) / took * 1e-9;
+}
+BENCHMARK_CAPTURE(BM_LoneTokenAttention, f16, DType::kF16)
+    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LoneTokenAttention, bf16, DType::kBF16)
+    ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 void BM_Handoff(benchmark::State& state) {
   tessera::ThreadPool pool(static_cast<size_t>(state.range(0)));

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/amx.h"
@@ -34,11 +35,6 @@ constexpr int64_t kAttentionTokens = 8;
 constexpr int64_t kStepsFrom = 768;
 // Dimensions of an output piece of the vector units' kOutputs step.
 constexpr int64_t kOutputColumns = 16;
-
-// Asks for [p, p + bytes) to be brought into cache, a line at a time (a hint).
-void ask_for(const uint8_t* p, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
-}
 
 // At least n floats from a 64-byte line, in a buffer of the calling thread that grows as
 // needed: one for a unit's scores (a whole unit's, or in steps every unit's of the call) and
@@ -169,6 +165,13 @@ class VectorUnit {
   size_t bytes(int64_t b) const {
     return static_cast<size_t>((block_stop(b) - block_from(b)) * p_.head_dim) * dtype_size(p_.dtype);
   }
+  // The keys or values of the block after b that the unit sees (none after its last), to ask
+  // for while it reads block b's: a head's rows of a block are a few KiB apart from the
+  // next block's, a jump the hardware's prefetchers do not follow (a hint: the same bits).
+  Ahead after(int64_t b, int kind) const {
+    if (b >= hi_ / p_.block_size) return {};
+    return {rows(b + 1, kind, block_from(b + 1)), bytes(b + 1)};
+  }
   // Block b's keys (kind 0) or values (1) from position `from` in the cache.
   const uint8_t* rows(int64_t b, int kind, int64_t from) const {
     const int64_t block = a_.blocks[static_cast<size_t>(b)];
@@ -190,18 +193,17 @@ class VectorUnit {
   }
   void block_scores(int64_t b, float* scores) const {
     const int64_t from = block_from(b), stop = block_stop(b), hd = p_.head_dim;
-    // The next block's keys asked for ahead (as outputs asks for the next block's values): a
-    // block's rows of a head are a few KiB apart from the next block's, a jump the hardware's
-    // prefetchers do not follow (a hint: the same bits). This block's values asked for here
-    // too, before its outputs, made a decode at 4,096 positions slower (docs/benchmarks.md).
-    if (b < hi_ / p_.block_size) ask_for(rows(b + 1, 0, stop), bytes(b + 1));
+    // The next block's keys asked for by the first token's dot_rows (as outputs asks for the
+    // next block's values). This block's values asked for here too, before its outputs, made
+    // a decode at 4,096 positions slower (docs/benchmarks.md).
+    Ahead ahead = after(b, 0);
     const auto [keys, dtype] = readable(b, 0, from, stop, true);
     const int64_t key_bytes = static_cast<int64_t>(dtype_size(dtype)) * hd;
     for (int64_t t = t0_; t < t1_; ++t) {
       const auto [row0, row1] = visible(t, from, stop);
       if (row0 == row1) continue;
       dot_rows(a_.q + (t * a_.n_heads + h0_) * hd, heads_, hd, keys + (row0 - from) * key_bytes, dtype, row1 - row0,
-               scores + (t - t0_) * heads_ * span() + (row0 - lo_), span());
+               scores + (t - t0_) * heads_ * span() + (row0 - lo_), span(), std::exchange(ahead, {}));
     }
   }
   // Dimensions [d0, d1) of the unit's outputs: zeros, then every block's values in order.
@@ -214,7 +216,7 @@ class VectorUnit {
       }
     for (int64_t b = lo_ / p_.block_size; b <= hi_ / p_.block_size; ++b) {
       const int64_t from = block_from(b), stop = block_stop(b);
-      if (b < hi_ / p_.block_size) ask_for(rows(b + 1, 1, stop), bytes(b + 1));
+      Ahead ahead = after(b, 1);
       const auto [values, dtype] = readable(b, 1, from, stop, d1 - d0 == hd);
       const int64_t value_bytes = static_cast<int64_t>(dtype_size(dtype)) * hd;
       for (int64_t t = t0_; t < t1_; ++t) {
@@ -222,7 +224,7 @@ class VectorUnit {
         if (row0 == row1) continue;
         axpy_rows(scores + (t - t0_) * heads_ * span() + (row0 - lo_), span(), heads_,
                   values + (row0 - from) * value_bytes + d0 * static_cast<int64_t>(dtype_size(dtype)), dtype, hd,
-                  row1 - row0, a_.out + (t * a_.n_heads + h0_) * hd + d0, hd, d1 - d0);
+                  row1 - row0, a_.out + (t * a_.n_heads + h0_) * hd + d0, hd, d1 - d0, std::exchange(ahead, {}));
       }
     }
   }

@@ -83,13 +83,15 @@ void AxpyAs(float a, const void* x, DType dtype, float* y, int64_t n) {
 // of multiply-adds side by side, each vector of x loaded once for the kM rows.
 template <int kM, int kGroup, typename XT>
 HWY_INLINE void axpy_columns(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t ldx,
-                             int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t i) {
+                             int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t i, const Ahead& ahead) {
   const DF df;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(df));
   VF acc[kM][kGroup];
   for (int j = 0; j < kM; ++j)
     for (int v = 0; v < kGroup; ++v) acc[j][v] = hn::LoadU(df, y + j * ldy + i + v * lanes);
+  size_t asked = 0;
   for (int64_t r = 0; r < rows; ++r) {
+    ask_ahead(ahead, asked, r + 1, rows);
     VF xv[kGroup];
     for (int v = 0; v < kGroup; ++v) xv[v] = load_w(df, x + r * ldx, i + v * lanes);
     for (int j = 0; j < kM; ++j) {
@@ -112,28 +114,30 @@ constexpr int kAxpyRegisters = 8;
 // kM rows of y: groups of kMost columns' vectors (at most 8, kAxpyRegisters in all), then
 // one of 4, 2 and 1 as the columns left allow (a head of 64 on AVX-512 with 4 heads: one
 // group of 4 vectors a head, 16 chains side by side), then the scalar tail.
+// `ahead` asked for in the first pass over the rows (the first group of columns).
 template <int kM, typename XT>
 void axpy_rows_of(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRICT x, int64_t ldx, int64_t rows,
-                  float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
+                  float* HWY_RESTRICT y, int64_t ldy, int64_t n, const Ahead& ahead) {
   constexpr int kMost = std::max(1, std::min(8, kAxpyRegisters / kM));
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(DF()));
   int64_t i = 0;
-  for (; i + kMost * lanes <= n; i += kMost * lanes) axpy_columns<kM, kMost>(a, lda, x, ldx, rows, y, ldy, i);
+  const auto first = [&] { return i == 0 ? ahead : Ahead{}; };
+  for (; i + kMost * lanes <= n; i += kMost * lanes) axpy_columns<kM, kMost>(a, lda, x, ldx, rows, y, ldy, i, first());
   if constexpr (kMost > 4) {
     if (i + 4 * lanes <= n) {
-      axpy_columns<kM, 4>(a, lda, x, ldx, rows, y, ldy, i);
+      axpy_columns<kM, 4>(a, lda, x, ldx, rows, y, ldy, i, first());
       i += 4 * lanes;
     }
   }
   if constexpr (kMost > 2) {
     if (i + 2 * lanes <= n) {
-      axpy_columns<kM, 2>(a, lda, x, ldx, rows, y, ldy, i);
+      axpy_columns<kM, 2>(a, lda, x, ldx, rows, y, ldy, i, first());
       i += 2 * lanes;
     }
   }
   if constexpr (kMost > 1) {
     if (i + lanes <= n) {
-      axpy_columns<kM, 1>(a, lda, x, ldx, rows, y, ldy, i);
+      axpy_columns<kM, 1>(a, lda, x, ldx, rows, y, ldy, i, first());
       i += lanes;
     }
   }
@@ -148,22 +152,25 @@ void axpy_rows_of(const float* HWY_RESTRICT a, int64_t lda, const XT* HWY_RESTRI
 // as `rows` axpy calls a row of y), 4 rows of y at a time, then 2, then 1.
 template <typename XT>
 void axpy_rows_typed(const float* HWY_RESTRICT a, int64_t lda, int64_t m, const XT* HWY_RESTRICT x, int64_t ldx,
-                     int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t n) {
+                     int64_t rows, float* HWY_RESTRICT y, int64_t ldy, int64_t n, const Ahead& ahead) {
   int64_t j = 0;
-  for (; j + 4 <= m; j += 4) axpy_rows_of<4>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n);
+  const auto first = [&] { return j == 0 ? ahead : Ahead{}; };
+  for (; j + 4 <= m; j += 4) axpy_rows_of<4>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n, first());
   if (j + 2 <= m) {
-    axpy_rows_of<2>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n);
+    axpy_rows_of<2>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n, first());
     j += 2;
   }
-  if (j < m) axpy_rows_of<1>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n);
+  if (j < m) axpy_rows_of<1>(a + j * lda, lda, x, ldx, rows, y + j * ldy, ldy, n, first());
 }
 
 void AxpyRows(const float* a, int64_t lda, int64_t m, const void* x, DType dtype, int64_t ldx, int64_t rows, float* y,
-              int64_t ldy, int64_t n) {
+              int64_t ldy, int64_t n, const Ahead& ahead) {
   switch (dtype) {
-    case DType::kF32: return axpy_rows_typed(a, lda, m, static_cast<const float*>(x), ldx, rows, y, ldy, n);
-    case DType::kBF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::bfloat16_t*>(x), ldx, rows, y, ldy, n);
-    case DType::kF16: return axpy_rows_typed(a, lda, m, static_cast<const hwy::float16_t*>(x), ldx, rows, y, ldy, n);
+    case DType::kF32: return axpy_rows_typed(a, lda, m, static_cast<const float*>(x), ldx, rows, y, ldy, n, ahead);
+    case DType::kBF16:
+      return axpy_rows_typed(a, lda, m, static_cast<const hwy::bfloat16_t*>(x), ldx, rows, y, ldy, n, ahead);
+    case DType::kF16:
+      return axpy_rows_typed(a, lda, m, static_cast<const hwy::float16_t*>(x), ldx, rows, y, ldy, n, ahead);
     default: TS_CHECK(false, "axpy dtype ", dtype_name(dtype));
   }
 }
@@ -352,8 +359,8 @@ void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyAs)(a, x, x_dtype, y, n);
 }
 void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t ldx, int64_t rows,
-               float* y, int64_t ldy, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, lda, m, x, x_dtype, ldx, rows, y, ldy, n);
+               float* y, int64_t ldy, int64_t n, const Ahead& ahead) {
+  HWY_DYNAMIC_DISPATCH(AxpyRows)(a, lda, m, x, x_dtype, ldx, rows, y, ldy, n, ahead);
 }
 void to_f32(const void* src, DType dtype, int64_t n, float* dst) { HWY_DYNAMIC_DISPATCH(ToF32)(src, dtype, n, dst); }
 int64_t argmax(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(Argmax)(x, n); }

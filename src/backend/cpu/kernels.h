@@ -39,11 +39,27 @@ bool amx_active();
 // (unless TESSERA_BF16_COLUMNS=0).
 bool columns_active(DType w_dtype);
 
+// Bytes that a call asks the caches for while it reads its own rows (a hint: the same
+// bits): after reading part of its rows, that part of these bytes, a line at a time.
+// Attention's next block of keys or values, a jump the hardware's prefetchers do not
+// follow, asked for in step with the work on this block rather than all at once before
+// it: a burst of a block's 64 requests stalled a core on its queue of misses
+// (docs/benchmarks.md, session 57).
+struct Ahead {
+  const void* at = nullptr;
+  size_t bytes = 0;
+};
+// Asks for ahead's lines from `asked` (bytes, updated) up to done / total of its bytes.
+inline void ask_ahead(const Ahead& ahead, size_t& asked, int64_t done, int64_t total) {
+  const size_t to = ahead.bytes * static_cast<size_t>(done) / static_cast<size_t>(total);
+  for (; asked < to; asked += 64) __builtin_prefetch(static_cast<const char*>(ahead.at) + asked);
+}
+
 // matmul_rows for a few tokens (tiles only, never the GEMM), weights widened exactly to
 // f32, in matmul.cpp's order whatever bf16_dot_active() says (attention's scores over a
-// bf16 KV cache keep the queries in f32).
+// bf16 KV cache keep the queries in f32); `ahead` asked for as the rows are read.
 void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-              int64_t ldy);
+              int64_t ldy, const Ahead& ahead = {});
 
 // The same matmul in two steps, so that the threads splitting one call share one
 // packed copy of x instead of each packing all of it, and may split its tokens as well as
@@ -78,9 +94,9 @@ void axpy(float a, const void* x, DType x_dtype, float* y, int64_t n);
 // + j * lda, y_j = y + j * ldy), in that order of r for every element: the same bits as
 // `rows` calls of axpy a row of y, in one call (attention's values, for the query heads of a
 // KV head at once: each row of x loaded once for all of them), and each element's bits
-// whatever columns a call takes.
+// whatever columns a call takes; `ahead` asked for as the rows of x are read.
 void axpy_rows(const float* a, int64_t lda, int64_t m, const void* x, DType x_dtype, int64_t ldx, int64_t rows,
-               float* y, int64_t ldy, int64_t n);
+               float* y, int64_t ldy, int64_t n, const Ahead& ahead = {});
 // dst[i] = float(src[i]) for a f32, bf16 or f16 source.
 void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 // dst[i] = src[i] rounded to nearest even in f32, bf16 or f16.

@@ -286,6 +286,19 @@ HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const 
   }
 }
 
+// A tile's share of a call's Ahead (dot_tiles' in_cache tiles, the call's rows [0, rows),
+// the tile's from row r): asked for in step with the tile's reads.
+struct TileAsk {
+  const Ahead* ahead = nullptr;
+  size_t* asked = nullptr;
+  int64_t r = 0, rows = 1;
+
+  // Before a tile of kRows rows reads their elements up to i of k.
+  void upto(int64_t i, int64_t tile_rows, int64_t k) const {
+    if (ahead != nullptr) ask_ahead(*ahead, *asked, r * k + tile_rows * i, rows * k);
+  }
+};
+
 // kRows weight rows x kTok tokens, over the whole of k, accumulators in registers.
 // w: the tile's first row, its rows as `rows` says (row-major: a stride of k, and the
 // tails after the chunks; interleaved rows have none). xo: the tokens' x in chunk order
@@ -294,10 +307,12 @@ HWY_INLINE void tile_step(DF df, const float* HWY_RESTRICT xo, int64_t k, const 
 // accumulators (so the same sums): each row's reads a whole 64-byte line a step with
 // AVX-512 f16, and half the loop's overhead. `ahead` > 0 (one token): each step first
 // asks for the tile's next kRows steps' bytes `ahead` bytes further on, in memory order,
-// so that the tile asks for the bytes past its own as one sequential stream (a hint).
+// so that the tile asks for the bytes past its own as one sequential stream (a hint);
+// `ask` asks for its share of a call's Ahead step by step.
 template <int kRows, int kTok, typename WT>
 HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k, const WT* HWY_RESTRICT w,
-                         TileRows rows, float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0) {
+                         TileRows rows, float* HWY_RESTRICT y, int64_t ldy, int64_t ahead = 0,
+                         const TileAsk& ask = {}) {
   constexpr int64_t kChunk = kChunkVectors<WT>;
   constexpr int kChunks = kTok == 1 && kChunk == 1 ? 2 : 1;
   const DF df;
@@ -316,9 +331,14 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
       tile_step<kRows, kTok, kChunks>(df, xo, k, w, rows, i, acc);
     }
   }
-  for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes)
+  for (; i + kChunks * kChunk * lanes <= k_vec; i += kChunks * kChunk * lanes) {
+    ask.upto(i + kChunks * kChunk * lanes, kRows, k_vec);
     tile_step<kRows, kTok, kChunks>(df, xo, k, w, rows, i, acc);
-  for (; i < k_vec; i += kChunk * lanes) tile_step<kRows, kTok, 1>(df, xo, k, w, rows, i, acc);
+  }
+  for (; i < k_vec; i += kChunk * lanes) {
+    ask.upto(i + kChunk * lanes, kRows, k_vec);
+    tile_step<kRows, kTok, 1>(df, xo, k, w, rows, i, acc);
+  }
   for (int t = 0; t < kTok; ++t) {
     VF column[kRows];
     for (int r = 0; r < kRows; ++r) column[r] = acc[r][t];
@@ -390,10 +410,11 @@ void decode_groups(const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRI
 // Rows [0, rows) of w (in groups of `group`, 1, 4, 8 or 16: weight_layout.h) for a few
 // tokens. in_cache (rows one after another that sit in cache: attention's keys): first a
 // token at a time over tiles of kLanes rows, whose kLanes lane sums sum_lanes adds in one
-// tree (a tile of 4 rows pays the same tree for 4); the same sums either way.
+// tree (a tile of 4 rows pays the same tree for 4), asking for `ahead` as the first
+// token's tiles read; the same sums either way.
 template <typename WT>
 void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
-               float* HWY_RESTRICT y, int64_t ldy, int64_t group, bool in_cache) {
+               float* HWY_RESTRICT y, int64_t ldy, int64_t group, bool in_cache, const Ahead& ahead = {}) {
   const DF df;
   const float* xo = x;
   if constexpr (kChunkVectors<WT> != 1) {
@@ -404,12 +425,15 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
   }
   const TileRows layout = tile_rows<WT>(k, group);
   int64_t r = 0;
+  size_t asked = 0;
   if constexpr (kLanes >= 8 && static_cast<int>(kLanes) <= kMaxDecodeRows) {
     if (in_cache && group == 1)
       for (; r + static_cast<int64_t>(kLanes) <= rows; r += static_cast<int64_t>(kLanes))
         for (int64_t t = 0; t < tokens; ++t)
-          dot_tile<static_cast<int>(kLanes), 1>(xo + t * k, x + t * k, k, w + r * k, layout, y + t * ldy + r, ldy);
+          dot_tile<static_cast<int>(kLanes), 1>(xo + t * k, x + t * k, k, w + r * k, layout, y + t * ldy + r, ldy, 0,
+                                                t == 0 ? TileAsk{&ahead, &asked, r, rows} : TileAsk{});
   }
+  ask_ahead(ahead, asked, rows, rows);  // the rest, before the rows left
   if (tokens == 1 && group == 4) return decode_groups<4>(xo, k, w, rows, y, decode_prefetch_bytes());
   if (tokens == 1 && group == 8) return decode_groups<8>(xo, k, w, rows, y, decode_prefetch_bytes());
   if (tokens == 1 && group == 16) return decode_groups<16>(xo, k, w, rows, y, decode_prefetch_bytes());
@@ -646,10 +670,10 @@ void MatmulRows(const float* x, int64_t tokens, int64_t k, const void* w, DType 
 }
 
 void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-             int64_t ldy) {
+             int64_t ldy, const Ahead& ahead) {
   with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
-    dot_tiles(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy, 1, true);
+    dot_tiles(x, tokens, k, static_cast<const WT*>(w), rows, y, ldy, 1, true, ahead);
   });
 }
 
@@ -725,8 +749,8 @@ int64_t matmul_row_group(DType w_dtype) {
   return on ? HWY_DYNAMIC_DISPATCH(MatmulRowGroup)(w_dtype) : 1;
 }
 void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
-              int64_t ldy) {
-  HWY_DYNAMIC_DISPATCH(DotRows)(x, tokens, k, w, w_dtype, rows, y, ldy);
+              int64_t ldy, const Ahead& ahead) {
+  HWY_DYNAMIC_DISPATCH(DotRows)(x, tokens, k, w, w_dtype, rows, y, ldy, ahead);
 }
 bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
 bool amx_active() { return HWY_DYNAMIC_DISPATCH(AmxActive)(); }
