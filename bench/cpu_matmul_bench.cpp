@@ -32,6 +32,9 @@
 //                                through CpuDevice (the 1B shape's heads, a pool's scattered
 //                                blocks, a layer's keys and values from memory), in wall time;
 //                                counters: us_a_layer, GBs (of keys and values read)
+// And attention's scores alone: dot_rows of <tokens> query rows (a KV head's query heads)
+// over 512 keys of 64 in cache, 32 a call as a pool's blocks give them, in CPU time.
+//   BM_CachedDotRows/<f32|f16|bf16>/<tokens>  counter: GFLOPs
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
@@ -404,6 +407,32 @@ BENCHMARK_CAPTURE(BM_LoneTokenAttention, bf16, DType::kBF16)
     ->ArgsProduct({{512, 2048, 4096}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+
+void BM_CachedDotRows(benchmark::State& state, DType dtype) {
+  constexpr int64_t kKeys = 512, kDim = 64, kBlock = 32;
+  cpu::cap_isa_from_env();  // TESSERA_ISA=avx2, as CpuDevice does
+  const int64_t tokens = state.range(0);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> keys(kKeys * kDim), q(static_cast<size_t>(tokens * kDim)), y(static_cast<size_t>(tokens * kKeys));
+  for (float& v : keys) v = dist(rng);
+  for (float& v : q) v = dist(rng);
+  const size_t size = tessera::dtype_size(dtype);
+  std::vector<uint8_t> bytes(keys.size() * size);
+  cpu::from_f32(keys.data(), static_cast<int64_t>(keys.size()), dtype, bytes.data());
+  for (auto _ : state) {
+    for (int64_t b = 0; b < kKeys; b += kBlock)
+      cpu::dot_rows(q.data(), tokens, kDim, bytes.data() + static_cast<size_t>(b * kDim) * size, dtype, kBlock,
+                    y.data() + b, kKeys);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2e-9 * static_cast<double>(tokens * kKeys * kDim) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK_CAPTURE(BM_CachedDotRows, f32, DType::kF32)->Arg(1)->Arg(4)->Arg(8);
+BENCHMARK_CAPTURE(BM_CachedDotRows, f16, DType::kF16)->Arg(1)->Arg(4)->Arg(8);
+BENCHMARK_CAPTURE(BM_CachedDotRows, bf16, DType::kBF16)->Arg(1)->Arg(4)->Arg(8);
 
 void BM_Handoff(benchmark::State& state) {
   tessera::ThreadPool pool(static_cast<size_t>(state.range(0)));

@@ -160,10 +160,12 @@ TEST_P(MatmulTest, SumsInTheStatedOrderOnEveryTarget) {
   EXPECT_GE(targets_run, 2);
 }
 
-// Attention's scores (dot_rows: tiles of a vector's lanes of rows a token at a time, then
-// smaller tiles for the rows left) sum in the same stated order on every target, whatever
-// the weights' dtype: head sizes of 64 and 128 and one with a tail past the last chunk;
-// 37 rows leave rows past the whole tiles; 1 to 5 tokens (a GQA group of queries).
+// Attention's scores (dot_rows: on AVX-512 tiles of 4 rows x 4 tokens summed in one tree,
+// tiles of a vector's lanes of rows a token at a time for the tokens left, then smaller
+// tiles for the rows left) sum in the same stated order on every target, whatever the
+// weights' dtype: head sizes of 64 and 128 and one with a tail past the last chunk; 37 rows
+// leave rows past the whole tiles; 1, 4 and 5 tokens (a GQA group of queries; 5: a group
+// of 4 and one left). Failed first with the 4 x 4 tiles' tails summed backwards.
 TEST_P(MatmulTest, DotRowsSumInTheStatedOrderOnEveryTarget) {
   const int64_t rows = 37;
   for (const int64_t k : {int64_t{64}, int64_t{128}, int64_t{2 * 64 + 13}}) {

@@ -180,15 +180,17 @@ class VectorUnit {
                static_cast<int64_t>(dtype_size(p_.dtype));
   }
   // Rows [from, stop) of block b's keys or values as the kernels read them, and their dtype:
-  // in the cache, or, where an f16 cache's whole rows are read more than once (keys by every
-  // query row of the unit, a lone token's heads too; values, which axpy_rows widens once for
-  // a token's heads, by every token), widened to f32 once for all of them, where each read
-  // widened them again (f16's dot_rows and axpy_rows order is f32's: the same bits; bf16's
-  // dot_rows order is not, so a bf16 cache's blocks stay as they are). A lone token's keys
-  // widened once for its 4 heads: 7-12 % less time a layer (docs/benchmarks.md, session 57).
+  // in the cache, or, where an f16 cache's whole rows are read more than once (keys by each
+  // token's query heads in groups of dot_rows_at_once(), a lone token's too where that is 1;
+  // values, which axpy_rows widens once for a token's heads, by every token), widened to f32
+  // once for all of them, where each read widened them again (f16's dot_rows and axpy_rows
+  // order is f32's: the same bits; bf16's dot_rows order is not, so a bf16 cache's blocks
+  // stay as they are). A lone token's keys widened once for its 4 heads read one at a time:
+  // 7-12 % less time a layer (docs/benchmarks.md, session 57).
   std::pair<const uint8_t*, DType> readable(int64_t b, int kind, int64_t from, int64_t stop, bool whole_rows) const {
     const uint8_t* at = rows(b, kind, from);
-    const int64_t readers = kind == 0 ? (t1_ - t0_) * heads_ : t1_ - t0_;
+    const int64_t at_once = dot_rows_at_once();
+    const int64_t readers = kind == 0 ? (t1_ - t0_) * ((heads_ + at_once - 1) / at_once) : t1_ - t0_;
     if (p_.dtype != DType::kF16 || readers == 1 || !whole_rows) return {at, p_.dtype};
     float* widened = thread_floats(Floats::kWidened, (stop - from) * p_.head_dim);
     to_f32(at, p_.dtype, (stop - from) * p_.head_dim, widened);

@@ -60,6 +60,11 @@ inline void ask_ahead(const Ahead& ahead, size_t& asked, int64_t done, int64_t t
 // bf16 KV cache keep the queries in f32); `ahead` asked for as the rows are read.
 void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_dtype, int64_t rows, float* y,
               int64_t ldy, const Ahead& ahead = {});
+// Tokens whose sums dot_rows takes together on the target dispatch chose, each row read
+// once for all of them: 4 on AVX-512 (attention: a KV head's query heads on the Llama-3
+// shapes), 1 elsewhere (AVX2's 16 registers ran slower in tiles of 2 rows x 4 tokens than a
+// token at a time); more tokens read the rows again for each such group.
+int64_t dot_rows_at_once();
 
 // The same matmul in two steps, so that the threads splitting one call share one
 // packed copy of x instead of each packing all of it, and may split its tokens as well as

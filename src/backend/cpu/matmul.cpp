@@ -346,6 +346,63 @@ HWY_INLINE void dot_tile(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT
   }
 }
 
+// Tokens (attention's query rows) that dot_tiles' in-cache tiles take at once
+// (kernels.h's dot_rows_at_once).
+constexpr int kOneTreeTokens = kLanes >= 16 ? 4 : 1;
+
+// kRows in-cache rows (one after another) x kTok tokens, kLanes sums in all, whose lanes
+// sum_lanes adds in one tree: dot_tile<kRows, kTok>'s sums (each chunk in order into its
+// accumulator, then the lanes' tree, then the tail), where dot_tile's finish would pay a
+// whole tree for each token's kRows. Attention's scores: a block's keys read once for a
+// token's query heads, not once a head as by tiles of kLanes rows x 1 token.
+template <int kRows, int kTok, typename WT>
+HWY_INLINE void dot_tile_one_tree(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t k,
+                                  const WT* HWY_RESTRICT w, float* HWY_RESTRICT y, int64_t ldy) {
+  static_assert(kRows * kTok == static_cast<int>(kLanes));
+  constexpr int64_t kChunk = kChunkVectors<WT>;
+  const DF df;
+  const int64_t step = kChunk * static_cast<int64_t>(hn::Lanes(df));
+  const int64_t k_vec = chunked<WT>(df, k);
+  VF acc[kRows][kTok];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kTok; ++t) acc[r][t] = hn::Zero(df);
+  for (int64_t i = 0; i < k_vec; i += step) tile_step<kRows, kTok, 1>(df, xo, k, w, TileRows{k, 1}, i, acc);
+  VF by_token[kTok * kRows];  // a token's sums side by side
+  for (int t = 0; t < kTok; ++t)
+    for (int r = 0; r < kRows; ++r) by_token[t * kRows + r] = acc[r][t];
+  HWY_ALIGN float sums[kLanes];
+  sum_lanes(df, by_token, kLanes, sums);
+  for (int t = 0; t < kTok; ++t) {
+    float* out = y + t * ldy;
+    std::memcpy(out, sums + t * kRows, sizeof(float) * kRows);
+    for (int r = 0; r < kRows && k_vec < k; ++r)
+      for (int64_t i = k_vec; i < k; ++i) out[r] = std::fma(w_scalar(w + r * k, i), x[t * k + i], out[r]);
+  }
+}
+
+// dot_tiles' in-cache rows for `tokens`, a multiple of kOneTreeTokens: tiles of
+// kOneTreeTokens tokens x the rows that make kLanes sums, then each row left a token at a
+// time; `ahead` asked for as the first tokens' tiles read, a tile's share before it.
+template <typename WT>
+void one_tree_tiles(const float* HWY_RESTRICT xo, const float* HWY_RESTRICT x, int64_t tokens, int64_t k,
+                    const WT* HWY_RESTRICT w, int64_t rows, float* HWY_RESTRICT y, int64_t ldy, const Ahead& ahead) {
+  if constexpr (kOneTreeTokens > 1) {
+    constexpr int kTok = kOneTreeTokens, kRows = static_cast<int>(kLanes) / kTok;
+    size_t asked = 0;
+    for (int64_t t = 0; t < tokens; t += kTok) {
+      int64_t r = 0;
+      for (; r + kRows <= rows; r += kRows) {
+        if (t == 0) ask_ahead(ahead, asked, r + kRows, rows);
+        dot_tile_one_tree<kRows, kTok>(xo + t * k, x + t * k, k, w + r * k, y + t * ldy + r, ldy);
+      }
+      ask_ahead(ahead, asked, rows, rows);
+      for (; r < rows; ++r)
+        for (int64_t u = t; u < t + kTok; ++u)
+          dot_tile<1, 1>(xo + u * k, x + u * k, k, w + r * k, TileRows{k, 1}, y + u * ldy + r, ldy);
+    }
+  }
+}
+
 // kS groups of kRows interleaved rows (weight_layout.h) for one token, side by side: group j
 // from `first[j]` (its first line) into y[j]. Each group's lines in memory order through one
 // pointer (the sums of dot_tile<kRows, 1>: each row's chunks in order into its own
@@ -408,10 +465,11 @@ void decode_groups(const float* HWY_RESTRICT xo, int64_t k, const WT* HWY_RESTRI
 }
 
 // Rows [0, rows) of w (in groups of `group`, 1, 4, 8 or 16: weight_layout.h) for a few
-// tokens. in_cache (rows one after another that sit in cache: attention's keys): first a
-// token at a time over tiles of kLanes rows, whose kLanes lane sums sum_lanes adds in one
-// tree (a tile of 4 rows pays the same tree for 4), asking for `ahead` as the first
-// token's tiles read; the same sums either way.
+// tokens. in_cache (rows one after another that sit in cache: attention's keys): the
+// tokens in fours over tiles of kLanes / 4 rows (one_tree_tiles), the tokens left a token
+// at a time over tiles of kLanes rows, each tile's kLanes lane sums added by sum_lanes in
+// one tree (a tile of 4 rows pays the same tree for 4), asking for `ahead` as the first
+// tokens' tiles read; the same sums every way.
 template <typename WT>
 void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT* HWY_RESTRICT w, int64_t rows,
                float* HWY_RESTRICT y, int64_t ldy, int64_t group, bool in_cache, const Ahead& ahead = {}) {
@@ -427,6 +485,12 @@ void dot_tiles(const float* HWY_RESTRICT x, int64_t tokens, int64_t k, const WT*
   int64_t r = 0;
   size_t asked = 0;
   if constexpr (kLanes >= 8 && static_cast<int>(kLanes) <= kMaxDecodeRows) {
+    if (kOneTreeTokens > 1 && in_cache && group == 1 && tokens >= kOneTreeTokens) {
+      const int64_t most = tokens / kOneTreeTokens * kOneTreeTokens;
+      one_tree_tiles(xo, x, most, k, w, rows, y, ldy, ahead);
+      if (most < tokens) dot_tiles(x + most * k, tokens - most, k, w, rows, y + most * ldy, ldy, group, true);
+      return;
+    }
     if (in_cache && group == 1)
       for (; r + static_cast<int64_t>(kLanes) <= rows; r += static_cast<int64_t>(kLanes))
         for (int64_t t = 0; t < tokens; ++t)
@@ -677,6 +741,8 @@ void DotRows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_d
   });
 }
 
+int64_t DotRowsAtOnce() { return kOneTreeTokens; }
+
 int64_t MatmulPackedFloats(int64_t tokens, int64_t k, DType w_dtype) {
   if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return m->packed_floats(tokens, k);
   return with_weight_type(w_dtype, [&](auto tag) {
@@ -732,6 +798,7 @@ namespace tessera::cpu {
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(MatmulRowGroup);
 HWY_EXPORT(DotRows);
+HWY_EXPORT(DotRowsAtOnce);
 HWY_EXPORT(Bf16DotActive);
 HWY_EXPORT(AmxActive);
 HWY_EXPORT(ColumnsActive);
@@ -752,6 +819,7 @@ void dot_rows(const float* x, int64_t tokens, int64_t k, const void* w, DType w_
               int64_t ldy, const Ahead& ahead) {
   HWY_DYNAMIC_DISPATCH(DotRows)(x, tokens, k, w, w_dtype, rows, y, ldy, ahead);
 }
+int64_t dot_rows_at_once() { return HWY_DYNAMIC_DISPATCH(DotRowsAtOnce)(); }
 bool bf16_dot_active() { return HWY_DYNAMIC_DISPATCH(Bf16DotActive)(); }
 bool amx_active() { return HWY_DYNAMIC_DISPATCH(AmxActive)(); }
 bool columns_active(DType w_dtype) { return HWY_DYNAMIC_DISPATCH(ColumnsActive)(w_dtype); }
