@@ -375,7 +375,8 @@ HWY_INLINE void dot_tile_one_tree(const float* HWY_RESTRICT xo, const float* HWY
   for (int t = 0; t < kTok; ++t) {
     float* out = y + t * ldy;
     std::memcpy(out, sums + t * kRows, sizeof(float) * kRows);
-    for (int r = 0; r < kRows && k_vec < k; ++r)
+    if (k_vec == k) continue;
+    for (int r = 0; r < kRows; ++r)
       for (int64_t i = k_vec; i < k; ++i) out[r] = std::fma(w_scalar(w + r * k, i), x[t * k + i], out[r]);
   }
 }
