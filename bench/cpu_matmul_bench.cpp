@@ -35,6 +35,11 @@
 // And attention's scores alone: dot_rows of <tokens> query rows (a KV head's query heads)
 // over 512 keys of 64 in cache, 32 a call as a pool's blocks give them, in CPU time.
 //   BM_CachedDotRows/<f32|f16|bf16>/<tokens>  counter: GFLOPs
+// And one thread reading 1 GiB of CpuDevice's memory in pieces of <KiB> at shuffled places,
+// asking for the next piece's lines as it reads its own (kernels.h's Ahead, as attention
+// asks for the next block of the pool's: a head's 32 positions of a layer are 4 KiB), or in
+// one stream (0): the read rate a KV cache's layout allows a core.
+//   BM_PieceReads/<KiB, 0: one stream>  counter: GBs (per CPU second)
 // And the thread pool's hand-off, in wall time: one parallel_for with no work on
 // <threads> threads (the caller's included), what each of the ~130 a decode step makes
 // costs beyond its work when every thread has a core.
@@ -433,6 +438,36 @@ void BM_CachedDotRows(benchmark::State& state, DType dtype) {
 BENCHMARK_CAPTURE(BM_CachedDotRows, f32, DType::kF32)->Arg(1)->Arg(4)->Arg(8);
 BENCHMARK_CAPTURE(BM_CachedDotRows, f16, DType::kF16)->Arg(1)->Arg(4)->Arg(8);
 BENCHMARK_CAPTURE(BM_CachedDotRows, bf16, DType::kBF16)->Arg(1)->Arg(4)->Arg(8);
+
+void BM_PieceReads(benchmark::State& state) {
+  constexpr size_t kBytes = size_t{1} << 30;
+  const size_t piece = state.range(0) == 0 ? kBytes : static_cast<size_t>(state.range(0)) * 1024;
+  tessera::CpuDevice device(1);
+  auto memory = device.alloc(kBytes);  // huge pages, as the pool's
+  if (!memory.ok()) return state.SkipWithError("cannot allocate 1 GiB");
+  auto* words = static_cast<uint64_t*>(memory->data());
+  for (size_t i = 0; i < kBytes / 8; ++i) words[i] = i;
+  std::vector<size_t> order(kBytes / piece);  // pieces, in words from the start
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i * piece / 8;
+  std::shuffle(order.begin(), order.end(), std::mt19937(1));
+  const auto piece_words = static_cast<int64_t>(piece / 8);
+  for (auto _ : state) {
+    uint64_t sums[4] = {};
+    for (size_t i = 0; i < order.size(); ++i) {
+      const uint64_t* at = words + order[i];
+      const cpu::Ahead next = i + 1 < order.size() ? cpu::Ahead{words + order[i + 1], piece} : cpu::Ahead{};
+      size_t asked = 0;
+      for (int64_t w = 0; w < piece_words; w += 8) {  // a line a step
+        cpu::ask_ahead(next, asked, w + 8, piece_words);
+        for (int j = 0; j < 8; ++j) sums[j % 4] += at[w + j];
+      }
+    }
+    benchmark::DoNotOptimize(sums);
+  }
+  state.counters["GBs"] = benchmark::Counter(
+      1e-9 * static_cast<double>(kBytes) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PieceReads)->Arg(4)->Arg(16)->Arg(64)->Arg(0)->Unit(benchmark::kMillisecond);
 
 void BM_Handoff(benchmark::State& state) {
   tessera::ThreadPool pool(static_cast<size_t>(state.range(0)));
