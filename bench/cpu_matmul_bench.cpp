@@ -287,6 +287,53 @@ BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)
     ->ArgsProduct({{2048}, {8192}, {0, 1}, {1, 4}})
     ->Unit(benchmark::kMillisecond);
 
+// A decode step's 16-bit matmuls through CpuDevice on both of the dev VM's threads, as a
+// layer of the 1B shape calls them (q/k/v and gate/up each one call of matmuls, o and down
+// one matmul each), four layers (481 MiB, from memory), the weights placed; GB of weights a
+// second of wall time. Both threads: the rows' chunks among threads are what it measures.
+void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
+  tessera::CpuDevice device(2);
+  constexpr int64_t kLayers = 4, kHidden = 2048, kKv = 512, kFfn = 8192;
+  const int64_t shapes[][2] = {{kHidden, kHidden}, {kKv, kHidden},     {kKv, kHidden}, {kFfn, kHidden},
+                               {kFfn, kHidden},    {kHidden, kHidden}, {kHidden, kFfn}};
+  std::vector<std::unique_ptr<GemmCase>> cases;  // GemmCase's weights (its x and y unused)
+  std::vector<tessera::TensorView> w;
+  double bytes = 0;
+  for (int64_t layer = 0; layer < kLayers; ++layer)
+    for (const auto& [rows, k] : shapes) {
+      cases.push_back(std::make_unique<GemmCase>(rows, k, dtype));
+      w.push_back(device.place(tessera::TensorView{dtype, {rows, k}, cases.back()->bytes.data()}).value());
+      bytes += static_cast<double>(cases.back()->bytes.size());
+    }
+  std::vector<float> x(kFfn, 0.5f), y(4 * kFfn);
+  const tessera::TensorView none;  // no bias
+  const auto layer = [&](const tessera::TensorView* lw) {
+    using P = tessera::Device::Projection;
+    const P qkv[] = {
+        {&lw[0], &none, y.data()}, {&lw[1], &none, y.data() + kHidden}, {&lw[2], &none, y.data() + kHidden + kKv}};
+    device.matmuls(x.data(), 1, qkv);
+    device.matmul(x.data(), 1, lw[5], {}, y.data());
+    const P gate_up[] = {{&lw[3], &none, y.data()}, {&lw[4], &none, y.data() + kFfn}};
+    device.matmuls(x.data(), 1, gate_up);
+    device.matmul(x.data(), 1, lw[6], {}, y.data());
+  };
+  int64_t runs = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    for (int64_t l = 0; l < kLayers; ++l) layer(&w[static_cast<size_t>(l) * std::size(shapes)]);
+    benchmark::DoNotOptimize(y.data());
+    ++runs;
+  }
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  state.counters["GBs"] = bytes * static_cast<double>(runs) / took.count() * 1e-9;
+  state.SetLabel(cpu::isa_name());
+}
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, f16, DType::kF16)->Iterations(400)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, bf16, DType::kBF16)
+    ->Iterations(400)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 // A lone token's experts through CpuDevice on <threads> threads, in wall time: Qwen3-30B-A3B's
 // 8 experts a layer (gate and up [768, 2048], down [2048, 768], bf16) of 16 layers (1.1 GiB,
 // from memory), each iteration one pass of the layers as a matmul a weight (24 parallel

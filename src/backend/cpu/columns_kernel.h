@@ -64,6 +64,7 @@ inline constexpr int64_t kGemmTokens = 16;    // calls of at least this many tok
 inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at (x of a block: at most 192 KiB, L2)
 inline constexpr int64_t kScratchElements = kMaxColumns * kColumn * kKcElements;  // copied columns of a block
 static_assert(kKcElements % kChunk == 0);
+static_assert(decode_rows(kColumns) == kMaxColumns * kColumn);
 
 // A call's weights: `rows` rows of k elements in `group`'s layout (weight_layout.h).
 struct Weights {

@@ -41,9 +41,9 @@ void free_host(void* data, size_t bytes) {
   }
 }
 
-// Rows in units of 16 (whole decode tiles).
-void for_row_chunks(ThreadPool& pool, size_t n, const std::function<void(size_t, size_t)>& fn) {
-  for_chunks(pool, n, 16, fn);
+// Rows in units of the decode kernel's group (weight_layout.h's decode_rows).
+void for_row_chunks(ThreadPool& pool, size_t n, int64_t group, const std::function<void(size_t, size_t)>& fn) {
+  for_chunks(pool, n, static_cast<size_t>(cpu::decode_rows(group)), fn);
 }
 
 // How a GEMM call of `tokens` x n rows is cut into pieces for the threads: rows at the
@@ -165,7 +165,7 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   } else if (packed_floats == 0 && static_cast<size_t>(n) * row_bytes <= kCallerBytes) {
     cpu::matmul_rows(x, tokens, k, base, w.dtype, n, y, n, w.row_group);
   } else if (packed_floats == 0) {
-    for_row_chunks(pool_, static_cast<size_t>(n), [&](size_t begin, size_t end) {
+    for_row_chunks(pool_, static_cast<size_t>(n), w.row_group, [&](size_t begin, size_t end) {
       cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin, n,
                        w.row_group);
     });
@@ -259,12 +259,18 @@ void CpuDevice::matmuls_each(int64_t tokens, std::span<const float* const> xs, s
 }
 
 void CpuDevice::tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) {
-  // Weight i's rows are units [first[i], first[i + 1]) of 16 rows (whole decode tiles,
-  // as matmul deals them); a chunk of units may span several weights.
+  // Weight i's rows are units [first[i], first[i + 1]) of 16 rows (whole decode tiles); a
+  // chunk of units may span several weights, and is whole groups of the decode kernel's
+  // (decode_rows, as matmul deals them) where every weight is in one layout.
   constexpr int64_t kUnit = 16;
   std::vector<int64_t> first{0};
-  for (const Projection& out : outs) first.push_back(first.back() + (out.w->dim(0) + kUnit - 1) / kUnit);
-  for_chunks(pool_, static_cast<size_t>(first.back()), 1, [&](size_t begin, size_t end) {
+  int64_t group = outs[0].w->row_group;
+  for (const Projection& out : outs) {
+    first.push_back(first.back() + (out.w->dim(0) + kUnit - 1) / kUnit);
+    if (out.w->row_group != group) group = 1;
+  }
+  const auto per_chunk = static_cast<size_t>(cpu::decode_rows(group) / kUnit);
+  for_chunks(pool_, static_cast<size_t>(first.back()), per_chunk, [&](size_t begin, size_t end) {
     auto i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), static_cast<int64_t>(begin)) -
                                  first.begin() - 1);
     for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++i) {

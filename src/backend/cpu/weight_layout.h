@@ -34,6 +34,13 @@ inline constexpr int64_t kColumns = -16;  // the column layout's `group` (above)
 // Rows a group of the layout holds (16 for kColumns).
 inline int64_t group_rows(int64_t group) { return group == kColumns ? 16 : group; }
 
+// Rows a one-token call in `group`'s layout reads side by side (columns_kernel.h's
+// lagged_columns: 4 columns of 16 rows; other layouts' decode tiles: 16), the unit a decode
+// matmul's rows are dealt to threads in. A chunk of 16 rows in the column layout left the
+// kernel a group of 1-3 columns at the end of most chunks: fewer streams at once, 2-3 %
+// slower in all (docs/benchmarks.md, session 59).
+inline constexpr int64_t decode_rows(int64_t group) { return group == kColumns ? 64 : 16; }
+
 template <typename T>
 inline constexpr int64_t kLineElements = kLineBytes / static_cast<int64_t>(sizeof(T));
 
