@@ -130,9 +130,11 @@ float in_stated_order(const float* x, const uint16_t* w, int64_t k) {
 // Every output of the emulated kernel is the stated sum, bitwise: one token and several
 // (a partial tile of tokens), k within one block and across three (sums from y between
 // blocks: fails when a block after the first starts from zero), a k not whole chunks (the
-// copied columns' zeros), and rows not whole columns or groups of four (partial tiles).
+// copied columns' zeros), rows not whole columns or groups of four (partial tiles), and a
+// k from which a GEMM takes its groups in pairs (fails when the pair's second group starts
+// its first block from y).
 TYPED_TEST(ColumnsTest, EachOutputIsItsSumAlongKInTheStatedOrder) {
-  for (const int64_t k : {int64_t{64}, int64_t{1061}, 2 * columns::kKcElements + 96}) {
+  for (const int64_t k : {int64_t{64}, int64_t{1061}, 2 * columns::kKcElements + 96, columns::kPairedK + 96}) {
     const int64_t rows = 85, tokens = 20;
     const auto x = random_values(static_cast<size_t>(tokens * k), 61);
     const auto w = random_weights<TypeParam>(static_cast<size_t>(rows * k), 62);

@@ -62,6 +62,7 @@ inline constexpr int kMaxTokens = 6;          // tokens a micro-kernel: 24 accum
 inline constexpr int64_t kKcElements = 256;   // elements of k a block: 4 columns' block is 32 KiB, in L1
 inline constexpr int64_t kGemmTokens = 16;    // calls of at least this many tokens pack x once for their threads
 inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at (x of a block: at most 192 KiB, L2)
+inline constexpr int64_t kPairedK = 8192;     // k from which a GEMM takes its groups of columns in pairs (matmul)
 inline constexpr int64_t kScratchElements = kMaxColumns * kColumn * kKcElements;  // copied columns of a block
 static_assert(kKcElements % kChunk == 0);
 static_assert(decode_rows(kColumns) == kMaxColumns * kColumn);
@@ -298,32 +299,38 @@ void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int6
     }
     return;
   }
-  for (int64_t c0 = 0; c0 < columns; c0 += kMaxColumns) {
-    const int kc = static_cast<int>(std::min<int64_t>(kMaxColumns, columns - c0));
-    for (int64_t u0 = 0; u0 < count; u0 += kBlock) {
-      const int64_t n = std::min(kBlock, count - u0);
-      const uint16_t* col[kMaxColumns];
-      for (int c = 0; c < kc; ++c) col[c] = column<Ops>(w, c0 + c, u0, n, scratch + c * kColumn * kKcElements);
-      float* out = y + c0 * kColumn;
-      const int64_t rows_left = w.rows - c0 * kColumn;
-      if constexpr (kWidens<Ops>) {
-        if (tokens < kGemmTokens) {
-          block_tiles<Ops>(kc, col, xp + u0 * Ops::kUnit, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
-          continue;
+  // Groups of kMaxColumns columns, each over every k block; from kPairedK on, a GEMM takes
+  // two groups over each k block in turn, so that x's block, read from memory for the
+  // first, is still in L2 for the second (a call's x at 512 tokens of k 8,192 is 16 MiB:
+  // f16 +2-5 % at k 8,192 and 14,336, bf16 0-3 %; nothing at k 2,048 or 4,096: session 59
+  // in docs/benchmarks.md). Every output still sums its k blocks in order.
+  const int64_t together = (tokens >= kGemmTokens && w.k >= kPairedK ? 2 : 1) * kMaxColumns;
+  for (int64_t g0 = 0; g0 < columns; g0 += together)
+    for (int64_t u0 = 0; u0 < count; u0 += kBlock)
+      for (int64_t c0 = g0; c0 < std::min(columns, g0 + together); c0 += kMaxColumns) {
+        const int kc = static_cast<int>(std::min<int64_t>(kMaxColumns, columns - c0));
+        const int64_t n = std::min(kBlock, count - u0);
+        const uint16_t* col[kMaxColumns];
+        for (int c = 0; c < kc; ++c) col[c] = column<Ops>(w, c0 + c, u0, n, scratch + c * kColumn * kKcElements);
+        float* out = y + c0 * kColumn;
+        const int64_t rows_left = w.rows - c0 * kColumn;
+        if constexpr (kWidens<Ops>) {
+          if (tokens < kGemmTokens) {
+            block_tiles<Ops>(kc, col, xp + u0 * Ops::kUnit, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
+            continue;
+          }
+          float* wide = reinterpret_cast<float*>(scratch + kScratchElements);
+          const float* wcol[kMaxColumns];
+          for (int c = 0; c < kc; ++c) {
+            wcol[c] = wide + c * kColumn * kKcElements;
+            Ops::widen(col[c], n, wide + c * kColumn * kKcElements, ahead);
+          }
+          block_tiles<typename Ops::Wide>(kc, wcol, xp + u0 * Ops::kUnit, xs, tokens, n * Ops::kUnit, u0 == 0, 0, out,
+                                          ldy, rows_left);
+        } else {
+          block_tiles<Ops>(kc, col, xp + u0, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
         }
-        float* wide = reinterpret_cast<float*>(scratch + kScratchElements);
-        const float* wcol[kMaxColumns];
-        for (int c = 0; c < kc; ++c) {
-          wcol[c] = wide + c * kColumn * kKcElements;
-          Ops::widen(col[c], n, wide + c * kColumn * kKcElements, ahead);
-        }
-        block_tiles<typename Ops::Wide>(kc, wcol, xp + u0 * Ops::kUnit, xs, tokens, n * Ops::kUnit, u0 == 0, 0, out,
-                                        ldy, rows_left);
-      } else {
-        block_tiles<Ops>(kc, col, xp + u0, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
       }
-    }
-  }
 }
 
 // Tokens [begin, end) of x packed into xp (token t at t * words(k)).
