@@ -141,19 +141,28 @@ inline typename Ops::X x_unit(const uint32_t* x, int64_t u) {
 // words from the block's first unit, a token `xs` words after the last): acc[c][t] in
 // order.
 // ahead > 0: each step asks for each column's line `ahead` bytes on (a hint).
+// Two or more tokens: at every line of each token's x (16 words) it asks for the same line of
+// the next kT tokens' x, the next tile's (past a block's last token the hint goes unused):
+// a tile's x comes from L3 or memory, six short streams the prefetchers learn late (f16
+// +1-6 %, bf16 0-4 %, most at k 8,192; docs/benchmarks.md, session 59).
 template <typename Ops, int kC, int kT, typename E>
 inline void steps(typename Ops::Acc (&acc)[kC][kT], const E* const* col, const uint32_t* x, int64_t xs, int64_t n,
                   int64_t ahead) {
-  constexpr int64_t kStep = kColumn * Ops::kUnit;
-  for (int64_t p = 0; p < n; ++p) {
-    typename Ops::W wv[kC];
-    for (int c = 0; c < kC; ++c) {
-      if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col[c] + p * kStep) + ahead, 0, 3);
-      wv[c] = Ops::load(col[c] + p * kStep);
-    }
-    for (int t = 0; t < kT; ++t) {
-      const typename Ops::X xv = x_unit<Ops>(x + t * xs, p);
-      for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
+  constexpr int64_t kStep = kColumn * Ops::kUnit, kWords = kWidens<Ops> ? Ops::kUnit : 1;  // x's words a unit
+  constexpr int64_t kLine = kLineBytes / int64_t{sizeof(uint32_t)} / kWords;               // units a line of x
+  for (int64_t p0 = 0; p0 < n; p0 += kLine) {
+    if constexpr (kT > 1)
+      for (int t = 0; t < kT; ++t) __builtin_prefetch(x + (kT + t) * xs + p0 * kWords, 0, 3);
+    for (int64_t p = p0; p < std::min(n, p0 + kLine); ++p) {
+      typename Ops::W wv[kC];
+      for (int c = 0; c < kC; ++c) {
+        if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col[c] + p * kStep) + ahead, 0, 3);
+        wv[c] = Ops::load(col[c] + p * kStep);
+      }
+      for (int t = 0; t < kT; ++t) {
+        const typename Ops::X xv = x_unit<Ops>(x + t * xs, p);
+        for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
+      }
     }
   }
 }
@@ -216,12 +225,29 @@ void tile_tokens(int kt, const E* const* col, const uint32_t* x, int64_t xs, int
   }
 }
 
+// The weights a GEMM widens next, in the column layout: `columns` pieces of `bytes` from
+// `first`, `stride` bytes apart (none: bytes 0).
+struct NextBlock {
+  const char* first = nullptr;
+  int64_t columns = 0, stride = 0, bytes = 0;
+};
+
 // The tiles of kc columns (col: the block's first unit) over every token of packed x (x:
-// the block's first word of token 0, xs words a token), n units of T's.
+// the block's first word of token 0, xs words a token), n units of T's. After each tile
+// it asks for a share of `next`'s lines into L2, so that the next block's widening, one
+// pass before its tiles, finds them there instead of waiting on memory (f16 +0.4-4.6 %;
+// not for bf16, whose tiles read the weights as they lie: nothing measurable; session 59
+// in docs/benchmarks.md).
 template <typename T, typename E>
 void block_tiles(int kc, const E* const* col, const uint32_t* x, int64_t xs, int64_t tokens, int64_t n, bool first,
-                 int64_t ahead, float* y, int64_t ldy, int64_t rows_left) {
+                 int64_t ahead, float* y, int64_t ldy, int64_t rows_left, const NextBlock& next = {}) {
+  const int64_t lines = next.bytes / kLineBytes, tiles = (tokens + kMaxTokens - 1) / kMaxTokens;
+  const int64_t share = (lines + tiles - 1) / tiles;
+  int64_t line = 0;
   for (int64_t t0 = 0; t0 < tokens; t0 += kMaxTokens) {
+    for (const int64_t end = std::min(lines, line + share); line < end; ++line)
+      for (int64_t c = 0; c < next.columns; ++c)
+        __builtin_prefetch(next.first + c * next.stride + line * kLineBytes, 0, 2);
     const int kt = static_cast<int>(std::min<int64_t>(kMaxTokens, tokens - t0));
     const uint32_t* xt = x + t0 * xs;
     float* out = y + t0 * ldy;
@@ -305,6 +331,16 @@ void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int6
   // f16 +2-5 % at k 8,192 and 14,336, bf16 0-3 %; nothing at k 2,048 or 4,096: session 59
   // in docs/benchmarks.md). Every output still sums its k blocks in order.
   const int64_t together = (tokens >= kGemmTokens && w.k >= kPairedK ? 2 : 1) * kMaxColumns;
+  const auto next_block = [&](int64_t g0, int64_t c0, int64_t u0) -> NextBlock {  // the one after (c0, u0)
+    int64_t c = c0 + kMaxColumns, u = u0;
+    if (c >= std::min(columns, g0 + together)) c = g0, u += kBlock;
+    if (u >= count) c = g0 + together, u = 0;
+    if (w.group != kColumns || c >= columns) return {};
+    constexpr int64_t kStep = kColumn * Ops::kUnit, kBytes = sizeof(uint16_t);  // elements a unit of a column
+    return {reinterpret_cast<const char*>(w.w + c * kColumn * w.k + u * kStep),
+            std::min<int64_t>(kMaxColumns, columns - c), kColumn * w.k * kBytes,
+            std::min(kBlock, count - u) * kStep * kBytes};
+  };
   for (int64_t g0 = 0; g0 < columns; g0 += together)
     for (int64_t u0 = 0; u0 < count; u0 += kBlock)
       for (int64_t c0 = g0; c0 < std::min(columns, g0 + together); c0 += kMaxColumns) {
@@ -326,7 +362,7 @@ void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int6
             Ops::widen(col[c], n, wide + c * kColumn * kKcElements, ahead);
           }
           block_tiles<typename Ops::Wide>(kc, wcol, xp + u0 * Ops::kUnit, xs, tokens, n * Ops::kUnit, u0 == 0, 0, out,
-                                          ldy, rows_left);
+                                          ldy, rows_left, next_block(g0, c0, u0));
         } else {
           block_tiles<Ops>(kc, col, xp + u0, xs, tokens, n, u0 == 0, ahead, out, ldy, rows_left);
         }
