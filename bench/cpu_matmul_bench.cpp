@@ -287,12 +287,13 @@ BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)
     ->ArgsProduct({{2048}, {8192}, {0, 1}, {1, 4}})
     ->Unit(benchmark::kMillisecond);
 
-// A decode step's 16-bit matmuls through CpuDevice on both of the dev VM's threads, as a
-// layer of the 1B shape calls them (q/k/v and gate/up each one call of matmuls, o and down
-// one matmul each), four layers (481 MiB, from memory), the weights placed; GB of weights a
-// second of wall time. Both threads: the rows' chunks among threads are what it measures.
+// A decode step's 16-bit matmuls through CpuDevice on <threads> threads (0: every CPU of
+// the machine), as a layer of the 1B shape calls them (q/k/v and gate/up each one call of
+// matmuls, o and down one matmul each), four layers (481 MiB, from memory), the weights
+// placed; GB of weights a second of wall time: how the rows' chunks among threads read.
 void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
-  tessera::CpuDevice device(2);
+  const auto threads = state.range(0) > 0 ? static_cast<size_t>(state.range(0)) : std::thread::hardware_concurrency();
+  tessera::CpuDevice device(threads);
   constexpr int64_t kLayers = 4, kHidden = 2048, kKv = 512, kFfn = 8192;
   const int64_t shapes[][2] = {{kHidden, kHidden}, {kKv, kHidden},     {kKv, kHidden}, {kFfn, kHidden},
                                {kFfn, kHidden},    {kHidden, kHidden}, {kHidden, kFfn}};
@@ -326,10 +327,18 @@ void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
   }
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   state.counters["GBs"] = bytes * static_cast<double>(runs) / took.count() * 1e-9;
+  state.counters["threads"] = static_cast<double>(threads);
   state.SetLabel(cpu::isa_name());
 }
-BENCHMARK_CAPTURE(BM_DecodeAllThreads, f16, DType::kF16)->Iterations(400)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, f16, DType::kF16)
+    ->Arg(2)
+    ->Arg(0)
+    ->Iterations(400)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_DecodeAllThreads, bf16, DType::kBF16)
+    ->Arg(2)
+    ->Arg(0)
     ->Iterations(400)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
