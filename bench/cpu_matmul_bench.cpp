@@ -289,7 +289,7 @@ BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)
 
 // A decode step's 16-bit matmuls through CpuDevice on <threads> threads (0: every CPU of
 // the machine), as a layer of the 1B shape calls them (q/k/v and gate/up each one call of
-// matmuls, o and down one matmul each), four layers (481 MiB, from memory), the weights
+// matmuls, o and down one matmul each), four layers (464 MiB, from memory), the weights
 // placed; GB of weights a second of wall time: how the rows' chunks among threads read.
 void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
   const auto threads = state.range(0) > 0 ? static_cast<size_t>(state.range(0)) : std::thread::hardware_concurrency();
