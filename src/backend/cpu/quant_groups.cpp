@@ -981,6 +981,17 @@ TESSERA_VNNI void rows_of(const uint8_t* w, int64_t rows, int64_t k, const typen
 // dispatch to AVX2), where the CPU has them and TESSERA_AMX is not "0".
 bool QuantTilesActive() { return TESSERA_QUANT_DOT_VNNI && amx::int8_enabled(); }
 
+int64_t QuantDecodeRows(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return Kernels<DType::kQ8_0>::kStreams * kQuantGroup;
+    case DType::kQ4_0: return Kernels<DType::kQ4_0>::kStreams * kQuantGroup;
+    case DType::kQ4_K: return Kernels<DType::kQ4_K>::kStreams * kQuantGroup;
+    case DType::kQ5_K: return Kernels<DType::kQ5_K>::kStreams * kQuantGroup;
+    case DType::kQ6_K: return Kernels<DType::kQ6_K>::kStreams * kQuantGroup;
+    default: return kQuantGroup;
+  }
+}
+
 void QuantGroupRows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                     int64_t ldy, bool grouped, const amx::PackedX* packed) {
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -1017,8 +1028,10 @@ namespace tessera::cpu {
 
 HWY_EXPORT(QuantGroupRows);
 HWY_EXPORT(QuantTilesActive);
+HWY_EXPORT(QuantDecodeRows);
 
 bool quant_tiles_active() { return HWY_DYNAMIC_DISPATCH(QuantTilesActive)(); }
+int64_t quant_decode_rows(DType dtype) { return HWY_DYNAMIC_DISPATCH(QuantDecodeRows)(dtype); }
 
 void quant_group_rows(DType dtype, const void* w, int64_t rows, int64_t k, const void* xq, int64_t tokens, float* y,
                       int64_t ldy, bool grouped, const amx::PackedX* packed) {

@@ -22,6 +22,7 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/quant_dot.h"
@@ -216,6 +217,20 @@ const amx::PackedX* packed_for_tiles(const QuantRows& w, DType dtype, const uint
 constexpr int64_t kUnit = 16;
 static_assert(kUnit % kQuantGroup == 0, "a unit of rows holds whole groups of quantized rows");
 
+// Units a chunk of the threads' takes whole: for one token against placed weights, the
+// rows its kernels read side by side (quant_decode_rows, where every weight has the same),
+// so that no chunk ends in groups read a stream at a time; else one.
+size_t units_per_chunk(int64_t tokens, std::span<const QuantRows> weights, std::span<const DType> dtypes) {
+  if (tokens != 1) return 1;
+  int64_t rows = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const int64_t each = weights[i].group == 1 ? kUnit : quant_decode_rows(dtypes[i]);
+    if (rows != 0 && each != rows) return 1;
+    rows = each;
+  }
+  return static_cast<size_t>(std::max<int64_t>(1, rows / kUnit));
+}
+
 }  // namespace
 
 void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const TensorView& w, float* y) {
@@ -226,6 +241,7 @@ void quant_matmul(ThreadPool& pool, const float* x, int64_t tokens, const Tensor
 void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<const QuantProjection> outs) {
   if (outs.empty()) return;
   std::vector<QuantRows> rows;
+  std::vector<DType> dtypes;
   std::vector<const uint8_t*> xq;
   std::vector<const amx::PackedX*> packs;
   amx::PackedX packed;  // placed Q8_0 and Q4_0 weights here share one x (one kind of activations)
@@ -234,6 +250,7 @@ void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<c
   std::vector<int64_t> first{0};
   for (size_t i = 0; i < outs.size(); ++i) {
     rows.push_back(quant_rows(*outs[i].w));
+    dtypes.push_back(outs[i].w->dtype);
     TS_CHECK(rows[i].k == rows[0].k, "weights of ", rows[0].k, " and ", rows[i].k, " columns for one x");
     const DType dtype = outs[i].w->dtype;
     size_t same = 0;  // an earlier weight that takes the same activations
@@ -247,7 +264,8 @@ void quant_matmuls(ThreadPool& pool, const float* x, int64_t tokens, std::span<c
   // free next; a chunk may span weights. A row is computed by one call in the one order,
   // so no result depends on which thread took it or on the chunk it fell in (as
   // CpuDevice::matmul splits 16-bit weights).
-  for_chunks(pool, static_cast<size_t>(first.back()), 1, [&](size_t begin, size_t end) {
+  const size_t per_chunk = units_per_chunk(tokens, rows, dtypes);
+  for_chunks(pool, static_cast<size_t>(first.back()), per_chunk, [&](size_t begin, size_t end) {
     auto i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), static_cast<int64_t>(begin)) -
                                  first.begin() - 1);
     for (auto unit = static_cast<int64_t>(begin); unit < static_cast<int64_t>(end); ++i) {
@@ -273,14 +291,17 @@ void quant_gate_up(ThreadPool& pool, const float* x, int64_t tokens, const Tenso
   // Gate and up both Q8_0 or Q4_0: one x (one kind of activations), packed once.
   const amx::PackedX* up_packed =
       xq_up == xq_gate && gate_packed != nullptr ? gate_packed : packed_for_tiles(u, w_up.dtype, xq_up, tokens, packed);
-  for_chunks(pool, static_cast<size_t>(g.n), kUnit, [&](size_t begin, size_t end) {
-    const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
-    quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n, g.group,
-                   gate_packed);
-    quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n, u.group,
-                   up_packed);
-    for (int64_t t = 0; t < tokens; ++t) combine(out + t * g.n, up + t * g.n, r0, r0 + rows, out + t * g.n);
-  });
+  const QuantRows both[] = {g, u};
+  const DType dtypes[] = {w_gate.dtype, w_up.dtype};
+  for_chunks(pool, static_cast<size_t>(g.n), kUnit * units_per_chunk(tokens, both, dtypes),
+             [&](size_t begin, size_t end) {
+               const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
+               quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n,
+                              g.group, gate_packed);
+               quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n, u.group,
+                              up_packed);
+               for (int64_t t = 0; t < tokens; ++t) combine(out + t * g.n, up + t * g.n, r0, r0 + rows, out + t * g.n);
+             });
 }
 
 }  // namespace tessera::cpu
