@@ -68,6 +68,7 @@
 #include "core/thread_pool.h"
 #include "cpu_bench.h"
 #include "hwy/aligned_allocator.h"
+#include "io/quantize.h"
 
 namespace {
 
@@ -287,9 +288,9 @@ BENCHMARK_CAPTURE(BM_Decode, f16, DType::kF16)
     ->ArgsProduct({{2048}, {8192}, {0, 1}, {1, 4}})
     ->Unit(benchmark::kMillisecond);
 
-// A decode step's 16-bit matmuls through CpuDevice on <threads> threads (0: every CPU of
+// A decode step's matmuls (16-bit or GGUF blocks) through CpuDevice on <threads> threads (0: every CPU of
 // the machine), as a layer of the 1B shape calls them (q/k/v and gate/up each one call of
-// matmuls, o and down one matmul each), four layers (464 MiB, from memory), the weights
+// matmuls, o and down one matmul each), four layers (464 MiB in 16 bits, from memory), the weights
 // placed; GB of weights a second of wall time: how the rows' chunks among threads read.
 void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
   const auto threads = state.range(0) > 0 ? static_cast<size_t>(state.range(0)) : std::thread::hardware_concurrency();
@@ -297,14 +298,23 @@ void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
   constexpr int64_t kLayers = 4, kHidden = 2048, kKv = 512, kFfn = 8192;
   const int64_t shapes[][2] = {{kHidden, kHidden}, {kKv, kHidden},     {kKv, kHidden}, {kFfn, kHidden},
                                {kFfn, kHidden},    {kHidden, kHidden}, {kHidden, kFfn}};
-  std::vector<std::unique_ptr<GemmCase>> cases;  // GemmCase's weights (its x and y unused)
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<std::vector<uint8_t>> blobs;
   std::vector<tessera::TensorView> w;
   double bytes = 0;
   for (int64_t layer = 0; layer < kLayers; ++layer)
     for (const auto& [rows, k] : shapes) {
-      cases.push_back(std::make_unique<GemmCase>(rows, k, dtype));
-      w.push_back(device.place(tessera::TensorView{dtype, {rows, k}, cases.back()->bytes.data()}).value());
-      bytes += static_cast<double>(cases.back()->bytes.size());
+      std::vector<float> values(static_cast<size_t>(rows * k));
+      for (float& v : values) v = dist(rng);
+      blobs.emplace_back(tessera::dtype_bytes(dtype, rows * k));
+      if (tessera::dtype_is_quantized(dtype)) {
+        tessera::quantize_blocks(dtype, values, blobs.back());
+      } else {
+        cpu::from_f32(values.data(), rows * k, dtype, blobs.back().data());
+      }
+      w.push_back(device.place(tessera::TensorView{dtype, {rows, k}, blobs.back().data()}).value());
+      bytes += static_cast<double>(blobs.back().size());
     }
   std::vector<float> x(kFfn, 0.5f), y(4 * kFfn);
   const tessera::TensorView none;  // no bias
@@ -330,18 +340,14 @@ void BM_DecodeAllThreads(benchmark::State& state, DType dtype) {
   state.counters["threads"] = static_cast<double>(threads);
   state.SetLabel(cpu::isa_name());
 }
-BENCHMARK_CAPTURE(BM_DecodeAllThreads, f16, DType::kF16)
-    ->Arg(2)
-    ->Arg(0)
-    ->Iterations(400)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_DecodeAllThreads, bf16, DType::kBF16)
-    ->Arg(2)
-    ->Arg(0)
-    ->Iterations(400)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+void decode_threads(benchmark::internal::Benchmark* b) {
+  b->Arg(2)->Arg(0)->Iterations(400)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, f16, DType::kF16)->Apply(decode_threads);
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, bf16, DType::kBF16)->Apply(decode_threads);
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, q8_0, DType::kQ8_0)->Apply(decode_threads);
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, q4_0, DType::kQ4_0)->Apply(decode_threads);
+BENCHMARK_CAPTURE(BM_DecodeAllThreads, q4_k, DType::kQ4_K)->Apply(decode_threads);
 
 // A lone token's experts through CpuDevice on <threads> threads, in wall time: Qwen3-30B-A3B's
 // 8 experts a layer (gate and up [768, 2048], down [2048, 768], bf16) of 16 layers (1.1 GiB,
