@@ -141,29 +141,38 @@ inline typename Ops::X x_unit(const uint32_t* x, int64_t u) {
 // words from the block's first unit, a token `xs` words after the last): acc[c][t] in
 // order.
 // ahead > 0: each step asks for each column's line `ahead` bytes on (a hint).
-// Two or more tokens: at every line of each token's x (16 words) it asks for the same line of
-// the next kT tokens' x, the next tile's (past a block's last token the hint goes unused):
+// Two or more tokens, where a tile holds all of a block's columns (kTileColumns > 1, so the
+// next tile is the next tokens'): at every line of each token's x (16 words) it asks for
+// the same line of the next kT tokens' x (past a block's last token the hint goes unused):
 // a tile's x comes from L3 or memory, six short streams the prefetchers learn late (f16
-// +1-6 %, bf16 0-4 %, most at k 8,192; docs/benchmarks.md, session 59).
+// +1-6 %, bf16 0-4 %, most at k 8,192; AVX2's one-column tiles lost 1-2 % to the asks;
+// docs/benchmarks.md, session 59).
+template <typename Ops, int kC, int kT, typename E>
+inline void step(typename Ops::Acc (&acc)[kC][kT], const E* const* col, const uint32_t* x, int64_t xs, int64_t p,
+                 int64_t ahead) {
+  constexpr int64_t kStep = kColumn * Ops::kUnit;
+  typename Ops::W wv[kC];
+  for (int c = 0; c < kC; ++c) {
+    if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col[c] + p * kStep) + ahead, 0, 3);
+    wv[c] = Ops::load(col[c] + p * kStep);
+  }
+  for (int t = 0; t < kT; ++t) {
+    const typename Ops::X xv = x_unit<Ops>(x + t * xs, p);
+    for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
+  }
+}
 template <typename Ops, int kC, int kT, typename E>
 inline void steps(typename Ops::Acc (&acc)[kC][kT], const E* const* col, const uint32_t* x, int64_t xs, int64_t n,
                   int64_t ahead) {
-  constexpr int64_t kStep = kColumn * Ops::kUnit, kWords = kWidens<Ops> ? Ops::kUnit : 1;  // x's words a unit
-  constexpr int64_t kLine = kLineBytes / int64_t{sizeof(uint32_t)} / kWords;               // units a line of x
-  for (int64_t p0 = 0; p0 < n; p0 += kLine) {
-    if constexpr (kT > 1)
+  if constexpr (kT > 1 && Ops::kTileColumns > 1) {
+    constexpr int64_t kWords = kWidens<Ops> ? Ops::kUnit : 1;                   // x's words a unit
+    constexpr int64_t kLine = kLineBytes / int64_t{sizeof(uint32_t)} / kWords;  // units a line of x
+    for (int64_t p0 = 0; p0 < n; p0 += kLine) {
       for (int t = 0; t < kT; ++t) __builtin_prefetch(x + (kT + t) * xs + p0 * kWords, 0, 3);
-    for (int64_t p = p0; p < std::min(n, p0 + kLine); ++p) {
-      typename Ops::W wv[kC];
-      for (int c = 0; c < kC; ++c) {
-        if (ahead > 0) __builtin_prefetch(reinterpret_cast<const char*>(col[c] + p * kStep) + ahead, 0, 3);
-        wv[c] = Ops::load(col[c] + p * kStep);
-      }
-      for (int t = 0; t < kT; ++t) {
-        const typename Ops::X xv = x_unit<Ops>(x + t * xs, p);
-        for (int c = 0; c < kC; ++c) acc[c][t] = Ops::dot(acc[c][t], wv[c], xv);
-      }
+      for (int64_t p = p0; p < std::min(n, p0 + kLine); ++p) step<Ops, kC, kT>(acc, col, x, xs, p, ahead);
     }
+  } else {
+    for (int64_t p = 0; p < n; ++p) step<Ops, kC, kT>(acc, col, x, xs, p, ahead);
   }
 }
 
