@@ -342,8 +342,14 @@ void matmul(const uint32_t* xp, int64_t tokens, const Weights& w, float* y, int6
   const int64_t together = (tokens >= kGemmTokens && w.k >= kPairedK ? 2 : 1) * kMaxColumns;
   const auto next_block = [&](int64_t g0, int64_t c0, int64_t u0) -> NextBlock {  // the one after (c0, u0)
     int64_t c = c0 + kMaxColumns, u = u0;
-    if (c >= std::min(columns, g0 + together)) c = g0, u += kBlock;
-    if (u >= count) c = g0 + together, u = 0;
+    if (c >= std::min(columns, g0 + together)) {  // the first group's next k block
+      c = g0;
+      u += kBlock;
+    }
+    if (u >= count) {  // the next groups' first k block
+      c = g0 + together;
+      u = 0;
+    }
     if (w.group != kColumns || c >= columns) return {};
     constexpr int64_t kStep = kColumn * Ops::kUnit, kBytes = sizeof(uint16_t);  // elements a unit of a column
     return {reinterpret_cast<const char*>(w.w + c * kColumn * w.k + u * kStep),

@@ -217,9 +217,10 @@ const amx::PackedX* packed_for_tiles(const QuantRows& w, DType dtype, const uint
 constexpr int64_t kUnit = 16;
 static_assert(kUnit % kQuantGroup == 0, "a unit of rows holds whole groups of quantized rows");
 
-// Units a chunk of the threads' takes whole: for one token against placed weights, the
-// rows its kernels read side by side (quant_decode_rows, where every weight has the same),
-// so that no chunk ends in groups read a stream at a time; else one.
+// Units (kUnit rows each) that every chunk the threads take holds a whole number of: for
+// one token against placed weights, the rows their kernels read side by side
+// (quant_decode_rows, where every weight has the same), so that no chunk ends in groups
+// read a stream at a time; else one.
 size_t units_per_chunk(int64_t tokens, std::span<const QuantRows> weights, std::span<const DType> dtypes) {
   if (tokens != 1) return 1;
   int64_t rows = 0;
@@ -293,15 +294,15 @@ void quant_gate_up(ThreadPool& pool, const float* x, int64_t tokens, const Tenso
       xq_up == xq_gate && gate_packed != nullptr ? gate_packed : packed_for_tiles(u, w_up.dtype, xq_up, tokens, packed);
   const QuantRows both[] = {g, u};
   const DType dtypes[] = {w_gate.dtype, w_up.dtype};
-  for_chunks(pool, static_cast<size_t>(g.n), kUnit * units_per_chunk(tokens, both, dtypes),
-             [&](size_t begin, size_t end) {
-               const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
-               quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n,
-                              g.group, gate_packed);
-               quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n, u.group,
-                              up_packed);
-               for (int64_t t = 0; t < tokens; ++t) combine(out + t * g.n, up + t * g.n, r0, r0 + rows, out + t * g.n);
-             });
+  const size_t chunk_rows = kUnit * units_per_chunk(tokens, both, dtypes);
+  for_chunks(pool, static_cast<size_t>(g.n), chunk_rows, [&](size_t begin, size_t end) {
+    const auto r0 = static_cast<int64_t>(begin), rows = static_cast<int64_t>(end - begin);
+    quant_dot_rows(w_gate.dtype, g.base + begin * g.row_bytes, rows, g.k, xq_gate, tokens, out + r0, g.n, g.group,
+                   gate_packed);
+    quant_dot_rows(w_up.dtype, u.base + begin * u.row_bytes, rows, u.k, xq_up, tokens, up + r0, u.n, u.group,
+                   up_packed);
+    for (int64_t t = 0; t < tokens; ++t) combine(out + t * g.n, up + t * g.n, r0, r0 + rows, out + t * g.n);
+  });
 }
 
 }  // namespace tessera::cpu
