@@ -49,6 +49,12 @@
 // and runs Wide's steps on it, while fewer tokens run Ops' own steps, widening as they go:
 // the same sums (bf16 on AVX2 and f16 on AVX-512: the GEMM widens a block once for all its
 // tokens, not once a tile, and decode does not write what it reads once).
+//
+// What the GEMM reads from memory it asks for ahead (the micro-kernel alone runs at nearly
+// the FMA peak; its operands' misses are what it loses to): each tile the next tile's x
+// (steps), a widening GEMM the next block's weights (block_tiles), and from kPairedK on two
+// groups of columns take each k block in turn so that x's block is read once for both
+// (matmul). None of it changes a sum's order.
 #ifndef TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 #define TESSERA_BACKEND_CPU_COLUMNS_KERNEL_H_
 

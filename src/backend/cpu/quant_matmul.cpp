@@ -1,6 +1,7 @@
 // Quantized-weight matmul (quant_matmul.h) and the dequantizer, compiled once per
 // target ISA (Highway's foreach_target.h re-includes this file) and dispatched at run
-// time. The products themselves are quant_dot.cpp's.
+// time. The products themselves are quant_dot.cpp's; this file deals rows to threads (a
+// decode's in whole parts of the kernels' streams: quant_decode_rows) and rounds x.
 //
 // Block layouts (ggml-common.h) and the dequantizing arithmetic (gguf-py's
 // quants.py, as io/gguf_quant.cpp follows it):
