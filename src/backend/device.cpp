@@ -49,16 +49,15 @@ void Device::matmul_add(const float* x, int64_t tokens, const TensorView& w, con
   add(scratch, tokens * w.dim(0), y);
 }
 
-// x itself, or its rows normalized into norm.scratch.
-static const float* normed(Device& device, const float* x, int64_t tokens, int64_t k, const RowNorm& norm) {
+const float* Device::normed(const float* x, int64_t tokens, int64_t k, const RowNorm& norm) {
   if (norm.weight == nullptr) return x;
-  device.rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
+  rms_norm(x, tokens, k, *norm.weight, norm.eps, norm.scratch);
   return norm.scratch;
 }
 
 void Device::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
   if (outs.empty()) return;
-  x = normed(*this, x, tokens, outs[0].w->dim(1), norm);
+  x = normed(x, tokens, outs[0].w->dim(1), norm);
   for (const Projection& out : outs) matmul(x, tokens, *out.w, *out.bias, out.y);
 }
 
@@ -74,7 +73,7 @@ void Device::matmuls_each(int64_t tokens, std::span<const float* const> xs, std:
 
 void Device::gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                      const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) {
-  x = normed(*this, x, tokens, w_gate.dim(1), norm);
+  x = normed(x, tokens, w_gate.dim(1), norm);
   matmul(x, tokens, w_gate, b_gate, out);
   matmul(x, tokens, w_up, b_up, up);
   silu_mul(out, up, tokens * w_gate.dim(0), out);

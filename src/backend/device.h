@@ -268,6 +268,10 @@ class Device {
   // [rows] in device memory. The default reads the rows to the host; a GPU
   // reduces them where they are, so that only the ids come back.
   virtual void argmax(const float* x, int64_t rows, int64_t n, int32_t* y);
+
+ protected:
+  // x itself, or its rows [tokens, k] normalized into norm.scratch (rms_norm).
+  const float* normed(const float* x, int64_t tokens, int64_t k, const RowNorm& norm);
 };
 
 // The CPU backend; threads == 0 uses all hardware threads.

@@ -813,5 +813,42 @@ TEST(CpuDeviceTest, MatmulsAreBitwiseEachWeightsMatmul) {
   }
 }
 
+// gate_up: out = silu(x * gate^T) * (x * up^T), up = x * up^T, bitwise what the norm, two
+// matmuls and silu_mul give, for a decode step's few tokens and a prefill's (one GEMM
+// region for both weights), the weights as placed (CpuDevice::place's layouts), at any
+// thread count.
+TEST(CpuDeviceTest, GateUpIsBitwiseItsTwoMatmulsAndSiluMul) {
+  const int64_t k = 256, n = 192;
+  const auto x = random_values(static_cast<size_t>(40 * k), 51);
+  auto norm = random_values(static_cast<size_t>(k), 52);
+  const auto norm_bytes = encode(norm, DType::kF32);
+  const TensorView norm_weight{DType::kF32, {k}, norm_bytes.data()};
+  const TensorView no_bias{};
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto gate_values = random_values(static_cast<size_t>(n * k), 53), up_values = random_values(gate_values.size(), 54);
+    const auto gate_bytes = encode(gate_values, dtype), up_bytes = encode(up_values, dtype);
+    for (const size_t threads : {1, 2, 3}) {
+      CpuDevice device(threads);
+      const TensorView gate = device.place(TensorView{dtype, {n, k}, gate_bytes.data()}).value();
+      const TensorView up = device.place(TensorView{dtype, {n, k}, up_bytes.data()}).value();
+      for (const int64_t tokens : {1, 3, 20, 40}) {
+        const auto size = static_cast<size_t>(tokens * n);
+        std::vector<float> normed(static_cast<size_t>(tokens * k)), scratch(normed.size());
+        std::vector<float> want(size), want_up(size), got(size, std::nanf("")), got_up(size, std::nanf(""));
+        device.rms_norm(x.data(), tokens, k, norm_weight, 1e-5f, normed.data());
+        device.matmul(normed.data(), tokens, gate, no_bias, want.data());
+        device.matmul(normed.data(), tokens, up, no_bias, want_up.data());
+        device.silu_mul(want.data(), want_up.data(), static_cast<int64_t>(size), want.data());
+        device.gate_up(x.data(), tokens, gate, no_bias, up, no_bias, got_up.data(), got.data(),
+                       {&norm_weight, 1e-5f, scratch.data()});
+        const std::string what = std::string(dtype_name(dtype)) + ", " + std::to_string(tokens) + " tokens, " +
+                                 std::to_string(threads) + " threads";
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), size * sizeof(float))) << what;
+        EXPECT_EQ(0, std::memcmp(want_up.data(), got_up.data(), size * sizeof(float))) << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

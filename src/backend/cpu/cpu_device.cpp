@@ -170,37 +170,54 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
                        w.row_group);
     });
   } else {
-    // Prefill: the threads pack x once between them, then split the rows and the tokens.
-    const size_t bytes = static_cast<size_t>(packed_floats) * sizeof(float);
-    if (packed_x_.bytes() < bytes) {
-      auto buffer = alloc(bytes);
-      TS_CHECK(buffer.ok(), buffer.status().message());
-      packed_x_ = std::move(*buffer);
-    }
-    float* packed = packed_x_.f32();
-    // In units of 16 tokens (whole AMX token tiles, which pack_x transposes at once).
-    pool_.parallel_for(static_cast<size_t>(tokens), 16, [&](size_t begin, size_t end) {
-      cpu::matmul_pack_x(x, tokens, k, w.dtype, static_cast<int64_t>(begin), static_cast<int64_t>(end), packed);
-    });
-    // Pieces of split.rows rows x a block of tokens, the blocks in order: a thread's chunk
-    // of consecutive pieces is one call per block it spans.
-    const cpu::MatmulSplit split = gemm_split(tokens, n, k, w.dtype, pool_.size());
-    const int64_t row_pieces = (n + split.rows - 1) / split.rows;
-    const int64_t blocks = (tokens + split.tokens - 1) / split.tokens;
-    for_chunks(pool_, static_cast<size_t>(blocks * row_pieces), 1, [&](size_t begin, size_t end) {
-      for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end);) {
-        const int64_t block = i / row_pieces;
-        const int64_t stop = std::min(static_cast<int64_t>(end), (block + 1) * row_pieces);
-        const int64_t r0 = (i - block * row_pieces) * split.rows;
-        const int64_t r1 = std::min(n, (stop - block * row_pieces) * split.rows);
-        const int64_t t0 = block * split.tokens, t1 = std::min(tokens, t0 + split.tokens);
-        cpu::matmul_rows_packed(packed, x, tokens, t0, t1, k, base + r0 * row_bytes, w.dtype, r1 - r0, y + r0, n,
-                                w.row_group);
-        i = stop;
-      }
-    });
+    const Projection out{&w, &bias, y};
+    return gemm_together(x, tokens, {&out, 1});
   }
   add_bias(tokens, bias, n, y);
+}
+
+void CpuDevice::gemm_together(const float* x, int64_t tokens, std::span<const Projection> outs) {
+  // Prefill: the threads pack x once between them, then deal out pieces of every weight's
+  // rows x a block of tokens, the blocks in order. A thread's chunk of consecutive pieces
+  // is one call per block and weight it spans. Each output is the one sum matmul_rows_packed
+  // gives it, whatever piece holds it.
+  const TensorView& w0 = *outs[0].w;
+  const int64_t k = w0.dim(1);
+  const size_t bytes = static_cast<size_t>(cpu::matmul_packed_floats(tokens, k, w0.dtype)) * sizeof(float);
+  if (packed_x_.bytes() < bytes) {
+    auto buffer = alloc(bytes);
+    TS_CHECK(buffer.ok(), buffer.status().message());
+    packed_x_ = std::move(*buffer);
+  }
+  float* packed = packed_x_.f32();
+  // In units of 16 tokens (whole AMX token tiles, which pack_x transposes at once).
+  pool_.parallel_for(static_cast<size_t>(tokens), 16, [&](size_t begin, size_t end) {
+    cpu::matmul_pack_x(x, tokens, k, w0.dtype, static_cast<int64_t>(begin), static_cast<int64_t>(end), packed);
+  });
+  int64_t rows = 0;  // of all the weights, which share a split (their k and dtype)
+  for (const Projection& out : outs) rows += out.w->dim(0);
+  const cpu::MatmulSplit split = gemm_split(tokens, rows, k, w0.dtype, pool_.size());
+  // Weight j's rows are pieces [first[j], first[j + 1]) of split.rows rows, in each block of tokens.
+  std::vector<int64_t> first{0};
+  for (const Projection& out : outs) first.push_back(first.back() + (out.w->dim(0) + split.rows - 1) / split.rows);
+  const int64_t row_pieces = first.back();
+  const int64_t blocks = (tokens + split.tokens - 1) / split.tokens;
+  const size_t row_bytes = dtype_bytes(w0.dtype, k);
+  for_chunks(pool_, static_cast<size_t>(blocks * row_pieces), 1, [&](size_t begin, size_t end) {
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end);) {
+      const int64_t block = i / row_pieces, piece = i - block * row_pieces;
+      const auto j = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), piece) - first.begin() - 1);
+      const int64_t stop = std::min(static_cast<int64_t>(end), block * row_pieces + first[j + 1]);
+      const TensorView& w = *outs[j].w;
+      const int64_t n = w.dim(0), r0 = (piece - first[j]) * split.rows,
+                    r1 = std::min(n, (stop - block * row_pieces - first[j]) * split.rows);
+      const int64_t t0 = block * split.tokens, t1 = std::min(tokens, t0 + split.tokens);
+      cpu::matmul_rows_packed(packed, x, tokens, t0, t1, k, static_cast<const uint8_t*>(w.data) + r0 * row_bytes,
+                              w.dtype, r1 - r0, outs[j].y + r0, n, w.row_group);
+      i = stop;
+    }
+  });
+  for (const Projection& out : outs) add_bias(tokens, *out.bias, out.w->dim(0), out.y);
 }
 
 void CpuDevice::add_bias(int64_t tokens, const TensorView& bias, int64_t n, float* y) {
@@ -234,13 +251,19 @@ bool CpuDevice::together(int64_t tokens, std::span<const Projection> outs) const
          });
 }
 
+bool CpuDevice::gemms_together(int64_t tokens, std::span<const Projection> outs) {
+  return matmuls_together_on() && outs.size() > 1 && std::all_of(outs.begin(), outs.end(), [&](const Projection& out) {
+           const TensorView& w = *out.w;
+           return w.shape.size() == 2 && w.dtype == outs[0].w->dtype && w.dim(1) == outs[0].w->dim(1) &&
+                  !dtype_is_quantized(w.dtype) && cpu::matmul_packed_floats(tokens, w.dim(1), w.dtype) > 0;
+         });
+}
+
 void CpuDevice::matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm) {
+  if (gemms_together(tokens, outs)) return gemm_together(normed(x, tokens, outs[0].w->dim(1), norm), tokens, outs);
   const bool quantized = quantized_together(outs);
   if (!quantized && !together(tokens, outs)) return Device::matmuls(x, tokens, outs, norm);
-  if (norm.weight != nullptr) {
-    rms_norm(x, tokens, outs[0].w->dim(1), *norm.weight, norm.eps, norm.scratch);
-    x = norm.scratch;
-  }
+  x = normed(x, tokens, outs[0].w->dim(1), norm);
   if (quantized) {
     std::vector<cpu::QuantProjection> quant;
     for (const Projection& out : outs) quant.push_back({out.w, out.y});
@@ -397,12 +420,13 @@ void CpuDevice::silu_mul(const float* gate, const float* up, int64_t n, float* o
 void CpuDevice::gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                         const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) {
   const Projection both[] = {{&w_gate, &b_gate, out}, {&w_up, &b_up, up}};
+  if (gemms_together(tokens, both)) {
+    gemm_together(normed(x, tokens, w_gate.dim(1), norm), tokens, both);
+    return silu_mul(out, up, tokens * w_gate.dim(0), out);
+  }
   if (!quantized_together(both) || !b_gate.empty() || !b_up.empty())
     return Device::gate_up(x, tokens, w_gate, b_gate, w_up, b_up, up, out, norm);
-  if (norm.weight != nullptr) {
-    rms_norm(x, tokens, w_gate.dim(1), *norm.weight, norm.eps, norm.scratch);
-    x = norm.scratch;
-  }
+  x = normed(x, tokens, w_gate.dim(1), norm);
   cpu::quant_gate_up(pool_, x, tokens, w_gate, w_up, up, out, silu_mul_rows);
 }
 

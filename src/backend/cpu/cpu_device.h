@@ -71,6 +71,11 @@ class CpuDevice final : public Device {
   // Whether matmuls (and gate_up) take outs, all GGUF blocks, in one region (quant_matmuls).
   static bool quantized_together(std::span<const Projection> outs);
   void tiles_together(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs);
+  // Whether matmuls and gate_up take outs in gemm_together (a prefill's x, one k and dtype).
+  static bool gemms_together(int64_t tokens, std::span<const Projection> outs);
+  // Prefill's GEMM of one x by every weight of outs (one k and dtype) in one parallel
+  // region, x packed once for all of them.
+  void gemm_together(const float* x, int64_t tokens, std::span<const Projection> outs);
   // Whether attention over these pages takes cpu::amx::attend (a bf16 cache on a CPU with
   // the tiles), and so kv_store writes their keys and values in cpu::amx::store_key's and
   // store_value's layouts.
