@@ -48,7 +48,8 @@
 // units into n * kUnit units of 16 floats, element by element, decode's hint as steps')
 // and runs Wide's steps on it, while fewer tokens run Ops' own steps, widening as they go:
 // the same sums (bf16 on AVX2 and f16 on AVX-512: the GEMM widens a block once for all its
-// tokens, not once a tile, and decode does not write what it reads once).
+// tokens, not once a tile, and decode does not write what it reads once). Optionally
+// kDecodeAhead, decode's hint in bytes (decode_ahead).
 //
 // What the GEMM reads from memory it asks for ahead (the micro-kernel alone runs at nearly
 // the FMA peak; its operands' misses are what it loses to): each tile the next tile's x
@@ -396,9 +397,17 @@ void pack_x(const float* x, int64_t k, int64_t begin, int64_t end, uint32_t* xp)
   for (int64_t t = begin; t < end; ++t) Ops::pack_units(x + t * k, k, xp + t * words<Ops>(k));
 }
 
+// Decode's hint for weights in the column layout (kernels.h's decode_prefetch_bytes):
+// Ops::kDecodeAhead bytes where Ops states how far, else the default.
+template <typename Ops>
+int64_t decode_ahead() {
+  if constexpr (requires { Ops::kDecodeAhead; }) return decode_prefetch_bytes(Ops::kDecodeAhead);
+  return decode_prefetch_bytes();
+}
+
 // bf16_matmul.h's interface over the kernel with `Ops`, for the file that compiles Ops to
-// hand out (Interface<Ops>::matmul): x packed token by token; decode's hint (kernels.h's
-// decode_prefetch_bytes) for weights in the column layout; each thread its own scratch.
+// hand out (Interface<Ops>::matmul): x packed token by token; decode_ahead for weights in
+// the column layout; each thread its own scratch.
 template <typename Ops>
 struct Interface {
   static uint16_t* scratch() {
@@ -424,7 +433,7 @@ struct Interface {
     packed.resize(static_cast<size_t>(tokens * words<Ops>(k)));
     pack_x<Ops>(x, k, 0, tokens, packed.data());
     columns::matmul<Ops>(packed.data(), tokens, {w, k, count, group}, y, ldy, scratch(),
-                         group == kColumns ? decode_prefetch_bytes() : 0);
+                         group == kColumns ? decode_ahead<Ops>() : 0);
   }
   static int64_t row_group() { return kColumns; }
   static constexpr bf16::Matmul matmul{rows,         packed_floats,       pack, rows_packed, row_group,

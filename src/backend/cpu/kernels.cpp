@@ -368,12 +368,12 @@ void softmax_scaled(float* x, int64_t n, float scale) { HWY_DYNAMIC_DISPATCH(Sof
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n, out);
 }
-int64_t decode_prefetch_bytes() {
-  static const int64_t ahead = [] {
+int64_t decode_prefetch_bytes(int64_t preferred) {
+  static const int64_t asked = [] {  // -1: unset
     const char* text = std::getenv("TESSERA_DECODE_PREFETCH");
-    return text == nullptr ? int64_t{2048} : std::max<int64_t>(0, std::strtoll(text, nullptr, 10));
+    return text == nullptr ? int64_t{-1} : std::max<int64_t>(0, std::strtoll(text, nullptr, 10));
   }();
-  return ahead;
+  return asked < 0 ? preferred : asked;
 }
 int decode_tile_rows() {
   static const int rows = [] {

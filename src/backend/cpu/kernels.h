@@ -107,9 +107,9 @@ void to_f32(const void* src, DType dtype, int64_t n, float* dst);
 // dst[i] = src[i] rounded to nearest even in f32, bf16 or f16.
 void from_f32(const float* src, int64_t n, DType dtype, void* dst);
 // Bytes past a one-token decode tile's own (matmul.cpp's and bf16_dot's) that it asks for
-// as it reads, in memory order: TESSERA_DECODE_PREFETCH, read once; 2,048 unset, 0 none
-// (for measuring one against the other). A hint: the same bits.
-int64_t decode_prefetch_bytes();
+// as it reads, in memory order: TESSERA_DECODE_PREFETCH, read once, 0 none (for measuring
+// one against the other); unset, the kernel's `preferred`. A hint: the same bits.
+int64_t decode_prefetch_bytes(int64_t preferred = 2048);
 // Weight rows side by side in a one-token decode tile: TESSERA_DECODE_ROWS, 4, 8 or 16,
 // read once; 8 unset or anything else (matmul.cpp's AVX2 targets take at most 8, for
 // their 16 registers). Each row's sum is the same whatever the tile, so the same bits.
