@@ -2,7 +2,8 @@
 // buffers of 1 MiB and more are anonymous mappings, so a KV pool sized by a
 // budget costs only the pages its sequences touch. Large operations are split
 // across a ThreadPool by output rows (matmul: chunks of rows taken by whichever thread
-// is free; prefill first packs x once, split by tokens) or by tiles of tokens and
+// is free; prefill first packs x once, split by tokens, and the weights of one x, q/k/v
+// or gate/up, share that x and one region: gemm_together) or by tiles of tokens and
 // heads (attention.h: chunks of them taken likewise, the last tile's first, or a few
 // long ones in steps that all threads share); each output element is computed by
 // exactly one thread in a fixed order, so results depend neither on the thread count
