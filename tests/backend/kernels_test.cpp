@@ -706,6 +706,29 @@ TEST(CpuDeviceTest, MatmulIsBitwiseIndependentOfThreadCount) {
   }
 }
 
+// A prompt's GEMM, cut by CpuDevice into pieces of the kernel's token blocks (400 tokens:
+// two of 192 in the column kernels, and the rest) and rows, gives each token's row bitwise
+// what that token alone gives it (decode), for placed weights at 1 and 2 threads.
+TEST(CpuDeviceTest, APromptsRowsAreBitwiseEachTokenAlone) {
+  const int64_t k = 256, n = 192, tokens = 400;
+  const auto x = random_values(static_cast<size_t>(tokens * k), 24);
+  for (const DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    auto w = random_values(static_cast<size_t>(n * k), 25);
+    const auto bytes = encode(w, dtype);
+    for (const size_t threads : {1, 2}) {
+      CpuDevice device(threads);
+      const TensorView weight = device.place(TensorView{dtype, {n, k}, bytes.data()}).value();
+      std::vector<float> all(static_cast<size_t>(tokens * n)), alone(static_cast<size_t>(n));
+      device.matmul(x.data(), tokens, weight, {}, all.data());
+      for (const int64_t t : {0, 191, 192, 383, 384, 399}) {
+        device.matmul(x.data() + t * k, 1, weight, {}, alone.data());
+        EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + t * n, alone.size() * sizeof(float)))
+            << dtype_name(dtype) << ", token " << t << ", " << threads << " threads";
+      }
+    }
+  }
+}
+
 // CpuDevice::place copies a 2-D f32, bf16 or f16 weight into its matmuls' layout (rows
 // interleaved in groups: weight_layout.h, where the kernel takes them) when its shape
 // allows it, and leaves any other tensor a view of its bytes; the matmul (decode, a few

@@ -18,7 +18,8 @@ namespace tessera::cpu::bf16 {
 // The contracts are kernels.h's matmul_rows and its packed functions, for bf16 weights (w:
 // their bits, in either layout of weight_layout.h). packed_floats: floats (of 4 bytes: the
 // packed x is bf16, two to a float) of a call's packed x, 0 when the call packs none (then
-// use matmul_rows). split_tokens and split_rows: kernels.h's matmul_split, whatever k.
+// use matmul_rows). split_tokens, split_rows and most_tokens: kernels.h's matmul_split,
+// whatever k.
 struct Matmul {
   void (*matmul_rows)(const float* x, int64_t tokens, int64_t k, const uint16_t* w, int64_t rows, float* y, int64_t ldy,
                       int64_t group) = nullptr;
@@ -29,6 +30,7 @@ struct Matmul {
   int64_t (*row_group)() = nullptr;  // kernels.h's matmul_row_group
   int64_t split_tokens = 0;
   int64_t split_rows = 0;
+  int64_t most_tokens = 0;
 };
 
 // Whether the environment variable `name`, a switch that turns one kernel off so that one

@@ -68,7 +68,7 @@ inline constexpr int kMaxColumns = 4;         // columns a micro-kernel (64 rows
 inline constexpr int kMaxTokens = 6;          // tokens a micro-kernel: 24 accumulators + 4 columns + x
 inline constexpr int64_t kKcElements = 256;   // elements of k a block: 4 columns' block is 32 KiB, in L1
 inline constexpr int64_t kGemmTokens = 16;    // calls of at least this many tokens pack x once for their threads
-inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at (x of a block: at most 192 KiB, L2)
+inline constexpr int64_t kSplitTokens = 192;  // tokens a GEMM piece is cut at and takes at most (x's block: 192 KiB)
 inline constexpr int64_t kPairedK = 8192;     // k from which a GEMM takes its groups of columns in pairs (matmul)
 inline constexpr int64_t kScratchElements = kMaxColumns * kColumn * kKcElements;  // copied columns of a block
 static_assert(kKcElements % kChunk == 0);
@@ -436,8 +436,8 @@ struct Interface {
                          group == kColumns ? decode_ahead<Ops>() : 0);
   }
   static int64_t row_group() { return kColumns; }
-  static constexpr bf16::Matmul matmul{rows,         packed_floats,       pack, rows_packed, row_group,
-                                       kSplitTokens, kMaxColumns* kColumn};
+  static constexpr bf16::Matmul matmul{rows,         packed_floats,        pack,        rows_packed, row_group,
+                                       kSplitTokens, kMaxColumns* kColumn, kSplitTokens};
 };
 
 }  // namespace tessera::cpu::columns

@@ -50,9 +50,13 @@ void for_row_chunks(ThreadPool& pool, size_t n, int64_t group, const std::functi
 // kernel's unit, tokens into as few blocks of its unit as give every thread about
 // `per_thread` pieces (the guided chunks even them out), none where the row pieces are
 // that many already: a piece reads all of its tokens' packed x for its rows, and its
-// rows' weights once for its tokens. per_thread is TESSERA_GEMM_PIECES (default 2), read
-// once; 0 cuts only the rows, at 32, as before the tokens were cut (for measuring one
-// against the other in one binary). Which piece an output falls in never changes its bits.
+// rows' weights once for its tokens. But no piece takes more than the kernel's
+// most_tokens: the column kernels' 512-token pieces read their x's blocks (512 KiB) from
+// L3 where 192-token ones stay in L2 (Zen 5, 2 threads, the 1B MLP and o at 512 tokens,
+// in one process: f16 +4-7 %, bf16 +2-5 %, AVX2 f16 +2 %; docs/benchmarks.md, session
+// 60). per_thread is TESSERA_GEMM_PIECES (default 2), read once; 0 cuts only the rows, at
+// 32, as before the tokens were cut (for measuring one against the other in one binary).
+// Which piece an output falls in never changes its bits.
 cpu::MatmulSplit gemm_split(int64_t tokens, int64_t n, int64_t k, DType dtype, size_t threads) {
   static const int64_t per_thread = [] {
     const char* text = std::getenv("TESSERA_GEMM_PIECES");
@@ -63,7 +67,8 @@ cpu::MatmulSplit gemm_split(int64_t tokens, int64_t n, int64_t k, DType dtype, s
   const int64_t row_pieces = (n + split.rows - 1) / split.rows;
   const int64_t units = (tokens + split.tokens - 1) / split.tokens;
   const int64_t wanted = (per_thread * static_cast<int64_t>(threads) + row_pieces - 1) / row_pieces;
-  const int64_t blocks = std::clamp<int64_t>(wanted, 1, units);
+  const int64_t fewest = split.most_tokens > 0 ? (tokens + split.most_tokens - 1) / split.most_tokens : 1;
+  const int64_t blocks = std::clamp<int64_t>(std::max(wanted, fewest), 1, units);
   split.tokens = (units + blocks - 1) / blocks * split.tokens;
   return split;
 }

@@ -73,7 +73,9 @@ int64_t dot_rows_at_once();
 // [begin, end), so disjoint ranges of one call may be packed by different threads.
 // matmul_split: where a call may be cut: its tokens at multiples of `tokens` (whole
 // blocks of the packed layout), its rows at multiples of `rows` (the least a thread should
-// take: each piece reads all of its tokens' packed x once for its rows).
+// take: each piece reads all of its tokens' packed x once for its rows), and at most
+// `most_tokens` tokens a piece where the kernel's caches want its x's blocks no larger (0:
+// any number).
 // matmul_rows_packed then computes `rows` rows of tokens [begin, end) from the packed x
 // (x itself is still read, for the sums' tails) into y[t * ldy + r], t in [begin, end)
 // (y, like x, is the whole call's): begin a multiple of the split's tokens, end one too
@@ -83,6 +85,7 @@ int64_t dot_rows_at_once();
 struct MatmulSplit {
   int64_t tokens = 0;
   int64_t rows = 0;
+  int64_t most_tokens = 0;
 };
 int64_t matmul_packed_floats(int64_t tokens, int64_t k, DType w_dtype);
 void matmul_pack_x(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64_t begin, int64_t end, float* packed);

@@ -764,7 +764,7 @@ void MatmulPackX(const float* x, int64_t tokens, int64_t k, DType w_dtype, int64
 
 // Tokens at whole token blocks (pack_x's layout), rows at 32 (two kNc row groups).
 MatmulSplit MatmulSplitOf(int64_t k, DType w_dtype) {
-  if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return {m->split_tokens, m->split_rows};
+  if (const bf16::Matmul* m = instruction_kernel(w_dtype)) return {m->split_tokens, m->split_rows, m->most_tokens};
   return with_weight_type(w_dtype, [&](auto tag) {
     using WT = std::remove_const_t<std::remove_pointer_t<decltype(tag)>>;
     return MatmulSplit{token_block(chunked<WT>(DF(), k)), 2 * kNc};
