@@ -36,13 +36,16 @@ class CpuDevice final : public Device {
   // GGUF blocks (quant_matmuls: x rounded once): the rows of all the weights dealt out
   // in one parallel region (a lone token's q, k and v, its top_k experts' gates and
   // ups, or their downs), each output bitwise what matmul gives it. Prefill through
-  // 16-bit weights runs one matmul a weight; so does everything when
-  // TESSERA_MATMULS_TOGETHER=0 (read once; for measuring one against the other).
+  // f32, bf16 or f16 weights of one k: one GEMM region over x packed once
+  // (gemm_together). Everything runs one matmul a weight when TESSERA_MATMULS_TOGETHER=0
+  // (read once; for measuring one against the other).
   void matmuls(const float* x, int64_t tokens, std::span<const Projection> outs, const RowNorm& norm = {}) override;
   void matmuls_each(int64_t tokens, std::span<const float* const> xs, std::span<const Projection> outs) override;
   // GGUF blocks without biases: gate and up in one region, each thread applying
-  // silu_mul to the rows it computed (quant_gate_up); bitwise the default's calls.
-  // Others, and everything when TESSERA_MATMULS_TOGETHER=0, take the default.
+  // silu_mul to the rows it computed (quant_gate_up); a prefill through f32, bf16 or f16
+  // weights: gate and up in one GEMM region (gemm_together), then silu_mul; bitwise the
+  // default's calls. Others, and everything when TESSERA_MATMULS_TOGETHER=0, take the
+  // default.
   void gate_up(const float* x, int64_t tokens, const TensorView& w_gate, const TensorView& b_gate,
                const TensorView& w_up, const TensorView& b_up, float* up, float* out, const RowNorm& norm) override;
   void rms_norm(const float* x, int64_t rows, int64_t dim, const TensorView& weight, float eps, float* y) override;
