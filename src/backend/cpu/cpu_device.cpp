@@ -164,19 +164,19 @@ void CpuDevice::matmul(const float* x, int64_t tokens, const TensorView& w, cons
   const size_t row_bytes = static_cast<size_t>(k) * dtype_size(w.dtype);
   const auto* base = static_cast<const uint8_t*>(w.data);
   const bool quantized = dtype_is_quantized(w.dtype);
-  const int64_t packed_floats = quantized ? 0 : cpu::matmul_packed_floats(tokens, k, w.dtype);
+  if (!quantized && cpu::matmul_packed_floats(tokens, k, w.dtype) > 0) {  // prefill: the GEMM (its bias too)
+    const Projection out{&w, &bias, y};
+    return gemm_together(x, tokens, {&out, 1});
+  }
   if (quantized) {
     cpu::quant_matmul(pool_, x, tokens, w, y);  // GGUF blocks (quant_matmul.h)
-  } else if (packed_floats == 0 && static_cast<size_t>(n) * row_bytes <= kCallerBytes) {
+  } else if (static_cast<size_t>(n) * row_bytes <= kCallerBytes) {
     cpu::matmul_rows(x, tokens, k, base, w.dtype, n, y, n, w.row_group);
-  } else if (packed_floats == 0) {
+  } else {
     for_row_chunks(pool_, static_cast<size_t>(n), w.row_group, [&](size_t begin, size_t end) {
       cpu::matmul_rows(x, tokens, k, base + begin * row_bytes, w.dtype, static_cast<int64_t>(end - begin), y + begin, n,
                        w.row_group);
     });
-  } else {
-    const Projection out{&w, &bias, y};
-    return gemm_together(x, tokens, {&out, 1});
   }
   add_bias(tokens, bias, n, y);
 }
